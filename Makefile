@@ -1,0 +1,42 @@
+# Branchwater developer commands. Each target creates .venv from requirements.lock when missing.
+PYTHON ?= python3.11
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+export SPARK_LOCAL_IP ?= 127.0.0.1
+export PYSPARK_PYTHON ?= $(abspath $(BIN)/python)
+
+.PHONY: install demo test test-fast bench lint clean
+
+install: $(STAMP)
+
+$(STAMP): requirements.lock pyproject.toml
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "branchwater: $(PYTHON) is required but not on PATH" >&2; exit 1; }
+	@[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -r requirements.lock
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e .
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	@scripts/check-env java
+	$(BIN)/python -m branchwater.engine.demo
+
+test: $(STAMP)
+	@scripts/check-env java postgres
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	@scripts/check-env java postgres
+	$(BIN)/python -m tests.benchmarks $(BENCH_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .branchwater

@@ -1,0 +1,1 @@
+"""Branchwater engine: versioned metadata for a data lake on a KV store and an object store."""

@@ -1,0 +1,1 @@
+"""Garbage collection support: physical-address layout, link tokens, copy tracking, GC preparation."""

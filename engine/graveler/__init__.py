@@ -1,0 +1,1 @@
+"""The versioned model: refs, staging, committed ranges, and the operations on them."""

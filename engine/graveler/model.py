@@ -1,0 +1,171 @@
+"""Records of the versioned model and their byte encodings in the KV store.
+
+`Entry` is a NamedTuple, not a dataclass, because commits build and decode millions of them:
+tuple construction is several times cheaper. The staged-entry codec is a flat, NUL-separated
+record for the same reason; an empty value is a tombstone.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Literal, NamedTuple
+
+from branchwater.engine.errors import CorruptedData
+
+Metadata = Mapping[str, str]
+EMPTY_METADATA: Metadata = {}
+
+
+class Entry(NamedTuple):
+    """An object as a ref sees it. `address` is relative to the repository's namespace."""
+
+    path: str
+    address: str
+    size: int
+    checksum: str
+    mtime: datetime
+    metadata: Metadata = EMPTY_METADATA
+
+    def identity(self) -> tuple[str, int, str, str]:
+        """What makes two entries the same object: a rewrite of equal content is no change."""
+        return (self.address, self.size, self.checksum, _metadata_json(self.metadata))
+
+
+ChangeType = Literal["added", "changed", "removed"]
+
+
+class Change(NamedTuple):
+    """A difference between two states of a ref; `entry` is the new one, or the old if removed."""
+
+    path: str
+    type: ChangeType
+    entry: Entry
+
+
+TOMBSTONE = b""
+"""The staged value of a deleted path."""
+
+_SEP = "\x00"
+
+
+def _metadata_json(metadata: Metadata) -> str:
+    return json.dumps(dict(metadata), sort_keys=True, separators=(",", ":")) if metadata else ""
+
+
+def encode_entry(entry: Entry) -> bytes:
+    """Encode the staged value of `entry` (the path is the KV key, so it is not repeated)."""
+    mtime_us = int(entry.mtime.timestamp() * 1_000_000)
+    return _SEP.join(
+        (
+            entry.address,
+            str(entry.size),
+            entry.checksum,
+            str(mtime_us),
+            _metadata_json(entry.metadata),
+        )
+    ).encode()
+
+
+def decode_entry(path: str, value: bytes) -> Entry | None:
+    """Decode a staged value; `None` for a tombstone."""
+    if not value:
+        return None
+    try:
+        address, size, checksum, mtime_us, metadata = value.decode().split(_SEP)
+        return Entry(
+            path,
+            address,
+            int(size),
+            checksum,
+            datetime.fromtimestamp(int(mtime_us) / 1_000_000, timezone.utc),
+            json.loads(metadata) if metadata else EMPTY_METADATA,
+        )
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CorruptedData(f"staged entry for {path!r} cannot be decoded: {exc}") from exc
+
+
+def _dumps(record: Any) -> bytes:
+    return json.dumps(asdict(record), sort_keys=True, separators=(",", ":"), default=str).encode()
+
+
+@dataclass(frozen=True)
+class Repository:
+    name: str
+    storage_namespace: str
+    default_branch: str
+    unique_id: str
+    creation_date: datetime
+
+    @property
+    def partition(self) -> bytes:
+        return f"{self.name}-{self.unique_id}".encode()
+
+    def encode(self) -> bytes:
+        return _dumps(self)
+
+    @classmethod
+    def decode(cls, value: bytes) -> Repository:
+        raw = json.loads(value)
+        raw["creation_date"] = datetime.fromisoformat(raw["creation_date"])
+        return cls(**raw)
+
+
+@dataclass(frozen=True)
+class Branch:
+    """A branch record. All of it lives in one KV value so one `set_if` changes it atomically."""
+
+    name: str
+    commit_id: str
+    staging_token: str
+    sealed_tokens: tuple[str, ...] = ()
+    compacted_metarange_id: str | None = None
+    compaction_start_time: datetime | None = None
+
+    def encode(self) -> bytes:
+        return _dumps(self)
+
+    @classmethod
+    def decode(cls, value: bytes) -> Branch:
+        raw = json.loads(value)
+        raw["sealed_tokens"] = tuple(raw["sealed_tokens"])
+        if raw.get("compaction_start_time"):
+            raw["compaction_start_time"] = datetime.fromisoformat(raw["compaction_start_time"])
+        return cls(**raw)
+
+
+@dataclass(frozen=True)
+class Commit:
+    id: str
+    message: str
+    metarange_id: str
+    parents: tuple[str, ...]
+    metadata: dict[str, str] = field(default_factory=dict)
+    creation_date: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    committer: str = ""
+    generation: int = 1
+
+    def encode(self) -> bytes:
+        return _dumps(self)
+
+    @classmethod
+    def decode(cls, value: bytes) -> Commit:
+        raw = json.loads(value)
+        raw["parents"] = tuple(raw["parents"])
+        raw["creation_date"] = datetime.fromisoformat(raw["creation_date"])
+        return cls(**raw)
+
+
+@dataclass(frozen=True)
+class Tag:
+    name: str
+    commit_id: str
+
+    def encode(self) -> bytes:
+        return _dumps(self)
+
+    @classmethod
+    def decode(cls, value: bytes) -> Tag:
+        return cls(**json.loads(value))

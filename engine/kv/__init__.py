@@ -1,0 +1,63 @@
+"""Key-value stores: the `Store` contract and its drivers, chosen by URL.
+
+| URL                  | driver                                  |
+|----------------------|-----------------------------------------|
+| `memory://`          | in-process (tests)                      |
+| `sqlite:///path.db`  | SQLite in WAL mode (embedded default)   |
+| `postgresql://…`     | PostgreSQL, hash-partitioned table      |
+| `dynamodb://table`   | DynamoDB conditional writes             |
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from branchwater.engine.errors import ConfigurationError, InvalidArgument, redact_url
+from branchwater.engine.kv.store import (
+    DEFAULT_BATCH_SIZE,
+    EXISTS,
+    KeyValue,
+    Predicate,
+    Store,
+    ValueWithPredicate,
+)
+
+SCHEMES = ("memory", "sqlite", "postgresql", "postgres", "dynamodb")
+
+
+def open_store(url: str) -> Store:
+    """Open the store a URL names; drivers are imported only when used."""
+    if not isinstance(url, str):
+        raise InvalidArgument(f"KV URL must be a string, not {type(url).__name__}")
+    scheme = urlsplit(url).scheme.split("+", 1)[0]
+    if scheme == "memory":
+        from branchwater.engine.kv.memory import MemoryStore
+
+        return MemoryStore(url)
+    if scheme == "sqlite":
+        from branchwater.engine.kv.sqlite import SQLiteStore
+
+        return SQLiteStore(url)
+    if scheme in ("postgresql", "postgres"):
+        from branchwater.engine.kv.postgres import PostgresStore
+
+        return PostgresStore(url)
+    if scheme == "dynamodb":
+        from branchwater.engine.kv.dynamodb import DynamoDBStore
+
+        return DynamoDBStore(url)
+    raise ConfigurationError(
+        f"unknown KV URL scheme {scheme or '(none)'!r} in {redact_url(url)!r}; "
+        f"use one of {', '.join(s + '://' for s in SCHEMES if s != 'postgres')}"
+    )
+
+
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "EXISTS",
+    "KeyValue",
+    "Predicate",
+    "Store",
+    "ValueWithPredicate",
+    "open_store",
+]

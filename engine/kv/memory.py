@@ -1,0 +1,82 @@
+"""In-process `Store` for fast unit tests (`memory://`). Thread-safe; not shared across processes."""
+
+from __future__ import annotations
+
+import bisect
+import threading
+
+from branchwater.engine.errors import NotFound, PredicateFailed
+from branchwater.engine.kv.store import Store
+
+
+class _Partition:
+    __slots__ = ("keys", "values")
+
+    def __init__(self) -> None:
+        self.keys: list[bytes] = []
+        self.values: dict[bytes, bytes] = {}
+
+
+class MemoryStore(Store):
+    def __init__(self, url: str = "memory://") -> None:
+        self.url = url
+        self._partitions: dict[bytes, _Partition] = {}
+        self._lock = threading.Lock()
+
+    def _get(self, partition: bytes, key: bytes) -> bytes:
+        with self._lock:
+            part = self._partitions.get(partition)
+            if part is None or key not in part.values:
+                raise NotFound(f"key {key!r} not found in partition {partition!r}")
+            return part.values[key]
+
+    def _put(self, partition: bytes, key: bytes, value: bytes) -> None:
+        part = self._partitions.setdefault(partition, _Partition())
+        if key not in part.values:
+            bisect.insort(part.keys, key)
+        part.values[key] = value
+
+    def _set(self, partition: bytes, key: bytes, value: bytes) -> None:
+        with self._lock:
+            self._put(partition, key, value)
+
+    def _current(self, partition: bytes, key: bytes) -> bytes | None:
+        part = self._partitions.get(partition)
+        return None if part is None else part.values.get(key)
+
+    def _create(self, partition: bytes, key: bytes, value: bytes) -> None:
+        with self._lock:
+            if self._current(partition, key) is not None:
+                raise PredicateFailed(f"key {key!r} already exists in partition {partition!r}")
+            self._put(partition, key, value)
+
+    def _replace(self, partition: bytes, key: bytes, value: bytes) -> None:
+        with self._lock:
+            if self._current(partition, key) is None:
+                raise PredicateFailed(f"key {key!r} does not exist in partition {partition!r}")
+            self._put(partition, key, value)
+
+    def _swap(self, partition: bytes, key: bytes, value: bytes, expected: bytes) -> None:
+        with self._lock:
+            if self._current(partition, key) != expected:
+                raise PredicateFailed(f"key {key!r} in partition {partition!r} changed since read")
+            self._put(partition, key, value)
+
+    def _delete(self, partition: bytes, key: bytes) -> None:
+        with self._lock:
+            part = self._partitions.get(partition)
+            if part is None or key not in part.values:
+                return
+            del part.values[key]
+            del part.keys[bisect.bisect_left(part.keys, key)]
+
+    def _scan_batch(
+        self, partition: bytes, start: bytes, inclusive: bool, limit: int
+    ) -> list[tuple[bytes, bytes]]:
+        with self._lock:
+            part = self._partitions.get(partition)
+            if part is None:
+                return []
+            find = bisect.bisect_left if inclusive else bisect.bisect_right
+            first = find(part.keys, start)
+            return [(k, part.values[k]) for k in part.keys[first : first + limit]]

@@ -1,0 +1,167 @@
+"""The key-value `Store` contract every driver fulfils.
+
+The metadata-KV design needs only read-after-write consistency, ordered scans within a
+partition and a per-key compare-and-swap. Drivers implement the small `_` methods; the
+public methods here check arguments once, so every driver rejects bad input the same way.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator
+from typing import NamedTuple, Union
+
+from branchwater.engine.errors import InvalidArgument
+
+DEFAULT_BATCH_SIZE = 1000
+
+
+class _Exists:
+    """Predicate meaning "the key must exist, whatever its value"."""
+
+    _instance: _Exists | None = None
+
+    def __new__(cls) -> _Exists:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "EXISTS"
+
+    def __reduce__(self) -> str:
+        return "EXISTS"
+
+
+EXISTS = _Exists()
+
+Predicate = Union[bytes, None, _Exists]
+"""`bytes` last read (compare-and-swap), `None` (must not exist) or `EXISTS` (must exist)."""
+
+
+class ValueWithPredicate(NamedTuple):
+    value: bytes
+    predicate: bytes
+
+
+class KeyValue(NamedTuple):
+    key: bytes
+    value: bytes
+
+
+class Store(abc.ABC):
+    """A partitioned, ordered key-value store with compare-and-swap."""
+
+    url: str = ""
+
+    def get(self, partition: bytes, key: bytes) -> ValueWithPredicate:
+        """Return the value and the predicate to pass to `set_if`; `NotFound` if absent."""
+        check_key(partition, key)
+        value = self._get(partition, key)
+        return ValueWithPredicate(value, value)
+
+    def set(self, partition: bytes, key: bytes, value: bytes) -> None:
+        check_key(partition, key)
+        check_value(value)
+        self._set(partition, key, value)
+
+    def set_if(self, partition: bytes, key: bytes, value: bytes, predicate: Predicate) -> None:
+        """Write `value` only if `predicate` holds; otherwise raise `PredicateFailed`."""
+        check_key(partition, key)
+        check_value(value)
+        if predicate is None:
+            self._create(partition, key, value)
+        elif predicate is EXISTS:
+            self._replace(partition, key, value)
+        elif isinstance(predicate, bytes):
+            self._swap(partition, key, value, predicate)
+        else:
+            raise InvalidArgument(
+                f"predicate must be bytes from get(), None or EXISTS, not {type(predicate).__name__}"
+            )
+
+    def delete(self, partition: bytes, key: bytes) -> None:
+        """Remove the key; deleting an absent key is not an error."""
+        check_key(partition, key)
+        self._delete(partition, key)
+
+    def scan(
+        self, partition: bytes, start: bytes = b"", batch_size: int = DEFAULT_BATCH_SIZE
+    ) -> Iterator[KeyValue]:
+        """Iterate the partition in ascending byte order from `start` (inclusive).
+
+        Reads `batch_size` keys at a time, so deleting keys while iterating is safe and a
+        huge partition is never held in memory.
+        """
+        check_partition(partition)
+        if not isinstance(start, bytes):
+            raise InvalidArgument(f"scan start must be bytes, not {type(start).__name__}")
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise InvalidArgument(f"batch_size must be a positive integer, not {batch_size!r}")
+        return self._batched_scan(partition, start, batch_size)
+
+    def _batched_scan(self, partition: bytes, start: bytes, batch_size: int) -> Iterator[KeyValue]:
+        batch = self._scan_batch(partition, start, True, batch_size)
+        while batch:
+            for key, value in batch:
+                yield KeyValue(key, value)
+            if len(batch) < batch_size:
+                return
+            batch = self._scan_batch(partition, batch[-1][0], False, batch_size)
+
+    def close(self) -> None:
+        """Release connections; the store must not be used afterwards."""
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @abc.abstractmethod
+    def _get(self, partition: bytes, key: bytes) -> bytes:
+        """Return the value or raise `NotFound`."""
+
+    @abc.abstractmethod
+    def _set(self, partition: bytes, key: bytes, value: bytes) -> None: ...
+
+    @abc.abstractmethod
+    def _create(self, partition: bytes, key: bytes, value: bytes) -> None:
+        """Insert only if absent, else `PredicateFailed`."""
+
+    @abc.abstractmethod
+    def _replace(self, partition: bytes, key: bytes, value: bytes) -> None:
+        """Update only if present, else `PredicateFailed`."""
+
+    @abc.abstractmethod
+    def _swap(self, partition: bytes, key: bytes, value: bytes, expected: bytes) -> None:
+        """Update only if the stored value equals `expected`, else `PredicateFailed`."""
+
+    @abc.abstractmethod
+    def _delete(self, partition: bytes, key: bytes) -> None: ...
+
+    @abc.abstractmethod
+    def _scan_batch(
+        self, partition: bytes, start: bytes, inclusive: bool, limit: int
+    ) -> list[tuple[bytes, bytes]]:
+        """Up to `limit` pairs with key >= start (or > start), ascending."""
+
+
+def check_partition(partition: object) -> None:
+    if not isinstance(partition, bytes):
+        raise InvalidArgument(f"partition must be bytes, not {type(partition).__name__}")
+    if not partition:
+        raise InvalidArgument("partition must not be empty")
+
+
+def check_key(partition: object, key: object) -> None:
+    check_partition(partition)
+    if not isinstance(key, bytes):
+        raise InvalidArgument(f"key must be bytes, not {type(key).__name__}")
+    if not key:
+        raise InvalidArgument("key must not be empty")
+
+
+def check_value(value: object) -> None:
+    if not isinstance(value, bytes):
+        raise InvalidArgument(f"value must be bytes, not {type(value).__name__}")

@@ -1,0 +1,106 @@
+"""Local-filesystem `ObjectStore` (`file:///root`), the embedded default.
+
+Writes go to a hidden temporary file in the target directory and are renamed into place,
+so a reader never sees a half-written object.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterable, Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from branchwater.engine.errors import ConfigurationError, NotFound, Unavailable
+from branchwater.engine.objects.store import ObjectInfo, ObjectStore, check_object_key
+
+_TMP_PREFIX = ".tmp-"
+
+
+class LocalObjectStore(ObjectStore):
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme != "file" or parts.netloc not in ("", "localhost") or not parts.path:
+            raise ConfigurationError(
+                f"local object store URL {url!r} must look like file:///absolute/path"
+            )
+        self.root = Path(unquote(parts.path))
+        self.url = f"file://{self.root.as_posix()}"
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise Unavailable(f"cannot create object store root {self.url}: {exc.strerror}") from exc
+
+    def _path(self, key: str) -> Path:
+        return self.root / check_object_key(key)
+
+    def put(self, key: str, data: bytes) -> ObjectInfo:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{_TMP_PREFIX}{path.name}.{uuid.uuid4().hex}")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return self._info(key, path.stat())
+
+    def get(self, key: str) -> bytes:
+        try:
+            return self._path(key).read_bytes()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            raise NotFound(f"object {key!r} not found in {self.url}") from None
+
+    def stat(self, key: str) -> ObjectInfo:
+        path = self._path(key)
+        try:
+            st = path.stat()
+        except (FileNotFoundError, NotADirectoryError):
+            raise NotFound(f"object {key!r} not found in {self.url}") from None
+        if not path.is_file():
+            raise NotFound(f"object {key!r} not found in {self.url} (it is a directory)")
+        return self._info(key, st)
+
+    def delete(self, keys: Iterable[str]) -> None:
+        for key in keys:
+            try:
+                self._path(key).unlink()
+            except (FileNotFoundError, NotADirectoryError):
+                pass
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+        start = self.root / base if base else self.root
+        if not start.is_dir():
+            return iter(())
+        return self._walk(start, base, prefix)
+
+    def _walk(self, directory: Path, dir_key: str, prefix: str) -> Iterator[ObjectInfo]:
+        """Yield in key order: sorting a directory's entries as `name/` makes that exact."""
+        try:
+            entries = list(os.scandir(directory))
+        except FileNotFoundError:
+            return
+        keyed = sorted(
+            ((e.name + "/" if e.is_dir(follow_symlinks=False) else e.name), e)
+            for e in entries
+            if not e.name.startswith(_TMP_PREFIX)
+        )
+        for sort_name, entry in keyed:
+            key = f"{dir_key}/{entry.name}" if dir_key else entry.name
+            if sort_name.endswith("/"):
+                if key.startswith(prefix) or prefix.startswith(key + "/"):
+                    yield from self._walk(Path(entry.path), key, prefix)
+            elif key.startswith(prefix):
+                try:
+                    yield self._info(key, entry.stat())
+                except FileNotFoundError:
+                    continue
+
+    @staticmethod
+    def _info(key: str, st: os.stat_result) -> ObjectInfo:
+        return ObjectInfo(key, st.st_size, datetime.fromtimestamp(st.st_mtime, timezone.utc))

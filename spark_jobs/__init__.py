@@ -1,0 +1,1 @@
+"""PySpark jobs: uncommitted GC clean and optimized runs, with their data-quality suites."""

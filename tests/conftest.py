@@ -1,0 +1,82 @@
+"""Shared fixtures: real servers on loopback, one per test session.
+
+In CI (`CI=true`) a server that cannot be reached fails the run instead of skipping tests.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+pytest_plugins = ["tests.fixtures.spark", "tests.fixtures.airflow"]
+
+PG_HOST = os.environ.get("BRANCHWATER_PG_HOST", "127.0.0.1")
+PG_PORT = int(os.environ.get("BRANCHWATER_PG_PORT", "5432"))
+PG_USER = os.environ.get("BRANCHWATER_PG_USER", "postgres")
+
+
+def unavailable(reason: str) -> None:
+    """Skip locally, fail in CI: a test that needs a server must never vanish silently there."""
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(f"{reason} (CI requires it)", pytrace=False)
+    pytest.skip(reason)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def unique_name(prefix: str) -> str:
+    return f"{prefix}{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A fresh database on the local PostgreSQL server for this test session, dropped after."""
+    import psycopg
+
+    admin = f"postgresql://{PG_USER}@{PG_HOST}:{PG_PORT}/postgres"
+    name = unique_name("bw_test_")
+    try:
+        with psycopg.connect(admin, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.OperationalError as exc:
+        unavailable(f"PostgreSQL on {PG_HOST}:{PG_PORT} is not reachable: {exc}")
+    yield f"postgresql://{PG_USER}@{PG_HOST}:{PG_PORT}/{name}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    """moto's S3/DynamoDB-compatible server on a free loopback port."""
+    from moto.server import ThreadedMotoServer
+
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def s3_bucket(moto_endpoint: str) -> str:
+    """A new, empty bucket on the moto server; returns its name."""
+    import boto3
+
+    name = unique_name("bw-test-")
+    boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1").create_bucket(
+        Bucket=name
+    )
+    return name
