@@ -1,1 +1,61 @@
-"""Branchwater engine: versioned metadata for a data lake on a KV store and an object store."""
+"""Branchwater engine: versioned metadata for a data lake on a KV store and an object store.
+
+`from branchwater.engine import Lake` is the entry point. Exports load lazily, so importing
+`branchwater.engine.kv` alone (as KV workers do) does not pull in pyarrow.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from branchwater.engine.errors import (
+    AlreadyExists,
+    BranchwaterError,
+    ConfigurationError,
+    Conflict,
+    CorruptedData,
+    InvalidArgument,
+    InvalidName,
+    NoChanges,
+    NotFound,
+    PredicateFailed,
+    TooManyTries,
+    Unavailable,
+)
+
+_LAZY = {
+    "Lake": "branchwater.engine.api",
+    "Repository": "branchwater.engine.api",
+    "Branch": "branchwater.engine.api",
+    "Ref": "branchwater.engine.api",
+    "Entry": "branchwater.engine.graveler.model",
+    "Change": "branchwater.engine.graveler.model",
+    "Commit": "branchwater.engine.graveler.model",
+    "Tag": "branchwater.engine.graveler.model",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'branchwater.engine' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
+__all__ = [
+    "AlreadyExists",
+    "BranchwaterError",
+    "ConfigurationError",
+    "Conflict",
+    "CorruptedData",
+    "InvalidArgument",
+    "InvalidName",
+    "NoChanges",
+    "NotFound",
+    "PredicateFailed",
+    "TooManyTries",
+    "Unavailable",
+    *_LAZY,
+]

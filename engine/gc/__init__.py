@@ -1,1 +1,1 @@
-"""Garbage collection support: physical-address layout, link tokens, copy tracking, GC preparation."""
+"""Garbage collection support: address layout, link tokens, copy tracking, GC preparation."""

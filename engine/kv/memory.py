@@ -1,4 +1,4 @@
-"""In-process `Store` for fast unit tests (`memory://`). Thread-safe; not shared across processes."""
+"""In-process `Store` for fast unit tests (`memory://`): thread-safe, one process only."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterator
-from typing import NamedTuple, Union
+from typing import NamedTuple
 
 from branchwater.engine.errors import InvalidArgument
 
@@ -35,7 +35,7 @@ class _Exists:
 
 EXISTS = _Exists()
 
-Predicate = Union[bytes, None, _Exists]
+Predicate = bytes | None | _Exists
 """`bytes` last read (compare-and-swap), `None` (must not exist) or `EXISTS` (must exist)."""
 
 
@@ -76,9 +76,8 @@ class Store(abc.ABC):
         elif isinstance(predicate, bytes):
             self._swap(partition, key, value, predicate)
         else:
-            raise InvalidArgument(
-                f"predicate must be bytes from get(), None or EXISTS, not {type(predicate).__name__}"
-            )
+            kind = type(predicate).__name__
+            raise InvalidArgument(f"predicate must be bytes from get(), None or EXISTS, not {kind}")
 
     def delete(self, partition: bytes, key: bytes) -> None:
         """Remove the key; deleting an absent key is not an error."""
@@ -109,7 +108,14 @@ class Store(abc.ABC):
                 return
             batch = self._scan_batch(partition, batch[-1][0], False, batch_size)
 
-    def close(self) -> None:
+    def drop_partition(self, partition: bytes) -> None:
+        """Delete every key of a partition. Drivers with a cheaper bulk delete override this."""
+        check_partition(partition)
+        while batch := self._scan_batch(partition, b"", True, DEFAULT_BATCH_SIZE):
+            for key, _ in batch:
+                self._delete(partition, key)
+
+    def close(self) -> None:  # noqa: B027 - optional hook; stores without connections keep it
         """Release connections; the store must not be used afterwards."""
 
     def __enter__(self) -> Store:

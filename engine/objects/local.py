@@ -6,6 +6,7 @@ so a reader never sees a half-written object.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterable, Iterator
@@ -31,7 +32,9 @@ class LocalObjectStore(ObjectStore):
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise Unavailable(f"cannot create object store root {self.url}: {exc.strerror}") from exc
+            raise Unavailable(
+                f"cannot create object store root {self.url}: {exc.strerror}"
+            ) from exc
 
     def _path(self, key: str) -> Path:
         return self.root / check_object_key(key)
@@ -67,10 +70,8 @@ class LocalObjectStore(ObjectStore):
 
     def delete(self, keys: Iterable[str]) -> None:
         for key in keys:
-            try:
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
                 self._path(key).unlink()
-            except (FileNotFoundError, NotADirectoryError):
-                pass
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""

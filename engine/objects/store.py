@@ -54,7 +54,7 @@ class ObjectStore(abc.ABC):
         """The absolute URL of `key`, as another tool (Spark, aws cli) would address it."""
         return f"{self.url.rstrip('/')}/{key}"
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook; stores without clients keep it
         """Release clients; the store must not be used afterwards."""
 
 

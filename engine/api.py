@@ -1,0 +1,311 @@
+"""The public Python API: `Lake` → `Repository` → `Branch` / `Ref`.
+
+Thin handles over the graveler operations; every handle re-reads what it needs from the KV
+store, so handles are cheap and never stale. The names here are a contract (DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Mapping
+from datetime import timezone
+from itertools import islice
+from pathlib import Path
+
+from branchwater.engine.errors import InvalidArgument, NotFound
+from branchwater.engine.gc.addresses import AddressAllocator
+from branchwater.engine.graveler import branches as branch_ops
+from branchwater.engine.graveler import commit as commit_ops
+from branchwater.engine.graveler import model, reads, repositories, writes
+from branchwater.engine.graveler.committed import RangePolicy
+from branchwater.engine.graveler.graveler import Graveler, RetryPolicy
+from branchwater.engine.graveler.log import log as commit_log
+from branchwater.engine.graveler.model import Change, Commit, Entry, Tag
+from branchwater.engine.graveler.names import check_ref_name
+from branchwater.engine.kv import open_store
+
+DEFAULT_KV_URL = "sqlite:///.branchwater/lake.db"
+
+
+class Lake:
+    """A connection to one lake: a KV store plus the object stores its repositories name."""
+
+    def __init__(self, graveler: Graveler) -> None:
+        self.graveler = graveler
+        self.addresses = AddressAllocator()
+
+    @classmethod
+    def connect(
+        cls,
+        kv_url: str = DEFAULT_KV_URL,
+        *,
+        s3_options: Mapping[str, str | None] | None = None,
+        range_policy: RangePolicy | None = None,
+        retry: RetryPolicy | None = None,
+        branch_cache_ttl: float = 0.5,
+    ) -> Lake:
+        graveler = Graveler(
+            open_store(kv_url),
+            object_store_options=s3_options,
+            range_policy=range_policy,
+            retry=retry,
+            branch_cache_ttl=branch_cache_ttl,
+        )
+        return cls(graveler)
+
+    def create_repository(
+        self, name: str, storage_namespace: str, default_branch: str = "main"
+    ) -> Repository:
+        record = repositories.create_repository(
+            self.graveler, name, storage_namespace, default_branch
+        )
+        return Repository(self, record)
+
+    def repository(self, name: str) -> Repository:
+        return Repository(self, self.graveler.refs.get_repository(name))
+
+    def repositories(self) -> list[Repository]:
+        return [Repository(self, r) for r in self.graveler.refs.list_repositories()]
+
+    def delete_repository(self, name: str) -> None:
+        repositories.delete_repository(self.graveler, name)
+
+    def close(self) -> None:
+        """Wait for background cleanup and release connections."""
+        self.graveler.close()
+
+    def __enter__(self) -> Lake:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class Repository:
+    def __init__(self, lake: Lake, record: model.Repository) -> None:
+        self.lake = lake
+        self.record = record
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    @property
+    def storage_namespace(self) -> str:
+        return self.record.storage_namespace
+
+    @property
+    def default_branch(self) -> str:
+        return self.record.default_branch
+
+    def __repr__(self) -> str:
+        return f"Repository({self.name!r}, storage_namespace={self.storage_namespace!r})"
+
+    @property
+    def _g(self) -> Graveler:
+        return self.lake.graveler
+
+    def create_branch(self, name: str, source: str | None = None) -> Branch:
+        branch_ops.create_branch(self._g, self.record, name, source or self.default_branch)
+        return Branch(self, name)
+
+    def branch(self, name: str) -> Branch:
+        self._g.refs.get_branch(self.record, name)
+        return Branch(self, name)
+
+    def branches(self) -> list[Branch]:
+        return [Branch(self, b.name) for b in self._g.refs.list_branches(self.record)]
+
+    def delete_branch(self, name: str) -> None:
+        branch_ops.delete_branch(self._g, self.record, name)
+
+    def ref(self, ref: str) -> Ref:
+        """Any branch, tag, commit id (full or abbreviated) or `ref~N`, read-only at its commit."""
+        return Ref(self, ref, self._g.refs.resolve(self.record, ref).commit_id)
+
+    def commit(self, commit_id: str) -> Commit:
+        return self._g.refs.get_commit(
+            self.record, self._g.refs.resolve(self.record, commit_id).commit_id
+        )
+
+    def log(
+        self, ref: str, *, first_parent: bool = False, limit: int | None = None
+    ) -> list[Commit]:
+        start = self._g.refs.resolve(self.record, ref).commit_id
+        commits = commit_log(self._g.refs, self.record, start, first_parent=first_parent)
+        return list(islice(commits, limit))
+
+    def diff(self, left: str, right: str) -> Iterator[Change]:
+        """Changes that turn `left`'s commit into `right`'s, whole equal ranges skipped."""
+        left_mr = self.commit(left).metarange_id
+        right_mr = self.commit(right).metarange_id
+        return self._g.committed(self.record).diff(left_mr, right_mr)
+
+    def tag(self, name: str, ref: str) -> Tag:
+        check_ref_name(name, "tag")
+        tag = Tag(name, self._g.refs.resolve(self.record, ref).commit_id)
+        self._g.refs.insert_tag(self.record, tag)
+        return tag
+
+    def tags(self) -> list[Tag]:
+        return list(self._g.refs.list_tags(self.record))
+
+    def delete_tag(self, name: str) -> None:
+        self._g.refs.remove_tag(self.record, name)
+
+    def dump_refs(self, path: str | Path) -> int:
+        """Write commits, branches and tags as JSON; returns the number of records written."""
+        from branchwater.engine.graveler.dump import dump_refs
+
+        return dump_refs(self._g, self.record, Path(path))
+
+    def restore_refs(self, path: str | Path) -> int:
+        """Load a dump into this repository, which must still be bare (only its first commit)."""
+        from branchwater.engine.graveler.dump import restore_refs
+
+        return restore_refs(self._g, self.record, Path(path))
+
+
+class Ref:
+    """A read-only view of one commit, reached through any ref name."""
+
+    def __init__(self, repository: Repository, name: str, commit_id: str) -> None:
+        self.repository = repository
+        self.name = name
+        self._commit_id = commit_id
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.repository.name!r}, {self.name!r})"
+
+    @property
+    def commit_id(self) -> str:
+        return self._commit_id
+
+    @property
+    def _g(self) -> Graveler:
+        return self.repository.lake.graveler
+
+    @property
+    def _record(self) -> model.Repository:
+        return self.repository.record
+
+    def head(self) -> Commit:
+        return self._g.refs.get_commit(self._record, self.commit_id)
+
+    def stat(self, path: str) -> Entry:
+        return reads.get_commit_entry(self._g, self._record, self.commit_id, path, self.name)
+
+    def read(self, path: str) -> bytes:
+        return _read_object(self._g, self._record, self.stat(path))
+
+    def list(self, prefix: str = "", after: str = "") -> Iterator[Entry]:
+        return reads.list_commit(self._g, self._record, self.commit_id, prefix, after)
+
+
+class Branch(Ref):
+    """A branch: reads see uncommitted changes; writes stage them."""
+
+    def __init__(self, repository: Repository, name: str) -> None:
+        super().__init__(repository, name, "")
+
+    def head(self) -> Commit:
+        branch = self._g.read_branch(self._record, self.name)
+        return self._g.refs.get_commit(self._record, branch.commit_id)
+
+    @property
+    def commit_id(self) -> str:
+        """A branch's HEAD, read live: branch handles never go stale."""
+        return self._g.read_branch(self._record, self.name).commit_id
+
+    def stat(self, path: str) -> Entry:
+        return reads.get_branch_entry(self._g, self._record, self.name, _check_path(path))
+
+    def list(self, prefix: str = "", after: str = "") -> Iterator[Entry]:
+        return reads.list_branch(self._g, self._record, self.name, prefix, after)
+
+    def upload(self, path: str, data: bytes, metadata: Mapping[str, str] | None = None) -> Entry:
+        """Write `data` to a fresh address in the namespace, then stage it at `path`."""
+        _check_path(path)
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise InvalidArgument(f"upload data must be bytes, not {type(data).__name__}")
+        data = bytes(data)
+        address = self.repository.lake.addresses.next_address()
+        info = self._g.objects(self._record.storage_namespace).put(address, data)
+        entry = Entry(
+            path,
+            address,
+            len(data),
+            hashlib.md5(data, usedforsecurity=False).hexdigest(),
+            info.mtime,
+            dict(metadata or {}),
+        )
+        writes.stage_entry(self._g, self._record, self.name, entry)
+        return entry
+
+    def delete(self, path: str) -> None:
+        writes.stage_delete(self._g, self._record, self.name, _check_path(path))
+
+    def uncommitted(self) -> Iterator[Change]:
+        return reads.uncommitted_changes(self._g, self._record, self.name)
+
+    def commit(
+        self,
+        message: str,
+        metadata: Mapping[str, str] | None = None,
+        *,
+        committer: str = "",
+        allow_empty: bool = False,
+    ) -> Commit:
+        if not isinstance(message, str) or not message.strip():
+            raise InvalidArgument("a commit needs a non-empty message")
+        return commit_ops.commit(
+            self._g,
+            self._record,
+            self.name,
+            message,
+            metadata,
+            committer=committer,
+            allow_empty=allow_empty,
+        )
+
+    def reset(self) -> None:
+        branch_ops.reset_branch(self._g, self._record, self.name)
+
+
+def _check_path(path: object) -> str:
+    if not isinstance(path, str) or not path or "\x00" in path:
+        raise InvalidArgument(f"object path must be a non-empty string without NUL, not {path!r}")
+    return path
+
+
+def _read_object(g: Graveler, repo: model.Repository, entry: Entry) -> bytes:
+    try:
+        return g.objects(repo.storage_namespace).get(entry.address)
+    except NotFound:
+        raise NotFound(
+            f"object {entry.path!r} is staged or committed but its data at {entry.address} "
+            f"is missing from {repo.storage_namespace}"
+        ) from None
+
+
+def entry_to_json(entry: Entry) -> dict[str, object]:
+    return {
+        "path": entry.path,
+        "address": entry.address,
+        "size": entry.size,
+        "checksum": entry.checksum,
+        "mtime": entry.mtime.astimezone(timezone.utc).isoformat(),
+        "metadata": dict(entry.metadata),
+    }
+
+
+def commit_to_json(commit: Commit) -> dict[str, object]:
+    return {
+        "id": commit.id,
+        "message": commit.message,
+        "metarange_id": commit.metarange_id,
+        "parents": list(commit.parents),
+        "metadata": commit.metadata,
+        "creation_date": commit.creation_date.isoformat(),
+        "committer": commit.committer,
+    }

@@ -1,0 +1,55 @@
+"""Branch lifecycle: create from any ref, delete, and reset (drop uncommitted changes)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from branchwater.engine.errors import InvalidArgument, PredicateFailed, TooManyTries
+from branchwater.engine.graveler.graveler import Graveler
+from branchwater.engine.graveler.model import Branch, Repository
+from branchwater.engine.graveler.names import check_ref_name
+from branchwater.engine.graveler.staging import new_staging_token
+
+
+def create_branch(g: Graveler, repo: Repository, name: str, source: str) -> Branch:
+    """Branch off the commit `source` resolves to (a branch's HEAD, as in lakeFS and git)."""
+    check_ref_name(name)
+    commit_id = g.refs.resolve(repo, source).commit_id
+    branch = Branch(name, commit_id, new_staging_token(repo, name))
+    g.refs.insert_branch(repo, branch)
+    return branch
+
+
+def delete_branch(g: Graveler, repo: Repository, name: str) -> None:
+    if name == repo.default_branch:
+        raise InvalidArgument(
+            f"cannot delete {name!r}: it is the default branch of repository {repo.name!r}"
+        )
+    branch, _ = g.refs.get_branch(repo, name)
+    g.refs.remove_branch(repo, name)
+    g.branch_cache.forget(repo, name)
+    tokens = (branch.staging_token, *branch.sealed_tokens)
+    g.drop_partitions_later(f"tokens/{branch.staging_token}", [t.encode() for t in tokens])
+
+
+def reset_branch(g: Graveler, repo: Repository, name: str) -> Branch:
+    """Drop every uncommitted change: a new empty staging token, no sealed tokens, no compaction."""
+    for attempt in range(g.retry.attempts):
+        branch, predicate = g.refs.get_branch(repo, name)
+        reset = dataclasses.replace(
+            branch,
+            staging_token=new_staging_token(repo, name),
+            sealed_tokens=(),
+            compacted_metarange_id=None,
+            compaction_start_time=None,
+        )
+        try:
+            g.refs.set_branch_if(repo, reset, predicate)
+        except PredicateFailed:
+            g.retry.backoff(attempt)
+            continue
+        g.branch_cache.put(repo, reset)
+        tokens = (branch.staging_token, *branch.sealed_tokens)
+        g.drop_partitions_later(f"tokens/{branch.staging_token}", [t.encode() for t in tokens])
+        return reset
+    raise TooManyTries(f"reset of branch {name!r} kept losing races with commits; retry later")

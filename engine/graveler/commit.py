@@ -1,0 +1,173 @@
+"""The lock-free committer of the metadata-KV design.
+
+1. `set_if` the branch: seal its staging token, open a new one. Writers move on at once.
+2. Apply the sealed tokens (newest wins) on the branch's base: its compacted metarange, else
+   HEAD's. This is the slow part and holds no lock.
+3. `set_if` the branch to the new commit, removing the tokens it absorbed.
+
+When step 3 loses a race, the branch is re-read. Our tokens still sealed there are what is
+left to commit; the others were absorbed by a concurrent commit or compaction, whose result is
+the new base. If base and tokens are unchanged the metarange already built is reused, so a retry
+costs a KV write, not a rebuild. If nothing is left, a concurrent commit took it all: `NoChanges`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from datetime import datetime, timezone
+
+from branchwater.engine.errors import NoChanges, PredicateFailed, TooManyTries
+from branchwater.engine.graveler.graveler import Graveler
+from branchwater.engine.graveler.iterators import combine
+from branchwater.engine.graveler.model import Branch, Commit, Repository
+from branchwater.engine.graveler.refs import commit_id_for
+from branchwater.engine.graveler.staging import new_staging_token
+
+
+def commit(
+    g: Graveler,
+    repo: Repository,
+    branch_name: str,
+    message: str,
+    metadata: Mapping[str, str] | None = None,
+    *,
+    committer: str = "",
+    allow_empty: bool = False,
+) -> Commit:
+    sealed = seal(g, repo, branch_name, allow_empty=allow_empty)
+    return _finish(
+        g, repo, branch_name, sealed, message, dict(metadata or {}), committer, allow_empty
+    )
+
+
+def seal(
+    g: Graveler, repo: Repository, branch_name: str, *, allow_empty: bool = False
+) -> tuple[str, ...]:
+    """Seal the staging token; returns every token this commit is to absorb, newest first."""
+    for attempt in range(g.retry.attempts):
+        branch, predicate = g.refs.get_branch(repo, branch_name)
+        if not allow_empty and not _has_staged_work(g, branch):
+            raise NoChanges(f"nothing to commit on branch {branch_name!r} of {repo.name!r}")
+        sealed = dataclasses.replace(
+            branch,
+            staging_token=new_staging_token(repo, branch_name),
+            sealed_tokens=(branch.staging_token, *branch.sealed_tokens),
+        )
+        try:
+            g.refs.set_branch_if(repo, sealed, predicate)
+        except PredicateFailed:
+            g.retry.backoff(attempt)
+            continue
+        g.branch_cache.put(repo, sealed)
+        return sealed.sealed_tokens
+    raise _too_many_tries(repo, branch_name, g.retry.attempts)
+
+
+def _has_staged_work(g: Graveler, branch: Branch) -> bool:
+    return bool(
+        branch.sealed_tokens
+        or branch.compacted_metarange_id
+        or not g.staging.is_empty(branch.staging_token)
+    )
+
+
+def _finish(
+    g: Graveler,
+    repo: Repository,
+    branch_name: str,
+    tokens: tuple[str, ...],
+    message: str,
+    metadata: dict[str, str],
+    committer: str,
+    allow_empty: bool,
+) -> Commit:
+    built: tuple[tuple[str, tuple[str, ...]], str] | None = None
+    for attempt in range(g.retry.attempts):
+        branch, predicate = g.refs.get_branch(repo, branch_name)
+        remaining = tuple(t for t in tokens if t in branch.sealed_tokens)
+        if not remaining and not branch.compacted_metarange_id:
+            raise NoChanges(
+                f"nothing left to commit on branch {branch_name!r}: a concurrent commit "
+                "already recorded these changes"
+            )
+        base = g.base_metarange(repo, branch)
+        if built is None or built[0] != (base, remaining):
+            changes = combine([g.staging.scan(token) for token in remaining])
+            built = ((base, remaining), g.committed(repo).apply(base, changes))
+        metarange_id = built[1]
+        parent = g.refs.get_commit(repo, branch.commit_id)
+        rest = tuple(t for t in branch.sealed_tokens if t not in remaining)
+        if metarange_id == parent.metarange_id and not allow_empty:
+            if _clear(g, repo, branch, predicate, rest):
+                _drop_tokens(g, repo, remaining)
+                raise NoChanges(f"nothing to commit on branch {branch_name!r} of {repo.name!r}")
+            g.retry.backoff(attempt)
+            continue
+        new_commit = _record(g, repo, parent, metarange_id, message, metadata, committer)
+        updated = dataclasses.replace(
+            branch,
+            commit_id=new_commit.id,
+            sealed_tokens=rest,
+            compacted_metarange_id=None,
+            compaction_start_time=None,
+        )
+        try:
+            g.refs.set_branch_if(repo, updated, predicate)
+        except PredicateFailed:
+            g.retry.backoff(attempt)
+            continue
+        g.branch_cache.put(repo, updated)
+        _drop_tokens(g, repo, remaining)
+        return new_commit
+    raise _too_many_tries(repo, branch_name, g.retry.attempts)
+
+
+def _clear(
+    g: Graveler, repo: Repository, branch: Branch, predicate: bytes, rest: tuple[str, ...]
+) -> bool:
+    """Remove absorbed tokens that changed nothing; False if the branch moved meanwhile."""
+    cleared = dataclasses.replace(
+        branch, sealed_tokens=rest, compacted_metarange_id=None, compaction_start_time=None
+    )
+    try:
+        g.refs.set_branch_if(repo, cleared, predicate)
+    except PredicateFailed:
+        return False
+    return True
+
+
+def _record(
+    g: Graveler,
+    repo: Repository,
+    parent: Commit,
+    metarange_id: str,
+    message: str,
+    metadata: dict[str, str],
+    committer: str,
+) -> Commit:
+    draft = Commit(
+        id="",
+        message=message,
+        metarange_id=metarange_id,
+        parents=(parent.id,),
+        metadata=metadata,
+        creation_date=datetime.now(timezone.utc),
+        committer=committer,
+        generation=parent.generation + 1,
+    )
+    new_commit = dataclasses.replace(draft, id=commit_id_for(draft))
+    g.refs.put_commit(repo, new_commit)
+    return new_commit
+
+
+def _drop_tokens(g: Graveler, repo: Repository, tokens: tuple[str, ...]) -> None:
+    if tokens:
+        g.drop_partitions_later(f"tokens/{tokens[0]}", [t.encode() for t in tokens])
+
+
+def _too_many_tries(repo: Repository, branch_name: str, attempts: int) -> TooManyTries:
+    return TooManyTries(
+        f"commit on branch {branch_name!r} of {repo.name!r} lost {attempts} races in a row; "
+        "retry later"
+    )

@@ -1,0 +1,165 @@
+"""`Graveler`: the shared context of every versioned operation.
+
+It holds the KV store, the per-namespace object and committed stores, a short-lived branch
+cache (allowed by the metadata-KV design for the first read of a write or read flow, never for
+the re-read that validates it) and the retry policy of the optimistic protocols.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+from branchwater.engine.errors import BranchwaterError
+from branchwater.engine.graveler.committed import CommittedStore, RangePolicy
+from branchwater.engine.graveler.model import Branch, Repository
+from branchwater.engine.graveler.refs import RefStore
+from branchwater.engine.graveler.staging import StagingArea
+from branchwater.engine.kv import Store
+from branchwater.engine.objects import ObjectStore, open_object_store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounded attempts with full-jitter exponential backoff, as lakeFS's committer does."""
+
+    attempts: int = 10
+    base_delay: float = 0.005
+    max_delay: float = 0.5
+
+    def backoff(self, attempt: int) -> None:
+        time.sleep(random.uniform(0, min(self.max_delay, self.base_delay * 2**attempt)))
+
+
+class BranchCache:
+    """Branch records by (repository partition, name), valid for `ttl` seconds."""
+
+    def __init__(self, ttl: float) -> None:
+        self.ttl = ttl
+        self._entries: dict[tuple[bytes, str], tuple[float, Branch]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, repo: Repository, name: str) -> Branch | None:
+        if self.ttl <= 0:
+            return None
+        with self._lock:
+            hit = self._entries.get((repo.partition, name))
+        if hit is None or time.monotonic() - hit[0] > self.ttl:
+            return None
+        return hit[1]
+
+    def put(self, repo: Repository, branch: Branch) -> None:
+        if self.ttl > 0:
+            with self._lock:
+                self._entries[(repo.partition, branch.name)] = (time.monotonic(), branch)
+
+    def forget(self, repo: Repository, name: str) -> None:
+        with self._lock:
+            self._entries.pop((repo.partition, name), None)
+
+
+class Graveler:
+    def __init__(
+        self,
+        kv: Store,
+        *,
+        object_store_options: Mapping[str, str | None] | None = None,
+        range_policy: RangePolicy | None = None,
+        retry: RetryPolicy | None = None,
+        branch_cache_ttl: float = 0.5,
+    ) -> None:
+        self.kv = kv
+        self.refs = RefStore(kv)
+        self.staging = StagingArea(kv)
+        self.retry = retry or RetryPolicy()
+        self.branch_cache = BranchCache(branch_cache_ttl)
+        self._object_store_options = dict(object_store_options or {})
+        self._range_policy = range_policy or RangePolicy()
+        self._objects: dict[str, ObjectStore] = {}
+        self._committed: dict[str, CommittedStore] = {}
+        self._lock = threading.Lock()
+        self._background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bw-drop")
+        self._pending: list[Future[None]] = []
+
+    def objects(self, namespace: str) -> ObjectStore:
+        with self._lock:
+            store = self._objects.get(namespace)
+            if store is None:
+                store = open_object_store(namespace, **self._object_store_options)
+                self._objects[namespace] = store
+            return store
+
+    def committed(self, repo: Repository) -> CommittedStore:
+        namespace = repo.storage_namespace
+        objects = self.objects(namespace)
+        with self._lock:
+            store = self._committed.get(namespace)
+            if store is None:
+                store = CommittedStore(objects, self._range_policy)
+                self._committed[namespace] = store
+            return store
+
+    def read_branch(self, repo: Repository, name: str, *, cached: bool = False) -> Branch:
+        """The branch record; `cached=True` only for the first read of a validated flow."""
+        if cached:
+            hit = self.branch_cache.get(repo, name)
+            if hit is not None:
+                return hit
+        branch, _ = self.refs.get_branch(repo, name)
+        self.branch_cache.put(repo, branch)
+        return branch
+
+    def base_metarange(self, repo: Repository, branch: Branch) -> str:
+        """What a branch's staging sits on: its compacted metarange, else its HEAD's."""
+        if branch.compacted_metarange_id:
+            return branch.compacted_metarange_id
+        return self.refs.get_commit(repo, branch.commit_id).metarange_id
+
+    def drop_partitions_later(self, mark: str, partitions: list[bytes]) -> None:
+        """Delete partitions in the background, listed first in the to-delete list.
+
+        The list entry survives a crash, so `collect_dropped_partitions` can finish the job.
+        """
+        self.refs.mark_partitions_for_deletion(mark, partitions)
+        with self._lock:
+            self._pending = [f for f in self._pending if not f.done()]
+            self._pending.append(self._background.submit(self._drop_quietly, mark, partitions))
+
+    def _drop_quietly(self, mark: str, partitions: list[bytes]) -> None:
+        try:
+            self._drop(mark, partitions)
+        except BranchwaterError as exc:
+            log.warning("dropping %s failed, left for collect_dropped_partitions: %s", mark, exc)
+
+    def _drop(self, mark: str, partitions: list[bytes]) -> None:
+        for partition in partitions:
+            self.kv.drop_partition(partition)
+        self.refs.unmark_partitions(mark)
+
+    def collect_dropped_partitions(self) -> int:
+        """Finish every drop still listed (after a crash); returns how many lists were done."""
+        done = 0
+        for mark, partitions in list(self.refs.partitions_to_delete()):
+            self._drop(mark, partitions)
+            done += 1
+        return done
+
+    def wait_for_background(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, []
+        for future in pending:
+            future.result()
+
+    def close(self) -> None:
+        self.wait_for_background()
+        self._background.shutdown(wait=True)
+        for store in self._objects.values():
+            store.close()
+        self.kv.close()

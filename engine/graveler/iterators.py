@@ -1,0 +1,84 @@
+"""Streaming merges of sorted (path, value) layers: the combined, visible and diff iterators.
+
+Everything here is lazy and ordered by path, so a branch of any size is listed, committed
+or diffed with memory bounded by the number of layers, never by the number of entries.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable, Iterator
+
+from branchwater.engine.graveler.model import Change, Entry
+
+Layer = Iterable[tuple[str, Entry | None]]
+
+
+def combine(layers: list[Layer]) -> Iterator[tuple[str, Entry | None]]:
+    """Merge layers ordered top first: for a path in several layers the topmost wins.
+
+    Tombstones (`None`) are kept, because applying the result to committed data needs them.
+    """
+    if len(layers) == 1:
+        return iter(layers[0])
+    return _dedupe(heapq.merge(*(_tagged(layer, rank) for rank, layer in enumerate(layers))))
+
+
+def _tagged(layer: Layer, rank: int) -> Iterator[tuple[str, int, Entry | None]]:
+    for path, value in layer:
+        yield path, rank, value
+
+
+def _dedupe(merged: Iterator[tuple[str, int, Entry | None]]) -> Iterator[tuple[str, Entry | None]]:
+    previous = None
+    for path, _, value in merged:
+        if path != previous:
+            previous = path
+            yield path, value
+
+
+def committed_layer(entries: Iterable[Entry]) -> Iterator[tuple[str, Entry | None]]:
+    for entry in entries:
+        yield entry.path, entry
+
+
+def visible(stream: Iterable[tuple[str, Entry | None]]) -> Iterator[Entry]:
+    """Drop tombstones: what a listing shows."""
+    for _, value in stream:
+        if value is not None:
+            yield value
+
+
+def staged_changes(
+    staged: Iterable[tuple[str, Entry | None]], lookup: Callable[[str], Entry | None]
+) -> Iterator[Change]:
+    """Changes staged on top of a base, looking each staged path up in the base.
+
+    Cheap when staging is small next to the base: the base is probed, never scanned.
+    """
+    for path, value in staged:
+        base = lookup(path)
+        if value is None:
+            if base is not None:
+                yield Change(path, "removed", base)
+        elif base is None:
+            yield Change(path, "added", value)
+        elif base.identity() != value.identity():
+            yield Change(path, "changed", value)
+
+
+def diff_entries(left: Iterable[Entry], right: Iterable[Entry]) -> Iterator[Change]:
+    """Two-way diff of sorted entry streams: what changes turn `left` into `right`."""
+    lit, rit = iter(left), iter(right)
+    lv, rv = next(lit, None), next(rit, None)
+    while lv is not None or rv is not None:
+        if rv is None or (lv is not None and lv.path < rv.path):
+            yield Change(lv.path, "removed", lv)  # type: ignore[union-attr]
+            lv = next(lit, None)
+        elif lv is None or rv.path < lv.path:
+            yield Change(rv.path, "added", rv)
+            rv = next(rit, None)
+        else:
+            if lv.identity() != rv.identity():
+                yield Change(rv.path, "changed", rv)
+            lv, rv = next(lit, None), next(rit, None)

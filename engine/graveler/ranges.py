@@ -1,0 +1,309 @@
+"""The on-storage format of committed data: ranges and metaranges as Parquet, and their ids.
+
+A **range** is a Parquet file of entries sorted by path; a **metarange** is a Parquet file
+listing ranges in key order. Both are content-addressed, and the ids hash the *logical*
+content (the values, in order), never the Parquet bytes: another pyarrow version may encode
+the same rows differently, and the ids must not change with it, or ranges written before an
+upgrade would stop being reused after it.
+
+The range id covers every stored column, mtime included, so an id names exactly one content:
+whoever reads a range by id gets the same rows, whichever process wrote it first.
+
+Range boundaries depend on content (see `RangePolicy`): the same sorted entries always split
+into the same ranges, so a change re-chunks only its neighbourhood and every other range keeps
+its id. That is what lets commits and merges reuse ranges by id without reading them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import NamedTuple, Protocol
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from branchwater.engine.errors import InvalidArgument
+from branchwater.engine.graveler.model import EMPTY_METADATA, Entry, Metadata, _metadata_json
+
+RANGES_PREFIX = "_branchwater/ranges/"
+METARANGES_PREFIX = "_branchwater/metaranges/"
+
+_RANGE_FORMAT = b"branchwater/range/v1"
+_METARANGE_FORMAT = b"branchwater/metarange/v1"
+_FORMAT_KEY = b"branchwater.format"
+
+UTC_MICROS = pa.timestamp("us", tz="UTC")
+RANGE_SCHEMA = pa.schema(
+    [
+        pa.field("path", pa.string(), nullable=False),
+        pa.field("address", pa.string(), nullable=False),
+        pa.field("size", pa.int64(), nullable=False),
+        pa.field("checksum", pa.string(), nullable=False),
+        pa.field("mtime", UTC_MICROS, nullable=False),
+        pa.field("metadata", pa.string(), nullable=False),
+    ],
+    metadata={_FORMAT_KEY: _RANGE_FORMAT},
+)
+METARANGE_SCHEMA = pa.schema(
+    [
+        pa.field("range_id", pa.string(), nullable=False),
+        pa.field("min_key", pa.string(), nullable=False),
+        pa.field("max_key", pa.string(), nullable=False),
+        pa.field("count", pa.int64(), nullable=False),
+        pa.field("size_bytes", pa.int64(), nullable=False),
+    ],
+    metadata={_FORMAT_KEY: _METARANGE_FORMAT},
+)
+
+
+class _Digest(Protocol):
+    def update(self, data: bytes | memoryview, /) -> None: ...
+
+
+ENTRY_OVERHEAD = 16
+"""Logical bytes of an entry's two integers (size, mtime), added to its strings' UTF-8 bytes."""
+
+
+def metadata_json(metadata: Metadata) -> str:
+    """The canonical JSON of entry metadata, "" when empty: the same text `Entry.identity` uses."""
+    return _metadata_json(metadata) if metadata else ""
+
+
+def entry_sizes(table: pa.Table) -> pa.Array:
+    """Each row's logical size: UTF-8 bytes of its strings plus `ENTRY_OVERHEAD`.
+
+    Deterministic (unlike Parquet bytes), so range cuts and `RangeInfo.size_bytes` are too.
+    """
+    total = pa.scalar(ENTRY_OVERHEAD, pa.int64())
+    for name in ("path", "address", "checksum", "metadata"):
+        total = pc.add(total, pc.binary_length(table.column(name)).cast(pa.int64()))
+    return total.combine_chunks() if isinstance(total, pa.ChunkedArray) else total
+
+
+def boundary_indexes(paths: Sequence[str], target_entries: int) -> list[int]:
+    """Indexes of the paths after which the hash rule ends a range.
+
+    The only place that hashes paths: a stable 64-bit BLAKE2b (Python's `hash` is salted per
+    process), in one comprehension because it runs once per written entry.
+    """
+    blake2b, from_bytes = hashlib.blake2b, int.from_bytes
+    return [
+        i
+        for i, path in enumerate(paths)
+        if from_bytes(blake2b(path.encode(), digest_size=8).digest(), "big") % target_entries == 0
+    ]
+
+
+@dataclass(frozen=True)
+class RangePolicy:
+    """Where ranges end: after an entry whose path hash is 0 modulo `target_entries`, or when
+    the range reaches `max_entries` entries or `max_bytes` of logical size.
+
+    The hash rule makes a cut depend only on the entry at the cut, so after a change the
+    writer falls back in step with the old ranges; the caps bound a range when paths are
+    unlucky. A repository must keep one policy: ranges written under another still read and
+    apply correctly, but are not re-chunked, so ids stop matching a from-scratch write.
+    """
+
+    target_entries: int = 20_000
+    max_entries: int = 100_000
+    max_bytes: int = 32 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        for name in ("target_entries", "max_entries", "max_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise InvalidArgument(f"RangePolicy.{name} must be a positive int, not {value!r}")
+
+    def is_boundary(self, path: str) -> bool:
+        """True if a range ends after `path` whatever came before it in the range."""
+        return bool(boundary_indexes((path,), self.target_entries))
+
+    def closes(self, info: RangeInfo) -> bool:
+        """True if a writer starting this range's entries afresh would end a range exactly there.
+
+        A range that ended only because its input ended (the last of a metarange) is not
+        closed: entries appended after it belong in the same range, so it cannot be reused.
+        """
+        return (
+            info.count >= self.max_entries
+            or info.size_bytes >= self.max_bytes
+            or self.is_boundary(info.max_key)
+        )
+
+
+class RangeInfo(NamedTuple):
+    """A metarange row: enough to skip a range (bounds) or reuse it (id) without opening it."""
+
+    range_id: str
+    min_key: str
+    max_key: str
+    count: int
+    size_bytes: int
+
+
+def range_key(range_id: str) -> str:
+    return RANGES_PREFIX + range_id
+
+
+def metarange_key(metarange_id: str) -> str:
+    return METARANGES_PREFIX + metarange_id
+
+
+def check_id(kind: str, object_id: object) -> str:
+    """Ids become object keys; reject anything but a SHA-256 hex digest."""
+    if (
+        not isinstance(object_id, str)
+        or len(object_id) != 64
+        or object_id.strip("0123456789abcdef")
+    ):
+        raise InvalidArgument(f"{kind} id must be 64 lowercase hex digits, not {object_id!r}")
+    return object_id
+
+
+# --- ranges -------------------------------------------------------------------------------
+
+
+def build_range(entries: Sequence[Entry]) -> pa.Table:
+    """A range table from entries: one pyarrow conversion per column, no per-entry Python
+    beyond the metadata JSON of entries that have metadata."""
+    paths, addresses, sizes, checksums, mtimes, metadata = zip(*entries, strict=True)
+    texts = [_metadata_json(m) if m else "" for m in metadata]
+    values = (paths, addresses, sizes, checksums, mtimes, texts)
+    where = f"between {paths[0]!r} and {paths[-1]!r}"
+    columns = [_column(field, v, where) for field, v in zip(RANGE_SCHEMA, values, strict=True)]
+    return pa.Table.from_arrays(columns, schema=RANGE_SCHEMA)
+
+
+def _column(field: pa.Field, values: Sequence[object], where: str) -> pa.Array:
+    """One column; a bad value becomes `InvalidArgument` naming the field, not an Arrow error."""
+    try:
+        column = pa.array(values, field.type)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+        raise InvalidArgument(f"entry {field.name} {where}: {exc}") from exc
+    if column.null_count:
+        raise InvalidArgument(f"entry {field.name} {where} must not be None")
+    return column
+
+
+def range_id(table: pa.Table) -> str:
+    """SHA-256 over the range's values, column by column, each length-prefixed.
+
+    Hashing Arrow buffers (fixed by the Arrow format, not by a library version) keeps this
+    vectorised: a per-entry Python encoding would cost more than writing the Parquet file.
+    """
+    digest = hashlib.sha256(_RANGE_FORMAT)
+    digest.update(table.num_rows.to_bytes(8, "little"))
+    for name in RANGE_SCHEMA.names:
+        column = table.column(name).combine_chunks()
+        digest.update(name.encode() + b"\x00")
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            _hash_strings(digest, column)
+        else:
+            _hash_int64(digest, column.cast(pa.int64()))
+    return digest.hexdigest()
+
+
+def _hash_strings(digest: _Digest, column: pa.Array) -> None:
+    """Lengths (int64, little-endian) then the UTF-8 bytes, so no separator can be forged."""
+    _hash_int64(digest, pc.binary_length(column).cast(pa.int64()))
+    column = column.cast(pa.large_string())
+    _, offsets, data = column.buffers()
+    start, end = (_int64_at(offsets, column.offset + i) for i in (0, len(column)))
+    if end > start and data is not None:
+        digest.update(memoryview(data)[start:end])
+
+
+def _int64_at(buffer: pa.Buffer, index: int) -> int:
+    return int.from_bytes(memoryview(buffer)[index * 8 : index * 8 + 8], "little")
+
+
+def _hash_int64(digest: _Digest, column: pa.Array) -> None:
+    """The values buffer as stored: Arrow buffers are little-endian on every supported host."""
+    data = column.buffers()[1]
+    if data is not None and len(column):
+        digest.update(memoryview(data)[column.offset * 8 : (column.offset + len(column)) * 8])
+
+
+def range_to_parquet(table: pa.Table) -> bytes:
+    """Parquet bytes of a range; statistics on `path` let Spark prune by key."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd", use_dictionary=["metadata"])
+    return sink.getvalue().to_pybytes()
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def decode_entries(table: pa.Table, start: int = 0, stop: int | None = None) -> list[Entry]:
+    """Entries of rows [start, stop): one pass per column, then tuples built in C.
+
+    mtime goes through int64 microseconds because pyarrow's own datetime conversion with a
+    time zone is several times slower; the result is a tz-aware UTC datetime either way.
+    """
+    part = table.slice(start, None if stop is None else stop - start)
+    micros = part.column("mtime").cast(pa.int64()).to_pylist()
+    mtimes = [_EPOCH + timedelta(microseconds=us) for us in micros]
+    metadata = [json.loads(m) if m else EMPTY_METADATA for m in part.column("metadata").to_pylist()]
+    return list(
+        map(
+            Entry._make,
+            zip(
+                part.column("path").to_pylist(),
+                part.column("address").to_pylist(),
+                part.column("size").to_pylist(),
+                part.column("checksum").to_pylist(),
+                mtimes,
+                metadata,
+                strict=True,
+            ),
+        )
+    )
+
+
+# --- metaranges ---------------------------------------------------------------------------
+
+
+def metarange_id(rows: Sequence[RangeInfo]) -> str:
+    """SHA-256 over the rows as canonical JSON: few rows, so clarity beats speed here."""
+    text = json.dumps([list(row) for row in rows], separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(_METARANGE_FORMAT + b"\n" + text.encode()).hexdigest()
+
+
+EMPTY_METARANGE_ID = metarange_id(())
+"""The id of the metarange with no ranges; readers know it without reading storage."""
+
+
+def metarange_to_parquet(rows: Sequence[RangeInfo]) -> bytes:
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(METARANGE_SCHEMA)
+    arrays = [
+        pa.array(values, field.type)
+        for values, field in zip(columns, METARANGE_SCHEMA, strict=True)
+    ]
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.Table.from_arrays(arrays, schema=METARANGE_SCHEMA), sink, compression="zstd")
+    return sink.getvalue().to_pybytes()
+
+
+def read_parquet(data: bytes, schema: pa.Schema) -> pa.Table:
+    """Decode Parquet bytes and insist on the expected columns and types.
+
+    Raises pyarrow's or `ValueError` on anything else; callers turn that into `CorruptedData`
+    with the object's key, which only they know.
+    """
+    table = pq.read_table(pa.BufferReader(data))
+    expected = schema.metadata[_FORMAT_KEY]
+    found = (table.schema.metadata or {}).get(_FORMAT_KEY)
+    if found != expected:
+        raise ValueError(f"format is {found!r}, expected {expected.decode()}")
+    return table.select(schema.names).cast(schema).combine_chunks()
+
+
+def decode_metarange(table: pa.Table) -> list[RangeInfo]:
+    columns = [table.column(name).to_pylist() for name in METARANGE_SCHEMA.names]
+    return list(map(RangeInfo._make, zip(*columns, strict=True)))

@@ -1,0 +1,154 @@
+"""The reader flow of the metadata-KV design: staging token → sealed tokens → committed.
+
+A committer drops a sealed token's entries once its commit is on the branch, so a reader that
+found nothing in a sealed token re-reads the branch and retries when its layers changed.
+Listings are validated page by page, so a branch of any size streams in bounded memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from itertools import islice
+from typing import TypeVar
+
+from branchwater.engine.errors import NotFound, TooManyTries
+from branchwater.engine.graveler.graveler import Graveler
+from branchwater.engine.graveler.iterators import (
+    combine,
+    committed_layer,
+    staged_changes,
+    visible,
+)
+from branchwater.engine.graveler.model import Branch, Change, Entry, Repository
+
+PAGE_SIZE = 1000
+T = TypeVar("T")
+
+
+def same_layers(a: Branch, b: Branch) -> bool:
+    return (
+        a.staging_token == b.staging_token
+        and a.sealed_tokens == b.sealed_tokens
+        and a.commit_id == b.commit_id
+        and a.compacted_metarange_id == b.compacted_metarange_id
+    )
+
+
+def committed_lookup(g: Graveler, repo: Repository, metarange_id: str, path: str) -> Entry | None:
+    try:
+        return g.committed(repo).get(metarange_id, path)
+    except NotFound:
+        return None
+
+
+def lookup_below_staging(g: Graveler, repo: Repository, branch: Branch, path: str) -> Entry | None:
+    """The entry `path` would show if the current staging token were empty."""
+    for token in branch.sealed_tokens:
+        found, value = g.staging.get(token, path)
+        if found:
+            return value
+    return committed_lookup(g, repo, g.base_metarange(repo, branch), path)
+
+
+def get_branch_entry(g: Graveler, repo: Repository, branch_name: str, path: str) -> Entry:
+    branch = g.read_branch(repo, branch_name, cached=True)
+    for _ in range(g.retry.attempts):
+        found, value = g.staging.get(branch.staging_token, path)
+        if not found:
+            value = lookup_below_staging(g, repo, branch, path)
+            current = g.read_branch(repo, branch_name)
+            if not same_layers(current, branch):
+                branch = current
+                continue
+        if value is None:
+            raise NotFound(f"path {path!r} not found on branch {branch_name!r} of {repo.name!r}")
+        return value
+    raise _too_many_tries(branch_name, f"read {path!r}", g.retry.attempts)
+
+
+def get_commit_entry(g: Graveler, repo: Repository, commit_id: str, path: str, ref: str) -> Entry:
+    entry = committed_lookup(g, repo, g.refs.get_commit(repo, commit_id).metarange_id, path)
+    if entry is None:
+        raise NotFound(f"path {path!r} not found at ref {ref!r} of {repo.name!r}")
+    return entry
+
+
+def list_branch(
+    g: Graveler, repo: Repository, branch_name: str, prefix: str = "", after: str = ""
+) -> Iterator[Entry]:
+    def page(branch: Branch, start: str) -> Iterator[Entry]:
+        return visible(branch_stream(g, repo, branch, start, prefix))
+
+    return _validated_pages(g, repo, branch_name, page, after, lambda e: e.path)
+
+
+def list_commit(
+    g: Graveler, repo: Repository, commit_id: str, prefix: str = "", after: str = ""
+) -> Iterator[Entry]:
+    metarange_id = g.refs.get_commit(repo, commit_id).metarange_id
+    return g.committed(repo).iterate(metarange_id, after=after, prefix=prefix)
+
+
+def branch_stream(
+    g: Graveler, repo: Repository, branch: Branch, after: str, prefix: str
+) -> Iterator[tuple[str, Entry | None]]:
+    """Every layer of the branch combined, tombstones included."""
+    layers = [
+        g.staging.scan(token, after, prefix)
+        for token in (branch.staging_token, *branch.sealed_tokens)
+    ]
+    base = g.base_metarange(repo, branch)
+    layers.append(committed_layer(g.committed(repo).iterate(base, after=after, prefix=prefix)))
+    return combine(layers)
+
+
+def uncommitted_changes(g: Graveler, repo: Repository, branch_name: str) -> Iterator[Change]:
+    """What a commit now would record: staged layers (and any compaction) against HEAD."""
+
+    def page(branch: Branch, start: str) -> Iterator[Change]:
+        head = g.refs.get_commit(repo, branch.commit_id).metarange_id
+        layers = [
+            g.staging.scan(token, start) for token in (branch.staging_token, *branch.sealed_tokens)
+        ]
+        if branch.compacted_metarange_id:
+            compacted = g.committed(repo).diff(head, branch.compacted_metarange_id)
+            layers.append(
+                (c.path, None if c.type == "removed" else c.entry)
+                for c in compacted
+                if c.path > start
+            )
+        staged = combine(layers)
+        return staged_changes(staged, lambda path: committed_lookup(g, repo, head, path))
+
+    return _validated_pages(g, repo, branch_name, page, "", lambda c: c.path)
+
+
+def _validated_pages(
+    g: Graveler,
+    repo: Repository,
+    branch_name: str,
+    page: Callable[[Branch, str], Iterator[T]],
+    after: str,
+    path_of: Callable[[T], str],
+) -> Iterator[T]:
+    branch = g.read_branch(repo, branch_name, cached=True)
+    while True:
+        for _ in range(g.retry.attempts):
+            items = list(islice(page(branch, after), PAGE_SIZE))
+            current = g.read_branch(repo, branch_name)
+            if same_layers(current, branch):
+                break
+            branch = current
+        else:
+            raise _too_many_tries(branch_name, "list", g.retry.attempts)
+        yield from items
+        if len(items) < PAGE_SIZE:
+            return
+        after = path_of(items[-1])
+
+
+def _too_many_tries(branch_name: str, what: str, attempts: int) -> TooManyTries:
+    return TooManyTries(
+        f"could not {what} on branch {branch_name!r}: commits kept changing it "
+        f"({attempts} attempts); retry later"
+    )

@@ -1,0 +1,241 @@
+"""Repositories, branches, commits and tags as KV records (the KV execution plan's key schema).
+
+Partition `graveler` holds `repos/<name>`; each repository's partition `<name>-<unique id>`
+holds `branches/<id>`, `commits/<id>` and `tags/<id>`. Branch records change only through
+`set_if`, which is what the lock-free commit protocol stands on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from branchwater.engine.errors import AlreadyExists, InvalidArgument, NotFound, PredicateFailed
+from branchwater.engine.graveler.model import Branch, Commit, Repository, Tag
+from branchwater.engine.kv import Store
+
+GRAVELER_PARTITION = b"graveler"
+REPOS_PREFIX = b"repos/"
+TO_DELETE_PREFIX = b"to-delete/"
+BRANCHES = b"branches/"
+COMMITS = b"commits/"
+TAGS = b"tags/"
+
+MIN_COMMIT_PREFIX = 6
+
+
+@dataclass(frozen=True)
+class ResolvedRef:
+    """What a ref name points at; `branch` is set when the ref is a branch."""
+
+    commit_id: str
+    branch: Branch | None = None
+    branch_predicate: bytes | None = None
+
+
+def commit_id_for(commit: Commit) -> str:
+    """A commit's id is the hash of everything in it except the id itself."""
+    body = {
+        "message": commit.message,
+        "metarange_id": commit.metarange_id,
+        "parents": list(commit.parents),
+        "metadata": dict(sorted(commit.metadata.items())),
+        "creation_date": commit.creation_date.isoformat(),
+        "committer": commit.committer,
+        "generation": commit.generation,
+    }
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def scan_prefix(
+    kv: Store, partition: bytes, prefix: bytes, after: bytes = b""
+) -> Iterator[tuple[bytes, bytes]]:
+    """Yield (key without prefix, value) for keys under `prefix`, strictly after `after`."""
+    start = prefix + after
+    for key, value in kv.scan(partition, start=start):
+        if not key.startswith(prefix):
+            return
+        if after and key == start:
+            continue
+        yield key[len(prefix) :], value
+
+
+class RefStore:
+    def __init__(self, kv: Store) -> None:
+        self.kv = kv
+
+    # repositories
+
+    def get_repository(self, name: str) -> Repository:
+        try:
+            value, _ = self.kv.get(GRAVELER_PARTITION, REPOS_PREFIX + name.encode())
+        except NotFound:
+            raise NotFound(f"repository {name!r} not found") from None
+        return Repository.decode(value)
+
+    def insert_repository(self, repo: Repository) -> None:
+        try:
+            self.kv.set_if(
+                GRAVELER_PARTITION, REPOS_PREFIX + repo.name.encode(), repo.encode(), None
+            )
+        except PredicateFailed:
+            raise AlreadyExists(f"repository {repo.name!r} already exists") from None
+
+    def remove_repository(self, name: str) -> None:
+        self.kv.delete(GRAVELER_PARTITION, REPOS_PREFIX + name.encode())
+
+    def list_repositories(self, after: str = "") -> Iterator[Repository]:
+        for _, value in scan_prefix(self.kv, GRAVELER_PARTITION, REPOS_PREFIX, after.encode()):
+            yield Repository.decode(value)
+
+    def mark_partitions_for_deletion(self, mark: str, partitions: list[bytes]) -> None:
+        payload = json.dumps([p.decode() for p in partitions]).encode()
+        self.kv.set(GRAVELER_PARTITION, TO_DELETE_PREFIX + mark.encode(), payload)
+
+    def partitions_to_delete(self) -> Iterator[tuple[str, list[bytes]]]:
+        for mark, value in scan_prefix(self.kv, GRAVELER_PARTITION, TO_DELETE_PREFIX):
+            yield mark.decode(), [p.encode() for p in json.loads(value)]
+
+    def unmark_partitions(self, mark: str) -> None:
+        self.kv.delete(GRAVELER_PARTITION, TO_DELETE_PREFIX + mark.encode())
+
+    # branches
+
+    def get_branch(self, repo: Repository, name: str) -> tuple[Branch, bytes]:
+        """The branch record and the predicate a later `set_branch_if` must pass."""
+        try:
+            value, predicate = self.kv.get(repo.partition, BRANCHES + name.encode())
+        except NotFound:
+            raise NotFound(f"branch {name!r} not found in repository {repo.name!r}") from None
+        return Branch.decode(value), predicate
+
+    def insert_branch(self, repo: Repository, branch: Branch) -> None:
+        try:
+            self.kv.set_if(repo.partition, BRANCHES + branch.name.encode(), branch.encode(), None)
+        except PredicateFailed:
+            raise AlreadyExists(
+                f"branch {branch.name!r} already exists in repository {repo.name!r}"
+            ) from None
+
+    def set_branch_if(self, repo: Repository, branch: Branch, predicate: bytes) -> bytes:
+        """Replace the branch record if unchanged since read; returns the new predicate."""
+        value = branch.encode()
+        self.kv.set_if(repo.partition, BRANCHES + branch.name.encode(), value, predicate)
+        return value
+
+    def remove_branch(self, repo: Repository, name: str) -> None:
+        self.kv.delete(repo.partition, BRANCHES + name.encode())
+
+    def list_branches(self, repo: Repository, after: str = "") -> Iterator[Branch]:
+        for _, value in scan_prefix(self.kv, repo.partition, BRANCHES, after.encode()):
+            yield Branch.decode(value)
+
+    # commits
+
+    def put_commit(self, repo: Repository, commit: Commit) -> None:
+        """Commits are immutable and content-addressed, so a plain `set` is idempotent."""
+        self.kv.set(repo.partition, COMMITS + commit.id.encode(), commit.encode())
+
+    def get_commit(self, repo: Repository, commit_id: str) -> Commit:
+        try:
+            value, _ = self.kv.get(repo.partition, COMMITS + commit_id.encode())
+        except NotFound:
+            raise NotFound(f"commit {commit_id!r} not found in repository {repo.name!r}") from None
+        return Commit.decode(value)
+
+    def list_commits(self, repo: Repository) -> Iterator[Commit]:
+        for _, value in scan_prefix(self.kv, repo.partition, COMMITS):
+            yield Commit.decode(value)
+
+    def find_commit_by_prefix(self, repo: Repository, prefix: str) -> str | None:
+        """The one commit id starting with `prefix` (git's abbreviated ids), if unambiguous."""
+        if len(prefix) < MIN_COMMIT_PREFIX or not all(c in "0123456789abcdef" for c in prefix):
+            return None
+        matches = []
+        for key, _ in scan_prefix(self.kv, repo.partition, COMMITS + prefix.encode()):
+            matches.append(prefix + key.decode())
+            if len(matches) > 1:
+                raise InvalidArgument(f"commit id prefix {prefix!r} is ambiguous in {repo.name!r}")
+        return matches[0] if matches else None
+
+    # tags
+
+    def insert_tag(self, repo: Repository, tag: Tag) -> None:
+        try:
+            self.kv.set_if(repo.partition, TAGS + tag.name.encode(), tag.encode(), None)
+        except PredicateFailed:
+            raise AlreadyExists(
+                f"tag {tag.name!r} already exists in repository {repo.name!r}"
+            ) from None
+
+    def get_tag(self, repo: Repository, name: str) -> Tag:
+        try:
+            value, _ = self.kv.get(repo.partition, TAGS + name.encode())
+        except NotFound:
+            raise NotFound(f"tag {name!r} not found in repository {repo.name!r}") from None
+        return Tag.decode(value)
+
+    def remove_tag(self, repo: Repository, name: str) -> None:
+        self.get_tag(repo, name)
+        self.kv.delete(repo.partition, TAGS + name.encode())
+
+    def list_tags(self, repo: Repository, after: str = "") -> Iterator[Tag]:
+        for _, value in scan_prefix(self.kv, repo.partition, TAGS, after.encode()):
+            yield Tag.decode(value)
+
+    # resolution
+
+    def resolve(self, repo: Repository, ref: str) -> ResolvedRef:
+        """Resolve a branch, a tag, a full or abbreviated commit id, with git's `~N` and `^`."""
+        base, steps = _split_ancestry(ref)
+        resolved = self._resolve_name(repo, base)
+        if not steps:
+            return resolved
+        commit_id = resolved.commit_id
+        for _ in range(steps):
+            commit = self.get_commit(repo, commit_id)
+            if not commit.parents:
+                raise NotFound(f"ref {ref!r} goes past the first commit of {repo.name!r}")
+            commit_id = commit.parents[0]
+        return ResolvedRef(commit_id)
+
+    def _resolve_name(self, repo: Repository, name: str) -> ResolvedRef:
+        try:
+            value, predicate = self.kv.get(repo.partition, BRANCHES + name.encode())
+            branch = Branch.decode(value)
+            return ResolvedRef(branch.commit_id, branch, predicate)
+        except NotFound:
+            pass
+        try:
+            return ResolvedRef(self.get_tag(repo, name).commit_id)
+        except NotFound:
+            pass
+        try:
+            self.kv.get(repo.partition, COMMITS + name.encode())
+            return ResolvedRef(name)
+        except NotFound:
+            pass
+        found = self.find_commit_by_prefix(repo, name)
+        if found:
+            return ResolvedRef(found)
+        raise NotFound(
+            f"ref {name!r} not found in repository {repo.name!r} (no branch, tag or commit)"
+        )
+
+
+def _split_ancestry(ref: str) -> tuple[str, int]:
+    """Split `main~2^` into ("main", 3): first-parent steps back from the named ref."""
+    steps = 0
+    while ref:
+        if ref.endswith("^"):
+            ref, steps = ref[:-1], steps + 1
+            continue
+        tilde = ref.rfind("~")
+        if tilde > 0 and (ref[tilde + 1 :].isdigit() or ref[tilde + 1 :] == ""):
+            count = ref[tilde + 1 :]
+            ref, steps = ref[:tilde], steps + (int(count) if count else 1)
+            continue
+        break
+    return ref, steps

@@ -1,0 +1,99 @@
+"""Creating and deleting repositories so that a half-finished step is never visible.
+
+Create writes the repository's partition (first commit, default branch) before the record in
+`graveler`; delete lists the partitions to drop, removes the record, then drops them in the
+background. Until the record exists, or once it is gone, nothing reaches the partition.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from datetime import datetime, timezone
+
+from branchwater.engine.errors import AlreadyExists, ConfigurationError, NotFound
+from branchwater.engine.graveler.graveler import Graveler
+from branchwater.engine.graveler.model import Branch, Commit, Repository
+from branchwater.engine.graveler.names import check_ref_name, check_repository_name
+from branchwater.engine.graveler.refs import commit_id_for
+from branchwater.engine.graveler.staging import new_staging_token
+
+NAMESPACE_MARKER = "_branchwater/repository"
+
+
+def create_repository(
+    g: Graveler, name: str, storage_namespace: str, default_branch: str = "main"
+) -> Repository:
+    check_repository_name(name)
+    check_ref_name(default_branch)
+    if not isinstance(storage_namespace, str) or "://" not in storage_namespace:
+        raise ConfigurationError(
+            f"storage namespace {storage_namespace!r} must be a URL such as file:///data/{name} "
+            f"or s3://bucket/{name}"
+        )
+    if any(True for _ in _named(g, name)):
+        raise AlreadyExists(f"repository {name!r} already exists")
+    repo = Repository(
+        name=name,
+        storage_namespace=storage_namespace.rstrip("/"),
+        default_branch=default_branch,
+        unique_id=uuid.uuid4().hex[:16],
+        creation_date=datetime.now(timezone.utc),
+    )
+    _claim_namespace(g, repo)
+    first = _first_commit(g, repo)
+    g.refs.insert_branch(
+        repo, Branch(default_branch, first.id, new_staging_token(repo, default_branch))
+    )
+    try:
+        g.refs.insert_repository(repo)
+    except AlreadyExists:
+        g.drop_partitions_later(f"repo/{repo.partition.decode()}", [repo.partition])
+        raise
+    return repo
+
+
+def _named(g: Graveler, name: str) -> list[Repository]:
+    try:
+        return [g.refs.get_repository(name)]
+    except NotFound:
+        return []
+
+
+def _claim_namespace(g: Graveler, repo: Repository) -> None:
+    """Refuse a namespace another repository uses: their objects and GC would mix."""
+    objects = g.objects(repo.storage_namespace)
+    try:
+        owner = objects.get(NAMESPACE_MARKER).decode()
+    except NotFound:
+        owner = None
+    if owner not in (None, repo.name):
+        raise AlreadyExists(
+            f"storage namespace {repo.storage_namespace} is already used by repository {owner!r}"
+        )
+    objects.put(NAMESPACE_MARKER, repo.name.encode())
+
+
+def _first_commit(g: Graveler, repo: Repository) -> Commit:
+    draft = Commit(
+        id="",
+        message="Repository created",
+        metarange_id=g.committed(repo).write_metarange([]),
+        parents=(),
+        creation_date=repo.creation_date,
+        generation=1,
+    )
+    first = dataclasses.replace(draft, id=commit_id_for(draft))
+    g.refs.put_commit(repo, first)
+    return first
+
+
+def delete_repository(g: Graveler, name: str) -> None:
+    repo = g.refs.get_repository(name)
+    partitions = [repo.partition]
+    for branch in g.refs.list_branches(repo):
+        partitions += [t.encode() for t in (branch.staging_token, *branch.sealed_tokens)]
+    mark = f"repo/{repo.partition.decode()}"
+    g.refs.mark_partitions_for_deletion(mark, partitions)
+    g.refs.remove_repository(name)
+    g.drop_partitions_later(mark, partitions)

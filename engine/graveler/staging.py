@@ -1,0 +1,64 @@
+"""Staged entries: one KV partition per staging token, keyed by path.
+
+A token's partition is written only while the token is a branch's `staging_token`; once
+sealed it is read-only, and it is dropped only after a commit or compaction has absorbed it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+from branchwater.engine.errors import NotFound
+from branchwater.engine.graveler.model import Entry, Repository, decode_entry, encode_entry
+from branchwater.engine.kv import Store
+
+StagedValue = Entry | None
+"""A staged entry, or `None` for a tombstone."""
+
+
+def new_staging_token(repo: Repository, branch: str) -> str:
+    """Tokens name their repository and branch so a stray partition can be traced."""
+    return f"staging/{repo.name}-{repo.unique_id}/{branch}/{uuid.uuid4().hex}"
+
+
+class StagingArea:
+    def __init__(self, kv: Store, batch_size: int = 1000) -> None:
+        self.kv = kv
+        self.batch_size = batch_size
+
+    def put(self, token: str, path: str, entry: StagedValue) -> None:
+        value = b"" if entry is None else encode_entry(entry)
+        self.kv.set(token.encode(), path.encode(), value)
+
+    def remove(self, token: str, path: str) -> None:
+        """Forget a staged path entirely (not a tombstone: lower layers show through)."""
+        self.kv.delete(token.encode(), path.encode())
+
+    def get(self, token: str, path: str) -> tuple[bool, StagedValue]:
+        """(found, value): found with `None` is a tombstone; not found means look further down."""
+        try:
+            value, _ = self.kv.get(token.encode(), path.encode())
+        except NotFound:
+            return False, None
+        return True, decode_entry(path, value)
+
+    def scan(
+        self, token: str, after: str = "", prefix: str = ""
+    ) -> Iterator[tuple[str, StagedValue]]:
+        """Staged (path, value) pairs in path order, strictly after `after`, under `prefix`."""
+        start = max(after, prefix)
+        for key, value in self.kv.scan(token.encode(), start.encode(), self.batch_size):
+            path = key.decode()
+            if after and path == after:
+                continue
+            if not path.startswith(prefix):
+                return
+            yield path, decode_entry(path, value)
+
+    def is_empty(self, token: str) -> bool:
+        return next(iter(self.kv.scan(token.encode(), b"", 1)), None) is None
+
+    def drop(self, token: str) -> None:
+        """Delete a token's entries; safe to repeat, readers notice by re-reading the branch."""
+        self.kv.drop_partition(token.encode())

@@ -1,0 +1,52 @@
+"""The writer flow of the metadata-KV design.
+
+Write to the branch's staging token, then re-read the branch: if a commit sealed the token
+meanwhile, write again to the new one. Writing the same entry twice is idempotent, so a write
+that made it into the sealed token as well is harmless. No step waits on a commit.
+"""
+
+from __future__ import annotations
+
+from branchwater.engine.errors import NotFound, TooManyTries
+from branchwater.engine.graveler.graveler import Graveler
+from branchwater.engine.graveler.model import Branch, Entry, Repository
+from branchwater.engine.graveler.reads import lookup_below_staging
+
+
+def stage_entry(g: Graveler, repo: Repository, branch_name: str, entry: Entry) -> None:
+    """Stage `entry` at its path; acknowledged only once it is in the current token."""
+
+    def write(branch: Branch) -> None:
+        g.staging.put(branch.staging_token, entry.path, entry)
+
+    _write_validated(g, repo, branch_name, write, f"write {entry.path!r}")
+
+
+def stage_delete(g: Graveler, repo: Repository, branch_name: str, path: str) -> None:
+    """Delete `path`: a tombstone where a lower layer has it, else just drop the staged entry."""
+
+    def write(branch: Branch) -> None:
+        below = lookup_below_staging(g, repo, branch, path)
+        if below is not None:
+            g.staging.put(branch.staging_token, path, None)
+            return
+        found, staged = g.staging.get(branch.staging_token, path)
+        if not found or staged is None:
+            raise NotFound(f"path {path!r} not found on branch {branch_name!r} of {repo.name!r}")
+        g.staging.remove(branch.staging_token, path)
+
+    _write_validated(g, repo, branch_name, write, f"delete {path!r}")
+
+
+def _write_validated(g: Graveler, repo: Repository, branch_name: str, write, what: str) -> None:
+    branch = g.read_branch(repo, branch_name, cached=True)
+    for _ in range(g.retry.attempts):
+        write(branch)
+        current = g.read_branch(repo, branch_name)
+        if current.staging_token == branch.staging_token:
+            return
+        branch = current
+    raise TooManyTries(
+        f"could not {what} on branch {branch_name!r}: its staging token kept changing "
+        f"({g.retry.attempts} attempts); commits are racing, retry later"
+    )

@@ -1,0 +1,237 @@
+"""DynamoDB driver (`dynamodb://table?endpoint_url=http://…&region=us-east-1`).
+
+Partition key and key become the table's binary hash and range keys, so a partition is one
+item collection read in key order by `Query`. Writes are conditional `PutItem`s; reads are
+strongly consistent for read-after-write. Endpoint and region fall back to the usual AWS
+environment variables; the table is created on first use (on-demand billing).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from branchwater.engine.errors import (
+    BranchwaterError,
+    ConfigurationError,
+    InvalidArgument,
+    NotFound,
+    PredicateFailed,
+    Unavailable,
+)
+from branchwater.engine.kv.store import Store
+
+PARTITION_ATTR = "PartitionKey"
+KEY_ATTR = "ItemKey"
+VALUE_ATTR = "ItemValue"
+CONNECT_TIMEOUT_SECONDS = 5
+READ_TIMEOUT_SECONDS = 30
+MAX_ATTEMPTS = 3
+TABLE_WAIT_SECONDS = 300
+_TABLE_NAME = re.compile(r"[A-Za-z0-9_.-]{3,255}")
+
+_KEY_SCHEMA = [
+    {"AttributeName": PARTITION_ATTR, "KeyType": "HASH"},
+    {"AttributeName": KEY_ATTR, "KeyType": "RANGE"},
+]
+_ATTRIBUTES = [
+    {"AttributeName": PARTITION_ATTR, "AttributeType": "B"},
+    {"AttributeName": KEY_ATTR, "AttributeType": "B"},
+]
+_MUST_NOT_EXIST = f"attribute_not_exists({KEY_ATTR})"
+_MUST_EXIST = f"attribute_exists({KEY_ATTR})"
+_MUST_EQUAL = f"{VALUE_ATTR} = :expected"
+
+
+class DynamoDBStore(Store):
+    """A `Store` in one DynamoDB table; the boto3 client is shared by all threads."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.table, endpoint_url, region = _parse(url)
+        config = Config(
+            connect_timeout=CONNECT_TIMEOUT_SECONDS,
+            read_timeout=READ_TIMEOUT_SECONDS,
+            retries={"mode": "standard", "max_attempts": MAX_ATTEMPTS},
+        )
+        try:
+            self._client = boto3.client(
+                "dynamodb", endpoint_url=endpoint_url, region_name=region, config=config
+            )
+        except BotoCoreError as exc:
+            raise ConfigurationError(f"cannot configure DynamoDB for {url}: {exc}") from exc
+        self._call("ensure table", self._ensure_table)
+
+    def _ensure_table(self) -> None:
+        """Create the table unless it exists; a concurrent creator's win counts as ours."""
+        try:
+            status = self._client.describe_table(TableName=self.table)["Table"]["TableStatus"]
+        except ClientError as exc:
+            if _code(exc) != "ResourceNotFoundException":
+                raise
+            status = "CREATING"
+            try:
+                self._client.create_table(
+                    TableName=self.table,
+                    KeySchema=_KEY_SCHEMA,
+                    AttributeDefinitions=_ATTRIBUTES,
+                    BillingMode="PAY_PER_REQUEST",
+                )
+            except ClientError as create_exc:
+                if _code(create_exc) != "ResourceInUseException":
+                    raise
+        if status != "ACTIVE":
+            self._client.get_waiter("table_exists").wait(
+                TableName=self.table,
+                WaiterConfig={"Delay": 1, "MaxAttempts": TABLE_WAIT_SECONDS},
+            )
+
+    def _call(self, action: str, fn: Any, /, **kwargs: Any) -> Any:
+        """Run one client call, turning AWS failures into the typed errors callers expect."""
+        try:
+            return fn(**kwargs)
+        except ClientError as exc:
+            raise self._failure(action, exc) from exc
+        except BotoCoreError as exc:
+            raise Unavailable(f"DynamoDB at {self.url} is unavailable ({action}): {exc}") from exc
+
+    def _failure(self, action: str, exc: ClientError) -> BranchwaterError:
+        code = _code(exc)
+        message = exc.response.get("Error", {}).get("Message", str(exc))
+        if code == "ConditionalCheckFailedException":
+            return PredicateFailed(f"{action}: condition failed in table {self.table!r}")
+        if code == "ValidationException":
+            return InvalidArgument(f"DynamoDB rejected {action} in {self.url}: {message}")
+        return Unavailable(f"DynamoDB at {self.url} is unavailable ({action}): {code} {message}")
+
+    def _item_key(self, partition: bytes, key: bytes) -> dict[str, Any]:
+        return {PARTITION_ATTR: {"B": partition}, KEY_ATTR: {"B": key}}
+
+    def _put(self, partition: bytes, key: bytes, value: bytes, **condition: Any) -> None:
+        item = self._item_key(partition, key)
+        item[VALUE_ATTR] = {"B": value}
+        self._call("put", self._client.put_item, TableName=self.table, Item=item, **condition)
+
+    def _get(self, partition: bytes, key: bytes) -> bytes:
+        response = self._call(
+            "get",
+            self._client.get_item,
+            TableName=self.table,
+            Key=self._item_key(partition, key),
+            ConsistentRead=True,
+        )
+        item = response.get("Item")
+        if item is None:
+            raise NotFound(f"key {key!r} not found in partition {partition!r}")
+        return item[VALUE_ATTR]["B"]
+
+    def _set(self, partition: bytes, key: bytes, value: bytes) -> None:
+        self._put(partition, key, value)
+
+    def _create(self, partition: bytes, key: bytes, value: bytes) -> None:
+        try:
+            self._put(partition, key, value, ConditionExpression=_MUST_NOT_EXIST)
+        except PredicateFailed:
+            raise PredicateFailed(
+                f"key {key!r} already exists in partition {partition!r}"
+            ) from None
+
+    def _replace(self, partition: bytes, key: bytes, value: bytes) -> None:
+        try:
+            self._put(partition, key, value, ConditionExpression=_MUST_EXIST)
+        except PredicateFailed:
+            raise PredicateFailed(
+                f"key {key!r} does not exist in partition {partition!r}"
+            ) from None
+
+    def _swap(self, partition: bytes, key: bytes, value: bytes, expected: bytes) -> None:
+        try:
+            self._put(
+                partition,
+                key,
+                value,
+                ConditionExpression=_MUST_EQUAL,
+                ExpressionAttributeValues={":expected": {"B": expected}},
+            )
+        except PredicateFailed:
+            raise PredicateFailed(
+                f"key {key!r} in partition {partition!r} changed since read"
+            ) from None
+
+    def _delete(self, partition: bytes, key: bytes) -> None:
+        self._call(
+            "delete",
+            self._client.delete_item,
+            TableName=self.table,
+            Key=self._item_key(partition, key),
+        )
+
+    def _scan_batch(
+        self, partition: bytes, start: bytes, inclusive: bool, limit: int
+    ) -> list[tuple[bytes, bytes]]:
+        """Query pages until `limit` pairs or the partition's end.
+
+        A page can stop early at DynamoDB's 1 MB cap, and a short batch would tell the
+        caller the partition has ended, so pages are joined up to the full batch.
+        """
+        request: dict[str, Any] = {
+            "TableName": self.table,
+            "ConsistentRead": True,
+            "ScanIndexForward": True,
+            **_key_condition(partition, start, inclusive),
+        }
+        pairs: list[tuple[bytes, bytes]] = []
+        while len(pairs) < limit:
+            response = self._call(
+                "scan", self._client.query, Limit=limit - len(pairs), **request
+            )
+            pairs.extend((i[KEY_ATTR]["B"], i[VALUE_ATTR]["B"]) for i in response["Items"])
+            if "LastEvaluatedKey" not in response:
+                break
+            request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+        return pairs
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _key_condition(partition: bytes, start: bytes, inclusive: bool) -> dict[str, Any]:
+    """`pk = :p` plus a range condition on the key.
+
+    DynamoDB refuses an empty binary in a condition, so an empty start is left out: every
+    key is at least that, and a continuation always starts after a real, non-empty key.
+    """
+    values: dict[str, Any] = {":p": {"B": partition}}
+    condition = f"{PARTITION_ATTR} = :p"
+    if start:
+        condition += f" AND {KEY_ATTR} {'>=' if inclusive else '>'} :start"
+        values[":start"] = {"B": start}
+    return {"KeyConditionExpression": condition, "ExpressionAttributeValues": values}
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _parse(url: str) -> tuple[str, str | None, str | None]:
+    """Table name, endpoint URL and region; unset endpoint/region defer to boto3's lookup."""
+    parts = urlsplit(url)
+    table = parts.netloc or parts.path.lstrip("/")
+    if not _TABLE_NAME.fullmatch(table):
+        raise ConfigurationError(
+            f"DynamoDB URL {url!r} needs a table name of 3-255 letters, digits, '_', '-', '.'"
+        )
+    options = dict(parse_qsl(parts.query))
+    endpoint_url = options.pop("endpoint_url", None)
+    region = options.pop("region", None)
+    if options:
+        raise ConfigurationError(
+            f"DynamoDB URL {url!r}: unknown options {sorted(options)}; "
+            "use endpoint_url= and region="
+        )
+    return table, endpoint_url, region

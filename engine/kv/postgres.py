@@ -1,0 +1,117 @@
+"""PostgreSQL driver (`postgresql://user[:password]@host:port/db?table=…&partitions=…`).
+
+The production store for many workers. One table, hash-partitioned on the partition key so
+partitions spread evenly and a partition's keys stay in one physical table; bytea columns
+compare byte-wise, which is the scan order the contract asks for. Other query parameters
+(`sslmode`, `connect_timeout`, …) go to libpq unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+import psycopg
+from sqlalchemy import Engine, MetaData, create_engine, func, inspect, make_url, select
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.pool import NullPool
+
+from branchwater.engine.errors import (
+    BranchwaterError,
+    ConfigurationError,
+    Unavailable,
+    redact_url,
+)
+from branchwater.engine.kv.sql import DEFAULT_TABLE, SQLStore, kv_table, statements
+
+DEFAULT_PARTITIONS = 16
+CONNECT_TIMEOUT_SECONDS = 10
+_TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,53}")
+
+
+class PostgresStore(SQLStore):
+    """A `Store` in one hash-partitioned PostgreSQL table, created on first use."""
+
+    _errors = (psycopg.Error,)
+
+    def __init__(self, url: str) -> None:
+        self._redacted = redact_url(url)
+        self._password = ""
+        sa_url, self.table, self.partitions = self._parse(url)
+        self._password = sa_url.password or ""
+        engine = create_engine(sa_url, poolclass=NullPool)
+        quote = engine.dialect.identifier_preparer.quote
+        super().__init__(url, engine, statements(self.table, quote, "%s"))
+        self._create_schema()
+
+    def _parse(self, url: str) -> tuple[URL, str, int]:
+        """The SQLAlchemy URL for psycopg 3 plus our own `table` and `partitions` options."""
+        try:
+            parsed = make_url(url)
+        except ArgumentError as exc:
+            raise ConfigurationError(f"malformed PostgreSQL URL {self._redacted!r}") from exc
+        options = dict(parsed.query)
+        table = str(options.pop("table", DEFAULT_TABLE))
+        partitions = str(options.pop("partitions", DEFAULT_PARTITIONS))
+        if not _TABLE_NAME.fullmatch(table):
+            raise ConfigurationError(
+                f"{self._redacted}: table must be a plain identifier of at most 54 characters"
+            )
+        if not partitions.isdigit() or not 1 <= int(partitions) <= 1024:
+            raise ConfigurationError(f"{self._redacted}: partitions must be between 1 and 1024")
+        options.setdefault("connect_timeout", str(CONNECT_TIMEOUT_SECONDS))
+        sa_url = parsed.set(drivername="postgresql+psycopg", query=options)
+        return sa_url, table, int(partitions)
+
+    def _create_schema(self) -> None:
+        """Create the table and its partitions once, even if many processes start together.
+
+        Table and partitions are made in one transaction under an advisory lock named after
+        the table, so a store sees either nothing (and creates it) or everything.
+        """
+        try:
+            with self._engine.begin() as conn:
+                if inspect(conn).has_table(self.table):
+                    return
+                conn.execute(select(func.pg_advisory_xact_lock(_lock_id(self.table))))
+                table = kv_table(
+                    self.table, MetaData(), postgresql_partition_by="HASH (partition_key)"
+                )
+                table.create(conn, checkfirst=True)
+                for ddl in _partition_ddl(self._engine, self.table, self.partitions):
+                    conn.exec_driver_sql(ddl)
+        except DBAPIError as exc:
+            raise self._failure(exc) from exc
+
+    def _open_cursor(self, dbapi: Any) -> psycopg.Cursor[Any]:
+        dbapi.autocommit = True
+        return dbapi.cursor()
+
+    def _is_broken(self, dbapi: Any) -> bool:
+        return bool(dbapi.closed or dbapi.broken)
+
+    def _failure(self, exc: Exception) -> BranchwaterError:
+        if isinstance(exc, BranchwaterError):
+            return exc
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        if self._password:
+            reason = reason.replace(self._password, "***")
+        return Unavailable(f"PostgreSQL at {self._redacted} is unavailable: {reason}")
+
+
+def _lock_id(table: str) -> int:
+    """A stable signed 64-bit advisory-lock key, so every process picks the same lock."""
+    digest = hashlib.blake2b(f"branchwater-kv:{table}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def _partition_ddl(engine: Engine, table: str, partitions: int) -> list[str]:
+    """`PARTITION OF` statements; SQLAlchemy declares partitioned tables but not partitions."""
+    quote = engine.dialect.identifier_preparer.quote
+    return [
+        f"CREATE TABLE IF NOT EXISTS {quote(f'{table}_p{i}')} PARTITION OF {quote(table)} "
+        f"FOR VALUES WITH (MODULUS {partitions}, REMAINDER {i})"
+        for i in range(partitions)
+    ]

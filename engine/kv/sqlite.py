@@ -1,0 +1,108 @@
+"""SQLite driver (`sqlite:///relative.db`, `sqlite:////abs/path.db`): the embedded default.
+
+WAL mode lets readers run beside the single writer; every statement commits on its own and
+waits up to `busy_timeout` for the write lock, so several processes and threads can share
+one file. Writes are fully synced by default (`?synchronous=normal` trades the last
+commits on power loss for speed; an application crash loses nothing either way).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from typing import Any
+
+from sqlalchemy import Connection, create_engine, event, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.pool import NullPool
+
+from branchwater.engine.errors import (
+    BranchwaterError,
+    ConfigurationError,
+    Unavailable,
+    redact_url,
+)
+from branchwater.engine.kv.sql import DEFAULT_TABLE, KVEntry, SQLStore, statements
+
+BUSY_TIMEOUT_SECONDS = 30.0
+SYNCHRONOUS_MODES = ("full", "normal", "extra")
+
+
+class SQLiteStore(SQLStore):
+    """A `Store` in one SQLite file, shared safely by threads and processes."""
+
+    _errors = (sqlite3.Error,)
+
+    def __init__(self, url: str) -> None:
+        self.path, self._synchronous = _parse(url)
+        engine = create_engine(
+            f"sqlite:///{self.path}",
+            poolclass=NullPool,
+            connect_args={
+                "timeout": BUSY_TIMEOUT_SECONDS,
+                "isolation_level": None,
+                "check_same_thread": False,
+            },
+        )
+        event.listen(engine, "connect", self._on_connect)
+        event.listen(engine, "begin", _begin_immediate)
+        quote = engine.dialect.identifier_preparer.quote
+        super().__init__(url, engine, statements(DEFAULT_TABLE, quote, "?"))
+        self._create_schema()
+
+    def _on_connect(self, dbapi: sqlite3.Connection, _record: object) -> None:
+        """WAL is a property of the file; asking again on every connection is a cheap no-op."""
+        dbapi.execute("PRAGMA journal_mode = WAL")
+        dbapi.execute(f"PRAGMA synchronous = {self._synchronous}")
+
+    def _create_schema(self) -> None:
+        """Create the table, safely when several processes open a fresh file at once.
+
+        The check and the `CREATE TABLE` run inside `BEGIN IMMEDIATE`, which holds the
+        write lock, so a second process waits and then sees the table instead of failing.
+        """
+        parent = os.path.dirname(self.path)
+        try:
+            os.makedirs(parent, exist_ok=True)
+            with self._engine.begin() as conn:
+                KVEntry.metadata.create_all(
+                        conn,
+                        tables=[KVEntry.__table__],  # type: ignore[attr-defined]
+                        checkfirst=True,
+                    )
+        except (OSError, DBAPIError) as exc:
+            raise self._failure(exc) from exc
+
+    def _open_cursor(self, dbapi: Any) -> sqlite3.Cursor:
+        return dbapi.cursor()
+
+    def _failure(self, exc: Exception) -> BranchwaterError:
+        if isinstance(exc, BranchwaterError):
+            return exc
+        reason = getattr(exc, "orig", None) or exc
+        return Unavailable(f"SQLite database {self.path!r} ({self.url}) is unavailable: {reason}")
+
+
+def _begin_immediate(conn: Connection) -> None:
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _parse(url: str) -> tuple[str, str]:
+    """The absolute database path and the synchronous mode, or `ConfigurationError`."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise ConfigurationError(f"malformed SQLite URL {redact_url(url)!r}: {exc}") from exc
+    path = parsed.database or ""
+    if not path or path == ":memory:" or path.startswith("file:"):
+        raise ConfigurationError(
+            f"SQLite URL {url!r} names no database file; use sqlite:///path.db "
+            "(or memory:// for an in-process store)"
+        )
+    options = dict(parsed.query)
+    synchronous = str(options.pop("synchronous", "full")).lower()
+    if synchronous not in SYNCHRONOUS_MODES or options:
+        raise ConfigurationError(
+            f"SQLite URL {url!r}: the only option is synchronous={'|'.join(SYNCHRONOUS_MODES)}"
+        )
+    return os.path.abspath(path), synchronous

@@ -1,0 +1,142 @@
+"""Committed layer: apply with range reuse vs a full rewrite, and write speed vs plain Parquet.
+
+`committed-apply`: apply N changed entries to a large metarange (reused ranges are neither
+read nor written) against the naive method: read every entry, merge the changes in, and
+write the whole result into an empty namespace. Both start from a cold cache.
+
+`committed-write`: `write_metarange` of the same entries against the floor, pyarrow turning
+the same `Entry` rows into one table and writing one Parquet file to the same disk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import tempfile
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from branchwater.engine.graveler.committed import CommittedStore, RangePolicy
+from branchwater.engine.graveler.model import Entry
+from branchwater.engine.graveler.ranges import RANGE_SCHEMA, RANGES_PREFIX, metadata_json
+from branchwater.engine.objects.local import LocalObjectStore
+
+ChangeItem = tuple[str, Entry | None]
+
+
+class CountingStore(LocalObjectStore):
+    """Counts the ranges actually written, the figure range reuse is meant to keep small."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.range_puts = 0
+
+    def put(self, key: str, data: bytes):  # type: ignore[no-untyped-def]
+        self.range_puts += key.startswith(RANGES_PREFIX)
+        return super().put(key, data)
+
+
+def make_entries(count: int, seed: int) -> list[Entry]:
+    """Lake-like rows: partitioned table paths, hex addresses and checksums, some metadata."""
+    rng = random.Random(seed)
+    t0 = datetime(2024, 1, 1, tzinfo=UTC)
+    entries = []
+    for i in range(count):
+        table, part = divmod(i, 50_000)
+        entries.append(
+            Entry(
+                f"tables/t{table:03d}/date=2024-{part * 12 // 50_000 + 1:02d}/part-{i:09d}.parquet",
+                f"data/g{i // 100_000:04x}/{rng.getrandbits(128):032x}",
+                rng.randrange(1, 1 << 30),
+                f"{rng.getrandbits(128):032x}",
+                t0 + timedelta(seconds=i),
+                {"content-type": "application/parquet"} if i % 10 == 0 else {},
+            )
+        )
+    return entries
+
+
+def make_changes(entries: list[Entry], count: int, seed: int) -> list[ChangeItem]:
+    rng = random.Random(seed)
+    picked = sorted(rng.sample(range(len(entries)), count))
+    return [(entries[i].path, entries[i]._replace(address=f"data/new/{i:012d}")) for i in picked]
+
+
+def merged(base: Iterator[Entry], changes: list[ChangeItem]) -> Iterator[Entry]:
+    """The naive apply: walk every base entry, replacing the changed ones."""
+    by_path = dict(changes)
+    for entry in base:
+        new = by_path.get(entry.path, entry)
+        if new is not None:
+            yield new
+
+
+def floor_write(entries: list[Entry], path: Path) -> None:
+    """What pyarrow alone needs to put the same rows into one Parquet file."""
+    paths, addresses, sizes, checksums, mtimes, metadata = zip(*entries, strict=True)
+    values = (paths, addresses, sizes, checksums, mtimes, [metadata_json(m) for m in metadata])
+    arrays = [pa.array(v, f.type) for v, f in zip(values, RANGE_SCHEMA, strict=True)]
+    pq.write_table(pa.Table.from_arrays(arrays, schema=RANGE_SCHEMA), path)
+
+
+def timed(fn, *args):  # type: ignore[no-untyped-def]
+    start = time.perf_counter()
+    result = fn(*args)
+    return result, time.perf_counter() - start
+
+
+def bench_write(root: Path, entries: list[Entry], policy: RangePolicy) -> str:
+    store = CommittedStore(LocalObjectStore(f"file://{root}/write"), policy)
+    metarange_id, write_s = timed(store.write_metarange, entries)
+    _, floor_s = timed(floor_write, entries, root / "floor.parquet")
+    ranges = len(store.ranges(metarange_id))
+    print(
+        f"BENCH committed-write ratio={write_s / floor_s:.2f} "
+        f"entries_per_s={len(entries) / write_s:,.0f} write_s={write_s:.2f} "
+        f"floor_s={floor_s:.2f} entries={len(entries)} ranges={ranges}",
+        flush=True,
+    )
+    return metarange_id
+
+
+def bench_apply(root: Path, base_id: str, changes: list[ChangeItem], policy: RangePolicy) -> None:
+    objects = CountingStore(f"file://{root}/write")
+    result_id, apply_s = timed(CommittedStore(objects, policy).apply, base_id, changes)
+    naive = CommittedStore(LocalObjectStore(f"file://{root}/write"), policy)
+    rewrite = CommittedStore(LocalObjectStore(f"file://{root}/naive"), policy)
+    naive_id, naive_s = timed(
+        lambda: rewrite.write_metarange(merged(naive.iterate(base_id), changes))
+    )
+    if naive_id != result_id:
+        raise AssertionError(f"apply gave {result_id}, a full rewrite {naive_id}")
+    print(
+        f"BENCH committed-apply ratio={apply_s / naive_s:.4f} apply_s={apply_s:.3f} "
+        f"naive_s={naive_s:.2f} ranges_written={objects.range_puts} changes={len(changes)}",
+        flush=True,
+    )
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="bench_committed", description=__doc__)
+    parser.add_argument("--entries", type=int, default=1_000_000)
+    parser.add_argument("--changes", type=int, default=100)
+    parser.add_argument("--target-entries", type=int, default=RangePolicy().target_entries)
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args(argv)
+    policy = RangePolicy(target_entries=args.target_entries)
+    entries = make_entries(args.entries, args.seed)
+    changes = make_changes(entries, min(args.changes, len(entries)), args.seed)
+    with tempfile.TemporaryDirectory(prefix="bw-bench-committed-") as tmp:
+        base_id = bench_write(Path(tmp), entries, policy)
+        bench_apply(Path(tmp), base_id, changes, policy)
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])

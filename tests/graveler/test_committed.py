@@ -1,0 +1,441 @@
+"""The committed layer: content-addressed Parquet ranges and metaranges on a real local store.
+
+A spying object store counts reads and writes per key, so the tests can check the claims
+the layer exists for (unchanged ranges are neither rewritten nor read), not just results.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from branchwater.engine.errors import CorruptedData, InvalidArgument, NotFound
+from branchwater.engine.graveler.committed import (
+    EMPTY_METARANGE_ID,
+    CommittedStore,
+    RangeInfo,
+    RangePolicy,
+)
+from branchwater.engine.graveler.model import Change, Entry
+from branchwater.engine.graveler.ranges import METARANGES_PREFIX, RANGES_PREFIX, range_key
+from branchwater.engine.objects.local import LocalObjectStore
+
+T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+
+POLICIES = {
+    "hash": RangePolicy(target_entries=7, max_entries=1_000, max_bytes=10**9),
+    "tiny": RangePolicy(target_entries=2, max_entries=5, max_bytes=10**9),
+    "entry-cap": RangePolicy(target_entries=10**6, max_entries=6, max_bytes=10**9),
+    "byte-cap": RangePolicy(target_entries=50, max_entries=1_000, max_bytes=300),
+}
+
+
+class SpyStore(LocalObjectStore):
+    """A real local store that records the keys it is asked to write and read."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.puts: list[str] = []
+        self.gets: list[str] = []
+
+    def put(self, key: str, data: bytes):  # type: ignore[no-untyped-def]
+        self.puts.append(key)
+        return super().put(key, data)
+
+    def get(self, key: str) -> bytes:
+        self.gets.append(key)
+        return super().get(key)
+
+    def range_reads(self) -> int:
+        return sum(key.startswith(RANGES_PREFIX) for key in self.gets)
+
+    def reset(self) -> None:
+        self.puts.clear()
+        self.gets.clear()
+
+
+@pytest.fixture
+def objects(tmp_path: Path) -> SpyStore:
+    return SpyStore(f"file://{tmp_path}/namespace")
+
+
+def fresh(objects: SpyStore, policy: RangePolicy) -> CommittedStore:
+    """A store on the same objects with an empty cache, so every read shows up in the spy."""
+    objects.reset()
+    return CommittedStore(objects, policy)
+
+
+def entry(path: str, n: int = 0, *, tz: timezone = UTC, metadata: dict[str, str] | None = None):
+    return Entry(
+        path,
+        f"data/g1/{n:08x}-{path}",
+        n * 11,
+        f"sha-{n}",
+        (T0 + timedelta(seconds=n, microseconds=n)).astimezone(tz),
+        metadata or {},
+    )
+
+
+def random_entries(rng: random.Random, count: int) -> list[Entry]:
+    """Sorted entries with unicode paths, metadata on some, mtimes in several time zones."""
+    paths = {f"d{rng.randrange(6)}/é{rng.randrange(100_000):05d}" for _ in range(count)}
+    zones = [UTC, timezone(timedelta(hours=2)), timezone(timedelta(hours=-7, minutes=-30))]
+    return [
+        entry(
+            path,
+            rng.randrange(10**6),
+            tz=rng.choice(zones),
+            metadata={"k": str(n), "ü": "v"} if rng.random() < 0.3 else None,
+        )
+        for n, path in enumerate(sorted(paths))
+    ]
+
+
+def random_changes(
+    rng: random.Random, base: list[Entry], count: int
+) -> tuple[list[tuple[str, Entry | None]], list[Entry]]:
+    """Sorted changes (updates, deletes incl. of absent paths, inserts before, between and
+    after the base) and the entries expected after applying them."""
+    result = {e.path: e for e in base}
+    candidates = [e.path for e in base] + [
+        rng.choice(["a/", "d3/é", "zz/"]) + f"{rng.randrange(10_000):04d}" for _ in range(count)
+    ]
+    changes: dict[str, Entry | None] = {}
+    for path in rng.sample(candidates, min(count, len(candidates))):
+        if rng.random() < 0.4:
+            changes[path] = None
+            result.pop(path, None)
+        else:
+            changes[path] = result[path] = entry(path, rng.randrange(10**6))
+    return sorted(changes.items()), [result[p] for p in sorted(result)]
+
+
+def naive_diff(left: list[Entry], right: list[Entry]) -> list[Change]:
+    old, new = {e.path: e for e in left}, {e.path: e for e in right}
+    changes = []
+    for path in sorted(old.keys() | new.keys()):
+        if path not in new:
+            changes.append(Change(path, "removed", old[path]))
+        elif path not in old:
+            changes.append(Change(path, "added", new[path]))
+        elif old[path].identity() != new[path].identity():
+            changes.append(Change(path, "changed", new[path]))
+    return changes
+
+
+# --- writing and reading ------------------------------------------------------------------
+
+
+def test_round_trip_keeps_every_field_and_mtime_instant(objects: SpyStore) -> None:
+    entries = random_entries(random.Random(1), 300)
+    store = CommittedStore(objects, POLICIES["hash"])
+    metarange_id = store.write_metarange(iter(entries))
+
+    back = list(fresh(objects, POLICIES["hash"]).iterate(metarange_id))
+
+    assert back == entries
+    assert [dict(e.metadata) for e in back] == [dict(e.metadata) for e in entries]
+    assert all(e.mtime.utcoffset() == timedelta(0) for e in back)
+    assert len(store.ranges(metarange_id)) > 10
+
+
+def test_ranges_follow_the_policy(objects: SpyStore) -> None:
+    for name, policy in POLICIES.items():
+        entries = random_entries(random.Random(name), 200)
+        infos = CommittedStore(objects, policy).ranges(
+            CommittedStore(objects, policy).write_metarange(entries)
+        )
+        assert sum(info.count for info in infos) == len(entries)
+        assert [info.min_key for info in infos[1:]] > [info.max_key for info in infos[:-1]]
+        assert all(info.count <= policy.max_entries for info in infos)
+        assert all(policy.closes(info) for info in infos[:-1]), name
+
+
+def test_same_content_same_ids_in_any_store(tmp_path: Path) -> None:
+    entries = random_entries(random.Random(2), 200)
+    first = CommittedStore(SpyStore(f"file://{tmp_path}/a"), POLICIES["hash"])
+    second = CommittedStore(SpyStore(f"file://{tmp_path}/b"), POLICIES["hash"])
+
+    one, two = first.write_metarange(entries), second.write_metarange(entries)
+
+    assert one == two
+    assert first.ranges(one) == second.ranges(two)
+    touched = [*entries[:50], entries[50]._replace(mtime=T0), *entries[51:]]
+    assert first.write_metarange(touched) != one, "the id covers every stored field"
+
+
+def test_writing_existing_content_writes_only_nothing_new(objects: SpyStore) -> None:
+    entries = random_entries(random.Random(3), 200)
+    store = CommittedStore(objects, POLICIES["hash"])
+    metarange_id = store.write_metarange(entries)
+    objects.reset()
+
+    assert store.write_metarange(entries) == metarange_id
+    assert objects.puts == []
+
+
+def test_empty_metarange_has_a_stable_id_and_is_stored(objects: SpyStore) -> None:
+    store = CommittedStore(objects, POLICIES["tiny"])
+
+    assert store.write_metarange([]) == EMPTY_METARANGE_ID
+    assert store.empty_metarange() == EMPTY_METARANGE_ID
+    assert objects.exists(METARANGES_PREFIX + EMPTY_METARANGE_ID)
+    assert list(store.iterate(EMPTY_METARANGE_ID)) == []
+    assert store.ranges(EMPTY_METARANGE_ID) == []
+    assert list(store.diff(EMPTY_METARANGE_ID, EMPTY_METARANGE_ID)) == []
+
+
+def test_write_refuses_unsorted_or_repeated_paths(objects: SpyStore) -> None:
+    store = CommittedStore(objects, POLICIES["tiny"])
+    with pytest.raises(InvalidArgument, match="sorted"):
+        store.write_metarange([entry("b"), entry("a")])
+    with pytest.raises(InvalidArgument, match="sorted"):
+        store.write_metarange([entry("a"), entry("a")])
+    with pytest.raises(InvalidArgument, match="non-empty"):
+        store.write_metarange([entry("")])
+
+
+@pytest.mark.parametrize(
+    ("after", "prefix"),
+    [("", ""), ("d2/é5", ""), ("", "d3/"), ("d3/é3", "d3/"), ("", "d3/é1"), ("zz", ""), ("", "q")],
+)
+def test_iterate_after_and_prefix(objects: SpyStore, after: str, prefix: str) -> None:
+    entries = random_entries(random.Random(4), 400)
+    metarange_id = CommittedStore(objects, POLICIES["hash"]).write_metarange(entries)
+    store = fresh(objects, POLICIES["hash"])
+
+    got = list(store.iterate(metarange_id, after=after, prefix=prefix))
+
+    wanted = [e for e in entries if e.path > after and e.path.startswith(prefix)]
+    assert got == wanted
+    infos = store.ranges(metarange_id)
+    could_hold = [i for i in infos if i.max_key > after and i.max_key >= prefix]
+    assert objects.range_reads() <= len(could_hold)
+    if prefix:
+        assert objects.range_reads() <= sum(
+            i.min_key[: len(prefix)] <= prefix <= i.max_key[: len(prefix)] for i in infos
+        )
+
+
+def test_iterate_is_lazy(objects: SpyStore) -> None:
+    entries = random_entries(random.Random(5), 400)
+    metarange_id = CommittedStore(objects, POLICIES["hash"]).write_metarange(entries)
+    store = fresh(objects, POLICIES["hash"])
+
+    iterator = store.iterate(metarange_id)
+    assert objects.range_reads() == 0
+    assert next(iterator) == entries[0]
+    assert objects.range_reads() == 1
+
+
+def test_get_hits_and_misses_open_at_most_one_range(objects: SpyStore) -> None:
+    entries = random_entries(random.Random(6), 300)
+    metarange_id = CommittedStore(objects, POLICIES["hash"]).write_metarange(entries)
+
+    for wanted in entries[::17]:
+        store = fresh(objects, POLICIES["hash"])
+        assert store.get(metarange_id, wanted.path) == wanted
+        assert objects.range_reads() == 1
+    for missing in ("a", entries[10].path + "x", "zzz", ""):
+        store = fresh(objects, POLICIES["hash"])
+        with pytest.raises(NotFound, match="not found"):
+            store.get(metarange_id, missing)
+        assert objects.range_reads() <= 1
+
+
+def test_cache_serves_repeated_reads_and_stays_bounded(objects: SpyStore) -> None:
+    entries = random_entries(random.Random(7), 300)
+    metarange_id = CommittedStore(objects, POLICIES["hash"]).write_metarange(entries)
+    ranges = len(CommittedStore(objects, POLICIES["hash"]).ranges(metarange_id))
+
+    cached = fresh(objects, POLICIES["hash"])
+    list(cached.iterate(metarange_id))
+    list(cached.iterate(metarange_id))
+    assert objects.range_reads() == ranges
+
+    small = CommittedStore(objects, POLICIES["hash"], cache_size=2)
+    objects.reset()
+    list(small.iterate(metarange_id))
+    list(small.iterate(metarange_id))
+    assert objects.range_reads() == 2 * ranges
+
+
+# --- apply ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy_name", list(POLICIES))
+@pytest.mark.parametrize("seed", range(6))
+def test_apply_equals_writing_the_result_from_scratch(
+    tmp_path: Path, policy_name: str, seed: int
+) -> None:
+    rng = random.Random(f"{policy_name}-{seed}")
+    policy = POLICIES[policy_name]
+    store = CommittedStore(SpyStore(f"file://{tmp_path}/ns"), policy)
+    base = random_entries(rng, rng.choice([0, 1, 40, 250]))
+    base_id = store.write_metarange(base)
+
+    for count in (1, 3, 30, 400):
+        changes, expected = random_changes(rng, base, count)
+        result_id = store.apply(base_id, iter(changes))
+        assert list(store.iterate(result_id)) == expected
+        assert result_id == store.write_metarange(expected), (count, changes[:5])
+
+
+def test_apply_on_the_empty_metarange_and_deleting_everything(objects: SpyStore) -> None:
+    store = CommittedStore(objects, POLICIES["tiny"])
+    entries = random_entries(random.Random(8), 50)
+
+    built = store.apply(EMPTY_METARANGE_ID, ((e.path, e) for e in entries))
+    assert built == store.write_metarange(entries)
+
+    emptied = store.apply(built, ((e.path, None) for e in entries))
+    assert emptied == EMPTY_METARANGE_ID
+    assert list(store.iterate(emptied)) == []
+
+
+def test_apply_without_changes_reads_and_writes_nothing(objects: SpyStore) -> None:
+    entries = random_entries(random.Random(9), 400)
+    metarange_id = CommittedStore(objects, POLICIES["hash"]).write_metarange(entries)
+    store = fresh(objects, POLICIES["hash"])
+
+    assert store.apply(metarange_id, iter(())) == metarange_id
+    assert objects.puts == []
+    assert objects.range_reads() == 0
+
+
+def test_apply_rewrites_only_the_touched_range(objects: SpyStore) -> None:
+    entries = [entry(f"t/part-{i:06d}", i) for i in range(5_000)]
+    policy = RangePolicy(target_entries=100, max_entries=10_000, max_bytes=10**9)
+    metarange_id = CommittedStore(objects, policy).write_metarange(entries)
+    store = fresh(objects, policy)
+    assert len(store.ranges(metarange_id)) > 20
+    target = entries[2_345]._replace(address="data/g2/rewritten")
+
+    result_id = store.apply(metarange_id, [(target.path, target)])
+
+    assert [key.split("/")[1] for key in objects.puts] == ["ranges", "metaranges"]
+    assert objects.range_reads() == 1
+    before, after = store.ranges(metarange_id), store.ranges(result_id)
+    assert len(set(after) - set(before)) == 1
+    assert store.get(result_id, target.path) == target
+
+
+def test_apply_refuses_unsorted_or_mismatched_changes(objects: SpyStore) -> None:
+    store = CommittedStore(objects, POLICIES["tiny"])
+    base_id = store.write_metarange([entry("b")])
+    with pytest.raises(InvalidArgument, match="sorted"):
+        store.apply(base_id, [("c", None), ("a", None)])
+    with pytest.raises(InvalidArgument, match="carries an entry"):
+        store.apply(base_id, [("c", entry("d"))])
+
+
+def test_writer_reuses_a_range_only_where_a_fresh_write_would_cut(objects: SpyStore) -> None:
+    policy = POLICIES["hash"]
+    store = CommittedStore(objects, policy)
+    infos = store.ranges(store.write_metarange(random_entries(random.Random(10), 200)))
+    closed = next(i for i in infos if policy.closes(i))
+    unlucky = next(
+        k for k in (f"{closed.max_key}~{n}" for n in range(99)) if not policy.is_boundary(k)
+    )
+    open_ended = closed._replace(max_key=unlucky, count=1, size_bytes=1)
+
+    writer = store.writer()
+    assert not writer.try_reuse(open_ended)
+    assert writer.try_reuse(closed)
+    assert not writer.try_reuse(closed), "keys must increase"
+    writer.add(entry(closed.max_key + "~"))
+    assert not writer.pending_empty
+    assert writer.ranges_reused == 1
+
+
+# --- diff -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_diff_matches_a_naive_dict_diff(objects: SpyStore, seed: int) -> None:
+    rng = random.Random(seed)
+    store = CommittedStore(objects, rng.choice(list(POLICIES.values())))
+    left = random_entries(rng, rng.choice([0, 30, 300]))
+    _, right = random_changes(rng, left, rng.choice([1, 10, 100]))
+    if right and rng.random() < 0.5:  # same identity, new mtime: not a change
+        right[0] = right[0]._replace(mtime=T0 - timedelta(days=1))
+    left_id, right_id = store.write_metarange(left), store.write_metarange(right)
+
+    assert list(store.diff(left_id, right_id)) == naive_diff(left, right)
+    assert list(store.diff(right_id, left_id)) == naive_diff(right, left)
+    assert list(store.diff(left_id, left_id)) == []
+
+
+def test_diff_skips_ranges_equal_on_both_sides(objects: SpyStore) -> None:
+    entries = [entry(f"t/part-{i:06d}", i) for i in range(5_000)]
+    policy = RangePolicy(target_entries=100, max_entries=10_000, max_bytes=10**9)
+    store = CommittedStore(objects, policy)
+    left_id = store.write_metarange(entries)
+    changed = entries[4_000]._replace(checksum="other")
+    right_id = store.apply(left_id, [(changed.path, changed)])
+    store = fresh(objects, policy)
+
+    assert list(store.diff(left_id, right_id)) == [Change(changed.path, "changed", changed)]
+    assert objects.range_reads() == 2
+
+
+# --- damage -----------------------------------------------------------------------------
+
+
+def written(objects: SpyStore, policy: RangePolicy) -> tuple[str, list[RangeInfo]]:
+    store = CommittedStore(objects, policy)
+    metarange_id = store.write_metarange(random_entries(random.Random(11), 100))
+    return metarange_id, store.ranges(metarange_id)
+
+
+def test_missing_range_is_corrupted_data_naming_key_and_store(objects: SpyStore) -> None:
+    metarange_id, infos = written(objects, POLICIES["hash"])
+    key = range_key(infos[1].range_id)
+    objects.delete([key])
+    store = fresh(objects, POLICIES["hash"])
+
+    with pytest.raises(CorruptedData) as raised:
+        list(store.iterate(metarange_id))
+    assert key in str(raised.value)
+    assert objects.url in str(raised.value)
+    with pytest.raises(CorruptedData, match="missing"):
+        store.get(metarange_id, infos[1].min_key)
+
+
+def test_unreadable_or_substituted_range_is_corrupted_data(objects: SpyStore) -> None:
+    metarange_id, infos = written(objects, POLICIES["hash"])
+    first, second = range_key(infos[0].range_id), range_key(infos[1].range_id)
+    objects.put(first, b"PAR1 not really parquet")
+    objects.put(second, objects.get(range_key(infos[2].range_id)))
+    store = fresh(objects, POLICIES["hash"])
+
+    with pytest.raises(CorruptedData, match=f"{first}.*cannot be decoded"):
+        store.get(metarange_id, infos[0].min_key)
+    with pytest.raises(CorruptedData, match=f"{second}.*does not match its id"):
+        store.get(metarange_id, infos[1].min_key)
+
+
+def test_missing_or_damaged_metarange_is_corrupted_data(objects: SpyStore) -> None:
+    metarange_id, _ = written(objects, POLICIES["hash"])
+    key = METARANGES_PREFIX + metarange_id
+    objects.put(key, b"garbage")
+    with pytest.raises(CorruptedData, match=key):
+        fresh(objects, POLICIES["hash"]).ranges(metarange_id)
+    objects.delete([key])
+    with pytest.raises(CorruptedData, match="missing"):
+        list(fresh(objects, POLICIES["hash"]).iterate(metarange_id))
+
+
+def test_arguments_are_checked(objects: SpyStore) -> None:
+    store = CommittedStore(objects)
+    with pytest.raises(InvalidArgument, match="64 lowercase hex"):
+        store.ranges("../../etc/passwd")
+    with pytest.raises(InvalidArgument, match="target_entries"):
+        RangePolicy(target_entries=0)
+    with pytest.raises(InvalidArgument, match="cache_size"):
+        CommittedStore(objects, cache_size=-1)
+    with pytest.raises(InvalidArgument, match="size"):
+        store.write_metarange([entry("a")._replace(size="big")])

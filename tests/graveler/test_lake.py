@@ -1,0 +1,327 @@
+"""The public Lake API on the in-memory KV and a local namespace: behaviour a user relies on."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from branchwater.engine import (
+    AlreadyExists,
+    ConfigurationError,
+    CorruptedData,
+    InvalidArgument,
+    InvalidName,
+    Lake,
+    NoChanges,
+    NotFound,
+)
+from branchwater.engine.graveler import commit as commit_ops
+from branchwater.engine.graveler.committed import RangePolicy
+from branchwater.engine.graveler.graveler import Graveler
+
+
+@pytest.fixture
+def lake() -> Lake:
+    with Lake.connect(
+        "memory://", range_policy=RangePolicy(target_entries=8, max_entries=32)
+    ) as lake:
+        yield lake
+
+
+@pytest.fixture
+def repo(lake: Lake, tmp_path: Path):
+    return lake.create_repository("sales", storage_namespace=f"file://{tmp_path}/sales")
+
+
+def paths(ref) -> list[str]:
+    return [e.path for e in ref.list()]
+
+
+def test_walk_through(repo) -> None:
+    main = repo.branch("main")
+    main.upload("tables/a.parquet", b"aaa")
+    main.upload("tables/b.parquet", b"bbb", metadata={"owner": "etl"})
+    first = main.commit("load a and b", metadata={"source": "test"})
+    assert first.metadata == {"source": "test"}
+    assert paths(main) == ["tables/a.parquet", "tables/b.parquet"]
+
+    dev = repo.create_branch("etl", source="main")
+    dev.upload("tables/c.parquet", b"ccc")
+    dev.delete("tables/a.parquet")
+    assert paths(dev) == ["tables/b.parquet", "tables/c.parquet"]
+    assert paths(main) == ["tables/a.parquet", "tables/b.parquet"]
+    assert {(c.path, c.type) for c in dev.uncommitted()} == {
+        ("tables/a.parquet", "removed"),
+        ("tables/c.parquet", "added"),
+    }
+    second = dev.commit("add c, drop a")
+    assert list(dev.uncommitted()) == []
+    assert second.parents == (first.id,)
+    assert [c.message for c in repo.log("etl")] == [
+        "add c, drop a",
+        "load a and b",
+        "Repository created",
+    ]
+    assert {(c.path, c.type) for c in repo.diff("main", "etl")} == {
+        ("tables/a.parquet", "removed"),
+        ("tables/c.parquet", "added"),
+    }
+    assert dev.read("tables/c.parquet") == b"ccc"
+    assert dev.stat("tables/b.parquet").metadata == {"owner": "etl"}
+
+
+def test_overwrite_shows_latest_and_commits_as_changed(repo) -> None:
+    main = repo.branch("main")
+    main.upload("x", b"1")
+    main.commit("one")
+    main.upload("x", b"22")
+    assert main.read("x") == b"22"
+    assert [(c.path, c.type) for c in main.uncommitted()] == [("x", "changed")]
+    main.commit("two")
+    assert repo.ref("main~1").read("x") == b"1"
+    assert main.read("x") == b"22"
+
+
+def test_tags_and_refs_are_read_only_views(repo) -> None:
+    main = repo.branch("main")
+    main.upload("a", b"A")
+    c = main.commit("c")
+    repo.tag("v1", "main")
+    main.upload("a", b"B")
+    main.commit("d")
+    assert repo.ref("v1").read("a") == b"A"
+    assert repo.ref(c.id[:8]).read("a") == b"A"
+    assert repo.ref("main").read("a") == b"B"
+    assert [t.name for t in repo.tags()] == ["v1"]
+    with pytest.raises(AlreadyExists):
+        repo.tag("v1", "main")
+    assert not hasattr(repo.ref("v1"), "upload")
+
+
+def test_listing_pages_prefix_and_after(repo) -> None:
+    main = repo.branch("main")
+    for i in range(30):
+        main.upload(f"d/{i:03d}", b"x")
+    main.commit("thirty")
+    for i in range(30, 40):
+        main.upload(f"d/{i:03d}", b"y")
+    main.delete("d/005")
+    listed = paths(main)
+    assert listed == [f"d/{i:03d}" for i in range(40) if i != 5]
+    assert [e.path for e in main.list(after="d/035")] == ["d/036", "d/037", "d/038", "d/039"]
+    assert [e.path for e in main.list(prefix="d/03")][:2] == ["d/030", "d/031"]
+
+
+def test_delete_only_tombstones_when_needed(repo) -> None:
+    main = repo.branch("main")
+    main.upload("staged-only", b"s")
+    main.delete("staged-only")
+    assert list(main.uncommitted()) == []
+    with pytest.raises(NoChanges):
+        main.commit("nothing")
+    with pytest.raises(NotFound):
+        main.delete("never-existed")
+
+
+def test_reset_drops_uncommitted(repo) -> None:
+    main = repo.branch("main")
+    main.upload("a", b"1")
+    main.commit("a")
+    main.upload("b", b"2")
+    main.delete("a")
+    main.reset()
+    assert paths(main) == ["a"]
+    assert list(main.uncommitted()) == []
+
+
+def test_same_content_same_metarange(lake: Lake, tmp_path: Path) -> None:
+    one = lake.create_repository("one", storage_namespace=f"file://{tmp_path}/shared")
+    main = one.branch("main")
+    main.upload("a", b"1")
+    entry = main.stat("a")
+    first = main.commit("first")
+    dev = one.create_branch("dev", source="main")
+    dev.delete("a")
+    dev.commit("drop")
+    from branchwater.engine.graveler.model import Entry
+
+    again = one.create_branch("again", source="dev")
+    from branchwater.engine.graveler.writes import stage_entry
+
+    stage_entry(lake.graveler, one.record, "again", Entry(*entry))
+    assert again.commit("restore").metarange_id == first.metarange_id
+
+
+def test_commit_with_nothing_staged_is_no_changes(repo) -> None:
+    with pytest.raises(NoChanges):
+        repo.branch("main").commit("empty")
+    allowed = repo.branch("main").commit("empty", allow_empty=True)
+    assert allowed.message == "empty"
+
+
+@pytest.mark.parametrize("name", ["", "ab", "Sales", "-abc", "abc-", "a_b_c", "x" * 64])
+def test_invalid_repository_names(lake: Lake, tmp_path: Path, name: str) -> None:
+    with pytest.raises(InvalidName):
+        lake.create_repository(name, storage_namespace=f"file://{tmp_path}/x")
+
+
+@pytest.mark.parametrize(
+    "name", ["", "a..b", "a b", "-x", "x/", "x.lock", "a~1", "a:b", "@", ".hidden"]
+)
+def test_invalid_branch_names(repo, name: str) -> None:
+    with pytest.raises(InvalidName):
+        repo.create_branch(name, source="main")
+
+
+def test_missing_things_are_not_found(lake: Lake, repo) -> None:
+    with pytest.raises(NotFound, match="repository 'nope'"):
+        lake.repository("nope")
+    with pytest.raises(NotFound, match="branch 'nope'"):
+        repo.branch("nope")
+    with pytest.raises(NotFound, match="ref 'nope'"):
+        repo.ref("nope")
+    with pytest.raises(NotFound, match="path 'missing'"):
+        repo.branch("main").stat("missing")
+    with pytest.raises(NotFound):
+        repo.create_branch("x", source="nope")
+
+
+def test_existing_things_are_already_exists(lake: Lake, repo, tmp_path: Path) -> None:
+    with pytest.raises(AlreadyExists):
+        lake.create_repository("sales", storage_namespace=f"file://{tmp_path}/other")
+    with pytest.raises(AlreadyExists, match="already used by repository 'sales'"):
+        lake.create_repository("other", storage_namespace=f"file://{tmp_path}/sales")
+    repo.create_branch("dev", source="main")
+    with pytest.raises(AlreadyExists):
+        repo.create_branch("dev", source="main")
+
+
+def test_bad_arguments(lake: Lake, repo) -> None:
+    with pytest.raises(ConfigurationError):
+        lake.create_repository("abc", storage_namespace="/no/scheme")
+    with pytest.raises(InvalidArgument):
+        repo.branch("main").upload("", b"x")
+    with pytest.raises(InvalidArgument):
+        repo.branch("main").upload("a", "text")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument):
+        repo.branch("main").commit("  ")
+    with pytest.raises(InvalidArgument, match="default branch"):
+        repo.delete_branch("main")
+
+
+def test_missing_range_file_is_corrupted_data_naming_it(repo, tmp_path: Path) -> None:
+    main = repo.branch("main")
+    main.upload("a", b"1")
+    main.commit("a")
+    ranges = list((tmp_path / "sales" / "_branchwater" / "ranges").iterdir())
+    assert ranges
+    for r in ranges:
+        r.unlink()
+    uncached = Lake(Graveler(repo.lake.graveler.kv))
+    with pytest.raises(CorruptedData, match=ranges[0].name):
+        list(uncached.repository("sales").branch("main").list())
+
+
+def test_delete_repository_hides_it_at_once_and_drops_partitions(lake: Lake, repo) -> None:
+    main = repo.branch("main")
+    main.upload("a", b"1")
+    main.commit("a")
+    main.upload("b", b"2")
+    partition = repo.record.partition
+    lake.delete_repository("sales")
+    with pytest.raises(NotFound):
+        lake.repository("sales")
+    lake.graveler.wait_for_background()
+    kv = lake.graveler.kv
+    assert list(kv.scan(partition)) == []
+    assert list(lake.graveler.refs.partitions_to_delete()) == []
+
+
+def test_refs_dump_and_restore(lake: Lake, repo, tmp_path: Path) -> None:
+    main = repo.branch("main")
+    main.upload("a", b"1")
+    main.commit("a")
+    repo.create_branch("dev", source="main").upload("b", b"2")
+    repo.branch("dev").commit("b")
+    repo.tag("v1", "dev")
+    dump = tmp_path / "refs.json"
+    assert repo.dump_refs(dump) > 0
+    expected = [c.id for c in repo.log("dev")]
+    lake.delete_repository("sales")
+    lake.graveler.wait_for_background()
+    restored = lake.create_repository("sales", storage_namespace=repo.storage_namespace)
+    restored.restore_refs(dump)
+    assert [c.id for c in restored.log("dev")] == expected
+    assert restored.ref("v1").read("b") == b"2"
+    with pytest.raises(InvalidArgument, match="not bare"):
+        restored.restore_refs(dump)
+
+
+def test_writer_is_not_blocked_while_a_commit_applies(lake: Lake, repo, monkeypatch) -> None:
+    """A write completes while a commit is stuck inside its slow apply phase."""
+    main = repo.branch("main")
+    for i in range(50):
+        main.upload(f"big/{i}", b"x")
+    committed = lake.graveler.committed(repo.record)
+    entered, release = threading.Event(), threading.Event()
+    original_apply = committed.apply
+
+    def slow_apply(base, changes):
+        entered.set()
+        assert release.wait(10)
+        return original_apply(base, changes)
+
+    monkeypatch.setattr(committed, "apply", slow_apply)
+    result: dict[str, object] = {}
+    committer = threading.Thread(target=lambda: result.setdefault("c", main.commit("big")))
+    committer.start()
+    assert entered.wait(10)
+    main.upload("during", b"w")
+    assert main.read("during") == b"w"
+    release.set()
+    committer.join(10)
+    assert result["c"].message == "big"
+    assert [c.path for c in main.uncommitted()] == ["during"]
+    assert len(list(repo.ref("main").list(prefix="big/"))) == 50
+
+
+def test_concurrent_earlier_commit_is_reused_not_lost(lake: Lake, repo) -> None:
+    """Two commits racing: the loser commits only what is left, on top of the winner."""
+    main = repo.branch("main")
+    main.upload("a", b"1")
+    g, record = lake.graveler, repo.record
+    first_tokens = commit_ops.seal(g, record, "main")
+    main.upload("b", b"2")
+    second = main.commit("second")
+    assert {e.path for e in repo.ref(second.id).list()} == {"a", "b"}
+    with pytest.raises(NoChanges, match="concurrent commit"):
+        commit_ops._finish(g, record, "main", first_tokens, "first", {}, "", False)
+    assert [c.message for c in repo.log("main")] == ["second", "Repository created"]
+
+
+def test_concurrent_commit_that_took_part_of_our_tokens(lake: Lake, repo) -> None:
+    """An earlier commit finishes first with its tokens; ours rebuilds on it with the rest."""
+    main = repo.branch("main")
+    g, record = lake.graveler, repo.record
+    main.upload("a", b"1")
+    earlier = commit_ops.seal(g, record, "main")
+    main.upload("b", b"2")
+    later = commit_ops.seal(g, record, "main")
+    assert later[1:] == earlier
+    first = commit_ops._finish(g, record, "main", earlier, "earlier", {}, "", False)
+    second = commit_ops._finish(g, record, "main", later, "later", {}, "", False)
+    assert second.parents == (first.id,)
+    assert {e.path for e in repo.ref(first.id).list()} == {"a"}
+    assert {e.path for e in repo.ref(second.id).list()} == {"a", "b"}
+    assert g.read_branch(record, "main").sealed_tokens == ()
+
+
+def test_background_drops_survive_a_crash(lake: Lake, repo) -> None:
+    main = repo.branch("main")
+    main.upload("a", b"1")
+    token = lake.graveler.read_branch(repo.record, "main").staging_token
+    lake.graveler.refs.mark_partitions_for_deletion("tokens/crashed", [token.encode()])
+    assert lake.graveler.collect_dropped_partitions() == 1
+    assert list(lake.graveler.kv.scan(token.encode())) == []

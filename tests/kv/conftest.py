@@ -1,0 +1,37 @@
+"""The `store` fixture: every KV test runs against each driver, on a fresh store."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from branchwater.engine.kv import Store, open_store
+from tests.conftest import unique_name
+
+DRIVERS = [
+    pytest.param("memory", id="memory"),
+    pytest.param("sqlite", id="sqlite"),
+    pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
+    pytest.param("dynamodb", id="dynamodb", marks=pytest.mark.s3),
+]
+
+
+def store_url(driver: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A URL naming a store nobody has used yet; servers are started only when needed."""
+    if driver == "memory":
+        return "memory://"
+    if driver == "sqlite":
+        return f"sqlite:///{tmp_path / 'kv.db'}"
+    if driver == "postgres":
+        base = request.getfixturevalue("postgres_url")
+        return f"{base}?table={unique_name('kv_')}"
+    endpoint = request.getfixturevalue("moto_endpoint")
+    return f"dynamodb://{unique_name('kv-')}?endpoint_url={endpoint}&region=us-east-1"
+
+
+@pytest.fixture(params=DRIVERS)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    with open_store(store_url(request.param, request, tmp_path)) as opened:
+        yield opened

@@ -1,0 +1,122 @@
+"""The shared drivers under real contention: processes, threads and a racy first use.
+
+Workers are started with `spawn`, so each has its own interpreter and its own connections,
+exactly like separate Airflow workers sharing one store.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from branchwater.engine.errors import PredicateFailed
+from branchwater.engine.kv import Store, open_store
+from tests.conftest import unique_name
+
+PROCESSES = 6
+INCREMENTS = 25
+THREADS = 8
+START_TIMEOUT = 120
+COUNTER = (b"counters", b"shared")
+
+SHARED_DRIVERS = [
+    pytest.param("sqlite", id="sqlite"),
+    pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
+]
+
+
+@pytest.fixture(params=SHARED_DRIVERS)
+def fresh_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A URL whose file or table does not exist yet: the first `open_store` creates it."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'shared' / 'kv.db'}"
+    return f"{request.getfixturevalue('postgres_url')}?table={unique_name('kv_')}"
+
+
+def increment(store: Store, times: int) -> int:
+    """Add one to the counter `times` times by read-then-compare-and-swap; return the tries.
+
+    Only a swap whose predicate still matched counts, so a lost update would leave the
+    counter short of the number of successful swaps.
+    """
+    tries = 0
+    for _ in range(times):
+        while True:
+            tries += 1
+            value, predicate = store.get(*COUNTER)
+            try:
+                store.set_if(*COUNTER, b"%d" % (int(value) + 1), predicate)
+                break
+            except PredicateFailed:
+                continue
+    return tries
+
+
+def increment_worker(url: str, barrier: Any, times: int, results: Any) -> None:
+    with open_store(url) as store:
+        barrier.wait(START_TIMEOUT)
+        tries = increment(store, times)
+    results.put(("ok", times, tries))
+
+
+def first_use_worker(url: str, barrier: Any, index: int, results: Any) -> None:
+    barrier.wait(START_TIMEOUT)
+    with open_store(url) as store:
+        store.set_if(b"first-use", b"worker-%d" % index, b"%d" % index, None)
+    results.put(("ok", index, 0))
+
+
+def run_processes(target: Any, url: str, arguments: list[Any]) -> list[tuple[str, int, int]]:
+    """Start one spawned process per argument, release them together, collect their results."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(len(arguments)), ctx.Queue()
+    processes = [ctx.Process(target=target, args=(url, barrier, a, results)) for a in arguments]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(START_TIMEOUT * 2)
+    assert [p.exitcode for p in processes] == [0] * len(processes)
+    return [results.get(timeout=10) for _ in processes]
+
+
+@pytest.mark.slow
+def test_processes_never_lose_an_increment(fresh_url: str) -> None:
+    with open_store(fresh_url) as store:
+        store.set(*COUNTER, b"0")
+        outcomes = run_processes(increment_worker, fresh_url, [INCREMENTS] * PROCESSES)
+        successes = sum(done for _, done, _ in outcomes)
+        assert successes == PROCESSES * INCREMENTS
+        assert int(store.get(*COUNTER).value) == successes
+
+
+@pytest.mark.slow
+def test_concurrent_first_use_creates_schema_once(fresh_url: str) -> None:
+    outcomes = run_processes(first_use_worker, fresh_url, list(range(PROCESSES)))
+    assert sorted(index for _, index, _ in outcomes) == list(range(PROCESSES))
+    with open_store(fresh_url) as store:
+        stored = {pair.key: pair.value for pair in store.scan(b"first-use")}
+    assert stored == {b"worker-%d" % i: b"%d" % i for i in range(PROCESSES)}
+
+
+def test_threads_sharing_one_store_never_lose_an_increment(fresh_url: str) -> None:
+    with open_store(fresh_url) as store:
+        store.set(*COUNTER, b"0")
+        errors: list[BaseException] = []
+
+        def work() -> None:
+            try:
+                increment(store, INCREMENTS)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work) for _ in range(THREADS)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        assert int(store.get(*COUNTER).value) == THREADS * INCREMENTS

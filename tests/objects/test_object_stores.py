@@ -1,0 +1,296 @@
+"""One conformance suite for every `ObjectStore` driver, plus driver-specific guarantees.
+
+Local runs on `tmp_path`; S3 runs on the moto server, in a fresh bucket, both at the bucket
+root and below a key prefix (prefix handling is where S3 drivers usually go wrong).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import boto3
+import pytest
+from botocore.config import Config
+
+from branchwater.engine.errors import ConfigurationError, InvalidArgument, NotFound, Unavailable
+from branchwater.engine.objects import ObjectStore, open_object_store
+from branchwater.engine.objects import s3 as s3_module
+from branchwater.engine.objects.local import LocalObjectStore
+from branchwater.engine.objects.s3 import S3ObjectStore
+from tests.conftest import free_port, unique_name
+
+INVALID_KEYS = ["", "/abs", "a/../b", "a//b", "a/", "./a"]
+ORDERED_KEYS = ["a-c", "a.d", "a/b", "a/b-x", "a0", "b/x"]
+"""Ascending key order; a driver that sorts path parts instead of keys puts `a/…` first."""
+
+CLOCK_SLACK = timedelta(seconds=2)
+"""S3 HEAD reports whole seconds, and put's time comes from a different header."""
+
+
+@pytest.fixture(
+    params=[
+        "local",
+        pytest.param("s3", marks=pytest.mark.s3),
+        pytest.param("s3-prefix", marks=pytest.mark.s3),
+    ]
+)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ObjectStore]:
+    """Each driver, empty; the S3 variants only start moto when selected."""
+    if request.param == "local":
+        opened: ObjectStore = open_object_store(f"file://{tmp_path / 'root'}")
+    else:
+        endpoint = request.getfixturevalue("moto_endpoint")
+        bucket = request.getfixturevalue("s3_bucket")
+        prefix = "/lake/ns-1" if request.param == "s3-prefix" else ""
+        opened = open_object_store(f"s3://{bucket}{prefix}", endpoint_url=endpoint)
+    yield opened
+    opened.close()
+
+
+def keys_of(store: ObjectStore, prefix: str = "") -> list[str]:
+    return [info.key for info in store.list(prefix)]
+
+
+def test_put_get_round_trip(store: ObjectStore) -> None:
+    info = store.put("tables/a.parquet", b"\x00payload\xff")
+    assert (info.key, info.size) == ("tables/a.parquet", 9)
+    assert store.get("tables/a.parquet") == b"\x00payload\xff"
+    assert store.exists("tables/a.parquet")
+
+
+def test_empty_object(store: ObjectStore) -> None:
+    store.put("empty", b"")
+    assert store.get("empty") == b""
+    assert store.stat("empty").size == 0
+
+
+def test_overwrite_replaces_whole_object(store: ObjectStore) -> None:
+    store.put("k", b"first version, longer")
+    store.put("k", b"second")
+    assert store.get("k") == b"second"
+    assert store.stat("k").size == 6
+    assert keys_of(store) == ["k"]
+
+
+def test_stat_reports_size_and_mtime(store: ObjectStore) -> None:
+    before = datetime.now(UTC)
+    put_info = store.put("dir/obj", b"x" * 1234)
+    stat_info = store.stat("dir/obj")
+    (listed,) = store.list("dir/")
+    assert stat_info.size == listed.size == 1234
+    for moment in (put_info.mtime, stat_info.mtime, listed.mtime):
+        assert moment.tzinfo is not None
+        assert before - CLOCK_SLACK <= moment <= datetime.now(UTC) + CLOCK_SLACK
+    assert abs(put_info.mtime - stat_info.mtime) <= CLOCK_SLACK
+    assert abs(listed.mtime - stat_info.mtime) <= CLOCK_SLACK
+
+
+@pytest.mark.parametrize("key", ["missing", "dir/missing", "dir"])
+def test_missing_object_is_not_found(store: ObjectStore, key: str) -> None:
+    store.put("dir/present", b"1")
+    with pytest.raises(NotFound, match=key) as get_error:
+        store.get(key)
+    assert store.url in str(get_error.value)
+    with pytest.raises(NotFound, match=key):
+        store.stat(key)
+    assert not store.exists(key)
+
+
+def test_bulk_delete_ignores_missing_keys(store: ObjectStore) -> None:
+    for key in ("a", "b/1", "b/2", "c"):
+        store.put(key, key.encode())
+    store.delete(["a", "b/1", "never-was", "b/never-was", "b/2"])
+    assert keys_of(store) == ["c"]
+    store.delete([])
+    store.delete(iter(["c", "c"]))
+    assert keys_of(store) == []
+
+
+def test_list_is_in_ascending_key_order(store: ObjectStore) -> None:
+    for key in reversed(ORDERED_KEYS):
+        store.put(key, key.encode())
+    assert keys_of(store) == ORDERED_KEYS
+    assert [i.size for i in store.list()] == [len(k) for k in ORDERED_KEYS]
+
+
+@pytest.mark.parametrize(
+    ("prefix", "expected"),
+    [
+        ("a", ["a-c", "a.d", "a/b", "a/b-x", "a0"]),
+        ("a/", ["a/b", "a/b-x"]),
+        ("a/b", ["a/b", "a/b-x"]),
+        ("a/b-", ["a/b-x"]),
+        ("a-", ["a-c"]),
+        ("b/x", ["b/x"]),
+        ("zz", []),
+        ("a/zz/", []),
+    ],
+)
+def test_list_by_prefix(store: ObjectStore, prefix: str, expected: list[str]) -> None:
+    for key in ORDERED_KEYS:
+        store.put(key, b"v")
+    assert keys_of(store, prefix) == expected
+
+
+def test_list_of_empty_store_is_empty(store: ObjectStore) -> None:
+    assert keys_of(store) == []
+    assert keys_of(store, "nothing/here/") == []
+
+
+@pytest.mark.parametrize("key", INVALID_KEYS)
+def test_invalid_keys_are_rejected(store: ObjectStore, key: str) -> None:
+    with pytest.raises(InvalidArgument):
+        store.put(key, b"v")
+    with pytest.raises(InvalidArgument):
+        store.get(key)
+    with pytest.raises(InvalidArgument):
+        store.stat(key)
+    with pytest.raises(InvalidArgument):
+        store.delete(["fine", key])
+    assert keys_of(store) == []
+
+
+def test_uri_names_the_object_for_other_tools(store: ObjectStore) -> None:
+    assert store.uri("a/b") == f"{store.url}/a/b"
+
+
+# --- local filesystem only ---------------------------------------------------------------
+
+
+def test_local_put_is_atomic_for_concurrent_readers(tmp_path: Path) -> None:
+    """A reader and a lister racing a writer only ever see whole versions and real keys."""
+    store = LocalObjectStore(f"file://{tmp_path}")
+    size = 8 * 1024 * 1024
+    versions = (b"a" * size, b"b" * (size + 12345))
+    store.put("big", versions[0])
+    done = threading.Event()
+    seen: dict[str, list[object]] = {"reads": [], "bad_reads": [], "bad_lists": []}
+
+    def read() -> None:
+        while not done.is_set():
+            data = store.get("big")
+            seen["reads"].append(len(data))
+            if data not in versions:
+                seen["bad_reads"].append(len(data))
+
+    def list_keys() -> None:
+        while not done.is_set():
+            keys = [info.key for info in store.list()]
+            if keys != ["big"]:
+                seen["bad_lists"].append(keys)
+
+    threads = [threading.Thread(target=read), threading.Thread(target=list_keys)]
+    for thread in threads:
+        thread.start()
+    try:
+        for i in range(40):
+            store.put("big", versions[i % 2])
+    finally:
+        done.set()
+        for thread in threads:
+            thread.join(timeout=30)
+    assert seen["reads"], "the reader never ran"
+    assert seen["bad_reads"] == []
+    assert seen["bad_lists"] == []
+    assert [p.name for p in tmp_path.iterdir()] == ["big"]
+
+
+def test_local_url_must_be_absolute_file_url() -> None:
+    with pytest.raises(ConfigurationError):
+        LocalObjectStore("file://host/path")
+
+
+# --- S3 only ------------------------------------------------------------------------------
+
+
+@pytest.mark.s3
+def test_s3_keys_live_below_the_url_prefix(moto_endpoint: str, s3_bucket: str) -> None:
+    raw = boto3.client("s3", endpoint_url=moto_endpoint)
+    raw.put_object(Bucket=s3_bucket, Key="lake/ns-10/other", Body=b"sibling prefix")
+    raw.put_object(Bucket=s3_bucket, Key="lake/ns-1/folder/", Body=b"")
+    store = S3ObjectStore(f"s3://{s3_bucket}/lake/ns-1/", endpoint_url=moto_endpoint)
+    store.put("t/a", b"data")
+    assert raw.get_object(Bucket=s3_bucket, Key="lake/ns-1/t/a")["Body"].read() == b"data"
+    assert keys_of(store) == ["t/a"]
+    assert store.url == f"s3://{s3_bucket}/lake/ns-1"
+    assert store.uri("t/a") == f"s3://{s3_bucket}/lake/ns-1/t/a"
+
+
+@pytest.mark.s3
+def test_s3_delete_works_in_batches(
+    moto_endpoint: str, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(s3_module, "DELETE_BATCH", 3)
+    store = S3ObjectStore(f"s3://{s3_bucket}", endpoint_url=moto_endpoint)
+    keys = [f"k{i:02d}" for i in range(8)]
+    for key in keys:
+        store.put(key, b"v")
+    store.delete(key for key in [*keys[:7], "gone-1", "gone-2"])
+    assert keys_of(store) == ["k07"]
+
+
+@pytest.mark.s3
+def test_s3_missing_bucket_is_not_found_naming_the_url(moto_endpoint: str) -> None:
+    url = f"s3://{unique_name('bw-missing-')}/some/prefix"
+    store = S3ObjectStore(url, endpoint_url=moto_endpoint)
+    calls = [
+        lambda: store.get("k"),
+        lambda: store.stat("k"),
+        lambda: store.exists("k"),
+        lambda: store.put("k", b"v"),
+        lambda: store.delete(["k"]),
+        lambda: list(store.list()),
+    ]
+    for call in calls:
+        with pytest.raises(NotFound, match="does not exist") as error:
+            call()
+        assert url in str(error.value)
+
+
+@pytest.mark.s3
+def test_s3_unreachable_endpoint_is_unavailable() -> None:
+    url = "s3://some-bucket/prefix"
+    store = S3ObjectStore(
+        url,
+        endpoint_url=f"http://127.0.0.1:{free_port()}",
+        config=Config(connect_timeout=1, read_timeout=1, retries={"max_attempts": 1}),
+    )
+    started = time.monotonic()
+    for call in (lambda: store.get("k"), lambda: store.put("k", b"v"), lambda: list(store.list())):
+        with pytest.raises(Unavailable, match=url):
+            call()
+    assert time.monotonic() - started < 15
+
+
+@pytest.mark.s3
+def test_s3_without_credentials_is_unavailable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, moto_endpoint: str
+) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    store = S3ObjectStore("s3://some-bucket", endpoint_url=moto_endpoint, region_name="us-east-1")
+    with pytest.raises(Unavailable, match="credentials"):
+        store.stat("k")
+
+
+def test_s3_construction_needs_no_network() -> None:
+    store = S3ObjectStore(
+        "s3://bucket-x/p", endpoint_url=f"http://127.0.0.1:{free_port()}", region_name="eu-west-1"
+    )
+    assert store.url == "s3://bucket-x/p"
+    store.close()
+
+
+@pytest.mark.parametrize(
+    "url", ["s3://", "s3:///prefix", "s3://b", "s3://bucket/a//b", "s3://bucket/p?x=1", "gs://b"]
+)
+def test_s3_malformed_url_is_a_configuration_error(url: str) -> None:
+    with pytest.raises(ConfigurationError):
+        S3ObjectStore(url, region_name="us-east-1")
