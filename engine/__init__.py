@@ -32,6 +32,10 @@ _LAZY = {
     "Change": "branchwater.engine.graveler.model",
     "Commit": "branchwater.engine.graveler.model",
     "Tag": "branchwater.engine.graveler.model",
+    "MergeResult": "branchwater.engine.graveler.merge",
+    "MergeConflict": "branchwater.engine.graveler.merge",
+    "MergeRaceLost": "branchwater.engine.graveler.merge",
+    "DirtyBranch": "branchwater.engine.graveler.merge",
 }
 
 

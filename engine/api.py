@@ -16,10 +16,12 @@ from branchwater.engine.errors import InvalidArgument, NotFound
 from branchwater.engine.gc.addresses import AddressAllocator
 from branchwater.engine.graveler import branches as branch_ops
 from branchwater.engine.graveler import commit as commit_ops
+from branchwater.engine.graveler import merge as merge_ops
 from branchwater.engine.graveler import model, reads, repositories, writes
 from branchwater.engine.graveler.committed import RangePolicy
 from branchwater.engine.graveler.graveler import Graveler, RetryPolicy
 from branchwater.engine.graveler.log import log as commit_log
+from branchwater.engine.graveler.merge import MergeResult
 from branchwater.engine.graveler.model import Change, Commit, Entry, Tag
 from branchwater.engine.graveler.names import check_ref_name
 from branchwater.engine.kv import open_store
@@ -140,6 +142,41 @@ class Repository:
         left_mr = self.commit(left).metarange_id
         right_mr = self.commit(right).metarange_id
         return self._g.committed(self.record).diff(left_mr, right_mr)
+
+    def merge(
+        self,
+        source: str,
+        into: str,
+        strategy: str | None = None,
+        *,
+        message: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        committer: str = "",
+        hint: str | None = None,
+    ) -> MergeResult:
+        """Merge a ref into a branch, retrying lost races on the work already done.
+
+        `strategy` resolves conflicts (`source-wins` or `dest-wins`); without it a conflict
+        raises `MergeConflict` listing the paths. After every attempt lost its race,
+        `MergeRaceLost.hint` can be passed back as `hint` to resume from that work.
+        """
+        return merge_ops.merge(
+            self._g,
+            self.record,
+            source,
+            into,
+            strategy=strategy,
+            message=message,
+            metadata=dict(metadata or {}),
+            committer=committer,
+            hint=hint,
+        )
+
+    def merge_base(self, left: str, right: str) -> Commit:
+        """The commit a merge of `left` and `right` would start from."""
+        left_id = self._g.refs.resolve(self.record, left).commit_id
+        right_id = self._g.refs.resolve(self.record, right).commit_id
+        return merge_ops.find_merge_base(self._g, self.record, left_id, right_id)
 
     def tag(self, name: str, ref: str) -> Tag:
         check_ref_name(name, "tag")

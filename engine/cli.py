@@ -36,6 +36,7 @@ from branchwater.engine.errors import (
     PredicateFailed,
     TooManyTries,
 )
+from branchwater.engine.graveler.merge import STRATEGIES
 from branchwater.engine.graveler.model import Change, Commit, Entry, Tag
 
 PROG = "branchwater"
@@ -362,6 +363,23 @@ def cmd_commit(lake: Lake, args: argparse.Namespace, out: Output) -> None:
     out.document(commit_to_json(commit), f"[{args.branch} {short(commit.id)}] {first_line}")
 
 
+def cmd_merge(lake: Lake, args: argparse.Namespace, out: Output) -> None:
+    result = lake.repository(args.repo).merge(
+        args.source,
+        into=args.destination,
+        strategy=args.strategy,
+        message=args.message,
+        metadata=dict(args.meta),
+        committer=args.committer if args.committer is not None else default_committer(),
+        hint=args.hint,
+    )
+    how = "fast-forward" if result.fast_forward else f"{result.attempts} attempt(s)"
+    doc = {**commit_to_json(result.commit), "attempts": result.attempts}
+    doc["fast_forward"] = result.fast_forward
+    text = f"[{args.destination} {short(result.commit.id)}] merged {args.source} ({how})"
+    out.document(doc, text)
+
+
 def cmd_log(lake: Lake, args: argparse.Namespace, out: Output) -> None:
     commits = lake.repository(args.repo).log(
         args.ref, first_parent=args.first_parent, limit=args.limit
@@ -543,6 +561,15 @@ def add_history_verbs(sub: Subparsers) -> None:
     commit.add_argument(
         "--committer", default=None, help=f"default: ${COMMITTER_ENV}, else the OS user"
     )
+    merge = verb(sub, "merge", cmd_merge, "merge SOURCE (any ref) into the branch DEST")
+    merge.add_argument("repo", metavar="REPO")
+    merge.add_argument("source", metavar="SOURCE")
+    merge.add_argument("destination", metavar="DEST")
+    merge.add_argument("--strategy", choices=STRATEGIES, default=None)
+    merge.add_argument("-m", "--message", default=None, metavar="MSG")
+    merge.add_argument("--meta", action="append", type=key_value, default=[], metavar="K=V")
+    merge.add_argument("--committer", default=None)
+    merge.add_argument("--hint", default=None, help="resume from a lost race's hint")
     log = verb(sub, "log", cmd_log, "show commits reachable from REF, newest first")
     log.add_argument("repo", metavar="REPO")
     log.add_argument("ref", metavar="REF")

@@ -5,15 +5,19 @@ format), reads them lazily by key bounds, applies sorted changes to a metarange,
 two metaranges. Apply and diff work range by range: a range whose id is known to be
 unaffected is referenced or skipped without being read, so their cost follows the size of
 the change, not of the repository. A three-way merge can be built the same way from
-`ranges()`, `range_entries()` and a `MetarangeWriter` (`try_reuse` for untouched ranges).
+`ranges()` (compare range ids), `range_table()` / `range_entries()` and a `MetarangeWriter`
+(`try_reuse` for untouched ranges, `add_stored_rows` for unchanged runs of a rewritten one).
 """
 
 from __future__ import annotations
 
 import bisect
+import functools
+import operator
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import islice
 from typing import Generic, TypeVar
 
 import pyarrow as pa
@@ -21,7 +25,7 @@ import pyarrow.compute as pc
 
 from branchwater.engine.errors import CorruptedData, InvalidArgument, NotFound
 from branchwater.engine.graveler import ranges as fmt
-from branchwater.engine.graveler.model import Change, Entry
+from branchwater.engine.graveler.model import Change, ChangeType, Entry
 from branchwater.engine.graveler.ranges import EMPTY_METARANGE_ID, RangeInfo, RangePolicy
 from branchwater.engine.objects import ObjectStore
 
@@ -67,20 +71,25 @@ class _LRU(Generic[K, V]):
                 self._items.popitem(last=False)
 
 
-class MetarangeWriter:
-    """Streams sorted entries (and reusable ranges) into ranges, then one metarange.
+_BATCH = 8192
+"""Entries converted to Arrow at once: enough to amortise a conversion, far below a range."""
 
-    Holds at most one range's entries. `try_reuse` appends an existing range by id when the
-    result is exactly what writing its entries would give: nothing pending, keys in order, and
-    the range ends where the policy would end it. A writer that raised must be discarded.
+
+class MetarangeWriter:
+    """Streams sorted rows (and reusable ranges) into ranges, then one metarange.
+
+    Pending rows are Arrow slices, at most one range of them. Rows come from entries
+    (`add_entries`), from stored ranges without decoding (`add_stored_rows`), or whole
+    ranges by id (`try_reuse`); whatever the mix, the ranges are those a from-scratch write
+    of the same entries gives. A writer that raised must be discarded.
     """
 
     def __init__(self, store: CommittedStore) -> None:
         self._store = store
         self._policy = store.policy
         self._rows: list[RangeInfo] = []
-        self._pending: list[Entry] = []
-        self._texts: list[str] = []
+        self._chunks: list[pa.Table] = []
+        self._count = 0
         self._size = 0
         self._last = ""
         self._closed = False
@@ -92,47 +101,45 @@ class MetarangeWriter:
 
     @property
     def pending_empty(self) -> bool:
-        """True at a range boundary: the next entry or reused range starts a new range."""
-        return not self._pending
+        """True at a range boundary: the next row or reused range starts a new range."""
+        return not self._count
 
     def add(self, entry: Entry) -> None:
         self.add_entries((entry,))
 
     def add_entries(self, entries: Iterable[Entry]) -> None:
-        """Append entries in strictly increasing path order, closing ranges where the policy
-        says. This loop is the write path's per-entry cost, so it keeps to locals."""
+        """Append entries in strictly increasing path order, a batch at a time."""
         self._check_open()
-        policy = self._policy
-        max_entries, max_bytes = policy.max_entries, policy.max_bytes
-        is_boundary, metadata_json = policy.is_boundary, fmt.metadata_json
-        pending, texts = self._pending, self._texts
-        size, last = self._size, self._last
-        try:
-            for entry in entries:
-                path = entry[0]
-                if not path > last:
-                    raise _order_error(path, last)
-                last = path
-                text = metadata_json(entry[5])
-                pending.append(entry)
-                texts.append(text)
-                size += len(path) + len(entry[1]) + len(entry[3]) + len(text) + fmt.ENTRY_OVERHEAD
-                if len(pending) >= max_entries or size >= max_bytes or is_boundary(path):
-                    self._flush(size)
-                    size = 0
-        finally:
-            self._size, self._last = size, last
+        iterator = iter(entries)
+        while batch := list(islice(iterator, _BATCH)):
+            paths = [entry[0] for entry in batch]
+            _check_increasing(paths)
+            hits = fmt.boundary_indexes(paths, self._policy.target_entries)
+            self._add_rows(fmt.build_range(batch), hits)
+
+    def add_stored_rows(self, table: pa.Table, start: int, stop: int) -> None:
+        """Append rows [start, stop) of a range stored under this policy, without decoding.
+
+        No row of a stored range but its last can satisfy the hash rule (it would have ended
+        the range), so only that one is hashed: unchanged rows cost no Python per row.
+        """
+        self._check_open()
+        if start >= stop:
+            return
+        last = table.num_rows - 1
+        ends_range = stop - 1 == last and self._policy.is_boundary(_path_at(table, last))
+        self._add_rows(table.slice(start, stop - start), [stop - 1 - start] if ends_range else [])
 
     def try_reuse(self, info: RangeInfo, *, final: bool = False) -> bool:
         """Append an existing range by id if that equals writing its entries; else False and
-        the caller must add the range's entries instead.
+        the caller must add the range's rows instead.
 
         `final` promises nothing follows: then a range need not end on a policy boundary
         (the last range of a metarange usually does not), because input ending there cuts it
         just the same. The writer refuses anything added after a final range.
         """
         self._check_open()
-        if self._pending or info.min_key <= self._last:
+        if self._count or info.min_key <= self._last:
             return False
         if not final and not self._policy.closes(info):
             return False
@@ -146,20 +153,53 @@ class MetarangeWriter:
         """Store the last range and the metarange; return the metarange id."""
         if self._closed:
             raise InvalidArgument("this MetarangeWriter is closed already")
-        if self._pending:
-            self._flush(self._size)
-            self._size = 0
+        if self._count:
+            self._flush()
         self._closed = True
         return self._store._put_metarange(self._rows)
 
-    def _flush(self, size: int) -> None:
-        table = fmt.build_range(self._pending, self._texts)
+    def _add_rows(self, table: pa.Table, hits: Sequence[int]) -> None:
+        """Append sorted rows; `hits` are the row indexes that satisfy the hash rule."""
+        first = _path_at(table, 0)
+        if not first > self._last:
+            raise _order_error(first, self._last)
+        self._last = _path_at(table, table.num_rows - 1)
+        sizes = fmt.entry_sizes(table)
+        pending_hits = deque(hits)
+        start = 0
+        while start < table.num_rows:
+            while pending_hits and pending_hits[0] < start:
+                pending_hits.popleft()
+            cut = self._next_cut(sizes, start, pending_hits[0] if pending_hits else None)
+            stop = table.num_rows if cut is None else cut + 1
+            self._chunks.append(table.slice(start, stop - start))
+            self._count += stop - start
+            self._size += pc.sum(sizes.slice(start, stop - start)).as_py()
+            if cut is not None:
+                self._flush()
+            start = stop
+
+    def _next_cut(self, sizes: pa.Array, start: int, hit: int | None) -> int | None:
+        """The first row from `start` after which the policy ends the pending range, if any:
+        the next hash hit, the entry cap, or the byte cap, whichever comes first."""
+        by_count = start + self._policy.max_entries - self._count - 1
+        rules = [i for i in (hit, by_count) if i is not None and i < len(sizes)]
+        limit = min(rules, default=len(sizes) - 1)
+        running = pc.cumulative_sum(sizes.slice(start, limit - start + 1))
+        room = self._policy.max_bytes - self._size
+        over = pc.index(pc.greater_equal(running, room), True).as_py()
+        if over >= 0:
+            return start + over
+        return limit if rules else None
+
+    def _flush(self) -> None:
+        table = pa.concat_tables(self._chunks).combine_chunks()
         range_id, written = self._store._put_range(table)
         self.ranges_written += written
-        first, last = self._pending[0].path, self._pending[-1].path
-        self._rows.append(RangeInfo(range_id, first, last, len(self._pending), size))
-        self._pending.clear()
-        self._texts.clear()
+        first, last = _path_at(table, 0), _path_at(table, table.num_rows - 1)
+        self._rows.append(RangeInfo(range_id, first, last, self._count, self._size))
+        self._chunks.clear()
+        self._count = self._size = 0
 
     def _check_open(self) -> None:
         if self._closed:
@@ -168,68 +208,81 @@ class MetarangeWriter:
             raise InvalidArgument("nothing can follow a range reused as final")
 
 
+def _path_at(table: pa.Table, row: int) -> str:
+    return table.column("path")[row].as_py()
+
+
+def _check_increasing(paths: list[str]) -> None:
+    """Within a batch; `_add_rows` checks the seam with what came before."""
+    try:
+        if all(map(operator.lt, paths, islice(paths, 1, None))):
+            return
+    except TypeError:
+        pass
+    bad = next(i for i in range(1, len(paths)) if not _is_above(paths[i], paths[i - 1]))
+    raise _order_error(paths[bad], paths[bad - 1])
+
+
+def _is_above(path: object, previous: object) -> bool:
+    return isinstance(path, str) and isinstance(previous, str) and path > previous
+
+
 def _order_error(path: str, last: str) -> InvalidArgument:
     if not isinstance(path, str) or not path:
         return InvalidArgument(f"entry path must be a non-empty string, not {path!r}")
     return InvalidArgument(f"entries must be sorted by path, no repeats: {path!r} after {last!r}")
 
 
-class _RangeCursor:
-    """One side of a range-aware walk: ranges not yet opened, then the open range's entries.
+class _DiffSide:
+    """One side of a diff: ranges not opened yet, then the unread rows of the open one.
 
-    Callers look at `next_range()` first and either `skip()` it (reuse by id, or equal on
-    both sides) or `open()` it; only opening reads storage.
+    The walk looks at `next_range()` first and either `skip()`s it (equal on both sides) or
+    `open()`s it; only opening reads storage. Rows are taken as Arrow slices.
     """
 
-    def __init__(self, infos: Sequence[RangeInfo], load: Callable[[str], list[Entry]]) -> None:
+    def __init__(self, infos: Sequence[RangeInfo], load: Callable[[str], pa.Table]) -> None:
         self._infos = deque(infos)
         self._load = load
-        self._entries: list[Entry] = []
+        self._table: pa.Table = fmt.RANGE_SCHEMA.empty_table()
         self._pos = 0
 
     @property
     def buffered(self) -> bool:
-        return self._pos < len(self._entries)
+        return self._pos < self._table.num_rows
 
     def next_range(self) -> RangeInfo | None:
         """The next range, if the open one is used up and one is left."""
         return self._infos[0] if not self.buffered and self._infos else None
 
-    def ranges_left(self) -> int:
-        """Ranges not opened yet."""
-        return len(self._infos)
-
     def head(self) -> str | None:
         """The smallest key left on this side (read or not), or None when exhausted."""
         if self.buffered:
-            return self._entries[self._pos].path
+            return _path_at(self._table, self._pos)
         return self._infos[0].min_key if self._infos else None
 
-    def skip(self) -> RangeInfo:
-        return self._infos.popleft()
+    def last_key(self) -> str:
+        return _path_at(self._table, self._table.num_rows - 1)
+
+    def skip(self) -> None:
+        self._infos.popleft()
 
     def open(self) -> None:
-        self._entries = self._load(self._infos.popleft().range_id)
+        self._table = self._load(self._infos.popleft().range_id)
         self._pos = 0
 
-    def peek(self) -> Entry:
-        return self._entries[self._pos]
+    def take_through(self, key: str) -> pa.Table:
+        """The open rows with path <= `key`."""
+        return self._take(_count_below(self._table.column("path"), key, inclusive=True))
 
-    def take(self) -> Entry:
-        self._pos += 1
-        return self._entries[self._pos - 1]
+    def take_below(self, key: str | None) -> pa.Table:
+        """The open rows with path < `key` (all if None)."""
+        paths = self._table.column("path")
+        return self._take(len(paths) if key is None else _count_below(paths, key))
 
-    def take_before(self, key: str | None) -> list[Entry]:
-        """The open range's entries with paths below `key` (all if None), in one slice."""
-        end = len(self._entries)
-        if key is not None:
-            end = bisect.bisect_left(self._entries, key, lo=self._pos, key=_path)
-        taken, self._pos = self._entries[self._pos : end], end
-        return taken
-
-
-def _path(entry: Entry) -> str:
-    return entry.path
+    def _take(self, stop: int) -> pa.Table:
+        rows = self._table.slice(self._pos, max(stop - self._pos, 0))
+        self._pos = max(stop, self._pos)
+        return rows
 
 
 class _SortedChanges:
@@ -249,6 +302,20 @@ class _SortedChanges:
         assert head is not None
         self._advance()
         return head
+
+    def before(self, key: str | None) -> Iterator[ChangeItem]:
+        """Pop changes while their path is below `key` (all if None), lazily."""
+        while self._head is not None and (key is None or self._head[0] < key):
+            yield self.pop()
+
+    def through(self, key: str) -> Iterator[ChangeItem]:
+        """Pop changes while their path is at most `key`, lazily."""
+        while self._head is not None and self._head[0] <= key:
+            yield self.pop()
+
+    def entries_before(self, key: str | None) -> Iterator[Entry]:
+        """The new entries among `before(key)`: a delete with no base entry is a no-op."""
+        return (entry for _, entry in self.before(key) if entry is not None)
 
     def _advance(self) -> None:
         change = next(self._changes, None)
@@ -300,35 +367,50 @@ class CommittedStore:
         The result is identical to writing all resulting entries from scratch. A base range
         that no change falls into and that starts on a range boundary of the output is
         referenced by id, neither read nor written: content-defined boundaries bring the
-        output back in step with the base ranges shortly after each change.
+        output back in step with the base ranges shortly after each change. A range that
+        must be rewritten is spliced as Arrow slices; only the changed entries are converted.
         """
-        base = _RangeCursor(self._metarange(base_metarange_id), self.range_entries)
-        return self._apply(base, _SortedChanges(changes), self.writer())
+        base = deque(self._metarange(base_metarange_id))
+        changes_ = _SortedChanges(changes)
+        writer = self.writer()
+        while base or changes_.peek() is not None:
+            self._apply_step(base, changes_, writer)
+        return writer.close()
 
-    @staticmethod
-    def _apply(base: _RangeCursor, changes: _SortedChanges, writer: MetarangeWriter) -> str:
-        while True:
-            change = changes.peek()
-            if base.buffered:
-                writer.add_entries(base.take_before(None if change is None else change[0]))
-                if change is not None and base.buffered:
-                    if base.peek().path == change[0]:
-                        base.take()
-                    _write_change(writer, changes.pop())
-                continue
-            info = base.next_range()
-            if info is None:
-                if change is None:
-                    return writer.close()
-                _write_change(writer, changes.pop())
-            elif change is not None and change[0] < info.min_key:
-                _write_change(writer, changes.pop())
-            elif (change is None or change[0] > info.max_key) and writer.try_reuse(
-                info, final=change is None and base.ranges_left() == 1
-            ):
-                base.skip()
-            else:
-                base.open()
+    def _apply_step(
+        self, base: deque[RangeInfo], changes: _SortedChanges, writer: MetarangeWriter
+    ) -> None:
+        """One move: write the changes before the next base range, reuse it, or splice it."""
+        change = changes.peek()
+        if not base:
+            writer.add_entries(changes.entries_before(None))
+        elif change is not None and change[0] < base[0].min_key:
+            writer.add_entries(changes.entries_before(base[0].min_key))
+        elif (change is None or change[0] > base[0].max_key) and writer.try_reuse(
+            base[0], final=change is None and len(base) == 1
+        ):
+            base.popleft()
+        else:
+            self._splice(base.popleft(), changes, writer)
+
+    def _splice(self, info: RangeInfo, changes: _SortedChanges, writer: MetarangeWriter) -> None:
+        """Merge one base range with the changes inside its bounds: runs of unchanged rows go
+        to the writer as Arrow slices, changed entries as entries."""
+        table = self.range_table(info.range_id)
+        paths = table.column("path").to_pylist()
+        position = 0
+        run: list[Entry] = []
+        for path, entry in changes.through(info.max_key):
+            row = bisect.bisect_left(paths, path, lo=position)
+            if row > position:
+                writer.add_entries(run)
+                run = []
+                writer.add_stored_rows(table, position, row)
+            position = row + (row < len(paths) and paths[row] == path)
+            if entry is not None:
+                run.append(entry)
+        writer.add_entries(run)
+        writer.add_stored_rows(table, position, len(paths))
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -338,7 +420,7 @@ class CommittedStore:
 
     def range_entries(self, range_id: str) -> list[Entry]:
         """All entries of one range, decoded."""
-        return fmt.decode_entries(self._range_table(range_id))
+        return fmt.decode_entries(self.range_table(range_id))
 
     def iterate(self, metarange_id: str, after: str = "", prefix: str = "") -> Iterator[Entry]:
         """Entries with path > `after` starting with `prefix`, in path order.
@@ -355,7 +437,7 @@ class CommittedStore:
                 continue
             if info.min_key > prefix and not info.min_key.startswith(prefix):
                 return
-            table = self._range_table(info.range_id)
+            table = self.range_table(info.range_id)
             paths = table.column("path")
             below_prefix = _count_below(paths, prefix)
             start = max(_count_below(paths, after, inclusive=True), below_prefix)
@@ -370,7 +452,7 @@ class CommittedStore:
         infos = self._metarange(metarange_id)
         index = bisect.bisect_left(infos, path, key=_max_key)
         if index < len(infos) and infos[index].min_key <= path:
-            table = self._range_table(infos[index].range_id)
+            table = self.range_table(infos[index].range_id)
             row = _count_below(table.column("path"), path)
             if row < table.num_rows and table.column("path")[row].as_py() == path:
                 return fmt.decode_entries(table, row, row + 1)[0]
@@ -380,11 +462,11 @@ class CommittedStore:
         """Changes from left to right, sorted by path: "added" (right only), "removed" (left
         only; the left entry), "changed" (identities differ; the right entry).
 
-        Ranges with the same id on both sides are skipped without reading; only ranges that
-        differ are compared key by key.
+        Ranges with the same id on both sides are skipped without reading; ranges that
+        differ are compared with Arrow kernels, and only differing rows are decoded.
         """
-        left = _RangeCursor(self._metarange(left_id), self.range_entries)
-        right = _RangeCursor(self._metarange(right_id), self.range_entries)
+        left = _DiffSide(self._metarange(left_id), self.range_table)
+        right = _DiffSide(self._metarange(right_id), self.range_table)
         return _diff(left, right)
 
     # --- storage ---------------------------------------------------------------------------
@@ -420,7 +502,8 @@ class CommittedStore:
             self._metarange_cache.put(metarange_id, rows)
         return rows
 
-    def _range_table(self, range_id: str) -> pa.Table:
+    def range_table(self, range_id: str) -> pa.Table:
+        """One range as a verified Arrow table (cached): for `MetarangeWriter.add_stored_rows`."""
         table = self._range_cache.get(range_id)
         if table is None:
             key = fmt.range_key(fmt.check_id("range", range_id))
@@ -446,14 +529,10 @@ class CommittedStore:
         return CorruptedData(f"committed object {key!r} in {self.objects.url}: {reason}")
 
 
-def _write_change(writer: MetarangeWriter, change: ChangeItem) -> None:
-    if change[1] is not None:
-        writer.add(change[1])
-
-
-def _diff(left: _RangeCursor, right: _RangeCursor) -> Iterator[Change]:
-    """Merge-walk two cursors. Both at a range start with equal ids: skip both unread.
-    A side's next range is opened only once its lower bound is not above the other head."""
+def _diff(left: _DiffSide, right: _DiffSide) -> Iterator[Change]:
+    """Merge-walk two sides. Both at a range start with equal ids: skip both unread. A side's
+    next range is opened only once its lower bound is not above the other side's head; then
+    the rows both open ranges cover are compared as one vectorised window."""
     while True:
         left_range, right_range = left.next_range(), right.next_range()
         if left_range and right_range and left_range.range_id == right_range.range_id:
@@ -467,16 +546,43 @@ def _diff(left: _RangeCursor, right: _RangeCursor) -> Iterator[Change]:
             left.open()
         elif right_range and (left_key is None or right_range.min_key <= left_key):
             right.open()
-        elif right_key is None or (left_key is not None and left_key < right_key):
-            removed = left.take()
-            yield Change(removed.path, "removed", removed)
-        elif left_key is None or right_key < left_key:
-            added = right.take()
-            yield Change(added.path, "added", added)
+        elif left.buffered and right.buffered:
+            window = min(left.last_key(), right.last_key())
+            yield from _diff_rows(left.take_through(window), right.take_through(window))
+        elif left.buffered:
+            yield from _changes_of("removed", left.take_below(right_key))
         else:
-            old, new = left.take(), right.take()
-            if old.identity() != new.identity():
-                yield Change(new.path, "changed", new)
+            yield from _changes_of("added", right.take_below(left_key))
+
+
+_IDENTITY_COLUMNS = ("address", "size", "checksum", "metadata")
+"""The stored columns of `Entry.identity()`: metadata is stored as the same canonical JSON."""
+
+
+def _diff_rows(left: pa.Table, right: pa.Table) -> list[Change]:
+    """Changes between two sorted row sets, found with Arrow kernels; only the rows that
+    differ are decoded, so an unchanged row costs no Python."""
+    in_right = pc.is_in(left.column("path"), value_set=right.column("path"))
+    in_left = pc.is_in(right.column("path"), value_set=left.column("path"))
+    old, new = left.filter(in_right), right.filter(in_left)
+    differs = functools.reduce(
+        pc.or_, (pc.not_equal(old.column(name), new.column(name)) for name in _IDENTITY_COLUMNS)
+    )
+    changes = [
+        *_changes_of("removed", left.filter(pc.invert(in_right))),
+        *_changes_of("added", right.filter(pc.invert(in_left))),
+        *_changes_of("changed", new.filter(differs)),
+    ]
+    changes.sort(key=_change_path)
+    return changes
+
+
+def _changes_of(kind: ChangeType, rows: pa.Table) -> list[Change]:
+    return [Change(entry.path, kind, entry) for entry in fmt.decode_entries(rows)]
+
+
+def _change_path(change: Change) -> str:
+    return change.path
 
 
 def _count_below(paths: pa.Array, key: str, inclusive: bool = False) -> int:

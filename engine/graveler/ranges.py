@@ -210,17 +210,22 @@ def range_id(table: pa.Table) -> str:
 
 
 def _hash_strings(digest: _Digest, column: pa.Array) -> None:
-    """Lengths (int64, little-endian) then the UTF-8 bytes, so no separator can be forged."""
+    """Lengths (int64, little-endian) then the UTF-8 bytes, so no separator can be forged.
+
+    The bytes are hashed in place, between the first and last offsets, whatever the offset
+    width (Parquet reads give 32-bit, other producers 64-bit): no copy of the data.
+    """
     _hash_int64(digest, pc.binary_length(column).cast(pa.int64()))
-    column = column.cast(pa.large_string())
+    width = 8 if pa.types.is_large_string(column.type) else 4
     _, offsets, data = column.buffers()
-    start, end = (_int64_at(offsets, column.offset + i) for i in (0, len(column)))
+    first, last = column.offset, column.offset + len(column)
+    view = memoryview(offsets)
+    start, end = (
+        int.from_bytes(view[i * width : (i + 1) * width], "little", signed=True)
+        for i in (first, last)
+    )
     if end > start and data is not None:
         digest.update(memoryview(data)[start:end])
-
-
-def _int64_at(buffer: pa.Buffer, index: int) -> int:
-    return int.from_bytes(memoryview(buffer)[index * 8 : index * 8 + 8], "little")
 
 
 def _hash_int64(digest: _Digest, column: pa.Array) -> None:

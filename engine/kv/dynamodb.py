@@ -187,9 +187,7 @@ class DynamoDBStore(Store):
         }
         pairs: list[tuple[bytes, bytes]] = []
         while len(pairs) < limit:
-            response = self._call(
-                "scan", self._client.query, Limit=limit - len(pairs), **request
-            )
+            response = self._call("scan", self._client.query, Limit=limit - len(pairs), **request)
             pairs.extend((i[KEY_ATTR]["B"], i[VALUE_ATTR]["B"]) for i in response["Items"])
             if "LastEvaluatedKey" not in response:
                 break

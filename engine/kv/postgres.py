@@ -8,7 +8,9 @@ compare byte-wise, which is the scan order the contract asks for. Other query pa
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import re
 from typing import Any
 
@@ -91,6 +93,16 @@ class PostgresStore(SQLStore):
 
     def _is_broken(self, dbapi: Any) -> bool:
         return bool(dbapi.closed or dbapi.broken)
+
+    def _disown(self, dbapi: Any) -> None:
+        """Point the inherited socket at /dev/null: a later close, even one at interpreter
+        exit, then says goodbye to nobody instead of ending the parent's session."""
+        with contextlib.suppress(Exception):
+            devnull = os.open(os.devnull, os.O_RDWR)
+            try:
+                os.dup2(devnull, dbapi.pgconn.socket)
+            finally:
+                os.close(devnull)
 
     def _failure(self, exc: Exception) -> BranchwaterError:
         if isinstance(exc, BranchwaterError):

@@ -8,6 +8,7 @@ statement and any per-call ORM or Core work would cost more than the statement i
 from __future__ import annotations
 
 import abc
+import contextlib
 import itertools
 import os
 import threading
@@ -19,9 +20,10 @@ from sqlalchemy import Engine, MetaData, Table
 from sqlmodel import Field, SQLModel
 
 from branchwater.engine.errors import BranchwaterError, NotFound, PredicateFailed
-from branchwater.engine.kv.store import KeyValue, Store
+from branchwater.engine.kv.store import KeyValue, Store, check_partition
 
 DEFAULT_TABLE = "branchwater_kv"
+DROP_CHUNK = 2000
 
 T = TypeVar("T")
 
@@ -53,6 +55,7 @@ class Statements(NamedTuple):
     delete: str
     scan_from: str
     scan_after: str
+    drop_chunk: str
 
 
 def statements(table: str, quote: Callable[[str], str], mark: str) -> Statements:
@@ -65,7 +68,7 @@ def statements(table: str, quote: Callable[[str], str], mark: str) -> Statements
     t, p, k, v = quote(table), quote("partition_key"), quote("key"), quote("value")
     where = f"{p} = {mark} AND {k} = {mark}"
     insert = f"INSERT INTO {t} ({p}, {k}, {v}) VALUES ({mark}, {mark}, {mark}) ON CONFLICT"
-    scan = f"SELECT {k}, {v} FROM {t} WHERE {p} = {mark} AND {k} {{}} {mark} ORDER BY {k} LIMIT {mark}"
+    scan = f"SELECT {k}, {v} FROM {t} WHERE {p} = {mark} AND {k} {{}} {mark} ORDER BY {k}"
     return Statements(
         get=f"SELECT {v} FROM {t} WHERE {where}",
         set=f"{insert} ({p}, {k}) DO UPDATE SET {v} = excluded.{v}",
@@ -73,8 +76,12 @@ def statements(table: str, quote: Callable[[str], str], mark: str) -> Statements
         replace=f"UPDATE {t} SET {v} = {mark} WHERE {where}",
         swap=f"UPDATE {t} SET {v} = {mark} WHERE {where} AND {v} = {mark}",
         delete=f"DELETE FROM {t} WHERE {where}",
-        scan_from=scan.format(">="),
-        scan_after=scan.format(">"),
+        scan_from=f"{scan.format('>=')} LIMIT {mark}",
+        scan_after=f"{scan.format('>')} LIMIT {mark}",
+        drop_chunk=(
+            f"DELETE FROM {t} WHERE {p} = {mark} AND {k} IN "
+            f"(SELECT {k} FROM {t} WHERE {p} = {mark} ORDER BY {k} LIMIT {mark})"
+        ),
     )
 
 
@@ -97,9 +104,10 @@ class _ThreadConnection:
     `threading.local`, so short-lived threads do not leak connections.
     """
 
-    __slots__ = ("__weakref__", "cursor", "dbapi", "finalizer")
+    __slots__ = ("__weakref__", "cursor", "dbapi", "finalizer", "pooled")
 
     def __init__(self, pooled: Any, cursor: Cursor) -> None:
+        self.pooled = pooled
         self.dbapi = pooled.driver_connection
         self.cursor = cursor
         self.finalizer = weakref.finalize(self, _close_quietly, pooled)
@@ -107,10 +115,8 @@ class _ThreadConnection:
 
 def _close_quietly(pooled: Any) -> None:
     """Closing is best effort: the server may already be gone, and there is no one to tell."""
-    try:
+    with contextlib.suppress(Exception):
         pooled.close()
-    except Exception:
-        pass
 
 
 _KEY_VALUE = itertools.repeat(KeyValue)
@@ -142,6 +148,10 @@ class SQLStore(Store):
     def _is_broken(self, dbapi: Any) -> bool:
         """Whether a failed connection must be replaced (a lost PostgreSQL session)."""
         return False
+
+    def _disown(self, dbapi: Any) -> None:
+        """In a forked child, make sure closing an inherited connection cannot reach the
+        parent's session (drivers with a network session override this)."""
 
     def _cursor(self) -> Cursor:
         try:
@@ -219,6 +229,14 @@ class SQLStore(Store):
     def _delete(self, partition: bytes, key: bytes) -> None:
         self._write(self._sql.delete, (partition, key), idempotent=True)
 
+    def drop_partition(self, partition: bytes) -> None:
+        """Delete in chunks: one statement per chunk keeps each write lock short, so
+        writers to other partitions (a branch's new staging token) are not held up."""
+        check_partition(partition)
+        params = (partition, partition, DROP_CHUNK)
+        while self._write(self._sql.drop_chunk, params, idempotent=True) >= DROP_CHUNK:
+            pass
+
     def _scan_batch(
         self, partition: bytes, start: bytes, inclusive: bool, limit: int
     ) -> list[tuple[bytes, bytes]]:
@@ -254,11 +272,12 @@ class SQLStore(Store):
     def _forget_connections(self) -> None:
         """In a forked child: never touch the parent's connections, not even to close them.
 
-        Closing would end the parent's PostgreSQL session or checkpoint its SQLite WAL, so
-        the inherited objects are detached and kept alive for the child's lifetime.
+        Closing would end the parent's PostgreSQL session, so the inherited objects are
+        detached from their finalizers, disowned and kept alive for the child's lifetime.
         """
         for conn in list(self._connections):
             conn.finalizer.detach()
+            self._disown(conn.dbapi)
             _INHERITED.append(conn)
         self._connections = weakref.WeakSet()
         self._local = threading.local()

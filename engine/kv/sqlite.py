@@ -66,11 +66,11 @@ class SQLiteStore(SQLStore):
             os.makedirs(parent, exist_ok=True)
             with self._engine.begin() as conn:
                 KVEntry.metadata.create_all(
-                        conn,
-                        tables=[KVEntry.__table__],  # type: ignore[attr-defined]
-                        checkfirst=True,
-                    )
-        except (OSError, DBAPIError) as exc:
+                    conn,
+                    tables=[KVEntry.__table__],  # type: ignore[attr-defined]
+                    checkfirst=True,
+                )
+        except (OSError, DBAPIError, sqlite3.Error) as exc:
             raise self._failure(exc) from exc
 
     def _open_cursor(self, dbapi: Any) -> sqlite3.Cursor:

@@ -14,9 +14,10 @@ import argparse
 import random
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import ParamSpec, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -24,9 +25,12 @@ import pyarrow.parquet as pq
 from branchwater.engine.graveler.committed import CommittedStore, RangePolicy
 from branchwater.engine.graveler.model import Entry
 from branchwater.engine.graveler.ranges import RANGE_SCHEMA, RANGES_PREFIX, metadata_json
+from branchwater.engine.objects import ObjectInfo
 from branchwater.engine.objects.local import LocalObjectStore
 
 ChangeItem = tuple[str, Entry | None]
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class CountingStore(LocalObjectStore):
@@ -36,7 +40,7 @@ class CountingStore(LocalObjectStore):
         super().__init__(url)
         self.range_puts = 0
 
-    def put(self, key: str, data: bytes):  # type: ignore[no-untyped-def]
+    def put(self, key: str, data: bytes) -> ObjectInfo:
         self.range_puts += key.startswith(RANGES_PREFIX)
         return super().put(key, data)
 
@@ -61,9 +65,15 @@ def make_entries(count: int, seed: int) -> list[Entry]:
     return entries
 
 
-def make_changes(entries: list[Entry], count: int, seed: int) -> list[ChangeItem]:
+def make_changes(entries: list[Entry], count: int, seed: int, spread: str) -> list[ChangeItem]:
+    """`scattered`: uniformly random rows, the worst case for reuse (most ranges get one);
+    `clustered`: consecutive rows, as when a job rewrites one partition."""
     rng = random.Random(seed)
-    picked = sorted(rng.sample(range(len(entries)), count))
+    if spread == "clustered":
+        first = rng.randrange(len(entries) - count + 1)
+        picked = list(range(first, first + count))
+    else:
+        picked = sorted(rng.sample(range(len(entries)), count))
     return [(entries[i].path, entries[i]._replace(address=f"data/new/{i:012d}")) for i in picked]
 
 
@@ -84,9 +94,9 @@ def floor_write(entries: list[Entry], path: Path) -> None:
     pq.write_table(pa.Table.from_arrays(arrays, schema=RANGE_SCHEMA), path)
 
 
-def timed(fn, *args):  # type: ignore[no-untyped-def]
+def timed(fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> tuple[R, float]:
     start = time.perf_counter()
-    result = fn(*args)
+    result = fn(*args, **kwargs)
     return result, time.perf_counter() - start
 
 
@@ -104,7 +114,9 @@ def bench_write(root: Path, entries: list[Entry], policy: RangePolicy) -> str:
     return metarange_id
 
 
-def bench_apply(root: Path, base_id: str, changes: list[ChangeItem], policy: RangePolicy) -> None:
+def bench_apply(
+    root: Path, base_id: str, changes: list[ChangeItem], policy: RangePolicy, spread: str
+) -> None:
     objects = CountingStore(f"file://{root}/write")
     result_id, apply_s = timed(CommittedStore(objects, policy).apply, base_id, changes)
     naive = CommittedStore(LocalObjectStore(f"file://{root}/write"), policy)
@@ -116,7 +128,8 @@ def bench_apply(root: Path, base_id: str, changes: list[ChangeItem], policy: Ran
         raise AssertionError(f"apply gave {result_id}, a full rewrite {naive_id}")
     print(
         f"BENCH committed-apply ratio={apply_s / naive_s:.4f} apply_s={apply_s:.3f} "
-        f"naive_s={naive_s:.2f} ranges_written={objects.range_puts} changes={len(changes)}",
+        f"naive_s={naive_s:.2f} ranges_written={objects.range_puts} "
+        f"ranges={len(naive.ranges(base_id))} changes={len(changes)} spread={spread}",
         flush=True,
     )
 
@@ -126,14 +139,15 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--entries", type=int, default=1_000_000)
     parser.add_argument("--changes", type=int, default=100)
     parser.add_argument("--target-entries", type=int, default=RangePolicy().target_entries)
+    parser.add_argument("--spread", choices=("scattered", "clustered"), default="scattered")
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args(argv)
     policy = RangePolicy(target_entries=args.target_entries)
     entries = make_entries(args.entries, args.seed)
-    changes = make_changes(entries, min(args.changes, len(entries)), args.seed)
+    changes = make_changes(entries, min(args.changes, len(entries)), args.seed, args.spread)
     with tempfile.TemporaryDirectory(prefix="bw-bench-committed-") as tmp:
         base_id = bench_write(Path(tmp), entries, policy)
-        bench_apply(Path(tmp), base_id, changes, policy)
+        bench_apply(Path(tmp), base_id, changes, policy, args.spread)
 
 
 if __name__ == "__main__":

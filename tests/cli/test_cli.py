@@ -405,3 +405,25 @@ def test_console_script_is_installed() -> None:
         check=False,
     )
     assert bad.returncode == 1 and b"bogus" in bad.stderr and b"Traceback" not in bad.stderr
+
+
+def test_merge_then_conflict_exits_2_naming_the_path(bw: Bw, lake: Lake) -> None:
+    make_repo(bw, lake)
+    ok(bw("upload", "sales", "main", "p", local_file(lake, "base", b"base")))
+    ok(bw("commit", "sales", "main", "-m", "base"))
+    ok(bw("branch", "create", "sales", "etl", "--source", "main"))
+    ok(bw("upload", "sales", "etl", "p", local_file(lake, "etl", b"etl")))
+    ok(bw("commit", "sales", "etl", "-m", "etl"))
+    ok(bw("upload", "sales", "main", "q", local_file(lake, "q", b"q")))
+    ok(bw("commit", "sales", "main", "-m", "q"))
+    merged = json.loads(ok(bw("merge", "sales", "etl", "main", "--json")).out)
+    assert merged["attempts"] == 1 and not merged["fast_forward"]
+    assert ok(bw("cat", "sales", "main", "p")).out == "etl"
+
+    ok(bw("upload", "sales", "etl", "p", local_file(lake, "etl2", b"etl2")))
+    ok(bw("commit", "sales", "etl", "-m", "etl2"))
+    ok(bw("upload", "sales", "main", "p", local_file(lake, "main2", b"main2")))
+    ok(bw("commit", "sales", "main", "-m", "main2"))
+    assert_user_error(bw("merge", "sales", "etl", "main"), 2, "conflicts on 1 path(s): p")
+    ok(bw("merge", "sales", "etl", "main", "--strategy", "source-wins"))
+    assert ok(bw("cat", "sales", "main", "p")).out == "etl2"

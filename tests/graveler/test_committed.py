@@ -10,6 +10,7 @@ import random
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from branchwater.engine.errors import CorruptedData, InvalidArgument, NotFound
@@ -20,7 +21,14 @@ from branchwater.engine.graveler.committed import (
     RangePolicy,
 )
 from branchwater.engine.graveler.model import Change, Entry
-from branchwater.engine.graveler.ranges import METARANGES_PREFIX, RANGES_PREFIX, range_key
+from branchwater.engine.graveler.ranges import (
+    METARANGES_PREFIX,
+    RANGES_PREFIX,
+    build_range,
+    range_id,
+    range_key,
+)
+from branchwater.engine.objects import ObjectInfo
 from branchwater.engine.objects.local import LocalObjectStore
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
@@ -41,7 +49,7 @@ class SpyStore(LocalObjectStore):
         self.puts: list[str] = []
         self.gets: list[str] = []
 
-    def put(self, key: str, data: bytes):  # type: ignore[no-untyped-def]
+    def put(self, key: str, data: bytes) -> ObjectInfo:
         self.puts.append(key)
         return super().put(key, data)
 
@@ -68,7 +76,9 @@ def fresh(objects: SpyStore, policy: RangePolicy) -> CommittedStore:
     return CommittedStore(objects, policy)
 
 
-def entry(path: str, n: int = 0, *, tz: timezone = UTC, metadata: dict[str, str] | None = None):
+def entry(
+    path: str, n: int = 0, *, tz: timezone = UTC, metadata: dict[str, str] | None = None
+) -> Entry:
     return Entry(
         path,
         f"data/g1/{n:08x}-{path}",
@@ -139,7 +149,9 @@ def test_round_trip_keeps_every_field_and_mtime_instant(objects: SpyStore) -> No
     assert back == entries
     assert [dict(e.metadata) for e in back] == [dict(e.metadata) for e in entries]
     assert all(e.mtime.utcoffset() == timedelta(0) for e in back)
-    assert len(store.ranges(metarange_id)) > 10
+    infos = store.ranges(metarange_id)
+    assert len(infos) > 10
+    assert [e for info in infos for e in store.range_entries(info.range_id)] == entries
 
 
 def test_ranges_follow_the_policy(objects: SpyStore) -> None:
@@ -152,6 +164,21 @@ def test_ranges_follow_the_policy(objects: SpyStore) -> None:
         assert [info.min_key for info in infos[1:]] > [info.max_key for info in infos[:-1]]
         assert all(info.count <= policy.max_entries for info in infos)
         assert all(policy.closes(info) for info in infos[:-1]), name
+
+
+def test_range_id_depends_on_values_not_on_arrow_layout() -> None:
+    entries = random_entries(random.Random(12), 60)
+    table = build_range(entries)
+    wide = table.cast(
+        pa.schema(
+            [f.with_type(pa.large_string()) if f.type == pa.string() else f for f in table.schema]
+        )
+    )
+    chunked = pa.concat_tables([table.slice(0, 25), table.slice(25)])
+
+    assert range_id(table) == range_id(wide) == range_id(chunked)
+    assert range_id(table.slice(10, 20)) == range_id(build_range(entries[10:30]))
+    assert range_id(table.slice(10, 20)) != range_id(table.slice(10, 21))
 
 
 def test_same_content_same_ids_in_any_store(tmp_path: Path) -> None:
@@ -323,6 +350,23 @@ def test_apply_rewrites_only_the_touched_range(objects: SpyStore) -> None:
     assert store.get(result_id, target.path) == target
 
 
+def test_apply_resynchronises_after_removing_a_range_boundary(objects: SpyStore) -> None:
+    entries = [entry(f"t/part-{i:06d}", i) for i in range(5_000)]
+    policy = RangePolicy(target_entries=100, max_entries=10_000, max_bytes=10**9)
+    metarange_id = CommittedStore(objects, policy).write_metarange(entries)
+    store = fresh(objects, policy)
+    before = store.ranges(metarange_id)
+    boundary = before[len(before) // 2].max_key
+
+    result_id = store.apply(metarange_id, [(boundary, None)])
+
+    after = store.ranges(result_id)
+    assert len(after) == len(before) - 1, "two ranges merged into one, the rest reused"
+    assert len(set(after) - set(before)) == 1
+    assert [key.split("/")[1] for key in objects.puts] == ["ranges", "metaranges"]
+    assert objects.range_reads() == 2
+
+
 def test_apply_refuses_unsorted_or_mismatched_changes(objects: SpyStore) -> None:
     store = CommittedStore(objects, POLICIES["tiny"])
     base_id = store.write_metarange([entry("b")])
@@ -367,6 +411,19 @@ def test_diff_matches_a_naive_dict_diff(objects: SpyStore, seed: int) -> None:
     assert list(store.diff(left_id, right_id)) == naive_diff(left, right)
     assert list(store.diff(right_id, left_id)) == naive_diff(right, left)
     assert list(store.diff(left_id, left_id)) == []
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_diff_is_right_when_range_bounds_do_not_line_up(objects: SpyStore, seed: int) -> None:
+    rng = random.Random(f"misaligned-{seed}")
+    left = random_entries(rng, 300)
+    _, right = random_changes(rng, left, 60)
+    left_id = CommittedStore(objects, POLICIES["tiny"]).write_metarange(left)
+    right_id = CommittedStore(objects, POLICIES["byte-cap"]).write_metarange(right)
+    store = CommittedStore(objects, POLICIES["hash"])
+
+    assert list(store.diff(left_id, right_id)) == naive_diff(left, right)
+    assert list(store.diff(right_id, left_id)) == naive_diff(right, left)
 
 
 def test_diff_skips_ranges_equal_on_both_sides(objects: SpyStore) -> None:

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+import branchwater.engine.kv.sql as sql
 from branchwater.engine.errors import InvalidArgument, NotFound, PredicateFailed
 from branchwater.engine.kv import EXISTS, KeyValue, Store
 
@@ -267,7 +268,9 @@ def test_empty_partition_scan_is_rejected(store: Store) -> None:
     [("p", b"k", b"v"), (b"p", "k", b"v"), (b"p", b"k", "v"), (b"p", b"k", None)],
     ids=["str-partition", "str-key", "str-value", "none-value"],
 )
-def test_non_bytes_arguments_are_rejected(store: Store, partition: Any, key: Any, value: Any) -> None:
+def test_non_bytes_arguments_are_rejected(
+    store: Store, partition: Any, key: Any, value: Any
+) -> None:
     with pytest.raises(InvalidArgument):
         store.set(partition, key, value)
     with pytest.raises(InvalidArgument):
@@ -298,3 +301,16 @@ def test_bad_predicate_type_is_rejected_and_nothing_written(store: Store, predic
     with pytest.raises(InvalidArgument):
         store.set_if(P, b"key", b"new", predicate)
     assert store.get(P, b"key").value == b"old"
+
+
+def test_drop_partition_removes_every_key_and_only_those(store: Store, monkeypatch) -> None:
+    monkeypatch.setattr(sql, "DROP_CHUNK", 3)
+    for i in range(10):
+        store.set(b"p", b"k%02d" % i, b"v")
+    store.set(b"p1", b"k", b"kept")
+    store.set(b"q", b"k", b"kept")
+    store.drop_partition(b"p")
+    assert list(store.scan(b"p")) == []
+    assert store.get(b"p1", b"k").value == b"kept"
+    assert store.get(b"q", b"k").value == b"kept"
+    store.drop_partition(b"never-written")

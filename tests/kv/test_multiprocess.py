@@ -6,6 +6,7 @@ exactly like separate Airflow workers sharing one store.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import threading
 from pathlib import Path
@@ -120,3 +121,47 @@ def test_threads_sharing_one_store_never_lose_an_increment(fresh_url: str) -> No
             thread.join()
         assert errors == []
         assert int(store.get(*COUNTER).value) == THREADS * INCREMENTS
+
+
+def test_finished_threads_release_their_connections(fresh_url: str) -> None:
+    with open_store(fresh_url) as store:
+        store.set(*COUNTER, b"0")
+        threads = [threading.Thread(target=store.get, args=COUNTER) for _ in range(THREADS)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        del threads
+        gc.collect()
+        assert len(store._connections) == 1  # type: ignore[attr-defined]
+
+
+def report_connection(store: Store, results: Any) -> None:
+    """Runs in a forked child: use the inherited store, report which session served it."""
+    store.set(b"fork", b"child", b"written by child")
+    results.put(session_of(store))
+
+
+def session_of(store: Store) -> int:
+    """The PostgreSQL backend pid, or the identity of the sqlite3 connection object."""
+    dbapi = store._local.conn.dbapi  # type: ignore[attr-defined]
+    info = getattr(dbapi, "info", None)
+    return info.backend_pid if info is not None else id(dbapi)
+
+
+@pytest.mark.slow
+def test_forked_child_opens_its_own_connection(fresh_url: str) -> None:
+    ctx = multiprocessing.get_context("fork")
+    with open_store(fresh_url) as store:
+        store.set(b"fork", b"parent", b"written by parent")
+        parent_session = session_of(store)
+        results = ctx.Queue()
+        child = ctx.Process(target=report_connection, args=(store, results))
+        child.start()
+        child.join(START_TIMEOUT)
+        assert child.exitcode == 0
+        child_session = results.get(timeout=10)
+        assert store.get(b"fork", b"child").value == b"written by child"
+        assert session_of(store) == parent_session
+        if fresh_url.startswith("postgresql"):
+            assert child_session != parent_session

@@ -57,9 +57,7 @@ def test_sqlite_path_under_a_file_is_unavailable_and_names_path(tmp_path: Path) 
         open_store(f"sqlite:///{path}")
 
 
-@pytest.mark.parametrize(
-    "url", ["sqlite://", "sqlite:///:memory:", "sqlite:///kv.db?journal=off"]
-)
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:", "sqlite:///kv.db?journal=off"])
 def test_sqlite_url_without_file_or_with_unknown_option_is_rejected(url: str) -> None:
     with pytest.raises(ConfigurationError):
         open_store(url)
@@ -68,7 +66,7 @@ def test_sqlite_url_without_file_or_with_unknown_option_is_rejected(url: str) ->
 def test_sqlite_file_that_is_not_a_database_is_unavailable(tmp_path: Path) -> None:
     path = tmp_path / "garbage.db"
     path.write_bytes(b"this is not an SQLite database file" * 100)
-    with pytest.raises(Unavailable, match="garbage.db"):
+    with pytest.raises(Unavailable, match=r"garbage\.db"):
         open_store(f"sqlite:///{path}")
 
 
@@ -145,3 +143,42 @@ def test_dynamodb_unreachable_endpoint_is_unavailable_quickly() -> None:
 def test_dynamodb_bad_urls_are_configuration_errors(url: str) -> None:
     with pytest.raises(ConfigurationError):
         open_store(url)
+
+
+def test_sqlite_write_lock_timeout_is_unavailable_naming_the_url(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sqlite3
+
+    import branchwater.engine.kv.sqlite as sqlite_driver
+
+    monkeypatch.setattr(sqlite_driver, "BUSY_TIMEOUT_SECONDS", 0.1)
+    path = tmp_path / "locked.db"
+    with open_store(f"sqlite:///{path}") as store:
+        holder = sqlite3.connect(path, isolation_level=None)
+        holder.execute("BEGIN EXCLUSIVE")
+        try:
+            with pytest.raises(Unavailable, match="locked") as caught:
+                store.set(b"p", b"k", b"v")
+            assert str(path) in str(caught.value)
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        store.set(b"p", b"k", b"v")
+        assert store.get(b"p", b"k").value == b"v"
+
+
+@pytest.mark.postgres
+def test_postgres_conditional_write_on_a_lost_session_is_not_retried(postgres_url: str) -> None:
+    import psycopg
+
+    with open_store(f"{postgres_url}?table={unique_name('kv_')}") as store:
+        store.set(b"p", b"k", b"v")
+        backend = store._local.conn.dbapi.info.backend_pid  # type: ignore[attr-defined]
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
+        with pytest.raises(Unavailable) as caught:
+            store.set_if(b"p", b"k", b"w", b"v")
+        assert "postgresql://" in str(caught.value)
+        store.set_if(b"p", b"k", b"w", b"v")
+        assert store.get(b"p", b"k").value == b"w"

@@ -1,0 +1,295 @@
+"""Three-way merge of commits, and merge-with-retry that reuses its own work (seed 003).
+
+A merge applies to the destination the changes that turn the merge base into the source:
+`diff(base, source)` skips every range the source left alone, and `apply` references every
+destination range no change falls into, so the cost follows the size of the change.
+
+When the final `set_if` loses a race, the retry merges *the metarange this attempt produced*
+(source') on the new destination HEAD, with the destination it merged against as base'. Then
+`diff(base', source')` is only what this merge brought in, and the ranges it wrote are
+reused. The seed's correctness table holds because deletion behaves like unique content.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Literal
+
+from branchwater.engine.errors import (
+    BranchwaterError,
+    Conflict,
+    InvalidArgument,
+    NoChanges,
+    NotFound,
+    PredicateFailed,
+    TooManyTries,
+)
+from branchwater.engine.graveler.graveler import Graveler
+from branchwater.engine.graveler.model import Change, Commit, Entry, Repository
+from branchwater.engine.graveler.reads import committed_lookup
+from branchwater.engine.graveler.refs import commit_id_for
+
+Strategy = Literal["source-wins", "dest-wins"]
+STRATEGIES: tuple[str, ...] = ("source-wins", "dest-wins")
+CONFLICTS_SHOWN = 20
+
+
+class DirtyBranch(BranchwaterError):
+    """The destination has uncommitted changes; a merge would mix them into its commit."""
+
+
+class MergeConflict(Conflict):
+    """Paths both sides changed differently; `paths` holds the first few, `count` all."""
+
+    def __init__(self, paths: list[str], count: int, source: str, destination: str) -> None:
+        shown = ", ".join(paths)
+        more = f" and {count - len(paths)} more" if count > len(paths) else ""
+        super().__init__(
+            f"merging {source!r} into {destination!r} conflicts on {count} path(s): {shown}{more}; "
+            "resolve them, or merge with strategy 'source-wins' or 'dest-wins'"
+        )
+        self.paths = paths
+        self.count = count
+
+
+class MergeRaceLost(TooManyTries):
+    """Every attempt lost the race for the destination; `hint` lets a caller resume the work."""
+
+    def __init__(self, message: str, hint: str) -> None:
+        super().__init__(f"{message}; retry with hint={hint!r} to reuse this merge's work")
+        self.hint = hint
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    commit: Commit
+    attempts: int
+    fast_forward: bool = False
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    """What one attempt produced: the merged metarange and the destination it merged onto."""
+
+    metarange_id: str
+    onto_commit_id: str
+
+    @property
+    def hint(self) -> str:
+        return f"{self.metarange_id}@{self.onto_commit_id}"
+
+
+def find_merge_base(g: Graveler, repo: Repository, left: str, right: str) -> Commit:
+    """The first commit reachable from both, walking by generation from the newest."""
+    marks: dict[str, int] = {left: 1}
+    marks[right] = marks.get(right, 0) | 2
+    heap = [_queued(g.refs.get_commit(repo, cid)) for cid in {left, right}]
+    heapq.heapify(heap)
+    while heap:
+        *_, commit = heapq.heappop(heap)
+        mark = marks[commit.id]
+        if mark == 3:
+            return commit
+        for parent in commit.parents:
+            before = marks.get(parent, 0)
+            if before | mark != before:
+                marks[parent] = before | mark
+                heapq.heappush(heap, _queued(g.refs.get_commit(repo, parent)))
+    raise NotFound(f"commits {left[:12]} and {right[:12]} of {repo.name!r} share no ancestor")
+
+
+def _queued(commit: Commit) -> tuple[int, float, str, Commit]:
+    return (-commit.generation, -commit.creation_date.timestamp(), commit.id, commit)
+
+
+def merge(
+    g: Graveler,
+    repo: Repository,
+    source_ref: str,
+    destination: str,
+    *,
+    strategy: str | None = None,
+    message: str | None = None,
+    metadata: dict[str, str] | None = None,
+    committer: str = "",
+    hint: str | None = None,
+) -> MergeResult:
+    if strategy is not None and strategy not in STRATEGIES:
+        raise InvalidArgument(f"unknown merge strategy {strategy!r}: use one of {STRATEGIES}")
+    source = g.refs.get_commit(repo, g.refs.resolve(repo, source_ref).commit_id)
+    previous = _parse_hint(g, repo, hint) if hint else None
+    for attempt in range(1, g.retry.attempts + 1):
+        branch, predicate = g.refs.get_branch(repo, destination)
+        _check_clean(g, repo, destination, branch)
+        head = g.refs.get_commit(repo, branch.commit_id)
+        if previous is None:
+            base = find_merge_base(g, repo, head.id, source.id)
+            if base.id == source.id:
+                raise NoChanges(f"{destination!r} already contains {source_ref!r}")
+            if base.id == head.id:
+                forwarded = dataclasses.replace(branch, commit_id=source.id)
+                if _try_set(g, repo, forwarded, predicate):
+                    return MergeResult(source, attempt, fast_forward=True)
+                g.retry.backoff(attempt)
+                continue
+            base_mr, source_mr = base.metarange_id, source.metarange_id
+        else:
+            base_mr = g.refs.get_commit(repo, previous.onto_commit_id).metarange_id
+            source_mr = previous.metarange_id
+        merged = _merge_metaranges(
+            g, repo, base_mr, source_mr, head, strategy, source_ref, destination
+        )
+        previous = _Attempt(merged, head.id)
+        new_commit = _record(g, repo, head, source, merged, message, metadata, committer, strategy)
+        updated = dataclasses.replace(branch, commit_id=new_commit.id)
+        if _try_set(g, repo, updated, predicate):
+            return MergeResult(new_commit, attempt)
+        g.retry.backoff(attempt)
+    assert previous is not None
+    raise MergeRaceLost(
+        f"merge of {source_ref!r} into {destination!r} lost {g.retry.attempts} races in a row",
+        previous.hint,
+    )
+
+
+def _check_clean(g: Graveler, repo: Repository, name: str, branch) -> None:
+    if (
+        branch.sealed_tokens
+        or branch.compacted_metarange_id
+        or not g.staging.is_empty(branch.staging_token)
+    ):
+        raise DirtyBranch(
+            f"branch {name!r} of {repo.name!r} has uncommitted changes: commit or reset it "
+            "before merging into it"
+        )
+
+
+def _try_set(g: Graveler, repo: Repository, branch, predicate: bytes) -> bool:
+    try:
+        g.refs.set_branch_if(repo, branch, predicate)
+    except PredicateFailed:
+        return False
+    g.branch_cache.put(repo, branch)
+    return True
+
+
+class _Conflicts:
+    """The first few conflicting paths and how many there are, in bounded memory."""
+
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+        self.count = 0
+
+    def add(self, path: str) -> None:
+        self.count += 1
+        if len(self.paths) < CONFLICTS_SHOWN:
+            self.paths.append(path)
+
+
+def _merge_metaranges(
+    g: Graveler,
+    repo: Repository,
+    base_mr: str,
+    source_mr: str,
+    head: Commit,
+    strategy: str | None,
+    source_ref: str,
+    destination: str,
+) -> str:
+    conflicts = _Conflicts()
+    changes = _resolved_changes(g, repo, base_mr, source_mr, head.metarange_id, strategy, conflicts)
+    merged = g.committed(repo).apply(head.metarange_id, _until_conflict(changes, conflicts))
+    if conflicts.count:
+        for _ in changes:
+            pass
+        raise MergeConflict(conflicts.paths, conflicts.count, source_ref, destination)
+    return merged
+
+
+def _resolved_changes(
+    g: Graveler,
+    repo: Repository,
+    base_mr: str,
+    source_mr: str,
+    dest_mr: str,
+    strategy: str | None,
+    conflicts: _Conflicts,
+) -> Iterator[tuple[str, Entry | None]]:
+    """Source's changes to apply on the destination; conflicting paths go to `conflicts`."""
+    for change in g.committed(repo).diff(base_mr, source_mr):
+        path = change.path
+        ours = None if change.type == "removed" else change.entry
+        theirs = committed_lookup(g, repo, dest_mr, path)
+        if _same(theirs, ours):
+            continue
+        base = _base_side(g, repo, base_mr, change)
+        if _same(theirs, base) or strategy == "source-wins":
+            yield path, ours
+        elif strategy != "dest-wins":
+            conflicts.add(path)
+
+
+def _base_side(g: Graveler, repo: Repository, base_mr: str, change: Change) -> Entry | None:
+    if change.type == "removed":
+        return change.entry
+    if change.type == "added":
+        return None
+    return committed_lookup(g, repo, base_mr, change.path)
+
+
+def _until_conflict(
+    changes: Iterator[tuple[str, Entry | None]], conflicts: _Conflicts
+) -> Iterator[tuple[str, Entry | None]]:
+    """Feed `apply` only while the merge can still succeed; after a conflict it is wasted."""
+    for item in changes:
+        if conflicts.count:
+            return
+        yield item
+
+
+def _same(a: Entry | None, b: Entry | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return a.identity() == b.identity()
+
+
+def _record(
+    g: Graveler,
+    repo: Repository,
+    head: Commit,
+    source: Commit,
+    metarange_id: str,
+    message: str | None,
+    metadata: dict[str, str] | None,
+    committer: str,
+    strategy: str | None,
+) -> Commit:
+    meta = dict(metadata or {})
+    if strategy:
+        meta["branchwater.merge.strategy"] = strategy
+    draft = Commit(
+        id="",
+        message=message or f"Merge {source.id[:12]} into {head.id[:12]}",
+        metarange_id=metarange_id,
+        parents=(head.id, source.id),
+        metadata=meta,
+        creation_date=datetime.now(timezone.utc),
+        committer=committer,
+        generation=max(head.generation, source.generation) + 1,
+    )
+    commit = dataclasses.replace(draft, id=commit_id_for(draft))
+    g.refs.put_commit(repo, commit)
+    return commit
+
+
+def _parse_hint(g: Graveler, repo: Repository, hint: str) -> _Attempt:
+    metarange_id, sep, onto = hint.partition("@")
+    if not sep or not metarange_id or not onto:
+        raise InvalidArgument(f"merge hint {hint!r} is not of the form <metarange>@<commit>")
+    g.refs.get_commit(repo, onto)
+    g.committed(repo).ranges(metarange_id)
+    return _Attempt(metarange_id, onto)

@@ -1,0 +1,213 @@
+"""Graveler benchmarks on the embedded default (SQLite + local files), issue 3's protocol.
+
+- `commit`: commit N staged entries vs the floor measured in the same run: scanning those
+  staged rows from the KV and writing the same rows as Parquet with pyarrow.
+- `long-commit-multiple-staging`: p50/p99 of single-object writes from another process while
+  an N-entry commit runs, vs the same writes with no commit running.
+- `list`: first page (1,000 entries) of a branch with N committed and M staged entries, vs the
+  floor of reading 1,000 entries of one range and scanning 1,000 staged keys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import sqlite3
+import statistics
+import tempfile
+import time
+from datetime import datetime, timezone
+from itertools import islice
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from branchwater.engine.api import Lake
+from branchwater.engine.graveler.graveler import Graveler
+from branchwater.engine.graveler.model import Entry, decode_entry, encode_entry
+from branchwater.engine.kv.sql import DEFAULT_TABLE
+
+MTIME = datetime(2026, 11, 1, tzinfo=timezone.utc)
+
+
+def entry(i: int) -> Entry:
+    return Entry(
+        f"tables/t{i % 97:02d}/part-{i:08d}.parquet",
+        f"data/s/{i:032x}",
+        1024 + i % 7,
+        f"{i:032x}",
+        MTIME,
+    )
+
+
+def bulk_stage(db: Path, token: str, count: int, offset: int = 0) -> None:
+    """Fill a staging token straight through sqlite3: the benchmark is the commit, not this."""
+    with sqlite3.connect(db) as conn:
+        rows = (
+            (token.encode(), e.path.encode(), encode_entry(e))
+            for e in (entry(i) for i in range(offset, offset + count))
+        )
+        conn.executemany(f"INSERT OR REPLACE INTO {DEFAULT_TABLE} VALUES (?, ?, ?)", rows)
+
+
+def new_lake(root: Path) -> tuple[Lake, str, Path]:
+    db = root / "lake.db"
+    kv_url = f"sqlite:///{db}?synchronous=normal"
+    lake = Lake.connect(kv_url)
+    lake.create_repository("bench", storage_namespace=f"file://{root}/ns")
+    return lake, kv_url, db
+
+
+def staging_token(lake: Lake) -> str:
+    repo = lake.repository("bench")
+    return lake.graveler.read_branch(repo.record, "main").staging_token
+
+
+def floor_seconds(lake: Lake, token: str, out: Path) -> float:
+    start = time.perf_counter()
+    columns: dict[str, list] = {
+        k: [] for k in ("path", "address", "size", "checksum", "mtime", "metadata")
+    }
+    for key, value in lake.graveler.kv.scan(token.encode(), batch_size=1000):
+        e = decode_entry(key.decode(), value)
+        columns["path"].append(e.path)
+        columns["address"].append(e.address)
+        columns["size"].append(e.size)
+        columns["checksum"].append(e.checksum)
+        columns["mtime"].append(e.mtime)
+        columns["metadata"].append("")
+    pq.write_table(pa.table(columns), out)
+    return time.perf_counter() - start
+
+
+def bench_commit(entries: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        lake, _, db = new_lake(root)
+        token = staging_token(lake)
+        bulk_stage(db, token, entries)
+        floor = floor_seconds(lake, token, root / "floor.parquet")
+        start = time.perf_counter()
+        lake.repository("bench").branch("main").commit("bench")
+        ours = time.perf_counter() - start
+        lake.close()
+    print(
+        f"BENCH commit ratio={ours / floor:.2f} commit_s={ours:.2f} floor_s={floor:.2f} "
+        f"entries={entries}",
+        flush=True,
+    )
+
+
+def _timed_writes(kv_url: str, count: int, started, done) -> list[float]:
+    with Lake.connect(kv_url) as lake:
+        main = lake.repository("bench").branch("main")
+        started.set()
+        latencies = []
+        for i in range(count):
+            t0 = time.perf_counter()
+            main.upload(f"live/{i:06d}", b"x")
+            latencies.append(time.perf_counter() - t0)
+            if done is not None and done.is_set() and i >= count // 4:
+                break
+        return latencies
+
+
+def _percentiles(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return statistics.median(ordered), ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
+def bench_long_commit(entries: int, writes: int) -> None:
+    ctx = mp.get_context("spawn")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        lake, kv_url, db = new_lake(root)
+        manager = ctx.Manager()
+        with ctx.Pool(1) as pool:
+            quiet = pool.apply(_timed_writes, (kv_url, writes, manager.Event(), None))
+            bulk_stage(db, staging_token(lake), entries)
+            started, done = manager.Event(), manager.Event()
+            busy = pool.apply_async(_timed_writes, (kv_url, writes * 100, started, done))
+            started.wait(60)
+            t0 = time.perf_counter()
+            lake.repository("bench").branch("main").commit("long")
+            lake.graveler.wait_for_background()
+            commit_s = time.perf_counter() - t0
+            done.set()
+            loaded = busy.get(600)
+        manager.shutdown()
+        lake.close()
+    q50, q99 = _percentiles(quiet)
+    l50, l99 = _percentiles(loaded)
+    print(
+        f"BENCH long-commit-multiple-staging ratio={l99 / q99:.2f} p50_ms={l50 * 1e3:.2f} "
+        f"p99_ms={l99 * 1e3:.2f} quiet_p50_ms={q50 * 1e3:.2f} quiet_p99_ms={q99 * 1e3:.2f} "
+        f"writes_during_commit={len(loaded)} commit_s={commit_s:.1f} entries={entries}",
+        flush=True,
+    )
+
+
+class _CountingKV:
+    """Counts calls into the KV store the lake uses."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.calls = inner, 0
+
+    def __getattr__(self, name: str):
+        attr = getattr(self.inner, name)
+        if not callable(attr):
+            return attr
+
+        def counted(*args, **kwargs):
+            self.calls += 1
+            return attr(*args, **kwargs)
+
+        return counted
+
+
+def bench_list(committed: int, staged: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        lake, _, db = new_lake(root)
+        bulk_stage(db, staging_token(lake), committed)
+        lake.repository("bench").branch("main").commit("base")
+        bulk_stage(db, staging_token(lake), staged, offset=committed // 2)
+        lake.graveler.wait_for_background()
+        counting = _CountingKV(lake.graveler.kv)
+        fresh = Lake(Graveler(counting))  # type: ignore[arg-type]
+        main = fresh.repository("bench").branch("main")
+        t0 = time.perf_counter()
+        page = list(islice(main.list(), 1000))
+        ours = time.perf_counter() - t0
+        calls = counting.calls
+        range_file = next((root / "ns" / "_branchwater" / "ranges").iterdir())
+        token = staging_token(fresh)
+        t0 = time.perf_counter()
+        pq.read_table(range_file).slice(0, 1000).to_pylist()
+        list(islice(counting.inner.scan(token.encode(), batch_size=1000), 1000))
+        floor = time.perf_counter() - t0
+        lake.close()
+    assert len(page) == 1000
+    print(
+        f"BENCH list ratio={ours / floor:.2f} first_page_ms={ours * 1e3:.1f} "
+        f"floor_ms={floor * 1e3:.1f} kv_calls={calls} committed={committed} staged={staged}",
+        flush=True,
+    )
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="bench_graveler")
+    parser.add_argument("--entries", type=int, default=1_000_000)
+    parser.add_argument("--writes", type=int, default=2000)
+    parser.add_argument("--staged", type=int, default=10_000)
+    args, _ = parser.parse_known_args(argv)
+    bench_commit(args.entries)
+    bench_long_commit(args.entries, args.writes)
+    bench_list(args.entries, args.staged)
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])

@@ -1,0 +1,263 @@
+"""Merge: the contended-merge seed's correctness table, conflicts, strategies, fast-forward."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import pytest
+
+from branchwater.engine import (
+    DirtyBranch,
+    InvalidArgument,
+    Lake,
+    MergeConflict,
+    MergeRaceLost,
+    NoChanges,
+    NotFound,
+)
+from branchwater.engine.graveler import merge as merge_ops
+from branchwater.engine.graveler.committed import RangePolicy
+from branchwater.engine.graveler.graveler import RetryPolicy
+
+DELETED = None
+
+
+@pytest.fixture
+def lake() -> Lake:
+    policy = RangePolicy(target_entries=4, max_entries=16)
+    with Lake.connect("memory://", range_policy=policy, retry=RetryPolicy(base_delay=0)) as lake:
+        yield lake
+
+
+@pytest.fixture
+def repo(lake: Lake, tmp_path: Path):
+    return lake.create_repository("merges", storage_namespace=f"file://{tmp_path}/ns")
+
+
+def put(branch, path: str, content: bytes | None) -> None:
+    """Make `path` hold `content`; `None` means deleted (absent)."""
+    if content is None:
+        with contextlib.suppress(NotFound):
+            branch.delete(path)
+    else:
+        branch.upload(path, content)
+
+
+def content(ref, path: str) -> bytes | None:
+    try:
+        return ref.read(path)
+    except NotFound:
+        return None
+
+
+def race_once(monkeypatch, action) -> list[int]:
+    """Run `action` (a concurrent change to the destination) just before the first set_if."""
+    calls: list[int] = []
+    original = merge_ops._try_set
+
+    def racing(g, repo, branch, predicate):
+        calls.append(1)
+        if len(calls) == 1:
+            action()
+        return original(g, repo, branch, predicate)
+
+    monkeypatch.setattr(merge_ops, "_try_set", racing)
+    return calls
+
+
+# base, src, dst, dst' (None: no race at p), expected (bytes, or "conflict")
+TABLE = [
+    ("A", "B", "A", "A", "B"),
+    ("A", "A", "B", "B", "B"),
+    ("A", "A", "A", "B", "B"),
+    ("A", "B", "C", None, "conflict"),
+    ("A", "B", "A", "C", "conflict"),
+    ("A", "A", "B", "C", "C"),
+]
+DELETION = [None, "A", "B", "C"]
+
+
+@pytest.mark.parametrize("deleted", DELETION, ids=lambda d: f"deleted={d}")
+@pytest.mark.parametrize("row", TABLE, ids=[f"row{i + 1}" for i in range(len(TABLE))])
+def test_seed_correctness_table(repo, monkeypatch, row, deleted) -> None:
+    base, src, dst, dst_after, expected = row
+
+    def value(symbol: str) -> bytes | None:
+        return DELETED if symbol == deleted else symbol.encode()
+
+    main = repo.branch("main")
+    main.upload("keep", b"k")
+    put(main, "p", value(base))
+    main.commit("base")
+    feature = repo.create_branch("feature", source="main")
+    if src != base:
+        put(feature, "p", value(src))
+    feature.upload("src-only", b"s")
+    feature.commit("source side")
+    if dst != base:
+        put(main, "p", value(dst))
+    main.upload("dst-only", b"d")
+    main.commit("destination side")
+
+    def concurrent_commit() -> None:
+        if dst_after is not None and dst_after != dst:
+            put(main, "p", value(dst_after))
+        main.upload("race-only", b"r")
+        main.commit("concurrent commit")
+
+    calls = race_once(monkeypatch, concurrent_commit) if dst_after is not None else []
+    if expected == "conflict":
+        with pytest.raises(MergeConflict) as info:
+            repo.merge("feature", into="main")
+        assert info.value.paths == ["p"]
+        return
+    result = repo.merge("feature", into="main")
+    assert result.attempts == len(calls) == 2
+    assert content(main, "p") == value(expected)
+    assert {"keep", "src-only", "dst-only", "race-only"} <= {e.path for e in main.list()}
+    assert result.commit.parents[1] == repo.ref("feature").commit_id
+
+
+def test_retry_reuses_the_ranges_it_wrote(lake: Lake, repo, monkeypatch) -> None:
+    """The second attempt finds its ranges already stored: only new ranges are written."""
+    main = repo.branch("main")
+    for i in range(200):
+        main.upload(f"d/{i:04d}", b"x")
+    main.commit("base")
+    feature = repo.create_branch("feature", source="main")
+    feature.upload("d/0100a", b"new")
+    feature.commit("feature")
+    main.upload("zzz", b"other")
+    main.commit("dest")
+    objects = lake.graveler.objects(repo.storage_namespace)
+    puts: list[str] = []
+    original_put = objects.put
+
+    def counting_put(key, data):
+        puts.append(key)
+        return original_put(key, data)
+
+    monkeypatch.setattr(objects, "put", counting_put)
+
+    def concurrent() -> None:
+        main.upload("zzzz", b"race")
+        main.commit("race")
+        puts.clear()
+
+    race_once(monkeypatch, concurrent)
+    result = repo.merge("feature", into="main")
+    assert result.attempts == 2
+    ranges_written = [k for k in puts if "/ranges/" in k]
+    assert len(ranges_written) <= 1, ranges_written
+    assert content(main, "d/0100a") == b"new"
+    assert content(main, "zzzz") == b"race"
+
+
+def test_conflict_lists_paths_and_counts_them(repo) -> None:
+    main = repo.branch("main")
+    for i in range(30):
+        main.upload(f"c/{i:02d}", b"base")
+    main.commit("base")
+    feature = repo.create_branch("feature", source="main")
+    for i in range(30):
+        feature.upload(f"c/{i:02d}", b"src")
+        main.upload(f"c/{i:02d}", b"dst")
+    feature.commit("src")
+    main.commit("dst")
+    head = main.commit_id
+    with pytest.raises(MergeConflict) as info:
+        repo.merge("feature", into="main")
+    assert info.value.count == 30
+    assert info.value.paths == [f"c/{i:02d}" for i in range(merge_ops.CONFLICTS_SHOWN)]
+    assert "and 10 more" in str(info.value)
+    assert main.commit_id == head
+
+
+@pytest.mark.parametrize(("strategy", "expected"), [("source-wins", b"src"), ("dest-wins", b"dst")])
+def test_strategies_resolve_conflicts_and_are_recorded(repo, strategy, expected) -> None:
+    main = repo.branch("main")
+    main.upload("p", b"base")
+    main.commit("base")
+    feature = repo.create_branch("feature", source="main")
+    feature.upload("p", b"src")
+    feature.upload("q", b"src-only")
+    feature.commit("src")
+    main.upload("p", b"dst")
+    main.commit("dst")
+    result = repo.merge("feature", into="main", strategy=strategy)
+    assert content(main, "p") == expected
+    assert content(main, "q") == b"src-only"
+    assert result.commit.metadata["branchwater.merge.strategy"] == strategy
+
+
+def test_fast_forward_and_up_to_date(repo) -> None:
+    main = repo.branch("main")
+    main.upload("a", b"1")
+    main.commit("a")
+    feature = repo.create_branch("feature", source="main")
+    feature.upload("b", b"2")
+    tip = feature.commit("b")
+    result = repo.merge("feature", into="main")
+    assert result.fast_forward and result.commit.id == tip.id
+    assert main.commit_id == tip.id
+    with pytest.raises(NoChanges):
+        repo.merge("feature", into="main")
+
+
+def test_merge_into_dirty_branch_fails_and_leaves_it(repo) -> None:
+    main = repo.branch("main")
+    main.upload("a", b"1")
+    main.commit("a")
+    feature = repo.create_branch("feature", source="main")
+    feature.upload("b", b"2")
+    feature.commit("b")
+    main.upload("dirty", b"x")
+    head = main.commit_id
+    with pytest.raises(DirtyBranch, match="uncommitted changes"):
+        repo.merge("feature", into="main")
+    assert main.commit_id == head
+    assert [c.path for c in main.uncommitted()] == ["dirty"]
+
+
+def test_merge_base_is_the_newest_common_ancestor(repo) -> None:
+    main = repo.branch("main")
+    main.upload("a", b"1")
+    fork = main.commit("fork point")
+    left = repo.create_branch("left", source="main")
+    right = repo.create_branch("right", source="main")
+    left.upload("l", b"l")
+    left.commit("l")
+    right.upload("r", b"r")
+    right.commit("r")
+    assert repo.merge_base("left", "right").id == fork.id
+    repo.merge("left", into="right")
+    assert repo.merge_base("left", "right").id == repo.ref("left").commit_id
+
+
+def test_unknown_strategy_and_bad_hint(repo) -> None:
+    repo.create_branch("feature", source="main")
+    with pytest.raises(InvalidArgument, match="strategy"):
+        repo.merge("feature", into="main", strategy="ours")
+    with pytest.raises(InvalidArgument, match="hint"):
+        repo.merge("feature", into="main", hint="garbage")
+
+
+def test_lost_races_give_a_hint_that_resumes_the_work(lake: Lake, repo, monkeypatch) -> None:
+    main = repo.branch("main")
+    main.upload("a", b"1")
+    main.commit("a")
+    feature = repo.create_branch("feature", source="main")
+    feature.upload("f", b"feature")
+    feature.commit("f")
+    main.upload("m", b"main")
+    main.commit("m")
+    monkeypatch.setattr(merge_ops, "_try_set", lambda *args: False)
+    with pytest.raises(MergeRaceLost) as info:
+        repo.merge("feature", into="main")
+    monkeypatch.undo()
+    main.upload("late", b"late")
+    main.commit("late")
+    result = repo.merge("feature", into="main", hint=info.value.hint)
+    assert {e.path for e in main.list()} == {"a", "f", "m", "late"}
+    assert result.commit.parents == (repo.ref("main~1").commit_id, feature.commit_id)
