@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from branchwater.engine.errors import InvalidArgument, PredicateFailed, TooManyTries
+from branchwater.engine.errors import InvalidArgument, TooManyTries
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import Branch, Repository
 from branchwater.engine.graveler.names import check_ref_name
@@ -28,8 +28,7 @@ def delete_branch(g: Graveler, repo: Repository, name: str) -> None:
     branch, _ = g.refs.get_branch(repo, name)
     g.refs.remove_branch(repo, name)
     g.branch_cache.forget(repo, name)
-    tokens = (branch.staging_token, *branch.sealed_tokens)
-    g.drop_partitions_later(f"tokens/{branch.staging_token}", [t.encode() for t in tokens])
+    g.drop_tokens_later((branch.staging_token, *branch.sealed_tokens))
 
 
 def reset_branch(g: Graveler, repo: Repository, name: str) -> Branch:
@@ -43,13 +42,8 @@ def reset_branch(g: Graveler, repo: Repository, name: str) -> Branch:
             compacted_metarange_id=None,
             compaction_start_time=None,
         )
-        try:
-            g.refs.set_branch_if(repo, reset, predicate)
-        except PredicateFailed:
-            g.retry.backoff(attempt)
-            continue
-        g.branch_cache.put(repo, reset)
-        tokens = (branch.staging_token, *branch.sealed_tokens)
-        g.drop_partitions_later(f"tokens/{branch.staging_token}", [t.encode() for t in tokens])
-        return reset
+        if g.try_update_branch(repo, reset, predicate):
+            g.drop_tokens_later((branch.staging_token, *branch.sealed_tokens))
+            return reset
+        g.retry.backoff(attempt)
     raise TooManyTries(f"reset of branch {name!r} kept losing races with commits; retry later")

@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Mapping
 from datetime import datetime, timezone
 
-from branchwater.engine.errors import NoChanges, PredicateFailed, TooManyTries
+from branchwater.engine.errors import NoChanges, TooManyTries
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.iterators import combine
 from branchwater.engine.graveler.model import Branch, Commit, Repository
@@ -54,13 +54,9 @@ def seal(
             staging_token=new_staging_token(repo, branch_name),
             sealed_tokens=(branch.staging_token, *branch.sealed_tokens),
         )
-        try:
-            g.refs.set_branch_if(repo, sealed, predicate)
-        except PredicateFailed:
-            g.retry.backoff(attempt)
-            continue
-        g.branch_cache.put(repo, sealed)
-        return sealed.sealed_tokens
+        if g.try_update_branch(repo, sealed, predicate):
+            return sealed.sealed_tokens
+        g.retry.backoff(attempt)
     raise _too_many_tries(repo, branch_name, g.retry.attempts)
 
 
@@ -100,7 +96,7 @@ def _finish(
         rest = tuple(t for t in branch.sealed_tokens if t not in remaining)
         if metarange_id == parent.metarange_id and not allow_empty:
             if _clear(g, repo, branch, predicate, rest):
-                _drop_tokens(g, repo, remaining)
+                g.drop_tokens_later(remaining)
                 raise NoChanges(f"nothing to commit on branch {branch_name!r} of {repo.name!r}")
             g.retry.backoff(attempt)
             continue
@@ -112,14 +108,10 @@ def _finish(
             compacted_metarange_id=None,
             compaction_start_time=None,
         )
-        try:
-            g.refs.set_branch_if(repo, updated, predicate)
-        except PredicateFailed:
-            g.retry.backoff(attempt)
-            continue
-        g.branch_cache.put(repo, updated)
-        _drop_tokens(g, repo, remaining)
-        return new_commit
+        if g.try_update_branch(repo, updated, predicate):
+            g.drop_tokens_later(remaining)
+            return new_commit
+        g.retry.backoff(attempt)
     raise _too_many_tries(repo, branch_name, g.retry.attempts)
 
 
@@ -130,11 +122,7 @@ def _clear(
     cleared = dataclasses.replace(
         branch, sealed_tokens=rest, compacted_metarange_id=None, compaction_start_time=None
     )
-    try:
-        g.refs.set_branch_if(repo, cleared, predicate)
-    except PredicateFailed:
-        return False
-    return True
+    return g.try_update_branch(repo, cleared, predicate)
 
 
 def _record(
@@ -159,11 +147,6 @@ def _record(
     new_commit = dataclasses.replace(draft, id=commit_id_for(draft))
     g.refs.put_commit(repo, new_commit)
     return new_commit
-
-
-def _drop_tokens(g: Graveler, repo: Repository, tokens: tuple[str, ...]) -> None:
-    if tokens:
-        g.drop_partitions_later(f"tokens/{tokens[0]}", [t.encode() for t in tokens])
 
 
 def _too_many_tries(repo: Repository, branch_name: str, attempts: int) -> TooManyTries:

