@@ -31,7 +31,7 @@ class Entry(NamedTuple):
 
     def identity(self) -> tuple[str, int, str, str]:
         """What makes two entries the same object: a rewrite of equal content is no change."""
-        return (self.address, self.size, self.checksum, _metadata_json(self.metadata))
+        return (self.address, self.size, self.checksum, metadata_json(self.metadata))
 
 
 ChangeType = Literal["added", "changed", "removed"]
@@ -51,7 +51,8 @@ TOMBSTONE = b""
 _SEP = "\x00"
 
 
-def _metadata_json(metadata: Metadata) -> str:
+def metadata_json(metadata: Metadata) -> str:
+    """The canonical JSON of entry metadata, "" when empty: what identity and ranges store."""
     return json.dumps(dict(metadata), sort_keys=True, separators=(",", ":")) if metadata else ""
 
 
@@ -64,7 +65,7 @@ def encode_entry(entry: Entry) -> bytes:
             str(entry.size),
             entry.checksum,
             str(mtime_us),
-            _metadata_json(entry.metadata),
+            metadata_json(entry.metadata),
         )
     ).encode()
 

@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from branchwater.engine.errors import InvalidArgument
-from branchwater.engine.graveler.model import EMPTY_METADATA, Entry, Metadata, _metadata_json
+from branchwater.engine.graveler.model import EMPTY_METADATA, Entry, metadata_json
 
 RANGES_PREFIX = "_branchwater/ranges/"
 METARANGES_PREFIX = "_branchwater/metaranges/"
@@ -67,11 +67,6 @@ class _Digest(Protocol):
 
 ENTRY_OVERHEAD = 16
 """Logical bytes of an entry's two integers (size, mtime), added to its strings' UTF-8 bytes."""
-
-
-def metadata_json(metadata: Metadata) -> str:
-    """The canonical JSON of entry metadata, "" when empty: the same text `Entry.identity` uses."""
-    return _metadata_json(metadata) if metadata else ""
 
 
 def entry_sizes(table: pa.Table) -> pa.Array:
@@ -173,7 +168,7 @@ def build_range(entries: Sequence[Entry]) -> pa.Table:
     """A range table from entries: one pyarrow conversion per column, no per-entry Python
     beyond the metadata JSON of entries that have metadata."""
     paths, addresses, sizes, checksums, mtimes, metadata = zip(*entries, strict=True)
-    texts = [_metadata_json(m) if m else "" for m in metadata]
+    texts = [metadata_json(m) for m in metadata]
     values = (paths, addresses, sizes, checksums, mtimes, texts)
     where = f"between {paths[0]!r} and {paths[-1]!r}"
     columns = [_column(field, v, where) for field, v in zip(RANGE_SCHEMA, values, strict=True)]
