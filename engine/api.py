@@ -131,10 +131,18 @@ class Repository:
         )
 
     def log(
-        self, ref: str, *, first_parent: bool = False, limit: int | None = None
+        self,
+        ref: str,
+        *,
+        first_parent: bool = False,
+        limit: int | None = None,
+        after: str | None = None,
     ) -> list[Commit]:
+        """Commits reachable from `ref`, newest first; `after` (a commit id) pages on."""
         start = self._g.refs.resolve(self.record, ref).commit_id
         commits = commit_log(self._g.refs, self.record, start, first_parent=first_parent)
+        if after:
+            commits = _after(commits, after)
         return list(islice(commits, limit))
 
     def diff(self, left: str, right: str) -> Iterator[Change]:
@@ -307,6 +315,13 @@ class Branch(Ref):
 
     def reset(self) -> None:
         branch_ops.reset_branch(self._g, self._record, self.name)
+
+
+def _after(commits: Iterator[Commit], commit_id: str) -> Iterator[Commit]:
+    for commit in commits:
+        if commit.id == commit_id:
+            return commits
+    raise NotFound(f"commit {commit_id!r} is not in that history")
 
 
 def _check_path(path: object) -> str:

@@ -382,7 +382,7 @@ def cmd_merge(lake: Lake, args: argparse.Namespace, out: Output) -> None:
 
 def cmd_log(lake: Lake, args: argparse.Namespace, out: Output) -> None:
     commits = lake.repository(args.repo).log(
-        args.ref, first_parent=args.first_parent, limit=args.limit
+        args.ref, first_parent=args.first_parent, limit=args.limit, after=args.after
     )
     out.document(
         [commit_to_json(c) for c in commits],
@@ -575,6 +575,7 @@ def add_history_verbs(sub: Subparsers) -> None:
     log.add_argument("ref", metavar="REF")
     log.add_argument("--limit", type=positive_int, default=None, metavar="N")
     log.add_argument("--first-parent", action="store_true")
+    log.add_argument("--after", default=None, metavar="COMMIT", help="page on after this commit")
     diff = verb(
         sub, "diff", cmd_diff, "changes from LEFT's commit to RIGHT's (+ added ~ changed - removed)"
     )

@@ -1,7 +1,7 @@
 """`python -m branchwater.engine.demo`: a walk-through on the embedded default (SQLite + files).
 
 It builds a fresh lake under `.branchwater/demo/` each run: a repository, an ETL branch,
-uploads and deletes, commits, the log and a diff, printed as a user would see them.
+uploads and deletes, commits, the log, a diff and a merge, printed as a user would see them.
 """
 
 from __future__ import annotations
@@ -48,6 +48,14 @@ def run(root: Path) -> None:
             print(f"  {entry.size:6}  {entry.path}")
         path = "orders/date=2026-11-03/part-0.csv"
         print(f"cat v1 {path}: {repo.ref('v1').read(path)!r}")
+
+        main.upload("customers/part-0.csv", b"id,name\n1,Ada\n")
+        main.commit("Load customers")
+        result = repo.merge("etl", into="main")
+        print(f"merge etl into main: {result.commit.id[:12]} ({result.attempts} attempt)")
+        print("ls main:")
+        for entry in main.list():
+            print(f"  {entry.size:6}  {entry.path}")
 
 
 def main(argv: list[str] | None = None) -> None:

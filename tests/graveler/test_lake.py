@@ -20,6 +20,7 @@ from branchwater.engine import (
 from branchwater.engine.graveler import commit as commit_ops
 from branchwater.engine.graveler.committed import RangePolicy
 from branchwater.engine.graveler.graveler import Graveler
+from branchwater.engine.graveler.writes import stage_entry
 
 
 @pytest.fixture
@@ -84,6 +85,19 @@ def test_overwrite_shows_latest_and_commits_as_changed(repo) -> None:
     assert main.read("x") == b"22"
 
 
+def test_log_pages_with_limit_and_after(repo) -> None:
+    main = repo.branch("main")
+    for i in range(5):
+        main.upload("f", str(i).encode())
+        main.commit(f"c{i}")
+    first = repo.log("main", limit=2)
+    assert [c.message for c in first] == ["c4", "c3"]
+    rest = repo.log("main", limit=2, after=first[-1].id)
+    assert [c.message for c in rest] == ["c2", "c1"]
+    with pytest.raises(NotFound):
+        repo.log("main", after="0" * 64)
+
+
 def test_tags_and_refs_are_read_only_views(repo) -> None:
     main = repo.branch("main")
     main.upload("a", b"A")
@@ -136,22 +150,17 @@ def test_reset_drops_uncommitted(repo) -> None:
     assert list(main.uncommitted()) == []
 
 
-def test_same_content_same_metarange(lake: Lake, tmp_path: Path) -> None:
-    one = lake.create_repository("one", storage_namespace=f"file://{tmp_path}/shared")
-    main = one.branch("main")
+def test_same_content_same_metarange(lake: Lake, repo) -> None:
+    """Restaging exactly what a commit held gives that commit's metarange id back."""
+    main = repo.branch("main")
     main.upload("a", b"1")
     entry = main.stat("a")
     first = main.commit("first")
-    dev = one.create_branch("dev", source="main")
+    dev = repo.create_branch("dev", source="main")
     dev.delete("a")
-    dev.commit("drop")
-    from branchwater.engine.graveler.model import Entry
-
-    again = one.create_branch("again", source="dev")
-    from branchwater.engine.graveler.writes import stage_entry
-
-    stage_entry(lake.graveler, one.record, "again", Entry(*entry))
-    assert again.commit("restore").metarange_id == first.metarange_id
+    assert dev.commit("drop").metarange_id != first.metarange_id
+    stage_entry(lake.graveler, repo.record, "dev", entry)
+    assert dev.commit("restore").metarange_id == first.metarange_id
 
 
 def test_commit_with_nothing_staged_is_no_changes(repo) -> None:
