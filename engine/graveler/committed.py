@@ -37,6 +37,9 @@ __all__ = [
     "RangePolicy",
 ]
 
+_DECODE_CHUNK = 1024
+"""Rows decoded at a time while iterating: a first page never pays for a whole range."""
+
 ChangeItem = tuple[str, Entry | None]
 """A change to apply: the path and its new entry, or `None` to delete it."""
 
@@ -442,7 +445,8 @@ class CommittedStore:
             below_prefix = _count_below(paths, prefix)
             start = max(_count_below(paths, after, inclusive=True), below_prefix)
             stop = below_prefix + _count_prefixed(paths, prefix) if prefix else len(paths)
-            yield from fmt.decode_entries(table, start, stop)
+            for chunk in range(start, stop, _DECODE_CHUNK):
+                yield from fmt.decode_entries(table, chunk, min(stop, chunk + _DECODE_CHUNK))
             if stop < len(paths):
                 return
 
@@ -472,8 +476,13 @@ class CommittedStore:
     # --- storage ---------------------------------------------------------------------------
 
     def _put_range(self, table: pa.Table) -> tuple[str, bool]:
-        """Store a range unless its id is stored already; return (id, whether written)."""
+        """Store a range unless its id is stored already; return (id, whether written).
+
+        The range is cached as well: a merge retry or a diff right after a commit reads
+        the ranges it just produced, and they are known to match their id.
+        """
         range_id = fmt.range_id(table)
+        self._range_cache.put(range_id, table)
         key = fmt.range_key(range_id)
         if self.objects.exists(key):
             return range_id, False

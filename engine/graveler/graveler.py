@@ -74,12 +74,14 @@ class Graveler:
         range_policy: RangePolicy | None = None,
         retry: RetryPolicy | None = None,
         branch_cache_ttl: float = 0.5,
+        drop_pause: float = 0.005,
     ) -> None:
         self.kv = kv
         self.refs = RefStore(kv)
         self.staging = StagingArea(kv)
         self.retry = retry or RetryPolicy()
         self.branch_cache = BranchCache(branch_cache_ttl)
+        self.drop_pause = drop_pause
         self._object_store_options = dict(object_store_options or {})
         self._range_policy = range_policy or RangePolicy()
         self._objects: dict[str, ObjectStore] = {}
@@ -154,7 +156,7 @@ class Graveler:
 
     def _drop(self, mark: str, partitions: list[bytes]) -> None:
         for partition in partitions:
-            self.kv.drop_partition(partition)
+            self.kv.drop_partition(partition, pause=self.drop_pause)
         self.refs.unmark_partitions(mark)
 
     def collect_dropped_partitions(self) -> int:

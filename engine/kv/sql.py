@@ -12,6 +12,7 @@ import contextlib
 import itertools
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple, Protocol, TypeVar
@@ -23,7 +24,7 @@ from branchwater.engine.errors import BranchwaterError, NotFound, PredicateFaile
 from branchwater.engine.kv.store import KeyValue, Store, check_partition
 
 DEFAULT_TABLE = "branchwater_kv"
-DROP_CHUNK = 2000
+DROP_CHUNK = 500
 
 T = TypeVar("T")
 
@@ -229,13 +230,14 @@ class SQLStore(Store):
     def _delete(self, partition: bytes, key: bytes) -> None:
         self._write(self._sql.delete, (partition, key), idempotent=True)
 
-    def drop_partition(self, partition: bytes) -> None:
-        """Delete in chunks: one statement per chunk keeps each write lock short, so
-        writers to other partitions (a branch's new staging token) are not held up."""
+    def drop_partition(self, partition: bytes, *, pause: float = 0.0) -> None:
+        """Delete in chunks: one statement per chunk keeps each write lock short, and the
+        `pause` between chunks lets writers to other partitions (a branch's new staging
+        token) take the lock instead of queueing behind the whole drop."""
         check_partition(partition)
         params = (partition, partition, DROP_CHUNK)
         while self._write(self._sql.drop_chunk, params, idempotent=True) >= DROP_CHUNK:
-            pass
+            time.sleep(pause)
 
     def _scan_batch(
         self, partition: bytes, start: bytes, inclusive: bool, limit: int

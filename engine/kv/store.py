@@ -8,6 +8,7 @@ public methods here check arguments once, so every driver rejects bad input the 
 from __future__ import annotations
 
 import abc
+import time
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -108,12 +109,17 @@ class Store(abc.ABC):
                 return
             batch = self._scan_batch(partition, batch[-1][0], False, batch_size)
 
-    def drop_partition(self, partition: bytes) -> None:
-        """Delete every key of a partition. Drivers with a cheaper bulk delete override this."""
+    def drop_partition(self, partition: bytes, *, pause: float = 0.0) -> None:
+        """Delete every key of a partition, a batch at a time, sleeping `pause` seconds
+        between batches so a background drop leaves room for foreground writes.
+
+        Drivers with a cheaper bulk delete override this.
+        """
         check_partition(partition)
         while batch := self._scan_batch(partition, b"", True, DEFAULT_BATCH_SIZE):
             for key, _ in batch:
                 self._delete(partition, key)
+            time.sleep(pause)
 
     def close(self) -> None:  # noqa: B027 - optional hook; stores without connections keep it
         """Release connections; the store must not be used afterwards."""

@@ -99,18 +99,25 @@ def bench_commit(entries: int) -> None:
     )
 
 
-def _timed_writes(kv_url: str, count: int, started, done) -> list[float]:
+def _timed_upload(main, path: str) -> float:
+    started = time.perf_counter()
+    main.upload(path, b"x")
+    return time.perf_counter() - started
+
+
+def _writer(kv_url: str, quiet_count: int, ready, done) -> tuple[list[float], list[float]]:
+    """Warm up, time `quiet_count` writes with nothing else running, then time writes until
+    the commit (and its background cleanup) is done."""
     with Lake.connect(kv_url) as lake:
         main = lake.repository("bench").branch("main")
-        started.set()
-        latencies = []
-        for i in range(count):
-            t0 = time.perf_counter()
-            main.upload(f"live/{i:06d}", b"x")
-            latencies.append(time.perf_counter() - t0)
-            if done is not None and done.is_set() and i >= count // 4:
-                break
-        return latencies
+        for i in range(200):
+            _timed_upload(main, f"warm/{i:06d}")
+        quiet = [_timed_upload(main, f"quiet/{i:06d}") for i in range(quiet_count)]
+        ready.set()
+        loaded: list[float] = []
+        while not done.is_set():
+            loaded.append(_timed_upload(main, f"live/{len(loaded):07d}"))
+        return quiet, loaded
 
 
 def _percentiles(samples: list[float]) -> tuple[float, float]:
@@ -123,20 +130,17 @@ def bench_long_commit(entries: int, writes: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         lake, kv_url, db = new_lake(root)
-        manager = ctx.Manager()
-        with ctx.Pool(1) as pool:
-            quiet = pool.apply(_timed_writes, (kv_url, writes, manager.Event(), None))
-            bulk_stage(db, staging_token(lake), entries)
-            started, done = manager.Event(), manager.Event()
-            busy = pool.apply_async(_timed_writes, (kv_url, writes * 100, started, done))
-            started.wait(60)
-            t0 = time.perf_counter()
+        bulk_stage(db, staging_token(lake), entries)
+        with ctx.Manager() as manager, ctx.Pool(1) as pool:
+            ready, done = manager.Event(), manager.Event()
+            writer = pool.apply_async(_writer, (kv_url, writes, ready, done))
+            ready.wait(600)
+            started = time.perf_counter()
             lake.repository("bench").branch("main").commit("long")
             lake.graveler.wait_for_background()
-            commit_s = time.perf_counter() - t0
+            commit_s = time.perf_counter() - started
             done.set()
-            loaded = busy.get(600)
-        manager.shutdown()
+            quiet, loaded = writer.get(600)
         lake.close()
     q50, q99 = _percentiles(quiet)
     l50, l99 = _percentiles(loaded)
