@@ -74,7 +74,7 @@ class Graveler:
         range_policy: RangePolicy | None = None,
         retry: RetryPolicy | None = None,
         branch_cache_ttl: float = 0.5,
-        drop_pause: float = 0.005,
+        drop_pause: float = 0.002,
     ) -> None:
         self.kv = kv
         self.refs = RefStore(kv)

@@ -22,9 +22,16 @@ from branchwater.engine.errors import (
     Unavailable,
     redact_url,
 )
-from branchwater.engine.kv.sql import DEFAULT_TABLE, KVEntry, SQLStore, statements
+from branchwater.engine.kv.sql import (
+    BUSY_TIMEOUT_SECONDS,
+    DEFAULT_TABLE,
+    KVEntry,
+    SQLStore,
+    _fetchall,
+    statements,
+)
 
-BUSY_TIMEOUT_SECONDS = 30.0
+SQLITE_BUSY = 5
 SYNCHRONOUS_MODES = ("full", "normal", "extra")
 
 
@@ -74,7 +81,17 @@ class SQLiteStore(SQLStore):
             raise self._failure(exc) from exc
 
     def _open_cursor(self, dbapi: Any) -> sqlite3.Cursor:
+        """Hot-path connections wait for the lock in `SQLStore._when_free`, not in SQLite."""
+        dbapi.execute("PRAGMA busy_timeout = 0")
         return dbapi.cursor()
+
+    def _after_bulk_chunk(self) -> None:
+        """Checkpoint the WAL the drop just grew, so the foreground write that would cross
+        the auto-checkpoint threshold does not pay for copying it; PASSIVE never blocks."""
+        self._fetch("PRAGMA wal_checkpoint(PASSIVE)", (), _fetchall)
+
+    def _is_busy(self, exc: Exception) -> bool:
+        return (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == SQLITE_BUSY
 
     def _failure(self, exc: Exception) -> BranchwaterError:
         if isinstance(exc, BranchwaterError):
