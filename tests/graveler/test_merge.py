@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,8 @@ from branchwater.engine import (
 from branchwater.engine.graveler import merge as merge_ops
 from branchwater.engine.graveler.committed import RangePolicy
 from branchwater.engine.graveler.graveler import RetryPolicy
+from branchwater.engine.graveler.model import Commit
+from branchwater.engine.graveler.refs import commit_id_for
 
 DELETED = None
 
@@ -265,3 +268,20 @@ def test_lost_races_give_a_hint_that_resumes_the_work(lake: Lake, repo, monkeypa
     result = repo.merge("feature", into="main", hint=info.value.hint)
     assert {e.path for e in main.list()} == {"a", "f", "m", "late"}
     assert result.commit.parents == (repo.ref("main~1").commit_id, feature.commit_id)
+
+
+def test_unrelated_histories_have_no_merge_base(lake: Lake, repo) -> None:
+    """An orphan root (as a refs restore from another repository could bring) shares nothing."""
+    g, record = lake.graveler, repo.record
+    head = g.refs.get_commit(record, repo.branch("main").commit_id)
+    orphan = Commit(
+        id="",
+        message="orphan",
+        metarange_id=head.metarange_id,
+        parents=(),
+        generation=1,
+    )
+    orphan = dataclasses.replace(orphan, id=commit_id_for(orphan))
+    g.refs.put_commit(record, orphan)
+    with pytest.raises(NotFound, match="share no ancestor"):
+        repo.merge_base("main", orphan.id)
