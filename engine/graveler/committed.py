@@ -16,7 +16,8 @@ import functools
 import operator
 import threading
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from itertools import islice
 from typing import Generic, TypeVar
 
@@ -35,6 +36,7 @@ __all__ = [
     "MetarangeWriter",
     "RangeInfo",
     "RangePolicy",
+    "Replacements",
 ]
 
 _DECODE_CHUNK = 1024
@@ -133,6 +135,13 @@ class MetarangeWriter:
         ends_range = stop - 1 == last and self._policy.is_boundary(_path_at(table, last))
         self._add_rows(table.slice(start, stop - start), [stop - 1 - start] if ends_range else [])
 
+    def can_reuse(self, info: RangeInfo, *, final: bool = False) -> bool:
+        """Whether `try_reuse(info, final=final)` would append the range."""
+        self._check_open()
+        if self._count or info.min_key <= self._last:
+            return False
+        return final or self._policy.closes(info)
+
     def try_reuse(self, info: RangeInfo, *, final: bool = False) -> bool:
         """Append an existing range by id if that equals writing its entries; else False and
         the caller must add the range's rows instead.
@@ -141,10 +150,7 @@ class MetarangeWriter:
         (the last range of a metarange usually does not), because input ending there cuts it
         just the same. The writer refuses anything added after a final range.
         """
-        self._check_open()
-        if self._count or info.min_key <= self._last:
-            return False
-        if not final and not self._policy.closes(info):
+        if not self.can_reuse(info, final=final):
             return False
         self._rows.append(info)
         self._last = info.max_key
@@ -332,6 +338,34 @@ class _SortedChanges:
         self._head = change
 
 
+@dataclass(frozen=True)
+class Replacements:
+    """Ranges that a base range plus every change inside its bounds is known to become.
+
+    A merge knows such ranges: where the destination still holds a merge-base range and the
+    source holds a range with the same bounds, the source's changes there are exactly what
+    turns one into the other, so the merged range is the source's range, referenced by id
+    instead of read and rebuilt. Only a caller that applies *every* change inside such a
+    range may pass it.
+    """
+
+    unchanged: frozenset[str]
+    """Ids of the ranges the changes were computed against (the merge base's)."""
+    by_bounds: Mapping[tuple[str, str], RangeInfo]
+    """The changed side's new ranges, by (min_key, max_key)."""
+
+    @classmethod
+    def between(cls, before: Sequence[RangeInfo], after: Sequence[RangeInfo]) -> Replacements:
+        unchanged = frozenset(r.range_id for r in before)
+        changed = {(r.min_key, r.max_key): r for r in after if r.range_id not in unchanged}
+        return cls(unchanged, changed)
+
+    def for_range(self, info: RangeInfo) -> RangeInfo | None:
+        if info.range_id not in self.unchanged:
+            return None
+        return self.by_bounds.get((info.min_key, info.max_key))
+
+
 class CommittedStore:
     """Ranges and metaranges of one storage namespace, with a bounded cache of decoded ones.
 
@@ -363,7 +397,12 @@ class CommittedStore:
         """Store the metarange with no ranges (so tools reading storage find it); its id."""
         return self._put_metarange(())
 
-    def apply(self, base_metarange_id: str, changes: Iterable[ChangeItem]) -> str:
+    def apply(
+        self,
+        base_metarange_id: str,
+        changes: Iterable[ChangeItem],
+        replacements: Replacements | None = None,
+    ) -> str:
         """Apply changes sorted by path (`None` deletes; deleting an absent path is a no-op)
         to a metarange, and return the resulting metarange's id.
 
@@ -371,17 +410,22 @@ class CommittedStore:
         that no change falls into and that starts on a range boundary of the output is
         referenced by id, neither read nor written: content-defined boundaries bring the
         output back in step with the base ranges shortly after each change. A range that
-        must be rewritten is spliced as Arrow slices; only the changed entries are converted.
+        must be rewritten is spliced as Arrow slices; only the changed entries are converted,
+        unless `replacements` names the range that base range and its changes become.
         """
         base = deque(self._metarange(base_metarange_id))
         changes_ = _SortedChanges(changes)
         writer = self.writer()
         while base or changes_.peek() is not None:
-            self._apply_step(base, changes_, writer)
+            self._apply_step(base, changes_, writer, replacements)
         return writer.close()
 
     def _apply_step(
-        self, base: deque[RangeInfo], changes: _SortedChanges, writer: MetarangeWriter
+        self,
+        base: deque[RangeInfo],
+        changes: _SortedChanges,
+        writer: MetarangeWriter,
+        replacements: Replacements | None,
     ) -> None:
         """One move: write the changes before the next base range, reuse it, or splice it."""
         change = changes.peek()
@@ -394,7 +438,14 @@ class CommittedStore:
         ):
             base.popleft()
         else:
-            self._splice(base.popleft(), changes, writer)
+            info = base.popleft()
+            replacement = replacements.for_range(info) if replacements else None
+            if replacement is not None and writer.can_reuse(replacement):
+                for _ in changes.through(info.max_key):
+                    pass
+                writer.try_reuse(replacement)
+            else:
+                self._splice(info, changes, writer)
 
     def _splice(self, info: RangeInfo, changes: _SortedChanges, writer: MetarangeWriter) -> None:
         """Merge one base range with the changes inside its bounds: runs of unchanged rows go

@@ -27,6 +27,7 @@ from branchwater.engine.errors import (
     NotFound,
     TooManyTries,
 )
+from branchwater.engine.graveler.committed import Replacements
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import Change, Commit, Entry, Repository
 from branchwater.engine.graveler.reads import committed_lookup
@@ -198,8 +199,10 @@ def _merge_metaranges(
     destination: str,
 ) -> str:
     conflicts = _Conflicts()
+    committed = g.committed(repo)
     changes = _resolved_changes(g, repo, base_mr, source_mr, head.metarange_id, strategy, conflicts)
-    merged = g.committed(repo).apply(head.metarange_id, _until_conflict(changes, conflicts))
+    replacements = Replacements.between(committed.ranges(base_mr), committed.ranges(source_mr))
+    merged = committed.apply(head.metarange_id, _until_conflict(changes, conflicts), replacements)
     if conflicts.count:
         for _ in changes:
             pass

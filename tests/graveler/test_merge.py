@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import random
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -18,12 +20,14 @@ from branchwater.engine import (
     NotFound,
 )
 from branchwater.engine.graveler import merge as merge_ops
-from branchwater.engine.graveler.committed import RangePolicy
+from branchwater.engine.graveler.committed import CommittedStore, RangePolicy, Replacements
 from branchwater.engine.graveler.graveler import RetryPolicy
-from branchwater.engine.graveler.model import Commit
+from branchwater.engine.graveler.model import Commit, Entry
 from branchwater.engine.graveler.refs import commit_id_for
+from branchwater.engine.objects import open_object_store
 
 DELETED = None
+MTIME = datetime(2026, 11, 1, tzinfo=timezone.utc)
 
 
 @pytest.fixture
@@ -285,3 +289,68 @@ def test_unrelated_histories_have_no_merge_base(lake: Lake, repo) -> None:
     g.refs.put_commit(record, orphan)
     with pytest.raises(NotFound, match="share no ancestor"):
         repo.merge_base("main", orphan.id)
+
+
+def _entry(path: str, version: int) -> Entry:
+    return Entry(path, f"data/x/{path}-{version}", version, f"{version:032x}", MTIME)
+
+
+def _random_changes(rng, paths: list[str], region: range, version: int):
+    """Changes (sorted) to a few paths inside `region`: edits, deletes and inserts."""
+    picked = sorted({f"k{rng.choice(region):05d}" for _ in range(rng.randint(1, 12))})
+    existing = set(paths)
+    return [
+        (p, None if p in existing and rng.random() < 0.3 else _entry(p, version)) for p in picked
+    ]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_replacements_give_the_key_by_key_result_with_fewer_splices(tmp_path, monkeypatch, seed):
+    """Copying the source's range where the destination kept the base's is only a shortcut:
+    the merged metarange id must be the one key-by-key application gives."""
+    rng = random.Random(seed)
+    store = CommittedStore(
+        open_object_store(f"file://{tmp_path}"), RangePolicy(target_entries=8, max_entries=40)
+    )
+    paths = sorted(f"k{i:05d}" for i in rng.sample(range(5000), 800))
+    base = store.write_metarange(_entry(p, 1) for p in paths)
+    source_changes = _random_changes(rng, paths, range(0, 5000), 2)
+    taken = {p for p, _ in source_changes}
+    dest_changes = [c for c in _random_changes(rng, paths, range(0, 5000), 3) if c[0] not in taken]
+    source = store.apply(base, source_changes)
+    dest = store.apply(base, dest_changes)
+    changes = [(c.path, None if c.type == "removed" else c.entry) for c in store.diff(base, source)]
+    splices: list[str] = []
+    original = store._splice
+
+    def counting(info, changes_, writer):
+        splices.append(info.range_id)
+        return original(info, changes_, writer)
+
+    monkeypatch.setattr(store, "_splice", counting)
+    plain = store.apply(dest, changes)
+    plain_splices = len(splices)
+    splices.clear()
+    replacements = Replacements.between(store.ranges(base), store.ranges(source))
+    fast = store.apply(dest, changes, replacements)
+    assert fast == plain
+    assert len(splices) <= plain_splices
+
+
+def test_replacements_copy_the_source_range_untouched_by_the_destination(tmp_path, monkeypatch):
+    store = CommittedStore(
+        open_object_store(f"file://{tmp_path}"), RangePolicy(target_entries=8, max_entries=40)
+    )
+    paths = [f"k{i:05d}" for i in range(0, 2000, 2)]
+    base = store.write_metarange(_entry(p, 1) for p in paths)
+    source = store.apply(base, [("k00500", _entry("k00500", 2))])
+    dest = store.apply(base, [("k01800", _entry("k01800", 3))])
+    changes = [(c.path, c.entry) for c in store.diff(base, source)]
+    spliced: list[str] = []
+    monkeypatch.setattr(store, "_splice", lambda info, *_: spliced.append(info.range_id))
+    replacements = Replacements.between(store.ranges(base), store.ranges(source))
+    merged = store.apply(dest, changes, replacements)
+    assert spliced == []
+    assert store.get(merged, "k00500").size == 2
+    assert store.get(merged, "k01800").size == 3
+    assert set(store.ranges(source)) - set(store.ranges(base)) <= set(store.ranges(merged))
