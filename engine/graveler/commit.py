@@ -47,7 +47,7 @@ def seal(
     """Seal the staging token; returns every token this commit is to absorb, newest first."""
     for attempt in range(g.retry.attempts):
         branch, predicate = g.refs.get_branch(repo, branch_name)
-        if not allow_empty and not _has_staged_work(g, branch):
+        if not allow_empty and not g.has_uncommitted(branch):
             raise NoChanges(f"nothing to commit on branch {branch_name!r} of {repo.name!r}")
         sealed = dataclasses.replace(
             branch,
@@ -58,14 +58,6 @@ def seal(
             return sealed.sealed_tokens
         g.retry.backoff(attempt)
     raise _too_many_tries(repo, branch_name, g.retry.attempts)
-
-
-def _has_staged_work(g: Graveler, branch: Branch) -> bool:
-    return bool(
-        branch.sealed_tokens
-        or branch.compacted_metarange_id
-        or not g.staging.is_empty(branch.staging_token)
-    )
 
 
 def _finish(

@@ -73,7 +73,7 @@ def _check_bare(g: Graveler, repo: Repository) -> None:
     """Restoring over history would interleave two histories; only a fresh repository takes it."""
     commits = list(g.refs.list_commits(repo))
     branches = list(g.refs.list_branches(repo))
-    staged = any(not g.staging.is_empty(b.staging_token) or b.sealed_tokens for b in branches)
+    staged = any(g.has_uncommitted(b) for b in branches)
     if len(commits) > 1 or len(branches) > 1 or staged or any(True for _ in g.refs.list_tags(repo)):
         raise InvalidArgument(
             f"repository {repo.name!r} is not bare: restore refs into a newly created repository"

@@ -132,6 +132,14 @@ class Graveler:
         if tokens:
             self.drop_partitions_later(f"tokens/{tokens[0]}", [t.encode() for t in tokens])
 
+    def has_uncommitted(self, branch: Branch) -> bool:
+        """Anything a commit would still record: staged, sealed or compacted changes."""
+        return bool(
+            branch.sealed_tokens
+            or branch.compacted_metarange_id
+            or not self.staging.is_empty(branch.staging_token)
+        )
+
     def base_metarange(self, repo: Repository, branch: Branch) -> str:
         """What a branch's staging sits on: its compacted metarange, else its HEAD's."""
         if branch.compacted_metarange_id:

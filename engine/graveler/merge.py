@@ -164,11 +164,7 @@ def merge(
 
 
 def _check_clean(g: Graveler, repo: Repository, name: str, branch) -> None:
-    if (
-        branch.sealed_tokens
-        or branch.compacted_metarange_id
-        or not g.staging.is_empty(branch.staging_token)
-    ):
+    if g.has_uncommitted(branch):
         raise DirtyBranch(
             f"branch {name!r} of {repo.name!r} has uncommitted changes: commit or reset it "
             "before merging into it"
@@ -222,7 +218,7 @@ def _resolved_changes(
     """Source's changes to apply on the destination; conflicting paths go to `conflicts`."""
     for change in g.committed(repo).diff(base_mr, source_mr):
         path = change.path
-        ours = None if change.type == "removed" else change.entry
+        ours = change.new_entry
         theirs = committed_lookup(g, repo, dest_mr, path)
         if _same(theirs, ours):
             continue

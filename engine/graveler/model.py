@@ -44,6 +44,11 @@ class Change(NamedTuple):
     type: ChangeType
     entry: Entry
 
+    @property
+    def new_entry(self) -> Entry | None:
+        """What the path holds after the change: `None` once removed."""
+        return None if self.type == "removed" else self.entry
+
 
 TOMBSTONE = b""
 """The staged value of a deleted path."""

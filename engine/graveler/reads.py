@@ -14,6 +14,7 @@ from typing import TypeVar
 from branchwater.engine.errors import NotFound, TooManyTries
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.iterators import (
+    Layer,
     combine,
     committed_layer,
     staged_changes,
@@ -89,14 +90,17 @@ def list_commit(
     return g.committed(repo).iterate(metarange_id, after=after, prefix=prefix)
 
 
+def staging_layers(g: Graveler, branch: Branch, after: str, prefix: str = "") -> list[Layer]:
+    """The branch's staged layers, newest first: its staging token, then its sealed tokens."""
+    tokens = (branch.staging_token, *branch.sealed_tokens)
+    return [g.staging.scan(token, after, prefix) for token in tokens]
+
+
 def branch_stream(
     g: Graveler, repo: Repository, branch: Branch, after: str, prefix: str
 ) -> Iterator[tuple[str, Entry | None]]:
     """Every layer of the branch combined, tombstones included."""
-    layers = [
-        g.staging.scan(token, after, prefix)
-        for token in (branch.staging_token, *branch.sealed_tokens)
-    ]
+    layers = staging_layers(g, branch, after, prefix)
     base = g.base_metarange(repo, branch)
     layers.append(committed_layer(g.committed(repo).iterate(base, after=after, prefix=prefix)))
     return combine(layers)
@@ -107,16 +111,10 @@ def uncommitted_changes(g: Graveler, repo: Repository, branch_name: str) -> Iter
 
     def page(branch: Branch, start: str) -> Iterator[Change]:
         head = g.refs.get_commit(repo, branch.commit_id).metarange_id
-        layers = [
-            g.staging.scan(token, start) for token in (branch.staging_token, *branch.sealed_tokens)
-        ]
+        layers = staging_layers(g, branch, start)
         if branch.compacted_metarange_id:
             compacted = g.committed(repo).diff(head, branch.compacted_metarange_id)
-            layers.append(
-                (c.path, None if c.type == "removed" else c.entry)
-                for c in compacted
-                if c.path > start
-            )
+            layers.append((c.path, c.new_entry) for c in compacted if c.path > start)
         staged = combine(layers)
         return staged_changes(staged, lambda path: committed_lookup(g, repo, head, path))
 

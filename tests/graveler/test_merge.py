@@ -319,7 +319,7 @@ def test_replacements_give_the_key_by_key_result_with_fewer_splices(tmp_path, mo
     dest_changes = [c for c in _random_changes(rng, paths, range(0, 5000), 3) if c[0] not in taken]
     source = store.apply(base, source_changes)
     dest = store.apply(base, dest_changes)
-    changes = [(c.path, None if c.type == "removed" else c.entry) for c in store.diff(base, source)]
+    changes = [(c.path, c.new_entry) for c in store.diff(base, source)]
     splices: list[str] = []
     original = store._splice
 
