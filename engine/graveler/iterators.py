@@ -1,7 +1,7 @@
-"""Streaming merges of sorted (path, value) layers: the combined, visible and diff iterators.
+"""Streaming merges of sorted (path, value) layers: the combined and visible iterators.
 
-Everything here is lazy and ordered by path, so a branch of any size is listed, committed
-or diffed with memory bounded by the number of layers, never by the number of entries.
+Everything here is lazy and ordered by path, so a branch of any size is listed or committed
+with memory bounded by the number of layers, never by the number of entries.
 """
 
 from __future__ import annotations
@@ -65,20 +65,3 @@ def staged_changes(
             yield Change(path, "added", value)
         elif base.identity() != value.identity():
             yield Change(path, "changed", value)
-
-
-def diff_entries(left: Iterable[Entry], right: Iterable[Entry]) -> Iterator[Change]:
-    """Two-way diff of sorted entry streams: what changes turn `left` into `right`."""
-    lit, rit = iter(left), iter(right)
-    lv, rv = next(lit, None), next(rit, None)
-    while lv is not None or rv is not None:
-        if rv is None or (lv is not None and lv.path < rv.path):
-            yield Change(lv.path, "removed", lv)  # type: ignore[union-attr]
-            lv = next(lit, None)
-        elif lv is None or rv.path < lv.path:
-            yield Change(rv.path, "added", rv)
-            rv = next(rit, None)
-        else:
-            if lv.identity() != rv.identity():
-                yield Change(rv.path, "changed", rv)
-            lv, rv = next(lit, None), next(rit, None)
