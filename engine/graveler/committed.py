@@ -6,7 +6,7 @@ two metaranges. Apply and diff work range by range: a range whose id is known to
 unaffected is referenced or skipped without being read, so their cost follows the size of
 the change, not of the repository. A three-way merge can be built the same way from
 `ranges()` (compare range ids), `range_table()` / `range_entries()` and a `MetarangeWriter`
-(`try_reuse` for untouched ranges, `add_stored_rows` for unchanged runs of a rewritten one).
+(`try_reuse` for untouched ranges, `add_changed_range` for a rewritten one).
 """
 
 from __future__ import annotations
@@ -41,6 +41,9 @@ __all__ = [
 
 _DECODE_CHUNK = 1024
 """Rows decoded at a time while iterating: a first page never pays for a whole range."""
+
+_SEARCHED_PATHS = 16
+"""Up to this many lookups in one range binary-search; more scan it once with a set."""
 
 ChangeItem = tuple[str, Entry | None]
 """A change to apply: the path and its new entry, or `None` to delete it."""
@@ -84,7 +87,7 @@ class MetarangeWriter:
     """Streams sorted rows (and reusable ranges) into ranges, then one metarange.
 
     Pending rows are Arrow slices, at most one range of them. Rows come from entries
-    (`add_entries`), from stored ranges without decoding (`add_stored_rows`), or whole
+    (`add_entries`), from a stored range with changes applied (`add_changed_range`), or whole
     ranges by id (`try_reuse`); whatever the mix, the ranges are those a from-scratch write
     of the same entries gives. A writer that raised must be discarded.
     """
@@ -122,18 +125,38 @@ class MetarangeWriter:
             hits = fmt.boundary_indexes(paths, self._policy.target_entries)
             self._add_rows(fmt.build_range(batch), hits)
 
-    def add_stored_rows(self, table: pa.Table, start: int, stop: int) -> None:
-        """Append rows [start, stop) of a range stored under this policy, without decoding.
+    def add_changed_range(self, table: pa.Table, changes: Sequence[ChangeItem]) -> None:
+        """Append a range stored under this policy with sorted `changes` inside its bounds
+        applied (`None` deletes), in one vectorised pass: a rewrite costs about the same
+        for one change as for thousands.
 
         No row of a stored range but its last can satisfy the hash rule (it would have ended
-        the range), so only that one is hashed: unchanged rows cost no Python per row.
+        the range), so only that one and the new entries are hashed.
         """
         self._check_open()
-        if start >= stop:
+        touched = pa.array([path for path, _ in changes], pa.string())
+        kept = table.filter(pc.invert(pc.is_in(table.column("path"), value_set=touched)))
+        added = [entry for _, entry in changes if entry is not None]
+        if not kept.num_rows and not added:
             return
-        last = table.num_rows - 1
-        ends_range = stop - 1 == last and self._policy.is_boundary(_path_at(table, last))
-        self._add_rows(table.slice(start, stop - start), [stop - 1 - start] if ends_range else [])
+        flags = [False] * (kept.num_rows + len(added))
+        if kept.num_rows and self._ends_range(table, kept):
+            flags[kept.num_rows - 1] = True
+        new_paths = [entry.path for entry in added]
+        for hit in fmt.boundary_indexes(new_paths, self._policy.target_entries):
+            flags[kept.num_rows + hit] = True
+        new_rows = fmt.build_range(added) if added else fmt.RANGE_SCHEMA.empty_table()
+        rows = pa.concat_tables([kept, new_rows]).append_column(
+            "hit", pa.array(flags, pa.bool_())
+        )
+        rows = rows.take(pc.sort_indices(rows.column("path")))
+        hits = pc.indices_nonzero(rows.column("hit")).to_pylist()
+        self._add_rows(rows.drop_columns(["hit"]), hits)
+
+    def _ends_range(self, table: pa.Table, kept: pa.Table) -> bool:
+        """Whether the stored range's last row survived and satisfies the hash rule."""
+        last = _path_at(table, table.num_rows - 1)
+        return _path_at(kept, kept.num_rows - 1) == last and self._policy.is_boundary(last)
 
     def can_reuse(self, info: RangeInfo, *, final: bool = False) -> bool:
         """Whether `try_reuse(info, final=final)` would append the range."""
@@ -448,23 +471,10 @@ class CommittedStore:
                 self._splice(info, changes, writer)
 
     def _splice(self, info: RangeInfo, changes: _SortedChanges, writer: MetarangeWriter) -> None:
-        """Merge one base range with the changes inside its bounds: runs of unchanged rows go
-        to the writer as Arrow slices, changed entries as entries."""
-        table = self.range_table(info.range_id)
-        paths = table.column("path").to_pylist()
-        position = 0
-        run: list[Entry] = []
-        for path, entry in changes.through(info.max_key):
-            row = bisect.bisect_left(paths, path, lo=position)
-            if row > position:
-                writer.add_entries(run)
-                run = []
-                writer.add_stored_rows(table, position, row)
-            position = row + (row < len(paths) and paths[row] == path)
-            if entry is not None:
-                run.append(entry)
-        writer.add_entries(run)
-        writer.add_stored_rows(table, position, len(paths))
+        """Rewrite one base range with the changes inside its bounds."""
+        writer.add_changed_range(
+            self.range_table(info.range_id), list(changes.through(info.max_key))
+        )
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -504,14 +514,44 @@ class CommittedStore:
     def get(self, metarange_id: str, path: str) -> Entry:
         """The entry at `path`; `NotFound` if absent. Opens at most the one range whose
         bounds contain the path."""
+        entry = self.get_many(metarange_id, [path])[0]
+        if entry is None:
+            raise NotFound(f"path {path!r} not found in metarange {metarange_id}")
+        return entry
+
+    def get_many(self, metarange_id: str, paths: Sequence[str]) -> list[Entry | None]:
+        """The entries at `paths` (sorted, distinct), `None` where absent.
+
+        One vectorised pass per range the paths fall into, instead of a search per path: a
+        merge looks up every changed path on both of its other sides.
+        """
         infos = self._metarange(metarange_id)
-        index = bisect.bisect_left(infos, path, key=_max_key)
-        if index < len(infos) and infos[index].min_key <= path:
-            table = self.range_table(infos[index].range_id)
-            row = _count_below(table.column("path"), path)
-            if row < table.num_rows and table.column("path")[row].as_py() == path:
-                return fmt.decode_entries(table, row, row + 1)[0]
-        raise NotFound(f"path {path!r} not found in metarange {metarange_id}")
+        found: list[Entry | None] = [None] * len(paths)
+        start = 0
+        while start < len(paths):
+            index = bisect.bisect_left(infos, paths[start], key=_max_key)
+            if index == len(infos):
+                break
+            info = infos[index]
+            stop = bisect.bisect_right(paths, info.max_key, lo=start)
+            first = bisect.bisect_left(paths, info.min_key, lo=start, hi=stop)
+            if first < stop:
+                wanted = paths[first:stop]
+                for entry in self._entries_at(info.range_id, wanted):
+                    found[first + bisect.bisect_left(wanted, entry.path)] = entry
+            start = stop
+        return found
+
+    def _entries_at(self, range_id: str, paths: Sequence[str]) -> list[Entry]:
+        """Entries of one range at sorted `paths`: binary searches for a few, else one set
+        lookup over the whole range."""
+        table = self.range_table(range_id)
+        column = table.column("path")
+        if len(paths) <= _SEARCHED_PATHS:
+            rows = (_row_of(column, path) for path in paths)
+            return [fmt.decode_entries(table, row, row + 1)[0] for row in rows if row is not None]
+        wanted = pa.array(paths, pa.string())
+        return fmt.decode_entries(table.filter(pc.is_in(column, value_set=wanted)))
 
     def diff(self, left_id: str, right_id: str) -> Iterator[Change]:
         """Changes from left to right, sorted by path: "added" (right only), "removed" (left
@@ -563,7 +603,7 @@ class CommittedStore:
         return rows
 
     def range_table(self, range_id: str) -> pa.Table:
-        """One range as a verified Arrow table (cached): for `MetarangeWriter.add_stored_rows`."""
+        """One range as a verified Arrow table (cached): for `MetarangeWriter.add_changed_range`."""
         table = self._range_cache.get(range_id)
         if table is None:
             key = fmt.range_key(fmt.check_id("range", range_id))
@@ -621,20 +661,28 @@ _IDENTITY_COLUMNS = ("address", "size", "checksum", "metadata")
 
 def _diff_rows(left: pa.Table, right: pa.Table) -> list[Change]:
     """Changes between two sorted row sets, found with Arrow kernels; only the rows that
-    differ are decoded, so an unchanged row costs no Python."""
+    differ are decoded, so an unchanged row costs no Python. Where the paths are the same
+    (entries changed in place, the common case) the set lookups are skipped."""
+    if left.column("path").equals(right.column("path")):
+        return _changed_rows(left, right)
     in_right = pc.is_in(left.column("path"), value_set=right.column("path"))
     in_left = pc.is_in(right.column("path"), value_set=left.column("path"))
     old, new = left.filter(in_right), right.filter(in_left)
-    differs = functools.reduce(
-        pc.or_, (pc.not_equal(old.column(name), new.column(name)) for name in _IDENTITY_COLUMNS)
-    )
     changes = [
         *_changes_of("removed", left.filter(pc.invert(in_right))),
         *_changes_of("added", right.filter(pc.invert(in_left))),
-        *_changes_of("changed", new.filter(differs)),
+        *_changed_rows(old, new),
     ]
     changes.sort(key=_change_path)
     return changes
+
+
+def _changed_rows(old: pa.Table, new: pa.Table) -> list[Change]:
+    """Rows of equal paths, row for row, whose identities differ."""
+    differs = functools.reduce(
+        pc.or_, (pc.not_equal(old.column(name), new.column(name)) for name in _IDENTITY_COLUMNS)
+    )
+    return _changes_of("changed", new.filter(differs))
 
 
 def _changes_of(kind: ChangeType, rows: pa.Table) -> list[Change]:
@@ -652,6 +700,16 @@ def _count_below(paths: pa.Array, key: str, inclusive: bool = False) -> int:
         return 0
     compare = pc.less_equal if inclusive else pc.less
     return pc.sum(compare(paths, pa.scalar(key, pa.string()))).as_py() or 0
+
+
+def _row_of(paths: pa.ChunkedArray, path: str) -> int | None:
+    """The row holding `path` in sorted `paths`, by binary search: O(log n) scalar reads."""
+    row = bisect.bisect_left(paths, path, key=_as_py)
+    return row if row < len(paths) and paths[row].as_py() == path else None
+
+
+def _as_py(scalar: pa.Scalar) -> object:
+    return scalar.as_py()
 
 
 def _count_prefixed(paths: pa.Array, prefix: str) -> int:

@@ -17,6 +17,7 @@ import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from itertools import islice
 from typing import Literal
 
 from branchwater.engine.errors import (
@@ -27,15 +28,16 @@ from branchwater.engine.errors import (
     NotFound,
     TooManyTries,
 )
-from branchwater.engine.graveler.committed import Replacements
+from branchwater.engine.graveler.committed import CommittedStore, Replacements
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import Change, Commit, Entry, Repository
-from branchwater.engine.graveler.reads import committed_lookup
 from branchwater.engine.graveler.refs import commit_id_for
 
 Strategy = Literal["source-wins", "dest-wins"]
 STRATEGIES: tuple[str, ...] = ("source-wins", "dest-wins")
 CONFLICTS_SHOWN = 20
+RESOLVE_BATCH = 4096
+"""Changes resolved together: bounds memory, and amortises each range lookup over many."""
 
 
 class DirtyBranch(BranchwaterError):
@@ -215,26 +217,34 @@ def _resolved_changes(
     strategy: str | None,
     conflicts: _Conflicts,
 ) -> Iterator[tuple[str, Entry | None]]:
-    """Source's changes to apply on the destination; conflicting paths go to `conflicts`."""
-    for change in g.committed(repo).diff(base_mr, source_mr):
-        path = change.path
-        ours = change.new_entry
-        theirs = committed_lookup(g, repo, dest_mr, path)
-        if _same(theirs, ours):
-            continue
-        base = _base_side(g, repo, base_mr, change)
-        if _same(theirs, base) or strategy == "source-wins":
-            yield path, ours
-        elif strategy != "dest-wins":
-            conflicts.add(path)
+    """Source's changes to apply on the destination; conflicting paths go to `conflicts`.
+
+    Changes are resolved in batches, so the destination and base entries they need are
+    looked up range by range (`get_many`) rather than path by path.
+    """
+    committed = g.committed(repo)
+    changes = committed.diff(base_mr, source_mr)
+    while batch := list(islice(changes, RESOLVE_BATCH)):
+        theirs = committed.get_many(dest_mr, [change.path for change in batch])
+        bases = _base_entries(committed, base_mr, batch)
+        for change, their, base in zip(batch, theirs, bases, strict=True):
+            ours = change.new_entry
+            if _same(their, ours):
+                continue
+            if _same(their, base) or strategy == "source-wins":
+                yield change.path, ours
+            elif strategy != "dest-wins":
+                conflicts.add(change.path)
 
 
-def _base_side(g: Graveler, repo: Repository, base_mr: str, change: Change) -> Entry | None:
-    if change.type == "removed":
-        return change.entry
-    if change.type == "added":
-        return None
-    return committed_lookup(g, repo, base_mr, change.path)
+def _base_entries(
+    committed: CommittedStore, base_mr: str, batch: list[Change]
+) -> list[Entry | None]:
+    """The base side of each change: the diff carries it for removals, an addition had none,
+    and a changed path's old entry is looked up."""
+    changed = [change.path for change in batch if change.type == "changed"]
+    old = dict(zip(changed, committed.get_many(base_mr, changed), strict=True))
+    return [change.entry if change.type == "removed" else old.get(change.path) for change in batch]
 
 
 def _until_conflict(
