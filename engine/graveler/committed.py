@@ -145,10 +145,8 @@ class MetarangeWriter:
         new_paths = [entry.path for entry in added]
         for hit in fmt.boundary_indexes(new_paths, self._policy.target_entries):
             flags[kept.num_rows + hit] = True
-        new_rows = fmt.build_range(added) if added else fmt.RANGE_SCHEMA.empty_table()
-        rows = pa.concat_tables([kept, new_rows]).append_column(
-            "hit", pa.array(flags, pa.bool_())
-        )
+        new_rows = fmt.build_range(added) if added else fmt.EMPTY_RANGE
+        rows = pa.concat_tables([kept, new_rows]).append_column("hit", pa.array(flags, pa.bool_()))
         rows = rows.take(pc.sort_indices(rows.column("path")))
         hits = pc.indices_nonzero(rows.column("hit")).to_pylist()
         self._add_rows(rows.drop_columns(["hit"]), hits)
@@ -275,7 +273,7 @@ class _DiffSide:
     def __init__(self, infos: Sequence[RangeInfo], load: Callable[[str], pa.Table]) -> None:
         self._infos = deque(infos)
         self._load = load
-        self._table: pa.Table = fmt.RANGE_SCHEMA.empty_table()
+        self._table: pa.Table = fmt.EMPTY_RANGE
         self._pos = 0
 
     @property

@@ -49,6 +49,8 @@ RANGE_SCHEMA = pa.schema(
     ],
     metadata={_FORMAT_KEY: _RANGE_FORMAT},
 )
+EMPTY_RANGE = pa.Table.from_batches([], schema=RANGE_SCHEMA)
+"""A range table with no rows."""
 METARANGE_SCHEMA = pa.schema(
     [
         pa.field("range_id", pa.string(), nullable=False),
@@ -296,7 +298,7 @@ def read_parquet(data: bytes, schema: pa.Schema) -> pa.Table:
     Raises pyarrow's or `ValueError` on anything else; callers turn that into `CorruptedData`
     with the object's key, which only they know.
     """
-    table = pq.read_table(pa.BufferReader(data))
+    table = pq.ParquetFile(pa.BufferReader(data), pre_buffer=False).read(use_threads=False)
     expected = schema.metadata[_FORMAT_KEY]
     found = (table.schema.metadata or {}).get(_FORMAT_KEY)
     if found != expected:

@@ -273,6 +273,24 @@ def test_get_hits_and_misses_open_at_most_one_range(objects: SpyStore) -> None:
         assert objects.range_reads() <= 1
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_get_many_matches_get_and_opens_each_range_once(objects: SpyStore, seed: int) -> None:
+    rng = random.Random(f"get-many-{seed}")
+    entries = random_entries(rng, 400)
+    metarange_id = CommittedStore(objects, POLICIES["hash"]).write_metarange(entries)
+    ranges = CommittedStore(objects, POLICIES["hash"]).ranges(metarange_id)
+    present = [e.path for e in rng.sample(entries, rng.choice([1, 5, 40, 400]))]
+    absent = ["", "a", "zzz", entries[0].path[:-1], *(e.path + "x" for e in entries[::31])]
+    paths = sorted(set(present + absent))
+    by_path = {e.path: e for e in entries}
+
+    store = fresh(objects, POLICIES["hash"])
+    assert store.get_many(metarange_id, paths) == [by_path.get(p) for p in paths]
+    assert objects.range_reads() <= len(ranges)
+    assert len(set(objects.gets)) == len(objects.gets)
+    assert store.get_many(metarange_id, []) == []
+
+
 def test_cache_serves_repeated_reads_and_stays_bounded(objects: SpyStore) -> None:
     entries = random_entries(random.Random(7), 300)
     metarange_id = CommittedStore(objects, POLICIES["hash"]).write_metarange(entries)
@@ -411,6 +429,24 @@ def test_diff_matches_a_naive_dict_diff(objects: SpyStore, seed: int) -> None:
     assert list(store.diff(left_id, right_id)) == naive_diff(left, right)
     assert list(store.diff(right_id, left_id)) == naive_diff(right, left)
     assert list(store.diff(left_id, left_id)) == []
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_diff_of_changes_in_place_matches_a_naive_dict_diff(objects: SpyStore, seed: int) -> None:
+    """Same paths on both sides: the diff compares rows directly instead of matching paths."""
+    rng = random.Random(f"in-place-{seed}")
+    store = CommittedStore(objects, POLICIES["hash"])
+    left = random_entries(rng, 300)
+    right = list(left)
+    for i in rng.sample(range(len(right)), 40):
+        if rng.random() < 0.3:  # same identity, new mtime: not a change
+            right[i] = right[i]._replace(mtime=T0 - timedelta(days=1))
+        else:
+            right[i] = entry(right[i].path, rng.randrange(10**6))
+    left_id, right_id = store.write_metarange(left), store.write_metarange(right)
+
+    assert list(store.diff(left_id, right_id)) == naive_diff(left, right)
+    assert list(store.diff(right_id, left_id)) == naive_diff(right, left)
 
 
 @pytest.mark.parametrize("seed", range(4))
