@@ -354,3 +354,56 @@ def test_replacements_copy_the_source_range_untouched_by_the_destination(tmp_pat
     assert store.get(merged, "k00500").size == 2
     assert store.get(merged, "k01800").size == 3
     assert set(store.ranges(source)) - set(store.ranges(base)) <= set(store.ranges(merged))
+
+
+def _three_way(base: dict, source: dict, dest: dict, strategy: str | None):
+    """The reference merge, path by path on dicts: (result, conflicting paths)."""
+    result, conflicts = dict(dest), []
+    for path in sorted(base.keys() | source.keys() | dest.keys()):
+        b, s, d = base.get(path), source.get(path), dest.get(path)
+        if s in (b, d):
+            continue
+        if d == b or strategy == "source-wins":
+            result[path] = s
+        elif strategy != "dest-wins":
+            conflicts.append(path)
+    return {p: v for p, v in result.items() if v is not None}, conflicts
+
+
+def _randomly_change(rng: random.Random, branch, state: dict, tag: str, count: int) -> None:
+    for path in rng.sample([f"p/{i:04d}" for i in range(400)], count):
+        value = None if rng.random() < 0.3 else f"{tag}-{path}".encode()
+        put(branch, path, value)
+        if value is None:
+            state.pop(path, None)
+        else:
+            state[path] = value
+
+
+@pytest.mark.parametrize("strategy", [None, "source-wins", "dest-wins"])
+@pytest.mark.parametrize("seed", range(3))
+def test_random_merges_match_a_path_by_path_reference(repo, monkeypatch, seed, strategy) -> None:
+    """Many changes on both sides, resolved in batches smaller than the change set."""
+    monkeypatch.setattr(merge_ops, "RESOLVE_BATCH", 7)
+    rng = random.Random(f"{seed}-{strategy}")
+    main = repo.branch("main")
+    base: dict[str, bytes] = {}
+    _randomly_change(rng, main, base, "base", 300)
+    main.commit("base")
+    feature = repo.create_branch("feature", source="main")
+    source, dest = dict(base), dict(base)
+    _randomly_change(rng, feature, source, "src", 60)
+    feature.commit("feature")
+    _randomly_change(rng, main, dest, "dst", 60)
+    main.commit("main moves on")
+    expected, conflicts = _three_way(base, source, dest, strategy)
+
+    if conflicts:
+        with pytest.raises(MergeConflict) as raised:
+            repo.merge("feature", into="main", strategy=strategy)
+        assert raised.value.count == len(conflicts)
+        assert raised.value.paths == conflicts[: merge_ops.CONFLICTS_SHOWN]
+        assert {e.path: main.read(e.path) for e in main.list()} == dest
+    else:
+        repo.merge("feature", into="main", strategy=strategy)
+        assert {e.path: main.read(e.path) for e in main.list()} == expected
