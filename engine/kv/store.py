@@ -96,7 +96,7 @@ class Store(abc.ABC):
         check_partition(partition)
         if not isinstance(start, bytes):
             raise InvalidArgument(f"scan start must be bytes, not {type(start).__name__}")
-        if not isinstance(batch_size, int) or batch_size < 1:
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise InvalidArgument(f"batch_size must be a positive integer, not {batch_size!r}")
         return self._batched_scan(partition, start, batch_size)
 

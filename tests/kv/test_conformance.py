@@ -289,7 +289,7 @@ def test_str_arguments_to_get_delete_scan_are_rejected(store: Store) -> None:
         store.scan(b"p", start="a")  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("batch_size", [0, -1, 1.5, "10", None])
+@pytest.mark.parametrize("batch_size", [0, -1, 1.5, "10", None, True])
 def test_bad_batch_size_is_rejected(store: Store, batch_size: Any) -> None:
     with pytest.raises(InvalidArgument):
         store.scan(P, batch_size=batch_size)
