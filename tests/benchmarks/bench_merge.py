@@ -2,18 +2,25 @@
 
 Eight processes merge eight feature branches into one destination at the same moment. Each
 feature changes one entry in each of `--touched` ranges of an N-entry repository, no two
-features the same range. Two scenarios, each run once with reuse and once naive, in rounds
-that alternate the two so drift hits both alike:
+features the same range. Each scenario runs once with reuse and once naive, in rounds that
+alternate the two so drift hits both alike:
 
 - `merge` (the seed's case): the destination moved on after the features branched off, in
-  the same ranges they touch (another entry of each). Every attempt must merge those ranges
-  entry by entry; a naive retry does it again from the merge base, a reusing retry starts
-  from the ranges its lost attempt already merged.
+  the same ranges they touch (another entry of each), so every attempt must merge those
+  ranges entry by entry. A naive retry does that again from the merge base; a reusing retry
+  starts from the ranges its lost attempt already merged. Attempts race in lockstep (see
+  `Gate`): every contender still merging reaches the destination together, one wins, and
+  every other one retries, as the seed describes.
+- `merge-free`: the same, but the processes run free. On two cores eight first attempts
+  share the CPU and finish far apart, so most merges lose only once or twice and the cold
+  first attempts, which reuse cannot shorten, make up most of the wall time.
 - `merge-fresh`: the destination has not moved, so both retries copy whole ranges by id.
   Reuse has nothing to save here; the line shows it costs nothing either.
 
-Each mode has its own repository and namespace, so neither finds the other's ranges.
-Reported: ranges built by the merges (`built`, every range a merge's writer produced, stored
+Each mode has its own repository and namespace, so neither finds the other's ranges. A first
+round of each mode runs unmeasured: merges right after the 1M-entry setup run about twice as
+slow whichever mode goes first.
+Reported: ranges built by the merges (`built`: every range a merge's writer produced, stored
 or found already stored), range objects uploaded, attempts, and wall time (first merge start
 to last merge end, summed over rounds).
 """
@@ -31,11 +38,18 @@ import pyarrow as pa
 
 from branchwater.engine.api import Lake, Repository
 from branchwater.engine.graveler import merge as merge_ops
+from branchwater.engine.graveler.graveler import RetryPolicy
 from branchwater.engine.graveler.model import Entry
 from tests.benchmarks.bench_graveler import bulk_stage
 
 FEATURES = 8
 MODES = ("reuse", "naive")
+SCENARIOS = {
+    "merge": (True, True),
+    "merge-free": (True, False),
+    "merge-fresh": (False, True),
+}
+"""Scenario name: (the destination moved on after branching, attempts race in lockstep)."""
 
 
 @dataclass
@@ -90,9 +104,59 @@ def warm_up() -> None:
     pa.array(["warm-up"])
 
 
-def _merge(kv_url: str, name: str, source: str, destination: str, reuse: bool, barrier):
+class Gate:
+    """Lockstep races: every contender still merging reaches the destination together.
+
+    Each attempt waits here before its final `set_if` until all contenders still merging
+    have an attempt ready; then they race, one wins and leaves, and the rest retry. This is
+    the seed's contention (every lost race restarts every loser) without the scheduling
+    noise of eight processes on two cores finishing their first attempts far apart. The gate
+    orders the race, so the contenders do not also back off between attempts: the jittered
+    sleeps (up to 0.5 s by the seventh loss) would be most of the wall time, the same in both
+    modes, and hide the merge work being compared. Shared
+    memory and one OS condition, handed to the pool's processes at start: a manager's
+    proxies would add milliseconds of IPC to every round.
+    """
+
+    def __init__(self, ctx, contenders: int) -> None:
+        self.cond = ctx.Condition()
+        self.round = ctx.RawValue("i", 0)
+        self.arrived = ctx.RawValue("i", 0)
+        self.active = ctx.RawValue("i", contenders)
+
+    def arrive(self) -> None:
+        with self.cond:
+            mine = self.round.value
+            self.arrived.value += 1
+            self._open_if_complete()
+            while self.round.value == mine:
+                self.cond.wait(60)
+
+    def leave(self) -> None:
+        with self.cond:
+            self.active.value -= 1
+            self._open_if_complete()
+
+    def _open_if_complete(self) -> None:
+        if self.active.value and self.arrived.value >= self.active.value:
+            self.arrived.value = 0
+            self.round.value += 1
+            self.cond.notify_all()
+
+
+_GATE: Gate | None = None
+
+
+def _install(gate: Gate | None) -> None:
+    global _GATE
+    _GATE = gate
+
+
+def _merge(kv_url: str, name: str, source: str, destination: str, reuse: bool, start):
     """One contender: (attempts, ranges built, ranges uploaded, start, end)."""
-    with Lake.connect(kv_url) as lake:
+    gate = _GATE
+    retry = RetryPolicy(base_delay=0) if gate else RetryPolicy()
+    with Lake.connect(kv_url, retry=retry) as lake:
         repo = lake.repository(name)
         committed = lake.graveler.committed(repo.record)
         counts = {"built": 0, "uploaded": 0}
@@ -105,22 +169,35 @@ def _merge(kv_url: str, name: str, source: str, destination: str, reuse: bool, b
             return range_id, uploaded
 
         committed._put_range = counting_put_range
+        if gate is not None:
+            try_update = lake.graveler.try_update_branch
+
+            def in_lockstep(*args):
+                gate.arrive()
+                return try_update(*args)
+
+            lake.graveler.try_update_branch = in_lockstep
         warm_up()
-        barrier.wait(120)
+        start.wait(120)
         started = time.time()
-        result = merge_ops.merge(lake.graveler, repo.record, source, destination, reuse=reuse)
+        try:
+            result = merge_ops.merge(lake.graveler, repo.record, source, destination, reuse=reuse)
+        finally:
+            if gate is not None:
+                gate.leave()
         return result.attempts, counts["built"], counts["uploaded"], started, time.time()
 
 
-def contend(kv_url: str, name: str, label: str, destination: str, reuse: bool) -> Tally:
+def contend(
+    kv_url: str, name: str, label: str, destination: str, reuse: bool, lockstep: bool
+) -> Tally:
     ctx = mp.get_context("spawn")
     with ctx.Manager() as manager:
-        barrier = manager.Barrier(FEATURES)
-        with ctx.Pool(FEATURES) as pool:
+        start = manager.Barrier(FEATURES)
+        gate = Gate(ctx, FEATURES) if lockstep else None
+        with ctx.Pool(FEATURES, initializer=_install, initargs=(gate,)) as pool:
             jobs = [
-                pool.apply_async(
-                    _merge, (kv_url, name, f"{label}-f{i}", destination, reuse, barrier)
-                )
+                pool.apply_async(_merge, (kv_url, name, f"{label}-f{i}", destination, reuse, start))
                 for i in range(FEATURES)
             ]
             results = [job.get(1800) for job in jobs]
@@ -132,17 +209,18 @@ def contend(kv_url: str, name: str, label: str, destination: str, reuse: bool) -
     )
 
 
-def run_scenario(kv_url: str, scenario: str, rounds: int, touched: int) -> dict[str, Tally]:
+def run_scenario(
+    kv_url: str, scenario: str, rounds: int, touched: int, diverged: bool, lockstep: bool
+) -> dict[str, Tally]:
     tallies = {mode: Tally() for mode in MODES}
     for round_ in range(rounds):
         order = MODES if round_ % 2 == 0 else MODES[::-1]
         for mode in order:
             label = f"{scenario}-{round_}"
             with Lake.connect(kv_url) as lake:
-                destination = prepare_round(
-                    lake.repository(mode), label, touched, diverged=scenario == "merge"
-                )
-            tallies[mode].add(contend(kv_url, mode, label, destination, reuse=mode == "reuse"))
+                destination = prepare_round(lake.repository(mode), label, touched, diverged)
+            reuse = mode == "reuse"
+            tallies[mode].add(contend(kv_url, mode, label, destination, reuse, lockstep))
     return tallies
 
 
@@ -172,8 +250,9 @@ def main(argv: list[str]) -> None:
         with Lake.connect(kv_url) as lake:
             for mode in MODES:
                 create_repository(lake, db, mode, root, args.entries)
-        for scenario in ("merge", "merge-fresh"):
-            tallies = run_scenario(kv_url, scenario, args.rounds, args.touched)
+        run_scenario(kv_url, "warm-up", 1, args.touched, diverged=True, lockstep=False)
+        for scenario, (diverged, lockstep) in SCENARIOS.items():
+            tallies = run_scenario(kv_url, scenario, args.rounds, args.touched, diverged, lockstep)
             report(scenario, tallies, args.entries, args.touched)
 
 
