@@ -24,6 +24,7 @@ from branchwater.engine.graveler.log import log as commit_log
 from branchwater.engine.graveler.merge import MergeResult
 from branchwater.engine.graveler.model import Change, Commit, Entry, Tag
 from branchwater.engine.graveler.names import check_ref_name
+from branchwater.engine.graveler.range_cache import DEFAULT_MAX_BYTES, RangeCache, default_cache_dir
 from branchwater.engine.kv import open_store
 
 DEFAULT_KV_URL = "sqlite:///.branchwater/lake.db"
@@ -45,11 +46,22 @@ class Lake:
         range_policy: RangePolicy | None = None,
         retry: RetryPolicy | None = None,
         branch_cache_ttl: float = 0.5,
+        range_cache_dir: str | Path | None = None,
+        range_cache_bytes: int = DEFAULT_MAX_BYTES,
     ) -> Lake:
+        """Open a lake. Verified ranges are shared with the machine's other processes through
+        a cache in `range_cache_dir` (default: `$BRANCHWATER_CACHE_DIR`, else the user's cache
+        directory), trimmed to `range_cache_bytes`; 0 bytes, or an empty
+        `$BRANCHWATER_CACHE_DIR`, turns it off."""
+        directory = Path(range_cache_dir) if range_cache_dir else default_cache_dir()
+        cache = None
+        if directory is not None and range_cache_bytes:
+            cache = RangeCache(directory, range_cache_bytes)
         graveler = Graveler(
             open_store(kv_url),
             object_store_options=s3_options,
             range_policy=range_policy,
+            range_cache=cache,
             retry=retry,
             branch_cache_ttl=branch_cache_ttl,
         )

@@ -6,19 +6,28 @@ In CI (`CI=true`) a server that cannot be reached fails the run instead of skipp
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import tempfile
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+RANGE_CACHE_DIR = tempfile.mkdtemp(prefix="bw-range-cache-")
+os.environ["BRANCHWATER_CACHE_DIR"] = RANGE_CACHE_DIR
+"""Tests share one range cache of their own, never the user's (subprocesses inherit it)."""
 
 pytest_plugins = ["tests.fixtures.spark", "tests.fixtures.airflow"]
 
 PG_HOST = os.environ.get("BRANCHWATER_PG_HOST", "127.0.0.1")
 PG_PORT = int(os.environ.get("BRANCHWATER_PG_PORT", "5432"))
 PG_USER = os.environ.get("BRANCHWATER_PG_USER", "postgres")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(RANGE_CACHE_DIR, ignore_errors=True)
 
 
 def unavailable(reason: str) -> None:

@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 from branchwater.engine.errors import CorruptedData, InvalidArgument, NotFound
 from branchwater.engine.graveler import ranges as fmt
 from branchwater.engine.graveler.model import Change, ChangeType, Entry
+from branchwater.engine.graveler.range_cache import RangeCache
 from branchwater.engine.graveler.ranges import EMPTY_METARANGE_ID, RangeInfo, RangePolicy
 from branchwater.engine.objects import ObjectStore
 
@@ -391,15 +392,21 @@ class CommittedStore:
     """Ranges and metaranges of one storage namespace, with a bounded cache of decoded ones.
 
     Ranges are cached as Arrow tables (compact) and decoded to entries on use; metaranges as
-    their rows. Every id read is verified against its content, so a damaged or missing object
-    surfaces as `CorruptedData` naming its key, never as wrong data.
+    their rows. Every id read from storage is verified against its content, so a damaged or
+    missing object surfaces as `CorruptedData` naming its key, never as wrong data. A
+    `disk_cache` shares verified ranges with the machine's other processes.
     """
 
     def __init__(
-        self, objects: ObjectStore, policy: RangePolicy | None = None, cache_size: int = 64
+        self,
+        objects: ObjectStore,
+        policy: RangePolicy | None = None,
+        cache_size: int = 64,
+        disk_cache: RangeCache | None = None,
     ) -> None:
         self.objects = objects
         self.policy = policy or RangePolicy()
+        self.disk_cache = disk_cache
         self._range_cache: _LRU[str, pa.Table] = _LRU(cache_size)
         self._metarange_cache: _LRU[str, tuple[RangeInfo, ...]] = _LRU(cache_size)
 
@@ -571,7 +578,7 @@ class CommittedStore:
         the ranges it just produced, and they are known to match their id.
         """
         range_id = fmt.range_id(table)
-        self._range_cache.put(range_id, table)
+        self._keep(range_id, table)
         key = fmt.range_key(range_id)
         if self.objects.exists(key):
             return range_id, False
@@ -603,13 +610,24 @@ class CommittedStore:
     def range_table(self, range_id: str) -> pa.Table:
         """One range as a verified Arrow table (cached): for `MetarangeWriter.add_changed_range`."""
         table = self._range_cache.get(range_id)
-        if table is None:
-            key = fmt.range_key(fmt.check_id("range", range_id))
-            table = self._decode(key, fmt.RANGE_SCHEMA)
-            if fmt.range_id(table) != range_id:
-                raise self._corrupted(key, "its content does not match its id")
+        if table is not None:
+            return table
+        key = fmt.range_key(fmt.check_id("range", range_id))
+        table = self.disk_cache.get(range_id) if self.disk_cache is not None else None
+        if table is not None:
             self._range_cache.put(range_id, table)
+            return table
+        table = self._decode(key, fmt.RANGE_SCHEMA)
+        if fmt.range_id(table) != range_id:
+            raise self._corrupted(key, "its content does not match its id")
+        self._keep(range_id, table)
         return table
+
+    def _keep(self, range_id: str, table: pa.Table) -> None:
+        """Cache a range known to match its id, in this process and on disk."""
+        self._range_cache.put(range_id, table)
+        if self.disk_cache is not None:
+            self.disk_cache.put(range_id, table)
 
     def _decode(self, key: str, schema: pa.Schema) -> pa.Table:
         try:

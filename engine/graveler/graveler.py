@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from branchwater.engine.errors import BranchwaterError, PredicateFailed
 from branchwater.engine.graveler.committed import CommittedStore, RangePolicy
 from branchwater.engine.graveler.model import Branch, Repository
+from branchwater.engine.graveler.range_cache import RangeCache
 from branchwater.engine.graveler.refs import RefStore
 from branchwater.engine.graveler.staging import StagingArea
 from branchwater.engine.kv import Store
@@ -72,6 +73,7 @@ class Graveler:
         *,
         object_store_options: Mapping[str, str | None] | None = None,
         range_policy: RangePolicy | None = None,
+        range_cache: RangeCache | None = None,
         retry: RetryPolicy | None = None,
         branch_cache_ttl: float = 0.5,
         drop_pause: float = 0.002,
@@ -84,6 +86,7 @@ class Graveler:
         self.drop_pause = drop_pause
         self._object_store_options = dict(object_store_options or {})
         self._range_policy = range_policy or RangePolicy()
+        self.range_cache = range_cache
         self._objects: dict[str, ObjectStore] = {}
         self._committed: dict[str, CommittedStore] = {}
         self._lock = threading.Lock()
@@ -104,7 +107,7 @@ class Graveler:
         with self._lock:
             store = self._committed.get(namespace)
             if store is None:
-                store = CommittedStore(objects, self._range_policy)
+                store = CommittedStore(objects, self._range_policy, disk_cache=self.range_cache)
                 self._committed[namespace] = store
             return store
 

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 from sqlalchemy import Engine, MetaData, Table
 from sqlmodel import Field, SQLModel
 
-from branchwater.engine.errors import BranchwaterError, NotFound, PredicateFailed
+from branchwater.engine.errors import BranchwaterError, NotFound, PredicateFailed, redact_url
 from branchwater.engine.kv.store import KeyValue, Store, check_partition
 
 DEFAULT_TABLE = "branchwater_kv"
@@ -135,7 +135,8 @@ class SQLStore(Store):
     _errors: tuple[type[Exception], ...] = ()
 
     def __init__(self, url: str, engine: Engine, sql: Statements) -> None:
-        self.url = url
+        self.url = redact_url(url)
+        """The store's URL with any password masked: it ends up in logs and reprs."""
         self._engine = engine
         self._sql = sql
         self._local = threading.local()

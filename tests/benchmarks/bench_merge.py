@@ -16,6 +16,12 @@ alternate the two so drift hits both alike:
   first attempts, which reuse cannot shorten, make up most of the wall time.
 - `merge-fresh`: the destination has not moved, so both retries copy whole ranges by id.
   Reuse has nothing to save here; the line shows it costs nothing either.
+- `merge-cold`: `merge` with the machine's range cache off, so every contender decodes and
+  verifies each range it reads from the object store itself, as a merge on a machine that
+  has not seen the repository before does.
+
+All but `merge-cold` run with a range cache of their own (a fresh directory): the setup's
+and earlier rounds' ranges are in it, as on a machine that committed them.
 
 Each mode has its own repository and namespace, so neither finds the other's ranges. A first
 round of each mode runs unmeasured: merges right after the 1M-entry setup run about twice as
@@ -45,11 +51,13 @@ from tests.benchmarks.bench_graveler import bulk_stage
 FEATURES = 8
 MODES = ("reuse", "naive")
 SCENARIOS = {
-    "merge": (True, True),
-    "merge-free": (True, False),
-    "merge-fresh": (False, True),
+    "merge": (True, True, True),
+    "merge-free": (True, False, True),
+    "merge-fresh": (False, True, True),
+    "merge-cold": (True, True, False),
 }
-"""Scenario name: (the destination moved on after branching, attempts race in lockstep)."""
+"""Scenario name: (the destination moved on after branching, attempts race in lockstep,
+ranges are shared through the machine's range cache)."""
 
 
 @dataclass
@@ -64,6 +72,13 @@ class Tally:
         self.built += other.built
         self.uploaded += other.uploaded
         self.wall_s += other.wall_s
+
+
+def connect(kv_url: str, cache: str | None, **options) -> Lake:
+    """A lake with the given range cache directory, or none."""
+    if cache is None:
+        return Lake.connect(kv_url, range_cache_bytes=0, **options)
+    return Lake.connect(kv_url, range_cache_dir=cache, **options)
 
 
 def create_repository(lake: Lake, db: Path, name: str, root: Path, entries: int) -> None:
@@ -152,11 +167,13 @@ def _install(gate: Gate | None) -> None:
     _GATE = gate
 
 
-def _merge(kv_url: str, name: str, source: str, destination: str, reuse: bool, start):
+def _merge(
+    kv_url: str, cache: str | None, name: str, source: str, destination: str, reuse: bool, start
+):
     """One contender: (attempts, ranges built, ranges uploaded, start, end)."""
     gate = _GATE
     retry = RetryPolicy(base_delay=0) if gate else RetryPolicy()
-    with Lake.connect(kv_url, retry=retry) as lake:
+    with connect(kv_url, cache, retry=retry) as lake:
         repo = lake.repository(name)
         committed = lake.graveler.committed(repo.record)
         counts = {"built": 0, "uploaded": 0}
@@ -189,7 +206,13 @@ def _merge(kv_url: str, name: str, source: str, destination: str, reuse: bool, s
 
 
 def contend(
-    kv_url: str, name: str, label: str, destination: str, reuse: bool, lockstep: bool
+    kv_url: str,
+    cache: str | None,
+    name: str,
+    label: str,
+    destination: str,
+    reuse: bool,
+    lockstep: bool,
 ) -> Tally:
     ctx = mp.get_context("spawn")
     with ctx.Manager() as manager:
@@ -197,7 +220,9 @@ def contend(
         gate = Gate(ctx, FEATURES) if lockstep else None
         with ctx.Pool(FEATURES, initializer=_install, initargs=(gate,)) as pool:
             jobs = [
-                pool.apply_async(_merge, (kv_url, name, f"{label}-f{i}", destination, reuse, start))
+                pool.apply_async(
+                    _merge, (kv_url, cache, name, f"{label}-f{i}", destination, reuse, start)
+                )
                 for i in range(FEATURES)
             ]
             results = [job.get(1800) for job in jobs]
@@ -210,17 +235,24 @@ def contend(
 
 
 def run_scenario(
-    kv_url: str, scenario: str, rounds: int, touched: int, diverged: bool, lockstep: bool
+    kv_url: str,
+    cache: str | None,
+    scenario: str,
+    rounds: int,
+    touched: int,
+    diverged: bool,
+    lockstep: bool,
 ) -> dict[str, Tally]:
     tallies = {mode: Tally() for mode in MODES}
     for round_ in range(rounds):
         order = MODES if round_ % 2 == 0 else MODES[::-1]
         for mode in order:
             label = f"{scenario}-{round_}"
-            with Lake.connect(kv_url) as lake:
+            with connect(kv_url, cache) as lake:
                 destination = prepare_round(lake.repository(mode), label, touched, diverged)
             reuse = mode == "reuse"
-            tallies[mode].add(contend(kv_url, mode, label, destination, reuse, lockstep))
+            tally = contend(kv_url, cache, mode, label, destination, reuse, lockstep)
+            tallies[mode].add(tally)
     return tallies
 
 
@@ -247,12 +279,21 @@ def main(argv: list[str]) -> None:
         root = Path(tmp)
         db = root / "lake.db"
         kv_url = f"sqlite:///{db}?synchronous=normal"
-        with Lake.connect(kv_url) as lake:
+        cache = str(root / "range-cache")
+        with connect(kv_url, cache) as lake:
             for mode in MODES:
                 create_repository(lake, db, mode, root, args.entries)
-        run_scenario(kv_url, "warm-up", 1, args.touched, diverged=True, lockstep=False)
-        for scenario, (diverged, lockstep) in SCENARIOS.items():
-            tallies = run_scenario(kv_url, scenario, args.rounds, args.touched, diverged, lockstep)
+        run_scenario(kv_url, cache, "warm-up", 1, args.touched, diverged=True, lockstep=False)
+        for scenario, (diverged, lockstep, cached) in SCENARIOS.items():
+            tallies = run_scenario(
+                kv_url,
+                cache if cached else None,
+                scenario,
+                args.rounds,
+                args.touched,
+                diverged,
+                lockstep,
+            )
             report(scenario, tallies, args.entries, args.touched)
 
 

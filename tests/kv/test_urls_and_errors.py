@@ -11,7 +11,7 @@ from branchwater.engine.errors import ConfigurationError, InvalidArgument, Unava
 from branchwater.engine.kv import open_store
 from branchwater.engine.kv.memory import MemoryStore
 from branchwater.engine.kv.sqlite import SQLiteStore
-from tests.conftest import PG_HOST, PG_PORT, free_port, unique_name
+from tests.conftest import PG_HOST, PG_PORT, PG_USER, free_port, unique_name
 
 SECRET = "s3cr3t-pass"
 
@@ -79,6 +79,17 @@ def test_postgres_closed_port_is_unavailable_without_password() -> None:
     assert "127.0.0.1" in message
     assert SECRET not in message
     assert "***" in message
+
+
+@pytest.mark.postgres
+def test_postgres_store_url_masks_the_password(postgres_url: str) -> None:
+    with_secret = postgres_url.replace(f"{PG_USER}@", f"{PG_USER}:{SECRET}@", 1)
+    store = open_store(with_secret)
+    try:
+        assert SECRET not in store.url
+        assert store.url == with_secret.replace(SECRET, "***")
+    finally:
+        store.close()
 
 
 @pytest.mark.postgres
