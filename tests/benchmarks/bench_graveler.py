@@ -56,7 +56,7 @@ def bulk_stage(db: Path, token: str, count: int, offset: int = 0) -> None:
 def new_lake(root: Path) -> tuple[Lake, str, Path]:
     db = root / "lake.db"
     kv_url = f"sqlite:///{db}?synchronous=normal"
-    lake = Lake.connect(kv_url)
+    lake = Lake.connect(kv_url, range_cache_dir=root / "range-cache")
     lake.create_repository("bench", storage_namespace=f"file://{root}/ns")
     return lake, kv_url, db
 
