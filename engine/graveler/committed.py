@@ -612,11 +612,12 @@ class CommittedStore:
         table = self._range_cache.get(range_id)
         if table is not None:
             return table
-        key = fmt.range_key(fmt.check_id("range", range_id))
+        fmt.check_id("range", range_id)
         table = self.disk_cache.get(range_id) if self.disk_cache is not None else None
         if table is not None:
             self._range_cache.put(range_id, table)
             return table
+        key = fmt.range_key(range_id)
         table = self._decode(key, fmt.RANGE_SCHEMA)
         if fmt.range_id(table) != range_id:
             raise self._corrupted(key, "its content does not match its id")
