@@ -84,6 +84,12 @@ class Lake:
     def delete_repository(self, name: str) -> None:
         repositories.delete_repository(self.graveler, name)
 
+    def wait_for_cleanup(self, timeout: float | None = None) -> bool:
+        """Wait until the staging tokens that commits let go of are dropped (in the
+        background, so a commit returns first; `close()` waits too). False if some still
+        are after `timeout` seconds."""
+        return self.graveler.wait_for_background(timeout)
+
     def close(self) -> None:
         """Wait for background cleanup and release connections."""
         self.graveler.close()
@@ -312,7 +318,10 @@ class Branch(Ref):
         *,
         committer: str = "",
         allow_empty: bool = False,
+        progress: commit_ops.Progress | None = None,
     ) -> Commit:
+        """Commit everything staged. `progress(n)` is called as the staged entries are
+        applied, every 10,000 and at the end, with how many so far: for long commits."""
         if not isinstance(message, str) or not message.strip():
             raise InvalidArgument("a commit needs a non-empty message")
         return commit_ops.commit(
@@ -323,6 +332,7 @@ class Branch(Ref):
             metadata,
             committer=committer,
             allow_empty=allow_empty,
+            progress=progress,
         )
 
     def reset(self) -> None:

@@ -13,6 +13,7 @@ import getpass
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from importlib import metadata as importlib_metadata
@@ -50,6 +51,9 @@ EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
 """128 + SIGPIPE, what a shell reports for a reader that went away (`branchwater ls | head`)."""
 
+PROGRESS_DELAY = 1.0
+"""Seconds long work runs before its progress shows: quick commands stay quiet."""
+
 SHORT_ID = 12
 """Abbreviated commit ids in tables; `Repository.ref` resolves any unique prefix."""
 
@@ -83,11 +87,62 @@ class _Parser(argparse.ArgumentParser):
 # ---------------------------------------------------------------------------------- output
 
 
-class Output:
-    """Renders results as human text or, with `--json`, as exactly one JSON document."""
+class Progress:
+    """Long work on stderr as git shows it: one line rewritten in place, then ", done.".
 
-    def __init__(self, as_json: bool) -> None:
+    Results go to stdout, so progress never mixes into them or into `--json`. By default it
+    shows only where stderr is a terminal; `--progress` / `--no-progress` decide otherwise.
+    As a context manager it ends an open line: with ", done." after success, bare after a
+    failure, so the error line starts on a line of its own.
+    """
+
+    def __init__(self, enabled: bool, delay: float = 0.0) -> None:
+        self.enabled = enabled
+        self.delay = delay
+        """Work that ends sooner shows nothing, as with git's delayed progress."""
+        self._line = ""
+
+    def update(self, title: str, count: int | None = None) -> None:
+        if not self.enabled:
+            return
+        line = title if count is None else f"{title}: {count:,}"
+        sys.stderr.write("\r" + line.ljust(len(self._line)))
+        sys.stderr.flush()
+        self._line = line
+
+    def counter(self, title: str) -> Callable[[int], None]:
+        """A `progress` callback for the engine that shows `title: n` once `delay` passed."""
+        started = time.monotonic()
+
+        def report(count: int) -> None:
+            if time.monotonic() - started >= self.delay:
+                self.update(title, count)
+
+        return report
+
+    def done(self) -> None:
+        self._end(", done.\n")
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        self._end("\n" if exc_type else ", done.\n")
+
+    def _end(self, tail: str) -> None:
+        if self._line:
+            sys.stderr.write(tail)
+            sys.stderr.flush()
+            self._line = ""
+
+
+class Output:
+    """Renders results as human text or, with `--json`, as exactly one JSON document; long
+    work reports through `progress`."""
+
+    def __init__(self, as_json: bool, progress: Progress | None = None) -> None:
         self.as_json = as_json
+        self.progress = progress or Progress(enabled=False)
 
     def _write(self, text: str) -> None:
         sys.stdout.write(text)
@@ -358,7 +413,9 @@ def cmd_commit(lake: Lake, args: argparse.Namespace, out: Output) -> None:
         dict(args.meta),
         committer=args.committer if args.committer is not None else default_committer(),
         allow_empty=args.allow_empty,
+        progress=out.progress.counter("Applying staged entries"),
     )
+    out.progress.done()
     first_line = (commit.message.splitlines() or [""])[0]
     out.document(commit_to_json(commit), f"[{args.branch} {short(commit.id)}] {first_line}")
 
@@ -466,7 +523,8 @@ def version() -> str:
 
 
 def global_options(parser: argparse.ArgumentParser, *, on_verb: bool) -> None:
-    """`--kv` and `--json` before or after the verb, as lakectl's persistent flags allow.
+    """`--kv`, `--json` and `--progress` before or after the verb, as lakectl's persistent
+    flags allow.
 
     On a verb they default to SUPPRESS, so an absent flag never overwrites the value the
     top-level parser already stored.
@@ -483,6 +541,12 @@ def global_options(parser: argparse.ArgumentParser, *, on_verb: bool) -> None:
         action="store_true",
         default=argparse.SUPPRESS if on_verb else False,
         help="print one JSON document",
+    )
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=unset,
+        help="show progress of long work on stderr (default: when stderr is a terminal)",
     )
 
 
@@ -659,8 +723,12 @@ def execute(args: argparse.Namespace) -> int:
     try:
         url = kv_url(args.kv)
         ensure_sqlite_parent(url)
-        with Lake.connect(url) as lake:
-            args.handler(lake, args, Output(args.json))
+        shown = sys.stderr.isatty() if args.progress is None else args.progress
+        progress = Progress(shown, PROGRESS_DELAY)
+        with progress, Lake.connect(url) as lake:
+            args.handler(lake, args, Output(args.json, progress))
+            if not lake.wait_for_cleanup(progress.delay):
+                progress.update("Dropping committed staging entries")
     except RETRYABLE as exc:
         return fail(str(exc), EXIT_CONFLICT)
     except (BranchwaterError, UserError) as exc:

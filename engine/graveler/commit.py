@@ -14,15 +14,19 @@ costs a KV write, not a rebuild. If nothing is left, a concurrent commit took it
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 
 from branchwater.engine.errors import NoChanges, TooManyTries
 from branchwater.engine.graveler.graveler import Graveler
-from branchwater.engine.graveler.iterators import combine
+from branchwater.engine.graveler.iterators import combine, reporting
 from branchwater.engine.graveler.model import Branch, Commit, Repository
 from branchwater.engine.graveler.refs import commit_id_for
 from branchwater.engine.graveler.staging import new_staging_token
+
+Progress = Callable[[int], None]
+"""Called with the number of staged entries applied so far."""
+PROGRESS_EVERY = 10_000
 
 
 def commit(
@@ -34,10 +38,12 @@ def commit(
     *,
     committer: str = "",
     allow_empty: bool = False,
+    progress: Progress | None = None,
 ) -> Commit:
     sealed = seal(g, repo, branch_name, allow_empty=allow_empty)
+    meta = dict(metadata or {})
     return _finish(
-        g, repo, branch_name, sealed, message, dict(metadata or {}), committer, allow_empty
+        g, repo, branch_name, sealed, message, meta, committer, allow_empty, progress=progress
     )
 
 
@@ -69,6 +75,8 @@ def _finish(
     metadata: dict[str, str],
     committer: str,
     allow_empty: bool,
+    *,
+    progress: Progress | None = None,
 ) -> Commit:
     built: tuple[tuple[str, tuple[str, ...]], str] | None = None
     for attempt in range(g.retry.attempts):
@@ -82,6 +90,8 @@ def _finish(
         base = g.base_metarange(repo, branch)
         if built is None or built[0] != (base, remaining):
             changes = combine([g.staging.scan(token) for token in remaining])
+            if progress is not None:
+                changes = reporting(changes, progress, PROGRESS_EVERY)
             built = ((base, remaining), g.committed(repo).apply(base, changes))
         metarange_id = built[1]
         parent = g.refs.get_commit(repo, branch.commit_id)

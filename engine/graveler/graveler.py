@@ -12,7 +12,7 @@ import random
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 from branchwater.engine.errors import BranchwaterError, PredicateFailed
@@ -178,11 +178,16 @@ class Graveler:
             done += 1
         return done
 
-    def wait_for_background(self) -> None:
+    def wait_for_background(self, timeout: float | None = None) -> bool:
+        """Wait for the background drops; False if some still run after `timeout` seconds."""
         with self._lock:
-            pending, self._pending = self._pending, []
-        for future in pending:
+            pending = list(self._pending)
+        finished, running = wait(pending, timeout)
+        with self._lock:
+            self._pending = [f for f in self._pending if f not in finished]
+        for future in finished:
             future.result()
+        return not running
 
     def close(self) -> None:
         self.wait_for_background()

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable, Iterator
+from typing import TypeVar
 
 from branchwater.engine.graveler.model import Change, Entry
 
 Layer = Iterable[tuple[str, Entry | None]]
+T = TypeVar("T")
 
 
 def combine(layers: list[Layer]) -> Iterator[tuple[str, Entry | None]]:
@@ -65,3 +67,15 @@ def staged_changes(
             yield Change(path, "added", value)
         elif base.identity() != value.identity():
             yield Change(path, "changed", value)
+
+
+def reporting(items: Iterable[T], report: Callable[[int], None], every: int) -> Iterator[T]:
+    """`items` unchanged, calling `report(n)` after every `every`-th item and with the total
+    when they run out: progress for long streams, at a cost per batch, not per item."""
+    count = 0
+    for count, item in enumerate(items, 1):
+        yield item
+        if count % every == 0:
+            report(count)
+    if count % every:
+        report(count)

@@ -187,6 +187,50 @@ def test_branch_reset_and_delete_repo_delete_tag_delete(bw: Bw, lake: Lake) -> N
     assert json.loads(ok(bw("--json", "repo", "list")).out) == []
 
 
+# --------------------------------------------------------------------------------- progress
+
+
+def staged_two(bw: Bw, lake: Lake) -> None:
+    make_repo(bw, lake)
+    for name in ("a.csv", "b.csv"):
+        ok(bw("upload", "sales", "main", name, local_file(lake, name, b"1\n")))
+
+
+def test_progress_goes_to_stderr_when_asked_and_results_stay_on_stdout(
+    bw: Bw, lake: Lake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli, "PROGRESS_DELAY", 0.0)
+    staged_two(bw, lake)
+
+    result = bw("--progress", "commit", "sales", "main", "-m", "two")
+
+    assert result.code == 0 and result.out.startswith("[main ")
+    lines = result.err.split("\n")
+    assert lines[0] == "\rApplying staged entries: 2, done."
+    assert set(lines[1:-1]) <= {"\rDropping committed staging entries, done."}
+    assert lines[-1] == ""
+
+
+def test_quick_work_and_no_progress_stay_quiet(
+    bw: Bw, lake: Lake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    staged_two(bw, lake)
+    ok(bw("--progress", "commit", "sales", "main", "-m", "quick"))  # done within the delay
+    monkeypatch.setattr(cli, "PROGRESS_DELAY", 0.0)
+    ok(bw("upload", "sales", "main", "c.csv", local_file(lake, "c.csv", b"2\n")))
+    ok(bw("--progress", "commit", "sales", "main", "-m", "off", "--no-progress"))
+
+
+def test_a_failure_ends_the_progress_line_before_the_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    progress = cli.Progress(enabled=True)
+    with pytest.raises(RuntimeError), progress:
+        progress.update("Working", 1_500)
+        raise RuntimeError("boom")
+    assert capsys.readouterr().err == "\rWorking: 1,500\n"
+
+
 # ------------------------------------------------------------------------------------- JSON
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,8 @@ from branchwater.engine import (
 from branchwater.engine.graveler import commit as commit_ops
 from branchwater.engine.graveler.committed import RangePolicy
 from branchwater.engine.graveler.graveler import Graveler
+from branchwater.engine.graveler.iterators import reporting
+from branchwater.engine.graveler.model import Entry
 from branchwater.engine.graveler.writes import stage_entry
 
 
@@ -334,3 +337,35 @@ def test_background_drops_survive_a_crash(lake: Lake, repo) -> None:
     lake.graveler.refs.mark_partitions_for_deletion("tokens/crashed", [token.encode()])
     assert lake.graveler.collect_dropped_partitions() == 1
     assert list(lake.graveler.kv.scan(token.encode())) == []
+
+
+def test_commit_reports_progress_and_cleanup_can_be_awaited(tmp_path: Path) -> None:
+    """`progress` hears every 10,000 staged entries and the total; `wait_for_cleanup` returns
+    once the committed token's rows are gone."""
+    mtime = datetime(2026, 11, 1, tzinfo=timezone.utc)
+    seen: list[int] = []
+    with Lake.connect("memory://") as lake:
+        repo = lake.create_repository("bulk", storage_namespace=f"file://{tmp_path}/bulk")
+        token = lake.graveler.read_branch(repo.record, "main").staging_token
+        for i in range(25_000):
+            path = f"p/{i:06d}"
+            lake.graveler.staging.put(token, path, Entry(path, f"data/{i}", 1, "c", mtime))
+
+        repo.branch("main").commit("bulk", progress=seen.append)
+
+        assert seen == [10_000, 20_000, 25_000]
+        assert lake.wait_for_cleanup(timeout=30)
+        assert list(lake.graveler.kv.scan(token.encode())) == []
+        assert lake.wait_for_cleanup(timeout=0)
+
+
+def test_reporting_counts_in_batches_and_ends_with_the_total() -> None:
+    seen: list[int] = []
+    assert list(reporting(iter("abcdefg"), seen.append, 3)) == list("abcdefg")
+    assert seen == [3, 6, 7]
+    seen.clear()
+    assert list(reporting("abcdef", seen.append, 3)) == list("abcdef")
+    assert seen == [3, 6]
+    seen.clear()
+    assert list(reporting([], seen.append, 3)) == []
+    assert seen == []
