@@ -26,6 +26,10 @@ from branchwater.engine.objects import ObjectStore, open_object_store
 
 log = logging.getLogger(__name__)
 
+ABANDONED_DROP_S = 3600.0
+"""A listed drop this old is taken for abandoned and finished by whichever process drops
+next. Dropping is idempotent, so a slow drop that is still running only costs double work."""
+
 
 @dataclass(frozen=True)
 class RetryPolicy:
@@ -160,8 +164,11 @@ class Graveler:
             self._pending.append(self._background.submit(self._drop_quietly, mark, partitions))
 
     def _drop_quietly(self, mark: str, partitions: list[bytes]) -> None:
+        """Drop, then finish any drop a dead process left behind: with no server, the
+        processes that drop partitions are the ones that clean up after each other."""
         try:
             self._drop(mark, partitions)
+            self.collect_dropped_partitions(older_than=ABANDONED_DROP_S)
         except BranchwaterError as exc:
             log.warning("dropping %s failed, left for collect_dropped_partitions: %s", mark, exc)
 
@@ -170,12 +177,15 @@ class Graveler:
             self.kv.drop_partition(partition, pause=self.drop_pause)
         self.refs.unmark_partitions(mark)
 
-    def collect_dropped_partitions(self) -> int:
-        """Finish every drop still listed (after a crash); returns how many lists were done."""
+    def collect_dropped_partitions(self, older_than: float = 0.0) -> int:
+        """Finish the drops still listed that were marked at least `older_than` seconds ago
+        (their process died, or was killed); returns how many lists were done."""
+        cutoff = time.time() - older_than
         done = 0
-        for mark, partitions in list(self.refs.partitions_to_delete()):
-            self._drop(mark, partitions)
-            done += 1
+        for mark in list(self.refs.partitions_to_delete()):
+            if mark.marked_at <= cutoff:
+                self._drop(mark.mark, mark.partitions)
+                done += 1
         return done
 
     def wait_for_background(self, timeout: float | None = None) -> bool:

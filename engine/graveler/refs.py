@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from branchwater.engine.errors import AlreadyExists, InvalidArgument, NotFound, PredicateFailed
 from branchwater.engine.graveler.model import Branch, Commit, Repository, Tag
@@ -24,6 +26,14 @@ COMMITS = b"commits/"
 TAGS = b"tags/"
 
 MIN_COMMIT_PREFIX = 6
+
+
+class DeletionMark(NamedTuple):
+    """An entry of the to-delete list: partitions a process set out to drop, and when."""
+
+    mark: str
+    partitions: list[bytes]
+    marked_at: float
 
 
 @dataclass(frozen=True)
@@ -90,13 +100,23 @@ class RefStore:
         for _, value in scan_prefix(self.kv, GRAVELER_PARTITION, REPOS_PREFIX, after.encode()):
             yield Repository.decode(value)
 
-    def mark_partitions_for_deletion(self, mark: str, partitions: list[bytes]) -> None:
-        payload = json.dumps([p.decode() for p in partitions]).encode()
+    def mark_partitions_for_deletion(
+        self, mark: str, partitions: list[bytes], marked_at: float | None = None
+    ) -> None:
+        """List partitions to drop under `mark`, stamped `marked_at` (epoch seconds; now by
+        default) so that a drop its process abandoned can be told from one under way."""
+        when = time.time() if marked_at is None else marked_at
+        document = {"partitions": [p.decode() for p in partitions], "marked_at": when}
+        payload = json.dumps(document).encode()
         self.kv.set(GRAVELER_PARTITION, TO_DELETE_PREFIX + mark.encode(), payload)
 
-    def partitions_to_delete(self) -> Iterator[tuple[str, list[bytes]]]:
+    def partitions_to_delete(self) -> Iterator[DeletionMark]:
         for mark, value in scan_prefix(self.kv, GRAVELER_PARTITION, TO_DELETE_PREFIX):
-            yield mark.decode(), [p.encode() for p in json.loads(value)]
+            document = json.loads(value)
+            if isinstance(document, list):  # written before marks had a time: long abandoned
+                document = {"partitions": document, "marked_at": 0.0}
+            partitions = [p.encode() for p in document["partitions"]]
+            yield DeletionMark(mark.decode(), partitions, float(document["marked_at"]))
 
     def unmark_partitions(self, mark: str) -> None:
         self.kv.delete(GRAVELER_PARTITION, TO_DELETE_PREFIX + mark.encode())

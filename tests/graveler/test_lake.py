@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from branchwater.engine.graveler.committed import RangePolicy
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.iterators import reporting
 from branchwater.engine.graveler.model import Entry
+from branchwater.engine.graveler.refs import GRAVELER_PARTITION, TO_DELETE_PREFIX
 from branchwater.engine.graveler.writes import stage_entry
 
 
@@ -337,6 +339,35 @@ def test_background_drops_survive_a_crash(lake: Lake, repo) -> None:
     lake.graveler.refs.mark_partitions_for_deletion("tokens/crashed", [token.encode()])
     assert lake.graveler.collect_dropped_partitions() == 1
     assert list(lake.graveler.kv.scan(token.encode())) == []
+
+
+def test_the_next_drop_finishes_drops_that_dead_processes_abandoned(lake: Lake, repo) -> None:
+    """A drop listed over an hour ago is finished by the next commit's cleanup; a recent
+    one may still be under way in its own process and is left to it."""
+    g = lake.graveler
+    for name in ("abandoned", "recent"):
+        g.staging.put(f"orphan-{name}", "x", None)
+    g.refs.mark_partitions_for_deletion(
+        "tokens/abandoned", [b"orphan-abandoned"], marked_at=time.time() - 2 * 3600
+    )
+    g.refs.mark_partitions_for_deletion("tokens/recent", [b"orphan-recent"])
+
+    main = repo.branch("main")
+    main.upload("a", b"1")
+    main.commit("a")
+    assert lake.wait_for_cleanup(timeout=30)
+
+    assert list(g.kv.scan(b"orphan-abandoned")) == []
+    assert len(list(g.kv.scan(b"orphan-recent"))) == 1
+    assert [m.mark for m in g.refs.partitions_to_delete()] == ["tokens/recent"]
+
+
+def test_drops_listed_by_an_older_version_count_as_abandoned(lake: Lake) -> None:
+    g = lake.graveler
+    g.staging.put("orphan-old", "x", None)
+    g.kv.set(GRAVELER_PARTITION, TO_DELETE_PREFIX + b"tokens/old", b'["orphan-old"]')
+    assert g.collect_dropped_partitions(older_than=3600) == 1
+    assert list(g.kv.scan(b"orphan-old")) == []
 
 
 def test_commit_reports_progress_and_cleanup_can_be_awaited(tmp_path: Path) -> None:
