@@ -71,7 +71,7 @@ def staged_changes(
 
 def reporting(items: Iterable[T], report: Callable[[int], None], every: int) -> Iterator[T]:
     """`items` unchanged, calling `report(n)` after every `every`-th item and with the total
-    when they run out: progress for long streams, at a cost per batch, not per item."""
+    when they run out: progress for long streams for the price of a counter per item."""
     count = 0
     for count, item in enumerate(items, 1):
         yield item
