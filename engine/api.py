@@ -321,7 +321,7 @@ class Branch(Ref):
         progress: commit_ops.Progress | None = None,
     ) -> Commit:
         """Commit everything staged. `progress(n)` is called as the staged entries are
-        applied, every 10,000 and at the end, with how many so far: for long commits."""
+        applied, every `commit.PROGRESS_EVERY` and at the end, with how many so far."""
         if not isinstance(message, str) or not message.strip():
             raise InvalidArgument("a commit needs a non-empty message")
         return commit_ops.commit(

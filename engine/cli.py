@@ -140,9 +140,9 @@ class Output:
     """Renders results as human text or, with `--json`, as exactly one JSON document; long
     work reports through `progress`."""
 
-    def __init__(self, as_json: bool, progress: Progress | None = None) -> None:
+    def __init__(self, as_json: bool, progress: Progress) -> None:
         self.as_json = as_json
-        self.progress = progress or Progress(enabled=False)
+        self.progress = progress
 
     def _write(self, text: str) -> None:
         sys.stdout.write(text)
