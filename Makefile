@@ -37,6 +37,8 @@ bench: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/test_layering.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .branchwater

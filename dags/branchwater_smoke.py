@@ -13,13 +13,17 @@ SMOKE_VALUE = "branchwater-ok"
 
 @task
 def kv_round_trip() -> str:
-    """Set and read back one key in an in-process KV store, through the engine's public API."""
-    from branchwater.engine.kv import open_store
+    """Upload and read back one object on an in-memory lake, through the engine's public API."""
+    import tempfile
+    from pathlib import Path
 
-    store = open_store("memory://")
-    store.set(b"smoke", b"key", SMOKE_VALUE.encode())
-    value, _ = store.get(b"smoke", b"key")
-    return value.decode()
+    from branchwater.engine import Lake
+
+    with tempfile.TemporaryDirectory() as namespace, Lake.connect("memory://") as lake:
+        repo = lake.create_repository("smoke", storage_namespace=Path(namespace).as_uri())
+        main = repo.branch("main")
+        main.upload("smoke/key", SMOKE_VALUE.encode())
+        return main.read("smoke/key").decode()
 
 
 @task
