@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator, Mapping
-from datetime import timezone
 from itertools import islice
 from pathlib import Path
 
@@ -360,26 +359,3 @@ def _read_object(g: Graveler, repo: model.Repository, entry: Entry) -> bytes:
             f"object {entry.path!r} is staged or committed but its data at {entry.address} "
             f"is missing from {repo.storage_namespace}"
         ) from None
-
-
-def entry_to_json(entry: Entry) -> dict[str, object]:
-    return {
-        "path": entry.path,
-        "address": entry.address,
-        "size": entry.size,
-        "checksum": entry.checksum,
-        "mtime": entry.mtime.astimezone(timezone.utc).isoformat(),
-        "metadata": dict(entry.metadata),
-    }
-
-
-def commit_to_json(commit: Commit) -> dict[str, object]:
-    return {
-        "id": commit.id,
-        "message": commit.message,
-        "metarange_id": commit.metarange_id,
-        "parents": list(commit.parents),
-        "metadata": commit.metadata,
-        "creation_date": commit.creation_date.isoformat(),
-        "committer": commit.committer,
-    }
