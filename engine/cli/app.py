@@ -68,7 +68,7 @@ def version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description="Git for a data lake.")
+    parser: argparse.ArgumentParser = _Parser(prog=PROG, description="Git for a data lake.")
     global_options(parser, on_verb=False)
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
