@@ -17,13 +17,17 @@ from branchwater.engine.graveler import branches as branch_ops
 from branchwater.engine.graveler import commit as commit_ops
 from branchwater.engine.graveler import merge as merge_ops
 from branchwater.engine.graveler import model, reads, repositories, writes
-from branchwater.engine.graveler.committed import RangePolicy
+from branchwater.engine.graveler.committed import (
+    DEFAULT_MAX_BYTES,
+    RangeCache,
+    RangePolicy,
+    default_cache_dir,
+)
 from branchwater.engine.graveler.graveler import Graveler, RetryPolicy
 from branchwater.engine.graveler.log import log as commit_log
 from branchwater.engine.graveler.merge import MergeResult
 from branchwater.engine.graveler.model import Change, Commit, Entry, Tag
 from branchwater.engine.graveler.names import check_ref_name
-from branchwater.engine.graveler.range_cache import DEFAULT_MAX_BYTES, RangeCache, default_cache_dir
 from branchwater.engine.kv import open_store
 
 DEFAULT_KV_URL = "sqlite:///.branchwater/lake.db"

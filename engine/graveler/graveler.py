@@ -16,9 +16,8 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 from branchwater.engine.errors import BranchwaterError, PredicateFailed
-from branchwater.engine.graveler.committed import CommittedStore, RangePolicy
+from branchwater.engine.graveler.committed import CommittedStore, RangeCache, RangePolicy
 from branchwater.engine.graveler.model import Branch, Repository
-from branchwater.engine.graveler.range_cache import RangeCache
 from branchwater.engine.graveler.refs import RefStore
 from branchwater.engine.graveler.staging import StagingArea
 from branchwater.engine.kv import Store

@@ -44,6 +44,7 @@ import pyarrow as pa
 
 from branchwater.engine.api import Lake, Repository
 from branchwater.engine.graveler import merge as merge_ops
+from branchwater.engine.graveler.committed.format import decode_entries
 from branchwater.engine.graveler.graveler import RetryPolicy
 from branchwater.engine.graveler.model import Entry
 from tests.benchmarks.bench_graveler import bulk_stage
@@ -100,7 +101,7 @@ def prepare_round(repo: Repository, label: str, touched: int, diverged: bool) ->
     for i in range(FEATURES):
         feature = repo.create_branch(f"{label}-f{i}", source=destination)
         for k in range(touched):
-            rows = committed.range_entries(ranges[i * touched + k].range_id)
+            rows = decode_entries(committed.storage.range_table(ranges[i * touched + k].range_id))
             feature.upload(rows[len(rows) // 2].path, f"{label} feature {i} change {k}".encode())
             moved.append(rows[len(rows) // 3])
         feature.commit(f"feature {i}")
@@ -177,7 +178,7 @@ def _merge(
         repo = lake.repository(name)
         committed = lake.graveler.committed(repo.record)
         counts = {"built": 0, "uploaded": 0}
-        put_range = committed._put_range
+        put_range = committed.storage.put_range
 
         def counting_put_range(table):
             range_id, uploaded = put_range(table)
@@ -185,7 +186,7 @@ def _merge(
             counts["uploaded"] += uploaded
             return range_id, uploaded
 
-        committed._put_range = counting_put_range
+        committed.storage.put_range = counting_put_range
         if gate is not None:
             try_update = lake.graveler.try_update_branch
 
