@@ -53,14 +53,14 @@ def default_cache_dir() -> Path | None:
     configured = os.environ.get(CACHE_DIR_ENV)
     if configured is not None:
         return Path(configured) if configured else None
-    base = os.environ.get("XDG_CACHE_HOME")
-    if not base:
-        try:
-            base = Path.home() / ".cache"
-        except RuntimeError:
-            log.info("no home directory: the range cache is off")
-            return None
-    return Path(base) / "branchwater" / "ranges"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if xdg:
+        return Path(xdg) / "branchwater" / "ranges"
+    try:
+        return Path.home() / ".cache" / "branchwater" / "ranges"
+    except RuntimeError:
+        log.info("no home directory: the range cache is off")
+        return None
 
 
 @dataclass

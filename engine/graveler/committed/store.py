@@ -171,7 +171,7 @@ def _row_of(paths: pa.ChunkedArray, path: str) -> int | None:
     return row if row < len(paths) and paths[row].as_py() == path else None
 
 
-def _as_py(scalar: pa.Scalar) -> object:
+def _as_py(scalar: pa.Scalar) -> str:
     return scalar.as_py()
 
 
