@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from branchwater.engine.errors import InvalidArgument, TooManyTries
+from branchwater.engine.errors import InvalidArgument, too_many_tries
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import Branch, Repository
 from branchwater.engine.graveler.names import check_ref_name
@@ -33,7 +33,7 @@ def delete_branch(g: Graveler, repo: Repository, name: str) -> None:
 
 def reset_branch(g: Graveler, repo: Repository, name: str) -> Branch:
     """Drop every uncommitted change: a new empty staging token, no sealed tokens, no compaction."""
-    for attempt in range(g.retry.attempts):
+    for _ in g.retry:
         branch, predicate = g.refs.get_branch(repo, name)
         reset = dataclasses.replace(
             branch,
@@ -45,5 +45,4 @@ def reset_branch(g: Graveler, repo: Repository, name: str) -> Branch:
         if g.try_update_branch(repo, reset, predicate):
             g.drop_tokens_later((branch.staging_token, *branch.sealed_tokens))
             return reset
-        g.retry.backoff(attempt)
-    raise TooManyTries(f"reset of branch {name!r} kept losing races with commits; retry later")
+    raise too_many_tries(f"reset of branch {name!r} of {repo.name!r}", g.retry.attempts)

@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 
-from branchwater.engine.errors import NoChanges, TooManyTries
+from branchwater.engine.errors import NoChanges, too_many_tries
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.iterators import combine, reporting
 from branchwater.engine.graveler.model import Branch, Commit, Repository
@@ -51,7 +51,7 @@ def seal(
     g: Graveler, repo: Repository, branch_name: str, *, allow_empty: bool = False
 ) -> tuple[str, ...]:
     """Seal the staging token; returns every token this commit is to absorb, newest first."""
-    for attempt in range(g.retry.attempts):
+    for _ in g.retry:
         branch, predicate = g.refs.get_branch(repo, branch_name)
         if not allow_empty and not g.has_uncommitted(branch):
             raise NoChanges(f"nothing to commit on branch {branch_name!r} of {repo.name!r}")
@@ -62,8 +62,7 @@ def seal(
         )
         if g.try_update_branch(repo, sealed, predicate):
             return sealed.sealed_tokens
-        g.retry.backoff(attempt)
-    raise _too_many_tries(repo, branch_name, g.retry.attempts)
+    raise too_many_tries(f"commit on branch {branch_name!r} of {repo.name!r}", g.retry.attempts)
 
 
 def _finish(
@@ -79,7 +78,7 @@ def _finish(
     progress: Progress | None = None,
 ) -> Commit:
     built: tuple[tuple[str, tuple[str, ...]], str] | None = None
-    for attempt in range(g.retry.attempts):
+    for _ in g.retry:
         branch, predicate = g.refs.get_branch(repo, branch_name)
         remaining = tuple(t for t in tokens if t in branch.sealed_tokens)
         if not remaining and not branch.compacted_metarange_id:
@@ -100,7 +99,6 @@ def _finish(
             if _clear(g, repo, branch, predicate, rest):
                 g.drop_tokens_later(remaining)
                 raise NoChanges(f"nothing to commit on branch {branch_name!r} of {repo.name!r}")
-            g.retry.backoff(attempt)
             continue
         new_commit = _record(g, repo, parent, metarange_id, message, metadata, committer)
         updated = dataclasses.replace(
@@ -113,8 +111,7 @@ def _finish(
         if g.try_update_branch(repo, updated, predicate):
             g.drop_tokens_later(remaining)
             return new_commit
-        g.retry.backoff(attempt)
-    raise _too_many_tries(repo, branch_name, g.retry.attempts)
+    raise too_many_tries(f"commit on branch {branch_name!r} of {repo.name!r}", g.retry.attempts)
 
 
 def _clear(
@@ -149,10 +146,3 @@ def _record(
     new_commit = dataclasses.replace(draft, id=commit_id_for(draft))
     g.refs.put_commit(repo, new_commit)
     return new_commit
-
-
-def _too_many_tries(repo: Repository, branch_name: str, attempts: int) -> TooManyTries:
-    return TooManyTries(
-        f"commit on branch {branch_name!r} of {repo.name!r} lost {attempts} races in a row; "
-        "retry later"
-    )

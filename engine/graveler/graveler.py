@@ -11,7 +11,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
@@ -33,14 +33,26 @@ next. Dropping is idempotent, so a slow drop that is still running only costs do
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Bounded attempts with full-jitter exponential backoff, as lakeFS's committer does."""
+    """Bounded attempts with full-jitter exponential backoff, as lakeFS's committer does.
+
+    `for attempt in policy:` is the loop of every compare-and-swap on a branch: it yields the
+    attempt numbers 1 to `attempts` and sleeps between two of them, never before the first or
+    after the last, so a loop that returns on success and falls out of the `for` has run out.
+    """
 
     attempts: int = 10
     base_delay: float = 0.005
     max_delay: float = 0.5
 
-    def backoff(self, attempt: int) -> None:
-        time.sleep(random.uniform(0, min(self.max_delay, self.base_delay * 2**attempt)))
+    def __iter__(self) -> Iterator[int]:
+        for attempt in range(1, self.attempts + 1):
+            if attempt > 1:
+                time.sleep(self.delay(attempt - 1))
+            yield attempt
+
+    def delay(self, lost: int) -> float:
+        """A random pause after `lost` attempts in a row lost: its bound doubles with each."""
+        return random.uniform(0, min(self.max_delay, self.base_delay * 2 ** (lost - 1)))
 
 
 class BranchCache:

@@ -21,12 +21,13 @@ from itertools import islice
 from typing import Literal
 
 from branchwater.engine.errors import (
-    BranchwaterError,
-    Conflict,
+    DirtyBranch,
     InvalidArgument,
+    MergeConflict,
+    MergeRaceLost,
     NoChanges,
     NotFound,
-    TooManyTries,
+    too_many_tries,
 )
 from branchwater.engine.graveler.committed import CommittedStore, Replacements
 from branchwater.engine.graveler.graveler import Graveler
@@ -38,32 +39,6 @@ STRATEGIES: tuple[str, ...] = ("source-wins", "dest-wins")
 CONFLICTS_SHOWN = 20
 RESOLVE_BATCH = 4096
 """Changes resolved together: bounds memory, and amortises each range lookup over many."""
-
-
-class DirtyBranch(BranchwaterError):
-    """The destination has uncommitted changes; a merge would mix them into its commit."""
-
-
-class MergeConflict(Conflict):
-    """Paths both sides changed differently; `paths` holds the first few, `count` all."""
-
-    def __init__(self, paths: list[str], count: int, source: str, destination: str) -> None:
-        shown = ", ".join(paths)
-        more = f" and {count - len(paths)} more" if count > len(paths) else ""
-        super().__init__(
-            f"merging {source!r} into {destination!r} conflicts on {count} path(s): {shown}{more}; "
-            "resolve them, or merge with strategy 'source-wins' or 'dest-wins'"
-        )
-        self.paths = paths
-        self.count = count
-
-
-class MergeRaceLost(TooManyTries):
-    """Every attempt lost the race for the destination; `hint` lets a caller resume the work."""
-
-    def __init__(self, message: str, hint: str) -> None:
-        super().__init__(f"{message}; retry with hint={hint!r} to reuse this merge's work")
-        self.hint = hint
 
 
 @dataclass(frozen=True)
@@ -119,19 +94,13 @@ def merge(
     metadata: dict[str, str] | None = None,
     committer: str = "",
     hint: str | None = None,
-    reuse: bool = True,
 ) -> MergeResult:
-    """Merge `source_ref` into the branch `destination`; see the module docstring.
-
-    `reuse=False` redoes every lost attempt from the merge base, as lakeFS does: only the
-    benchmark's reference uses it.
-    """
+    """Merge `source_ref` into the branch `destination`; see the module docstring."""
     if strategy is not None and strategy not in STRATEGIES:
         raise InvalidArgument(f"unknown merge strategy {strategy!r}: use one of {STRATEGIES}")
     source = g.refs.get_commit(repo, g.refs.resolve(repo, source_ref).commit_id)
     previous = _parse_hint(g, repo, hint) if hint else None
-    last: _Attempt | None = None
-    for attempt in range(1, g.retry.attempts + 1):
+    for attempt in g.retry:
         branch, predicate = g.refs.get_branch(repo, destination)
         _check_clean(g, repo, destination, branch)
         head = g.refs.get_commit(repo, branch.commit_id)
@@ -143,7 +112,6 @@ def merge(
                 forwarded = dataclasses.replace(branch, commit_id=source.id)
                 if g.try_update_branch(repo, forwarded, predicate):
                     return MergeResult(source, attempt, fast_forward=True)
-                g.retry.backoff(attempt)
                 continue
             base_mr, source_mr = base.metarange_id, source.metarange_id
         else:
@@ -152,17 +120,15 @@ def merge(
         merged = _merge_metaranges(
             g, repo, base_mr, source_mr, head, strategy, source_ref, destination
         )
-        last = _Attempt(merged, head.id)
-        previous = last if reuse else None
+        previous = _Attempt(merged, head.id)
         new_commit = _record(g, repo, head, source, merged, message, metadata, committer, strategy)
         updated = dataclasses.replace(branch, commit_id=new_commit.id)
         if g.try_update_branch(repo, updated, predicate):
             return MergeResult(new_commit, attempt)
-        g.retry.backoff(attempt)
-    lost = f"merge of {source_ref!r} into {destination!r} lost {g.retry.attempts} races in a row"
-    if last is None:
-        raise TooManyTries(f"{lost}; retry later")
-    raise MergeRaceLost(lost, last.hint)
+    what = f"merge of {source_ref!r} into {destination!r} of {repo.name!r}"
+    if previous is None:
+        raise too_many_tries(what, g.retry.attempts)
+    raise MergeRaceLost(what, g.retry.attempts, previous.hint)
 
 
 def _check_clean(g: Graveler, repo: Repository, name: str, branch) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from itertools import islice
 from typing import TypeVar
 
-from branchwater.engine.errors import NotFound, TooManyTries
+from branchwater.engine.errors import NotFound, too_many_tries
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.iterators import (
     Layer,
@@ -64,7 +64,9 @@ def get_branch_entry(g: Graveler, repo: Repository, branch_name: str, path: str)
         if value is None:
             raise NotFound(f"path {path!r} not found on branch {branch_name!r} of {repo.name!r}")
         return value
-    raise _too_many_tries(branch_name, f"read {path!r}", g.retry.attempts)
+    raise too_many_tries(
+        f"read of {path!r} on branch {branch_name!r} of {repo.name!r}", g.retry.attempts
+    )
 
 
 def get_commit_entry(g: Graveler, repo: Repository, commit_id: str, path: str, ref: str) -> Entry:
@@ -138,15 +140,10 @@ def _validated_pages(
                 break
             branch = current
         else:
-            raise _too_many_tries(branch_name, "list", g.retry.attempts)
+            raise too_many_tries(
+                f"listing of branch {branch_name!r} of {repo.name!r}", g.retry.attempts
+            )
         yield from items
         if len(items) < PAGE_SIZE:
             return
         after = path_of(items[-1])
-
-
-def _too_many_tries(branch_name: str, what: str, attempts: int) -> TooManyTries:
-    return TooManyTries(
-        f"could not {what} on branch {branch_name!r}: commits kept changing it "
-        f"({attempts} attempts); retry later"
-    )

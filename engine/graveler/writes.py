@@ -7,7 +7,7 @@ that made it into the sealed token as well is harmless. No step waits on a commi
 
 from __future__ import annotations
 
-from branchwater.engine.errors import NotFound, TooManyTries
+from branchwater.engine.errors import NotFound, too_many_tries
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import Branch, Entry, Repository
 from branchwater.engine.graveler.reads import lookup_below_staging
@@ -19,7 +19,7 @@ def stage_entry(g: Graveler, repo: Repository, branch_name: str, entry: Entry) -
     def write(branch: Branch) -> None:
         g.staging.put(branch.staging_token, entry.path, entry)
 
-    _write_validated(g, repo, branch_name, write, f"write {entry.path!r}")
+    _write_validated(g, repo, branch_name, write, f"write of {entry.path!r}")
 
 
 def stage_delete(g: Graveler, repo: Repository, branch_name: str, path: str) -> None:
@@ -35,7 +35,7 @@ def stage_delete(g: Graveler, repo: Repository, branch_name: str, path: str) -> 
             raise NotFound(f"path {path!r} not found on branch {branch_name!r} of {repo.name!r}")
         g.staging.remove(branch.staging_token, path)
 
-    _write_validated(g, repo, branch_name, write, f"delete {path!r}")
+    _write_validated(g, repo, branch_name, write, f"delete of {path!r}")
 
 
 def _write_validated(g: Graveler, repo: Repository, branch_name: str, write, what: str) -> None:
@@ -46,7 +46,4 @@ def _write_validated(g: Graveler, repo: Repository, branch_name: str, write, wha
         if current.staging_token == branch.staging_token:
             return
         branch = current
-    raise TooManyTries(
-        f"could not {what} on branch {branch_name!r}: its staging token kept changing "
-        f"({g.retry.attempts} attempts); commits are racing, retry later"
-    )
+    raise too_many_tries(f"{what} on branch {branch_name!r} of {repo.name!r}", g.retry.attempts)

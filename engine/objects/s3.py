@@ -30,6 +30,7 @@ from botocore.exceptions import (
 
 from branchwater.engine.errors import (
     BranchwaterError,
+    BucketNotFound,
     ConfigurationError,
     InvalidArgument,
     NotFound,
@@ -65,10 +66,6 @@ _DEFAULT_CONFIG = Config(
 )
 
 T = TypeVar("T")
-
-
-class BucketNotFound(NotFound):
-    """The bucket itself is missing: a misconfiguration, unlike an absent key."""
 
 
 class S3ObjectStore(ObjectStore):
