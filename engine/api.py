@@ -16,11 +16,10 @@ from branchwater.engine.errors import InvalidArgument, NotFound
 from branchwater.engine.gc.addresses import AddressAllocator
 from branchwater.engine.graveler import branches as branch_ops
 from branchwater.engine.graveler import commit as commit_ops
+from branchwater.engine.graveler import history, model, reads, repositories, writes
 from branchwater.engine.graveler import merge as merge_ops
-from branchwater.engine.graveler import model, reads, repositories, writes
 from branchwater.engine.graveler.committed import RangePolicy
 from branchwater.engine.graveler.graveler import Graveler, RetryPolicy
-from branchwater.engine.graveler.log import log as commit_log
 from branchwater.engine.graveler.merge import MergeResult
 from branchwater.engine.graveler.model import Change, Commit, Entry, Tag
 from branchwater.engine.graveler.names import check_ref_name
@@ -158,7 +157,7 @@ class Repository:
     ) -> list[Commit]:
         """Commits reachable from `ref`, newest first; `after` (a commit id) pages on."""
         start = self._g.refs.resolve(self.record, ref).commit_id
-        commits = commit_log(self._g.refs, self.record, start, first_parent=first_parent)
+        commits = history.log(self._g.refs, self.record, start, first_parent=first_parent)
         if after:
             commits = _after(commits, after)
         return list(islice(commits, limit))
@@ -202,7 +201,7 @@ class Repository:
         """The commit a merge of `left` and `right` would start from."""
         left_id = self._g.refs.resolve(self.record, left).commit_id
         right_id = self._g.refs.resolve(self.record, right).commit_id
-        return merge_ops.find_merge_base(self._g, self.record, left_id, right_id)
+        return history.find_merge_base(self._g.refs, self.record, left_id, right_id)
 
     def tag(self, name: str, ref: str) -> Tag:
         check_ref_name(name, "tag")

@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from datetime import datetime, timezone
 
 from branchwater.engine.errors import NoChanges, too_many_tries
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.iterators import combine, reporting
 from branchwater.engine.graveler.model import Branch, Commit, Repository
-from branchwater.engine.graveler.refs import commit_id_for
 from branchwater.engine.graveler.staging import new_staging_token
 
 Progress = Callable[[int], None]
@@ -100,7 +98,9 @@ def _finish(
                 g.drop_tokens_later(remaining)
                 raise NoChanges(f"nothing to commit on branch {branch_name!r} of {repo.name!r}")
             continue
-        new_commit = _record(g, repo, parent, metarange_id, message, metadata, committer)
+        new_commit = g.refs.add_commit(
+            repo, (parent,), metarange_id, message, metadata, committer=committer
+        )
         updated = dataclasses.replace(
             branch,
             commit_id=new_commit.id,
@@ -122,27 +122,3 @@ def _clear(
         branch, sealed_tokens=rest, compacted_metarange_id=None, compaction_start_time=None
     )
     return g.try_update_branch(repo, cleared, predicate)
-
-
-def _record(
-    g: Graveler,
-    repo: Repository,
-    parent: Commit,
-    metarange_id: str,
-    message: str,
-    metadata: dict[str, str],
-    committer: str,
-) -> Commit:
-    draft = Commit(
-        id="",
-        message=message,
-        metarange_id=metarange_id,
-        parents=(parent.id,),
-        metadata=metadata,
-        creation_date=datetime.now(timezone.utc),
-        committer=committer,
-        generation=parent.generation + 1,
-    )
-    new_commit = dataclasses.replace(draft, id=commit_id_for(draft))
-    g.refs.put_commit(repo, new_commit)
-    return new_commit

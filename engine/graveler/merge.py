@@ -13,10 +13,8 @@ reused. The seed's correctness table holds because deletion behaves like unique 
 from __future__ import annotations
 
 import dataclasses
-import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from itertools import islice
 from typing import Literal
 
@@ -26,13 +24,12 @@ from branchwater.engine.errors import (
     MergeConflict,
     MergeRaceLost,
     NoChanges,
-    NotFound,
     too_many_tries,
 )
 from branchwater.engine.graveler.committed import CommittedStore, Replacements
 from branchwater.engine.graveler.graveler import Graveler
+from branchwater.engine.graveler.history import find_merge_base
 from branchwater.engine.graveler.model import Change, Commit, Entry, Repository
-from branchwater.engine.graveler.refs import commit_id_for
 
 Strategy = Literal["source-wins", "dest-wins"]
 STRATEGIES: tuple[str, ...] = ("source-wins", "dest-wins")
@@ -60,29 +57,6 @@ class _Attempt:
         return f"{self.metarange_id}@{self.onto_commit_id}"
 
 
-def find_merge_base(g: Graveler, repo: Repository, left: str, right: str) -> Commit:
-    """The first commit reachable from both, walking by generation from the newest."""
-    marks: dict[str, int] = {left: 1}
-    marks[right] = marks.get(right, 0) | 2
-    heap = [_queued(g.refs.get_commit(repo, cid)) for cid in {left, right}]
-    heapq.heapify(heap)
-    while heap:
-        *_, commit = heapq.heappop(heap)
-        mark = marks[commit.id]
-        if mark == 3:
-            return commit
-        for parent in commit.parents:
-            before = marks.get(parent, 0)
-            if before | mark != before:
-                marks[parent] = before | mark
-                heapq.heappush(heap, _queued(g.refs.get_commit(repo, parent)))
-    raise NotFound(f"commits {left[:12]} and {right[:12]} of {repo.name!r} share no ancestor")
-
-
-def _queued(commit: Commit) -> tuple[int, float, str, Commit]:
-    return (-commit.generation, -commit.creation_date.timestamp(), commit.id, commit)
-
-
 def merge(
     g: Graveler,
     repo: Repository,
@@ -105,7 +79,7 @@ def merge(
         _check_clean(g, repo, destination, branch)
         head = g.refs.get_commit(repo, branch.commit_id)
         if previous is None:
-            base = find_merge_base(g, repo, head.id, source.id)
+            base = find_merge_base(g.refs, repo, head.id, source.id)
             if base.id == source.id:
                 raise NoChanges(f"{destination!r} already contains {source_ref!r}")
             if base.id == head.id:
@@ -240,22 +214,12 @@ def _record(
     committer: str,
     strategy: str | None,
 ) -> Commit:
+    """The merge commit: on the destination's HEAD, then the source; the strategy recorded."""
     meta = dict(metadata or {})
     if strategy:
         meta["branchwater.merge.strategy"] = strategy
-    draft = Commit(
-        id="",
-        message=message or f"Merge {source.id[:12]} into {head.id[:12]}",
-        metarange_id=metarange_id,
-        parents=(head.id, source.id),
-        metadata=meta,
-        creation_date=datetime.now(timezone.utc),
-        committer=committer,
-        generation=max(head.generation, source.generation) + 1,
-    )
-    commit = dataclasses.replace(draft, id=commit_id_for(draft))
-    g.refs.put_commit(repo, commit)
-    return commit
+    message = message or f"Merge {source.id[:12]} into {head.id[:12]}"
+    return g.refs.add_commit(repo, (head, source), metarange_id, message, meta, committer=committer)
 
 
 def _parse_hint(g: Graveler, repo: Repository, hint: str) -> _Attempt:

@@ -7,11 +7,13 @@ holds `branches/<id>`, `commits/<id>` and `tags/<id>`. Branch records change onl
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import NamedTuple
 
 from branchwater.engine.errors import AlreadyExists, InvalidArgument, NotFound, PredicateFailed
@@ -153,6 +155,33 @@ class RefStore:
             yield Branch.decode(value)
 
     # commits
+
+    def add_commit(
+        self,
+        repo: Repository,
+        parents: Sequence[Commit],
+        metarange_id: str,
+        message: str,
+        metadata: Mapping[str, str] | None = None,
+        *,
+        committer: str = "",
+        creation_date: datetime | None = None,
+    ) -> Commit:
+        """Record a new commit on `parents` (first parent first). Its generation and id are
+        derived here, so every commit gets them the same way."""
+        draft = Commit(
+            id="",
+            message=message,
+            metarange_id=metarange_id,
+            parents=tuple(parent.id for parent in parents),
+            metadata=dict(metadata or {}),
+            creation_date=creation_date or datetime.now(timezone.utc),
+            committer=committer,
+            generation=max((parent.generation for parent in parents), default=0) + 1,
+        )
+        commit = dataclasses.replace(draft, id=commit_id_for(draft))
+        self.put_commit(repo, commit)
+        return commit
 
     def put_commit(self, repo: Repository, commit: Commit) -> None:
         """Commits are immutable and content-addressed, so a plain `set` is idempotent."""

@@ -7,15 +7,13 @@ background. Until the record exists, or once it is gone, nothing reaches the par
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
 from datetime import datetime, timezone
 
 from branchwater.engine.errors import AlreadyExists, ConfigurationError, NotFound
 from branchwater.engine.graveler.graveler import Graveler
-from branchwater.engine.graveler.model import Branch, Commit, Repository
+from branchwater.engine.graveler.model import Branch, Repository
 from branchwater.engine.graveler.names import check_ref_name, check_repository_name
-from branchwater.engine.graveler.refs import commit_id_for
 from branchwater.engine.graveler.staging import new_staging_token
 
 NAMESPACE_MARKER = "_branchwater/repository"
@@ -41,7 +39,10 @@ def create_repository(
         creation_date=datetime.now(timezone.utc),
     )
     _claim_namespace(g, repo)
-    first = _first_commit(g, repo)
+    empty = g.committed(repo).write_metarange([])
+    first = g.refs.add_commit(
+        repo, (), empty, "Repository created", creation_date=repo.creation_date
+    )
     g.refs.insert_branch(
         repo, Branch(default_branch, first.id, new_staging_token(repo, default_branch))
     )
@@ -72,20 +73,6 @@ def _claim_namespace(g: Graveler, repo: Repository) -> None:
             f"storage namespace {repo.storage_namespace} is already used by repository {owner!r}"
         )
     objects.put(NAMESPACE_MARKER, repo.name.encode())
-
-
-def _first_commit(g: Graveler, repo: Repository) -> Commit:
-    draft = Commit(
-        id="",
-        message="Repository created",
-        metarange_id=g.committed(repo).write_metarange([]),
-        parents=(),
-        creation_date=repo.creation_date,
-        generation=1,
-    )
-    first = dataclasses.replace(draft, id=commit_id_for(draft))
-    g.refs.put_commit(repo, first)
-    return first
 
 
 def delete_repository(g: Graveler, name: str) -> None:
