@@ -16,12 +16,12 @@ from branchwater.engine.errors import InvalidArgument, NotFound
 from branchwater.engine.gc.addresses import AddressAllocator
 from branchwater.engine.graveler import branches as branch_ops
 from branchwater.engine.graveler import commit as commit_ops
-from branchwater.engine.graveler import history, model, reads, repositories, writes
+from branchwater.engine.graveler import history, reads, repositories, writes
 from branchwater.engine.graveler import merge as merge_ops
 from branchwater.engine.graveler.committed import RangePolicy
 from branchwater.engine.graveler.graveler import Graveler, RetryPolicy
 from branchwater.engine.graveler.merge import MergeResult
-from branchwater.engine.graveler.model import Change, Commit, Entry, Tag
+from branchwater.engine.graveler.model import Change, Commit, Entry, RepositoryRecord, Tag
 from branchwater.engine.graveler.names import check_ref_name
 from branchwater.engine.graveler.range_cache import DEFAULT_MAX_BYTES, RangeCache, default_cache_dir
 from branchwater.engine.kv import open_store
@@ -101,7 +101,7 @@ class Lake:
 
 
 class Repository:
-    def __init__(self, lake: Lake, record: model.Repository) -> None:
+    def __init__(self, lake: Lake, record: RepositoryRecord) -> None:
         self.lake = lake
         self.record = record
 
@@ -248,7 +248,7 @@ class Ref:
         return self.repository.lake.graveler
 
     @property
-    def _record(self) -> model.Repository:
+    def _record(self) -> RepositoryRecord:
         return self.repository.record
 
     def head(self) -> Commit:
@@ -351,7 +351,7 @@ def _check_path(path: object) -> str:
     return path
 
 
-def _read_object(g: Graveler, repo: model.Repository, entry: Entry) -> bytes:
+def _read_object(g: Graveler, repo: RepositoryRecord, entry: Entry) -> bytes:
     try:
         return g.objects(repo.storage_namespace).get(entry.address)
     except NotFound:

@@ -6,21 +6,21 @@ import dataclasses
 
 from branchwater.engine.errors import InvalidArgument, too_many_tries
 from branchwater.engine.graveler.graveler import Graveler
-from branchwater.engine.graveler.model import Branch, Repository
+from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord
 from branchwater.engine.graveler.names import check_ref_name
 from branchwater.engine.graveler.staging import new_staging_token
 
 
-def create_branch(g: Graveler, repo: Repository, name: str, source: str) -> Branch:
+def create_branch(g: Graveler, repo: RepositoryRecord, name: str, source: str) -> BranchRecord:
     """Branch off the commit `source` resolves to (a branch's HEAD, as in lakeFS and git)."""
     check_ref_name(name)
     commit_id = g.refs.resolve(repo, source).commit_id
-    branch = Branch(name, commit_id, new_staging_token(repo, name))
+    branch = BranchRecord(name, commit_id, new_staging_token(repo, name))
     g.refs.insert_branch(repo, branch)
     return branch
 
 
-def delete_branch(g: Graveler, repo: Repository, name: str) -> None:
+def delete_branch(g: Graveler, repo: RepositoryRecord, name: str) -> None:
     if name == repo.default_branch:
         raise InvalidArgument(
             f"cannot delete {name!r}: it is the default branch of repository {repo.name!r}"
@@ -31,7 +31,7 @@ def delete_branch(g: Graveler, repo: Repository, name: str) -> None:
     g.drop_tokens_later((branch.staging_token, *branch.sealed_tokens))
 
 
-def reset_branch(g: Graveler, repo: Repository, name: str) -> Branch:
+def reset_branch(g: Graveler, repo: RepositoryRecord, name: str) -> BranchRecord:
     """Drop every uncommitted change: a new empty staging token, no sealed tokens, no compaction."""
     for _ in g.retry:
         branch, predicate = g.refs.get_branch(repo, name)

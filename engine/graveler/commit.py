@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from branchwater.engine.errors import NoChanges, too_many_tries
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.iterators import combine, reporting
-from branchwater.engine.graveler.model import Branch, Commit, Repository
+from branchwater.engine.graveler.model import BranchRecord, Commit, RepositoryRecord
 from branchwater.engine.graveler.staging import new_staging_token
 
 Progress = Callable[[int], None]
@@ -29,7 +29,7 @@ PROGRESS_EVERY = 10_000
 
 def commit(
     g: Graveler,
-    repo: Repository,
+    repo: RepositoryRecord,
     branch_name: str,
     message: str,
     metadata: Mapping[str, str] | None = None,
@@ -46,7 +46,7 @@ def commit(
 
 
 def seal(
-    g: Graveler, repo: Repository, branch_name: str, *, allow_empty: bool = False
+    g: Graveler, repo: RepositoryRecord, branch_name: str, *, allow_empty: bool = False
 ) -> tuple[str, ...]:
     """Seal the staging token; returns every token this commit is to absorb, newest first."""
     for _ in g.retry:
@@ -65,7 +65,7 @@ def seal(
 
 def _finish(
     g: Graveler,
-    repo: Repository,
+    repo: RepositoryRecord,
     branch_name: str,
     tokens: tuple[str, ...],
     message: str,
@@ -115,7 +115,11 @@ def _finish(
 
 
 def _clear(
-    g: Graveler, repo: Repository, branch: Branch, predicate: bytes, rest: tuple[str, ...]
+    g: Graveler,
+    repo: RepositoryRecord,
+    branch: BranchRecord,
+    predicate: bytes,
+    rest: tuple[str, ...],
 ) -> bool:
     """Remove absorbed tokens that changed nothing; False if the branch moved meanwhile."""
     cleared = dataclasses.replace(

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from branchwater.engine.errors import BranchwaterError, PredicateFailed
 from branchwater.engine.graveler.committed import CommittedStore, RangePolicy
-from branchwater.engine.graveler.model import Branch, Repository
+from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord
 from branchwater.engine.graveler.range_cache import RangeCache
 from branchwater.engine.graveler.refs import RefStore
 from branchwater.engine.graveler.staging import StagingArea
@@ -60,10 +60,10 @@ class BranchCache:
 
     def __init__(self, ttl: float) -> None:
         self.ttl = ttl
-        self._entries: dict[tuple[bytes, str], tuple[float, Branch]] = {}
+        self._entries: dict[tuple[bytes, str], tuple[float, BranchRecord]] = {}
         self._lock = threading.Lock()
 
-    def get(self, repo: Repository, name: str) -> Branch | None:
+    def get(self, repo: RepositoryRecord, name: str) -> BranchRecord | None:
         if self.ttl <= 0:
             return None
         with self._lock:
@@ -72,12 +72,12 @@ class BranchCache:
             return None
         return hit[1]
 
-    def put(self, repo: Repository, branch: Branch) -> None:
+    def put(self, repo: RepositoryRecord, branch: BranchRecord) -> None:
         if self.ttl > 0:
             with self._lock:
                 self._entries[(repo.partition, branch.name)] = (time.monotonic(), branch)
 
-    def forget(self, repo: Repository, name: str) -> None:
+    def forget(self, repo: RepositoryRecord, name: str) -> None:
         with self._lock:
             self._entries.pop((repo.partition, name), None)
 
@@ -117,7 +117,7 @@ class Graveler:
                 self._objects[namespace] = store
             return store
 
-    def committed(self, repo: Repository) -> CommittedStore:
+    def committed(self, repo: RepositoryRecord) -> CommittedStore:
         namespace = repo.storage_namespace
         objects = self.objects(namespace)
         with self._lock:
@@ -127,7 +127,9 @@ class Graveler:
                 self._committed[namespace] = store
             return store
 
-    def read_branch(self, repo: Repository, name: str, *, cached: bool = False) -> Branch:
+    def read_branch(
+        self, repo: RepositoryRecord, name: str, *, cached: bool = False
+    ) -> BranchRecord:
         """The branch record; `cached=True` only for the first read of a validated flow."""
         if cached:
             hit = self.branch_cache.get(repo, name)
@@ -137,7 +139,9 @@ class Graveler:
         self.branch_cache.put(repo, branch)
         return branch
 
-    def try_update_branch(self, repo: Repository, branch: Branch, predicate: bytes) -> bool:
+    def try_update_branch(
+        self, repo: RepositoryRecord, branch: BranchRecord, predicate: bytes
+    ) -> bool:
         """`set_if` the branch record; False when another process changed it first."""
         try:
             self.refs.set_branch_if(repo, branch, predicate)
@@ -151,7 +155,7 @@ class Graveler:
         if tokens:
             self.drop_partitions_later(f"tokens/{tokens[0]}", [t.encode() for t in tokens])
 
-    def has_uncommitted(self, branch: Branch) -> bool:
+    def has_uncommitted(self, branch: BranchRecord) -> bool:
         """Anything a commit would still record: staged, sealed or compacted changes."""
         return bool(
             branch.sealed_tokens
@@ -159,7 +163,7 @@ class Graveler:
             or not self.staging.is_empty(branch.staging_token)
         )
 
-    def base_metarange(self, repo: Repository, branch: Branch) -> str:
+    def base_metarange(self, repo: RepositoryRecord, branch: BranchRecord) -> str:
         """What a branch's staging sits on: its compacted metarange, else its HEAD's."""
         if branch.compacted_metarange_id:
             return branch.compacted_metarange_id

@@ -11,7 +11,7 @@ import heapq
 from collections.abc import Iterator
 
 from branchwater.engine.errors import NotFound
-from branchwater.engine.graveler.model import Commit, Repository
+from branchwater.engine.graveler.model import Commit, RepositoryRecord
 from branchwater.engine.graveler.refs import RefStore
 
 Ranked = tuple[int, float, str, Commit]
@@ -19,7 +19,7 @@ Ranked = tuple[int, float, str, Commit]
 
 
 def log(
-    refs: RefStore, repo: Repository, commit_id: str, *, first_parent: bool = False
+    refs: RefStore, repo: RepositoryRecord, commit_id: str, *, first_parent: bool = False
 ) -> Iterator[Commit]:
     """Newest first. Full ancestry visits each commit once, highest generation first."""
     if first_parent:
@@ -36,7 +36,7 @@ def log(
                 heapq.heappush(heap, _rank(refs.get_commit(repo, parent_id)))
 
 
-def find_merge_base(refs: RefStore, repo: Repository, left: str, right: str) -> Commit:
+def find_merge_base(refs: RefStore, repo: RepositoryRecord, left: str, right: str) -> Commit:
     """The first commit reachable from both, walking by generation from the newest."""
     marks: dict[str, int] = {left: 1}
     marks[right] = marks.get(right, 0) | 2
@@ -55,7 +55,7 @@ def find_merge_base(refs: RefStore, repo: Repository, left: str, right: str) -> 
     raise NotFound(f"commits {left[:12]} and {right[:12]} of {repo.name!r} share no ancestor")
 
 
-def _first_parent(refs: RefStore, repo: Repository, commit_id: str) -> Iterator[Commit]:
+def _first_parent(refs: RefStore, repo: RepositoryRecord, commit_id: str) -> Iterator[Commit]:
     current: str | None = commit_id
     while current:
         commit = refs.get_commit(repo, current)

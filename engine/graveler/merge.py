@@ -29,7 +29,7 @@ from branchwater.engine.errors import (
 from branchwater.engine.graveler.committed import CommittedStore, Replacements
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.history import find_merge_base
-from branchwater.engine.graveler.model import Change, Commit, Entry, Repository
+from branchwater.engine.graveler.model import Change, Commit, Entry, RepositoryRecord
 
 Strategy = Literal["source-wins", "dest-wins"]
 STRATEGIES: tuple[str, ...] = ("source-wins", "dest-wins")
@@ -59,7 +59,7 @@ class _Attempt:
 
 def merge(
     g: Graveler,
-    repo: Repository,
+    repo: RepositoryRecord,
     source_ref: str,
     destination: str,
     *,
@@ -105,7 +105,7 @@ def merge(
     raise MergeRaceLost(what, g.retry.attempts, previous.hint)
 
 
-def _check_clean(g: Graveler, repo: Repository, name: str, branch) -> None:
+def _check_clean(g: Graveler, repo: RepositoryRecord, name: str, branch) -> None:
     if g.has_uncommitted(branch):
         raise DirtyBranch(
             f"branch {name!r} of {repo.name!r} has uncommitted changes: commit or reset it "
@@ -128,7 +128,7 @@ class _Conflicts:
 
 def _merge_metaranges(
     g: Graveler,
-    repo: Repository,
+    repo: RepositoryRecord,
     base_mr: str,
     source_mr: str,
     head: Commit,
@@ -150,7 +150,7 @@ def _merge_metaranges(
 
 def _resolved_changes(
     g: Graveler,
-    repo: Repository,
+    repo: RepositoryRecord,
     base_mr: str,
     source_mr: str,
     dest_mr: str,
@@ -205,7 +205,7 @@ def _same(a: Entry | None, b: Entry | None) -> bool:
 
 def _record(
     g: Graveler,
-    repo: Repository,
+    repo: RepositoryRecord,
     head: Commit,
     source: Commit,
     metarange_id: str,
@@ -222,7 +222,7 @@ def _record(
     return g.refs.add_commit(repo, (head, source), metarange_id, message, meta, committer=committer)
 
 
-def _parse_hint(g: Graveler, repo: Repository, hint: str) -> _Attempt:
+def _parse_hint(g: Graveler, repo: RepositoryRecord, hint: str) -> _Attempt:
     metarange_id, sep, onto = hint.partition("@")
     if not sep or not metarange_id or not onto:
         raise InvalidArgument(f"merge hint {hint!r} is not of the form <metarange>@<commit>")

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from typing import NamedTuple
 
 from branchwater.engine.errors import AlreadyExists, InvalidArgument, NotFound, PredicateFailed
-from branchwater.engine.graveler.model import Branch, Commit, Repository, Tag
+from branchwater.engine.graveler.model import BranchRecord, Commit, RepositoryRecord, Tag
 from branchwater.engine.kv import Store
 
 GRAVELER_PARTITION = b"graveler"
@@ -43,7 +43,7 @@ class ResolvedRef:
     """What a ref name points at; `branch` is set when the ref is a branch."""
 
     commit_id: str
-    branch: Branch | None = None
+    branch: BranchRecord | None = None
     branch_predicate: bytes | None = None
 
 
@@ -80,14 +80,14 @@ class RefStore:
 
     # repositories
 
-    def get_repository(self, name: str) -> Repository:
+    def get_repository(self, name: str) -> RepositoryRecord:
         try:
             value, _ = self.kv.get(GRAVELER_PARTITION, REPOS_PREFIX + name.encode())
         except NotFound:
             raise NotFound(f"repository {name!r} not found") from None
-        return Repository.decode(value)
+        return RepositoryRecord.decode(value)
 
-    def insert_repository(self, repo: Repository) -> None:
+    def insert_repository(self, repo: RepositoryRecord) -> None:
         try:
             self.kv.set_if(
                 GRAVELER_PARTITION, REPOS_PREFIX + repo.name.encode(), repo.encode(), None
@@ -98,9 +98,9 @@ class RefStore:
     def remove_repository(self, name: str) -> None:
         self.kv.delete(GRAVELER_PARTITION, REPOS_PREFIX + name.encode())
 
-    def list_repositories(self, after: str = "") -> Iterator[Repository]:
+    def list_repositories(self, after: str = "") -> Iterator[RepositoryRecord]:
         for _, value in scan_prefix(self.kv, GRAVELER_PARTITION, REPOS_PREFIX, after.encode()):
-            yield Repository.decode(value)
+            yield RepositoryRecord.decode(value)
 
     def mark_partitions_for_deletion(
         self, mark: str, partitions: list[bytes], marked_at: float | None = None
@@ -125,15 +125,15 @@ class RefStore:
 
     # branches
 
-    def get_branch(self, repo: Repository, name: str) -> tuple[Branch, bytes]:
+    def get_branch(self, repo: RepositoryRecord, name: str) -> tuple[BranchRecord, bytes]:
         """The branch record and the predicate a later `set_branch_if` must pass."""
         try:
             value, predicate = self.kv.get(repo.partition, BRANCHES + name.encode())
         except NotFound:
             raise NotFound(f"branch {name!r} not found in repository {repo.name!r}") from None
-        return Branch.decode(value), predicate
+        return BranchRecord.decode(value), predicate
 
-    def insert_branch(self, repo: Repository, branch: Branch) -> None:
+    def insert_branch(self, repo: RepositoryRecord, branch: BranchRecord) -> None:
         try:
             self.kv.set_if(repo.partition, BRANCHES + branch.name.encode(), branch.encode(), None)
         except PredicateFailed:
@@ -141,24 +141,26 @@ class RefStore:
                 f"branch {branch.name!r} already exists in repository {repo.name!r}"
             ) from None
 
-    def set_branch_if(self, repo: Repository, branch: Branch, predicate: bytes) -> bytes:
+    def set_branch_if(
+        self, repo: RepositoryRecord, branch: BranchRecord, predicate: bytes
+    ) -> bytes:
         """Replace the branch record if unchanged since read; returns the new predicate."""
         value = branch.encode()
         self.kv.set_if(repo.partition, BRANCHES + branch.name.encode(), value, predicate)
         return value
 
-    def remove_branch(self, repo: Repository, name: str) -> None:
+    def remove_branch(self, repo: RepositoryRecord, name: str) -> None:
         self.kv.delete(repo.partition, BRANCHES + name.encode())
 
-    def list_branches(self, repo: Repository, after: str = "") -> Iterator[Branch]:
+    def list_branches(self, repo: RepositoryRecord, after: str = "") -> Iterator[BranchRecord]:
         for _, value in scan_prefix(self.kv, repo.partition, BRANCHES, after.encode()):
-            yield Branch.decode(value)
+            yield BranchRecord.decode(value)
 
     # commits
 
     def add_commit(
         self,
-        repo: Repository,
+        repo: RepositoryRecord,
         parents: Sequence[Commit],
         metarange_id: str,
         message: str,
@@ -183,22 +185,22 @@ class RefStore:
         self.put_commit(repo, commit)
         return commit
 
-    def put_commit(self, repo: Repository, commit: Commit) -> None:
+    def put_commit(self, repo: RepositoryRecord, commit: Commit) -> None:
         """Commits are immutable and content-addressed, so a plain `set` is idempotent."""
         self.kv.set(repo.partition, COMMITS + commit.id.encode(), commit.encode())
 
-    def get_commit(self, repo: Repository, commit_id: str) -> Commit:
+    def get_commit(self, repo: RepositoryRecord, commit_id: str) -> Commit:
         try:
             value, _ = self.kv.get(repo.partition, COMMITS + commit_id.encode())
         except NotFound:
             raise NotFound(f"commit {commit_id!r} not found in repository {repo.name!r}") from None
         return Commit.decode(value)
 
-    def list_commits(self, repo: Repository) -> Iterator[Commit]:
+    def list_commits(self, repo: RepositoryRecord) -> Iterator[Commit]:
         for _, value in scan_prefix(self.kv, repo.partition, COMMITS):
             yield Commit.decode(value)
 
-    def find_commit_by_prefix(self, repo: Repository, prefix: str) -> str | None:
+    def find_commit_by_prefix(self, repo: RepositoryRecord, prefix: str) -> str | None:
         """The one commit id starting with `prefix` (git's abbreviated ids), if unambiguous."""
         if len(prefix) < MIN_COMMIT_PREFIX or not all(c in "0123456789abcdef" for c in prefix):
             return None
@@ -211,7 +213,7 @@ class RefStore:
 
     # tags
 
-    def insert_tag(self, repo: Repository, tag: Tag) -> None:
+    def insert_tag(self, repo: RepositoryRecord, tag: Tag) -> None:
         try:
             self.kv.set_if(repo.partition, TAGS + tag.name.encode(), tag.encode(), None)
         except PredicateFailed:
@@ -219,24 +221,24 @@ class RefStore:
                 f"tag {tag.name!r} already exists in repository {repo.name!r}"
             ) from None
 
-    def get_tag(self, repo: Repository, name: str) -> Tag:
+    def get_tag(self, repo: RepositoryRecord, name: str) -> Tag:
         try:
             value, _ = self.kv.get(repo.partition, TAGS + name.encode())
         except NotFound:
             raise NotFound(f"tag {name!r} not found in repository {repo.name!r}") from None
         return Tag.decode(value)
 
-    def remove_tag(self, repo: Repository, name: str) -> None:
+    def remove_tag(self, repo: RepositoryRecord, name: str) -> None:
         self.get_tag(repo, name)
         self.kv.delete(repo.partition, TAGS + name.encode())
 
-    def list_tags(self, repo: Repository, after: str = "") -> Iterator[Tag]:
+    def list_tags(self, repo: RepositoryRecord, after: str = "") -> Iterator[Tag]:
         for _, value in scan_prefix(self.kv, repo.partition, TAGS, after.encode()):
             yield Tag.decode(value)
 
     # resolution
 
-    def resolve(self, repo: Repository, ref: str) -> ResolvedRef:
+    def resolve(self, repo: RepositoryRecord, ref: str) -> ResolvedRef:
         """Resolve a branch, a tag, a full or abbreviated commit id, with git's `~N` and `^`."""
         base, steps = _split_ancestry(ref)
         resolved = self._resolve_name(repo, base)
@@ -250,10 +252,10 @@ class RefStore:
             commit_id = commit.parents[0]
         return ResolvedRef(commit_id)
 
-    def _resolve_name(self, repo: Repository, name: str) -> ResolvedRef:
+    def _resolve_name(self, repo: RepositoryRecord, name: str) -> ResolvedRef:
         try:
             value, predicate = self.kv.get(repo.partition, BRANCHES + name.encode())
-            branch = Branch.decode(value)
+            branch = BranchRecord.decode(value)
             return ResolvedRef(branch.commit_id, branch, predicate)
         except NotFound:
             pass

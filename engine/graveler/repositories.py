@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 
 from branchwater.engine.errors import AlreadyExists, ConfigurationError, NotFound
 from branchwater.engine.graveler.graveler import Graveler
-from branchwater.engine.graveler.model import Branch, Repository
+from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord
 from branchwater.engine.graveler.names import check_ref_name, check_repository_name
 from branchwater.engine.graveler.staging import new_staging_token
 
@@ -21,7 +21,7 @@ NAMESPACE_MARKER = "_branchwater/repository"
 
 def create_repository(
     g: Graveler, name: str, storage_namespace: str, default_branch: str = "main"
-) -> Repository:
+) -> RepositoryRecord:
     check_repository_name(name)
     check_ref_name(default_branch)
     if not isinstance(storage_namespace, str) or "://" not in storage_namespace:
@@ -31,7 +31,7 @@ def create_repository(
         )
     if any(True for _ in _named(g, name)):
         raise AlreadyExists(f"repository {name!r} already exists")
-    repo = Repository(
+    repo = RepositoryRecord(
         name=name,
         storage_namespace=storage_namespace.rstrip("/"),
         default_branch=default_branch,
@@ -44,7 +44,7 @@ def create_repository(
         repo, (), empty, "Repository created", creation_date=repo.creation_date
     )
     g.refs.insert_branch(
-        repo, Branch(default_branch, first.id, new_staging_token(repo, default_branch))
+        repo, BranchRecord(default_branch, first.id, new_staging_token(repo, default_branch))
     )
     try:
         g.refs.insert_repository(repo)
@@ -54,14 +54,14 @@ def create_repository(
     return repo
 
 
-def _named(g: Graveler, name: str) -> list[Repository]:
+def _named(g: Graveler, name: str) -> list[RepositoryRecord]:
     try:
         return [g.refs.get_repository(name)]
     except NotFound:
         return []
 
 
-def _claim_namespace(g: Graveler, repo: Repository) -> None:
+def _claim_namespace(g: Graveler, repo: RepositoryRecord) -> None:
     """Refuse a namespace another repository uses: their objects and GC would mix."""
     objects = g.objects(repo.storage_namespace)
     try:
