@@ -136,7 +136,7 @@ class S3ObjectStore(ObjectStore):
         while batch := list(islice(full_keys, DELETE_BATCH)):
             self._delete_batch(sorted(set(batch)))
 
-    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+    def list_objects(self, prefix: str = "") -> Iterator[ObjectInfo]:
         """Page through ListObjectsV2, which returns keys in ascending UTF-8 byte order.
 
         Keys this API could not address (folder markers ending in `/`, `a//b` written by
