@@ -115,8 +115,6 @@ class RefStore:
     def partitions_to_delete(self) -> Iterator[DeletionMark]:
         for mark, value in scan_prefix(self.kv, GRAVELER_PARTITION, TO_DELETE_PREFIX):
             document = json.loads(value)
-            if isinstance(document, list):  # written before marks had a time: long abandoned
-                document = {"partitions": document, "marked_at": 0.0}
             partitions = [p.encode() for p in document["partitions"]]
             yield DeletionMark(mark.decode(), partitions, float(document["marked_at"]))
 

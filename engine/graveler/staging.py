@@ -58,7 +58,3 @@ class StagingArea:
 
     def is_empty(self, token: str) -> bool:
         return next(iter(self.kv.scan(token.encode(), b"", 1)), None) is None
-
-    def drop(self, token: str) -> None:
-        """Delete a token's entries; safe to repeat, readers notice by re-reading the branch."""
-        self.kv.drop_partition(token.encode())
