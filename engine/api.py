@@ -133,7 +133,7 @@ class Repository:
         return Branch(self, name)
 
     def branches(self) -> list[Branch]:
-        return [Branch(self, b.name) for b in self._g.refs.list_branches(self.record)]
+        return [Branch(self, b.name) for b in self._g.refs.branches(self.record)]
 
     def delete_branch(self, name: str) -> None:
         branch_ops.delete_branch(self._g, self.record, name)

@@ -348,7 +348,8 @@ def cmd_branch_create(lake: Lake, args: argparse.Namespace, out: Output) -> None
 
 
 def cmd_branch_list(lake: Lake, args: argparse.Namespace, out: Output) -> None:
-    rows = [(b.name, b.commit_id) for b in lake.repository(args.repo).branches()]
+    repo = lake.repository(args.repo)
+    rows = [(b.name, b.commit_id) for b in lake.graveler.refs.branches(repo.record)]
     out.table(
         rows,
         lambda r: {"name": r[0], "commit_id": r[1]},

@@ -26,7 +26,7 @@ FORMAT = "branchwater-refs/1"
 
 def dump_refs(g: Graveler, repo: RepositoryRecord, path: Path) -> int:
     commits = [json.loads(c.encode()) for c in g.refs.list_commits(repo)]
-    branches = [{"name": b.name, "commit_id": b.commit_id} for b in g.refs.list_branches(repo)]
+    branches = [{"name": b.name, "commit_id": b.commit_id} for b in g.refs.branches(repo)]
     tags = [dataclasses.asdict(t) for t in g.refs.list_tags(repo)]
     document = {
         "format": FORMAT,
@@ -72,7 +72,7 @@ def _load(path: Path) -> dict:
 def _check_bare(g: Graveler, repo: RepositoryRecord) -> None:
     """Restoring over history would interleave two histories; only a fresh repository takes it."""
     commits = list(g.refs.list_commits(repo))
-    branches = list(g.refs.list_branches(repo))
+    branches = list(g.refs.branches(repo))
     staged = any(g.has_uncommitted(b) for b in branches)
     if len(commits) > 1 or len(branches) > 1 or staged or any(True for _ in g.refs.list_tags(repo)):
         raise InvalidArgument(

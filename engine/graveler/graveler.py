@@ -175,6 +175,11 @@ class Graveler:
         The list entry survives a crash, so `collect_dropped_partitions` can finish the job.
         """
         self.refs.mark_partitions_for_deletion(mark, partitions)
+        self.drop_listed_later(mark, partitions)
+
+    def drop_listed_later(self, mark: str, partitions: list[bytes]) -> None:
+        """Delete in the background partitions already listed under `mark`, for a caller that
+        had to list them before another step (a repository delete, before its record goes)."""
         with self._lock:
             self._pending = [f for f in self._pending if not f.done()]
             self._pending.append(self._background.submit(self._drop_quietly, mark, partitions))

@@ -150,8 +150,9 @@ class RefStore:
     def remove_branch(self, repo: RepositoryRecord, name: str) -> None:
         self.kv.delete(repo.partition, BRANCHES + name.encode())
 
-    def list_branches(self, repo: RepositoryRecord, after: str = "") -> Iterator[BranchRecord]:
-        for _, value in scan_prefix(self.kv, repo.partition, BRANCHES, after.encode()):
+    def branches(self, repo: RepositoryRecord) -> Iterator[BranchRecord]:
+        """Every branch record, by name, from one scan: listing costs no read per branch."""
+        for _, value in scan_prefix(self.kv, repo.partition, BRANCHES):
             yield BranchRecord.decode(value)
 
     # commits

@@ -76,11 +76,13 @@ def _claim_namespace(g: Graveler, repo: RepositoryRecord) -> None:
 
 
 def delete_repository(g: Graveler, name: str) -> None:
+    """List the partitions, remove the record, then drop them: a crash in between leaves the
+    list for `collect_dropped_partitions`, never a repository that is half there."""
     repo = g.refs.get_repository(name)
     partitions = [repo.partition]
-    for branch in g.refs.list_branches(repo):
+    for branch in g.refs.branches(repo):
         partitions += [t.encode() for t in (branch.staging_token, *branch.sealed_tokens)]
     mark = f"repo/{repo.partition.decode()}"
     g.refs.mark_partitions_for_deletion(mark, partitions)
     g.refs.remove_repository(name)
-    g.drop_partitions_later(mark, partitions)
+    g.drop_listed_later(mark, partitions)
