@@ -11,11 +11,15 @@ from typing import Any
 from branchwater.engine.errors import (
     AlreadyExists,
     BranchwaterError,
+    BucketNotFound,
     ConfigurationError,
     Conflict,
     CorruptedData,
+    DirtyBranch,
     InvalidArgument,
     InvalidName,
+    MergeConflict,
+    MergeRaceLost,
     NoChanges,
     NotFound,
     PredicateFailed,
@@ -33,9 +37,6 @@ _LAZY = {
     "Commit": "branchwater.engine.graveler.model",
     "Tag": "branchwater.engine.graveler.model",
     "MergeResult": "branchwater.engine.graveler.merge",
-    "MergeConflict": "branchwater.engine.graveler.merge",
-    "MergeRaceLost": "branchwater.engine.graveler.merge",
-    "DirtyBranch": "branchwater.engine.graveler.merge",
 }
 
 
@@ -51,11 +52,15 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "AlreadyExists",
     "BranchwaterError",
+    "BucketNotFound",
     "ConfigurationError",
     "Conflict",
     "CorruptedData",
+    "DirtyBranch",
     "InvalidArgument",
     "InvalidName",
+    "MergeConflict",
+    "MergeRaceLost",
     "NoChanges",
     "NotFound",
     "PredicateFailed",

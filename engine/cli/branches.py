@@ -19,7 +19,8 @@ def cmd_branch_create(lake: Lake, args: argparse.Namespace, out: Output) -> None
 
 
 def cmd_branch_list(lake: Lake, args: argparse.Namespace, out: Output) -> None:
-    heads = [(b.name, b.commit_id) for b in lake.repository(args.repo).branches()]
+    repo = lake.repository(args.repo)
+    heads = [(b.name, b.commit_id) for b in lake.graveler.refs.branches(repo.record)]
     out.table(
         heads,
         lambda head: branch_to_json(*head),

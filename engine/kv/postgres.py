@@ -24,9 +24,9 @@ from branchwater.engine.errors import (
     BranchwaterError,
     ConfigurationError,
     Unavailable,
-    redact_url,
 )
 from branchwater.engine.kv.sql import DEFAULT_TABLE, SQLStore, kv_table, statements
+from branchwater.engine.urls import redact_url
 
 DEFAULT_PARTITIONS = 16
 CONNECT_TIMEOUT_SECONDS = 10

@@ -20,7 +20,6 @@ from branchwater.engine.errors import (
     BranchwaterError,
     ConfigurationError,
     Unavailable,
-    redact_url,
 )
 from branchwater.engine.kv.sql import (
     BUSY_TIMEOUT_SECONDS,
@@ -30,6 +29,7 @@ from branchwater.engine.kv.sql import (
     _fetchall,
     statements,
 )
+from branchwater.engine.urls import redact_url
 
 SQLITE_BUSY = 5
 SYNCHRONOUS_MODES = ("full", "normal", "extra")

@@ -30,6 +30,7 @@ from botocore.exceptions import (
 
 from branchwater.engine.errors import (
     BranchwaterError,
+    BucketNotFound,
     ConfigurationError,
     InvalidArgument,
     NotFound,
@@ -65,10 +66,6 @@ _DEFAULT_CONFIG = Config(
 )
 
 T = TypeVar("T")
-
-
-class BucketNotFound(NotFound):
-    """The bucket itself is missing: a misconfiguration, unlike an absent key."""
 
 
 class S3ObjectStore(ObjectStore):
@@ -139,7 +136,7 @@ class S3ObjectStore(ObjectStore):
         while batch := list(islice(full_keys, DELETE_BATCH)):
             self._delete_batch(sorted(set(batch)))
 
-    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+    def list_objects(self, prefix: str = "") -> Iterator[ObjectInfo]:
         """Page through ListObjectsV2, which returns keys in ascending UTF-8 byte order.
 
         Keys this API could not address (folder markers ending in `/`, `a//b` written by

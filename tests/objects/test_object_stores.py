@@ -52,7 +52,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ObjectStor
 
 
 def keys_of(store: ObjectStore, prefix: str = "") -> list[str]:
-    return [info.key for info in store.list(prefix)]
+    return [info.key for info in store.list_objects(prefix)]
 
 
 def test_put_get_round_trip(store: ObjectStore) -> None:
@@ -80,7 +80,7 @@ def test_stat_reports_size_and_mtime(store: ObjectStore) -> None:
     before = datetime.now(UTC)
     put_info = store.put("dir/obj", b"x" * 1234)
     stat_info = store.stat("dir/obj")
-    (listed,) = store.list("dir/")
+    (listed,) = store.list_objects("dir/")
     assert stat_info.size == listed.size == 1234
     for moment in (put_info.mtime, stat_info.mtime, listed.mtime):
         assert moment.tzinfo is not None
@@ -114,7 +114,7 @@ def test_list_is_in_ascending_key_order(store: ObjectStore) -> None:
     for key in reversed(ORDERED_KEYS):
         store.put(key, key.encode())
     assert keys_of(store) == ORDERED_KEYS
-    assert [i.size for i in store.list()] == [len(k) for k in ORDERED_KEYS]
+    assert [i.size for i in store.list_objects()] == [len(k) for k in ORDERED_KEYS]
 
 
 @pytest.mark.parametrize(
@@ -179,7 +179,7 @@ def test_local_put_is_atomic_for_concurrent_readers(tmp_path: Path) -> None:
 
     def list_keys() -> None:
         while not done.is_set():
-            keys = [info.key for info in store.list()]
+            keys = [info.key for info in store.list_objects()]
             if keys != ["big"]:
                 seen["bad_lists"].append(keys)
 
@@ -243,7 +243,7 @@ def test_s3_missing_bucket_is_not_found_naming_the_url(moto_endpoint: str) -> No
         lambda: store.exists("k"),
         lambda: store.put("k", b"v"),
         lambda: store.delete(["k"]),
-        lambda: list(store.list()),
+        lambda: list(store.list_objects()),
     ]
     for call in calls:
         with pytest.raises(NotFound, match="does not exist") as error:
@@ -260,7 +260,11 @@ def test_s3_unreachable_endpoint_is_unavailable() -> None:
         config=Config(connect_timeout=1, read_timeout=1, retries={"max_attempts": 1}),
     )
     started = time.monotonic()
-    for call in (lambda: store.get("k"), lambda: store.put("k", b"v"), lambda: list(store.list())):
+    for call in (
+        lambda: store.get("k"),
+        lambda: store.put("k", b"v"),
+        lambda: list(store.list_objects()),
+    ):
         with pytest.raises(Unavailable, match=url):
             call()
     assert time.monotonic() - started < 15
