@@ -29,7 +29,7 @@ from branchwater.engine.errors import (
 from branchwater.engine.graveler.committed import CommittedStore, Replacements
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.history import find_merge_base
-from branchwater.engine.graveler.model import Change, Commit, Entry, RepositoryRecord
+from branchwater.engine.graveler.model import BranchRecord, Change, Commit, Entry, RepositoryRecord
 
 Strategy = Literal["source-wins", "dest-wins"]
 STRATEGIES: tuple[str, ...] = ("source-wins", "dest-wins")
@@ -105,7 +105,7 @@ def merge(
     raise MergeRaceLost(what, g.retry.attempts, previous.hint)
 
 
-def _check_clean(g: Graveler, repo: RepositoryRecord, name: str, branch) -> None:
+def _check_clean(g: Graveler, repo: RepositoryRecord, name: str, branch: BranchRecord) -> None:
     if g.has_uncommitted(branch):
         raise DirtyBranch(
             f"branch {name!r} of {repo.name!r} has uncommitted changes: commit or reset it "

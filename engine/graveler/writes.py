@@ -7,6 +7,8 @@ that made it into the sealed token as well is harmless. No step waits on a commi
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from branchwater.engine.errors import NotFound, too_many_tries
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import BranchRecord, Entry, RepositoryRecord
@@ -39,7 +41,11 @@ def stage_delete(g: Graveler, repo: RepositoryRecord, branch_name: str, path: st
 
 
 def _write_validated(
-    g: Graveler, repo: RepositoryRecord, branch_name: str, write, what: str
+    g: Graveler,
+    repo: RepositoryRecord,
+    branch_name: str,
+    write: Callable[[BranchRecord], None],
+    what: str,
 ) -> None:
     branch = g.read_branch(repo, branch_name, cached=True)
     for _ in range(g.retry.attempts):

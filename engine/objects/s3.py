@@ -157,7 +157,9 @@ class S3ObjectStore(ObjectStore):
         first = next(pages, None)
         if first is None:
             return
-        infos = (info for page in chain([first], pages) for info in self._infos(page))
+        infos: Iterator[ObjectInfo] = (
+            info for page in chain([first], pages) for info in self._infos(page)
+        )
         if _lists_path_by_path(first):
             infos = _in_key_order(infos, len(full_prefix) - len(self.prefix))
         yield from infos
