@@ -17,12 +17,18 @@ FILES_EACH = 5
 COMMITTER_ROUNDS = 6
 
 
+DIRTY_PATIENCE_S = 120.0
+"""How long a merge waits out a destination the committer keeps dirty: the committer's
+rounds, not the merge, set that time, and a loaded machine stretches them."""
+
+
 def _merge_feature(kv_url: str, index: int, barrier) -> int:
     """Merge one feature branch; a dirty destination (a committer mid-write) is retried."""
     with Lake.connect(kv_url) as lake:
         repo = lake.repository("merges")
         barrier.wait(60)
-        for _ in range(200):
+        deadline = time.monotonic() + DIRTY_PATIENCE_S
+        while time.monotonic() < deadline:
             try:
                 return repo.merge(f"f{index}", into="main").attempts
             except DirtyBranch:

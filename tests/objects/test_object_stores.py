@@ -292,7 +292,7 @@ def test_s3_wrong_credentials_are_unavailable(s3_server: S3Server, s3_bucket: st
     """A real server checks signatures: a wrong secret is refused, on GET and on HEAD alike."""
     wrong = {**s3_server.options, "aws_secret_access_key": "not-" + s3_server.secret_key}
     store = S3ObjectStore(f"s3://{s3_bucket}", **wrong)
-    for call in (lambda: store.get("k"), lambda: store.stat("k"), lambda: list(store.list())):
+    for call in (lambda: store.get("k"), lambda: store.stat("k"), lambda: list(store.list_objects())):
         with pytest.raises(Unavailable, match="refused our credentials"):
             call()
 
