@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from branchwater.engine import DirtyBranch, Lake, NoChanges
-from tests.conftest import unique_name
+from tests.helpers import unique_name
 
 FEATURES = 8
 FILES_EACH = 5
