@@ -16,6 +16,7 @@ from branchwater.engine.errors import (
     Conflict,
     CorruptedData,
     DirtyBranch,
+    GateFailed,
     InvalidArgument,
     InvalidName,
     MergeConflict,
@@ -37,6 +38,11 @@ _LAZY = {
     "Commit": "branchwater.engine.graveler.model",
     "Tag": "branchwater.engine.graveler.model",
     "MergeResult": "branchwater.engine.graveler.merge",
+    "CommittedLayout": "branchwater.engine.gc.committed",
+    "ObjectInfo": "branchwater.engine.objects",
+    "ObjectStore": "branchwater.engine.objects",
+    "open_object_store": "branchwater.engine.objects",
+    "slice_created": "branchwater.engine.gc.addresses",
 }
 
 
@@ -57,6 +63,7 @@ __all__ = [
     "Conflict",
     "CorruptedData",
     "DirtyBranch",
+    "GateFailed",
     "InvalidArgument",
     "InvalidName",
     "MergeConflict",

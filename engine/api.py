@@ -13,6 +13,7 @@ from pathlib import Path
 
 from branchwater.engine.errors import InvalidArgument, NotFound
 from branchwater.engine.gc.addresses import AddressAllocator
+from branchwater.engine.gc.committed import CommittedLayout, committed_layout
 from branchwater.engine.graveler import branches as branch_ops
 from branchwater.engine.graveler import commit as commit_ops
 from branchwater.engine.graveler import history, reads, repositories, writes
@@ -229,6 +230,11 @@ class Repository:
         from branchwater.engine.graveler.dump import restore_refs
 
         return restore_refs(self._g, self.record, Path(path))
+
+    def committed_layout(self) -> CommittedLayout:
+        """Every commit's metarange and where the Parquet files are, for a GC job that reads
+        committed addresses straight from storage."""
+        return committed_layout(self._g, self.record)
 
 
 class Ref:

@@ -93,3 +93,7 @@ class Unavailable(BranchwaterError):
 
 class CorruptedData(BranchwaterError):
     """Stored data is missing or unreadable where the metadata says it must be."""
+
+
+class GateFailed(BranchwaterError):
+    """A GC run's quality gate refused its candidates: nothing is deleted."""

@@ -1,0 +1,96 @@
+"""DataFrames in and out of the namespace, with the executors doing the I/O.
+
+Spark reads Parquet itself where it can (local files, or `s3a` on a cluster that has it);
+otherwise each executor reads its share of the files with pyarrow. Writes always go through
+the executors with one atomic put per file, so a reader never sees a partial file and a
+retried task simply writes its file again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from functools import partial
+from typing import Any
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from branchwater.spark_jobs.gc.runs import part_name
+from branchwater.spark_jobs.gc.storage import Namespace
+
+S3A_CONF = "spark.branchwater.gc.s3a"
+"""Set to `true` on a cluster with Hadoop's `s3a` file system to let Spark read S3 itself."""
+WRITTEN_SCHEMA = "key string, rows long, bytes long"
+
+BatchFunction = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+
+
+def parallel_frame(
+    spark: SparkSession, values: list[str], column: str, partitions: int | None = None
+) -> DataFrame:
+    """One string column spread over `partitions` partitions (one value each by default)."""
+    count = max(1, min(len(values), partitions or len(values)))
+    rdd = spark.sparkContext.parallelize([(v,) for v in values], count)
+    return spark.createDataFrame(rdd, f"{column} string")
+
+
+def s3a_enabled(spark: SparkSession) -> bool:
+    return (spark.conf.get(S3A_CONF, "false") or "").lower() == "true"
+
+
+def read_parquet(
+    spark: SparkSession, ns: Namespace, keys: list[str], schema: str, partitions: int
+) -> DataFrame:
+    """The named columns (`schema`, a DDL string) of Parquet files in the namespace."""
+    columns = [part.split()[0] for part in schema.split(",")]
+    if not keys:
+        return spark.createDataFrame([], schema)
+    paths = [ns.spark_path(key, s3a_enabled(spark)) for key in keys]
+    if all(paths):
+        return spark.read.schema(schema).parquet(*[p for p in paths if p]).select(*columns)
+    files = parallel_frame(spark, keys, "key", partitions)
+    return files.mapInArrow(partial(_read_files, ns, columns), schema)
+
+
+def _read_files(
+    ns: Namespace, columns: list[str], batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    for batch in batches:
+        for key in batch.column(0).to_pylist():
+            table = ns.read_parquet(key, columns)
+            yield from table.select(columns).to_batches()
+
+
+def write_parts(frame: DataFrame, ns: Namespace, prefix: str, partitions: int) -> list[str]:
+    """Write `frame` as Parquet files `<prefix>/part-NNNNN.parquet`, hashed by its first
+    column so a retried task writes the same rows again; returns the keys, sorted. Empty
+    partitions write nothing."""
+    first = frame.columns[0]
+    spread = frame.repartition(max(1, partitions), F.col(first))
+    written = spread.mapInArrow(partial(_write_partition, ns, prefix), WRITTEN_SCHEMA)
+    return sorted(row.key for row in written.collect())
+
+
+def _write_partition(
+    ns: Namespace, prefix: str, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    collected = [b for b in batches if b.num_rows]
+    if not collected:
+        return
+    table = pa.Table.from_batches(collected)
+    context = TaskContext.get()
+    number = context.partitionId() if context is not None else 0
+    key = f"{prefix}/{part_name(number)}"
+    size = ns.write_parquet(key, table)
+    yield pa.record_batch(
+        [pa.array([key]), pa.array([table.num_rows]), pa.array([size])],
+        names=["key", "rows", "bytes"],
+    )
+
+
+def rows_batch(columns: dict[str, list[Any]], schema: pa.Schema) -> pa.RecordBatch:
+    """A record batch from Python lists, typed by `schema`."""
+    arrays = [pa.array(columns[f.name], f.type) for f in schema]
+    return pa.record_batch(arrays, schema=schema)

@@ -1,0 +1,58 @@
+"""The namespace layout GC relies on: data objects at `data/<slice>/<object id>`.
+
+Only keys of exactly that form are ever candidates; anything else under `data/` (a temporary
+file of a write in progress, a folder another tool made) is counted and left alone, and an
+address of any other form in an input the job reads is refused.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta
+
+from branchwater.engine import slice_created
+
+DATA_DIR = "data"
+SLICE_PATTERN = r"[0-9a-f]{12}-[0-9a-f]{6}"
+OBJECT_ID_PATTERN = r"[0-9A-Za-z][0-9A-Za-z_.-]*"
+ADDRESS_PATTERN = rf"^{DATA_DIR}/{SLICE_PATTERN}/{OBJECT_ID_PATTERN}$"
+"""A well-formed data address, relative to the namespace (Java and Python regex alike)."""
+_SLICE = re.compile(rf"^{SLICE_PATTERN}$")
+
+
+def slice_time(name: str) -> datetime | None:
+    """When a slice was opened, or None when `name` is not a slice name."""
+    if not _SLICE.match(name):
+        return None
+    try:
+        return slice_created(name)
+    except ValueError:
+        return None
+
+
+def choose_slices(
+    names: list[str],
+    cutoff: datetime,
+    considered_after: datetime | None,
+    late_writes: timedelta,
+) -> tuple[list[str], dict[str, int]]:
+    """The slices to list, newest first, and how many were skipped and why.
+
+    A slice opened after the cutoff holds only objects younger than the minimum age. With a
+    previous run, a slice opened long enough before what that run considered can hold no
+    object written since (objects land in a slice while it is current, or later through a
+    link token, within `late_writes`): skipping it only ever leaves garbage for a clean run.
+    """
+    chosen: list[str] = []
+    skipped = {"young": 0, "old": 0, "malformed": 0}
+    for name in sorted(names):
+        created = slice_time(name)
+        if created is None:
+            skipped["malformed"] += 1
+        elif created > cutoff:
+            skipped["young"] += 1
+        elif considered_after is not None and created <= considered_after - late_writes:
+            skipped["old"] += 1
+        else:
+            chosen.append(name)
+    return chosen, skipped
