@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator, Mapping
-from datetime import timezone
 from itertools import islice
 from pathlib import Path
 
@@ -20,15 +19,18 @@ from branchwater.engine.gc.settings import GCSettings
 from branchwater.engine.gc.tokens import PhysicalAddress
 from branchwater.engine.graveler import branches as branch_ops
 from branchwater.engine.graveler import commit as commit_ops
+from branchwater.engine.graveler import history, reads, repositories, writes
 from branchwater.engine.graveler import merge as merge_ops
-from branchwater.engine.graveler import model, reads, repositories, writes
-from branchwater.engine.graveler.committed import RangePolicy
+from branchwater.engine.graveler.committed import (
+    DEFAULT_MAX_BYTES,
+    RangeCache,
+    RangePolicy,
+    default_cache_dir,
+)
 from branchwater.engine.graveler.graveler import Graveler, RetryPolicy
-from branchwater.engine.graveler.log import log as commit_log
 from branchwater.engine.graveler.merge import MergeResult
-from branchwater.engine.graveler.model import Change, Commit, Entry, Tag
+from branchwater.engine.graveler.model import Change, Commit, Entry, RepositoryRecord, Tag
 from branchwater.engine.graveler.names import check_ref_name
-from branchwater.engine.graveler.range_cache import DEFAULT_MAX_BYTES, RangeCache, default_cache_dir
 from branchwater.engine.kv import open_store
 
 DEFAULT_KV_URL = "sqlite:///.branchwater/lake.db"
@@ -110,7 +112,7 @@ class Lake:
 
 
 class Repository:
-    def __init__(self, lake: Lake, record: model.Repository) -> None:
+    def __init__(self, lake: Lake, record: RepositoryRecord) -> None:
         self.lake = lake
         self.record = record
 
@@ -142,7 +144,7 @@ class Repository:
         return Branch(self, name)
 
     def branches(self) -> list[Branch]:
-        return [Branch(self, b.name) for b in self._g.refs.list_branches(self.record)]
+        return [Branch(self, b.name) for b in self._g.refs.branches(self.record)]
 
     def delete_branch(self, name: str) -> None:
         branch_ops.delete_branch(self._g, self.record, name)
@@ -166,7 +168,7 @@ class Repository:
     ) -> list[Commit]:
         """Commits reachable from `ref`, newest first; `after` (a commit id) pages on."""
         start = self._g.refs.resolve(self.record, ref).commit_id
-        commits = commit_log(self._g.refs, self.record, start, first_parent=first_parent)
+        commits = history.log(self._g.refs, self.record, start, first_parent=first_parent)
         if after:
             commits = _after(commits, after)
         return list(islice(commits, limit))
@@ -210,7 +212,7 @@ class Repository:
         """The commit a merge of `left` and `right` would start from."""
         left_id = self._g.refs.resolve(self.record, left).commit_id
         right_id = self._g.refs.resolve(self.record, right).commit_id
-        return merge_ops.find_merge_base(self._g, self.record, left_id, right_id)
+        return history.find_merge_base(self._g.refs, self.record, left_id, right_id)
 
     def tag(self, name: str, ref: str) -> Tag:
         check_ref_name(name, "tag")
@@ -262,7 +264,7 @@ class Ref:
         return self.repository.lake.graveler
 
     @property
-    def _record(self) -> model.Repository:
+    def _record(self) -> RepositoryRecord:
         return self.repository.record
 
     def head(self) -> Commit:
@@ -404,7 +406,7 @@ def _check_path(path: object) -> str:
     return path
 
 
-def _read_object(g: Graveler, repo: model.Repository, entry: Entry) -> bytes:
+def _read_object(g: Graveler, repo: RepositoryRecord, entry: Entry) -> bytes:
     try:
         return g.objects(repo.storage_namespace).get(entry.address)
     except NotFound:
@@ -412,26 +414,3 @@ def _read_object(g: Graveler, repo: model.Repository, entry: Entry) -> bytes:
             f"object {entry.path!r} is staged or committed but its data at {entry.address} "
             f"is missing from {repo.storage_namespace}"
         ) from None
-
-
-def entry_to_json(entry: Entry) -> dict[str, object]:
-    return {
-        "path": entry.path,
-        "address": entry.address,
-        "size": entry.size,
-        "checksum": entry.checksum,
-        "mtime": entry.mtime.astimezone(timezone.utc).isoformat(),
-        "metadata": dict(entry.metadata),
-    }
-
-
-def commit_to_json(commit: Commit) -> dict[str, object]:
-    return {
-        "id": commit.id,
-        "message": commit.message,
-        "metarange_id": commit.metarange_id,
-        "parents": list(commit.parents),
-        "metadata": commit.metadata,
-        "creation_date": commit.creation_date.isoformat(),
-        "committer": commit.committer,
-    }

@@ -14,12 +14,34 @@ class NotFound(BranchwaterError):
     """A repository, branch, ref, path, key or object does not exist."""
 
 
+class BucketNotFound(NotFound):
+    """The bucket itself is missing: a misconfiguration, unlike an absent key."""
+
+
 class AlreadyExists(BranchwaterError):
     """Something with that name exists already."""
 
 
 class Conflict(BranchwaterError):
     """Two sides changed the same thing; the operation cannot decide alone."""
+
+
+class MergeConflict(Conflict):
+    """Paths both sides changed differently; `paths` holds the first few, `count` all."""
+
+    def __init__(self, paths: list[str], count: int, source: str, destination: str) -> None:
+        shown = ", ".join(paths)
+        more = f" and {count - len(paths)} more" if count > len(paths) else ""
+        super().__init__(
+            f"merging {source!r} into {destination!r} conflicts on {count} path(s): {shown}{more}; "
+            "resolve them, or merge with strategy 'source-wins' or 'dest-wins'"
+        )
+        self.paths = paths
+        self.count = count
+
+
+class DirtyBranch(BranchwaterError):
+    """The destination has uncommitted changes; a merge would mix them into its commit."""
 
 
 class NoChanges(BranchwaterError):
@@ -32,6 +54,25 @@ class PredicateFailed(BranchwaterError):
 
 class TooManyTries(BranchwaterError):
     """An optimistic operation kept losing races and gave up after its bounded retries."""
+
+
+def too_many_tries(what: str, attempts: int, advice: str = "retry later") -> TooManyTries:
+    """The one wording of every bounded retry that ran out, so users learn to read one."""
+    return TooManyTries(_gave_up(what, attempts, advice))
+
+
+def _gave_up(what: str, attempts: int, advice: str) -> str:
+    return f"{what} gave up after {attempts} attempts: the branch kept changing under it; {advice}"
+
+
+class MergeRaceLost(TooManyTries):
+    """Every attempt lost the race for the destination; `hint` lets a caller resume the work."""
+
+    def __init__(self, what: str, attempts: int, hint: str) -> None:
+        super().__init__(
+            _gave_up(what, attempts, f"retry with hint={hint!r} to reuse this merge's work")
+        )
+        self.hint = hint
 
 
 class InvalidName(BranchwaterError, ValueError):
@@ -73,24 +114,3 @@ class TokenAlreadyUsed(InvalidToken):
 
 class RunExpired(BranchwaterError):
     """A GC preparation ran longer than the records it relies on are kept; start a new run."""
-
-
-def redact_url(url: str) -> str:
-    """Return `url` with any password replaced by `***`, for error messages and logs."""
-    scheme_sep = url.find("://")
-    if scheme_sep < 0:
-        return url
-    rest = url[scheme_sep + 3 :]
-    at = rest.rfind("@", 0, _authority_end(rest))
-    if at < 0:
-        return url
-    userinfo = rest[:at]
-    if ":" not in userinfo:
-        return url
-    user = userinfo.split(":", 1)[0]
-    return f"{url[: scheme_sep + 3]}{user}:***{rest[at:]}"
-
-
-def _authority_end(rest: str) -> int:
-    ends = [i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0]
-    return min(ends) if ends else len(rest)

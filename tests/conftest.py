@@ -11,6 +11,8 @@ import socket
 import tempfile
 import uuid
 from collections.abc import Iterator
+from contextlib import ExitStack
+from typing import NoReturn
 
 import pytest
 
@@ -19,7 +21,7 @@ RANGE_CACHE_DIR = tempfile.mkdtemp(prefix="bw-range-cache-")
 os.environ["BRANCHWATER_CACHE_DIR"] = RANGE_CACHE_DIR
 """Tests share one range cache of their own, never the user's (subprocesses inherit it)."""
 
-pytest_plugins = ["tests.fixtures.spark", "tests.fixtures.airflow"]
+pytest_plugins = ["tests.fixtures.spark", "tests.fixtures.airflow", "tests.fixtures.s3"]
 
 PG_HOST = os.environ.get("BRANCHWATER_PG_HOST", "127.0.0.1")
 PG_PORT = int(os.environ.get("BRANCHWATER_PG_PORT", "5432"))
@@ -30,7 +32,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(RANGE_CACHE_DIR, ignore_errors=True)
 
 
-def unavailable(reason: str) -> None:
+def unavailable(reason: str) -> NoReturn:
     """Skip locally, fail in CI: a test that needs a server must never vanish silently there."""
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
         pytest.fail(f"{reason} (CI requires it)", pytrace=False)
@@ -38,9 +40,16 @@ def unavailable(reason: str) -> None:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free loopback ports: all are held open until every one is chosen."""
+    with ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
 
 
 def unique_name(prefix: str) -> str:
@@ -65,8 +74,12 @@ def postgres_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def moto_endpoint() -> Iterator[str]:
-    """moto's S3/DynamoDB-compatible server on a free loopback port."""
+def dynamodb_endpoint() -> Iterator[str]:
+    """moto's DynamoDB-compatible server on a free loopback port (S3 tests use `s3_server`).
+
+    The DynamoDB KV driver takes credentials from boto3's usual chain, so dummy ones are
+    set for the session unless the environment already has some.
+    """
     from moto.server import ThreadedMotoServer
 
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
@@ -77,15 +90,3 @@ def moto_endpoint() -> Iterator[str]:
     server.start()
     yield f"http://127.0.0.1:{port}"
     server.stop()
-
-
-@pytest.fixture
-def s3_bucket(moto_endpoint: str) -> str:
-    """A new, empty bucket on the moto server; returns its name."""
-    import boto3
-
-    name = unique_name("bw-test-")
-    boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1").create_bucket(
-        Bucket=name
-    )
-    return name

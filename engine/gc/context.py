@@ -7,7 +7,7 @@ from branchwater.engine.gc.copies import CopyTracker
 from branchwater.engine.gc.housekeeping import Sweeper
 from branchwater.engine.gc.settings import GCSettings
 from branchwater.engine.gc.tokens import Clock, LinkTokens, utc_now
-from branchwater.engine.graveler.model import Repository
+from branchwater.engine.graveler.model import RepositoryRecord
 from branchwater.engine.kv import Store
 
 
@@ -27,7 +27,7 @@ class GCContext:
         self.copies = CopyTracker(kv, self.settings.copy_record_ttl, clock)
         self.sweeper = Sweeper()
 
-    def sweep_later(self, repo: Repository) -> None:
+    def sweep_later(self, repo: RepositoryRecord) -> None:
         """Remove the repository's expired copy records and used tokens in the background."""
         partition = repo.partition.decode()
         self.sweeper.maybe_run(f"copies/{partition}", lambda: self.copies.sweep(repo))

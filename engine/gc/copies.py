@@ -24,7 +24,7 @@ from branchwater.engine.gc.records import ExpiringRecords, from_millis, to_milli
 from branchwater.engine.gc.tokens import Clock, utc_now
 from branchwater.engine.graveler import reads, writes
 from branchwater.engine.graveler.graveler import Graveler
-from branchwater.engine.graveler.model import Entry, Repository
+from branchwater.engine.graveler.model import Entry, RepositoryRecord
 from branchwater.engine.kv import Store
 
 if TYPE_CHECKING:
@@ -49,26 +49,26 @@ class CopyTracker:
         self.clock = clock
         self.store = ExpiringRecords(kv, COPIES_PREFIX)
 
-    def record(self, repo: Repository, branch: str, address: str) -> CopyRecord:
+    def record(self, repo: RepositoryRecord, branch: str, address: str) -> CopyRecord:
         created = from_millis(to_millis(self.clock()))
         record = CopyRecord(address, branch, created, created + self.ttl)
         value = {"address": address, "branch": branch, "created": to_millis(created)}
         self.store.put(repo, record.expires, uuid.uuid4().hex, json.dumps(value).encode())
         return record
 
-    def records(self, repo: Repository) -> Iterator[CopyRecord]:
+    def records(self, repo: RepositoryRecord) -> Iterator[CopyRecord]:
         """Every stored record, expired ones included (keeping more is always safe)."""
         for stored in self.store.scan(repo):
             value = json.loads(stored.value)
             created = from_millis(value["created"])
             yield CopyRecord(value["address"], value["branch"], created, stored.expires)
 
-    def sweep(self, repo: Repository) -> int:
+    def sweep(self, repo: RepositoryRecord) -> int:
         return self.store.sweep(repo, self.clock())
 
 
 def copy_entry(
-    g: Graveler, gc: GCContext, repo: Repository, branch_name: str, src: str, dst: str
+    g: Graveler, gc: GCContext, repo: RepositoryRecord, branch_name: str, src: str, dst: str
 ) -> Entry:
     """Copy `src` to `dst` on one branch: shallow and recorded when `src` is uncommitted.
 
@@ -86,13 +86,13 @@ def copy_entry(
     return copied
 
 
-def _is_uncommitted(g: Graveler, repo: Repository, branch_name: str, entry: Entry) -> bool:
+def _is_uncommitted(g: Graveler, repo: RepositoryRecord, branch_name: str, entry: Entry) -> bool:
     head = g.refs.get_commit(repo, g.read_branch(repo, branch_name).commit_id)
     committed = reads.committed_lookup(g, repo, head.metarange_id, entry.path)
     return committed is None or committed.address != entry.address
 
 
-def _deep_copy(g: Graveler, repo: Repository, source: Entry, dst: str, address: str) -> Entry:
+def _deep_copy(g: Graveler, repo: RepositoryRecord, source: Entry, dst: str, address: str) -> Entry:
     objects = g.objects(repo.storage_namespace)
     try:
         data = objects.get(source.address)

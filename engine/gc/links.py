@@ -16,12 +16,12 @@ from branchwater.engine.gc.context import GCContext
 from branchwater.engine.gc.tokens import PhysicalAddress
 from branchwater.engine.graveler import writes
 from branchwater.engine.graveler.graveler import Graveler
-from branchwater.engine.graveler.model import Entry, Repository
+from branchwater.engine.graveler.model import Entry, RepositoryRecord
 from branchwater.engine.objects import ObjectInfo
 
 
 def get_physical_address(
-    g: Graveler, gc: GCContext, repo: Repository, branch_name: str
+    g: Graveler, gc: GCContext, repo: RepositoryRecord, branch_name: str
 ) -> PhysicalAddress:
     g.read_branch(repo, branch_name)
     return gc.tokens.issue(repo, branch_name, gc.addresses.next_address())
@@ -30,7 +30,7 @@ def get_physical_address(
 def link_physical_address(
     g: Graveler,
     gc: GCContext,
-    repo: Repository,
+    repo: RepositoryRecord,
     branch_name: str,
     path: str,
     token: str,
@@ -65,7 +65,7 @@ def link_physical_address(
     return entry
 
 
-def _uploaded(g: Graveler, repo: Repository, address: str) -> ObjectInfo:
+def _uploaded(g: Graveler, repo: RepositoryRecord, address: str) -> ObjectInfo:
     try:
         return g.objects(repo.storage_namespace).stat(address)
     except NotFound:

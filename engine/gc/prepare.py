@@ -36,7 +36,7 @@ from branchwater.engine.errors import (
     InvalidArgument,
     NotFound,
     RunExpired,
-    TooManyTries,
+    too_many_tries,
 )
 from branchwater.engine.gc.addresses import newest_first_id, newest_first_time
 from branchwater.engine.gc.context import GCContext
@@ -44,9 +44,9 @@ from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import (
     STAGED_FIELDS,
     STAGED_SEPARATOR,
-    Branch,
+    BranchRecord,
     Entry,
-    Repository,
+    RepositoryRecord,
 )
 from branchwater.engine.objects import ObjectStore
 
@@ -101,7 +101,7 @@ class BranchCursor:
     after: str = ""
 
     @classmethod
-    def start(cls, g: Graveler, repo: Repository, branch: Branch) -> BranchCursor:
+    def start(cls, g: Graveler, repo: RepositoryRecord, branch: BranchRecord) -> BranchCursor:
         layers = [Layer("staged", branch.staging_token)]
         layers += [Layer("sealed", token) for token in branch.sealed_tokens]
         cursor = cls(branch.name, layers)
@@ -109,7 +109,7 @@ class BranchCursor:
             cursor.follow(g, repo, branch)
         return cursor
 
-    def follow(self, g: Graveler, repo: Repository, branch: Branch) -> None:
+    def follow(self, g: Graveler, repo: RepositoryRecord, branch: BranchRecord) -> None:
         """Add the branch's compacted metarange, diffed against its HEAD."""
         assert branch.compacted_metarange_id
         head = g.refs.get_commit(repo, branch.commit_id).metarange_id
@@ -149,7 +149,7 @@ class Progress:
 
 
 def prepare_uncommitted_for_gc(
-    g: Graveler, gc: GCContext, repo: Repository, run_id: str | None = None
+    g: Graveler, gc: GCContext, repo: RepositoryRecord, run_id: str | None = None
 ) -> PreparedRun:
     """Write a run and return its id and location; `run_id` resumes an unfinished run (a
     finished one is returned as it is)."""
@@ -189,7 +189,7 @@ def read_run(objects: ObjectStore, run_id: str) -> pa.Table:
 
 
 class _Run:
-    def __init__(self, g: Graveler, gc: GCContext, repo: Repository, run_id: str) -> None:
+    def __init__(self, g: Graveler, gc: GCContext, repo: RepositoryRecord, run_id: str) -> None:
         self.g = g
         self.gc = gc
         self.repo = repo
@@ -232,8 +232,9 @@ class _Run:
         if progress.cursor is not None:
             after = progress.cursor.branch
             scanner.scan(progress.cursor.branch, progress.cursor)
-        for branch in self.g.refs.list_branches(self.repo, after=after):
-            scanner.scan(branch.name, BranchCursor.start(self.g, self.repo, branch))
+        for branch in self.g.refs.branches(self.repo):
+            if branch.name > after:
+                scanner.scan(branch.name, BranchCursor.start(self.g, self.repo, branch))
         parts.close()
         progress.scanned = True
         self._checkpoint()
@@ -257,7 +258,7 @@ class _Run:
         keep = {*files, PROGRESS}
         strays = [
             info.key
-            for info in self.objects.list(self.prefix)
+            for info in self.objects.list_objects(self.prefix)
             if info.key[len(self.prefix) :] not in keep
         ]
         self.objects.delete(strays)
@@ -305,7 +306,7 @@ class _BranchScanner:
     """Reads a branch's layers in bulk into Arrow columns and hands them to the writer."""
 
     def __init__(
-        self, g: Graveler, repo: Repository, progress: Progress, parts: _PartWriter
+        self, g: Graveler, repo: RepositoryRecord, progress: Progress, parts: _PartWriter
     ) -> None:
         self.g = g
         self.repo = repo
@@ -328,9 +329,10 @@ class _BranchScanner:
                 break
             cursor.follow(self.g, self.repo, current)
         else:
-            raise TooManyTries(
-                f"branch {name!r} of {self.repo.name!r} was compacted "
-                f"{MAX_COMPACTIONS_FOLLOWED} times while it was being scanned; resume the run"
+            raise too_many_tries(
+                f"scanning branch {name!r} of {self.repo.name!r} for GC (compacted meanwhile)",
+                MAX_COMPACTIONS_FOLLOWED,
+                "resume the run with its run id",
             )
         self.progress.cursor = None
         self.progress.done_through = name

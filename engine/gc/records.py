@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 from typing import NamedTuple
 
 from branchwater.engine.errors import PredicateFailed
-from branchwater.engine.graveler.model import Repository
+from branchwater.engine.graveler.model import RepositoryRecord
 from branchwater.engine.kv import Store
 
 SCAN_BATCH = 1000
@@ -45,10 +45,12 @@ class ExpiringRecords:
     def key(self, expires: datetime, record_id: str) -> bytes:
         return self.prefix + f"{to_millis(expires):013d}/{record_id}".encode()
 
-    def put(self, repo: Repository, expires: datetime, record_id: str, value: bytes) -> None:
+    def put(self, repo: RepositoryRecord, expires: datetime, record_id: str, value: bytes) -> None:
         self.kv.set(repo.partition, self.key(expires, record_id), value)
 
-    def create(self, repo: Repository, expires: datetime, record_id: str, value: bytes) -> bool:
+    def create(
+        self, repo: RepositoryRecord, expires: datetime, record_id: str, value: bytes
+    ) -> bool:
         """Write only if absent; False when the record exists already."""
         try:
             self.kv.set_if(repo.partition, self.key(expires, record_id), value, None)
@@ -56,10 +58,10 @@ class ExpiringRecords:
             return False
         return True
 
-    def delete(self, repo: Repository, expires: datetime, record_id: str) -> None:
+    def delete(self, repo: RepositoryRecord, expires: datetime, record_id: str) -> None:
         self.kv.delete(repo.partition, self.key(expires, record_id))
 
-    def scan(self, repo: Repository) -> Iterator[ExpiringRecord]:
+    def scan(self, repo: RepositoryRecord) -> Iterator[ExpiringRecord]:
         """Every record still stored, expired or not, soonest expiry first."""
         for key, value in self.kv.scan(repo.partition, self.prefix, SCAN_BATCH):
             if not key.startswith(self.prefix):
@@ -67,7 +69,7 @@ class ExpiringRecords:
             millis, _, record_id = key[len(self.prefix) :].decode().partition("/")
             yield ExpiringRecord(key, from_millis(int(millis)), record_id, value)
 
-    def sweep(self, repo: Repository, now: datetime) -> int:
+    def sweep(self, repo: RepositoryRecord, now: datetime) -> int:
         """Delete the records that expired before `now`; returns how many."""
         removed = 0
         for record in self.scan(repo):

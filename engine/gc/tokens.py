@@ -31,7 +31,7 @@ from branchwater.engine.errors import (
 )
 from branchwater.engine.gc.addresses import check_data_address
 from branchwater.engine.gc.records import ExpiringRecords, from_millis, to_millis
-from branchwater.engine.graveler.model import Repository
+from branchwater.engine.graveler.model import RepositoryRecord
 from branchwater.engine.graveler.refs import GRAVELER_PARTITION
 from branchwater.engine.kv import Store
 
@@ -98,13 +98,13 @@ class LinkTokens:
         except PredicateFailed:
             return self.kv.get(GRAVELER_PARTITION, SIGNING_KEY).value
 
-    def issue(self, repo: Repository, branch: str, address: str) -> PhysicalAddress:
+    def issue(self, repo: RepositoryRecord, branch: str, address: str) -> PhysicalAddress:
         expires = from_millis(to_millis(self.clock() + self.expiry))
         payload = {"r": repo.unique_id, "b": branch, "a": address, "e": to_millis(expires)}
         body = f"{_VERSION}.{_b64(json.dumps(payload, sort_keys=True).encode())}"
         return PhysicalAddress(address, f"{body}.{_b64(self._sign(body))}", expires)
 
-    def verify(self, repo: Repository, branch: str, token: object) -> LinkClaim:
+    def verify(self, repo: RepositoryRecord, branch: str, token: object) -> LinkClaim:
         """Check signature, repository, branch, address and expiry, in that order."""
         if not isinstance(token, str):
             raise InvalidToken(f"a link token must be a string, not {type(token).__name__}")
@@ -129,7 +129,7 @@ class LinkTokens:
         token_id = hashlib.sha256(token.encode()).hexdigest()[:32]
         return LinkClaim(repo.unique_id, branch, address, expires, token_id)
 
-    def use(self, repo: Repository, claim: LinkClaim) -> None:
+    def use(self, repo: RepositoryRecord, claim: LinkClaim) -> None:
         """Use the token up; `TokenAlreadyUsed` if another link used it first."""
         if not self.used.create(repo, claim.expires, claim.token_id, claim.address.encode()):
             raise TokenAlreadyUsed(
@@ -137,11 +137,11 @@ class LinkTokens:
                 "get a new address for another object"
             )
 
-    def give_back(self, repo: Repository, claim: LinkClaim) -> None:
+    def give_back(self, repo: RepositoryRecord, claim: LinkClaim) -> None:
         """Make the token usable again after a link failed before staging anything."""
         self.used.delete(repo, claim.expires, claim.token_id)
 
-    def sweep(self, repo: Repository) -> int:
+    def sweep(self, repo: RepositoryRecord) -> int:
         """Forget used tokens that have expired; returns how many."""
         return self.used.sweep(repo, self.clock())
 

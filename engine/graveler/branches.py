@@ -4,23 +4,23 @@ from __future__ import annotations
 
 import dataclasses
 
-from branchwater.engine.errors import InvalidArgument, TooManyTries
+from branchwater.engine.errors import InvalidArgument, too_many_tries
 from branchwater.engine.graveler.graveler import Graveler
-from branchwater.engine.graveler.model import Branch, Repository
+from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord
 from branchwater.engine.graveler.names import check_ref_name
 from branchwater.engine.graveler.staging import new_staging_token
 
 
-def create_branch(g: Graveler, repo: Repository, name: str, source: str) -> Branch:
+def create_branch(g: Graveler, repo: RepositoryRecord, name: str, source: str) -> BranchRecord:
     """Branch off the commit `source` resolves to (a branch's HEAD, as in lakeFS and git)."""
     check_ref_name(name)
     commit_id = g.refs.resolve(repo, source).commit_id
-    branch = Branch(name, commit_id, new_staging_token(repo, name))
+    branch = BranchRecord(name, commit_id, new_staging_token(repo, name))
     g.refs.insert_branch(repo, branch)
     return branch
 
 
-def delete_branch(g: Graveler, repo: Repository, name: str) -> None:
+def delete_branch(g: Graveler, repo: RepositoryRecord, name: str) -> None:
     if name == repo.default_branch:
         raise InvalidArgument(
             f"cannot delete {name!r}: it is the default branch of repository {repo.name!r}"
@@ -31,9 +31,9 @@ def delete_branch(g: Graveler, repo: Repository, name: str) -> None:
     g.drop_tokens_later((branch.staging_token, *branch.sealed_tokens))
 
 
-def reset_branch(g: Graveler, repo: Repository, name: str) -> Branch:
+def reset_branch(g: Graveler, repo: RepositoryRecord, name: str) -> BranchRecord:
     """Drop every uncommitted change: a new empty staging token, no sealed tokens, no compaction."""
-    for attempt in range(g.retry.attempts):
+    for _ in g.retry:
         branch, predicate = g.refs.get_branch(repo, name)
         reset = dataclasses.replace(
             branch,
@@ -45,5 +45,4 @@ def reset_branch(g: Graveler, repo: Repository, name: str) -> Branch:
         if g.try_update_branch(repo, reset, predicate):
             g.drop_tokens_later((branch.staging_token, *branch.sealed_tokens))
             return reset
-        g.retry.backoff(attempt)
-    raise TooManyTries(f"reset of branch {name!r} kept losing races with commits; retry later")
+    raise too_many_tries(f"reset of branch {name!r} of {repo.name!r}", g.retry.attempts)

@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from datetime import datetime, timezone
 
-from branchwater.engine.errors import NoChanges, TooManyTries
+from branchwater.engine.errors import NoChanges, too_many_tries
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.iterators import combine, reporting
-from branchwater.engine.graveler.model import Branch, Commit, Repository
-from branchwater.engine.graveler.refs import commit_id_for
+from branchwater.engine.graveler.model import BranchRecord, Commit, RepositoryRecord
 from branchwater.engine.graveler.staging import new_staging_token
 
 Progress = Callable[[int], None]
@@ -31,7 +29,7 @@ PROGRESS_EVERY = 10_000
 
 def commit(
     g: Graveler,
-    repo: Repository,
+    repo: RepositoryRecord,
     branch_name: str,
     message: str,
     metadata: Mapping[str, str] | None = None,
@@ -48,10 +46,10 @@ def commit(
 
 
 def seal(
-    g: Graveler, repo: Repository, branch_name: str, *, allow_empty: bool = False
+    g: Graveler, repo: RepositoryRecord, branch_name: str, *, allow_empty: bool = False
 ) -> tuple[str, ...]:
     """Seal the staging token; returns every token this commit is to absorb, newest first."""
-    for attempt in range(g.retry.attempts):
+    for _ in g.retry:
         branch, predicate = g.refs.get_branch(repo, branch_name)
         if not allow_empty and not g.has_uncommitted(branch):
             raise NoChanges(f"nothing to commit on branch {branch_name!r} of {repo.name!r}")
@@ -62,13 +60,12 @@ def seal(
         )
         if g.try_update_branch(repo, sealed, predicate):
             return sealed.sealed_tokens
-        g.retry.backoff(attempt)
-    raise _too_many_tries(repo, branch_name, g.retry.attempts)
+    raise too_many_tries(f"commit on branch {branch_name!r} of {repo.name!r}", g.retry.attempts)
 
 
 def _finish(
     g: Graveler,
-    repo: Repository,
+    repo: RepositoryRecord,
     branch_name: str,
     tokens: tuple[str, ...],
     message: str,
@@ -79,7 +76,7 @@ def _finish(
     progress: Progress | None = None,
 ) -> Commit:
     built: tuple[tuple[str, tuple[str, ...]], str] | None = None
-    for attempt in range(g.retry.attempts):
+    for _ in g.retry:
         branch, predicate = g.refs.get_branch(repo, branch_name)
         remaining = tuple(t for t in tokens if t in branch.sealed_tokens)
         if not remaining and not branch.compacted_metarange_id:
@@ -100,9 +97,10 @@ def _finish(
             if _clear(g, repo, branch, predicate, rest):
                 g.drop_tokens_later(remaining)
                 raise NoChanges(f"nothing to commit on branch {branch_name!r} of {repo.name!r}")
-            g.retry.backoff(attempt)
             continue
-        new_commit = _record(g, repo, parent, metarange_id, message, metadata, committer)
+        new_commit = g.refs.add_commit(
+            repo, (parent,), metarange_id, message, metadata, committer=committer
+        )
         updated = dataclasses.replace(
             branch,
             commit_id=new_commit.id,
@@ -113,46 +111,18 @@ def _finish(
         if g.try_update_branch(repo, updated, predicate):
             g.drop_tokens_later(remaining)
             return new_commit
-        g.retry.backoff(attempt)
-    raise _too_many_tries(repo, branch_name, g.retry.attempts)
+    raise too_many_tries(f"commit on branch {branch_name!r} of {repo.name!r}", g.retry.attempts)
 
 
 def _clear(
-    g: Graveler, repo: Repository, branch: Branch, predicate: bytes, rest: tuple[str, ...]
+    g: Graveler,
+    repo: RepositoryRecord,
+    branch: BranchRecord,
+    predicate: bytes,
+    rest: tuple[str, ...],
 ) -> bool:
     """Remove absorbed tokens that changed nothing; False if the branch moved meanwhile."""
     cleared = dataclasses.replace(
         branch, sealed_tokens=rest, compacted_metarange_id=None, compaction_start_time=None
     )
     return g.try_update_branch(repo, cleared, predicate)
-
-
-def _record(
-    g: Graveler,
-    repo: Repository,
-    parent: Commit,
-    metarange_id: str,
-    message: str,
-    metadata: dict[str, str],
-    committer: str,
-) -> Commit:
-    draft = Commit(
-        id="",
-        message=message,
-        metarange_id=metarange_id,
-        parents=(parent.id,),
-        metadata=metadata,
-        creation_date=datetime.now(timezone.utc),
-        committer=committer,
-        generation=parent.generation + 1,
-    )
-    new_commit = dataclasses.replace(draft, id=commit_id_for(draft))
-    g.refs.put_commit(repo, new_commit)
-    return new_commit
-
-
-def _too_many_tries(repo: Repository, branch_name: str, attempts: int) -> TooManyTries:
-    return TooManyTries(
-        f"commit on branch {branch_name!r} of {repo.name!r} lost {attempts} races in a row; "
-        "retry later"
-    )

@@ -18,15 +18,15 @@ from branchwater.engine.errors import (
     PredicateFailed,
 )
 from branchwater.engine.graveler.graveler import Graveler
-from branchwater.engine.graveler.model import Branch, Commit, Repository, Tag
+from branchwater.engine.graveler.model import BranchRecord, Commit, RepositoryRecord, Tag
 from branchwater.engine.graveler.staging import new_staging_token
 
 FORMAT = "branchwater-refs/1"
 
 
-def dump_refs(g: Graveler, repo: Repository, path: Path) -> int:
+def dump_refs(g: Graveler, repo: RepositoryRecord, path: Path) -> int:
     commits = [json.loads(c.encode()) for c in g.refs.list_commits(repo)]
-    branches = [{"name": b.name, "commit_id": b.commit_id} for b in g.refs.list_branches(repo)]
+    branches = [{"name": b.name, "commit_id": b.commit_id} for b in g.refs.branches(repo)]
     tags = [dataclasses.asdict(t) for t in g.refs.list_tags(repo)]
     document = {
         "format": FORMAT,
@@ -42,7 +42,7 @@ def dump_refs(g: Graveler, repo: Repository, path: Path) -> int:
     return len(commits) + len(branches) + len(tags)
 
 
-def restore_refs(g: Graveler, repo: Repository, path: Path) -> int:
+def restore_refs(g: Graveler, repo: RepositoryRecord, path: Path) -> int:
     document = _load(path)
     _check_bare(g, repo)
     commits = [Commit.decode(json.dumps(raw).encode()) for raw in document["commits"]]
@@ -69,10 +69,10 @@ def _load(path: Path) -> dict:
     return document
 
 
-def _check_bare(g: Graveler, repo: Repository) -> None:
+def _check_bare(g: Graveler, repo: RepositoryRecord) -> None:
     """Restoring over history would interleave two histories; only a fresh repository takes it."""
     commits = list(g.refs.list_commits(repo))
-    branches = list(g.refs.list_branches(repo))
+    branches = list(g.refs.branches(repo))
     staged = any(g.has_uncommitted(b) for b in branches)
     if len(commits) > 1 or len(branches) > 1 or staged or any(True for _ in g.refs.list_tags(repo)):
         raise InvalidArgument(
@@ -80,9 +80,9 @@ def _check_bare(g: Graveler, repo: Repository) -> None:
         )
 
 
-def _restore_branch(g: Graveler, repo: Repository, name: str, commit_id: str) -> None:
+def _restore_branch(g: Graveler, repo: RepositoryRecord, name: str, commit_id: str) -> None:
     try:
-        g.refs.insert_branch(repo, Branch(name, commit_id, new_staging_token(repo, name)))
+        g.refs.insert_branch(repo, BranchRecord(name, commit_id, new_staging_token(repo, name)))
         return
     except AlreadyExists:
         pass

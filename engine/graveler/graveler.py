@@ -11,14 +11,13 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 from branchwater.engine.errors import BranchwaterError, PredicateFailed
-from branchwater.engine.graveler.committed import CommittedStore, RangePolicy
-from branchwater.engine.graveler.model import Branch, Repository
-from branchwater.engine.graveler.range_cache import RangeCache
+from branchwater.engine.graveler.committed import CommittedStore, RangeCache, RangePolicy
+from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord
 from branchwater.engine.graveler.refs import RefStore
 from branchwater.engine.graveler.staging import StagingArea
 from branchwater.engine.kv import Store
@@ -33,14 +32,26 @@ next. Dropping is idempotent, so a slow drop that is still running only costs do
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Bounded attempts with full-jitter exponential backoff, as lakeFS's committer does."""
+    """Bounded attempts with full-jitter exponential backoff, as lakeFS's committer does.
+
+    `for attempt in policy:` is the loop of every compare-and-swap on a branch: it yields the
+    attempt numbers 1 to `attempts` and sleeps between two of them, never before the first or
+    after the last, so a loop that returns on success and falls out of the `for` has run out.
+    """
 
     attempts: int = 10
     base_delay: float = 0.005
     max_delay: float = 0.5
 
-    def backoff(self, attempt: int) -> None:
-        time.sleep(random.uniform(0, min(self.max_delay, self.base_delay * 2**attempt)))
+    def __iter__(self) -> Iterator[int]:
+        for attempt in range(1, self.attempts + 1):
+            if attempt > 1:
+                time.sleep(self.delay(attempt - 1))
+            yield attempt
+
+    def delay(self, lost: int) -> float:
+        """A random pause after `lost` attempts in a row lost: its bound doubles with each."""
+        return random.uniform(0, min(self.max_delay, self.base_delay * 2 ** (lost - 1)))
 
 
 class BranchCache:
@@ -48,10 +59,10 @@ class BranchCache:
 
     def __init__(self, ttl: float) -> None:
         self.ttl = ttl
-        self._entries: dict[tuple[bytes, str], tuple[float, Branch]] = {}
+        self._entries: dict[tuple[bytes, str], tuple[float, BranchRecord]] = {}
         self._lock = threading.Lock()
 
-    def get(self, repo: Repository, name: str) -> Branch | None:
+    def get(self, repo: RepositoryRecord, name: str) -> BranchRecord | None:
         if self.ttl <= 0:
             return None
         with self._lock:
@@ -60,12 +71,12 @@ class BranchCache:
             return None
         return hit[1]
 
-    def put(self, repo: Repository, branch: Branch) -> None:
+    def put(self, repo: RepositoryRecord, branch: BranchRecord) -> None:
         if self.ttl > 0:
             with self._lock:
                 self._entries[(repo.partition, branch.name)] = (time.monotonic(), branch)
 
-    def forget(self, repo: Repository, name: str) -> None:
+    def forget(self, repo: RepositoryRecord, name: str) -> None:
         with self._lock:
             self._entries.pop((repo.partition, name), None)
 
@@ -105,7 +116,7 @@ class Graveler:
                 self._objects[namespace] = store
             return store
 
-    def committed(self, repo: Repository) -> CommittedStore:
+    def committed(self, repo: RepositoryRecord) -> CommittedStore:
         namespace = repo.storage_namespace
         objects = self.objects(namespace)
         with self._lock:
@@ -115,7 +126,9 @@ class Graveler:
                 self._committed[namespace] = store
             return store
 
-    def read_branch(self, repo: Repository, name: str, *, cached: bool = False) -> Branch:
+    def read_branch(
+        self, repo: RepositoryRecord, name: str, *, cached: bool = False
+    ) -> BranchRecord:
         """The branch record; `cached=True` only for the first read of a validated flow."""
         if cached:
             hit = self.branch_cache.get(repo, name)
@@ -125,7 +138,9 @@ class Graveler:
         self.branch_cache.put(repo, branch)
         return branch
 
-    def try_update_branch(self, repo: Repository, branch: Branch, predicate: bytes) -> bool:
+    def try_update_branch(
+        self, repo: RepositoryRecord, branch: BranchRecord, predicate: bytes
+    ) -> bool:
         """`set_if` the branch record; False when another process changed it first."""
         try:
             self.refs.set_branch_if(repo, branch, predicate)
@@ -139,7 +154,7 @@ class Graveler:
         if tokens:
             self.drop_partitions_later(f"tokens/{tokens[0]}", [t.encode() for t in tokens])
 
-    def has_uncommitted(self, branch: Branch) -> bool:
+    def has_uncommitted(self, branch: BranchRecord) -> bool:
         """Anything a commit would still record: staged, sealed or compacted changes."""
         return bool(
             branch.sealed_tokens
@@ -147,7 +162,7 @@ class Graveler:
             or not self.staging.is_empty(branch.staging_token)
         )
 
-    def base_metarange(self, repo: Repository, branch: Branch) -> str:
+    def base_metarange(self, repo: RepositoryRecord, branch: BranchRecord) -> str:
         """What a branch's staging sits on: its compacted metarange, else its HEAD's."""
         if branch.compacted_metarange_id:
             return branch.compacted_metarange_id
@@ -159,6 +174,11 @@ class Graveler:
         The list entry survives a crash, so `collect_dropped_partitions` can finish the job.
         """
         self.refs.mark_partitions_for_deletion(mark, partitions)
+        self.drop_listed_later(mark, partitions)
+
+    def drop_listed_later(self, mark: str, partitions: list[bytes]) -> None:
+        """Delete in the background partitions already listed under `mark`, for a caller that
+        had to list them before another step (a repository delete, before its record goes)."""
         with self._lock:
             self._pending = [f for f in self._pending if not f.done()]
             self._pending.append(self._background.submit(self._drop_quietly, mark, partitions))

@@ -13,57 +13,29 @@ reused. The seed's correctness table holds because deletion behaves like unique 
 from __future__ import annotations
 
 import dataclasses
-import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from itertools import islice
 from typing import Literal
 
 from branchwater.engine.errors import (
-    BranchwaterError,
-    Conflict,
+    DirtyBranch,
     InvalidArgument,
+    MergeConflict,
+    MergeRaceLost,
     NoChanges,
-    NotFound,
-    TooManyTries,
+    too_many_tries,
 )
 from branchwater.engine.graveler.committed import CommittedStore, Replacements
 from branchwater.engine.graveler.graveler import Graveler
-from branchwater.engine.graveler.model import Change, Commit, Entry, Repository
-from branchwater.engine.graveler.refs import commit_id_for
+from branchwater.engine.graveler.history import find_merge_base
+from branchwater.engine.graveler.model import BranchRecord, Change, Commit, Entry, RepositoryRecord
 
 Strategy = Literal["source-wins", "dest-wins"]
 STRATEGIES: tuple[str, ...] = ("source-wins", "dest-wins")
 CONFLICTS_SHOWN = 20
 RESOLVE_BATCH = 4096
 """Changes resolved together: bounds memory, and amortises each range lookup over many."""
-
-
-class DirtyBranch(BranchwaterError):
-    """The destination has uncommitted changes; a merge would mix them into its commit."""
-
-
-class MergeConflict(Conflict):
-    """Paths both sides changed differently; `paths` holds the first few, `count` all."""
-
-    def __init__(self, paths: list[str], count: int, source: str, destination: str) -> None:
-        shown = ", ".join(paths)
-        more = f" and {count - len(paths)} more" if count > len(paths) else ""
-        super().__init__(
-            f"merging {source!r} into {destination!r} conflicts on {count} path(s): {shown}{more}; "
-            "resolve them, or merge with strategy 'source-wins' or 'dest-wins'"
-        )
-        self.paths = paths
-        self.count = count
-
-
-class MergeRaceLost(TooManyTries):
-    """Every attempt lost the race for the destination; `hint` lets a caller resume the work."""
-
-    def __init__(self, message: str, hint: str) -> None:
-        super().__init__(f"{message}; retry with hint={hint!r} to reuse this merge's work")
-        self.hint = hint
 
 
 @dataclass(frozen=True)
@@ -85,32 +57,9 @@ class _Attempt:
         return f"{self.metarange_id}@{self.onto_commit_id}"
 
 
-def find_merge_base(g: Graveler, repo: Repository, left: str, right: str) -> Commit:
-    """The first commit reachable from both, walking by generation from the newest."""
-    marks: dict[str, int] = {left: 1}
-    marks[right] = marks.get(right, 0) | 2
-    heap = [_queued(g.refs.get_commit(repo, cid)) for cid in {left, right}]
-    heapq.heapify(heap)
-    while heap:
-        *_, commit = heapq.heappop(heap)
-        mark = marks[commit.id]
-        if mark == 3:
-            return commit
-        for parent in commit.parents:
-            before = marks.get(parent, 0)
-            if before | mark != before:
-                marks[parent] = before | mark
-                heapq.heappush(heap, _queued(g.refs.get_commit(repo, parent)))
-    raise NotFound(f"commits {left[:12]} and {right[:12]} of {repo.name!r} share no ancestor")
-
-
-def _queued(commit: Commit) -> tuple[int, float, str, Commit]:
-    return (-commit.generation, -commit.creation_date.timestamp(), commit.id, commit)
-
-
 def merge(
     g: Graveler,
-    repo: Repository,
+    repo: RepositoryRecord,
     source_ref: str,
     destination: str,
     *,
@@ -119,31 +68,24 @@ def merge(
     metadata: dict[str, str] | None = None,
     committer: str = "",
     hint: str | None = None,
-    reuse: bool = True,
 ) -> MergeResult:
-    """Merge `source_ref` into the branch `destination`; see the module docstring.
-
-    `reuse=False` redoes every lost attempt from the merge base, as lakeFS does: only the
-    benchmark's reference uses it.
-    """
+    """Merge `source_ref` into the branch `destination`; see the module docstring."""
     if strategy is not None and strategy not in STRATEGIES:
         raise InvalidArgument(f"unknown merge strategy {strategy!r}: use one of {STRATEGIES}")
     source = g.refs.get_commit(repo, g.refs.resolve(repo, source_ref).commit_id)
     previous = _parse_hint(g, repo, hint) if hint else None
-    last: _Attempt | None = None
-    for attempt in range(1, g.retry.attempts + 1):
+    for attempt in g.retry:
         branch, predicate = g.refs.get_branch(repo, destination)
         _check_clean(g, repo, destination, branch)
         head = g.refs.get_commit(repo, branch.commit_id)
         if previous is None:
-            base = find_merge_base(g, repo, head.id, source.id)
+            base = find_merge_base(g.refs, repo, head.id, source.id)
             if base.id == source.id:
                 raise NoChanges(f"{destination!r} already contains {source_ref!r}")
             if base.id == head.id:
                 forwarded = dataclasses.replace(branch, commit_id=source.id)
                 if g.try_update_branch(repo, forwarded, predicate):
                     return MergeResult(source, attempt, fast_forward=True)
-                g.retry.backoff(attempt)
                 continue
             base_mr, source_mr = base.metarange_id, source.metarange_id
         else:
@@ -152,20 +94,18 @@ def merge(
         merged = _merge_metaranges(
             g, repo, base_mr, source_mr, head, strategy, source_ref, destination
         )
-        last = _Attempt(merged, head.id)
-        previous = last if reuse else None
+        previous = _Attempt(merged, head.id)
         new_commit = _record(g, repo, head, source, merged, message, metadata, committer, strategy)
         updated = dataclasses.replace(branch, commit_id=new_commit.id)
         if g.try_update_branch(repo, updated, predicate):
             return MergeResult(new_commit, attempt)
-        g.retry.backoff(attempt)
-    lost = f"merge of {source_ref!r} into {destination!r} lost {g.retry.attempts} races in a row"
-    if last is None:
-        raise TooManyTries(f"{lost}; retry later")
-    raise MergeRaceLost(lost, last.hint)
+    what = f"merge of {source_ref!r} into {destination!r} of {repo.name!r}"
+    if previous is None:
+        raise too_many_tries(what, g.retry.attempts)
+    raise MergeRaceLost(what, g.retry.attempts, previous.hint)
 
 
-def _check_clean(g: Graveler, repo: Repository, name: str, branch) -> None:
+def _check_clean(g: Graveler, repo: RepositoryRecord, name: str, branch: BranchRecord) -> None:
     if g.has_uncommitted(branch):
         raise DirtyBranch(
             f"branch {name!r} of {repo.name!r} has uncommitted changes: commit or reset it "
@@ -188,7 +128,7 @@ class _Conflicts:
 
 def _merge_metaranges(
     g: Graveler,
-    repo: Repository,
+    repo: RepositoryRecord,
     base_mr: str,
     source_mr: str,
     head: Commit,
@@ -210,7 +150,7 @@ def _merge_metaranges(
 
 def _resolved_changes(
     g: Graveler,
-    repo: Repository,
+    repo: RepositoryRecord,
     base_mr: str,
     source_mr: str,
     dest_mr: str,
@@ -265,7 +205,7 @@ def _same(a: Entry | None, b: Entry | None) -> bool:
 
 def _record(
     g: Graveler,
-    repo: Repository,
+    repo: RepositoryRecord,
     head: Commit,
     source: Commit,
     metarange_id: str,
@@ -274,25 +214,15 @@ def _record(
     committer: str,
     strategy: str | None,
 ) -> Commit:
+    """The merge commit: on the destination's HEAD, then the source; the strategy recorded."""
     meta = dict(metadata or {})
     if strategy:
         meta["branchwater.merge.strategy"] = strategy
-    draft = Commit(
-        id="",
-        message=message or f"Merge {source.id[:12]} into {head.id[:12]}",
-        metarange_id=metarange_id,
-        parents=(head.id, source.id),
-        metadata=meta,
-        creation_date=datetime.now(timezone.utc),
-        committer=committer,
-        generation=max(head.generation, source.generation) + 1,
-    )
-    commit = dataclasses.replace(draft, id=commit_id_for(draft))
-    g.refs.put_commit(repo, commit)
-    return commit
+    message = message or f"Merge {source.id[:12]} into {head.id[:12]}"
+    return g.refs.add_commit(repo, (head, source), metarange_id, message, meta, committer=committer)
 
 
-def _parse_hint(g: Graveler, repo: Repository, hint: str) -> _Attempt:
+def _parse_hint(g: Graveler, repo: RepositoryRecord, hint: str) -> _Attempt:
     metarange_id, sep, onto = hint.partition("@")
     if not sep or not metarange_id or not onto:
         raise InvalidArgument(f"merge hint {hint!r} is not of the form <metarange>@<commit>")

@@ -101,7 +101,9 @@ def _dumps(record: Any) -> bytes:
 
 
 @dataclass(frozen=True)
-class Repository:
+class RepositoryRecord:
+    """A repository as stored under `repos/<name>`; `api.Repository` is the handle over it."""
+
     name: str
     storage_namespace: str
     default_branch: str
@@ -116,15 +118,16 @@ class Repository:
         return _dumps(self)
 
     @classmethod
-    def decode(cls, value: bytes) -> Repository:
+    def decode(cls, value: bytes) -> RepositoryRecord:
         raw = json.loads(value)
         raw["creation_date"] = datetime.fromisoformat(raw["creation_date"])
         return cls(**raw)
 
 
 @dataclass(frozen=True)
-class Branch:
-    """A branch record. All of it lives in one KV value so one `set_if` changes it atomically."""
+class BranchRecord:
+    """A branch as stored (`api.Branch` is the handle over it). All of it lives in one KV
+    value, so one `set_if` changes it atomically."""
 
     name: str
     commit_id: str
@@ -137,7 +140,7 @@ class Branch:
         return _dumps(self)
 
     @classmethod
-    def decode(cls, value: bytes) -> Branch:
+    def decode(cls, value: bytes) -> BranchRecord:
         raw = json.loads(value)
         raw["sealed_tokens"] = tuple(raw["sealed_tokens"])
         if raw.get("compaction_start_time"):

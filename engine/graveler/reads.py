@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from itertools import islice
 from typing import TypeVar
 
-from branchwater.engine.errors import NotFound, TooManyTries
+from branchwater.engine.errors import NotFound, too_many_tries
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.iterators import (
     Layer,
@@ -20,13 +20,13 @@ from branchwater.engine.graveler.iterators import (
     staged_changes,
     visible,
 )
-from branchwater.engine.graveler.model import Branch, Change, Entry, Repository
+from branchwater.engine.graveler.model import BranchRecord, Change, Entry, RepositoryRecord
 
 PAGE_SIZE = 1000
 T = TypeVar("T")
 
 
-def same_layers(a: Branch, b: Branch) -> bool:
+def same_layers(a: BranchRecord, b: BranchRecord) -> bool:
     return (
         a.staging_token == b.staging_token
         and a.sealed_tokens == b.sealed_tokens
@@ -35,14 +35,18 @@ def same_layers(a: Branch, b: Branch) -> bool:
     )
 
 
-def committed_lookup(g: Graveler, repo: Repository, metarange_id: str, path: str) -> Entry | None:
+def committed_lookup(
+    g: Graveler, repo: RepositoryRecord, metarange_id: str, path: str
+) -> Entry | None:
     try:
         return g.committed(repo).get(metarange_id, path)
     except NotFound:
         return None
 
 
-def lookup_below_staging(g: Graveler, repo: Repository, branch: Branch, path: str) -> Entry | None:
+def lookup_below_staging(
+    g: Graveler, repo: RepositoryRecord, branch: BranchRecord, path: str
+) -> Entry | None:
     """The entry `path` would show if the current staging token were empty."""
     for token in branch.sealed_tokens:
         found, value = g.staging.get(token, path)
@@ -51,7 +55,7 @@ def lookup_below_staging(g: Graveler, repo: Repository, branch: Branch, path: st
     return committed_lookup(g, repo, g.base_metarange(repo, branch), path)
 
 
-def get_branch_entry(g: Graveler, repo: Repository, branch_name: str, path: str) -> Entry:
+def get_branch_entry(g: Graveler, repo: RepositoryRecord, branch_name: str, path: str) -> Entry:
     branch = g.read_branch(repo, branch_name, cached=True)
     for _ in range(g.retry.attempts):
         found, value = g.staging.get(branch.staging_token, path)
@@ -64,10 +68,14 @@ def get_branch_entry(g: Graveler, repo: Repository, branch_name: str, path: str)
         if value is None:
             raise NotFound(f"path {path!r} not found on branch {branch_name!r} of {repo.name!r}")
         return value
-    raise _too_many_tries(branch_name, f"read {path!r}", g.retry.attempts)
+    raise too_many_tries(
+        f"read of {path!r} on branch {branch_name!r} of {repo.name!r}", g.retry.attempts
+    )
 
 
-def get_commit_entry(g: Graveler, repo: Repository, commit_id: str, path: str, ref: str) -> Entry:
+def get_commit_entry(
+    g: Graveler, repo: RepositoryRecord, commit_id: str, path: str, ref: str
+) -> Entry:
     entry = committed_lookup(g, repo, g.refs.get_commit(repo, commit_id).metarange_id, path)
     if entry is None:
         raise NotFound(f"path {path!r} not found at ref {ref!r} of {repo.name!r}")
@@ -75,29 +83,29 @@ def get_commit_entry(g: Graveler, repo: Repository, commit_id: str, path: str, r
 
 
 def list_branch(
-    g: Graveler, repo: Repository, branch_name: str, prefix: str = "", after: str = ""
+    g: Graveler, repo: RepositoryRecord, branch_name: str, prefix: str = "", after: str = ""
 ) -> Iterator[Entry]:
-    def page(branch: Branch, start: str) -> Iterator[Entry]:
+    def page(branch: BranchRecord, start: str) -> Iterator[Entry]:
         return visible(branch_stream(g, repo, branch, start, prefix))
 
     return _validated_pages(g, repo, branch_name, page, after, lambda e: e.path)
 
 
 def list_commit(
-    g: Graveler, repo: Repository, commit_id: str, prefix: str = "", after: str = ""
+    g: Graveler, repo: RepositoryRecord, commit_id: str, prefix: str = "", after: str = ""
 ) -> Iterator[Entry]:
     metarange_id = g.refs.get_commit(repo, commit_id).metarange_id
     return g.committed(repo).iterate(metarange_id, after=after, prefix=prefix)
 
 
-def staging_layers(g: Graveler, branch: Branch, after: str, prefix: str = "") -> list[Layer]:
+def staging_layers(g: Graveler, branch: BranchRecord, after: str, prefix: str = "") -> list[Layer]:
     """The branch's staged layers, newest first: its staging token, then its sealed tokens."""
     tokens = (branch.staging_token, *branch.sealed_tokens)
     return [g.staging.scan(token, after, prefix) for token in tokens]
 
 
 def branch_stream(
-    g: Graveler, repo: Repository, branch: Branch, after: str, prefix: str
+    g: Graveler, repo: RepositoryRecord, branch: BranchRecord, after: str, prefix: str
 ) -> Iterator[tuple[str, Entry | None]]:
     """Every layer of the branch combined, tombstones included."""
     layers = staging_layers(g, branch, after, prefix)
@@ -106,10 +114,10 @@ def branch_stream(
     return combine(layers)
 
 
-def uncommitted_changes(g: Graveler, repo: Repository, branch_name: str) -> Iterator[Change]:
+def uncommitted_changes(g: Graveler, repo: RepositoryRecord, branch_name: str) -> Iterator[Change]:
     """What a commit now would record: staged layers (and any compaction) against HEAD."""
 
-    def page(branch: Branch, start: str) -> Iterator[Change]:
+    def page(branch: BranchRecord, start: str) -> Iterator[Change]:
         head = g.refs.get_commit(repo, branch.commit_id).metarange_id
         layers = staging_layers(g, branch, start)
         if branch.compacted_metarange_id:
@@ -123,9 +131,9 @@ def uncommitted_changes(g: Graveler, repo: Repository, branch_name: str) -> Iter
 
 def _validated_pages(
     g: Graveler,
-    repo: Repository,
+    repo: RepositoryRecord,
     branch_name: str,
-    page: Callable[[Branch, str], Iterator[T]],
+    page: Callable[[BranchRecord, str], Iterator[T]],
     after: str,
     path_of: Callable[[T], str],
 ) -> Iterator[T]:
@@ -138,15 +146,10 @@ def _validated_pages(
                 break
             branch = current
         else:
-            raise _too_many_tries(branch_name, "list", g.retry.attempts)
+            raise too_many_tries(
+                f"listing of branch {branch_name!r} of {repo.name!r}", g.retry.attempts
+            )
         yield from items
         if len(items) < PAGE_SIZE:
             return
         after = path_of(items[-1])
-
-
-def _too_many_tries(branch_name: str, what: str, attempts: int) -> TooManyTries:
-    return TooManyTries(
-        f"could not {what} on branch {branch_name!r}: commits kept changing it "
-        f"({attempts} attempts); retry later"
-    )

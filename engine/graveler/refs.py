@@ -7,15 +7,17 @@ holds `branches/<id>`, `commits/<id>` and `tags/<id>`. Branch records change onl
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import NamedTuple
 
 from branchwater.engine.errors import AlreadyExists, InvalidArgument, NotFound, PredicateFailed
-from branchwater.engine.graveler.model import Branch, Commit, Repository, Tag
+from branchwater.engine.graveler.model import BranchRecord, Commit, RepositoryRecord, Tag
 from branchwater.engine.kv import Store
 
 GRAVELER_PARTITION = b"graveler"
@@ -41,7 +43,7 @@ class ResolvedRef:
     """What a ref name points at; `branch` is set when the ref is a branch."""
 
     commit_id: str
-    branch: Branch | None = None
+    branch: BranchRecord | None = None
     branch_predicate: bytes | None = None
 
 
@@ -78,14 +80,14 @@ class RefStore:
 
     # repositories
 
-    def get_repository(self, name: str) -> Repository:
+    def get_repository(self, name: str) -> RepositoryRecord:
         try:
             value, _ = self.kv.get(GRAVELER_PARTITION, REPOS_PREFIX + name.encode())
         except NotFound:
             raise NotFound(f"repository {name!r} not found") from None
-        return Repository.decode(value)
+        return RepositoryRecord.decode(value)
 
-    def insert_repository(self, repo: Repository) -> None:
+    def insert_repository(self, repo: RepositoryRecord) -> None:
         try:
             self.kv.set_if(
                 GRAVELER_PARTITION, REPOS_PREFIX + repo.name.encode(), repo.encode(), None
@@ -96,9 +98,9 @@ class RefStore:
     def remove_repository(self, name: str) -> None:
         self.kv.delete(GRAVELER_PARTITION, REPOS_PREFIX + name.encode())
 
-    def list_repositories(self, after: str = "") -> Iterator[Repository]:
+    def list_repositories(self, after: str = "") -> Iterator[RepositoryRecord]:
         for _, value in scan_prefix(self.kv, GRAVELER_PARTITION, REPOS_PREFIX, after.encode()):
-            yield Repository.decode(value)
+            yield RepositoryRecord.decode(value)
 
     def mark_partitions_for_deletion(
         self, mark: str, partitions: list[bytes], marked_at: float | None = None
@@ -113,8 +115,6 @@ class RefStore:
     def partitions_to_delete(self) -> Iterator[DeletionMark]:
         for mark, value in scan_prefix(self.kv, GRAVELER_PARTITION, TO_DELETE_PREFIX):
             document = json.loads(value)
-            if isinstance(document, list):  # written before marks had a time: long abandoned
-                document = {"partitions": document, "marked_at": 0.0}
             partitions = [p.encode() for p in document["partitions"]]
             yield DeletionMark(mark.decode(), partitions, float(document["marked_at"]))
 
@@ -123,15 +123,15 @@ class RefStore:
 
     # branches
 
-    def get_branch(self, repo: Repository, name: str) -> tuple[Branch, bytes]:
+    def get_branch(self, repo: RepositoryRecord, name: str) -> tuple[BranchRecord, bytes]:
         """The branch record and the predicate a later `set_branch_if` must pass."""
         try:
             value, predicate = self.kv.get(repo.partition, BRANCHES + name.encode())
         except NotFound:
             raise NotFound(f"branch {name!r} not found in repository {repo.name!r}") from None
-        return Branch.decode(value), predicate
+        return BranchRecord.decode(value), predicate
 
-    def insert_branch(self, repo: Repository, branch: Branch) -> None:
+    def insert_branch(self, repo: RepositoryRecord, branch: BranchRecord) -> None:
         try:
             self.kv.set_if(repo.partition, BRANCHES + branch.name.encode(), branch.encode(), None)
         except PredicateFailed:
@@ -139,37 +139,67 @@ class RefStore:
                 f"branch {branch.name!r} already exists in repository {repo.name!r}"
             ) from None
 
-    def set_branch_if(self, repo: Repository, branch: Branch, predicate: bytes) -> bytes:
+    def set_branch_if(
+        self, repo: RepositoryRecord, branch: BranchRecord, predicate: bytes
+    ) -> bytes:
         """Replace the branch record if unchanged since read; returns the new predicate."""
         value = branch.encode()
         self.kv.set_if(repo.partition, BRANCHES + branch.name.encode(), value, predicate)
         return value
 
-    def remove_branch(self, repo: Repository, name: str) -> None:
+    def remove_branch(self, repo: RepositoryRecord, name: str) -> None:
         self.kv.delete(repo.partition, BRANCHES + name.encode())
 
-    def list_branches(self, repo: Repository, after: str = "") -> Iterator[Branch]:
-        for _, value in scan_prefix(self.kv, repo.partition, BRANCHES, after.encode()):
-            yield Branch.decode(value)
+    def branches(self, repo: RepositoryRecord) -> Iterator[BranchRecord]:
+        """Every branch record, by name, from one scan: listing costs no read per branch."""
+        for _, value in scan_prefix(self.kv, repo.partition, BRANCHES):
+            yield BranchRecord.decode(value)
 
     # commits
 
-    def put_commit(self, repo: Repository, commit: Commit) -> None:
+    def add_commit(
+        self,
+        repo: RepositoryRecord,
+        parents: Sequence[Commit],
+        metarange_id: str,
+        message: str,
+        metadata: Mapping[str, str] | None = None,
+        *,
+        committer: str = "",
+        creation_date: datetime | None = None,
+    ) -> Commit:
+        """Record a new commit on `parents` (first parent first). Its generation and id are
+        derived here, so every commit gets them the same way."""
+        draft = Commit(
+            id="",
+            message=message,
+            metarange_id=metarange_id,
+            parents=tuple(parent.id for parent in parents),
+            metadata=dict(metadata or {}),
+            creation_date=creation_date or datetime.now(timezone.utc),
+            committer=committer,
+            generation=max((parent.generation for parent in parents), default=0) + 1,
+        )
+        commit = dataclasses.replace(draft, id=commit_id_for(draft))
+        self.put_commit(repo, commit)
+        return commit
+
+    def put_commit(self, repo: RepositoryRecord, commit: Commit) -> None:
         """Commits are immutable and content-addressed, so a plain `set` is idempotent."""
         self.kv.set(repo.partition, COMMITS + commit.id.encode(), commit.encode())
 
-    def get_commit(self, repo: Repository, commit_id: str) -> Commit:
+    def get_commit(self, repo: RepositoryRecord, commit_id: str) -> Commit:
         try:
             value, _ = self.kv.get(repo.partition, COMMITS + commit_id.encode())
         except NotFound:
             raise NotFound(f"commit {commit_id!r} not found in repository {repo.name!r}") from None
         return Commit.decode(value)
 
-    def list_commits(self, repo: Repository) -> Iterator[Commit]:
+    def list_commits(self, repo: RepositoryRecord) -> Iterator[Commit]:
         for _, value in scan_prefix(self.kv, repo.partition, COMMITS):
             yield Commit.decode(value)
 
-    def find_commit_by_prefix(self, repo: Repository, prefix: str) -> str | None:
+    def find_commit_by_prefix(self, repo: RepositoryRecord, prefix: str) -> str | None:
         """The one commit id starting with `prefix` (git's abbreviated ids), if unambiguous."""
         if len(prefix) < MIN_COMMIT_PREFIX or not all(c in "0123456789abcdef" for c in prefix):
             return None
@@ -182,7 +212,7 @@ class RefStore:
 
     # tags
 
-    def insert_tag(self, repo: Repository, tag: Tag) -> None:
+    def insert_tag(self, repo: RepositoryRecord, tag: Tag) -> None:
         try:
             self.kv.set_if(repo.partition, TAGS + tag.name.encode(), tag.encode(), None)
         except PredicateFailed:
@@ -190,24 +220,24 @@ class RefStore:
                 f"tag {tag.name!r} already exists in repository {repo.name!r}"
             ) from None
 
-    def get_tag(self, repo: Repository, name: str) -> Tag:
+    def get_tag(self, repo: RepositoryRecord, name: str) -> Tag:
         try:
             value, _ = self.kv.get(repo.partition, TAGS + name.encode())
         except NotFound:
             raise NotFound(f"tag {name!r} not found in repository {repo.name!r}") from None
         return Tag.decode(value)
 
-    def remove_tag(self, repo: Repository, name: str) -> None:
+    def remove_tag(self, repo: RepositoryRecord, name: str) -> None:
         self.get_tag(repo, name)
         self.kv.delete(repo.partition, TAGS + name.encode())
 
-    def list_tags(self, repo: Repository, after: str = "") -> Iterator[Tag]:
+    def list_tags(self, repo: RepositoryRecord, after: str = "") -> Iterator[Tag]:
         for _, value in scan_prefix(self.kv, repo.partition, TAGS, after.encode()):
             yield Tag.decode(value)
 
     # resolution
 
-    def resolve(self, repo: Repository, ref: str) -> ResolvedRef:
+    def resolve(self, repo: RepositoryRecord, ref: str) -> ResolvedRef:
         """Resolve a branch, a tag, a full or abbreviated commit id, with git's `~N` and `^`."""
         base, steps = _split_ancestry(ref)
         resolved = self._resolve_name(repo, base)
@@ -221,10 +251,10 @@ class RefStore:
             commit_id = commit.parents[0]
         return ResolvedRef(commit_id)
 
-    def _resolve_name(self, repo: Repository, name: str) -> ResolvedRef:
+    def _resolve_name(self, repo: RepositoryRecord, name: str) -> ResolvedRef:
         try:
             value, predicate = self.kv.get(repo.partition, BRANCHES + name.encode())
-            branch = Branch.decode(value)
+            branch = BranchRecord.decode(value)
             return ResolvedRef(branch.commit_id, branch, predicate)
         except NotFound:
             pass

@@ -7,15 +7,13 @@ background. Until the record exists, or once it is gone, nothing reaches the par
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
 from datetime import datetime, timezone
 
 from branchwater.engine.errors import AlreadyExists, ConfigurationError, NotFound
 from branchwater.engine.graveler.graveler import Graveler
-from branchwater.engine.graveler.model import Branch, Commit, Repository
+from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord
 from branchwater.engine.graveler.names import check_ref_name, check_repository_name
-from branchwater.engine.graveler.refs import commit_id_for
 from branchwater.engine.graveler.staging import new_staging_token
 
 NAMESPACE_MARKER = "_branchwater/repository"
@@ -23,7 +21,7 @@ NAMESPACE_MARKER = "_branchwater/repository"
 
 def create_repository(
     g: Graveler, name: str, storage_namespace: str, default_branch: str = "main"
-) -> Repository:
+) -> RepositoryRecord:
     check_repository_name(name)
     check_ref_name(default_branch)
     if not isinstance(storage_namespace, str) or "://" not in storage_namespace:
@@ -33,7 +31,7 @@ def create_repository(
         )
     if any(True for _ in _named(g, name)):
         raise AlreadyExists(f"repository {name!r} already exists")
-    repo = Repository(
+    repo = RepositoryRecord(
         name=name,
         storage_namespace=storage_namespace.rstrip("/"),
         default_branch=default_branch,
@@ -41,9 +39,12 @@ def create_repository(
         creation_date=datetime.now(timezone.utc),
     )
     _claim_namespace(g, repo)
-    first = _first_commit(g, repo)
+    empty = g.committed(repo).write_metarange([])
+    first = g.refs.add_commit(
+        repo, (), empty, "Repository created", creation_date=repo.creation_date
+    )
     g.refs.insert_branch(
-        repo, Branch(default_branch, first.id, new_staging_token(repo, default_branch))
+        repo, BranchRecord(default_branch, first.id, new_staging_token(repo, default_branch))
     )
     try:
         g.refs.insert_repository(repo)
@@ -53,14 +54,14 @@ def create_repository(
     return repo
 
 
-def _named(g: Graveler, name: str) -> list[Repository]:
+def _named(g: Graveler, name: str) -> list[RepositoryRecord]:
     try:
         return [g.refs.get_repository(name)]
     except NotFound:
         return []
 
 
-def _claim_namespace(g: Graveler, repo: Repository) -> None:
+def _claim_namespace(g: Graveler, repo: RepositoryRecord) -> None:
     """Refuse a namespace another repository uses: their objects and GC would mix."""
     objects = g.objects(repo.storage_namespace)
     try:
@@ -74,26 +75,14 @@ def _claim_namespace(g: Graveler, repo: Repository) -> None:
     objects.put(NAMESPACE_MARKER, repo.name.encode())
 
 
-def _first_commit(g: Graveler, repo: Repository) -> Commit:
-    draft = Commit(
-        id="",
-        message="Repository created",
-        metarange_id=g.committed(repo).write_metarange([]),
-        parents=(),
-        creation_date=repo.creation_date,
-        generation=1,
-    )
-    first = dataclasses.replace(draft, id=commit_id_for(draft))
-    g.refs.put_commit(repo, first)
-    return first
-
-
 def delete_repository(g: Graveler, name: str) -> None:
+    """List the partitions, remove the record, then drop them: a crash in between leaves the
+    list for `collect_dropped_partitions`, never a repository that is half there."""
     repo = g.refs.get_repository(name)
     partitions = [repo.partition]
-    for branch in g.refs.list_branches(repo):
+    for branch in g.refs.branches(repo):
         partitions += [t.encode() for t in (branch.staging_token, *branch.sealed_tokens)]
     mark = f"repo/{repo.partition.decode()}"
     g.refs.mark_partitions_for_deletion(mark, partitions)
     g.refs.remove_repository(name)
-    g.drop_partitions_later(mark, partitions)
+    g.drop_listed_later(mark, partitions)

@@ -10,14 +10,14 @@ import uuid
 from collections.abc import Iterator
 
 from branchwater.engine.errors import NotFound
-from branchwater.engine.graveler.model import Entry, Repository, decode_entry, encode_entry
+from branchwater.engine.graveler.model import Entry, RepositoryRecord, decode_entry, encode_entry
 from branchwater.engine.kv import Store
 
 StagedValue = Entry | None
 """A staged entry, or `None` for a tombstone."""
 
 
-def new_staging_token(repo: Repository, branch: str) -> str:
+def new_staging_token(repo: RepositoryRecord, branch: str) -> str:
     """Tokens name their repository and branch so a stray partition can be traced."""
     return f"staging/{repo.name}-{repo.unique_id}/{branch}/{uuid.uuid4().hex}"
 
@@ -58,7 +58,3 @@ class StagingArea:
 
     def is_empty(self, token: str) -> bool:
         return next(iter(self.kv.scan(token.encode(), b"", 1)), None) is None
-
-    def drop(self, token: str) -> None:
-        """Delete a token's entries; safe to repeat, readers notice by re-reading the branch."""
-        self.kv.drop_partition(token.encode())

@@ -7,25 +7,27 @@ that made it into the sealed token as well is harmless. No step waits on a commi
 
 from __future__ import annotations
 
-from branchwater.engine.errors import NotFound, TooManyTries
+from collections.abc import Callable
+
+from branchwater.engine.errors import NotFound, too_many_tries
 from branchwater.engine.graveler.graveler import Graveler
-from branchwater.engine.graveler.model import Branch, Entry, Repository
+from branchwater.engine.graveler.model import BranchRecord, Entry, RepositoryRecord
 from branchwater.engine.graveler.reads import lookup_below_staging
 
 
-def stage_entry(g: Graveler, repo: Repository, branch_name: str, entry: Entry) -> None:
+def stage_entry(g: Graveler, repo: RepositoryRecord, branch_name: str, entry: Entry) -> None:
     """Stage `entry` at its path; acknowledged only once it is in the current token."""
 
-    def write(branch: Branch) -> None:
+    def write(branch: BranchRecord) -> None:
         g.staging.put(branch.staging_token, entry.path, entry)
 
-    _write_validated(g, repo, branch_name, write, f"write {entry.path!r}")
+    _write_validated(g, repo, branch_name, write, f"write of {entry.path!r}")
 
 
-def stage_delete(g: Graveler, repo: Repository, branch_name: str, path: str) -> None:
+def stage_delete(g: Graveler, repo: RepositoryRecord, branch_name: str, path: str) -> None:
     """Delete `path`: a tombstone where a lower layer has it, else just drop the staged entry."""
 
-    def write(branch: Branch) -> None:
+    def write(branch: BranchRecord) -> None:
         below = lookup_below_staging(g, repo, branch, path)
         if below is not None:
             g.staging.put(branch.staging_token, path, None)
@@ -35,10 +37,16 @@ def stage_delete(g: Graveler, repo: Repository, branch_name: str, path: str) -> 
             raise NotFound(f"path {path!r} not found on branch {branch_name!r} of {repo.name!r}")
         g.staging.remove(branch.staging_token, path)
 
-    _write_validated(g, repo, branch_name, write, f"delete {path!r}")
+    _write_validated(g, repo, branch_name, write, f"delete of {path!r}")
 
 
-def _write_validated(g: Graveler, repo: Repository, branch_name: str, write, what: str) -> None:
+def _write_validated(
+    g: Graveler,
+    repo: RepositoryRecord,
+    branch_name: str,
+    write: Callable[[BranchRecord], None],
+    what: str,
+) -> None:
     branch = g.read_branch(repo, branch_name, cached=True)
     for _ in range(g.retry.attempts):
         write(branch)
@@ -46,7 +54,4 @@ def _write_validated(g: Graveler, repo: Repository, branch_name: str, write, wha
         if current.staging_token == branch.staging_token:
             return
         branch = current
-    raise TooManyTries(
-        f"could not {what} on branch {branch_name!r}: its staging token kept changing "
-        f"({g.retry.attempts} attempts); commits are racing, retry later"
-    )
+    raise too_many_tries(f"{what} on branch {branch_name!r} of {repo.name!r}", g.retry.attempts)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from branchwater.engine.errors import ConfigurationError, InvalidArgument, redact_url
+from branchwater.engine.errors import ConfigurationError, InvalidArgument
 from branchwater.engine.kv.store import (
     DEFAULT_BATCH_SIZE,
     EXISTS,
@@ -21,6 +21,7 @@ from branchwater.engine.kv.store import (
     Store,
     ValueWithPredicate,
 )
+from branchwater.engine.urls import redact_url
 
 SCHEMES = ("memory", "sqlite", "postgresql", "postgres", "dynamodb")
 

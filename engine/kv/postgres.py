@@ -24,9 +24,9 @@ from branchwater.engine.errors import (
     BranchwaterError,
     ConfigurationError,
     Unavailable,
-    redact_url,
 )
-from branchwater.engine.kv.sql import DEFAULT_TABLE, SQLStore, kv_table, statements
+from branchwater.engine.kv.sql import DEFAULT_TABLE, Cursor, SQLStore, kv_table, statements
+from branchwater.engine.urls import redact_url
 
 DEFAULT_PARTITIONS = 16
 CONNECT_TIMEOUT_SECONDS = 10
@@ -87,7 +87,7 @@ class PostgresStore(SQLStore):
         except DBAPIError as exc:
             raise self._failure(exc) from exc
 
-    def _open_cursor(self, dbapi: Any) -> psycopg.Cursor[Any]:
+    def _open_cursor(self, dbapi: Any) -> Cursor:
         dbapi.autocommit = True
         return dbapi.cursor()
 

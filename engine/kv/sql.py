@@ -20,8 +20,9 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 from sqlalchemy import Engine, MetaData, Table
 from sqlmodel import Field, SQLModel
 
-from branchwater.engine.errors import BranchwaterError, NotFound, PredicateFailed, redact_url
+from branchwater.engine.errors import BranchwaterError, NotFound, PredicateFailed
 from branchwater.engine.kv.store import KeyValue, Store, check_partition
+from branchwater.engine.urls import redact_url
 
 DEFAULT_TABLE = "branchwater_kv"
 DROP_CHUNK = 64

@@ -20,16 +20,17 @@ from branchwater.engine.errors import (
     BranchwaterError,
     ConfigurationError,
     Unavailable,
-    redact_url,
 )
 from branchwater.engine.kv.sql import (
     BUSY_TIMEOUT_SECONDS,
     DEFAULT_TABLE,
+    Cursor,
     KVEntry,
     SQLStore,
     _fetchall,
     statements,
 )
+from branchwater.engine.urls import redact_url
 
 SQLITE_BUSY = 5
 SYNCHRONOUS_MODES = ("full", "normal", "extra")
@@ -80,7 +81,7 @@ class SQLiteStore(SQLStore):
         except (OSError, DBAPIError, sqlite3.Error) as exc:
             raise self._failure(exc) from exc
 
-    def _open_cursor(self, dbapi: Any) -> sqlite3.Cursor:
+    def _open_cursor(self, dbapi: Any) -> Cursor:
         """Hot-path connections wait for the lock in `SQLStore._when_free`, not in SQLite."""
         dbapi.execute("PRAGMA busy_timeout = 0")
         return dbapi.cursor()

@@ -73,7 +73,7 @@ class LocalObjectStore(ObjectStore):
             with contextlib.suppress(FileNotFoundError, NotADirectoryError):
                 self._path(key).unlink()
 
-    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+    def list_objects(self, prefix: str = "") -> Iterator[ObjectInfo]:
         base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
         start = self.root / base if base else self.root
         if not start.is_dir():

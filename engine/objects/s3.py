@@ -8,11 +8,12 @@ error that names the URL.
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from itertools import islice
+from itertools import chain, islice
 from typing import Any, NoReturn, TypeVar
 from urllib.parse import urlsplit
 
@@ -30,6 +31,7 @@ from botocore.exceptions import (
 
 from branchwater.engine.errors import (
     BranchwaterError,
+    BucketNotFound,
     ConfigurationError,
     InvalidArgument,
     NotFound,
@@ -56,6 +58,8 @@ _CREDENTIAL_CODES = frozenset(
         "Forbidden",
     }
 )
+_PATH_ORDER_SERVERS = ("SeaweedFS",)
+"""`Server` headers of S3-compatible stores that list path by path (`a/b` before `a-c`)."""
 _NETWORK_ERRORS = (ConnectionError, HTTPClientError)
 _CREDENTIAL_ERRORS = (NoCredentialsError, PartialCredentialsError, CredentialRetrievalError)
 _DEFAULT_CONFIG = Config(
@@ -65,10 +69,6 @@ _DEFAULT_CONFIG = Config(
 )
 
 T = TypeVar("T")
-
-
-class BucketNotFound(NotFound):
-    """The bucket itself is missing: a misconfiguration, unlike an absent key."""
 
 
 class S3ObjectStore(ObjectStore):
@@ -139,7 +139,7 @@ class S3ObjectStore(ObjectStore):
         while batch := list(islice(full_keys, DELETE_BATCH)):
             self._delete_batch(sorted(set(batch)))
 
-    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+    def list_objects(self, prefix: str = "") -> Iterator[ObjectInfo]:
         """Page through ListObjectsV2, which returns keys in ascending UTF-8 byte order.
 
         Keys this API could not address (folder markers ending in `/`, `a//b` written by
@@ -153,13 +153,28 @@ class S3ObjectStore(ObjectStore):
         self._client.close()
 
     def _list(self, full_prefix: str) -> Iterator[ObjectInfo]:
+        pages = self._pages(full_prefix)
+        first = next(pages, None)
+        if first is None:
+            return
+        infos: Iterator[ObjectInfo] = (
+            info for page in chain([first], pages) for info in self._infos(page)
+        )
+        if _lists_path_by_path(first):
+            infos = _in_key_order(infos, len(full_prefix) - len(self.prefix))
+        yield from infos
+
+    def _pages(self, full_prefix: str) -> Iterator[dict[str, Any]]:
         paginator = self._client.get_paginator("list_objects_v2")
         pages = iter(paginator.paginate(Bucket=self.bucket, Prefix=full_prefix))
         while (page := self._call(None, lambda: next(pages, None))) is not None:
-            for obj in page.get("Contents", ()):
-                info = self._info(obj)
-                if info is not None:
-                    yield info
+            yield page
+
+    def _infos(self, page: dict[str, Any]) -> Iterator[ObjectInfo]:
+        for obj in page.get("Contents", ()):
+            info = self._info(obj)
+            if info is not None:
+                yield info
 
     def _info(self, obj: dict[str, Any]) -> ObjectInfo | None:
         key = obj["Key"][len(self.prefix) :]
@@ -277,6 +292,42 @@ def _parse_url(url: str) -> tuple[str, str]:
             ) from None
         prefix += "/"
     return parts.netloc, prefix
+
+
+def _lists_path_by_path(page: dict[str, Any]) -> bool:
+    server = page.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("server", "")
+    return server.startswith(_PATH_ORDER_SERVERS)
+
+
+def _in_key_order(infos: Iterable[ObjectInfo], shared: int) -> Iterator[ObjectInfo]:
+    """Byte order from a listing sorted path by path, as a store built on directories lists.
+
+    Such a store lists all of `a/` where `a` sorts, before siblings like `a-c` or `a.d`
+    that S3 puts first. A key is held back only while a later key could still sort before
+    it; every key shares its first `shared` characters.
+    """
+    held: list[tuple[str, ObjectInfo]] = []
+    for info in infos:
+        heapq.heappush(held, (info.key, info))
+        while held and _settled(held[0][0], info.key, shared):
+            yield heapq.heappop(held)[1]
+    while held:
+        yield heapq.heappop(held)[1]
+
+
+def _settled(key: str, latest: str, shared: int) -> bool:
+    """Whether no key listed path by path after `latest` can sort before `key`.
+
+    Only a key that matches `key` up to one of its `/` and has a character below `/` there
+    can; those are listed right after that directory, so once `latest` is past both, none
+    is left to come.
+    """
+    pairs = zip(key, latest, strict=False)
+    common = next((i for i, (a, b) in enumerate(pairs) if a != b), min(len(key), len(latest)))
+    if "/" in key[shared:common]:
+        return False
+    at_fork = common < len(key) and key[common] == "/" and common < len(latest)
+    return not (at_fork and latest[common] < "/")
 
 
 def _response_time(response: dict[str, Any]) -> datetime:

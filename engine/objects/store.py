@@ -40,7 +40,7 @@ class ObjectStore(abc.ABC):
         """Delete in bulk; absent keys are not an error."""
 
     @abc.abstractmethod
-    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+    def list_objects(self, prefix: str = "") -> Iterator[ObjectInfo]:
         """Objects whose key starts with `prefix`, in ascending key order."""
 
     def exists(self, key: str) -> bool:

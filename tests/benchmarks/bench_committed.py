@@ -23,8 +23,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from branchwater.engine.graveler.committed import CommittedStore, RangePolicy
+from branchwater.engine.graveler.committed.format import RANGE_SCHEMA, RANGES_PREFIX
 from branchwater.engine.graveler.model import Entry, metadata_json
-from branchwater.engine.graveler.ranges import RANGE_SCHEMA, RANGES_PREFIX
 from branchwater.engine.objects import ObjectInfo
 from branchwater.engine.objects.local import LocalObjectStore
 

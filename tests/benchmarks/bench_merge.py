@@ -34,6 +34,7 @@ to last merge end, summed over rounds).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import multiprocessing as mp
 import tempfile
 import time
@@ -43,7 +44,9 @@ from pathlib import Path
 import pyarrow as pa
 
 from branchwater.engine.api import Lake, Repository
+from branchwater.engine.errors import TooManyTries, too_many_tries
 from branchwater.engine.graveler import merge as merge_ops
+from branchwater.engine.graveler.committed.format import decode_entries
 from branchwater.engine.graveler.graveler import RetryPolicy
 from branchwater.engine.graveler.model import Entry
 from tests.benchmarks.bench_graveler import bulk_stage
@@ -100,7 +103,7 @@ def prepare_round(repo: Repository, label: str, touched: int, diverged: bool) ->
     for i in range(FEATURES):
         feature = repo.create_branch(f"{label}-f{i}", source=destination)
         for k in range(touched):
-            rows = committed.range_entries(ranges[i * touched + k].range_id)
+            rows = decode_entries(committed.storage.range_table(ranges[i * touched + k].range_id))
             feature.upload(rows[len(rows) // 2].path, f"{label} feature {i} change {k}".encode())
             moved.append(rows[len(rows) // 3])
         feature.commit(f"feature {i}")
@@ -127,7 +130,7 @@ class Gate:
     the seed's contention (every lost race restarts every loser) without the scheduling
     noise of eight processes on two cores finishing their first attempts far apart. The gate
     orders the race, so the contenders do not also back off between attempts: the jittered
-    sleeps (up to 0.5 s by the seventh loss) would be most of the wall time, the same in both
+    sleeps (up to 0.5 s by the eighth loss) would be most of the wall time, the same in both
     modes, and hide the merge work being compared. Shared
     memory and one OS condition, handed to the pool's processes at start: a manager's
     proxies would add milliseconds of IPC to every round.
@@ -177,7 +180,7 @@ def _merge(
         repo = lake.repository(name)
         committed = lake.graveler.committed(repo.record)
         counts = {"built": 0, "uploaded": 0}
-        put_range = committed._put_range
+        put_range = committed.storage.put_range
 
         def counting_put_range(table):
             range_id, uploaded = put_range(table)
@@ -185,7 +188,7 @@ def _merge(
             counts["uploaded"] += uploaded
             return range_id, uploaded
 
-        committed._put_range = counting_put_range
+        committed.storage.put_range = counting_put_range
         if gate is not None:
             try_update = lake.graveler.try_update_branch
 
@@ -198,11 +201,34 @@ def _merge(
         start.wait(120)
         started = time.time()
         try:
-            result = merge_ops.merge(lake.graveler, repo.record, source, destination, reuse=reuse)
+            if reuse:
+                attempts = merge_ops.merge(lake.graveler, repo.record, source, destination).attempts
+            else:
+                attempts = naive_merge(lake, repo, source, destination)
         finally:
             if gate is not None:
                 gate.leave()
-        return result.attempts, counts["built"], counts["uploaded"], started, time.time()
+        return attempts, counts["built"], counts["uploaded"], started, time.time()
+
+
+def naive_merge(lake: Lake, repo: Repository, source: str, destination: str) -> int:
+    """The baseline, as lakeFS retries: every lost attempt is redone from the merge base.
+
+    Each attempt is a merge allowed one attempt and given no hint, so nothing of a lost one
+    carries over; the lake's own policy spaces the attempts. Returns how many it took.
+    """
+    policy = lake.graveler.retry
+    lake.graveler.retry = dataclasses.replace(policy, attempts=1)
+    try:
+        for attempt in policy:
+            try:
+                merge_ops.merge(lake.graveler, repo.record, source, destination)
+            except TooManyTries:
+                continue
+            return attempt
+    finally:
+        lake.graveler.retry = policy
+    raise too_many_tries(f"naive merge of {source!r} into {destination!r}", policy.attempts)
 
 
 def contend(

@@ -19,6 +19,7 @@ import pytest
 from branchwater.engine import Lake, NoChanges
 from branchwater.engine.api import Branch, Repository
 from tests.conftest import unique_name
+from tests.fixtures.s3 import S3Server
 from tests.gc.conftest import compact, rows
 
 PATHS = [f"t/{name}" for name in "abcdefghij"]
@@ -187,10 +188,8 @@ def local_repo(tmp_path: Path) -> Iterator[Repository]:
 
 
 @pytest.fixture
-def s3_repo(tmp_path: Path, moto_endpoint: str, s3_bucket: str) -> Iterator[Repository]:
-    with Lake.connect(
-        f"sqlite:///{tmp_path}/lake.db", s3_options={"endpoint_url": moto_endpoint}
-    ) as lake:
+def s3_repo(tmp_path: Path, s3_server: S3Server, s3_bucket: str) -> Iterator[Repository]:
+    with Lake.connect(f"sqlite:///{tmp_path}/lake.db", s3_options=s3_server.options) as lake:
         namespace = f"s3://{s3_bucket}/{unique_name('ns-')}"
         yield lake.create_repository("model", storage_namespace=namespace)
 

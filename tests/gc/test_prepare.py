@@ -26,7 +26,7 @@ def objects(repo: Repository):
 
 def run_keys(repo: Repository, run_id: str) -> list[str]:
     prefix = f"{RETENTION_PREFIX}{run_id}/"
-    return [info.key[len(prefix) :] for info in objects(repo).list(prefix)]
+    return [info.key[len(prefix) :] for info in objects(repo).list_objects(prefix)]
 
 
 @pytest.fixture
@@ -262,7 +262,7 @@ def test_an_interrupted_run_resumes_to_the_same_result(
 def run_keys_by_run(repo: Repository) -> set[str]:
     return {
         info.key[len(RETENTION_PREFIX) :].split("/")[0]
-        for info in objects(repo).list(RETENTION_PREFIX)
+        for info in objects(repo).list_objects(RETENTION_PREFIX)
     }
 
 

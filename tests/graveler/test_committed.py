@@ -20,14 +20,15 @@ from branchwater.engine.graveler.committed import (
     RangeInfo,
     RangePolicy,
 )
-from branchwater.engine.graveler.model import Change, Entry
-from branchwater.engine.graveler.ranges import (
+from branchwater.engine.graveler.committed.format import (
     METARANGES_PREFIX,
     RANGES_PREFIX,
     build_range,
+    decode_entries,
     range_id,
     range_key,
 )
+from branchwater.engine.graveler.model import Change, Entry
 from branchwater.engine.objects import ObjectInfo
 from branchwater.engine.objects.local import LocalObjectStore
 
@@ -74,6 +75,11 @@ def fresh(objects: SpyStore, policy: RangePolicy) -> CommittedStore:
     """A store on the same objects with an empty cache, so every read shows up in the spy."""
     objects.reset()
     return CommittedStore(objects, policy)
+
+
+def range_entries(store: CommittedStore, range_id: str) -> list[Entry]:
+    """All entries of one range, decoded."""
+    return decode_entries(store.storage.range_table(range_id))
 
 
 def entry(
@@ -151,7 +157,7 @@ def test_round_trip_keeps_every_field_and_mtime_instant(objects: SpyStore) -> No
     assert all(e.mtime.utcoffset() == timedelta(0) for e in back)
     infos = store.ranges(metarange_id)
     assert len(infos) > 10
-    assert [e for info in infos for e in store.range_entries(info.range_id)] == entries
+    assert [e for info in infos for e in range_entries(store, info.range_id)] == entries
 
 
 def test_ranges_follow_the_policy(objects: SpyStore) -> None:
@@ -160,9 +166,9 @@ def test_ranges_follow_the_policy(objects: SpyStore) -> None:
         infos = CommittedStore(objects, policy).ranges(
             CommittedStore(objects, policy).write_metarange(entries)
         )
-        assert sum(info.count for info in infos) == len(entries)
+        assert sum(info.entry_count for info in infos) == len(entries)
         assert [info.min_key for info in infos[1:]] > [info.max_key for info in infos[:-1]]
-        assert all(info.count <= policy.max_entries for info in infos)
+        assert all(info.entry_count <= policy.max_entries for info in infos)
         assert all(policy.closes(info) for info in infos[:-1]), name
 
 
@@ -208,7 +214,6 @@ def test_empty_metarange_has_a_stable_id_and_is_stored(objects: SpyStore) -> Non
     store = CommittedStore(objects, POLICIES["tiny"])
 
     assert store.write_metarange([]) == EMPTY_METARANGE_ID
-    assert store.empty_metarange() == EMPTY_METARANGE_ID
     assert objects.exists(METARANGES_PREFIX + EMPTY_METARANGE_ID)
     assert list(store.iterate(EMPTY_METARANGE_ID)) == []
     assert store.ranges(EMPTY_METARANGE_ID) == []
@@ -402,15 +407,18 @@ def test_writer_reuses_a_range_only_where_a_fresh_write_would_cut(objects: SpySt
     unlucky = next(
         k for k in (f"{closed.max_key}~{n}" for n in range(99)) if not policy.is_boundary(k)
     )
-    open_ended = closed._replace(max_key=unlucky, count=1, size_bytes=1)
+    open_ended = closed._replace(max_key=unlucky, entry_count=1, size_bytes=1)
 
     writer = store.writer()
     assert not writer.try_reuse(open_ended)
     assert writer.try_reuse(closed)
     assert not writer.try_reuse(closed), "keys must increase"
-    writer.add(entry(closed.max_key + "~"))
-    assert not writer.pending_empty
+    added = closed.max_key + "~"
+    writer.add_entries([entry(added)])
     assert writer.ranges_reused == 1
+    written = store.ranges(writer.close())
+    assert written[0] == closed
+    assert [(r.min_key, r.max_key, r.entry_count) for r in written[1:]] == [(added, added, 1)]
 
 
 # --- diff -------------------------------------------------------------------------------

@@ -24,7 +24,6 @@ from branchwater.engine.graveler.committed import RangePolicy
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.iterators import reporting
 from branchwater.engine.graveler.model import Entry
-from branchwater.engine.graveler.refs import GRAVELER_PARTITION, TO_DELETE_PREFIX
 from branchwater.engine.graveler.writes import stage_entry
 
 
@@ -360,14 +359,6 @@ def test_the_next_drop_finishes_drops_that_dead_processes_abandoned(lake: Lake, 
     assert list(g.kv.scan(b"orphan-abandoned")) == []
     assert len(list(g.kv.scan(b"orphan-recent"))) == 1
     assert [m.mark for m in g.refs.partitions_to_delete()] == ["tokens/recent"]
-
-
-def test_drops_listed_by_an_older_version_count_as_abandoned(lake: Lake) -> None:
-    g = lake.graveler
-    g.staging.put("orphan-old", "x", None)
-    g.kv.set(GRAVELER_PARTITION, TO_DELETE_PREFIX + b"tokens/old", b'["orphan-old"]')
-    assert g.collect_dropped_partitions(older_than=3600) == 1
-    assert list(g.kv.scan(b"orphan-old")) == []
 
 
 def test_commit_reports_progress_and_cleanup_can_be_awaited(tmp_path: Path) -> None:

@@ -321,13 +321,13 @@ def test_replacements_give_the_key_by_key_result_with_fewer_splices(tmp_path, mo
     dest = store.apply(base, dest_changes)
     changes = [(c.path, c.new_entry) for c in store.diff(base, source)]
     splices: list[str] = []
-    original = store._splice
+    original = store.storage.range_table
 
-    def counting(info, changes_, writer):
-        splices.append(info.range_id)
-        return original(info, changes_, writer)
+    def counting(range_id):
+        splices.append(range_id)
+        return original(range_id)
 
-    monkeypatch.setattr(store, "_splice", counting)
+    monkeypatch.setattr(store.storage, "range_table", counting)
     plain = store.apply(dest, changes)
     plain_splices = len(splices)
     splices.clear()
@@ -347,9 +347,10 @@ def test_replacements_copy_the_source_range_untouched_by_the_destination(tmp_pat
     dest = store.apply(base, [("k01800", _entry("k01800", 3))])
     changes = [(c.path, c.entry) for c in store.diff(base, source)]
     spliced: list[str] = []
-    monkeypatch.setattr(store, "_splice", lambda info, *_: spliced.append(info.range_id))
     replacements = Replacements.between(store.ranges(base), store.ranges(source))
-    merged = store.apply(dest, changes, replacements)
+    with monkeypatch.context() as patch:
+        patch.setattr(store.storage, "range_table", spliced.append)
+        merged = store.apply(dest, changes, replacements)
     assert spliced == []
     assert store.get(merged, "k00500").size == 2
     assert store.get(merged, "k01800").size == 3

@@ -6,6 +6,7 @@ import pytest
 
 from branchwater.engine import Lake, NotFound
 from tests.conftest import unique_name
+from tests.fixtures.s3 import S3Server
 
 
 def walk_through(lake: Lake, namespace: str) -> None:
@@ -36,15 +37,17 @@ def walk_through(lake: Lake, namespace: str) -> None:
 @pytest.mark.postgres
 @pytest.mark.s3
 def test_postgres_kv_with_s3_namespace(
-    postgres_url: str, moto_endpoint: str, s3_bucket: str
+    postgres_url: str, s3_server: S3Server, s3_bucket: str
 ) -> None:
     kv_url = f"{postgres_url}?table={unique_name('stack_')}"
-    with Lake.connect(kv_url, s3_options={"endpoint_url": moto_endpoint}) as lake:
+    with Lake.connect(kv_url, s3_options=s3_server.options) as lake:
         walk_through(lake, f"s3://{s3_bucket}/lake")
 
 
 @pytest.mark.s3
-def test_dynamodb_kv_with_s3_namespace(moto_endpoint: str, s3_bucket: str) -> None:
-    kv_url = f"dynamodb://{unique_name('stack-')}?endpoint_url={moto_endpoint}&region=us-east-1"
-    with Lake.connect(kv_url, s3_options={"endpoint_url": moto_endpoint}) as lake:
+def test_dynamodb_kv_with_s3_namespace(
+    dynamodb_endpoint: str, s3_server: S3Server, s3_bucket: str
+) -> None:
+    kv_url = f"dynamodb://{unique_name('stack-')}?endpoint_url={dynamodb_endpoint}&region=us-east-1"
+    with Lake.connect(kv_url, s3_options=s3_server.options) as lake:
         walk_through(lake, f"s3://{s3_bucket}/lake")

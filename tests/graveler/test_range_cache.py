@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import pwd
 import random
 import time
 from pathlib import Path
@@ -17,9 +18,18 @@ import pytest
 
 from branchwater.engine import Lake
 from branchwater.engine.errors import InvalidArgument
-from branchwater.engine.graveler.committed import CommittedStore
-from branchwater.engine.graveler.range_cache import CACHE_DIR_ENV, RangeCache, default_cache_dir
-from branchwater.engine.graveler.ranges import RANGE_SCHEMA, build_range, range_id, range_key
+from branchwater.engine.graveler.committed import (
+    CACHE_DIR_ENV,
+    CommittedStore,
+    RangeCache,
+    default_cache_dir,
+)
+from branchwater.engine.graveler.committed.format import (
+    RANGE_SCHEMA,
+    build_range,
+    range_id,
+    range_key,
+)
 from tests.graveler.test_committed import POLICIES, SpyStore, entry, random_entries
 
 POLICY = POLICIES["hash"]
@@ -172,6 +182,21 @@ def test_default_directory_follows_the_environment(monkeypatch, tmp_path: Path) 
     monkeypatch.delenv(CACHE_DIR_ENV)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert default_cache_dir() == tmp_path / "xdg" / "branchwater" / "ranges"
+
+
+def test_no_home_directory_turns_the_default_cache_off(monkeypatch, tmp_path: Path) -> None:
+    """Neither `$HOME` nor a passwd entry, as for an arbitrary uid in a container."""
+    monkeypatch.delenv(CACHE_DIR_ENV, raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.delenv("HOME", raising=False)
+
+    def no_entry(uid: int) -> pwd.struct_passwd:
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    assert default_cache_dir() is None
+    with Lake.connect(f"sqlite:///{tmp_path / 'lake.db'}") as lake:
+        assert lake.graveler.range_cache is None
 
 
 def test_lake_connect_uses_the_cache_unless_turned_off(tmp_path: Path) -> None:

@@ -1,8 +1,8 @@
 """One smoke test per shared fixture: each real part of the stack does real work once.
 
 When these pass, a failure elsewhere is about Branchwater, not about the machine: the
-PostgreSQL server, the moto S3 server, the Spark session, the Airflow metadata DB and Great
-Expectations on Spark all work here.
+PostgreSQL server, the SeaweedFS S3 server, moto's DynamoDB server, the Spark session, the
+Airflow metadata DB and Great Expectations on Spark all work here.
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tests.conftest import unique_name
 from tests.fixtures.airflow import DAGS_FOLDER
+from tests.fixtures.s3 import S3Server
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -30,14 +32,50 @@ def test_postgres_round_trips_a_row(postgres_url: str) -> None:
 
 
 @pytest.mark.s3
-def test_moto_stores_an_object(moto_endpoint: str, s3_bucket: str) -> None:
-    import boto3
-
-    client = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1")
+def test_seaweedfs_stores_an_object(s3_server: S3Server, s3_bucket: str) -> None:
+    client = s3_server.client()
     client.put_object(Bucket=s3_bucket, Key="smoke/object", Body=b"payload")
     assert client.get_object(Bucket=s3_bucket, Key="smoke/object")["Body"].read() == b"payload"
     listed = client.list_objects_v2(Bucket=s3_bucket)["Contents"]
     assert [(o["Key"], o["Size"]) for o in listed] == [("smoke/object", 7)]
+
+
+@pytest.mark.s3
+def test_seaweedfs_checks_signatures(s3_server: S3Server, s3_bucket: str) -> None:
+    """Like AWS, the server refuses a wrong secret and unsigned requests."""
+    import boto3
+    from botocore import UNSIGNED
+    from botocore.config import Config
+    from botocore.exceptions import ClientError
+
+    wrong = {**s3_server.options, "aws_secret_access_key": "not-" + s3_server.secret_key}
+    clients = [
+        boto3.session.Session().client("s3", **wrong),
+        boto3.session.Session().client(
+            "s3", config=Config(signature_version=UNSIGNED), **s3_server.options
+        ),
+    ]
+    for client in clients:
+        with pytest.raises(ClientError) as refused:
+            client.list_objects_v2(Bucket=s3_bucket)
+        assert refused.value.response["Error"]["Code"] in ("SignatureDoesNotMatch", "AccessDenied")
+
+
+@pytest.mark.s3
+def test_moto_serves_dynamodb(dynamodb_endpoint: str) -> None:
+    import boto3
+
+    client = boto3.client("dynamodb", endpoint_url=dynamodb_endpoint, region_name="us-east-1")
+    table = unique_name("smoke-")
+    client.create_table(
+        TableName=table,
+        KeySchema=[{"AttributeName": "k", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "k", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    client.put_item(TableName=table, Item={"k": {"S": "key"}, "v": {"B": b"\x00value"}})
+    item = client.get_item(TableName=table, Key={"k": {"S": "key"}})["Item"]
+    assert item["v"]["B"] == b"\x00value"
 
 
 @pytest.mark.spark

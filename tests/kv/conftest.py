@@ -27,7 +27,7 @@ def store_url(driver: str, request: pytest.FixtureRequest, tmp_path: Path) -> st
     if driver == "postgres":
         base = request.getfixturevalue("postgres_url")
         return f"{base}?table={unique_name('kv_')}"
-    endpoint = request.getfixturevalue("moto_endpoint")
+    endpoint = request.getfixturevalue("dynamodb_endpoint")
     return f"dynamodb://{unique_name('kv-')}?endpoint_url={endpoint}&region=us-east-1"
 
 

@@ -1,27 +1,28 @@
 """One conformance suite for every `ObjectStore` driver, plus driver-specific guarantees.
 
-Local runs on `tmp_path`; S3 runs on the moto server, in a fresh bucket, both at the bucket
-root and below a key prefix (prefix handling is where S3 drivers usually go wrong).
+Local runs on `tmp_path`; S3 runs on the SeaweedFS server, in a fresh bucket, both at the
+bucket root and below a key prefix (prefix handling is where S3 drivers usually go wrong).
 """
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import boto3
 import pytest
 from botocore.config import Config
 
 from branchwater.engine.errors import ConfigurationError, InvalidArgument, NotFound, Unavailable
-from branchwater.engine.objects import ObjectStore, open_object_store
+from branchwater.engine.objects import ObjectInfo, ObjectStore, open_object_store
 from branchwater.engine.objects import s3 as s3_module
 from branchwater.engine.objects.local import LocalObjectStore
 from branchwater.engine.objects.s3 import S3ObjectStore
 from tests.conftest import free_port, unique_name
+from tests.fixtures.s3 import S3Server
 
 INVALID_KEYS = ["", "/abs", "a/../b", "a//b", "a/", "./a"]
 ORDERED_KEYS = ["a-c", "a.d", "a/b", "a/b-x", "a0", "b/x"]
@@ -39,20 +40,20 @@ CLOCK_SLACK = timedelta(seconds=2)
     ]
 )
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ObjectStore]:
-    """Each driver, empty; the S3 variants only start moto when selected."""
+    """Each driver, empty; the S3 variants only start SeaweedFS when selected."""
     if request.param == "local":
         opened: ObjectStore = open_object_store(f"file://{tmp_path / 'root'}")
     else:
-        endpoint = request.getfixturevalue("moto_endpoint")
+        server: S3Server = request.getfixturevalue("s3_server")
         bucket = request.getfixturevalue("s3_bucket")
         prefix = "/lake/ns-1" if request.param == "s3-prefix" else ""
-        opened = open_object_store(f"s3://{bucket}{prefix}", endpoint_url=endpoint)
+        opened = open_object_store(f"s3://{bucket}{prefix}", **server.options)
     yield opened
     opened.close()
 
 
 def keys_of(store: ObjectStore, prefix: str = "") -> list[str]:
-    return [info.key for info in store.list(prefix)]
+    return [info.key for info in store.list_objects(prefix)]
 
 
 def test_put_get_round_trip(store: ObjectStore) -> None:
@@ -80,7 +81,7 @@ def test_stat_reports_size_and_mtime(store: ObjectStore) -> None:
     before = datetime.now(UTC)
     put_info = store.put("dir/obj", b"x" * 1234)
     stat_info = store.stat("dir/obj")
-    (listed,) = store.list("dir/")
+    (listed,) = store.list_objects("dir/")
     assert stat_info.size == listed.size == 1234
     for moment in (put_info.mtime, stat_info.mtime, listed.mtime):
         assert moment.tzinfo is not None
@@ -114,7 +115,7 @@ def test_list_is_in_ascending_key_order(store: ObjectStore) -> None:
     for key in reversed(ORDERED_KEYS):
         store.put(key, key.encode())
     assert keys_of(store) == ORDERED_KEYS
-    assert [i.size for i in store.list()] == [len(k) for k in ORDERED_KEYS]
+    assert [i.size for i in store.list_objects()] == [len(k) for k in ORDERED_KEYS]
 
 
 @pytest.mark.parametrize(
@@ -179,7 +180,7 @@ def test_local_put_is_atomic_for_concurrent_readers(tmp_path: Path) -> None:
 
     def list_keys() -> None:
         while not done.is_set():
-            keys = [info.key for info in store.list()]
+            keys = [info.key for info in store.list_objects()]
             if keys != ["big"]:
                 seen["bad_lists"].append(keys)
 
@@ -208,11 +209,11 @@ def test_local_url_must_be_absolute_file_url() -> None:
 
 
 @pytest.mark.s3
-def test_s3_keys_live_below_the_url_prefix(moto_endpoint: str, s3_bucket: str) -> None:
-    raw = boto3.client("s3", endpoint_url=moto_endpoint)
+def test_s3_keys_live_below_the_url_prefix(s3_server: S3Server, s3_bucket: str) -> None:
+    raw = s3_server.client()
     raw.put_object(Bucket=s3_bucket, Key="lake/ns-10/other", Body=b"sibling prefix")
     raw.put_object(Bucket=s3_bucket, Key="lake/ns-1/folder/", Body=b"")
-    store = S3ObjectStore(f"s3://{s3_bucket}/lake/ns-1/", endpoint_url=moto_endpoint)
+    store = S3ObjectStore(f"s3://{s3_bucket}/lake/ns-1/", **s3_server.options)
     store.put("t/a", b"data")
     assert raw.get_object(Bucket=s3_bucket, Key="lake/ns-1/t/a")["Body"].read() == b"data"
     assert keys_of(store) == ["t/a"]
@@ -222,10 +223,10 @@ def test_s3_keys_live_below_the_url_prefix(moto_endpoint: str, s3_bucket: str) -
 
 @pytest.mark.s3
 def test_s3_delete_works_in_batches(
-    moto_endpoint: str, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+    s3_server: S3Server, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(s3_module, "DELETE_BATCH", 3)
-    store = S3ObjectStore(f"s3://{s3_bucket}", endpoint_url=moto_endpoint)
+    store = S3ObjectStore(f"s3://{s3_bucket}", **s3_server.options)
     keys = [f"k{i:02d}" for i in range(8)]
     for key in keys:
         store.put(key, b"v")
@@ -234,16 +235,16 @@ def test_s3_delete_works_in_batches(
 
 
 @pytest.mark.s3
-def test_s3_missing_bucket_is_not_found_naming_the_url(moto_endpoint: str) -> None:
+def test_s3_missing_bucket_is_not_found_naming_the_url(s3_server: S3Server) -> None:
     url = f"s3://{unique_name('bw-missing-')}/some/prefix"
-    store = S3ObjectStore(url, endpoint_url=moto_endpoint)
+    store = S3ObjectStore(url, **s3_server.options)
     calls = [
         lambda: store.get("k"),
         lambda: store.stat("k"),
         lambda: store.exists("k"),
         lambda: store.put("k", b"v"),
         lambda: store.delete(["k"]),
-        lambda: list(store.list()),
+        lambda: list(store.list_objects()),
     ]
     for call in calls:
         with pytest.raises(NotFound, match="does not exist") as error:
@@ -260,7 +261,11 @@ def test_s3_unreachable_endpoint_is_unavailable() -> None:
         config=Config(connect_timeout=1, read_timeout=1, retries={"max_attempts": 1}),
     )
     started = time.monotonic()
-    for call in (lambda: store.get("k"), lambda: store.put("k", b"v"), lambda: list(store.list())):
+    for call in (
+        lambda: store.get("k"),
+        lambda: store.put("k", b"v"),
+        lambda: list(store.list_objects()),
+    ):
         with pytest.raises(Unavailable, match=url):
             call()
     assert time.monotonic() - started < 15
@@ -268,16 +273,64 @@ def test_s3_unreachable_endpoint_is_unavailable() -> None:
 
 @pytest.mark.s3
 def test_s3_without_credentials_is_unavailable(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, moto_endpoint: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, s3_server: S3Server
 ) -> None:
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    store = S3ObjectStore("s3://some-bucket", endpoint_url=moto_endpoint, region_name="us-east-1")
+    store = S3ObjectStore(
+        "s3://some-bucket", endpoint_url=s3_server.endpoint_url, region_name=s3_server.region
+    )
     with pytest.raises(Unavailable, match="credentials"):
         store.stat("k")
+
+
+@pytest.mark.s3
+def test_s3_wrong_credentials_are_unavailable(s3_server: S3Server, s3_bucket: str) -> None:
+    """A real server checks signatures: a wrong secret is refused, on GET and on HEAD alike."""
+    wrong = {**s3_server.options, "aws_secret_access_key": "not-" + s3_server.secret_key}
+    store = S3ObjectStore(f"s3://{s3_bucket}", **wrong)
+    for call in (lambda: store.get("k"), lambda: store.stat("k"), lambda: list(store.list())):
+        with pytest.raises(Unavailable, match="refused our credentials"):
+            call()
+
+
+def path_by_path(keys: list[str]) -> list[str]:
+    """How a store built on directories (SeaweedFS) lists: `a/b` before `a-c`."""
+    return sorted(keys, key=lambda key: key.split("/"))
+
+
+def infos_of(keys: Iterator[str] | list[str]) -> Iterator[ObjectInfo]:
+    return (ObjectInfo(key, 1, datetime.now(UTC)) for key in keys)
+
+
+@pytest.mark.parametrize("seed", range(30))
+@pytest.mark.parametrize("shared", ["", "a", "a/"])
+def test_s3_listing_path_by_path_comes_out_in_key_order(seed: int, shared: str) -> None:
+    rng = random.Random(seed)
+    parts = ["".join(rng.choices("a-.0", k=rng.randint(1, 3))) for _ in range(6)]
+    keys = {shared + "/".join(rng.choices(parts, k=rng.randint(1, 3))) for _ in range(40)}
+    keys = {key for key in keys if "//" not in key}
+    for listed in (path_by_path(sorted(keys)), sorted(keys)):
+        reordered = s3_module._in_key_order(infos_of(listed), len(shared))
+        assert [info.key for info in reordered] == sorted(keys)
+
+
+def test_s3_reordering_holds_back_one_directory_at_most() -> None:
+    """Slices of fixed-length names: each is released once the listing moves to the next."""
+    keys = [f"data/{s:04d}/{o:04d}" for s in range(3) for o in range(100)]
+    pulled: list[str] = []
+
+    def listing() -> Iterator[str]:
+        for key in keys:
+            pulled.append(key)
+            yield key
+
+    first = next(s3_module._in_key_order(infos_of(listing()), len("data/")))
+    assert first.key == keys[0]
+    assert len(pulled) == 101
 
 
 def test_s3_construction_needs_no_network() -> None:

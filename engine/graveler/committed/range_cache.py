@@ -1,9 +1,9 @@
 """A machine-wide cache of verified ranges on local disk, shared by every process.
 
 Reading a range from the object store costs a Parquet decode and a full re-hash against its
-id, about 20 ms for a 40,000-entry range. Each new process (a CLI call, an Airflow task, a
-merge contender) paid that for every range it touched, even when another process on the
-machine had just read or written the same range. lakeFS keeps a local tier of range files
+id. Without this cache each new process (a CLI call, an Airflow task, a merge contender) pays
+that for every range it touches, even when another process on the machine has just read or
+written the same range. lakeFS keeps a local tier of range files
 for the same reason.
 
 Files are Arrow IPC under the range id, memory-mapped on a hit: no decode, no copy, and the
@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from branchwater.engine.errors import InvalidArgument
-from branchwater.engine.graveler.ranges import RANGE_SCHEMA, check_id
+from branchwater.engine.graveler.committed.format import RANGE_SCHEMA, check_id
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +45,22 @@ _STALE_TEMP_S = 3600.0
 
 
 def default_cache_dir() -> Path | None:
-    """`$BRANCHWATER_CACHE_DIR`, else the user's cache directory; None if turned off."""
+    """`$BRANCHWATER_CACHE_DIR`, else the user's cache directory; None if turned off.
+
+    A process with no home directory (no `$HOME` and no passwd entry, as in some containers)
+    runs without the cache rather than failing: the cache only saves work.
+    """
     configured = os.environ.get(CACHE_DIR_ENV)
     if configured is not None:
         return Path(configured) if configured else None
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "branchwater" / "ranges"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if xdg:
+        return Path(xdg) / "branchwater" / "ranges"
+    try:
+        return Path.home() / ".cache" / "branchwater" / "ranges"
+    except RuntimeError:
+        log.info("no home directory: the range cache is off")
+        return None
 
 
 @dataclass

@@ -128,19 +128,23 @@ class RangePolicy:
         closed: entries appended after it belong in the same range, so it cannot be reused.
         """
         return (
-            info.count >= self.max_entries
+            info.entry_count >= self.max_entries
             or info.size_bytes >= self.max_bytes
             or self.is_boundary(info.max_key)
         )
 
 
 class RangeInfo(NamedTuple):
-    """A metarange row: enough to skip a range (bounds) or reuse it (id) without opening it."""
+    """A metarange row: enough to skip a range (bounds) or reuse it (id) without opening it.
+
+    `entry_count` is stored in the metarange's `count` column: the stored format, and so the
+    metarange ids, do not depend on the Python field names.
+    """
 
     range_id: str
     min_key: str
     max_key: str
-    count: int
+    entry_count: int
     size_bytes: int
 
 
@@ -246,7 +250,7 @@ def decode_entries(table: pa.Table, start: int = 0, stop: int | None = None) -> 
     """Entries of rows [start, stop): one pass per column, then tuples built in C.
 
     mtime goes through int64 microseconds because pyarrow's own datetime conversion with a
-    time zone is several times slower; the result is a tz-aware UTC datetime either way.
+    time zone is slower; the result is a tz-aware UTC datetime either way.
     """
     part = table.slice(start, None if stop is None else stop - start)
     micros = part.column("mtime").cast(pa.int64()).to_pylist()
@@ -266,6 +270,19 @@ def decode_entries(table: pa.Table, start: int = 0, stop: int | None = None) -> 
             ),
         )
     )
+
+
+def path_at(table: pa.Table, row: int) -> str:
+    return table.column("path")[row].as_py()
+
+
+def count_below(paths: pa.Array | pa.ChunkedArray, key: str, inclusive: bool = False) -> int:
+    """How many of the sorted paths are < `key` (<= if inclusive): the index a binary search
+    would find, computed in one vectorised pass."""
+    if not key:
+        return 0
+    compare = pc.less_equal if inclusive else pc.less
+    return pc.sum(compare(paths, pa.scalar(key, pa.string()))).as_py() or 0
 
 
 # --- metaranges ---------------------------------------------------------------------------

@@ -1,0 +1,156 @@
+"""The entry point: parse, open the lake, run the verb's handler, map failures to exit codes.
+
+The exit codes are a contract scripts rely on: 0 ok, 1 user error (one line on stderr, never
+a traceback), 2 conflict / lost races (retrying may succeed), 130 on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from importlib import metadata as importlib_metadata
+from typing import NoReturn
+from urllib.parse import urlsplit
+
+from branchwater.engine.api import DEFAULT_KV_URL, Lake
+from branchwater.engine.cli import branches, commits, objects, refs, repos, tags
+from branchwater.engine.cli.output import Output
+from branchwater.engine.cli.progress import PROGRESS_DELAY, Progress
+from branchwater.engine.cli.verbs import KV_ENV, Subparsers, UserError, global_options
+from branchwater.engine.errors import (
+    BranchwaterError,
+    Conflict,
+    PredicateFailed,
+    TooManyTries,
+)
+
+PROG = "branchwater"
+
+EXIT_OK = 0
+EXIT_USER = 1
+EXIT_CONFLICT = 2
+EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE, what a shell reports for a reader that went away (`branchwater ls | head`)."""
+
+RETRYABLE = (Conflict, TooManyTries, PredicateFailed)
+"""Errors where the request was sound but lost to someone else: exit 2, so scripts may retry."""
+
+VERB_GROUPS: tuple[Callable[[Subparsers], None], ...] = (
+    repos.register,
+    branches.register,
+    objects.register,
+    commits.register,
+    tags.register,
+    refs.register,
+)
+"""In `-h` order. A new group (`compact`, `gc`) is a module with a `register`, listed here."""
+
+
+class UsageError(Exception):
+    """A command line argparse (or a handler) rejects before touching the lake."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """Raise instead of exiting so usage errors get exit code 1 and the one-line format."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see '{self.prog} -h')")
+
+
+def version() -> str:
+    try:
+        return importlib_metadata.version("branchwater")
+    except importlib_metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = _Parser(prog=PROG, description="Git for a data lake.")
+    global_options(parser, on_verb=False)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    sub = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+    for register in VERB_GROUPS:
+        register(sub)
+    return parser
+
+
+def kv_url(option: str | None) -> str:
+    """`--kv`, else `$BRANCHWATER_KV_URL`, else the embedded SQLite lake under the cwd."""
+    return option or os.environ.get(KV_ENV) or DEFAULT_KV_URL
+
+
+def ensure_sqlite_parent(url: str) -> None:
+    """Create the directory of a SQLite lake so the first command in a fresh dir just works."""
+    parts = urlsplit(url)
+    if parts.scheme.split("+", 1)[0] != "sqlite" or not parts.path.startswith("/"):
+        return
+    parent = os.path.dirname(parts.path[1:])  # sqlite:///rel.db → rel.db, ////abs → /abs
+    if not parent:
+        return
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create the lake directory {parent!r}: {exc.strerror}") from exc
+
+
+def fail(message: str, code: int) -> int:
+    """The single stderr line every failure produces; multi-line messages are folded."""
+    folded = " ".join(line.strip() for line in message.splitlines() if line.strip())
+    folded = folded or "unknown error"
+    sys.stderr.write(f"{PROG}: error: {folded}\n")
+    return code
+
+
+def silence_stdout() -> None:
+    """After a broken pipe, point stdout at /dev/null so the exit flush cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace | int:
+    """The parsed arguments, or the exit code when parsing ends the run (-h, --version, usage)."""
+    try:
+        return build_parser().parse_args(argv)
+    except UsageError as exc:
+        return fail(str(exc), EXIT_USER)
+    except SystemExit as exc:  # -h and --version print and "exit" through argparse
+        return exc.code if isinstance(exc.code, int) else EXIT_OK
+
+
+def execute(args: argparse.Namespace) -> int:
+    """Run the handler on an open lake; every expected failure becomes an exit code."""
+    try:
+        url = kv_url(args.kv)
+        ensure_sqlite_parent(url)
+        shown = sys.stderr.isatty() if args.progress is None else args.progress
+        progress = Progress(shown, PROGRESS_DELAY)
+        with progress, Lake.connect(url) as lake:
+            args.handler(lake, args, Output(args.json, progress))
+            if not lake.wait_for_cleanup(progress.delay):
+                progress.update("Dropping committed staging entries")
+    except RETRYABLE as exc:
+        return fail(str(exc), EXIT_CONFLICT)
+    except (BranchwaterError, UserError) as exc:
+        return fail(str(exc), EXIT_USER)
+    except BrokenPipeError:
+        silence_stdout()
+        return EXIT_BROKEN_PIPE
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename else ""
+        return fail(f"{exc.strerror or exc}{where}", EXIT_USER)
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console-script entry point; returns the exit code (the generated script exits with it)."""
+    try:
+        args = parse(argv)
+        return args if isinstance(args, int) else execute(args)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED

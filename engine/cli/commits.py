@@ -1,0 +1,114 @@
+"""`commit | merge | log | diff | uncommitted`: making history and reading it."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+
+from branchwater.engine.api import Lake
+from branchwater.engine.cli.output import (
+    Output,
+    change_line,
+    change_to_json,
+    commit_block,
+    commit_to_json,
+    merge_to_json,
+    short,
+)
+from branchwater.engine.cli.verbs import Subparsers, add_meta, positive_int, verb
+from branchwater.engine.graveler.merge import STRATEGIES
+
+COMMITTER_ENV = "BRANCHWATER_COMMITTER"
+
+
+def default_committer() -> str:
+    """Who a commit records when `--committer` is not given; git's author, loosely."""
+    try:
+        return os.environ.get(COMMITTER_ENV) or getpass.getuser()
+    except (OSError, KeyError):
+        return ""
+
+
+def cmd_commit(lake: Lake, args: argparse.Namespace, out: Output) -> None:
+    branch = lake.repository(args.repo).branch(args.branch)
+    commit = branch.commit(
+        args.message,
+        dict(args.meta),
+        committer=args.committer if args.committer is not None else default_committer(),
+        allow_empty=args.allow_empty,
+        progress=out.progress.counter("Applying staged entries"),
+    )
+    out.progress.done()
+    first_line = (commit.message.splitlines() or [""])[0]
+    out.document(commit_to_json(commit), f"[{args.branch} {short(commit.id)}] {first_line}")
+
+
+def cmd_merge(lake: Lake, args: argparse.Namespace, out: Output) -> None:
+    result = lake.repository(args.repo).merge(
+        args.source,
+        into=args.destination,
+        strategy=args.strategy,
+        message=args.message,
+        metadata=dict(args.meta),
+        committer=args.committer if args.committer is not None else default_committer(),
+        hint=args.hint,
+    )
+    how = "fast-forward" if result.fast_forward else f"{result.attempts} attempt(s)"
+    text = f"[{args.destination} {short(result.commit.id)}] merged {args.source} ({how})"
+    out.document(merge_to_json(result), text)
+
+
+def cmd_log(lake: Lake, args: argparse.Namespace, out: Output) -> None:
+    commits = lake.repository(args.repo).log(
+        args.ref, first_parent=args.first_parent, limit=args.limit, after=args.after
+    )
+    out.document(
+        [commit_to_json(c) for c in commits],
+        "\n".join(commit_block(c) for c in commits).rstrip("\n"),
+    )
+
+
+def cmd_diff(lake: Lake, args: argparse.Namespace, out: Output) -> None:
+    out.stream(lake.repository(args.repo).diff(args.left, args.right), change_to_json, change_line)
+
+
+def cmd_uncommitted(lake: Lake, args: argparse.Namespace, out: Output) -> None:
+    changes = lake.repository(args.repo).branch(args.branch).uncommitted()
+    out.stream(changes, change_to_json, change_line)
+
+
+def register(sub: Subparsers) -> None:
+    commit = verb(sub, "commit", cmd_commit, "commit a branch's uncommitted changes")
+    commit.add_argument("repo", metavar="REPO")
+    commit.add_argument("branch", metavar="BRANCH")
+    commit.add_argument("-m", "--message", required=True, metavar="MSG")
+    add_meta(commit)
+    commit.add_argument("--allow-empty", action="store_true")
+    commit.add_argument(
+        "--committer", default=None, help=f"default: ${COMMITTER_ENV}, else the OS user"
+    )
+    merge = verb(sub, "merge", cmd_merge, "merge SOURCE (any ref) into the branch DEST")
+    merge.add_argument("repo", metavar="REPO")
+    merge.add_argument("source", metavar="SOURCE")
+    merge.add_argument("destination", metavar="DEST")
+    merge.add_argument("--strategy", choices=STRATEGIES, default=None)
+    merge.add_argument("-m", "--message", default=None, metavar="MSG")
+    add_meta(merge)
+    merge.add_argument("--committer", default=None)
+    merge.add_argument("--hint", default=None, help="resume from a lost race's hint")
+    log = verb(sub, "log", cmd_log, "show commits reachable from REF, newest first")
+    log.add_argument("repo", metavar="REPO")
+    log.add_argument("ref", metavar="REF")
+    log.add_argument("--limit", type=positive_int, default=None, metavar="N")
+    log.add_argument("--first-parent", action="store_true")
+    log.add_argument("--after", default=None, metavar="COMMIT", help="page on after this commit")
+    diff = verb(
+        sub, "diff", cmd_diff, "changes from LEFT's commit to RIGHT's (+ added ~ changed - removed)"
+    )
+    diff.add_argument("repo", metavar="REPO")
+    diff.add_argument("left", metavar="LEFT")
+    diff.add_argument("right", metavar="RIGHT")
+    uncommitted = verb(sub, "uncommitted", cmd_uncommitted, "show a branch's uncommitted changes")
+    uncommitted.add_argument("repo", metavar="REPO")
+    uncommitted.add_argument("branch", metavar="BRANCH")

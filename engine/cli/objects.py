@@ -1,0 +1,84 @@
+"""`upload | cat | ls | rm`: objects on a branch or at any ref (and `cp`, once the API copies)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterator
+from itertools import islice
+from pathlib import Path
+
+from branchwater.engine.api import Lake, Ref, Repository
+from branchwater.engine.cli.output import Output, entry_line, entry_to_json, human_size
+from branchwater.engine.cli.verbs import Subparsers, UserError, add_meta, positive_int, verb
+from branchwater.engine.errors import NotFound
+from branchwater.engine.graveler.model import Entry
+
+
+def open_ref(repo: Repository, ref: str) -> Ref:
+    """A branch when `ref` names one, so reads see its uncommitted changes (as lakectl does)."""
+    try:
+        return repo.branch(ref)
+    except NotFound:
+        return repo.ref(ref)
+
+
+def read_local(file: str) -> bytes:
+    """The upload source: a local file, or stdin for `-`."""
+    if file == "-":
+        return sys.stdin.buffer.read()
+    try:
+        return Path(file).read_bytes()
+    except OSError as exc:
+        raise UserError(f"cannot read {file!r}: {exc.strerror or exc}") from exc
+
+
+def cmd_upload(lake: Lake, args: argparse.Namespace, out: Output) -> None:
+    data = read_local(args.file)
+    branch = lake.repository(args.repo).branch(args.branch)
+    entry = branch.upload(args.path, data, dict(args.meta))
+    out.document(
+        entry_to_json(entry),
+        f"Uploaded {entry.path} ({human_size(entry.size)}) to {args.repo}/{args.branch}",
+    )
+
+
+def cmd_cat(lake: Lake, args: argparse.Namespace, out: Output) -> None:
+    out.raw(open_ref(lake.repository(args.repo), args.ref).read(args.path))
+
+
+def cmd_ls(lake: Lake, args: argparse.Namespace, out: Output) -> None:
+    ref = open_ref(lake.repository(args.repo), args.ref)
+    entries: Iterator[Entry] = ref.list(prefix=args.prefix, after=args.after)
+    out.stream(islice(entries, args.limit), entry_to_json, entry_line)
+
+
+def cmd_rm(lake: Lake, args: argparse.Namespace, out: Output) -> None:
+    lake.repository(args.repo).branch(args.branch).delete(args.path)
+    out.document(
+        {"repository": args.repo, "branch": args.branch, "path": args.path, "removed": True},
+        f"Removed {args.path} from {args.repo}/{args.branch} (uncommitted)",
+    )
+
+
+def register(sub: Subparsers) -> None:
+    upload = verb(sub, "upload", cmd_upload, "stage a local file (or stdin, '-') at PATH")
+    upload.add_argument("repo", metavar="REPO")
+    upload.add_argument("branch", metavar="BRANCH")
+    upload.add_argument("path", metavar="PATH")
+    upload.add_argument("file", metavar="FILE")
+    add_meta(upload)
+    cat = verb(sub, "cat", cmd_cat, "write an object's bytes to stdout")
+    cat.add_argument("repo", metavar="REPO")
+    cat.add_argument("ref", metavar="REF")
+    cat.add_argument("path", metavar="PATH")
+    ls = verb(sub, "ls", cmd_ls, "list objects (size, mtime, path) under PREFIX")
+    ls.add_argument("repo", metavar="REPO")
+    ls.add_argument("ref", metavar="REF")
+    ls.add_argument("prefix", nargs="?", default="", metavar="PREFIX")
+    ls.add_argument("--after", default="", metavar="PATH", help="start strictly after PATH")
+    ls.add_argument("--limit", type=positive_int, default=None, metavar="N")
+    rm = verb(sub, "rm", cmd_rm, "stage the removal of an object")
+    rm.add_argument("repo", metavar="REPO")
+    rm.add_argument("branch", metavar="BRANCH")
+    rm.add_argument("path", metavar="PATH")

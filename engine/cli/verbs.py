@@ -1,0 +1,88 @@
+"""What every verb group declares its verbs with.
+
+Each group module has a `register(subparsers)` that adds its parsers through `verb` and
+`group`, beside the handlers they name (as lakectl keeps each verb's flags by its `Run`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import TypeAlias
+
+from branchwater.engine.api import DEFAULT_KV_URL, Lake
+from branchwater.engine.cli.output import Output
+
+KV_ENV = "BRANCHWATER_KV_URL"
+
+Handler: TypeAlias = Callable[[Lake, argparse.Namespace, Output], None]
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+class UserError(Exception):
+    """A problem with the user's local files or input, reported like a `BranchwaterError`."""
+
+
+def global_options(parser: argparse.ArgumentParser, *, on_verb: bool) -> None:
+    """`--kv`, `--json` and `--progress` before or after the verb, as lakectl's persistent
+    flags allow.
+
+    On a verb they default to SUPPRESS, so an absent flag never overwrites the value the
+    top-level parser already stored.
+    """
+    unset = argparse.SUPPRESS if on_verb else None
+    parser.add_argument(
+        "--kv",
+        default=unset,
+        metavar="URL",
+        help=f"KV store URL (default: ${KV_ENV}, else {DEFAULT_KV_URL})",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS if on_verb else False,
+        help="print one JSON document",
+    )
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=unset,
+        help="show progress of long work on stderr (default: when stderr is a terminal)",
+    )
+
+
+def verb(
+    parent: Subparsers, name: str, handler: Handler, help_text: str
+) -> argparse.ArgumentParser:
+    parser = parent.add_parser(name, help=help_text, description=help_text)
+    global_options(parser, on_verb=True)
+    parser.set_defaults(handler=handler)
+    return parser
+
+
+def group(parent: Subparsers, name: str, help_text: str) -> Subparsers:
+    parser = parent.add_parser(name, help=help_text, description=help_text)
+    return parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+
+
+def key_value(text: str) -> tuple[str, str]:
+    """`--meta k=v`: argparse turns the ValueError into a usage error naming the option."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def positive_int(text: str) -> int:
+    try:
+        number = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return number
+
+
+def add_meta(parser: argparse.ArgumentParser) -> None:
+    """`--meta K=V`, repeatable, for every verb that records user metadata."""
+    parser.add_argument("--meta", action="append", type=key_value, default=[], metavar="K=V")

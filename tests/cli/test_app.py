@@ -1,0 +1,160 @@
+"""The entry point's contract: exit codes, one-line errors, choosing the lake, `-m` and the
+console script."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from branchwater.engine import api
+from branchwater.engine.cli.verbs import KV_ENV
+from branchwater.engine.errors import Conflict, TooManyTries
+from tests.cli.conftest import Bw, Lake, Run, assert_user_error, local_file, make_repo, ok
+
+# ----------------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (("ls", "nosuch", "main"), ("nosuch",)),
+        (("repo", "create", "Bad_Name", "--namespace", "file:///tmp/x"), ("Bad_Name",)),
+        (("upload", "sales", "main", "p", "/definitely/not/here.csv"), ("not/here.csv",)),
+        (("commit", "sales", "main", "-m", "nothing"), ("nothing to commit",)),
+        (("cat", "sales", "main", "missing.txt"), ("missing.txt",)),
+        (("branch", "create", "sales", "dev", "--source", "nope"), ("nope",)),
+        (("refs", "restore", "sales", "/no/such/dump.json"), ("dump.json",)),
+    ],
+)
+def test_user_errors_exit_1_with_one_line(
+    bw: Bw, lake: Lake, args: tuple[str, ...], fragments: tuple[str, ...]
+) -> None:
+    make_repo(bw, lake)
+    assert_user_error(bw(*args), 1, *fragments)
+
+
+def test_unknown_kv_scheme_is_a_user_error(bw: Bw) -> None:
+    assert_user_error(bw("repo", "list", kv="redis://localhost/0"), 1, "redis")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("commit", "sales", "main"),  # -m is required
+        ("commit", "sales", "main", "-m", "x", "--meta", "novalue"),
+        ("ls", "sales", "main", "--limit", "0"),
+        ("frobnicate",),
+        ("repo",),
+    ],
+)
+def test_usage_errors_exit_1_with_one_line(bw: Bw, args: tuple[str, ...]) -> None:
+    assert_user_error(bw(*args), 1, "see 'branchwater")
+
+
+@pytest.mark.parametrize("error", [Conflict("they disagree"), TooManyTries("lost races")])
+def test_conflicts_exit_2(
+    bw: Bw, lake: Lake, monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
+    make_repo(bw, lake)
+    ok(bw("upload", "sales", "main", "p", local_file(lake, "p", b"p")))
+
+    def lose(*_args: object, **_kwargs: object) -> None:
+        raise error
+
+    monkeypatch.setattr(api.Branch, "commit", lose)
+    assert_user_error(bw("commit", "sales", "main", "-m", "x"), 2, str(error))
+
+
+def test_keyboard_interrupt_exits_130_quietly(bw: Bw, monkeypatch: pytest.MonkeyPatch) -> None:
+    def interrupted(_self: object) -> list[object]:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(api.Lake, "repositories", interrupted)
+    assert bw("repo", "list") == Run(130, "", "")
+
+
+def test_lake_is_closed_on_success_and_on_error(bw: Bw, monkeypatch: pytest.MonkeyPatch) -> None:
+    closed: list[bool] = []
+    real_close = api.Lake.close
+
+    def close(self: api.Lake) -> None:
+        closed.append(True)
+        real_close(self)
+
+    monkeypatch.setattr(api.Lake, "close", close)
+    ok(bw("repo", "list"))
+    assert bw("ls", "nosuch", "main").code == 1
+    assert closed == [True, True]
+
+
+# ------------------------------------------------------------------------ choosing the lake
+
+
+def test_env_var_selects_the_lake(bw: Bw, lake: Lake, monkeypatch: pytest.MonkeyPatch) -> None:
+    env_url = f"sqlite:///{lake.root}/from-env/lake.db"
+    monkeypatch.setenv(KV_ENV, env_url)
+    ok(bw("repo", "create", "viaenv", "--namespace", lake.namespace, kv=None))
+    assert (lake.root / "from-env" / "lake.db").is_file()
+    assert "viaenv" in ok(bw("repo", "list", kv=env_url)).out
+    assert ok(bw("repo", "list", kv=lake.kv)).out == ""  # --kv wins over the env var
+    assert not (lake.root / ".branchwater").exists()
+
+
+def test_default_lake_is_created_under_the_cwd(bw: Bw, lake: Lake) -> None:
+    ok(bw("repo", "create", "local", "--namespace", lake.namespace, kv=None))
+    assert (lake.root / ".branchwater" / "lake.db").is_file()
+    assert "local" in ok(bw("repo", "list", kv=None)).out
+
+
+# ---------------------------------------------------------------------------- entry points
+
+
+def run_module(lake: Lake, *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    env = {k: v for k, v in os.environ.items() if k != KV_ENV}
+    return subprocess.run(
+        [sys.executable, "-m", "branchwater.engine.cli", "--kv", lake.kv, *args],
+        input=stdin,
+        capture_output=True,
+        cwd=lake.root,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_module_entry_point_exit_codes_and_stdin(lake: Lake) -> None:
+    created = run_module(lake, "repo", "create", "proc", "--namespace", lake.namespace)
+    assert created.returncode == 0, created.stderr
+    uploaded = run_module(lake, "upload", "proc", "main", "in.bin", "-", stdin=b"\x00\xffdata")
+    assert uploaded.returncode == 0, uploaded.stderr
+    assert run_module(lake, "cat", "proc", "main", "in.bin").stdout == b"\x00\xffdata"
+
+    missing = run_module(lake, "ls", "nosuch", "main")
+    assert missing.returncode == 1
+    assert missing.stderr.decode().startswith("branchwater: error: ")
+    assert b"Traceback" not in missing.stderr and missing.stderr.count(b"\n") == 1
+
+    usage = run_module(lake, "commit", "proc", "main")
+    assert usage.returncode == 1 and b"Traceback" not in usage.stderr
+
+
+def test_console_script_is_installed() -> None:
+    script = Path(sys.executable).with_name("branchwater")
+    if not script.exists():
+        pytest.skip(f"console script not installed next to {sys.executable}")
+    result = subprocess.run(
+        [str(script), "--version"], capture_output=True, timeout=60, check=False
+    )
+    assert result.returncode == 0
+    assert result.stdout.decode().startswith("branchwater ")
+    bad = subprocess.run(
+        [str(script), "--kv", "bogus://x", "repo", "list"],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert bad.returncode == 1 and b"bogus" in bad.stderr and b"Traceback" not in bad.stderr

@@ -1,0 +1,110 @@
+"""What `branchwater` prints: progress on stderr, results on stdout, `--json` documents."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from branchwater.engine.cli import app
+from branchwater.engine.cli.progress import Progress
+from tests.cli.conftest import Bw, Lake, local_file, make_repo, ok
+
+# --------------------------------------------------------------------------------- progress
+
+
+def staged_two(bw: Bw, lake: Lake) -> None:
+    make_repo(bw, lake)
+    for name in ("a.csv", "b.csv"):
+        ok(bw("upload", "sales", "main", name, local_file(lake, name, b"1\n")))
+
+
+def test_progress_goes_to_stderr_when_asked_and_results_stay_on_stdout(
+    bw: Bw, lake: Lake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(app, "PROGRESS_DELAY", 0.0)
+    staged_two(bw, lake)
+
+    result = bw("--progress", "commit", "sales", "main", "-m", "two")
+
+    assert result.code == 0 and result.out.startswith("[main ")
+    lines = result.err.split("\n")
+    assert lines[0] == "\rApplying staged entries: 2, done."
+    assert set(lines[1:-1]) <= {"\rDropping committed staging entries, done."}
+    assert lines[-1] == ""
+
+
+def test_quick_work_and_no_progress_stay_quiet(
+    bw: Bw, lake: Lake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    staged_two(bw, lake)
+    ok(bw("--progress", "commit", "sales", "main", "-m", "quick"))  # done within the delay
+    monkeypatch.setattr(app, "PROGRESS_DELAY", 0.0)
+    ok(bw("upload", "sales", "main", "c.csv", local_file(lake, "c.csv", b"2\n")))
+    ok(bw("--progress", "commit", "sales", "main", "-m", "off", "--no-progress"))
+
+
+def test_a_failure_ends_the_progress_line_before_the_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    progress = Progress(enabled=True)
+    with pytest.raises(RuntimeError), progress:
+        progress.update("Working", 1_500)
+        raise RuntimeError("boom")
+    assert capsys.readouterr().err == "\rWorking: 1,500\n"
+
+
+# ------------------------------------------------------------------------------------- JSON
+
+
+def test_json_output_has_the_documented_fields(bw: Bw, lake: Lake) -> None:
+    repo = json.loads(
+        ok(bw("--json", "repo", "create", "sales", "--namespace", lake.namespace)).out
+    )
+    assert repo["name"] == "sales" and repo["default_branch"] == "main"
+    assert repo["storage_namespace"] == lake.namespace
+
+    entry = json.loads(
+        ok(bw("--json", "upload", "sales", "main", "a.txt", local_file(lake, "a", b"abc"))).out
+    )
+    assert entry["path"] == "a.txt" and entry["size"] == 3
+    assert entry["checksum"] == "900150983cd24fb0d6963f7d28e17f72"  # md5("abc")
+    assert {"address", "mtime", "metadata"} <= entry.keys()
+
+    commit = json.loads(
+        ok(bw("--json", "commit", "sales", "main", "-m", "load", "--meta", "dag=etl")).out
+    )
+    assert commit["message"] == "load" and commit["metadata"] == {"dag": "etl"}
+    assert commit["committer"] == "tester" and len(commit["parents"]) == 1
+
+    log = json.loads(ok(bw("--json", "log", "sales", "main")).out)
+    assert log[0]["id"] == commit["id"] and log[1]["id"] == commit["parents"][0]
+
+    diff = json.loads(ok(bw("--json", "diff", "sales", log[1]["id"], "main")).out)
+    assert diff == [{"path": "a.txt", "type": "added", "entry": entry}]
+
+    branches = json.loads(ok(bw("--json", "branch", "list", "sales")).out)
+    assert branches == [{"name": "main", "commit_id": commit["id"]}]
+
+
+def test_json_flag_is_accepted_after_the_verb(bw: Bw, lake: Lake) -> None:
+    make_repo(bw, lake)
+    listed = json.loads(ok(bw("repo", "list", "--json")).out)
+    assert [r["name"] for r in listed] == ["sales"]
+
+
+def test_a_created_branch_prints_the_form_branch_list_prints(bw: Bw, lake: Lake) -> None:
+    make_repo(bw, lake)
+    created = json.loads(
+        ok(bw("--json", "branch", "create", "sales", "dev", "--source", "main")).out
+    )
+    listed = json.loads(ok(bw("--json", "branch", "list", "sales")).out)
+    assert (
+        created
+        == {"repository": "sales", **listed[0]}
+        == {
+            "repository": "sales",
+            "name": "dev",
+            "commit_id": listed[1]["commit_id"],
+        }
+    )
