@@ -15,6 +15,7 @@ from branchwater.engine.errors import InvalidArgument, NotFound
 from branchwater.engine.gc import copies, links
 from branchwater.engine.gc.context import GCContext
 from branchwater.engine.gc.prepare import PreparedRun, prepare_uncommitted_for_gc
+from branchwater.engine.gc.prepare import Progress as PrepareProgress
 from branchwater.engine.gc.settings import GCSettings
 from branchwater.engine.gc.tokens import PhysicalAddress
 from branchwater.engine.graveler import branches as branch_ops
@@ -226,10 +227,13 @@ class Repository:
     def delete_tag(self, name: str) -> None:
         self._g.refs.remove_tag(self.record, name)
 
-    def prepare_uncommitted_for_gc(self, run_id: str | None = None) -> PreparedRun:
+    def prepare_uncommitted_for_gc(
+        self, run_id: str | None = None, *, progress: PrepareProgress | None = None
+    ) -> PreparedRun:
         """Write every branch's uncommitted addresses, then the copy records, as Parquet for
-        GC; returns (run_id, location). Passing the `run_id` of an interrupted run resumes it."""
-        return prepare_uncommitted_for_gc(self._g, self.lake.gc, self.record, run_id)
+        GC; returns (run_id, location). Passing the `run_id` of an interrupted run resumes it.
+        `progress(n)` is called as entries are written, with how many so far."""
+        return prepare_uncommitted_for_gc(self._g, self.lake.gc, self.record, run_id, progress)
 
     def dump_refs(self, path: str | Path) -> int:
         """Write commits, branches and tags as JSON; returns the number of records written."""

@@ -123,7 +123,7 @@ class BranchCursor:
 
 
 @dataclass
-class Progress:
+class RunProgress:
     """What `_progress.json` holds: enough to resume the run where it was interrupted."""
 
     run_id: str
@@ -139,7 +139,7 @@ class Progress:
         return json.dumps(asdict(self), sort_keys=True).encode()
 
     @classmethod
-    def decode(cls, value: bytes) -> Progress:
+    def decode(cls, value: bytes) -> RunProgress:
         raw = json.loads(value)
         if raw.get("cursor"):
             cursor = raw["cursor"]
@@ -148,17 +148,25 @@ class Progress:
         return cls(**raw)
 
 
+Progress = Callable[[int], None]
+"""Called with the number of uncommitted entries written so far."""
+
+
 def prepare_uncommitted_for_gc(
-    g: Graveler, gc: GCContext, repo: RepositoryRecord, run_id: str | None = None
+    g: Graveler,
+    gc: GCContext,
+    repo: RepositoryRecord,
+    run_id: str | None = None,
+    progress: Progress | None = None,
 ) -> PreparedRun:
     """Write a run and return its id and location; `run_id` resumes an unfinished run (a
     finished one is returned as it is)."""
     run = _Run(g, gc, repo, run_id or newest_first_id(gc.clock()))
     if not run.finished():
         run.resume()
-        run.scan_branches()
-        copies = run.write_copies()
-        run.finish(copies)
+        run.scan_branches(progress)
+        copies, records = run.write_copies()
+        run.finish(copies, records)
     return run.result()
 
 
@@ -197,7 +205,7 @@ class _Run:
         self.started = newest_first_time(run_id)
         self.objects = g.objects(repo.storage_namespace)
         self.prefix = f"{RETENTION_PREFIX}{run_id}/"
-        self.progress = Progress(run_id, repo.unique_id)
+        self.progress = RunProgress(run_id, repo.unique_id)
 
     def result(self) -> PreparedRun:
         return PreparedRun(self.run_id, run_location(self.objects, self.run_id))
@@ -207,7 +215,7 @@ class _Run:
 
     def resume(self) -> None:
         try:
-            saved = Progress.decode(self.objects.get(self.prefix + PROGRESS))
+            saved = RunProgress.decode(self.objects.get(self.prefix + PROGRESS))
         except NotFound:
             return
         except (ValueError, TypeError, KeyError) as exc:
@@ -222,12 +230,12 @@ class _Run:
             )
         self.progress = saved
 
-    def scan_branches(self) -> None:
+    def scan_branches(self, report: Progress | None) -> None:
         progress = self.progress
         if progress.scanned:
             return
         parts = self._writer("part", progress.next_part, self._saved)
-        scanner = _BranchScanner(self.g, self.repo, progress, parts)
+        scanner = _BranchScanner(self.g, self.repo, progress, parts, report)
         after = progress.done_through or ""
         if progress.cursor is not None:
             after = progress.cursor.branch
@@ -239,8 +247,9 @@ class _Run:
         progress.scanned = True
         self._checkpoint()
 
-    def write_copies(self) -> list[str]:
-        """Write the copy records, read now that every branch was scanned."""
+    def write_copies(self) -> tuple[list[str], int]:
+        """Write the copy records, read now that every branch was scanned; returns the files
+        and how many records."""
         names: list[str] = []
         parts = self._writer("copies", 0, names.append)
         records = list(self.gc.copies.records(self.repo))
@@ -251,9 +260,9 @@ class _Run:
             branches = pa.array([r.branch for r in chunk], pa.string())
             parts.add(_batch(addresses, times, branches, "copy"))
         parts.close(always=True)
-        return names
+        return names, len(records)
 
-    def finish(self, copies: list[str]) -> None:
+    def finish(self, copies: list[str], records: int) -> None:
         files = [*self.progress.files, *copies]
         keep = {*files, PROGRESS}
         strays = [
@@ -274,6 +283,7 @@ class _Run:
             "copy_record_ttl_seconds": self.gc.settings.copy_record_ttl.total_seconds(),
             "files": files,
             "branches": self.progress.branches,
+            "copy_records": records,
             "schema": SCHEMA.names,
         }
         self.objects.put(self.prefix + MANIFEST, json.dumps(manifest, indent=1).encode())
@@ -306,12 +316,19 @@ class _BranchScanner:
     """Reads a branch's layers in bulk into Arrow columns and hands them to the writer."""
 
     def __init__(
-        self, g: Graveler, repo: RepositoryRecord, progress: Progress, parts: _PartWriter
+        self,
+        g: Graveler,
+        repo: RepositoryRecord,
+        progress: RunProgress,
+        parts: _PartWriter,
+        report: Progress | None,
     ) -> None:
         self.g = g
         self.repo = repo
         self.progress = progress
         self.parts = parts
+        self.report = report
+        self.rows = sum(progress.branches.values())
 
     def scan(self, name: str, cursor: BranchCursor) -> None:
         """Scan every layer, then follow compactions that happened meanwhile until none did."""
@@ -360,6 +377,9 @@ class _BranchScanner:
         branches = self.progress.branches
         branches[branch] = branches.get(branch, 0) + batch.num_rows
         self.parts.add(batch)
+        self.rows += batch.num_rows
+        if self.report is not None:
+            self.report(self.rows)
 
 
 def staged_columns(values: list[bytes]) -> tuple[pa.Array, pa.Array]:
