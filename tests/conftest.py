@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import tempfile
-import uuid
 from collections.abc import Iterator
-from contextlib import ExitStack
-from typing import NoReturn
 
 import pytest
+
+from tests.helpers import PG_HOST, PG_PORT, PG_USER, free_port, unavailable, unique_name
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 RANGE_CACHE_DIR = tempfile.mkdtemp(prefix="bw-range-cache-")
@@ -23,37 +21,9 @@ os.environ["BRANCHWATER_CACHE_DIR"] = RANGE_CACHE_DIR
 
 pytest_plugins = ["tests.fixtures.spark", "tests.fixtures.airflow", "tests.fixtures.s3"]
 
-PG_HOST = os.environ.get("BRANCHWATER_PG_HOST", "127.0.0.1")
-PG_PORT = int(os.environ.get("BRANCHWATER_PG_PORT", "5432"))
-PG_USER = os.environ.get("BRANCHWATER_PG_USER", "postgres")
-
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(RANGE_CACHE_DIR, ignore_errors=True)
-
-
-def unavailable(reason: str) -> NoReturn:
-    """Skip locally, fail in CI: a test that needs a server must never vanish silently there."""
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(f"{reason} (CI requires it)", pytrace=False)
-    pytest.skip(reason)
-
-
-def free_port() -> int:
-    return free_ports(1)[0]
-
-
-def free_ports(count: int) -> list[int]:
-    """`count` distinct free loopback ports: all are held open until every one is chosen."""
-    with ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-
-
-def unique_name(prefix: str) -> str:
-    return f"{prefix}{uuid.uuid4().hex[:12]}"
 
 
 @pytest.fixture(scope="session")

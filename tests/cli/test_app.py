@@ -13,7 +13,7 @@ import pytest
 from branchwater.engine import api
 from branchwater.engine.cli.verbs import KV_ENV
 from branchwater.engine.errors import Conflict, TooManyTries
-from tests.cli.conftest import Bw, Lake, Run, assert_user_error, local_file, make_repo, ok
+from tests.helpers import Bw, CliLake, Run, assert_user_error, local_file, make_repo, ok
 
 # ----------------------------------------------------------------------------------- errors
 
@@ -31,7 +31,7 @@ from tests.cli.conftest import Bw, Lake, Run, assert_user_error, local_file, mak
     ],
 )
 def test_user_errors_exit_1_with_one_line(
-    bw: Bw, lake: Lake, args: tuple[str, ...], fragments: tuple[str, ...]
+    bw: Bw, lake: CliLake, args: tuple[str, ...], fragments: tuple[str, ...]
 ) -> None:
     make_repo(bw, lake)
     assert_user_error(bw(*args), 1, *fragments)
@@ -57,7 +57,7 @@ def test_usage_errors_exit_1_with_one_line(bw: Bw, args: tuple[str, ...]) -> Non
 
 @pytest.mark.parametrize("error", [Conflict("they disagree"), TooManyTries("lost races")])
 def test_conflicts_exit_2(
-    bw: Bw, lake: Lake, monkeypatch: pytest.MonkeyPatch, error: Exception
+    bw: Bw, lake: CliLake, monkeypatch: pytest.MonkeyPatch, error: Exception
 ) -> None:
     make_repo(bw, lake)
     ok(bw("upload", "sales", "main", "p", local_file(lake, "p", b"p")))
@@ -94,7 +94,7 @@ def test_lake_is_closed_on_success_and_on_error(bw: Bw, monkeypatch: pytest.Monk
 # ------------------------------------------------------------------------ choosing the lake
 
 
-def test_env_var_selects_the_lake(bw: Bw, lake: Lake, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_env_var_selects_the_lake(bw: Bw, lake: CliLake, monkeypatch: pytest.MonkeyPatch) -> None:
     env_url = f"sqlite:///{lake.root}/from-env/lake.db"
     monkeypatch.setenv(KV_ENV, env_url)
     ok(bw("repo", "create", "viaenv", "--namespace", lake.namespace, kv=None))
@@ -104,7 +104,7 @@ def test_env_var_selects_the_lake(bw: Bw, lake: Lake, monkeypatch: pytest.Monkey
     assert not (lake.root / ".branchwater").exists()
 
 
-def test_default_lake_is_created_under_the_cwd(bw: Bw, lake: Lake) -> None:
+def test_default_lake_is_created_under_the_cwd(bw: Bw, lake: CliLake) -> None:
     ok(bw("repo", "create", "local", "--namespace", lake.namespace, kv=None))
     assert (lake.root / ".branchwater" / "lake.db").is_file()
     assert "local" in ok(bw("repo", "list", kv=None)).out
@@ -113,7 +113,7 @@ def test_default_lake_is_created_under_the_cwd(bw: Bw, lake: Lake) -> None:
 # ---------------------------------------------------------------------------- entry points
 
 
-def run_module(lake: Lake, *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+def run_module(lake: CliLake, *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
     env = {k: v for k, v in os.environ.items() if k != KV_ENV}
     return subprocess.run(
         [sys.executable, "-m", "branchwater.engine.cli", "--kv", lake.kv, *args],
@@ -126,7 +126,7 @@ def run_module(lake: Lake, *args: str, stdin: bytes = b"") -> subprocess.Complet
     )
 
 
-def test_module_entry_point_exit_codes_and_stdin(lake: Lake) -> None:
+def test_module_entry_point_exit_codes_and_stdin(lake: CliLake) -> None:
     created = run_module(lake, "repo", "create", "proc", "--namespace", lake.namespace)
     assert created.returncode == 0, created.stderr
     uploaded = run_module(lake, "upload", "proc", "main", "in.bin", "-", stdin=b"\x00\xffdata")

@@ -8,19 +8,19 @@ import pytest
 
 from branchwater.engine.cli import app
 from branchwater.engine.cli.progress import Progress
-from tests.cli.conftest import Bw, Lake, local_file, make_repo, ok
+from tests.helpers import Bw, CliLake, local_file, make_repo, ok
 
 # --------------------------------------------------------------------------------- progress
 
 
-def staged_two(bw: Bw, lake: Lake) -> None:
+def staged_two(bw: Bw, lake: CliLake) -> None:
     make_repo(bw, lake)
     for name in ("a.csv", "b.csv"):
         ok(bw("upload", "sales", "main", name, local_file(lake, name, b"1\n")))
 
 
 def test_progress_goes_to_stderr_when_asked_and_results_stay_on_stdout(
-    bw: Bw, lake: Lake, monkeypatch: pytest.MonkeyPatch
+    bw: Bw, lake: CliLake, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(app, "PROGRESS_DELAY", 0.0)
     staged_two(bw, lake)
@@ -35,7 +35,7 @@ def test_progress_goes_to_stderr_when_asked_and_results_stay_on_stdout(
 
 
 def test_quick_work_and_no_progress_stay_quiet(
-    bw: Bw, lake: Lake, monkeypatch: pytest.MonkeyPatch
+    bw: Bw, lake: CliLake, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     staged_two(bw, lake)
     ok(bw("--progress", "commit", "sales", "main", "-m", "quick"))  # done within the delay
@@ -57,7 +57,7 @@ def test_a_failure_ends_the_progress_line_before_the_error(
 # ------------------------------------------------------------------------------------- JSON
 
 
-def test_json_output_has_the_documented_fields(bw: Bw, lake: Lake) -> None:
+def test_json_output_has_the_documented_fields(bw: Bw, lake: CliLake) -> None:
     repo = json.loads(
         ok(bw("--json", "repo", "create", "sales", "--namespace", lake.namespace)).out
     )
@@ -87,13 +87,13 @@ def test_json_output_has_the_documented_fields(bw: Bw, lake: Lake) -> None:
     assert branches == [{"name": "main", "commit_id": commit["id"]}]
 
 
-def test_json_flag_is_accepted_after_the_verb(bw: Bw, lake: Lake) -> None:
+def test_json_flag_is_accepted_after_the_verb(bw: Bw, lake: CliLake) -> None:
     make_repo(bw, lake)
     listed = json.loads(ok(bw("repo", "list", "--json")).out)
     assert [r["name"] for r in listed] == ["sales"]
 
 
-def test_a_created_branch_prints_the_form_branch_list_prints(bw: Bw, lake: Lake) -> None:
+def test_a_created_branch_prints_the_form_branch_list_prints(bw: Bw, lake: CliLake) -> None:
     make_repo(bw, lake)
     created = json.loads(
         ok(bw("--json", "branch", "create", "sales", "dev", "--source", "main")).out

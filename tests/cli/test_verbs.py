@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from branchwater.engine.cli import main
-from tests.cli.conftest import Bw, Lake, assert_user_error, local_file, make_repo, ok
+from tests.helpers import Bw, CliLake, assert_user_error, local_file, make_repo, ok
 
 # ------------------------------------------------------------------------------ walk-through
 
 
-def test_walk_through(bw: Bw, lake: Lake) -> None:
+def test_walk_through(bw: Bw, lake: CliLake) -> None:
     make_repo(bw, lake)
     assert "sales" in ok(bw("repo", "list")).out
     assert "'etl'" in ok(bw("branch", "create", "sales", "etl", "--source", "main")).out
@@ -51,7 +51,7 @@ def test_walk_through(bw: Bw, lake: Lake) -> None:
     assert tags[0].split() == ["TAG", "COMMIT"] and tags[1].split()[0] == "v1"
 
 
-def test_ls_on_a_branch_includes_uncommitted_but_a_commit_does_not(bw: Bw, lake: Lake) -> None:
+def test_ls_on_a_branch_includes_uncommitted_but_a_commit_does_not(bw: Bw, lake: CliLake) -> None:
     make_repo(bw, lake)
     ok(bw("upload", "sales", "main", "a", local_file(lake, "a", b"1")))
     ok(bw("commit", "sales", "main", "-m", "a"))
@@ -65,7 +65,7 @@ def test_ls_on_a_branch_includes_uncommitted_but_a_commit_does_not(bw: Bw, lake:
     assert [e["path"] for e in by_commit] == ["a"]
 
 
-def test_ls_prefix_after_and_limit(bw: Bw, lake: Lake) -> None:
+def test_ls_prefix_after_and_limit(bw: Bw, lake: CliLake) -> None:
     make_repo(bw, lake)
     for path in ("x/1", "x/2", "x/3", "y/1"):
         ok(bw("upload", "sales", "main", path, local_file(lake, "f", path.encode())))
@@ -80,7 +80,7 @@ def test_ls_prefix_after_and_limit(bw: Bw, lake: Lake) -> None:
 
 
 def test_upload_from_stdin_round_trips_binary(
-    lake: Lake, monkeypatch: pytest.MonkeyPatch, capsysbinary: pytest.CaptureFixture[bytes]
+    lake: CliLake, monkeypatch: pytest.MonkeyPatch, capsysbinary: pytest.CaptureFixture[bytes]
 ) -> None:
     data = bytes(range(256)) * 3
     kv = ["--kv", lake.kv]
@@ -92,7 +92,7 @@ def test_upload_from_stdin_round_trips_binary(
     assert capsysbinary.readouterr().out == data
 
 
-def test_branch_reset_and_delete_repo_delete_tag_delete(bw: Bw, lake: Lake) -> None:
+def test_branch_reset_and_delete_repo_delete_tag_delete(bw: Bw, lake: CliLake) -> None:
     make_repo(bw, lake)
     ok(bw("branch", "create", "sales", "dev", "--source", "main"))
     ok(bw("upload", "sales", "dev", "p", local_file(lake, "p", b"p")))
@@ -114,7 +114,7 @@ def test_branch_reset_and_delete_repo_delete_tag_delete(bw: Bw, lake: Lake) -> N
 # ------------------------------------------------------------------------------ refs dump
 
 
-def test_refs_dump_and_restore_into_a_new_bare_repository(bw: Bw, lake: Lake) -> None:
+def test_refs_dump_and_restore_into_a_new_bare_repository(bw: Bw, lake: CliLake) -> None:
     """Disaster recovery: the KV store is lost, the namespace survives, the dump rebuilds it."""
     make_repo(bw, lake)
     ok(bw("branch", "create", "sales", "etl", "--source", "main"))
@@ -138,7 +138,7 @@ def test_refs_dump_and_restore_into_a_new_bare_repository(bw: Bw, lake: Lake) ->
     assert ok(bw("cat", "sales", "v1", "f1", kv=fresh_kv)).out == "1"
 
 
-def test_refs_restore_refuses_a_repository_with_history(bw: Bw, lake: Lake) -> None:
+def test_refs_restore_refuses_a_repository_with_history(bw: Bw, lake: CliLake) -> None:
     make_repo(bw, lake)
     dump = str(lake.root / "refs.json")
     ok(bw("refs", "dump", "sales", dump))
@@ -150,7 +150,7 @@ def test_refs_restore_refuses_a_repository_with_history(bw: Bw, lake: Lake) -> N
 # ------------------------------------------------------------------------------------ merge
 
 
-def test_merge_then_conflict_exits_2_naming_the_path(bw: Bw, lake: Lake) -> None:
+def test_merge_then_conflict_exits_2_naming_the_path(bw: Bw, lake: CliLake) -> None:
     make_repo(bw, lake)
     ok(bw("upload", "sales", "main", "p", local_file(lake, "base", b"base")))
     ok(bw("commit", "sales", "main", "-m", "base"))

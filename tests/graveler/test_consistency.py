@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from branchwater.engine import Lake, NoChanges
-from tests.conftest import unique_name
+from tests.helpers import unique_name
 
 WRITERS = 3
 MIN_WRITES_EACH = 40

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.conftest import unique_name
 from tests.fixtures.airflow import DAGS_FOLDER
 from tests.fixtures.s3 import S3Server
+from tests.helpers import unique_name
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from branchwater.engine.kv import Store, open_store
-from tests.conftest import unique_name
+from tests.helpers import unique_name
 
 DRIVERS = [
     pytest.param("memory", id="memory"),

@@ -21,8 +21,8 @@ from branchwater.engine.objects import ObjectInfo, ObjectStore, open_object_stor
 from branchwater.engine.objects import s3 as s3_module
 from branchwater.engine.objects.local import LocalObjectStore
 from branchwater.engine.objects.s3 import S3ObjectStore
-from tests.conftest import free_port, unique_name
 from tests.fixtures.s3 import S3Server
+from tests.helpers import free_port, unique_name
 
 INVALID_KEYS = ["", "/abs", "a/../b", "a//b", "a/", "./a"]
 ORDERED_KEYS = ["a-c", "a.d", "a/b", "a/b-x", "a0", "b/x"]
@@ -292,7 +292,11 @@ def test_s3_wrong_credentials_are_unavailable(s3_server: S3Server, s3_bucket: st
     """A real server checks signatures: a wrong secret is refused, on GET and on HEAD alike."""
     wrong = {**s3_server.options, "aws_secret_access_key": "not-" + s3_server.secret_key}
     store = S3ObjectStore(f"s3://{s3_bucket}", **wrong)
-    for call in (lambda: store.get("k"), lambda: store.stat("k"), lambda: list(store.list())):
+    for call in (
+        lambda: store.get("k"),
+        lambda: store.stat("k"),
+        lambda: list(store.list_objects()),
+    ):
         with pytest.raises(Unavailable, match="refused our credentials"):
             call()
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from branchwater.engine import Lake, NotFound
-from tests.conftest import unique_name
 from tests.fixtures.s3 import S3Server
+from tests.helpers import unique_name
 
 
 def walk_through(lake: Lake, namespace: str) -> None:

@@ -1,0 +1,167 @@
+"""Helpers the tests share: names, ports, server availability, committed-layer data, the CLI runner.
+
+Fixtures live in `tests/conftest.py` and the plugins under `tests/fixtures/`; everything a
+test imports by name lives here, in one place.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import uuid
+from contextlib import ExitStack
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+from typing import NamedTuple, NoReturn, Protocol
+
+import pytest
+
+from branchwater.engine.graveler.committed import RangePolicy
+from branchwater.engine.graveler.committed.format import RANGES_PREFIX
+from branchwater.engine.graveler.model import Entry
+from branchwater.engine.objects import ObjectInfo
+from branchwater.engine.objects.local import LocalObjectStore
+
+PG_HOST = os.environ.get("BRANCHWATER_PG_HOST", "127.0.0.1")
+PG_PORT = int(os.environ.get("BRANCHWATER_PG_PORT", "5432"))
+PG_USER = os.environ.get("BRANCHWATER_PG_USER", "postgres")
+
+
+def unavailable(reason: str) -> NoReturn:
+    """Skip locally, fail in CI: a test that needs a server must never vanish silently there."""
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(f"{reason} (CI requires it)", pytrace=False)
+    pytest.skip(reason)
+
+
+def free_port() -> int:
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free loopback ports: all are held open until every one is chosen."""
+    with ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+
+
+def unique_name(prefix: str) -> str:
+    return f"{prefix}{uuid.uuid4().hex[:12]}"
+
+
+# Committed-layer data --------------------------------------------------------------------
+
+T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+
+POLICIES = {
+    "hash": RangePolicy(target_entries=7, max_entries=1_000, max_bytes=10**9),
+    "tiny": RangePolicy(target_entries=2, max_entries=5, max_bytes=10**9),
+    "entry-cap": RangePolicy(target_entries=10**6, max_entries=6, max_bytes=10**9),
+    "byte-cap": RangePolicy(target_entries=50, max_entries=1_000, max_bytes=300),
+}
+
+
+class SpyStore(LocalObjectStore):
+    """A real local store that records the keys it is asked to write and read."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.puts: list[str] = []
+        self.gets: list[str] = []
+
+    def put(self, key: str, data: bytes) -> ObjectInfo:
+        self.puts.append(key)
+        return super().put(key, data)
+
+    def get(self, key: str) -> bytes:
+        self.gets.append(key)
+        return super().get(key)
+
+    def range_reads(self) -> int:
+        return sum(key.startswith(RANGES_PREFIX) for key in self.gets)
+
+    def reset(self) -> None:
+        self.puts.clear()
+        self.gets.clear()
+
+
+def entry(
+    path: str, n: int = 0, *, tz: timezone = UTC, metadata: dict[str, str] | None = None
+) -> Entry:
+    return Entry(
+        path,
+        f"data/g1/{n:08x}-{path}",
+        n * 11,
+        f"sha-{n}",
+        (T0 + timedelta(seconds=n, microseconds=n)).astimezone(tz),
+        metadata or {},
+    )
+
+
+def random_entries(rng: random.Random, count: int) -> list[Entry]:
+    """Sorted entries with unicode paths, metadata on some, mtimes in several time zones."""
+    paths = {f"d{rng.randrange(6)}/é{rng.randrange(100_000):05d}" for _ in range(count)}
+    zones = [UTC, timezone(timedelta(hours=2)), timezone(timedelta(hours=-7, minutes=-30))]
+    return [
+        entry(
+            path,
+            rng.randrange(10**6),
+            tz=rng.choice(zones),
+            metadata={"k": str(n), "ü": "v"} if rng.random() < 0.3 else None,
+        )
+        for n, path in enumerate(sorted(paths))
+    ]
+
+
+# The in-process CLI runner -----------------------------------------------------------------
+
+
+class Run(NamedTuple):
+    code: int
+    out: str
+    err: str
+
+
+class CliLake(NamedTuple):
+    """A CLI test's lake: its KV URL, its namespace URL and its directory."""
+
+    kv: str
+    namespace: str
+    root: Path
+
+
+class Bw(Protocol):
+    """The in-process CLI runner; `kv=None` leaves the lake to `$BRANCHWATER_KV_URL` or default."""
+
+    def __call__(self, *args: str, kv: str | None = ...) -> Run: ...
+
+
+def ok(result: Run) -> Run:
+    assert result.code == 0, result.err
+    assert result.err == ""
+    return result
+
+
+def assert_user_error(result: Run, code: int, *fragments: str) -> None:
+    """The error contract: the code, one stderr line in the fixed format, nothing on stdout."""
+    assert result.code == code, result
+    assert result.out == ""
+    assert "Traceback" not in result.err
+    lines = result.err.splitlines()
+    assert len(lines) == 1, result.err
+    assert lines[0].startswith("branchwater: error: ")
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+def make_repo(bw: Bw, lake: CliLake, name: str = "sales") -> None:
+    ok(bw("repo", "create", name, "--namespace", f"{lake.namespace}/{name}"))
+
+
+def local_file(lake: CliLake, name: str, data: bytes) -> str:
+    path = lake.root / name
+    path.write_bytes(data)
+    return str(path)
