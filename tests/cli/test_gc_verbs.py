@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from tests.cli.conftest import Bw, Lake, assert_user_error, local_file, make_repo, ok
+from tests.helpers import Bw, CliLake, assert_user_error, local_file, make_repo, ok
 
 
-def test_cp_copies_within_a_branch(bw: Bw, lake: Lake) -> None:
+def test_cp_copies_within_a_branch(bw: Bw, lake: CliLake) -> None:
     make_repo(bw, lake)
     ok(bw("upload", "sales", "main", "a.csv", local_file(lake, "a.csv", b"id\n1\n")))
     out = ok(bw("cp", "sales", "main", "a.csv", "copies/a.csv")).out
@@ -19,12 +19,12 @@ def test_cp_copies_within_a_branch(bw: Bw, lake: Lake) -> None:
     assert copied["address"] == source["address"]
 
 
-def test_cp_of_a_missing_path_is_a_user_error(bw: Bw, lake: Lake) -> None:
+def test_cp_of_a_missing_path_is_a_user_error(bw: Bw, lake: CliLake) -> None:
     make_repo(bw, lake)
     assert_user_error(bw("cp", "sales", "main", "nothing", "x"), 1, "'nothing'")
 
 
-def test_gc_prepare_reports_the_run(bw: Bw, lake: Lake) -> None:
+def test_gc_prepare_reports_the_run(bw: Bw, lake: CliLake) -> None:
     make_repo(bw, lake)
     ok(bw("upload", "sales", "main", "a.csv", local_file(lake, "a.csv", b"1")))
     ok(bw("cp", "sales", "main", "a.csv", "b.csv"))
@@ -38,6 +38,6 @@ def test_gc_prepare_reports_the_run(bw: Bw, lake: Lake) -> None:
     assert run["run_id"] in human and "3 uncommitted entries on 2 branches" in human
 
 
-def test_gc_prepare_refuses_a_malformed_run_id(bw: Bw, lake: Lake) -> None:
+def test_gc_prepare_refuses_a_malformed_run_id(bw: Bw, lake: CliLake) -> None:
     make_repo(bw, lake)
     assert_user_error(bw("gc", "prepare", "sales", "--run", "../x"), 1, "'../x'")

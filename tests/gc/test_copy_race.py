@@ -15,7 +15,7 @@ import pytest
 from branchwater.engine import Lake
 from branchwater.engine.gc import prepare
 from branchwater.engine.gc.prepare import read_run
-from tests.conftest import unique_name
+from tests.helpers import unique_name
 
 PAUSE_TIMEOUT = 60
 

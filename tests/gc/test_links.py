@@ -24,7 +24,7 @@ from branchwater.engine.gc.settings import DEFAULT_TOKEN_EXPIRY, GCSettings
 from branchwater.engine.gc.tokens import USED_TOKENS_PREFIX, LinkTokens
 from branchwater.engine.graveler import writes
 from branchwater.engine.kv import open_store
-from tests.gc.conftest import FakeClock, use_clock
+from tests.helpers import FakeClock, use_clock
 
 
 def upload_to(branch: Branch, address: str, data: bytes) -> None:

@@ -18,9 +18,8 @@ import pytest
 
 from branchwater.engine import Lake, NoChanges
 from branchwater.engine.api import Branch, Repository
-from tests.conftest import unique_name
 from tests.fixtures.s3 import S3Server
-from tests.gc.conftest import compact, rows
+from tests.helpers import compact, run_rows, unique_name
 
 PATHS = [f"t/{name}" for name in "abcdefghij"]
 
@@ -168,7 +167,7 @@ class History:
 
 def check(repo: Repository, model: Model) -> None:
     run = repo.prepare_uncommitted_for_gc()
-    found = {(address, branch, kind == "copy") for address, branch, kind in rows(repo, run)}
+    found = {(address, branch, kind == "copy") for address, branch, kind in run_rows(repo, run)}
     assert found == model.expected()
 
 

@@ -17,7 +17,7 @@ from branchwater.engine.gc.addresses import newest_first_time
 from branchwater.engine.gc.prepare import MANIFEST, PROGRESS, RETENTION_PREFIX, read_manifest
 from branchwater.engine.gc.settings import GCSettings
 from branchwater.engine.graveler import commit as commit_ops
-from tests.gc.conftest import FakeClock, addresses, compact, rows, run_table, use_clock
+from tests.helpers import FakeClock, compact, run_addresses, run_rows, run_table, use_clock
 
 
 def objects(repo: Repository):
@@ -63,12 +63,12 @@ def test_a_run_holds_every_uncommitted_address_and_nothing_else(repo: Repository
     main.delete("gone")
     on_dev = dev.upload("dev/only", b"d")
     run = repo.prepare_uncommitted_for_gc()
-    assert rows(repo, run) == {
+    assert run_rows(repo, run) == {
         (staged.address, "main", "staged"),
         (rewrite.address, "main", "staged"),
         (on_dev.address, "dev", "staged"),
     }
-    assert not {committed.address, overwritten.address, dropped.address} & addresses(repo, run)
+    assert not {committed.address, overwritten.address, dropped.address} & run_addresses(repo, run)
     table = run_table(repo, run).to_pylist()
     times = {row["address"]: row["creation_time"] for row in table}
     assert times[staged.address] == staged.mtime
@@ -85,7 +85,7 @@ def test_sealed_tokens_are_included(repo: Repository) -> None:
     commit_ops.seal(repo.lake.graveler, repo.record, "main")
     staged = main.upload("b", b"b")
     run = repo.prepare_uncommitted_for_gc()
-    assert rows(repo, run) == {
+    assert run_rows(repo, run) == {
         (sealed.address, "main", "sealed"),
         (staged.address, "main", "staged"),
     }
@@ -99,11 +99,11 @@ def test_compacted_entries_head_lacks_are_included(repo: Repository) -> None:
     compact(repo, "main")
     staged = main.upload("staged", b"s")
     run = repo.prepare_uncommitted_for_gc()
-    assert rows(repo, run) == {
+    assert run_rows(repo, run) == {
         (compacted.address, "main", "compacted"),
         (staged.address, "main", "staged"),
     }
-    assert base.address not in addresses(repo, run)
+    assert base.address not in run_addresses(repo, run)
 
 
 def test_a_copy_made_during_a_run_keeps_its_source_alive(
@@ -122,7 +122,7 @@ def test_a_copy_made_during_a_run_keeps_its_source_alive(
 
     on_emit(monkeypatch, "main", copy_then_delete)
     run = repo.prepare_uncommitted_for_gc()
-    held = {(b, kind) for address, b, kind in rows(repo, run) if address == source.address}
+    held = {(b, kind) for address, b, kind in run_rows(repo, run) if address == source.address}
     assert held == {("main", "copy")}
 
 
@@ -140,7 +140,7 @@ def test_a_branch_deleted_during_its_scan_is_skipped(
 
     on_emit(monkeypatch, "dev", delete_dev)
     run = repo.prepare_uncommitted_for_gc()
-    assert (on_main.address, "main", "staged") in rows(repo, run)
+    assert (on_main.address, "main", "staged") in run_rows(repo, run)
 
 
 def test_a_compaction_during_the_scan_is_followed(
@@ -155,8 +155,8 @@ def test_a_compaction_during_the_scan_is_followed(
 
     on_emit(monkeypatch, "main", compact_now)
     run = repo.prepare_uncommitted_for_gc()
-    found = rows(repo, run)
-    assert {e.address for e in entries} <= addresses(repo, run)
+    found = run_rows(repo, run)
+    assert {e.address for e in entries} <= run_addresses(repo, run)
     assert {kind for _, _, kind in found} == {"staged", "compacted"}
 
 
@@ -168,7 +168,7 @@ def test_files_target_the_configured_size(lake: Lake, repo: Repository, small_ch
     manifest = read_manifest(objects(repo), run.run_id)
     parts = [f for f in manifest["files"] if f.startswith("uncommitted/part-")]
     assert len(parts) == 4
-    assert addresses(repo, run) == uploaded
+    assert run_addresses(repo, run) == uploaded
     assert sorted(run_keys(repo, run.run_id)) == sorted([*manifest["files"], MANIFEST])
 
 
@@ -345,6 +345,6 @@ def test_spark_reads_a_run(repo: Repository, spark) -> None:
     frame = spark.read.parquet(f"{run.location}/uncommitted")
     assert set(frame.columns) == {"address", "creation_time", "branch", "source"}
     collected = {(r.address, r.branch, r.source) for r in frame.collect()}
-    assert collected == rows(repo, run)
+    assert collected == run_rows(repo, run)
     assert (staged.address, "main", "copy") in collected
     assert dict(frame.dtypes)["creation_time"] == "timestamp"
