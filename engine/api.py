@@ -15,7 +15,6 @@ from branchwater.engine.errors import InvalidArgument, NotFound
 from branchwater.engine.gc import copies, links
 from branchwater.engine.gc.context import GCContext
 from branchwater.engine.gc.prepare import PreparedRun, prepare_uncommitted_for_gc
-from branchwater.engine.gc.prepare import Progress as PrepareProgress
 from branchwater.engine.gc.settings import GCSettings
 from branchwater.engine.gc.tokens import PhysicalAddress
 from branchwater.engine.graveler import branches as branch_ops
@@ -228,7 +227,7 @@ class Repository:
         self._g.refs.remove_tag(self.record, name)
 
     def prepare_uncommitted_for_gc(
-        self, run_id: str | None = None, *, progress: PrepareProgress | None = None
+        self, run_id: str | None = None, *, progress: commit_ops.Progress | None = None
     ) -> PreparedRun:
         """Write every branch's uncommitted addresses, then the copy records, as Parquet for
         GC; returns (run_id, location). Passing the `run_id` of an interrupted run resumes it.

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from itertools import islice
 from operator import itemgetter
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -40,6 +40,7 @@ from branchwater.engine.errors import (
 )
 from branchwater.engine.gc.addresses import newest_first_id, newest_first_time
 from branchwater.engine.gc.context import GCContext
+from branchwater.engine.graveler.commit import Progress
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import (
     STAGED_FIELDS,
@@ -77,6 +78,10 @@ _MTIME = STAGED_FIELDS.index("mtime_us")
 _SEPARATOR = STAGED_SEPARATOR.encode()
 
 
+LayerKind = Literal["staged", "sealed", "compacted"]
+"""Where an uncommitted entry was found: the `source` column of a run (or `copy`)."""
+
+
 class PreparedRun(NamedTuple):
     run_id: str
     location: str
@@ -86,7 +91,7 @@ class PreparedRun(NamedTuple):
 class Layer:
     """One source of uncommitted entries: a token, or a compacted metarange diffed on HEAD's."""
 
-    kind: str
+    kind: LayerKind
     ident: str
     base: str = ""
 
@@ -146,10 +151,6 @@ class RunProgress:
             cursor["layers"] = [Layer(**layer) for layer in cursor["layers"]]
             raw["cursor"] = BranchCursor(**cursor)
         return cls(**raw)
-
-
-Progress = Callable[[int], None]
-"""Called with the number of uncommitted entries written so far."""
 
 
 def prepare_uncommitted_for_gc(

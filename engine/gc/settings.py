@@ -15,6 +15,8 @@ from branchwater.engine.errors import InvalidArgument
 DEFAULT_TOKEN_EXPIRY = timedelta(hours=6)
 """lakeFS's GC minimum age: the longest an upload may take between address and link."""
 DEFAULT_COPY_RECORD_TTL = timedelta(days=2)
+MIN_COPY_RECORD_TTL = timedelta(hours=1)
+"""Shorter and a prepare run could not finish before the records it needs expire."""
 DEFAULT_PREPARE_FILE_BYTES = 20 * 1024 * 1024
 """The seed's target size for prepare's Parquet files."""
 
@@ -32,6 +34,11 @@ class GCSettings:
             value = getattr(self, name)
             if not isinstance(value, timedelta) or value <= timedelta(0):
                 raise InvalidArgument(f"GC setting {name} must be a positive timedelta")
+        if self.copy_record_ttl < MIN_COPY_RECORD_TTL:
+            raise InvalidArgument(
+                f"GC setting copy_record_ttl must be at least {MIN_COPY_RECORD_TTL}: copy "
+                "records must outlive any prepare run"
+            )
         if not isinstance(self.prepare_file_bytes, int) or self.prepare_file_bytes < 1:
             raise InvalidArgument("GC setting prepare_file_bytes must be a positive integer")
 

@@ -57,6 +57,8 @@ def test_token_expiry_is_configurable_and_gc_min_age_never_shorter(lake: Lake) -
     assert GCSettings(token_expiry=timedelta(hours=1)).default_min_age == DEFAULT_TOKEN_EXPIRY
     with pytest.raises(InvalidArgument):
         GCSettings(token_expiry=timedelta(0))
+    with pytest.raises(InvalidArgument, match="outlive"):
+        GCSettings(copy_record_ttl=timedelta(minutes=5))
 
 
 def test_expiry_follows_the_settings(lake: Lake, repo: Repository) -> None:
