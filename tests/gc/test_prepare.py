@@ -348,3 +348,12 @@ def test_spark_reads_a_run(repo: Repository, spark) -> None:
     assert collected == run_rows(repo, run)
     assert (staged.address, "main", "copy") in collected
     assert dict(frame.dtypes)["creation_time"] == "timestamp"
+
+
+def test_progress_counts_the_entries_written(repo: Repository, small_chunks: None) -> None:
+    main = repo.branch("main")
+    for i in range(5):
+        main.upload(f"p/{i}", b"x")
+    seen: list[int] = []
+    repo.prepare_uncommitted_for_gc(progress=seen.append)
+    assert seen == sorted(seen) and seen[-1] == 5
