@@ -46,11 +46,12 @@ _LAZY = {
     "GCSettings": "branchwater.engine.gc.settings",
     "PhysicalAddress": "branchwater.engine.gc.tokens",
     "PreparedRun": "branchwater.engine.gc.prepare",
-    "CommittedLayout": "branchwater.engine.gc.committed",
-    "ObjectInfo": "branchwater.engine.objects",
+    "CommittedLayout": "branchwater.engine.gc.inputs",
+    "UncommittedRun": "branchwater.engine.gc.inputs",
     "ObjectStore": "branchwater.engine.objects",
     "open_object_store": "branchwater.engine.objects",
     "slice_created": "branchwater.engine.gc.addresses",
+    "DATA_ADDRESS_PATTERN": "branchwater.engine.gc.addresses",
 }
 
 

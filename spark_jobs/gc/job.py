@@ -24,7 +24,14 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from branchwater.engine import BranchwaterError, GateFailed, InvalidArgument, Lake, Repository
+from branchwater.engine import (
+    BranchwaterError,
+    GateFailed,
+    InvalidArgument,
+    Lake,
+    Repository,
+    UncommittedRun,
+)
 from branchwater.spark_jobs.gc import plan, report, runs
 from branchwater.spark_jobs.gc.committed import CommittedInput, read_committed
 from branchwater.spark_jobs.gc.config import (
@@ -42,7 +49,6 @@ from branchwater.spark_jobs.gc.listing import data_slices, list_objects
 from branchwater.spark_jobs.gc.runs import RunSummary, SliceVolume, Volume, run_prefix
 from branchwater.spark_jobs.gc.storage import Namespace
 from branchwater.spark_jobs.gc.sweep import sweep
-from branchwater.spark_jobs.gc.uncommitted import PreparedInput, prepare
 
 EVENT_PREFIX = "BRANCHWATER-GC "
 PART_ROWS = 50_000
@@ -96,7 +102,7 @@ class GCJob:
         started = utc_now()
         base, fallback = self._base(repo, ns)
         with self.phase("prepare"):
-            prepared = prepare(repo, ns)
+            prepared = self._prepare(repo)
         min_age = self.config.min_age
         if min_age is None:
             min_age = prepared.default_min_age
@@ -133,6 +139,15 @@ class GCJob:
             raise
         return summary
 
+    def _prepare(self, repo: Repository) -> UncommittedRun:
+        """Mark every branch's uncommitted addresses (then the copy records) now."""
+
+        def progress(entries: int) -> None:
+            self.events({"event": "progress", "phase": "prepare", "entries": entries})
+
+        run = repo.prepare_uncommitted_for_gc(progress=progress)
+        return repo.uncommitted_gc_run(run.run_id)
+
     def _base(self, repo: Repository, ns: Namespace) -> tuple[RunSummary | None, str | None]:
         if self.config.mode != OPTIMIZED:
             return None, None
@@ -148,7 +163,7 @@ class GCJob:
         self,
         ns: Namespace,
         repo: Repository,
-        prepared: PreparedInput,
+        prepared: UncommittedRun,
         base: RunSummary | None,
         window: plan.Window,
         summary: RunSummary,
@@ -159,7 +174,7 @@ class GCJob:
         with self.phase("list"):
             listed, slices = self._listing(ns, prepared, window)
             summary.slices = slices
-        uncommitted = self._read(ns, prepared.keys, "address string").persist(
+        uncommitted = self._read(ns, list(prepared.keys), "address string").persist(
             StorageLevel.MEMORY_AND_DISK
         )
         carry = self._read(ns, base.files.get("carry", []), "address string") if base else None
@@ -225,7 +240,7 @@ class GCJob:
         return committed
 
     def _listing(
-        self, ns: Namespace, prepared: PreparedInput, window: plan.Window
+        self, ns: Namespace, prepared: UncommittedRun, window: plan.Window
     ) -> tuple[DataFrame, dict[str, Any]]:
         late = self.config.late_writes or prepared.token_expiry + SLICE_LIFETIME + CLOCK_SKEW
         names = data_slices(ns)

@@ -7,26 +7,20 @@ address of any other form in an input the job reads is refused.
 
 from __future__ import annotations
 
-import re
 from datetime import datetime, timedelta
 
-from branchwater.engine import slice_created
+from branchwater.engine import DATA_ADDRESS_PATTERN, InvalidArgument, slice_created
 
 DATA_DIR = "data"
-SLICE_PATTERN = r"[0-9a-f]{12}-[0-9a-f]{6}"
-OBJECT_ID_PATTERN = r"[0-9A-Za-z][0-9A-Za-z_.-]*"
-ADDRESS_PATTERN = rf"^{DATA_DIR}/{SLICE_PATTERN}/{OBJECT_ID_PATTERN}$"
+ADDRESS_PATTERN = DATA_ADDRESS_PATTERN
 """A well-formed data address, relative to the namespace (Java and Python regex alike)."""
-_SLICE = re.compile(rf"^{SLICE_PATTERN}$")
 
 
 def slice_time(name: str) -> datetime | None:
     """When a slice was opened, or None when `name` is not a slice name."""
-    if not _SLICE.match(name):
-        return None
     try:
         return slice_created(name)
-    except ValueError:
+    except InvalidArgument:
         return None
 
 

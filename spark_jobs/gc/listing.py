@@ -16,7 +16,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from branchwater.spark_jobs.gc.frames import parallel_frame
-from branchwater.spark_jobs.gc.layout import DATA_DIR, OBJECT_ID_PATTERN
+from branchwater.spark_jobs.gc.layout import ADDRESS_PATTERN, DATA_DIR
 from branchwater.spark_jobs.gc.storage import Namespace
 
 LISTED_SCHEMA = pa.schema(
@@ -29,7 +29,7 @@ LISTED_SCHEMA = pa.schema(
     ]
 )
 LISTED_DDL = "address string, size long, mtime timestamp, slice string, well_formed boolean"
-_OBJECT_ID = re.compile(rf"^{OBJECT_ID_PATTERN}$")
+_ADDRESS = re.compile(ADDRESS_PATTERN)
 
 
 def data_slices(ns: Namespace) -> list[str]:
@@ -56,16 +56,16 @@ def _list_slices(ns: Namespace, batches: Iterator[pa.RecordBatch]) -> Iterator[p
 def _slice_batch(ns: Namespace, name: str) -> pa.RecordBatch:
     listing = ns.list_dir(f"{DATA_DIR}/{name}")
     prefix = f"{DATA_DIR}/{name}/"
-    names = listing.names + listing.directories
-    count = len(names)
+    addresses = [prefix + n for n in listing.names + listing.directories]
+    count = len(addresses)
     return pa.record_batch(
         [
-            pa.array([prefix + n for n in names], pa.string()),
+            pa.array(addresses, pa.string()),
             pa.array(listing.sizes + [0] * len(listing.directories), pa.int64()),
             pa.array(listing.mtimes + [None] * len(listing.directories), LISTED_SCHEMA[2].type),
             pa.repeat(pa.scalar(name), count),
             pa.array(
-                [bool(_OBJECT_ID.match(n)) for n in listing.names]
+                [bool(_ADDRESS.match(a)) for a in addresses[: len(listing.names)]]
                 + [False] * len(listing.directories),
                 pa.bool_(),
             ),
