@@ -244,7 +244,7 @@ class GCJob:
     ) -> tuple[DataFrame, dict[str, Any]]:
         late = self.config.late_writes or prepared.token_expiry + SLICE_LIFETIME + CLOCK_SKEW
         names = data_slices(ns)
-        chosen, skipped = choose_slices(names, window.cutoff, window.after, late)
+        chosen, skipped = choose_slices(names, window.cutoff, window.after, late, CLOCK_SKEW)
         listed = list_objects(self.spark, ns, chosen, self.partitions)
         slices = {
             "read": len(chosen),

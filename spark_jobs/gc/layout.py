@@ -29,13 +29,17 @@ def choose_slices(
     cutoff: datetime,
     considered_after: datetime | None,
     late_writes: timedelta,
+    clock_skew: timedelta,
 ) -> tuple[list[str], dict[str, int]]:
     """The slices to list, newest first, and how many were skipped and why.
 
-    A slice opened after the cutoff holds only objects younger than the minimum age. With a
-    previous run, a slice opened long enough before what that run considered can hold no
-    object written since (objects land in a slice while it is current, or later through a
-    link token, within `late_writes`): skipping it only ever leaves garbage for a clean run.
+    A slice opened after the cutoff holds only objects younger than the minimum age; its name
+    comes from its writer's clock and the objects' times from the store's, so only slices
+    opened `clock_skew` after the cutoff are skipped, and the objects' own times decide the
+    rest. With a previous run, a slice opened long enough before what that run considered
+    can hold no object written since (objects land in a slice while it is current, or later
+    through a link token, within `late_writes`): skipping it only ever leaves garbage for a
+    clean run, never deletes anything.
     """
     chosen: list[str] = []
     skipped = {"young": 0, "old": 0, "malformed": 0}
@@ -43,7 +47,7 @@ def choose_slices(
         created = slice_time(name)
         if created is None:
             skipped["malformed"] += 1
-        elif created > cutoff:
+        elif created > cutoff + clock_skew:
             skipped["young"] += 1
         elif considered_after is not None and created <= considered_after - late_writes:
             skipped["old"] += 1
