@@ -39,7 +39,8 @@ class JobConfig:
     `min_age` None takes the lake's default (never shorter than a link token's life); a
     shorter one is an override the summary flags. `late_writes` None is the token expiry plus
     a slice's lifetime and a clock-skew margin. `partitions` None is twice Spark's default
-    parallelism.
+    parallelism. `candidates_per_file` sizes the mark's files: a sweep task's unit of work
+    and of resumption.
     """
 
     kv_url: str
@@ -51,6 +52,7 @@ class JobConfig:
     max_share: float = DEFAULT_MAX_SHARE
     late_writes: timedelta | None = None
     partitions: int | None = None
+    candidates_per_file: int = 50_000
     s3_options: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -60,5 +62,7 @@ class JobConfig:
             raise InvalidArgument("the minimum age must not be negative")
         if not 0 <= self.max_share <= 1:
             raise InvalidArgument(f"max share must be between 0 and 1, not {self.max_share}")
+        if self.candidates_per_file < 1:
+            raise InvalidArgument("candidates per file must be at least 1")
         if self.sweep is not None and self.dry_run:
             raise InvalidArgument("--sweep deletes a saved mark; it cannot be a dry run")

@@ -8,15 +8,19 @@ retried task simply writes its file again.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
-from typing import Any
+from typing import Any, NoReturn
 
 import pyarrow as pa
 from pyspark import TaskContext
+from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from branchwater.engine import BranchwaterError, Unavailable
 from branchwater.spark_jobs.gc.runs import part_name
 from branchwater.spark_jobs.gc.storage import Namespace
 
@@ -25,6 +29,39 @@ S3A_CONF = "spark.branchwater.gc.s3a"
 WRITTEN_SCHEMA = "key string, rows long, bytes long"
 
 BatchFunction = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+_RAISED = re.compile(r"^(?:[\w.]+\.)?(\w+): (.+)$")
+
+
+@contextmanager
+def executor_errors(what: str) -> Iterator[None]:
+    """Turn a failed Spark action into one readable error (see `executor_failure`)."""
+    try:
+        yield
+    except PySparkException as exc:
+        executor_failure(exc, what)
+
+
+def executor_failure(exc: Exception, what: str) -> NoReturn:
+    """Re-raise an executor's failure as one line: the engine's own error class when the
+    executor raised one, else `Unavailable` with the executor's last error line."""
+    lines = [line.strip() for line in str(exc).splitlines() if _RAISED.match(line.strip())]
+    last = lines[-1] if lines else str(exc).strip().splitlines()[-1]
+    match = _RAISED.match(last)
+    name, message = (match.group(1), match.group(2)) if match else ("", last)
+    error = _error_classes().get(name)
+    if error is not None:
+        raise error(message) from exc
+    raise Unavailable(f"{what} failed on an executor: {last}") from exc
+
+
+def _error_classes() -> dict[str, type[BranchwaterError]]:
+    found: dict[str, type[BranchwaterError]] = {}
+    pending: list[type[BranchwaterError]] = [BranchwaterError]
+    while pending:
+        cls = pending.pop()
+        found[cls.__name__] = cls
+        pending += cls.__subclasses__()
+    return found
 
 
 def parallel_frame(

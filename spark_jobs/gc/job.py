@@ -27,6 +27,7 @@ from pyspark.sql import functions as F
 from branchwater.engine import (
     BranchwaterError,
     GateFailed,
+    InvalidAddress,
     InvalidArgument,
     Lake,
     Repository,
@@ -42,7 +43,7 @@ from branchwater.spark_jobs.gc.config import (
     JobConfig,
     parse_duration,
 )
-from branchwater.spark_jobs.gc.frames import read_parquet, write_parts
+from branchwater.spark_jobs.gc.frames import executor_errors, read_parquet, write_parts
 from branchwater.spark_jobs.gc.gate import GateLimits, max_candidates, run_gate
 from branchwater.spark_jobs.gc.layout import choose_slices
 from branchwater.spark_jobs.gc.listing import data_slices, list_objects
@@ -51,8 +52,6 @@ from branchwater.spark_jobs.gc.storage import Namespace
 from branchwater.spark_jobs.gc.sweep import sweep
 
 EVENT_PREFIX = "BRANCHWATER-GC "
-PART_ROWS = 50_000
-"""Candidates per file: a sweep task's unit of work and of resumption."""
 MALFORMED_EXAMPLES = 5
 
 Events = Callable[[dict[str, Any]], None]
@@ -131,7 +130,8 @@ class GCJob:
         if fallback:
             self.events({"event": "notice", "message": fallback})
         try:
-            self._mark(ns, repo, prepared, base, window, summary)
+            with executor_errors(f"mark of GC run {summary.run_id}"):
+                self._mark(ns, repo, prepared, base, window, summary)
         except BaseException as exc:
             summary.status = runs.FAILED
             summary.error = str(exc) if isinstance(exc, BranchwaterError) else repr(exc)
@@ -303,7 +303,7 @@ class GCJob:
             return
         rows = combined.filter(plan.malformed_inputs()).limit(MALFORMED_EXAMPLES).collect()
         examples = ", ".join(f"{r.address!r} ({plan.describe(r.sources)})" for r in rows)
-        raise InvalidArgument(
+        raise InvalidAddress(
             f"GC refuses to run: {bad} address(es) it read are not data/<slice>/<object id> "
             f"in the repository's namespace, e.g. {examples}; nothing was deleted"
         )
@@ -318,7 +318,7 @@ class GCJob:
         window: plan.Window,
     ) -> dict[str, list[str]]:
         total = candidates.count()
-        parts = max(1, math.ceil(total / PART_ROWS))
+        parts = max(1, math.ceil(total / self.config.candidates_per_file))
         state = f"{prefix}state"
         sets = {
             runs.CANDIDATES: (candidates, f"{prefix}{runs.CANDIDATES}", parts),
@@ -356,29 +356,35 @@ class GCJob:
     ) -> RunSummary:
         if summary is None:
             summary = runs.read_summary(ns, run_id)
-            summary.phases = self._phases
-        if summary.status == runs.GATE_FAILED or not summary.gate_success:
+        if summary.status not in (runs.MARKED, runs.SWEPT, runs.GATE_FAILED):
+            raise InvalidArgument(
+                f"GC run {run_id} did not finish marking ({summary.status}); it cannot be swept"
+            )
+        if not summary.gate_success:
             failed = ", ".join(e.type for e in summary.failed_expectations()) or "unknown"
             raise GateFailed(
                 f"GC run {run_id} failed its quality gate ({failed}); its mark cannot be swept"
             )
-        if summary.status not in (runs.MARKED, runs.SWEPT):
-            raise InvalidArgument(
-                f"GC run {run_id} did not finish marking ({summary.status}); it cannot be swept"
-            )
-        with self.phase("sweep"):
-            recorded, per_slice = sweep(
-                self.spark, ns, run_id, summary.files.get(runs.CANDIDATES, [])
-            )
+        try:
+            with self.phase("sweep"):
+                recorded, per_slice = sweep(
+                    self.spark, ns, run_id, summary.files.get(runs.CANDIDATES, [])
+                )
+        except BaseException as exc:
+            summary.error = f"sweep unfinished, run it again with --sweep {run_id}: {exc}"
+            summary.phases = {**summary.phases, **self._phases}
+            self._save(ns, summary, _validations(ns, run_id))
+            raise
         summary.files["deleted"] = recorded
         summary.reclaimed_by_slice = per_slice
         summary.counts["deleted"] = Volume(
             sum(v.objects for v in per_slice), sum(v.bytes for v in per_slice)
         )
         summary.status = runs.SWEPT
+        summary.error = None
         summary.swept_at = utc_now().isoformat()
-        validations = _validations(ns, run_id)
-        self._save(ns, summary, validations)
+        summary.phases = {**summary.phases, **self._phases}
+        self._save(ns, summary, _validations(ns, run_id))
         return summary
 
 

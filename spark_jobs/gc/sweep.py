@@ -16,9 +16,10 @@ from functools import partial
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
-from branchwater.engine import InvalidArgument
-from branchwater.spark_jobs.gc.frames import parallel_frame
+from branchwater.engine import InvalidAddress, InvalidArgument
+from branchwater.spark_jobs.gc.frames import executor_errors, parallel_frame, read_parquet
 from branchwater.spark_jobs.gc.layout import ADDRESS_PATTERN
 from branchwater.spark_jobs.gc.runs import CANDIDATES, DELETED, SliceVolume, run_prefix
 from branchwater.spark_jobs.gc.storage import Namespace
@@ -38,7 +39,7 @@ def check_addresses(addresses: list[str], where: str) -> None:
     """Refuse the whole file when one address is not of the data-address form."""
     bad = [a for a in addresses if not isinstance(a, str) or not _ADDRESS.match(a)]
     if bad:
-        raise InvalidArgument(
+        raise InvalidAddress(
             f"{where} holds {len(bad)} address(es) that are not data/<slice>/<object id> "
             f"in the namespace (first: {bad[0]!r}); GC deletes nothing from it"
         )
@@ -54,8 +55,10 @@ def sweep(
             raise InvalidArgument(f"{key!r} is not a candidates file of GC run {run_id!r}")
     if not candidate_keys:
         return [], []
-    files = parallel_frame(spark, candidate_keys, "key")
-    rows = files.mapInArrow(partial(_sweep_files, ns), SWEPT_DDL).collect()
+    with executor_errors(f"sweep of GC run {run_id}"):
+        _refuse_malformed(spark, ns, candidate_keys)
+        files = parallel_frame(spark, candidate_keys, "key")
+        rows = files.mapInArrow(partial(_sweep_files, ns), SWEPT_DDL).collect()
     per_slice: dict[str, SliceVolume] = {}
     for row in rows:
         volume = per_slice.setdefault(row.slice, SliceVolume(row.slice, 0, 0))
@@ -63,6 +66,15 @@ def sweep(
         volume.bytes += row.bytes
     recorded = sorted({deleted_key(key) for key in candidate_keys})
     return recorded, sorted(per_slice.values(), key=lambda v: v.slice)
+
+
+def _refuse_malformed(spark: SparkSession, ns: Namespace, keys: list[str]) -> None:
+    """Check the whole mark before the first delete (each task checks its file again)."""
+    candidates = read_parquet(spark, ns, keys, "address string", len(keys))
+    bad = candidates.filter(
+        F.col("address").isNull() | ~F.col("address").rlike(ADDRESS_PATTERN)
+    ).limit(3)
+    check_addresses([row.address for row in bad.collect()], "the mark")
 
 
 def _sweep_files(ns: Namespace, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
