@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from branchwater.engine import GateFailed, NotFound
 from branchwater.spark_jobs.gc import runs
 from branchwater.spark_jobs.gc.storage import Namespace
-from tests.helpers import GCLake
+from tests.helpers import FakeClock, GCLake, use_clock
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -131,3 +132,36 @@ def test_an_optimized_run_reads_only_new_ranges_and_collects_new_garbage(
     assert set(local_gc.data_objects()) == keep
     assert second.volume("deleted").objects == len(garbage) + 1
     assert later not in local_gc.data_objects()
+
+
+def test_an_address_committed_and_uncommitted_at_the_base_run_survives_an_optimized_run(
+    local_gc: GCLake,
+) -> None:
+    """The issue's counter-example to the seed's optimized flow: a shallow copy within a
+    branch made while a commit of its source runs, later deleted and its copy record gone.
+    The address is then neither uncommitted nor in a new commit, yet a commit holds it."""
+    clock = FakeClock(datetime.now(UTC))
+    use_clock(local_gc.lake, clock)
+    main = local_gc.repo.branch("main")
+    address = main.upload("t/a", b"a").address
+    copies: list[str] = []
+
+    def copy_while_committing(applied: int) -> None:
+        if not copies:
+            copies.append(main.copy("t/a", "t/b").address)
+
+    main.commit("a", progress=copy_while_committing)
+    assert copies == [address] and main.stat("t/b").address == address
+    assert [c.path for c in main.uncommitted()] == ["t/b"]
+    local_gc.run()
+    main.delete("t/b")
+    clock.advance(local_gc.lake.gc.settings.copy_record_ttl + timedelta(minutes=1))
+    assert local_gc.lake.gc.copies.sweep(local_gc.repo.record) == 1
+    garbage = set(local_gc.put_garbage(2))
+
+    summary = local_gc.run(mode="optimized")
+
+    assert summary.mode == "optimized"
+    assert set(local_gc.data_objects()) == {address}
+    assert summary.volume("deleted").objects == len(garbage)
+    assert main.read("t/a") == b"a"
