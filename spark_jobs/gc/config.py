@@ -13,6 +13,7 @@ CLEAN = "clean"
 OPTIMIZED = "optimized"
 MODES = (CLEAN, OPTIMIZED)
 DEFAULT_MAX_SHARE = 0.5
+CANDIDATES_PER_FILE = 50_000
 SLICE_LIFETIME = timedelta(hours=1)
 """How long a writer keeps a slice current (the engine's default)."""
 CLOCK_SKEW = timedelta(minutes=5)
@@ -52,7 +53,7 @@ class JobConfig:
     max_share: float = DEFAULT_MAX_SHARE
     late_writes: timedelta | None = None
     partitions: int | None = None
-    candidates_per_file: int = 50_000
+    candidates_per_file: int = CANDIDATES_PER_FILE
     s3_options: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

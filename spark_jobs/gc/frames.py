@@ -21,6 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from branchwater.engine import BranchwaterError, Unavailable
+from branchwater.spark_jobs.gc.events import error_class
 from branchwater.spark_jobs.gc.runs import part_name
 from branchwater.spark_jobs.gc.storage import Namespace
 
@@ -48,20 +49,10 @@ def executor_failure(exc: Exception, what: str) -> NoReturn:
     last = lines[-1] if lines else str(exc).strip().splitlines()[-1]
     match = _RAISED.match(last)
     name, message = (match.group(1), match.group(2)) if match else ("", last)
-    error = _error_classes().get(name)
-    if error is not None:
+    error = error_class(name)
+    if error is not BranchwaterError:
         raise error(message) from exc
     raise Unavailable(f"{what} failed on an executor: {last}") from exc
-
-
-def _error_classes() -> dict[str, type[BranchwaterError]]:
-    found: dict[str, type[BranchwaterError]] = {}
-    pending: list[type[BranchwaterError]] = [BranchwaterError]
-    while pending:
-        cls = pending.pop()
-        found[cls.__name__] = cls
-        pending += cls.__subclasses__()
-    return found
 
 
 def parallel_frame(

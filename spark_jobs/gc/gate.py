@@ -3,7 +3,7 @@
 No object is deleted unless every expectation holds. GX Core 1.x is called directly on the
 Spark DataFrames with an ephemeral context (nothing written to disk, no analytics), and its
 own figures (element counts, unexpected counts and examples, observed values) go into the
-summary and the report.
+summary and the report. The context has no data-docs site: the job writes its own report.
 """
 
 from __future__ import annotations
@@ -57,10 +57,17 @@ def run_gate(candidates: DataFrame, prepare_output: DataFrame, limits: GateLimit
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     import great_expectations as gx
     import great_expectations.expectations as gxe
-    from great_expectations.data_context.types.base import ProgressBarsConfig
+    from great_expectations.data_context.types.base import (
+        DataContextConfig,
+        InMemoryStoreBackendDefaults,
+        ProgressBarsConfig,
+    )
 
-    context = gx.get_context(mode="ephemeral")
-    context.variables.progress_bars = ProgressBarsConfig(globally=False)
+    config = DataContextConfig(
+        store_backend_defaults=InMemoryStoreBackendDefaults(init_temp_docs_sites=False),
+        progress_bars=ProgressBarsConfig(globally=False),
+    )
+    context = gx.get_context(mode="ephemeral", project_config=config)
     source = context.data_sources.add_spark(name="branchwater-gc")
     suites: dict[str, tuple[DataFrame, list[Any]]] = {
         CANDIDATES_SUITE: (
@@ -91,7 +98,8 @@ def run_gate(candidates: DataFrame, prepare_output: DataFrame, limits: GateLimit
         batch = asset.add_batch_definition_whole_dataframe(name).get_batch(
             batch_parameters={"dataframe": frame}
         )
-        result = batch.validate(gx.ExpectationSuite(name=name, expectations=checks))
+        suite = gx.ExpectationSuite(name=name, expectations=checks)
+        result = batch.validate(suite, result_format="BASIC")
         validations[name] = _json_safe(result.to_json_dict())
         expectations += [_expectation(name, r) for r in result.results]
     return GateResult(all(e.success for e in expectations), expectations, validations)

@@ -1,17 +1,16 @@
 """The uncommitted-GC job: mark (prepare, committed listing, namespace listing, candidates,
 quality gate), then sweep; see `plan` for the clean and optimized runs and their safety.
 
-Run it with `spark-submit spark_jobs/gc/job.py --kv URL --repo NAME [--mode optimized]
+Run it with `spark-submit spark_jobs/gc/__main__.py --kv URL --repo NAME [--mode optimized]
 [--dry-run | --sweep MARK_ID] [--min-age 6h]` (the `branchwater gc run` verb does), or call
 `GCJob(spark, config).run()` with a session of your own. On stdout the job writes one JSON
-line per event, each prefixed with `EVENT_PREFIX`: phases as they start and end, then the
-summary. It exits 0 only when the run and its gate succeeded.
+line per event (see `events`): phases as they start and end, then the summary. It exits 0
+only when the run and its gate succeeded.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
@@ -26,9 +25,7 @@ from pyspark.sql import functions as F
 
 from branchwater.engine import (
     BranchwaterError,
-    GateFailed,
     InvalidAddress,
-    InvalidArgument,
     Lake,
     Repository,
     UncommittedRun,
@@ -36,13 +33,16 @@ from branchwater.engine import (
 from branchwater.spark_jobs.gc import plan, report, runs
 from branchwater.spark_jobs.gc.committed import CommittedInput, read_committed
 from branchwater.spark_jobs.gc.config import (
+    CANDIDATES_PER_FILE,
     CLEAN,
     CLOCK_SKEW,
+    DEFAULT_MAX_SHARE,
     OPTIMIZED,
     SLICE_LIFETIME,
     JobConfig,
     parse_duration,
 )
+from branchwater.spark_jobs.gc.events import emit
 from branchwater.spark_jobs.gc.frames import executor_errors, read_parquet, write_parts
 from branchwater.spark_jobs.gc.gate import GateLimits, max_candidates, run_gate
 from branchwater.spark_jobs.gc.layout import choose_slices
@@ -51,8 +51,9 @@ from branchwater.spark_jobs.gc.runs import RunSummary, SliceVolume, Volume, run_
 from branchwater.spark_jobs.gc.storage import Namespace
 from branchwater.spark_jobs.gc.sweep import sweep
 
-EVENT_PREFIX = "BRANCHWATER-GC "
 MALFORMED_EXAMPLES = 5
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+"""Spark's default (200) suits big clusters; unless set, the job uses 4 per core."""
 
 Events = Callable[[dict[str, Any]], None]
 
@@ -356,15 +357,7 @@ class GCJob:
     ) -> RunSummary:
         if summary is None:
             summary = runs.read_summary(ns, run_id)
-        if summary.status not in (runs.MARKED, runs.SWEPT, runs.GATE_FAILED):
-            raise InvalidArgument(
-                f"GC run {run_id} did not finish marking ({summary.status}); it cannot be swept"
-            )
-        if not summary.gate_success:
-            failed = ", ".join(e.type for e in summary.failed_expectations()) or "unknown"
-            raise GateFailed(
-                f"GC run {run_id} failed its quality gate ({failed}); its mark cannot be swept"
-            )
+        runs.check_sweepable(summary)
         try:
             with self.phase("sweep"):
                 recorded, per_slice = sweep(
@@ -438,13 +431,11 @@ def parse_args(argv: list[str]) -> JobConfig:
     parser.add_argument("--dry-run", action="store_true")
     parser.add_argument("--sweep", metavar="MARK_ID")
     parser.add_argument("--min-age", type=parse_duration, metavar="DURATION")
-    parser.add_argument("--max-share", type=float, default=None)
+    parser.add_argument("--max-share", type=float, default=DEFAULT_MAX_SHARE)
     parser.add_argument("--late-writes", type=parse_duration, metavar="DURATION")
     parser.add_argument("--partitions", type=int)
+    parser.add_argument("--candidates-per-file", type=int, default=CANDIDATES_PER_FILE)
     args = parser.parse_args(argv)
-    extra: dict[str, Any] = {}
-    if args.max_share is not None:
-        extra["max_share"] = args.max_share
     return JobConfig(
         kv_url=args.kv,
         repository=args.repo,
@@ -454,20 +445,16 @@ def parse_args(argv: list[str]) -> JobConfig:
         min_age=args.min_age,
         late_writes=args.late_writes,
         partitions=args.partitions,
-        **extra,
+        max_share=args.max_share,
+        candidates_per_file=args.candidates_per_file,
     )
-
-
-def print_event(event: dict[str, Any]) -> None:
-    sys.stdout.write(EVENT_PREFIX + json.dumps(event, default=str) + "\n")
-    sys.stdout.flush()
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
         config = parse_args(sys.argv[1:] if argv is None else argv)
     except BranchwaterError as exc:
-        print_event({"event": "error", "message": str(exc), "kind": type(exc).__name__})
+        emit({"event": "error", "message": str(exc), "kind": type(exc).__name__})
         return 1
     spark = (
         SparkSession.builder.appName(f"branchwater-gc-{config.repository}")
@@ -475,10 +462,12 @@ def main(argv: list[str] | None = None) -> int:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("WARN")
+    if not spark.sparkContext.getConf().contains(SHUFFLE_PARTITIONS):
+        spark.conf.set(SHUFFLE_PARTITIONS, str(4 * spark.sparkContext.defaultParallelism))
     try:
-        summary = GCJob(spark, config, print_event).run()
+        summary = GCJob(spark, config, emit).run()
     except BranchwaterError as exc:
-        print_event({"event": "error", "message": str(exc), "kind": type(exc).__name__})
+        emit({"event": "error", "message": str(exc), "kind": type(exc).__name__})
         return 1
     finally:
         spark.stop()

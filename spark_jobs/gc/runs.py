@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from branchwater.engine import NotFound
+from branchwater.engine import GateFailed, InvalidArgument, NotFound
 from branchwater.spark_jobs.gc.storage import Namespace, missing_ok_json
 
 RUNS_PREFIX = "_branchwater/retention/gc/"
@@ -182,3 +182,16 @@ def latest_base(ns: Namespace, repository_id: str) -> RunSummary | None:
         ):
             return summary
     return None
+
+
+def check_sweepable(summary: RunSummary) -> None:
+    """Refuse a mark that did not finish, or whose gate failed."""
+    if summary.status not in (MARKED, SWEPT, GATE_FAILED):
+        raise InvalidArgument(
+            f"GC run {summary.run_id} did not finish marking ({summary.status}); it cannot be swept"
+        )
+    if not summary.gate_success:
+        failed = ", ".join(e.type for e in summary.failed_expectations()) or "unknown"
+        raise GateFailed(
+            f"GC run {summary.run_id} failed its quality gate ({failed}); its mark cannot be swept"
+        )
