@@ -12,56 +12,57 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame, SparkSession
 
 from branchwater.engine import CommittedLayout
-from branchwater.spark_jobs.gc.frames import parallel_frame, read_parquet
+from branchwater.spark_jobs.gc.frames import read_parquet
 from branchwater.spark_jobs.gc.storage import Namespace
 
 
 @dataclass
 class CommittedInput:
-    """What the committed listing produced: every metarange and range id known now, and the
-    addresses of the ranges that are new since the base run (all ranges without one)."""
+    """What the committed listing produced: every metarange and range id known now (sorted),
+    how many of each were new since the base run, and the addresses of the new ranges (all
+    ranges without a base)."""
 
-    metaranges: DataFrame
-    ranges: DataFrame
-    new_ranges: DataFrame
+    metarange_ids: list[str]
+    range_ids: list[str]
+    new_metaranges: int
+    new_ranges: int
     addresses: DataFrame
-    new_metarange_count: int
-    new_range_count: int
 
 
 def read_committed(
     spark: SparkSession,
     ns: Namespace,
     layout: CommittedLayout,
-    known_metaranges: DataFrame | None,
-    known_ranges: DataFrame | None,
+    known_metaranges: set[str],
+    known_ranges: set[str],
     partitions: int,
 ) -> CommittedInput:
-    all_ids = layout.metarange_ids()
-    metaranges = parallel_frame(spark, all_ids, "metarange_id", partitions)
-    new_ids = all_ids
-    if known_metaranges is not None:
-        known = {row.metarange_id for row in known_metaranges.collect()}
-        new_ids = [m for m in all_ids if m not in known]
-        metaranges = metaranges.unionByName(known_metaranges).distinct()
+    """Metaranges and ranges are read by pyarrow on the executors: they are many small files,
+    for which Spark's own reader would first stat every path (and run a listing job)."""
+    all_metaranges = layout.metarange_ids()
+    new_metaranges = [m for m in all_metaranges if m not in known_metaranges]
     listed = read_parquet(
         spark,
         ns,
-        [layout.metarange_key(m) for m in new_ids],
+        [layout.metarange_key(m) for m in new_metaranges],
         f"{layout.metarange_range_column} string",
         partitions,
-    ).withColumnRenamed(layout.metarange_range_column, "range_id")
-    new_ranges = listed.distinct()
-    ranges = new_ranges
-    if known_ranges is not None:
-        new_ranges = new_ranges.join(known_ranges, "range_id", "left_anti")
-        ranges = known_ranges.unionByName(new_ranges)
-    range_ids = sorted(row.range_id for row in new_ranges.collect())
+        native=False,
+    )
+    found = {row[0] for row in listed.distinct().collect()}
+    new_ranges = sorted(found - known_ranges)
     addresses = read_parquet(
         spark,
         ns,
-        [layout.range_key(r) for r in range_ids],
+        [layout.range_key(r) for r in new_ranges],
         f"{layout.range_address_column} string",
         partitions,
+        native=False,
     ).withColumnRenamed(layout.range_address_column, "address")
-    return CommittedInput(metaranges, ranges, new_ranges, addresses, len(new_ids), len(range_ids))
+    return CommittedInput(
+        sorted(set(all_metaranges) | known_metaranges),
+        sorted(found | known_ranges),
+        len(new_metaranges),
+        len(new_ranges),
+        addresses,
+    )

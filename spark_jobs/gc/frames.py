@@ -12,9 +12,10 @@ import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
@@ -69,13 +70,23 @@ def s3a_enabled(spark: SparkSession) -> bool:
 
 
 def read_parquet(
-    spark: SparkSession, ns: Namespace, keys: list[str], schema: str, partitions: int
+    spark: SparkSession,
+    ns: Namespace,
+    keys: list[str],
+    schema: str,
+    partitions: int,
+    *,
+    native: bool = True,
 ) -> DataFrame:
-    """The named columns (`schema`, a DDL string) of Parquet files in the namespace."""
+    """The named columns (`schema`, a DDL string) of Parquet files in the namespace.
+
+    `native=False` reads with pyarrow on the executors even where Spark could: for many
+    small files Spark's file index (a stat, and a listing job, per path) costs more than
+    reading them."""
     columns = [part.split()[0] for part in schema.split(",")]
     if not keys:
         return spark.createDataFrame([], schema)
-    paths = [ns.spark_path(key, s3a_enabled(spark)) for key in keys]
+    paths = [ns.spark_path(key, s3a_enabled(spark)) for key in keys] if native else [None]
     if all(paths):
         return spark.read.schema(schema).parquet(*[p for p in paths if p]).select(*columns)
     files = parallel_frame(spark, keys, "key", partitions)
@@ -118,7 +129,29 @@ def _write_partition(
     )
 
 
-def rows_batch(columns: dict[str, list[Any]], schema: pa.Schema) -> pa.RecordBatch:
-    """A record batch from Python lists, typed by `schema`."""
-    arrays = [pa.array(columns[f.name], f.type) for f in schema]
-    return pa.record_batch(arrays, schema=schema)
+def write_sets(
+    frame: DataFrame, ns: Namespace, prefixes: dict[str, str], partitions: int
+) -> dict[str, list[str]]:
+    """Write the rows of `frame` (first column: the set's name) as Parquet files under
+    `prefixes[name]`, in one pass; returns each set's keys, sorted."""
+    columns = frame.columns[1:]
+    spread = frame.repartition(max(1, partitions), F.col(columns[0]))
+    written = spread.mapInArrow(partial(_write_sets, ns, prefixes), WRITTEN_SCHEMA).collect()
+    found: dict[str, list[str]] = {name: [] for name in prefixes}
+    for row in written:
+        name = next(n for n, p in prefixes.items() if row.key.startswith(p + "/"))
+        found[name].append(row.key)
+    return {name: sorted(keys) for name, keys in found.items()}
+
+
+def _write_sets(
+    ns: Namespace, prefixes: dict[str, str], batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    collected = [b for b in batches if b.num_rows]
+    if not collected:
+        return
+    table = pa.Table.from_batches(collected)
+    for name, prefix in prefixes.items():
+        rows = table.filter(pc.equal(table.column(0), name)).drop_columns([table.column_names[0]])
+        if rows.num_rows:
+            yield from _write_partition(ns, prefix, iter(rows.to_batches()))

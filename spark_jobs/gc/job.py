@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any
 
+import pyarrow as pa
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -43,7 +44,7 @@ from branchwater.spark_jobs.gc.config import (
     parse_duration,
 )
 from branchwater.spark_jobs.gc.events import emit
-from branchwater.spark_jobs.gc.frames import executor_errors, read_parquet, write_parts
+from branchwater.spark_jobs.gc.frames import executor_errors, read_parquet, write_parts, write_sets
 from branchwater.spark_jobs.gc.gate import GateLimits, max_candidates, run_gate
 from branchwater.spark_jobs.gc.layout import choose_slices
 from branchwater.spark_jobs.gc.listing import data_slices, list_objects
@@ -52,6 +53,7 @@ from branchwater.spark_jobs.gc.storage import Namespace
 from branchwater.spark_jobs.gc.sweep import sweep
 
 MALFORMED_EXAMPLES = 5
+ID_COLUMNS = {"ranges": "range_id", "metaranges": "metarange_id"}
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 """Spark's default (200) suits big clusters; unless set, the job uses 4 per core."""
 
@@ -195,8 +197,9 @@ class GCJob:
             self._refuse_malformed(combined, counts)
             summary.counts = {k: v for k, v in counts.items() if k != "malformed"}
             summary.ranges = {
-                "metaranges_read": committed.new_metarange_count,
-                "ranges_read": committed.new_range_count,
+                "metaranges_read": committed.new_metaranges,
+                "ranges_read": committed.new_ranges,
+                "ranges_known": len(committed.range_ids),
             }
         candidates = (
             combined.filter(plan.candidate(window.cutoff))
@@ -204,9 +207,11 @@ class GCJob:
             .persist(StorageLevel.MEMORY_AND_DISK)
         )
         with self.phase("write"):
-            files = self._write_sets(ns, prefix, combined, candidates, committed, window)
-            summary.files = files
             summary.reclaimed_by_slice = _per_slice(candidates)
+            total = sum(v.objects for v in summary.reclaimed_by_slice)
+            summary.files = self._write_sets(
+                ns, prefix, combined, candidates, total, committed, window
+            )
         with self.phase("gate"):
             refs = [committed.addresses, uncommitted] + ([carry] if carry is not None else [])
             frame = _gate_frame(candidates, refs, prepared.started_at).persist(
@@ -228,14 +233,18 @@ class GCJob:
     def _committed(
         self, repo: Repository, ns: Namespace, base: RunSummary | None
     ) -> CommittedInput:
-        layout = repo.committed_layout()
-        known_metaranges = known_ranges = None
+        known_metaranges: set[str] = set()
+        known_ranges: set[str] = set()
         if base is not None:
-            files = base.files
-            known_metaranges = self._read(ns, files.get("metaranges", []), "metarange_id string")
-            known_ranges = self._read(ns, files.get("ranges", []), "range_id string")
+            known_metaranges = _ids(ns, base.files.get("metaranges", []))
+            known_ranges = _ids(ns, base.files.get("ranges", []))
         committed = read_committed(
-            self.spark, ns, layout, known_metaranges, known_ranges, self.partitions
+            self.spark,
+            ns,
+            repo.committed_layout(),
+            known_metaranges,
+            known_ranges,
+            self.partitions,
         )
         committed.addresses = committed.addresses.persist(StorageLevel.MEMORY_AND_DISK)
         return committed
@@ -315,33 +324,27 @@ class GCJob:
         prefix: str,
         combined: DataFrame,
         candidates: DataFrame,
+        total: int,
         committed: CommittedInput,
         window: plan.Window,
     ) -> dict[str, list[str]]:
-        total = candidates.count()
         parts = max(1, math.ceil(total / self.config.candidates_per_file))
         state = f"{prefix}state"
-        sets = {
-            runs.CANDIDATES: (candidates, f"{prefix}{runs.CANDIDATES}", parts),
-            "pending": (
-                combined.filter(plan.pending(window.cutoff)).select(
-                    "address", "size", "mtime", "slice"
-                ),
-                f"{state}/pending",
-                self.partitions,
-            ),
-            "carry": (
-                combined.filter(plan.carry()).select("address"),
-                f"{state}/carry",
-                self.partitions,
-            ),
-            "ranges": (committed.ranges, f"{state}/ranges", self.partitions),
-            "metaranges": (committed.metaranges, f"{state}/metaranges", self.partitions),
-        }
-        return {
-            name: write_parts(frame, ns, where, count)
-            for name, (frame, where, count) in sets.items()
-        }
+        files = {runs.CANDIDATES: write_parts(candidates, ns, f"{prefix}{runs.CANDIDATES}", parts)}
+        kept = combined.select(
+            F.when(plan.pending(window.cutoff), "pending").when(plan.carry(), "carry").alias("set"),
+            "address",
+            "size",
+            "mtime",
+            "slice",
+        ).filter(F.col("set").isNotNull())
+        sets = {name: f"{state}/{name}" for name in ("pending", "carry")}
+        files.update(write_sets(kept, ns, sets, self.partitions))
+        for name, ids in (("ranges", committed.range_ids), ("metaranges", committed.metarange_ids)):
+            key = f"{state}/{name}/{runs.part_name(0)}"
+            ns.write_parquet(key, pa.table({ID_COLUMNS[name]: pa.array(ids, pa.string())}))
+            files[name] = [key]
+        return files
 
     def _save(self, ns: Namespace, summary: RunSummary, validations: dict[str, Any] | None) -> None:
         prefix = run_prefix(summary.run_id)
@@ -412,6 +415,11 @@ def _gate_frame(candidates: DataFrame, refs: list[DataFrame], start: datetime) -
         .withColumn("referenced", F.coalesce(F.col("referenced"), F.lit(False)))
         .withColumn("age_seconds", age)
     )
+
+
+def _ids(ns: Namespace, keys: list[str]) -> set[str]:
+    """A saved set of ids, read on the driver: small next to what is read from them."""
+    return {i for key in keys for i in ns.read_parquet(key).column(0).to_pylist()}
 
 
 def _validations(ns: Namespace, run_id: str) -> dict[str, Any] | None:
