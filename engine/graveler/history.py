@@ -69,7 +69,7 @@ def find_merge_bases(
         mark = marks[commit.id]
         if mark & _BOTH == _BOTH and not mark & _STALE:
             bases.append(commit)
-            mark |= _STALE
+            mark = marks[commit.id] = mark | _STALE
         for parent in commit.parents:
             before = marks.get(parent, 0)
             if before | mark != before:

@@ -154,17 +154,23 @@ def _merge_bases(g: Graveler, repo: RepositoryRecord, head: Commit, source: Comm
 def base_metarange(g: Graveler, repo: RepositoryRecord, bases: Sequence[Commit]) -> str:
     """The metarange of the merge base: the one best base's, else a virtual base.
 
-    Bases are merged one by one on the bases of each pair, found and merged the same way, as
-    git's recursive strategy does. Where two bases disagree the virtual base holds a value
-    equal to neither (see `_neither`), so the outer merge sees both sides as changes there.
+    Bases are merged one by one, oldest first, on the bases of each pair, found and merged
+    the same way, as git's recursive strategy does. Where two bases disagree the virtual base
+    holds a value equal to neither (see `_neither`), so the outer merge sees both sides as
+    changes there.
     """
-    merged, merged_ids = bases[0].metarange_id, [bases[0].id]
-    for other in bases[1:]:
+    first, *rest = sorted(bases, key=_age)
+    merged, merged_ids = first.metarange_id, [first.id]
+    for other in rest:
         inner = find_merge_bases(g.refs, repo, merged_ids, (other.id,))
         inner_mr = base_metarange(g, repo, inner) if inner else EMPTY_METARANGE_ID
         merged, _ = _merge_metaranges(g, repo, inner_mr, other.metarange_id, merged, VIRTUAL_BASE)
         merged_ids.append(other.id)
     return merged
+
+
+def _age(commit: Commit) -> tuple[datetime, str]:
+    return commit.creation_date, commit.id
 
 
 def _ready_destination(

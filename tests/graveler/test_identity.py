@@ -245,13 +245,28 @@ def criss_cross(repo, left_change: dict[str, bytes], right_change: dict[str, byt
 def test_criss_cross_has_two_merge_bases_and_the_merge_records_them(lake: Lake, repo) -> None:
     left, right, sides = criss_cross(repo, {"p": b"B"}, {"q": b"Q"}, None)
     bases = find_merge_bases(lake.graveler.refs, repo.record, [left.commit_id], [right.commit_id])
-    assert {b.id for b in bases} == {sides["left"].id, sides["right"].id}
+    assert sorted(b.id for b in bases) == sorted((sides["left"].id, sides["right"].id))
     assert repo.merge_base("left", "right").id in {b.id for b in bases}
     left.upload("l", b"more")
     left.commit("more")
     result = repo.merge("left", into="right")
     recorded = result.commit.metadata[merge_ops.BASES_KEY].split(",")
     assert sorted(recorded) == sorted(b.id for b in bases)
+
+
+def test_a_fork_has_one_merge_base_recorded_once(lake: Lake, repo) -> None:
+    main, feature = forked(repo, {"p": b"A"})
+    fork = main.commit_id
+    feature.upload("f", b"f")
+    feature.commit("f")
+    main.upload("m", b"m")
+    main.commit("m")
+    result = repo.merge("feature", into="main")
+    assert result.commit.metadata[merge_ops.BASES_KEY] == fork
+    refs, record = lake.graveler.refs, repo.record
+    assert find_merge_bases(refs, record, [main.commit_id], [feature.commit_id]) == [
+        refs.get_commit(record, feature.commit_id)
+    ]
 
 
 def test_criss_cross_keeps_deletions_that_either_single_base_would_conflict_on(repo) -> None:
