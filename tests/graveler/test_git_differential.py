@@ -1,10 +1,12 @@
 """The engine against the git CLI: seeded random histories applied to both must agree.
 
-Each step (write, delete, commit, reset, branch creation, merge with or without a strategy,
-of a branch or of its previous commit, so criss-cross histories arise) runs on a lake and on
-a git repository with one worktree per branch. After every step the outcome (committed or
-nothing to commit; merged, fast-forwarded, up to date, conflicted on the same paths, or
-refused on a dirty destination) and every branch's files, staged and committed, must agree.
+Each step (write from a small alphabet of contents, delete, commit, reset, branch creation,
+merge with or without a strategy, of a branch or of its previous commit, and cross merges
+that make criss-cross histories) runs on a lake and on a git repository with one worktree
+per branch; rewrites of equal content are frequent, and git compares content. After every
+step the outcome (committed or nothing to commit; merged, fast-forwarded, up to date,
+conflicted on the same paths, or refused on a dirty destination) and every branch's files,
+staged and committed, must agree.
 
 git runs its `recursive` strategy without rename detection (`ort` in git 2.39 ignores
 `no-renames`). Contents are one line of text, so git's line merge conflicts wherever both
@@ -335,6 +337,6 @@ def test_the_random_histories_include_criss_cross_merges(tmp_path: Path) -> None
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", range(100, 130))
+@pytest.mark.parametrize("seed", range(100, 120))
 def test_long_random_histories_agree_with_git(tmp_path: Path, seed: int) -> None:
-    play(tmp_path, seed, 250)
+    play(tmp_path, seed, 200)

@@ -220,6 +220,28 @@ def test_merge_into_a_branch_with_only_identical_rewrites_staged(
         repo.merge("feature", into="main")
 
 
+def test_a_write_landing_while_rewrites_are_sealed_blocks_the_merge_and_is_kept(
+    lake: Lake, repo, monkeypatch
+) -> None:
+    main, feature = forked(repo, {"p": b"A"})
+    feature.upload("f", b"f")
+    feature.commit("f")
+    rewrite(lake, repo, "main", "p")
+    g = lake.graveler
+    original = g.try_update_branch
+
+    def write_first(record, branch, predicate):
+        monkeypatch.setattr(g, "try_update_branch", original)
+        main.upload("late", b"written just before the seal")
+        return original(record, branch, predicate)
+
+    monkeypatch.setattr(g, "try_update_branch", write_first)
+    with pytest.raises(DirtyBranch):
+        repo.merge("feature", into="main")
+    assert main.read("late") == b"written just before the seal"
+    assert [c.path for c in main.uncommitted()] == ["late"]
+
+
 # --- criss-cross merges -----------------------------------------------------------------
 
 
