@@ -278,21 +278,22 @@ def test_used_tokens_are_forgotten_once_expired(lake: Lake, repo: Repository) ->
 def test_a_retried_link_of_the_same_content_commits_once_then_finds_no_changes(
     repo: Repository,
 ) -> None:
-    """An Airflow task that links its output and commits, run twice: one commit, then none."""
+    """An Airflow task that links its output and commits, run twice: the retry's link stages
+    nothing (the branch keeps the first object) and its commit finds nothing to commit."""
     main = repo.branch("main")
-    sha = "9" * 64
 
-    def run_task() -> str:
+    def link_output() -> str:
         physical = main.get_physical_address()
         upload_to(main, physical.address, b"part")
-        main.link_physical_address("out/part-0", physical.token, size=4, checksum=sha)
-        main.commit("task output")
-        return physical.address
+        linked = main.link_physical_address("out/part-0", physical.token, size=4, checksum="9" * 64)
+        return linked.address
 
-    first = run_task()
+    first = link_output()
+    main.commit("task output")
     head = main.commit_id
-    with pytest.raises(NoChanges):
-        run_task()
-    assert main.commit_id == head
+    assert link_output() == first
     assert main.stat("out/part-0").address == first
     assert staged_paths(main) == []
+    with pytest.raises(NoChanges):
+        main.commit("task output")
+    assert main.commit_id == head
