@@ -26,6 +26,7 @@ from branchwater.engine.errors import (
     TooManyTries,
     Unavailable,
 )
+from branchwater.engine.urls import redact_url
 
 _LAZY = {
     "Lake": "branchwater.engine.api",
@@ -66,5 +67,6 @@ __all__ = [
     "PredicateFailed",
     "TooManyTries",
     "Unavailable",
+    "redact_url",
     *_LAZY,
 ]
