@@ -10,7 +10,7 @@ hook, so DAG files that build operators parse without any of them.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
@@ -18,12 +18,12 @@ from urllib.parse import unquote, urlsplit
 from airflow.sdk import BaseHook
 from airflow.sdk.log import mask_secret
 
-from branchwater.engine import ConfigurationError, Lake, redact_url
+from branchwater.engine import ConfigurationError, redact_url
 
 if TYPE_CHECKING:
     from airflow.sdk import Connection
 
-    from branchwater.engine import Repository
+    from branchwater.engine import Lake, Repository
 
 CONN_TYPE = "branchwater"
 DEFAULT_CONN_ID = "branchwater_default"
@@ -33,7 +33,7 @@ DEFAULT_CONN_ID = "branchwater_default"
 class BranchwaterSettings:
     """What a `branchwater` connection holds, read once per hook."""
 
-    kv_url: str
+    kv_url: str = field(repr=False)
     default_namespace: str | None = None
     aws_conn_id: str | None = None
     link_template: str | None = None
@@ -114,6 +114,8 @@ class BranchwaterHook(BaseHook):
 
     def get_conn(self) -> Lake:
         if self._lake is None:
+            from branchwater.engine import Lake  # pyarrow and the engine load on first use
+
             self.log.info("Opening Branchwater lake %s", redact_url(self.settings.kv_url))
             self._lake = Lake.connect(self.settings.kv_url, s3_options=self.s3_options())
         return self._lake

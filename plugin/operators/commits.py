@@ -18,7 +18,7 @@ from branchwater.plugin.operators.base import (
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from branchwater.engine import Commit, Repository
+    from branchwater.engine import Commit, MergeResult, Repository
 
 HINT_KEY = "merge_hint"
 """Where a merge that lost every race leaves its hint: the task's state store, which outlives
@@ -118,15 +118,7 @@ class BranchwaterMergeOperator(BranchwaterOperator):
         source_id = repo.ref(self.source_ref).commit_id
         hint = self._saved_hint(context, source_id, into)
         try:
-            result = repo.merge(
-                self.source_ref,
-                into,
-                self.strategy,
-                message=self.message,
-                metadata={**self.metadata, **run_metadata(context)},
-                committer=self.committer,
-                hint=hint,
-            )
+            result = self.merge(repo, into, hint, context)
             commit = result.commit
             self.log.info("Merged in %d attempt(s): %s", result.attempts, commit.id)
         except MergeRaceLost as lost:
@@ -142,6 +134,18 @@ class BranchwaterMergeOperator(BranchwaterOperator):
             outputs=(LineageDataset(repo.name, into),),
         )
         return commit.id
+
+    def merge(self, repo: Repository, into: str, hint: str | None, context: Context) -> MergeResult:
+        """One merge through the engine, which retries lost races itself."""
+        return repo.merge(
+            self.source_ref,
+            into,
+            self.strategy,
+            message=self.message,
+            metadata={**self.metadata, **run_metadata(context)},
+            committer=self.committer,
+            hint=hint,
+        )
 
     def _merged_earlier(
         self, repo: Repository, into: str, source_id: str, context: Context
