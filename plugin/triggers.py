@@ -91,9 +91,11 @@ class BranchwaterCommitEventTrigger(BaseEventTrigger):
     ```
 
     A DAG scheduled on that asset runs when the branch gets a commit. The payload names the
-    repository, branch, `commit_id` and `previous_commit_id`. The last HEAD seen is kept in
-    the asset's state store, so a restarted triggerer reports what landed while it was down;
-    a trigger started afresh (or watching for several assets) starts from the current HEAD.
+    repository, branch, `commit_id` and `previous_commit_id`; commits landing between two
+    polls make one event. The last HEAD reported is kept in the asset's state store once the
+    triggerer moved past its event, so a restarted trigger reports what landed while it was
+    down, and an event it was stopped right after is reported again (at least once). A
+    trigger started afresh (or watching for several assets) starts from the current HEAD.
     """
 
     def __init__(
