@@ -12,7 +12,11 @@ from itertools import islice
 from pathlib import Path
 
 from branchwater.engine.errors import InvalidArgument, NotFound
-from branchwater.engine.gc.addresses import AddressAllocator
+from branchwater.engine.gc import copies, links
+from branchwater.engine.gc.context import GCContext
+from branchwater.engine.gc.prepare import PreparedRun, prepare_uncommitted_for_gc
+from branchwater.engine.gc.settings import GCSettings
+from branchwater.engine.gc.tokens import PhysicalAddress
 from branchwater.engine.graveler import branches as branch_ops
 from branchwater.engine.graveler import commit as commit_ops
 from branchwater.engine.graveler import history, reads, repositories, writes
@@ -35,9 +39,10 @@ DEFAULT_KV_URL = "sqlite:///.branchwater/lake.db"
 class Lake:
     """A connection to one lake: a KV store plus the object stores its repositories name."""
 
-    def __init__(self, graveler: Graveler) -> None:
+    def __init__(self, graveler: Graveler, gc: GCSettings | None = None) -> None:
         self.graveler = graveler
-        self.addresses = AddressAllocator()
+        self.gc = GCContext(graveler.kv, gc)
+        self.addresses = self.gc.addresses
 
     @classmethod
     def connect(
@@ -50,11 +55,13 @@ class Lake:
         branch_cache_ttl: float = 0.5,
         range_cache_dir: str | Path | None = None,
         range_cache_bytes: int = DEFAULT_MAX_BYTES,
+        gc: GCSettings | None = None,
     ) -> Lake:
         """Open a lake. Verified ranges are shared with the machine's other processes through
         a cache in `range_cache_dir` (default: `$BRANCHWATER_CACHE_DIR`, else the user's cache
         directory), trimmed to `range_cache_bytes`; 0 bytes, or an empty
-        `$BRANCHWATER_CACHE_DIR`, turns it off."""
+        `$BRANCHWATER_CACHE_DIR`, turns it off. `gc` sets link-token expiry, copy-record
+        lifetime and prepare's file size."""
         directory = Path(range_cache_dir) if range_cache_dir else default_cache_dir()
         cache = None
         if directory is not None and range_cache_bytes:
@@ -67,7 +74,7 @@ class Lake:
             retry=retry,
             branch_cache_ttl=branch_cache_ttl,
         )
-        return cls(graveler)
+        return cls(graveler, gc)
 
     def create_repository(
         self, name: str, storage_namespace: str, default_branch: str = "main"
@@ -94,6 +101,7 @@ class Lake:
 
     def close(self) -> None:
         """Wait for background cleanup and release connections."""
+        self.gc.close()
         self.graveler.close()
 
     def __enter__(self) -> Lake:
@@ -218,6 +226,14 @@ class Repository:
     def delete_tag(self, name: str) -> None:
         self._g.refs.remove_tag(self.record, name)
 
+    def prepare_uncommitted_for_gc(
+        self, run_id: str | None = None, *, progress: commit_ops.Progress | None = None
+    ) -> PreparedRun:
+        """Write every branch's uncommitted addresses, then the copy records, as Parquet for
+        GC; returns (run_id, location). Passing the `run_id` of an interrupted run resumes it.
+        `progress(n)` is called as entries are written, with how many so far."""
+        return prepare_uncommitted_for_gc(self._g, self.lake.gc, self.record, run_id, progress)
+
     def dump_refs(self, path: str | Path) -> int:
         """Write commits, branches and tags as JSON; returns the number of records written."""
         from branchwater.engine.graveler.dump import dump_refs
@@ -339,6 +355,45 @@ class Branch(Ref):
 
     def reset(self) -> None:
         branch_ops.reset_branch(self._g, self._record, self.name)
+
+    def get_physical_address(self) -> PhysicalAddress:
+        """An address to write an object to (with Spark, aws cli, ...) and the token that lets
+        `link_physical_address` stage it; the token expires and is single-use."""
+        return links.get_physical_address(self._g, self._gc, self._record, self.name)
+
+    def link_physical_address(
+        self,
+        path: str,
+        token: str,
+        *,
+        size: int,
+        checksum: str,
+        metadata: Mapping[str, str] | None = None,
+        address: str | None = None,
+    ) -> Entry:
+        """Stage the object written at a `get_physical_address` address as `path`."""
+        return links.link_physical_address(
+            self._g,
+            self._gc,
+            self._record,
+            self.name,
+            _check_path(path),
+            token,
+            size=size,
+            checksum=checksum,
+            metadata=metadata,
+            address=address,
+        )
+
+    def copy(self, src: str, dst: str) -> Entry:
+        """Copy `src` to `dst`: shallow (and tracked for GC) when `src` is uncommitted."""
+        return copies.copy_entry(
+            self._g, self._gc, self._record, self.name, _check_path(src), _check_path(dst)
+        )
+
+    @property
+    def _gc(self) -> GCContext:
+        return self.repository.lake.gc
 
 
 def _after(commits: Iterator[Commit], commit_id: str) -> Iterator[Commit]:

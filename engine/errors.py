@@ -93,3 +93,24 @@ class Unavailable(BranchwaterError):
 
 class CorruptedData(BranchwaterError):
     """Stored data is missing or unreadable where the metadata says it must be."""
+
+
+class InvalidAddress(InvalidArgument):
+    """A physical address is foreign, absolute or malformed: only `data/<slice>/<id>` inside
+    the repository's namespace may be linked, so GC can account for every object."""
+
+
+class InvalidToken(InvalidArgument):
+    """A link token is malformed, forged, or issued for another repository or branch."""
+
+
+class TokenExpired(InvalidToken):
+    """A link token's time is up: GC may already treat its address as garbage."""
+
+
+class TokenAlreadyUsed(InvalidToken):
+    """A link token was already used to link an object; tokens are single-use."""
+
+
+class RunExpired(BranchwaterError):
+    """A GC preparation ran longer than the records it relies on are kept; start a new run."""

@@ -1,4 +1,4 @@
-"""Helpers the tests share: names, ports, server availability, committed-layer data, the CLI runner.
+"""Helpers the tests share: names, ports, servers, committed data, the CLI runner, GC runs.
 
 Fixtures live in `tests/conftest.py` and the plugins under `tests/fixtures/`; everything a
 test imports by name lives here, in one place.
@@ -6,6 +6,7 @@ test imports by name lives here, in one place.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import socket
@@ -15,10 +16,17 @@ from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import NamedTuple, NoReturn, Protocol
 
+import pyarrow as pa
 import pytest
 
+from branchwater.engine.api import Lake, Repository
+from branchwater.engine.gc.context import GCContext
+from branchwater.engine.gc.prepare import PreparedRun, read_run
+from branchwater.engine.gc.settings import GCSettings
+from branchwater.engine.graveler import commit as commit_ops
 from branchwater.engine.graveler.committed import RangePolicy
 from branchwater.engine.graveler.committed.format import RANGES_PREFIX
+from branchwater.engine.graveler.iterators import combine
 from branchwater.engine.graveler.model import Entry
 from branchwater.engine.objects import ObjectInfo
 from branchwater.engine.objects.local import LocalObjectStore
@@ -165,3 +173,55 @@ def local_file(lake: CliLake, name: str, data: bytes) -> str:
     path = lake.root / name
     path.write_bytes(data)
     return str(path)
+
+
+# Uncommitted GC ----------------------------------------------------------------------------
+
+
+class FakeClock:
+    """Wall time that moves only when a test says so."""
+
+    def __init__(self, now: datetime = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, delta: timedelta) -> None:
+        self.now += delta
+
+
+def use_clock(lake: Lake, clock: FakeClock, settings: GCSettings | None = None) -> None:
+    """Give the lake's GC a fake clock (and settings)."""
+    lake.gc.close()
+    lake.gc = GCContext(lake.graveler.kv, settings, clock=clock)
+
+
+def compact(repo: Repository, branch_name: str) -> str:
+    """Staging compaction by hand, as issue 11's compactor leaves a branch: sealed tokens
+    applied on the base, the result in `compacted_metarange_id`, no sealed tokens left."""
+    g, record = repo.lake.graveler, repo.record
+    commit_ops.seal(g, record, branch_name, allow_empty=True)
+    branch, predicate = g.refs.get_branch(record, branch_name)
+    base = g.base_metarange(record, branch)
+    changes = combine([g.staging.scan(token) for token in branch.sealed_tokens])
+    metarange_id = g.committed(record).apply(base, changes)
+    compacted = dataclasses.replace(branch, sealed_tokens=(), compacted_metarange_id=metarange_id)
+    assert g.try_update_branch(record, compacted, predicate)
+    g.drop_tokens_later(branch.sealed_tokens)
+    return metarange_id
+
+
+def run_table(repo: Repository, run: PreparedRun) -> pa.Table:
+    return read_run(repo.lake.graveler.objects(repo.storage_namespace), run.run_id)
+
+
+def run_rows(repo: Repository, run: PreparedRun) -> set[tuple[str, str, str]]:
+    """(address, branch, source) of every row of a finished run."""
+    table = run_table(repo, run)
+    columns = [table.column(name).to_pylist() for name in ("address", "branch", "source")]
+    return set(zip(*columns, strict=True))
+
+
+def run_addresses(repo: Repository, run: PreparedRun) -> set[str]:
+    return {address for address, _, _ in run_rows(repo, run)}

@@ -1,4 +1,4 @@
-"""`upload | cat | ls | rm`: objects on a branch or at any ref (and `cp`, once the API copies)."""
+"""`upload | cat | ls | rm | cp`: objects on a branch or at any ref."""
 
 from __future__ import annotations
 
@@ -61,6 +61,14 @@ def cmd_rm(lake: Lake, args: argparse.Namespace, out: Output) -> None:
     )
 
 
+def cmd_cp(lake: Lake, args: argparse.Namespace, out: Output) -> None:
+    entry = lake.repository(args.repo).branch(args.branch).copy(args.src, args.dst)
+    out.document(
+        entry_to_json(entry),
+        f"Copied {args.src} to {entry.path} on {args.repo}/{args.branch} (uncommitted)",
+    )
+
+
 def register(sub: Subparsers) -> None:
     upload = verb(sub, "upload", cmd_upload, "stage a local file (or stdin, '-') at PATH")
     upload.add_argument("repo", metavar="REPO")
@@ -82,3 +90,8 @@ def register(sub: Subparsers) -> None:
     rm.add_argument("repo", metavar="REPO")
     rm.add_argument("branch", metavar="BRANCH")
     rm.add_argument("path", metavar="PATH")
+    cp = verb(sub, "cp", cmd_cp, "copy an object within a branch (uncommitted)")
+    cp.add_argument("repo", metavar="REPO")
+    cp.add_argument("branch", metavar="BRANCH")
+    cp.add_argument("src", metavar="SRC")
+    cp.add_argument("dst", metavar="DST")

@@ -1,37 +1,82 @@
-"""Physical addresses of data objects: `data/<slice>/<object id>`.
+"""Physical addresses of data objects, and the namespace layout a GC job relies on.
 
-Slice names start with the inverted creation time, so listing a namespace yields the newest
-slices first and GC can stop early at slices older than what it already swept. A process
-opens a new slice every `slice_seconds` or every `objects_per_slice` objects.
+Layout of a repository's storage namespace:
+
+- `data/<slice>/<object id>`: every data object Branchwater writes or links. Addresses are
+  stored relative to the namespace, never absolute, so a namespace can be listed and
+  compared with the metadata as plain keys.
+- A slice name is `<inverted creation time, 12 hex digits>-<6 random hex digits>`, so a
+  listing yields the newest slices first, and `slice_created` reads a slice's creation time
+  from its name. A process opens a new slice every `slice_seconds` or every
+  `objects_per_slice` objects, and only that process writes to it.
+- `_branchwater/` (`SPECIAL_PREFIX`): the engine's own state (repository marker, ranges,
+  metaranges, GC runs). GC never deletes anything under it, nor anything outside `data/`.
+
+What a GC job may assume: an object younger than the link-token expiry may still be linked,
+so it must never be deleted; a slice created after the cutoff holds only such objects and
+can be skipped whole, and in older slices the object's own modification time decides.
 """
 
 from __future__ import annotations
 
+import re
 import secrets
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from branchwater.engine.errors import InvalidArgument
+from branchwater.engine.errors import InvalidAddress, InvalidArgument
 
 DATA_PREFIX = "data/"
+SPECIAL_PREFIX = "_branchwater/"
 _MAX_MILLIS = 16**12 - 1
+_ID = re.compile(r"^[0-9a-f]{12}-[0-9a-f]{6}$")
+_OBJECT_ID = re.compile(r"^[0-9A-Za-z][0-9A-Za-z_.-]*$")
 
 
-def slice_name(created: datetime) -> str:
+def newest_first_id(created: datetime) -> str:
+    """A unique id that sorts newest first and encodes `created` (milliseconds)."""
     inverted = _MAX_MILLIS - int(created.timestamp() * 1000)
     return f"{inverted:012x}-{secrets.token_hex(3)}"
 
 
-def slice_created(name: str) -> datetime:
-    """The creation time encoded in a slice name."""
-    try:
-        inverted = int(name.split("-", 1)[0], 16)
-    except ValueError:
-        raise InvalidArgument(f"{name!r} is not a slice name") from None
+def newest_first_time(name: str) -> datetime:
+    """The creation time encoded in an id from `newest_first_id`."""
+    if not isinstance(name, str) or not _ID.match(name):
+        raise InvalidArgument(f"{name!r} is not a time-ordered id such as a slice name")
+    inverted = int(name.split("-", 1)[0], 16)
     return datetime.fromtimestamp((_MAX_MILLIS - inverted) / 1000, timezone.utc)
+
+
+slice_name = newest_first_id
+slice_created = newest_first_time
+
+
+def check_data_address(address: object) -> str:
+    """Accept only `data/<slice>/<object id>` relative to the namespace; anything else would
+    be an object GC cannot account for (or one it might delete under another repository)."""
+    if not isinstance(address, str):
+        raise InvalidAddress(f"a physical address must be a string, not {type(address).__name__}")
+    if "://" in address or address.startswith("/"):
+        raise InvalidAddress(
+            f"physical address {address!r} is absolute; Branchwater links only addresses it "
+            "handed out, relative to the repository's namespace (data/<slice>/<object id>)"
+        )
+    parts = address.split("/")
+    if (
+        len(parts) != 3
+        or f"{parts[0]}/" != DATA_PREFIX
+        or not _ID.match(parts[1])
+        or not _OBJECT_ID.match(parts[2])
+    ):
+        raise InvalidAddress(
+            f"physical address {address!r} is not of the form data/<slice>/<object id>; "
+            "get one from get_physical_address()"
+        )
+    return address
 
 
 @dataclass
@@ -44,15 +89,21 @@ class _Slice:
 class AddressAllocator:
     """Hands out fresh addresses; thread-safe, one current slice per allocator."""
 
-    def __init__(self, slice_seconds: float = 3600, objects_per_slice: int = 100_000) -> None:
+    def __init__(
+        self,
+        slice_seconds: float = 3600,
+        objects_per_slice: int = 100_000,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.slice_seconds = slice_seconds
         self.objects_per_slice = objects_per_slice
+        self._clock = clock
         self._current: _Slice | None = None
         self._lock = threading.Lock()
 
     def next_address(self) -> str:
         with self._lock:
-            now = time.time()
+            now = self._clock()
             current = self._current
             if (
                 current is None

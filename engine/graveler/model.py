@@ -54,6 +54,9 @@ TOMBSTONE = b""
 """The staged value of a deleted path."""
 
 _SEP = "\x00"
+STAGED_SEPARATOR = _SEP
+STAGED_FIELDS = ("address", "size", "checksum", "mtime_us", "metadata")
+"""The fields of a staged value in order: what bulk readers split a value on `_SEP` into."""
 
 
 def metadata_json(metadata: Metadata) -> str:

@@ -1,0 +1,105 @@
+"""Copies within a branch, and the records that keep shallow copies safe from GC (seed:
+"Track copied objects in ref-store").
+
+Copying an uncommitted object is shallow: the new entry shares the physical address. A
+prepare run scans a branch in path order, so a copy to a path it already passed, followed by
+deleting the source before the scan reaches it, would hide the object from the run. Every
+shallow copy is therefore recorded (address, time) in the KV first, and prepare reads these
+records after all uncommitted entries. Records live for `copy_record_ttl`, longer than any
+prepare run, then are swept in the background. Copies of committed objects are deep: the
+object is copied to a new address, which the copy's entry alone keeps alive.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from branchwater.engine.errors import NotFound
+from branchwater.engine.gc.records import ExpiringRecords, from_millis, to_millis
+from branchwater.engine.gc.tokens import Clock, utc_now
+from branchwater.engine.graveler import reads, writes
+from branchwater.engine.graveler.graveler import Graveler
+from branchwater.engine.graveler.model import Entry, RepositoryRecord
+from branchwater.engine.kv import Store
+
+if TYPE_CHECKING:
+    from branchwater.engine.gc.context import GCContext
+
+COPIES_PREFIX = b"gc/copies/"
+
+
+@dataclass(frozen=True)
+class CopyRecord:
+    """A shallow copy of `address` on `branch` at `created`, kept for GC until `expires`."""
+
+    address: str
+    branch: str
+    created: datetime
+    expires: datetime
+
+
+class CopyTracker:
+    def __init__(self, kv: Store, ttl: timedelta, clock: Clock = utc_now) -> None:
+        self.ttl = ttl
+        self.clock = clock
+        self.store = ExpiringRecords(kv, COPIES_PREFIX)
+
+    def record(self, repo: RepositoryRecord, branch: str, address: str) -> CopyRecord:
+        created = from_millis(to_millis(self.clock()))
+        record = CopyRecord(address, branch, created, created + self.ttl)
+        value = {"address": address, "branch": branch, "created": to_millis(created)}
+        self.store.put(repo, record.expires, uuid.uuid4().hex, json.dumps(value).encode())
+        return record
+
+    def records(self, repo: RepositoryRecord) -> Iterator[CopyRecord]:
+        """Every stored record, expired ones included (keeping more is always safe)."""
+        for stored in self.store.scan(repo):
+            value = json.loads(stored.value)
+            created = from_millis(value["created"])
+            yield CopyRecord(value["address"], value["branch"], created, stored.expires)
+
+    def sweep(self, repo: RepositoryRecord) -> int:
+        return self.store.sweep(repo, self.clock())
+
+
+def copy_entry(
+    g: Graveler, gc: GCContext, repo: RepositoryRecord, branch_name: str, src: str, dst: str
+) -> Entry:
+    """Copy `src` to `dst` on one branch: shallow and recorded when `src` is uncommitted.
+
+    Whether HEAD holds the same object at `src` is read apart from the entry itself; a
+    commit in between only changes which of two safe kinds of copy is made.
+    """
+    source = reads.get_branch_entry(g, repo, branch_name, src)
+    if _is_uncommitted(g, repo, branch_name, source):
+        record = gc.copies.record(repo, branch_name, source.address)
+        copied = source._replace(path=dst, mtime=record.created)
+    else:
+        copied = _deep_copy(g, repo, source, dst, gc.addresses.next_address())
+    writes.stage_entry(g, repo, branch_name, copied)
+    gc.sweep_later(repo)
+    return copied
+
+
+def _is_uncommitted(g: Graveler, repo: RepositoryRecord, branch_name: str, entry: Entry) -> bool:
+    head = g.refs.get_commit(repo, g.read_branch(repo, branch_name).commit_id)
+    committed = reads.committed_lookup(g, repo, head.metarange_id, entry.path)
+    return committed is None or committed.address != entry.address
+
+
+def _deep_copy(g: Graveler, repo: RepositoryRecord, source: Entry, dst: str, address: str) -> Entry:
+    objects = g.objects(repo.storage_namespace)
+    try:
+        data = objects.get(source.address)
+    except NotFound:
+        raise NotFound(
+            f"cannot copy {source.path!r}: its data at {source.address} is missing from "
+            f"{repo.storage_namespace}"
+        ) from None
+    info = objects.put(address, data)
+    return source._replace(path=dst, address=address, mtime=info.mtime)

@@ -1,0 +1,87 @@
+"""Objects written by other tools (Spark, aws cli): hand out an address, then link it.
+
+The address is in the current slice and comes with a signed, expiring, single-use token
+(`tokens.py`). Linking checks the token, that the object is there with the size given, then
+uses the token up and stages the entry; if staging fails the token is given back, so a
+failed link leaves neither an entry nor a spent token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from branchwater.engine.errors import InvalidAddress, InvalidArgument, NotFound
+from branchwater.engine.gc.addresses import check_data_address
+from branchwater.engine.gc.context import GCContext
+from branchwater.engine.gc.tokens import PhysicalAddress
+from branchwater.engine.graveler import writes
+from branchwater.engine.graveler.graveler import Graveler
+from branchwater.engine.graveler.model import Entry, RepositoryRecord
+from branchwater.engine.objects import ObjectInfo
+
+
+def get_physical_address(
+    g: Graveler, gc: GCContext, repo: RepositoryRecord, branch_name: str
+) -> PhysicalAddress:
+    g.read_branch(repo, branch_name)
+    return gc.tokens.issue(repo, branch_name, gc.addresses.next_address())
+
+
+def link_physical_address(
+    g: Graveler,
+    gc: GCContext,
+    repo: RepositoryRecord,
+    branch_name: str,
+    path: str,
+    token: str,
+    *,
+    size: int,
+    checksum: str,
+    metadata: Mapping[str, str] | None = None,
+    address: str | None = None,
+) -> Entry:
+    """Stage the object written at the token's address as `path`; `address`, if given, must
+    be the token's."""
+    _check_link_arguments(size, checksum, metadata)
+    claim = gc.tokens.verify(repo, branch_name, token)
+    if address is not None and check_data_address(address) != claim.address:
+        raise InvalidAddress(
+            f"address {address!r} is not the one this token was issued for ({claim.address})"
+        )
+    info = _uploaded(g, repo, claim.address)
+    if info.size != size:
+        raise InvalidArgument(
+            f"the object at {claim.address} has {info.size} bytes, not the {size} given; "
+            "link it once the upload is complete"
+        )
+    gc.tokens.use(repo, claim)
+    entry = Entry(path, claim.address, size, checksum, info.mtime, dict(metadata or {}))
+    try:
+        writes.stage_entry(g, repo, branch_name, entry)
+    except BaseException:
+        gc.tokens.give_back(repo, claim)
+        raise
+    gc.sweep_later(repo)
+    return entry
+
+
+def _uploaded(g: Graveler, repo: RepositoryRecord, address: str) -> ObjectInfo:
+    try:
+        return g.objects(repo.storage_namespace).stat(address)
+    except NotFound:
+        raise NotFound(
+            f"nothing was written at {address} in {repo.storage_namespace}; upload the object "
+            "there before linking it"
+        ) from None
+
+
+def _check_link_arguments(size: object, checksum: object, metadata: object) -> None:
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise InvalidArgument(f"size must be a non-negative integer, not {size!r}")
+    if not isinstance(checksum, str) or not checksum:
+        raise InvalidArgument(f"checksum must be a non-empty string, not {checksum!r}")
+    if metadata is not None and not (
+        isinstance(metadata, Mapping)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())
+    ):
+        raise InvalidArgument("metadata must map strings to strings")

@@ -1,0 +1,476 @@
+"""`prepare_uncommitted_for_gc`: every branch's uncommitted addresses, as Parquet, for GC.
+
+A run writes under `<namespace>/_branchwater/retention/gc/uncommitted/<run_id>/`:
+
+- `uncommitted/part-NNNNN.parquet`: (address, creation_time, branch, source) of every entry
+  in a staging token (`source` = `staged`), a sealed token (`sealed`) or a compacted
+  metarange but not in HEAD (`compacted`). Files target `GCSettings.prepare_file_bytes`.
+- `uncommitted/copies-NNNNN.parquet`: the copy records (`copy`), read only after every branch
+  was scanned, as the seed requires. Always written, so the folder is readable when empty.
+- `_SUCCESS`: the manifest (JSON), written last. A run without it is unfinished and must be
+  ignored; `_progress.json` says where to resume it.
+
+Run ids sort newest first and encode the run's start (`started_at`), from which GC takes its
+cutoff: an entry this run missed was staged after it started, so its object is younger than
+the start (or its address is in a copy record). Entries that move while a branch is scanned
+stay covered: committed ones are in the committed listing GC reads after this run, and a
+compaction is followed by scanning its metarange too. A branch deleted meanwhile is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import timedelta
+from itertools import islice
+from operator import itemgetter
+from typing import Any, Literal, NamedTuple
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from branchwater.engine.errors import (
+    CorruptedData,
+    InvalidArgument,
+    NotFound,
+    RunExpired,
+    too_many_tries,
+)
+from branchwater.engine.gc.addresses import newest_first_id, newest_first_time
+from branchwater.engine.gc.context import GCContext
+from branchwater.engine.graveler.commit import Progress
+from branchwater.engine.graveler.graveler import Graveler
+from branchwater.engine.graveler.model import (
+    STAGED_FIELDS,
+    STAGED_SEPARATOR,
+    BranchRecord,
+    Entry,
+    RepositoryRecord,
+)
+from branchwater.engine.objects import ObjectStore
+
+RETENTION_PREFIX = "_branchwater/retention/gc/uncommitted/"
+DATA_DIR = "uncommitted/"
+MANIFEST = "_SUCCESS"
+PROGRESS = "_progress.json"
+FORMAT = "branchwater-gc-uncommitted/1"
+
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+SCHEMA = pa.schema(
+    [
+        pa.field("address", pa.string(), nullable=False),
+        pa.field("creation_time", TIMESTAMP, nullable=False),
+        pa.field("branch", pa.string(), nullable=False),
+        pa.field("source", pa.string(), nullable=False),
+    ]
+)
+ROW_GROUP_ROWS = 100_000
+"""Rows read, decoded and written together: one Parquet row group."""
+SCAN_BATCH = 10_000
+MAX_COMPACTIONS_FOLLOWED = 10
+CLOCK_SKEW_MARGIN = timedelta(minutes=5)
+"""Other processes sweep expired copy records by their own clocks."""
+
+_ADDRESS = STAGED_FIELDS.index("address")
+_MTIME = STAGED_FIELDS.index("mtime_us")
+_SEPARATOR = STAGED_SEPARATOR.encode()
+
+
+LayerKind = Literal["staged", "sealed", "compacted"]
+"""Where an uncommitted entry was found: the `source` column of a run (or `copy`)."""
+
+
+class PreparedRun(NamedTuple):
+    run_id: str
+    location: str
+
+
+@dataclass
+class Layer:
+    """One source of uncommitted entries: a token, or a compacted metarange diffed on HEAD's."""
+
+    kind: LayerKind
+    ident: str
+    base: str = ""
+
+
+@dataclass
+class BranchCursor:
+    """How far the scan of one branch got: its layers, the one being read, the last path."""
+
+    branch: str
+    layers: list[Layer]
+    layer: int = 0
+    after: str = ""
+
+    @classmethod
+    def start(cls, g: Graveler, repo: RepositoryRecord, branch: BranchRecord) -> BranchCursor:
+        layers = [Layer("staged", branch.staging_token)]
+        layers += [Layer("sealed", token) for token in branch.sealed_tokens]
+        cursor = cls(branch.name, layers)
+        if branch.compacted_metarange_id:
+            cursor.follow(g, repo, branch)
+        return cursor
+
+    def follow(self, g: Graveler, repo: RepositoryRecord, branch: BranchRecord) -> None:
+        """Add the branch's compacted metarange, diffed against its HEAD."""
+        assert branch.compacted_metarange_id
+        head = g.refs.get_commit(repo, branch.commit_id).metarange_id
+        self.layers.append(Layer("compacted", branch.compacted_metarange_id, head))
+
+    def covers(self, compacted_metarange_id: str | None) -> bool:
+        return compacted_metarange_id is None or any(
+            layer.kind == "compacted" and layer.ident == compacted_metarange_id
+            for layer in self.layers
+        )
+
+
+@dataclass
+class RunProgress:
+    """What `_progress.json` holds: enough to resume the run where it was interrupted."""
+
+    run_id: str
+    repository_id: str
+    next_part: int = 0
+    files: list[str] = field(default_factory=list)
+    branches: dict[str, int] = field(default_factory=dict)
+    done_through: str | None = None
+    cursor: BranchCursor | None = None
+    scanned: bool = False
+
+    def encode(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def decode(cls, value: bytes) -> RunProgress:
+        raw = json.loads(value)
+        if raw.get("cursor"):
+            cursor = raw["cursor"]
+            cursor["layers"] = [Layer(**layer) for layer in cursor["layers"]]
+            raw["cursor"] = BranchCursor(**cursor)
+        return cls(**raw)
+
+
+def prepare_uncommitted_for_gc(
+    g: Graveler,
+    gc: GCContext,
+    repo: RepositoryRecord,
+    run_id: str | None = None,
+    progress: Progress | None = None,
+) -> PreparedRun:
+    """Write a run and return its id and location; `run_id` resumes an unfinished run (a
+    finished one is returned as it is)."""
+    run = _Run(g, gc, repo, run_id or newest_first_id(gc.clock()))
+    if not run.finished():
+        run.resume()
+        run.scan_branches(progress)
+        copies, records = run.write_copies()
+        run.finish(copies, records)
+    return run.result()
+
+
+def run_location(objects: ObjectStore, run_id: str) -> str:
+    return objects.uri(f"{RETENTION_PREFIX}{run_id}")
+
+
+def read_manifest(objects: ObjectStore, run_id: str) -> dict[str, Any]:
+    """The manifest of a finished run; `NotFound` while it is unfinished."""
+    try:
+        value = objects.get(f"{RETENTION_PREFIX}{run_id}/{MANIFEST}")
+    except NotFound:
+        raise NotFound(
+            f"GC preparation run {run_id!r} has no manifest in {objects.url}: it does not "
+            "exist or is unfinished (resume it with its run id)"
+        ) from None
+    return json.loads(value)
+
+
+def read_run(objects: ObjectStore, run_id: str) -> pa.Table:
+    """All rows of a finished run, as the manifest lists them."""
+    manifest = read_manifest(objects, run_id)
+    tables = []
+    for name in manifest["files"]:
+        data = objects.get(f"{RETENTION_PREFIX}{run_id}/{name}")
+        tables.append(pq.read_table(pa.BufferReader(data), schema=SCHEMA))
+    return pa.concat_tables(tables) if tables else SCHEMA.empty_table()
+
+
+class _Run:
+    def __init__(self, g: Graveler, gc: GCContext, repo: RepositoryRecord, run_id: str) -> None:
+        self.g = g
+        self.gc = gc
+        self.repo = repo
+        self.run_id = run_id
+        self.started = newest_first_time(run_id)
+        self.objects = g.objects(repo.storage_namespace)
+        self.prefix = f"{RETENTION_PREFIX}{run_id}/"
+        self.progress = RunProgress(run_id, repo.unique_id)
+
+    def result(self) -> PreparedRun:
+        return PreparedRun(self.run_id, run_location(self.objects, self.run_id))
+
+    def finished(self) -> bool:
+        return self.objects.exists(self.prefix + MANIFEST)
+
+    def resume(self) -> None:
+        try:
+            saved = RunProgress.decode(self.objects.get(self.prefix + PROGRESS))
+        except NotFound:
+            return
+        except (ValueError, TypeError, KeyError) as exc:
+            raise CorruptedData(
+                f"progress of GC preparation run {self.run_id!r} is unreadable ({exc}); "
+                "start a new run"
+            ) from exc
+        if saved.repository_id != self.repo.unique_id:
+            raise InvalidArgument(
+                f"GC preparation run {self.run_id!r} belongs to another repository than "
+                f"{self.repo.name!r}; start a new run"
+            )
+        self.progress = saved
+
+    def scan_branches(self, report: Progress | None) -> None:
+        progress = self.progress
+        if progress.scanned:
+            return
+        parts = self._writer("part", progress.next_part, self._saved)
+        scanner = _BranchScanner(self.g, self.repo, progress, parts, report)
+        after = progress.done_through or ""
+        if progress.cursor is not None:
+            after = progress.cursor.branch
+            scanner.scan(progress.cursor.branch, progress.cursor)
+        for branch in self.g.refs.branches(self.repo):
+            if branch.name > after:
+                scanner.scan(branch.name, BranchCursor.start(self.g, self.repo, branch))
+        parts.close()
+        progress.scanned = True
+        self._checkpoint()
+
+    def write_copies(self) -> tuple[list[str], int]:
+        """Write the copy records, read now that every branch was scanned; returns the files
+        and how many records."""
+        names: list[str] = []
+        parts = self._writer("copies", 0, names.append)
+        records = list(self.gc.copies.records(self.repo))
+        self._check_duration()
+        for chunk in _chunks(records, ROW_GROUP_ROWS):
+            addresses = pa.array([r.address for r in chunk], pa.string())
+            times = pa.array([r.created for r in chunk], TIMESTAMP)
+            branches = pa.array([r.branch for r in chunk], pa.string())
+            parts.add(_batch(addresses, times, branches, "copy"))
+        parts.close(always=True)
+        return names, len(records)
+
+    def finish(self, copies: list[str], records: int) -> None:
+        files = [*self.progress.files, *copies]
+        keep = {*files, PROGRESS}
+        strays = [
+            info.key
+            for info in self.objects.list_objects(self.prefix)
+            if info.key[len(self.prefix) :] not in keep
+        ]
+        self.objects.delete(strays)
+        manifest = {
+            "format": FORMAT,
+            "run_id": self.run_id,
+            "repository": self.repo.name,
+            "repository_id": self.repo.unique_id,
+            "started_at": self.started.isoformat(),
+            "finished_at": self.gc.clock().isoformat(),
+            "token_expiry_seconds": self.gc.settings.token_expiry.total_seconds(),
+            "min_age_seconds": self.gc.settings.default_min_age.total_seconds(),
+            "copy_record_ttl_seconds": self.gc.settings.copy_record_ttl.total_seconds(),
+            "files": files,
+            "branches": self.progress.branches,
+            "copy_records": records,
+            "schema": SCHEMA.names,
+        }
+        self.objects.put(self.prefix + MANIFEST, json.dumps(manifest, indent=1).encode())
+        self.objects.delete([self.prefix + PROGRESS])
+
+    def _check_duration(self) -> None:
+        """Copy records made since the start must all still be there when read."""
+        elapsed = self.gc.clock() - self.started
+        if elapsed >= self.gc.settings.copy_record_ttl - CLOCK_SKEW_MARGIN:
+            raise RunExpired(
+                f"GC preparation run {self.run_id!r} started {elapsed} ago, close to or past "
+                f"the copy-record lifetime ({self.gc.settings.copy_record_ttl}): records it "
+                "must read may be gone; start a new run"
+            )
+
+    def _writer(self, stem: str, first: int, on_file: Callable[[str], None]) -> _PartWriter:
+        target = self.gc.settings.prepare_file_bytes
+        return _PartWriter(self.objects, self.prefix, stem, first, target, on_file)
+
+    def _saved(self, name: str) -> None:
+        self.progress.files.append(name)
+        self.progress.next_part += 1
+        self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        self.objects.put(self.prefix + PROGRESS, self.progress.encode())
+
+
+class _BranchScanner:
+    """Reads a branch's layers in bulk into Arrow columns and hands them to the writer."""
+
+    def __init__(
+        self,
+        g: Graveler,
+        repo: RepositoryRecord,
+        progress: RunProgress,
+        parts: _PartWriter,
+        report: Progress | None,
+    ) -> None:
+        self.g = g
+        self.repo = repo
+        self.progress = progress
+        self.parts = parts
+        self.report = report
+        self.rows = sum(progress.branches.values())
+
+    def scan(self, name: str, cursor: BranchCursor) -> None:
+        """Scan every layer, then follow compactions that happened meanwhile until none did."""
+        self.progress.cursor = cursor
+        for _ in range(MAX_COMPACTIONS_FOLLOWED):
+            while cursor.layer < len(cursor.layers):
+                self._scan_layer(cursor, cursor.layers[cursor.layer])
+                cursor.layer += 1
+                cursor.after = ""
+            try:
+                current, _ = self.g.refs.get_branch(self.repo, name)
+            except NotFound:
+                break
+            if cursor.covers(current.compacted_metarange_id):
+                break
+            cursor.follow(self.g, self.repo, current)
+        else:
+            raise too_many_tries(
+                f"scanning branch {name!r} of {self.repo.name!r} for GC (compacted meanwhile)",
+                MAX_COMPACTIONS_FOLLOWED,
+                "resume the run with its run id",
+            )
+        self.progress.cursor = None
+        self.progress.done_through = name
+
+    def _scan_layer(self, cursor: BranchCursor, layer: Layer) -> None:
+        if layer.kind == "compacted":
+            self._scan_compacted(cursor, layer)
+            return
+        start = cursor.after.encode() + b"\x00" if cursor.after else b""
+        rows = self.g.kv.scan(layer.ident.encode(), start, SCAN_BATCH)
+        while chunk := list(islice(rows, ROW_GROUP_ROWS)):
+            cursor.after = chunk[-1][0].decode()
+            addresses, times = staged_columns(list(map(itemgetter(1), chunk)))
+            self._emit(cursor.branch, _batch(addresses, times, cursor.branch, layer.kind))
+
+    def _scan_compacted(self, cursor: BranchCursor, layer: Layer) -> None:
+        changes = self.g.committed(self.repo).diff(layer.base, layer.ident)
+        entries = (c.entry for c in changes if c.type != "removed" and c.path > cursor.after)
+        for chunk in _chunks(entries, ROW_GROUP_ROWS):
+            cursor.after = chunk[-1].path
+            addresses, times = _entry_columns(chunk)
+            self._emit(cursor.branch, _batch(addresses, times, cursor.branch, layer.kind))
+
+    def _emit(self, branch: str, batch: pa.RecordBatch) -> None:
+        branches = self.progress.branches
+        branches[branch] = branches.get(branch, 0) + batch.num_rows
+        self.parts.add(batch)
+        self.rows += batch.num_rows
+        if self.report is not None:
+            self.report(self.rows)
+
+
+def staged_columns(values: list[bytes]) -> tuple[pa.Array, pa.Array]:
+    """Addresses and mtimes of staged values, split by Arrow kernels; tombstones dropped."""
+    column = pa.array(values, pa.binary())
+    column = column.filter(pc.greater(pc.binary_length(column), 0))
+    fields = pc.split_pattern(column, pattern=_SEPARATOR, max_splits=len(STAGED_FIELDS) - 1)
+    addresses = pc.list_element(fields, _ADDRESS).cast(pa.string())
+    mtimes = pc.list_element(fields, _MTIME).cast(pa.string()).cast(pa.int64()).cast(TIMESTAMP)
+    return addresses, mtimes
+
+
+def _entry_columns(entries: list[Entry]) -> tuple[pa.Array, pa.Array]:
+    addresses = pa.array([e.address for e in entries], pa.string())
+    return addresses, pa.array([e.mtime for e in entries], TIMESTAMP)
+
+
+def _batch(
+    addresses: pa.Array, times: pa.Array, branch: str | pa.Array, source: str
+) -> pa.RecordBatch:
+    rows = len(addresses)
+    branches = pa.repeat(branch, rows) if isinstance(branch, str) else branch
+    return pa.record_batch([addresses, times, branches, pa.repeat(source, rows)], schema=SCHEMA)
+
+
+def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    iterator = iter(items)
+    while chunk := list(islice(iterator, size)):
+        yield chunk
+
+
+class _PartWriter:
+    """Parquet files of about the target size, `uncommitted/<stem>-NNNNN.parquet`, each
+    encoded in memory and put whole, so a reader never sees part of a file."""
+
+    def __init__(
+        self,
+        objects: ObjectStore,
+        prefix: str,
+        stem: str,
+        first: int,
+        target_bytes: int,
+        on_file: Callable[[str], None],
+    ) -> None:
+        self.objects = objects
+        self.prefix = prefix
+        self.stem = stem
+        self.number = first
+        self.on_file = on_file
+        self.target_bytes = target_bytes
+        self._pending: list[pa.RecordBatch] = []
+        self._pending_rows = 0
+        self._sink: pa.BufferOutputStream | None = None
+        self._writer: pq.ParquetWriter | None = None
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        if not batch.num_rows:
+            return
+        self._pending.append(batch)
+        self._pending_rows += batch.num_rows
+        if self._pending_rows >= ROW_GROUP_ROWS:
+            self._write_pending()
+            if self._sink is not None and self._sink.tell() >= self.target_bytes:
+                self._finish_file()
+
+    def close(self, *, always: bool = False) -> None:
+        """Write what is pending; `always` writes a file even when there is nothing."""
+        self._write_pending()
+        if self._writer is None and always:
+            self._open()
+        if self._writer is not None:
+            self._finish_file()
+
+    def _open(self) -> pq.ParquetWriter:
+        if self._writer is None:
+            self._sink = pa.BufferOutputStream()
+            self._writer = pq.ParquetWriter(self._sink, SCHEMA)
+        return self._writer
+
+    def _write_pending(self) -> None:
+        if self._pending:
+            table = pa.Table.from_batches(self._pending, SCHEMA)
+            self._open().write_table(table, row_group_size=max(len(table), 1))
+            self._pending, self._pending_rows = [], 0
+
+    def _finish_file(self) -> None:
+        assert self._writer is not None and self._sink is not None
+        self._writer.close()
+        name = f"{DATA_DIR}{self.stem}-{self.number:05d}.parquet"
+        self.objects.put(self.prefix + name, self._sink.getvalue().to_pybytes())
+        self._writer, self._sink = None, None
+        self.number += 1
+        self.on_file(name)

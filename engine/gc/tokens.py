@@ -1,0 +1,179 @@
+"""Signed, expiring, single-use link tokens (seed: Get/LinkPhysicalAddress).
+
+`get_physical_address` hands out an address with a token that binds it to a repository (by
+unique id, so a re-created repository of the same name does not accept it), a branch and an
+expiry, signed with HMAC-SHA256. There is no server to hold the key: it is created once per
+lake in the KV with `set_if` and read by every process. A token is used up by recording it
+in the repository's partition with `set_if`, so two links with one token cannot both win;
+the record is swept once the token has expired, as it can no longer be used anyway.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import secrets
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from branchwater.engine.errors import (
+    InvalidToken,
+    NotFound,
+    PredicateFailed,
+    TokenAlreadyUsed,
+    TokenExpired,
+)
+from branchwater.engine.gc.addresses import check_data_address
+from branchwater.engine.gc.records import ExpiringRecords, from_millis, to_millis
+from branchwater.engine.graveler.model import RepositoryRecord
+from branchwater.engine.graveler.refs import GRAVELER_PARTITION
+from branchwater.engine.kv import Store
+
+SIGNING_KEY = b"gc/link-signing-key"
+"""Key of the lake's signing key in the `graveler` partition."""
+USED_TOKENS_PREFIX = b"gc/used-link-tokens/"
+_VERSION = "v1"
+_KEY_BYTES = 32
+
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass(frozen=True)
+class PhysicalAddress:
+    """Where to write an object before linking it, and the token that allows the link."""
+
+    address: str
+    token: str
+    expires: datetime
+
+
+@dataclass(frozen=True)
+class LinkClaim:
+    """What a verified token allows: linking `address` on `branch` until `expires`."""
+
+    repository_id: str
+    branch: str
+    address: str
+    expires: datetime
+    token_id: str
+
+
+class LinkTokens:
+    """Issues and verifies link tokens with the lake's signing key."""
+
+    def __init__(self, kv: Store, expiry: timedelta, clock: Clock = utc_now) -> None:
+        self.kv = kv
+        self.expiry = expiry
+        self.clock = clock
+        self.used = ExpiringRecords(kv, USED_TOKENS_PREFIX)
+        self._key: bytes | None = None
+        self._lock = threading.Lock()
+
+    def signing_key(self) -> bytes:
+        """The lake's key: read, or created by whichever process gets there first."""
+        with self._lock:
+            if self._key is None:
+                self._key = self._load_or_create_key()
+            return self._key
+
+    def _load_or_create_key(self) -> bytes:
+        try:
+            return self.kv.get(GRAVELER_PARTITION, SIGNING_KEY).value
+        except NotFound:
+            pass
+        try:
+            candidate = secrets.token_bytes(_KEY_BYTES)
+            self.kv.set_if(GRAVELER_PARTITION, SIGNING_KEY, candidate, None)
+            return candidate
+        except PredicateFailed:
+            return self.kv.get(GRAVELER_PARTITION, SIGNING_KEY).value
+
+    def issue(self, repo: RepositoryRecord, branch: str, address: str) -> PhysicalAddress:
+        expires = from_millis(to_millis(self.clock() + self.expiry))
+        payload = {"r": repo.unique_id, "b": branch, "a": address, "e": to_millis(expires)}
+        body = f"{_VERSION}.{_b64(json.dumps(payload, sort_keys=True).encode())}"
+        return PhysicalAddress(address, f"{body}.{_b64(self._sign(body))}", expires)
+
+    def verify(self, repo: RepositoryRecord, branch: str, token: object) -> LinkClaim:
+        """Check signature, repository, branch, address and expiry, in that order."""
+        if not isinstance(token, str):
+            raise InvalidToken(f"a link token must be a string, not {type(token).__name__}")
+        payload = self._signed_payload(token)
+        if payload["r"] != repo.unique_id:
+            raise InvalidToken(
+                f"this link token was issued for another repository, not {repo.name!r}; "
+                "get an address from the repository you link into"
+            )
+        if payload["b"] != branch:
+            raise InvalidToken(
+                f"this link token was issued for branch {payload['b']!r}, not {branch!r}; "
+                "link on the branch that handed out the address"
+            )
+        address = check_data_address(payload["a"])
+        expires = from_millis(payload["e"])
+        if self.clock() >= expires:
+            raise TokenExpired(
+                f"the link token for {address} expired at {expires.isoformat()}; GC may "
+                "already treat that object as garbage: write it again at a new address"
+            )
+        token_id = hashlib.sha256(token.encode()).hexdigest()[:32]
+        return LinkClaim(repo.unique_id, branch, address, expires, token_id)
+
+    def use(self, repo: RepositoryRecord, claim: LinkClaim) -> None:
+        """Use the token up; `TokenAlreadyUsed` if another link used it first."""
+        if not self.used.create(repo, claim.expires, claim.token_id, claim.address.encode()):
+            raise TokenAlreadyUsed(
+                f"the link token for {claim.address} was used already; tokens are single-use: "
+                "get a new address for another object"
+            )
+
+    def give_back(self, repo: RepositoryRecord, claim: LinkClaim) -> None:
+        """Make the token usable again after a link failed before staging anything."""
+        self.used.delete(repo, claim.expires, claim.token_id)
+
+    def sweep(self, repo: RepositoryRecord) -> int:
+        """Forget used tokens that have expired; returns how many."""
+        return self.used.sweep(repo, self.clock())
+
+    def _sign(self, body: str) -> bytes:
+        return hmac.new(self.signing_key(), body.encode(), hashlib.sha256).digest()
+
+    def _signed_payload(self, token: str) -> dict[str, Any]:
+        malformed = InvalidToken(
+            "malformed link token; pass the token get_physical_address() returned, unchanged"
+        )
+        if token.count(".") != 2:
+            raise malformed
+        version, body, signature = token.split(".")
+        if version != _VERSION:
+            raise malformed
+        try:
+            given = _unb64(signature)
+            payload = json.loads(_unb64(body))
+        except (ValueError, binascii.Error):
+            raise malformed from None
+        if not hmac.compare_digest(given, self._sign(f"{version}.{body}")):
+            raise InvalidToken(
+                "link token signature does not match: it was altered, or issued by another lake"
+            )
+        if not isinstance(payload, dict) or set(payload) != {"r", "b", "a", "e"}:
+            raise malformed
+        return payload
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))

@@ -1,0 +1,43 @@
+"""`cp` and `gc prepare` from the command line."""
+
+from __future__ import annotations
+
+import json
+
+from tests.helpers import Bw, CliLake, assert_user_error, local_file, make_repo, ok
+
+
+def test_cp_copies_within_a_branch(bw: Bw, lake: CliLake) -> None:
+    make_repo(bw, lake)
+    ok(bw("upload", "sales", "main", "a.csv", local_file(lake, "a.csv", b"id\n1\n")))
+    out = ok(bw("cp", "sales", "main", "a.csv", "copies/a.csv")).out
+    assert "Copied a.csv to copies/a.csv on sales/main" in out
+    assert ok(bw("cat", "sales", "main", "copies/a.csv")).out == "id\n1\n"
+    copied = json.loads(ok(bw("cp", "sales", "main", "a.csv", "b.csv", "--json")).out)
+    (source,) = json.loads(ok(bw("ls", "sales", "main", "a.csv", "--json")).out)
+    assert copied["path"] == "b.csv"
+    assert copied["address"] == source["address"]
+
+
+def test_cp_of_a_missing_path_is_a_user_error(bw: Bw, lake: CliLake) -> None:
+    make_repo(bw, lake)
+    assert_user_error(bw("cp", "sales", "main", "nothing", "x"), 1, "'nothing'")
+
+
+def test_gc_prepare_reports_the_run(bw: Bw, lake: CliLake) -> None:
+    make_repo(bw, lake)
+    ok(bw("upload", "sales", "main", "a.csv", local_file(lake, "a.csv", b"1")))
+    ok(bw("cp", "sales", "main", "a.csv", "b.csv"))
+    ok(bw("branch", "create", "sales", "dev", "--source", "main"))
+    ok(bw("upload", "sales", "dev", "d.csv", local_file(lake, "d.csv", b"2")))
+    run = json.loads(ok(bw("gc", "prepare", "sales", "--json")).out)
+    assert (run["uncommitted"], run["branches"], run["copy_records"]) == (3, 2, 1)
+    assert run["location"].startswith(f"{lake.namespace}/sales/_branchwater/retention/gc/")
+    assert run["location"].endswith(run["run_id"])
+    human = ok(bw("gc", "prepare", "sales", "--run", run["run_id"])).out
+    assert run["run_id"] in human and "3 uncommitted entries on 2 branches" in human
+
+
+def test_gc_prepare_refuses_a_malformed_run_id(bw: Bw, lake: CliLake) -> None:
+    make_repo(bw, lake)
+    assert_user_error(bw("gc", "prepare", "sales", "--run", "../x"), 1, "'../x'")

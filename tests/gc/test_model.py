@@ -1,0 +1,204 @@
+"""prepare_uncommitted_for_gc against an independent model of "uncommitted addresses".
+
+Randomized histories of writes, deletes, overwrites, commits, compactions, resets, branch
+creates and deletes, copies and links. The model is plain dictionaries that never read the
+lake: per branch, HEAD's paths, the staged layer (a path's address, or `None` for a
+tombstone), and the compacted state if any. A branch's uncommitted addresses are its staged
+ones plus the compacted ones HEAD lacks; shallow copies add their source's address for good.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from branchwater.engine import Lake, NoChanges
+from branchwater.engine.api import Branch, Repository
+from tests.fixtures.s3 import S3Server
+from tests.helpers import compact, run_rows, unique_name
+
+PATHS = [f"t/{name}" for name in "abcdefghij"]
+
+
+@dataclass
+class BranchModel:
+    head: dict[str, str] = field(default_factory=dict)
+    staged: dict[str, str | None] = field(default_factory=dict)
+    compacted: dict[str, str] | None = None
+
+    def base(self) -> dict[str, str]:
+        return self.head if self.compacted is None else self.compacted
+
+    def view(self) -> dict[str, str]:
+        view = dict(self.base())
+        for path, address in self.staged.items():
+            if address is None:
+                view.pop(path, None)
+            else:
+                view[path] = address
+        return view
+
+    def uncommitted(self) -> set[str]:
+        found = {a for a in self.staged.values() if a is not None}
+        if self.compacted is not None:
+            found |= {a for p, a in self.compacted.items() if self.head.get(p) != a}
+        return found
+
+
+@dataclass
+class Model:
+    branches: dict[str, BranchModel] = field(default_factory=lambda: {"main": BranchModel()})
+    copies: set[tuple[str, str]] = field(default_factory=set)
+
+    def expected(self) -> set[tuple[str, str, bool]]:
+        """(address, branch, is a copy record) of everything a run must hold."""
+        found = {
+            (address, name, False)
+            for name, branch in self.branches.items()
+            for address in branch.uncommitted()
+        }
+        return found | {(address, name, True) for address, name in self.copies}
+
+
+class History:
+    """Applies random operations to the lake and the model alike."""
+
+    def __init__(self, repo: Repository, seed: int) -> None:
+        self.repo = repo
+        self.random = random.Random(seed)
+        self.model = Model()
+        self.created = 0
+
+    def branch(self) -> tuple[str, Branch, BranchModel]:
+        name = self.random.choice(sorted(self.model.branches))
+        return name, self.repo.branch(name), self.model.branches[name]
+
+    def step(self) -> None:
+        weighted = {
+            self.write: 10,
+            self.delete: 4,
+            self.commit: 2,
+            self.compact: 2,
+            self.reset: 1,
+            self.create: 1,
+            self.drop: 1,
+            self.copy: 4,
+            self.link: 2,
+        }
+        operation = self.random.choices(list(weighted), weights=list(weighted.values()))[0]
+        operation()
+
+    def write(self) -> None:
+        _, branch, model = self.branch()
+        path = self.random.choice(PATHS)
+        model.staged[path] = branch.upload(path, path.encode()).address
+
+    def delete(self) -> None:
+        _, branch, model = self.branch()
+        visible = sorted(model.view())
+        if not visible:
+            return
+        path = self.random.choice(visible)
+        branch.delete(path)
+        if path in model.base():
+            model.staged[path] = None
+        else:
+            del model.staged[path]
+
+    def commit(self) -> None:
+        _, branch, model = self.branch()
+        view = model.view()
+        try:
+            branch.commit("step")
+        except NoChanges:
+            assert view == model.head
+        model.head, model.staged, model.compacted = view, {}, None
+
+    def compact(self) -> None:
+        name, _, model = self.branch()
+        compact(self.repo, name)
+        model.compacted, model.staged = model.view(), {}
+
+    def reset(self) -> None:
+        _, branch, model = self.branch()
+        branch.reset()
+        model.staged, model.compacted = {}, None
+
+    def create(self) -> None:
+        source, _, model = self.branch()
+        self.created += 1
+        name = f"b{self.created}"
+        self.repo.create_branch(name, source=source)
+        self.model.branches[name] = BranchModel(head=dict(model.head))
+
+    def drop(self) -> None:
+        name, _, _ = self.branch()
+        if name != "main":
+            self.repo.delete_branch(name)
+            del self.model.branches[name]
+
+    def copy(self) -> None:
+        name, branch, model = self.branch()
+        view = model.view()
+        if not view:
+            return
+        src = self.random.choice(sorted(view))
+        dst = self.random.choice(PATHS)
+        copied = branch.copy(src, dst)
+        shallow = model.head.get(src) != view[src]
+        assert (copied.address == view[src]) == shallow
+        if shallow:
+            self.model.copies.add((view[src], name))
+        model.staged[dst] = copied.address
+
+    def link(self) -> None:
+        _, branch, model = self.branch()
+        physical = branch.get_physical_address()
+        objects = self.repo.lake.graveler.objects(self.repo.storage_namespace)
+        objects.put(physical.address, b"linked")
+        path = self.random.choice(PATHS)
+        branch.link_physical_address(path, physical.token, size=6, checksum="c")
+        model.staged[path] = physical.address
+
+
+def check(repo: Repository, model: Model) -> None:
+    run = repo.prepare_uncommitted_for_gc()
+    found = {(address, branch, kind == "copy") for address, branch, kind in run_rows(repo, run)}
+    assert found == model.expected()
+
+
+def play(repo: Repository, seed: int, steps: int, every: int) -> None:
+    history = History(repo, seed)
+    for i in range(1, steps + 1):
+        history.step()
+        if i % every == 0:
+            check(repo, history.model)
+    check(repo, history.model)
+
+
+@pytest.fixture
+def local_repo(tmp_path: Path) -> Iterator[Repository]:
+    with Lake.connect(f"sqlite:///{tmp_path}/lake.db") as lake:
+        yield lake.create_repository("model", storage_namespace=f"file://{tmp_path}/ns")
+
+
+@pytest.fixture
+def s3_repo(tmp_path: Path, s3_server: S3Server, s3_bucket: str) -> Iterator[Repository]:
+    with Lake.connect(f"sqlite:///{tmp_path}/lake.db", s3_options=s3_server.options) as lake:
+        namespace = f"s3://{s3_bucket}/{unique_name('ns-')}"
+        yield lake.create_repository("model", storage_namespace=namespace)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_prepare_matches_the_model_on_the_local_store(local_repo: Repository, seed: int) -> None:
+    play(local_repo, seed, steps=80, every=20)
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("seed", range(2))
+def test_prepare_matches_the_model_on_s3(s3_repo: Repository, seed: int) -> None:
+    play(s3_repo, 100 + seed, steps=60, every=20)

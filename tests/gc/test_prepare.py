@@ -1,0 +1,359 @@
+"""prepare_uncommitted_for_gc: what a run holds, and that it is safe against what happens
+while it runs (copies, deletes, compactions, branch deletes, crashes)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import timedelta
+
+import pyarrow.parquet as pq
+import pytest
+
+from branchwater.engine import InvalidArgument, Lake, NotFound, RunExpired, Unavailable
+from branchwater.engine.api import Repository
+from branchwater.engine.gc import prepare
+from branchwater.engine.gc.addresses import newest_first_time
+from branchwater.engine.gc.prepare import MANIFEST, PROGRESS, RETENTION_PREFIX, read_manifest
+from branchwater.engine.gc.settings import GCSettings
+from branchwater.engine.graveler import commit as commit_ops
+from tests.helpers import FakeClock, compact, run_addresses, run_rows, run_table, use_clock
+
+
+def objects(repo: Repository):
+    return repo.lake.graveler.objects(repo.storage_namespace)
+
+
+def run_keys(repo: Repository, run_id: str) -> list[str]:
+    prefix = f"{RETENTION_PREFIX}{run_id}/"
+    return [info.key[len(prefix) :] for info in objects(repo).list_objects(prefix)]
+
+
+@pytest.fixture
+def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read and write two rows at a time, so a run has many steps to interleave with."""
+    monkeypatch.setattr(prepare, "ROW_GROUP_ROWS", 2)
+    monkeypatch.setattr(prepare, "SCAN_BATCH", 2)
+
+
+def on_emit(monkeypatch: pytest.MonkeyPatch, branch: str, action: Callable[[], None]) -> None:
+    """Run `action` once, right after the first rows of `branch` were read."""
+    original = prepare._BranchScanner._emit
+    done: list[bool] = []
+
+    def emit(self, name, batch):
+        original(self, name, batch)
+        if name == branch and not done:
+            done.append(True)
+            action()
+
+    monkeypatch.setattr(prepare._BranchScanner, "_emit", emit)
+
+
+def test_a_run_holds_every_uncommitted_address_and_nothing_else(repo: Repository) -> None:
+    main = repo.branch("main")
+    committed = main.upload("kept", b"c")
+    overwritten = main.upload("over", b"1")
+    main.commit("base")
+    dev = repo.create_branch("dev")
+    staged = main.upload("new", b"n")
+    rewrite = main.upload("over", b"2")
+    main.delete("kept")
+    dropped = main.upload("gone", b"g")
+    main.delete("gone")
+    on_dev = dev.upload("dev/only", b"d")
+    run = repo.prepare_uncommitted_for_gc()
+    assert run_rows(repo, run) == {
+        (staged.address, "main", "staged"),
+        (rewrite.address, "main", "staged"),
+        (on_dev.address, "dev", "staged"),
+    }
+    assert not {committed.address, overwritten.address, dropped.address} & run_addresses(repo, run)
+    table = run_table(repo, run).to_pylist()
+    times = {row["address"]: row["creation_time"] for row in table}
+    assert times[staged.address] == staged.mtime
+    manifest = read_manifest(objects(repo), run.run_id)
+    assert manifest["branches"] == {"dev": 1, "main": 2}
+    assert manifest["token_expiry_seconds"] == 6 * 3600
+    assert manifest["min_age_seconds"] >= manifest["token_expiry_seconds"]
+    assert run.location == objects(repo).uri(f"{RETENTION_PREFIX}{run.run_id}")
+
+
+def test_sealed_tokens_are_included(repo: Repository) -> None:
+    main = repo.branch("main")
+    sealed = main.upload("a", b"a")
+    commit_ops.seal(repo.lake.graveler, repo.record, "main")
+    staged = main.upload("b", b"b")
+    run = repo.prepare_uncommitted_for_gc()
+    assert run_rows(repo, run) == {
+        (sealed.address, "main", "sealed"),
+        (staged.address, "main", "staged"),
+    }
+
+
+def test_compacted_entries_head_lacks_are_included(repo: Repository) -> None:
+    main = repo.branch("main")
+    base = main.upload("base", b"b")
+    main.commit("base")
+    compacted = main.upload("compacted", b"c")
+    compact(repo, "main")
+    staged = main.upload("staged", b"s")
+    run = repo.prepare_uncommitted_for_gc()
+    assert run_rows(repo, run) == {
+        (compacted.address, "main", "compacted"),
+        (staged.address, "main", "staged"),
+    }
+    assert base.address not in run_addresses(repo, run)
+
+
+def test_a_copy_made_during_a_run_keeps_its_source_alive(
+    repo: Repository, small_chunks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The seed's race: the scan passed the copy's path, the source is deleted before the
+    scan reaches it. Only the copy record, read after the scan, holds the address."""
+    main = repo.branch("main")
+    for i in range(4):
+        main.upload(f"a/{i}", b"a")
+    source = main.upload("z/source", b"precious")
+
+    def copy_then_delete() -> None:
+        main.copy("z/source", "a/0-copy")
+        main.delete("z/source")
+
+    on_emit(monkeypatch, "main", copy_then_delete)
+    run = repo.prepare_uncommitted_for_gc()
+    held = {(b, kind) for address, b, kind in run_rows(repo, run) if address == source.address}
+    assert held == {("main", "copy")}
+
+
+def test_a_branch_deleted_during_its_scan_is_skipped(
+    repo: Repository, small_chunks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dev = repo.create_branch("dev")
+    for i in range(6):
+        dev.upload(f"d/{i}", b"d")
+    on_main = repo.branch("main").upload("m", b"m")
+
+    def delete_dev() -> None:
+        repo.delete_branch("dev")
+        repo.lake.wait_for_cleanup()
+
+    on_emit(monkeypatch, "dev", delete_dev)
+    run = repo.prepare_uncommitted_for_gc()
+    assert (on_main.address, "main", "staged") in run_rows(repo, run)
+
+
+def test_a_compaction_during_the_scan_is_followed(
+    repo: Repository, small_chunks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    main = repo.branch("main")
+    entries = [main.upload(f"p/{i}", b"x") for i in range(8)]
+
+    def compact_now() -> None:
+        compact(repo, "main")
+        repo.lake.wait_for_cleanup()
+
+    on_emit(monkeypatch, "main", compact_now)
+    run = repo.prepare_uncommitted_for_gc()
+    found = run_rows(repo, run)
+    assert {e.address for e in entries} <= run_addresses(repo, run)
+    assert {kind for _, _, kind in found} == {"staged", "compacted"}
+
+
+def test_files_target_the_configured_size(lake: Lake, repo: Repository, small_chunks: None) -> None:
+    use_clock(lake, FakeClock(), GCSettings(prepare_file_bytes=1))
+    main = repo.branch("main")
+    uploaded = {main.upload(f"p/{i}", b"x").address for i in range(7)}
+    run = repo.prepare_uncommitted_for_gc()
+    manifest = read_manifest(objects(repo), run.run_id)
+    parts = [f for f in manifest["files"] if f.startswith("uncommitted/part-")]
+    assert len(parts) == 4
+    assert run_addresses(repo, run) == uploaded
+    assert sorted(run_keys(repo, run.run_id)) == sorted([*manifest["files"], MANIFEST])
+
+
+def test_an_empty_run_is_readable(repo: Repository) -> None:
+    run = repo.prepare_uncommitted_for_gc()
+    manifest = read_manifest(objects(repo), run.run_id)
+    assert manifest["files"] == ["uncommitted/copies-00000.parquet"]
+    assert run_table(repo, run).num_rows == 0
+
+
+class RecordingPuts:
+    """Wraps an object store: records the keys put, and can fail one put."""
+
+    def __init__(self, store, fail_on: Callable[[str, int], bool] = lambda k, n: False):
+        self.store, self.fail_on, self.puts = store, fail_on, []
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+    def put(self, key, data):
+        if self.fail_on(key, len(self.puts)):
+            raise Unavailable(f"injected failure writing {key}")
+        self.puts.append(key)
+        return self.store.put(key, data)
+
+
+def wrap_objects(repo: Repository, wrapper: RecordingPuts) -> None:
+    g = repo.lake.graveler
+    g._objects[repo.storage_namespace] = wrapper
+
+
+def test_the_manifest_is_written_last(repo: Repository, small_chunks: None) -> None:
+    main = repo.branch("main")
+    for i in range(5):
+        main.upload(f"p/{i}", b"x")
+    main.copy("p/0", "q/0")
+    recording = RecordingPuts(objects(repo))
+    wrap_objects(repo, recording)
+    run = repo.prepare_uncommitted_for_gc()
+    assert recording.puts[-1].endswith(f"{run.run_id}/{MANIFEST}")
+    parts = [k for k in recording.puts if "/uncommitted/part-" in k]
+    copies = [k for k in recording.puts if "/uncommitted/copies-" in k]
+    assert recording.puts.index(copies[0]) > recording.puts.index(parts[-1])
+    assert PROGRESS not in run_keys(repo, run.run_id)
+
+
+@pytest.mark.parametrize("crash", ["part", "progress", "copies", "manifest"])
+def test_an_interrupted_run_resumes_to_the_same_result(
+    lake: Lake, repo: Repository, small_chunks: None, crash: str
+) -> None:
+    use_clock(lake, FakeClock(), GCSettings(prepare_file_bytes=1))
+    expected = set()
+    for name in ("a-branch", "b-branch"):
+        branch = repo.create_branch(name)
+        expected |= {(branch.upload(f"p/{i}", b"x").address, name) for i in range(5)}
+    expected |= {(repo.branch("main").upload("m", b"m").address, "main")}
+    plain = objects(repo)
+    target, nth = {
+        "part": ("part-00002", 1),
+        "progress": (PROGRESS, 3),
+        "copies": ("copies-00000", 1),
+        "manifest": (MANIFEST, 1),
+    }[crash]
+    attempts: list[str] = []
+
+    def fail(key: str, _: int) -> bool:
+        if target in key:
+            attempts.append(key)
+        return len(attempts) == nth and target in key
+
+    wrap_objects(repo, RecordingPuts(plain, fail))
+    with pytest.raises(Unavailable):
+        repo.prepare_uncommitted_for_gc()
+    run_id = next(iter(run_keys_by_run(repo)))
+    with pytest.raises(NotFound):
+        read_manifest(plain, run_id)
+    plain.put(f"{RETENTION_PREFIX}{run_id}/uncommitted/part-00099.parquet", b"stray")
+    wrap_objects(repo, plain)
+    run = repo.prepare_uncommitted_for_gc(run_id)
+    assert run.run_id == run_id
+    table = run_table(repo, run)
+    columns = (table.column("address").to_pylist(), table.column("branch").to_pylist())
+    found = list(zip(*columns, strict=True))
+    assert set(found) == expected
+    assert len(found) == len(expected)
+    manifest = read_manifest(plain, run_id)
+    assert sorted(run_keys(repo, run_id)) == sorted([*manifest["files"], MANIFEST])
+    assert manifest["branches"] == {"a-branch": 5, "b-branch": 5, "main": 1}
+
+
+def run_keys_by_run(repo: Repository) -> set[str]:
+    return {
+        info.key[len(RETENTION_PREFIX) :].split("/")[0]
+        for info in objects(repo).list_objects(RETENTION_PREFIX)
+    }
+
+
+def test_resuming_a_finished_run_returns_it_unchanged(repo: Repository) -> None:
+    repo.branch("main").upload("a", b"a")
+    run = repo.prepare_uncommitted_for_gc()
+    manifest = read_manifest(objects(repo), run.run_id)
+    repo.branch("main").upload("b", b"b")
+    assert repo.prepare_uncommitted_for_gc(run.run_id) == run
+    assert read_manifest(objects(repo), run.run_id) == manifest
+
+
+def test_a_run_of_another_repository_is_not_resumed(
+    lake: Lake, repo: Repository, small_chunks: None
+) -> None:
+    for i in range(5):
+        repo.branch("main").upload(f"p/{i}", b"x")
+    plain = objects(repo)
+    wrap_objects(repo, RecordingPuts(plain, lambda key, n: MANIFEST in key))
+    with pytest.raises(Unavailable):
+        repo.prepare_uncommitted_for_gc()
+    (run_id,) = run_keys_by_run(repo)
+    namespace = repo.storage_namespace
+    lake.delete_repository("sales")
+    lake.wait_for_cleanup()
+    again = lake.create_repository("sales", storage_namespace=namespace)
+    with pytest.raises(InvalidArgument, match="another repository"):
+        again.prepare_uncommitted_for_gc(run_id)
+
+
+def test_a_malformed_run_id_is_refused(repo: Repository) -> None:
+    with pytest.raises(InvalidArgument):
+        repo.prepare_uncommitted_for_gc("../../elsewhere")
+
+
+def test_run_ids_sort_newest_first_and_encode_the_start(lake: Lake, repo: Repository) -> None:
+    clock = FakeClock()
+    use_clock(lake, clock)
+    first = repo.prepare_uncommitted_for_gc()
+    clock.advance(timedelta(seconds=1))
+    second = repo.prepare_uncommitted_for_gc()
+    assert sorted([first.run_id, second.run_id]) == [second.run_id, first.run_id]
+    assert newest_first_time(first.run_id) == clock.now - timedelta(seconds=1)
+    manifest = read_manifest(objects(repo), second.run_id)
+    assert manifest["started_at"] == clock.now.isoformat()
+
+
+def test_a_run_longer_than_the_copy_record_lifetime_fails(
+    lake: Lake, repo: Repository, small_chunks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FakeClock()
+    use_clock(lake, clock, GCSettings(copy_record_ttl=timedelta(hours=1)))
+    for i in range(4):
+        repo.branch("main").upload(f"p/{i}", b"x")
+    on_emit(monkeypatch, "main", lambda: clock.advance(timedelta(hours=1)))
+    with pytest.raises(RunExpired):
+        repo.prepare_uncommitted_for_gc()
+    (run_id,) = run_keys_by_run(repo)
+    assert MANIFEST not in run_keys(repo, run_id)
+
+
+def test_parquet_files_carry_the_schema(repo: Repository) -> None:
+    repo.branch("main").upload("a", b"a")
+    run = repo.prepare_uncommitted_for_gc()
+    manifest = read_manifest(objects(repo), run.run_id)
+    path = run.location.removeprefix("file://") + "/" + manifest["files"][0]
+    schema = pq.read_schema(path)
+    assert schema.names == ["address", "creation_time", "branch", "source"]
+    assert json.loads(objects(repo).get(f"{RETENTION_PREFIX}{run.run_id}/{MANIFEST}"))
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_spark_reads_a_run(repo: Repository, spark) -> None:
+    main = repo.branch("main")
+    staged = main.upload("a", b"a")
+    main.copy("a", "b")
+    repo.create_branch("dev").upload("d", b"d")
+    run = repo.prepare_uncommitted_for_gc()
+    frame = spark.read.parquet(f"{run.location}/uncommitted")
+    assert set(frame.columns) == {"address", "creation_time", "branch", "source"}
+    collected = {(r.address, r.branch, r.source) for r in frame.collect()}
+    assert collected == run_rows(repo, run)
+    assert (staged.address, "main", "copy") in collected
+    assert dict(frame.dtypes)["creation_time"] == "timestamp"
+
+
+def test_progress_counts_the_entries_written(repo: Repository, small_chunks: None) -> None:
+    main = repo.branch("main")
+    for i in range(5):
+        main.upload(f"p/{i}", b"x")
+    seen: list[int] = []
+    repo.prepare_uncommitted_for_gc(progress=seen.append)
+    assert seen == sorted(seen) and seen[-1] == 5
