@@ -1,23 +1,25 @@
 """`branchwater_example_etl`: load partitions on isolated branches, validate, commit, merge.
 
 Each partition gets its own branch, in a mapped task group: create the branch from `main`,
-write the partition's data to it, validate what was written, commit, merge into `main`,
-delete the branch. Nothing reaches `main` before its validation passed, and the partitions
-of one run merge into `main` at the same time: a merge retries the races it loses on the
-work it already did, and a task retry resumes from where the failed try stopped.
+write the partition with PySpark through the link flow (each Spark task writes a Parquet
+file at an address the branch handed out, then the files are linked), validate what the
+branch now holds with Great Expectations, commit, merge into `main`, delete the branch.
+Nothing reaches `main` before its validation passed, and the partitions of one run merge
+into `main` at the same time: a merge retries the races it loses on the work it already
+did, and a task retry resumes from where the failed try stopped.
 
 Configured by params and the `branchwater_default` connection, never by editing this file:
-the repository is created under the connection's default namespace when it does not exist.
-A run whose validation fails stops before its commit and leaves its branch for inspection.
+the repository is created under the connection's default namespace when it does not exist,
+and S3 namespaces use the connection's AWS credentials. A run whose validation fails stops
+before its commit and leaves its branch for inspection.
 """
 
 from __future__ import annotations
 
-import csv
-import io
+import os
 import re
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Param, dag, task, task_group
 
@@ -28,11 +30,13 @@ from branchwater.plugin.operators import (
     BranchwaterCreateBranchOperator,
     BranchwaterDeleteBranchOperator,
     BranchwaterMergeOperator,
-    BranchwaterUploadOperator,
 )
 
+if TYPE_CHECKING:
+    import pandas as pd
+    from pyspark.sql import SparkSession
+
 REPOSITORY = "{{ params.repository }}"
-COLUMNS = ("id", "partition", "amount")
 
 
 @task
@@ -51,71 +55,115 @@ def ensure_repository(params: dict[str, Any]) -> str:
 @task
 def plan(params: dict[str, Any], run_id: str) -> list[dict[str, str]]:
     """What each partition's task group works on: its branch, named after the run so runs
-    never share one, its object path and its commit message."""
+    never share one, its folder and its commit message."""
     run = re.sub(r"[^A-Za-z0-9_-]+", "-", run_id).strip("-")
     return [
         {
             "branch": f"etl/{run}/{partition}",
             "partition": partition,
-            "path": object_path(partition),
+            "prefix": f"sales/partition={partition}",
             "message": f"Load partition {partition} ({run_id})",
         }
         for partition in params["partitions"]
     ]
 
 
-@task
-def extract(partition: str, params: dict[str, Any]) -> str:
-    """The partition's rows as CSV; `bad_rows` of them break the amount rule on purpose."""
-    out = io.StringIO()
-    writer = csv.writer(out)
-    writer.writerow(COLUMNS)
-    rows, bad = int(params["rows"]), int(params["bad_rows"])
-    for i in range(rows):
-        amount = -1 if i < bad else (i * 7) % 100
-        writer.writerow((f"{partition}-{i}", partition, amount))
-    return out.getvalue()
+def spark_session(master: str) -> SparkSession:
+    """The worker's Spark session: the running one if there is one, else a new one."""
+    from pyspark.sql import SparkSession
+
+    return SparkSession.builder.master(master).appName("branchwater_example_etl").getOrCreate()
 
 
 @task
-def validate(branch: str, partition: str, params: dict[str, Any]) -> int:
-    """Check what the branch holds before anything is committed: row count, unique ids,
-    no negative amount. Returns the number of rows."""
+def write(branch: str, partition: str, prefix: str, params: dict[str, Any]) -> list[str]:
+    """Generate the partition's rows with Spark and write them to the branch as Parquet
+    through the link flow. `bad_rows` rows break the amount rule on purpose."""
+    from pyspark.sql import functions as F
+
+    from branchwater.spark_jobs.writer import write_parquet
+
+    number = F.col("id")
+    frame = (
+        spark_session(params["spark_master"])
+        .range(0, int(params["rows"]), numPartitions=2)
+        .select(
+            F.concat(F.lit(f"{partition}-"), number.cast("string")).alias("id"),
+            F.lit(partition).alias("partition"),
+            F.when(number < int(params["bad_rows"]), F.lit(-1))
+            .otherwise((number * 7) % 100)
+            .cast("int")
+            .alias("amount"),
+        )
+    )
     hook = BranchwaterHook()
     try:
-        data = hook.repository(params["repository"]).branch(branch).read(object_path(partition))
+        target = hook.repository(params["repository"]).branch(branch)
+        entries = write_parquet(frame, target, prefix, s3_options=hook.s3_options())
     finally:
         hook.close()
-    rows = list(csv.DictReader(io.StringIO(data.decode())))
-    problems = []
-    if len(rows) != int(params["rows"]):
-        problems.append(f"{len(rows)} rows, expected {params['rows']}")
-    if len({r["id"] for r in rows}) != len(rows):
-        problems.append("duplicate ids")
-    negative = sum(1 for r in rows if int(r["amount"]) < 0)
-    if negative:
-        problems.append(f"{negative} negative amounts")
-    if problems:
-        raise ValueError(f"partition {partition!r} on {branch!r}: {'; '.join(problems)}")
-    return len(rows)
+    return [entry.path for entry in entries]
 
 
-def object_path(partition: str) -> str:
-    return f"sales/partition={partition}/data.csv"
+def read_partition(branch: str, prefix: str, repository: str) -> pd.DataFrame:
+    """What the branch holds under `prefix`, read through Branchwater as one table."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    hook = BranchwaterHook()
+    try:
+        source = hook.repository(repository).branch(branch)
+        tables = [
+            pq.read_table(io.BytesIO(source.read(entry.path)))
+            for entry in source.list(prefix=f"{prefix}/")
+        ]
+    finally:
+        hook.close()
+    return pa.concat_tables(tables).to_pandas()
+
+
+@task
+def validate(branch: str, partition: str, prefix: str, params: dict[str, Any]) -> int:
+    """Great Expectations on what the branch holds, before anything is committed: the row
+    count, unique non-null ids, no negative amount. Returns the number of rows."""
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    import great_expectations as gx
+
+    frame = read_partition(branch, prefix, params["repository"])
+    context = gx.get_context(mode="ephemeral")
+    batch = (
+        context.data_sources.add_pandas("branch")
+        .add_dataframe_asset(name=partition)
+        .add_batch_definition_whole_dataframe("written")
+        .get_batch(batch_parameters={"dataframe": frame})
+    )
+    suite = gx.ExpectationSuite(
+        name=f"sales-{partition}",
+        expectations=[
+            gx.expectations.ExpectTableRowCountToEqual(value=int(params["rows"])),
+            gx.expectations.ExpectColumnValuesToNotBeNull(column="id"),
+            gx.expectations.ExpectColumnValuesToBeUnique(column="id"),
+            gx.expectations.ExpectColumnValuesToBeBetween(column="amount", min_value=0),
+        ],
+    )
+    result = batch.validate(suite)
+    failed = [
+        f"{r.expectation_config.type} ({r.result.get('unexpected_count', 'failed')})"
+        for r in result.results
+        if not r.success
+    ]
+    if failed:
+        raise ValueError(f"partition {partition!r} on {branch!r} failed: {', '.join(failed)}")
+    return len(frame)
 
 
 @task_group
-def load(branch: str, partition: str, path: str, message: str) -> None:
+def load(branch: str, partition: str, prefix: str, message: str) -> None:
     """One partition, from its own branch to `main`."""
     create = BranchwaterCreateBranchOperator(
         task_id="create_branch", repository=REPOSITORY, branch=branch
-    )
-    write = BranchwaterUploadOperator(
-        task_id="write",
-        repository=REPOSITORY,
-        branch=branch,
-        path=path,
-        data=extract(partition),
     )
     commit = BranchwaterCommitOperator(
         task_id="commit",
@@ -134,7 +182,9 @@ def load(branch: str, partition: str, path: str, message: str) -> None:
     delete = BranchwaterDeleteBranchOperator(
         task_id="delete_branch", repository=REPOSITORY, branch=branch
     )
-    create >> write >> validate(branch, partition) >> commit >> merge >> delete
+    written = write(branch, partition, prefix)
+    checked = validate(branch, partition, prefix)
+    create >> written >> checked >> commit >> merge >> delete
 
 
 @task
@@ -166,6 +216,7 @@ def report(params: dict[str, Any]) -> dict[str, Any]:
             description="One branch each; they merge into main at the same time",
         ),
         "rows": Param(100, type="integer", minimum=1),
+        "spark_master": Param("local[*]", type="string", description="Where the writers run"),
         "bad_rows": Param(
             0,
             type="integer",
