@@ -12,6 +12,7 @@ from branchwater.plugin.operators.commits import (
     BranchwaterMergeOperator,
     BranchwaterTagOperator,
 )
+from branchwater.plugin.operators.gc import BranchwaterPrepareUncommittedOperator
 from branchwater.plugin.operators.objects import BranchwaterUploadOperator
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "BranchwaterDeleteBranchOperator",
     "BranchwaterMergeOperator",
     "BranchwaterOperator",
+    "BranchwaterPrepareUncommittedOperator",
     "BranchwaterTagOperator",
     "BranchwaterUploadOperator",
 ]

@@ -15,6 +15,7 @@ from branchwater.plugin.operators import (
     BranchwaterCreateBranchOperator,
     BranchwaterDeleteBranchOperator,
     BranchwaterMergeOperator,
+    BranchwaterPrepareUncommittedOperator,
     BranchwaterTagOperator,
     BranchwaterUploadOperator,
 )
@@ -381,3 +382,20 @@ def test_lineage_needs_the_openlineage_provider() -> None:
     )
     assert merge.lineage.outputs[0].namespace == "branchwater://sales"
     assert merge.get_openlineage_facets_on_complete(None) is None
+
+
+def test_gc_preparation_returns_where_its_run_is(
+    run_dag: RunDag, lake_conn: LakeConnection, repo: Repository
+) -> None:
+    staged = repo.create_branch("staged")
+    staged.upload("pending.csv", b"pending")
+    with DAG("bw_gc_prepare", schedule=None, params={"repo": ""}) as dag:
+        BranchwaterPrepareUncommittedOperator(task_id="prepare", repository="{{ params.repo }}")
+
+    result = run_dag(dag, {"repo": repo.name})
+
+    assert result.state == "success", result.states
+    prepared = result.value("prepare")
+    assert prepared["location"].startswith(repo.storage_namespace)
+    assert prepared["run_id"] in prepared["location"]
+    assert result.rendered["prepare"]["repository"] == repo.name
