@@ -32,13 +32,16 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
     _seen.append((event, detail))
 
 
-sys.addaudithook(_audit)
+_hooked: list[bool] = []
 
 
 @contextmanager
 def watching() -> Iterator[list[tuple[str, str]]]:
     """The connections and database files opened within the block."""
     global _seen
+    if not _hooked:
+        sys.addaudithook(_audit)
+        _hooked.append(True)
     _seen = seen = []
     try:
         yield seen
