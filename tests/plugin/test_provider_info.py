@@ -50,9 +50,10 @@ def test_everything_the_provider_info_names_exists() -> None:
 
 def test_airflow_registers_the_connection_form() -> None:
     from airflow.providers_manager import ProvidersManager
+    from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime
 
     manager = ProvidersManager()
-    hook = manager.hooks["branchwater"]
+    hook = ProvidersManagerTaskRuntime().hooks["branchwater"]
     assert hook is not None
     assert hook.hook_class_name == "branchwater.plugin.hooks.BranchwaterHook"
     assert hook.connection_testable
