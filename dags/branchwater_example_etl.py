@@ -16,6 +16,7 @@ before its commit and leaves its branch for inspection.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from datetime import timedelta
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Param, dag, task, task_group
 
-from branchwater.engine import NotFound
+from branchwater.engine import AlreadyExists, NotFound
 from branchwater.plugin.hooks import BranchwaterHook
 from branchwater.plugin.operators import (
     BranchwaterCommitOperator,
@@ -46,7 +47,8 @@ def ensure_repository(params: dict[str, Any]) -> str:
     try:
         hook.repository(params["repository"])
     except NotFound:
-        hook.create_repository(params["repository"])
+        with contextlib.suppress(AlreadyExists):  # another run created it meanwhile
+            hook.create_repository(params["repository"])
     finally:
         hook.close()
     return str(params["repository"])

@@ -170,6 +170,9 @@ def test_failures_say_what_is_wrong_and_final_ones_are_not_retried(
         BranchwaterCommitOperator(
             task_id="no_repository", repository="nope", branch="main", message="m"
         )
+        BranchwaterCreateBranchOperator(
+            task_id="elsewhere", repository=repo.name, branch="right", **retried
+        )
         BranchwaterMergeOperator(
             task_id="conflict", repository=repo.name, source_ref="right", **retried
         )
@@ -187,6 +190,8 @@ def test_failures_say_what_is_wrong_and_final_ones_are_not_retried(
     assert "repository 'nope' not found" in output
     assert "MergeConflict: merging 'right' into 'main' conflicts on 1 path(s): same.csv" in output
     assert "NoChanges: nothing to commit on branch 'main'" in output
+    assert f"AlreadyExists: branch 'right' of '{repo.name}' exists at" in output
+    assert result.tries["elsewhere"] == 1
     assert result.tries["conflict"] == 1
     assert result.tries["nothing_staged"] == 1
 
@@ -218,6 +223,10 @@ class FlakyDelete(LosesWorkerAfterwards, BranchwaterDeleteBranchOperator):
     pass
 
 
+class FlakyTag(LosesWorkerAfterwards, BranchwaterTagOperator):
+    pass
+
+
 def test_retries_after_a_try_did_the_work_succeed_with_its_result(
     run_dag: RunDag, lake_conn: LakeConnection, repo: Repository
 ) -> None:
@@ -237,18 +246,16 @@ def test_retries_after_a_try_did_the_work_succeed_with_its_result(
         )
         merge = FlakyMerge(task_id="merge", source_ref="retried", **names)
         delete = FlakyDelete(task_id="delete", branch="retried", **names)
-        create >> upload >> commit >> move_main >> commit_main >> merge >> delete
+        tag = FlakyTag(task_id="tag", tag="loaded", ref="main", **names)
+        create >> upload >> commit >> move_main >> commit_main >> merge >> delete >> tag
 
     result = run_dag(dag)
 
     assert result.state == "success", result.states
-    assert {task: result.tries[task] for task in ("create", "commit", "merge", "delete")} == {
-        "create": 2,
-        "commit": 2,
-        "merge": 2,
-        "delete": 2,
-    }
+    flaky = ("create", "commit", "merge", "delete", "tag")
+    assert {task: result.tries[task] for task in flaky} == dict.fromkeys(flaky, 2)
     merged = main.head()
+    assert result.value("tag") == merged.id == repo.ref("loaded").commit_id
     assert result.value("merge") == merged.id
     assert merged.metadata["airflow.try_number"] == "1"
     assert result.value("commit") == merged.parents[1]
