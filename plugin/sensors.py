@@ -48,6 +48,7 @@ class BranchwaterCommitSensor(BaseSensorOperator):
         self.since_commit = since_commit
         self.branchwater_conn_id = branchwater_conn_id
         self.deferrable = deferrable
+        self._waiting_past = ""
 
     @cached_property
     def hook(self) -> BranchwaterHook:
@@ -64,7 +65,7 @@ class BranchwaterCommitSensor(BaseSensorOperator):
                 trigger=BranchwaterCommitTrigger(
                     repository=self.repository,
                     branch=self.branch,
-                    since_commit=self._since(context, str(found.xcom_value)),
+                    since_commit=self._waiting_past,
                     branchwater_conn_id=self.branchwater_conn_id,
                     poll_interval=float(self.poke_interval),
                 ),
@@ -77,7 +78,7 @@ class BranchwaterCommitSensor(BaseSensorOperator):
     def poke(self, context: Context) -> PokeReturnValue:
         repo = self.hook.repository(self.repository)
         head = repo.branch(self.branch).commit_id
-        since = self._since(context, head)
+        since = self._waiting_past = self._since(context, head)
         self.log.info("HEAD of %s is %s; waiting for a commit after %s", self.branch, head, since)
         return PokeReturnValue(is_done=head != since, xcom_value=head)
 
