@@ -3,6 +3,8 @@ values, commit metadata and links, failure messages, retries and task groups."""
 
 from __future__ import annotations
 
+import threading
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -406,3 +408,69 @@ def test_gc_preparation_returns_where_its_run_is(
     assert prepared["location"].startswith(repo.storage_namespace)
     assert prepared["run_id"] in prepared["location"]
     assert result.rendered["prepare"]["repository"] == repo.name
+
+
+@dataclass
+class WorkerTaskInstance:
+    """What a worker's task instance tells an operator about itself."""
+
+    task_id: str
+    map_index: int
+    dag_id: str = "bw_parallel"
+    run_id: str = "parallel"
+    try_number: int = 1
+    xcoms: dict[str, Any] = field(default_factory=dict)
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.xcoms[key] = value
+
+
+class TaskStateStore(dict[str, Any]):
+    def set(self, key: str, value: Any) -> None:
+        self[key] = value
+
+    def delete(self, key: str) -> None:
+        self.pop(key, None)
+
+
+@pytest.mark.parametrize(
+    "kv_url", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
+def test_mapped_merges_running_at_once_all_land(
+    lake_conn: LakeConnection, repo: Repository
+) -> None:
+    """Four merge tasks of one mapped task, each in its own worker thread with its own hook,
+    race for `main`; the engine's retries land every one."""
+    partitions = range(4)
+    for i in partitions:
+        branch = repo.create_branch(f"part-{i}")
+        branch.upload(f"part={i}/data.csv", str(i).encode())
+        branch.commit(f"part {i}")
+    start = threading.Barrier(len(partitions))
+    merged: dict[int, str] = {}
+
+    def merge(i: int) -> None:
+        operator = BranchwaterMergeOperator(
+            task_id="merge", repository=repo.name, source_ref=f"part-{i}"
+        )
+        context = {
+            "ti": WorkerTaskInstance("merge", i),
+            "task_state_store": TaskStateStore(),
+            "logical_date": None,
+        }
+        start.wait()
+        merged[i] = operator.execute(context)  # type: ignore[arg-type]
+
+    workers = [threading.Thread(target=merge, args=(i,)) for i in partitions]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+
+    main = repo.branch("main")
+    assert sorted(merged) == list(partitions)
+    assert sorted(e.path for e in main.list(prefix="part=")) == [
+        f"part={i}/data.csv" for i in partitions
+    ]
+    history = {c.id for c in repo.log("main")}
+    assert set(merged.values()) <= history
