@@ -6,7 +6,6 @@ store, so handles are cheap and never stale. The names here are a contract (DESI
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator, Mapping
 from itertools import islice
 from pathlib import Path
@@ -21,6 +20,7 @@ from branchwater.engine.graveler import branches as branch_ops
 from branchwater.engine.graveler import commit as commit_ops
 from branchwater.engine.graveler import history, reads, repositories, writes
 from branchwater.engine.graveler import merge as merge_ops
+from branchwater.engine.graveler.checksums import content_checksum
 from branchwater.engine.graveler.committed import (
     DEFAULT_MAX_BYTES,
     RangeCache,
@@ -305,21 +305,25 @@ class Branch(Ref):
         return reads.list_branch(self._g, self._record, self.name, prefix, after)
 
     def upload(self, path: str, data: bytes, metadata: Mapping[str, str] | None = None) -> Entry:
-        """Write `data` to a fresh address in the namespace, then stage it at `path`."""
+        """Write `data` to a fresh address in the namespace, then stage it at `path`.
+
+        Content the branch already shows at `path` (same bytes, same metadata) is neither
+        written nor staged: its entry is returned, so a retried task changes nothing.
+        """
         _check_path(path)
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise InvalidArgument(f"upload data must be bytes, not {type(data).__name__}")
         data = bytes(data)
+        meta = dict(metadata or {})
+        checksum = content_checksum(data)
+        existing = writes.unchanged_entry(
+            self._g, self._record, self.name, path, data, checksum, meta
+        )
+        if existing is not None:
+            return existing
         address = self.repository.lake.addresses.next_address()
         info = self._g.objects(self._record.storage_namespace).put(address, data)
-        entry = Entry(
-            path,
-            address,
-            len(data),
-            hashlib.md5(data, usedforsecurity=False).hexdigest(),
-            info.mtime,
-            dict(metadata or {}),
-        )
+        entry = Entry(path, address, len(data), checksum, info.mtime, meta)
         writes.stage_entry(self._g, self._record, self.name, entry)
         return entry
 

@@ -56,6 +56,16 @@ def lookup_below_staging(
 
 
 def get_branch_entry(g: Graveler, repo: RepositoryRecord, branch_name: str, path: str) -> Entry:
+    entry = find_branch_entry(g, repo, branch_name, path)
+    if entry is None:
+        raise NotFound(f"path {path!r} not found on branch {branch_name!r} of {repo.name!r}")
+    return entry
+
+
+def find_branch_entry(
+    g: Graveler, repo: RepositoryRecord, branch_name: str, path: str
+) -> Entry | None:
+    """What the branch shows at `path`, `None` if nothing."""
     branch = g.read_branch(repo, branch_name, cached=True)
     for _ in range(g.retry.attempts):
         found, value = g.staging.get(branch.staging_token, path)
@@ -65,8 +75,6 @@ def get_branch_entry(g: Graveler, repo: RepositoryRecord, branch_name: str, path
             if not same_layers(current, branch):
                 branch = current
                 continue
-        if value is None:
-            raise NotFound(f"path {path!r} not found on branch {branch_name!r} of {repo.name!r}")
         return value
     raise too_many_tries(
         f"read of {path!r} on branch {branch_name!r} of {repo.name!r}", g.retry.attempts

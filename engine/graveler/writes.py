@@ -10,9 +10,27 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from branchwater.engine.errors import NotFound, too_many_tries
+from branchwater.engine.graveler.checksums import holds
 from branchwater.engine.graveler.graveler import Graveler
-from branchwater.engine.graveler.model import BranchRecord, Entry, RepositoryRecord
-from branchwater.engine.graveler.reads import lookup_below_staging
+from branchwater.engine.graveler.model import BranchRecord, Entry, Metadata, RepositoryRecord
+from branchwater.engine.graveler.reads import find_branch_entry, lookup_below_staging
+
+
+def unchanged_entry(
+    g: Graveler,
+    repo: RepositoryRecord,
+    branch_name: str,
+    path: str,
+    data: bytes,
+    checksum: str,
+    metadata: Metadata,
+) -> Entry | None:
+    """The entry the branch shows at `path` if it already is `data` with `metadata`: then a
+    write would change nothing, so a retried task writes no object and stages nothing."""
+    current = find_branch_entry(g, repo, branch_name, path)
+    if current is not None and holds(current, data, checksum, metadata):
+        return current
+    return None
 
 
 def stage_entry(g: Graveler, repo: RepositoryRecord, branch_name: str, entry: Entry) -> None:

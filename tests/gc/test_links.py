@@ -15,6 +15,7 @@ from branchwater.engine import (
     InvalidArgument,
     InvalidToken,
     Lake,
+    NoChanges,
     NotFound,
     TokenAlreadyUsed,
     TokenExpired,
@@ -272,3 +273,26 @@ def test_used_tokens_are_forgotten_once_expired(lake: Lake, repo: Repository) ->
     clock.advance(timedelta(days=1))
     assert lake.gc.tokens.sweep(repo.record) == 2
     assert used() == 0
+
+
+def test_a_retried_link_of_the_same_content_commits_once_then_finds_no_changes(
+    repo: Repository,
+) -> None:
+    """An Airflow task that links its output and commits, run twice: one commit, then none."""
+    main = repo.branch("main")
+    sha = "9" * 64
+
+    def run_task() -> str:
+        physical = main.get_physical_address()
+        upload_to(main, physical.address, b"part")
+        main.link_physical_address("out/part-0", physical.token, size=4, checksum=sha)
+        main.commit("task output")
+        return physical.address
+
+    first = run_task()
+    head = main.commit_id
+    with pytest.raises(NoChanges):
+        run_task()
+    assert main.commit_id == head
+    assert main.stat("out/part-0").address == first
+    assert staged_paths(main) == []

@@ -16,15 +16,13 @@ import pyarrow.compute as pc
 
 from branchwater.engine.graveler.committed.format import (
     EMPTY_RANGE,
+    IDENTITY_COLUMNS,
     RangeInfo,
     count_below,
     decode_entries,
     path_at,
 )
 from branchwater.engine.graveler.model import Change, ChangeType
-
-_IDENTITY_COLUMNS = ("address", "size", "checksum", "metadata")
-"""The stored columns of `Entry.identity()`: metadata is stored as the same canonical JSON."""
 
 
 def diff_ranges(
@@ -135,7 +133,7 @@ def _diff_rows(left: pa.Table, right: pa.Table) -> list[Change]:
 def _changed_rows(old: pa.Table, new: pa.Table) -> list[Change]:
     """Rows of equal paths, row for row, whose identities differ."""
     differs = functools.reduce(
-        pc.or_, (pc.not_equal(old.column(name), new.column(name)) for name in _IDENTITY_COLUMNS)
+        pc.or_, (pc.not_equal(old.column(name), new.column(name)) for name in IDENTITY_COLUMNS)
     )
     return _changes_of("changed", new.filter(differs))
 

@@ -51,6 +51,8 @@ RANGE_SCHEMA = pa.schema(
 )
 EMPTY_RANGE = pa.Table.from_batches([], schema=RANGE_SCHEMA)
 """A range table with no rows."""
+IDENTITY_COLUMNS = ("size", "checksum", "metadata")
+"""The stored columns of `Entry.identity()`: metadata is stored as the same canonical JSON."""
 METARANGE_SCHEMA = pa.schema(
     [
         pa.field("range_id", pa.string(), nullable=False),

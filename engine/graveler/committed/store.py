@@ -76,7 +76,8 @@ class CommittedStore:
 
         The result is identical to writing all resulting entries from scratch, but only the
         base ranges that changes fall into are read and rewritten (see the `apply` module),
-        and not even those where `replacements` names the range they become.
+        and not even those where `replacements` names the range they become. A change to an
+        entry of the same identity (`Entry.identity`) is no change: the stored entry stays.
         """
         base = self.storage.metarange(base_metarange_id)
         return apply_changes(base, changes, self.writer(), self.storage.range_table, replacements)
