@@ -31,6 +31,7 @@ from branchwater.engine.errors import (
     TooManyTries,
     Unavailable,
 )
+from branchwater.engine.urls import redact_url
 
 _LAZY = {
     "Lake": "branchwater.engine.api",
@@ -79,5 +80,6 @@ __all__ = [
     "TokenExpired",
     "TooManyTries",
     "Unavailable",
+    "redact_url",
     *_LAZY,
 ]
