@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 from branchwater.engine.graveler.committed.format import (
     EMPTY_RANGE,
     IDENTITY_COLUMNS,
+    PHYSICAL_COLUMNS,
     RangeInfo,
     count_below,
     decode_entries,
@@ -26,12 +27,18 @@ from branchwater.engine.graveler.model import Change, ChangeType
 
 
 def diff_ranges(
-    left: Sequence[RangeInfo], right: Sequence[RangeInfo], load: Callable[[str], pa.Table]
+    left: Sequence[RangeInfo],
+    right: Sequence[RangeInfo],
+    load: Callable[[str], pa.Table],
+    *,
+    physical: bool = False,
 ) -> Iterator[Change]:
     """Changes from the `left` ranges to the `right` ranges, sorted by path: "added" (right
-    only), "removed" (left only; the left entry), "changed" (identities differ; the right
-    entry). `load` reads a range by id, and is called only for ranges that must be opened."""
-    return _diff(_DiffSide(left, load), _DiffSide(right, load))
+    only), "removed" (left only; the left entry), "changed" (identities differ, or with
+    `physical` the addresses too; the right entry). `load` reads a range by id, and is called
+    only for ranges that must be opened."""
+    compared = PHYSICAL_COLUMNS if physical else IDENTITY_COLUMNS
+    return _diff(_DiffSide(left, load), _DiffSide(right, load), compared)
 
 
 class _DiffSide:
@@ -86,7 +93,7 @@ class _DiffSide:
         return rows
 
 
-def _diff(left: _DiffSide, right: _DiffSide) -> Iterator[Change]:
+def _diff(left: _DiffSide, right: _DiffSide, compared: Sequence[str]) -> Iterator[Change]:
     """Merge-walk two sides. Both at a range start with equal ids: skip both unread. A side's
     next range is opened only once its lower bound is not above the other side's head; then
     the rows both open ranges cover are compared as one vectorised window."""
@@ -105,35 +112,35 @@ def _diff(left: _DiffSide, right: _DiffSide) -> Iterator[Change]:
             right.open()
         elif left.buffered and right.buffered:
             window = min(left.last_key(), right.last_key())
-            yield from _diff_rows(left.take_through(window), right.take_through(window))
+            yield from _diff_rows(left.take_through(window), right.take_through(window), compared)
         elif left.buffered:
             yield from _changes_of("removed", left.take_below(right_key))
         else:
             yield from _changes_of("added", right.take_below(left_key))
 
 
-def _diff_rows(left: pa.Table, right: pa.Table) -> list[Change]:
+def _diff_rows(left: pa.Table, right: pa.Table, compared: Sequence[str]) -> list[Change]:
     """Changes between two sorted row sets, found with Arrow kernels; only the rows that
     differ are decoded, so an unchanged row costs no Python. Where the paths are the same
     (entries changed in place, the common case) the set lookups are skipped."""
     if left.column("path").equals(right.column("path")):
-        return _changed_rows(left, right)
+        return _changed_rows(left, right, compared)
     in_right = pc.is_in(left.column("path"), value_set=right.column("path"))
     in_left = pc.is_in(right.column("path"), value_set=left.column("path"))
     old, new = left.filter(in_right), right.filter(in_left)
     changes = [
         *_changes_of("removed", left.filter(pc.invert(in_right))),
         *_changes_of("added", right.filter(pc.invert(in_left))),
-        *_changed_rows(old, new),
+        *_changed_rows(old, new, compared),
     ]
     changes.sort(key=_change_path)
     return changes
 
 
-def _changed_rows(old: pa.Table, new: pa.Table) -> list[Change]:
-    """Rows of equal paths, row for row, whose identities differ."""
+def _changed_rows(old: pa.Table, new: pa.Table, compared: Sequence[str]) -> list[Change]:
+    """Rows of equal paths, row for row, that differ in a `compared` column."""
     differs = functools.reduce(
-        pc.or_, (pc.not_equal(old.column(name), new.column(name)) for name in IDENTITY_COLUMNS)
+        pc.or_, (pc.not_equal(old.column(name), new.column(name)) for name in compared)
     )
     return _changes_of("changed", new.filter(differs))
 

@@ -53,6 +53,9 @@ EMPTY_RANGE = pa.Table.from_batches([], schema=RANGE_SCHEMA)
 """A range table with no rows."""
 IDENTITY_COLUMNS = ("size", "checksum", "metadata")
 """The stored columns of `Entry.identity()`: metadata is stored as the same canonical JSON."""
+PHYSICAL_COLUMNS = ("address", *IDENTITY_COLUMNS)
+"""Identity and the object it is stored in: what garbage collection must compare, since two
+entries of equal content at different addresses keep two objects alive."""
 METARANGE_SCHEMA = pa.schema(
     [
         pa.field("range_id", pa.string(), nullable=False),

@@ -155,15 +155,16 @@ class CommittedStore:
         wanted = pa.array(paths, pa.string())
         return decode_entries(table.filter(pc.is_in(column, value_set=wanted)))
 
-    def diff(self, left_id: str, right_id: str) -> Iterator[Change]:
+    def diff(self, left_id: str, right_id: str, *, physical: bool = False) -> Iterator[Change]:
         """Changes from left to right, sorted by path: "added" (right only), "removed" (left
-        only; the left entry), "changed" (identities differ; the right entry).
+        only; the left entry), "changed" (identities differ; the right entry). `physical`
+        also counts an entry moved to another address as changed, as GC must.
 
         Ranges with the same id on both sides are skipped without reading; ranges that
         differ are compared with Arrow kernels, and only differing rows are decoded.
         """
         left, right = self.storage.metarange(left_id), self.storage.metarange(right_id)
-        return diff_ranges(left, right, self.storage.range_table)
+        return diff_ranges(left, right, self.storage.range_table, physical=physical)
 
 
 def _row_of(paths: pa.ChunkedArray, path: str) -> int | None:
