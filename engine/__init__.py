@@ -37,6 +37,9 @@ _LAZY = {
     "Commit": "branchwater.engine.graveler.model",
     "Tag": "branchwater.engine.graveler.model",
     "MergeResult": "branchwater.engine.graveler.merge",
+    "CompactionPolicy": "branchwater.engine.graveler.compaction",
+    "CompactionResult": "branchwater.engine.graveler.compaction",
+    "CompactionStatus": "branchwater.engine.graveler.compaction",
 }
 
 

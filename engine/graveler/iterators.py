@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
 from typing import TypeVar
 
 from branchwater.engine.graveler.model import Change, Entry
@@ -52,21 +53,55 @@ def visible(stream: Iterable[tuple[str, Entry | None]]) -> Iterator[Entry]:
 
 
 def staged_changes(
-    staged: Iterable[tuple[str, Entry | None]], lookup: Callable[[str], Entry | None]
+    staged: Iterable[tuple[str, Entry | None]],
+    lookup_many: Callable[[list[str]], list[Entry | None]],
+    settled: Iterable[Change] = (),
 ) -> Iterator[Change]:
-    """Changes staged on top of a base, looking each staged path up in the base.
+    """Changes that `staged` makes to a base, over `settled` changes already known.
 
-    Cheap when staging is small next to the base: the base is probed, never scanned.
+    A merge-join: staged paths are looked up in the base a batch at a time (`lookup_many`
+    takes sorted paths and opens only the base ranges they fall into), never one by one. A
+    settled change shows where no staged path hides it: what compaction already applied.
     """
-    for path, value in staged:
-        base = lookup(path)
-        if value is None:
-            if base is not None:
-                yield Change(path, "removed", base)
-        elif base is None:
-            yield Change(path, "added", value)
-        elif base.identity() != value.identity():
-            yield Change(path, "changed", value)
+    merged = _overlay(staged, settled)
+    while batch := list(islice(merged, LOOKUP_BATCH)):
+        bases = iter(lookup_many([path for path, _, known in batch if known is None]))
+        for path, value, known in batch:
+            if known is not None:
+                yield known
+                continue
+            base = next(bases)
+            if value is None:
+                if base is not None:
+                    yield Change(path, "removed", base)
+            elif base is None:
+                yield Change(path, "added", value)
+            elif base.identity() != value.identity():
+                yield Change(path, "changed", value)
+
+
+LOOKUP_BATCH = 1024
+"""Staged paths looked up together: one vectorised pass per base range they fall into."""
+
+_Overlaid = tuple[str, Entry | None, Change | None]
+
+
+def _overlay(
+    top: Iterable[tuple[str, Entry | None]], below: Iterable[Change]
+) -> Iterator[_Overlaid]:
+    """Both sorted streams by path; where both hold a path, the top one alone."""
+    lower = iter(below)
+    pending = next(lower, None)
+    for path, value in top:
+        while pending is not None and pending.path < path:
+            yield pending.path, None, pending
+            pending = next(lower, None)
+        if pending is not None and pending.path == path:
+            pending = next(lower, None)
+        yield path, value, None
+    while pending is not None:
+        yield pending.path, None, pending
+        pending = next(lower, None)
 
 
 def reporting(items: Iterable[T], report: Callable[[int], None], every: int) -> Iterator[T]:

@@ -115,16 +115,20 @@ def branch_stream(
 
 
 def uncommitted_changes(g: Graveler, repo: RepositoryRecord, branch_name: str) -> Iterator[Change]:
-    """What a commit now would record: staged layers (and any compaction) against HEAD."""
+    """What a commit now would record: the staged layers, over the 2-way diff between HEAD
+    and the compacted metarange (ranges with equal ids skipped), against HEAD.
+
+    Staged paths are merge-joined with HEAD's ranges a batch at a time, so the cost is a scan
+    of the staged rows plus the HEAD ranges they fall into; it stays lazy and paged.
+    """
 
     def page(branch: BranchRecord, start: str) -> Iterator[Change]:
+        committed = g.committed(repo)
         head = g.refs.get_commit(repo, branch.commit_id).metarange_id
-        layers = staging_layers(g, branch, start)
-        if branch.compacted_metarange_id:
-            compacted = g.committed(repo).diff(head, branch.compacted_metarange_id)
-            layers.append((c.path, c.new_entry) for c in compacted if c.path > start)
-        staged = combine(layers)
-        return staged_changes(staged, lambda path: committed_lookup(g, repo, head, path))
+        staged = combine(staging_layers(g, branch, start))
+        compacted = branch.compacted_metarange_id
+        settled = committed.diff(head, compacted, after=start) if compacted else iter(())
+        return staged_changes(staged, lambda paths: committed.get_many(head, paths), settled)
 
     return _validated_pages(g, repo, branch_name, page, "", lambda c: c.path)
 

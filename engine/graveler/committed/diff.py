@@ -28,24 +28,32 @@ _IDENTITY_COLUMNS = ("address", "size", "checksum", "metadata")
 
 
 def diff_ranges(
-    left: Sequence[RangeInfo], right: Sequence[RangeInfo], load: Callable[[str], pa.Table]
+    left: Sequence[RangeInfo],
+    right: Sequence[RangeInfo],
+    load: Callable[[str], pa.Table],
+    after: str = "",
 ) -> Iterator[Change]:
-    """Changes from the `left` ranges to the `right` ranges, sorted by path: "added" (right
-    only), "removed" (left only; the left entry), "changed" (identities differ; the right
-    entry). `load` reads a range by id, and is called only for ranges that must be opened."""
-    return _diff(_DiffSide(left, load), _DiffSide(right, load))
+    """Changes from the `left` ranges to the `right` ranges with path > `after`, sorted by
+    path: "added" (right only), "removed" (left only; the left entry), "changed" (identities
+    differ; the right entry). `load` reads a range by id, and is called only for ranges that
+    must be opened."""
+    return _diff(_DiffSide(left, load, after), _DiffSide(right, load, after))
 
 
 class _DiffSide:
     """One side of a diff: ranges not opened yet, then the unread rows of the open one.
 
     The walk looks at `next_range()` first and either `skip()`s it (equal on both sides) or
-    `open()`s it; only opening reads storage. Rows are taken as Arrow slices.
+    `open()`s it; only opening reads storage. Rows are taken as Arrow slices. Rows up to
+    `after` are left out: ranges that end by it are dropped, an opened range starts past it.
     """
 
-    def __init__(self, infos: Sequence[RangeInfo], load: Callable[[str], pa.Table]) -> None:
-        self._infos = deque(infos)
+    def __init__(
+        self, infos: Sequence[RangeInfo], load: Callable[[str], pa.Table], after: str = ""
+    ) -> None:
+        self._infos = deque(info for info in infos if info.max_key > after)
         self._load = load
+        self._after = after
         self._table: pa.Table = EMPTY_RANGE
         self._pos = 0
 
@@ -71,7 +79,7 @@ class _DiffSide:
 
     def open(self) -> None:
         self._table = self._load(self._infos.popleft().range_id)
-        self._pos = 0
+        self._pos = count_below(self._table.column("path"), self._after, inclusive=True)
 
     def take_through(self, key: str) -> pa.Table:
         """The open rows with path <= `key`."""

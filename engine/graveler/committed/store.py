@@ -154,15 +154,17 @@ class CommittedStore:
         wanted = pa.array(paths, pa.string())
         return decode_entries(table.filter(pc.is_in(column, value_set=wanted)))
 
-    def diff(self, left_id: str, right_id: str) -> Iterator[Change]:
-        """Changes from left to right, sorted by path: "added" (right only), "removed" (left
-        only; the left entry), "changed" (identities differ; the right entry).
+    def diff(self, left_id: str, right_id: str, after: str = "") -> Iterator[Change]:
+        """Changes from left to right with path > `after`, sorted by path: "added" (right
+        only), "removed" (left only; the left entry), "changed" (identities differ; the right
+        entry).
 
         Ranges with the same id on both sides are skipped without reading; ranges that
-        differ are compared with Arrow kernels, and only differing rows are decoded.
+        differ are compared with Arrow kernels, and only differing rows are decoded. A page
+        that starts at `after` reads no range that ends before it.
         """
         left, right = self.storage.metarange(left_id), self.storage.metarange(right_id)
-        return diff_ranges(left, right, self.storage.range_table)
+        return diff_ranges(left, right, self.storage.range_table, after)
 
 
 def _row_of(paths: pa.ChunkedArray, path: str) -> int | None:
