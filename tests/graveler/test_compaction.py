@@ -498,3 +498,27 @@ def test_metrics_count_what_compactions_did(lake: Lake, repo) -> None:
     text = lake.metrics.exposition()
     assert "# TYPE branchwater_compaction_duration_seconds histogram" in text
     assert 'branchwater_compactions_total{outcome="compacted",repository="sales"} 1.0' in text
+
+
+def test_a_delete_whose_token_is_sealed_meanwhile_still_deletes(lake: Lake, repo, monkeypatch):
+    """The retry finds the delete's own tombstone in the sealed token: it must not take the
+    path for missing, but write its tombstone again in the new token."""
+    from branchwater.engine.graveler import commit as commit_ops
+
+    committed_tree(repo, 5)
+    g, main = lake.graveler, repo.branch("main")
+    put = g.staging.put
+    sealed: list[tuple[str, ...]] = []
+
+    def put_then_seal(token: str, path: str, entry) -> None:
+        put(token, path, entry)
+        if not sealed:
+            sealed.append(commit_ops.seal(g, repo.record, "main"))
+
+    monkeypatch.setattr(g.staging, "put", put_then_seal)
+    main.delete("d/002")
+    assert sealed
+    with pytest.raises(NotFound):
+        main.stat("d/002")
+    assert main.compact().compacted
+    assert "d/002" not in paths(repo.ref(main.commit("drop").id))
