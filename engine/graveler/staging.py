@@ -47,6 +47,14 @@ class StagingArea:
         self, token: str, after: str = "", prefix: str = ""
     ) -> Iterator[tuple[str, StagedValue]]:
         """Staged (path, value) pairs in path order, strictly after `after`, under `prefix`."""
+        for path, value in self.scan_raw(token, after, prefix):
+            yield path, decode_entry(path, value)
+
+    def scan_raw(
+        self, token: str, after: str = "", prefix: str = ""
+    ) -> Iterator[tuple[str, bytes]]:
+        """As `scan`, with values still encoded (`b""` a tombstone): for callers that decode
+        a batch at a time."""
         start = max(after, prefix)
         for key, value in self.kv.scan(token.encode(), start.encode(), self.batch_size):
             path = key.decode()
@@ -54,7 +62,7 @@ class StagingArea:
                 continue
             if not path.startswith(prefix):
                 return
-            yield path, decode_entry(path, value)
+            yield path, value
 
     def is_empty(self, token: str) -> bool:
         return next(iter(self.kv.scan(token.encode(), b"", 1)), None) is None

@@ -154,6 +154,7 @@ def test_uncommitted_combines_staging_with_the_compacted_diff(lake: Lake, repo) 
 def test_uncommitted_pages_through_a_compacted_diff(repo, monkeypatch) -> None:
     """Pages start past the last path of the one before, in the diff as in staging."""
     monkeypatch.setattr(reads, "PAGE_SIZE", 7)
+    monkeypatch.setattr(reads, "CHANGES_PAGE_SIZE", 7)
     committed_tree(repo, 60)
     main = repo.branch("main")
     for i in range(0, 60, 3):

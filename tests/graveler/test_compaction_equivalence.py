@@ -98,6 +98,7 @@ def test_compaction_never_changes_what_a_branch_shows(
     history: list[tuple], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(reads, "PAGE_SIZE", 3)
+    monkeypatch.setattr(reads, "CHANGES_PAGE_SIZE", 3)
     policy = RangePolicy(target_entries=3, max_entries=5)
     with (
         tempfile.TemporaryDirectory() as tmp,

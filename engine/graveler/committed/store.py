@@ -19,6 +19,7 @@ from branchwater.engine.errors import NotFound
 from branchwater.engine.graveler.committed.apply import Replacements, apply_changes
 from branchwater.engine.graveler.committed.diff import diff_ranges
 from branchwater.engine.graveler.committed.format import (
+    EMPTY_RANGE,
     RangeInfo,
     RangePolicy,
     count_below,
@@ -126,8 +127,16 @@ class CommittedStore:
         One vectorised pass per range the paths fall into, instead of a search per path: a
         merge looks up every changed path on both of its other sides.
         """
-        infos = self.storage.metarange(metarange_id)
         found: list[Entry | None] = [None] * len(paths)
+        for entry in decode_entries(self.rows_at(metarange_id, paths)):
+            found[bisect.bisect_left(paths, entry.path)] = entry
+        return found
+
+    def rows_at(self, metarange_id: str, paths: Sequence[str]) -> pa.Table:
+        """The stored rows at those of `paths` (sorted, distinct) the metarange holds, in
+        path order and undecoded. Only the ranges the paths fall into are opened."""
+        infos = self.storage.metarange(metarange_id)
+        parts = []
         start = 0
         while start < len(paths):
             index = bisect.bisect_left(infos, paths[start], key=_max_key)
@@ -137,22 +146,20 @@ class CommittedStore:
             stop = bisect.bisect_right(paths, info.max_key, lo=start)
             first = bisect.bisect_left(paths, info.min_key, lo=start, hi=stop)
             if first < stop:
-                wanted = paths[first:stop]
-                for entry in self._entries_at(info.range_id, wanted):
-                    found[first + bisect.bisect_left(wanted, entry.path)] = entry
+                parts.append(self._rows_in(info.range_id, paths[first:stop]))
             start = stop
-        return found
+        return pa.concat_tables(parts) if parts else EMPTY_RANGE
 
-    def _entries_at(self, range_id: str, paths: Sequence[str]) -> list[Entry]:
-        """Entries of one range at sorted `paths`: binary searches for a few, else one set
+    def _rows_in(self, range_id: str, paths: Sequence[str]) -> pa.Table:
+        """Rows of one range at sorted `paths`: binary searches for a few, else one set
         lookup over the whole range."""
         table = self.storage.range_table(range_id)
         column = table.column("path")
         if len(paths) <= _SEARCHED_PATHS:
-            rows = (_row_of(column, path) for path in paths)
-            return [decode_entries(table, row, row + 1)[0] for row in rows if row is not None]
+            rows = [row for row in (_row_of(column, path) for path in paths) if row is not None]
+            return table.take(pa.array(rows, pa.int64()))
         wanted = pa.array(paths, pa.string())
-        return decode_entries(table.filter(pc.is_in(column, value_set=wanted)))
+        return table.filter(pc.is_in(column, value_set=wanted))
 
     def diff(self, left_id: str, right_id: str, after: str = "") -> Iterator[Change]:
         """Changes from left to right with path > `after`, sorted by path: "added" (right
