@@ -188,6 +188,7 @@ def bench_compaction_vs_commit(entries: int) -> None:
         compacted = lake.repository("compacted").branch("main")
         committed = lake.repository("committed").branch("main")
         compact_s, result = timed(compacted.compact)
+        lake.wait_for_cleanup()
         commit_s, commit = timed(lambda: committed.commit("same entries"))
         assert result.metarange_id == commit.metarange_id
         lake.close()

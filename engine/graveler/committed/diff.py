@@ -142,10 +142,15 @@ def _diff_rows(left: pa.Table, right: pa.Table) -> list[Change]:
 
 def _changed_rows(old: pa.Table, new: pa.Table) -> list[Change]:
     """Rows of equal paths, row for row, whose identities differ."""
-    differs = functools.reduce(
+    return _changes_of("changed", new.filter(identities_differ(old, new)))
+
+
+def identities_differ(old: pa.Table, new: pa.Table) -> pa.Array:
+    """Row for row, whether two tables of entries hold different objects (`Entry.identity`
+    compared in Arrow, without decoding a row)."""
+    return functools.reduce(
         pc.or_, (pc.not_equal(old.column(name), new.column(name)) for name in _IDENTITY_COLUMNS)
     )
-    return _changes_of("changed", new.filter(differs))
 
 
 def _changes_of(kind: ChangeType, rows: pa.Table) -> list[Change]:
