@@ -16,11 +16,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from itertools import islice
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from branchwater.engine.errors import NoChanges, too_many_tries
+from branchwater.engine.graveler.committed.format import staged_rows
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.iterators import combine, reporting
-from branchwater.engine.graveler.model import BranchRecord, Commit, Entry, RepositoryRecord
+from branchwater.engine.graveler.model import BranchRecord, Commit, RepositoryRecord
 from branchwater.engine.graveler.staging import new_staging_token
 
 Progress = Callable[[int], None]
@@ -85,22 +90,8 @@ class Applied:
     """Ranges of the base the result references unchanged."""
 
 
-class _Tally:
-    """Counts entries and tombstones of a change stream as `apply` consumes it."""
-
-    def __init__(self) -> None:
-        self.entries = 0
-        self.tombstones = 0
-
-    def count(
-        self, changes: Iterable[tuple[str, Entry | None]]
-    ) -> Iterator[tuple[str, Entry | None]]:
-        for change in changes:
-            if change[1] is None:
-                self.tombstones += 1
-            else:
-                self.entries += 1
-            yield change
+STAGED_BATCH = 8192
+"""Staged rows turned into Arrow at once on their way to ranges."""
 
 
 def apply_sealed(
@@ -111,19 +102,45 @@ def apply_sealed(
     progress: Progress | None = None,
 ) -> Applied:
     """Apply staging tokens (newest first; the newest wins a path) on the metarange `base`:
-    the one path from staged rows to ranges, shared by commit and compaction."""
-    tally = _Tally()
-    changes: Iterable[tuple[str, Entry | None]] = tally.count(
-        combine([g.staging.scan(token) for token in tokens])
-    )
+    the one path from staged rows to ranges, shared by commit and compaction. Staged values
+    go to Arrow undecoded, a batch at a time, so no entry becomes a Python object."""
+    pairs = combine([g.staging.scan_encoded(token) for token in tokens])
+    batches: Iterable[pa.Table] = _staged_batches(pairs)
     if progress is not None:
-        changes = reporting(changes, progress, PROGRESS_EVERY)
+        batches = reporting(batches, progress, PROGRESS_EVERY, size=_rows)
+    tally = _Tally()
     committed = g.committed(repo)
-    metarange_id = committed.apply(base, changes)
+    metarange_id = committed.apply_rows(base, tally.count(batches))
     before = {info.range_id for info in committed.ranges(base)}
     after = [info.range_id for info in committed.ranges(metarange_id)]
     reused = sum(1 for range_id in after if range_id in before)
     return Applied(metarange_id, tally.entries, tally.tombstones, len(after) - reused, reused)
+
+
+def _staged_batches(pairs: Iterable[tuple[bytes, bytes]]) -> Iterator[pa.Table]:
+    iterator = iter(pairs)
+    while batch := list(islice(iterator, STAGED_BATCH)):
+        keys, values = zip(*batch, strict=True)
+        yield staged_rows(keys, values)
+
+
+def _rows(batch: pa.Table) -> int:
+    return batch.num_rows
+
+
+class _Tally:
+    """Counts entries and tombstones of change-row batches as `apply` consumes them."""
+
+    def __init__(self) -> None:
+        self.entries = 0
+        self.tombstones = 0
+
+    def count(self, batches: Iterable[pa.Table]) -> Iterator[pa.Table]:
+        for batch in batches:
+            deleted = pc.sum(batch.column("deleted")).as_py() or 0
+            self.tombstones += deleted
+            self.entries += batch.num_rows - deleted
+            yield batch
 
 
 def _finish(

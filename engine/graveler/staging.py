@@ -64,5 +64,10 @@ class StagingArea:
                 return
             yield path, value
 
+    def scan_encoded(self, token: str) -> Iterator[tuple[bytes, bytes]]:
+        """Every staged (path, value) pair as the KV holds them, in path order: for callers
+        that turn whole batches into Arrow (UTF-8 bytes sort as their text does)."""
+        return iter(self.kv.scan(token.encode(), b"", self.batch_size))
+
     def is_empty(self, token: str) -> bool:
         return next(iter(self.kv.scan(token.encode(), b"", 1)), None) is None

@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from branchwater.engine.graveler.committed import CommittedStore
 from branchwater.engine.graveler.committed.diff import identities_differ
 from branchwater.engine.graveler.committed.format import decode_entries, staged_rows
+from branchwater.engine.graveler.committed.writer import live_rows
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.iterators import combine, overlay
 from branchwater.engine.graveler.model import BranchRecord, Change, ChangeType, RepositoryRecord
@@ -47,26 +48,25 @@ def uncommitted_from(
 def _join(committed: CommittedStore, head: str, batch: list[_Item]) -> list[Change]:
     """The changes of one batch: settled ones as they are, staged ones against HEAD."""
     changes = [known for _, _, known in batch if known is not None]
-    staged = [(path, value or b"") for path, value, known in batch if known is None]
-    base = committed.rows_at(head, [path for path, _ in staged])
-    tombstones = [path for path, value in staged if not value]
-    if tombstones and base.num_rows:
-        hit = pc.is_in(base.column("path"), value_set=pa.array(tombstones, pa.string()))
-        changes += _changes("removed", base.filter(hit))
-    written = [(path, value) for path, value in staged if value]
-    if written:
-        changes += _written_changes(base, written)
+    staged = [(path, value) for path, value, known in batch if value is not None]
+    if staged:
+        paths, values = zip(*staged, strict=True)
+        changes += _staged_changes(committed.rows_at(head, paths), staged_rows(paths, values))
     changes.sort(key=_path)
     return changes
 
 
-def _written_changes(base: pa.Table, written: list[tuple[str, bytes]]) -> list[Change]:
-    """Staged entries that HEAD lacks ("added") or holds as another object ("changed")."""
-    rows = staged_rows([path for path, _ in written], [value for _, value in written])
-    at = pc.index_in(rows.column("path"), value_set=base.column("path"))
+def _staged_changes(base: pa.Table, rows: pa.Table) -> list[Change]:
+    """Staged change rows against HEAD's rows at their paths: deletes of what HEAD holds
+    ("removed"), entries HEAD lacks ("added") or holds as another object ("changed")."""
+    deleted = rows.column("deleted")
+    gone = pc.is_in(base.column("path"), value_set=rows.filter(deleted).column("path"))
+    changes = _changes("removed", base.filter(gone))
+    written = live_rows(rows)
+    at = pc.index_in(written.column("path"), value_set=base.column("path"))
     found = pc.is_valid(at)
-    changes = _changes("added", rows.filter(pc.invert(found)))
-    before, after = base.take(at.filter(found)), rows.filter(found)
+    changes += _changes("added", written.filter(pc.invert(found)))
+    before, after = base.take(at.filter(found)), written.filter(found)
     return changes + _changes("changed", after.filter(identities_differ(before, after)))
 
 

@@ -272,27 +272,37 @@ def decode_entries(table: pa.Table, start: int = 0, stop: int | None = None) -> 
     )
 
 
+CHANGE_SCHEMA = RANGE_SCHEMA.append(pa.field("deleted", pa.bool_(), nullable=False))
+"""Changes to apply, as rows: a range row and whether the path is deleted (a deleted row's
+other columns are placeholders). Applying them row batch by row batch keeps per-entry
+Python out of commits and compactions."""
+
 STAGED_FIELDS = 5
 """address, size, checksum, mtime (µs), metadata: the staged value `model.encode_entry` writes."""
+_TOMBSTONE_FIELDS = pa.scalar("\x000\x00\x000\x00", pa.string())
+"""What a tombstone (an empty staged value) is split as: empty strings and zeros."""
 
 
-def staged_rows(paths: Sequence[str], values: Sequence[bytes]) -> pa.Table:
-    """Range rows from staged values (none of them a tombstone), split in Arrow: the
-    vectorised `model.decode_entry`, for paths that a caller compares without decoding."""
+def staged_rows(paths: Sequence[str] | Sequence[bytes], values: Sequence[bytes]) -> pa.Table:
+    """Change rows from staged (path, value) pairs, paths as text or as the KV's key bytes,
+    values split in Arrow: the vectorised `model.decode_entry`, an empty value (a tombstone)
+    a deleted row."""
     try:
+        path = pa.array(paths, pa.binary()).cast(pa.string())
         text = pa.array(values, pa.binary()).cast(pa.string())
-        fields = pc.split_pattern(text, "\x00")
-        lengths = pc.list_value_length(fields)
-        if len(values) and pc.min_max(lengths).as_py() != {"min": 5, "max": 5}:
+        deleted = pc.equal(pc.binary_length(text), 0)
+        fields = pc.split_pattern(pc.if_else(deleted, _TOMBSTONE_FIELDS, text), "\x00")
+        lengths = pc.min_max(pc.list_value_length(fields)).as_py()
+        if len(values) and lengths != {"min": STAGED_FIELDS, "max": STAGED_FIELDS}:
             raise ValueError(f"a staged value has not {STAGED_FIELDS} fields")
         columns = [pc.list_element(fields, i) for i in range(STAGED_FIELDS)]
         size = columns[1].cast(pa.int64())
         mtime = columns[3].cast(pa.int64()).cast(UTC_MICROS)
     except (pa.ArrowException, ValueError) as exc:
-        where = f"{paths[0]!r} to {paths[-1]!r}" if paths else "a batch"
+        where = f"{paths[0]!r} to {paths[-1]!r}" if len(paths) else "a batch"
         raise CorruptedData(f"staged entries {where} cannot be decoded: {exc}") from exc
-    arrays = [pa.array(paths, pa.string()), columns[0], size, columns[2], mtime, columns[4]]
-    return pa.Table.from_arrays(arrays, schema=RANGE_SCHEMA)
+    arrays = [path, columns[0], size, columns[2], mtime, columns[4], deleted]
+    return pa.Table.from_arrays(arrays, schema=CHANGE_SCHEMA)
 
 
 def path_at(table: pa.Table, row: int) -> str:

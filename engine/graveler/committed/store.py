@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from branchwater.engine.errors import NotFound
-from branchwater.engine.graveler.committed.apply import Replacements, apply_changes
+from branchwater.engine.graveler.committed.apply import Replacements, apply_changes, apply_rows
 from branchwater.engine.graveler.committed.diff import diff_ranges
 from branchwater.engine.graveler.committed.format import (
     EMPTY_RANGE,
@@ -81,6 +81,12 @@ class CommittedStore:
         """
         base = self.storage.metarange(base_metarange_id)
         return apply_changes(base, changes, self.writer(), self.storage.range_table, replacements)
+
+    def apply_rows(self, base_metarange_id: str, batches: Iterable[pa.Table]) -> str:
+        """`apply` for changes already in Arrow: sorted batches of `format.CHANGE_SCHEMA`
+        rows, such as staged rows on their way to a commit."""
+        base = self.storage.metarange(base_metarange_id)
+        return apply_rows(base, batches, self.writer(), self.storage.range_table)
 
     # --- reading ---------------------------------------------------------------------------
 
