@@ -10,7 +10,7 @@ import heapq
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
-from branchwater.engine.graveler.model import Change, Entry
+from branchwater.engine.graveler.model import Entry
 
 Layer = Iterable[tuple[str, Entry | None]]
 T = TypeVar("T")
@@ -53,26 +53,6 @@ def visible(stream: Iterable[tuple[str, Entry | None]]) -> Iterator[Entry]:
     for _, value in stream:
         if value is not None:
             yield value
-
-
-def overlay(
-    top: Iterable[tuple[str, V]], below: Iterable[Change]
-) -> Iterator[tuple[str, V | None, Change | None]]:
-    """Merge staged pairs over changes already known, both sorted by path: a pair comes out
-    as (path, value, None), a change as (path, None, change), and where both hold a path,
-    the pair alone."""
-    lower = iter(below)
-    pending = next(lower, None)
-    for path, value in top:
-        while pending is not None and pending.path < path:
-            yield pending.path, None, pending
-            pending = next(lower, None)
-        if pending is not None and pending.path == path:
-            pending = next(lower, None)
-        yield path, value, None
-    while pending is not None:
-        yield pending.path, None, pending
-        pending = next(lower, None)
 
 
 def reporting(

@@ -6,6 +6,7 @@ sealed it is read-only, and it is dropped only after a commit or compaction has 
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Iterator
 
@@ -47,14 +48,6 @@ class StagingArea:
         self, token: str, after: str = "", prefix: str = ""
     ) -> Iterator[tuple[str, StagedValue]]:
         """Staged (path, value) pairs in path order, strictly after `after`, under `prefix`."""
-        for path, value in self.scan_raw(token, after, prefix):
-            yield path, decode_entry(path, value)
-
-    def scan_raw(
-        self, token: str, after: str = "", prefix: str = ""
-    ) -> Iterator[tuple[str, bytes]]:
-        """As `scan`, with values still encoded (`b""` a tombstone): for callers that decode
-        a batch at a time."""
         start = max(after, prefix)
         for key, value in self.kv.scan(token.encode(), start.encode(), self.batch_size):
             path = key.decode()
@@ -62,12 +55,15 @@ class StagingArea:
                 continue
             if not path.startswith(prefix):
                 return
-            yield path, value
+            yield path, decode_entry(path, value)
 
-    def scan_encoded(self, token: str) -> Iterator[tuple[bytes, bytes]]:
-        """Every staged (path, value) pair as the KV holds them, in path order: for callers
-        that turn whole batches into Arrow (UTF-8 bytes sort as their text does)."""
-        return iter(self.kv.scan(token.encode(), b"", self.batch_size))
+    def scan_encoded(self, token: str, after: str = "") -> Iterator[tuple[bytes, bytes]]:
+        """Staged (path, value) pairs as the KV holds them, in path order, strictly after
+        `after`: for callers that turn whole batches into Arrow (UTF-8 bytes sort as their
+        text does). No Python runs per row."""
+        start = after.encode()
+        rows = iter(self.kv.scan(token.encode(), start, self.batch_size))
+        return itertools.dropwhile(lambda row: row[0] == start, rows) if after else rows
 
     def is_empty(self, token: str) -> bool:
         return next(iter(self.kv.scan(token.encode(), b"", 1)), None) is None

@@ -16,18 +16,15 @@ from itertools import islice
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from branchwater.engine.graveler.committed import CommittedStore
 from branchwater.engine.graveler.committed.diff import identities_differ
 from branchwater.engine.graveler.committed.format import decode_entries, staged_rows
 from branchwater.engine.graveler.committed.writer import live_rows
 from branchwater.engine.graveler.graveler import Graveler
-from branchwater.engine.graveler.iterators import combine, overlay
+from branchwater.engine.graveler.iterators import combine
 from branchwater.engine.graveler.model import BranchRecord, Change, ChangeType, RepositoryRecord
 
-BATCH = 1024
-"""Staged paths joined with HEAD at once: one vectorised pass per HEAD range they touch."""
-
-_Item = tuple[str, bytes | None, Change | None]
+BATCH = 4096
+"""Staged rows joined with HEAD at once: one vectorised pass per HEAD range they touch."""
 
 
 def uncommitted_from(
@@ -37,23 +34,43 @@ def uncommitted_from(
     committed = g.committed(repo)
     head = g.refs.get_commit(repo, branch.commit_id).metarange_id
     tokens = (branch.staging_token, *branch.sealed_tokens)
-    staged = combine([g.staging.scan_raw(token, after) for token in tokens])
+    staged = combine([g.staging.scan_encoded(token, after) for token in tokens])
     compacted = branch.compacted_metarange_id
-    settled = committed.diff(head, compacted, after=after) if compacted else iter(())
-    items = overlay(staged, settled)
-    while batch := list(islice(items, BATCH)):
-        yield from _join(committed, head, batch)
+    settled = _Settled(committed.diff(head, compacted, after=after) if compacted else iter(()))
+    while True:
+        batch = list(islice(staged, BATCH))
+        changes: list[Change] = []
+        paths: list[str] = []
+        if batch:
+            keys, values = zip(*batch, strict=True)
+            rows = staged_rows(keys, values)
+            paths = rows.column("path").to_pylist()
+            changes = _staged_changes(committed.rows_at(head, paths), rows)
+        last = len(batch) < BATCH
+        changes += settled.take(None if last else paths[-1], paths)
+        changes.sort(key=_path)
+        yield from changes
+        if last:
+            return
 
 
-def _join(committed: CommittedStore, head: str, batch: list[_Item]) -> list[Change]:
-    """The changes of one batch: settled ones as they are, staged ones against HEAD."""
-    changes = [known for _, _, known in batch if known is not None]
-    staged = [(path, value) for path, value, known in batch if value is not None]
-    if staged:
-        paths, values = zip(*staged, strict=True)
-        changes += _staged_changes(committed.rows_at(head, paths), staged_rows(paths, values))
-    changes.sort(key=_path)
-    return changes
+class _Settled:
+    """The changes compaction already applied, taken in step with the staged batches."""
+
+    def __init__(self, changes: Iterator[Change]) -> None:
+        self._changes = changes
+        self._head = next(changes, None)
+
+    def take(self, through: str | None, staged: list[str]) -> list[Change]:
+        """The changes up to path `through` (all if None) that no `staged` path hides."""
+        taken = []
+        while self._head is not None and (through is None or self._head.path <= through):
+            taken.append(self._head)
+            self._head = next(self._changes, None)
+        if taken and staged:
+            hidden = set(staged)
+            taken = [change for change in taken if change.path not in hidden]
+        return taken
 
 
 def _staged_changes(base: pa.Table, rows: pa.Table) -> list[Change]:

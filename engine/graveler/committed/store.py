@@ -134,38 +134,44 @@ class CommittedStore:
         merge looks up every changed path on both of its other sides.
         """
         found: list[Entry | None] = [None] * len(paths)
-        for entry in decode_entries(self.rows_at(metarange_id, paths)):
-            found[bisect.bisect_left(paths, entry.path)] = entry
+        for range_id, first, stop in self._ranges_holding(metarange_id, paths):
+            wanted = paths[first:stop]
+            table = self.storage.range_table(range_id)
+            if len(wanted) <= _SEARCHED_PATHS:
+                rows = (_row_of(table.column("path"), path) for path in wanted)
+                entries = [decode_entries(table, r, r + 1)[0] for r in rows if r is not None]
+            else:
+                entries = decode_entries(_rows_among(table, wanted))
+            for entry in entries:
+                found[first + bisect.bisect_left(wanted, entry.path)] = entry
         return found
 
     def rows_at(self, metarange_id: str, paths: Sequence[str]) -> pa.Table:
         """The stored rows at those of `paths` (sorted, distinct) the metarange holds, in
-        path order and undecoded. Only the ranges the paths fall into are opened."""
+        path order and undecoded, for callers that compare them in Arrow."""
+        parts = [
+            _rows_among(self.storage.range_table(range_id), paths[first:stop])
+            for range_id, first, stop in self._ranges_holding(metarange_id, paths)
+        ]
+        return pa.concat_tables(parts) if parts else EMPTY_RANGE
+
+    def _ranges_holding(
+        self, metarange_id: str, paths: Sequence[str]
+    ) -> Iterator[tuple[str, int, int]]:
+        """(range id, first, stop) for each range that `paths[first:stop]` (sorted) fall
+        into: ranges that none of the paths can be in are never opened."""
         infos = self.storage.metarange(metarange_id)
-        parts = []
         start = 0
         while start < len(paths):
             index = bisect.bisect_left(infos, paths[start], key=_max_key)
             if index == len(infos):
-                break
+                return
             info = infos[index]
             stop = bisect.bisect_right(paths, info.max_key, lo=start)
             first = bisect.bisect_left(paths, info.min_key, lo=start, hi=stop)
             if first < stop:
-                parts.append(self._rows_in(info.range_id, paths[first:stop]))
+                yield info.range_id, first, stop
             start = stop
-        return pa.concat_tables(parts) if parts else EMPTY_RANGE
-
-    def _rows_in(self, range_id: str, paths: Sequence[str]) -> pa.Table:
-        """Rows of one range at sorted `paths`: binary searches for a few, else one set
-        lookup over the whole range."""
-        table = self.storage.range_table(range_id)
-        column = table.column("path")
-        if len(paths) <= _SEARCHED_PATHS:
-            rows = [row for row in (_row_of(column, path) for path in paths) if row is not None]
-            return table.take(pa.array(rows, pa.int64()))
-        wanted = pa.array(paths, pa.string())
-        return table.filter(pc.is_in(column, value_set=wanted))
 
     def diff(self, left_id: str, right_id: str, after: str = "") -> Iterator[Change]:
         """Changes from left to right with path > `after`, sorted by path: "added" (right
@@ -184,6 +190,11 @@ def _row_of(paths: pa.ChunkedArray, path: str) -> int | None:
     """The row holding `path` in sorted `paths`, by binary search: O(log n) scalar reads."""
     row = bisect.bisect_left(paths, path, key=_as_py)
     return row if row < len(paths) and paths[row].as_py() == path else None
+
+
+def _rows_among(table: pa.Table, paths: Sequence[str]) -> pa.Table:
+    """The rows of a range whose path is one of `paths`: one set lookup over the range."""
+    return table.filter(pc.is_in(table.column("path"), value_set=pa.array(paths, pa.string())))
 
 
 def _as_py(scalar: pa.Scalar) -> str:
