@@ -18,7 +18,7 @@ from branchwater.engine import (
     NoChanges,
     NotFound,
 )
-from branchwater.engine.graveler import compaction, reads
+from branchwater.engine.graveler import compaction, reads, uncommitted
 from branchwater.engine.graveler.committed import RangePolicy
 from branchwater.engine.graveler.writes import stage_entry
 
@@ -151,10 +151,12 @@ def test_uncommitted_combines_staging_with_the_compacted_diff(lake: Lake, repo) 
     ]
 
 
-def test_uncommitted_pages_through_a_compacted_diff(repo, monkeypatch) -> None:
-    """Pages start past the last path of the one before, in the diff as in staging."""
-    monkeypatch.setattr(reads, "PAGE_SIZE", 7)
-    monkeypatch.setattr(reads, "CHANGES_PAGE_SIZE", 7)
+@pytest.mark.parametrize("page, batch", [(7, 5), (1000, 5), (3, 1000)])
+def test_uncommitted_pages_through_a_compacted_diff(repo, monkeypatch, page, batch) -> None:
+    """Pages start past the last path of the one before, in the diff as in staging, and
+    the compacted changes interleave with the staged ones batch by batch."""
+    monkeypatch.setattr(reads, "CHANGES_PAGE_SIZE", page)
+    monkeypatch.setattr(uncommitted, "BATCH", batch)
     committed_tree(repo, 60)
     main = repo.branch("main")
     for i in range(0, 60, 3):

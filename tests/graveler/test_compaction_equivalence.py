@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from branchwater.engine import BranchwaterError, Lake
-from branchwater.engine.graveler import reads
+from branchwater.engine.graveler import reads, uncommitted
 from branchwater.engine.graveler.committed import RangePolicy
 from branchwater.engine.graveler.model import Entry
 from branchwater.engine.graveler.writes import stage_entry
@@ -99,6 +99,7 @@ def test_compaction_never_changes_what_a_branch_shows(
 ) -> None:
     monkeypatch.setattr(reads, "PAGE_SIZE", 3)
     monkeypatch.setattr(reads, "CHANGES_PAGE_SIZE", 3)
+    monkeypatch.setattr(uncommitted, "BATCH", 2)
     policy = RangePolicy(target_entries=3, max_entries=5)
     with (
         tempfile.TemporaryDirectory() as tmp,
