@@ -11,7 +11,7 @@ of the staged rows plus the HEAD ranges they fall into, and a page costs about o
 from __future__ import annotations
 
 from collections.abc import Iterator
-from itertools import islice
+from itertools import islice, repeat
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -88,7 +88,10 @@ def _staged_changes(base: pa.Table, rows: pa.Table) -> list[Change]:
 
 
 def _changes(kind: ChangeType, rows: pa.Table) -> list[Change]:
-    return [Change(entry.path, kind, entry) for entry in decode_entries(rows)]
+    """Changes of one kind, built in C like the entries they carry."""
+    paths = rows.column("path").to_pylist()
+    changes = zip(paths, repeat(kind, len(paths)), decode_entries(rows), strict=True)
+    return list(map(tuple.__new__, repeat(Change), changes))
 
 
 def _path(change: Change) -> str:

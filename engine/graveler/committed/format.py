@@ -21,6 +21,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from itertools import repeat
 from typing import NamedTuple, Protocol
 
 import pyarrow as pa
@@ -247,7 +248,8 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def decode_entries(table: pa.Table, start: int = 0, stop: int | None = None) -> list[Entry]:
-    """Entries of rows [start, stop): one pass per column, then tuples built in C.
+    """Entries of rows [start, stop): one pass per column, then tuples built in C
+    (`tuple.__new__` is what `Entry._make` calls, without a Python frame per entry).
 
     mtime goes through int64 microseconds because pyarrow's own datetime conversion with a
     time zone is slower; the result is a tz-aware UTC datetime either way.
@@ -258,7 +260,8 @@ def decode_entries(table: pa.Table, start: int = 0, stop: int | None = None) -> 
     metadata = [json.loads(m) if m else EMPTY_METADATA for m in part.column("metadata").to_pylist()]
     return list(
         map(
-            Entry._make,
+            tuple.__new__,
+            repeat(Entry),
             zip(
                 part.column("path").to_pylist(),
                 part.column("address").to_pylist(),
