@@ -18,7 +18,7 @@ from branchwater.engine.gc.settings import GCSettings
 from branchwater.engine.gc.tokens import PhysicalAddress
 from branchwater.engine.graveler import branches as branch_ops
 from branchwater.engine.graveler import commit as commit_ops
-from branchwater.engine.graveler import history, reads, repositories, writes
+from branchwater.engine.graveler import compaction, history, reads, repositories, writes
 from branchwater.engine.graveler import merge as merge_ops
 from branchwater.engine.graveler.checksums import content_checksum
 from branchwater.engine.graveler.committed import (
@@ -27,8 +27,14 @@ from branchwater.engine.graveler.committed import (
     RangePolicy,
     default_cache_dir,
 )
+from branchwater.engine.graveler.compaction import (
+    CompactionPolicy,
+    CompactionResult,
+    CompactionStatus,
+)
 from branchwater.engine.graveler.graveler import Graveler, RetryPolicy
 from branchwater.engine.graveler.merge import MergeResult
+from branchwater.engine.graveler.metrics import CompactionMetrics
 from branchwater.engine.graveler.model import Change, Commit, Entry, RepositoryRecord, Tag
 from branchwater.engine.graveler.names import check_ref_name
 from branchwater.engine.kv import open_store
@@ -92,6 +98,11 @@ class Lake:
 
     def delete_repository(self, name: str) -> None:
         repositories.delete_repository(self.graveler, name)
+
+    @property
+    def metrics(self) -> CompactionMetrics:
+        """This lake's Prometheus metrics; serve `lake.metrics.registry` to expose them."""
+        return self.graveler.metrics
 
     def wait_for_cleanup(self, timeout: float | None = None) -> bool:
         """Wait until the staging tokens that commits let go of are dropped (in the
@@ -233,6 +244,10 @@ class Repository:
         GC; returns (run_id, location). Passing the `run_id` of an interrupted run resumes it.
         `progress(n)` is called as entries are written, with how many so far."""
         return prepare_uncommitted_for_gc(self._g, self.lake.gc, self.record, run_id, progress)
+
+    def compaction_status(self, policy: CompactionPolicy | None = None) -> list[CompactionStatus]:
+        """Every branch's compaction figures and verdict (see `Branch.compaction_status`)."""
+        return compaction.repository_status(self._g, self.record, policy)
 
     def dump_refs(self, path: str | Path) -> int:
         """Write commits, branches and tags as JSON; returns the number of records written."""
@@ -398,6 +413,24 @@ class Branch(Ref):
     @property
     def _gc(self) -> GCContext:
         return self.repository.lake.gc
+
+    def compaction_status(self, policy: CompactionPolicy | None = None) -> CompactionStatus:
+        """What staging compaction would be decided on (staged tombstones and entries, sealed
+        tokens, age of the last compaction), at a bounded cost, and whether it is due."""
+        return compaction.compaction_status(self._g, self._record, self.name, policy)
+
+    def compact(
+        self, *, if_needed: bool = False, policy: CompactionPolicy | None = None
+    ) -> CompactionResult:
+        """Fold the staging area into a compacted metarange that reads use instead of HEAD's.
+
+        With `if_needed`, only when `compaction_status` says it is due. Nothing staged is a
+        no-op result, and a compaction that a concurrent commit overtook says so
+        (`outcome="superseded"`) rather than raising: the branch is intact either way.
+        """
+        return compaction.compact(
+            self._g, self._record, self.name, if_needed=if_needed, policy=policy
+        )
 
 
 def _after(commits: Iterator[Commit], commit_id: str) -> Iterator[Commit]:

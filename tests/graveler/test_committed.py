@@ -506,3 +506,19 @@ def test_arguments_are_checked(objects: SpyStore) -> None:
         CommittedStore(objects, cache_size=-1)
     with pytest.raises(InvalidArgument, match="size"):
         store.write_metarange([entry("a")._replace(size="big")])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_diff_after_a_path_is_the_tail_of_the_whole_diff(objects: SpyStore, seed: int) -> None:
+    """A page of a diff starts past `after` without changing what follows it."""
+    rng = random.Random(f"after-{seed}")
+    left = random_entries(rng, 300)
+    _, right = random_changes(rng, left, rng.choice([5, 60]))
+    left_id = CommittedStore(objects, POLICIES["tiny"]).write_metarange(left)
+    right_id = CommittedStore(objects, rng.choice(list(POLICIES.values()))).write_metarange(right)
+    store = CommittedStore(objects, POLICIES["hash"])
+    whole = naive_diff(left, right)
+    keys = sorted({e.path for e in left + right})
+    for after in ["", rng.choice(keys), rng.choice(keys) + "~", keys[-1], "\uffff"]:
+        expected = [change for change in whole if change.path > after]
+        assert list(store.diff(left_id, right_id, after=after)) == expected

@@ -30,27 +30,32 @@ def diff_ranges(
     left: Sequence[RangeInfo],
     right: Sequence[RangeInfo],
     load: Callable[[str], pa.Table],
+    after: str = "",
     *,
     physical: bool = False,
 ) -> Iterator[Change]:
-    """Changes from the `left` ranges to the `right` ranges, sorted by path: "added" (right
-    only), "removed" (left only; the left entry), "changed" (identities differ, or with
-    `physical` the addresses too; the right entry). `load` reads a range by id, and is called
-    only for ranges that must be opened."""
+    """Changes from the `left` ranges to the `right` ranges with path > `after`, sorted by
+    path: "added" (right only), "removed" (left only; the left entry), "changed" (identities
+    differ, or with `physical` the addresses too; the right entry). `load` reads a range by
+    id, and is called only for ranges that must be opened."""
     compared = PHYSICAL_COLUMNS if physical else IDENTITY_COLUMNS
-    return _diff(_DiffSide(left, load), _DiffSide(right, load), compared)
+    return _diff(_DiffSide(left, load, after), _DiffSide(right, load, after), compared)
 
 
 class _DiffSide:
     """One side of a diff: ranges not opened yet, then the unread rows of the open one.
 
     The walk looks at `next_range()` first and either `skip()`s it (equal on both sides) or
-    `open()`s it; only opening reads storage. Rows are taken as Arrow slices.
+    `open()`s it; only opening reads storage. Rows are taken as Arrow slices. Rows up to
+    `after` are left out: ranges that end by it are dropped, an opened range starts past it.
     """
 
-    def __init__(self, infos: Sequence[RangeInfo], load: Callable[[str], pa.Table]) -> None:
-        self._infos = deque(infos)
+    def __init__(
+        self, infos: Sequence[RangeInfo], load: Callable[[str], pa.Table], after: str = ""
+    ) -> None:
+        self._infos = deque(info for info in infos if info.max_key > after)
         self._load = load
+        self._after = after
         self._table: pa.Table = EMPTY_RANGE
         self._pos = 0
 
@@ -76,7 +81,7 @@ class _DiffSide:
 
     def open(self) -> None:
         self._table = self._load(self._infos.popleft().range_id)
-        self._pos = 0
+        self._pos = count_below(self._table.column("path"), self._after, inclusive=True)
 
     def take_through(self, key: str) -> pa.Table:
         """The open rows with path <= `key`."""
@@ -139,10 +144,17 @@ def _diff_rows(left: pa.Table, right: pa.Table, compared: Sequence[str]) -> list
 
 def _changed_rows(old: pa.Table, new: pa.Table, compared: Sequence[str]) -> list[Change]:
     """Rows of equal paths, row for row, that differ in a `compared` column."""
-    differs = functools.reduce(
+    return _changes_of("changed", new.filter(identities_differ(old, new, compared)))
+
+
+def identities_differ(
+    old: pa.Table, new: pa.Table, compared: Sequence[str] = IDENTITY_COLUMNS
+) -> pa.Array:
+    """Row for row, whether two tables of entries hold different objects (`Entry.identity`
+    compared in Arrow, without decoding a row; `compared` may add the address)."""
+    return functools.reduce(
         pc.or_, (pc.not_equal(old.column(name), new.column(name)) for name in compared)
     )
-    return _changes_of("changed", new.filter(differs))
 
 
 def _changes_of(kind: ChangeType, rows: pa.Table) -> list[Change]:
