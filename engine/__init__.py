@@ -16,6 +16,7 @@ from branchwater.engine.errors import (
     Conflict,
     CorruptedData,
     DirtyBranch,
+    GateFailed,
     InvalidAddress,
     InvalidArgument,
     InvalidName,
@@ -49,6 +50,12 @@ _LAZY = {
     "GCSettings": "branchwater.engine.gc.settings",
     "PhysicalAddress": "branchwater.engine.gc.tokens",
     "PreparedRun": "branchwater.engine.gc.prepare",
+    "CommittedLayout": "branchwater.engine.gc.inputs",
+    "UncommittedRun": "branchwater.engine.gc.inputs",
+    "ObjectStore": "branchwater.engine.objects",
+    "open_object_store": "branchwater.engine.objects",
+    "slice_created": "branchwater.engine.gc.addresses",
+    "DATA_ADDRESS_PATTERN": "branchwater.engine.gc.addresses",
 }
 
 
@@ -69,6 +76,7 @@ __all__ = [
     "Conflict",
     "CorruptedData",
     "DirtyBranch",
+    "GateFailed",
     "InvalidAddress",
     "InvalidArgument",
     "InvalidName",

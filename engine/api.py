@@ -13,6 +13,12 @@ from pathlib import Path
 from branchwater.engine.errors import InvalidArgument, NotFound
 from branchwater.engine.gc import copies, links
 from branchwater.engine.gc.context import GCContext
+from branchwater.engine.gc.inputs import (
+    CommittedLayout,
+    UncommittedRun,
+    committed_layout,
+    uncommitted_run,
+)
 from branchwater.engine.gc.prepare import PreparedRun, prepare_uncommitted_for_gc
 from branchwater.engine.gc.settings import GCSettings
 from branchwater.engine.gc.tokens import PhysicalAddress
@@ -260,6 +266,15 @@ class Repository:
         from branchwater.engine.graveler.dump import restore_refs
 
         return restore_refs(self._g, self.record, Path(path))
+
+    def committed_layout(self) -> CommittedLayout:
+        """Every commit's metarange and where the Parquet files are, for a GC job that reads
+        committed addresses straight from storage."""
+        return committed_layout(self._g, self.record)
+
+    def uncommitted_gc_run(self, run_id: str) -> UncommittedRun:
+        """A finished `prepare_uncommitted_for_gc` run: its start, files and time limits."""
+        return uncommitted_run(self._g.objects(self.storage_namespace), run_id)
 
 
 class Ref:

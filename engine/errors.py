@@ -114,3 +114,7 @@ class TokenAlreadyUsed(InvalidToken):
 
 class RunExpired(BranchwaterError):
     """A GC preparation ran longer than the records it relies on are kept; start a new run."""
+
+
+class GateFailed(BranchwaterError):
+    """A GC run's quality gate refused its candidates: nothing is deleted."""

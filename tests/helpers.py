@@ -11,10 +11,11 @@ import os
 import random
 import socket
 import uuid
+from collections.abc import Callable
 from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
-from typing import NamedTuple, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, Protocol
 
 import pyarrow as pa
 import pytest
@@ -28,8 +29,11 @@ from branchwater.engine.graveler.committed import RangePolicy
 from branchwater.engine.graveler.committed.format import RANGES_PREFIX
 from branchwater.engine.graveler.iterators import combine
 from branchwater.engine.graveler.model import Entry
-from branchwater.engine.objects import ObjectInfo
+from branchwater.engine.objects import ObjectInfo, ObjectStore
 from branchwater.engine.objects.local import LocalObjectStore
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 PG_HOST = os.environ.get("BRANCHWATER_PG_HOST", "127.0.0.1")
 PG_PORT = int(os.environ.get("BRANCHWATER_PG_PORT", "5432"))
@@ -225,3 +229,46 @@ def run_rows(repo: Repository, run: PreparedRun) -> set[tuple[str, str, str]]:
 
 def run_addresses(repo: Repository, run: PreparedRun) -> set[str]:
     return {address for address, _, _ in run_rows(repo, run)}
+
+
+# Uncommitted GC on Spark -------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class GCLake:
+    """A lake on SQLite with one repository, and the job run on the test session's Spark.
+
+    Runs default to a zero minimum age (objects written before the run count) and no bound
+    on the candidates' share, since test histories are mostly garbage.
+    """
+
+    spark: SparkSession
+    lake: Lake
+    repo: Repository
+    kv_url: str
+    s3_options: dict[str, str]
+
+    @property
+    def objects(self) -> ObjectStore:
+        return self.lake.graveler.objects(self.repo.storage_namespace)
+
+    def run(self, events: Callable[[dict[str, Any]], None] | None = None, **settings: Any) -> Any:
+        """Run the GC job in this process; returns its `RunSummary`."""
+        from branchwater.spark_jobs.gc.config import JobConfig
+        from branchwater.spark_jobs.gc.job import GCJob
+
+        settings.setdefault("min_age", timedelta(0))
+        settings.setdefault("max_share", 1.0)
+        config = JobConfig(self.kv_url, self.repo.name, s3_options=self.s3_options, **settings)
+        return GCJob(self.spark, config, events).run()
+
+    def data_objects(self) -> dict[str, ObjectInfo]:
+        """Every object under `data/`, by key."""
+        return {info.key: info for info in self.objects.list_objects("data/")}
+
+    def put_garbage(self, count: int = 1) -> list[str]:
+        """Objects written at fresh addresses that no entry will ever name."""
+        keys = [self.lake.addresses.next_address() for _ in range(count)]
+        for key in keys:
+            self.objects.put(key, b"garbage")
+        return keys

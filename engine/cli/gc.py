@@ -1,13 +1,40 @@
-"""`gc prepare`: garbage collection of uncommitted objects, the engine's side."""
+"""`gc prepare`, `gc run` and `gc explain`: garbage collection of uncommitted objects.
+
+`gc prepare` is the engine's side alone. `gc run` submits the Spark job
+(`branchwater.spark_jobs.gc`) with `spark-submit`, shows its phases from the events it prints,
+then its summary; `gc explain` reads the saved runs and the refs in this process. The job's
+modules are imported only by these verbs (they need pyarrow, and `gc run` a Spark install).
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import IO, Any
 
 from branchwater.engine.api import Lake
-from branchwater.engine.cli.output import Output
+from branchwater.engine.cli.output import Output, human_size
 from branchwater.engine.cli.verbs import Subparsers, group, verb
+from branchwater.engine.errors import ConfigurationError, GateFailed, Unavailable
 from branchwater.engine.gc.prepare import read_manifest
+
+JOB_MODULE = "branchwater.spark_jobs.gc.__main__"
+DEFAULT_MASTER = "local[*]"
+PHASES = {
+    "prepare": "Marking uncommitted objects",
+    "committed": "Reading committed addresses",
+    "list": "Listing the namespace",
+    "combine": "Finding candidates",
+    "write": "Saving the mark",
+    "gate": "Running the quality gate",
+    "sweep": "Deleting",
+}
 
 
 def cmd_gc_prepare(lake: Lake, args: argparse.Namespace, out: Output) -> None:
@@ -33,6 +60,176 @@ def cmd_gc_prepare(lake: Lake, args: argparse.Namespace, out: Output) -> None:
     )
 
 
+def spark_home() -> str | None:
+    """`$SPARK_HOME`, else the pyspark package of this interpreter (a full distribution)."""
+    if os.environ.get("SPARK_HOME"):
+        return os.environ["SPARK_HOME"]
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        return None
+    return str(Path(spec.origin).parent)
+
+
+def spark_submit(home: str | None) -> str:
+    found = Path(home) / "bin" / "spark-submit" if home else None
+    if found is not None and found.is_file():
+        return str(found)
+    on_path = shutil.which("spark-submit")
+    if on_path is None:
+        raise ConfigurationError(
+            "gc run needs spark-submit: install pyspark (the `spark` extra) or set SPARK_HOME"
+        )
+    return on_path
+
+
+def submit_env(home: str | None) -> dict[str, str]:
+    """The job's environment: this interpreter for Spark's Python, its Spark distribution."""
+    env = dict(os.environ)
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if home:
+        env["SPARK_HOME"] = home
+    return env
+
+
+def job_file() -> str:
+    spec = importlib.util.find_spec(JOB_MODULE)
+    if spec is None or spec.origin is None:
+        raise ConfigurationError(f"the GC job ({JOB_MODULE}) is not installed")
+    return spec.origin
+
+
+def submit_command(args: argparse.Namespace, kv_url: str) -> list[str]:
+    """The `spark-submit` command line of one `gc run`."""
+    command = [
+        spark_submit(spark_home()),
+        "--master",
+        args.master,
+        "--name",
+        f"branchwater-gc-{args.repo}",
+        "--conf",
+        f"spark.pyspark.python={sys.executable}",
+        "--conf",
+        f"spark.pyspark.driver.python={sys.executable}",
+        "--conf",
+        "spark.ui.showConsoleProgress=false",
+        *[part for conf in args.conf for part in ("--conf", conf)],
+        job_file(),
+        "--kv",
+        kv_url,
+        "--repo",
+        args.repo,
+        "--mode",
+        args.mode,
+    ]
+    if args.dry_run:
+        command.append("--dry-run")
+    for option in ("sweep", "min_age", "max_share"):
+        value = getattr(args, option)
+        if value is not None:
+            command += [f"--{option.replace('_', '-')}", str(value)]
+    return command
+
+
+def cmd_gc_run(lake: Lake, args: argparse.Namespace, out: Output) -> None:
+    from branchwater.engine.cli.app import kv_url
+    from branchwater.spark_jobs.gc.runs import RunSummary
+
+    repo = lake.repository(args.repo)
+    if args.sweep is not None:
+        from branchwater.spark_jobs.gc.runs import check_sweepable, read_summary
+        from branchwater.spark_jobs.gc.storage import Namespace
+
+        check_sweepable(read_summary(Namespace.of(repo.storage_namespace), args.sweep))
+    with tempfile.NamedTemporaryFile(prefix="branchwater-gc-", suffix=".log", delete=False) as log:
+        code, events = _submit(submit_command(args, kv_url(args.kv)), log, out)
+    out.progress.done()
+    summary_event = next((e for e in events if e["event"] == "summary"), None)
+    if summary_event is not None:
+        summary = RunSummary.from_json(summary_event["summary"])
+        out.document(summary_event["summary"], summary_text(summary))
+        Path(log.name).unlink(missing_ok=True)
+        if summary.gate_success:
+            return
+        failed = ", ".join(e.type for e in summary.failed_expectations())
+        raise GateFailed(f"GC run {summary.run_id} failed its quality gate ({failed})")
+    _raise_failure(events, code, log.name)
+
+
+def _submit(command: list[str], log: IO[bytes], out: Output) -> tuple[int, list[dict[str, Any]]]:
+    """Run the job, its stderr (Spark's log) to `log`; returns its exit code and events."""
+    from branchwater.spark_jobs.gc.events import parse
+
+    events: list[dict[str, Any]] = []
+    env = submit_env(spark_home())
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, env=env) as job:
+        assert job.stdout is not None
+        for line in job.stdout:
+            event = parse(line.rstrip("\n"))
+            if event is None:
+                continue
+            events.append(event)
+            if event["event"] == "phase" and event["state"] == "start":
+                out.progress.update(PHASES.get(event["phase"], event["phase"]))
+            elif event["event"] == "progress":
+                out.progress.update(PHASES["prepare"], event["entries"])
+            elif event["event"] == "notice":
+                out.progress.update(event["message"])
+    return job.returncode, events
+
+
+def _raise_failure(events: list[dict[str, Any]], code: int, log: str) -> None:
+    from branchwater.spark_jobs.gc.events import error_class
+
+    error = next((e for e in events if e["event"] == "error"), None)
+    if error is not None:
+        raise error_class(error["kind"])(error["message"])
+    raise Unavailable(f"the GC job failed (exit code {code}) before its summary; see {log}")
+
+
+def summary_text(summary: Any) -> str:
+    """A run's summary as a few lines, the report's path last."""
+    counts = {name: summary.volume(name) for name in summary.counts}
+    lines = [
+        f"GC run {summary.run_id} ({summary.mode}) of {summary.repository}: {summary.status}",
+    ]
+    if summary.fallback:
+        lines.append(f"  {summary.fallback}")
+    override = " (override)" if summary.min_age_override else ""
+    lines.append(f"  cutoff {summary.cutoff}, minimum age {summary.min_age_seconds:g} s{override}")
+    slices = summary.slices
+    lines.append(
+        f"  listed {counts['listed'].objects:,} objects ({human_size(counts['listed'].bytes)}) "
+        f"in {slices.get('read', 0)} slices; {counts['young'].objects:,} too young"
+    )
+    lines.append(
+        f"  committed {counts['committed'].objects:,}, uncommitted "
+        f"{counts['uncommitted'].objects:,}, candidates {counts['candidates'].objects:,} "
+        f"({human_size(counts['candidates'].bytes)})"
+    )
+    if "deleted" in counts:
+        deleted = counts["deleted"]
+        lines.append(f"  deleted {deleted.objects:,} objects ({human_size(deleted.bytes)})")
+    gate = "passed" if summary.gate_success else "FAILED"
+    lines.append(f"  gate {gate} ({len(summary.gate)} expectations)")
+    for expectation in summary.failed_expectations():
+        lines.append(f"    failed: {expectation.type} {expectation.observed}")
+    lines.append(f"report: {summary.report_uri}")
+    return "\n".join(lines)
+
+
+def cmd_gc_explain(lake: Lake, args: argparse.Namespace, out: Output) -> None:
+    from branchwater.spark_jobs.gc.config import parse_duration
+    from branchwater.spark_jobs.gc.explain import explain
+
+    repo = lake.repository(args.repo)
+    min_age = lake.gc.settings.default_min_age
+    if args.min_age is not None:
+        min_age = parse_duration(args.min_age)
+    answer = explain(repo, args.address, args.run, min_age=min_age)
+    out.document(answer.to_json(), answer.text())
+
+
 def register(sub: Subparsers) -> None:
     gc = group(sub, "gc", "garbage collection of uncommitted objects")
     prepare = verb(
@@ -43,3 +240,29 @@ def register(sub: Subparsers) -> None:
     )
     prepare.add_argument("repo", metavar="REPO")
     prepare.add_argument("--run", default=None, metavar="RUN_ID", help="resume an interrupted run")
+
+    run = verb(gc, "run", cmd_gc_run, "collect uncommitted garbage with the Spark job")
+    run.add_argument("repo", metavar="REPO")
+    run.add_argument("--mode", choices=["clean", "optimized"], default="clean")
+    action = run.add_mutually_exclusive_group()
+    action.add_argument("--dry-run", action="store_true", help="mark only, delete nothing")
+    action.add_argument("--sweep", metavar="MARK_ID", help="delete what a saved mark holds")
+    run.add_argument(
+        "--min-age",
+        metavar="DURATION",
+        help="keep objects younger than this (default: the link-token expiry); lower is an "
+        "override the report flags",
+    )
+    run.add_argument(
+        "--max-share", type=float, metavar="FRACTION", help="most candidates a run may mark"
+    )
+    run.add_argument("--master", default=DEFAULT_MASTER, metavar="URL", help="Spark master")
+    run.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting"
+    )
+
+    explain = verb(gc, "explain", cmd_gc_explain, "say why an object was or was not collected")
+    explain.add_argument("repo", metavar="REPO")
+    explain.add_argument("address", metavar="ADDRESS")
+    explain.add_argument("--run", default=None, metavar="RUN_ID", help="about this run only")
+    explain.add_argument("--min-age", metavar="DURATION", help="as `gc run --min-age`")

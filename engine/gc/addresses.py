@@ -33,8 +33,12 @@ from branchwater.engine.errors import InvalidAddress, InvalidArgument
 DATA_PREFIX = "data/"
 SPECIAL_PREFIX = "_branchwater/"
 _MAX_MILLIS = 16**12 - 1
-_ID = re.compile(r"^[0-9a-f]{12}-[0-9a-f]{6}$")
-_OBJECT_ID = re.compile(r"^[0-9A-Za-z][0-9A-Za-z_.-]*$")
+_ID_PATTERN = r"[0-9a-f]{12}-[0-9a-f]{6}"
+_OBJECT_ID_PATTERN = r"[0-9A-Za-z][0-9A-Za-z_.-]*"
+_ID = re.compile(rf"^{_ID_PATTERN}$")
+_OBJECT_ID = re.compile(rf"^{_OBJECT_ID_PATTERN}$")
+DATA_ADDRESS_PATTERN = rf"^{DATA_PREFIX}{_ID_PATTERN}/{_OBJECT_ID_PATTERN}$"
+"""What `check_data_address` accepts, as a regular expression Java (Spark) and Python share."""
 
 
 def newest_first_id(created: datetime) -> str:

@@ -1,0 +1,69 @@
+"""The job's settings, and the durations they are written in (`6h`, `30m`, `0s`, `1d`)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from branchwater.engine import InvalidArgument
+
+CLEAN = "clean"
+OPTIMIZED = "optimized"
+MODES = (CLEAN, OPTIMIZED)
+DEFAULT_MAX_SHARE = 0.5
+CANDIDATES_PER_FILE = 50_000
+SLICE_LIFETIME = timedelta(hours=1)
+"""How long a writer keeps a slice current (the engine's default)."""
+CLOCK_SKEW = timedelta(minutes=5)
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> timedelta:
+    """`90s`, `30m`, `6h`, `2d` (or a bare number of seconds)."""
+    value = text.strip().lower()
+    if re.fullmatch(r"\d+(?:\.\d+)?", value):
+        value += "s"
+    match = _DURATION.match(value)
+    if match is None:
+        raise InvalidArgument(f"{text!r} is not a duration such as 90s, 30m, 6h or 2d")
+    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """One GC job: which lake and repository, and how to run.
+
+    `min_age` None takes the lake's default (never shorter than a link token's life); a
+    shorter one is an override the summary flags. `late_writes` None is the token expiry plus
+    a slice's lifetime and a clock-skew margin. `partitions` None is twice Spark's default
+    parallelism. `candidates_per_file` sizes the mark's files: a sweep task's unit of work
+    and of resumption.
+    """
+
+    kv_url: str
+    repository: str
+    mode: str = CLEAN
+    dry_run: bool = False
+    sweep: str | None = None
+    min_age: timedelta | None = None
+    max_share: float = DEFAULT_MAX_SHARE
+    late_writes: timedelta | None = None
+    partitions: int | None = None
+    candidates_per_file: int = CANDIDATES_PER_FILE
+    s3_options: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise InvalidArgument(f"GC mode must be clean or optimized, not {self.mode!r}")
+        if self.min_age is not None and self.min_age < timedelta(0):
+            raise InvalidArgument("the minimum age must not be negative")
+        if not 0 <= self.max_share <= 1:
+            raise InvalidArgument(f"max share must be between 0 and 1, not {self.max_share}")
+        if self.candidates_per_file < 1:
+            raise InvalidArgument("candidates per file must be at least 1")
+        if self.sweep is not None and self.dry_run:
+            raise InvalidArgument("--sweep deletes a saved mark; it cannot be a dry run")

@@ -1,0 +1,121 @@
+"""The quality gate: Great Expectations suites on the candidates and on the prepare output.
+
+No object is deleted unless every expectation holds. GX Core 1.x is called directly on the
+Spark DataFrames with an ephemeral context (nothing written to disk, no analytics), and its
+own figures (element counts, unexpected counts and examples, observed values) go into the
+summary and the report. The context has no data-docs site: the job writes its own report.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import DataFrame
+
+from branchwater.spark_jobs.gc.layout import ADDRESS_PATTERN, DATA_DIR
+from branchwater.spark_jobs.gc.runs import Expectation
+
+CANDIDATES_SUITE = "gc-candidates"
+PREPARE_SUITE = "gc-prepare-output"
+_FIGURES = (
+    "observed_value",
+    "element_count",
+    "unexpected_count",
+    "unexpected_percent",
+    "missing_count",
+    "partial_unexpected_list",
+)
+
+
+@dataclass(frozen=True)
+class GateLimits:
+    """What the candidates must satisfy besides being well-formed and unreferenced."""
+
+    min_age_seconds: float
+    max_candidates: int
+
+
+@dataclass
+class GateResult:
+    success: bool
+    expectations: list[Expectation]
+    validations: dict[str, Any]
+
+
+def max_candidates(considered: int, max_share: float) -> int:
+    """The most candidates a run may mark: `max_share` of the objects it considered."""
+    return math.floor(considered * max_share)
+
+
+def run_gate(candidates: DataFrame, prepare_output: DataFrame, limits: GateLimits) -> GateResult:
+    """Validate `candidates` (address, age_seconds, referenced, ...) and `prepare_output`
+    (address)."""
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    import great_expectations as gx
+    import great_expectations.expectations as gxe
+    from great_expectations.data_context.types.base import (
+        DataContextConfig,
+        InMemoryStoreBackendDefaults,
+        ProgressBarsConfig,
+    )
+
+    config = DataContextConfig(
+        store_backend_defaults=InMemoryStoreBackendDefaults(init_temp_docs_sites=False),
+        progress_bars=ProgressBarsConfig(globally=False),
+    )
+    context = gx.get_context(mode="ephemeral", project_config=config)
+    source = context.data_sources.add_spark(name="branchwater-gc")
+    suites: dict[str, tuple[DataFrame, list[Any]]] = {
+        CANDIDATES_SUITE: (
+            candidates,
+            [
+                gxe.ExpectColumnValuesToNotBeNull(column="address"),
+                gxe.ExpectColumnValuesToBeUnique(column="address"),
+                gxe.ExpectColumnValuesToMatchRegex(column="address", regex=ADDRESS_PATTERN),
+                gxe.ExpectColumnValuesToBeInSet(column="referenced", value_set=[False]),
+                gxe.ExpectColumnValuesToBeBetween(
+                    column="age_seconds", min_value=limits.min_age_seconds
+                ),
+                gxe.ExpectTableRowCountToBeBetween(min_value=0, max_value=limits.max_candidates),
+            ],
+        ),
+        PREPARE_SUITE: (
+            prepare_output,
+            [
+                gxe.ExpectColumnValuesToNotBeNull(column="address"),
+                gxe.ExpectColumnValuesToMatchRegex(column="address", regex=f"^{DATA_DIR}/"),
+            ],
+        ),
+    }
+    expectations: list[Expectation] = []
+    validations: dict[str, Any] = {}
+    for name, (frame, checks) in suites.items():
+        asset = source.add_dataframe_asset(name=name)
+        batch = asset.add_batch_definition_whole_dataframe(name).get_batch(
+            batch_parameters={"dataframe": frame}
+        )
+        suite = gx.ExpectationSuite(name=name, expectations=checks)
+        result = batch.validate(suite, result_format="BASIC")
+        validations[name] = _json_safe(result.to_json_dict())
+        expectations += [_expectation(name, r) for r in result.results]
+    return GateResult(all(e.success for e in expectations), expectations, validations)
+
+
+def _expectation(suite: str, result: Any) -> Expectation:
+    config = result.expectation_config
+    kwargs = {k: v for k, v in dict(config.kwargs).items() if k != "batch_id"}
+    figures = {k: v for k, v in dict(result.result or {}).items() if k in _FIGURES}
+    exception = dict(result.exception_info or {})
+    if exception.get("raised_exception"):
+        figures["exception"] = exception.get("exception_message")
+    return Expectation(
+        suite, config.type, _json_safe(kwargs), bool(result.success), _json_safe(figures)
+    )
+
+
+def _json_safe(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))

@@ -1,0 +1,482 @@
+"""The uncommitted-GC job: mark (prepare, committed listing, namespace listing, candidates,
+quality gate), then sweep; see `plan` for the clean and optimized runs and their safety.
+
+Run it with `spark-submit spark_jobs/gc/__main__.py --kv URL --repo NAME [--mode optimized]
+[--dry-run | --sweep MARK_ID] [--min-age 6h]` (the `branchwater gc run` verb does), or call
+`GCJob(spark, config).run()` with a session of your own. On stdout the job writes one JSON
+line per event (see `events`): phases as they start and end, then the summary. It exits 0
+only when the run and its gate succeeded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import Any
+
+import pyarrow as pa
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from branchwater.engine import (
+    BranchwaterError,
+    InvalidAddress,
+    Lake,
+    Repository,
+    UncommittedRun,
+)
+from branchwater.spark_jobs.gc import plan, report, runs
+from branchwater.spark_jobs.gc.committed import CommittedInput, read_committed
+from branchwater.spark_jobs.gc.config import (
+    CANDIDATES_PER_FILE,
+    CLEAN,
+    CLOCK_SKEW,
+    DEFAULT_MAX_SHARE,
+    OPTIMIZED,
+    SLICE_LIFETIME,
+    JobConfig,
+    parse_duration,
+)
+from branchwater.spark_jobs.gc.events import emit
+from branchwater.spark_jobs.gc.frames import executor_errors, read_parquet, write_parts, write_sets
+from branchwater.spark_jobs.gc.gate import GateLimits, max_candidates, run_gate
+from branchwater.spark_jobs.gc.layout import choose_slices
+from branchwater.spark_jobs.gc.listing import data_slices, list_objects
+from branchwater.spark_jobs.gc.runs import RunSummary, SliceVolume, Volume, run_prefix
+from branchwater.spark_jobs.gc.storage import Namespace
+from branchwater.spark_jobs.gc.sweep import sweep
+
+MALFORMED_EXAMPLES = 5
+ID_COLUMNS = {"ranges": "range_id", "metaranges": "metarange_id"}
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+"""Spark's default (200) suits big clusters; unless set, the job uses 4 per core."""
+
+Events = Callable[[dict[str, Any]], None]
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class GCJob:
+    """One run of the job on a Spark session; `events` hears phases and the summary."""
+
+    def __init__(self, spark: SparkSession, config: JobConfig, events: Events | None = None):
+        self.spark = spark
+        self.config = config
+        self.events = events or (lambda event: None)
+        self.partitions = config.partitions or 2 * spark.sparkContext.defaultParallelism
+        self._phases: dict[str, float] = {}
+
+    def run(self) -> RunSummary:
+        with Lake.connect(self.config.kv_url, s3_options=dict(self.config.s3_options)) as lake:
+            repo = lake.repository(self.config.repository)
+            ns = Namespace.of(repo.storage_namespace, self.config.s3_options)
+            if self.config.sweep is not None:
+                summary = self.sweep_mark(ns, self.config.sweep)
+            else:
+                summary = self.mark(repo, ns)
+                if summary.gate_success and not self.config.dry_run:
+                    summary = self.sweep_mark(ns, summary.run_id, summary)
+        self.events({"event": "summary", "summary": summary.to_json()})
+        return summary
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        self.events({"event": "phase", "phase": name, "state": "start"})
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            seconds = round(time.monotonic() - start, 3)
+            self._phases[name] = seconds
+            self.events({"event": "phase", "phase": name, "state": "end", "seconds": seconds})
+
+    # -- mark -------------------------------------------------------------------------------
+
+    def mark(self, repo: Repository, ns: Namespace) -> RunSummary:
+        started = utc_now()
+        base, fallback = self._base(repo, ns)
+        with self.phase("prepare"):
+            prepared = self._prepare(repo)
+        min_age = self.config.min_age
+        if min_age is None:
+            min_age = prepared.default_min_age
+        cutoff = prepared.started_at - min_age
+        after = _time(base.considered_through) if base else None
+        window = plan.Window(cutoff, after)
+        summary = RunSummary(
+            run_id=prepared.run_id,
+            repository=repo.name,
+            repository_id=repo.record.unique_id,
+            storage_namespace=repo.storage_namespace,
+            mode=OPTIMIZED if base else CLEAN,
+            requested_mode=self.config.mode,
+            dry_run=self.config.dry_run,
+            started_at=started.isoformat(),
+            prepare_started_at=prepared.started_at.isoformat(),
+            cutoff=cutoff.isoformat(),
+            min_age_seconds=min_age.total_seconds(),
+            default_min_age_seconds=prepared.default_min_age.total_seconds(),
+            fallback=fallback,
+            base_run=base.run_id if base else None,
+            considered_after=after.isoformat() if after else None,
+            considered_through=window.through.isoformat(),
+            phases=self._phases,
+        )
+        if fallback:
+            self.events({"event": "notice", "message": fallback})
+        try:
+            with executor_errors(f"mark of GC run {summary.run_id}"):
+                self._mark(ns, repo, prepared, base, window, summary)
+        except BaseException as exc:
+            summary.status = runs.FAILED
+            summary.error = str(exc) if isinstance(exc, BranchwaterError) else repr(exc)
+            self._save(ns, summary, None)
+            raise
+        return summary
+
+    def _prepare(self, repo: Repository) -> UncommittedRun:
+        """Mark every branch's uncommitted addresses (then the copy records) now."""
+
+        def progress(entries: int) -> None:
+            self.events({"event": "progress", "phase": "prepare", "entries": entries})
+
+        run = repo.prepare_uncommitted_for_gc(progress=progress)
+        return repo.uncommitted_gc_run(run.run_id)
+
+    def _base(self, repo: Repository, ns: Namespace) -> tuple[RunSummary | None, str | None]:
+        if self.config.mode != OPTIMIZED:
+            return None, None
+        base = runs.latest_base(ns, repo.record.unique_id)
+        if base is None:
+            return None, (
+                "optimized run requested, but no previous run of this repository passed its "
+                "gate and finished its sweep: running a clean run instead"
+            )
+        return base, None
+
+    def _mark(
+        self,
+        ns: Namespace,
+        repo: Repository,
+        prepared: UncommittedRun,
+        base: RunSummary | None,
+        window: plan.Window,
+        summary: RunSummary,
+    ) -> None:
+        prefix = run_prefix(summary.run_id)
+        with self.phase("committed"):
+            committed = self._committed(repo, ns, base)
+        with self.phase("list"):
+            listed, slices = self._listing(ns, prepared, window)
+            summary.slices = slices
+        uncommitted = self._read(ns, list(prepared.keys), "address string").persist(
+            StorageLevel.MEMORY_AND_DISK
+        )
+        carry = self._read(ns, base.files.get("carry", []), "address string") if base else None
+        pending = (
+            self._read(
+                ns,
+                base.files.get("pending", []),
+                "address string, size long, mtime timestamp, slice string",
+            )
+            if base
+            else None
+        )
+        with self.phase("combine"):
+            inputs = plan.Inputs(listed, committed.addresses, uncommitted, carry, pending)
+            combined = plan.combine(inputs, window)
+            counts = self._counts(combined, window)
+            self._refuse_malformed(combined, counts)
+            summary.counts = {k: v for k, v in counts.items() if k != "malformed"}
+            summary.ranges = {
+                "metaranges_read": committed.new_metaranges,
+                "ranges_read": committed.new_ranges,
+                "ranges_known": len(committed.range_ids),
+            }
+        candidates = (
+            combined.filter(plan.candidate(window.cutoff))
+            .select("address", "size", "mtime", "slice")
+            .persist(StorageLevel.MEMORY_AND_DISK)
+        )
+        with self.phase("write"):
+            summary.reclaimed_by_slice = _per_slice(candidates)
+            total = sum(v.objects for v in summary.reclaimed_by_slice)
+            summary.files = self._write_sets(
+                ns, prefix, combined, candidates, total, committed, window
+            )
+        with self.phase("gate"):
+            refs = [committed.addresses, uncommitted] + ([carry] if carry is not None else [])
+            frame = _gate_frame(candidates, refs, prepared.started_at).persist(
+                StorageLevel.MEMORY_AND_DISK
+            )
+            considered = summary.counts["considered"].objects
+            limits = GateLimits(
+                (prepared.started_at - window.cutoff).total_seconds(),
+                max_candidates(considered, self.config.max_share),
+            )
+            gate = run_gate(frame, uncommitted, limits)
+        summary.gate = gate.expectations
+        summary.gate_success = gate.success
+        summary.status = runs.MARKED if gate.success else runs.GATE_FAILED
+        self._save(ns, summary, gate.validations)
+        for cached in (frame, combined, candidates, uncommitted, committed.addresses):
+            cached.unpersist()
+
+    def _committed(
+        self, repo: Repository, ns: Namespace, base: RunSummary | None
+    ) -> CommittedInput:
+        known_metaranges: set[str] = set()
+        known_ranges: set[str] = set()
+        if base is not None:
+            known_metaranges = _ids(ns, base.files.get("metaranges", []))
+            known_ranges = _ids(ns, base.files.get("ranges", []))
+        committed = read_committed(
+            self.spark,
+            ns,
+            repo.committed_layout(),
+            known_metaranges,
+            known_ranges,
+            self.partitions,
+        )
+        committed.addresses = committed.addresses.persist(StorageLevel.MEMORY_AND_DISK)
+        return committed
+
+    def _listing(
+        self, ns: Namespace, prepared: UncommittedRun, window: plan.Window
+    ) -> tuple[DataFrame, dict[str, Any]]:
+        late = self.config.late_writes or prepared.token_expiry + SLICE_LIFETIME + CLOCK_SKEW
+        names = data_slices(ns)
+        chosen, skipped = choose_slices(names, window.cutoff, window.after, late, CLOCK_SKEW)
+        listed = list_objects(self.spark, ns, chosen, self.partitions)
+        slices = {
+            "read": len(chosen),
+            "skipped_young": skipped["young"],
+            "skipped_old": skipped["old"],
+            "ignored_folders": skipped["malformed"],
+            "newest_read": chosen[0] if chosen else None,
+            "oldest_read": chosen[-1] if chosen else None,
+            "late_writes_seconds": late.total_seconds(),
+        }
+        return listed, slices
+
+    def _read(self, ns: Namespace, keys: list[str], schema: str) -> DataFrame:
+        return read_parquet(self.spark, ns, keys, schema, self.partitions)
+
+    def _counts(self, combined: DataFrame, window: plan.Window) -> dict[str, Volume]:
+        cutoff = F.lit(window.cutoff)
+        listed = plan.has(plan.LISTED)
+        definitions = {
+            "listed": listed,
+            "young": listed & (F.col("mtime") > cutoff),
+            "ignored": plan.has(plan.IGNORED),
+            "considered": plan.has(plan.WINDOW)
+            | (plan.has(plan.PENDING) & (F.col("mtime") <= cutoff)),
+            "committed": listed & plan.committed(),
+            "uncommitted": listed & plan.has(plan.UNCOMMITTED) & ~plan.committed(),
+            "candidates": plan.candidate(window.cutoff),
+            "pending": plan.pending(window.cutoff),
+            "carry": plan.carry(),
+            "malformed": plan.malformed_inputs(),
+        }
+        aggregates = []
+        for name, condition in definitions.items():
+            aggregates.append(F.count(F.when(condition, 1)).alias(f"{name}_objects"))
+            aggregates.append(
+                F.coalesce(F.sum(F.when(condition, F.col("size"))), F.lit(0)).alias(f"{name}_bytes")
+            )
+        addresses = {
+            "committed_addresses": plan.has(plan.NEW_COMMITTED),
+            "uncommitted_addresses": plan.has(plan.UNCOMMITTED),
+        }
+        for name, condition in addresses.items():
+            aggregates.append(F.count(F.when(condition, 1)).alias(name))
+        row = combined.agg(*aggregates).collect()[0].asDict()
+        counts = {
+            name: Volume(int(row[f"{name}_objects"]), int(row[f"{name}_bytes"]))
+            for name in definitions
+        }
+        counts["committed_addresses"] = Volume(int(row["committed_addresses"]), 0)
+        counts["uncommitted_addresses"] = Volume(int(row["uncommitted_addresses"]), 0)
+        return counts
+
+    def _refuse_malformed(self, combined: DataFrame, counts: dict[str, Volume]) -> None:
+        bad = counts["malformed"].objects
+        if not bad:
+            return
+        rows = combined.filter(plan.malformed_inputs()).limit(MALFORMED_EXAMPLES).collect()
+        examples = ", ".join(f"{r.address!r} ({plan.describe(r.sources)})" for r in rows)
+        raise InvalidAddress(
+            f"GC refuses to run: {bad} address(es) it read are not data/<slice>/<object id> "
+            f"in the repository's namespace, e.g. {examples}; nothing was deleted"
+        )
+
+    def _write_sets(
+        self,
+        ns: Namespace,
+        prefix: str,
+        combined: DataFrame,
+        candidates: DataFrame,
+        total: int,
+        committed: CommittedInput,
+        window: plan.Window,
+    ) -> dict[str, list[str]]:
+        parts = max(1, math.ceil(total / self.config.candidates_per_file))
+        state = f"{prefix}state"
+        files = {runs.CANDIDATES: write_parts(candidates, ns, f"{prefix}{runs.CANDIDATES}", parts)}
+        kept = combined.select(
+            F.when(plan.pending(window.cutoff), "pending").when(plan.carry(), "carry").alias("set"),
+            "address",
+            "size",
+            "mtime",
+            "slice",
+        ).filter(F.col("set").isNotNull())
+        sets = {name: f"{state}/{name}" for name in ("pending", "carry")}
+        files.update(write_sets(kept, ns, sets, self.partitions))
+        for name, ids in (("ranges", committed.range_ids), ("metaranges", committed.metarange_ids)):
+            key = f"{state}/{name}/{runs.part_name(0)}"
+            ns.write_parquet(key, pa.table({ID_COLUMNS[name]: pa.array(ids, pa.string())}))
+            files[name] = [key]
+        return files
+
+    def _save(self, ns: Namespace, summary: RunSummary, validations: dict[str, Any] | None) -> None:
+        prefix = run_prefix(summary.run_id)
+        if validations is not None:
+            ns.put_json(prefix + runs.VALIDATION, validations)
+        runs.write_summary(ns, summary)
+        ns.store.put(prefix + runs.REPORT, report.render(summary, validations).encode())
+
+    # -- sweep ------------------------------------------------------------------------------
+
+    def sweep_mark(
+        self, ns: Namespace, run_id: str, summary: RunSummary | None = None
+    ) -> RunSummary:
+        if summary is None:
+            summary = runs.read_summary(ns, run_id)
+        runs.check_sweepable(summary)
+        try:
+            with self.phase("sweep"):
+                recorded, per_slice = sweep(
+                    self.spark, ns, run_id, summary.files.get(runs.CANDIDATES, [])
+                )
+        except BaseException as exc:
+            summary.error = f"sweep unfinished, run it again with --sweep {run_id}: {exc}"
+            summary.phases = {**summary.phases, **self._phases}
+            self._save(ns, summary, _validations(ns, run_id))
+            raise
+        summary.files["deleted"] = recorded
+        summary.reclaimed_by_slice = per_slice
+        summary.counts["deleted"] = Volume(
+            sum(v.objects for v in per_slice), sum(v.bytes for v in per_slice)
+        )
+        summary.status = runs.SWEPT
+        summary.error = None
+        summary.swept_at = utc_now().isoformat()
+        summary.phases = {**summary.phases, **self._phases}
+        self._save(ns, summary, _validations(ns, run_id))
+        return summary
+
+
+def _time(text: str | None) -> datetime:
+    assert text is not None
+    return datetime.fromisoformat(text)
+
+
+def _per_slice(candidates: DataFrame) -> list[SliceVolume]:
+    rows = (
+        candidates.groupBy("slice")
+        .agg(F.count("*").alias("objects"), F.sum("size").alias("bytes"))
+        .orderBy("slice")
+        .collect()
+    )
+    return [SliceVolume(r.slice, int(r.objects), int(r.bytes or 0)) for r in rows]
+
+
+def _gate_frame(candidates: DataFrame, refs: list[DataFrame], start: datetime) -> DataFrame:
+    """Candidates with their age and a `referenced` flag computed by a join of their own
+    with the sets they were subtracted from, which the gate then expects to be false."""
+    wanted = candidates.select("address")
+    hits = None
+    for frame in refs:
+        found = frame.select("address").join(F.broadcast(wanted), "address", "left_semi")
+        hits = found if hits is None else hits.unionByName(found)
+    assert hits is not None
+    flags = hits.distinct().withColumn("referenced", F.lit(True))
+    age = F.lit(start).cast("double") - F.col("mtime").cast("double")
+    return (
+        candidates.join(flags, "address", "left")
+        .withColumn("referenced", F.coalesce(F.col("referenced"), F.lit(False)))
+        .withColumn("age_seconds", age)
+    )
+
+
+def _ids(ns: Namespace, keys: list[str]) -> set[str]:
+    """A saved set of ids, read on the driver: small next to what is read from them."""
+    return {i for key in keys for i in ns.read_parquet(key).column(0).to_pylist()}
+
+
+def _validations(ns: Namespace, run_id: str) -> dict[str, Any] | None:
+    from branchwater.spark_jobs.gc.storage import missing_ok_json
+
+    return missing_ok_json(ns, run_prefix(run_id) + runs.VALIDATION)
+
+
+# -- command line ---------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str]) -> JobConfig:
+    parser = argparse.ArgumentParser(prog="branchwater-gc", description=__doc__)
+    parser.add_argument("--kv", required=True, metavar="URL")
+    parser.add_argument("--repo", required=True, metavar="NAME")
+    parser.add_argument("--mode", choices=[CLEAN, OPTIMIZED], default=CLEAN)
+    parser.add_argument("--dry-run", action="store_true")
+    parser.add_argument("--sweep", metavar="MARK_ID")
+    parser.add_argument("--min-age", type=parse_duration, metavar="DURATION")
+    parser.add_argument("--max-share", type=float, default=DEFAULT_MAX_SHARE)
+    parser.add_argument("--late-writes", type=parse_duration, metavar="DURATION")
+    parser.add_argument("--partitions", type=int)
+    parser.add_argument("--candidates-per-file", type=int, default=CANDIDATES_PER_FILE)
+    args = parser.parse_args(argv)
+    return JobConfig(
+        kv_url=args.kv,
+        repository=args.repo,
+        mode=args.mode,
+        dry_run=args.dry_run,
+        sweep=args.sweep,
+        min_age=args.min_age,
+        late_writes=args.late_writes,
+        partitions=args.partitions,
+        max_share=args.max_share,
+        candidates_per_file=args.candidates_per_file,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        config = parse_args(sys.argv[1:] if argv is None else argv)
+    except BranchwaterError as exc:
+        emit({"event": "error", "message": str(exc), "kind": type(exc).__name__})
+        return 1
+    spark = (
+        SparkSession.builder.appName(f"branchwater-gc-{config.repository}")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("WARN")
+    if not spark.sparkContext.getConf().contains(SHUFFLE_PARTITIONS):
+        spark.conf.set(SHUFFLE_PARTITIONS, str(4 * spark.sparkContext.defaultParallelism))
+    try:
+        summary = GCJob(spark, config, emit).run()
+    except BranchwaterError as exc:
+        emit({"event": "error", "message": str(exc), "kind": type(exc).__name__})
+        return 1
+    finally:
+        spark.stop()
+    return 0 if summary.gate_success else 1

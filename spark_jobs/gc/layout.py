@@ -1,0 +1,56 @@
+"""The namespace layout GC relies on: data objects at `data/<slice>/<object id>`.
+
+Only keys of exactly that form are ever candidates; anything else under `data/` (a temporary
+file of a write in progress, a folder another tool made) is counted and left alone, and an
+address of any other form in an input the job reads is refused.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from branchwater.engine import DATA_ADDRESS_PATTERN, InvalidArgument, slice_created
+
+DATA_DIR = "data"
+ADDRESS_PATTERN = DATA_ADDRESS_PATTERN
+"""A well-formed data address, relative to the namespace (Java and Python regex alike)."""
+
+
+def slice_time(name: str) -> datetime | None:
+    """When a slice was opened, or None when `name` is not a slice name."""
+    try:
+        return slice_created(name)
+    except InvalidArgument:
+        return None
+
+
+def choose_slices(
+    names: list[str],
+    cutoff: datetime,
+    considered_after: datetime | None,
+    late_writes: timedelta,
+    clock_skew: timedelta,
+) -> tuple[list[str], dict[str, int]]:
+    """The slices to list, newest first, and how many were skipped and why.
+
+    A slice opened after the cutoff holds only objects younger than the minimum age; its name
+    comes from its writer's clock and the objects' times from the store's, so only slices
+    opened `clock_skew` after the cutoff are skipped, and the objects' own times decide the
+    rest. With a previous run, a slice opened long enough before what that run considered
+    can hold no object written since (objects land in a slice while it is current, or later
+    through a link token, within `late_writes`): skipping it only ever leaves garbage for a
+    clean run, never deletes anything.
+    """
+    chosen: list[str] = []
+    skipped = {"young": 0, "old": 0, "malformed": 0}
+    for name in sorted(names):
+        created = slice_time(name)
+        if created is None:
+            skipped["malformed"] += 1
+        elif created > cutoff + clock_skew:
+            skipped["young"] += 1
+        elif considered_after is not None and created <= considered_after - late_writes:
+            skipped["old"] += 1
+        else:
+            chosen.append(name)
+    return chosen, skipped

@@ -1,0 +1,74 @@
+"""Listing the namespace's data objects, one slice per task, on the executors.
+
+The driver lists only `data/` one level deep (the slices); each executor lists the slices it
+is given, one level deep again, so the work spreads as the seed's slices intend. Keys that
+are not of the address form are marked `well_formed = false`: they are counted, never
+collected.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from functools import partial
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+
+from branchwater.spark_jobs.gc.frames import parallel_frame
+from branchwater.spark_jobs.gc.layout import ADDRESS_PATTERN, DATA_DIR
+from branchwater.spark_jobs.gc.storage import Namespace
+
+LISTED_SCHEMA = pa.schema(
+    [
+        pa.field("address", pa.string()),
+        pa.field("size", pa.int64()),
+        pa.field("mtime", pa.timestamp("us", tz="UTC")),
+        pa.field("slice", pa.string()),
+        pa.field("well_formed", pa.bool_()),
+    ]
+)
+LISTED_DDL = "address string, size long, mtime timestamp, slice string, well_formed boolean"
+_ADDRESS = re.compile(ADDRESS_PATTERN)
+
+
+def data_slices(ns: Namespace) -> list[str]:
+    """Every folder directly under `data/` (slices, and whatever else is there)."""
+    return ns.list_dir(DATA_DIR).directories
+
+
+def list_objects(
+    spark: SparkSession, ns: Namespace, slices: list[str], partitions: int
+) -> DataFrame:
+    """Every object directly in the given slices: address, size, mtime, slice, well_formed."""
+    if not slices:
+        return spark.createDataFrame([], LISTED_DDL)
+    frame = parallel_frame(spark, slices, "slice", partitions)
+    return frame.mapInArrow(partial(_list_slices, ns), LISTED_DDL)
+
+
+def _list_slices(ns: Namespace, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    for batch in batches:
+        for name in batch.column(0).to_pylist():
+            yield _slice_batch(ns, name)
+
+
+def _slice_batch(ns: Namespace, name: str) -> pa.RecordBatch:
+    listing = ns.list_dir(f"{DATA_DIR}/{name}")
+    prefix = f"{DATA_DIR}/{name}/"
+    addresses = [prefix + n for n in listing.names + listing.directories]
+    count = len(addresses)
+    return pa.record_batch(
+        [
+            pa.array(addresses, pa.string()),
+            pa.array(listing.sizes + [0] * len(listing.directories), pa.int64()),
+            pa.array(listing.mtimes + [None] * len(listing.directories), LISTED_SCHEMA[2].type),
+            pa.repeat(pa.scalar(name), count),
+            pa.array(
+                [bool(_ADDRESS.match(a)) for a in addresses[: len(listing.names)]]
+                + [False] * len(listing.directories),
+                pa.bool_(),
+            ),
+        ],
+        schema=LISTED_SCHEMA,
+    )

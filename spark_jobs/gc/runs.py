@@ -1,0 +1,197 @@
+"""What a GC run saves under `<namespace>/_branchwater/retention/gc/<run_id>/`, and reading it.
+
+- `summary.json`: the run's summary (`RunSummary`), written when the mark finishes and again
+  when the sweep does; a run without it never finished marking.
+- `report.html`: the summary for a person, self-contained.
+- `validation.json`: Great Expectations' own validation results of the gate.
+- `candidates/part-NNNNN.parquet`: the marked addresses (address, size, mtime, slice).
+- `deleted/part-NNNNN.parquet`: what the sweep deleted, one file per candidates file, written
+  after its deletes: a sweep re-run skips the files already recorded.
+- `state/{pending,carry,ranges,metaranges}/part-NNNNN.parquet`: what the next optimized run
+  starts from (see `plan`).
+
+The run id is the id of the prepare run the GC run started with (newest first, and encoding
+its start), so one id names both. Nothing here imports Spark: the CLI reads runs too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from branchwater.engine import GateFailed, InvalidArgument, NotFound
+from branchwater.spark_jobs.gc.storage import Namespace, missing_ok_json
+
+RUNS_PREFIX = "_branchwater/retention/gc/"
+FORMAT = "branchwater-gc-run/1"
+SUMMARY = "summary.json"
+REPORT = "report.html"
+VALIDATION = "validation.json"
+CANDIDATES = "candidates"
+DELETED = "deleted"
+STATE_SETS = ("pending", "carry", "ranges", "metaranges")
+RUN_ID = re.compile(r"^[0-9a-f]{12}-[0-9a-f]{6}$")
+
+MARKED = "marked"
+GATE_FAILED = "gate_failed"
+SWEPT = "swept"
+FAILED = "failed"
+
+
+def run_prefix(run_id: str) -> str:
+    return f"{RUNS_PREFIX}{run_id}/"
+
+
+def part_name(number: int) -> str:
+    return f"part-{number:05d}.parquet"
+
+
+@dataclass
+class Volume:
+    """How many objects (or addresses) and how many bytes."""
+
+    objects: int = 0
+    bytes: int = 0
+
+
+@dataclass
+class Expectation:
+    """One expectation of the gate, with Great Expectations' own figures."""
+
+    suite: str
+    type: str
+    kwargs: dict[str, Any]
+    success: bool
+    observed: dict[str, Any]
+
+
+@dataclass
+class SliceVolume:
+    slice: str
+    objects: int
+    bytes: int
+
+
+@dataclass
+class RunSummary:
+    """Everything a person (or the next run) needs to know about one GC run."""
+
+    run_id: str
+    repository: str
+    repository_id: str
+    storage_namespace: str
+    mode: str
+    requested_mode: str
+    dry_run: bool
+    started_at: str
+    prepare_started_at: str
+    cutoff: str
+    min_age_seconds: float
+    default_min_age_seconds: float
+    format: str = FORMAT
+    status: str = MARKED
+    fallback: str | None = None
+    base_run: str | None = None
+    considered_after: str | None = None
+    considered_through: str | None = None
+    slices: dict[str, Any] = field(default_factory=dict)
+    counts: dict[str, Volume] = field(default_factory=dict)
+    ranges: dict[str, int] = field(default_factory=dict)
+    gate_success: bool | None = None
+    gate: list[Expectation] = field(default_factory=list)
+    phases: dict[str, float] = field(default_factory=dict)
+    files: dict[str, list[str]] = field(default_factory=dict)
+    reclaimed_by_slice: list[SliceVolume] = field(default_factory=list)
+    swept_at: str | None = None
+    error: str | None = None
+    summary_uri: str = ""
+    report_uri: str = ""
+
+    @property
+    def min_age_override(self) -> bool:
+        """A minimum age below the lake's default lets GC race live link tokens."""
+        return self.min_age_seconds < self.default_min_age_seconds
+
+    def to_json(self) -> dict[str, Any]:
+        document = dataclasses.asdict(self)
+        document["min_age_override"] = self.min_age_override
+        return document
+
+    @classmethod
+    def from_json(cls, document: dict[str, Any]) -> RunSummary:
+        values = {f.name: document[f.name] for f in dataclasses.fields(cls) if f.name in document}
+        values["counts"] = {k: Volume(**v) for k, v in values.get("counts", {}).items()}
+        values["gate"] = [Expectation(**e) for e in values.get("gate", [])]
+        values["reclaimed_by_slice"] = [
+            SliceVolume(**s) for s in values.get("reclaimed_by_slice", [])
+        ]
+        return cls(**values)
+
+    def volume(self, name: str) -> Volume:
+        return self.counts.get(name, Volume())
+
+    def failed_expectations(self) -> list[Expectation]:
+        return [e for e in self.gate if not e.success]
+
+
+def write_summary(ns: Namespace, summary: RunSummary) -> None:
+    summary.summary_uri = ns.uri(run_prefix(summary.run_id) + SUMMARY)
+    summary.report_uri = ns.uri(run_prefix(summary.run_id) + REPORT)
+    ns.put_json(run_prefix(summary.run_id) + SUMMARY, summary.to_json())
+
+
+def read_summary(ns: Namespace, run_id: str) -> RunSummary:
+    """The summary of a run whose mark finished; `NotFound` otherwise."""
+    if not RUN_ID.match(run_id):
+        raise NotFound(f"{run_id!r} is not a GC run id (such as 18f2a9c3b7d1-a1b2c3)")
+    document = missing_ok_json(ns, run_prefix(run_id) + SUMMARY)
+    if document is None:
+        raise NotFound(
+            f"GC run {run_id!r} has no summary in {ns.url}: it does not exist or its mark "
+            "did not finish"
+        )
+    return RunSummary.from_json(document)
+
+
+def run_ids(ns: Namespace) -> list[str]:
+    """Ids of the runs saved in the namespace, newest first."""
+    listing = ns.list_dir(RUNS_PREFIX.rstrip("/"))
+    return sorted(name for name in listing.directories if RUN_ID.match(name))
+
+
+def summaries(ns: Namespace) -> Iterator[RunSummary]:
+    """Summaries of the runs whose mark finished, newest first."""
+    for run_id in run_ids(ns):
+        document = missing_ok_json(ns, run_prefix(run_id) + SUMMARY)
+        if document is not None:
+            yield RunSummary.from_json(document)
+
+
+def latest_base(ns: Namespace, repository_id: str) -> RunSummary | None:
+    """The newest run an optimized run may start from: its gate passed and its sweep
+    finished, so everything it found collectable is gone, in this very repository."""
+    for summary in summaries(ns):
+        if (
+            summary.repository_id == repository_id
+            and summary.status == SWEPT
+            and summary.gate_success
+            and summary.considered_through is not None
+        ):
+            return summary
+    return None
+
+
+def check_sweepable(summary: RunSummary) -> None:
+    """Refuse a mark that did not finish, or whose gate failed."""
+    if summary.status not in (MARKED, SWEPT, GATE_FAILED):
+        raise InvalidArgument(
+            f"GC run {summary.run_id} did not finish marking ({summary.status}); it cannot be swept"
+        )
+    if not summary.gate_success:
+        failed = ", ".join(e.type for e in summary.failed_expectations()) or "unknown"
+        raise GateFailed(
+            f"GC run {summary.run_id} failed its quality gate ({failed}); its mark cannot be swept"
+        )

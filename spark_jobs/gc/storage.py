@@ -1,0 +1,156 @@
+"""A repository's storage namespace as the driver and the executors of a GC job see it.
+
+`Namespace` is a small picklable value (the namespace URL and S3 options) that every
+executor turns into its own clients, cached per process: pyarrow file systems for listing
+and reading Parquet (its C++ listing is fast, and it lists "directories" on S3 too), and
+the engine's object store for writes (atomic puts) and deletes (S3 DeleteObjects, 1,000 keys
+a call). This Spark has no `s3a` jars, so nothing here depends on Hadoop's file systems; a
+cluster that has them may still read Parquet with Spark's own reader (`spark_path`).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from branchwater.engine import ConfigurationError, NotFound, ObjectStore, open_object_store
+
+_CLIENTS: dict[Namespace, tuple[pafs.FileSystem, str, ObjectStore]] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Listing:
+    """One directory level: its files (name, size, mtime) and its subdirectories."""
+
+    names: list[str]
+    sizes: list[int]
+    mtimes: list[datetime]
+    directories: list[str]
+
+
+@dataclass(frozen=True)
+class Namespace:
+    """A storage namespace (`file:///…` or `s3://bucket/prefix`) and its S3 options."""
+
+    url: str
+    s3_options: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(cls, url: str, s3_options: Mapping[str, str | None] | None = None) -> Namespace:
+        options = tuple(sorted((k, v) for k, v in (s3_options or {}).items() if v))
+        return cls(url.rstrip("/"), options)
+
+    @property
+    def scheme(self) -> str:
+        return urlsplit(self.url).scheme
+
+    def _clients(self) -> tuple[pafs.FileSystem, str, ObjectStore]:
+        with _CLIENTS_LOCK:
+            clients = _CLIENTS.get(self)
+            if clients is None:
+                filesystem, root = _filesystem(self.url, dict(self.s3_options))
+                clients = (filesystem, root, open_object_store(self.url, **dict(self.s3_options)))
+                _CLIENTS[self] = clients
+            return clients
+
+    @property
+    def store(self) -> ObjectStore:
+        return self._clients()[2]
+
+    def fs_path(self, key: str) -> str:
+        _, root, _ = self._clients()
+        return f"{root}/{key}" if key else root
+
+    def list_dir(self, prefix: str) -> Listing:
+        """Files and subdirectories directly under `prefix` (a key ending without `/`)."""
+        filesystem, _, _ = self._clients()
+        selector = pafs.FileSelector(self.fs_path(prefix), allow_not_found=True)
+        names: list[str] = []
+        sizes: list[int] = []
+        mtimes: list[datetime] = []
+        directories: list[str] = []
+        for info in filesystem.get_file_info(selector):
+            if info.type == pafs.FileType.Directory:
+                directories.append(info.base_name)
+            elif info.type == pafs.FileType.File:
+                names.append(info.base_name)
+                sizes.append(info.size)
+                mtimes.append(info.mtime)
+        return Listing(names, sizes, mtimes, directories)
+
+    def read_parquet(self, key: str, columns: list[str] | None = None) -> pa.Table:
+        filesystem, _, _ = self._clients()
+        return pq.read_table(self.fs_path(key), columns=columns, filesystem=filesystem)
+
+    def write_parquet(self, key: str, table: pa.Table) -> int:
+        """Write a whole Parquet file with one atomic put; returns its size in bytes."""
+        sink = io.BytesIO()
+        pq.write_table(table, sink)
+        data = sink.getvalue()
+        self.store.put(key, data)
+        return len(data)
+
+    def put_json(self, key: str, document: Any) -> None:
+        self.store.put(key, json.dumps(document, indent=1, sort_keys=True, default=str).encode())
+
+    def get_json(self, key: str) -> Any:
+        return json.loads(self.store.get(key))
+
+    def exists(self, key: str) -> bool:
+        return self.store.exists(key)
+
+    def uri(self, key: str) -> str:
+        return self.store.uri(key)
+
+    def spark_path(self, key: str, s3a: bool) -> str | None:
+        """The path Spark's own Parquet reader takes, or None where it cannot read."""
+        if self.scheme == "file":
+            return self.uri(key)
+        if self.scheme == "s3" and s3a:
+            return "s3a" + self.uri(key)[2:]
+        return None
+
+
+def _filesystem(url: str, s3_options: dict[str, str]) -> tuple[pafs.FileSystem, str]:
+    parts = urlsplit(url)
+    if parts.scheme == "file":
+        return pafs.LocalFileSystem(), unquote(parts.path).rstrip("/")
+    if parts.scheme == "s3":
+        return _s3_filesystem(s3_options), f"{parts.netloc}{parts.path}".rstrip("/")
+    raise ConfigurationError(f"GC cannot list {url!r}: only file:// and s3:// namespaces")
+
+
+def _s3_filesystem(options: dict[str, str]) -> pafs.S3FileSystem:
+    """pyarrow's S3 client from the engine's S3 options (boto3 names); without options it
+    takes the usual AWS environment, as boto3 does."""
+    kwargs: dict[str, Any] = {
+        "access_key": options.get("aws_access_key_id"),
+        "secret_key": options.get("aws_secret_access_key"),
+        "session_token": options.get("aws_session_token"),
+        "region": options.get("region_name"),
+    }
+    endpoint = options.get("endpoint_url")
+    if endpoint:
+        parts = urlsplit(endpoint)
+        kwargs["endpoint_override"] = parts.netloc or parts.path
+        kwargs["scheme"] = parts.scheme or "https"
+    return pafs.S3FileSystem(**{k: v for k, v in kwargs.items() if v is not None})
+
+
+def missing_ok_json(ns: Namespace, key: str) -> Any | None:
+    """A JSON document, or None when absent."""
+    try:
+        return ns.get_json(key)
+    except NotFound:
+        return None

@@ -1,0 +1,389 @@
+"""The uncommitted-GC Spark job on a generated namespace (issue 13), local files, local Spark.
+
+Default: 1,000,000 objects in 200 slices, 100 branches, 1,000 commits, 100,000 uncommitted,
+50,000 garbage (`--objects N` scales every count; `--quick` is a smoke run). Slices are named
+as if opened between 214 and 14 hours ago, so an optimized run may skip them. Runs use a zero
+minimum age (every object counts) and mark only (`dry_run`) unless said otherwise.
+
+- `gc-clean`: a clean run against the floor in the same Spark session, an anti-join of the
+  same three address sets (listed, committed, uncommitted) cached beforehand. Target ≤ 2.
+- `gc-optimized`: after a swept clean run and 1% new writes (new slices, commits, staged
+  objects and garbage), an optimized run against a clean run of the same state. Target ≤ 0.2.
+- `gc-vacuum`: the optimized run (with its sweep) against `deltalake`'s full
+  `DeltaTable.vacuum` of a Delta table with as many files and the same share unreferenced, on
+  the same disk. Target ≤ 1.
+- `gc-scaling`: clean-run seconds at 1/4, 1/2 and 1 times the size, per million objects.
+- `gc-seed-projection`: the seed's bottom line (20M objects, 1K branches, 30K commits, 5M
+  uncommitted, 1M stale; "about 3 hours") projected from this run's per-object costs:
+  prepare on the driver as measured, the rest divided over 16 executors of this machine's
+  cores; deletes at the sweep's measured rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import random
+import shutil
+import sqlite3
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from branchwater.engine.api import Lake, Repository
+from branchwater.engine.gc.addresses import slice_name
+from branchwater.engine.graveler.committed import RangePolicy
+from branchwater.engine.graveler.model import Entry, encode_entry
+from branchwater.engine.kv.sql import DEFAULT_TABLE
+
+SEED = {"objects": 20e6, "uncommitted": 5e6, "stale": 1e6, "executors": 16}
+SEED_HOURS = 3.0
+MTIME = datetime(2026, 11, 1, tzinfo=UTC)
+RANGES = RangePolicy(target_entries=1_000)
+"""Ranges of about 1,000 entries: the seed's large repository had ~400 entries per range."""
+
+
+@dataclass(frozen=True)
+class Size:
+    objects: int
+    slices: int
+    branches: int
+    commits: int
+    uncommitted: int
+    garbage: int
+
+    def scaled(self, factor: float) -> Size:
+        return Size(
+            max(1, int(self.objects * factor)),
+            max(1, int(self.slices * factor)),
+            self.branches,
+            max(1, int(self.commits * factor)),
+            max(1, int(self.uncommitted * factor)),
+            max(1, int(self.garbage * factor)),
+        )
+
+
+@dataclass
+class Generated:
+    root: Path
+    lake: Lake
+    repo: Repository
+    kv_url: str
+    committed: list[str]
+    uncommitted: list[str]
+    garbage: list[str]
+
+
+def old_slices(count: int, now: datetime) -> list[str]:
+    span = timedelta(hours=200)
+    return [slice_name(now - timedelta(hours=14) - span * i / count) for i in range(count)]
+
+
+def write_objects(ns: Path, addresses: list[str]) -> None:
+    """Empty files: listing and deleting cost the same whatever their size."""
+    for directory in {a.rsplit("/", 1)[0] for a in addresses}:
+        (ns / directory).mkdir(parents=True, exist_ok=True)
+    flags = os.O_CREAT | os.O_WRONLY
+    for address in addresses:
+        os.close(os.open(ns / address, flags, 0o644))
+
+
+def addresses_in(slices: list[str], count: int, rng: random.Random) -> list[str]:
+    return [
+        f"data/{rng.choice(slices)}/{uuid.UUID(int=rng.getrandbits(128)).hex}" for _ in range(count)
+    ]
+
+
+def commit_all(lake: Lake, repo: Repository, addresses: list[str], commits: int, tag: str) -> None:
+    """`commits` commits on main, each appending its share of `addresses` under its own
+    folder: only the last range of each commit is rewritten, as in an append-mostly lake."""
+    g, record = lake.graveler, repo.record
+    committed = g.committed(record)
+    head = g.refs.get_commit(record, g.refs.get_branch(record, "main")[0].commit_id)
+    share = max(1, len(addresses) // commits)
+    for number in range(commits):
+        chunk = addresses[number * share : (number + 1) * share if number < commits - 1 else None]
+        changes = [
+            (
+                f"t/{tag}{number:05d}/{i:07d}",
+                Entry(f"t/{tag}{number:05d}/{i:07d}", a, 0, "c", MTIME),
+            )
+            for i, a in enumerate(chunk)
+        ]
+        metarange = committed.apply(head.metarange_id, changes)
+        head = g.refs.add_commit(record, [head], metarange, f"load {tag}{number}")
+    branch, predicate = g.refs.get_branch(record, "main")
+    g.refs.set_branch_if(record, dataclasses.replace(branch, commit_id=head.id), predicate)
+
+
+def stage(db: Path, tokens: list[str], addresses: list[str], tag: str) -> None:
+    with sqlite3.connect(db) as conn:
+        rows = (
+            (
+                tokens[i % len(tokens)].encode(),
+                f"u/{tag}{i:08d}".encode(),
+                encode_entry(Entry(f"u/{tag}{i:08d}", a, 0, "c", MTIME)),
+            )
+            for i, a in enumerate(addresses)
+        )
+        conn.executemany(f"INSERT OR REPLACE INTO {DEFAULT_TABLE} VALUES (?, ?, ?)", rows)
+        conn.commit()
+
+
+def generate(root: Path, size: Size, seed: int = 7) -> Generated:
+    rng = random.Random(seed)
+    db = root / "lake.db"
+    kv_url = f"sqlite:///{db}?synchronous=normal"
+    lake = Lake.connect(kv_url, range_cache_dir=root / "cache", range_policy=RANGES)
+    repo = lake.create_repository("bench", storage_namespace=f"file://{root}/ns")
+    for b in range(1, size.branches):
+        repo.create_branch(f"branch-{b:04d}")
+    slices = old_slices(size.slices, datetime.now(UTC))
+    committed_count = size.objects - size.uncommitted - size.garbage
+    committed = addresses_in(slices, committed_count, rng)
+    uncommitted = addresses_in(slices, size.uncommitted, rng)
+    garbage = addresses_in(slices, size.garbage, rng)
+    write_objects(root / "ns", committed + uncommitted + garbage)
+    commit_all(lake, repo, committed, size.commits, "a")
+    tokens = [b.staging_token for b in lake.graveler.refs.branches(repo.record)]
+    stage(db, tokens, uncommitted, "a")
+    return Generated(root, lake, repo, kv_url, committed, uncommitted, garbage)
+
+
+def add_writes(gen: Generated, size: Size, share: float) -> None:
+    """`share` new objects in a new slice: committed in new commits, staged, and garbage."""
+    rng = random.Random(11)
+    fresh = [slice_name(datetime.now(UTC))]
+    new = size.scaled(share)
+    committed = addresses_in(fresh, new.objects - new.uncommitted - new.garbage, rng)
+    uncommitted = addresses_in(fresh, new.uncommitted, rng)
+    garbage = addresses_in(fresh, new.garbage, rng)
+    write_objects(gen.root / "ns", committed + uncommitted + garbage)
+    commit_all(gen.lake, gen.repo, committed, max(1, new.commits), "b")
+    tokens = [b.staging_token for b in gen.lake.graveler.refs.branches(gen.repo.record)]
+    stage(gen.root / "lake.db", tokens, uncommitted, "b")
+
+
+def spark_session() -> Any:
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    cores = os.cpu_count() or 2
+    spark = (
+        SparkSession.builder.master(f"local[{cores}]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(4 * cores))
+        .config("spark.driver.memory", "6g")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def run_gc(spark: Any, gen: Generated, **settings: Any) -> tuple[float, Any]:
+    from branchwater.spark_jobs.gc.config import JobConfig
+    from branchwater.spark_jobs.gc.job import GCJob
+
+    settings.setdefault("min_age", timedelta(0))
+    settings.setdefault("max_share", 1.0)
+    settings.setdefault("dry_run", True)
+    config = JobConfig(gen.kv_url, gen.repo.name, **settings)
+    start = time.perf_counter()
+    summary = GCJob(spark, config).run()
+    return time.perf_counter() - start, summary
+
+
+def floor_seconds(spark: Any, gen: Generated) -> float:
+    """The anti-join of the three address sets, cached and counted beforehand."""
+    listed = [*gen.committed, *gen.uncommitted, *gen.garbage]
+    frames = []
+    for name, values in (("l", listed), ("c", gen.committed), ("u", gen.uncommitted)):
+        path = gen.root / f"floor-{name}.parquet"
+        pq.write_table(pa.table({"address": pa.array(values, pa.string())}), path)
+        frame = spark.read.parquet(str(path)).cache()
+        frame.count()
+        frames.append(frame)
+    best = float("inf")
+    for _ in range(2):
+        start = time.perf_counter()
+        frames[0].join(frames[1], "address", "left_anti").join(
+            frames[2], "address", "left_anti"
+        ).count()
+        best = min(best, time.perf_counter() - start)
+    for frame in frames:
+        frame.unpersist()
+    return best
+
+
+def delta_table(root: Path, files: int, partitions: int, unreferenced: float) -> Path:
+    """A Delta table of `files` empty data files, `unreferenced` of them not in its log."""
+    table = root / "delta"
+    (table / "_delta_log").mkdir(parents=True)
+    names = [f"p={i % partitions:04d}/part-{i:09d}.parquet" for i in range(files)]
+    write_objects(table, names)
+    cut = int(files * (1 - unreferenced))
+    now_ms = int(time.time() * 1000)
+    schema = {
+        "type": "struct",
+        "fields": [
+            {"name": "v", "type": "long", "nullable": True, "metadata": {}},
+            {"name": "p", "type": "string", "nullable": True, "metadata": {}},
+        ],
+    }
+    with open(table / "_delta_log" / f"{0:020d}.json", "w") as log:
+        log.write(json.dumps({"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}) + "\n")
+        log.write(
+            json.dumps(
+                {
+                    "metaData": {
+                        "id": str(uuid.uuid4()),
+                        "format": {"provider": "parquet", "options": {}},
+                        "schemaString": json.dumps(schema),
+                        "partitionColumns": ["p"],
+                        "configuration": {},
+                        "createdTime": now_ms,
+                    }
+                }
+            )
+            + "\n"
+        )
+        for name in names[:cut]:
+            part = name.split("/", 1)[0].split("=", 1)[1]
+            add = {
+                "path": name,
+                "partitionValues": {"p": part},
+                "size": 0,
+                "modificationTime": now_ms,
+                "dataChange": True,
+            }
+            log.write(json.dumps({"add": add}) + "\n")
+    return table
+
+
+def vacuum_seconds(table: Path) -> tuple[float, int]:
+    from deltalake import DeltaTable
+
+    start = time.perf_counter()
+    deleted = DeltaTable(str(table)).vacuum(
+        retention_hours=0, dry_run=False, enforce_retention_duration=False, full=True
+    )
+    return time.perf_counter() - start, len(deleted)
+
+
+def timed(label: str, fn: Callable[[], Any]) -> Any:
+    start = time.perf_counter()
+    result = fn()
+    print(f"  {label}: {time.perf_counter() - start:.1f} s", flush=True)
+    return result
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="bench_gc")
+    parser.add_argument("--objects", type=int, default=1_000_000)
+    parser.add_argument("--quick", action="store_true", help="100,000 objects, no scaling")
+    parser.add_argument("--no-scaling", action="store_true")
+    args, _ = parser.parse_known_args(argv)
+    objects = 100_000 if args.quick else args.objects
+    factor = objects / 1_000_000
+    size = Size(
+        objects,
+        max(4, int(200 * factor)),
+        100,
+        max(10, int(1000 * factor)),
+        int(100_000 * factor),
+        int(50_000 * factor),
+    )
+    scratch = Path(tempfile.mkdtemp(prefix="bench-gc-"))
+    spark = spark_session()
+    try:
+        gen = timed("generate", lambda: generate(scratch / "full", size))
+        run_gc(spark, generate(scratch / "warm", size.scaled(0.01)))
+        clean_s = min(run_gc(spark, gen)[0] for _ in range(2))
+        floor_s = floor_seconds(spark, gen)
+        _, first = run_gc(spark, gen)
+        print(
+            f"BENCH gc-clean ratio={clean_s / floor_s:.2f} clean_s={clean_s:.1f} "
+            f"floor_s={floor_s:.2f} objects={objects} phases={json.dumps(first.phases)}",
+            flush=True,
+        )
+        _, swept = run_gc(spark, gen, dry_run=False)
+        sweep_s = swept.phases.get("sweep", 0.0)
+        deleted = swept.volume("deleted").objects
+        timed("1% new writes", lambda: add_writes(gen, size, 0.01))
+        optimized_s, optimized = run_gc(spark, gen, mode="optimized")
+        clean_again_s, _ = run_gc(spark, gen)
+        print(
+            f"BENCH gc-optimized ratio={optimized_s / clean_again_s:.2f} "
+            f"optimized_s={optimized_s:.1f} clean_s={clean_again_s:.1f} "
+            f"slices_read={optimized.slices['read']} ranges_read={optimized.ranges['ranges_read']} "
+            f"phases={json.dumps(optimized.phases)}",
+            flush=True,
+        )
+        table = timed(
+            "delta table",
+            lambda: delta_table(scratch, objects, size.slices, size.garbage / objects),
+        )
+        vacuum_s, vacuumed = vacuum_seconds(table)
+        add_writes(gen, size, 0.01)
+        optimized_swept_s, _ = run_gc(spark, gen, mode="optimized", dry_run=False)
+        print(
+            f"BENCH gc-vacuum ratio={optimized_swept_s / vacuum_s:.2f} "
+            f"optimized_s={optimized_swept_s:.1f} vacuum_s={vacuum_s:.1f} "
+            f"vacuum_deleted={vacuumed} files={objects}",
+            flush=True,
+        )
+        times = {1.0: clean_s}
+        if not (args.quick or args.no_scaling):
+            for share in (0.25, 0.5):
+                part = generate(scratch / f"scale-{share}", size.scaled(share))
+                times[share] = min(run_gc(spark, part)[0] for _ in range(2))
+                part.lake.close()
+        per_million = {s: t / (objects * s / 1e6) for s, t in sorted(times.items())}
+        growth = per_million[1.0] / per_million[min(per_million)]
+        print(
+            "BENCH gc-scaling ratio="
+            f"{growth:.2f} "
+            + " ".join(f"s_at_{s:g}={t:.1f}" for s, t in sorted(times.items()))
+            + " "
+            + " ".join(f"s_per_million_at_{s:g}={v:.1f}" for s, v in per_million.items()),
+            flush=True,
+        )
+        cores = os.cpu_count() or 2
+        prepare_s = first.phases["prepare"]
+        parallel_s = clean_s - prepare_s
+        per_delete = sweep_s / max(1, deleted)
+        projected = (
+            prepare_s * SEED["uncommitted"] / size.uncommitted
+            + parallel_s * SEED["objects"] / objects / SEED["executors"]
+            + per_delete * SEED["stale"] / SEED["executors"]
+        )
+        print(
+            f"BENCH gc-seed-projection ratio={projected / 3600 / SEED_HOURS:.3f} "
+            f"projected_s={projected:.0f} seed_s={SEED_HOURS * 3600:.0f} executors=16 "
+            f"cores_per_executor={cores} "
+            f"prepare_s_per_million={prepare_s / size.uncommitted * 1e6:.1f} "
+            f"delete_ms_per_object={per_delete * 1000:.3f}",
+            flush=True,
+        )
+        gen.lake.close()
+    finally:
+        spark.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

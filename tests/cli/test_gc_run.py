@@ -1,0 +1,43 @@
+"""`gc run` (the Spark job through `spark-submit`) and `gc explain` from the command line."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests.helpers import Bw, CliLake, assert_user_error, local_file, make_repo, ok
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def test_gc_run_submits_the_job_shows_the_gate_and_sweeps(bw: Bw, lake: CliLake) -> None:
+    make_repo(bw, lake)
+    ok(bw("upload", "sales", "main", "a.csv", local_file(lake, "a.csv", b"1")))
+    ok(bw("commit", "sales", "main", "-m", "a"))
+    dropped = json.loads(
+        ok(bw("upload", "sales", "main", "b.csv", local_file(lake, "b.csv", b"2"), "--json")).out
+    )["address"]
+    ok(bw("rm", "sales", "main", "b.csv"))
+
+    refused = bw("gc", "run", "sales", "--dry-run", "--min-age", "0s", "--max-share", "0")
+    assert refused.code == 1
+    assert "gate FAILED" in refused.out and "expect_table_row_count_to_be_between" in refused.out
+    assert refused.err.startswith("branchwater: error: GC run") and "quality gate" in refused.err
+    mark = re.search(r"GC run (\S+) \(clean\)", refused.out)
+    assert mark is not None
+    assert_user_error(bw("gc", "run", "sales", "--sweep", mark[1]), 1, "failed its quality gate")
+
+    summary = json.loads(
+        ok(bw("gc", "run", "sales", "--min-age", "0s", "--max-share", "1", "--json")).out
+    )
+    assert summary["status"] == "swept" and summary["min_age_override"]
+    assert summary["counts"]["deleted"] == {"objects": 1, "bytes": 1}
+    assert Path(urlsplit(summary["report_uri"]).path).is_file()
+
+    explained = ok(bw("gc", "explain", "sales", dropped)).out
+    assert f"deleted by GC run {summary['run_id']}" in explained
+    assert_user_error(bw("gc", "explain", "sales", "tables/a.csv"), 1, "not a data address")

@@ -1,0 +1,137 @@
+"""The job on a Spark standalone cluster: a master and a worker on loopback, started with the
+pyspark distribution's own `spark-class`, and `branchwater gc run --master spark://…`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from branchwater.engine.cli import main
+from branchwater.engine.cli.gc import spark_home
+from tests.helpers import free_ports, unavailable
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+LOOPBACK = "127.0.0.1"
+READY_TIMEOUT = 120.0
+
+
+def start(home: str, scratch: Path, name: str, *args: str) -> subprocess.Popen[bytes]:
+    """One daemon of the cluster in its own process group, its log in `scratch`."""
+    env = {
+        **os.environ,
+        "SPARK_HOME": home,
+        "SPARK_LOCAL_IP": LOOPBACK,
+        "SPARK_WORKER_DIR": str(scratch / "work"),
+        "PYSPARK_PYTHON": sys.executable,
+    }
+    log = open(scratch / f"{name}.log", "wb")  # noqa: SIM115 - the daemon writes it until stopped
+    return subprocess.Popen(
+        [str(Path(home) / "bin" / "spark-class"), *args],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
+
+
+def alive_workers(ui_port: int) -> int:
+    try:
+        with urllib.request.urlopen(f"http://{LOOPBACK}:{ui_port}/json/", timeout=2) as page:
+            return int(json.load(page).get("aliveworkers", 0))
+    except OSError:
+        return 0
+
+
+@dataclass(frozen=True)
+class Cluster:
+    master: str
+    work_dir: Path
+    """Where the worker runs its executors, one folder per application."""
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A master and one worker (1 GiB, 2 cores)."""
+    home = spark_home()
+    if home is None:
+        unavailable("pyspark is not installed")
+    scratch = tmp_path_factory.mktemp("standalone")
+    port, ui, worker_port, worker_ui = free_ports(4)
+    url = f"spark://{LOOPBACK}:{port}"
+    daemons = [
+        start(
+            home,
+            scratch,
+            "master",
+            "org.apache.spark.deploy.master.Master",
+            *("--host", LOOPBACK, "--port", str(port), "--webui-port", str(ui)),
+        )
+    ]
+    daemons.append(
+        start(
+            home,
+            scratch,
+            "worker",
+            "org.apache.spark.deploy.worker.Worker",
+            *("--host", LOOPBACK, "--port", str(worker_port), "--webui-port", str(worker_ui)),
+            *("--cores", "2", "--memory", "1g", url),
+        )
+    )
+    deadline = time.monotonic() + READY_TIMEOUT
+    try:
+        while alive_workers(ui) < 1:
+            if time.monotonic() > deadline or any(d.poll() is not None for d in daemons):
+                logs = "\n".join(p.read_text()[-2000:] for p in scratch.glob("*.log"))
+                unavailable(f"the standalone cluster did not come up:\n{logs}")
+            time.sleep(0.5)
+        yield Cluster(url, scratch / "work")
+    finally:
+        for daemon in reversed(daemons):
+            if daemon.poll() is None:
+                os.killpg(daemon.pid, signal.SIGTERM)
+                daemon.wait(timeout=30)
+
+
+def test_a_clean_run_on_a_standalone_cluster(
+    standalone: Cluster,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from branchwater.engine import Lake
+
+    monkeypatch.chdir(tmp_path)
+    kv = f"sqlite:///{tmp_path}/lake.db"
+    with Lake.connect(kv) as lake:
+        repo = lake.create_repository("sales", storage_namespace=f"file://{tmp_path}/ns")
+        main_branch = repo.branch("main")
+        kept = main_branch.upload("a", b"a").address
+        main_branch.commit("a")
+        dropped = main_branch.upload("b", b"b").address
+        main_branch.delete("b")
+
+    code = main(
+        [
+            *("--kv", kv, "gc", "run", "sales", "--json"),
+            *("--master", standalone.master, "--min-age", "0s", "--max-share", "1"),
+            *("--conf", "spark.executor.memory=512m", "--conf", "spark.cores.max=2"),
+        ]
+    )
+
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    summary = json.loads(captured.out)
+    assert summary["status"] == "swept" and summary["counts"]["deleted"]["objects"] == 1
+    assert (tmp_path / "ns" / kept).is_file() and not (tmp_path / "ns" / dropped).exists()
+    assert list(standalone.work_dir.glob("app-*/*/stderr")), "no executor ran on the worker"

@@ -1,0 +1,167 @@
+"""The GC job end to end: clean runs, dry runs and sweeps, optimized runs, saved runs, report."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from branchwater.engine import GateFailed, NotFound
+from branchwater.spark_jobs.gc import runs
+from branchwater.spark_jobs.gc.storage import Namespace
+from tests.helpers import FakeClock, GCLake, use_clock
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def history(gc: GCLake) -> tuple[set[str], set[str]]:
+    """A small history; returns (addresses a run must keep, addresses it must delete)."""
+    main = gc.repo.branch("main")
+    committed = main.upload("a", b"one").address
+    main.commit("one")
+    staged = main.upload("a", b"two").address
+    dropped = main.upload("b", b"three").address
+    main.delete("b")
+    dev = gc.repo.create_branch("dev", source="main")
+    reset = dev.upload("c", b"four").address
+    dev.reset()
+    return {committed, staged}, {dropped, reset, *gc.put_garbage(2)}
+
+
+@pytest.mark.parametrize("where", ["local", pytest.param("s3", marks=pytest.mark.s3)])
+def test_a_clean_run_deletes_exactly_the_unreferenced_objects(
+    where: str, request: pytest.FixtureRequest
+) -> None:
+    gc: GCLake = request.getfixturevalue(f"{where}_gc")
+    keep, garbage = history(gc)
+
+    summary = gc.run()
+
+    assert set(gc.data_objects()) == keep
+    assert summary.status == runs.SWEPT and summary.gate_success
+    assert summary.mode == "clean" and summary.fallback is None
+    assert summary.volume("candidates").objects == len(garbage)
+    assert summary.volume("deleted").objects == len(garbage)
+    assert summary.volume("listed").objects == len(keep | garbage)
+    assert summary.min_age_override
+    assert sum(v.objects for v in summary.reclaimed_by_slice) == len(garbage)
+    ns = Namespace.of(gc.repo.storage_namespace, gc.s3_options)
+    saved = runs.read_summary(ns, summary.run_id)
+    assert saved.status == runs.SWEPT and saved.counts == summary.counts
+    deleted = ns.read_parquet(summary.files["deleted"][0], ["address"]).column(0).to_pylist()
+    assert set(deleted) <= garbage
+
+
+def test_the_report_is_one_offline_page_with_the_summary_chart_and_gx_results(
+    local_gc: GCLake,
+) -> None:
+    history(local_gc)
+    summary = local_gc.run()
+
+    prefix = runs.run_prefix(summary.run_id)
+    page = local_gc.objects.get(prefix + runs.REPORT).decode()
+    assert summary.report_uri.endswith(prefix + runs.REPORT)
+    assert "<svg" in page and "reclaimed bytes per slice" in page
+    assert "expect_column_values_to_be_unique" in page and "Minimum age overridden" in page
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
+    assert "<script" not in page
+    validation = json.loads(local_gc.objects.get(prefix + runs.VALIDATION))
+    assert set(validation) == {"gc-candidates", "gc-prepare-output"}
+    assert all(v["success"] for v in validation.values())
+
+
+def test_a_dry_run_marks_and_a_sweep_of_its_mark_deletes(local_gc: GCLake) -> None:
+    keep, garbage = history(local_gc)
+
+    mark = local_gc.run(dry_run=True)
+    assert mark.status == runs.MARKED and mark.volume("candidates").objects == len(garbage)
+    assert set(local_gc.data_objects()) == keep | garbage
+
+    swept = local_gc.run(sweep=mark.run_id)
+    assert swept.run_id == mark.run_id and swept.status == runs.SWEPT
+    assert set(local_gc.data_objects()) == keep
+    assert swept.volume("deleted").objects == len(garbage)
+
+
+def test_a_failed_gate_deletes_nothing_and_its_mark_cannot_be_swept(local_gc: GCLake) -> None:
+    keep, garbage = history(local_gc)
+
+    summary = local_gc.run(max_share=0.1)
+
+    assert summary.status == runs.GATE_FAILED and not summary.gate_success
+    assert set(local_gc.data_objects()) == keep | garbage
+    [failed] = summary.failed_expectations()
+    assert failed.type == "expect_table_row_count_to_be_between"
+    assert failed.observed["observed_value"] == len(garbage)
+    with pytest.raises(GateFailed, match="expect_table_row_count_to_be_between"):
+        local_gc.run(sweep=summary.run_id)
+    with pytest.raises(NotFound, match="not a GC run id"):
+        local_gc.run(sweep="no-such-run")
+
+
+def test_an_optimized_run_without_a_usable_base_runs_clean_and_says_so(
+    local_gc: GCLake,
+) -> None:
+    keep, _ = history(local_gc)
+    local_gc.run(dry_run=True)
+
+    summary = local_gc.run(mode="optimized")
+
+    assert summary.mode == "clean" and summary.requested_mode == "optimized"
+    assert summary.fallback is not None and "clean run instead" in summary.fallback
+    assert set(local_gc.data_objects()) == keep
+
+
+def test_an_optimized_run_reads_only_new_ranges_and_collects_new_garbage(
+    local_gc: GCLake,
+) -> None:
+    keep, _ = history(local_gc)
+    first = local_gc.run()
+    main = local_gc.repo.branch("main")
+    main.commit("two")
+    later = main.upload("d", b"five").address
+    main.delete("d")
+    garbage = set(local_gc.put_garbage())
+
+    second = local_gc.run(mode="optimized")
+
+    assert second.mode == "optimized" and second.base_run == first.run_id
+    assert second.ranges["metaranges_read"] == 1
+    assert set(local_gc.data_objects()) == keep
+    assert second.volume("deleted").objects == len(garbage) + 1
+    assert later not in local_gc.data_objects()
+
+
+def test_an_address_committed_and_uncommitted_at_the_base_run_survives_an_optimized_run(
+    local_gc: GCLake,
+) -> None:
+    """The issue's counter-example to the seed's optimized flow: a shallow copy within a
+    branch made while a commit of its source runs, later deleted and its copy record gone.
+    The address is then neither uncommitted nor in a new commit, yet a commit holds it."""
+    clock = FakeClock(datetime.now(UTC))
+    use_clock(local_gc.lake, clock)
+    main = local_gc.repo.branch("main")
+    address = main.upload("t/a", b"a").address
+    copies: list[str] = []
+
+    def copy_while_committing(applied: int) -> None:
+        if not copies:
+            copies.append(main.copy("t/a", "t/b").address)
+
+    main.commit("a", progress=copy_while_committing)
+    assert copies == [address] and main.stat("t/b").address == address
+    assert [c.path for c in main.uncommitted()] == ["t/b"]
+    local_gc.run()
+    main.delete("t/b")
+    clock.advance(local_gc.lake.gc.settings.copy_record_ttl + timedelta(minutes=1))
+    assert local_gc.lake.gc.copies.sweep(local_gc.repo.record) == 1
+    garbage = set(local_gc.put_garbage(2))
+
+    summary = local_gc.run(mode="optimized")
+
+    assert summary.mode == "optimized"
+    assert set(local_gc.data_objects()) == {address}
+    assert summary.volume("deleted").objects == len(garbage)
+    assert main.read("t/a") == b"a"
