@@ -24,7 +24,6 @@ from branchwater.spark_jobs.gc.layout import ADDRESS_PATTERN
 from branchwater.spark_jobs.gc.runs import CANDIDATES, DELETED, SliceVolume, run_prefix
 from branchwater.spark_jobs.gc.storage import Namespace
 
-DELETE_BATCH = 1000
 SWEPT_DDL = "key string, slice string, objects long, bytes long"
 _ADDRESS = re.compile(ADDRESS_PATTERN)
 
@@ -90,8 +89,7 @@ def _sweep_file(ns: Namespace, key: str) -> pa.Table:
     table = ns.read_parquet(key, ["address", "size", "slice"])
     addresses = table.column("address").to_pylist()
     check_addresses(addresses, f"candidates file {key!r}")
-    for start in range(0, len(addresses), DELETE_BATCH):
-        ns.store.delete(addresses[start : start + DELETE_BATCH])
+    ns.store.delete(addresses)
     ns.write_parquet(record, table)
     return table
 
