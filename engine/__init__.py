@@ -32,6 +32,7 @@ from branchwater.engine.errors import (
     TooManyTries,
     Unavailable,
 )
+from branchwater.engine.urls import redact_url
 
 _LAZY = {
     "Lake": "branchwater.engine.api",
@@ -43,6 +44,9 @@ _LAZY = {
     "Commit": "branchwater.engine.graveler.model",
     "Tag": "branchwater.engine.graveler.model",
     "MergeResult": "branchwater.engine.graveler.merge",
+    "CompactionPolicy": "branchwater.engine.graveler.compaction",
+    "CompactionResult": "branchwater.engine.graveler.compaction",
+    "CompactionStatus": "branchwater.engine.graveler.compaction",
     "GCSettings": "branchwater.engine.gc.settings",
     "PhysicalAddress": "branchwater.engine.gc.tokens",
     "PreparedRun": "branchwater.engine.gc.prepare",
@@ -87,5 +91,6 @@ __all__ = [
     "TokenExpired",
     "TooManyTries",
     "Unavailable",
+    "redact_url",
     *_LAZY,
 ]

@@ -6,7 +6,6 @@ store, so handles are cheap and never stale. The names here are a contract (DESI
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator, Mapping
 from itertools import islice
 from pathlib import Path
@@ -25,16 +24,23 @@ from branchwater.engine.gc.settings import GCSettings
 from branchwater.engine.gc.tokens import PhysicalAddress
 from branchwater.engine.graveler import branches as branch_ops
 from branchwater.engine.graveler import commit as commit_ops
-from branchwater.engine.graveler import history, reads, repositories, writes
+from branchwater.engine.graveler import compaction, history, reads, repositories, writes
 from branchwater.engine.graveler import merge as merge_ops
+from branchwater.engine.graveler.checksums import content_checksum
 from branchwater.engine.graveler.committed import (
     DEFAULT_MAX_BYTES,
     RangeCache,
     RangePolicy,
     default_cache_dir,
 )
+from branchwater.engine.graveler.compaction import (
+    CompactionPolicy,
+    CompactionResult,
+    CompactionStatus,
+)
 from branchwater.engine.graveler.graveler import Graveler, RetryPolicy
 from branchwater.engine.graveler.merge import MergeResult
+from branchwater.engine.graveler.metrics import CompactionMetrics
 from branchwater.engine.graveler.model import Change, Commit, Entry, RepositoryRecord, Tag
 from branchwater.engine.graveler.names import check_ref_name
 from branchwater.engine.kv import open_store
@@ -98,6 +104,11 @@ class Lake:
 
     def delete_repository(self, name: str) -> None:
         repositories.delete_repository(self.graveler, name)
+
+    @property
+    def metrics(self) -> CompactionMetrics:
+        """This lake's Prometheus metrics; serve `lake.metrics.registry` to expose them."""
+        return self.graveler.metrics
 
     def wait_for_cleanup(self, timeout: float | None = None) -> bool:
         """Wait until the staging tokens that commits let go of are dropped (in the
@@ -240,6 +251,10 @@ class Repository:
         `progress(n)` is called as entries are written, with how many so far."""
         return prepare_uncommitted_for_gc(self._g, self.lake.gc, self.record, run_id, progress)
 
+    def compaction_status(self, policy: CompactionPolicy | None = None) -> list[CompactionStatus]:
+        """Every branch's compaction figures and verdict (see `Branch.compaction_status`)."""
+        return compaction.repository_status(self._g, self.record, policy)
+
     def dump_refs(self, path: str | Path) -> int:
         """Write commits, branches and tags as JSON; returns the number of records written."""
         from branchwater.engine.graveler.dump import dump_refs
@@ -320,21 +335,25 @@ class Branch(Ref):
         return reads.list_branch(self._g, self._record, self.name, prefix, after)
 
     def upload(self, path: str, data: bytes, metadata: Mapping[str, str] | None = None) -> Entry:
-        """Write `data` to a fresh address in the namespace, then stage it at `path`."""
+        """Write `data` to a fresh address in the namespace, then stage it at `path`.
+
+        Content the branch already shows at `path` (same bytes, same metadata) is neither
+        written nor staged: its entry is returned, so a retried task changes nothing.
+        """
         _check_path(path)
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise InvalidArgument(f"upload data must be bytes, not {type(data).__name__}")
         data = bytes(data)
+        meta = dict(metadata or {})
+        checksum = content_checksum(data)
+        existing = writes.unchanged_entry(
+            self._g, self._record, self.name, path, data, checksum, meta
+        )
+        if existing is not None:
+            return existing
         address = self.repository.lake.addresses.next_address()
         info = self._g.objects(self._record.storage_namespace).put(address, data)
-        entry = Entry(
-            path,
-            address,
-            len(data),
-            hashlib.md5(data, usedforsecurity=False).hexdigest(),
-            info.mtime,
-            dict(metadata or {}),
-        )
+        entry = Entry(path, address, len(data), checksum, info.mtime, meta)
         writes.stage_entry(self._g, self._record, self.name, entry)
         return entry
 
@@ -409,6 +428,24 @@ class Branch(Ref):
     @property
     def _gc(self) -> GCContext:
         return self.repository.lake.gc
+
+    def compaction_status(self, policy: CompactionPolicy | None = None) -> CompactionStatus:
+        """What staging compaction would be decided on (staged tombstones and entries, sealed
+        tokens, age of the last compaction), at a bounded cost, and whether it is due."""
+        return compaction.compaction_status(self._g, self._record, self.name, policy)
+
+    def compact(
+        self, *, if_needed: bool = False, policy: CompactionPolicy | None = None
+    ) -> CompactionResult:
+        """Fold the staging area into a compacted metarange that reads use instead of HEAD's.
+
+        With `if_needed`, only when `compaction_status` says it is due. Nothing staged is a
+        no-op result, and a compaction that a concurrent commit overtook says so
+        (`outcome="superseded"`) rather than raising: the branch is intact either way.
+        """
+        return compaction.compact(
+            self._g, self._record, self.name, if_needed=if_needed, policy=policy
+        )
 
 
 def _after(commits: Iterator[Commit], commit_id: str) -> Iterator[Commit]:

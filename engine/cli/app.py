@@ -15,7 +15,7 @@ from typing import NoReturn
 from urllib.parse import urlsplit
 
 from branchwater.engine.api import DEFAULT_KV_URL, Lake
-from branchwater.engine.cli import branches, commits, gc, objects, refs, repos, tags
+from branchwater.engine.cli import branches, commits, compaction, gc, objects, refs, repos, tags
 from branchwater.engine.cli.output import Output
 from branchwater.engine.cli.progress import PROGRESS_DELAY, Progress
 from branchwater.engine.cli.verbs import KV_ENV, Subparsers, UserError, global_options
@@ -45,6 +45,7 @@ VERB_GROUPS: tuple[Callable[[Subparsers], None], ...] = (
     commits.register,
     tags.register,
     refs.register,
+    compaction.register,
     gc.register,
 )
 """In `-h` order. A new group (`compact`, `gc`) is a module with a `register`, listed here."""

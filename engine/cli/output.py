@@ -6,6 +6,7 @@ one text form, so every verb that prints a record prints it the same way.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -14,6 +15,7 @@ from typing import TypeVar
 
 from branchwater.engine.api import Repository
 from branchwater.engine.cli.progress import Progress
+from branchwater.engine.graveler.compaction import CompactionResult, CompactionStatus
 from branchwater.engine.graveler.merge import MergeResult
 from branchwater.engine.graveler.model import Change, Commit, Entry, Tag
 
@@ -159,6 +161,14 @@ def tag_to_json(tag: Tag) -> dict[str, object]:
     return {"name": tag.name, "commit_id": tag.commit_id}
 
 
+def compaction_status_to_json(status: CompactionStatus) -> dict[str, object]:
+    return {**dataclasses.asdict(status), "reasons": list(status.reasons), "due": status.due}
+
+
+def compaction_result_to_json(result: CompactionResult) -> dict[str, object]:
+    return {**dataclasses.asdict(result), "compacted": result.compacted}
+
+
 # ------------------------------------------------------------------------------- text forms
 
 
@@ -183,3 +193,44 @@ def commit_block(commit: Commit) -> str:
     lines.append("")
     lines.extend(f"    {line}" for line in commit.message.splitlines() or [""])
     return "\n".join(lines) + "\n"
+
+
+def compaction_status_row(status: CompactionStatus) -> tuple[str, ...]:
+    """A branch's figures; counts the scan budget cut short end in "+" (at least that)."""
+    more = "" if status.complete else "+"
+    if status.due:
+        verdict = "due: " + "; ".join(status.reasons)
+    elif status.reasons:
+        verdict = "guarded: a compaction started recently"
+    else:
+        verdict = "ok"
+    return (
+        status.branch,
+        f"{status.staged_entries}{more}",
+        f"{status.staged_tombstones}{more}",
+        str(status.sealed_tokens),
+        "yes" if status.compacted else "no",
+        age(status.last_compaction_age),
+        verdict,
+    )
+
+
+def age(seconds: float | None) -> str:
+    """How long ago, coarsely: `-` for never."""
+    if seconds is None:
+        return "-"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if abs(seconds) >= size:
+            return f"{seconds / size:.0f} {unit} ago"
+    return f"{seconds:.0f} s ago"
+
+
+def compaction_result_text(result: CompactionResult) -> str:
+    if not result.compacted:
+        return f"Not compacted ({result.outcome}): {result.message}"
+    return (
+        f"Compacted {result.branch!r}: {result.entries_applied} entries and "
+        f"{result.tombstones_removed} tombstones from {result.sealed_tokens} sealed token(s); "
+        f"{result.ranges_written} ranges written, {result.ranges_reused} reused "
+        f"in {result.seconds:.2f} s"
+    )

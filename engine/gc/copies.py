@@ -73,9 +73,13 @@ def copy_entry(
     """Copy `src` to `dst` on one branch: shallow and recorded when `src` is uncommitted.
 
     Whether HEAD holds the same object at `src` is read apart from the entry itself; a
-    commit in between only changes which of two safe kinds of copy is made.
+    commit in between only changes which of two safe kinds of copy is made. Where `dst`
+    already shows `src`'s content nothing is copied or staged, as with an upload.
     """
     source = reads.get_branch_entry(g, repo, branch_name, src)
+    current = reads.find_branch_entry(g, repo, branch_name, dst)
+    if current is not None and current.identity() == source.identity():
+        return current
     if _is_uncommitted(g, repo, branch_name, source):
         record = gc.copies.record(repo, branch_name, source.address)
         copied = source._replace(path=dst, mtime=record.created)

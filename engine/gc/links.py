@@ -3,7 +3,9 @@
 The address is in the current slice and comes with a signed, expiring, single-use token
 (`tokens.py`). Linking checks the token, that the object is there with the size given, then
 uses the token up and stages the entry; if staging fails the token is given back, so a
-failed link leaves neither an entry nor a spent token.
+failed link leaves neither an entry nor a spent token. A link of content the branch already
+shows at that path (same identity) stages nothing, as an upload would not: the linked object
+is then unreferenced, and GC's to collect.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from branchwater.engine.gc.tokens import PhysicalAddress
 from branchwater.engine.graveler import writes
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import Entry, RepositoryRecord
+from branchwater.engine.graveler.reads import find_branch_entry
 from branchwater.engine.objects import ObjectInfo
 
 
@@ -57,6 +60,9 @@ def link_physical_address(
     gc.tokens.use(repo, claim)
     entry = Entry(path, claim.address, size, checksum, info.mtime, dict(metadata or {}))
     try:
+        current = find_branch_entry(g, repo, branch_name, path)
+        if current is not None and current.identity() == entry.identity():
+            return current
         writes.stage_entry(g, repo, branch_name, entry)
     except BaseException:
         gc.tokens.give_back(repo, claim)

@@ -367,7 +367,7 @@ class _BranchScanner:
             self._emit(cursor.branch, _batch(addresses, times, cursor.branch, layer.kind))
 
     def _scan_compacted(self, cursor: BranchCursor, layer: Layer) -> None:
-        changes = self.g.committed(self.repo).diff(layer.base, layer.ident)
+        changes = self.g.committed(self.repo).diff(layer.base, layer.ident, physical=True)
         entries = (c.entry for c in changes if c.type != "removed" and c.path > cursor.after)
         for chunk in _chunks(entries, ROW_GROUP_ROWS):
             cursor.after = chunk[-1].path

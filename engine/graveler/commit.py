@@ -14,9 +14,15 @@ costs a KV write, not a rebuild. If nothing is left, a concurrent commit took it
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from itertools import islice
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from branchwater.engine.errors import NoChanges, too_many_tries
+from branchwater.engine.graveler.committed.format import staged_rows
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.iterators import combine, reporting
 from branchwater.engine.graveler.model import BranchRecord, Commit, RepositoryRecord
@@ -53,14 +59,88 @@ def seal(
         branch, predicate = g.refs.get_branch(repo, branch_name)
         if not allow_empty and not g.has_uncommitted(branch):
             raise NoChanges(f"nothing to commit on branch {branch_name!r} of {repo.name!r}")
-        sealed = dataclasses.replace(
-            branch,
-            staging_token=new_staging_token(repo, branch_name),
-            sealed_tokens=(branch.staging_token, *branch.sealed_tokens),
-        )
+        sealed = sealing(repo, branch)
         if g.try_update_branch(repo, sealed, predicate):
             return sealed.sealed_tokens
     raise too_many_tries(f"commit on branch {branch_name!r} of {repo.name!r}", g.retry.attempts)
+
+
+def sealing(repo: RepositoryRecord, branch: BranchRecord) -> BranchRecord:
+    """`branch` with its staging token pushed onto the sealed tokens and a new one open: the
+    first `set_if` of a commit and of a compaction."""
+    return dataclasses.replace(
+        branch,
+        staging_token=new_staging_token(repo, branch.name),
+        sealed_tokens=(branch.staging_token, *branch.sealed_tokens),
+    )
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What applying sealed tokens on a base metarange produced, and what it took."""
+
+    metarange_id: str
+    entries: int
+    """Staged entries written (new or replacing)."""
+    tombstones: int
+    """Staged deletes applied (each removes its path, or is a no-op where it is absent)."""
+    ranges_written: int
+    """Ranges of the result that the base did not have."""
+    ranges_reused: int
+    """Ranges of the base the result references unchanged."""
+
+
+STAGED_BATCH = 8192
+"""Staged rows turned into Arrow at once on their way to ranges."""
+
+
+def apply_sealed(
+    g: Graveler,
+    repo: RepositoryRecord,
+    base: str,
+    tokens: tuple[str, ...],
+    progress: Progress | None = None,
+) -> Applied:
+    """Apply staging tokens (newest first; the newest wins a path) on the metarange `base`:
+    the one path from staged rows to ranges, shared by commit and compaction. Staged values
+    go to Arrow undecoded, a batch at a time, so no entry becomes a Python object."""
+    pairs = combine([g.staging.scan_encoded(token) for token in tokens])
+    batches: Iterable[pa.Table] = _staged_batches(pairs)
+    if progress is not None:
+        batches = reporting(batches, progress, PROGRESS_EVERY, size=_rows)
+    tally = _Tally()
+    committed = g.committed(repo)
+    metarange_id = committed.apply_rows(base, tally.count(batches))
+    before = {info.range_id for info in committed.ranges(base)}
+    after = [info.range_id for info in committed.ranges(metarange_id)]
+    reused = sum(1 for range_id in after if range_id in before)
+    return Applied(metarange_id, tally.entries, tally.tombstones, len(after) - reused, reused)
+
+
+def _staged_batches(pairs: Iterable[tuple[bytes, bytes]]) -> Iterator[pa.Table]:
+    iterator = iter(pairs)
+    while batch := list(islice(iterator, STAGED_BATCH)):
+        keys, values = zip(*batch, strict=True)
+        yield staged_rows(keys, values)
+
+
+def _rows(batch: pa.Table) -> int:
+    return batch.num_rows
+
+
+class _Tally:
+    """Counts entries and tombstones of change-row batches as `apply` consumes them."""
+
+    def __init__(self) -> None:
+        self.entries = 0
+        self.tombstones = 0
+
+    def count(self, batches: Iterable[pa.Table]) -> Iterator[pa.Table]:
+        for batch in batches:
+            deleted = pc.sum(batch.column("deleted")).as_py() or 0
+            self.tombstones += deleted
+            self.entries += batch.num_rows - deleted
+            yield batch
 
 
 def _finish(
@@ -86,10 +166,10 @@ def _finish(
             )
         base = g.base_metarange(repo, branch)
         if built is None or built[0] != (base, remaining):
-            changes = combine([g.staging.scan(token) for token in remaining])
-            if progress is not None:
-                changes = reporting(changes, progress, PROGRESS_EVERY)
-            built = ((base, remaining), g.committed(repo).apply(base, changes))
+            built = (
+                (base, remaining),
+                apply_sealed(g, repo, base, remaining, progress).metarange_id,
+            )
         metarange_id = built[1]
         parent = g.refs.get_commit(repo, branch.commit_id)
         rest = tuple(t for t in branch.sealed_tokens if t not in remaining)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from branchwater.engine.errors import BranchwaterError, PredicateFailed
 from branchwater.engine.graveler.committed import CommittedStore, RangeCache, RangePolicy
+from branchwater.engine.graveler.metrics import CompactionMetrics
 from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord
 from branchwater.engine.graveler.refs import RefStore
 from branchwater.engine.graveler.staging import StagingArea
@@ -99,6 +100,7 @@ class Graveler:
         self.retry = retry or RetryPolicy()
         self.branch_cache = BranchCache(branch_cache_ttl)
         self.drop_pause = drop_pause
+        self.metrics = CompactionMetrics()
         self._object_store_options = dict(object_store_options or {})
         self._range_policy = range_policy or RangePolicy()
         self.range_cache = range_cache

@@ -8,7 +8,7 @@ log reads commits only as its caller consumes them.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from branchwater.engine.errors import NotFound
 from branchwater.engine.graveler.model import Commit, RepositoryRecord
@@ -16,6 +16,8 @@ from branchwater.engine.graveler.refs import RefStore
 
 Ranked = tuple[int, float, str, Commit]
 """A commit as a heap item: the smallest comes first in history order."""
+_LEFT, _RIGHT, _STALE = 1, 2, 4
+_BOTH = _LEFT | _RIGHT
 
 
 def log(
@@ -37,22 +39,43 @@ def log(
 
 
 def find_merge_base(refs: RefStore, repo: RepositoryRecord, left: str, right: str) -> Commit:
-    """The first commit reachable from both, walking by generation from the newest."""
-    marks: dict[str, int] = {left: 1}
-    marks[right] = marks.get(right, 0) | 2
-    heap = [_rank(refs.get_commit(repo, cid)) for cid in {left, right}]
+    """A best common ancestor: the newest of `find_merge_bases` (git merge-base)."""
+    bases = find_merge_bases(refs, repo, (left,), (right,))
+    if not bases:
+        raise NotFound(f"commits {left[:12]} and {right[:12]} of {repo.name!r} share no ancestor")
+    return bases[0]
+
+
+def find_merge_bases(
+    refs: RefStore, repo: RepositoryRecord, left: Sequence[str], right: Sequence[str]
+) -> list[Commit]:
+    """Every best common ancestor of the commits `left` and those `right` (git merge-base
+    --all): reachable from both sides and no ancestor of another such, newest first. One
+    unless the history criss-crosses; none if the histories are unrelated.
+
+    The walk marks what each side reaches; a commit both reach is a base, unless a base found
+    before reaches it (marked stale). In generation order every commit's marks are complete
+    when it is taken, so the walk stops as soon as only stale commits are left.
+    """
+    marks: dict[str, int] = {}
+    for side, ids in ((_LEFT, left), (_RIGHT, right)):
+        for commit_id in ids:
+            marks[commit_id] = marks.get(commit_id, 0) | side
+    heap = [_rank(refs.get_commit(repo, commit_id)) for commit_id in marks]
     heapq.heapify(heap)
-    while heap:
+    bases: list[Commit] = []
+    while any(not marks[item[2]] & _STALE for item in heap):
         commit = heapq.heappop(heap)[-1]
         mark = marks[commit.id]
-        if mark == 3:
-            return commit
+        if mark & _BOTH == _BOTH and not mark & _STALE:
+            bases.append(commit)
+            mark = marks[commit.id] = mark | _STALE
         for parent in commit.parents:
             before = marks.get(parent, 0)
             if before | mark != before:
                 marks[parent] = before | mark
                 heapq.heappush(heap, _rank(refs.get_commit(repo, parent)))
-    raise NotFound(f"commits {left[:12]} and {right[:12]} of {repo.name!r} share no ancestor")
+    return bases
 
 
 def _first_parent(refs: RefStore, repo: RepositoryRecord, commit_id: str) -> Iterator[Commit]:

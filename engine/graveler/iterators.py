@@ -10,28 +10,32 @@ import heapq
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
-from branchwater.engine.graveler.model import Change, Entry
+from branchwater.engine.graveler.model import Entry
 
 Layer = Iterable[tuple[str, Entry | None]]
 T = TypeVar("T")
+V = TypeVar("V")
+K = TypeVar("K", str, bytes)
+"""Paths as text, or as the UTF-8 bytes the KV keys them by: both sort the same."""
 
 
-def combine(layers: list[Layer]) -> Iterator[tuple[str, Entry | None]]:
+def combine(layers: list[Iterable[tuple[K, V]]]) -> Iterator[tuple[K, V]]:
     """Merge layers ordered top first: for a path in several layers the topmost wins.
 
-    Tombstones (`None`) are kept, because applying the result to committed data needs them.
+    Tombstones (`None`, or an empty encoded value) are kept, because applying the result to
+    committed data needs them.
     """
     if len(layers) == 1:
         return iter(layers[0])
     return _dedupe(heapq.merge(*(_tagged(layer, rank) for rank, layer in enumerate(layers))))
 
 
-def _tagged(layer: Layer, rank: int) -> Iterator[tuple[str, int, Entry | None]]:
+def _tagged(layer: Iterable[tuple[K, V]], rank: int) -> Iterator[tuple[K, int, V]]:
     for path, value in layer:
         yield path, rank, value
 
 
-def _dedupe(merged: Iterator[tuple[str, int, Entry | None]]) -> Iterator[tuple[str, Entry | None]]:
+def _dedupe(merged: Iterator[tuple[K, int, V]]) -> Iterator[tuple[K, V]]:
     previous = None
     for path, _, value in merged:
         if path != previous:
@@ -51,31 +55,20 @@ def visible(stream: Iterable[tuple[str, Entry | None]]) -> Iterator[Entry]:
             yield value
 
 
-def staged_changes(
-    staged: Iterable[tuple[str, Entry | None]], lookup: Callable[[str], Entry | None]
-) -> Iterator[Change]:
-    """Changes staged on top of a base, looking each staged path up in the base.
-
-    Cheap when staging is small next to the base: the base is probed, never scanned.
-    """
-    for path, value in staged:
-        base = lookup(path)
-        if value is None:
-            if base is not None:
-                yield Change(path, "removed", base)
-        elif base is None:
-            yield Change(path, "added", value)
-        elif base.identity() != value.identity():
-            yield Change(path, "changed", value)
-
-
-def reporting(items: Iterable[T], report: Callable[[int], None], every: int) -> Iterator[T]:
-    """`items` unchanged, calling `report(n)` after every `every`-th item and with the total
-    when they run out: progress for long streams for the price of a counter per item."""
+def reporting(
+    items: Iterable[T],
+    report: Callable[[int], None],
+    every: int,
+    size: Callable[[T], int] | None = None,
+) -> Iterator[T]:
+    """`items` unchanged, calling `report(n)` with each multiple of `every` the running count
+    passes and with the total when they run out: progress for long streams for the price of
+    a counter per item. An item counts `size(item)` (a batch its rows), else 1."""
     count = 0
-    for count, item in enumerate(items, 1):
+    for item in items:
         yield item
-        if count % every == 0:
-            report(count)
+        before, count = count, count + (1 if size is None else size(item))
+        for mark in range((before // every + 1) * every, count + 1, every):
+            report(mark)
     if count % every:
         report(count)

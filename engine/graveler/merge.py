@@ -4,6 +4,11 @@ A merge applies to the destination the changes that turn the merge base into the
 `diff(base, source)` skips every range the source left alone, and `apply` references every
 destination range no change falls into, so the cost follows the size of the change.
 
+Entries compare by identity (content and metadata), so a side that rewrote equal content did
+not change the path, and equal changes on both sides merge cleanly. Where the history
+criss-crosses and has several best merge bases, they are merged first into a virtual base,
+recursively, as git's recursive strategy does; the merge commit records the bases it used.
+
 When the final `set_if` loses a race, the retry merges *the metarange this attempt produced*
 (source') on the new destination HEAD, with the destination it merged against as base'. Then
 `diff(base', source')` is only what this merge brought in, and the ranges it wrote are
@@ -13,8 +18,11 @@ reused. The seed's correctness table holds because deletion behaves like unique 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+import hashlib
+import json
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from itertools import islice
 from typing import Literal
 
@@ -24,18 +32,38 @@ from branchwater.engine.errors import (
     MergeConflict,
     MergeRaceLost,
     NoChanges,
+    NotFound,
     too_many_tries,
 )
-from branchwater.engine.graveler.committed import CommittedStore, Replacements
+from branchwater.engine.graveler.committed import (
+    EMPTY_METARANGE_ID,
+    CommittedStore,
+    Replacements,
+)
 from branchwater.engine.graveler.graveler import Graveler
-from branchwater.engine.graveler.history import find_merge_base
-from branchwater.engine.graveler.model import BranchRecord, Change, Commit, Entry, RepositoryRecord
+from branchwater.engine.graveler.history import find_merge_bases
+from branchwater.engine.graveler.model import (
+    BranchRecord,
+    Change,
+    Commit,
+    Entry,
+    RepositoryRecord,
+)
+from branchwater.engine.graveler.reads import uncommitted_changes
+from branchwater.engine.graveler.staging import new_staging_token
 
 Strategy = Literal["source-wins", "dest-wins"]
 STRATEGIES: tuple[str, ...] = ("source-wins", "dest-wins")
+VIRTUAL_BASE = "virtual-base"
+"""The resolution of merges that build a virtual base: conflicts become entries of neither side."""
+BASES_KEY = "branchwater.merge.bases"
+"""Merge commit metadata: the ids of the merge bases used, comma-separated."""
 CONFLICTS_SHOWN = 20
 RESOLVE_BATCH = 4096
 """Changes resolved together: bounds memory, and amortises each range lookup over many."""
+_NEITHER_PREFIX = "virtual-base:"
+"""Checksums of virtual-base entries start so; no content checksum does (they are hex)."""
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 @dataclass(frozen=True)
@@ -47,10 +75,12 @@ class MergeResult:
 
 @dataclass(frozen=True)
 class _Attempt:
-    """What one attempt produced: the merged metarange and the destination it merged onto."""
+    """What one attempt produced: the merged metarange, the destination it merged onto, and
+    the merge bases it used."""
 
     metarange_id: str
     onto_commit_id: str
+    bases: tuple[str, ...]
 
     @property
     def hint(self) -> str:
@@ -73,31 +103,38 @@ def merge(
     if strategy is not None and strategy not in STRATEGIES:
         raise InvalidArgument(f"unknown merge strategy {strategy!r}: use one of {STRATEGIES}")
     source = g.refs.get_commit(repo, g.refs.resolve(repo, source_ref).commit_id)
-    previous = _parse_hint(g, repo, hint) if hint else None
+    previous = _parse_hint(g, repo, hint, source) if hint else None
     for attempt in g.retry:
-        branch, predicate = g.refs.get_branch(repo, destination)
-        _check_clean(g, repo, destination, branch)
+        ready = _ready_destination(g, repo, destination)
+        if ready is None:
+            continue
+        branch, predicate = ready
         head = g.refs.get_commit(repo, branch.commit_id)
         if previous is None:
-            base = find_merge_base(g.refs, repo, head.id, source.id)
-            if base.id == source.id:
+            bases = _merge_bases(g, repo, head, source)
+            if bases[0].id == source.id:
                 raise NoChanges(f"{destination!r} already contains {source_ref!r}")
-            if base.id == head.id:
-                forwarded = dataclasses.replace(branch, commit_id=source.id)
-                if g.try_update_branch(repo, forwarded, predicate):
+            if bases[0].id == head.id:
+                if g.try_update_branch(repo, _moved_to(branch, source.id), predicate):
+                    g.drop_tokens_later(branch.sealed_tokens)
                     return MergeResult(source, attempt, fast_forward=True)
                 continue
-            base_mr, source_mr = base.metarange_id, source.metarange_id
+            base_mr, source_mr = base_metarange(g, repo, bases), source.metarange_id
+            base_ids = tuple(base.id for base in bases)
         else:
             base_mr = g.refs.get_commit(repo, previous.onto_commit_id).metarange_id
-            source_mr = previous.metarange_id
-        merged = _merge_metaranges(
-            g, repo, base_mr, source_mr, head, strategy, source_ref, destination
+            source_mr, base_ids = previous.metarange_id, previous.bases
+        merged, conflicts = _merge_metaranges(
+            g, repo, base_mr, source_mr, head.metarange_id, strategy
         )
-        previous = _Attempt(merged, head.id)
-        new_commit = _record(g, repo, head, source, merged, message, metadata, committer, strategy)
-        updated = dataclasses.replace(branch, commit_id=new_commit.id)
-        if g.try_update_branch(repo, updated, predicate):
+        if conflicts.count:
+            raise MergeConflict(conflicts.paths, conflicts.count, source_ref, destination)
+        previous = _Attempt(merged, head.id, base_ids)
+        new_commit = _record(
+            g, repo, head, source, previous, message, metadata, committer, strategy
+        )
+        if g.try_update_branch(repo, _moved_to(branch, new_commit.id), predicate):
+            g.drop_tokens_later(branch.sealed_tokens)
             return MergeResult(new_commit, attempt)
     what = f"merge of {source_ref!r} into {destination!r} of {repo.name!r}"
     if previous is None:
@@ -105,12 +142,85 @@ def merge(
     raise MergeRaceLost(what, g.retry.attempts, previous.hint)
 
 
-def _check_clean(g: Graveler, repo: RepositoryRecord, name: str, branch: BranchRecord) -> None:
-    if g.has_uncommitted(branch):
+def _merge_bases(g: Graveler, repo: RepositoryRecord, head: Commit, source: Commit) -> list[Commit]:
+    bases = find_merge_bases(g.refs, repo, (head.id,), (source.id,))
+    if not bases:
+        raise NotFound(
+            f"commits {head.id[:12]} and {source.id[:12]} of {repo.name!r} share no ancestor"
+        )
+    return bases
+
+
+def base_metarange(g: Graveler, repo: RepositoryRecord, bases: Sequence[Commit]) -> str:
+    """The metarange of the merge base: the one best base's, else a virtual base.
+
+    Bases are merged one by one, oldest first, on the bases of each pair, found and merged
+    the same way, as git's recursive strategy does. Where two bases disagree the virtual base
+    holds a value equal to neither (see `_neither`), so the outer merge sees both sides as
+    changes there.
+    """
+    first, *rest = sorted(bases, key=_age)
+    merged, merged_ids = first.metarange_id, [first.id]
+    for other in rest:
+        inner = find_merge_bases(g.refs, repo, merged_ids, (other.id,))
+        inner_mr = base_metarange(g, repo, inner) if inner else EMPTY_METARANGE_ID
+        merged, _ = _merge_metaranges(g, repo, inner_mr, other.metarange_id, merged, VIRTUAL_BASE)
+        merged_ids.append(other.id)
+    return merged
+
+
+def _age(commit: Commit) -> tuple[datetime, str]:
+    return commit.creation_date, commit.id
+
+
+def _ready_destination(
+    g: Graveler, repo: RepositoryRecord, name: str
+) -> tuple[BranchRecord, bytes] | None:
+    """The destination and its predicate once nothing is uncommitted on it; `None` if it
+    moved meanwhile (try again).
+
+    Staged rewrites of content HEAD holds already are no change, but left staged they would
+    hide what the merge brings to their paths. So they are sealed, as a commit seals them,
+    checked again (a write may have landed before the seal), and the merge drops them.
+    """
+    branch, predicate = g.refs.get_branch(repo, name)
+    if not g.has_uncommitted(branch):
+        return branch, predicate
+    _check_clean(g, repo, name)
+    if g.staging.is_empty(branch.staging_token):
+        return branch, predicate
+    sealed = dataclasses.replace(
+        branch,
+        staging_token=new_staging_token(repo, name),
+        sealed_tokens=(branch.staging_token, *branch.sealed_tokens),
+    )
+    if not g.try_update_branch(repo, sealed, predicate):
+        return None
+    _check_clean(g, repo, name)
+    current, predicate = g.refs.get_branch(repo, name)
+    return (current, predicate) if current == sealed else None
+
+
+def _check_clean(g: Graveler, repo: RepositoryRecord, name: str) -> None:
+    if next(iter(uncommitted_changes(g, repo, name)), None) is not None:
         raise DirtyBranch(
             f"branch {name!r} of {repo.name!r} has uncommitted changes: commit or reset it "
             "before merging into it"
         )
+
+
+def _moved_to(branch: BranchRecord, commit_id: str) -> BranchRecord:
+    """The destination on its new commit, without what `_ready_destination` found to be no
+    change (sealed rewrites, a compaction of them)."""
+    if not branch.sealed_tokens and not branch.compacted_metarange_id:
+        return dataclasses.replace(branch, commit_id=commit_id)
+    return dataclasses.replace(
+        branch,
+        commit_id=commit_id,
+        sealed_tokens=(),
+        compacted_metarange_id=None,
+        compaction_start_time=None,
+    )
 
 
 class _Conflicts:
@@ -131,21 +241,19 @@ def _merge_metaranges(
     repo: RepositoryRecord,
     base_mr: str,
     source_mr: str,
-    head: Commit,
+    dest_mr: str,
     strategy: str | None,
-    source_ref: str,
-    destination: str,
-) -> str:
+) -> tuple[str, _Conflicts]:
+    """The merged metarange, and the conflicts (the metarange is meaningless if any)."""
     conflicts = _Conflicts()
     committed = g.committed(repo)
-    changes = _resolved_changes(g, repo, base_mr, source_mr, head.metarange_id, strategy, conflicts)
+    changes = _resolved_changes(g, repo, base_mr, source_mr, dest_mr, strategy, conflicts)
     replacements = Replacements.between(committed.ranges(base_mr), committed.ranges(source_mr))
-    merged = committed.apply(head.metarange_id, _until_conflict(changes, conflicts), replacements)
+    merged = committed.apply(dest_mr, _until_conflict(changes, conflicts), replacements)
     if conflicts.count:
         for _ in changes:
             pass
-        raise MergeConflict(conflicts.paths, conflicts.count, source_ref, destination)
-    return merged
+    return merged, conflicts
 
 
 def _resolved_changes(
@@ -160,7 +268,9 @@ def _resolved_changes(
     """Source's changes to apply on the destination; conflicting paths go to `conflicts`.
 
     Changes are resolved in batches, so the destination and base entries they need are
-    looked up range by range (`get_many`) rather than path by path.
+    looked up range by range (`get_many`) rather than path by path. The diff and `_same`
+    compare identities, so a side that rewrote equal content changed nothing: it neither
+    conflicts nor wins under a strategy.
     """
     committed = g.committed(repo)
     changes = committed.diff(base_mr, source_mr)
@@ -173,8 +283,23 @@ def _resolved_changes(
                 continue
             if _same(their, base) or strategy == "source-wins":
                 yield change.path, ours
+            elif strategy == VIRTUAL_BASE:
+                yield change.path, _neither(change.path, base, ours, their)
             elif strategy != "dest-wins":
                 conflicts.add(change.path)
+
+
+def _neither(
+    path: str, base: Entry | None, ours: Entry | None, theirs: Entry | None
+) -> Entry | None:
+    """What a virtual base holds where the merge bases disagree, as in git's recursive
+    strategy: the older base's entry where one deleted the path, else an entry equal to
+    neither side (git writes conflict markers into it) nor to any entry with content."""
+    if ours is None or theirs is None:
+        return base
+    sides = json.dumps([ours.identity(), theirs.identity()]).encode()
+    checksum = _NEITHER_PREFIX + hashlib.sha256(sides).hexdigest()
+    return Entry(path, "", 0, checksum, _EPOCH)
 
 
 def _base_entries(
@@ -208,24 +333,31 @@ def _record(
     repo: RepositoryRecord,
     head: Commit,
     source: Commit,
-    metarange_id: str,
+    attempt: _Attempt,
     message: str | None,
     metadata: dict[str, str] | None,
     committer: str,
     strategy: str | None,
 ) -> Commit:
-    """The merge commit: on the destination's HEAD, then the source; the strategy recorded."""
+    """The merge commit: on the destination's HEAD, then the source; the merge bases and the
+    strategy recorded."""
     meta = dict(metadata or {})
+    meta[BASES_KEY] = ",".join(attempt.bases)
     if strategy:
         meta["branchwater.merge.strategy"] = strategy
     message = message or f"Merge {source.id[:12]} into {head.id[:12]}"
-    return g.refs.add_commit(repo, (head, source), metarange_id, message, meta, committer=committer)
+    return g.refs.add_commit(
+        repo, (head, source), attempt.metarange_id, message, meta, committer=committer
+    )
 
 
-def _parse_hint(g: Graveler, repo: RepositoryRecord, hint: str) -> _Attempt:
+def _parse_hint(g: Graveler, repo: RepositoryRecord, hint: str, source: Commit) -> _Attempt:
+    """The attempt a hint names; its bases are those of the source and the commit it merged
+    onto, as that attempt found them."""
     metarange_id, sep, onto = hint.partition("@")
     if not sep or not metarange_id or not onto:
         raise InvalidArgument(f"merge hint {hint!r} is not of the form <metarange>@<commit>")
-    g.refs.get_commit(repo, onto)
+    onto_commit = g.refs.get_commit(repo, onto)
     g.committed(repo).ranges(metarange_id)
-    return _Attempt(metarange_id, onto)
+    bases = find_merge_bases(g.refs, repo, (onto_commit.id,), (source.id,))
+    return _Attempt(metarange_id, onto_commit.id, tuple(base.id for base in bases))

@@ -29,9 +29,10 @@ class Entry(NamedTuple):
     mtime: datetime
     metadata: Metadata = EMPTY_METADATA
 
-    def identity(self) -> tuple[str, int, str, str]:
-        """What makes two entries the same object: a rewrite of equal content is no change."""
-        return (self.address, self.size, self.checksum, metadata_json(self.metadata))
+    def identity(self) -> tuple[int, str, str]:
+        """What makes two entries the same object: their content and metadata, never where the
+        content is stored, so a rewrite of equal content is no change."""
+        return (self.size, self.checksum, metadata_json(self.metadata))
 
 
 ChangeType = Literal["added", "changed", "removed"]

@@ -13,16 +13,14 @@ from typing import TypeVar
 
 from branchwater.engine.errors import NotFound, too_many_tries
 from branchwater.engine.graveler.graveler import Graveler
-from branchwater.engine.graveler.iterators import (
-    Layer,
-    combine,
-    committed_layer,
-    staged_changes,
-    visible,
-)
+from branchwater.engine.graveler.iterators import Layer, combine, committed_layer, visible
 from branchwater.engine.graveler.model import BranchRecord, Change, Entry, RepositoryRecord
+from branchwater.engine.graveler.uncommitted import uncommitted_from
 
 PAGE_SIZE = 1000
+CHANGES_PAGE_SIZE = 8192
+"""Changes a page of `uncommitted()` holds: several join batches, so a page's set-up (two
+KV reads, a new scan) is spread over many changes."""
 T = TypeVar("T")
 
 
@@ -56,6 +54,16 @@ def lookup_below_staging(
 
 
 def get_branch_entry(g: Graveler, repo: RepositoryRecord, branch_name: str, path: str) -> Entry:
+    entry = find_branch_entry(g, repo, branch_name, path)
+    if entry is None:
+        raise NotFound(f"path {path!r} not found on branch {branch_name!r} of {repo.name!r}")
+    return entry
+
+
+def find_branch_entry(
+    g: Graveler, repo: RepositoryRecord, branch_name: str, path: str
+) -> Entry | None:
+    """What the branch shows at `path`, `None` if nothing."""
     branch = g.read_branch(repo, branch_name, cached=True)
     for _ in range(g.retry.attempts):
         found, value = g.staging.get(branch.staging_token, path)
@@ -65,8 +73,6 @@ def get_branch_entry(g: Graveler, repo: RepositoryRecord, branch_name: str, path
             if not same_layers(current, branch):
                 branch = current
                 continue
-        if value is None:
-            raise NotFound(f"path {path!r} not found on branch {branch_name!r} of {repo.name!r}")
         return value
     raise too_many_tries(
         f"read of {path!r} on branch {branch_name!r} of {repo.name!r}", g.retry.attempts
@@ -115,18 +121,16 @@ def branch_stream(
 
 
 def uncommitted_changes(g: Graveler, repo: RepositoryRecord, branch_name: str) -> Iterator[Change]:
-    """What a commit now would record: staged layers (and any compaction) against HEAD."""
+    """What a commit now would record, page by page (see the `uncommitted` module)."""
 
     def page(branch: BranchRecord, start: str) -> Iterator[Change]:
-        head = g.refs.get_commit(repo, branch.commit_id).metarange_id
-        layers = staging_layers(g, branch, start)
-        if branch.compacted_metarange_id:
-            compacted = g.committed(repo).diff(head, branch.compacted_metarange_id)
-            layers.append((c.path, c.new_entry) for c in compacted if c.path > start)
-        staged = combine(layers)
-        return staged_changes(staged, lambda path: committed_lookup(g, repo, head, path))
+        return uncommitted_from(g, repo, branch, start)
 
-    return _validated_pages(g, repo, branch_name, page, "", lambda c: c.path)
+    return _validated_pages(g, repo, branch_name, page, "", _change_path, CHANGES_PAGE_SIZE)
+
+
+def _change_path(change: Change) -> str:
+    return change.path
 
 
 def _validated_pages(
@@ -136,11 +140,13 @@ def _validated_pages(
     page: Callable[[BranchRecord, str], Iterator[T]],
     after: str,
     path_of: Callable[[T], str],
+    page_size: int | None = None,
 ) -> Iterator[T]:
+    size = page_size or PAGE_SIZE
     branch = g.read_branch(repo, branch_name, cached=True)
     while True:
         for _ in range(g.retry.attempts):
-            items = list(islice(page(branch, after), PAGE_SIZE))
+            items = list(islice(page(branch, after), size))
             current = g.read_branch(repo, branch_name)
             if same_layers(current, branch):
                 break
@@ -150,6 +156,6 @@ def _validated_pages(
                 f"listing of branch {branch_name!r} of {repo.name!r}", g.retry.attempts
             )
         yield from items
-        if len(items) < PAGE_SIZE:
+        if len(items) < size:
             return
         after = path_of(items[-1])

@@ -6,6 +6,7 @@ sealed it is read-only, and it is dropped only after a commit or compaction has 
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Iterator
 
@@ -55,6 +56,14 @@ class StagingArea:
             if not path.startswith(prefix):
                 return
             yield path, decode_entry(path, value)
+
+    def scan_encoded(self, token: str, after: str = "") -> Iterator[tuple[bytes, bytes]]:
+        """Staged (path, value) pairs as the KV holds them, in path order, strictly after
+        `after`: for callers that turn whole batches into Arrow (UTF-8 bytes sort as their
+        text does). No Python runs per row."""
+        start = after.encode()
+        rows = iter(self.kv.scan(token.encode(), start, self.batch_size))
+        return itertools.dropwhile(lambda row: row[0] == start, rows) if after else rows
 
     def is_empty(self, token: str) -> bool:
         return next(iter(self.kv.scan(token.encode(), b"", 1)), None) is None

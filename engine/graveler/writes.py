@@ -10,32 +10,67 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from branchwater.engine.errors import NotFound, too_many_tries
+from branchwater.engine.graveler.checksums import holds
 from branchwater.engine.graveler.graveler import Graveler
-from branchwater.engine.graveler.model import BranchRecord, Entry, RepositoryRecord
-from branchwater.engine.graveler.reads import lookup_below_staging
+from branchwater.engine.graveler.model import BranchRecord, Entry, Metadata, RepositoryRecord
+from branchwater.engine.graveler.reads import find_branch_entry, lookup_below_staging, same_layers
+
+
+def unchanged_entry(
+    g: Graveler,
+    repo: RepositoryRecord,
+    branch_name: str,
+    path: str,
+    data: bytes,
+    checksum: str,
+    metadata: Metadata,
+) -> Entry | None:
+    """The entry the branch shows at `path` if it already is `data` with `metadata`: then a
+    write would change nothing, so a retried task writes no object and stages nothing."""
+    current = find_branch_entry(g, repo, branch_name, path)
+    if current is not None and holds(current, data, checksum, metadata):
+        return current
+    return None
 
 
 def stage_entry(g: Graveler, repo: RepositoryRecord, branch_name: str, entry: Entry) -> None:
     """Stage `entry` at its path; acknowledged only once it is in the current token."""
 
-    def write(branch: BranchRecord) -> None:
+    def write(branch: BranchRecord) -> bool:
         g.staging.put(branch.staging_token, entry.path, entry)
+        return True
 
     _write_validated(g, repo, branch_name, write, f"write of {entry.path!r}")
 
 
 def stage_delete(g: Graveler, repo: RepositoryRecord, branch_name: str, path: str) -> None:
-    """Delete `path`: a tombstone where a lower layer has it, else just drop the staged entry."""
+    """Delete `path`: a tombstone where a lower layer has it, else just drop the staged entry.
 
-    def write(branch: BranchRecord) -> None:
+    What the lower layers hold is trusted only if the branch still has them after the look:
+    a commit or compaction that absorbed a sealed token drops its rows, and a stale look
+    would then miss the path and let the lower copy show again. Once this delete wrote to a
+    token that got sealed meanwhile, the lower layers hold its own tombstone (or lack the row
+    it removed, which the sealer may have read first): the retry writes a tombstone,
+    whatever they now show.
+    """
+    wrote = False
+
+    def write(branch: BranchRecord) -> bool:
+        nonlocal wrote
         below = lookup_below_staging(g, repo, branch, path)
-        if below is not None:
+        if not same_layers(g.read_branch(repo, branch_name), branch):
+            return False
+        if below is None and not wrote:
+            found, staged = g.staging.get(branch.staging_token, path)
+            if not found or staged is None:
+                raise NotFound(
+                    f"path {path!r} not found on branch {branch_name!r} of {repo.name!r}"
+                )
+            g.staging.remove(branch.staging_token, path)
+        else:
             g.staging.put(branch.staging_token, path, None)
-            return
-        found, staged = g.staging.get(branch.staging_token, path)
-        if not found or staged is None:
-            raise NotFound(f"path {path!r} not found on branch {branch_name!r} of {repo.name!r}")
-        g.staging.remove(branch.staging_token, path)
+        wrote = True
+        return True
 
     _write_validated(g, repo, branch_name, write, f"delete of {path!r}")
 
@@ -44,14 +79,16 @@ def _write_validated(
     g: Graveler,
     repo: RepositoryRecord,
     branch_name: str,
-    write: Callable[[BranchRecord], None],
+    write: Callable[[BranchRecord], bool],
     what: str,
 ) -> None:
+    """Run `write` until it lands in the branch's current staging token; `write` returns
+    False when it saw the branch change before writing anything."""
     branch = g.read_branch(repo, branch_name, cached=True)
     for _ in range(g.retry.attempts):
-        write(branch)
+        written = write(branch)
         current = g.read_branch(repo, branch_name)
-        if current.staging_token == branch.staging_token:
+        if written and current.staging_token == branch.staging_token:
             return
         branch = current
     raise too_many_tries(f"{what} on branch {branch_name!r} of {repo.name!r}", g.retry.attempts)

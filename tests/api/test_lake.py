@@ -279,14 +279,14 @@ def test_writer_is_not_blocked_while_a_commit_applies(lake: Lake, repo, monkeypa
         main.upload(f"big/{i}", b"x")
     committed = lake.graveler.committed(repo.record)
     entered, release = threading.Event(), threading.Event()
-    original_apply = committed.apply
+    original_apply = committed.apply_rows
 
     def slow_apply(base, changes):
         entered.set()
         assert release.wait(10)
         return original_apply(base, changes)
 
-    monkeypatch.setattr(committed, "apply", slow_apply)
+    monkeypatch.setattr(committed, "apply_rows", slow_apply)
     result: dict[str, object] = {}
     committer = threading.Thread(target=lambda: result.setdefault("c", main.commit("big")))
     committer.start()

@@ -68,7 +68,9 @@ def test_json_output_has_the_documented_fields(bw: Bw, lake: CliLake) -> None:
         ok(bw("--json", "upload", "sales", "main", "a.txt", local_file(lake, "a", b"abc"))).out
     )
     assert entry["path"] == "a.txt" and entry["size"] == 3
-    assert entry["checksum"] == "900150983cd24fb0d6963f7d28e17f72"  # md5("abc")
+    assert entry["checksum"] == (  # sha256("abc")
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    )
     assert {"address", "mtime", "metadata"} <= entry.keys()
 
     commit = json.loads(

@@ -38,6 +38,18 @@ def test_copying_a_committed_object_copies_it(repo: Repository) -> None:
     assert records(repo) == []
 
 
+def test_copying_onto_the_same_content_copies_and_stages_nothing(repo: Repository) -> None:
+    """A retried copy task: the destination already shows the source's content."""
+    main = repo.branch("main")
+    main.upload("a/x", b"data")
+    main.upload("b/x", b"data")
+    main.commit("both")
+    before = main.stat("b/x")
+    assert main.copy("a/x", "b/x") == before
+    assert list(main.uncommitted()) == []
+    assert records(repo) == []
+
+
 def test_copying_a_sealed_object_is_shallow(repo: Repository) -> None:
     main = repo.branch("main")
     source = main.upload("a/x", b"data")

@@ -15,6 +15,7 @@ from branchwater.engine import (
     InvalidArgument,
     InvalidToken,
     Lake,
+    NoChanges,
     NotFound,
     TokenAlreadyUsed,
     TokenExpired,
@@ -272,3 +273,27 @@ def test_used_tokens_are_forgotten_once_expired(lake: Lake, repo: Repository) ->
     clock.advance(timedelta(days=1))
     assert lake.gc.tokens.sweep(repo.record) == 2
     assert used() == 0
+
+
+def test_a_retried_link_of_the_same_content_commits_once_then_finds_no_changes(
+    repo: Repository,
+) -> None:
+    """An Airflow task that links its output and commits, run twice: the retry's link stages
+    nothing (the branch keeps the first object) and its commit finds nothing to commit."""
+    main = repo.branch("main")
+
+    def link_output() -> str:
+        physical = main.get_physical_address()
+        upload_to(main, physical.address, b"part")
+        linked = main.link_physical_address("out/part-0", physical.token, size=4, checksum="9" * 64)
+        return linked.address
+
+    first = link_output()
+    main.commit("task output")
+    head = main.commit_id
+    assert link_output() == first
+    assert main.stat("out/part-0").address == first
+    assert staged_paths(main) == []
+    with pytest.raises(NoChanges):
+        main.commit("task output")
+    assert main.commit_id == head

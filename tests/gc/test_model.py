@@ -3,8 +3,11 @@
 Randomized histories of writes, deletes, overwrites, commits, compactions, resets, branch
 creates and deletes, copies and links. The model is plain dictionaries that never read the
 lake: per branch, HEAD's paths, the staged layer (a path's address, or `None` for a
-tombstone), and the compacted state if any. A branch's uncommitted addresses are its staged
-ones plus the compacted ones HEAD lacks; shallow copies add their source's address for good.
+tombstone), and the compacted state if any, plus the content each address holds. A branch's
+uncommitted addresses are its staged ones plus the compacted ones HEAD lacks; shallow copies
+add their source's address for good. Identity is content: a write, link or copy of what a
+path already shows stages nothing, and a commit or compaction keeps the stored object of a
+path whose content did not change.
 """
 
 from __future__ import annotations
@@ -49,10 +52,24 @@ class BranchModel:
         return found
 
 
+def settle(base: dict[str, str], view: dict[str, str], content: dict[str, str]) -> dict[str, str]:
+    """`view` applied on `base`: a path whose content is unchanged keeps `base`'s object."""
+    return {
+        path: base[path] if path in base and content[base[path]] == content[address] else address
+        for path, address in view.items()
+    }
+
+
 @dataclass
 class Model:
     branches: dict[str, BranchModel] = field(default_factory=lambda: {"main": BranchModel()})
     copies: set[tuple[str, str]] = field(default_factory=set)
+    content: dict[str, str] = field(default_factory=dict)
+    """The content each address holds, by label."""
+
+    def shows(self, branch: BranchModel, path: str, content: str) -> bool:
+        address = branch.view().get(path)
+        return address is not None and self.content[address] == content
 
     def expected(self) -> set[tuple[str, str, bool]]:
         """(address, branch, is a copy record) of everything a run must hold."""
@@ -95,7 +112,13 @@ class History:
     def write(self) -> None:
         _, branch, model = self.branch()
         path = self.random.choice(PATHS)
-        model.staged[path] = branch.upload(path, path.encode()).address
+        unchanged = self.model.shows(model, path, path)
+        address = branch.upload(path, path.encode()).address
+        if unchanged:
+            assert address == model.view()[path]
+            return
+        self.model.content[address] = path
+        model.staged[path] = address
 
     def delete(self) -> None:
         _, branch, model = self.branch()
@@ -111,17 +134,18 @@ class History:
 
     def commit(self) -> None:
         _, branch, model = self.branch()
-        view = model.view()
+        head = settle(model.head, model.view(), self.model.content)
         try:
             branch.commit("step")
         except NoChanges:
-            assert view == model.head
-        model.head, model.staged, model.compacted = view, {}, None
+            assert head == model.head
+        model.head, model.staged, model.compacted = head, {}, None
 
     def compact(self) -> None:
         name, _, model = self.branch()
         compact(self.repo, name)
-        model.compacted, model.staged = model.view(), {}
+        model.compacted = settle(model.base(), model.view(), self.model.content)
+        model.staged = {}
 
     def reset(self) -> None:
         _, branch, model = self.branch()
@@ -148,11 +172,17 @@ class History:
             return
         src = self.random.choice(sorted(view))
         dst = self.random.choice(PATHS)
+        content = self.model.content[view[src]]
+        unchanged = self.model.shows(model, dst, content)
         copied = branch.copy(src, dst)
+        if unchanged:
+            assert copied.address == view[dst]
+            return
         shallow = model.head.get(src) != view[src]
         assert (copied.address == view[src]) == shallow
         if shallow:
             self.model.copies.add((view[src], name))
+        self.model.content[copied.address] = content
         model.staged[dst] = copied.address
 
     def link(self) -> None:
@@ -161,7 +191,12 @@ class History:
         objects = self.repo.lake.graveler.objects(self.repo.storage_namespace)
         objects.put(physical.address, b"linked")
         path = self.random.choice(PATHS)
-        branch.link_physical_address(path, physical.token, size=6, checksum="c")
+        unchanged = self.model.shows(model, path, "linked")
+        linked = branch.link_physical_address(path, physical.token, size=6, checksum="c")
+        if unchanged:
+            assert linked.address == model.view()[path]
+            return
+        self.model.content[physical.address] = "linked"
         model.staged[path] = physical.address
 
 

@@ -299,7 +299,7 @@ def test_apply_rewrites_only_the_touched_range(objects: SpyStore) -> None:
     metarange_id = CommittedStore(objects, policy).write_metarange(entries)
     store = fresh(objects, policy)
     assert len(store.ranges(metarange_id)) > 20
-    target = entries[2_345]._replace(address="data/g2/rewritten")
+    target = entries[2_345]._replace(address="data/g2/rewritten", checksum="rewritten")
 
     result_id = store.apply(metarange_id, [(target.path, target)])
 
@@ -308,6 +308,35 @@ def test_apply_rewrites_only_the_touched_range(objects: SpyStore) -> None:
     before, after = store.ranges(metarange_id), store.ranges(result_id)
     assert len(set(after) - set(before)) == 1
     assert store.get(result_id, target.path) == target
+
+
+def test_apply_keeps_the_stored_entry_for_a_rewrite_of_equal_identity(objects: SpyStore) -> None:
+    """Equal content at a new address is no change: the metarange id is the one the real
+    changes alone give, and the stored entry (its address) stays."""
+    entries = [entry(f"t/part-{i:06d}", i) for i in range(500)]
+    store = CommittedStore(objects, POLICIES["hash"])
+    base_id = store.write_metarange(entries)
+    rewrites = [
+        (e.path, e._replace(address=f"data/g9/{e.path}", mtime=T0 + timedelta(days=9)))
+        for e in entries[100:400:7]
+    ]
+    real = entries[250]._replace(checksum="changed")
+
+    assert store.apply(base_id, rewrites) == base_id
+    mixed = sorted([*(c for c in rewrites if c[0] != real.path), (real.path, real)])
+    assert store.apply(base_id, mixed) == store.apply(base_id, [(real.path, real)])
+    assert store.get(store.apply(base_id, mixed), entries[107].path) == entries[107]
+
+
+def test_diff_ignores_where_equal_content_is_stored(objects: SpyStore) -> None:
+    store = CommittedStore(objects, POLICIES["hash"])
+    left = [entry(f"p{i:03d}", i) for i in range(50)]
+    moved = [e._replace(address=f"data/elsewhere/{e.path}") for e in left]
+    changed = [*moved[:10], moved[10]._replace(metadata={"k": "v"}), *moved[11:]]
+    left_id = store.write_metarange(left)
+
+    assert list(store.diff(left_id, store.write_metarange(moved))) == []
+    assert [c.path for c in store.diff(left_id, store.write_metarange(changed))] == ["p010"]
 
 
 def test_apply_resynchronises_after_removing_a_range_boundary(objects: SpyStore) -> None:
@@ -477,3 +506,19 @@ def test_arguments_are_checked(objects: SpyStore) -> None:
         CommittedStore(objects, cache_size=-1)
     with pytest.raises(InvalidArgument, match="size"):
         store.write_metarange([entry("a")._replace(size="big")])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_diff_after_a_path_is_the_tail_of_the_whole_diff(objects: SpyStore, seed: int) -> None:
+    """A page of a diff starts past `after` without changing what follows it."""
+    rng = random.Random(f"after-{seed}")
+    left = random_entries(rng, 300)
+    _, right = random_changes(rng, left, rng.choice([5, 60]))
+    left_id = CommittedStore(objects, POLICIES["tiny"]).write_metarange(left)
+    right_id = CommittedStore(objects, rng.choice(list(POLICIES.values()))).write_metarange(right)
+    store = CommittedStore(objects, POLICIES["hash"])
+    whole = naive_diff(left, right)
+    keys = sorted({e.path for e in left + right})
+    for after in ["", rng.choice(keys), rng.choice(keys) + "~", keys[-1], "\uffff"]:
+        expected = [change for change in whole if change.path > after]
+        assert list(store.diff(left_id, right_id, after=after)) == expected

@@ -16,6 +16,7 @@ carried and pending sets are exercised, not just their new ranges and slices.
 
 from __future__ import annotations
 
+import hashlib
 import random
 import time
 from dataclasses import dataclass, field
@@ -64,12 +65,23 @@ class BranchModel:
         return found
 
 
+def settle(base: dict[str, str], view: dict[str, str], labels: dict[str, str]) -> dict[str, str]:
+    """`view` applied on `base`: identity is content, so a path whose content did not change
+    keeps `base`'s object (a deep copy holds its source's content at another address)."""
+    return {
+        path: base[path] if path in base and labels[base[path]] == labels[address] else address
+        for path, address in view.items()
+    }
+
+
 @dataclass
 class Model:
     branches: dict[str, BranchModel] = field(default_factory=lambda: {"main": BranchModel()})
     committed: set[str] = field(default_factory=set)
     copied: set[str] = field(default_factory=set)
     written: set[str] = field(default_factory=set)
+    labels: dict[str, str] = field(default_factory=dict)
+    """The content each address holds."""
 
     def referenced(self) -> set[str]:
         uncommitted = {a for b in self.branches.values() for a in b.uncommitted()}
@@ -119,9 +131,11 @@ class History:
     def write(self, chosen: tuple[str, Branch, BranchModel] | None = None) -> None:
         _, branch, model = chosen or self.branch()
         path = self.random.choice(PATHS)
-        address = branch.upload(path, self.content()).address
+        data = self.content()
+        address = branch.upload(path, data).address
         model.staged[path] = address
         self.model.written.add(address)
+        self.model.labels[address] = data.decode()
 
     def delete(self) -> None:
         _, branch, model = self.branch()
@@ -137,13 +151,13 @@ class History:
 
     def commit(self, chosen: tuple[str, Branch, BranchModel] | None = None) -> None:
         _, branch, model = chosen or self.branch()
-        view = model.view()
+        head = settle(model.head, model.view(), self.model.labels)
         try:
             branch.commit("step")
         except NoChanges:
-            assert view == model.head
-        model.head, model.staged, model.compacted = view, {}, None
-        self.model.committed |= set(view.values())
+            assert head == model.head
+        model.head, model.staged, model.compacted = head, {}, None
+        self.model.committed |= set(head.values())
 
     def merge(self) -> None:
         """Into a clean branch only (merge refuses a dirty one). The merged tree is read back
@@ -164,7 +178,8 @@ class History:
     def compact(self) -> None:
         name, _, model = self.branch()
         compact(self.repo, name)
-        model.compacted, model.staged = model.view(), {}
+        model.compacted = settle(model.base(), model.view(), self.model.labels)
+        model.staged = {}
 
     def reset(self) -> None:
         _, branch, model = self.branch()
@@ -191,7 +206,13 @@ class History:
             return
         src = self.random.choice(sorted(view))
         dst = self.random.choice(PATHS)
+        label = self.model.labels[view[src]]
+        unchanged = dst in view and self.model.labels[view[dst]] == label
         copied = branch.copy(src, dst)
+        if unchanged:
+            assert copied.address == view[dst]
+            return
+        self.model.labels[copied.address] = label
         if model.head.get(src) != view[src]:
             assert copied.address == view[src]
             self.model.copied.add(view[src])
@@ -205,9 +226,11 @@ class History:
         data = self.content()
         self.gc.objects.put(physical.address, data)
         path = self.random.choice(PATHS)
-        branch.link_physical_address(path, physical.token, size=len(data), checksum="c")
+        checksum = hashlib.sha256(data).hexdigest()
+        branch.link_physical_address(path, physical.token, size=len(data), checksum=checksum)
         model.staged[path] = physical.address
         self.model.written.add(physical.address)
+        self.model.labels[physical.address] = data.decode()
 
     def abandon(self) -> None:
         """An upload whose link never comes: garbage once older than the minimum age."""

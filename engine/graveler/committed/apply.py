@@ -4,6 +4,10 @@ A base range that no change falls into and that starts on a range boundary of th
 referenced by id, neither read nor written: content-defined boundaries bring the output back
 in step with the base ranges shortly after each change, so an apply costs about the size of
 the change, not of the repository. A range that must be rewritten is spliced as Arrow slices.
+
+Changes travel as Arrow row batches (`format.CHANGE_SCHEMA`): staged rows arrive that way
+from the KV without a Python object per entry, and `(path, entry)` items are converted a
+batch at a time.
 """
 
 from __future__ import annotations
@@ -11,13 +15,27 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from itertools import islice
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from branchwater.engine.errors import InvalidArgument
-from branchwater.engine.graveler.committed.format import RangeInfo
-from branchwater.engine.graveler.committed.writer import ChangeItem, MetarangeWriter, order_error
-from branchwater.engine.graveler.model import Entry
+from branchwater.engine.graveler.committed.format import (
+    CHANGE_SCHEMA,
+    RangeInfo,
+    build_range,
+    count_below,
+    path_at,
+)
+from branchwater.engine.graveler.committed.writer import (
+    ChangeItem,
+    MetarangeWriter,
+    live_rows,
+    order_error,
+)
+from branchwater.engine.graveler.model import EMPTY_METADATA, Entry
 
 
 @dataclass(frozen=True)
@@ -55,82 +73,141 @@ def apply_changes(
     load: Callable[[str], pa.Table],
     replacements: Replacements | None = None,
 ) -> str:
-    """Write the `base` ranges with sorted `changes` applied through a fresh `writer`, and
+    """`apply_rows` for sorted `(path, entry or None)` items."""
+    return apply_rows(base, _as_rows(changes), writer, load, replacements)
+
+
+def apply_rows(
+    base: Sequence[RangeInfo],
+    batches: Iterable[pa.Table],
+    writer: MetarangeWriter,
+    load: Callable[[str], pa.Table],
+    replacements: Replacements | None = None,
+) -> str:
+    """Write the `base` ranges with sorted change rows applied through a fresh `writer`, and
     return the metarange id it closes with. `load` reads a base range that must be spliced."""
     pending = deque(base)
-    sorted_changes = _SortedChanges(changes)
-    while pending or sorted_changes.peek() is not None:
-        _step(pending, sorted_changes, writer, load, replacements)
+    changes = _ChangeRows(batches)
+    while pending or changes.head() is not None:
+        _step(pending, changes, writer, load, replacements)
     return writer.close()
 
 
 def _step(
     base: deque[RangeInfo],
-    changes: _SortedChanges,
+    changes: _ChangeRows,
     writer: MetarangeWriter,
     load: Callable[[str], pa.Table],
     replacements: Replacements | None,
 ) -> None:
     """One move: write the changes before the next base range, reuse it, or splice it."""
-    change = changes.peek()
+    head = changes.head()
     if not base:
-        writer.add_entries(changes.entries_before(None))
-    elif change is not None and change[0] < base[0].min_key:
-        writer.add_entries(changes.entries_before(base[0].min_key))
-    elif (change is None or change[0] > base[0].max_key) and writer.try_reuse(
-        base[0], final=change is None and len(base) == 1
+        _add_live(writer, changes.before(None))
+    elif head is not None and head < base[0].min_key:
+        _add_live(writer, changes.before(base[0].min_key))
+    elif (head is None or head > base[0].max_key) and writer.try_reuse(
+        base[0], final=head is None and len(base) == 1
     ):
         base.popleft()
     else:
         info = base.popleft()
         replacement = replacements.for_range(info) if replacements else None
+        inside = list(changes.through(info.max_key))
         if replacement is not None and writer.can_reuse(replacement):
-            for _ in changes.through(info.max_key):
-                pass
             writer.try_reuse(replacement)
         else:
-            writer.add_changed_range(load(info.range_id), list(changes.through(info.max_key)))
+            rows = pa.concat_tables(inside) if inside else CHANGE_SCHEMA.empty_table()
+            writer.add_changed_range(load(info.range_id), rows)
 
 
-class _SortedChanges:
-    """A peekable stream of changes that refuses unsorted input instead of corrupting ranges."""
+def _add_live(writer: MetarangeWriter, batches: Iterable[pa.Table]) -> None:
+    """Write the new entries among change rows: a delete with no base entry is a no-op."""
+    for batch in batches:
+        live = live_rows(batch)
+        if live.num_rows:
+            writer.add_rows(live)
 
-    def __init__(self, changes: Iterable[ChangeItem]) -> None:
-        self._changes = iter(changes)
+
+class _ChangeRows:
+    """A stream of sorted change-row batches, taken by key bounds as Arrow slices; refuses
+    unsorted input instead of corrupting ranges."""
+
+    def __init__(self, batches: Iterable[pa.Table]) -> None:
+        self._batches = iter(batches)
+        self._table: pa.Table | None = None
+        self._pos = 0
         self._last = ""
-        self._head: ChangeItem | None = None
-        self._advance()
+        self._next_batch()
 
-    def peek(self) -> ChangeItem | None:
-        return self._head
+    def head(self) -> str | None:
+        return None if self._table is None else path_at(self._table, self._pos)
 
-    def pop(self) -> ChangeItem:
-        head = self._head
-        assert head is not None
-        self._advance()
-        return head
+    def before(self, key: str | None) -> Iterator[pa.Table]:
+        """Take the rows with path < `key` (all if None), lazily, a slice per batch."""
+        while self._table is not None:
+            paths = self._table.column("path")
+            stop = len(paths) if key is None else count_below(paths, key)
+            if stop <= self._pos:
+                return
+            yield self._take(stop)
 
-    def before(self, key: str | None) -> Iterator[ChangeItem]:
-        """Pop changes while their path is below `key` (all if None), lazily."""
-        while self._head is not None and (key is None or self._head[0] < key):
-            yield self.pop()
+    def through(self, key: str) -> Iterator[pa.Table]:
+        """Take the rows with path <= `key`, lazily, a slice per batch."""
+        while self._table is not None:
+            stop = count_below(self._table.column("path"), key, inclusive=True)
+            if stop <= self._pos:
+                return
+            yield self._take(stop)
 
-    def through(self, key: str) -> Iterator[ChangeItem]:
-        """Pop changes while their path is at most `key`, lazily."""
-        while self._head is not None and self._head[0] <= key:
-            yield self.pop()
+    def _take(self, stop: int) -> pa.Table:
+        assert self._table is not None
+        rows = self._table.slice(self._pos, stop - self._pos)
+        self._pos = stop
+        if stop == self._table.num_rows:
+            self._next_batch()
+        return rows
 
-    def entries_before(self, key: str | None) -> Iterator[Entry]:
-        """The new entries among `before(key)`: a delete with no base entry is a no-op."""
-        return (entry for _, entry in self.before(key) if entry is not None)
+    def _next_batch(self) -> None:
+        self._table, self._pos = None, 0
+        for table in self._batches:
+            if table.num_rows:
+                _check_sorted(table, self._last)
+                self._table, self._last = table, path_at(table, table.num_rows - 1)
+                return
 
-    def _advance(self) -> None:
-        change = next(self._changes, None)
-        if change is not None:
-            path, entry = change
-            if not path > self._last:
-                raise order_error(path, self._last)
-            if entry is not None and entry.path != path:
-                raise InvalidArgument(f"change for {path!r} carries an entry for {entry.path!r}")
-            self._last = path
-        self._head = change
+
+def _check_sorted(table: pa.Table, last: str) -> None:
+    """Strictly increasing paths, within the batch (vectorised) and after `last`."""
+    first = path_at(table, 0)
+    if not first > last:
+        raise order_error(first, last)
+    paths = table.column("path")
+    increasing = pc.less(paths.slice(0, len(paths) - 1), paths.slice(1))
+    if len(paths) > 1 and not pc.all(increasing).as_py():
+        bad = pc.index(increasing, False).as_py()
+        raise order_error(path_at(table, bad + 1), path_at(table, bad))
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_BATCH = 8192
+"""Change items converted to Arrow at once: enough to amortise a conversion."""
+
+
+def _as_rows(changes: Iterable[ChangeItem]) -> Iterator[pa.Table]:
+    """Change items as change-row batches; a delete's row holds placeholders."""
+    iterator = iter(changes)
+    while batch := list(islice(iterator, _BATCH)):
+        entries = [_entry_of(path, entry) for path, entry in batch]
+        deleted = pa.array([entry is None for _, entry in batch], pa.bool_())
+        yield build_range(entries).append_column(CHANGE_SCHEMA.field("deleted"), deleted)
+
+
+def _entry_of(path: str, entry: Entry | None) -> Entry:
+    if not isinstance(path, str) or not path:
+        raise order_error(path, "")
+    if entry is None:
+        return Entry(path, "", 0, "", _EPOCH, EMPTY_METADATA)
+    if entry.path != path:
+        raise InvalidArgument(f"change for {path!r} carries an entry for {entry.path!r}")
+    return entry

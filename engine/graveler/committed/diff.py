@@ -16,6 +16,8 @@ import pyarrow.compute as pc
 
 from branchwater.engine.graveler.committed.format import (
     EMPTY_RANGE,
+    IDENTITY_COLUMNS,
+    PHYSICAL_COLUMNS,
     RangeInfo,
     count_below,
     decode_entries,
@@ -23,29 +25,37 @@ from branchwater.engine.graveler.committed.format import (
 )
 from branchwater.engine.graveler.model import Change, ChangeType
 
-_IDENTITY_COLUMNS = ("address", "size", "checksum", "metadata")
-"""The stored columns of `Entry.identity()`: metadata is stored as the same canonical JSON."""
-
 
 def diff_ranges(
-    left: Sequence[RangeInfo], right: Sequence[RangeInfo], load: Callable[[str], pa.Table]
+    left: Sequence[RangeInfo],
+    right: Sequence[RangeInfo],
+    load: Callable[[str], pa.Table],
+    after: str = "",
+    *,
+    physical: bool = False,
 ) -> Iterator[Change]:
-    """Changes from the `left` ranges to the `right` ranges, sorted by path: "added" (right
-    only), "removed" (left only; the left entry), "changed" (identities differ; the right
-    entry). `load` reads a range by id, and is called only for ranges that must be opened."""
-    return _diff(_DiffSide(left, load), _DiffSide(right, load))
+    """Changes from the `left` ranges to the `right` ranges with path > `after`, sorted by
+    path: "added" (right only), "removed" (left only; the left entry), "changed" (identities
+    differ, or with `physical` the addresses too; the right entry). `load` reads a range by
+    id, and is called only for ranges that must be opened."""
+    compared = PHYSICAL_COLUMNS if physical else IDENTITY_COLUMNS
+    return _diff(_DiffSide(left, load, after), _DiffSide(right, load, after), compared)
 
 
 class _DiffSide:
     """One side of a diff: ranges not opened yet, then the unread rows of the open one.
 
     The walk looks at `next_range()` first and either `skip()`s it (equal on both sides) or
-    `open()`s it; only opening reads storage. Rows are taken as Arrow slices.
+    `open()`s it; only opening reads storage. Rows are taken as Arrow slices. Rows up to
+    `after` are left out: ranges that end by it are dropped, an opened range starts past it.
     """
 
-    def __init__(self, infos: Sequence[RangeInfo], load: Callable[[str], pa.Table]) -> None:
-        self._infos = deque(infos)
+    def __init__(
+        self, infos: Sequence[RangeInfo], load: Callable[[str], pa.Table], after: str = ""
+    ) -> None:
+        self._infos = deque(info for info in infos if info.max_key > after)
         self._load = load
+        self._after = after
         self._table: pa.Table = EMPTY_RANGE
         self._pos = 0
 
@@ -71,7 +81,7 @@ class _DiffSide:
 
     def open(self) -> None:
         self._table = self._load(self._infos.popleft().range_id)
-        self._pos = 0
+        self._pos = count_below(self._table.column("path"), self._after, inclusive=True)
 
     def take_through(self, key: str) -> pa.Table:
         """The open rows with path <= `key`."""
@@ -88,7 +98,7 @@ class _DiffSide:
         return rows
 
 
-def _diff(left: _DiffSide, right: _DiffSide) -> Iterator[Change]:
+def _diff(left: _DiffSide, right: _DiffSide, compared: Sequence[str]) -> Iterator[Change]:
     """Merge-walk two sides. Both at a range start with equal ids: skip both unread. A side's
     next range is opened only once its lower bound is not above the other side's head; then
     the rows both open ranges cover are compared as one vectorised window."""
@@ -107,37 +117,44 @@ def _diff(left: _DiffSide, right: _DiffSide) -> Iterator[Change]:
             right.open()
         elif left.buffered and right.buffered:
             window = min(left.last_key(), right.last_key())
-            yield from _diff_rows(left.take_through(window), right.take_through(window))
+            yield from _diff_rows(left.take_through(window), right.take_through(window), compared)
         elif left.buffered:
             yield from _changes_of("removed", left.take_below(right_key))
         else:
             yield from _changes_of("added", right.take_below(left_key))
 
 
-def _diff_rows(left: pa.Table, right: pa.Table) -> list[Change]:
+def _diff_rows(left: pa.Table, right: pa.Table, compared: Sequence[str]) -> list[Change]:
     """Changes between two sorted row sets, found with Arrow kernels; only the rows that
     differ are decoded, so an unchanged row costs no Python. Where the paths are the same
     (entries changed in place, the common case) the set lookups are skipped."""
     if left.column("path").equals(right.column("path")):
-        return _changed_rows(left, right)
+        return _changed_rows(left, right, compared)
     in_right = pc.is_in(left.column("path"), value_set=right.column("path"))
     in_left = pc.is_in(right.column("path"), value_set=left.column("path"))
     old, new = left.filter(in_right), right.filter(in_left)
     changes = [
         *_changes_of("removed", left.filter(pc.invert(in_right))),
         *_changes_of("added", right.filter(pc.invert(in_left))),
-        *_changed_rows(old, new),
+        *_changed_rows(old, new, compared),
     ]
     changes.sort(key=_change_path)
     return changes
 
 
-def _changed_rows(old: pa.Table, new: pa.Table) -> list[Change]:
-    """Rows of equal paths, row for row, whose identities differ."""
-    differs = functools.reduce(
-        pc.or_, (pc.not_equal(old.column(name), new.column(name)) for name in _IDENTITY_COLUMNS)
+def _changed_rows(old: pa.Table, new: pa.Table, compared: Sequence[str]) -> list[Change]:
+    """Rows of equal paths, row for row, that differ in a `compared` column."""
+    return _changes_of("changed", new.filter(identities_differ(old, new, compared)))
+
+
+def identities_differ(
+    old: pa.Table, new: pa.Table, compared: Sequence[str] = IDENTITY_COLUMNS
+) -> pa.Array:
+    """Row for row, whether two tables of entries hold different objects (`Entry.identity`
+    compared in Arrow, without decoding a row; `compared` may add the address)."""
+    return functools.reduce(
+        pc.or_, (pc.not_equal(old.column(name), new.column(name)) for name in compared)
     )
-    return _changes_of("changed", new.filter(differs))
 
 
 def _changes_of(kind: ChangeType, rows: pa.Table) -> list[Change]:

@@ -21,13 +21,14 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from itertools import repeat
 from typing import NamedTuple, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from branchwater.engine.errors import InvalidArgument
+from branchwater.engine.errors import CorruptedData, InvalidArgument
 from branchwater.engine.graveler.model import EMPTY_METADATA, Entry, metadata_json
 
 RANGES_PREFIX = "_branchwater/ranges/"
@@ -51,6 +52,11 @@ RANGE_SCHEMA = pa.schema(
 )
 EMPTY_RANGE = pa.Table.from_batches([], schema=RANGE_SCHEMA)
 """A range table with no rows."""
+IDENTITY_COLUMNS = ("size", "checksum", "metadata")
+"""The stored columns of `Entry.identity()`: metadata is stored as the same canonical JSON."""
+PHYSICAL_COLUMNS = ("address", *IDENTITY_COLUMNS)
+"""Identity and the object it is stored in: what garbage collection must compare, since two
+entries of equal content at different addresses keep two objects alive."""
 METARANGE_SCHEMA = pa.schema(
     [
         pa.field("range_id", pa.string(), nullable=False),
@@ -247,7 +253,8 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def decode_entries(table: pa.Table, start: int = 0, stop: int | None = None) -> list[Entry]:
-    """Entries of rows [start, stop): one pass per column, then tuples built in C.
+    """Entries of rows [start, stop): one pass per column, then tuples built in C
+    (`tuple.__new__` is what `Entry._make` calls, without a Python frame per entry).
 
     mtime goes through int64 microseconds because pyarrow's own datetime conversion with a
     time zone is slower; the result is a tz-aware UTC datetime either way.
@@ -258,7 +265,8 @@ def decode_entries(table: pa.Table, start: int = 0, stop: int | None = None) -> 
     metadata = [json.loads(m) if m else EMPTY_METADATA for m in part.column("metadata").to_pylist()]
     return list(
         map(
-            Entry._make,
+            tuple.__new__,
+            repeat(Entry),
             zip(
                 part.column("path").to_pylist(),
                 part.column("address").to_pylist(),
@@ -270,6 +278,39 @@ def decode_entries(table: pa.Table, start: int = 0, stop: int | None = None) -> 
             ),
         )
     )
+
+
+CHANGE_SCHEMA = RANGE_SCHEMA.append(pa.field("deleted", pa.bool_(), nullable=False))
+"""Changes to apply, as rows: a range row and whether the path is deleted (a deleted row's
+other columns are placeholders). Applying them row batch by row batch keeps per-entry
+Python out of commits and compactions."""
+
+STAGED_FIELDS = 5
+"""address, size, checksum, mtime (µs), metadata: the staged value `model.encode_entry` writes."""
+_TOMBSTONE_FIELDS = pa.scalar("\x000\x00\x000\x00", pa.string())
+"""What a tombstone (an empty staged value) is split as: empty strings and zeros."""
+
+
+def staged_rows(paths: Sequence[str] | Sequence[bytes], values: Sequence[bytes]) -> pa.Table:
+    """Change rows from staged (path, value) pairs, paths as text or as the KV's key bytes,
+    values split in Arrow: the vectorised `model.decode_entry`, an empty value (a tombstone)
+    a deleted row."""
+    try:
+        path = pa.array(paths, pa.binary()).cast(pa.string())
+        text = pa.array(values, pa.binary()).cast(pa.string())
+        deleted = pc.equal(pc.binary_length(text), 0)
+        fields = pc.split_pattern(pc.if_else(deleted, _TOMBSTONE_FIELDS, text), "\x00")
+        lengths = pc.min_max(pc.list_value_length(fields)).as_py()
+        if len(values) and lengths != {"min": STAGED_FIELDS, "max": STAGED_FIELDS}:
+            raise ValueError(f"a staged value has not {STAGED_FIELDS} fields")
+        columns = [pc.list_element(fields, i) for i in range(STAGED_FIELDS)]
+        size = columns[1].cast(pa.int64())
+        mtime = columns[3].cast(pa.int64()).cast(UTC_MICROS)
+    except (pa.ArrowException, ValueError) as exc:
+        where = f"{paths[0]!r} to {paths[-1]!r}" if len(paths) else "a batch"
+        raise CorruptedData(f"staged entries {where} cannot be decoded: {exc}") from exc
+    arrays = [path, columns[0], size, columns[2], mtime, columns[4], deleted]
+    return pa.Table.from_arrays(arrays, schema=CHANGE_SCHEMA)
 
 
 def path_at(table: pa.Table, row: int) -> str:

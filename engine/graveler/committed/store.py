@@ -16,9 +16,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from branchwater.engine.errors import NotFound
-from branchwater.engine.graveler.committed.apply import Replacements, apply_changes
+from branchwater.engine.graveler.committed.apply import Replacements, apply_changes, apply_rows
 from branchwater.engine.graveler.committed.diff import diff_ranges
 from branchwater.engine.graveler.committed.format import (
+    EMPTY_RANGE,
     RangeInfo,
     RangePolicy,
     count_below,
@@ -76,10 +77,17 @@ class CommittedStore:
 
         The result is identical to writing all resulting entries from scratch, but only the
         base ranges that changes fall into are read and rewritten (see the `apply` module),
-        and not even those where `replacements` names the range they become.
+        and not even those where `replacements` names the range they become. A change to an
+        entry of the same identity (`Entry.identity`) is no change: the stored entry stays.
         """
         base = self.storage.metarange(base_metarange_id)
         return apply_changes(base, changes, self.writer(), self.storage.range_table, replacements)
+
+    def apply_rows(self, base_metarange_id: str, batches: Iterable[pa.Table]) -> str:
+        """`apply` for changes already in Arrow: sorted batches of `format.CHANGE_SCHEMA`
+        rows, such as staged rows on their way to a commit."""
+        base = self.storage.metarange(base_metarange_id)
+        return apply_rows(base, batches, self.writer(), self.storage.range_table)
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -126,49 +134,71 @@ class CommittedStore:
         One vectorised pass per range the paths fall into, instead of a search per path: a
         merge looks up every changed path on both of its other sides.
         """
-        infos = self.storage.metarange(metarange_id)
         found: list[Entry | None] = [None] * len(paths)
+        for range_id, first, stop in self._ranges_holding(metarange_id, paths):
+            wanted = paths[first:stop]
+            table = self.storage.range_table(range_id)
+            if len(wanted) <= _SEARCHED_PATHS:
+                rows = (_row_of(table.column("path"), path) for path in wanted)
+                entries = [decode_entries(table, r, r + 1)[0] for r in rows if r is not None]
+            else:
+                entries = decode_entries(_rows_among(table, wanted))
+            for entry in entries:
+                found[first + bisect.bisect_left(wanted, entry.path)] = entry
+        return found
+
+    def rows_at(self, metarange_id: str, paths: Sequence[str]) -> pa.Table:
+        """The stored rows at those of `paths` (sorted, distinct) the metarange holds, in
+        path order and undecoded, for callers that compare them in Arrow."""
+        parts = [
+            _rows_among(self.storage.range_table(range_id), paths[first:stop])
+            for range_id, first, stop in self._ranges_holding(metarange_id, paths)
+        ]
+        return pa.concat_tables(parts) if parts else EMPTY_RANGE
+
+    def _ranges_holding(
+        self, metarange_id: str, paths: Sequence[str]
+    ) -> Iterator[tuple[str, int, int]]:
+        """(range id, first, stop) for each range that `paths[first:stop]` (sorted) fall
+        into: ranges that none of the paths can be in are never opened."""
+        infos = self.storage.metarange(metarange_id)
         start = 0
         while start < len(paths):
             index = bisect.bisect_left(infos, paths[start], key=_max_key)
             if index == len(infos):
-                break
+                return
             info = infos[index]
             stop = bisect.bisect_right(paths, info.max_key, lo=start)
             first = bisect.bisect_left(paths, info.min_key, lo=start, hi=stop)
             if first < stop:
-                wanted = paths[first:stop]
-                for entry in self._entries_at(info.range_id, wanted):
-                    found[first + bisect.bisect_left(wanted, entry.path)] = entry
+                yield info.range_id, first, stop
             start = stop
-        return found
 
-    def _entries_at(self, range_id: str, paths: Sequence[str]) -> list[Entry]:
-        """Entries of one range at sorted `paths`: binary searches for a few, else one set
-        lookup over the whole range."""
-        table = self.storage.range_table(range_id)
-        column = table.column("path")
-        if len(paths) <= _SEARCHED_PATHS:
-            rows = (_row_of(column, path) for path in paths)
-            return [decode_entries(table, row, row + 1)[0] for row in rows if row is not None]
-        wanted = pa.array(paths, pa.string())
-        return decode_entries(table.filter(pc.is_in(column, value_set=wanted)))
-
-    def diff(self, left_id: str, right_id: str) -> Iterator[Change]:
-        """Changes from left to right, sorted by path: "added" (right only), "removed" (left
-        only; the left entry), "changed" (identities differ; the right entry).
+    def diff(
+        self, left_id: str, right_id: str, after: str = "", *, physical: bool = False
+    ) -> Iterator[Change]:
+        """Changes from left to right with path > `after`, sorted by path: "added" (right
+        only), "removed" (left only; the left entry), "changed" (identities differ; the right
+        entry). `physical` also counts an entry moved to another address as changed, as GC
+        must.
 
         Ranges with the same id on both sides are skipped without reading; ranges that
-        differ are compared with Arrow kernels, and only differing rows are decoded.
+        differ are compared with Arrow kernels, and only differing rows are decoded. A page
+        that starts at `after` reads no range that ends before it.
         """
         left, right = self.storage.metarange(left_id), self.storage.metarange(right_id)
-        return diff_ranges(left, right, self.storage.range_table)
+        return diff_ranges(left, right, self.storage.range_table, after, physical=physical)
 
 
 def _row_of(paths: pa.ChunkedArray, path: str) -> int | None:
     """The row holding `path` in sorted `paths`, by binary search: O(log n) scalar reads."""
     row = bisect.bisect_left(paths, path, key=_as_py)
     return row if row < len(paths) and paths[row].as_py() == path else None
+
+
+def _rows_among(table: pa.Table, paths: Sequence[str]) -> pa.Table:
+    """The rows of a range whose path is one of `paths`: one set lookup over the range."""
+    return table.filter(pc.is_in(table.column("path"), value_set=pa.array(paths, pa.string())))
 
 
 def _as_py(scalar: pa.Scalar) -> str:

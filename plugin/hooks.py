@@ -1,0 +1,165 @@
+"""`BranchwaterHook`: one lake per hook, opened on first use, from a `branchwater` connection.
+
+The connection keeps the KV URL in its password field, so Airflow masks it everywhere it
+masks passwords; the hook also masks the password inside that URL, which a driver's error
+could quote alone. S3 credentials come from an AWS connection of the Amazon provider.
+Nothing here touches the KV store, the network or the metadata DB until a task uses the
+hook, so DAG files that build operators parse without any of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
+
+from airflow.sdk import BaseHook
+from airflow.sdk.log import mask_secret
+
+from branchwater.engine import ConfigurationError, redact_url
+
+if TYPE_CHECKING:
+    from airflow.sdk import Connection
+
+    from branchwater.engine import Lake, Repository
+
+CONN_TYPE = "branchwater"
+DEFAULT_CONN_ID = "branchwater_default"
+
+
+@dataclass(frozen=True)
+class BranchwaterSettings:
+    """What a `branchwater` connection holds, read once per hook."""
+
+    kv_url: str = field(repr=False)
+    default_namespace: str | None = None
+    aws_conn_id: str | None = None
+    link_template: str | None = None
+
+    @classmethod
+    def from_connection(cls, conn: Connection) -> BranchwaterSettings:
+        if not conn.password:
+            raise ConfigurationError(
+                f"connection {conn.conn_id!r} has no KV URL: put it in the password field "
+                "(sqlite:///…, postgresql://…, dynamodb://…)"
+            )
+        extra = conn.extra_dejson
+        return cls(
+            kv_url=conn.password,
+            default_namespace=_extra_field(extra, "default_namespace"),
+            aws_conn_id=_extra_field(extra, "aws_conn_id"),
+            link_template=_extra_field(extra, "link_template"),
+        )
+
+
+def _extra_field(extra: Mapping[str, Any], name: str) -> str | None:
+    """A form field from the connection's extra, stored plain or with the legacy prefix."""
+    value = extra.get(name) or extra.get(f"extra__{CONN_TYPE}__{name}")
+    return str(value) if value else None
+
+
+def mask_url_password(url: str) -> None:
+    """Mask the password inside a URL on its own, as well as the whole URL."""
+    password = urlsplit(url).password
+    if password:
+        mask_secret(password)
+        mask_secret(unquote(password))
+
+
+class BranchwaterHook(BaseHook):
+    """A Branchwater lake reached through an Airflow connection.
+
+    `get_conn()` opens the lake once per hook; `close()` waits for its background cleanup
+    and releases it. Operators close their hook when the task ends.
+    """
+
+    conn_name_attr = "branchwater_conn_id"
+    default_conn_name = DEFAULT_CONN_ID
+    conn_type = CONN_TYPE
+    hook_name = "Branchwater"
+
+    def __init__(self, branchwater_conn_id: str = DEFAULT_CONN_ID) -> None:
+        super().__init__()
+        self.branchwater_conn_id = branchwater_conn_id
+        self._lake: Lake | None = None
+
+    @cached_property
+    def settings(self) -> BranchwaterSettings:
+        settings = BranchwaterSettings.from_connection(
+            self.get_connection(self.branchwater_conn_id)
+        )
+        mask_url_password(settings.kv_url)
+        return settings
+
+    def s3_options(self) -> dict[str, str | None] | None:
+        """S3 credentials, region and endpoint of the connection's AWS connection, if it names one.
+
+        Without one, boto3's usual chain (environment, config files, instance roles) applies.
+        """
+        if not self.settings.aws_conn_id:
+            return None
+        from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+
+        aws = AwsBaseHook(aws_conn_id=self.settings.aws_conn_id, client_type="s3")
+        credentials = aws.get_credentials()
+        return {
+            "aws_access_key_id": credentials.access_key,
+            "aws_secret_access_key": credentials.secret_key,
+            "aws_session_token": credentials.token,
+            "region_name": aws.region_name,
+            "endpoint_url": aws.conn_config.get_service_endpoint_url("s3"),
+        }
+
+    def get_conn(self) -> Lake:
+        if self._lake is None:
+            from branchwater.engine import Lake  # pyarrow and the engine load on first use
+
+            self.log.info("Opening Branchwater lake %s", redact_url(self.settings.kv_url))
+            self._lake = Lake.connect(self.settings.kv_url, s3_options=self.s3_options())
+        return self._lake
+
+    def close(self) -> None:
+        """Wait for the lake's background cleanup and release it; the next use opens it again."""
+        lake, self._lake = self._lake, None
+        if lake is not None:
+            lake.close()
+
+    def repository(self, name: str) -> Repository:
+        return self.get_conn().repository(name)
+
+    def create_repository(self, name: str, default_branch: str = "main") -> Repository:
+        """Create `name` under the connection's default namespace, at `<namespace>/<name>`."""
+        namespace = self.settings.default_namespace
+        if not namespace:
+            raise ConfigurationError(
+                f"connection {self.branchwater_conn_id!r} has no default namespace to create "
+                f"repository {name!r} in: set its 'default_namespace' field"
+            )
+        return self.get_conn().create_repository(
+            name, f"{namespace.rstrip('/')}/{name}", default_branch=default_branch
+        )
+
+    def commit_url(self, repository: str, branch: str, commit_id: str) -> str:
+        """The page of a commit from the connection's link template; "" without one."""
+        template = self.settings.link_template
+        if not template:
+            return ""
+        try:
+            return template.format(repository=repository, branch=branch, commit_id=commit_id)
+        except (KeyError, IndexError, ValueError) as exc:
+            self.log.warning(
+                "Connection %s: unusable link template: %r", self.branchwater_conn_id, exc
+            )
+            return ""
+
+    def test_connection(self) -> tuple[bool, str]:
+        """Open the lake and list its repositories, as the UI's Test button asks."""
+        try:
+            count = len(self.get_conn().repositories())
+            return True, f"Connected to {redact_url(self.settings.kv_url)}: {count} repositories"
+        except Exception as exc:  # the UI shows any failure as a message
+            return False, str(exc)
+        finally:
+            self.close()

@@ -1,0 +1,136 @@
+"""What every Branchwater operator shares: the hook's lifetime, failure policy, run metadata
+and lineage."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
+
+from branchwater.engine import (
+    AlreadyExists,
+    ConfigurationError,
+    Conflict,
+    InvalidArgument,
+    InvalidName,
+    NoChanges,
+)
+from branchwater.plugin.hooks import DEFAULT_CONN_ID, BranchwaterHook
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from branchwater.engine import Commit, Repository
+
+FINAL_ERRORS = (
+    AlreadyExists,
+    Conflict,
+    NoChanges,
+    InvalidName,
+    InvalidArgument,
+    ConfigurationError,
+)
+"""Engine errors a task retry cannot fix: the task fails at once instead of retrying."""
+
+METADATA_PREFIX = "airflow."
+IDENTITY_KEYS = ("dag_id", "run_id", "task_id", "map_index")
+"""The metadata naming one task instance across its tries."""
+
+
+def run_metadata(context: Context) -> dict[str, str]:
+    """Metadata recording which task instance and try made a commit."""
+    ti = context["ti"]
+    logical_date = context.get("logical_date")
+    values = {
+        "dag_id": ti.dag_id,
+        "run_id": ti.run_id,
+        "task_id": ti.task_id,
+        "map_index": str(ti.map_index if ti.map_index is not None else -1),
+        "try_number": str(ti.try_number),
+        "logical_date": logical_date.isoformat() if logical_date else "",
+    }
+    return {METADATA_PREFIX + key: value for key, value in values.items()}
+
+
+def made_by_this_task(commit: Commit, context: Context) -> bool:
+    """True when an earlier try of this task instance made `commit`."""
+    ours = run_metadata(context)
+    return all(
+        commit.metadata.get(METADATA_PREFIX + key) == ours[METADATA_PREFIX + key]
+        for key in IDENTITY_KEYS
+    )
+
+
+@dataclass(frozen=True)
+class LineageDataset:
+    """A ref of a repository as OpenLineage names it: namespace `branchwater://<repository>`."""
+
+    repository: str
+    ref: str
+
+    @property
+    def namespace(self) -> str:
+        return f"branchwater://{self.repository}"
+
+
+@dataclass(frozen=True)
+class Lineage:
+    inputs: tuple[LineageDataset, ...] = ()
+    outputs: tuple[LineageDataset, ...] = ()
+
+
+class BranchwaterOperator(BaseOperator):
+    """Base of the Branchwater operators.
+
+    The hook is made on first use in `execute`, never when the DAG file is parsed, and its
+    lake is closed when the task ends, whatever the outcome. Errors a retry cannot fix
+    (conflicts, bad names, nothing to commit) fail the task without retrying it.
+    """
+
+    template_fields: Sequence[str] = ("repository",)
+    ui_color = "#cfe8f3"
+
+    def __init__(
+        self, *, repository: str, branchwater_conn_id: str = DEFAULT_CONN_ID, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.repository = repository
+        self.branchwater_conn_id = branchwater_conn_id
+        self.commit_url = ""
+        self.lineage = Lineage()
+
+    @cached_property
+    def hook(self) -> BranchwaterHook:
+        return BranchwaterHook(self.branchwater_conn_id)
+
+    def execute(self, context: Context) -> Any:
+        try:
+            return self.execute_on(self.hook.repository(self.repository), context)
+        except FINAL_ERRORS as exc:
+            raise AirflowFailException(f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            self.hook.close()
+
+    def execute_on(self, repo: Repository, context: Context) -> Any:
+        """The operator's work on its repository; the return value goes to XCom."""
+        raise NotImplementedError
+
+    def record_commit(self, branch: str, commit_id: str) -> None:
+        """Remember the commit this task made, for its extra link."""
+        self.commit_url = self.hook.commit_url(self.repository, branch, commit_id)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """The refs read and written as OpenLineage datasets; None without the provider."""
+        try:
+            from airflow.providers.common.compat.openlineage.facet import Dataset
+            from airflow.providers.openlineage.extractors import OperatorLineage
+        except ImportError:
+            return None
+        return OperatorLineage(
+            inputs=[Dataset(namespace=d.namespace, name=d.ref) for d in self.lineage.inputs],
+            outputs=[Dataset(namespace=d.namespace, name=d.ref) for d in self.lineage.outputs],
+        )

@@ -1,0 +1,67 @@
+"""Operators that write objects to a branch."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from branchwater.engine import InvalidArgument
+from branchwater.plugin.operators.base import BranchwaterOperator, Lineage, LineageDataset
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from branchwater.engine import Repository
+
+
+class BranchwaterUploadOperator(BranchwaterOperator):
+    """Stage one object on `branch` at `path`: `data` (text is written as UTF-8) or the
+    contents of the local file `filename`.
+
+    Returns the staged entry (`path`, `address`, `size`, `checksum`). Staging is idempotent,
+    so a retry simply stages the object again.
+    """
+
+    template_fields: Sequence[str] = (
+        "repository",
+        "branch",
+        "path",
+        "data",
+        "filename",
+        "metadata",
+    )
+
+    def __init__(
+        self,
+        *,
+        branch: str,
+        path: str,
+        data: str | bytes | None = None,
+        filename: str | None = None,
+        metadata: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.branch = branch
+        self.path = path
+        self.data = data
+        self.filename = filename
+        self.metadata = metadata or {}
+
+    def content(self) -> bytes:
+        if (self.data is None) == (self.filename is None):
+            raise InvalidArgument(f"task {self.task_id!r}: give exactly one of data and filename")
+        if self.filename is not None:
+            return Path(self.filename).read_bytes()
+        return self.data.encode() if isinstance(self.data, str) else bytes(self.data or b"")
+
+    def execute_on(self, repo: Repository, context: Context) -> dict[str, Any]:
+        entry = repo.branch(self.branch).upload(self.path, self.content(), self.metadata)
+        self.lineage = Lineage(outputs=(LineageDataset(repo.name, self.branch),))
+        return {
+            "path": entry.path,
+            "address": entry.address,
+            "size": entry.size,
+            "checksum": entry.checksum,
+        }

@@ -1,0 +1,7 @@
+"""The DAG tests use the provider tests' lake, connection and `dag.test()` fixtures."""
+
+from __future__ import annotations
+
+from tests.plugin.conftest import kv_url, lake_conn, run_dag
+
+__all__ = ["kv_url", "lake_conn", "run_dag"]

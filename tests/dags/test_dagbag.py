@@ -1,0 +1,77 @@
+"""The shipped DAG folder parses as a DAG processor parses it: no import errors, under a
+second a file, and no connection to a KV store, a metadata DB or the network meanwhile."""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures.airflow import DAGS_FOLDER
+from tests.plugin.conftest import set_connection
+
+PARSE_SECONDS = 1.0
+WATCHED_EVENTS = {"socket.connect", "socket.getaddrinfo", "sqlite3.connect", "open"}
+
+_seen: list[tuple[str, str]] | None = None
+"""Audit events recorded while `_seen` is a list; audit hooks cannot be removed."""
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if _seen is None or event not in WATCHED_EVENTS:
+        return
+    detail = str(args[0]) if args else ""
+    if event == "open" and not detail.endswith((".db", ".db-wal", ".sqlite")):
+        return
+    _seen.append((event, detail))
+
+
+_hooked: list[bool] = []
+
+
+@contextmanager
+def watching() -> Iterator[list[tuple[str, str]]]:
+    """The connections and database files opened within the block."""
+    global _seen
+    if not _hooked:
+        sys.addaudithook(_audit)
+        _hooked.append(True)
+    _seen = seen = []
+    try:
+        yield seen
+    finally:
+        _seen = None
+
+
+def test_the_watch_sees_a_database_opened(tmp_path: Path) -> None:
+    with watching() as seen:
+        sqlite3.connect(tmp_path / "probe.db").close()
+    assert ("sqlite3.connect", str(tmp_path / "probe.db")) in seen
+
+
+def test_every_dag_file_parses_quickly_without_touching_a_store(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    unreachable = "postgresql://lake:secret@192.0.2.1:5432/lake"
+    set_connection(monkeypatch, "branchwater_default", "branchwater", password=unreachable)
+    files = sorted(DAGS_FOLDER.glob("*.py"))
+    assert len(files) >= 2
+    timings = {}
+    with watching() as seen:
+        for path in files:
+            start = time.perf_counter()
+            bag = DagBag(dag_folder=path)
+            timings[path.name] = time.perf_counter() - start
+            assert bag.import_errors == {}, path.name
+            assert bag.dags, path.name
+    assert seen == []
+    slow = {name: seconds for name, seconds in timings.items() if seconds > PARSE_SECONDS}
+    assert slow == {}

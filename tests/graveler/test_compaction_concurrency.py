@@ -1,0 +1,212 @@
+"""Compaction under real concurrency: separate processes on SQLite and PostgreSQL.
+
+- Writers stage and delete paths while a committer commits and two compactors compact in a
+  loop. Each writer checks that it reads its own writes and deletes; afterwards every
+  acknowledged write is on the branch and in HEAD with its address, and no acknowledged
+  delete comes back.
+- A compactor killed with SIGKILL right after any of its steps leaves the branch readable
+  and complete, and the next compaction and commit succeed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from branchwater.engine import Lake, NoChanges, NotFound
+from branchwater.engine.graveler import compaction
+from tests.helpers import unique_name
+
+WRITERS = 3
+WRITES_EACH = 120
+DELETE_EVERY = 3
+COMPACTORS = 2
+
+
+def _writer(kv_url: str, index: int, start) -> tuple[dict[str, str], list[str], list[str]]:
+    """Write paths of our own, deleting one of them every few writes; check each by reading."""
+    live: dict[str, str] = {}
+    deleted: list[str] = []
+    violations: list[str] = []
+    with Lake.connect(kv_url) as lake:
+        main = lake.repository("race").branch("main")
+        start.wait(60)
+        for j in range(WRITES_EACH):
+            path = f"w{index}/{j:04d}"
+            entry = main.upload(path, f"{index}-{j}".encode())
+            live[path] = entry.address
+            if main.stat(path).address != entry.address:
+                violations.append(f"{path} does not read back after its upload")
+            if j % DELETE_EVERY == DELETE_EVERY - 1:
+                victim = sorted(live)[len(live) // 2]
+                main.delete(victim)
+                del live[victim]
+                deleted.append(victim)
+                with contextlib.suppress(NotFound):
+                    main.stat(victim)
+                    violations.append(f"{victim} still reads after its delete")
+    return live, deleted, violations
+
+
+def _committer(kv_url: str, start, stop) -> int:
+    commits = 0
+    with Lake.connect(kv_url) as lake:
+        main = lake.repository("race").branch("main")
+        start.wait(60)
+        while not stop.is_set():
+            with contextlib.suppress(NoChanges):
+                main.commit(f"round {commits}")
+                commits += 1
+            time.sleep(0.05)
+    return commits
+
+
+def _compactor(kv_url: str, start, stop) -> dict[str, int]:
+    outcomes: dict[str, int] = {}
+    with Lake.connect(kv_url) as lake:
+        main = lake.repository("race").branch("main")
+        start.wait(60)
+        while not stop.is_set():
+            result = main.compact()
+            outcomes[result.outcome] = outcomes.get(result.outcome, 0) + 1
+    return outcomes
+
+
+def race(kv_url: str, namespace: str) -> None:
+    with Lake.connect(kv_url) as lake:
+        main = lake.create_repository("race", storage_namespace=namespace).branch("main")
+        for i in range(50):
+            main.upload(f"base/{i:03d}", b"b")
+        main.commit("base")
+    ctx = mp.get_context("spawn")
+    manager = ctx.Manager()
+    start, stop = manager.Event(), manager.Event()
+    with ctx.Pool(WRITERS + 1 + COMPACTORS) as pool:
+        committer = pool.apply_async(_committer, (kv_url, start, stop))
+        compactors = [
+            pool.apply_async(_compactor, (kv_url, start, stop)) for _ in range(COMPACTORS)
+        ]
+        writers = [pool.apply_async(_writer, (kv_url, i, start)) for i in range(WRITERS)]
+        start.set()
+        results = [w.get(300) for w in writers]
+        stop.set()
+        commits = committer.get(300)
+        outcomes: dict[str, int] = {}
+        for c in compactors:
+            for outcome, count in c.get(300).items():
+                outcomes[outcome] = outcomes.get(outcome, 0) + count
+    manager.shutdown()
+
+    live = {path: address for result in results for path, address in result[0].items()}
+    deleted = {path for result in results for path in result[1]}
+    assert [v for result in results for v in result[2]] == []
+    assert commits >= 1 and outcomes.get("compacted", 0) >= 2, (commits, outcomes)
+    expected = {**{f"base/{i:03d}": None for i in range(50)}, **live}
+    with Lake.connect(kv_url) as lake:
+        repo = lake.repository("race")
+        main = repo.branch("main")
+        shown = {e.path: e.address for e in main.list()}
+        assert set(shown) == set(expected), "the branch lost or resurrected paths"
+        assert {p: shown[p] for p in live} == live
+        with contextlib.suppress(NoChanges):
+            main.commit("final")
+        head = {e.path: e.address for e in repo.ref("main").list()}
+        assert set(head) == set(expected) and not deleted & set(head)
+        assert {p: head[p] for p in live} == live
+        assert list(main.uncommitted()) == []
+
+
+@pytest.mark.slow
+def test_compactors_race_writers_and_a_committer_on_sqlite(tmp_path: Path) -> None:
+    race(f"sqlite:///{tmp_path}/lake.db", f"file://{tmp_path}/ns")
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_compactors_race_writers_and_a_committer_on_postgres(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    race(f"{postgres_url}?table={unique_name('compact_')}", f"file://{tmp_path}/ns")
+
+
+# --- kill -9 between steps -----------------------------------------------------------------
+
+
+def _compact_and_hang(kv_url: str, stop_at: str, reached) -> None:
+    """Compact, and at `stop_at` tell the parent and wait for its SIGKILL."""
+
+    def hook(step: str) -> None:
+        if step == stop_at:
+            reached.set()
+            time.sleep(600)
+
+    with Lake.connect(kv_url) as lake:
+        repo = lake.repository("kill")
+        compaction.compact(lake.graveler, repo.record, "main", on_step=hook)
+
+
+def prepare_kill(kv_url: str, namespace: str) -> dict[str, str]:
+    with Lake.connect(kv_url) as lake:
+        main = lake.create_repository("kill", storage_namespace=namespace).branch("main")
+        for i in range(40):
+            main.upload(f"d/{i:03d}", f"v{i}".encode())
+        main.commit("tree")
+        for i in range(0, 40, 2):
+            main.delete(f"d/{i:03d}")
+        main.upload("d/001", b"changed")
+        main.upload("n/new", b"new")
+        return {e.path: e.address for e in main.list()}
+
+
+def kill_at(kv_url: str, namespace: str, step: str) -> None:
+    expected = prepare_kill(kv_url, namespace)
+    ctx = mp.get_context("spawn")
+    reached = ctx.Event()
+    child = ctx.Process(target=_compact_and_hang, args=(kv_url, step, reached))
+    child.start()
+    try:
+        assert reached.wait(120), f"the compactor never reached {step!r}"
+        os.kill(child.pid, signal.SIGKILL)
+        child.join(30)
+    finally:
+        if child.is_alive():
+            child.kill()
+    assert child.exitcode == -signal.SIGKILL
+
+    with Lake.connect(kv_url) as lake:
+        repo = lake.repository("kill")
+        main = repo.branch("main")
+        assert {e.path: e.address for e in main.list()} == expected
+        assert main.read("d/001") == b"changed"
+        with pytest.raises(NotFound):
+            main.stat("d/000")
+        removed = {c.path for c in main.uncommitted() if c.type == "removed"}
+        assert removed == {f"d/{i:03d}" for i in range(0, 40, 2)}
+        main.upload("later", b"l")
+        assert main.compact().compacted
+        expected["later"] = main.stat("later").address
+        assert {e.path: e.address for e in main.list()} == expected
+        commit = main.commit("after the kill")
+        assert {e.path: e.address for e in repo.ref(commit.id).list()} == expected
+        assert list(main.uncommitted()) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("step", compaction.STEPS)
+def test_a_killed_compactor_leaves_the_branch_whole_on_sqlite(tmp_path: Path, step: str) -> None:
+    kill_at(f"sqlite:///{tmp_path}/lake.db", f"file://{tmp_path}/ns", step)
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+@pytest.mark.parametrize("step", compaction.STEPS)
+def test_a_killed_compactor_leaves_the_branch_whole_on_postgres(
+    postgres_url: str, tmp_path: Path, step: str
+) -> None:
+    kill_at(f"{postgres_url}?table={unique_name('kill_')}", f"file://{tmp_path}/ns", step)

@@ -1,0 +1,151 @@
+"""`BranchwaterHook`: settings from the connection, one lazily opened lake, the UI's
+connection test, repositories in the default namespace, links, secrets, S3 credentials."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from airflow.sdk.log import redact
+
+from branchwater.engine import ConfigurationError, Repository
+from branchwater.plugin.hooks import BranchwaterHook, BranchwaterSettings
+from tests.fixtures.s3 import S3Server
+from tests.plugin.conftest import LakeConnection, set_connection
+
+
+def test_settings_come_from_the_password_and_the_form_fields(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    set_connection(
+        monkeypatch,
+        "bw_fields",
+        "branchwater",
+        password="postgresql://lake:pw-in-url@db/lake",
+        extra={
+            "default_namespace": "s3://bucket/lakes",
+            "extra__branchwater__aws_conn_id": "aws_lake",
+        },
+    )
+    settings = BranchwaterHook("bw_fields").settings
+    assert settings == BranchwaterSettings(
+        kv_url="postgresql://lake:pw-in-url@db/lake",
+        default_namespace="s3://bucket/lakes",
+        aws_conn_id="aws_lake",
+    )
+    assert "pw-in-url" not in repr(settings)
+
+
+def test_a_connection_without_a_kv_url_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    set_connection(monkeypatch, "bw_empty", "branchwater")
+    with pytest.raises(ConfigurationError, match="'bw_empty' has no KV URL"):
+        BranchwaterHook("bw_empty").settings  # noqa: B018
+
+
+def test_the_lake_opens_on_first_use_once_per_hook(lake_conn: LakeConnection) -> None:
+    BranchwaterHook("not_defined_yet")
+    hook = BranchwaterHook()
+    lake = hook.get_conn()
+    assert hook.get_conn() is lake
+    hook.close()
+    hook.close()
+    reopened = hook.get_conn()
+    assert reopened is not lake
+    hook.close()
+
+
+def test_the_connection_test_lists_repositories(
+    lake_conn: LakeConnection, repo: Repository
+) -> None:
+    assert BranchwaterHook().test_connection() == (
+        True,
+        f"Connected to {lake_conn.kv_url}: 1 repositories",
+    )
+
+
+def test_a_failed_connection_test_says_why_without_the_password(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    url = "postgresql://lake:pw-in-url@127.0.0.1:1/lake"
+    set_connection(monkeypatch, "bw_down", "branchwater", password=url)
+    ok, message = BranchwaterHook("bw_down").test_connection()
+    assert not ok
+    assert "127.0.0.1" in message
+    assert "pw-in-url" not in message
+
+
+def test_the_password_inside_the_kv_url_is_masked(monkeypatch: pytest.MonkeyPatch) -> None:
+    url = "postgresql://lake:hunter%2Fsecret@db/lake"
+    set_connection(monkeypatch, "bw_masked", "branchwater", password=url)
+    BranchwaterHook("bw_masked").settings  # noqa: B018
+    assert "hunter" not in str(redact("driver said: bad password hunter/secret"))
+    assert "hunter" not in str(redact("driver said: bad password hunter%2Fsecret"))
+
+
+def test_repositories_are_created_in_the_default_namespace(
+    lake_conn: LakeConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hook = BranchwaterHook()
+    repo = hook.create_repository("made-by-hook")
+    assert repo.storage_namespace == f"{lake_conn.namespace.as_uri()}/made-by-hook"
+    assert lake_conn.lake.repository("made-by-hook").default_branch == "main"
+    hook.close()
+    set_connection(monkeypatch, "bw_no_ns", "branchwater", password=lake_conn.kv_url)
+    with pytest.raises(ConfigurationError, match="no default namespace"):
+        BranchwaterHook("bw_no_ns").create_repository("nowhere")
+
+
+def test_commit_urls_follow_the_connections_template(
+    lake_conn: LakeConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert BranchwaterHook().commit_url("sales", "main", "c1") == (
+        "https://airflow.example.com/branchwater/sales/main/c1"
+    )
+    set_connection(monkeypatch, "bw_no_link", "branchwater", password=lake_conn.kv_url)
+    assert BranchwaterHook("bw_no_link").commit_url("sales", "main", "c1") == ""
+    set_connection(
+        monkeypatch,
+        "bw_bad_link",
+        "branchwater",
+        password=lake_conn.kv_url,
+        extra={"link_template": "https://x/{repo}"},
+    )
+    assert BranchwaterHook("bw_bad_link").commit_url("sales", "main", "c1") == ""
+
+
+@pytest.mark.s3
+def test_s3_namespaces_use_the_aws_connections_credentials(
+    s3_server: S3Server, s3_bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    set_connection(
+        monkeypatch,
+        "aws_lake",
+        "aws",
+        login=s3_server.access_key,
+        password=s3_server.secret_key,
+        extra={"endpoint_url": s3_server.endpoint_url, "region_name": s3_server.region},
+    )
+    set_connection(
+        monkeypatch,
+        "bw_s3",
+        "branchwater",
+        password=f"sqlite:///{tmp_path / 'lake.db'}",
+        extra={"default_namespace": f"s3://{s3_bucket}/lakes", "aws_conn_id": "aws_lake"},
+    )
+    for variable in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(variable, raising=False)
+    hook = BranchwaterHook("bw_s3")
+    assert hook.s3_options() == {
+        "aws_access_key_id": s3_server.access_key,
+        "aws_secret_access_key": s3_server.secret_key,
+        "aws_session_token": None,
+        "region_name": s3_server.region,
+        "endpoint_url": s3_server.endpoint_url,
+    }
+    main = hook.create_repository("on-s3").branch("main")
+    main.upload("a.csv", b"a")
+    main.commit("a")
+    assert hook.repository("on-s3").ref("main").read("a.csv") == b"a"
+    hook.close()
+    keys = [o["Key"] for o in s3_server.client().list_objects_v2(Bucket=s3_bucket)["Contents"]]
+    assert any(key.startswith("lakes/on-s3/data/") for key in keys)

@@ -1,0 +1,476 @@
+"""The operators, run by Airflow through `dag.test()` on a real lake: templated fields, XCom
+values, commit metadata and links, failure messages, retries and task groups."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import pytest
+from airflow.sdk import DAG, TaskGroup
+
+from branchwater.engine import MergeRaceLost, MergeResult, Repository
+from branchwater.plugin.operators import (
+    BranchwaterCommitOperator,
+    BranchwaterCreateBranchOperator,
+    BranchwaterDeleteBranchOperator,
+    BranchwaterMergeOperator,
+    BranchwaterPrepareUncommittedOperator,
+    BranchwaterTagOperator,
+    BranchwaterUploadOperator,
+)
+from branchwater.plugin.operators.base import Lineage, LineageDataset
+from branchwater.plugin.operators.commits import HINT_KEY
+from tests.plugin.conftest import LINK_TEMPLATE, LakeConnection, RunDag, set_connection
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+pytestmark = [pytest.mark.airflow, pytest.mark.slow]
+
+LINK_KEY = "_link_BranchwaterCommitLink"
+NO_RETRY_DELAY = {"retries": 1, "retry_delay": timedelta(seconds=0)}
+
+
+def link(repo: Repository, branch: str, commit_id: str) -> str:
+    return LINK_TEMPLATE.format(repository=repo.name, branch=branch, commit_id=commit_id)
+
+
+@pytest.mark.parametrize(
+    "kv_url", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
+def test_a_branch_from_creation_to_merge_with_templated_fields(
+    run_dag: RunDag, lake_conn: LakeConnection, repo: Repository
+) -> None:
+    with DAG("bw_lifecycle", schedule=None, params={"day": "2026-01-01"}) as dag:
+        names = {"repository": repo.name}
+        create = BranchwaterCreateBranchOperator(
+            task_id="create", branch="etl-{{ params.day }}", **names
+        )
+        other = BranchwaterCreateBranchOperator(task_id="other", branch="other", **names)
+        upload = BranchwaterUploadOperator(
+            task_id="upload",
+            branch="{{ ti.xcom_pull('create') }}",
+            path="day={{ params.day }}/a.csv",
+            data="day,{{ params.day }}",
+            metadata={"day": "{{ params.day }}"},
+            **names,
+        )
+        commit = BranchwaterCommitOperator(
+            task_id="commit",
+            branch="etl-{{ params.day }}",
+            message="Load {{ params.day }}",
+            metadata={"source": "api-{{ params.day }}"},
+            **names,
+        )
+        upload_other = BranchwaterUploadOperator(
+            task_id="upload_other", branch="other", path="other.csv", data="x", **names
+        )
+        commit_other = BranchwaterCommitOperator(
+            task_id="commit_other", branch="other", message="other", **names
+        )
+        merge_other = BranchwaterMergeOperator(task_id="merge_other", source_ref="other", **names)
+        merge = BranchwaterMergeOperator(
+            task_id="merge",
+            source_ref="etl-{{ params.day }}",
+            message="Merge {{ params.day }}",
+            **names,
+        )
+        tag = BranchwaterTagOperator(task_id="tag", tag="v{{ params.day }}", ref="main", **names)
+        delete = BranchwaterDeleteBranchOperator(
+            task_id="delete", branch="etl-{{ params.day }}", **names
+        )
+        create >> upload >> commit >> merge
+        other >> upload_other >> commit_other >> merge_other >> merge >> tag >> delete
+
+    result = run_dag(dag, {"day": "2026-11-22"})
+
+    assert result.state == "success", result.states
+    branch = "etl-2026-11-22"
+    main = repo.branch("main")
+    merged = main.head()
+    assert result.value("create") == branch
+    assert result.value("upload")["path"] == "day=2026-11-22/a.csv"
+    assert result.value("upload")["size"] == len("day,2026-11-22")
+    assert main.read("day=2026-11-22/a.csv") == b"day,2026-11-22"
+    assert main.stat("day=2026-11-22/a.csv").metadata == {"day": "2026-11-22"}
+    assert result.value("merge") == merged.id
+    assert result.value("tag") == merged.id
+    assert repo.ref("v2026-11-22").commit_id == merged.id
+    assert branch not in {b.name for b in repo.branches()}
+
+    commit = repo.commit(result.value("commit"))
+    assert commit.message == "Load 2026-11-22"
+    assert commit.committer == "airflow"
+    assert commit.metadata["source"] == "api-2026-11-22"
+    assert {k: v for k, v in commit.metadata.items() if k != "airflow.logical_date"} == {
+        "source": "api-2026-11-22",
+        "airflow.dag_id": "bw_lifecycle",
+        "airflow.run_id": result.run_id,
+        "airflow.task_id": "commit",
+        "airflow.map_index": "-1",
+        "airflow.try_number": "1",
+    }
+    assert commit.metadata["airflow.logical_date"].startswith("20")
+    assert merged.message == "Merge 2026-11-22"
+    assert merged.parents == (result.value("merge_other"), commit.id)
+    assert merged.metadata["airflow.task_id"] == "merge"
+
+    assert result.value("commit", LINK_KEY) == link(repo, branch, commit.id)
+    assert result.value("merge", LINK_KEY) == link(repo, "main", merged.id)
+    assert result.rendered["upload"]["branch"] == branch
+    assert result.rendered["upload"]["path"] == "day=2026-11-22/a.csv"
+    assert result.rendered["commit"]["message"] == "Load 2026-11-22"
+
+
+def test_operators_inside_a_task_group(
+    run_dag: RunDag, lake_conn: LakeConnection, repo: Repository
+) -> None:
+    names = {"repository": repo.name}
+    with DAG("bw_task_group", schedule=None) as dag, TaskGroup("load"):
+        (
+            BranchwaterCreateBranchOperator(task_id="create", branch="grouped", **names)
+            >> BranchwaterUploadOperator(
+                task_id="upload", branch="grouped", path="g.csv", data="g", **names
+            )
+            >> BranchwaterCommitOperator(task_id="commit", branch="grouped", message="g", **names)
+            >> BranchwaterMergeOperator(task_id="merge", source_ref="grouped", **names)
+        )
+
+    result = run_dag(dag)
+
+    assert result.state == "success", result.states
+    head = repo.branch("main").commit_id
+    assert result.value("load.merge") == head
+    assert result.value("load.merge", LINK_KEY) == link(repo, "main", head)
+    assert repo.branch("main").read("g.csv") == b"g"
+
+
+def test_failures_say_what_is_wrong_and_final_ones_are_not_retried(
+    run_dag: RunDag,
+    lake_conn: LakeConnection,
+    repo: Repository,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    set_connection(monkeypatch, "bw_no_url", "branchwater")
+    for name in ("left", "right"):
+        branch = repo.create_branch(name)
+        branch.upload("same.csv", name.encode())
+        branch.commit(name)
+    repo.merge("left", into="main")
+    retried = {"retries": 2, "retry_delay": timedelta(seconds=0)}
+    with DAG("bw_failures", schedule=None) as dag:
+        BranchwaterCreateBranchOperator(
+            task_id="no_connection", repository=repo.name, branch="x", branchwater_conn_id="gone"
+        )
+        BranchwaterCreateBranchOperator(
+            task_id="no_kv_url", repository=repo.name, branch="x", branchwater_conn_id="bw_no_url"
+        )
+        BranchwaterCommitOperator(
+            task_id="no_repository", repository="nope", branch="main", message="m"
+        )
+        BranchwaterCreateBranchOperator(
+            task_id="elsewhere", repository=repo.name, branch="right", **retried
+        )
+        BranchwaterMergeOperator(
+            task_id="conflict", repository=repo.name, source_ref="right", **retried
+        )
+        BranchwaterCommitOperator(
+            task_id="nothing_staged", repository=repo.name, branch="main", message="m", **retried
+        )
+
+    result = run_dag(dag)
+
+    output = capfd.readouterr().out
+    assert result.state == "failed"
+    assert set(result.states.values()) == {"failed"}
+    assert "The conn_id `gone` isn't defined" in output
+    assert "connection 'bw_no_url' has no KV URL: put it in the password field" in output
+    assert "repository 'nope' not found" in output
+    assert "MergeConflict: merging 'right' into 'main' conflicts on 1 path(s): same.csv" in output
+    assert "NoChanges: nothing to commit on branch 'main'" in output
+    assert f"AlreadyExists: branch 'right' of '{repo.name}' exists at" in output
+    assert result.tries["elsewhere"] == 1
+    assert result.tries["conflict"] == 1
+    assert result.tries["nothing_staged"] == 1
+
+
+class LosesWorkerAfterwards:
+    """Makes the first try of an operator fail after its work is done, as a worker lost
+    between the engine call and Airflow recording the result."""
+
+    def execute_on(self, repo: Repository, context: Context) -> Any:
+        result = super().execute_on(repo, context)  # type: ignore[misc]
+        if context["ti"].try_number == 1:
+            raise RuntimeError("worker lost after the work was done")
+        return result
+
+
+class FlakyCreate(LosesWorkerAfterwards, BranchwaterCreateBranchOperator):
+    pass
+
+
+class FlakyCommit(LosesWorkerAfterwards, BranchwaterCommitOperator):
+    pass
+
+
+class FlakyMerge(LosesWorkerAfterwards, BranchwaterMergeOperator):
+    pass
+
+
+class FlakyDelete(LosesWorkerAfterwards, BranchwaterDeleteBranchOperator):
+    pass
+
+
+class FlakyTag(LosesWorkerAfterwards, BranchwaterTagOperator):
+    pass
+
+
+def test_retries_after_a_try_did_the_work_succeed_with_its_result(
+    run_dag: RunDag, lake_conn: LakeConnection, repo: Repository
+) -> None:
+    main = repo.branch("main")
+    names = {"repository": repo.name, **NO_RETRY_DELAY}
+    with DAG("bw_retry_safe", schedule=None) as dag:
+        create = FlakyCreate(task_id="create", branch="retried", **names)
+        upload = BranchwaterUploadOperator(
+            task_id="upload", branch="retried", path="r.csv", data="r", **names
+        )
+        commit = FlakyCommit(task_id="commit", branch="retried", message="r", **names)
+        move_main = BranchwaterUploadOperator(
+            task_id="move_main", branch="main", path="m.csv", data="m", **names
+        )
+        commit_main = BranchwaterCommitOperator(
+            task_id="commit_main", branch="main", message="m", **names
+        )
+        merge = FlakyMerge(task_id="merge", source_ref="retried", **names)
+        delete = FlakyDelete(task_id="delete", branch="retried", **names)
+        tag = FlakyTag(task_id="tag", tag="loaded", ref="main", **names)
+        create >> upload >> commit >> move_main >> commit_main >> merge >> delete >> tag
+
+    result = run_dag(dag)
+
+    assert result.state == "success", result.states
+    flaky = ("create", "commit", "merge", "delete", "tag")
+    assert {task: result.tries[task] for task in flaky} == dict.fromkeys(flaky, 2)
+    merged = main.head()
+    assert result.value("tag") == merged.id == repo.ref("loaded").commit_id
+    assert result.value("merge") == merged.id
+    assert merged.metadata["airflow.try_number"] == "1"
+    assert result.value("commit") == merged.parents[1]
+    assert repo.commit(result.value("commit")).metadata["airflow.try_number"] == "1"
+    assert [c.message for c in repo.log("main", limit=4)] == [
+        merged.message,
+        "m",
+        "r",
+        "base",
+    ]
+    assert main.read("r.csv") == b"r"
+
+
+def a_lost_race(repo: Repository, source: str, into: str) -> MergeRaceLost:
+    """The error a merge of `source` into `into` raises when it lost every race: its hint
+    names the merged metarange and the commit it was merged onto, `<metarange>@<commit>`.
+    Made by merging into a scratch branch at the destination's HEAD."""
+    onto = repo.branch(into).commit_id
+    scratch = repo.create_branch(f"scratch-{source}", source=onto)
+    merged = repo.merge(source, into=scratch.name).commit
+    repo.delete_branch(scratch.name)
+    return MergeRaceLost(f"merge of {source!r} into {into!r}", 10, f"{merged.metarange_id}@{onto}")
+
+
+class LosesTheFirstRace(BranchwaterMergeOperator):
+    """A merge whose first try lost every race to commits landing on its destination."""
+
+    race: MergeRaceLost
+
+    def merge(self, repo: Repository, into: str, hint: str | None, context: Context) -> MergeResult:
+        if context["ti"].try_number == 1:
+            self.lose(repo)
+        return super().merge(repo, into, hint, context)
+
+    def lose(self, repo: Repository) -> NoReturn:
+        raise self.race
+
+
+def test_a_merge_retry_resumes_from_the_hint_of_the_try_that_lost(
+    run_dag: RunDag,
+    lake_conn: LakeConnection,
+    repo: Repository,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    feature = repo.create_branch("feature")
+    feature.upload("f.csv", b"f")
+    feature.commit("f")
+    main = repo.branch("main")
+    main.upload("m.csv", b"m")
+    main.commit("m")
+    LosesTheFirstRace.race = a_lost_race(repo, "feature", "main")
+    main.upload("late.csv", b"late")
+    late = main.commit("late, after the lost race")
+    with DAG("bw_merge_hint", schedule=None) as dag:
+        LosesTheFirstRace(
+            task_id="merge", repository=repo.name, source_ref="feature", **NO_RETRY_DELAY
+        )
+
+    result = run_dag(dag)
+
+    assert result.state == "success", result.states
+    assert result.tries["merge"] == 2
+    assert "Resuming the merge of the last try from its hint" in capfd.readouterr().out
+    merged = main.head()
+    assert merged.parents == (late.id, feature.commit_id)
+    assert {e.path for e in main.list()} == {"base.csv", "f.csv", "m.csv", "late.csv"}
+
+
+def test_a_merge_that_keeps_losing_fails_with_its_hint_in_xcom(
+    run_dag: RunDag, lake_conn: LakeConnection, repo: Repository
+) -> None:
+    feature = repo.create_branch("feature")
+    feature.upload("f.csv", b"f")
+    feature.commit("f")
+    repo.branch("main").upload("m.csv", b"m")
+    repo.branch("main").commit("m")
+    LosesTheFirstRace.race = a_lost_race(repo, "feature", "main")
+    with DAG("bw_merge_lost", schedule=None) as dag:
+        LosesTheFirstRace(task_id="merge", repository=repo.name, source_ref="feature")
+
+    result = run_dag(dag)
+
+    assert result.states == {"merge": "failed"}
+    assert result.value("merge", HINT_KEY) == LosesTheFirstRace.race.hint
+
+
+class LosesWhileTheSourceMoves(LosesTheFirstRace):
+    """Its first try loses every race, and meanwhile the source gets a new commit."""
+
+    def lose(self, repo: Repository) -> NoReturn:
+        source = repo.branch(self.source_ref)
+        source.upload("f2.csv", b"f2")
+        source.commit("f2")
+        raise self.race
+
+
+def test_a_hint_is_not_used_once_the_source_moved(
+    run_dag: RunDag,
+    lake_conn: LakeConnection,
+    repo: Repository,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    feature = repo.create_branch("feature")
+    feature.upload("f.csv", b"f")
+    feature.commit("f")
+    repo.branch("main").upload("m.csv", b"m")
+    repo.branch("main").commit("m")
+    LosesWhileTheSourceMoves.race = a_lost_race(repo, "feature", "main")
+    with DAG("bw_merge_moved", schedule=None) as dag:
+        LosesWhileTheSourceMoves(
+            task_id="merge", repository=repo.name, source_ref="feature", **NO_RETRY_DELAY
+        )
+
+    result = run_dag(dag)
+
+    assert result.state == "success", result.states
+    assert "merging afresh" in capfd.readouterr().out
+    assert repo.branch("main").read("f2.csv") == b"f2"
+
+
+def test_lineage_needs_the_openlineage_provider() -> None:
+    try:
+        import airflow.providers.openlineage  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("the OpenLineage provider is installed here")
+    merge = BranchwaterMergeOperator(task_id="m", repository="sales", source_ref="etl")
+    merge.lineage = Lineage(
+        inputs=(LineageDataset("sales", "etl"),), outputs=(LineageDataset("sales", "main"),)
+    )
+    assert merge.lineage.outputs[0].namespace == "branchwater://sales"
+    assert merge.get_openlineage_facets_on_complete(None) is None
+
+
+def test_gc_preparation_returns_where_its_run_is(
+    run_dag: RunDag, lake_conn: LakeConnection, repo: Repository
+) -> None:
+    staged = repo.create_branch("staged")
+    staged.upload("pending.csv", b"pending")
+    with DAG("bw_gc_prepare", schedule=None, params={"repo": ""}) as dag:
+        BranchwaterPrepareUncommittedOperator(task_id="prepare", repository="{{ params.repo }}")
+
+    result = run_dag(dag, {"repo": repo.name})
+
+    assert result.state == "success", result.states
+    prepared = result.value("prepare")
+    assert prepared["location"].startswith(repo.storage_namespace)
+    assert prepared["run_id"] in prepared["location"]
+    assert result.rendered["prepare"]["repository"] == repo.name
+
+
+@dataclass
+class WorkerTaskInstance:
+    """What a worker's task instance tells an operator about itself."""
+
+    task_id: str
+    map_index: int
+    dag_id: str = "bw_parallel"
+    run_id: str = "parallel"
+    try_number: int = 1
+    xcoms: dict[str, Any] = field(default_factory=dict)
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.xcoms[key] = value
+
+
+class TaskStateStore(dict[str, Any]):
+    def set(self, key: str, value: Any) -> None:
+        self[key] = value
+
+    def delete(self, key: str) -> None:
+        self.pop(key, None)
+
+
+@pytest.mark.parametrize(
+    "kv_url", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
+def test_mapped_merges_running_at_once_all_land(
+    lake_conn: LakeConnection, repo: Repository
+) -> None:
+    """Four merge tasks of one mapped task, each in its own worker thread with its own hook,
+    race for `main`; the engine's retries land every one."""
+    partitions = range(4)
+    for i in partitions:
+        branch = repo.create_branch(f"part-{i}")
+        branch.upload(f"part={i}/data.csv", str(i).encode())
+        branch.commit(f"part {i}")
+    start = threading.Barrier(len(partitions))
+    merged: dict[int, str] = {}
+
+    def merge(i: int) -> None:
+        operator = BranchwaterMergeOperator(
+            task_id="merge", repository=repo.name, source_ref=f"part-{i}"
+        )
+        context = {
+            "ti": WorkerTaskInstance("merge", i),
+            "task_state_store": TaskStateStore(),
+            "logical_date": None,
+        }
+        start.wait()
+        merged[i] = operator.execute(context)  # type: ignore[arg-type]
+
+    workers = [threading.Thread(target=merge, args=(i,)) for i in partitions]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+
+    main = repo.branch("main")
+    assert sorted(merged) == list(partitions)
+    assert sorted(e.path for e in main.list(prefix="part=")) == [
+        f"part={i}/data.csv" for i in partitions
+    ]
+    history = {c.id for c in repo.log("main")}
+    assert set(merged.values()) <= history
