@@ -77,8 +77,8 @@ def copy_entry(
     already shows `src`'s content nothing is copied or staged, as with an upload.
     """
     source = reads.get_branch_entry(g, repo, branch_name, src)
-    current = reads.find_branch_entry(g, repo, branch_name, dst)
-    if current is not None and current.identity() == source.identity():
+    current = writes.shown_entry(g, repo, branch_name, dst, source)
+    if current is not None:
         return current
     if _is_uncommitted(g, repo, branch_name, source):
         record = gc.copies.record(repo, branch_name, source.address)

@@ -19,7 +19,6 @@ from branchwater.engine.gc.tokens import PhysicalAddress
 from branchwater.engine.graveler import writes
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import Entry, RepositoryRecord
-from branchwater.engine.graveler.reads import find_branch_entry
 from branchwater.engine.objects import ObjectInfo
 
 
@@ -60,8 +59,8 @@ def link_physical_address(
     gc.tokens.use(repo, claim)
     entry = Entry(path, claim.address, size, checksum, info.mtime, dict(metadata or {}))
     try:
-        current = find_branch_entry(g, repo, branch_name, path)
-        if current is not None and current.identity() == entry.identity():
+        current = writes.shown_entry(g, repo, branch_name, path, entry)
+        if current is not None:
             return current
         writes.stage_entry(g, repo, branch_name, entry)
     except BaseException:

@@ -33,6 +33,17 @@ def unchanged_entry(
     return None
 
 
+def shown_entry(
+    g: Graveler, repo: RepositoryRecord, branch_name: str, path: str, entry: Entry
+) -> Entry | None:
+    """The entry the branch shows at `path` if it has `entry`'s identity: then staging
+    `entry` (a link, a copy) would change nothing, so a retried task stages nothing."""
+    current = find_branch_entry(g, repo, branch_name, path)
+    if current is not None and current.identity() == entry.identity():
+        return current
+    return None
+
+
 def stage_entry(g: Graveler, repo: RepositoryRecord, branch_name: str, entry: Entry) -> None:
     """Stage `entry` at its path; acknowledged only once it is in the current token."""
 
