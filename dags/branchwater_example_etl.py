@@ -85,10 +85,10 @@ def write(branch: str, partition: str, prefix: str, params: dict[str, Any]) -> l
 
     from branchwater.spark_jobs.writer import write_parquet
 
+    spark = spark_session(params["spark_master"])  # before any column: F.col needs a session
     number = F.col("id")
     frame = (
-        spark_session(params["spark_master"])
-        .range(0, int(params["rows"]), numPartitions=2)
+        spark.range(0, int(params["rows"]), numPartitions=2)
         .select(
             F.concat(F.lit(f"{partition}-"), number.cast("string")).alias("id"),
             F.lit(partition).alias("partition"),
