@@ -203,7 +203,7 @@ def gc_conf() -> dict[str, Any]:
 
 def merge_attempts(etl: list[RunResult]) -> list[int]:
     """How many tries each merge into `main` took (the engine retries lost races itself)."""
-    return [a for result in etl for a in result.values("load.merge", "attempts")]
+    return [a for result in etl for a in result.values("load.merge", "merge_attempts")]
 
 
 def gc_line(result: RunResult) -> str:
