@@ -174,8 +174,7 @@ def _finish(
         parent = g.refs.get_commit(repo, branch.commit_id)
         rest = tuple(t for t in branch.sealed_tokens if t not in remaining)
         if metarange_id == parent.metarange_id and not allow_empty:
-            if _clear(g, repo, branch, predicate, rest):
-                g.drop_tokens_later(remaining)
+            if _clear(g, repo, branch, predicate, rest, remaining):
                 raise NoChanges(f"nothing to commit on branch {branch_name!r} of {repo.name!r}")
             continue
         new_commit = g.refs.add_commit(
@@ -188,8 +187,7 @@ def _finish(
             compacted_metarange_id=None,
             compaction_start_time=None,
         )
-        if g.try_update_branch(repo, updated, predicate):
-            g.drop_tokens_later(remaining)
+        if g.update_branch_dropping(repo, updated, predicate, remaining):
             return new_commit
     raise too_many_tries(f"commit on branch {branch_name!r} of {repo.name!r}", g.retry.attempts)
 
@@ -200,9 +198,10 @@ def _clear(
     branch: BranchRecord,
     predicate: bytes,
     rest: tuple[str, ...],
+    absorbed: tuple[str, ...],
 ) -> bool:
     """Remove absorbed tokens that changed nothing; False if the branch moved meanwhile."""
     cleared = dataclasses.replace(
         branch, sealed_tokens=rest, compacted_metarange_id=None, compaction_start_time=None
     )
-    return g.try_update_branch(repo, cleared, predicate)
+    return g.update_branch_dropping(repo, cleared, predicate, absorbed)
