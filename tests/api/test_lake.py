@@ -20,25 +20,11 @@ from branchwater.engine import (
     NotFound,
 )
 from branchwater.engine.graveler import commit as commit_ops
-from branchwater.engine.graveler.committed import RangePolicy
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.iterators import reporting
 from branchwater.engine.graveler.model import Entry
 from branchwater.engine.graveler.refs import BranchGuard
 from branchwater.engine.graveler.writes import stage_entry
-
-
-@pytest.fixture
-def lake() -> Lake:
-    with Lake.connect(
-        "memory://", range_policy=RangePolicy(target_entries=8, max_entries=32)
-    ) as lake:
-        yield lake
-
-
-@pytest.fixture
-def repo(lake: Lake, tmp_path: Path):
-    return lake.create_repository("sales", storage_namespace=f"file://{tmp_path}/sales")
 
 
 def paths(ref) -> list[str]:
