@@ -221,12 +221,21 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--changes", type=int, default=200_000)
     parser.add_argument("--entries", type=int, default=1_000_000)
     parser.add_argument("--quick", action="store_true", help="smoke-test sizes")
+    parser.add_argument(
+        "--compaction-scenarios",
+        default="tombstones,uncommitted,vs-commit",
+        help="comma-separated subset to run",
+    )
     args, _ = parser.parse_known_args(argv)
     if args.quick:
         args.tombstones, args.committed, args.changes, args.entries = 20_000, 20_000, 4_000, 20_000
-    bench_tombstones(args.tombstones, args.live)
-    bench_uncommitted(args.committed, args.changes)
-    bench_compaction_vs_commit(args.entries)
+    chosen = args.compaction_scenarios.split(",")
+    if "tombstones" in chosen:
+        bench_tombstones(args.tombstones, args.live)
+    if "uncommitted" in chosen:
+        bench_uncommitted(args.committed, args.changes)
+    if "vs-commit" in chosen:
+        bench_compaction_vs_commit(args.entries)
 
 
 if __name__ == "__main__":
