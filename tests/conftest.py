@@ -9,9 +9,13 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from branchwater.engine import Lake
+from branchwater.engine.api import Repository
+from branchwater.engine.graveler.committed import RangePolicy
 from tests.helpers import PG_HOST, PG_PORT, PG_USER, free_port, unavailable, unique_name
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -24,6 +28,21 @@ pytest_plugins = ["tests.fixtures.spark", "tests.fixtures.airflow", "tests.fixtu
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(RANGE_CACHE_DIR, ignore_errors=True)
+
+
+@pytest.fixture
+def lake() -> Iterator[Lake]:
+    """An in-memory lake whose ranges hold a few entries, so small trees span many ranges."""
+    with Lake.connect(
+        "memory://", range_policy=RangePolicy(target_entries=8, max_entries=32)
+    ) as lake:
+        yield lake
+
+
+@pytest.fixture
+def repo(lake: Lake, tmp_path: Path) -> Repository:
+    """Repository `sales` on local files, in whichever `lake` the test's module provides."""
+    return lake.create_repository("sales", storage_namespace=f"file://{tmp_path}/sales")
 
 
 @pytest.fixture(scope="session")

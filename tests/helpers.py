@@ -24,10 +24,8 @@ from branchwater.engine.api import Lake, Repository
 from branchwater.engine.gc.context import GCContext
 from branchwater.engine.gc.prepare import PreparedRun, read_run
 from branchwater.engine.gc.settings import GCSettings
-from branchwater.engine.graveler import commit as commit_ops
 from branchwater.engine.graveler.committed import RangePolicy
 from branchwater.engine.graveler.committed.format import RANGES_PREFIX
-from branchwater.engine.graveler.iterators import combine
 from branchwater.engine.graveler.model import Entry
 from branchwater.engine.objects import ObjectInfo, ObjectStore
 from branchwater.engine.objects.local import LocalObjectStore
@@ -201,19 +199,12 @@ def use_clock(lake: Lake, clock: FakeClock, settings: GCSettings | None = None) 
     lake.gc = GCContext(lake.graveler.kv, settings, clock=clock)
 
 
-def compact(repo: Repository, branch_name: str) -> str:
-    """Staging compaction by hand, as issue 11's compactor leaves a branch: sealed tokens
-    applied on the base, the result in `compacted_metarange_id`, no sealed tokens left."""
-    g, record = repo.lake.graveler, repo.record
-    commit_ops.seal(g, record, branch_name, allow_empty=True)
-    branch, predicate = g.refs.get_branch(record, branch_name)
-    base = g.base_metarange(record, branch)
-    changes = combine([g.staging.scan(token) for token in branch.sealed_tokens])
-    metarange_id = g.committed(record).apply(base, changes)
-    compacted = dataclasses.replace(branch, sealed_tokens=(), compacted_metarange_id=metarange_id)
-    assert g.try_update_branch(record, compacted, predicate)
-    g.drop_tokens_later(branch.sealed_tokens)
-    return metarange_id
+def compact(repo: Repository, branch_name: str) -> str | None:
+    """Staging compaction through `Branch.compact()`; the compacted metarange, or None when
+    nothing was staged (the branch is left as it was)."""
+    result = repo.branch(branch_name).compact()
+    assert result.outcome in ("compacted", "nothing-staged"), result
+    return result.metarange_id
 
 
 def run_table(repo: Repository, run: PreparedRun) -> pa.Table:
@@ -282,3 +273,19 @@ class GCLake:
 
     def put_garbage(self, count: int = 1) -> list[str]:
         return put_garbage(self.lake, self.repo, count)
+
+
+ROWID_KV_TABLE = (
+    "CREATE TABLE branchwater_kv (partition_key BLOB NOT NULL, key BLOB NOT NULL, "
+    "value BLOB NOT NULL, PRIMARY KEY (partition_key, key))"
+)
+"""The SQLite table as stores made before the `WITHOUT ROWID` layout created it."""
+
+
+def rowid_sqlite_file(path: Path) -> str:
+    """A SQLite KV file in the older rowid layout; returns its URL."""
+    import sqlite3
+
+    with sqlite3.connect(path) as conn:
+        conn.execute(ROWID_KV_TABLE)
+    return f"sqlite:///{path}"

@@ -68,7 +68,6 @@ SCHEMA = pa.schema(
 )
 ROW_GROUP_ROWS = 100_000
 """Rows read, decoded and written together: one Parquet row group."""
-SCAN_BATCH = 10_000
 MAX_COMPACTIONS_FOLLOWED = 10
 CLOCK_SKEW_MARGIN = timedelta(minutes=5)
 """Other processes sweep expired copy records by their own clocks."""
@@ -360,8 +359,7 @@ class _BranchScanner:
             self._scan_compacted(cursor, layer)
             return
         start = cursor.after.encode() + b"\x00" if cursor.after else b""
-        rows = self.g.kv.scan(layer.ident.encode(), start, SCAN_BATCH)
-        while chunk := list(islice(rows, ROW_GROUP_ROWS)):
+        for chunk in self.g.kv.scan_batches(layer.ident.encode(), start, ROW_GROUP_ROWS):
             cursor.after = chunk[-1][0].decode()
             addresses, times = staged_columns(list(map(itemgetter(1), chunk)))
             self._emit(cursor.branch, _batch(addresses, times, cursor.branch, layer.kind))

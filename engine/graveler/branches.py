@@ -26,9 +26,7 @@ def delete_branch(g: Graveler, repo: RepositoryRecord, name: str) -> None:
             f"cannot delete {name!r}: it is the default branch of repository {repo.name!r}"
         )
     branch, _ = g.refs.get_branch(repo, name)
-    g.refs.remove_branch(repo, name)
-    g.branch_cache.forget(repo, name)
-    g.drop_tokens_later((branch.staging_token, *branch.sealed_tokens))
+    g.remove_branch_dropping(repo, branch)
 
 
 def reset_branch(g: Graveler, repo: RepositoryRecord, name: str) -> BranchRecord:
@@ -42,7 +40,8 @@ def reset_branch(g: Graveler, repo: RepositoryRecord, name: str) -> BranchRecord
             compacted_metarange_id=None,
             compaction_start_time=None,
         )
-        if g.try_update_branch(repo, reset, predicate):
-            g.drop_tokens_later((branch.staging_token, *branch.sealed_tokens))
+        if g.update_branch_dropping(
+            repo, reset, predicate, (branch.staging_token, *branch.sealed_tokens)
+        ):
             return reset
     raise too_many_tries(f"reset of branch {name!r} of {repo.name!r}", g.retry.attempts)

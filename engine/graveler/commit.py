@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from itertools import islice
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -24,7 +23,7 @@ import pyarrow.compute as pc
 from branchwater.engine.errors import NoChanges, too_many_tries
 from branchwater.engine.graveler.committed.format import staged_rows
 from branchwater.engine.graveler.graveler import Graveler
-from branchwater.engine.graveler.iterators import combine, reporting
+from branchwater.engine.graveler.iterators import reporting
 from branchwater.engine.graveler.model import BranchRecord, Commit, RepositoryRecord
 from branchwater.engine.graveler.staging import new_staging_token
 
@@ -104,8 +103,8 @@ def apply_sealed(
     """Apply staging tokens (newest first; the newest wins a path) on the metarange `base`:
     the one path from staged rows to ranges, shared by commit and compaction. Staged values
     go to Arrow undecoded, a batch at a time, so no entry becomes a Python object."""
-    pairs = combine([g.staging.scan_encoded(token) for token in tokens])
-    batches: Iterable[pa.Table] = _staged_batches(pairs)
+    rows = g.staging.batches(tokens, STAGED_BATCH)
+    batches: Iterable[pa.Table] = (staged_rows(*zip(*batch, strict=True)) for batch in rows)
     if progress is not None:
         batches = reporting(batches, progress, PROGRESS_EVERY, size=_rows)
     tally = _Tally()
@@ -115,13 +114,6 @@ def apply_sealed(
     after = [info.range_id for info in committed.ranges(metarange_id)]
     reused = sum(1 for range_id in after if range_id in before)
     return Applied(metarange_id, tally.entries, tally.tombstones, len(after) - reused, reused)
-
-
-def _staged_batches(pairs: Iterable[tuple[bytes, bytes]]) -> Iterator[pa.Table]:
-    iterator = iter(pairs)
-    while batch := list(islice(iterator, STAGED_BATCH)):
-        keys, values = zip(*batch, strict=True)
-        yield staged_rows(keys, values)
 
 
 def _rows(batch: pa.Table) -> int:
@@ -174,8 +166,7 @@ def _finish(
         parent = g.refs.get_commit(repo, branch.commit_id)
         rest = tuple(t for t in branch.sealed_tokens if t not in remaining)
         if metarange_id == parent.metarange_id and not allow_empty:
-            if _clear(g, repo, branch, predicate, rest):
-                g.drop_tokens_later(remaining)
+            if _clear(g, repo, branch, predicate, rest, remaining):
                 raise NoChanges(f"nothing to commit on branch {branch_name!r} of {repo.name!r}")
             continue
         new_commit = g.refs.add_commit(
@@ -188,8 +179,7 @@ def _finish(
             compacted_metarange_id=None,
             compaction_start_time=None,
         )
-        if g.try_update_branch(repo, updated, predicate):
-            g.drop_tokens_later(remaining)
+        if g.update_branch_dropping(repo, updated, predicate, remaining):
             return new_commit
     raise too_many_tries(f"commit on branch {branch_name!r} of {repo.name!r}", g.retry.attempts)
 
@@ -200,9 +190,10 @@ def _clear(
     branch: BranchRecord,
     predicate: bytes,
     rest: tuple[str, ...],
+    absorbed: tuple[str, ...],
 ) -> bool:
     """Remove absorbed tokens that changed nothing; False if the branch moved meanwhile."""
     cleared = dataclasses.replace(
         branch, sealed_tokens=rest, compacted_metarange_id=None, compaction_start_time=None
     )
-    return g.try_update_branch(repo, cleared, predicate)
+    return g.update_branch_dropping(repo, cleared, predicate, absorbed)

@@ -21,7 +21,8 @@ and writers keep no shared counter (no contended key on the write path).
    sealed tokens are still the ones applied. Otherwise a commit (or another compaction)
    took them: the compaction is superseded, nothing lost and nothing half-applied, and the
    ranges it wrote are unreferenced data. The applied tokens' rows are dropped in the
-   background, as commits do.
+   background, as commits do: listed for deletion before this `set_if`, guarded by the
+   branch, so a compactor killed right after it leaves them for the next drop to find.
 
 A compactor killed between any two steps leaves a branch whose layers are all still in place
 (an extra sealed token at worst), so reads stay complete and the next compaction or commit
@@ -268,7 +269,6 @@ def compact(
     if not _install(g, repo, sealed, applied):
         return _counted(g, _superseded(repo, sealed, applied, time.monotonic() - started))
     _reached(on_step, "updated")
-    g.drop_tokens_later(sealed.sealed_tokens)
     seconds = time.monotonic() - started
     g.metrics.duration.labels(repo.name).observe(seconds)
     g.metrics.tombstones.labels(repo.name).inc(applied.tombstones)
@@ -313,7 +313,7 @@ def _install(g: Graveler, repo: RepositoryRecord, sealed: BranchRecord, applied:
         updated = dataclasses.replace(
             branch, sealed_tokens=(), compacted_metarange_id=applied.metarange_id
         )
-        if g.try_update_branch(repo, updated, predicate):
+        if g.update_branch_dropping(repo, updated, predicate, sealed.sealed_tokens):
             return True
     raise too_many_tries(f"compaction of branch {sealed.name!r} of {repo.name!r}", g.retry.attempts)
 

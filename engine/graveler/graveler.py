@@ -11,6 +11,7 @@ import logging
 import random
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from branchwater.engine.errors import BranchwaterError, PredicateFailed
 from branchwater.engine.graveler.committed import CommittedStore, RangeCache, RangePolicy
 from branchwater.engine.graveler.metrics import CompactionMetrics
 from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord
-from branchwater.engine.graveler.refs import RefStore
+from branchwater.engine.graveler.refs import BranchGuard, RefStore
 from branchwater.engine.graveler.staging import StagingArea
 from branchwater.engine.kv import Store
 from branchwater.engine.objects import ObjectStore, open_object_store
@@ -151,10 +152,47 @@ class Graveler:
         self.branch_cache.put(repo, branch)
         return True
 
-    def drop_tokens_later(self, tokens: Sequence[str]) -> None:
-        """Drop staging tokens a commit, reset or delete has let go of."""
-        if tokens:
-            self.drop_partitions_later(f"tokens/{tokens[0]}", [t.encode() for t in tokens])
+    def update_branch_dropping(
+        self,
+        repo: RepositoryRecord,
+        branch: BranchRecord,
+        predicate: bytes,
+        tokens: Sequence[str],
+    ) -> bool:
+        """`try_update_branch` for an update that lets go of staging `tokens` (a commit, a
+        compaction, a reset, a merge), then drop them in the background.
+
+        The tokens are listed for deletion, guarded by the branch, before the `set_if`: a
+        process killed right after it leaves them listed, and the next process that drops
+        something finds the branch no longer names them and drops them. A lost race unlists
+        them again.
+        """
+        if not tokens:
+            return self.try_update_branch(repo, branch, predicate)
+        mark, partitions = self._list_tokens(repo, branch.name, tokens)
+        if not self.try_update_branch(repo, branch, predicate):
+            self.refs.unmark_partitions(mark)
+            return False
+        self.drop_listed_later(mark, partitions)
+        return True
+
+    def remove_branch_dropping(self, repo: RepositoryRecord, branch: BranchRecord) -> None:
+        """Delete the branch record and drop every token it had, listed first as above."""
+        tokens = (branch.staging_token, *branch.sealed_tokens)
+        mark, partitions = self._list_tokens(repo, branch.name, tokens)
+        self.refs.remove_branch(repo, branch.name)
+        self.branch_cache.forget(repo, branch.name)
+        self.drop_listed_later(mark, partitions)
+
+    def _list_tokens(
+        self, repo: RepositoryRecord, branch: str, tokens: Sequence[str]
+    ) -> tuple[str, list[bytes]]:
+        """A guarded to-delete entry for `tokens`, under a name no other update shares."""
+        mark = f"tokens/{tokens[0]}/{uuid.uuid4().hex}"
+        partitions = [t.encode() for t in tokens]
+        guard = BranchGuard(repo.partition, branch)
+        self.refs.mark_partitions_for_deletion(mark, partitions, guard=guard)
+        return mark, partitions
 
     def has_uncommitted(self, branch: BranchRecord) -> bool:
         """Anything a commit would still record: staged, sealed or compacted changes."""
@@ -201,11 +239,20 @@ class Graveler:
 
     def collect_dropped_partitions(self, older_than: float = 0.0) -> int:
         """Finish the drops still listed that were marked at least `older_than` seconds ago
-        (their process died, or was killed); returns how many lists were done."""
+        (their process died, or was killed), and the guarded ones, whatever their age, whose
+        branch has let go of their tokens; returns how many lists were done.
+
+        A guarded list whose branch still names its tokens is left alone: its update is
+        under way, or lost its race (and the tokens are some later commit's to drop).
+        """
         cutoff = time.time() - older_than
         done = 0
         for mark in list(self.refs.partitions_to_delete()):
-            if mark.marked_at <= cutoff:
+            if mark.guard is not None:
+                if self.refs.tokens_in_use(mark.guard).isdisjoint(mark.partitions):
+                    self._drop(mark.mark, mark.partitions)
+                    done += 1
+            elif mark.marked_at <= cutoff:
                 self._drop(mark.mark, mark.partitions)
                 done += 1
         return done

@@ -115,8 +115,8 @@ def merge(
             if bases[0].id == source.id:
                 raise NoChanges(f"{destination!r} already contains {source_ref!r}")
             if bases[0].id == head.id:
-                if g.try_update_branch(repo, _moved_to(branch, source.id), predicate):
-                    g.drop_tokens_later(branch.sealed_tokens)
+                moved = _moved_to(branch, source.id)
+                if g.update_branch_dropping(repo, moved, predicate, branch.sealed_tokens):
                     return MergeResult(source, attempt, fast_forward=True)
                 continue
             base_mr, source_mr = base_metarange(g, repo, bases), source.metarange_id
@@ -133,8 +133,8 @@ def merge(
         new_commit = _record(
             g, repo, head, source, previous, message, metadata, committer, strategy
         )
-        if g.try_update_branch(repo, _moved_to(branch, new_commit.id), predicate):
-            g.drop_tokens_later(branch.sealed_tokens)
+        moved = _moved_to(branch, new_commit.id)
+        if g.update_branch_dropping(repo, moved, predicate, branch.sealed_tokens):
             return MergeResult(new_commit, attempt)
     what = f"merge of {source_ref!r} into {destination!r} of {repo.name!r}"
     if previous is None:

@@ -30,12 +30,27 @@ TAGS = b"tags/"
 MIN_COMMIT_PREFIX = 6
 
 
+class BranchGuard(NamedTuple):
+    """The branch whose record decides when listed staging tokens may go: once it no longer
+    names them (or is gone), whatever let go of them has taken effect."""
+
+    partition: bytes
+    """The repository's partition."""
+    name: str
+
+
 class DeletionMark(NamedTuple):
-    """An entry of the to-delete list: partitions a process set out to drop, and when."""
+    """An entry of the to-delete list: partitions a process set out to drop, and when.
+
+    A guarded mark is written before the branch update that lets go of its tokens, so it may
+    name tokens still in use (the update is under way, or lost its race): they are dropped
+    only once the branch record no longer names them.
+    """
 
     mark: str
     partitions: list[bytes]
     marked_at: float
+    guard: BranchGuard | None = None
 
 
 @dataclass(frozen=True)
@@ -103,12 +118,22 @@ class RefStore:
             yield RepositoryRecord.decode(value)
 
     def mark_partitions_for_deletion(
-        self, mark: str, partitions: list[bytes], marked_at: float | None = None
+        self,
+        mark: str,
+        partitions: list[bytes],
+        marked_at: float | None = None,
+        guard: BranchGuard | None = None,
     ) -> None:
         """List partitions to drop under `mark`, stamped `marked_at` (epoch seconds; now by
-        default) so that a drop its process abandoned can be told from one under way."""
+        default) so that a drop its process abandoned can be told from one under way;
+        `guard` names the branch that must let go of them first."""
         when = time.time() if marked_at is None else marked_at
-        document = {"partitions": [p.decode() for p in partitions], "marked_at": when}
+        document: dict[str, object] = {
+            "partitions": [p.decode() for p in partitions],
+            "marked_at": when,
+        }
+        if guard is not None:
+            document["guard"] = [guard.partition.decode(), guard.name]
         payload = json.dumps(document).encode()
         self.kv.set(GRAVELER_PARTITION, TO_DELETE_PREFIX + mark.encode(), payload)
 
@@ -116,7 +141,18 @@ class RefStore:
         for mark, value in scan_prefix(self.kv, GRAVELER_PARTITION, TO_DELETE_PREFIX):
             document = json.loads(value)
             partitions = [p.encode() for p in document["partitions"]]
-            yield DeletionMark(mark.decode(), partitions, float(document["marked_at"]))
+            guarded = document.get("guard")
+            guard = BranchGuard(guarded[0].encode(), guarded[1]) if guarded else None
+            yield DeletionMark(mark.decode(), partitions, float(document["marked_at"]), guard)
+
+    def tokens_in_use(self, guard: BranchGuard) -> set[bytes]:
+        """The staging tokens the guard's branch names now (none once it is gone)."""
+        try:
+            value, _ = self.kv.get(guard.partition, BRANCHES + guard.name.encode())
+        except NotFound:
+            return set()
+        branch = BranchRecord.decode(value)
+        return {t.encode() for t in (branch.staging_token, *branch.sealed_tokens)}
 
     def unmark_partitions(self, mark: str) -> None:
         self.kv.delete(GRAVELER_PARTITION, TO_DELETE_PREFIX + mark.encode())

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from branchwater.engine.errors import NotFound
+from branchwater.engine.graveler.iterators import combine
 from branchwater.engine.graveler.model import Entry, RepositoryRecord, decode_entry, encode_entry
 from branchwater.engine.kv import Store
 
@@ -64,6 +65,19 @@ class StagingArea:
         start = after.encode()
         rows = iter(self.kv.scan(token.encode(), start, self.batch_size))
         return itertools.dropwhile(lambda row: row[0] == start, rows) if after else rows
+
+    def batches(
+        self, tokens: Sequence[str], size: int, after: str = ""
+    ) -> Iterator[list[tuple[bytes, bytes]]]:
+        """The tokens' staged rows merged (newest token first; it wins a path), undecoded,
+        strictly after `after`, in path order and in lists of at most `size`: what commits,
+        compactions and `uncommitted()` turn into Arrow a list at a time. One token (the
+        usual case) comes as the KV returns it, with no Python per row."""
+        if len(tokens) == 1:
+            start = after.encode() + b"\x00" if after else b""
+            return self.kv.scan_batches(tokens[0].encode(), start, size)
+        merged = combine([self.scan_encoded(token, after) for token in tokens])
+        return iter(lambda: list(itertools.islice(merged, size)), [])
 
     def is_empty(self, token: str) -> bool:
         return next(iter(self.kv.scan(token.encode(), b"", 1)), None) is None

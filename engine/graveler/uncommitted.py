@@ -11,7 +11,7 @@ of the staged rows plus the HEAD ranges they fall into, and a page costs about o
 from __future__ import annotations
 
 from collections.abc import Iterator
-from itertools import islice, repeat
+from itertools import repeat
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -20,7 +20,6 @@ from branchwater.engine.graveler.committed.diff import identities_differ
 from branchwater.engine.graveler.committed.format import decode_entries, staged_rows
 from branchwater.engine.graveler.committed.writer import live_rows
 from branchwater.engine.graveler.graveler import Graveler
-from branchwater.engine.graveler.iterators import combine
 from branchwater.engine.graveler.model import BranchRecord, Change, ChangeType, RepositoryRecord
 
 BATCH = 4096
@@ -34,11 +33,11 @@ def uncommitted_from(
     committed = g.committed(repo)
     head = g.refs.get_commit(repo, branch.commit_id).metarange_id
     tokens = (branch.staging_token, *branch.sealed_tokens)
-    staged = combine([g.staging.scan_encoded(token, after) for token in tokens])
+    staged = g.staging.batches(tokens, BATCH, after)
     compacted = branch.compacted_metarange_id
     settled = _Settled(committed.diff(head, compacted, after=after) if compacted else iter(()))
     while True:
-        batch = list(islice(staged, BATCH))
+        batch = next(staged, [])
         changes: list[Change] = []
         paths: list[str] = []
         if batch:

@@ -294,17 +294,8 @@ class SQLStore(Store):
         A scan row costs well under a microsecond in SQLite; a Python-level generator step
         and `KeyValue(...)` call per row would add half as much again.
         """
-        return itertools.chain.from_iterable(self._batches(partition, start, batch_size))
-
-    def _batches(
-        self, partition: bytes, start: bytes, batch_size: int
-    ) -> Iterator[Iterator[KeyValue]]:
-        batch = self._scan_batch(partition, start, True, batch_size)
-        while batch:
-            yield map(tuple.__new__, _KEY_VALUE, batch)
-            if len(batch) < batch_size:
-                return
-            batch = self._scan_batch(partition, batch[-1][0], False, batch_size)
+        batches = self._raw_batches(partition, start, batch_size)
+        return itertools.chain.from_iterable(map(_key_values, batches))
 
     def close(self) -> None:
         with self._lock:
@@ -328,6 +319,10 @@ class SQLStore(Store):
         self._local = threading.local()
         self._lock = threading.Lock()
         self._engine.dispose(close=False)
+
+
+def _key_values(batch: list[tuple[bytes, bytes]]) -> Iterator[KeyValue]:
+    return map(tuple.__new__, _KEY_VALUE, batch)
 
 
 def _fetchone(cursor: Cursor) -> Any:

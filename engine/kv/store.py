@@ -93,21 +93,31 @@ class Store(abc.ABC):
         Reads `batch_size` keys at a time, so deleting keys while iterating is safe and a
         huge partition is never held in memory.
         """
-        check_partition(partition)
-        if not isinstance(start, bytes):
-            raise InvalidArgument(f"scan start must be bytes, not {type(start).__name__}")
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-            raise InvalidArgument(f"batch_size must be a positive integer, not {batch_size!r}")
+        _check_scan(partition, start, batch_size)
         return self._batched_scan(partition, start, batch_size)
 
-    def _batched_scan(self, partition: bytes, start: bytes, batch_size: int) -> Iterator[KeyValue]:
+    def scan_batches(
+        self, partition: bytes, start: bytes = b"", batch_size: int = DEFAULT_BATCH_SIZE
+    ) -> Iterator[list[tuple[bytes, bytes]]]:
+        """`scan`, a list of (key, value) pairs at a time as the driver returns them: for
+        callers that turn whole batches into columns, so no Python runs per row."""
+        _check_scan(partition, start, batch_size)
+        return self._raw_batches(partition, start, batch_size)
+
+    def _raw_batches(
+        self, partition: bytes, start: bytes, batch_size: int
+    ) -> Iterator[list[tuple[bytes, bytes]]]:
         batch = self._scan_batch(partition, start, True, batch_size)
         while batch:
-            for key, value in batch:
-                yield KeyValue(key, value)
+            yield batch
             if len(batch) < batch_size:
                 return
             batch = self._scan_batch(partition, batch[-1][0], False, batch_size)
+
+    def _batched_scan(self, partition: bytes, start: bytes, batch_size: int) -> Iterator[KeyValue]:
+        for batch in self._raw_batches(partition, start, batch_size):
+            for key, value in batch:
+                yield KeyValue(key, value)
 
     def drop_partition(self, partition: bytes, *, pause: float = 0.0) -> None:
         """Delete every key of a partition, a batch at a time, sleeping `pause` seconds
@@ -157,6 +167,14 @@ class Store(abc.ABC):
         self, partition: bytes, start: bytes, inclusive: bool, limit: int
     ) -> list[tuple[bytes, bytes]]:
         """Up to `limit` pairs with key >= start (or > start), ascending."""
+
+
+def _check_scan(partition: object, start: object, batch_size: object) -> None:
+    check_partition(partition)
+    if not isinstance(start, bytes):
+        raise InvalidArgument(f"scan start must be bytes, not {type(start).__name__}")
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise InvalidArgument(f"batch_size must be a positive integer, not {batch_size!r}")
 
 
 def check_partition(partition: object) -> None:

@@ -20,24 +20,11 @@ from branchwater.engine import (
     NotFound,
 )
 from branchwater.engine.graveler import commit as commit_ops
-from branchwater.engine.graveler.committed import RangePolicy
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.iterators import reporting
 from branchwater.engine.graveler.model import Entry
+from branchwater.engine.graveler.refs import BranchGuard
 from branchwater.engine.graveler.writes import stage_entry
-
-
-@pytest.fixture
-def lake() -> Lake:
-    with Lake.connect(
-        "memory://", range_policy=RangePolicy(target_entries=8, max_entries=32)
-    ) as lake:
-        yield lake
-
-
-@pytest.fixture
-def repo(lake: Lake, tmp_path: Path):
-    return lake.create_repository("sales", storage_namespace=f"file://{tmp_path}/sales")
 
 
 def paths(ref) -> list[str]:
@@ -359,6 +346,29 @@ def test_the_next_drop_finishes_drops_that_dead_processes_abandoned(lake: Lake, 
     assert list(g.kv.scan(b"orphan-abandoned")) == []
     assert len(list(g.kv.scan(b"orphan-recent"))) == 1
     assert [m.mark for m in g.refs.partitions_to_delete()] == ["tokens/recent"]
+
+
+def test_a_guarded_drop_waits_until_its_branch_lets_go_of_the_tokens(lake: Lake, repo) -> None:
+    """Tokens listed before the update that lets go of them: a lost race unlists them, and a
+    listing whose branch still names them is left alone, however old, until it does not."""
+    g, record = lake.graveler, repo.record
+    main = repo.branch("main")
+    main.upload("a", b"1")
+    branch, _ = g.refs.get_branch(record, "main")
+    token = branch.staging_token
+    assert not g.update_branch_dropping(record, branch, b"not the stored record", (token,))
+    assert list(g.refs.partitions_to_delete()) == []
+
+    guard = BranchGuard(record.partition, "main")
+    old = time.time() - 2 * 3600
+    g.refs.mark_partitions_for_deletion("tokens/in-use", [token.encode()], old, guard)
+    assert g.collect_dropped_partitions() == 0
+    assert main.read("a") == b"1"
+
+    main.commit("a")
+    assert lake.wait_for_cleanup(timeout=30)
+    assert list(g.kv.scan(token.encode())) == []
+    assert list(g.refs.partitions_to_delete()) == []
 
 
 def test_commit_reports_progress_and_cleanup_can_be_awaited(tmp_path: Path) -> None:

@@ -1,11 +1,12 @@
 """`prepare_uncommitted_for_gc` on the embedded default (SQLite + local files), issue 12.
 
 `gc-prepare`: a run over N uncommitted objects spread over B branches (default 1M on 200;
-`--seed-size` for the seed's 5M on 1K, `--quick` for a smoke run) against the floor in the
-same run: scanning the same staged rows through the KV store and writing their values as
-one Parquet file. Rows are staged interleaved across branches, as concurrent jobs write
-them. `projected_seed_s` scales the run's time linearly to the seed's 5M/1K (its figure:
-about 30 s to write the files).
+`--seed-size` for the seed's 5M on 1K, `--quick` for a smoke run, `--rowid-table` on a KV
+file in the layout SQLite stores had before `WITHOUT ROWID`) against the floor in the
+same run: scanning the same staged rows through the KV store, a driver's batch at a time
+with no Python per row, and writing their values as one Parquet file. Rows are staged
+interleaved across branches, as concurrent jobs write them. `projected_seed_s` scales the
+run's time linearly to the seed's 5M/1K (its figure: about 30 s to write the files).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import tempfile
 import time
 import uuid
 from datetime import datetime, timezone
+from operator import itemgetter
 from pathlib import Path
 
 import pyarrow as pa
@@ -23,9 +25,10 @@ import pyarrow.parquet as pq
 
 from branchwater.engine.api import Lake, Repository
 from branchwater.engine.gc.addresses import slice_name
-from branchwater.engine.gc.prepare import SCAN_BATCH, read_manifest
+from branchwater.engine.gc.prepare import ROW_GROUP_ROWS, read_manifest
 from branchwater.engine.graveler.model import Entry, encode_entry
 from branchwater.engine.kv.sql import DEFAULT_TABLE
+from tests.helpers import rowid_sqlite_file
 
 SEED_OBJECTS, SEED_BRANCHES = 5_000_000, 1_000
 MTIME = datetime(2026, 11, 1, tzinfo=timezone.utc)
@@ -55,8 +58,12 @@ def stage(db: Path, tokens: list[str], objects: int) -> None:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
-def setup(root: Path, objects: int, branches: int) -> tuple[Lake, Repository, list[str]]:
+def setup(
+    root: Path, objects: int, branches: int, rowid: bool = False
+) -> tuple[Lake, Repository, list[str]]:
     db = root / "lake.db"
+    if rowid:
+        rowid_sqlite_file(db)
     lake = Lake.connect(f"sqlite:///{db}?synchronous=normal", range_cache_dir=root / "cache")
     repo = lake.create_repository("bench", storage_namespace=f"file://{root}/ns")
     for b in range(1, branches):
@@ -71,7 +78,8 @@ def floor_seconds(lake: Lake, tokens: list[str], out: Path) -> float:
     start = time.perf_counter()
     values: list[bytes] = []
     for token in tokens:
-        values.extend(value for _, value in lake.graveler.kv.scan(token.encode(), b"", SCAN_BATCH))
+        for batch in lake.graveler.kv.scan_batches(token.encode(), b"", ROW_GROUP_ROWS):
+            values.extend(map(itemgetter(1), batch))
     pq.write_table(pa.table({"value": pa.array(values, pa.binary())}), out)
     return time.perf_counter() - start
 
@@ -82,12 +90,12 @@ def prepare_seconds(repo: Repository) -> tuple[float, str]:
     return time.perf_counter() - start, run.run_id
 
 
-def bench_prepare(objects: int, branches: int, repeats: int) -> None:
+def bench_prepare(objects: int, branches: int, repeats: int, rowid: bool) -> None:
     """Alternate floor and run `repeats` times after a warm-up scan, and keep the best of
     each: on a shared machine the page cache and neighbours move single timings a lot."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        lake, repo, tokens = setup(root, objects, branches)
+        lake, repo, tokens = setup(root, objects, branches, rowid)
         floor_seconds(lake, tokens, root / "warm-up.parquet")
         floors, runs = [], []
         for _ in range(repeats):
@@ -103,7 +111,7 @@ def bench_prepare(objects: int, branches: int, repeats: int) -> None:
     print(
         f"BENCH gc-prepare ratio={ours / floor:.2f} prepare_s={ours:.2f} floor_s={floor:.2f} "
         f"projected_seed_s={projected:.1f} files={len(manifest['files'])} "
-        f"objects={objects} branches={branches}",
+        f"objects={objects} branches={branches} table={'rowid' if rowid else 'without-rowid'}",
         flush=True,
     )
 
@@ -117,13 +125,16 @@ def main(argv: list[str]) -> None:
     )
     parser.add_argument("--quick", action="store_true", help="a smoke run: 20k objects")
     parser.add_argument("--gc-repeats", type=int, default=2)
+    parser.add_argument(
+        "--rowid-table", action="store_true", help="a KV file in the older rowid table layout"
+    )
     args, _ = parser.parse_known_args(argv)
     objects, branches = args.gc_objects, args.gc_branches
     if args.seed_size:
         objects, branches = SEED_OBJECTS, SEED_BRANCHES
     if args.quick:
         objects, branches = 20_000, 20
-    bench_prepare(objects, branches, args.gc_repeats)
+    bench_prepare(objects, branches, args.gc_repeats, args.rowid_table)
 
 
 if __name__ == "__main__":

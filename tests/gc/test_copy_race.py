@@ -22,7 +22,6 @@ PAUSE_TIMEOUT = 60
 
 def _prepare_paused(kv_url: str, repo_name: str, scanning, go) -> list[tuple[str, str, str]]:
     prepare.ROW_GROUP_ROWS = 2
-    prepare.SCAN_BATCH = 2
     original = prepare._BranchScanner._emit
     paused: list[bool] = []
 

@@ -33,7 +33,6 @@ def run_keys(repo: Repository, run_id: str) -> list[str]:
 def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Read and write two rows at a time, so a run has many steps to interleave with."""
     monkeypatch.setattr(prepare, "ROW_GROUP_ROWS", 2)
-    monkeypatch.setattr(prepare, "SCAN_BATCH", 2)
 
 
 def on_emit(monkeypatch: pytest.MonkeyPatch, branch: str, action: Callable[[], None]) -> None:

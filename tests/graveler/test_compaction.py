@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 import pytest
 
@@ -19,23 +17,9 @@ from branchwater.engine import (
     NotFound,
 )
 from branchwater.engine.graveler import compaction, reads, uncommitted
-from branchwater.engine.graveler.committed import RangePolicy
 from branchwater.engine.graveler.writes import stage_entry
 
 T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
-
-
-@pytest.fixture
-def lake() -> Iterator[Lake]:
-    with Lake.connect(
-        "memory://", range_policy=RangePolicy(target_entries=8, max_entries=32)
-    ) as lake:
-        yield lake
-
-
-@pytest.fixture
-def repo(lake: Lake, tmp_path: Path):
-    return lake.create_repository("sales", storage_namespace=f"file://{tmp_path}/sales")
 
 
 def paths(ref, **kwargs: str) -> list[str]:

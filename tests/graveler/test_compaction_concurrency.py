@@ -210,3 +210,64 @@ def test_a_killed_compactor_leaves_the_branch_whole_on_postgres(
     postgres_url: str, tmp_path: Path, step: str
 ) -> None:
     kill_at(f"{postgres_url}?table={unique_name('kill_')}", f"file://{tmp_path}/ns", step)
+
+
+# --- kill -9 right after the final set_if ----------------------------------------------------
+
+
+def _absorb_and_die(kv_url: str, how: str) -> None:
+    """Compact or commit, and die by SIGKILL the moment the branch has let go of its tokens,
+    before any of their rows are dropped."""
+    with Lake.connect(kv_url) as lake:
+        lake.graveler.drop_listed_later = lambda mark, partitions: os.kill(  # type: ignore[method-assign]
+            os.getpid(), signal.SIGKILL
+        )
+        main = lake.repository("kill").branch("main")
+        if how == "compact":
+            main.compact()
+        else:
+            main.commit("killed after its set_if")
+
+
+def kill_after_update(kv_url: str, namespace: str, how: str) -> None:
+    expected = prepare_kill(kv_url, namespace)
+    with Lake.connect(kv_url) as lake:
+        token = lake.graveler.read_branch(lake.repository("kill").record, "main").staging_token
+    child = mp.get_context("spawn").Process(target=_absorb_and_die, args=(kv_url, how))
+    child.start()
+    child.join(120)
+    if child.is_alive():
+        child.kill()
+    assert child.exitcode == -signal.SIGKILL
+
+    with Lake.connect(kv_url) as lake:
+        g, repo = lake.graveler, lake.repository("kill")
+        main, record = repo.branch("main"), g.read_branch(repo.record, "main")
+        assert token not in (record.staging_token, *record.sealed_tokens)
+        assert list(g.kv.scan(token.encode())), "the absorbed rows were dropped before the kill"
+        assert [m for m in g.refs.partitions_to_delete() if token.encode() in m.partitions]
+        shown = main.list() if how == "compact" else repo.ref(record.commit_id).list()
+        assert {e.path: e.address for e in shown} == expected
+        main.upload("later", b"l")
+        main.commit("the next commit sweeps what the dead process listed")
+        assert lake.wait_for_cleanup(timeout=60)
+        assert list(g.kv.scan(token.encode())) == []
+        assert list(g.refs.partitions_to_delete()) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["compact", "commit"])
+def test_rows_absorbed_by_a_process_killed_after_its_update_are_dropped_later_on_sqlite(
+    tmp_path: Path, how: str
+) -> None:
+    kill_after_update(f"sqlite:///{tmp_path}/lake.db", f"file://{tmp_path}/ns", how)
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+@pytest.mark.parametrize("how", ["compact", "commit"])
+def test_rows_absorbed_by_a_process_killed_after_its_update_are_dropped_later_on_postgres(
+    postgres_url: str, tmp_path: Path, how: str
+) -> None:
+    kv_url = f"{postgres_url}?table={unique_name('kill_')}"
+    kill_after_update(kv_url, f"file://{tmp_path}/ns", how)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pytest
 
@@ -58,11 +57,6 @@ def kv() -> CountingStore:
 def lake(kv: CountingStore) -> Lake:
     with Lake(Graveler(kv)) as lake:
         yield lake
-
-
-@pytest.fixture
-def repo(lake: Lake, tmp_path: Path):
-    return lake.create_repository("sales", storage_namespace=f"file://{tmp_path}/sales")
 
 
 def test_add_commit_derives_generation_and_id(lake: Lake, repo) -> None:

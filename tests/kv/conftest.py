@@ -1,4 +1,5 @@
-"""The `store` fixture: every KV test runs against each driver, on a fresh store."""
+"""The `store` fixture: every KV test runs against each driver, on a fresh store (SQLite in
+both table layouts: `WITHOUT ROWID`, and the rowid table of files made before it)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ from pathlib import Path
 import pytest
 
 from branchwater.engine.kv import Store, open_store
-from tests.helpers import unique_name
+from tests.helpers import rowid_sqlite_file, unique_name
 
 DRIVERS = [
     pytest.param("memory", id="memory"),
     pytest.param("sqlite", id="sqlite"),
+    pytest.param("sqlite-rowid", id="sqlite-rowid"),
     pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
     pytest.param("dynamodb", id="dynamodb", marks=pytest.mark.s3),
 ]
@@ -24,6 +26,8 @@ def store_url(driver: str, request: pytest.FixtureRequest, tmp_path: Path) -> st
         return "memory://"
     if driver == "sqlite":
         return f"sqlite:///{tmp_path / 'kv.db'}"
+    if driver == "sqlite-rowid":
+        return rowid_sqlite_file(tmp_path / "kv.db")
     if driver == "postgres":
         base = request.getfixturevalue("postgres_url")
         return f"{base}?table={unique_name('kv_')}"

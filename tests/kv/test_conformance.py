@@ -232,6 +232,20 @@ def test_scan_from_start_with_small_batches(store: Store) -> None:
     assert keys_of(store, start=b"key-04", batch_size=2) == keys[4:]
 
 
+@pytest.mark.parametrize(("count", "batch_size"), [(10, 3), (9, 3), (10, 10), (3, 5)])
+def test_scan_batches_are_the_scan_in_lists_of_at_most_batch_size(
+    store: Store, count: int, batch_size: int
+) -> None:
+    keys = [b"key-%02d" % i for i in range(count)]
+    fill(store, keys[::-1])
+    batches = list(store.scan_batches(P, b"key-01", batch_size))
+    assert all(1 <= len(batch) <= batch_size for batch in batches)
+    pairs = [tuple(pair) for batch in batches for pair in batch]
+    assert pairs == [tuple(pair) for pair in store.scan(P, b"key-01")]
+    assert [key for key, _ in pairs] == keys[1:]
+    assert list(store.scan_batches(b"no-such-partition")) == []
+
+
 def test_delete_while_iterating_visits_each_key_once(store: Store) -> None:
     keys = [b"key-%02d" % i for i in range(10)]
     fill(store, keys)
@@ -293,6 +307,8 @@ def test_str_arguments_to_get_delete_scan_are_rejected(store: Store) -> None:
 def test_bad_batch_size_is_rejected(store: Store, batch_size: Any) -> None:
     with pytest.raises(InvalidArgument):
         store.scan(P, batch_size=batch_size)
+    with pytest.raises(InvalidArgument):
+        store.scan_batches(P, batch_size=batch_size)
 
 
 @pytest.mark.parametrize("predicate", ["old", 1, True, bytearray(b"old")], ids=repr)
