@@ -11,14 +11,18 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import DataFrame
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
 
 from branchwater.spark_jobs.gc.layout import ADDRESS_PATTERN, DATA_DIR
 from branchwater.spark_jobs.gc.runs import Expectation
 
+LIMIT_PARTITIONS = "spark.sql.limit.initialNumPartitions"
 CANDIDATES_SUITE = "gc-candidates"
 PREPARE_SUITE = "gc-prepare-output"
 _FIGURES = (
@@ -53,7 +57,42 @@ def max_candidates(considered: int, max_share: float) -> int:
 
 def run_gate(candidates: DataFrame, prepare_output: DataFrame, limits: GateLimits) -> GateResult:
     """Validate `candidates` (address, age_seconds, referenced, ...) and `prepare_output`
-    (address)."""
+    (address).
+
+    GX computes each suite's figures in a few aggregations plus one `limit` query per
+    expectation (its examples of unexpected values). Each frame is therefore cached in as
+    many partitions as Spark has cores, so every one of those jobs reads memory, and a
+    `limit` query scans all partitions in one job instead of one partition, then four more,
+    and so on, one job each."""
+    spark = candidates.sparkSession
+    cores = max(1, spark.sparkContext.defaultParallelism)
+    frames = [
+        frame.coalesce(cores).persist(StorageLevel.MEMORY_AND_DISK)
+        for frame in (candidates, prepare_output)
+    ]
+    try:
+        with _session_conf(spark, LIMIT_PARTITIONS, str(cores)):
+            return _validate(frames[0], frames[1], limits)
+    finally:
+        for frame in frames:
+            frame.unpersist()
+
+
+@contextmanager
+def _session_conf(spark: SparkSession, key: str, value: str) -> Iterator[None]:
+    """`key` set to `value` for the duration, then as it was (the session may be shared)."""
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
+
+
+def _validate(candidates: DataFrame, prepare_output: DataFrame, limits: GateLimits) -> GateResult:
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     import great_expectations as gx
     import great_expectations.expectations as gxe

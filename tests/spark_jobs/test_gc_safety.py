@@ -3,7 +3,12 @@ accept a malformed address, delete after a failed gate; and a sweep killed midwa
 
 from __future__ import annotations
 
-import shutil
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -12,7 +17,7 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 import pytest
 
-from branchwater.engine import InvalidAddress, InvalidArgument, NotFound, Unavailable
+from branchwater.engine import GCRunLocked, InvalidAddress, InvalidArgument, NotFound
 from branchwater.engine.graveler import writes
 from branchwater.engine.graveler.model import Entry
 from branchwater.spark_jobs.gc import runs
@@ -20,6 +25,10 @@ from branchwater.spark_jobs.gc.storage import Namespace
 from tests.helpers import GCLake
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+KILLED_FILES = 120
+KILLED_LEASE = 3
+KILL_TIMEOUT = 120
 
 
 def stage_raw(gc: GCLake, path: str, address: str) -> None:
@@ -124,22 +133,30 @@ def test_nothing_outside_the_data_objects_of_the_namespace_is_touched(
     assert summary.slices["ignored_folders"] == 1
 
 
-@pytest.mark.parametrize(
-    "address",
-    ["s3://another-bucket/data/x", "/etc/passwd", "data/../_branchwater/ranges", "tables/a"],
-)
-def test_a_malformed_address_in_the_inputs_is_refused_before_anything_is_deleted(
-    local_gc: GCLake, address: str
-) -> None:
-    garbage = set(local_gc.put_garbage(2))
-    stage_raw(local_gc, "t/foreign", address)
+MALFORMED = ["s3://another-bucket/data/x", "/etc/passwd", "data/../_branchwater/ranges", "tables/a"]
 
-    with pytest.raises(InvalidAddress, match="not data/<slice>/<object id>"):
+
+def test_malformed_addresses_in_the_inputs_are_refused_before_anything_is_deleted(
+    local_gc: GCLake,
+) -> None:
+    """Every malformed address is named (the refusal shows up to five), the run is saved as
+    failed, and its unfinished mark cannot be swept."""
+    garbage = set(local_gc.put_garbage(2))
+    for number, address in enumerate(MALFORMED):
+        stage_raw(local_gc, f"t/foreign-{number}", address)
+
+    with pytest.raises(InvalidAddress, match=r"4 address.*not data/<slice>/<object id>") as refused:
         local_gc.run()
 
+    for address in MALFORMED:
+        assert repr(address) in str(refused.value)
     assert garbage <= set(local_gc.data_objects())
-    [latest] = [s for s in runs.summaries(Namespace.of(local_gc.repo.storage_namespace))]
-    assert latest.status == runs.FAILED and "refuses" in (latest.error or "")
+    [failed] = runs.summaries(Namespace.of(local_gc.repo.storage_namespace))
+    assert failed.status == runs.FAILED and "refuses" in (failed.error or "")
+    with pytest.raises(InvalidArgument, match="did not finish marking"):
+        local_gc.run(sweep=failed.run_id)
+    with pytest.raises(NotFound, match="no summary"):
+        local_gc.run(sweep="000000000000-000000")
 
 
 def test_a_committed_malformed_address_is_refused_too(local_gc: GCLake) -> None:
@@ -152,8 +169,10 @@ def test_a_committed_malformed_address_is_refused_too(local_gc: GCLake) -> None:
     assert garbage <= set(local_gc.data_objects())
 
 
-@pytest.mark.parametrize("address", ["_branchwater/ranges/x", "../outside", "data/x/../../y"])
-def test_a_tampered_mark_is_refused_before_any_delete(local_gc: GCLake, address: str) -> None:
+TAMPERED = ["_branchwater/ranges/x", "../outside", "data/x/../../y"]
+
+
+def test_a_tampered_mark_is_refused_before_any_delete(local_gc: GCLake) -> None:
     garbage = set(local_gc.put_garbage(3))
     mark = local_gc.run(dry_run=True)
     ns = Namespace.of(local_gc.repo.storage_namespace)
@@ -161,56 +180,74 @@ def test_a_tampered_mark_is_refused_before_any_delete(local_gc: GCLake, address:
     table = ns.read_parquet(key)
     extra = pa.table(
         {
-            name: [address if name == "address" else table[name][0].as_py()]
+            name: TAMPERED if name == "address" else [table[name][0].as_py()] * len(TAMPERED)
             for name in table.schema.names
         },
         schema=table.schema,
     )
     ns.write_parquet(key, pa.concat_tables([table, extra]))
 
-    with pytest.raises(InvalidAddress, match=r"not data/<slice>/<object id>"):
+    with pytest.raises(InvalidAddress, match=r"3 address\(es\) that are not data/<slice>/"):
         local_gc.run(sweep=mark.run_id)
     assert set(local_gc.data_objects()) == garbage
-
-
-def test_an_unfinished_mark_cannot_be_swept(local_gc: GCLake) -> None:
-    stage_raw(local_gc, "t/foreign", "tables/a")
-    with pytest.raises(InvalidAddress):
-        local_gc.run()
-    [failed] = runs.summaries(Namespace.of(local_gc.repo.storage_namespace))
-
-    with pytest.raises(InvalidArgument, match="did not finish marking"):
-        local_gc.run(sweep=failed.run_id)
-    with pytest.raises(NotFound, match="no summary"):
-        local_gc.run(sweep="000000000000-000000")
 
 
 # Resuming ----------------------------------------------------------------------------------
 
 
-def test_a_sweep_that_failed_midway_finishes_when_run_again_with_its_mark_id(
-    local_gc: GCLake,
+def start_sweep(gc: GCLake, mark_id: str, scratch: Path) -> subprocess.Popen[bytes]:
+    """`branchwater gc run --sweep` in its own process group (the CLI, spark-submit, its JVM
+    and Python workers), one task at a time, with a lease that outlives it by seconds."""
+    command = [
+        *(sys.executable, "-m", "branchwater.engine.cli", "--kv", gc.kv_url),
+        *("gc", "run", gc.repo.name, "--sweep", mark_id, "--lock-ttl", f"{KILLED_LEASE}s"),
+        *("--master", "local[1]", "--conf", "spark.ui.enabled=false"),
+    ]
+    log = open(scratch / "sweep.log", "wb")  # noqa: SIM115 - the job writes it until killed
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+    return subprocess.Popen(
+        command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+    )
+
+
+def wait_for(condition: Callable[[], bool], what: str, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + KILL_TIMEOUT
+    while not condition():
+        assert process.poll() is None, f"the sweep ended before {what}"
+        assert time.monotonic() < deadline, f"no {what} within {KILL_TIMEOUT} s"
+        time.sleep(0.01)
+
+
+def test_a_sweep_killed_midway_finishes_when_run_again_with_its_mark_id(
+    local_gc: GCLake, tmp_path: Path
 ) -> None:
-    """One object of the mark turns into a folder, so deleting it fails its task (as a
-    killed executor would stop one): the other files are swept and recorded, the mark stays
-    unswept; once the folder is gone, the same mark id finishes the job."""
-    garbage = set(local_gc.put_garbage(12))
-    mark = local_gc.run(dry_run=True, candidates_per_file=2, partitions=6)
-    assert len(mark.files[runs.CANDIDATES]) > 2
-    stuck = sorted(garbage)[5]
-    root = Path(urlsplit(local_gc.repo.storage_namespace).path)
-    (root / stuck).unlink()
-    (root / stuck).mkdir()
-    (root / stuck / "inside").write_bytes(b"x")
-
-    with pytest.raises(Unavailable, match=r"[Ii]s a directory"):
-        local_gc.run(sweep=mark.run_id)
+    """kill -9 of the whole job (CLI, driver, workers) once its first candidates file is
+    swept: the mark stays unswept and its lease names the dead run until it expires; the
+    same mark id then finishes the job, skipping the files already recorded."""
+    garbage = set(local_gc.put_garbage(KILLED_FILES))
+    mark = local_gc.run(dry_run=True, candidates_per_file=1, partitions=KILLED_FILES)
+    assert len(mark.files[runs.CANDIDATES]) > KILLED_FILES // 3
     ns = Namespace.of(local_gc.repo.storage_namespace)
-    unfinished = runs.read_summary(ns, mark.run_id)
-    assert unfinished.status == runs.MARKED and "sweep unfinished" in (unfinished.error or "")
+    deleted_dir = (
+        Path(urlsplit(local_gc.repo.storage_namespace).path)
+        / runs.run_prefix(mark.run_id)
+        / runs.DELETED
+    )
 
-    shutil.rmtree(root / stuck)
-    swept = local_gc.run(sweep=mark.run_id)
+    job = start_sweep(local_gc, mark.run_id, tmp_path)
+    try:
+        wait_for(lambda: any(deleted_dir.glob("part-*")), "first swept file", job)
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait(KILL_TIMEOUT)
+    assert job.returncode == -signal.SIGKILL
+    recorded_before = len(list(deleted_dir.glob("part-*")))
+    unfinished = runs.read_summary(ns, mark.run_id)
+    assert unfinished.status == runs.MARKED and recorded_before > 0
+    with pytest.raises(GCRunLocked, match=f"sweep of {mark.run_id} by .* pid"):
+        local_gc.run(sweep=mark.run_id)
+
+    swept = retry_while_locked(lambda: local_gc.run(sweep=mark.run_id))
 
     assert swept.status == runs.SWEPT and swept.error is None
     assert local_gc.data_objects() == {}
@@ -221,3 +258,14 @@ def test_a_sweep_that_failed_midway_finishes_when_run_again_with_its_mark_id(
         for address in ns.read_parquet(key, ["address"])[0].to_pylist()
     }
     assert recorded == garbage
+
+
+def retry_while_locked(run: Callable[[], runs.RunSummary]) -> runs.RunSummary:
+    """Run once the killed run's lease has expired (it lasts `KILLED_LEASE` seconds)."""
+    deadline = time.monotonic() + KILLED_LEASE * 4
+    while True:
+        try:
+            return run()
+        except GCRunLocked:
+            assert time.monotonic() < deadline, "the killed run's lease never expired"
+            time.sleep(0.5)
