@@ -57,9 +57,7 @@ def _slice_batch(ns: Namespace, name: str) -> pa.RecordBatch:
     """One slice as columns, built and checked in Arrow rather than object by object."""
     listing = ns.list_dir(f"{DATA_DIR}/{name}")
     prefix = f"{DATA_DIR}/{name}/"
-    files = pc.binary_join_element_wise(
-        pa.scalar(prefix), pa.array(listing.names, pa.string()), ""
-    )
+    files = pc.binary_join_element_wise(pa.scalar(prefix), pa.array(listing.names, pa.string()), "")
     folders = [prefix + d for d in listing.directories]
     addresses = pa.concat_arrays([files, pa.array(folders, pa.string())])
     mtimes = pc.divide(pa.array(listing.mtimes_ns, pa.int64()), 1000)
@@ -68,9 +66,7 @@ def _slice_batch(ns: Namespace, name: str) -> pa.RecordBatch:
         [
             addresses,
             pa.array(listing.sizes + [0] * len(folders), pa.int64()),
-            pa.concat_arrays(
-                [mtimes.cast(MTIME_TYPE), pa.nulls(len(folders), MTIME_TYPE)]
-            ),
+            pa.concat_arrays([mtimes.cast(MTIME_TYPE), pa.nulls(len(folders), MTIME_TYPE)]),
             pa.repeat(pa.scalar(name), count),
             pa.concat_arrays(
                 [
