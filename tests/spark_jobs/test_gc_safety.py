@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -18,6 +18,8 @@ import pyarrow as pa
 import pytest
 
 from branchwater.engine import GCRunLocked, InvalidAddress, InvalidArgument, NotFound
+from branchwater.engine.gc.runlock import GCRunLease
+from branchwater.engine.gc.tokens import utc_now
 from branchwater.engine.graveler import writes
 from branchwater.engine.graveler.model import Entry
 from branchwater.spark_jobs.gc import runs
@@ -27,7 +29,8 @@ from tests.helpers import GCLake
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 KILLED_FILES = 60
-KILLED_LEASE = 3
+KILLED_LEASE = 5
+LEASE = timedelta(seconds=KILLED_LEASE)
 KILL_TIMEOUT = 300
 
 
@@ -237,8 +240,10 @@ def test_a_sweep_killed_midway_finishes_when_run_again_with_its_mark_id(
     recorded_before = len(list(deleted_dir.glob("part-*")))
     unfinished = runs.read_summary(ns, mark.run_id)
     assert unfinished.status == runs.MARKED and recorded_before > 0
-    with pytest.raises(GCRunLocked, match=f"sweep of {mark.run_id} by .* pid"):
-        local_gc.run(sweep=mark.run_id)
+    lease = GCRunLease(local_gc.lake.graveler.kv, local_gc.repo.record, utc_now, LEASE)
+    held = lease.current()
+    assert held is not None and not held.released
+    assert held.holder.startswith(f"sweep of {mark.run_id} by ") and " pid " in held.holder
 
     swept = retry_while_locked(lambda: local_gc.run(sweep=mark.run_id))
 
