@@ -4,6 +4,7 @@ so a crashed run does not block the next forever, and naming its holder to whoev
 from __future__ import annotations
 
 import multiprocessing as mp
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -62,15 +63,21 @@ def test_of_processes_racing_for_the_lease_on_postgres_one_wins(
 
 
 @pytest.fixture
-def lake(tmp_path: Path) -> Lake:
-    return Lake.connect(f"sqlite:///{tmp_path}/lake.db")
+def lake(tmp_path: Path) -> Iterator[Lake]:
+    with Lake.connect(f"sqlite:///{tmp_path}/lake.db") as lake:
+        yield lake
+
+
+@pytest.fixture
+def clock(lake: Lake) -> FakeClock:
+    clock = FakeClock()
+    use_clock(lake, clock)
+    return clock
 
 
 def test_a_crashed_holders_lease_expires_and_cannot_then_undo_its_successor(
-    lake: Lake, tmp_path: Path
+    lake: Lake, clock: FakeClock, tmp_path: Path
 ) -> None:
-    clock = FakeClock()
-    use_clock(lake, clock)
     repo = lake.create_repository("sales", storage_namespace=f"file://{tmp_path}/ns")
     crashed = repo.lock_gc_run("dag gc_clean run 1", ttl=timedelta(minutes=1))
 
@@ -90,10 +97,8 @@ def test_a_crashed_holders_lease_expires_and_cannot_then_undo_its_successor(
 
 
 def test_renewing_keeps_the_lease_and_releasing_frees_it_at_once(
-    lake: Lake, tmp_path: Path
+    lake: Lake, clock: FakeClock, tmp_path: Path
 ) -> None:
-    clock = FakeClock()
-    use_clock(lake, clock)
     repo = lake.create_repository("sales", storage_namespace=f"file://{tmp_path}/ns")
     other = lake.create_repository("other", storage_namespace=f"file://{tmp_path}/other")
     lease = repo.lock_gc_run("first", ttl=timedelta(minutes=1))
