@@ -89,6 +89,37 @@ def test_a_commit_landing_between_prepare_and_the_committed_listing_is_kept(
     assert summary.volume("deleted").objects == len(garbage)
 
 
+HOLD_LEASE = """
+import sys
+from branchwater.engine import Lake
+with Lake.connect(sys.argv[1]) as lake:
+    lake.repository(sys.argv[2]).lock_gc_run("optimized run by Airflow DAG gc run 7")
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_a_run_while_another_process_holds_the_repository_fails_naming_it(
+    local_gc: GCLake,
+) -> None:
+    garbage = set(local_gc.put_garbage(2))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LEASE, local_gc.kv_url, local_gc.repo.name],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(GCRunLocked, match="holds repository 'sales': optimized run by Airf"):
+            local_gc.run()
+    finally:
+        holder.kill()
+        holder.wait(KILL_TIMEOUT)
+    assert set(local_gc.data_objects()) == garbage
+    assert not list(runs.summaries(Namespace.of(local_gc.repo.storage_namespace)))
+
+
 # Boundaries --------------------------------------------------------------------------------
 
 
