@@ -7,6 +7,7 @@ store, so handles are cheap and never stale. The names here are a contract (DESI
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from datetime import timedelta
 from itertools import islice
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from branchwater.engine.gc.inputs import (
     uncommitted_run,
 )
 from branchwater.engine.gc.prepare import PreparedRun, prepare_uncommitted_for_gc
+from branchwater.engine.gc.runlock import DEFAULT_LEASE, GCRunLease, acquire_run_lease
 from branchwater.engine.gc.settings import GCSettings
 from branchwater.engine.gc.tokens import PhysicalAddress
 from branchwater.engine.graveler import branches as branch_ops
@@ -271,6 +273,12 @@ class Repository:
         """Every commit's metarange and where the Parquet files are, for a GC job that reads
         committed addresses straight from storage."""
         return committed_layout(self._g, self.record)
+
+    def lock_gc_run(self, holder: str, ttl: timedelta = DEFAULT_LEASE) -> GCRunLease:
+        """Take the repository's GC run lease (`with` renews it meanwhile and releases it);
+        raises `GCRunLocked` naming the holder of a live one. A crashed holder's lease
+        expires after `ttl`."""
+        return acquire_run_lease(self._g.kv, self.record, self.lake.gc.clock, holder, ttl)
 
     def uncommitted_gc_run(self, run_id: str) -> UncommittedRun:
         """A finished `prepare_uncommitted_for_gc` run: its start, files and time limits."""

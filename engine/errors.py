@@ -118,3 +118,7 @@ class RunExpired(BranchwaterError):
 
 class GateFailed(BranchwaterError):
     """A GC run's quality gate refused its candidates: nothing is deleted."""
+
+
+class GCRunLocked(Conflict):
+    """Another GC run holds the repository's run lease; its holder is named in the message."""

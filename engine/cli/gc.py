@@ -124,7 +124,7 @@ def submit_command(args: argparse.Namespace, kv_url: str) -> list[str]:
     ]
     if args.dry_run:
         command.append("--dry-run")
-    for option in ("sweep", "min_age", "max_share"):
+    for option in ("sweep", "min_age", "max_share", "lock_ttl"):
         value = getattr(args, option)
         if value is not None:
             command += [f"--{option.replace('_', '-')}", str(value)]
@@ -255,6 +255,11 @@ def register(sub: Subparsers) -> None:
     )
     run.add_argument(
         "--max-share", type=float, metavar="FRACTION", help="most candidates a run may mark"
+    )
+    run.add_argument(
+        "--lock-ttl",
+        metavar="DURATION",
+        help="how long the repository's GC run lease outlives a crashed run (default 5m)",
     )
     run.add_argument("--master", default=DEFAULT_MASTER, metavar="URL", help="Spark master")
     run.add_argument(

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import getpass
+import os
 import re
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -41,7 +44,8 @@ class JobConfig:
     shorter one is an override the summary flags. `late_writes` None is the token expiry plus
     a slice's lifetime and a clock-skew margin. `partitions` None is twice Spark's default
     parallelism. `candidates_per_file` sizes the mark's files: a sweep task's unit of work
-    and of resumption.
+    and of resumption. `holder` names this run in the repository's GC run lease (None: who
+    and where, and the Airflow task when run from one); `lock_ttl` None is the engine's lease.
     """
 
     kv_url: str
@@ -56,6 +60,8 @@ class JobConfig:
     partitions: int | None = None
     candidates_per_file: int = CANDIDATES_PER_FILE
     s3_options: Mapping[str, str] = field(default_factory=dict)
+    holder: str | None = None
+    lock_ttl: timedelta | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -70,3 +76,24 @@ class JobConfig:
             raise InvalidArgument("--sweep deletes a saved mark; it takes no prepare run")
         if self.sweep is not None and self.dry_run:
             raise InvalidArgument("--sweep deletes a saved mark; it cannot be a dry run")
+        if self.lock_ttl is not None and self.lock_ttl <= timedelta(0):
+            raise InvalidArgument("the GC run lease must last a positive time")
+
+    def lease_holder(self) -> str:
+        """What another run is told holds the repository: this run, who started it, where."""
+        what = f"sweep of {self.sweep}" if self.sweep else f"{self.mode} run"
+        return f"{what} by {self.holder or _who()}"
+
+
+def _who() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    where = f"{user}@{socket.gethostname()} pid {os.getpid()}"
+    dag = os.environ.get("AIRFLOW_CTX_DAG_ID")
+    if dag:
+        run = os.environ.get("AIRFLOW_CTX_DAG_RUN_ID", "?")
+        task = os.environ.get("AIRFLOW_CTX_TASK_ID", "?")
+        return f"Airflow DAG {dag} run {run} task {task} ({where})"
+    return where

@@ -97,19 +97,8 @@ def _read_files(
     ns: Namespace, columns: list[str], batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
     for batch in batches:
-        for key in batch.column(0).to_pylist():
-            table = ns.read_parquet(key, columns)
-            yield from table.select(columns).to_batches()
-
-
-def write_parts(frame: DataFrame, ns: Namespace, prefix: str, partitions: int) -> list[str]:
-    """Write `frame` as Parquet files `<prefix>/part-NNNNN.parquet`, hashed by its first
-    column so a retried task writes the same rows again; returns the keys, sorted. Empty
-    partitions write nothing."""
-    first = frame.columns[0]
-    spread = frame.repartition(max(1, partitions), F.col(first))
-    written = spread.mapInArrow(partial(_write_partition, ns, prefix), WRITTEN_SCHEMA)
-    return sorted(row.key for row in written.collect())
+        for read in ns.read_parquet_files(batch.column(0).to_pylist(), columns):
+            yield read.select(columns)
 
 
 def _write_partition(

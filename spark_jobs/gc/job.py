@@ -27,6 +27,7 @@ from pyspark.sql import functions as F
 
 from branchwater.engine import (
     BranchwaterError,
+    GCRunLease,
     InvalidAddress,
     InvalidArgument,
     Lake,
@@ -46,7 +47,7 @@ from branchwater.spark_jobs.gc.config import (
     parse_duration,
 )
 from branchwater.spark_jobs.gc.events import emit
-from branchwater.spark_jobs.gc.frames import executor_errors, read_parquet, write_parts, write_sets
+from branchwater.spark_jobs.gc.frames import executor_errors, read_parquet, write_sets
 from branchwater.spark_jobs.gc.gate import GateLimits, max_candidates, run_gate
 from branchwater.spark_jobs.gc.layout import choose_slices
 from branchwater.spark_jobs.gc.listing import data_slices, list_objects
@@ -80,14 +81,23 @@ class GCJob:
         with Lake.connect(self.config.kv_url, s3_options=dict(self.config.s3_options)) as lake:
             repo = lake.repository(self.config.repository)
             ns = Namespace.of(repo.storage_namespace, self.config.s3_options)
-            if self.config.sweep is not None:
-                summary = self.sweep_mark(ns, self.config.sweep)
-            else:
-                summary = self.mark(repo, ns)
-                if summary.gate_success and not self.config.dry_run:
-                    summary = self.sweep_mark(ns, summary.run_id, summary)
+            with self._lease(repo) as lease:
+                self.events({"event": "notice", "message": f"GC run lease held: {lease.holder}"})
+                if self.config.sweep is not None:
+                    summary = self.sweep_mark(ns, self.config.sweep, lease=lease)
+                else:
+                    summary = self.mark(repo, ns)
+                    if summary.gate_success and not self.config.dry_run:
+                        summary = self.sweep_mark(ns, summary.run_id, summary, lease)
         self.events({"event": "summary", "summary": summary.to_json()})
         return summary
+
+    def _lease(self, repo: Repository) -> GCRunLease:
+        """One GC run per repository: raises `GCRunLocked` naming the run that holds it."""
+        holder = self.config.lease_holder()
+        if self.config.lock_ttl is None:
+            return repo.lock_gc_run(holder)
+        return repo.lock_gc_run(holder, self.config.lock_ttl)
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -210,15 +220,11 @@ class GCJob:
         )
         with self.phase("write"):
             summary.reclaimed_by_slice = _per_slice(candidates)
-            total = sum(v.objects for v in summary.reclaimed_by_slice)
-            summary.files = self._write_sets(
-                ns, prefix, combined, candidates, total, committed, window
-            )
+            total = summary.counts["candidates"].objects
+            summary.files = self._write_sets(ns, prefix, combined, total, committed, window)
         with self.phase("gate"):
             refs = [committed.addresses, uncommitted] + ([carry] if carry is not None else [])
-            frame = _gate_frame(candidates, refs, prepared.started_at).persist(
-                StorageLevel.MEMORY_AND_DISK
-            )
+            frame = _gate_frame(candidates, refs, prepared.started_at)
             considered = summary.counts["considered"].objects
             limits = GateLimits(
                 (prepared.started_at - window.cutoff).total_seconds(),
@@ -229,7 +235,7 @@ class GCJob:
         summary.gate_success = gate.success
         summary.status = runs.MARKED if gate.success else runs.GATE_FAILED
         self._save(ns, summary, gate.validations)
-        for cached in (frame, combined, candidates, uncommitted, committed.addresses):
+        for cached in (combined, candidates, uncommitted, committed.addresses):
             cached.unpersist()
 
     def _committed(
@@ -325,23 +331,30 @@ class GCJob:
         ns: Namespace,
         prefix: str,
         combined: DataFrame,
-        candidates: DataFrame,
         total: int,
         committed: CommittedInput,
         window: plan.Window,
     ) -> dict[str, list[str]]:
-        parts = max(1, math.ceil(total / self.config.candidates_per_file))
+        """The candidates and the next run's pending and carry sets in one pass over
+        `combined`: about `candidates_per_file` candidates a file (a sweep task's unit)."""
+        parts = max(1, math.ceil(total / self.config.candidates_per_file), self.partitions)
         state = f"{prefix}state"
-        files = {runs.CANDIDATES: write_parts(candidates, ns, f"{prefix}{runs.CANDIDATES}", parts)}
         kept = combined.select(
-            F.when(plan.pending(window.cutoff), "pending").when(plan.carry(), "carry").alias("set"),
+            F.when(plan.candidate(window.cutoff), runs.CANDIDATES)
+            .when(plan.pending(window.cutoff), "pending")
+            .when(plan.carry(), "carry")
+            .alias("set"),
             "address",
             "size",
             "mtime",
             "slice",
         ).filter(F.col("set").isNotNull())
-        sets = {name: f"{state}/{name}" for name in ("pending", "carry")}
-        files.update(write_sets(kept, ns, sets, self.partitions))
+        sets = {
+            runs.CANDIDATES: f"{prefix}{runs.CANDIDATES}",
+            "pending": f"{state}/pending",
+            "carry": f"{state}/carry",
+        }
+        files = write_sets(kept, ns, sets, parts)
         for name, ids in (("ranges", committed.range_ids), ("metaranges", committed.metarange_ids)):
             key = f"{state}/{name}/{runs.part_name(0)}"
             ns.write_parquet(key, pa.table({ID_COLUMNS[name]: pa.array(ids, pa.string())}))
@@ -358,11 +371,17 @@ class GCJob:
     # -- sweep ------------------------------------------------------------------------------
 
     def sweep_mark(
-        self, ns: Namespace, run_id: str, summary: RunSummary | None = None
+        self,
+        ns: Namespace,
+        run_id: str,
+        summary: RunSummary | None = None,
+        lease: GCRunLease | None = None,
     ) -> RunSummary:
         if summary is None:
             summary = runs.read_summary(ns, run_id)
         runs.check_sweepable(summary)
+        if lease is not None:
+            lease.check()
         try:
             with self.phase("sweep"):
                 recorded, per_slice = sweep(
@@ -392,13 +411,15 @@ def _time(text: str | None) -> datetime:
 
 
 def _per_slice(candidates: DataFrame) -> list[SliceVolume]:
+    """One row per slice, sorted here: a Spark sort would sample its input in a job of its
+    own first."""
     rows = (
         candidates.groupBy("slice")
         .agg(F.count("*").alias("objects"), F.sum("size").alias("bytes"))
-        .orderBy("slice")
         .collect()
     )
-    return [SliceVolume(r.slice, int(r.objects), int(r.bytes or 0)) for r in rows]
+    volumes = [SliceVolume(r.slice, int(r.objects), int(r.bytes or 0)) for r in rows]
+    return sorted(volumes, key=lambda v: v.slice)
 
 
 def _gate_frame(candidates: DataFrame, refs: list[DataFrame], start: datetime) -> DataFrame:
@@ -413,7 +434,7 @@ def _gate_frame(candidates: DataFrame, refs: list[DataFrame], start: datetime) -
     flags = hits.distinct().withColumn("referenced", F.lit(True))
     age = F.lit(start).cast("double") - F.col("mtime").cast("double")
     return (
-        candidates.join(flags, "address", "left")
+        candidates.join(F.broadcast(flags), "address", "left")
         .withColumn("referenced", F.coalesce(F.col("referenced"), F.lit(False)))
         .withColumn("age_seconds", age)
     )
@@ -455,6 +476,8 @@ def parse_args(argv: list[str]) -> JobConfig:
     parser.add_argument("--late-writes", type=parse_duration, metavar="DURATION")
     parser.add_argument("--partitions", type=int)
     parser.add_argument("--candidates-per-file", type=int, default=CANDIDATES_PER_FILE)
+    parser.add_argument("--holder", help="who runs this, as other runs are told")
+    parser.add_argument("--lock-ttl", type=parse_duration, metavar="DURATION")
     args = parser.parse_args(argv)
     return JobConfig(
         kv_url=args.kv or _environment_value(args.kv_env),
@@ -468,6 +491,8 @@ def parse_args(argv: list[str]) -> JobConfig:
         max_share=args.max_share,
         candidates_per_file=args.candidates_per_file,
         prepare_run=args.prepare_run,
+        holder=args.holder,
+        lock_ttl=args.lock_ttl,
     )
 
 

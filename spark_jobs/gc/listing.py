@@ -8,28 +8,28 @@ collected.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from functools import partial
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 
 from branchwater.spark_jobs.gc.frames import parallel_frame
 from branchwater.spark_jobs.gc.layout import ADDRESS_PATTERN, DATA_DIR
 from branchwater.spark_jobs.gc.storage import Namespace
 
+MTIME_TYPE = pa.timestamp("us", tz="UTC")
 LISTED_SCHEMA = pa.schema(
     [
         pa.field("address", pa.string()),
         pa.field("size", pa.int64()),
-        pa.field("mtime", pa.timestamp("us", tz="UTC")),
+        pa.field("mtime", MTIME_TYPE),
         pa.field("slice", pa.string()),
         pa.field("well_formed", pa.bool_()),
     ]
 )
 LISTED_DDL = "address string, size long, mtime timestamp, slice string, well_formed boolean"
-_ADDRESS = re.compile(ADDRESS_PATTERN)
 
 
 def data_slices(ns: Namespace) -> list[str]:
@@ -54,20 +54,25 @@ def _list_slices(ns: Namespace, batches: Iterator[pa.RecordBatch]) -> Iterator[p
 
 
 def _slice_batch(ns: Namespace, name: str) -> pa.RecordBatch:
+    """One slice as columns, built and checked in Arrow rather than object by object."""
     listing = ns.list_dir(f"{DATA_DIR}/{name}")
     prefix = f"{DATA_DIR}/{name}/"
-    addresses = [prefix + n for n in listing.names + listing.directories]
+    files = pc.binary_join_element_wise(pa.scalar(prefix), pa.array(listing.names, pa.string()), "")
+    folders = [prefix + d for d in listing.directories]
+    addresses = pa.concat_arrays([files, pa.array(folders, pa.string())])
+    mtimes = pc.divide(pa.array(listing.mtimes_ns, pa.int64()), 1000)
     count = len(addresses)
     return pa.record_batch(
         [
-            pa.array(addresses, pa.string()),
-            pa.array(listing.sizes + [0] * len(listing.directories), pa.int64()),
-            pa.array(listing.mtimes + [None] * len(listing.directories), LISTED_SCHEMA[2].type),
+            addresses,
+            pa.array(listing.sizes + [0] * len(folders), pa.int64()),
+            pa.concat_arrays([mtimes.cast(MTIME_TYPE), pa.nulls(len(folders), MTIME_TYPE)]),
             pa.repeat(pa.scalar(name), count),
-            pa.array(
-                [bool(_ADDRESS.match(a)) for a in addresses[: len(listing.names)]]
-                + [False] * len(listing.directories),
-                pa.bool_(),
+            pa.concat_arrays(
+                [
+                    pc.match_substring_regex(files, ADDRESS_PATTERN),
+                    pa.array([False] * len(folders), pa.bool_()),
+                ]
             ),
         ],
         schema=LISTED_SCHEMA,

@@ -195,6 +195,8 @@ def spark_session() -> Any:
 
 
 def run_gc(spark: Any, gen: Generated, **settings: Any) -> tuple[float, Any]:
+    """One run's seconds and summary; `summary.spark_jobs` is how many Spark jobs it ran
+    (a figure a busy machine does not change)."""
     from branchwater.spark_jobs.gc.config import JobConfig
     from branchwater.spark_jobs.gc.job import GCJob
 
@@ -202,9 +204,13 @@ def run_gc(spark: Any, gen: Generated, **settings: Any) -> tuple[float, Any]:
     settings.setdefault("max_share", 1.0)
     settings.setdefault("dry_run", True)
     config = JobConfig(gen.kv_url, gen.repo.name, **settings)
+    group = f"bench-{uuid.uuid4().hex}"
+    spark.sparkContext.setJobGroup(group, "bench_gc run")
     start = time.perf_counter()
     summary = GCJob(spark, config).run()
-    return time.perf_counter() - start, summary
+    seconds = time.perf_counter() - start
+    summary.spark_jobs = len(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
+    return seconds, summary
 
 
 def floor_seconds(spark: Any, gen: Generated) -> float:
@@ -317,7 +323,8 @@ def main(argv: list[str]) -> None:
         floor_s = floor_seconds(spark, gen)
         print(
             f"BENCH gc-clean ratio={clean_s / floor_s:.2f} clean_s={clean_s:.1f} "
-            f"floor_s={floor_s:.2f} objects={objects} phases={json.dumps(first.phases)}",
+            f"floor_s={floor_s:.2f} objects={objects} spark_jobs={first.spark_jobs} "
+            f"phases={json.dumps(first.phases)}",
             flush=True,
         )
         _, swept = run_gc(spark, gen, dry_run=False)
@@ -330,6 +337,7 @@ def main(argv: list[str]) -> None:
             f"BENCH gc-optimized ratio={optimized_s / clean_again_s:.2f} "
             f"optimized_s={optimized_s:.1f} clean_s={clean_again_s:.1f} "
             f"slices_read={optimized.slices['read']} ranges_read={optimized.ranges['ranges_read']} "
+            f"spark_jobs={optimized.spark_jobs} "
             f"phases={json.dumps(optimized.phases)}",
             flush=True,
         )

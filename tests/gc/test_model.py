@@ -22,42 +22,10 @@ import pytest
 from branchwater.engine import Lake, NoChanges
 from branchwater.engine.api import Branch, Repository
 from tests.fixtures.s3 import S3Server
+from tests.gc_model import BranchModel, settle
 from tests.helpers import compact, run_rows, unique_name
 
 PATHS = [f"t/{name}" for name in "abcdefghij"]
-
-
-@dataclass
-class BranchModel:
-    head: dict[str, str] = field(default_factory=dict)
-    staged: dict[str, str | None] = field(default_factory=dict)
-    compacted: dict[str, str] | None = None
-
-    def base(self) -> dict[str, str]:
-        return self.head if self.compacted is None else self.compacted
-
-    def view(self) -> dict[str, str]:
-        view = dict(self.base())
-        for path, address in self.staged.items():
-            if address is None:
-                view.pop(path, None)
-            else:
-                view[path] = address
-        return view
-
-    def uncommitted(self) -> set[str]:
-        found = {a for a in self.staged.values() if a is not None}
-        if self.compacted is not None:
-            found |= {a for p, a in self.compacted.items() if self.head.get(p) != a}
-        return found
-
-
-def settle(base: dict[str, str], view: dict[str, str], content: dict[str, str]) -> dict[str, str]:
-    """`view` applied on `base`: a path whose content is unchanged keeps `base`'s object."""
-    return {
-        path: base[path] if path in base and content[base[path]] == content[address] else address
-        for path, address in view.items()
-    }
 
 
 @dataclass

@@ -52,32 +52,34 @@ def test_a_clean_run_deletes_exactly_the_unreferenced_objects(
     assert saved.status == runs.SWEPT and saved.counts == summary.counts
     deleted = ns.read_parquet(summary.files["deleted"][0], ["address"]).column(0).to_pylist()
     assert set(deleted) <= garbage
+    check_report(gc, summary)
 
 
-def test_the_report_is_one_offline_page_with_the_summary_chart_and_gx_results(
-    local_gc: GCLake,
-) -> None:
-    history(local_gc)
-    summary = local_gc.run()
-
+def check_report(gc: GCLake, summary: runs.RunSummary) -> None:
+    """One offline page with the summary, the chart and GX's own results."""
     prefix = runs.run_prefix(summary.run_id)
-    page = local_gc.objects.get(prefix + runs.REPORT).decode()
+    page = gc.objects.get(prefix + runs.REPORT).decode()
     assert summary.report_uri.endswith(prefix + runs.REPORT)
     assert "<svg" in page and "reclaimed bytes per slice" in page
     assert "expect_column_values_to_be_unique" in page and "Minimum age overridden" in page
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
     assert "<script" not in page
-    validation = json.loads(local_gc.objects.get(prefix + runs.VALIDATION))
+    validation = json.loads(gc.objects.get(prefix + runs.VALIDATION))
     assert set(validation) == {"gc-candidates", "gc-prepare-output"}
     assert all(v["success"] for v in validation.values())
 
 
 def test_a_dry_run_marks_and_a_sweep_of_its_mark_deletes(local_gc: GCLake) -> None:
+    """An unswept mark is no base: an optimized run after it runs clean and says so."""
     keep, garbage = history(local_gc)
 
     mark = local_gc.run(dry_run=True)
     assert mark.status == runs.MARKED and mark.volume("candidates").objects == len(garbage)
     assert set(local_gc.data_objects()) == keep | garbage
+    fallback = local_gc.run(mode="optimized", dry_run=True)
+    assert fallback.mode == "clean" and fallback.requested_mode == "optimized"
+    assert fallback.fallback is not None and "clean run instead" in fallback.fallback
+    assert fallback.volume("candidates").objects == len(garbage)
 
     swept = local_gc.run(sweep=mark.run_id)
     assert swept.run_id == mark.run_id and swept.status == runs.SWEPT
@@ -99,19 +101,6 @@ def test_a_failed_gate_deletes_nothing_and_its_mark_cannot_be_swept(local_gc: GC
         local_gc.run(sweep=summary.run_id)
     with pytest.raises(NotFound, match="not a GC run id"):
         local_gc.run(sweep="no-such-run")
-
-
-def test_an_optimized_run_without_a_usable_base_runs_clean_and_says_so(
-    local_gc: GCLake,
-) -> None:
-    keep, _ = history(local_gc)
-    local_gc.run(dry_run=True)
-
-    summary = local_gc.run(mode="optimized")
-
-    assert summary.mode == "clean" and summary.requested_mode == "optimized"
-    assert summary.fallback is not None and "clean run instead" in summary.fallback
-    assert set(local_gc.data_objects()) == keep
 
 
 def test_an_optimized_run_reads_only_new_ranges_and_collects_new_garbage(

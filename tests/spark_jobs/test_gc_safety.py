@@ -3,7 +3,12 @@ accept a malformed address, delete after a failed gate; and a sweep killed midwa
 
 from __future__ import annotations
 
-import shutil
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -12,7 +17,9 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 import pytest
 
-from branchwater.engine import InvalidAddress, InvalidArgument, NotFound, Unavailable
+from branchwater.engine import GCRunLocked, InvalidAddress, InvalidArgument, NotFound
+from branchwater.engine.gc.runlock import GCRunLease
+from branchwater.engine.gc.tokens import utc_now
 from branchwater.engine.graveler import writes
 from branchwater.engine.graveler.model import Entry
 from branchwater.spark_jobs.gc import runs
@@ -20,6 +27,11 @@ from branchwater.spark_jobs.gc.storage import Namespace
 from tests.helpers import GCLake
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+KILLED_FILES = 60
+KILLED_LEASE = 5
+LEASE = timedelta(seconds=KILLED_LEASE)
+KILL_TIMEOUT = 300
 
 
 def stage_raw(gc: GCLake, path: str, address: str) -> None:
@@ -31,31 +43,24 @@ def stage_raw(gc: GCLake, path: str, address: str) -> None:
 # Races -------------------------------------------------------------------------------------
 
 
-def test_objects_younger_than_the_minimum_age_are_left_alone(local_gc: GCLake) -> None:
-    garbage = set(local_gc.put_garbage(3))
-
-    young = local_gc.run(min_age=timedelta(hours=1))
-
-    assert set(local_gc.data_objects()) == garbage
-    assert young.volume("candidates").objects == 0
-    assert young.volume("young").objects + young.slices["skipped_young"] >= 1
-    local_gc.run()
-    assert local_gc.data_objects() == {}
-
-
-def test_an_upload_waiting_for_its_link_survives_a_run_at_the_default_minimum_age(
+def test_young_objects_and_an_upload_waiting_for_its_link_survive_the_default_minimum_age(
     local_gc: GCLake,
 ) -> None:
+    garbage = set(local_gc.put_garbage(3))
     main = local_gc.repo.branch("main")
     physical = main.get_physical_address()
     local_gc.objects.put(physical.address, b"uploaded by spark")
 
-    summary = local_gc.run(min_age=None)
+    young = local_gc.run(min_age=None)
 
-    assert not summary.min_age_override
-    assert summary.min_age_seconds == local_gc.lake.gc.settings.default_min_age.total_seconds()
-    assert physical.address in local_gc.data_objects()
+    assert set(local_gc.data_objects()) == garbage | {physical.address}
+    assert not young.min_age_override
+    assert young.min_age_seconds == local_gc.lake.gc.settings.default_min_age.total_seconds()
+    assert young.volume("candidates").objects == 0
+    assert young.volume("young").objects + young.slices["skipped_young"] >= 1
     main.link_physical_address("t/x", physical.token, size=17, checksum="c")
+    local_gc.run()
+    assert set(local_gc.data_objects()) == {physical.address}
     assert main.read("t/x") == b"uploaded by spark"
 
 
@@ -82,6 +87,37 @@ def test_a_commit_landing_between_prepare_and_the_committed_listing_is_kept(
     assert physical.address not in marked
     assert set(local_gc.data_objects()) == {physical.address}
     assert summary.volume("deleted").objects == len(garbage)
+
+
+HOLD_LEASE = """
+import sys
+from branchwater.engine import Lake
+with Lake.connect(sys.argv[1]) as lake:
+    lake.repository(sys.argv[2]).lock_gc_run("optimized run by Airflow DAG gc run 7")
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_a_run_while_another_process_holds_the_repository_fails_naming_it(
+    local_gc: GCLake,
+) -> None:
+    garbage = set(local_gc.put_garbage(2))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LEASE, local_gc.kv_url, local_gc.repo.name],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(GCRunLocked, match="holds repository 'sales': optimized run by Airf"):
+            local_gc.run()
+    finally:
+        holder.kill()
+        holder.wait(KILL_TIMEOUT)
+    assert set(local_gc.data_objects()) == garbage
+    assert not list(runs.summaries(Namespace.of(local_gc.repo.storage_namespace)))
 
 
 # Boundaries --------------------------------------------------------------------------------
@@ -124,22 +160,30 @@ def test_nothing_outside_the_data_objects_of_the_namespace_is_touched(
     assert summary.slices["ignored_folders"] == 1
 
 
-@pytest.mark.parametrize(
-    "address",
-    ["s3://another-bucket/data/x", "/etc/passwd", "data/../_branchwater/ranges", "tables/a"],
-)
-def test_a_malformed_address_in_the_inputs_is_refused_before_anything_is_deleted(
-    local_gc: GCLake, address: str
-) -> None:
-    garbage = set(local_gc.put_garbage(2))
-    stage_raw(local_gc, "t/foreign", address)
+MALFORMED = ["s3://another-bucket/data/x", "/etc/passwd", "data/../_branchwater/ranges", "tables/a"]
 
-    with pytest.raises(InvalidAddress, match="not data/<slice>/<object id>"):
+
+def test_malformed_addresses_in_the_inputs_are_refused_before_anything_is_deleted(
+    local_gc: GCLake,
+) -> None:
+    """Every malformed address is named (the refusal shows up to five), the run is saved as
+    failed, and its unfinished mark cannot be swept."""
+    garbage = set(local_gc.put_garbage(2))
+    for number, address in enumerate(MALFORMED):
+        stage_raw(local_gc, f"t/foreign-{number}", address)
+
+    with pytest.raises(InvalidAddress, match=r"4 address.*not data/<slice>/<object id>") as refused:
         local_gc.run()
 
+    for address in MALFORMED:
+        assert repr(address) in str(refused.value)
     assert garbage <= set(local_gc.data_objects())
-    [latest] = [s for s in runs.summaries(Namespace.of(local_gc.repo.storage_namespace))]
-    assert latest.status == runs.FAILED and "refuses" in (latest.error or "")
+    [failed] = runs.summaries(Namespace.of(local_gc.repo.storage_namespace))
+    assert failed.status == runs.FAILED and "refuses" in (failed.error or "")
+    with pytest.raises(InvalidArgument, match="did not finish marking"):
+        local_gc.run(sweep=failed.run_id)
+    with pytest.raises(NotFound, match="no summary"):
+        local_gc.run(sweep="000000000000-000000")
 
 
 def test_a_committed_malformed_address_is_refused_too(local_gc: GCLake) -> None:
@@ -152,8 +196,10 @@ def test_a_committed_malformed_address_is_refused_too(local_gc: GCLake) -> None:
     assert garbage <= set(local_gc.data_objects())
 
 
-@pytest.mark.parametrize("address", ["_branchwater/ranges/x", "../outside", "data/x/../../y"])
-def test_a_tampered_mark_is_refused_before_any_delete(local_gc: GCLake, address: str) -> None:
+TAMPERED = ["_branchwater/ranges/x", "../outside", "data/x/../../y"]
+
+
+def test_a_tampered_mark_is_refused_before_any_delete(local_gc: GCLake) -> None:
     garbage = set(local_gc.put_garbage(3))
     mark = local_gc.run(dry_run=True)
     ns = Namespace.of(local_gc.repo.storage_namespace)
@@ -161,56 +207,76 @@ def test_a_tampered_mark_is_refused_before_any_delete(local_gc: GCLake, address:
     table = ns.read_parquet(key)
     extra = pa.table(
         {
-            name: [address if name == "address" else table[name][0].as_py()]
+            name: TAMPERED if name == "address" else [table[name][0].as_py()] * len(TAMPERED)
             for name in table.schema.names
         },
         schema=table.schema,
     )
     ns.write_parquet(key, pa.concat_tables([table, extra]))
 
-    with pytest.raises(InvalidAddress, match=r"not data/<slice>/<object id>"):
+    with pytest.raises(InvalidAddress, match=r"3 address\(es\) that are not data/<slice>/"):
         local_gc.run(sweep=mark.run_id)
     assert set(local_gc.data_objects()) == garbage
-
-
-def test_an_unfinished_mark_cannot_be_swept(local_gc: GCLake) -> None:
-    stage_raw(local_gc, "t/foreign", "tables/a")
-    with pytest.raises(InvalidAddress):
-        local_gc.run()
-    [failed] = runs.summaries(Namespace.of(local_gc.repo.storage_namespace))
-
-    with pytest.raises(InvalidArgument, match="did not finish marking"):
-        local_gc.run(sweep=failed.run_id)
-    with pytest.raises(NotFound, match="no summary"):
-        local_gc.run(sweep="000000000000-000000")
 
 
 # Resuming ----------------------------------------------------------------------------------
 
 
-def test_a_sweep_that_failed_midway_finishes_when_run_again_with_its_mark_id(
-    local_gc: GCLake,
+def start_sweep(gc: GCLake, mark_id: str, scratch: Path) -> subprocess.Popen[bytes]:
+    """`branchwater gc run --sweep` in its own process group (the CLI, spark-submit, its JVM
+    and Python workers), one task at a time, with a lease that outlives it by seconds."""
+    command = [
+        *(sys.executable, "-m", "branchwater.engine.cli", "--kv", gc.kv_url),
+        *("gc", "run", gc.repo.name, "--sweep", mark_id, "--lock-ttl", f"{KILLED_LEASE}s"),
+        *("--master", "local[1]", "--conf", "spark.ui.enabled=false"),
+    ]
+    log = open(scratch / "sweep.log", "wb")  # noqa: SIM115 - the job writes it until killed
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+    return subprocess.Popen(
+        command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+    )
+
+
+def wait_for(condition: Callable[[], bool], what: str, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + KILL_TIMEOUT
+    while not condition():
+        assert process.poll() is None, f"the sweep ended before {what}"
+        assert time.monotonic() < deadline, f"no {what} within {KILL_TIMEOUT} s"
+        time.sleep(0.01)
+
+
+def test_a_sweep_killed_midway_finishes_when_run_again_with_its_mark_id(
+    local_gc: GCLake, tmp_path: Path
 ) -> None:
-    """One object of the mark turns into a folder, so deleting it fails its task (as a
-    killed executor would stop one): the other files are swept and recorded, the mark stays
-    unswept; once the folder is gone, the same mark id finishes the job."""
-    garbage = set(local_gc.put_garbage(12))
-    mark = local_gc.run(dry_run=True, candidates_per_file=2, partitions=6)
-    assert len(mark.files[runs.CANDIDATES]) > 2
-    stuck = sorted(garbage)[5]
-    root = Path(urlsplit(local_gc.repo.storage_namespace).path)
-    (root / stuck).unlink()
-    (root / stuck).mkdir()
-    (root / stuck / "inside").write_bytes(b"x")
-
-    with pytest.raises(Unavailable, match=r"[Ii]s a directory"):
-        local_gc.run(sweep=mark.run_id)
+    """kill -9 of the whole job (CLI, driver, workers) once its first candidates file is
+    swept: the mark stays unswept and its lease names the dead run until it expires; the
+    same mark id then finishes the job, skipping the files already recorded."""
+    garbage = set(local_gc.put_garbage(KILLED_FILES))
+    mark = local_gc.run(dry_run=True, candidates_per_file=1, partitions=KILLED_FILES)
+    assert len(mark.files[runs.CANDIDATES]) > KILLED_FILES // 3
     ns = Namespace.of(local_gc.repo.storage_namespace)
-    unfinished = runs.read_summary(ns, mark.run_id)
-    assert unfinished.status == runs.MARKED and "sweep unfinished" in (unfinished.error or "")
+    deleted_dir = (
+        Path(urlsplit(local_gc.repo.storage_namespace).path)
+        / runs.run_prefix(mark.run_id)
+        / runs.DELETED
+    )
 
-    shutil.rmtree(root / stuck)
-    swept = local_gc.run(sweep=mark.run_id)
+    job = start_sweep(local_gc, mark.run_id, tmp_path)
+    try:
+        wait_for(lambda: any(deleted_dir.glob("part-*")), "first swept file", job)
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait(KILL_TIMEOUT)
+    assert job.returncode == -signal.SIGKILL
+    recorded_before = len(list(deleted_dir.glob("part-*")))
+    unfinished = runs.read_summary(ns, mark.run_id)
+    assert unfinished.status == runs.MARKED and recorded_before > 0
+    lease = GCRunLease(local_gc.lake.graveler.kv, local_gc.repo.record, utc_now, LEASE)
+    held = lease.current()
+    assert held is not None and not held.released
+    assert held.holder.startswith(f"sweep of {mark.run_id} by ") and " pid " in held.holder
+
+    swept = retry_while_locked(lambda: local_gc.run(sweep=mark.run_id))
 
     assert swept.status == runs.SWEPT and swept.error is None
     assert local_gc.data_objects() == {}
@@ -221,3 +287,14 @@ def test_a_sweep_that_failed_midway_finishes_when_run_again_with_its_mark_id(
         for address in ns.read_parquet(key, ["address"])[0].to_pylist()
     }
     assert recorded == garbage
+
+
+def retry_while_locked(run: Callable[[], runs.RunSummary]) -> runs.RunSummary:
+    """Run once the killed run's lease has expired (it lasts `KILLED_LEASE` seconds)."""
+    deadline = time.monotonic() + KILLED_LEASE * 4
+    while True:
+        try:
+            return run()
+        except GCRunLocked:
+            assert time.monotonic() < deadline, "the killed run's lease never expired"
+            time.sleep(0.5)
