@@ -39,9 +39,7 @@ def with_tombstones(repo: Repository, branch: str, count: int) -> None:
 @pytest.mark.parametrize(
     "kv_url", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
 )
-def test_exactly_the_due_branches_are_compacted(
-    run_dag: RunDag, lake_conn: LakeConnection
-) -> None:
+def test_exactly_the_due_branches_are_compacted(run_dag: RunDag, lake_conn: LakeConnection) -> None:
     repos = [lake_conn.create_repository("cc-") for _ in range(2)]
     with_tombstones(repos[0], "many", 5)
     with_tombstones(repos[0], "few", 2)
