@@ -17,6 +17,7 @@ from branchwater.plugin.operators import (
     BranchwaterCompactOperator,
     BranchwaterCreateBranchOperator,
     BranchwaterDeleteBranchOperator,
+    BranchwaterGCMarkOperator,
     BranchwaterMergeOperator,
     BranchwaterPrepareUncommittedOperator,
     BranchwaterTagOperator,
@@ -456,6 +457,30 @@ def test_compaction_returns_what_it_did_and_a_clean_branch_is_a_no_op(
     output = capfd.readouterr().out
     assert f"branch 'gone' not found in repository '{repo.name}'" in output
     assert "unknown compaction threshold(s) max_tombs: use max_tombstones" in output
+
+
+def test_the_gc_job_refuses_a_master_that_would_show_the_kv_url_on_its_command_line(
+    run_dag: RunDag,
+    lake_conn: LakeConnection,
+    repo: Repository,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    set_connection(monkeypatch, "spark_yarn", "spark", host="yarn")
+    with DAG("bw_gc_on_yarn", schedule=None) as dag:
+        BranchwaterGCMarkOperator(
+            task_id="mark",
+            repository=repo.name,
+            prepare_run="18f2a9c3b7d1-a1b2c3",
+            conn_id="spark_yarn",
+        )
+
+    result = run_dag(dag)
+
+    assert result.states == {"mark": "failed"}
+    output = capfd.readouterr().out
+    assert "Spark master 'yarn': spark-submit would put the GC job's environment" in output
+    assert "Spark-Submit cmd" not in output
 
 
 @dataclass
