@@ -2,7 +2,8 @@
 
 The driver asks the branch for one physical address per partition; each Spark task writes
 its partition as one Parquet file straight to its address in the repository's storage
-namespace, and reports the file's size and MD5; the driver then links every file at
+namespace, and reports the file's size and SHA-256 (the engine's own checksum, so the same
+bytes uploaded and linked are one object); the driver then links every file at
 `<prefix>/part-NNNNN.parquet`. Data never passes through the driver, and executors need
 no access to the KV store: only to the object store.
 """
@@ -89,7 +90,7 @@ def _write_partition(
         {
             "partition": pa.array([partition], pa.int32()),
             "size": pa.array([len(data)], pa.int64()),
-            "checksum": [hashlib.md5(data, usedforsecurity=False).hexdigest()],
+            "checksum": [hashlib.sha256(data).hexdigest()],
         }
     )
 

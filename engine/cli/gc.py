@@ -82,9 +82,12 @@ def spark_submit(home: str | None) -> str:
     return on_path
 
 
-def submit_env(home: str | None) -> dict[str, str]:
-    """The job's environment: this interpreter for Spark's Python, its Spark distribution."""
-    env = dict(os.environ)
+def submit_env(home: str | None, kv_url: str) -> dict[str, str]:
+    """The job's environment: this interpreter for Spark's Python, its Spark distribution, and
+    the KV URL (`--kv-env`), whose password a command line would show to every user."""
+    from branchwater.spark_jobs.gc.config import KV_ENV
+
+    env = {**os.environ, KV_ENV: kv_url}
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if home:
@@ -99,8 +102,10 @@ def job_file() -> str:
     return spec.origin
 
 
-def submit_command(args: argparse.Namespace, kv_url: str) -> list[str]:
+def submit_command(args: argparse.Namespace) -> list[str]:
     """The `spark-submit` command line of one `gc run`."""
+    from branchwater.spark_jobs.gc.config import KV_ENV
+
     command = [
         spark_submit(spark_home()),
         "--master",
@@ -115,8 +120,8 @@ def submit_command(args: argparse.Namespace, kv_url: str) -> list[str]:
         "spark.ui.showConsoleProgress=false",
         *[part for conf in args.conf for part in ("--conf", conf)],
         job_file(),
-        "--kv",
-        kv_url,
+        "--kv-env",
+        KV_ENV,
         "--repo",
         args.repo,
         "--mode",
@@ -142,7 +147,7 @@ def cmd_gc_run(lake: Lake, args: argparse.Namespace, out: Output) -> None:
 
         check_sweepable(read_summary(Namespace.of(repo.storage_namespace), args.sweep))
     with tempfile.NamedTemporaryFile(prefix="branchwater-gc-", suffix=".log", delete=False) as log:
-        code, events = _submit(submit_command(args, kv_url(args.kv)), log, out)
+        code, events = _submit(submit_command(args), kv_url(args.kv), log, out)
     out.progress.done()
     summary_event = next((e for e in events if e["event"] == "summary"), None)
     if summary_event is not None:
@@ -156,12 +161,14 @@ def cmd_gc_run(lake: Lake, args: argparse.Namespace, out: Output) -> None:
     _raise_failure(events, code, log.name)
 
 
-def _submit(command: list[str], log: IO[bytes], out: Output) -> tuple[int, list[dict[str, Any]]]:
+def _submit(
+    command: list[str], kv_url: str, log: IO[bytes], out: Output
+) -> tuple[int, list[dict[str, Any]]]:
     """Run the job, its stderr (Spark's log) to `log`; returns its exit code and events."""
     from branchwater.spark_jobs.gc.events import parse
 
     events: list[dict[str, Any]] = []
-    env = submit_env(spark_home())
+    env = submit_env(spark_home(), kv_url)
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, env=env) as job:
         assert job.stdout is not None
         for line in job.stdout:

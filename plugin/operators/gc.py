@@ -31,6 +31,7 @@ from branchwater.engine import ConfigurationError, NotFound
 from branchwater.plugin.hooks import DEFAULT_CONN_ID, BranchwaterHook
 from branchwater.plugin.links import BranchwaterGCReportLink
 from branchwater.plugin.operators.base import BranchwaterOperator
+from branchwater.spark_jobs.gc.config import KV_ENV
 
 if TYPE_CHECKING:
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
@@ -41,8 +42,6 @@ if TYPE_CHECKING:
 
 PROGRESS_EVERY = 100_000
 """Entries between two progress lines in the task log."""
-KV_ENV = "BRANCHWATER_GC_KV_URL"
-"""The job's environment variable holding the KV URL (`--kv-env`)."""
 DEFAULT_MASTER = "local[*]"
 SPARK_CONN_ID = "spark_default"
 GATE_FAILED = "gate_failed"

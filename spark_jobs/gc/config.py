@@ -20,6 +20,9 @@ CANDIDATES_PER_FILE = 50_000
 SLICE_LIFETIME = timedelta(hours=1)
 """How long a writer keeps a slice current (the engine's default)."""
 CLOCK_SKEW = timedelta(minutes=5)
+KV_ENV = "BRANCHWATER_GC_KV_URL"
+"""Where launchers (`gc run`, the Airflow GC operators) put the KV URL for `--kv-env`: in the
+job's environment, its password is on no command line."""
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}

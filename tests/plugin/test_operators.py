@@ -14,8 +14,10 @@ from airflow.sdk import DAG, TaskGroup
 from branchwater.engine import MergeRaceLost, MergeResult, Repository
 from branchwater.plugin.operators import (
     BranchwaterCommitOperator,
+    BranchwaterCompactOperator,
     BranchwaterCreateBranchOperator,
     BranchwaterDeleteBranchOperator,
+    BranchwaterGCMarkOperator,
     BranchwaterMergeOperator,
     BranchwaterPrepareUncommittedOperator,
     BranchwaterTagOperator,
@@ -409,6 +411,77 @@ def test_gc_preparation_returns_where_its_run_is(
     assert prepared["location"].startswith(repo.storage_namespace)
     assert prepared["run_id"] in prepared["location"]
     assert result.rendered["prepare"]["repository"] == repo.name
+
+
+def test_compaction_returns_what_it_did_and_a_clean_branch_is_a_no_op(
+    run_dag: RunDag, lake_conn: LakeConnection, repo: Repository, capfd: pytest.CaptureFixture[str]
+) -> None:
+    etl = repo.create_branch("etl")
+    etl.upload("a.csv", b"a")
+    etl.commit("a")
+    etl.delete("a.csv")
+    etl.upload("b.csv", b"b")
+    repo.create_branch("clean")
+    names = {"repository": repo.name}
+    with DAG("bw_compact", schedule=None, params={"branch": "etl"}) as dag:
+        BranchwaterCompactOperator(task_id="compact", branch="{{ params.branch }}", **names)
+        BranchwaterCompactOperator(task_id="nothing_staged", branch="clean", **names)
+        BranchwaterCompactOperator(
+            task_id="not_due", branch="clean", if_needed=True, policy={"max_tombstones": 5}, **names
+        )
+        BranchwaterCompactOperator(task_id="gone", branch="gone", **names)
+        BranchwaterCompactOperator(task_id="gone_ok", branch="gone", missing_ok=True, **names)
+        BranchwaterCompactOperator(
+            task_id="bad_policy", branch="etl", policy={"max_tombs": 5}, **names
+        )
+
+    result = run_dag(dag)
+
+    assert result.states == {
+        "compact": "success",
+        "nothing_staged": "success",
+        "not_due": "success",
+        "gone": "failed",
+        "gone_ok": "skipped",
+        "bad_policy": "failed",
+    }
+    done = result.value("compact")
+    assert (done["outcome"], done["compacted"], done["branch"]) == ("compacted", True, "etl")
+    assert (done["entries_applied"], done["tombstones_removed"]) == (1, 1)
+    assert result.rendered["compact"]["branch"] == "etl"
+    assert etl.compaction_status().compacted
+    assert {c.path for c in etl.uncommitted()} == {"a.csv", "b.csv"}
+    assert [e.path for e in etl.list()] == ["b.csv", "base.csv"]
+    assert result.value("nothing_staged")["outcome"] == "nothing-staged"
+    assert result.value("nothing_staged")["compacted"] is False
+    assert result.value("not_due")["outcome"] == "not-due"
+    output = capfd.readouterr().out
+    assert f"branch 'gone' not found in repository '{repo.name}'" in output
+    assert "unknown compaction threshold(s) max_tombs: use max_tombstones" in output
+
+
+def test_the_gc_job_refuses_a_master_that_would_show_the_kv_url_on_its_command_line(
+    run_dag: RunDag,
+    lake_conn: LakeConnection,
+    repo: Repository,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    set_connection(monkeypatch, "spark_yarn", "spark", host="yarn")
+    with DAG("bw_gc_on_yarn", schedule=None) as dag:
+        BranchwaterGCMarkOperator(
+            task_id="mark",
+            repository=repo.name,
+            prepare_run="18f2a9c3b7d1-a1b2c3",
+            conn_id="spark_yarn",
+        )
+
+    result = run_dag(dag)
+
+    assert result.states == {"mark": "failed"}
+    output = capfd.readouterr().out
+    assert "Spark master 'yarn': spark-submit would put the GC job's environment" in output
+    assert "Spark-Submit cmd" not in output
 
 
 @dataclass

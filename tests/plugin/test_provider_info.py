@@ -44,6 +44,14 @@ def test_everything_the_provider_info_names_exists() -> None:
             import_module(module)
     for link in info["extra-links"]:
         import_string(link)
+    for family, name in [
+        ("operators", "BranchwaterCompactOperator"),
+        ("operators", "BranchwaterGCMarkOperator"),
+        ("sensors", "BranchwaterCompactionSensor"),
+        ("triggers", "BranchwaterCompactionTrigger"),
+    ]:
+        import_string(f"{info[family][0]['python-modules'][0]}.{name}")
+    assert info["extra-links"][1].endswith("BranchwaterGCReportLink")
     for connection in info["connection-types"]:
         assert import_string(connection["hook-class-name"]).conn_type == "branchwater"
 

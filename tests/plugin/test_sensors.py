@@ -1,20 +1,20 @@
-"""`BranchwaterCommitSensor` in poke, reschedule and deferrable modes, through `dag.test()`
-(which runs a deferred task's trigger in line), while another thread commits once the
-sensor waits."""
+"""`BranchwaterCommitSensor` and `BranchwaterCompactionSensor` in poke, reschedule and
+deferrable modes, through `dag.test()` (which runs a deferred task's trigger in line), while
+another thread changes the branch once the sensor waits."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from airflow.sdk import DAG, PokeReturnValue
 
 from branchwater.engine import Repository
-from branchwater.plugin.sensors import BranchwaterCommitSensor
+from branchwater.plugin.sensors import BranchwaterCommitSensor, BranchwaterCompactionSensor
 from tests.plugin.conftest import LakeConnection, RunDag
 
 if TYPE_CHECKING:
@@ -23,42 +23,60 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(120)]
 
 
-class SignallingSensor(BranchwaterCommitSensor):
-    """The sensor, telling the test when it has seen the branch's HEAD."""
+POKED = threading.Event()
+"""Set by the signalling sensors once they have looked at the branch."""
 
-    poked = threading.Event()
+
+class SignallingSensor(BranchwaterCommitSensor):
+    """The commit sensor, telling the test when it has seen the branch's HEAD."""
 
     def poke(self, context: Context) -> PokeReturnValue:
         result = super().poke(context)
-        self.poked.set()
+        POKED.set()
+        return result
+
+
+class SignallingCompactionSensor(BranchwaterCompactionSensor):
+    """The compaction sensor, telling the test when it has seen the branch's figures."""
+
+    def poke(self, context: Context) -> PokeReturnValue:
+        result = super().poke(context)
+        POKED.set()
         return result
 
 
 @contextmanager
-def commit_once_poked(repo: Repository) -> Iterator[list[str]]:
-    """Commit to `main` from another thread once the sensor has poked; yields (a list that
-    then holds) the new commit's id."""
-    made: list[str] = []
-    SignallingSensor.poked.clear()
+def once_poked(change: Callable[[], Any]) -> Iterator[list[Any]]:
+    """Call `change` from another thread once a sensor has poked; yields (a list that then
+    holds) what it returned."""
+    made: list[Any] = []
+    POKED.clear()
 
-    def commit() -> None:
-        if not SignallingSensor.poked.wait(timeout=90):
+    def later() -> None:
+        if not POKED.wait(timeout=90):
             return
         time.sleep(1.0)
-        main = repo.branch("main")
-        main.upload("later.csv", b"later")
-        made.append(main.commit("later").id)
+        made.append(change())
 
-    thread = threading.Thread(target=commit)
+    thread = threading.Thread(target=later)
     thread.start()
     try:
         yield made
     finally:
-        SignallingSensor.poked.set()
+        POKED.set()
         thread.join()
 
 
-@pytest.mark.parametrize(
+def commit_later(repo: Repository) -> Callable[[], str]:
+    def commit() -> str:
+        main = repo.branch("main")
+        main.upload("later.csv", b"later")
+        return main.commit("later").id
+
+    return commit
+
+
+MODES = pytest.mark.parametrize(
     "mode",
     [
         {"mode": "poke"},
@@ -67,6 +85,9 @@ def commit_once_poked(repo: Repository) -> Iterator[list[str]]:
     ],
     ids=lambda mode: str(next(iter(mode.values()))),
 )
+
+
+@MODES
 def test_the_sensor_returns_the_first_new_commit(
     run_dag: RunDag,
     lake_conn: LakeConnection,
@@ -85,7 +106,7 @@ def test_the_sensor_returns_the_first_new_commit(
             **mode,  # type: ignore[arg-type]
         )
 
-    with commit_once_poked(repo) as made:
+    with once_poked(commit_later(repo)) as made:
         result = run_dag(dag)
 
     assert result.state == "success", result.states
@@ -130,3 +151,76 @@ def test_an_unknown_branch_fails_the_sensor(
 
     assert result.states == {"wait": "failed"}
     assert f"branch 'nowhere' not found in repository '{repo.name}'" in capfd.readouterr().out
+
+
+@MODES
+def test_the_compaction_sensor_returns_the_figures_once_compaction_is_due(
+    run_dag: RunDag,
+    lake_conn: LakeConnection,
+    repo: Repository,
+    mode: dict[str, object],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    etl = repo.create_branch("etl")
+    for i in range(3):
+        etl.upload(f"{i}.csv", b"x")
+    etl.commit("three")
+    etl.delete("0.csv")
+
+    def delete_two_more() -> None:
+        etl.delete("1.csv")
+        etl.delete("2.csv")
+
+    with DAG(f"bw_compaction_sensor_{next(iter(mode.values()))}", schedule=None) as dag:
+        SignallingCompactionSensor(
+            task_id="due",
+            repository=repo.name,
+            branch="{{ params.branch }}",
+            policy={"max_tombstones": "{{ params.tombstones }}"},
+            poke_interval=0.5,
+            timeout=60,
+            params={"branch": "etl", "tombstones": 3},
+            **mode,  # type: ignore[arg-type]
+        )
+
+    with once_poked(delete_two_more):
+        result = run_dag(dag)
+
+    assert result.state == "success", result.states
+    figures = result.value("due")
+    assert (figures["due"], figures["staged_tombstones"]) == (True, 3)
+    assert figures["reasons"] == ["3 staged tombstones >= 3"]
+    assert result.rendered["due"]["branch"] == "etl"
+    assert result.rendered["due"]["policy"] == {"max_tombstones": "3"}
+    deferred = "[DAG TEST] running trigger in line" in caplog.text
+    assert deferred == bool(mode.get("deferrable"))
+
+
+def test_the_compaction_sensor_fails_or_skips_a_missing_branch_and_says_why(
+    run_dag: RunDag,
+    lake_conn: LakeConnection,
+    repo: Repository,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    names = {"repository": repo.name, "timeout": 0}
+    with DAG("bw_compaction_sensor_failures", schedule=None) as dag:
+        BranchwaterCompactionSensor(task_id="gone", branch="gone", **names)
+        BranchwaterCompactionSensor(task_id="gone_ok", branch="gone", missing_ok=True, **names)
+        BranchwaterCompactionSensor(
+            task_id="bad_policy", branch="main", policy={"max_tombstones": "many"}, **names
+        )
+        BranchwaterCompactionSensor(
+            task_id="not_due", branch="main", soft_fail=True, poke_interval=0, **names
+        )
+
+    result = run_dag(dag)
+
+    assert result.states == {
+        "gone": "failed",
+        "gone_ok": "skipped",
+        "bad_policy": "failed",
+        "not_due": "skipped",
+    }
+    output = capfd.readouterr().out
+    assert f"branch 'gone' not found in repository '{repo.name}'" in output
+    assert "compaction threshold max_tombstones must be a number, not 'many'" in output

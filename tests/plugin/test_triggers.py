@@ -13,7 +13,11 @@ from airflow.sdk._shared.module_loading import import_string
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from branchwater.engine import Repository
-from branchwater.plugin.triggers import BranchwaterCommitEventTrigger, BranchwaterCommitTrigger
+from branchwater.plugin.triggers import (
+    BranchwaterCommitEventTrigger,
+    BranchwaterCommitTrigger,
+    BranchwaterCompactionTrigger,
+)
 from tests.plugin.conftest import LakeConnection
 
 pytestmark = pytest.mark.timeout(60)
@@ -61,6 +65,20 @@ def test_triggers_serialize_to_their_class_path_and_arguments() -> None:
         },
     )
     round_trip(commit)
+    compaction = BranchwaterCompactionTrigger(
+        repository="sales", branch="etl", policy={"max_tombstones": 10}, poll_interval=2.0
+    )
+    assert compaction.serialize() == (
+        "branchwater.plugin.triggers.BranchwaterCompactionTrigger",
+        {
+            "repository": "sales",
+            "branch": "etl",
+            "policy": {"max_tombstones": 10},
+            "branchwater_conn_id": "branchwater_default",
+            "poll_interval": 2.0,
+        },
+    )
+    round_trip(compaction)
     event = BranchwaterCommitEventTrigger(repository="sales", branch="main", poll_interval=2.0)
     assert event.serialize()[0] == "branchwater.plugin.triggers.BranchwaterCommitEventTrigger"
     round_trip(event)
@@ -89,6 +107,29 @@ def test_the_commit_trigger_fires_once_the_head_moves(
     assert event.payload["status"] == "success"
 
 
+def test_the_compaction_trigger_fires_once_compaction_is_due(
+    lake_conn: LakeConnection, repo: Repository
+) -> None:
+    main = repo.branch("main")
+    trigger = round_trip(
+        BranchwaterCompactionTrigger(
+            repository=repo.name, branch="main", policy={"max_tombstones": 1}, poll_interval=0.1
+        )
+    )
+
+    async def scenario() -> list[TriggerEvent]:
+        waiting = asyncio.create_task(events(trigger, 1))
+        await asyncio.sleep(0.5)
+        assert not waiting.done()
+        await asyncio.to_thread(main.delete, "base.csv")
+        return await waiting
+
+    (event,) = asyncio.run(scenario())
+    assert event.payload["status"] == "success"
+    assert event.payload["compaction"]["due"] is True
+    assert event.payload["compaction"]["reasons"] == ["1 staged tombstones >= 1"]
+
+
 @pytest.mark.parametrize(
     ("repository", "conn_id", "message"),
     [
@@ -96,18 +137,24 @@ def test_the_commit_trigger_fires_once_the_head_moves(
         (None, "gone", "The conn_id `gone` isn't defined"),
     ],
 )
-def test_the_commit_trigger_reports_failures_as_events(
+@pytest.mark.parametrize("kind", ["commit", "compaction"])
+def test_the_branch_triggers_report_failures_as_events(
     lake_conn: LakeConnection,
     repo: Repository,
     repository: str | None,
     conn_id: str,
     message: str,
+    kind: str,
 ) -> None:
-    trigger = BranchwaterCommitTrigger(
-        repository=repository or repo.name,
-        branch="main",
-        since_commit="c0",
-        branchwater_conn_id=conn_id,
+    names: dict[str, Any] = {
+        "repository": repository or repo.name,
+        "branch": "main",
+        "branchwater_conn_id": conn_id,
+    }
+    trigger: BaseTrigger = (
+        BranchwaterCommitTrigger(since_commit="c0", **names)
+        if kind == "commit"
+        else BranchwaterCompactionTrigger(**names)
     )
     (event,) = asyncio.run(events(trigger, 1))
     assert event.payload["status"] == "error"

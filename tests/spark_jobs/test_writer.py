@@ -3,6 +3,7 @@ the branch handed out, then linked; on a local namespace and on S3."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -43,6 +44,7 @@ def write_and_read_back(spark: SparkSession, lake: Lake, namespace: str, **optio
         assert entry.metadata == {"job": "test"}
         assert entry.address.startswith("data/")
         assert branch.stat(entry.path).size == entry.size
+        assert entry.checksum == hashlib.sha256(branch.read(entry.path)).hexdigest()
     commit = branch.commit("load rows")
     assert len(list(repo.ref(commit.id).list(prefix="tables/rows/"))) == 3
 

@@ -1,0 +1,36 @@
+"""The job's command line: the KV URL from the environment (`--kv-env`) and a prepare run
+made beforehand (`--prepare-run`), as the Airflow GC DAGs call it."""
+
+from __future__ import annotations
+
+import pytest
+
+from branchwater.engine import InvalidArgument
+from branchwater.spark_jobs.gc.job import parse_args
+
+URL = "postgresql://gc:secret@db/lake"
+
+
+def test_the_kv_url_can_come_from_an_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LAKE_URL", URL)
+    config = parse_args(["--kv-env", "LAKE_URL", "--repo", "sales", "--prepare-run", "r1"])
+    assert (config.kv_url, config.repository, config.prepare_run) == (URL, "sales", "r1")
+    assert parse_args(["--kv", URL, "--repo", "sales"]).prepare_run is None
+
+
+def test_an_unset_variable_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LAKE_URL", raising=False)
+    with pytest.raises(InvalidArgument, match="the environment variable LAKE_URL is not set"):
+        parse_args(["--kv-env", "LAKE_URL", "--repo", "sales"])
+
+
+def test_one_source_of_the_kv_url_and_no_prepare_run_for_a_sweep(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LAKE_URL", URL)
+    with pytest.raises(SystemExit):
+        parse_args(["--kv", URL, "--kv-env", "LAKE_URL", "--repo", "sales"])
+    with pytest.raises(SystemExit):
+        parse_args(["--repo", "sales"])
+    with pytest.raises(InvalidArgument, match="takes no prepare run"):
+        parse_args(["--kv", URL, "--repo", "s", "--sweep", "r1", "--prepare-run", "r1"])
