@@ -180,6 +180,8 @@ class Service:
     ports: tuple[int, ...] = ()
     volumes: tuple[Volume, ...] = ()
     depends_on: tuple[str, ...] = ()
+    image_entrypoint: tuple[str, ...] = ()
+    """Replaces the image's entrypoint in compose when it would not run `image_program`."""
 
 
 def postgres_url(config: StackConfig, place: Placement, secrets: Secrets, database: str) -> str:
@@ -333,6 +335,7 @@ def services(config: StackConfig, place: Placement, secrets: Secrets) -> list[Se
         image=SEAWEEDFS_IMAGE,
         program="weed",
         image_program="weed",
+        image_entrypoint=("/usr/bin/env",),
         args=weed_args(ports, place),
         environment=WEED_ENV,
         ports=(ports.s3,),
@@ -360,6 +363,7 @@ def services(config: StackConfig, place: Placement, secrets: Secrets) -> list[Se
         image=BRANCHWATER_IMAGE,
         program="spark-class",
         image_program="spark-class",
+        image_entrypoint=("/usr/bin/dumb-init", "--"),
         args=(
             f"{spark_class}.worker.Worker",
             spark_master_url(config, place),

@@ -237,22 +237,22 @@ def _start_services(handle: StackHandle, progress: Callable[[str], None]) -> Non
     airflow_home = Path(place.paths["airflow_home"])
     (airflow_home / "passwords.json").write_text(json.dumps(passwords_file(handle.config)))
 
-    progress("starting SeaweedFS (S3)")
+    progress("starting SeaweedFS (S3) and Spark")
     weed = by_name.pop("seaweedfs")
+    weed_log = handle.logs / f"{weed.name}.log"
     handle.pids[weed.name] = seaweedfs.start(
         Path(program(weed.program)),
         handle.s3,
         handle.config.ports,
         place,
         env=env,
-        log_path=handle.logs / f"{weed.name}.log",
+        log_path=weed_log,
     )
     handle.save()
+    for name in ("spark-master", "spark-worker"):
+        _spawn(handle, by_name.pop(name), env)
     seaweedfs.wait_ready(
-        handle.s3,
-        lambda: processes.alive(handle.pids[weed.name]),
-        handle.logs / f"{weed.name}.log",
-        READY_TIMEOUT,
+        handle.s3, lambda: processes.alive(handle.pids[weed.name]), weed_log, READY_TIMEOUT
     )
     for step in INIT_STEPS:
         progress(f"running {' '.join(step)}")

@@ -23,10 +23,12 @@ pytestmark = [
     pytest.mark.s3,
     pytest.mark.spark,
     pytest.mark.airflow,
+    pytest.mark.timeout(1800),
 ]
 
 PARSE_TIMEOUT = 120.0
-RUN_TIMEOUT = 300.0
+RUN_TIMEOUT = 900.0
+"""A safety net for a stuck run, far above what a run takes (about a minute on an idle machine)."""
 ROWS = 40
 
 
