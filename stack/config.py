@@ -258,10 +258,23 @@ def airflow_environment(config: StackConfig, place: Placement, secrets: Secrets)
     return env
 
 
+SPARK_DEFAULTS = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",
+}
+"""`spark-defaults.conf` of every driver the stack starts: no application UI (nothing listens
+beyond the stack's ports, and task logs carry no progress bars), few shuffle partitions."""
+
+
+def spark_defaults_file() -> str:
+    return "".join(f"{key} {value}\n" for key, value in SPARK_DEFAULTS.items())
+
+
 def spark_environment(place: Placement) -> dict[str, str]:
     """Executors run the stack's Python (Branchwater's writers run on them); natively every
     Spark process binds to loopback."""
-    env = {"PYSPARK_PYTHON": place.python}
+    env = {"PYSPARK_PYTHON": place.python, "SPARK_CONF_DIR": place.paths["spark_conf"]}
     if place.spark_local_ip:
         env["SPARK_LOCAL_IP"] = place.spark_local_ip
     return env
@@ -441,6 +454,7 @@ DOCKER = Placement(
         "seaweedfs": "/data",
         "seaweedfs_config": "/etc/seaweedfs",
         "spark_work": "/opt/spark-work",
+        "spark_conf": "/opt/spark-conf",
     },
     python="python",
     public_host="localhost",
@@ -459,6 +473,7 @@ def native(state_dir: Path, python: str) -> Placement:
             "seaweedfs": str(state_dir / "seaweedfs"),
             "seaweedfs_config": str(state_dir / "seaweedfs"),
             "spark_work": str(state_dir / "spark-work"),
+            "spark_conf": str(state_dir / "spark-conf"),
         },
         python=python,
         public_host=LOOPBACK,

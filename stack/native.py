@@ -39,6 +39,7 @@ from branchwater.stack.config import (
     postgres_url,
     s3_endpoint,
     services,
+    spark_defaults_file,
     spark_master_url,
 )
 from branchwater.stack.seaweedfs import S3Server
@@ -170,7 +171,7 @@ def start(
         stop(running)
     _check_ports_free(config.ports)
     handle = StackHandle(uuid.uuid4().hex, state_dir, config, load_secrets(state_dir))
-    for folder in ("logs", "airflow", "seaweedfs", "spark-work"):
+    for folder in ("logs", "airflow", "seaweedfs", "spark-work", "spark-conf"):
         (state_dir / folder).mkdir(parents=True, exist_ok=True)
     handle.save()
     try:
@@ -236,6 +237,7 @@ def _start_services(handle: StackHandle, progress: Callable[[str], None]) -> Non
     by_name = {s.name: s for s in services(handle.config, place, handle.secrets)}
     airflow_home = Path(place.paths["airflow_home"])
     (airflow_home / "passwords.json").write_text(json.dumps(passwords_file(handle.config)))
+    (Path(place.paths["spark_conf"]) / "spark-defaults.conf").write_text(spark_defaults_file())
 
     progress("starting SeaweedFS (S3) and Spark")
     weed = by_name.pop("seaweedfs")

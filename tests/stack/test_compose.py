@@ -18,6 +18,7 @@ import yaml
 
 from branchwater.stack.config import (
     AIRFLOW_IMAGE,
+    AIRFLOW_SERVICES,
     BRANCHWATER_IMAGE,
     CONN_IDS,
     DOCKER,
@@ -34,6 +35,7 @@ from branchwater.stack.config import (
     identity_config,
     passwords_file,
     services,
+    spark_defaults_file,
 )
 
 DOCKER_DIR = Path(__file__).resolve().parents[2] / "docker"
@@ -112,14 +114,25 @@ def test_mounted_configs_are_the_native_files(compose: dict[str, Any]) -> None:
     identities = json.loads(configs["seaweedfs-identities"]["content"])
     assert identities == identity_config(SECRETS.s3_access_key, SECRETS.s3_secret_key)
     assert json.loads(configs["airflow-passwords"]["content"]) == passwords_file(CONFIG)
-    mounts = {name: service.get("configs", []) for name, service in compose["services"].items()}
-    assert mounts["seaweedfs"] == [
-        {"source": "seaweedfs-identities", "target": f"{DOCKER.paths['seaweedfs_config']}/s3.json"}
-    ]
-    passwords = airflow_environment(CONFIG, DOCKER, SECRETS)[
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"
-    ]
-    assert mounts["airflow-api-server"] == [{"source": "airflow-passwords", "target": passwords}]
+    assert configs["spark-defaults"]["content"] == spark_defaults_file()
+    env = airflow_environment(CONFIG, DOCKER, SECRETS)
+    identities_file = {
+        "source": "seaweedfs-identities",
+        "target": f"{DOCKER.paths['seaweedfs_config']}/s3.json",
+    }
+    passwords = {
+        "source": "airflow-passwords",
+        "target": env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"],
+    }
+    spark = {"source": "spark-defaults", "target": f"{env['SPARK_CONF_DIR']}/spark-defaults.conf"}
+    expected = {
+        "seaweedfs": [identities_file],
+        "spark-master": [spark],
+        "spark-worker": [spark],
+        **{name: [passwords, spark] for name in AIRFLOW_SERVICES},
+    }
+    for name, service in compose["services"].items():
+        assert service.get("configs", []) == expected.get(name, []), name
 
 
 def test_every_named_volume_is_declared(compose: dict[str, Any]) -> None:

@@ -8,6 +8,8 @@ landed in the lake. The fixture asserts at the end that no process of the stack 
 from __future__ import annotations
 
 import io
+import json
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -28,8 +30,11 @@ pytestmark = [
 
 PARSE_TIMEOUT = 120.0
 RUN_TIMEOUT = 900.0
-"""A safety net for a stuck run, far above what a run takes (about a minute on an idle machine)."""
+"""A safety net for a stuck run, far above what a run takes."""
+REPOSITORY = "stack-etl"
+PARTITIONS = ["north", "south"]
 ROWS = 40
+DAGS = Path(__file__).resolve().parents[2] / "dags"
 
 
 def run_dag(stack: StackHandle, dag_id: str, conf: dict[str, object]) -> None:
@@ -45,29 +50,53 @@ def run_dag(stack: StackHandle, dag_id: str, conf: dict[str, object]) -> None:
     )
 
 
-def test_example_etl_lands_every_partition_on_main(stack: StackHandle) -> None:
-    partitions = ["north", "south"]
-    run_dag(
-        stack,
-        "branchwater_example_etl",
-        {
-            "repository": "stack-etl",
-            "partitions": partitions,
-            "rows": ROWS,
-            "spark_master": stack.spark_master_url,
-        },
-    )
+@pytest.fixture(scope="module")
+def etl_repository(stack: StackHandle) -> str:
+    """The example ETL run once on the stack's Spark cluster; the repository it loaded."""
+    conf = {
+        "repository": REPOSITORY,
+        "partitions": PARTITIONS,
+        "rows": ROWS,
+        "spark_master": stack.spark_master_url,
+    }
+    run_dag(stack, "branchwater_example_etl", conf)
+    return REPOSITORY
+
+
+def test_example_etl_lands_every_partition_on_main(stack: StackHandle, etl_repository: str) -> None:
     with Lake.connect(stack.kv_url, s3_options=stack.s3.options) as lake:
-        repo = lake.repository("stack-etl")
-        assert repo.storage_namespace == f"{stack.config.default_namespace}/stack-etl"
+        repo = lake.repository(etl_repository)
+        assert repo.storage_namespace == f"{stack.config.default_namespace}/{etl_repository}"
         main = repo.branch("main")
-        for partition in partitions:
+        for partition in PARTITIONS:
             entries = list(main.list(prefix=f"sales/partition={partition}/"))
             assert entries, f"nothing of {partition} on main"
             rows = sum(pq.read_table(io.BytesIO(main.read(e.path))).num_rows for e in entries)
             assert rows == ROWS
         assert [b.name for b in repo.branches()] == ["main"]
-    listed = stack.s3.client().list_objects_v2(
-        Bucket=stack.config.bucket, Prefix="lakes/stack-etl/"
+    prefix = f"{stack.config.namespace_prefix}/{etl_repository}/data/"
+    listed = stack.s3.client().list_objects_v2(Bucket=stack.config.bucket, Prefix=prefix)
+    assert listed["KeyCount"] >= len(PARTITIONS)
+
+
+def test_gc_clean_saves_its_report_in_the_lake(stack: StackHandle, etl_repository: str) -> None:
+    if not any("branchwater_gc_clean" in path.read_text() for path in DAGS.glob("*.py")):
+        pytest.skip("branchwater_gc_clean is not in dags/ yet (it comes with the provider work)")
+    run_dag(stack, "branchwater_gc_clean", {"repository": etl_repository, "dry_run": False})
+    client = stack.s3.client()
+    prefix = f"{stack.config.namespace_prefix}/{etl_repository}/_branchwater/retention/gc/"
+    keys = [
+        item["Key"]
+        for page in client.get_paginator("list_objects_v2").paginate(
+            Bucket=stack.config.bucket, Prefix=prefix
+        )
+        for item in page.get("Contents", [])
+    ]
+    summaries = [key for key in keys if key.endswith("/summary.json")]
+    assert summaries, f"no GC summary under {prefix}: {keys}"
+    assert any(key.endswith("/report.html") for key in keys)
+    summary = json.loads(
+        client.get_object(Bucket=stack.config.bucket, Key=summaries[0])["Body"].read()
     )
-    assert listed["KeyCount"] > 0
+    assert summary["repository"] == etl_repository
+    assert (summary["mode"], summary["status"], summary["gate_success"]) == ("clean", "swept", True)
