@@ -1,7 +1,7 @@
 """`make stack` on this machine: every service of `config.services()` as a native process.
 
 `start(config)` brings the stack up on loopback and returns a `StackHandle` (the URLs, the
-admin login, the pids); `stop(handle)` stops every process it started, by pid. The handle
+admin login, the processes); `stop(handle)` stops every process it started, by pid. The handle
 is saved in the state folder too, so `stop_state_dir()` (`make stack-down`) works from
 another process. Secrets are drawn once per state folder and kept there, so a restarted
 stack can still read what it encrypted before.
@@ -66,7 +66,7 @@ class StackHandle:
     state_dir: Path
     config: StackConfig
     secrets: Secrets = field(repr=False)
-    pids: dict[str, int] = field(default_factory=dict)
+    processes: dict[str, processes.Process] = field(default_factory=dict)
 
     @property
     def place(self) -> Placement:
@@ -106,6 +106,11 @@ class StackHandle:
     def logs(self) -> Path:
         return self.state_dir / "logs"
 
+    @property
+    def run_dir(self) -> Path:
+        """The working directory of every process of the stack (and nothing else)."""
+        return self.state_dir / "run"
+
     def summary(self) -> str:
         user, password = self.admin
         return "\n".join(
@@ -123,7 +128,7 @@ class StackHandle:
         record = {
             "stack_id": self.stack_id,
             "config": asdict(self.config),
-            "pids": self.pids,
+            "processes": {name: [p.pid, p.started] for name, p in self.processes.items()},
         }
         (self.state_dir / HANDLE_FILE).write_text(json.dumps(record, indent=2) + "\n")
 
@@ -135,9 +140,8 @@ class StackHandle:
             return None
         raw = record["config"]
         config = StackConfig(**{**raw, "ports": Ports(**raw["ports"])})
-        return cls(
-            record["stack_id"], state_dir, config, load_secrets(state_dir), dict(record["pids"])
-        )
+        started = {name: processes.Process(*p) for name, p in record["processes"].items()}
+        return cls(record["stack_id"], state_dir, config, load_secrets(state_dir), started)
 
 
 def load_secrets(state_dir: Path) -> Secrets:
@@ -163,7 +167,7 @@ def start(
     config = config or StackConfig()
     running = StackHandle.load(state_dir)
     if running is not None:
-        if any(processes.alive(pid) for pid in running.pids.values()):
+        if any(processes.running(p) for p in running.processes.values()):
             raise StackError(
                 f"a stack already runs from {state_dir} ({running.airflow_url}): "
                 "`make stack-down` stops it"
@@ -171,7 +175,7 @@ def start(
         stop(running)
     _check_ports_free(config.ports)
     handle = StackHandle(uuid.uuid4().hex, state_dir, config, load_secrets(state_dir))
-    for folder in ("logs", "airflow", "seaweedfs", "spark-work", "spark-conf"):
+    for folder in ("logs", "run", "airflow", "seaweedfs", "spark-work", "spark-conf"):
         (state_dir / folder).mkdir(parents=True, exist_ok=True)
     handle.save()
     try:
@@ -184,12 +188,12 @@ def start(
 
 def stop(handle: StackHandle) -> list[int]:
     """Stop every process the stack started, newest first, then any process still carrying
-    its marker (a task that left its group); returns the pids that were still running."""
-    stopped = [pid for pid in handle.pids.values() if processes.alive(pid)]
-    for name, pid in reversed(list(handle.pids.items())):
-        grace = 0.0 if name == "seaweedfs" else processes.STOP_GRACE
-        processes.stop(pid, handle.stack_id, grace=grace)
-    for pid in processes.marked_processes(handle.stack_id):
+    its marker or works in its run folder (a task that left its group); returns the pids that
+    were still running."""
+    stopped = [p.pid for p in handle.processes.values() if processes.running(p)]
+    for name, process in reversed(list(handle.processes.items())):
+        processes.stop(process, grace=0.0 if name == "seaweedfs" else processes.STOP_GRACE)
+    for pid in processes.stack_processes(handle.stack_id, handle.run_dir):
         stopped.append(pid)
         processes.kill(pid)
     seaweedfs.remove_sockets(handle.config.ports)
@@ -242,23 +246,24 @@ def _start_services(handle: StackHandle, progress: Callable[[str], None]) -> Non
     progress("starting SeaweedFS (S3) and Spark")
     weed = by_name.pop("seaweedfs")
     weed_log = handle.logs / f"{weed.name}.log"
-    handle.pids[weed.name] = seaweedfs.start(
+    handle.processes[weed.name] = seaweedfs.start(
         Path(program(weed.program)),
         handle.s3,
         handle.config.ports,
         place,
         env=env,
         log_path=weed_log,
+        cwd=handle.run_dir,
     )
     handle.save()
     for name in ("spark-master", "spark-worker"):
         _spawn(handle, by_name.pop(name), env)
     seaweedfs.wait_ready(
-        handle.s3, lambda: processes.alive(handle.pids[weed.name]), weed_log, READY_TIMEOUT
+        handle.s3, lambda: processes.running(handle.processes[weed.name]), weed_log, READY_TIMEOUT
     )
     for step in INIT_STEPS:
         progress(f"running {' '.join(step)}")
-        _run_step(step, env, handle.logs / "init.log", airflow_home)
+        _run_step(step, env, handle.logs / "init.log", handle.run_dir)
     for service in by_name.values():
         progress(f"starting {service.name}")
         _spawn(handle, service, env)
@@ -268,11 +273,11 @@ def _start_services(handle: StackHandle, progress: Callable[[str], None]) -> Non
 
 
 def _spawn(handle: StackHandle, service: Service, env: dict[str, str]) -> None:
-    handle.pids[service.name] = processes.spawn(
+    handle.processes[service.name] = processes.spawn(
         [program(service.program), *service.args],
         env={**env, **service.environment},
         log_path=handle.logs / f"{service.name}.log",
-        cwd=handle.state_dir,
+        cwd=handle.run_dir,
     )
     handle.save()
 
@@ -297,7 +302,7 @@ def _run_step(step: tuple[str, ...], env: dict[str, str], log: Path, cwd: Path) 
 def _wait(condition: Callable[[], bool], what: str, handle: StackHandle) -> None:
     deadline = time.monotonic() + READY_TIMEOUT
     while not condition():
-        dead = [name for name, pid in handle.pids.items() if not processes.alive(pid)]
+        dead = [name for name, p in handle.processes.items() if not processes.running(p)]
         if dead:
             log = handle.logs / f"{dead[0]}.log"
             raise StackError(f"{', '.join(dead)} exited; last lines of {log}:\n{_tail(log)}")

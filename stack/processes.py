@@ -2,9 +2,11 @@
 
 Every process is started in a new session, so its pid is also its process group id and
 stopping the group stops whatever it forked (Airflow's task processes, Spark's executors).
-Each carries a marker variable in its environment that its children inherit; a stop checks
-the marker before signalling a pid from a file, so a pid the system reused for another
-program is never touched, and `marked_processes` finds any descendant that left the group.
+A started process is recorded with its kernel start time: a pid read back from a file is
+signalled only while that pid still names the same process, never one the system reused.
+Processes that left the group are found by what they inherit: the stack's marker variable,
+or a working directory inside the stack's own run folder (Airflow's servers rewrite their
+environment's memory for their process titles, so the marker alone would miss them).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 MARKER = "BRANCHWATER_STACK_ID"
@@ -23,17 +26,19 @@ STOP_GRACE = 20.0
 """Seconds a process group gets to exit on SIGTERM before it is killed."""
 
 
-def spawn(
-    argv: Sequence[str],
-    *,
-    env: Mapping[str, str],
-    log_path: Path,
-    cwd: Path,
-) -> int:
-    """Start `argv` detached in its own session, output to `log_path`; returns its pid."""
+@dataclass(frozen=True)
+class Process:
+    """A process we started: its pid and its start time in clock ticks since boot."""
+
+    pid: int
+    started: int
+
+
+def spawn(argv: Sequence[str], *, env: Mapping[str, str], log_path: Path, cwd: Path) -> Process:
+    """Start `argv` detached in its own session, output appended to `log_path`."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
-        process = subprocess.Popen(
+        child = subprocess.Popen(
             list(argv),
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -42,7 +47,20 @@ def spawn(
             env=dict(env),
             start_new_session=True,
         )
-    return process.pid
+    return Process(child.pid, start_time(child.pid) or 0)
+
+
+def _stat(pid: int) -> list[str]:
+    """The fields of /proc/<pid>/stat after the command name; [] when the pid is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
+def start_time(pid: int) -> int | None:
+    fields = _stat(pid)
+    return int(fields[19]) if len(fields) > 19 else None
 
 
 def alive(pid: int) -> bool:
@@ -51,50 +69,52 @@ def alive(pid: int) -> bool:
         done, _ = os.waitpid(pid, os.WNOHANG)
         if done:
             return False
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
+    fields = _stat(pid)
+    return bool(fields) and fields[0] not in ("Z", "X")
 
 
-def stack_of(pid: int) -> str | None:
-    """The marker in `pid`'s environment: the stack it belongs to, if any."""
-    try:
-        environ = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return None
-    prefix = f"{MARKER}=".encode()
-    for item in environ.split(b"\0"):
-        if item.startswith(prefix):
-            return item[len(prefix) :].decode(errors="replace")
-    return None
+def running(process: Process) -> bool:
+    """Whether `process` still runs under its pid (not another program that reused it)."""
+    return alive(process.pid) and start_time(process.pid) == process.started
 
 
-def marked_processes(stack_id: str) -> list[int]:
-    """Every running process that carries `stack_id`'s marker, whatever its group."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if (
-            entry.name.isdigit()
-            and stack_of(int(entry.name)) == stack_id
-            and alive(int(entry.name))
-        ):
-            found.append(int(entry.name))
-    return found
+def belongs(pid: int, stack_id: str, run_dir: Path) -> bool:
+    """Whether `pid` carries the stack's marker or works inside its run folder."""
+    with contextlib.suppress(OSError):
+        prefix = f"{MARKER}=".encode()
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        if prefix + stack_id.encode() in environ:
+            return True
+    with contextlib.suppress(OSError):
+        cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
+        return cwd.is_relative_to(run_dir.resolve())
+    return False
 
 
-def stop(pid: int, stack_id: str, grace: float = STOP_GRACE) -> None:
-    """SIGTERM `pid`'s process group, SIGKILL it after `grace` seconds; a no-op for a pid
-    that is gone or now belongs to something else."""
-    if not alive(pid) or stack_of(pid) != stack_id:
+def stack_processes(stack_id: str, run_dir: Path) -> list[int]:
+    """Every running process of the stack, whatever its group."""
+    own = os.getpid()
+    return [
+        int(entry.name)
+        for entry in Path("/proc").iterdir()
+        if entry.name.isdigit()
+        and int(entry.name) != own
+        and belongs(int(entry.name), stack_id, run_dir)
+        and alive(int(entry.name))
+    ]
+
+
+def stop(process: Process, grace: float = STOP_GRACE) -> None:
+    """SIGTERM `process`'s group, SIGKILL it after `grace` seconds; a no-op when the process
+    is gone or its pid now names another one."""
+    if not running(process):
         return
-    _signal_group(pid, signal.SIGTERM)
+    _signal_group(process.pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while alive(pid) and time.monotonic() < deadline:
+    while running(process) and time.monotonic() < deadline:
         time.sleep(0.1)
-    _signal_group(pid, signal.SIGKILL)
-    while alive(pid):
+    _signal_group(process.pid, signal.SIGKILL)
+    while running(process):
         time.sleep(0.05)
 
 

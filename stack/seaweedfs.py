@@ -78,8 +78,9 @@ def start(
     *,
     env: dict[str, str],
     log_path: Path,
-) -> int:
-    """Write the identities file and spawn `weed server`; returns its pid (stop it by pid)."""
+    cwd: Path,
+) -> processes.Process:
+    """Write the identities file and spawn `weed server` (stop it with `processes.stop`)."""
     data_dir = Path(place.paths["seaweedfs"])
     config_dir = Path(place.paths["seaweedfs_config"])
     for folder in (data_dir, config_dir, data_dir / "tmp"):
@@ -91,7 +92,7 @@ def start(
         [str(weed), *weed_args(ports, place)],
         env={**env, **WEED_ENV, "TMPDIR": str(data_dir / "tmp")},
         log_path=log_path,
-        cwd=data_dir,
+        cwd=cwd,
     )
 
 
