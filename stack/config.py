@@ -280,6 +280,18 @@ def spark_environment(place: Placement) -> dict[str, str]:
     return env
 
 
+def s3_environment(config: StackConfig, place: Placement, secrets: Secrets) -> dict[str, str]:
+    """The S3 server in boto3's and pyarrow's own variables, for the Spark worker: its
+    executors read and write the lake with them, as a cluster node would with its instance
+    role. Drivers take theirs from the `aws_default` connection instead."""
+    return {
+        "AWS_ACCESS_KEY_ID": secrets.s3_access_key,
+        "AWS_SECRET_ACCESS_KEY": secrets.s3_secret_key,
+        "AWS_ENDPOINT_URL": s3_endpoint(config, place),
+        "AWS_DEFAULT_REGION": config.region,
+    }
+
+
 def passwords_file(config: StackConfig) -> dict[str, str]:
     """The simple auth manager's passwords file: the stack's known admin login."""
     return {config.admin_user: config.admin_password}
@@ -393,7 +405,7 @@ def services(config: StackConfig, place: Placement, secrets: Secrets) -> list[Se
             "--work-dir",
             place.paths["spark_work"],
         ),
-        environment=spark_env,
+        environment={**spark_env, **s3_environment(config, place, secrets)},
         ports=(ports.spark_worker_ui,),
         volumes=(Volume("spark-work", "spark_work"),),
         depends_on=("spark-master",),

@@ -345,6 +345,7 @@ def _check_ports_free(ports: Ports) -> None:
         if name == "postgres":
             continue
         with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do
             try:
                 probe.bind(("127.0.0.1", port))
             except OSError:
