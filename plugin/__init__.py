@@ -67,6 +67,9 @@ def get_provider_info() -> dict[str, Any]:
         "operators": _modules("operators"),
         "sensors": _modules("sensors"),
         "triggers": _modules("triggers"),
-        "extra-links": [f"{PACKAGE}.links.BranchwaterCommitLink"],
+        "extra-links": [
+            f"{PACKAGE}.links.BranchwaterCommitLink",
+            f"{PACKAGE}.links.BranchwaterGCReportLink",
+        ],
         "connection-types": [CONNECTION_TYPE],
     }

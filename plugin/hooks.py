@@ -18,12 +18,13 @@ from urllib.parse import unquote, urlsplit
 from airflow.sdk import BaseHook
 from airflow.sdk.log import mask_secret
 
-from branchwater.engine import ConfigurationError, redact_url
+from branchwater.engine import ConfigurationError, InvalidArgument, redact_url
 
 if TYPE_CHECKING:
     from airflow.sdk import Connection
 
-    from branchwater.engine import Lake, Repository
+    from branchwater.engine import CompactionPolicy, Lake, Repository
+    from branchwater.spark_jobs.gc.runs import RunSummary
 
 CONN_TYPE = "branchwater"
 DEFAULT_CONN_ID = "branchwater_default"
@@ -58,6 +59,40 @@ def _extra_field(extra: Mapping[str, Any], name: str) -> str | None:
     """A form field from the connection's extra, stored plain or with the legacy prefix."""
     value = extra.get(name) or extra.get(f"extra__{CONN_TYPE}__{name}")
     return str(value) if value else None
+
+
+POLICY_FIELDS = {
+    "max_tombstones": int,
+    "max_sealed_tokens": int,
+    "scan_budget": int,
+    "guard_seconds": float,
+}
+"""`CompactionPolicy`'s thresholds, as operators, sensors and triggers take them: a plain
+dict (JSON for a trigger, templated for a task), the engine's default for each one left out."""
+
+
+def compaction_policy(thresholds: Mapping[str, Any] | None) -> CompactionPolicy | None:
+    """The engine's policy from thresholds that may be rendered templates ("500")."""
+    if not thresholds:
+        return None
+    from branchwater.engine import CompactionPolicy
+
+    unknown = sorted(set(thresholds) - set(POLICY_FIELDS))
+    if unknown:
+        raise InvalidArgument(
+            f"unknown compaction threshold(s) {', '.join(unknown)}: use {', '.join(POLICY_FIELDS)}"
+        )
+    values: dict[str, Any] = {}
+    for name, value in thresholds.items():
+        if value is None or value == "":
+            continue
+        try:
+            values[name] = POLICY_FIELDS[name](value)
+        except (TypeError, ValueError):
+            raise InvalidArgument(
+                f"compaction threshold {name} must be a number, not {value!r}"
+            ) from None
+    return CompactionPolicy(**values)
 
 
 def mask_url_password(url: str) -> None:
@@ -140,6 +175,14 @@ class BranchwaterHook(BaseHook):
         return self.get_conn().create_repository(
             name, f"{namespace.rstrip('/')}/{name}", default_branch=default_branch
         )
+
+    def gc_run(self, repository: str, run_id: str) -> RunSummary:
+        """The saved summary of a GC run whose mark finished; `NotFound` otherwise."""
+        from branchwater.spark_jobs.gc.runs import read_summary
+        from branchwater.spark_jobs.gc.storage import Namespace
+
+        namespace = self.repository(repository).storage_namespace
+        return read_summary(Namespace.of(namespace, self.s3_options()), run_id)
 
     def commit_url(self, repository: str, branch: str, commit_id: str) -> str:
         """The page of a commit from the connection's link template; "" without one."""

@@ -23,3 +23,13 @@ class BranchwaterCommitLink(BaseOperatorLink):
     def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
         url = getattr(operator, "commit_url", "")
         return url if isinstance(url, str) else ""
+
+
+class BranchwaterGCReportLink(BaseOperatorLink):
+    """The HTML report of the GC run a report task pointed at (a `file://` or `s3://` URI)."""
+
+    name = "GC report"
+
+    def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
+        url = getattr(operator, "report_url", "")
+        return url if isinstance(url, str) else ""

@@ -1,4 +1,5 @@
-"""Sensors: wait for a new commit on a branch, in poke, reschedule or deferrable mode."""
+"""Sensors on a branch: a new commit, compaction due. Each works in poke, reschedule or
+deferrable mode; deferred, the wait runs in the triggerer (`plugin.triggers`)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,15 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowException
 
-from branchwater.plugin.hooks import DEFAULT_CONN_ID, BranchwaterHook
-from branchwater.plugin.triggers import DEFAULT_POLL_INTERVAL, BranchwaterCommitTrigger
+from branchwater.plugin.hooks import DEFAULT_CONN_ID, BranchwaterHook, compaction_policy
+from branchwater.plugin.operators.base import branch_or_skip
+from branchwater.plugin.triggers import (
+    DEFAULT_POLL_INTERVAL,
+    BranchwaterBranchTrigger,
+    BranchwaterCommitTrigger,
+    BranchwaterCompactionTrigger,
+    compaction_status_record,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -19,24 +27,24 @@ if TYPE_CHECKING:
 SINCE_KEY = "since_commit"
 
 
-class BranchwaterCommitSensor(BaseSensorOperator):
-    """Wait until `branch` has a commit other than `since_commit` (any ref; default: the
-    HEAD when the sensor first poked). Returns the new HEAD's commit id.
+class BranchwaterBranchSensor(BaseSensorOperator):
+    """Base of the sensors on one branch: the hook's lifetime and the deferrable mode.
 
-    The starting HEAD is kept in the task's state store, so reschedule mode and retries wait
-    for the same commit. With `deferrable=True` the wait runs in the triggerer and frees the
-    worker slot; `poke_interval` paces the trigger's polls too.
+    With `deferrable=True` the sensor pokes once on the worker; if it is not done, the wait
+    moves to the trigger `trigger()` builds, paced by `poke_interval`, and the trigger's
+    event ends it. Subclasses implement `poke`, `trigger` and `event_value`.
     """
 
-    template_fields: Sequence[str] = ("repository", "branch", "since_commit")
+    template_fields: Sequence[str] = ("repository", "branch")
     ui_color = "#cfe8f3"
+    waits_for = "the branch"
+    """What the sensor waits for, in failure messages."""
 
     def __init__(
         self,
         *,
         repository: str,
         branch: str,
-        since_commit: str | None = None,
         branchwater_conn_id: str = DEFAULT_CONN_ID,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         poke_interval: float = DEFAULT_POLL_INTERVAL,
@@ -45,10 +53,8 @@ class BranchwaterCommitSensor(BaseSensorOperator):
         super().__init__(poke_interval=poke_interval, **kwargs)
         self.repository = repository
         self.branch = branch
-        self.since_commit = since_commit
         self.branchwater_conn_id = branchwater_conn_id
         self.deferrable = deferrable
-        self._waiting_past = ""
 
     @cached_property
     def hook(self) -> BranchwaterHook:
@@ -62,18 +68,56 @@ class BranchwaterCommitSensor(BaseSensorOperator):
             if found.is_done:
                 return found.xcom_value
             self.defer(
-                trigger=BranchwaterCommitTrigger(
-                    repository=self.repository,
-                    branch=self.branch,
-                    since_commit=self._waiting_past,
-                    branchwater_conn_id=self.branchwater_conn_id,
-                    poll_interval=float(self.poke_interval),
-                ),
+                trigger=self.trigger(),
                 method_name="execute_complete",
                 timeout=timedelta(seconds=float(self.timeout)),
             )
         finally:
             self.hook.close()
+
+    def poke(self, context: Context) -> PokeReturnValue:
+        raise NotImplementedError
+
+    def trigger(self) -> BranchwaterBranchTrigger:
+        """The trigger that waits in the triggerer, after a poke that was not done."""
+        raise NotImplementedError
+
+    def event_value(self, event: dict[str, Any]) -> Any:
+        """The sensor's XCom value from its trigger's success event."""
+        raise NotImplementedError
+
+    def trigger_arguments(self) -> dict[str, Any]:
+        return {
+            "repository": self.repository,
+            "branch": self.branch,
+            "branchwater_conn_id": self.branchwater_conn_id,
+            "poll_interval": float(self.poke_interval),
+        }
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        if event.get("status") != "success":
+            reason = event.get("message", event)
+            raise AirflowException(
+                f"waiting for {self.waits_for} on {self.branch!r} failed: {reason}"
+            )
+        return self.event_value(event)
+
+
+class BranchwaterCommitSensor(BranchwaterBranchSensor):
+    """Wait until `branch` has a commit other than `since_commit` (any ref; default: the
+    HEAD when the sensor first poked). Returns the new HEAD's commit id.
+
+    The starting HEAD is kept in the task's state store, so reschedule mode and retries wait
+    for the same commit.
+    """
+
+    template_fields: Sequence[str] = ("repository", "branch", "since_commit")
+    waits_for = "a commit"
+
+    def __init__(self, *, since_commit: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.since_commit = since_commit
+        self._waiting_past = ""
 
     def poke(self, context: Context) -> PokeReturnValue:
         repo = self.hook.repository(self.repository)
@@ -94,9 +138,53 @@ class BranchwaterCommitSensor(BaseSensorOperator):
             store.set(SINCE_KEY, head)
         return head
 
-    def execute_complete(self, context: Context, event: dict[str, Any]) -> str:
-        if event.get("status") != "success":
-            reason = event.get("message", event)
-            raise AirflowException(f"waiting for a commit on {self.branch!r} failed: {reason}")
+    def trigger(self) -> BranchwaterCommitTrigger:
+        return BranchwaterCommitTrigger(since_commit=self._waiting_past, **self.trigger_arguments())
+
+    def event_value(self, event: dict[str, Any]) -> str:
         self.log.info("New commit on %s: %s", self.branch, event["commit_id"])
         return str(event["commit_id"])
+
+
+class BranchwaterCompactionSensor(BranchwaterBranchSensor):
+    """Wait until staging compaction is due on `branch`; returns the branch's figures and
+    verdict (`staged_tombstones`, `sealed_tokens`, `reasons`, `due`, ...) as a dict.
+
+    `policy` holds `CompactionPolicy` thresholds (`max_tombstones`, `max_sealed_tokens`,
+    `scan_budget`, `guard_seconds`; templated, the engine's default where absent). Each poke
+    costs a bounded scan of the branch's staging area. A branch that is gone fails the task,
+    unless `missing_ok=True`, which skips it (a branch deleted after a DAG listed it).
+    """
+
+    template_fields: Sequence[str] = ("repository", "branch", "policy")
+    waits_for = "compaction due"
+
+    def __init__(
+        self, *, policy: dict[str, Any] | None = None, missing_ok: bool = False, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.policy = policy or {}
+        self.missing_ok = missing_ok
+
+    def poke(self, context: Context) -> PokeReturnValue:
+        branch = branch_or_skip(self.hook.repository(self.repository), self.branch, self.missing_ok)
+        status = branch.compaction_status(compaction_policy(self.policy))
+        record = compaction_status_record(status)
+        verdict = "due: " + "; ".join(status.reasons) if status.due else "not due"
+        self.log.info(
+            "Compaction on %s is %s (%d staged tombstones, %d sealed tokens%s)",
+            self.branch,
+            verdict,
+            status.staged_tombstones,
+            status.sealed_tokens,
+            ", a compaction started recently" if status.guarded else "",
+        )
+        return PokeReturnValue(is_done=status.due, xcom_value=record)
+
+    def trigger(self) -> BranchwaterCompactionTrigger:
+        return BranchwaterCompactionTrigger(policy=dict(self.policy), **self.trigger_arguments())
+
+    def event_value(self, event: dict[str, Any]) -> dict[str, Any]:
+        compaction: dict[str, Any] = event["compaction"]
+        self.log.info("Compaction is due on %s: %s", self.branch, "; ".join(compaction["reasons"]))
+        return compaction

@@ -1,6 +1,7 @@
-"""Triggers: a deferred sensor's wait for a new commit, and new commits as asset events.
+"""Triggers: a deferred sensor's wait on a branch (a new commit, compaction due), and new
+commits as asset events.
 
-Both poll the branch's HEAD. The engine is synchronous, so each poll runs in a worker thread
+All of them poll the branch. The engine is synchronous, so each poll runs in a worker thread
 and the wait between polls is an `asyncio.sleep`: the triggerer's event loop is never
 blocked. The connection is read in that thread too, as the triggerer allows.
 """
@@ -8,37 +9,60 @@ blocked. The connection is read in that thread too, as the triggerer allows.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from typing import Any
+import dataclasses
+from collections.abc import AsyncIterator, Callable, Mapping
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 
-from branchwater.plugin.hooks import DEFAULT_CONN_ID, BranchwaterHook
+from branchwater.plugin.hooks import DEFAULT_CONN_ID, BranchwaterHook, compaction_policy
+
+if TYPE_CHECKING:
+    from branchwater.engine import CompactionStatus
 
 DEFAULT_POLL_INTERVAL = 30.0
+T = TypeVar("T")
 
 
 def head_commit_id(hook: BranchwaterHook, repository: str, branch: str) -> str:
     return hook.repository(repository).branch(branch).commit_id
 
 
-async def wait_for_new_head(
-    hook: BranchwaterHook, repository: str, branch: str, since: str, poll_interval: float
-) -> str:
-    """The branch's HEAD, once it is no longer `since`."""
+def compaction_status_record(status: CompactionStatus) -> dict[str, Any]:
+    """A branch's compaction figures and verdict as plain JSON values, for XCom and events."""
+    return {**dataclasses.asdict(status), "reasons": list(status.reasons), "due": status.due}
+
+
+def compaction_if_due(
+    hook: BranchwaterHook, repository: str, branch: str, policy: Mapping[str, Any] | None
+) -> dict[str, Any] | None:
+    """The branch's compaction status when compaction is due on it, else None."""
+    branch_ = hook.repository(repository).branch(branch)
+    status = branch_.compaction_status(compaction_policy(policy))
+    return compaction_status_record(status) if status.due else None
+
+
+async def poll(check: Callable[[], T | None], interval: float) -> T:
+    """`check()`'s first answer other than None, asked in a thread every `interval` seconds."""
     while True:
-        head = await asyncio.to_thread(head_commit_id, hook, repository, branch)
-        if head != since:
-            return head
-        await asyncio.sleep(poll_interval)
+        found = await asyncio.to_thread(check)
+        if found is not None:
+            return found
+        await asyncio.sleep(interval)
 
 
-class BranchwaterCommitTrigger(BaseTrigger):
-    """Fires once `branch` has a HEAD other than `since_commit`.
+def classpath(trigger: BaseTrigger) -> str:
+    return f"{type(trigger).__module__}.{type(trigger).__qualname__}"
 
-    The event's payload is `{"status": "success", "commit_id": ...}`, or `{"status":
-    "error", "message": ...}` when the wait failed (unknown repository or branch, missing
-    connection), so the deferred task, not the triggerer, reports the failure.
+
+class BranchwaterBranchTrigger(BaseTrigger):
+    """A deferred sensor's wait on a branch: fires once `check` finds what it waits for.
+
+    The event's payload is `{"status": "success", **found}`, or `{"status": "error",
+    "message": ...}` when the wait failed (unknown repository or branch, missing connection),
+    so the deferred task, not the triggerer, reports the failure. Subclasses add their
+    arguments in `arguments` and answer `check` (run in a thread).
     """
 
     def __init__(
@@ -46,40 +70,72 @@ class BranchwaterCommitTrigger(BaseTrigger):
         *,
         repository: str,
         branch: str,
-        since_commit: str,
         branchwater_conn_id: str = DEFAULT_CONN_ID,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
     ) -> None:
         super().__init__()
         self.repository = repository
         self.branch = branch
-        self.since_commit = since_commit
         self.branchwater_conn_id = branchwater_conn_id
         self.poll_interval = poll_interval
 
+    def arguments(self) -> dict[str, Any]:
+        """What `serialize` records: the keyword arguments that rebuild this trigger."""
+        return {
+            "repository": self.repository,
+            "branch": self.branch,
+            "branchwater_conn_id": self.branchwater_conn_id,
+            "poll_interval": self.poll_interval,
+        }
+
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "repository": self.repository,
-                "branch": self.branch,
-                "since_commit": self.since_commit,
-                "branchwater_conn_id": self.branchwater_conn_id,
-                "poll_interval": self.poll_interval,
-            },
-        )
+        return classpath(self), self.arguments()
+
+    def check(self, hook: BranchwaterHook) -> dict[str, Any] | None:
+        """The event's payload once the wait is over, else None."""
+        raise NotImplementedError
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = BranchwaterHook(self.branchwater_conn_id)
         try:
-            head = await wait_for_new_head(
-                hook, self.repository, self.branch, self.since_commit, self.poll_interval
-            )
-            yield TriggerEvent({"status": "success", "commit_id": head})
+            found = await poll(partial(self.check, hook), self.poll_interval)
+            yield TriggerEvent({"status": "success", **found})
         except Exception as exc:  # reported by the task, with the reason
             yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"})
         finally:
             await asyncio.to_thread(hook.close)
+
+
+class BranchwaterCommitTrigger(BranchwaterBranchTrigger):
+    """Fires once `branch` has a HEAD other than `since_commit`: `{"commit_id": ...}`."""
+
+    def __init__(self, *, since_commit: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.since_commit = since_commit
+
+    def arguments(self) -> dict[str, Any]:
+        return {**super().arguments(), "since_commit": self.since_commit}
+
+    def check(self, hook: BranchwaterHook) -> dict[str, Any] | None:
+        head = head_commit_id(hook, self.repository, self.branch)
+        return {"commit_id": head} if head != self.since_commit else None
+
+
+class BranchwaterCompactionTrigger(BranchwaterBranchTrigger):
+    """Fires once staging compaction is due on `branch` under `policy` (thresholds as
+    `CompactionPolicy` takes them; the engine's defaults where absent): `{"compaction":
+    <the branch's figures and verdict>}`."""
+
+    def __init__(self, *, policy: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.policy = dict(policy or {})
+
+    def arguments(self) -> dict[str, Any]:
+        return {**super().arguments(), "policy": self.policy}
+
+    def check(self, hook: BranchwaterHook) -> dict[str, Any] | None:
+        due = compaction_if_due(hook, self.repository, self.branch, self.policy)
+        return {"compaction": due} if due is not None else None
 
 
 class BranchwaterCommitEventTrigger(BaseEventTrigger):
@@ -114,7 +170,7 @@ class BranchwaterCommitEventTrigger(BaseEventTrigger):
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
+            classpath(self),
             {
                 "repository": self.repository,
                 "branch": self.branch,
@@ -146,6 +202,10 @@ class BranchwaterCommitEventTrigger(BaseEventTrigger):
         except ValueError:
             return
 
+    def _head_after(self, hook: BranchwaterHook, last: str) -> str | None:
+        head = head_commit_id(hook, self.repository, self.branch)
+        return head if head != last else None
+
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = BranchwaterHook(self.branchwater_conn_id)
         try:
@@ -154,9 +214,7 @@ class BranchwaterCommitEventTrigger(BaseEventTrigger):
                 last = await asyncio.to_thread(head_commit_id, hook, self.repository, self.branch)
                 await self._remember(last)
             while True:
-                head = await wait_for_new_head(
-                    hook, self.repository, self.branch, last, self.poll_interval
-                )
+                head = await poll(partial(self._head_after, hook, last), self.poll_interval)
                 yield TriggerEvent(
                     {
                         "repository": self.repository,

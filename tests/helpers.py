@@ -242,6 +242,21 @@ def run_addresses(repo: Repository, run: PreparedRun) -> set[str]:
 # Uncommitted GC on Spark -------------------------------------------------------------------
 
 
+def put_garbage(lake: Lake, repo: Repository, count: int = 1) -> list[str]:
+    """Objects written at fresh addresses that no entry will ever name."""
+    objects = lake.graveler.objects(repo.storage_namespace)
+    keys = [lake.addresses.next_address() for _ in range(count)]
+    for key in keys:
+        objects.put(key, b"garbage")
+    return keys
+
+
+def data_objects(lake: Lake, repo: Repository) -> dict[str, ObjectInfo]:
+    """Every object under the repository's `data/`, by key."""
+    objects = lake.graveler.objects(repo.storage_namespace)
+    return {info.key: info for info in objects.list_objects("data/")}
+
+
 @dataclasses.dataclass
 class GCLake:
     """A lake on SQLite with one repository, and the job run on the test session's Spark.
@@ -271,15 +286,10 @@ class GCLake:
         return GCJob(self.spark, config, events).run()
 
     def data_objects(self) -> dict[str, ObjectInfo]:
-        """Every object under `data/`, by key."""
-        return {info.key: info for info in self.objects.list_objects("data/")}
+        return data_objects(self.lake, self.repo)
 
     def put_garbage(self, count: int = 1) -> list[str]:
-        """Objects written at fresh addresses that no entry will ever name."""
-        keys = [self.lake.addresses.next_address() for _ in range(count)]
-        for key in keys:
-            self.objects.put(key, b"garbage")
-        return keys
+        return put_garbage(self.lake, self.repo, count)
 
 
 # Airflow's REST API ----------------------------------------------------------------------

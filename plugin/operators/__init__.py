@@ -12,13 +12,27 @@ from branchwater.plugin.operators.commits import (
     BranchwaterMergeOperator,
     BranchwaterTagOperator,
 )
-from branchwater.plugin.operators.gc import BranchwaterPrepareUncommittedOperator
+from branchwater.plugin.operators.compaction import BranchwaterCompactOperator
+from branchwater.plugin.operators.gc import (
+    BranchwaterGCGateOperator,
+    BranchwaterGCJobOperator,
+    BranchwaterGCMarkOperator,
+    BranchwaterGCReportOperator,
+    BranchwaterGCSweepOperator,
+    BranchwaterPrepareUncommittedOperator,
+)
 from branchwater.plugin.operators.objects import BranchwaterUploadOperator
 
 __all__ = [
     "BranchwaterCommitOperator",
+    "BranchwaterCompactOperator",
     "BranchwaterCreateBranchOperator",
     "BranchwaterDeleteBranchOperator",
+    "BranchwaterGCGateOperator",
+    "BranchwaterGCJobOperator",
+    "BranchwaterGCMarkOperator",
+    "BranchwaterGCReportOperator",
+    "BranchwaterGCSweepOperator",
     "BranchwaterMergeOperator",
     "BranchwaterOperator",
     "BranchwaterPrepareUncommittedOperator",

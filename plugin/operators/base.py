@@ -9,7 +9,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from branchwater.engine import (
     AlreadyExists,
@@ -18,13 +18,14 @@ from branchwater.engine import (
     InvalidArgument,
     InvalidName,
     NoChanges,
+    NotFound,
 )
 from branchwater.plugin.hooks import DEFAULT_CONN_ID, BranchwaterHook
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from branchwater.engine import Commit, Repository
+    from branchwater.engine import Branch, Commit, Repository
 
 FINAL_ERRORS = (
     AlreadyExists,
@@ -63,6 +64,17 @@ def made_by_this_task(commit: Commit, context: Context) -> bool:
         commit.metadata.get(METADATA_PREFIX + key) == ours[METADATA_PREFIX + key]
         for key in IDENTITY_KEYS
     )
+
+
+def branch_or_skip(repo: Repository, name: str, missing_ok: bool) -> Branch:
+    """The branch; when it is gone, a skip if `missing_ok` (a branch deleted after a DAG
+    listed it: nothing left to do), else `NotFound`."""
+    try:
+        return repo.branch(name)
+    except NotFound as exc:
+        if missing_ok:
+            raise AirflowSkipException(f"{exc}: nothing to do") from exc
+        raise
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from branchwater.engine import Commit, MergeResult, Repository
 
 HINT_KEY = "merge_hint"
+ATTEMPTS_KEY = "merge_attempts"
+"""XCom key of how many tries the engine's merge took (1: it lost no race)."""
 """Where a merge that lost every race leaves its hint: the task's state store, which outlives
 the try (XCom does not: Airflow clears a task's XCom when its next try starts), and XCom,
 for people reading the failed try."""
@@ -80,7 +82,8 @@ class BranchwaterMergeOperator(BranchwaterOperator):
     The engine retries lost races on the work it already did. When every attempt lost, the
     task fails keeping the engine's hint, and its next try resumes from that work instead of
     starting over, unless the source moved meanwhile. Conflicts fail the task without retries;
-    `strategy` ("source-wins" or "dest-wins") resolves them instead.
+    `strategy` ("source-wins" or "dest-wins") resolves them instead. The number of tries the
+    engine took is in XCom under `merge_attempts`.
     """
 
     template_fields: Sequence[str] = (
@@ -121,6 +124,7 @@ class BranchwaterMergeOperator(BranchwaterOperator):
             result = self.merge(repo, into, hint, context)
             commit = result.commit
             self.log.info("Merged in %d attempt(s): %s", result.attempts, commit.id)
+            context["ti"].xcom_push(key=ATTEMPTS_KEY, value=result.attempts)
         except MergeRaceLost as lost:
             self._save_hint(context, lost.hint, source_id, into)
             raise

@@ -1,19 +1,54 @@
-"""Operators for garbage collection of uncommitted objects."""
+"""Operators for garbage collection of uncommitted objects: the prepare run, the Spark job's
+mark and sweep (through `SparkSubmitOperator`), the quality gate between them, and the
+report.
+
+The GC job (`branchwater.spark_jobs.gc`) saves each run under the repository's namespace
+(`summary.json` with the gate's Great Expectations figures, `report.html`, ...); the
+operators after the mark read that, never the job's log. The job gets the KV URL from an
+environment variable (`--kv-env`), so its password is on no command line and in no
+rendered field.
+"""
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import (
+    AirflowException,
+    AirflowFailException,
+    AirflowNotFoundException,
+    AirflowSkipException,
+)
+
+from branchwater.engine import ConfigurationError, NotFound
+from branchwater.plugin.hooks import DEFAULT_CONN_ID, BranchwaterHook
+from branchwater.plugin.links import BranchwaterGCReportLink
 from branchwater.plugin.operators.base import BranchwaterOperator
 
 if TYPE_CHECKING:
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
     from airflow.sdk import Context
 
     from branchwater.engine import Repository
+    from branchwater.spark_jobs.gc.runs import Expectation, RunSummary
 
 PROGRESS_EVERY = 100_000
 """Entries between two progress lines in the task log."""
+KV_ENV = "BRANCHWATER_GC_KV_URL"
+"""The job's environment variable holding the KV URL (`--kv-env`)."""
+DEFAULT_MASTER = "local[*]"
+SPARK_CONN_ID = "spark_default"
+GATE_FAILED = "gate_failed"
+FAILED = "failed"
+"""`RunSummary.status` values (`spark_jobs.gc.runs`), named here so that parsing a DAG file
+never imports the job's modules."""
 
 
 class BranchwaterPrepareUncommittedOperator(BranchwaterOperator):
@@ -41,3 +76,303 @@ class BranchwaterPrepareUncommittedOperator(BranchwaterOperator):
         prepared = repo.prepare_uncommitted_for_gc(self.run_id or None, progress=progress)
         self.log.info("GC preparation run %s is at %s", prepared.run_id, prepared.location)
         return {"run_id": prepared.run_id, "location": prepared.location}
+
+
+def summary_record(summary: RunSummary) -> dict[str, Any]:
+    """A GC run's outcome as plain values for XCom: what a DAG or a person looks at first."""
+    candidates, deleted = summary.volume("candidates"), summary.volume("deleted")
+    return {
+        "run_id": summary.run_id,
+        "repository": summary.repository,
+        "mode": summary.mode,
+        "status": summary.status,
+        "gate_success": summary.gate_success,
+        "cutoff": summary.cutoff,
+        "min_age_seconds": summary.min_age_seconds,
+        "candidates": candidates.objects,
+        "candidate_bytes": candidates.bytes,
+        "deleted": deleted.objects,
+        "deleted_bytes": deleted.bytes,
+        "summary": summary.summary_uri,
+        "report": summary.report_uri,
+    }
+
+
+def job_file() -> str:
+    """The installed GC job's entry point, the file `spark-submit` runs."""
+    import branchwater.spark_jobs.gc as job
+
+    return str(Path(job.__file__).with_name("__main__.py"))
+
+
+def as_flag(value: object) -> bool:
+    """A rendered template's truth: `True`, `"true"`, `"1"`..., as a param renders it."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes", "on")
+    return bool(value)
+
+
+def connection_defined(conn_id: str) -> bool:
+    try:
+        BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        return False
+    return True
+
+
+class BranchwaterGCJobOperator(SparkSubmitOperator):
+    """The GC Spark job of `repository` through `spark-submit`; `BranchwaterGCMarkOperator`
+    and `BranchwaterGCSweepOperator` say which part.
+
+    The Spark connection (`conn_id`, default `spark_default`) chooses the master; without
+    that connection the job runs on `local[*]`, not on YARN as `SparkSubmitOperator` would.
+    The KV URL reaches the job in its environment only (`--kv-env`), with the AWS
+    connection's credentials for S3 namespaces; YARN and Kubernetes masters, where
+    `spark-submit` would copy the environment onto its command line, are refused. The
+    interpreter running the task runs the job too (`PYSPARK_PYTHON`, unless `env_vars` says
+    otherwise), and its `spark-submit` is used when none is on the `PATH`.
+    """
+
+    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "repository")
+    ui_color = "#cfe8f3"
+
+    def __init__(
+        self,
+        *,
+        repository: str,
+        branchwater_conn_id: str = DEFAULT_CONN_ID,
+        conn_id: str = SPARK_CONN_ID,
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("name", "branchwater-gc")
+        super().__init__(application=job_file(), conn_id=conn_id, **kwargs)
+        self.repository = repository
+        self.branchwater_conn_id = branchwater_conn_id
+        self.job_env: dict[str, str] = {}
+
+    def job_arguments(self) -> list[str]:
+        """The job's own arguments after `--kv-env` and `--repo`."""
+        raise NotImplementedError
+
+    def execute(self, context: Context) -> Any:
+        hook = BranchwaterHook(self.branchwater_conn_id)
+        try:
+            self.job_env = job_environment(hook)
+            self.application_args = [
+                "--kv-env",
+                KV_ENV,
+                "--repo",
+                self.repository,
+                *self.job_arguments(),
+            ]
+            super().execute(context)
+            return summary_record(hook.gc_run(self.repository, self.run_id()))
+        finally:
+            self.job_env = {}
+            hook.close()
+
+    def run_id(self) -> str:
+        raise NotImplementedError
+
+    def _get_hook(self) -> SparkSubmitHook:
+        """`SparkSubmitOperator`'s hook, on `local[*]` without a Spark connection, with the
+        job's environment added where only the `spark-submit` process sees it."""
+        hook = super()._get_hook()
+        if not connection_defined(self._conn_id):
+            self.log.info("No connection %r: the GC job runs on %s", self._conn_id, DEFAULT_MASTER)
+            run_locally(hook)
+        if hook._is_yarn or hook._is_kubernetes:
+            raise ConfigurationError(
+                f"Spark master {hook._connection['master']!r}: spark-submit would put the "
+                "GC job's environment, with the KV URL, on its command line; use a standalone "
+                "master (spark://…) or local mode"
+            )
+        hook._env_vars = {**self.job_env, **(self.env_vars or {}), KV_ENV: self.job_env[KV_ENV]}
+        return hook
+
+
+def run_locally(hook: SparkSubmitHook) -> None:
+    """Point a `SparkSubmitHook` that found no connection (and so chose YARN) at
+    `local[*]`. It decides its mode from the master when it is built, so those flags are
+    reset with it (pinned by the GC DAG tests, which run without a Spark connection)."""
+    hook._connection = {**hook._connection, "master": DEFAULT_MASTER, "deploy_mode": None}
+    hook._is_yarn = hook._is_yarn_cluster_mode = hook._is_kubernetes = False
+    hook._should_track_driver_status = False
+
+
+def job_environment(hook: BranchwaterHook) -> dict[str, str]:
+    """What the job needs in its environment: the KV URL, its Python and `spark-submit`,
+    and S3 credentials from the connection's AWS connection."""
+    env = {
+        KV_ENV: hook.settings.kv_url,
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+    }
+    here = str(Path(sys.executable).parent)
+    if shutil.which("spark-submit") is None and (Path(here) / "spark-submit").exists():
+        env["PATH"] = os.pathsep.join([here, os.environ.get("PATH", "")])
+    s3 = hook.s3_options() or {}
+    names = {
+        "aws_access_key_id": "AWS_ACCESS_KEY_ID",
+        "aws_secret_access_key": "AWS_SECRET_ACCESS_KEY",
+        "aws_session_token": "AWS_SESSION_TOKEN",
+        "region_name": "AWS_DEFAULT_REGION",
+        "endpoint_url": "AWS_ENDPOINT_URL",
+    }
+    env.update({names[key]: value for key, value in s3.items() if value and key in names})
+    return env
+
+
+class BranchwaterGCMarkOperator(BranchwaterGCJobOperator):
+    """Mark: the GC job finds what it may delete, saves it and runs its quality gate, and
+    deletes nothing. Returns the run's figures (`summary_record`).
+
+    `prepare_run` (templated) is the run id of a finished prepare run
+    (`BranchwaterPrepareUncommittedOperator`'s), which names the GC run too. `mode` is
+    "clean" or "optimized"; `min_age` a duration such as "6h" (empty: the lake's default,
+    never shorter than a link token's life). A mark whose gate failed still succeeds: it
+    finished, and `BranchwaterGCGateOperator` is the task that refuses it.
+    """
+
+    template_fields: Sequence[str] = (
+        *BranchwaterGCJobOperator.template_fields,
+        "prepare_run",
+        "mode",
+        "min_age",
+    )
+
+    def __init__(
+        self, *, prepare_run: str, mode: str = "clean", min_age: str | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.prepare_run = prepare_run
+        self.mode = mode
+        self.min_age = min_age
+
+    def run_id(self) -> str:
+        return self.prepare_run
+
+    def job_arguments(self) -> list[str]:
+        arguments = ["--mode", self.mode, "--dry-run", "--prepare-run", self.prepare_run]
+        if self.min_age not in (None, "", "None"):
+            arguments += ["--min-age", str(self.min_age)]
+        return arguments
+
+    def execute(self, context: Context) -> Any:
+        try:
+            return super().execute(context)
+        except AirflowException:
+            summary = self._saved_summary()
+            if summary is None or summary.status != GATE_FAILED:
+                raise
+            self.log.warning("GC run %s is marked, but its quality gate failed", summary.run_id)
+            return summary_record(summary)
+
+    def _saved_summary(self) -> RunSummary | None:
+        """The run's summary if the mark saved one."""
+        hook = BranchwaterHook(self.branchwater_conn_id)
+        try:
+            return hook.gc_run(self.repository, self.prepare_run)
+        except NotFound:
+            return None
+        finally:
+            hook.close()
+
+
+class BranchwaterGCSweepOperator(BranchwaterGCJobOperator):
+    """Sweep: delete what the mark `run_id` (templated) holds, only if its gate passed.
+    A sweep that was interrupted resumes where it stopped. With `skip_sweep` true (templated: a
+    dry-run param's true or "true") the task is skipped and nothing is deleted. Returns the run's
+    figures (`summary_record`), `deleted` among them."""
+
+    template_fields: Sequence[str] = (
+        *BranchwaterGCJobOperator.template_fields,
+        "sweep_run",
+        "skip_sweep",
+    )
+
+    def __init__(self, *, run_id: str, skip_sweep: bool | str = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.sweep_run = run_id
+        self.skip_sweep = skip_sweep
+
+    def run_id(self) -> str:
+        return self.sweep_run
+
+    def job_arguments(self) -> list[str]:
+        return ["--sweep", self.sweep_run]
+
+    def execute(self, context: Context) -> Any:
+        if as_flag(self.skip_sweep):
+            raise AirflowSkipException(f"dry run: GC run {self.sweep_run} is marked, not swept")
+        return super().execute(context)
+
+
+class BranchwaterGCGateOperator(BranchwaterOperator):
+    """The decision between mark and sweep: fails, without retries, unless GC run `run_id`
+    (templated) finished its mark and every expectation of its Great Expectations gate
+    held. The failure names each failed expectation with GX's figures and the report.
+    Returns the run's figures (`summary_record`)."""
+
+    template_fields: Sequence[str] = ("repository", "run_id")
+
+    def __init__(self, *, run_id: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.run_id = run_id
+
+    def execute_on(self, repo: Repository, context: Context) -> dict[str, Any]:
+        summary = self.hook.gc_run(repo.name, self.run_id)
+        if summary.status == FAILED:
+            raise AirflowFailException(
+                f"GC run {summary.run_id} did not finish its mark: {summary.error}; "
+                "nothing was deleted"
+            )
+        if not summary.gate_success:
+            failed = "; ".join(_expectation_text(e) for e in summary.failed_expectations())
+            raise AirflowFailException(
+                f"GC run {summary.run_id} failed its quality gate, nothing was deleted: "
+                f"{failed or 'no expectation recorded'}. Report: {summary.report_uri}"
+            )
+        candidates = summary.volume("candidates")
+        self.log.info(
+            "GC run %s passed its quality gate: %d candidates, %d bytes",
+            summary.run_id,
+            candidates.objects,
+            candidates.bytes,
+        )
+        return summary_record(summary)
+
+
+def _expectation_text(expectation: Expectation) -> str:
+    """`suite: type(kwargs) observed figures`, GX's own names and numbers."""
+    kwargs = ", ".join(f"{k}={v!r}" for k, v in sorted(expectation.kwargs.items()))
+    figures = ", ".join(f"{k}={v!r}" for k, v in expectation.observed.items()) or "nothing"
+    return f"{expectation.suite}: {expectation.type}({kwargs}) observed {figures}"
+
+
+class BranchwaterGCReportOperator(BranchwaterOperator):
+    """Points at GC run `run_id`'s (templated) report: returns the run's figures
+    (`summary_record`, the report's URI under `report`) and shows the report as an extra
+    link."""
+
+    template_fields: Sequence[str] = ("repository", "run_id")
+    operator_extra_links = (BranchwaterGCReportLink(),)
+
+    def __init__(self, *, run_id: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.run_id = run_id
+        self.report_url = ""
+
+    def execute_on(self, repo: Repository, context: Context) -> dict[str, Any]:
+        summary = self.hook.gc_run(repo.name, self.run_id)
+        record = summary_record(summary)
+        self.report_url = summary.report_uri
+        self.log.info(
+            "GC run %s (%s): %d candidates, %d deleted; report at %s",
+            summary.run_id,
+            summary.status,
+            record["candidates"],
+            record["deleted"],
+            summary.report_uri,
+        )
+        return record

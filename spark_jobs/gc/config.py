@@ -52,6 +52,7 @@ class JobConfig:
     min_age: timedelta | None = None
     max_share: float = DEFAULT_MAX_SHARE
     late_writes: timedelta | None = None
+    prepare_run: str | None = None
     partitions: int | None = None
     candidates_per_file: int = CANDIDATES_PER_FILE
     s3_options: Mapping[str, str] = field(default_factory=dict)
@@ -65,5 +66,7 @@ class JobConfig:
             raise InvalidArgument(f"max share must be between 0 and 1, not {self.max_share}")
         if self.candidates_per_file < 1:
             raise InvalidArgument("candidates per file must be at least 1")
+        if self.sweep is not None and self.prepare_run is not None:
+            raise InvalidArgument("--sweep deletes a saved mark; it takes no prepare run")
         if self.sweep is not None and self.dry_run:
             raise InvalidArgument("--sweep deletes a saved mark; it cannot be a dry run")

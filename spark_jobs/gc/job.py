@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -27,6 +28,7 @@ from pyspark.sql import functions as F
 from branchwater.engine import (
     BranchwaterError,
     InvalidAddress,
+    InvalidArgument,
     Lake,
     Repository,
     UncommittedRun,
@@ -148,7 +150,7 @@ class GCJob:
         def progress(entries: int) -> None:
             self.events({"event": "progress", "phase": "prepare", "entries": entries})
 
-        run = repo.prepare_uncommitted_for_gc(progress=progress)
+        run = repo.prepare_uncommitted_for_gc(self.config.prepare_run, progress=progress)
         return repo.uncommitted_gc_run(run.run_id)
 
     def _base(self, repo: Repository, ns: Namespace) -> tuple[RunSummary | None, str | None]:
@@ -433,7 +435,17 @@ def _validations(ns: Namespace, run_id: str) -> dict[str, Any] | None:
 
 def parse_args(argv: list[str]) -> JobConfig:
     parser = argparse.ArgumentParser(prog="branchwater-gc", description=__doc__)
-    parser.add_argument("--kv", required=True, metavar="URL")
+    lake = parser.add_mutually_exclusive_group(required=True)
+    lake.add_argument("--kv", metavar="URL")
+    lake.add_argument(
+        "--kv-env",
+        metavar="NAME",
+        help="the environment variable holding the KV URL, which keeps its password off "
+        "the command line",
+    )
+    parser.add_argument(
+        "--prepare-run", metavar="RUN_ID", help="mark from this finished prepare run"
+    )
     parser.add_argument("--repo", required=True, metavar="NAME")
     parser.add_argument("--mode", choices=[CLEAN, OPTIMIZED], default=CLEAN)
     parser.add_argument("--dry-run", action="store_true")
@@ -445,7 +457,7 @@ def parse_args(argv: list[str]) -> JobConfig:
     parser.add_argument("--candidates-per-file", type=int, default=CANDIDATES_PER_FILE)
     args = parser.parse_args(argv)
     return JobConfig(
-        kv_url=args.kv,
+        kv_url=args.kv or _environment_value(args.kv_env),
         repository=args.repo,
         mode=args.mode,
         dry_run=args.dry_run,
@@ -455,7 +467,15 @@ def parse_args(argv: list[str]) -> JobConfig:
         partitions=args.partitions,
         max_share=args.max_share,
         candidates_per_file=args.candidates_per_file,
+        prepare_run=args.prepare_run,
     )
+
+
+def _environment_value(name: str) -> str:
+    value = os.environ.get(name)
+    if not value:
+        raise InvalidArgument(f"--kv-env {name}: the environment variable {name} is not set")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.fixtures.airflow import DAGS_FOLDER
 from tests.fixtures.s3 import S3Server
 from tests.helpers import unique_name
 
@@ -95,13 +94,30 @@ def test_spark_computes_an_aggregate(spark: SparkSession) -> None:
 
 @pytest.mark.airflow
 @pytest.mark.slow
-def test_airflow_runs_the_smoke_dag(airflow_home: Path) -> None:
-    from airflow.dag_processing.dagbag import DagBag
-    from airflow.sdk import DagRunState
+def test_airflow_runs_a_dag_that_uses_the_engine(airflow_home: Path) -> None:
+    from airflow.sdk import DAG, DagRunState, task
 
-    bag = DagBag(dag_folder=DAGS_FOLDER / "branchwater_smoke.py")
-    assert bag.import_errors == {}
-    run = bag.dags["branchwater_smoke"].test()
+    from tests.plugin.conftest import register
+
+    @task
+    def kv_round_trip() -> str:
+        import tempfile
+
+        from branchwater.engine import Lake
+
+        with tempfile.TemporaryDirectory() as namespace, Lake.connect("memory://") as lake:
+            main = lake.create_repository("smoke", Path(namespace).as_uri()).branch("main")
+            main.upload("smoke/key", b"branchwater-ok")
+            return main.read("smoke/key").decode()
+
+    @task
+    def confirm(value: str) -> str:
+        return f"engine ok: {value}"
+
+    with DAG("bw_harness", schedule=None) as dag:
+        confirm(kv_round_trip())
+    register(dag)
+    run = dag.test()
     assert run.state == DagRunState.SUCCESS
     assert _return_values(run.dag_id, run.run_id) == {
         "kv_round_trip": "branchwater-ok",

@@ -22,7 +22,7 @@ from branchwater.plugin.operators import (
     BranchwaterUploadOperator,
 )
 from branchwater.plugin.operators.base import Lineage, LineageDataset
-from branchwater.plugin.operators.commits import HINT_KEY
+from branchwater.plugin.operators.commits import ATTEMPTS_KEY, HINT_KEY
 from tests.plugin.conftest import LINK_TEMPLATE, LakeConnection, RunDag, set_connection
 
 if TYPE_CHECKING:
@@ -321,6 +321,7 @@ def test_a_merge_retry_resumes_from_the_hint_of_the_try_that_lost(
     assert result.state == "success", result.states
     assert result.tries["merge"] == 2
     assert "Resuming the merge of the last try from its hint" in capfd.readouterr().out
+    assert result.value("merge", ATTEMPTS_KEY) == 1
     merged = main.head()
     assert merged.parents == (late.id, feature.commit_id)
     assert {e.path for e in main.list()} == {"base.csv", "f.csv", "m.csv", "late.csv"}

@@ -1,0 +1,105 @@
+"""`branchwater_compaction_check`: compact the staging area of every branch where it is due.
+
+Every hour, for every branch of the configured repositories (all the lake's repositories
+when the list is empty), a mapped task group asks the compaction sensor once (poke mode, no
+wait: a branch that is not due is skipped) and runs the compactor where it said yes. The
+compactor compacts only if the branch is still due and no compaction started within the
+guard window, so overlapping runs compact a branch once. A branch deleted after the listing
+is skipped. Reads of a compacted branch stop paying for its staged tombstones; HEAD and the
+uncommitted changes are unchanged.
+
+Configured by params (`repositories`, `max_tombstones`, `max_sealed_tokens`) and the
+`branchwater_default` connection, never by editing this file.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from airflow.sdk import Param, dag, task, task_group
+
+from branchwater.plugin.hooks import BranchwaterHook
+from branchwater.plugin.operators import BranchwaterCompactOperator
+from branchwater.plugin.sensors import BranchwaterCompactionSensor
+
+POLICY = {
+    "max_tombstones": "{{ params.max_tombstones }}",
+    "max_sealed_tokens": "{{ params.max_sealed_tokens }}",
+}
+
+
+@task
+def branches(params: dict[str, Any]) -> list[dict[str, str]]:
+    """Every branch of the configured repositories, one task group each."""
+    hook = BranchwaterHook()
+    try:
+        names = params["repositories"] or [r.name for r in hook.get_conn().repositories()]
+        return [
+            {"repository": name, "branch": branch.name}
+            for name in names
+            for branch in hook.repository(name).branches()
+        ]
+    finally:
+        hook.close()
+
+
+@task_group
+def compaction(repository: str, branch: str) -> None:
+    """One branch: the sensor decides, the compactor runs where it is due."""
+    due = BranchwaterCompactionSensor(
+        task_id="due",
+        repository=repository,
+        branch=branch,
+        policy=POLICY,
+        mode="poke",
+        poke_interval=1,
+        timeout=0,
+        soft_fail=True,
+        missing_ok=True,
+    )
+    compact = BranchwaterCompactOperator(
+        task_id="compact",
+        repository=repository,
+        branch=branch,
+        policy=POLICY,
+        if_needed=True,
+        missing_ok=True,
+    )
+    due >> compact
+
+
+@dag(
+    dag_id="branchwater_compaction_check",
+    schedule="@hourly",
+    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    catchup=False,
+    max_active_runs=1,
+    tags=["branchwater", "maintenance"],
+    doc_md=__doc__,
+    params={
+        "repositories": Param(
+            [],
+            type="array",
+            items={"type": "string"},
+            description="Repositories whose branches are checked; empty: every repository",
+        ),
+        "max_tombstones": Param(
+            20_000,
+            type="integer",
+            minimum=1,
+            description="Staged tombstones on a branch that make compaction due",
+        ),
+        "max_sealed_tokens": Param(
+            8,
+            type="integer",
+            minimum=1,
+            description="Sealed staging tokens on a branch that make compaction due",
+        ),
+    },
+)
+def branchwater_compaction_check() -> None:
+    compaction.expand_kwargs(branches())
+
+
+branchwater_compaction_check()

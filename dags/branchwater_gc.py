@@ -1,0 +1,108 @@
+"""`branchwater_gc_clean` and `branchwater_gc_optimized`: garbage collection of uncommitted
+objects, with a quality gate before anything is deleted.
+
+    prepare → mark → gate → sweep → report
+
+- `prepare` lists every branch's uncommitted addresses (the GC run's id is this run's);
+- `mark` runs the Spark GC job through `spark-submit` on that prepare run: it finds what no
+  commit and no branch holds, older than the minimum age, saves it and runs its Great
+  Expectations gate. It deletes nothing;
+- `gate` reads the mark's saved gate results and fails, naming each failed expectation
+  with GX's figures, when one did not hold: the run stops before the sweep;
+- `sweep` deletes what the mark holds (skipped when `dry_run` is true);
+- `report` returns the run's figures and its HTML report's URI, also shown as a link.
+
+The clean run reads every commit and lists the whole namespace; the optimized run starts
+from the last swept run of the repository and reads only what is new (a clean run when
+there is none). The Spark master comes from the `spark_default` connection (`local[*]`
+without one); the lake from `branchwater_default`, whose KV URL reaches the job in its
+environment, never on its command line. Configured by params, never by editing this file.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from airflow.sdk import DAG, Param
+
+from branchwater.plugin.operators import (
+    BranchwaterGCGateOperator,
+    BranchwaterGCMarkOperator,
+    BranchwaterGCReportOperator,
+    BranchwaterGCSweepOperator,
+    BranchwaterPrepareUncommittedOperator,
+)
+
+REPOSITORY = "{{ params.repository }}"
+RUN_ID = "{{ ti.xcom_pull(task_ids='prepare')['run_id'] }}"
+PARAMS = {
+    "repository": Param(
+        "etl-example",
+        type="string",
+        pattern="^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$",
+        description="The repository to collect",
+    ),
+    "min_age": Param(
+        "",
+        type="string",
+        pattern=r"^$|^\d+(\.\d+)?[smhd]?$",
+        description="Objects younger than this are kept (90s, 30m, 6h, 2d); empty: the "
+        "lake's default, the link-token lifetime. Shorter is an override the report flags",
+    ),
+    "dry_run": Param(
+        False, type="boolean", description="Mark and gate only: the sweep is skipped"
+    ),
+}
+
+
+def gc_dag(dag_id: str, mode: str, schedule: str, doc: str) -> DAG:
+    """One GC DAG; the clean and optimized ones differ only by the job's mode and schedule."""
+    with DAG(
+        dag_id=dag_id,
+        schedule=schedule,
+        start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+        catchup=False,
+        max_active_runs=1,
+        tags=["branchwater", "maintenance", "gc"],
+        doc_md=f"{doc}\n\n{__doc__}",
+        params=PARAMS,
+    ) as dag:
+        names: dict[str, Any] = {"repository": REPOSITORY}
+        (
+            BranchwaterPrepareUncommittedOperator(task_id="prepare", **names)
+            >> BranchwaterGCMarkOperator(
+                task_id="mark",
+                prepare_run=RUN_ID,
+                mode=mode,
+                min_age="{{ params.min_age }}",
+                name=f"{dag_id}-{REPOSITORY}",
+                **names,
+            )
+            >> BranchwaterGCGateOperator(task_id="gate", run_id=RUN_ID, **names)
+            >> BranchwaterGCSweepOperator(
+                task_id="sweep",
+                run_id=RUN_ID,
+                skip_sweep="{{ params.dry_run }}",
+                name=f"{dag_id}-sweep-{REPOSITORY}",
+                **names,
+            )
+            >> BranchwaterGCReportOperator(
+                task_id="report", run_id=RUN_ID, trigger_rule="none_failed", **names
+            )
+        )
+    return dag
+
+
+clean = gc_dag(
+    "branchwater_gc_clean",
+    "clean",
+    "@weekly",
+    "A clean run: every commit read, the whole namespace listed.",
+)
+optimized = gc_dag(
+    "branchwater_gc_optimized",
+    "optimized",
+    "@daily",
+    "An optimized run: from the last swept run on, only new commits and slices.",
+)

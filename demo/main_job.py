@@ -1,0 +1,257 @@
+"""The main job, step by step: concurrent ETL runs merging into `main`, the compaction check,
+a clean GC run, more work, an optimized GC run; then a summary of what happened."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from branchwater.demo.airflow_home import HomeFamily, connection_variable
+from branchwater.demo.dag_run import RunResult
+from branchwater.engine import Lake, Repository
+
+REPOSITORY = "sales"
+ETL_DAG = "branchwater_example_etl"
+COMPACTION_DAG = "branchwater_compaction_check"
+GC_CLEAN_DAG = "branchwater_gc_clean"
+GC_OPTIMIZED_DAG = "branchwater_gc_optimized"
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    root: Path
+    etl_runs: int = 3
+    partitions_per_run: int = 2
+    rows: int = 200
+    garbage_objects: int = 120
+    tombstones: int = 1_500
+
+
+@dataclass
+class Progress:
+    """Numbered steps on stdout, each with its duration, as the demo goes."""
+
+    total: int
+    done: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    @contextmanager
+    def step(self, what: str) -> Iterator[None]:
+        self.done += 1
+        print(f"[{self.done}/{self.total}] {what} …", flush=True)
+        began = time.monotonic()
+        yield
+        print(f"      done in {time.monotonic() - began:.0f} s", flush=True)
+
+
+@dataclass(frozen=True)
+class DemoLake:
+    """Where the demo's lake lives, and the Airflow connections that reach it."""
+
+    root: Path
+
+    @property
+    def kv_url(self) -> str:
+        return f"sqlite:///{self.root / 'lake.db'}"
+
+    @property
+    def namespace_root(self) -> Path:
+        return self.root / "lake-data"
+
+    def connections(self) -> dict[str, str]:
+        return {
+            **connection_variable(
+                "branchwater_default",
+                "branchwater",
+                password=self.kv_url,
+                extra={"default_namespace": self.namespace_root.as_uri()},
+            ),
+            **connection_variable("spark_default", "spark", host="local[2]"),
+        }
+
+
+class DagRunner:
+    """Runs DAGs of `dags/` in child processes, each in a fresh Airflow home of one family."""
+
+    def __init__(self, family: HomeFamily, logs: Path) -> None:
+        self.family = family
+        self.logs = logs
+        self.count = 0
+
+    def start(self, dag_id: str, conf: dict[str, Any]) -> tuple[subprocess.Popen[bytes], Path]:
+        self.count += 1
+        name = f"{self.count:02d}-{dag_id}"
+        environment = self.family.home(name)
+        out = self.logs / f"{name}.json"
+        log = (self.logs / f"{name}.log").open("wb")
+        command = [sys.executable, "-m", "branchwater.demo.dag_run", dag_id, json.dumps(conf)]
+        process = subprocess.Popen(
+            [*command, "--out", str(out)],
+            env={**os.environ, **environment},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        return process, out
+
+    def run_all(self, runs: list[tuple[str, dict[str, Any]]]) -> list[RunResult]:
+        """Start every run at once, wait for all, and fail naming the log of any that failed."""
+        started = [self.start(dag_id, conf) for dag_id, conf in runs]
+        results = []
+        for process, out in started:
+            code = process.wait()
+            if code != 0 or not out.exists():
+                raise SystemExit(f"a DAG run failed to run ({code}); see {out.with_suffix('.log')}")
+            result = RunResult.from_json(out.read_text())
+            if result.state != "success":
+                failed = sorted(t for t, s in result.states.items() if s != "success")
+                raise SystemExit(
+                    f"{result.dag_id} ended {result.state} (tasks {', '.join(failed)}); "
+                    f"see {out.with_suffix('.log')}"
+                )
+            results.append(result)
+        return results
+
+    def run(self, dag_id: str, conf: dict[str, Any]) -> RunResult:
+        return self.run_all([(dag_id, conf)])[0]
+
+
+def etl_conf(run: int, config: DemoConfig) -> dict[str, Any]:
+    partitions = [f"r{run}-p{p}" for p in range(config.partitions_per_run)]
+    return {"repository": REPOSITORY, "partitions": partitions, "rows": config.rows}
+
+
+def make_garbage(repo: Repository, branch_name: str, objects: int) -> int:
+    """Objects written and never committed: a branch deleted with its staged work, and
+    overwritten versions. Returns the bytes they hold."""
+    branch = repo.create_branch(branch_name, source="main")
+    written = 0
+    for i in range(objects):
+        body = os.urandom(2_000 + 37 * i)
+        branch.upload(f"scratch/{i:05d}.bin", body)
+        written += len(body)
+    branch.upload("scratch/00000.bin", b"the last version stays staged")
+    repo.delete_branch(branch_name)
+    return written
+
+
+def stage_tombstones(repo: Repository, count: int) -> None:
+    """A long-lived branch with many staged deletes over its committed tree: compaction due."""
+    ingest = repo.create_branch("ingest", source="main")
+    for i in range(count):
+        ingest.upload(f"staging/{i:06d}.json", b"{}")
+    ingest.commit("Stage a batch to replace")
+    for i in range(count):
+        ingest.delete(f"staging/{i:06d}.json")
+
+
+def run(config: DemoConfig) -> None:
+    root = config.root.resolve()
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    lake_place = DemoLake(root)
+    family = HomeFamily(root / "airflow", lake_place.connections())
+    logs = root / "runs"
+    logs.mkdir()
+    runner = DagRunner(family, logs)
+    progress = Progress(total=7)
+    summary: dict[str, Any] = {}
+
+    with Lake.connect(lake_place.kv_url) as lake:
+        repo = lake.create_repository(REPOSITORY, (lake_place.namespace_root / REPOSITORY).as_uri())
+        with progress.step("Migrating Airflow's metadata DB (SQLite)"):
+            family.prepare()
+        with progress.step(
+            f"{config.etl_runs} ETL runs at once, {config.etl_runs * config.partitions_per_run} "
+            "branches merging into main"
+        ):
+            etl = runner.run_all([(ETL_DAG, etl_conf(r, config)) for r in range(config.etl_runs)])
+        summary["etl"] = etl
+        with progress.step(
+            f"Staging {config.tombstones} deletes and garbage, then the compaction check"
+        ):
+            stage_tombstones(repo, config.tombstones)
+            garbage = make_garbage(repo, "scratch-1", config.garbage_objects)
+            summary["compaction"] = runner.run(
+                COMPACTION_DAG, {"repositories": [REPOSITORY], "max_tombstones": 1_000}
+            )
+        with progress.step("GC clean run on Spark, behind the Great Expectations gate"):
+            summary["gc_clean"] = runner.run(GC_CLEAN_DAG, gc_conf())
+        with progress.step("More work: another ETL run and more garbage"):
+            summary["etl"] += runner.run_all([(ETL_DAG, etl_conf(config.etl_runs, config))])
+            garbage += make_garbage(repo, "scratch-2", config.garbage_objects // 2)
+        with progress.step("GC optimized run: only new ranges and slices"):
+            summary["gc_optimized"] = runner.run(GC_OPTIMIZED_DAG, gc_conf())
+        summary["garbage_bytes"] = garbage
+        print_summary(repo, summary, root)
+
+
+def gc_conf() -> dict[str, Any]:
+    """The demo's objects are seconds old: it waives the minimum age, which the report flags."""
+    return {"repository": REPOSITORY, "min_age": "0s", "dry_run": False}
+
+
+def merge_attempts(etl: list[RunResult]) -> list[int]:
+    """How many tries each merge into `main` took (the engine retries lost races itself)."""
+    return [a for result in etl for a in result.values("load.merge", "merge_attempts")]
+
+
+def gc_line(result: RunResult) -> str:
+    record = result.value("report")
+    gate = "passed" if record["gate_success"] else "FAILED"
+    return (
+        f"{record['mode']} run {record['run_id']}: gate {gate}, {record['candidates']} "
+        f"candidates, {record['deleted']} objects ({record['deleted_bytes']:,} bytes) deleted"
+    )
+
+
+def print_summary(repo: Repository, summary: dict[str, Any], root: Path) -> None:
+    commits = list(repo.log("main"))
+    merges = [c for c in commits if len(c.parents) > 1]
+    attempts = merge_attempts(summary["etl"])
+    compacted = [
+        r for r in summary["compaction"].values("compaction.compact") if r and r["compacted"]
+    ]
+    print()
+    print("Summary")
+    print(f"  main: {len(commits)} commits, {len(merges)} of them merges of ETL branches")
+    if attempts:
+        raced = sum(1 for a in attempts if a > 1)
+        print(
+            f"  merges: {len(attempts)} from {len(summary['etl'])} concurrent DAG runs; "
+            f"{raced} lost a race and retried (attempts {sorted(attempts)})"
+        )
+    for record in compacted:
+        print(
+            f"  compaction: {record['tombstones_removed']} tombstones folded away, "
+            f"{record['ranges_written']} ranges written in {record['seconds']:.2f} s"
+        )
+    print(f"  garbage written: {summary['garbage_bytes']:,} bytes of uncommitted objects")
+    for key in ("gc_clean", "gc_optimized"):
+        print(f"  GC {gc_line(summary[key])}")
+    print(f"  GC report: {summary['gc_optimized'].value('report')['report']}")
+    print(f"  the lake: {root / 'lake.db'} (KV) and {root / 'lake-data'} (objects)")
+    print(f"  Airflow homes, task logs and run results: {root / 'airflow'}, {root / 'runs'}")
+    print(
+        f"  look around: BRANCHWATER_KV_URL={DemoLake(root).kv_url} "
+        f"branchwater log {REPOSITORY} main"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="branchwater.demo", description=__doc__)
+    parser.add_argument("--root", type=Path, default=Path(".branchwater/demo"))
+    parser.add_argument("--etl-runs", type=int, default=3)
+    args = parser.parse_args(argv)
+    run(DemoConfig(root=args.root, etl_runs=args.etl_runs))
+    return 0

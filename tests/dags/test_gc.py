@@ -1,0 +1,165 @@
+"""`branchwater_gc_clean` and `branchwater_gc_optimized`, run for real by `dag.test()`: the
+mark and the sweep are `spark-submit` runs of the GC job on `local[*]` (no Spark connection
+is defined), the gate and the report read what the job saved.
+
+Each `spark-submit` starts a JVM, so there are four: a clean run (mark and sweep) then an
+optimized dry run on SQLite, and a run whose gate fails on PostgreSQL, with a KV password
+that must stay hidden."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from branchwater.engine import Lake, Repository
+from tests.fixtures.airflow import DAGS_FOLDER
+from tests.fixtures.spark import _require_java, spark_config
+from tests.helpers import data_objects, put_garbage
+from tests.plugin.conftest import LakeConnection, RunDag, RunResult, set_connection
+
+if TYPE_CHECKING:
+    from airflow.sdk import DAG
+
+pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
+
+TASKS = ("prepare", "mark", "gate", "sweep", "report")
+REPORT_LINK = "_link_BranchwaterGCReportLink"
+PASSWORD = "Gc-Secret-KV-pw"
+
+
+def gc_dag(dag_id: str) -> DAG:
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=DAGS_FOLDER / "branchwater_gc.py")
+    assert bag.import_errors == {}
+    dag: DAG = bag.dags[dag_id]
+    return dag
+
+
+@dataclass
+class GCHistory:
+    """A repository whose objects are committed, staged, or garbage no entry names."""
+
+    lake: Lake
+    repo: Repository
+    keep: set[str]
+    garbage: set[str]
+
+    def objects(self) -> set[str]:
+        return set(data_objects(self.lake, self.repo))
+
+    def conf(self, **params: object) -> dict[str, object]:
+        return {"repository": self.repo.name, "min_age": "0s", **params}
+
+
+def history(lake_conn: LakeConnection, kept: int, garbage: int) -> GCHistory:
+    """`kept` objects half committed, half staged on a branch; `garbage` unreferenced ones."""
+    repo = lake_conn.create_repository("gc-")
+    main = repo.branch("main")
+    keep = {main.upload(f"committed/{i}.csv", f"c{i}".encode()).address for i in range(kept // 2)}
+    main.commit("committed")
+    etl = repo.create_branch("etl")
+    keep |= {etl.upload(f"staged/{i}.csv", f"s{i}".encode()).address for i in range(kept // 2)}
+    return GCHistory(lake_conn.lake, repo, keep, set(put_garbage(lake_conn.lake, repo, garbage)))
+
+
+@pytest.fixture(autouse=True)
+def spark_submit_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Java, and the test session's small, loopback-only Spark settings as the
+    `spark-defaults.conf` of every `spark-submit`; the JVM tuned for short runs."""
+    _require_java()
+    settings = {
+        key: value
+        for key, value in spark_config(tmp_path).items()
+        if key not in ("spark.master", "spark.app.name")
+    }
+    settings["spark.driver.extraJavaOptions"] += " -XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+    conf_dir = tmp_path / "spark-conf"
+    conf_dir.mkdir()
+    lines = [f"{key} {value}" for key, value in settings.items()]
+    (conf_dir / "spark-defaults.conf").write_text("\n".join(lines) + "\n")
+    monkeypatch.setenv("SPARK_CONF_DIR", str(conf_dir))
+
+
+def assert_tasks(result: RunResult, **states: str) -> None:
+    assert {task: result.states[task] for task in TASKS} == {
+        task: states.get(task, "success") for task in TASKS
+    }
+
+
+def test_a_clean_run_sweeps_and_an_optimized_dry_run_marks_only_what_is_new(
+    run_dag: RunDag, lake_conn: LakeConnection
+) -> None:
+    lake = history(lake_conn, kept=6, garbage=2)
+
+    clean = run_dag(gc_dag("branchwater_gc_clean"), lake.conf())
+
+    assert clean.state == "success", clean.states
+    assert_tasks(clean)
+    assert lake.objects() == lake.keep
+    run_id = clean.value("prepare")["run_id"]
+    swept = clean.value("sweep")
+    assert (swept["run_id"], swept["status"], swept["mode"]) == (run_id, "swept", "clean")
+    assert (swept["candidates"], swept["deleted"]) == (2, 2)
+    assert clean.value("mark")["status"] == "marked"
+    assert clean.value("gate")["gate_success"] is True
+    report = clean.value("report")["report"]
+    assert report.startswith(lake.repo.storage_namespace) and report.endswith("/report.html")
+    assert clean.value("report", REPORT_LINK) == report
+    assert "<svg" in Path(report.removeprefix("file://")).read_text()
+    assert clean.rendered["mark"]["prepare_run"] == run_id
+    assert clean.rendered["sweep"]["skip_sweep"] == "False"
+
+    later = set(put_garbage(lake.lake, lake.repo, 1))
+    optimized = run_dag(gc_dag("branchwater_gc_optimized"), lake.conf(dry_run=True))
+
+    assert optimized.state == "success", optimized.states
+    assert_tasks(optimized, sweep="skipped")
+    assert lake.objects() == lake.keep | later
+    marked = optimized.value("report")
+    assert (marked["mode"], marked["status"], marked["candidates"]) == ("optimized", "marked", 1)
+    assert optimized.rendered["sweep"]["skip_sweep"] == "True"
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("kv_url", ["postgres"], indirect=True)
+def test_a_failed_gate_stops_the_run_before_the_sweep_and_the_kv_password_stays_hidden(
+    run_dag: RunDag,
+    lake_conn: LakeConnection,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    secret_url = lake_conn.kv_url.replace("postgres@", f"postgres:{PASSWORD}@", 1)
+    assert PASSWORD in secret_url
+    set_connection(
+        monkeypatch,
+        "branchwater_default",
+        "branchwater",
+        password=secret_url,
+        extra=lake_conn.extra,
+    )
+    lake = history(lake_conn, kept=2, garbage=4)
+
+    result = run_dag(gc_dag("branchwater_gc_clean"), lake.conf())
+
+    captured = capfd.readouterr()
+    output = captured.out + captured.err
+    assert result.state == "failed"
+    assert_tasks(result, gate="failed", sweep="upstream_failed", report="upstream_failed")
+    assert result.tries["gate"] == 1
+    assert lake.objects() == lake.keep | lake.garbage
+    assert result.value("mark")["status"] == "gate_failed"
+    run_id = result.value("prepare")["run_id"]
+    assert f"GC run {run_id} failed its quality gate, nothing was deleted" in output
+    assert (
+        "gc-candidates: expect_table_row_count_to_be_between(max_value=3, min_value=0) "
+        "observed observed_value=4. Report: file://" in output
+    )
+    assert "Spark-Submit cmd: spark-submit --master local[*]" in output
+    assert "--kv-env BRANCHWATER_GC_KV_URL" in output
+    assert PASSWORD not in output
+    assert PASSWORD not in repr(result.rendered)
+    assert PASSWORD not in repr(result.xcoms)
