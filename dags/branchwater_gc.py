@@ -50,9 +50,7 @@ PARAMS = {
         description="Objects younger than this are kept (90s, 30m, 6h, 2d); empty: the "
         "lake's default, the link-token lifetime. Shorter is an override the report flags",
     ),
-    "dry_run": Param(
-        False, type="boolean", description="Mark and gate only: the sweep is skipped"
-    ),
+    "dry_run": Param(False, type="boolean", description="Mark and gate only: the sweep is skipped"),
 }
 
 
