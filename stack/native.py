@@ -295,7 +295,7 @@ def _run_step(step: tuple[str, ...], env: dict[str, str], log: Path, cwd: Path) 
     if result.returncode != 0:
         raise StackError(
             f"`{' '.join(step)}` failed ({result.returncode}); last lines of {log}:\n"
-            + seaweedfs.log_tail(log)
+            + processes.log_tail(log)
         )
 
 
@@ -305,14 +305,11 @@ def _wait(condition: Callable[[], bool], what: str, handle: StackHandle) -> None
         dead = [name for name, p in handle.processes.items() if not processes.running(p)]
         if dead:
             log = handle.logs / f"{dead[0]}.log"
-            raise StackError(f"{', '.join(dead)} exited; last lines of {log}:\n{_tail(log)}")
+            tail = processes.log_tail(log)
+            raise StackError(f"{', '.join(dead)} exited; last lines of {log}:\n{tail}")
         if time.monotonic() > deadline:
             raise StackError(f"timed out after {READY_TIMEOUT:.0f} s waiting for {what}")
         time.sleep(1)
-
-
-def _tail(log: Path) -> str:
-    return seaweedfs.log_tail(log)
 
 
 def _get_json(url: str) -> Any:

@@ -24,6 +24,7 @@ MARKER = "BRANCHWATER_STACK_ID"
 """The environment variable naming the stack a process belongs to."""
 STOP_GRACE = 20.0
 """Seconds a process group gets to exit on SIGTERM before it is killed."""
+LOG_TAIL_LINES = 40
 
 
 @dataclass(frozen=True)
@@ -129,3 +130,11 @@ def kill(pid: int) -> None:
 def _signal_group(pgid: int, signum: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signum)
+
+
+def log_tail(log_path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """The last lines of a process's log, for an error message."""
+    try:
+        return "\n".join(log_path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"

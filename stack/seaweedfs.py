@@ -23,7 +23,6 @@ from branchwater.stack.config import WEED_ENV, Placement, Ports, identity_config
 PROBE_BUCKET = "bw-ready"
 GRPC_SOCKET_DIR = Path("/tmp")
 """SeaweedFS also serves each gRPC port on `/tmp/seaweedfs-<service>-grpc-<port>.sock`."""
-LOG_TAIL_LINES = 40
 
 
 @dataclass(frozen=True)
@@ -115,7 +114,8 @@ def wait_ready(
     deadline = time.monotonic() + timeout
     while True:
         if not is_alive():
-            raise Unavailable(f"SeaweedFS S3 server exited; last log lines:\n{log_tail(log_path)}")
+            tail = processes.log_tail(log_path)
+            raise Unavailable(f"SeaweedFS S3 server exited; last log lines:\n{tail}")
         try:
             _probe(client)
             return
@@ -123,16 +123,9 @@ def wait_ready(
             if time.monotonic() > deadline:
                 raise Unavailable(
                     f"SeaweedFS S3 server did not answer within {timeout:.0f} s (last error: "
-                    f"{exc}); last log lines:\n{log_tail(log_path)}"
+                    f"{exc}); last log lines:\n{processes.log_tail(log_path)}"
                 ) from exc
         time.sleep(0.25)
-
-
-def log_tail(log_path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    try:
-        return "\n".join(log_path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
 
 
 def _probe_client(server: S3Server) -> Any:
