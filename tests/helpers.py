@@ -327,18 +327,21 @@ class AirflowClient:
         return response.json()
 
     def wait_for_dag(self, dag_id: str, timeout: float) -> None:
-        """Until the DAG processor has parsed `dag_id` (then unpause it)."""
+        """Until the DAG processor has parsed `dag_id`."""
         import httpx
 
         deadline = time.monotonic() + timeout
         while True:
             try:
-                self.request("PATCH", f"/dags/{dag_id}", json={"is_paused": False})
+                self.request("GET", f"/dags/{dag_id}")
                 return
             except httpx.HTTPStatusError as exc:
                 if exc.response.status_code != 404 or time.monotonic() > deadline:
                     raise
             time.sleep(1)
+
+    def unpause(self, dag_id: str) -> None:
+        self.request("PATCH", f"/dags/{dag_id}", json={"is_paused": False})
 
     def trigger(self, dag_id: str, conf: dict[str, Any]) -> str:
         run = self.request(

@@ -40,6 +40,7 @@ def run_dag(stack: StackHandle, dag_id: str, conf: dict[str, object]) -> None:
     client = AirflowClient(stack.airflow_url, *stack.admin)
     client.wait_for_dag(dag_id, PARSE_TIMEOUT)
     run_id = client.trigger(dag_id, conf)
+    client.unpause(dag_id)  # after the trigger: a scheduled run unpausing adds queues behind it
     state = client.wait_for_run(dag_id, run_id, RUN_TIMEOUT)
     assert state == "success", (
         f"{dag_id} run {run_id} ended {state}: {client.failed_tasks(dag_id, run_id)}\n"
