@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(abspath $(BIN)/python)
 
-.PHONY: install demo test test-fast bench lint clean
+.PHONY: install demo stack stack-down test test-fast bench lint clean
 
 install: $(STAMP)
 
@@ -22,6 +22,13 @@ $(STAMP): requirements.lock pyproject.toml
 demo: $(STAMP)
 	@scripts/check-env java
 	$(BIN)/python -m branchwater.engine.demo
+
+stack: $(STAMP)
+	@scripts/check-env java postgres
+	$(BIN)/python -m branchwater.stack up
+
+stack-down: $(STAMP)
+	$(BIN)/python -m branchwater.stack down
 
 test: $(STAMP)
 	@scripts/check-env java postgres

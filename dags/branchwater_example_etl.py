@@ -87,16 +87,13 @@ def write(branch: str, partition: str, prefix: str, params: dict[str, Any]) -> l
 
     spark = spark_session(params["spark_master"])  # before any column: F.col needs a session
     number = F.col("id")
-    frame = (
-        spark.range(0, int(params["rows"]), numPartitions=2)
-        .select(
-            F.concat(F.lit(f"{partition}-"), number.cast("string")).alias("id"),
-            F.lit(partition).alias("partition"),
-            F.when(number < int(params["bad_rows"]), F.lit(-1))
-            .otherwise((number * 7) % 100)
-            .cast("int")
-            .alias("amount"),
-        )
+    frame = spark.range(0, int(params["rows"]), numPartitions=2).select(
+        F.concat(F.lit(f"{partition}-"), number.cast("string")).alias("id"),
+        F.lit(partition).alias("partition"),
+        F.when(number < int(params["bad_rows"]), F.lit(-1))
+        .otherwise((number * 7) % 100)
+        .cast("int")
+        .alias("amount"),
     )
     hook = BranchwaterHook()
     try:

@@ -10,6 +10,7 @@ import dataclasses
 import os
 import random
 import socket
+import time
 import uuid
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -29,6 +30,7 @@ from branchwater.engine.graveler.committed.format import RANGES_PREFIX
 from branchwater.engine.graveler.model import Entry
 from branchwater.engine.objects import ObjectInfo, ObjectStore
 from branchwater.engine.objects.local import LocalObjectStore
+from branchwater.stack.config import Ports
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -56,6 +58,12 @@ def free_ports(count: int) -> list[int]:
         for s in sockets:
             s.bind(("127.0.0.1", 0))
         return [s.getsockname()[1] for s in sockets]
+
+
+def free_stack_ports() -> Ports:
+    """A stack's every port free on loopback, so a test's stack never meets `make stack`'s."""
+    names = [f.name for f in dataclasses.fields(Ports)]
+    return Ports(**dict(zip(names, free_ports(len(names)), strict=True)))
 
 
 def unique_name(prefix: str) -> str:
@@ -289,3 +297,78 @@ def rowid_sqlite_file(path: Path) -> str:
     with sqlite3.connect(path) as conn:
         conn.execute(ROWID_KV_TABLE)
     return f"sqlite:///{path}"
+
+
+# Airflow's REST API ----------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class AirflowClient:
+    """Airflow's public REST API (/api/v2) with a JWT from /auth/token, as a user would call it."""
+
+    base_url: str
+    username: str
+    password: str
+    _token: str = ""
+
+    def _headers(self) -> dict[str, str]:
+        import httpx
+
+        if not self._token:
+            response = httpx.post(
+                f"{self.base_url}/auth/token",
+                json={"username": self.username, "password": self.password},
+                timeout=30,
+            )
+            response.raise_for_status()
+            self._token = response.json()["access_token"]
+        return {"Authorization": f"Bearer {self._token}"}
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        import httpx
+
+        response = httpx.request(
+            method, f"{self.base_url}/api/v2{path}", headers=self._headers(), timeout=30, **kwargs
+        )
+        response.raise_for_status()
+        return response.json()
+
+    def wait_for_dag(self, dag_id: str, timeout: float) -> None:
+        """Until the DAG processor has parsed `dag_id`."""
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.request("GET", f"/dags/{dag_id}")
+                return
+            except httpx.HTTPStatusError as exc:
+                if exc.response.status_code != 404 or time.monotonic() > deadline:
+                    raise
+            time.sleep(1)
+
+    def unpause(self, dag_id: str) -> None:
+        self.request("PATCH", f"/dags/{dag_id}", json={"is_paused": False})
+
+    def trigger(self, dag_id: str, conf: dict[str, Any]) -> str:
+        run = self.request(
+            "POST", f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf}
+        )
+        return str(run["dag_run_id"])
+
+    def wait_for_run(self, dag_id: str, run_id: str, timeout: float) -> str:
+        """The run's final state (`success` or `failed`)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            state = str(self.request("GET", f"/dags/{dag_id}/dagRuns/{run_id}")["state"])
+            if state in ("success", "failed") or time.monotonic() > deadline:
+                return state
+            time.sleep(2)
+
+    def failed_tasks(self, dag_id: str, run_id: str) -> list[str]:
+        instances = self.request("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
+        return [
+            f"{ti['task_id']}[{ti.get('map_index', -1)}]: {ti['state']}"
+            for ti in instances["task_instances"]
+            if ti["state"] not in ("success", "skipped")
+        ]

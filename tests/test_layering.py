@@ -1,8 +1,8 @@
 """The layering rule of the code base, checked on the source itself.
 
 Inside the engine a module imports only its own layer and those below it
-(`kv` → `objects` → `graveler` → `gc` → `api`/`cli`); the Airflow provider, the Spark jobs
-and the DAGs use only the engine's public API (`branchwater.engine`'s exports).
+(`kv` → `objects` → `graveler` → `gc` → `api`/`cli`); the Airflow provider, the Spark jobs,
+the stack and the DAGs use only the engine's public API (`branchwater.engine`'s exports).
 """
 
 from __future__ import annotations
@@ -32,7 +32,11 @@ LAYERS: dict[str, int] = {
 }
 """The layer of each top-level engine module or package; a higher number sits above."""
 
-CLIENT_FOLDERS = {"plugin": "branchwater.plugin", "spark_jobs": "branchwater.spark_jobs"}
+CLIENT_FOLDERS = {
+    "plugin": "branchwater.plugin",
+    "spark_jobs": "branchwater.spark_jobs",
+    "stack": "branchwater.stack",
+}
 
 
 @dataclass(frozen=True)
@@ -112,7 +116,7 @@ def test_engine_layers_import_only_downwards() -> None:
     assert found == []
 
 
-@pytest.mark.parametrize("folder", ["plugin", "spark_jobs", "dags"])
+@pytest.mark.parametrize("folder", ["plugin", "spark_jobs", "stack", "dags"])
 def test_clients_use_only_the_public_api(folder: str) -> None:
     package = CLIENT_FOLDERS.get(folder, "")
     found = []

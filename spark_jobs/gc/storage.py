@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -150,14 +151,19 @@ def _filesystem(url: str, s3_options: dict[str, str]) -> tuple[pafs.FileSystem, 
 
 def _s3_filesystem(options: dict[str, str]) -> pafs.S3FileSystem:
     """pyarrow's S3 client from the engine's S3 options (boto3 names); without options it
-    takes the usual AWS environment, as boto3 does."""
+    takes the usual AWS environment, as boto3 does, `AWS_ENDPOINT_URL` included (pyarrow
+    itself ignores that one: executors of a cluster whose nodes point there need it)."""
     kwargs: dict[str, Any] = {
         "access_key": options.get("aws_access_key_id"),
         "secret_key": options.get("aws_secret_access_key"),
         "session_token": options.get("aws_session_token"),
         "region": options.get("region_name"),
     }
-    endpoint = options.get("endpoint_url")
+    endpoint = (
+        options.get("endpoint_url")
+        or os.environ.get("AWS_ENDPOINT_URL_S3")
+        or os.environ.get("AWS_ENDPOINT_URL")
+    )
     if endpoint:
         parts = urlsplit(endpoint)
         kwargs["endpoint_override"] = parts.netloc or parts.path

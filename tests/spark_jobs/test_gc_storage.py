@@ -1,0 +1,26 @@
+"""The GC job's S3 access from the environment alone, as executors on a cluster get it."""
+
+from __future__ import annotations
+
+import pytest
+
+from branchwater.spark_jobs.gc.storage import _s3_filesystem
+from tests.fixtures.s3 import S3Server
+
+ENVIRONMENT = {
+    "AWS_ACCESS_KEY_ID": "aws_access_key_id",
+    "AWS_SECRET_ACCESS_KEY": "aws_secret_access_key",
+    "AWS_DEFAULT_REGION": "region_name",
+    "AWS_ENDPOINT_URL": "endpoint_url",
+}
+
+
+@pytest.mark.s3
+def test_without_options_the_endpoint_comes_from_aws_endpoint_url(
+    s3_server: S3Server, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s3_server.client().put_object(Bucket=s3_bucket, Key="data/x", Body=b"12345")
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    for variable, option in ENVIRONMENT.items():
+        monkeypatch.setenv(variable, s3_server.options[option])
+    assert _s3_filesystem({}).get_file_info(f"{s3_bucket}/data/x").size == 5
