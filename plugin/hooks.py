@@ -13,12 +13,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from airflow.sdk import BaseHook
 from airflow.sdk.log import mask_secret
 
 from branchwater.engine import ConfigurationError, redact_url
+from branchwater.plugin.ui.paths import default_link_template
 
 if TYPE_CHECKING:
     from airflow.sdk import Connection
@@ -58,6 +59,13 @@ def _extra_field(extra: Mapping[str, Any], name: str) -> str | None:
     """A form field from the connection's extra, stored plain or with the legacy prefix."""
     value = extra.get(name) or extra.get(f"extra__{CONN_TYPE}__{name}")
     return str(value) if value else None
+
+
+def api_base_url() -> str | None:
+    """The API server's public address (`[api] base_url`), where the Branchwater view is."""
+    from airflow.sdk.configuration import conf
+
+    return conf.get("api", "base_url", fallback=None)
 
 
 def mask_url_password(url: str) -> None:
@@ -142,12 +150,12 @@ class BranchwaterHook(BaseHook):
         )
 
     def commit_url(self, repository: str, branch: str, commit_id: str) -> str:
-        """The page of a commit from the connection's link template; "" without one."""
-        template = self.settings.link_template
-        if not template:
-            return ""
+        """The page of a commit from the connection's link template, by default the commit's
+        page in the Branchwater view of Airflow's UI; "" when the template is unusable."""
+        template = self.settings.link_template or default_link_template(api_base_url())
+        values = {"repository": repository, "branch": branch, "commit_id": commit_id}
         try:
-            return template.format(repository=repository, branch=branch, commit_id=commit_id)
+            return template.format(**{k: quote(v, safe="/") for k, v in values.items()})
         except (KeyError, IndexError, ValueError) as exc:
             self.log.warning(
                 "Connection %s: unusable link template: %r", self.branchwater_conn_id, exc
