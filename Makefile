@@ -17,6 +17,7 @@ $(STAMP): requirements.lock pyproject.toml
 	@[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -r requirements.lock
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e .
+	@scripts/install-browser
 	@touch $(STAMP)
 
 demo: $(STAMP)

@@ -19,7 +19,12 @@ RANGE_CACHE_DIR = tempfile.mkdtemp(prefix="bw-range-cache-")
 os.environ["BRANCHWATER_CACHE_DIR"] = RANGE_CACHE_DIR
 """Tests share one range cache of their own, never the user's (subprocesses inherit it)."""
 
-pytest_plugins = ["tests.fixtures.spark", "tests.fixtures.airflow", "tests.fixtures.s3"]
+pytest_plugins = [
+    "tests.fixtures.spark",
+    "tests.fixtures.airflow",
+    "tests.fixtures.s3",
+    "tests.fixtures.browser",
+]
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
