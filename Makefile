@@ -26,6 +26,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	@scripts/check-env java postgres
+	@scripts/install-browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test-fast: $(STAMP)

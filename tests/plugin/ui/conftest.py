@@ -30,6 +30,12 @@ class ViewLake:
 
 @pytest.fixture
 def view_lake(lake_conn: LakeConnection) -> ViewLake:
+    return fill_lake(lake_conn)
+
+
+def fill_lake(lake_conn: LakeConnection) -> ViewLake:
+    """A repository with history on two branches, a tag, a compacted branch with staged
+    changes, and a saved GC run."""
     repo = lake_conn.create_repository("sales-")
     main = repo.branch("main")
     main.upload("orders/2026-11-01.csv", b"id,amount\n1,10\n")
