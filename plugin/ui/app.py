@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException
 
@@ -31,6 +31,7 @@ from branchwater.engine import (
     Unavailable,
 )
 from branchwater.plugin.ui import gc_runs
+from branchwater.plugin.ui.auth import LoginRequired, NotAllowed, airflow_user_may_view
 from branchwater.plugin.ui.lake import LakeAccess
 
 log = logging.getLogger(__name__)
@@ -44,8 +45,12 @@ _STATUS = {NotFound: 404, InvalidName: 404, InvalidArgument: 404}
 _UNAVAILABLE = (ConfigurationError, Unavailable)
 
 
-def create_app(access: LakeAccess | None = None) -> FastAPI:
-    """The view's app; `access` says which lake it shows (default: the configured connection)."""
+def create_app(access: LakeAccess | None = None, *, airflow_login: bool = False) -> FastAPI:
+    """The view's app; `access` says which lake it shows (default: the configured connection).
+
+    `airflow_login`: every page asks Airflow's auth manager who the user is (the API server
+    serves the app so); without it, anyone who reaches the app sees the lake's metadata.
+    """
     lake_access = access or LakeAccess()
     app = FastAPI(
         title="Branchwater",
@@ -53,6 +58,7 @@ def create_app(access: LakeAccess | None = None) -> FastAPI:
         redoc_url=None,
         openapi_url=None,
         lifespan=_closing(lake_access),
+        dependencies=[Depends(airflow_user_may_view)] if airflow_login else [],
     )
     app.state.lake_access = lake_access
     page = _Renderer(_templates())
@@ -133,6 +139,14 @@ def create_app(access: LakeAccess | None = None) -> FastAPI:
             log.error("Branchwater view: %s: %s", type(exc).__name__, exc)
         return page.error(request, status, _TITLES.get(status, "Error"), str(exc))
 
+    @app.exception_handler(LoginRequired)
+    def login_required(request: Request, exc: LoginRequired) -> Response:
+        return RedirectResponse(exc.login_url, status_code=303)
+
+    @app.exception_handler(NotAllowed)
+    def not_allowed(request: Request, exc: NotAllowed) -> Response:
+        return page.error(request, 403, "Not allowed", str(exc))
+
     @app.exception_handler(HTTPException)
     def http_error(request: Request, exc: HTTPException) -> Response:
         return page.error(
@@ -161,6 +175,7 @@ def _closing(access: LakeAccess) -> Callable[[FastAPI], AbstractAsyncContextMana
 
 
 _TITLES = {
+    403: "Not allowed",
     404: "Not found",
     405: "Method not allowed",
     500: "Error",

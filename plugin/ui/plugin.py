@@ -18,7 +18,9 @@ class BranchwaterViewPlugin(AirflowPlugin):
     """Serves the view and adds it to the UI's Browse menu, embedded in Airflow's page."""
 
     name = NAME
-    fastapi_apps = [{"app": create_app(), "url_prefix": URL_PREFIX, "name": "Branchwater"}]
+    fastapi_apps = [
+        {"app": create_app(airflow_login=True), "url_prefix": URL_PREFIX, "name": "Branchwater"}
+    ]
     external_views = [
         {
             "name": "Branchwater",

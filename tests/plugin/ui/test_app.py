@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -64,8 +66,8 @@ def client(lake_conn: LakeConnection) -> Iterator[TestClient]:
     access.close()
 
 
-def get(client: TestClient, url: str, status: int = 200) -> Page:
-    response = client.get(url)
+def get(client: TestClient, url: str, status: int = 200, **kwargs: Any) -> Page:
+    response = client.get(url, **kwargs)
     assert response.status_code == status, response.text
     assert response.headers["content-type"].startswith("text/html")
     assert "Traceback" not in response.text
@@ -310,3 +312,39 @@ def test_a_repository_page_uses_the_lake_of_the_connection(
         later = main.commit("Made meanwhile")
     page = get(client, f"/repositories/{repo.name}")
     assert f"main (default) {later.id[:12]} Made meanwhile" in page.tables["branches"]
+
+
+@pytest.fixture
+def auth_manager(airflow_home: Path) -> Any:
+    """Airflow's auth manager as the API server sets it up (the simple one by default); it
+    checks tokens against the metadata DB's revoked ones."""
+    from airflow.api_fastapi.app import init_auth_manager
+
+    return init_auth_manager()
+
+
+@pytest.mark.slow
+@pytest.mark.airflow
+def test_served_by_airflow_the_view_asks_airflow_who_the_user_is(
+    view_lake: ViewLake, auth_manager: Any
+) -> None:
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+
+    access = LakeAccess()
+    app = view.create_app(access, airflow_login=True)
+    with TestClient(app, follow_redirects=False) as client:
+        for cookies in ({}, {"_token": "not-a-token"}):
+            client.cookies.clear()
+            response = client.get(f"/repositories/{view_lake.repo.name}", cookies=cookies)
+            assert response.status_code == 303
+            assert response.headers["location"].endswith(
+                f"login?next=http%3A%2F%2Ftestserver%2Frepositories%2F{view_lake.repo.name}"
+            )
+        viewer = auth_manager.generate_jwt(SimpleAuthManagerUser(username="v", role="viewer"))
+        page = get(client, "/", cookies={"_token": viewer})
+        assert view_lake.repo.name in page.tables["repositories"]
+        nobody = auth_manager.generate_jwt(SimpleAuthManagerUser(username="n", role=None))
+        response = client.get("/", headers={"Authorization": f"Bearer {nobody}"})
+        assert response.status_code == 403
+        assert "may not see plugins' views" in Page(response.text).text
+    access.close()
