@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from datetime import UTC, datetime
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,8 @@ from branchwater.engine import (
     InvalidName,
     NotFound,
     Unavailable,
+    human_size,
+    timestamp,
 )
 from branchwater.plugin.ui import gc_runs
 from branchwater.plugin.ui.auth import LoginRequired, NotAllowed, airflow_user_may_view
@@ -223,25 +224,10 @@ def _linker(request: Request) -> Callable[..., str]:
 def _templates() -> Jinja2Templates:
     templates = Jinja2Templates(directory=Path(__file__).with_name("templates"))
     templates.env.filters["short"] = lambda commit_id: str(commit_id)[:12]
-    templates.env.filters["size"] = _human_size
-    templates.env.filters["when"] = _when
+    templates.env.filters["size"] = human_size
+    templates.env.filters["when"] = timestamp
     templates.env.filters["age"] = _age
     return templates
-
-
-def _human_size(size: int) -> str:
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
-
-
-def _when(moment: datetime | str) -> str:
-    if isinstance(moment, str):
-        return moment
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _age(seconds: float | None) -> str:
