@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from branchwater.engine import NotFound
+from branchwater.engine import CorruptedData, NotFound
 
 if TYPE_CHECKING:
     from branchwater.engine import ObjectStore
@@ -81,16 +81,30 @@ def list_runs(store: ObjectStore, limit: int = MAX_RUNS) -> list[GCRun]:
         if match:
             files.setdefault(match["run_id"], set()).add(match["name"])
     finished = sorted(run_id for run_id, names in files.items() if SUMMARY in names)
-    return [
-        GCRun.from_summary(read_summary(store, run_id), REPORT in files[run_id])
-        for run_id in finished[:limit]
-    ]
+    return [_run(store, run_id, REPORT in files[run_id]) for run_id in finished[:limit]]
+
+
+def _run(store: ObjectStore, run_id: str, has_report: bool) -> GCRun:
+    """A run's line; a damaged summary is a line that says so, not a failed page."""
+    try:
+        return GCRun.from_summary(read_summary(store, run_id), has_report)
+    except CorruptedData as exc:
+        unknown = Volume(0, 0)
+        return GCRun(
+            run_id, "unreadable", "", False, "", None, unknown, unknown, False, str(exc), has_report
+        )
 
 
 def read_summary(store: ObjectStore, run_id: str) -> dict[str, Any]:
-    document = json.loads(_read(store, run_id, SUMMARY, "summary"))
-    if not isinstance(document, dict):
-        raise NotFound(f"GC run {run_id!r} has an unreadable summary in {store.url}")
+    data = _read(store, run_id, SUMMARY, "summary")
+    try:
+        document = json.loads(data)
+    except ValueError:
+        document = None
+    if not isinstance(document, dict) or "run_id" not in document:
+        raise CorruptedData(
+            f"GC run {run_id!r} has a damaged summary in {store.url}: not a run's JSON summary"
+        )
     return document
 
 

@@ -200,6 +200,21 @@ def test_gc_runs_are_listed_with_their_figures_and_reports(
     assert summary.json()["counts"]["candidates"] == {"objects": 3, "bytes": 3072}
 
 
+def test_a_damaged_summary_is_named_not_a_failed_page(
+    view_lake: ViewLake, client: TestClient
+) -> None:
+    repo = view_lake.repo
+    damaged = "000000000000-abcdef"
+    store = open_object_store(repo.storage_namespace)
+    store.put(f"{gc_runs.RUNS_PREFIX}{damaged}/{gc_runs.SUMMARY}", b"{not json")
+    table = get(client, f"/repositories/{repo.name}/gc").tables["gc-runs"]
+    assert f"{damaged} unreadable" in table
+    assert "has a damaged summary" in table
+    assert view_lake.gc_run_id in table
+    page = get(client, f"/repositories/{repo.name}/gc/{damaged}/summary.json", status=500)
+    assert f"GC run '{damaged}' has a damaged summary" in page.text
+
+
 def test_a_namespace_without_gc_runs_says_how_to_make_one(
     lake_conn: LakeConnection, client: TestClient
 ) -> None:
