@@ -231,6 +231,7 @@ def test_a_namespace_without_gc_runs_says_how_to_make_one(
         ("/repositories/{repo}/log/no-such-branch", "no-such-branch"),
         ("/repositories/{repo}/commits/0123456789ab", "0123456789ab"),
         ("/repositories/{repo}/commits/zzz", "zzz"),
+        ("/repositories/{repo}/log/main?after=0123456789ab", "0123456789ab"),
         ("/repositories/no-such-repo/gc", "no-such-repo"),
         ("/repositories/{repo}/gc/000000000000-000000/report.html", "000000000000-000000"),
         ("/repositories/{repo}/gc/not-a-run/report.html", "not a GC run id"),
