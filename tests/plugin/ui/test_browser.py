@@ -1,13 +1,17 @@
 """The Branchwater view in a real headless Chromium, served by the real Airflow API server
 with the plugin loaded from its entry point: every page renders the lake's data, the links
-lead from page to page, Airflow's own UI embeds the view from its navigation, and a commit
-task's default extra link opens the commit's page. Screenshots are kept (see
+lead from page to page, a visitor signs in on Airflow's login page first, Airflow's own UI
+embeds the view from its navigation, and a commit task's default extra link opens the
+commit's page. Screenshots are kept (see
 tests/fixtures/browser.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import secrets
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -41,24 +45,56 @@ def view_lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ViewLake]:
         yield fill_lake(LakeConnection(DEFAULT_CONN_ID, kv_url, namespace, lake))
 
 
+@dataclass(frozen=True)
+class Site:
+    """An Airflow API server that serves the view, and the login of a user of its UI."""
+
+    url: str
+    user: str
+    password: str
+
+
 @pytest.fixture(scope="module")
-def airflow_url(
+def site(
     view_lake: ViewLake, airflow_home: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[str]:
-    """The address of an Airflow API server that serves the view of `view_lake`'s lake.
+) -> Iterator[Site]:
+    """An Airflow API server that serves the view of `view_lake`'s lake, with a real login
+    (Airflow's simple auth manager and an admin), as `make stack` runs it.
 
     Until `make stack`'s fixture lands this starts `airflow api-server` itself (one start
-    costs about a minute here); switching is this fixture's body: the stack's API server,
-    its `branchwater` connection on the lake.
+    costs about a minute here); switching is this fixture's body: the stack's API server and
+    admin login, its `branchwater` connection on the lake that `view_lake` fills.
     """
+    scratch = tmp_path_factory.mktemp("api-server")
+    login = Site("", "admin", secrets.token_urlsafe(12))
+    passwords = scratch / "passwords.json"
+    passwords.write_text(json.dumps({login.user: login.password}))
     connection = {"conn_type": "branchwater", "password": view_lake.conn.kv_url}
     server = start_api_server(
         airflow_home,
-        tmp_path_factory.mktemp("api-server"),
+        scratch,
+        AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS=f"{login.user}:admin",
+        AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE=str(passwords),
         **{connection_env(DEFAULT_CONN_ID): json.dumps(connection)},
     )
-    yield server.url
+    yield dataclasses.replace(login, url=server.url)
     server.stop()
+
+
+def open_page(driver: WebDriver, site: Site, path: str) -> None:
+    """Open a page as a person would: Airflow's login page first, then back to the page."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    target = f"{site.url}{path}"
+    driver.get(target)
+    if "/auth/login" in driver.current_url:
+        wait = WebDriverWait(driver, WAIT)
+        wait.until(ec.visibility_of_element_located((By.NAME, "username"))).send_keys(site.user)
+        driver.find_element(By.NAME, "password").send_keys(site.password)
+        driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        wait.until(lambda d: "/auth/login" not in d.current_url)
 
 
 def table(driver: WebDriver, table_id: str) -> str:
@@ -87,10 +123,11 @@ def screenshot(driver: WebDriver, name: str) -> None:
 
 
 def test_the_view_renders_the_lake_in_a_browser(
-    view_lake: ViewLake, airflow_url: str, browser: WebDriver
+    view_lake: ViewLake, site: Site, browser: WebDriver
 ) -> None:
     repo, feature = view_lake.repo, view_lake.feature
-    browser.get(f"{airflow_url}/branchwater/")
+    open_page(browser, site, "/branchwater/")
+    assert browser.current_url == f"{site.url}/branchwater/"
     assert repo.storage_namespace in table(browser, "repositories")
     screenshot(browser, "repositories")
 
@@ -117,31 +154,32 @@ def test_the_view_renders_the_lake_in_a_browser(
 
 
 def test_airflows_ui_embeds_the_view_from_its_navigation(
-    view_lake: ViewLake, airflow_url: str, browser: WebDriver
+    view_lake: ViewLake, site: Site, browser: WebDriver
 ) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
-    browser.get(f"{airflow_url}/plugin/branchwater")
+    open_page(browser, site, "/plugin/branchwater")
     frame = (By.CSS_SELECTOR, "iframe")
     WebDriverWait(browser, WAIT).until(ec.frame_to_be_available_and_switch_to_it(frame))
     assert view_lake.repo.name in table(browser, "repositories")
     browser.switch_to.default_content()
     iframe = browser.find_element(*frame)
-    assert iframe.get_attribute("src") == f"{airflow_url}/branchwater/"
+    assert iframe.get_attribute("src") == f"{site.url}/branchwater/"
     screenshot(browser, "in-airflow-ui")
 
 
 def test_a_commit_tasks_default_extra_link_opens_the_commit(
-    view_lake: ViewLake, airflow_url: str, browser: WebDriver, monkeypatch: pytest.MonkeyPatch
+    view_lake: ViewLake, site: Site, browser: WebDriver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("AIRFLOW__API__BASE_URL", airflow_url)
+    monkeypatch.setenv("AIRFLOW__API__BASE_URL", site.url)
     connection = {"conn_type": "branchwater", "password": view_lake.conn.kv_url}
     monkeypatch.setenv(connection_env("bw_no_template"), json.dumps(connection))
     feature = view_lake.feature
     url = BranchwaterHook("bw_no_template").commit_url(view_lake.repo.name, BRANCH, feature.id)
-    browser.get(url)
+    assert url.startswith(f"{site.url}/branchwater/")
+    open_page(browser, site, url.removeprefix(site.url))
     details = table(browser, "commit")
     assert feature.id in details
     assert f"Branch {BRANCH}" in details
