@@ -9,7 +9,7 @@ commit or run) is a 404 page with the engine's message; no page ever shows a tra
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from itertools import islice
 from pathlib import Path
@@ -42,6 +42,12 @@ LOG_PAGE = 50
 DIFF_LIMIT = 1_000
 """Changes shown on a commit's page; the page says when there are more."""
 
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; style-src 'unsafe-inline'; img-src data:; frame-ancestors 'self'"
+)
+"""Pages are inline-styled HTML and nothing else: no script runs in Airflow's origin, even
+from a report file someone else wrote into a namespace (reports also get `sandbox`)."""
+
 _STATUS = {NotFound: 404, InvalidName: 404, InvalidArgument: 404}
 _UNAVAILABLE = (ConfigurationError, Unavailable)
 
@@ -63,6 +69,14 @@ def create_app(access: LakeAccess | None = None, *, airflow_login: bool = False)
     )
     app.state.lake_access = lake_access
     page = _Renderer(_templates())
+
+    @app.middleware("http")
+    async def content_security_policy(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        response = await call_next(request)
+        response.headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
+        return response
 
     @app.get("/", name="repositories", response_class=HTMLResponse)
     def repositories(request: Request) -> Response:
@@ -124,7 +138,10 @@ def create_app(access: LakeAccess | None = None, *, airflow_login: bool = False)
     )
     def report(repository: str, run_id: str) -> Response:
         repo = lake_access.lake().repository(repository)
-        return HTMLResponse(gc_runs.read_report(lake_access.objects(repo), run_id))
+        return HTMLResponse(
+            gc_runs.read_report(lake_access.objects(repo), run_id),
+            headers={"Content-Security-Policy": f"{CONTENT_SECURITY_POLICY}; sandbox"},
+        )
 
     @app.get("/repositories/{repository}/gc/{run_id}/summary.json", name="gc_summary")
     def summary(repository: str, run_id: str) -> Response:

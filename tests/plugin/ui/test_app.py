@@ -86,6 +86,13 @@ def test_the_repositories_page_lists_every_repository(
     assert page.links[view_lake.repo.name] == f"/repositories/{view_lake.repo.name}"
 
 
+def test_no_page_runs_scripts(view_lake: ViewLake, client: TestClient) -> None:
+    for path in ("/", f"/repositories/{view_lake.repo.name}", "/no/such/page"):
+        policy = client.get(path).headers["content-security-policy"]
+        assert "default-src 'none'" in policy
+        assert "script-src" not in policy
+
+
 def test_an_empty_lake_says_how_to_make_a_repository(
     lake_conn: LakeConnection, client: TestClient
 ) -> None:
@@ -194,6 +201,7 @@ def test_gc_runs_are_listed_with_their_figures_and_reports(
         f"{gc_runs.RUNS_PREFIX}{run_id}/report.html"
     )
     assert report.content == saved
+    assert "sandbox" in report.headers["content-security-policy"]
     assert f"<title>GC run {run_id}" in report.text
     summary = client.get(page.links["summary.json"])
     assert summary.status_code == 200
