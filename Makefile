@@ -17,6 +17,7 @@ $(STAMP): requirements.lock pyproject.toml
 	@[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -r requirements.lock
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e .
+	@scripts/install-browser
 	@touch $(STAMP)
 
 demo: $(STAMP)
@@ -32,6 +33,7 @@ stack-down: $(STAMP)
 
 test: $(STAMP)
 	@scripts/check-env java postgres
+	@scripts/install-browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test-fast: $(STAMP)

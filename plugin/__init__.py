@@ -44,7 +44,7 @@ CONNECTION_TYPE: dict[str, Any] = {
         "link_template": _text_field(
             "Commit link",
             "URL of a commit's page, with {repository}, {branch} and {commit_id} "
-            "placeholders; empty: commit and merge tasks show no link",
+            "placeholders; empty: the commit's page in the Branchwater view of this Airflow",
         ),
     },
 }

@@ -13,12 +13,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from airflow.sdk import BaseHook
 from airflow.sdk.log import mask_secret
 
 from branchwater.engine import ConfigurationError, InvalidArgument, redact_url
+from branchwater.plugin.ui.paths import default_link_template
 
 if TYPE_CHECKING:
     from airflow.sdk import Connection
@@ -93,6 +94,12 @@ def compaction_policy(thresholds: Mapping[str, Any] | None) -> CompactionPolicy 
                 f"compaction threshold {name} must be a number, not {value!r}"
             ) from None
     return CompactionPolicy(**values)
+
+def api_base_url() -> str | None:
+    """The API server's public address (`[api] base_url`), where the Branchwater view is."""
+    from airflow.sdk.configuration import conf
+
+    return conf.get("api", "base_url", fallback=None)
 
 
 def mask_url_password(url: str) -> None:
@@ -185,12 +192,12 @@ class BranchwaterHook(BaseHook):
         return read_summary(Namespace.of(namespace, self.s3_options()), run_id)
 
     def commit_url(self, repository: str, branch: str, commit_id: str) -> str:
-        """The page of a commit from the connection's link template; "" without one."""
-        template = self.settings.link_template
-        if not template:
-            return ""
+        """The page of a commit from the connection's link template, by default the commit's
+        page in the Branchwater view of Airflow's UI; "" when the template is unusable."""
+        template = self.settings.link_template or default_link_template(api_base_url())
+        values = {"repository": repository, "branch": branch, "commit_id": commit_id}
         try:
-            return template.format(repository=repository, branch=branch, commit_id=commit_id)
+            return template.format(**{k: quote(v, safe="/") for k, v in values.items()})
         except (KeyError, IndexError, ValueError) as exc:
             self.log.warning(
                 "Connection %s: unusable link template: %r", self.branchwater_conn_id, exc

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
 
 class BranchwaterCommitLink(BaseOperatorLink):
-    """The commit made by a commit or merge task, from the connection's link template."""
+    """The commit made by a commit or merge task, from the connection's link template: by
+    default the commit's page in the Branchwater view of Airflow's UI (`plugin/ui/`)."""
 
     name = "Branchwater commit"
 

@@ -28,6 +28,7 @@ pytest_plugins = [
     "tests.fixtures.airflow",
     "tests.fixtures.s3",
     "tests.fixtures.stack",
+    "tests.fixtures.browser",
 ]
 
 

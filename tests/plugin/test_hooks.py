@@ -102,7 +102,10 @@ def test_commit_urls_follow_the_connections_template(
         "https://airflow.example.com/branchwater/sales/main/c1"
     )
     set_connection(monkeypatch, "bw_no_link", "branchwater", password=lake_conn.kv_url)
-    assert BranchwaterHook("bw_no_link").commit_url("sales", "main", "c1") == ""
+    monkeypatch.setenv("AIRFLOW__API__BASE_URL", "http://airflow.example.com:8080/")
+    assert BranchwaterHook("bw_no_link").commit_url("sales", "etl/a#1", "c1") == (
+        "http://airflow.example.com:8080/branchwater/repositories/sales/commits/c1?branch=etl/a%231"
+    )
     set_connection(
         monkeypatch,
         "bw_bad_link",

@@ -1,0 +1,124 @@
+"""GC runs as the view lists them, read from what the GC job saves in a namespace.
+
+The job (`branchwater.spark_jobs.gc.runs`) writes `summary.json` and a self-contained
+`report.html` under `_branchwater/retention/gc/<run_id>/`; the view reads them through the
+engine's object store, without Spark or the job's modules (a test keeps the layout in step).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from branchwater.engine import CorruptedData, NotFound
+
+if TYPE_CHECKING:
+    from branchwater.engine import ObjectStore
+
+RUNS_PREFIX = "_branchwater/retention/gc/"
+SUMMARY = "summary.json"
+REPORT = "report.html"
+RUN_ID = re.compile(r"^[0-9a-f]{12}-[0-9a-f]{6}$")
+RUN_FILE = re.compile(
+    rf"^{re.escape(RUNS_PREFIX)}(?P<run_id>[0-9a-f]{{12}}-[0-9a-f]{{6}})/(?P<name>[^/]+)$"
+)
+MAX_RUNS = 100
+"""Runs listed, newest first."""
+
+
+@dataclass(frozen=True)
+class Volume:
+    objects: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class GCRun:
+    """One run's line in the list: what it was asked to do, what it found, how it ended."""
+
+    run_id: str
+    status: str
+    mode: str
+    dry_run: bool
+    started_at: str
+    gate_success: bool | None
+    candidates: Volume
+    deleted: Volume
+    min_age_override: bool
+    error: str | None
+    has_report: bool
+
+    @classmethod
+    def from_summary(cls, summary: dict[str, Any], has_report: bool) -> GCRun:
+        counts = summary.get("counts") or {}
+
+        def volume(name: str) -> Volume:
+            figures = counts.get(name) or {}
+            return Volume(int(figures.get("objects", 0)), int(figures.get("bytes", 0)))
+
+        return cls(
+            run_id=str(summary["run_id"]),
+            status=str(summary.get("status", "")),
+            mode=str(summary.get("mode", "")),
+            dry_run=bool(summary.get("dry_run")),
+            started_at=str(summary.get("started_at", "")),
+            gate_success=summary.get("gate_success"),
+            candidates=volume("candidates"),
+            deleted=volume("deleted"),
+            min_age_override=bool(summary.get("min_age_override")),
+            error=summary.get("error"),
+            has_report=has_report,
+        )
+
+
+def list_runs(store: ObjectStore, limit: int = MAX_RUNS) -> list[GCRun]:
+    """The runs whose mark finished (they have a summary), newest first."""
+    files: dict[str, set[str]] = {}
+    for info in store.list_objects(RUNS_PREFIX):
+        match = RUN_FILE.match(info.key)
+        if match:
+            files.setdefault(match["run_id"], set()).add(match["name"])
+    finished = sorted(run_id for run_id, names in files.items() if SUMMARY in names)
+    return [_run(store, run_id, REPORT in files[run_id]) for run_id in finished[:limit]]
+
+
+def _run(store: ObjectStore, run_id: str, has_report: bool) -> GCRun:
+    """A run's line; a damaged summary is a line that says so, not a failed page."""
+    try:
+        return GCRun.from_summary(read_summary(store, run_id), has_report)
+    except CorruptedData as exc:
+        unknown = Volume(0, 0)
+        return GCRun(
+            run_id, "unreadable", "", False, "", None, unknown, unknown, False, str(exc), has_report
+        )
+
+
+def read_summary(store: ObjectStore, run_id: str) -> dict[str, Any]:
+    data = _read(store, run_id, SUMMARY, "summary")
+    try:
+        document = json.loads(data)
+    except ValueError:
+        document = None
+    if not isinstance(document, dict) or "run_id" not in document:
+        raise CorruptedData(
+            f"GC run {run_id!r} has a damaged summary in {store.url}: not a run's JSON summary"
+        )
+    return document
+
+
+def read_report(store: ObjectStore, run_id: str) -> bytes:
+    return _read(store, run_id, REPORT, "report")
+
+
+def _read(store: ObjectStore, run_id: str, name: str, what: str) -> bytes:
+    if not RUN_ID.match(run_id):
+        raise NotFound(f"{run_id!r} is not a GC run id (such as 18f2a9c3b7d1-a1b2c3)")
+    try:
+        return store.get(f"{RUNS_PREFIX}{run_id}/{name}")
+    except NotFound:
+        raise NotFound(
+            f"GC run {run_id!r} has no {what} in {store.url}: it does not exist or its mark "
+            "did not finish"
+        ) from None
