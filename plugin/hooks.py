@@ -95,6 +95,7 @@ def compaction_policy(thresholds: Mapping[str, Any] | None) -> CompactionPolicy 
             ) from None
     return CompactionPolicy(**values)
 
+
 def api_base_url() -> str | None:
     """The API server's public address (`[api] base_url`), where the Branchwater view is."""
     from airflow.sdk.configuration import conf
