@@ -50,6 +50,14 @@ PARAMS = {
         description="Objects younger than this are kept (90s, 30m, 6h, 2d); empty: the "
         "lake's default, the link-token lifetime. Shorter is an override the report flags",
     ),
+    "max_share": Param(
+        0.5,
+        type="number",
+        minimum=0,
+        maximum=1,
+        description="The gate fails when candidates exceed this share of the objects the run "
+        "considered (the whole namespace for a clean run, what is new for an optimized one)",
+    ),
     "dry_run": Param(False, type="boolean", description="Mark and gate only: the sweep is skipped"),
 }
 
@@ -74,6 +82,7 @@ def gc_dag(dag_id: str, mode: str, schedule: str, doc: str) -> DAG:
                 prepare_run=RUN_ID,
                 mode=mode,
                 min_age="{{ params.min_age }}",
+                max_share="{{ params.max_share }}",
                 name=f"{dag_id}-{REPOSITORY}",
                 **names,
             )

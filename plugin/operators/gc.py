@@ -229,7 +229,9 @@ class BranchwaterGCMarkOperator(BranchwaterGCJobOperator):
     `prepare_run` (templated) is the run id of a finished prepare run
     (`BranchwaterPrepareUncommittedOperator`'s), which names the GC run too. `mode` is
     "clean" or "optimized"; `min_age` a duration such as "6h" (empty: the lake's default,
-    never shorter than a link token's life). A mark whose gate failed still succeeds: it
+    never shorter than a link token's life); `max_share` the gate's bound on the candidates'
+    share of the objects the run considered (empty: the job's default, 0.5). A mark whose
+    gate failed still succeeds: it
     finished, and `BranchwaterGCGateOperator` is the task that refuses it.
     """
 
@@ -238,15 +240,23 @@ class BranchwaterGCMarkOperator(BranchwaterGCJobOperator):
         "prepare_run",
         "mode",
         "min_age",
+        "max_share",
     )
 
     def __init__(
-        self, *, prepare_run: str, mode: str = "clean", min_age: str | None = None, **kwargs: Any
+        self,
+        *,
+        prepare_run: str,
+        mode: str = "clean",
+        min_age: str | None = None,
+        max_share: str | float | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.prepare_run = prepare_run
         self.mode = mode
         self.min_age = min_age
+        self.max_share = max_share
 
     def run_id(self) -> str:
         return self.prepare_run
@@ -255,6 +265,8 @@ class BranchwaterGCMarkOperator(BranchwaterGCJobOperator):
         arguments = ["--mode", self.mode, "--dry-run", "--prepare-run", self.prepare_run]
         if self.min_age not in (None, "", "None"):
             arguments += ["--min-age", str(self.min_age)]
+        if self.max_share not in (None, "", "None"):
+            arguments += ["--max-share", str(self.max_share)]
         return arguments
 
     def execute(self, context: Context) -> Any:

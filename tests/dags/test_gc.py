@@ -114,7 +114,7 @@ def test_a_clean_run_sweeps_and_an_optimized_dry_run_marks_only_what_is_new(
     assert clean.rendered["sweep"]["skip_sweep"] == "False"
 
     later = set(put_garbage(lake.lake, lake.repo, 1))
-    optimized = run_dag(gc_dag("branchwater_gc_optimized"), lake.conf(dry_run=True))
+    optimized = run_dag(gc_dag("branchwater_gc_optimized"), lake.conf(dry_run=True, max_share=0.9))
 
     assert optimized.state == "success", optimized.states
     assert_tasks(optimized, sweep="skipped")
@@ -122,6 +122,7 @@ def test_a_clean_run_sweeps_and_an_optimized_dry_run_marks_only_what_is_new(
     marked = optimized.value("report")
     assert (marked["mode"], marked["status"], marked["candidates"]) == ("optimized", "marked", 1)
     assert optimized.rendered["sweep"]["skip_sweep"] == "True"
+    assert optimized.rendered["mark"]["max_share"] == "0.9"
 
 
 @pytest.mark.postgres
