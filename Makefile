@@ -22,7 +22,7 @@ $(STAMP): requirements.lock pyproject.toml
 
 demo: $(STAMP)
 	@scripts/check-env java
-	$(BIN)/python -m branchwater.engine.demo
+	$(BIN)/python -m branchwater.demo
 
 stack: $(STAMP)
 	@scripts/check-env java postgres

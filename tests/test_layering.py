@@ -36,6 +36,7 @@ CLIENT_FOLDERS = {
     "plugin": "branchwater.plugin",
     "spark_jobs": "branchwater.spark_jobs",
     "stack": "branchwater.stack",
+    "demo": "branchwater.demo",
 }
 
 
@@ -116,7 +117,7 @@ def test_engine_layers_import_only_downwards() -> None:
     assert found == []
 
 
-@pytest.mark.parametrize("folder", ["plugin", "spark_jobs", "stack", "dags"])
+@pytest.mark.parametrize("folder", ["plugin", "spark_jobs", "stack", "demo", "dags"])
 def test_clients_use_only_the_public_api(folder: str) -> None:
     package = CLIENT_FOLDERS.get(folder, "")
     found = []

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from branchwater.demo.airflow_home import DAGS_FOLDER
 from branchwater.engine import Repository
-from tests.fixtures.airflow import DAGS_FOLDER
 from tests.plugin.conftest import LakeConnection, RunDag
 
 if TYPE_CHECKING:

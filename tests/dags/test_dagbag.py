@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.airflow import DAGS_FOLDER
+from branchwater.demo.airflow_home import DAGS_FOLDER
 from tests.plugin.conftest import set_connection
 
 PARSE_SECONDS = 1.0

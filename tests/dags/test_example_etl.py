@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.fixtures.airflow import DAGS_FOLDER
+from branchwater.demo.airflow_home import DAGS_FOLDER
 from tests.helpers import unique_name
 from tests.plugin.conftest import LakeConnection, RunDag
 

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from branchwater.demo.airflow_home import DAGS_FOLDER
 from branchwater.engine import Lake, Repository
-from tests.fixtures.airflow import DAGS_FOLDER
 from tests.fixtures.spark import _require_java, spark_config
 from tests.helpers import data_objects, put_garbage
 from tests.plugin.conftest import LakeConnection, RunDag, RunResult, set_connection

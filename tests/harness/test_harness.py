@@ -97,7 +97,7 @@ def test_spark_computes_an_aggregate(spark: SparkSession) -> None:
 def test_airflow_runs_a_dag_that_uses_the_engine(airflow_home: Path) -> None:
     from airflow.sdk import DAG, DagRunState, task
 
-    from tests.plugin.conftest import register
+    from branchwater.demo.dag_run import register
 
     @task
     def kv_round_trip() -> str:

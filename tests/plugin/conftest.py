@@ -16,11 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from branchwater.demo.dag_run import RunResult
+from branchwater.demo.dag_run import run_dag as run_dag_once
 from branchwater.engine import Lake, Repository
 from tests.helpers import unique_name
 
 if TYPE_CHECKING:
-    from airflow.sdk import DAG
+    pass
 
 LINK_TEMPLATE = "https://airflow.example.com/branchwater/{repository}/{branch}/{commit_id}"
 
@@ -84,83 +86,11 @@ def repo(lake_conn: LakeConnection) -> Repository:
     return repository
 
 
-@dataclass(frozen=True)
-class RunResult:
-    """A finished DAG run, read back from the metadata DB."""
-
-    dag_id: str
-    run_id: str
-    state: str
-    states: dict[str, str]
-    """Each task instance's state, keyed `task_id` or `task_id[map_index]` when mapped."""
-    tries: dict[str, int]
-    xcoms: dict[tuple[str, str], Any]
-    """XCom values keyed (`task_id` or `task_id[map_index]`, key)."""
-    rendered: dict[str, dict[str, Any]]
-    """Each task instance's rendered template fields, as the UI shows them."""
-
-    def value(self, task: str, key: str = "return_value") -> Any:
-        return self.xcoms[(task, key)]
-
-
 RunDag = Callable[..., RunResult]
 
 
 @pytest.fixture
 def run_dag(airflow_home: Path) -> RunDag:
-    """Run a DAG once with `dag.test()`, after writing it to the metadata DB as the DAG
-    processor would (`dag.test()` only runs DAGs that are serialized there)."""
-
-    def run(dag: DAG, conf: dict[str, Any] | None = None) -> RunResult:
-        register(dag)
-        dag_run = dag.test(run_conf=conf)
-        return collect(dag.dag_id, dag_run.run_id, str(dag_run.state))
-
-    return run
-
-
-def register(dag: DAG) -> None:
-    from airflow.dag_processing.bundles.manager import DagBundlesManager
-    from airflow.dag_processing.collection import update_dag_parsing_results_in_db
-    from airflow.serialization.serialized_objects import LazyDeserializedDAG
-    from airflow.utils.session import create_session
-
-    DagBundlesManager().sync_bundles_to_db()
-    with create_session() as session:
-        update_dag_parsing_results_in_db(
-            "dags-folder", None, [LazyDeserializedDAG.from_dag(dag)], {}, None, set(), session
-        )
-
-
-def collect(dag_id: str, run_id: str, state: str) -> RunResult:
-    from airflow.models.renderedtifields import RenderedTaskInstanceFields
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    def name(task_id: str, map_index: int) -> str:
-        return task_id if map_index < 0 else f"{task_id}[{map_index}]"
-
-    with create_session() as session:
-        tis = session.scalars(
-            select(TaskInstance).where(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id)
-        ).all()
-        xcoms = session.scalars(XComModel.get_many(run_id=run_id, dag_ids=dag_id)).all()
-        rendered = session.scalars(
-            select(RenderedTaskInstanceFields).where(
-                RenderedTaskInstanceFields.dag_id == dag_id,
-                RenderedTaskInstanceFields.run_id == run_id,
-            )
-        ).all()
-        return RunResult(
-            dag_id=dag_id,
-            run_id=run_id,
-            state=state,
-            states={name(ti.task_id, ti.map_index): str(ti.state) for ti in tis},
-            tries={name(ti.task_id, ti.map_index): ti.try_number for ti in tis},
-            xcoms={
-                (name(x.task_id, x.map_index), x.key): XComModel.deserialize_value(x) for x in xcoms
-            },
-            rendered={name(r.task_id, r.map_index): r.rendered_fields for r in rendered},
-        )
+    """Run a DAG once with `dag.test()` on the session's metadata DB (`register`ed first, as
+    the DAG processor would: `dag.test()` only runs DAGs that are serialized there)."""
+    return run_dag_once

@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from branchwater.demo.dag_run import collect
 from branchwater.engine import Lake
 from tests.helpers import unique_name
-from tests.plugin.conftest import LINK_TEMPLATE, collect, connection_env
+from tests.plugin.conftest import LINK_TEMPLATE, connection_env
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.postgres]
 
@@ -70,7 +71,7 @@ configure_logging(output=sys.stdout, colored_console_log=False)
 
 from airflow.dag_processing.dagbag import DagBag
 
-from tests.plugin.conftest import register
+from branchwater.demo.dag_run import register
 
 dag = DagBag(dag_folder=sys.argv[1]).dags["bw_secrets"]
 register(dag)
