@@ -203,7 +203,7 @@ def test_a_tampered_mark_is_refused_before_any_delete(local_gc: GCLake) -> None:
     garbage = set(local_gc.put_garbage(3))
     mark = local_gc.run(dry_run=True)
     ns = Namespace.of(local_gc.repo.storage_namespace)
-    [key] = mark.files[runs.CANDIDATES]
+    key = mark.files[runs.CANDIDATES][0]
     table = ns.read_parquet(key)
     extra = pa.table(
         {
