@@ -34,6 +34,9 @@ class DemoConfig:
     partitions_per_run: int = 2
     rows: int = 200
     garbage_objects: int = 120
+    later_garbage_objects: int = 5
+    """Kept below the new ETL files: the optimized run's gate bounds candidates by the share
+    of what is new since the last run."""
     tombstones: int = 1_500
 
 
@@ -189,7 +192,7 @@ def run(config: DemoConfig) -> None:
             summary["gc_clean"] = runner.run(GC_CLEAN_DAG, gc_conf())
         with progress.step("More work: another ETL run and more garbage"):
             summary["etl"] += runner.run_all([(ETL_DAG, etl_conf(config.etl_runs, config))])
-            garbage += make_garbage(repo, "scratch-2", config.garbage_objects // 2)
+            garbage += make_garbage(repo, "scratch-2", config.later_garbage_objects)
         with progress.step("GC optimized run: only new ranges and slices"):
             summary["gc_optimized"] = runner.run(GC_OPTIMIZED_DAG, gc_conf())
         summary["garbage_bytes"] = garbage
