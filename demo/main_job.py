@@ -228,12 +228,16 @@ def print_summary(repo: Repository, summary: dict[str, Any], root: Path) -> None
     ]
     print()
     print("Summary")
-    print(f"  main: {len(commits)} commits, {len(merges)} of them merges of ETL branches")
+    print(
+        f"  main: {len(commits)} commits, {len(merges)} of them merge commits "
+        "(a merge into a main that has not moved since branching fast-forwards)"
+    )
     if attempts:
         raced = sum(1 for a in attempts if a > 1)
         print(
-            f"  merges: {len(attempts)} from {len(summary['etl'])} concurrent DAG runs; "
-            f"{raced} lost a race and retried (attempts {sorted(attempts)})"
+            f"  merges: {len(attempts)} from {len(summary['etl'])} ETL DAG runs, the first "
+            f"{len(summary['etl']) - 1} at once; {raced} lost a race and retried on their own "
+            f"work (attempts {sorted(attempts)})"
         )
     for record in compacted:
         print(
