@@ -44,9 +44,14 @@ def airflow_environment(home: Path, keys: dict[str, str]) -> dict[str, str]:
     }
 
 
+def connection_env(conn_id: str) -> str:
+    """The environment variable Airflow reads connection `conn_id` from."""
+    return f"AIRFLOW_CONN_{conn_id.upper()}"
+
+
 def connection_variable(conn_id: str, conn_type: str, **fields: Any) -> dict[str, str]:
     """A connection as a deployment can define it: an `AIRFLOW_CONN_…` variable of JSON."""
-    return {f"AIRFLOW_CONN_{conn_id.upper()}": json.dumps({"conn_type": conn_type, **fields})}
+    return {connection_env(conn_id): json.dumps({"conn_type": conn_type, **fields})}
 
 
 def airflow_command() -> list[str]:

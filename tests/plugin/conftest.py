@@ -8,7 +8,6 @@ PostgreSQL where a test asks `kv_url` for it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from branchwater.demo.airflow_home import connection_variable
 from branchwater.demo.dag_run import RunResult
 from branchwater.demo.dag_run import run_dag as run_dag_once
 from branchwater.engine import Lake, Repository
@@ -42,15 +42,12 @@ class LakeConnection:
         return self.lake.create_repository(name, (self.namespace / name).as_uri())
 
 
-def connection_env(conn_id: str) -> str:
-    return f"AIRFLOW_CONN_{conn_id.upper()}"
-
-
 def set_connection(
     monkeypatch: pytest.MonkeyPatch, conn_id: str, conn_type: str, **fields: Any
 ) -> None:
     """Define a connection the way a deployment can: an `AIRFLOW_CONN_…` variable of JSON."""
-    monkeypatch.setenv(connection_env(conn_id), json.dumps({"conn_type": conn_type, **fields}))
+    for name, value in connection_variable(conn_id, conn_type, **fields).items():
+        monkeypatch.setenv(name, value)
 
 
 @pytest.fixture

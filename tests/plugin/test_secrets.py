@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from branchwater.demo.airflow_home import connection_env
 from branchwater.demo.dag_run import collect
 from branchwater.engine import Lake
 from tests.helpers import unique_name
-from tests.plugin.conftest import LINK_TEMPLATE, connection_env
+from tests.plugin.conftest import LINK_TEMPLATE
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.postgres]
 

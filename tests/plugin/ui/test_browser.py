@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from branchwater.demo.airflow_home import connection_env
 from branchwater.engine import Lake
 from branchwater.plugin.hooks import DEFAULT_CONN_ID, BranchwaterHook
 from tests.fixtures.airflow import start_api_server
 from tests.fixtures.browser import screenshot_dir
-from tests.plugin.conftest import LakeConnection, connection_env
+from tests.plugin.conftest import LakeConnection
 from tests.plugin.ui.conftest import BRANCH, ViewLake, fill_lake
 
 if TYPE_CHECKING:
