@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,6 @@ class Progress:
 
     total: int
     done: int = 0
-    started: float = field(default_factory=time.monotonic)
 
     @contextmanager
     def step(self, what: str) -> Iterator[None]:
