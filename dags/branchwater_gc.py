@@ -55,8 +55,8 @@ PARAMS = {
         type="number",
         minimum=0,
         maximum=1,
-        description="The gate fails when candidates exceed this share of the objects the run "
-        "considered (the whole namespace for a clean run, what is new for an optimized one)",
+        description="The gate fails when candidates exceed this share of the namespace's "
+        "objects old enough to be considered",
     ),
     "dry_run": Param(False, type="boolean", description="Mark and gate only: the sweep is skipped"),
 }

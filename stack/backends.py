@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from branchwater.demo.airflow_home import connection_env
 from branchwater.engine import ConfigurationError, Unavailable
 
 WAIT = 60.0
@@ -21,7 +22,7 @@ WAIT = 60.0
 
 
 def connection(env: Mapping[str, str], conn_id: str) -> dict[str, Any]:
-    variable = f"AIRFLOW_CONN_{conn_id.upper()}"
+    variable = connection_env(conn_id)
     try:
         value = json.loads(env[variable])
     except KeyError:

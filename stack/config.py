@@ -16,6 +16,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from branchwater.demo.airflow_home import connection_env
+
 REPO = Path(__file__).resolve().parents[1]
 """The project checkout: the native stack's DAGs folder is its `dags/`."""
 LOOPBACK = "127.0.0.1"
@@ -254,7 +256,7 @@ def airflow_environment(config: StackConfig, place: Placement, secrets: Secrets)
         **spark_environment(place),
     }
     for conn_id, conn in connections(config, place, secrets).items():
-        env[f"AIRFLOW_CONN_{conn_id.upper()}"] = json.dumps(conn, sort_keys=True)
+        env[connection_env(conn_id)] = json.dumps(conn, sort_keys=True)
     return env
 
 

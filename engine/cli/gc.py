@@ -261,7 +261,10 @@ def register(sub: Subparsers) -> None:
         "override the report flags",
     )
     run.add_argument(
-        "--max-share", type=float, metavar="FRACTION", help="most candidates a run may mark"
+        "--max-share",
+        type=float,
+        metavar="FRACTION",
+        help="most candidates a run may mark, as a share of the namespace's objects (default 0.5)",
     )
     run.add_argument(
         "--lock-ttl",

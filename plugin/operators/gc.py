@@ -230,9 +230,9 @@ class BranchwaterGCMarkOperator(BranchwaterGCJobOperator):
     (`BranchwaterPrepareUncommittedOperator`'s), which names the GC run too. `mode` is
     "clean" or "optimized"; `min_age` a duration such as "6h" (empty: the lake's default,
     never shorter than a link token's life); `max_share` the gate's bound on the candidates'
-    share of the objects the run considered (empty: the job's default, 0.5). A mark whose
-    gate failed still succeeds: it
-    finished, and `BranchwaterGCGateOperator` is the task that refuses it.
+    share of the namespace's objects old enough to be considered (empty: the job's default,
+    0.5). A mark whose gate failed still succeeds: it finished, and
+    `BranchwaterGCGateOperator` is the task that refuses it.
     """
 
     template_fields: Sequence[str] = (

@@ -53,9 +53,11 @@ class GateResult:
     validations: dict[str, Any]
 
 
-def max_candidates(considered: int, max_share: float) -> int:
-    """The most candidates a run may mark: `max_share` of the objects it considered."""
-    return math.floor(considered * max_share)
+def max_candidates(namespace: int, max_share: float) -> int:
+    """The most candidates a run may mark: `max_share` of the namespace's objects old enough
+    to be considered (an optimized run lists only what is new, yet its candidates are bounded
+    by the whole namespace, so a day of mostly short-lived files does not trip the gate)."""
+    return math.floor(namespace * max_share)
 
 
 def run_gate(candidates: DataFrame, prepare_output: DataFrame, limits: GateLimits) -> GateResult:

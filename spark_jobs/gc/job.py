@@ -207,6 +207,7 @@ class GCJob:
             combined = plan.combine(inputs, window)
             counts = self._counts(combined, window)
             self._refuse_malformed(combined, counts)
+            counts["namespace"] = runs.namespace_volume(base, counts["new"])
             summary.counts = {k: v for k, v in counts.items() if k != "malformed"}
             summary.ranges = {
                 "metaranges_read": committed.new_metaranges,
@@ -225,10 +226,9 @@ class GCJob:
         with self.phase("gate"):
             refs = [committed.addresses, uncommitted] + ([carry] if carry is not None else [])
             frame = _gate_frame(candidates, refs, prepared.started_at)
-            considered = summary.counts["considered"].objects
             limits = GateLimits(
                 (prepared.started_at - window.cutoff).total_seconds(),
-                max_candidates(considered, self.config.max_share),
+                max_candidates(summary.volume("namespace").objects, self.config.max_share),
             )
             gate = run_gate(frame, uncommitted, limits)
         summary.gate = gate.expectations
@@ -285,6 +285,7 @@ class GCJob:
             "listed": listed,
             "young": listed & (F.col("mtime") > cutoff),
             "ignored": plan.has(plan.IGNORED),
+            "new": plan.has(plan.WINDOW),
             "considered": plan.has(plan.WINDOW)
             | (plan.has(plan.PENDING) & (F.col("mtime") <= cutoff)),
             "committed": listed & plan.committed(),

@@ -7,6 +7,7 @@ import json
 from html import escape
 from typing import Any
 
+from branchwater.engine import human_size
 from branchwater.spark_jobs.gc.runs import RunSummary, SliceVolume
 
 CHART_SLICES = 40
@@ -25,6 +26,8 @@ _COUNTS = (
     ("young", "younger than the minimum age (left alone)"),
     ("ignored", "keys under data/ not of the address form (left alone)"),
     ("considered", "considered by this run"),
+    ("new", "considered for the first time"),
+    ("namespace", "in the namespace, old enough (the gate's share is of these)"),
     ("committed", "listed and committed"),
     ("uncommitted", "listed and only uncommitted"),
     ("candidates", "candidates for deletion"),
@@ -123,7 +126,7 @@ def _run_rows(summary: RunSummary) -> list[tuple[str, str]]:
 def _counts(summary: RunSummary) -> str:
     rows = [
         f"<tr><td>{escape(label)}</td><td class=n>{summary.volume(name).objects:,}</td>"
-        f"<td class=n>{_bytes(summary.volume(name).bytes)}</td></tr>"
+        f"<td class=n>{human_size(summary.volume(name).bytes)}</td></tr>"
         for name, label in _COUNTS
         if name in summary.counts
     ]
@@ -146,9 +149,9 @@ def _chart(volumes: list[SliceVolume]) -> str:
             f'<text x="0" y="{y + 13}" font-size="12" font-family="monospace">'
             f"{escape(volume.slice)}</text>"
             f'<rect x="{label}" y="{y}" width="{length:.1f}" height="{bar}" fill="#3b7dd8">'
-            f"<title>{volume.objects:,} objects, {_bytes(volume.bytes)}</title></rect>"
+            f"<title>{volume.objects:,} objects, {human_size(volume.bytes)}</title></rect>"
             f'<text x="{label + length + 6:.1f}" y="{y + 13}" font-size="12">'
-            f"{_bytes(volume.bytes)}</text>"
+            f"{human_size(volume.bytes)}</text>"
         )
     total = label + width + 110
     return (
@@ -161,7 +164,7 @@ def _slice_table(volumes: list[SliceVolume]) -> str:
     if not volumes:
         return ""
     return _table(
-        [(v.slice, f"{v.objects:,} objects, {_bytes(v.bytes)}") for v in volumes],
+        [(v.slice, f"{v.objects:,} objects, {human_size(v.bytes)}") for v in volumes],
         header=("slice", "reclaimed"),
     )
 
@@ -190,12 +193,3 @@ def _table(rows: list[tuple[str, str]], header: tuple[str, str] | None = None) -
     head = f"<tr><th>{escape(header[0])}</th><th>{escape(header[1])}</th></tr>" if header else ""
     body = "".join(f"<tr><th>{escape(k)}</th><td>{escape(str(v))}</td></tr>" for k, v in rows)
     return f"<table>{head}{body}</table>"
-
-
-def _bytes(count: int) -> str:
-    size = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{size:,.0f} {unit}" if unit == "B" else f"{size:,.1f} {unit}"
-        size /= 1024
-    return f"{count} B"

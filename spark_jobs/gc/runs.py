@@ -137,6 +137,21 @@ class RunSummary:
         return [e for e in self.gate if not e.success]
 
 
+def namespace_volume(base: RunSummary | None, new: Volume) -> Volume:
+    """The objects of the namespace old enough for this run, which the gate bounds the
+    candidates by: each run of a chain considers an object once (`new`), and only sweeps
+    remove objects, so the base's figure less what its sweep deleted plus this run's new
+    objects. A base saved without the figure counts only what it considered."""
+    if base is None:
+        return new
+    known = base.counts.get("namespace") or base.volume("considered")
+    deleted = base.volume("deleted")
+    return Volume(
+        max(0, known.objects - deleted.objects) + new.objects,
+        max(0, known.bytes - deleted.bytes) + new.bytes,
+    )
+
+
 def write_summary(ns: Namespace, summary: RunSummary) -> None:
     summary.summary_uri = ns.uri(run_prefix(summary.run_id) + SUMMARY)
     summary.report_uri = ns.uri(run_prefix(summary.run_id) + REPORT)

@@ -43,7 +43,7 @@ def test_four_partitions_load_and_merge_into_main(
 
     assert result.state == "success", result.states
     repo = lake_conn.lake.repository(repository)
-    assert repo.storage_namespace == f"{lake_conn.namespace.as_uri()}/{repository}"
+    assert repo.storage_namespace == f"{lake_conn.namespace}/{repository}"
     main = repo.branch("main")
     objects = [e.path for e in main.list(prefix="sales/")]
     assert {path.rsplit("/", 1)[0] for path in objects} == {

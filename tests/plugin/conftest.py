@@ -33,13 +33,15 @@ class LakeConnection:
 
     conn_id: str
     kv_url: str
-    namespace: Path
+    namespace: str
+    """The URI under which the test's repositories live (`file://…` or `s3://…`)."""
     lake: Lake
     extra: dict[str, Any] = field(default_factory=dict)
+    s3_options: dict[str, str] = field(default_factory=dict)
 
     def create_repository(self, prefix: str = "repo-") -> Repository:
         name = unique_name(prefix)
-        return self.lake.create_repository(name, (self.namespace / name).as_uri())
+        return self.lake.create_repository(name, f"{self.namespace}/{name}")
 
 
 def set_connection(
@@ -70,7 +72,7 @@ def lake_conn(
     extra = {"default_namespace": namespace.as_uri(), "link_template": LINK_TEMPLATE}
     set_connection(monkeypatch, "branchwater_default", "branchwater", password=kv_url, extra=extra)
     with Lake.connect(kv_url) as lake:
-        yield LakeConnection("branchwater_default", kv_url, namespace, lake, extra)
+        yield LakeConnection("branchwater_default", kv_url, namespace.as_uri(), lake, extra)
 
 
 @pytest.fixture

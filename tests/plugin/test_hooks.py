@@ -87,7 +87,7 @@ def test_repositories_are_created_in_the_default_namespace(
 ) -> None:
     hook = BranchwaterHook()
     repo = hook.create_repository("made-by-hook")
-    assert repo.storage_namespace == f"{lake_conn.namespace.as_uri()}/made-by-hook"
+    assert repo.storage_namespace == f"{lake_conn.namespace}/made-by-hook"
     assert lake_conn.lake.repository("made-by-hook").default_branch == "main"
     hook.close()
     set_connection(monkeypatch, "bw_no_ns", "branchwater", password=lake_conn.kv_url)

@@ -53,11 +53,11 @@ def fill_lake(lake_conn: LakeConnection) -> ViewLake:
     feature.compact()
     feature.delete("orders/draft.csv")
     repo.tag("v1", first.id)
-    run_id = save_gc_run(repo)
+    run_id = save_gc_run(repo, lake_conn.s3_options)
     return ViewLake(lake_conn, repo, first, second, feature_commit, run_id)
 
 
-def save_gc_run(repo: Repository) -> str:
+def save_gc_run(repo: Repository, s3_options: dict[str, str]) -> str:
     """A finished dry run's summary and report, as the GC job saves them."""
     from branchwater.spark_jobs.gc import report, runs
     from branchwater.spark_jobs.gc.storage import Namespace
@@ -80,7 +80,7 @@ def save_gc_run(repo: Repository) -> str:
         counts={"candidates": runs.Volume(3, 3_072), "listed": runs.Volume(9, 9_000)},
         gate_success=True,
     )
-    ns = Namespace.of(repo.storage_namespace)
+    ns = Namespace.of(repo.storage_namespace, s3_options)
     runs.write_summary(ns, summary)
     ns.store.put(runs.run_prefix(run_id) + runs.REPORT, report.render(summary, None).encode())
     return run_id

@@ -1,18 +1,15 @@
-"""The Branchwater view in a real headless Chromium, served by the real Airflow API server
-with the plugin loaded from its entry point: every page renders the lake's data, the links
-lead from page to page, a visitor signs in on Airflow's login page first, Airflow's own UI
-embeds the view from its navigation, and a commit task's default extra link opens the
-commit's page. Screenshots are kept (see
-tests/fixtures/browser.py)."""
+"""The Branchwater view in a real headless Chromium, served by `make stack`'s Airflow API
+server (the session's `stack` fixture) with the plugin loaded from its entry point, on the
+stack's own lake (PostgreSQL KV, SeaweedFS namespace): every page renders the lake's data,
+the links lead from page to page, a visitor signs in on Airflow's login page first,
+Airflow's own UI embeds the view from its navigation, and a commit task's default extra link
+opens the commit's page. Screenshots are kept (see tests/fixtures/browser.py)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -20,7 +17,7 @@ import pytest
 from branchwater.demo.airflow_home import connection_env
 from branchwater.engine import Lake
 from branchwater.plugin.hooks import DEFAULT_CONN_ID, BranchwaterHook
-from tests.fixtures.airflow import start_api_server
+from branchwater.stack import StackHandle
 from tests.fixtures.browser import screenshot_dir
 from tests.plugin.conftest import LakeConnection
 from tests.plugin.ui.conftest import BRANCH, ViewLake, fill_lake
@@ -29,21 +26,27 @@ if TYPE_CHECKING:
     from selenium.webdriver.chrome.webdriver import WebDriver
     from selenium.webdriver.remote.webelement import WebElement
 
-pytestmark = [pytest.mark.slow, pytest.mark.airflow, pytest.mark.browser]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.airflow,
+    pytest.mark.browser,
+    pytest.mark.postgres,
+    pytest.mark.s3,
+]
 
 WAIT = 60.0
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(scope="module")
-def view_lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ViewLake]:
-    """The lake the server shows, filled once for the module's tests (they only read it)."""
-    root = tmp_path_factory.mktemp("view-lake")
-    namespace = root / "namespaces"
-    namespace.mkdir()
-    kv_url = f"sqlite:///{root / 'lake.db'}"
-    with Lake.connect(kv_url) as lake:
-        yield fill_lake(LakeConnection(DEFAULT_CONN_ID, kv_url, namespace, lake))
+def view_lake(stack: StackHandle) -> Iterator[ViewLake]:
+    """The lake `make stack` serves (PostgreSQL KV, SeaweedFS namespace), filled once for the
+    module's tests (they only read it)."""
+    s3 = stack.s3.options
+    with Lake.connect(stack.kv_url, s3_options=s3) as lake:
+        namespace = stack.config.default_namespace
+        conn = LakeConnection(DEFAULT_CONN_ID, stack.kv_url, namespace, lake, s3_options=s3)
+        yield fill_lake(conn)
 
 
 @dataclass(frozen=True)
@@ -56,30 +59,10 @@ class Site:
 
 
 @pytest.fixture(scope="module")
-def site(
-    view_lake: ViewLake, airflow_home: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Site]:
-    """An Airflow API server that serves the view of `view_lake`'s lake, with a real login
-    (Airflow's simple auth manager and an admin), as `make stack` runs it.
-
-    Until `make stack`'s fixture lands this starts `airflow api-server` itself (one start
-    costs about a minute here); switching is this fixture's body: the stack's API server and
-    admin login, its `branchwater` connection on the lake that `view_lake` fills.
-    """
-    scratch = tmp_path_factory.mktemp("api-server")
-    login = Site("", "admin", secrets.token_urlsafe(12))
-    passwords = scratch / "passwords.json"
-    passwords.write_text(json.dumps({login.user: login.password}))
-    connection = {"conn_type": "branchwater", "password": view_lake.conn.kv_url}
-    server = start_api_server(
-        airflow_home,
-        scratch,
-        AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS=f"{login.user}:admin",
-        AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE=str(passwords),
-        **{connection_env(DEFAULT_CONN_ID): json.dumps(connection)},
-    )
-    yield dataclasses.replace(login, url=server.url)
-    server.stop()
+def site(stack: StackHandle) -> Site:
+    """`make stack`'s API server, which serves the view of its `branchwater_default` lake,
+    and its admin login (Airflow's simple auth manager)."""
+    return Site(stack.airflow_url, *stack.admin)
 
 
 def open_page(driver: WebDriver, site: Site, path: str) -> None:
