@@ -154,7 +154,8 @@ def stage_tombstones(repo: Repository, count: int) -> None:
         ingest.delete(f"staging/{i:06d}.json")
 
 
-def run(config: DemoConfig) -> None:
+def run(config: DemoConfig) -> dict[str, Any]:
+    """The main job; what each step's DAG runs returned, as the summary printed it."""
     root = config.root.resolve()
     if root.exists():
         shutil.rmtree(root)
@@ -164,7 +165,7 @@ def run(config: DemoConfig) -> None:
     logs = root / "runs"
     logs.mkdir()
     runner = DagRunner(family, logs)
-    progress = Progress(total=7)
+    progress = Progress(total=6)
     summary: dict[str, Any] = {}
 
     with Lake.connect(lake_place.kv_url) as lake:
@@ -194,6 +195,7 @@ def run(config: DemoConfig) -> None:
             summary["gc_optimized"] = runner.run(GC_OPTIMIZED_DAG, gc_conf())
         summary["garbage_bytes"] = garbage
         print_summary(repo, summary, root)
+    return summary
 
 
 def gc_conf() -> dict[str, Any]:

@@ -365,10 +365,18 @@ class AirflowClient:
                 return state
             time.sleep(2)
 
-    def failed_tasks(self, dag_id: str, run_id: str) -> list[str]:
+    def task_states(self, dag_id: str, run_id: str) -> dict[str, str]:
+        """Each task instance's state, keyed `task_id[map_index]`."""
         instances = self.request("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
-        return [
-            f"{ti['task_id']}[{ti.get('map_index', -1)}]: {ti['state']}"
+        return {
+            f"{ti['task_id']}[{ti.get('map_index', -1)}]": str(ti["state"])
             for ti in instances["task_instances"]
-            if ti["state"] not in ("success", "skipped")
+        }
+
+    def failed_tasks(self, dag_id: str, run_id: str) -> list[str]:
+        states = self.task_states(dag_id, run_id)
+        return [
+            f"{task}: {state}"
+            for task, state in states.items()
+            if state not in ("success", "skipped")
         ]

@@ -2,9 +2,10 @@
 mark and the sweep are `spark-submit` runs of the GC job on `local[*]` (no Spark connection
 is defined), the gate and the report read what the job saved.
 
-Each `spark-submit` starts a JVM, so there are four: a clean run (mark and sweep) then an
-optimized dry run on SQLite, and a run whose gate fails on PostgreSQL, with a KV password
-that must stay hidden."""
+Each `spark-submit` starts a JVM, so this file runs one: a run whose gate fails, on
+PostgreSQL, with a KV password that must stay hidden. The happy path (a clean run and an
+optimized run, each with its sweep) is the main job's (tests/demo), and a dry run the
+stack's (tests/stack)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
 
 TASKS = ("prepare", "mark", "gate", "sweep", "report")
-REPORT_LINK = "_link_BranchwaterGCReportLink"
 PASSWORD = "Gc-Secret-KV-pw"
 
 
@@ -88,41 +88,6 @@ def assert_tasks(result: RunResult, **states: str) -> None:
     assert {task: result.states[task] for task in TASKS} == {
         task: states.get(task, "success") for task in TASKS
     }
-
-
-def test_a_clean_run_sweeps_and_an_optimized_dry_run_marks_only_what_is_new(
-    run_dag: RunDag, lake_conn: LakeConnection
-) -> None:
-    lake = history(lake_conn, kept=6, garbage=2)
-
-    clean = run_dag(gc_dag("branchwater_gc_clean"), lake.conf())
-
-    assert clean.state == "success", clean.states
-    assert_tasks(clean)
-    assert lake.objects() == lake.keep
-    run_id = clean.value("prepare")["run_id"]
-    swept = clean.value("sweep")
-    assert (swept["run_id"], swept["status"], swept["mode"]) == (run_id, "swept", "clean")
-    assert (swept["candidates"], swept["deleted"]) == (2, 2)
-    assert clean.value("mark")["status"] == "marked"
-    assert clean.value("gate")["gate_success"] is True
-    report = clean.value("report")["report"]
-    assert report.startswith(lake.repo.storage_namespace) and report.endswith("/report.html")
-    assert clean.value("report", REPORT_LINK) == report
-    assert "<svg" in Path(report.removeprefix("file://")).read_text()
-    assert clean.rendered["mark"]["prepare_run"] == run_id
-    assert clean.rendered["sweep"]["skip_sweep"] == "False"
-
-    later = set(put_garbage(lake.lake, lake.repo, 1))
-    optimized = run_dag(gc_dag("branchwater_gc_optimized"), lake.conf(dry_run=True, max_share=0.9))
-
-    assert optimized.state == "success", optimized.states
-    assert_tasks(optimized, sweep="skipped")
-    assert lake.objects() == lake.keep | later
-    marked = optimized.value("report")
-    assert (marked["mode"], marked["status"], marked["candidates"]) == ("optimized", "marked", 1)
-    assert optimized.rendered["sweep"]["skip_sweep"] == "True"
-    assert optimized.rendered["mark"]["max_share"] == "0.9"
 
 
 @pytest.mark.postgres

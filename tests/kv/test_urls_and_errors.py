@@ -161,9 +161,11 @@ def test_sqlite_write_lock_timeout_is_unavailable_naming_the_url(
 ) -> None:
     import sqlite3
 
+    import branchwater.engine.kv.sql as sql_driver
     import branchwater.engine.kv.sqlite as sqlite_driver
 
-    monkeypatch.setattr(sqlite_driver, "BUSY_TIMEOUT_SECONDS", 0.1)
+    monkeypatch.setattr(sqlite_driver, "BUSY_TIMEOUT_SECONDS", 0.1)  # SQLite's busy handler
+    monkeypatch.setattr(sql_driver, "BUSY_TIMEOUT_SECONDS", 0.5)  # the driver's own retries
     path = tmp_path / "locked.db"
     with open_store(f"sqlite:///{path}") as store:
         holder = sqlite3.connect(path, isolation_level=None)

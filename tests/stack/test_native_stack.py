@@ -35,8 +35,8 @@ PARTITIONS = ["north", "south"]
 ROWS = 40
 
 
-def run_dag(stack: StackHandle, dag_id: str, conf: dict[str, object]) -> None:
-    """Trigger `dag_id` through the REST API and wait for it to succeed."""
+def run_dag(stack: StackHandle, dag_id: str, conf: dict[str, object]) -> dict[str, str]:
+    """Trigger `dag_id` through the REST API, wait for it to succeed; its task states."""
     client = AirflowClient(stack.airflow_url, *stack.admin)
     client.wait_for_dag(dag_id, PARSE_TIMEOUT)
     run_id = client.trigger(dag_id, conf)
@@ -47,6 +47,7 @@ def run_dag(stack: StackHandle, dag_id: str, conf: dict[str, object]) -> None:
         + "\n".join(task_errors(stack, dag_id))
         + f"\nscheduler log:\n{stack_log(stack, 'airflow-scheduler')}"
     )
+    return client.task_states(dag_id, run_id)
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +82,14 @@ def test_example_etl_lands_every_partition_on_main(stack: StackHandle, etl_repos
 def test_gc_clean_saves_its_report_in_the_lake(stack: StackHandle, etl_repository: str) -> None:
     # A dry run: the mark and its gate run as Spark jobs on the cluster; the sweep, one more
     # Spark job deleting nothing young enough to keep, would only lengthen the test.
-    run_dag(stack, "branchwater_gc_clean", {"repository": etl_repository, "dry_run": True})
+    states = run_dag(stack, "branchwater_gc_clean", {"repository": etl_repository, "dry_run": True})
+    assert states == {
+        "prepare[-1]": "success",
+        "mark[-1]": "success",
+        "gate[-1]": "success",
+        "sweep[-1]": "skipped",
+        "report[-1]": "success",
+    }
     client = stack.s3.client()
     prefix = f"{stack.config.namespace_prefix}/{etl_repository}/_branchwater/retention/gc/"
     keys = [

@@ -1,0 +1,77 @@
+"""`make demo`'s main job end to end, smaller: concurrent ETL runs merging into `main`, the
+compaction check, a clean GC run, more work and an optimized GC run, each a real DAG run in
+its own Airflow home, on the embedded default (SQLite, local files, local Spark).
+
+It is also the test of the GC DAGs' happy path (clean then optimized, each with its sweep):
+tests/dags/test_gc.py keeps the failed gate, and tests/stack a dry run."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from branchwater.demo.dag_run import RunResult
+from branchwater.demo.main_job import REPOSITORY, DemoConfig, DemoLake, run
+from branchwater.engine import Lake
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.airflow, pytest.mark.timeout(1200)]
+
+GC_TASKS = ("prepare", "mark", "gate", "sweep", "report")
+REPORT_LINK = "_link_BranchwaterGCReportLink"
+
+
+def check_gc_run(result: RunResult, namespace: str, mode: str) -> dict[str, object]:
+    """Every task succeeded; the sweep deleted what the mark found, and the report is linked."""
+    assert {task: result.states[task] for task in GC_TASKS} == dict.fromkeys(GC_TASKS, "success")
+    run_id = result.value("prepare")["run_id"]
+    assert result.rendered["mark"]["prepare_run"] == run_id
+    assert result.rendered["sweep"]["skip_sweep"] == "False"
+    swept = result.value("sweep")
+    assert (swept["run_id"], swept["status"], swept["mode"]) == (run_id, "swept", mode)
+    assert swept["deleted"] == swept["candidates"] > 0
+    assert result.value("gate")["gate_success"] is True
+    report = result.value("report")["report"]
+    assert report.startswith(namespace) and report.endswith(f"/{run_id}/report.html")
+    assert result.value("report", REPORT_LINK) == report
+    assert "<svg" in Path(report.removeprefix("file://")).read_text()
+    return dict(swept)
+
+
+def test_the_main_job_runs_every_dag_and_says_what_it_did(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "demo"
+    root.mkdir()
+    (root / "left-over").write_text("a previous demo's file")
+    config = DemoConfig(
+        root=root,
+        etl_runs=2,
+        partitions_per_run=1,
+        rows=20,
+        garbage_objects=12,
+        later_garbage_objects=4,
+        tombstones=1_100,
+    )
+
+    summary = run(config)
+
+    out = capsys.readouterr().out
+    assert not (root / "left-over").exists(), "a demo starts from a clean folder"
+    assert "[6/6]" in out and "[7/" not in out
+    assert "merges: 3 from 3 ETL DAG runs" in out, out
+    assert "compaction: 1100 tombstones folded away" in out, out
+    assert re.search(r"GC clean run \S+: gate passed", out), out
+    assert re.search(r"GC optimized run \S+: gate passed", out), out
+
+    namespace = (DemoLake(root.resolve()).namespace_root / REPOSITORY).as_uri()
+    clean = check_gc_run(summary["gc_clean"], namespace, "clean")
+    optimized = check_gc_run(summary["gc_optimized"], namespace, "optimized")
+    assert clean["deleted"] >= config.garbage_objects + 1  # the scratch branch's objects
+    assert optimized["deleted"] >= config.later_garbage_objects + 1
+
+    with Lake.connect(DemoLake(root).kv_url) as lake:
+        main = lake.repository(REPOSITORY).branch("main")
+        loaded = {entry.path.split("/")[1] for entry in main.list(prefix="sales/")}
+        assert loaded == {"partition=r0-p0", "partition=r1-p0", "partition=r2-p0"}
