@@ -11,7 +11,7 @@ import pytest
 
 from tests.helpers import Bw, CliLake, assert_user_error, local_file, make_repo, ok
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.usefixtures("spark_submit_conf")]
 
 
 def test_gc_run_submits_the_job_shows_the_gate_and_sweeps(bw: Bw, lake: CliLake) -> None:

@@ -10,21 +10,25 @@ stack's (tests/stack)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
 from branchwater.demo.airflow_home import DAGS_FOLDER
 from branchwater.engine import Lake, Repository
-from tests.fixtures.spark import _require_java, spark_config
 from tests.helpers import data_objects, put_garbage
 from tests.plugin.conftest import LakeConnection, RunDag, RunResult, set_connection
 
 if TYPE_CHECKING:
     from airflow.sdk import DAG
 
-pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [
+    pytest.mark.airflow,
+    pytest.mark.spark,
+    pytest.mark.slow,
+    pytest.mark.timeout(900),
+    pytest.mark.usefixtures("spark_submit_conf"),
+]
 
 TASKS = ("prepare", "mark", "gate", "sweep", "report")
 PASSWORD = "Gc-Secret-KV-pw"
@@ -64,24 +68,6 @@ def history(lake_conn: LakeConnection, kept: int, garbage: int) -> GCHistory:
     etl = repo.create_branch("etl")
     keep |= {etl.upload(f"staged/{i}.csv", f"s{i}".encode()).address for i in range(kept // 2)}
     return GCHistory(lake_conn.lake, repo, keep, set(put_garbage(lake_conn.lake, repo, garbage)))
-
-
-@pytest.fixture(autouse=True)
-def spark_submit_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Java, and the test session's small, loopback-only Spark settings as the
-    `spark-defaults.conf` of every `spark-submit`; the JVM tuned for short runs."""
-    _require_java()
-    settings = {
-        key: value
-        for key, value in spark_config(tmp_path).items()
-        if key not in ("spark.master", "spark.app.name")
-    }
-    settings["spark.driver.extraJavaOptions"] += " -XX:+UseSerialGC -XX:TieredStopAtLevel=1"
-    conf_dir = tmp_path / "spark-conf"
-    conf_dir.mkdir()
-    lines = [f"{key} {value}" for key, value in settings.items()]
-    (conf_dir / "spark-defaults.conf").write_text("\n".join(lines) + "\n")
-    monkeypatch.setenv("SPARK_CONF_DIR", str(conf_dir))
 
 
 def assert_tasks(result: RunResult, **states: str) -> None:

@@ -16,7 +16,13 @@ from branchwater.demo.dag_run import RunResult
 from branchwater.demo.main_job import REPOSITORY, DemoConfig, DemoLake, run
 from branchwater.engine import Lake
 
-pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.airflow, pytest.mark.timeout(1200)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.spark,
+    pytest.mark.airflow,
+    pytest.mark.timeout(1200),
+    pytest.mark.usefixtures("spark_submit_conf"),
+]
 
 GC_TASKS = ("prepare", "mark", "gate", "sweep", "report")
 REPORT_LINK = "_link_BranchwaterGCReportLink"
