@@ -6,6 +6,7 @@ the layer exists for (unchanged ranges are neither rewritten nor read), not just
 
 from __future__ import annotations
 
+import hashlib
 import random
 from datetime import timedelta
 from pathlib import Path
@@ -22,6 +23,8 @@ from branchwater.engine.graveler.committed import (
 )
 from branchwater.engine.graveler.committed.format import (
     METARANGES_PREFIX,
+    boundary_indexes,
+    boundary_rows,
     build_range,
     decode_entries,
     range_id,
@@ -107,6 +110,30 @@ def test_ranges_follow_the_policy(objects: SpyStore) -> None:
         assert [info.min_key for info in infos[1:]] > [info.max_key for info in infos[:-1]]
         assert all(info.entry_count <= policy.max_entries for info in infos)
         assert all(policy.closes(info) for info in infos[:-1]), name
+
+
+def _hash_rule_as_first_defined(paths: list[str], target_entries: int) -> list[int]:
+    """The hash rule as ranges were first cut by: every stored range id depends on it."""
+    return [
+        i
+        for i, path in enumerate(paths)
+        if int.from_bytes(hashlib.blake2b(path.encode(), digest_size=8).digest(), "big")
+        % target_entries
+        == 0
+    ]
+
+
+@pytest.mark.parametrize("target_entries", [1, 7, 20_000, 2**64 - 1, 2**64])
+def test_boundaries_keep_the_first_definition(target_entries: int) -> None:
+    rng = random.Random(target_entries)
+    alphabet = "abz/._-0189éß漢字🙂\u0000~"
+    paths = ["".join(rng.choices(alphabet, k=rng.randint(1, 150))) for _ in range(10_000)]
+    expected = _hash_rule_as_first_defined(paths, target_entries)
+    assert boundary_indexes(paths, target_entries) == expected
+    assert boundary_rows(pa.array(paths, pa.string()), target_entries) == expected
+    chunked = pa.chunked_array([paths[:3_000], paths[3_000:]], pa.string())
+    assert boundary_rows(chunked, target_entries) == expected
+    assert boundary_indexes([], target_entries) == []
 
 
 def test_range_id_depends_on_values_not_on_arrow_layout() -> None:

@@ -23,6 +23,7 @@ from branchwater.engine.graveler.committed.format import (
     RangeInfo,
     RangePolicy,
     boundary_indexes,
+    boundary_rows,
     build_range,
     entry_sizes,
     path_at,
@@ -74,8 +75,7 @@ class MetarangeWriter:
         """Append range rows whose paths strictly increase (the caller checked) and follow
         everything added so far."""
         self._check_open()
-        paths = rows.column("path").to_pylist()
-        self._add_rows(rows, boundary_indexes(paths, self._policy.target_entries))
+        self._add_rows(rows, boundary_rows(rows.column("path"), self._policy.target_entries))
 
     def add_changed_range(self, table: pa.Table, changes: pa.Table) -> None:
         """Append a range stored under this policy with sorted change rows inside its bounds
@@ -99,8 +99,7 @@ class MetarangeWriter:
         flags = [False] * (kept.num_rows + added.num_rows)
         if kept.num_rows and self._ends_range(table, kept):
             flags[kept.num_rows - 1] = True
-        new_paths = added.column("path").to_pylist()
-        for hit in boundary_indexes(new_paths, self._policy.target_entries):
+        for hit in boundary_rows(added.column("path"), self._policy.target_entries):
             flags[kept.num_rows + hit] = True
         rows = pa.concat_tables([kept, added])
         rows = rows.append_column("hit", pa.array(flags, pa.bool_()))
