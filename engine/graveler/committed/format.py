@@ -329,23 +329,27 @@ _TOMBSTONE_FIELDS = pa.scalar("\x000\x00\x000\x00", pa.string())
 """What a tombstone (an empty staged value) is split as: empty strings and zeros."""
 
 
-def staged_rows(paths: Sequence[str] | Sequence[bytes], values: Sequence[bytes]) -> pa.Table:
-    """Change rows from staged (path, value) pairs, paths as text or as the KV's key bytes,
-    values split in Arrow: the vectorised `model.decode_entry`, an empty value (a tombstone)
-    a deleted row."""
+_STAGED_ROW = pa.struct([("path", pa.binary()), ("value", pa.binary())])
+"""A staged row as the KV returns it: converted to Arrow whole, never split in Python."""
+
+
+def staged_rows(pairs: Sequence[tuple[bytes, bytes]]) -> pa.Table:
+    """Change rows from staged (path, value) pairs as the KV holds them, values split in
+    Arrow: the vectorised `model.decode_entry`, an empty value (a tombstone) a deleted row."""
     try:
-        path = pa.array(paths, pa.binary()).cast(pa.string())
-        text = pa.array(values, pa.binary()).cast(pa.string())
+        staged = pa.array(pairs, _STAGED_ROW)
+        path = staged.field("path").cast(pa.string())
+        text = staged.field("value").cast(pa.string())
         deleted = pc.equal(pc.binary_length(text), 0)
         fields = pc.split_pattern(pc.if_else(deleted, _TOMBSTONE_FIELDS, text), "\x00")
         lengths = pc.min_max(pc.list_value_length(fields)).as_py()
-        if len(values) and lengths != {"min": STAGED_FIELDS, "max": STAGED_FIELDS}:
+        if len(pairs) and lengths != {"min": STAGED_FIELDS, "max": STAGED_FIELDS}:
             raise ValueError(f"a staged value has not {STAGED_FIELDS} fields")
         columns = [pc.list_element(fields, i) for i in range(STAGED_FIELDS)]
         size = columns[1].cast(pa.int64())
         mtime = columns[3].cast(pa.int64()).cast(UTC_MICROS)
     except (pa.ArrowException, ValueError) as exc:
-        where = f"{paths[0]!r} to {paths[-1]!r}" if len(paths) else "a batch"
+        where = f"{pairs[0][0]!r} to {pairs[-1][0]!r}" if len(pairs) else "a batch"
         raise CorruptedData(f"staged entries {where} cannot be decoded: {exc}") from exc
     arrays = [path, columns[0], size, columns[2], mtime, columns[4], deleted]
     return pa.Table.from_arrays(arrays, schema=CHANGE_SCHEMA)
