@@ -31,6 +31,7 @@ from branchwater.engine.graveler.committed.format import (
     range_key,
 )
 from branchwater.engine.graveler.model import Change, Entry
+from branchwater.engine.objects import ObjectInfo
 from tests.helpers import POLICIES, T0, SpyStore, entry, random_entries
 
 
@@ -192,6 +193,25 @@ def test_write_refuses_unsorted_or_repeated_paths(objects: SpyStore) -> None:
         store.write_metarange([entry("a"), entry("a")])
     with pytest.raises(InvalidArgument, match="non-empty"):
         store.write_metarange([entry("")])
+
+
+class _FailingRangePuts(SpyStore):
+    """Refuses the third range put, as a full disk or a lost connection would."""
+
+    def put(self, key: str, data: bytes) -> ObjectInfo:
+        if "/ranges/" in key and sum("/ranges/" in k for k in self.puts) == 2:
+            self.puts.append(key)
+            raise OSError("disk full")
+        return super().put(key, data)
+
+
+def test_a_failed_range_put_fails_the_write_and_stores_no_metarange(tmp_path: Path) -> None:
+    objects = _FailingRangePuts(f"file://{tmp_path}/namespace")
+    store = CommittedStore(objects, POLICIES["tiny"])
+    with pytest.raises(OSError, match="disk full"):
+        store.write_metarange(random_entries(random.Random(5), 200))
+    assert not [key for key in objects.puts if key.startswith(METARANGES_PREFIX)]
+    assert sum("/ranges/" in key for key in objects.puts) <= 3 + 2
 
 
 @pytest.mark.parametrize(

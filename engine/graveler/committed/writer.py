@@ -214,7 +214,7 @@ class _RangeStores:
     def put(self, table: pa.Table, count: int, size: int) -> Future[RangeInfo]:
         """Store the range in the background; its `RangeInfo` once it is stored."""
         while len(self._pending) >= _IN_FLIGHT:
-            self._pending.popleft().result()
+            self._settled(self._pending.popleft())
         if self._executor is None:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="range-store")
         stored = self._executor.submit(self._store, table, count, size)
@@ -223,11 +223,21 @@ class _RangeStores:
 
     def close(self) -> int:
         """Wait for every range; return how many were written (not stored already)."""
+        while self._pending:
+            self._settled(self._pending.popleft())
         if self._executor is not None:
             self._executor.shutdown()
-        for stored in self._pending:
-            stored.result()
         return self._written
+
+    def _settled(self, stored: Future[RangeInfo]) -> RangeInfo:
+        """The range once stored; if storing failed, the ranges queued after it are dropped
+        and the thread ends, since the writer is discarded."""
+        try:
+            return stored.result()
+        except BaseException:
+            if self._executor is not None:
+                self._executor.shutdown(wait=False, cancel_futures=True)
+            raise
 
     def _store(self, table: pa.Table, count: int, size: int) -> RangeInfo:
         range_id, written = self._storage.put_range(table)
