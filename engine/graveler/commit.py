@@ -104,7 +104,7 @@ def apply_sealed(
     the one path from staged rows to ranges, shared by commit and compaction. Staged values
     go to Arrow undecoded, a batch at a time, so no entry becomes a Python object."""
     rows = g.staging.batches(tokens, STAGED_BATCH)
-    batches: Iterable[pa.Table] = (staged_rows(*zip(*batch, strict=True)) for batch in rows)
+    batches: Iterable[pa.Table] = map(staged_rows, rows)
     if progress is not None:
         batches = reporting(batches, progress, PROGRESS_EVERY, size=_rows)
     tally = _Tally()

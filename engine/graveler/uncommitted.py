@@ -41,8 +41,7 @@ def uncommitted_from(
         changes: list[Change] = []
         paths: list[str] = []
         if batch:
-            keys, values = zip(*batch, strict=True)
-            rows = staged_rows(keys, values)
+            rows = staged_rows(batch)
             paths = rows.column("path").to_pylist()
             changes = _staged_changes(committed.rows_at(head, paths), rows)
         last = len(batch) < BATCH

@@ -6,6 +6,7 @@ the layer exists for (unchanged ranges are neither rewritten nor read), not just
 
 from __future__ import annotations
 
+import hashlib
 import random
 from datetime import timedelta
 from pathlib import Path
@@ -22,12 +23,15 @@ from branchwater.engine.graveler.committed import (
 )
 from branchwater.engine.graveler.committed.format import (
     METARANGES_PREFIX,
+    boundary_indexes,
+    boundary_rows,
     build_range,
     decode_entries,
     range_id,
     range_key,
 )
 from branchwater.engine.graveler.model import Change, Entry
+from branchwater.engine.objects import ObjectInfo
 from tests.helpers import POLICIES, T0, SpyStore, entry, random_entries
 
 
@@ -109,6 +113,30 @@ def test_ranges_follow_the_policy(objects: SpyStore) -> None:
         assert all(policy.closes(info) for info in infos[:-1]), name
 
 
+def _hash_rule_as_first_defined(paths: list[str], target_entries: int) -> list[int]:
+    """The hash rule as ranges were first cut by: every stored range id depends on it."""
+    return [
+        i
+        for i, path in enumerate(paths)
+        if int.from_bytes(hashlib.blake2b(path.encode(), digest_size=8).digest(), "big")
+        % target_entries
+        == 0
+    ]
+
+
+@pytest.mark.parametrize("target_entries", [1, 7, 20_000, 2**64 - 1, 2**64])
+def test_boundaries_keep_the_first_definition(target_entries: int) -> None:
+    rng = random.Random(target_entries)
+    alphabet = "abz/._-0189éß漢字🙂\u0000~"
+    paths = ["".join(rng.choices(alphabet, k=rng.randint(1, 150))) for _ in range(10_000)]
+    expected = _hash_rule_as_first_defined(paths, target_entries)
+    assert boundary_indexes(paths, target_entries) == expected
+    assert boundary_rows(pa.array(paths, pa.string()), target_entries) == expected
+    chunked = pa.chunked_array([paths[:3_000], paths[3_000:]], pa.string())
+    assert boundary_rows(chunked, target_entries) == expected
+    assert boundary_indexes([], target_entries) == []
+
+
 def test_range_id_depends_on_values_not_on_arrow_layout() -> None:
     entries = random_entries(random.Random(12), 60)
     table = build_range(entries)
@@ -165,6 +193,25 @@ def test_write_refuses_unsorted_or_repeated_paths(objects: SpyStore) -> None:
         store.write_metarange([entry("a"), entry("a")])
     with pytest.raises(InvalidArgument, match="non-empty"):
         store.write_metarange([entry("")])
+
+
+class _FailingRangePuts(SpyStore):
+    """Refuses the third range put, as a full disk or a lost connection would."""
+
+    def put(self, key: str, data: bytes) -> ObjectInfo:
+        if "/ranges/" in key and sum("/ranges/" in k for k in self.puts) == 2:
+            self.puts.append(key)
+            raise OSError("disk full")
+        return super().put(key, data)
+
+
+def test_a_failed_range_put_fails_the_write_and_stores_no_metarange(tmp_path: Path) -> None:
+    objects = _FailingRangePuts(f"file://{tmp_path}/namespace")
+    store = CommittedStore(objects, POLICIES["tiny"])
+    with pytest.raises(OSError, match="disk full"):
+        store.write_metarange(random_entries(random.Random(5), 200))
+    assert not [key for key in objects.puts if key.startswith(METARANGES_PREFIX)]
+    assert sum("/ranges/" in key for key in objects.puts) <= 3 + 2
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
+from array import array
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -89,17 +92,52 @@ def entry_sizes(table: pa.Table) -> pa.Array:
 
 
 def boundary_indexes(paths: Sequence[str], target_entries: int) -> list[int]:
-    """Indexes of the paths after which the hash rule ends a range.
+    """Indexes of the paths after which the hash rule ends a range."""
+    return _hash_rule_hits([path.encode() for path in paths], target_entries)
 
-    The only place that hashes paths: a stable 64-bit BLAKE2b (Python's `hash` is salted per
-    process), in one comprehension because it runs once per written entry.
-    """
-    blake2b, from_bytes = hashlib.blake2b, int.from_bytes
-    return [
-        i
-        for i, path in enumerate(paths)
-        if from_bytes(blake2b(path.encode(), digest_size=8).digest(), "big") % target_entries == 0
-    ]
+
+def boundary_rows(paths: pa.Array | pa.ChunkedArray, target_entries: int) -> list[int]:
+    """`boundary_indexes` of an Arrow column, whose UTF-8 bytes are hashed as stored."""
+    return _hash_rule_hits(paths.cast(pa.binary()).to_pylist(), target_entries)
+
+
+_PATH_HASH = hashlib.blake2b(digest_size=8)
+"""The empty hasher of the hash rule: copying it costs less than constructing one."""
+_HASHER = type(_PATH_HASH)
+_HASHED_AT_ONCE = 8192
+"""Paths hashed per pass: a hasher takes about 0.5 kB while it is alive."""
+
+
+def _hash_rule_hits(encoded: Sequence[bytes], target_entries: int) -> list[int]:
+    """The only place that hashes paths: a stable 64-bit BLAKE2b (Python's `hash` is salted
+    per process), read big-endian, is 0 modulo `target_entries`."""
+    hits: list[int] = []
+    for start in range(0, len(encoded), _HASHED_AT_ONCE):
+        part = encoded[start : start + _HASHED_AT_ONCE]
+        hits += (start + i for i in _multiple_indexes(_path_hashes(part), target_entries))
+    return hits
+
+
+def _path_hashes(encoded: Sequence[bytes]) -> pa.Array:
+    """The paths' 64-bit hashes. It runs once per written entry, so no Python frame runs per
+    path: the hashers are copied, fed and read by `map`."""
+    hashers = list(map(_HASHER.copy, repeat(_PATH_HASH, len(encoded))))
+    deque(map(_HASHER.update, hashers, encoded), maxlen=0)
+    digests = array("Q", b"".join(map(_HASHER.digest, hashers)))
+    if sys.byteorder == "little":
+        digests.byteswap()
+    return pa.Array.from_buffers(pa.uint64(), len(digests), [None, pa.py_buffer(digests)])
+
+
+def _multiple_indexes(values: pa.Array, target_entries: int) -> list[int]:
+    """Indexes of the values that are 0 modulo `target_entries`, in Arrow (which has no
+    modulo in every supported version); a target beyond 64 bits divides only 0."""
+    zero = pa.scalar(0, pa.uint64())
+    if target_entries >> 64:
+        return pc.indices_nonzero(pc.equal(values, zero)).to_pylist()
+    target = pa.scalar(target_entries, pa.uint64())
+    remainder = pc.subtract(values, pc.multiply(pc.divide(values, target), target))
+    return pc.indices_nonzero(pc.equal(remainder, zero)).to_pylist()
 
 
 @dataclass(frozen=True)
@@ -257,11 +295,12 @@ def decode_entries(table: pa.Table, start: int = 0, stop: int | None = None) -> 
     (`tuple.__new__` is what `Entry._make` calls, without a Python frame per entry).
 
     mtime goes through int64 microseconds because pyarrow's own datetime conversion with a
-    time zone is slower; the result is a tz-aware UTC datetime either way.
+    time zone is slower; the result is a tz-aware UTC datetime either way. Each is the epoch
+    plus `timedelta(0, 0, us)` made by `map`: positional, since keywords cost a dict a row.
     """
     part = table.slice(start, None if stop is None else stop - start)
     micros = part.column("mtime").cast(pa.int64()).to_pylist()
-    mtimes = [_EPOCH + timedelta(microseconds=us) for us in micros]
+    mtimes = map(_EPOCH.__add__, map(timedelta, repeat(0), repeat(0), micros))
     metadata = [json.loads(m) if m else EMPTY_METADATA for m in part.column("metadata").to_pylist()]
     return list(
         map(
@@ -291,23 +330,27 @@ _TOMBSTONE_FIELDS = pa.scalar("\x000\x00\x000\x00", pa.string())
 """What a tombstone (an empty staged value) is split as: empty strings and zeros."""
 
 
-def staged_rows(paths: Sequence[str] | Sequence[bytes], values: Sequence[bytes]) -> pa.Table:
-    """Change rows from staged (path, value) pairs, paths as text or as the KV's key bytes,
-    values split in Arrow: the vectorised `model.decode_entry`, an empty value (a tombstone)
-    a deleted row."""
+_STAGED_ROW = pa.struct([("path", pa.binary()), ("value", pa.binary())])
+"""A staged row as the KV returns it: converted to Arrow whole, never split in Python."""
+
+
+def staged_rows(pairs: Sequence[tuple[bytes, bytes]]) -> pa.Table:
+    """Change rows from staged (path, value) pairs as the KV holds them, values split in
+    Arrow: the vectorised `model.decode_entry`, an empty value (a tombstone) a deleted row."""
     try:
-        path = pa.array(paths, pa.binary()).cast(pa.string())
-        text = pa.array(values, pa.binary()).cast(pa.string())
+        staged = pa.array(pairs, _STAGED_ROW)
+        path = staged.field("path").cast(pa.string())
+        text = staged.field("value").cast(pa.string())
         deleted = pc.equal(pc.binary_length(text), 0)
         fields = pc.split_pattern(pc.if_else(deleted, _TOMBSTONE_FIELDS, text), "\x00")
         lengths = pc.min_max(pc.list_value_length(fields)).as_py()
-        if len(values) and lengths != {"min": STAGED_FIELDS, "max": STAGED_FIELDS}:
+        if len(pairs) and lengths != {"min": STAGED_FIELDS, "max": STAGED_FIELDS}:
             raise ValueError(f"a staged value has not {STAGED_FIELDS} fields")
         columns = [pc.list_element(fields, i) for i in range(STAGED_FIELDS)]
         size = columns[1].cast(pa.int64())
         mtime = columns[3].cast(pa.int64()).cast(UTC_MICROS)
     except (pa.ArrowException, ValueError) as exc:
-        where = f"{paths[0]!r} to {paths[-1]!r}" if len(paths) else "a batch"
+        where = f"{pairs[0][0]!r} to {pairs[-1][0]!r}" if len(pairs) else "a batch"
         raise CorruptedData(f"staged entries {where} cannot be decoded: {exc}") from exc
     arrays = [path, columns[0], size, columns[2], mtime, columns[4], deleted]
     return pa.Table.from_arrays(arrays, schema=CHANGE_SCHEMA)

@@ -12,6 +12,7 @@ import functools
 import operator
 from collections import deque
 from collections.abc import Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import islice
 
 import pyarrow as pa
@@ -23,6 +24,7 @@ from branchwater.engine.graveler.committed.format import (
     RangeInfo,
     RangePolicy,
     boundary_indexes,
+    boundary_rows,
     build_range,
     entry_sizes,
     path_at,
@@ -44,12 +46,16 @@ class MetarangeWriter:
     (`add_entries`), from a stored range with changes applied (`add_changed_range`), or whole
     ranges by id (`try_reuse`); whatever the mix, the ranges are those a from-scratch write
     of the same entries gives. A writer that raised must be discarded.
+
+    Full ranges are stored on a background thread (see `_RangeStores`) while the next is
+    built; `close` waits for them before it stores the metarange that names them.
     """
 
     def __init__(self, storage: RangeStorage, policy: RangePolicy) -> None:
         self._storage = storage
         self._policy = policy
-        self._rows: list[RangeInfo] = []
+        self._stores = _RangeStores(storage)
+        self._rows: list[RangeInfo | Future[RangeInfo]] = []
         self._chunks: list[pa.Table] = []
         self._count = 0
         self._size = 0
@@ -74,8 +80,7 @@ class MetarangeWriter:
         """Append range rows whose paths strictly increase (the caller checked) and follow
         everything added so far."""
         self._check_open()
-        paths = rows.column("path").to_pylist()
-        self._add_rows(rows, boundary_indexes(paths, self._policy.target_entries))
+        self._add_rows(rows, boundary_rows(rows.column("path"), self._policy.target_entries))
 
     def add_changed_range(self, table: pa.Table, changes: pa.Table) -> None:
         """Append a range stored under this policy with sorted change rows inside its bounds
@@ -99,8 +104,7 @@ class MetarangeWriter:
         flags = [False] * (kept.num_rows + added.num_rows)
         if kept.num_rows and self._ends_range(table, kept):
             flags[kept.num_rows - 1] = True
-        new_paths = added.column("path").to_pylist()
-        for hit in boundary_indexes(new_paths, self._policy.target_entries):
+        for hit in boundary_rows(added.column("path"), self._policy.target_entries):
             flags[kept.num_rows + hit] = True
         rows = pa.concat_tables([kept, added])
         rows = rows.append_column("hit", pa.array(flags, pa.bool_()))
@@ -143,7 +147,9 @@ class MetarangeWriter:
         if self._count:
             self._flush()
         self._closed = True
-        return self._storage.put_metarange(self._rows)
+        self.ranges_written = self._stores.close()
+        rows = [row if isinstance(row, RangeInfo) else row.result() for row in self._rows]
+        return self._storage.put_metarange(rows)
 
     def _add_rows(self, table: pa.Table, hits: Sequence[int]) -> None:
         """Append sorted rows; `hits` are the row indexes that satisfy the hash rule."""
@@ -181,10 +187,7 @@ class MetarangeWriter:
 
     def _flush(self) -> None:
         table = pa.concat_tables(self._chunks).combine_chunks()
-        range_id, written = self._storage.put_range(table)
-        self.ranges_written += written
-        first, last = path_at(table, 0), path_at(table, table.num_rows - 1)
-        self._rows.append(RangeInfo(range_id, first, last, self._count, self._size))
+        self._rows.append(self._stores.put(table, self._count, self._size))
         self._chunks.clear()
         self._count = self._size = 0
 
@@ -193,6 +196,59 @@ class MetarangeWriter:
             raise InvalidArgument("this MetarangeWriter is closed; start a new one")
         if self._final:
             raise InvalidArgument("nothing can follow a range reused as final")
+
+
+class _RangeStores:
+    """Stores a writer's ranges on one background thread, at most `_IN_FLIGHT` waiting.
+
+    Hashing a range (SHA-256 of large buffers), encoding and compressing its Parquet file and
+    writing it out all release the GIL, so they overlap with building the next range.
+    """
+
+    def __init__(self, storage: RangeStorage) -> None:
+        self._storage = storage
+        self._executor: ThreadPoolExecutor | None = None
+        self._pending: deque[Future[RangeInfo]] = deque()
+        self._written = 0
+
+    def put(self, table: pa.Table, count: int, size: int) -> Future[RangeInfo]:
+        """Store the range in the background; its `RangeInfo` once it is stored."""
+        while len(self._pending) >= _IN_FLIGHT:
+            self._settled(self._pending.popleft())
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="range-store")
+        stored = self._executor.submit(self._store, table, count, size)
+        self._pending.append(stored)
+        return stored
+
+    def close(self) -> int:
+        """Wait for every range; return how many were written (not stored already)."""
+        while self._pending:
+            self._settled(self._pending.popleft())
+        if self._executor is not None:
+            self._executor.shutdown()
+        return self._written
+
+    def _settled(self, stored: Future[RangeInfo]) -> RangeInfo:
+        """The range once stored; if storing failed, the ranges queued after it are dropped
+        and the thread ends, since the writer is discarded."""
+        try:
+            return stored.result()
+        except BaseException:
+            if self._executor is not None:
+                self._executor.shutdown(wait=False, cancel_futures=True)
+            raise
+
+    def _store(self, table: pa.Table, count: int, size: int) -> RangeInfo:
+        range_id, written = self._storage.put_range(table)
+        self._written += written
+        first, last = path_at(table, 0), path_at(table, table.num_rows - 1)
+        return RangeInfo(range_id, first, last, count, size)
+
+
+_IN_FLIGHT = 2
+"""Ranges stored in the background at once: the writer runs ahead of storage by at most
+this many ranges of memory."""
 
 
 def _rewritten_paths(stored: pa.Table, new_rows: pa.Table) -> pa.Array:
