@@ -241,7 +241,8 @@ def print_summary(repo: Repository, summary: dict[str, Any], root: Path) -> None
     for record in compacted:
         print(
             f"  compaction: {record['tombstones_removed']} tombstones folded away, "
-            f"{record['ranges_written']} ranges written in {record['seconds']:.2f} s"
+            f"{record['ranges_written']} range{'' if record['ranges_written'] == 1 else 's'} "
+            f"written in {record['seconds']:.2f} s"
         )
     print(f"  garbage written: {summary['garbage_bytes']:,} bytes of uncommitted objects")
     for key in ("gc_clean", "gc_optimized"):
