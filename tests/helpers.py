@@ -380,3 +380,7 @@ class AirflowClient:
             for task, state in states.items()
             if state not in ("success", "skipped")
         ]
+
+
+GC_TASKS = ("prepare", "mark", "gate", "sweep", "report")
+"""The tasks of the GC DAGs (`dags/branchwater_gc.py`), in order."""

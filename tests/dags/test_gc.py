@@ -16,7 +16,7 @@ import pytest
 
 from branchwater.demo.airflow_home import DAGS_FOLDER
 from branchwater.engine import Lake, Repository
-from tests.helpers import data_objects, put_garbage
+from tests.helpers import GC_TASKS, data_objects, put_garbage
 from tests.plugin.conftest import LakeConnection, RunDag, RunResult, set_connection
 
 if TYPE_CHECKING:
@@ -30,7 +30,6 @@ pytestmark = [
     pytest.mark.usefixtures("spark_submit_conf"),
 ]
 
-TASKS = ("prepare", "mark", "gate", "sweep", "report")
 PASSWORD = "Gc-Secret-KV-pw"
 
 
@@ -71,8 +70,8 @@ def history(lake_conn: LakeConnection, kept: int, garbage: int) -> GCHistory:
 
 
 def assert_tasks(result: RunResult, **states: str) -> None:
-    assert {task: result.states[task] for task in TASKS} == {
-        task: states.get(task, "success") for task in TASKS
+    assert {task: result.states[task] for task in GC_TASKS} == {
+        task: states.get(task, "success") for task in GC_TASKS
     }
 
 

@@ -15,6 +15,7 @@ import pytest
 from branchwater.demo.dag_run import RunResult
 from branchwater.demo.main_job import REPOSITORY, DemoConfig, DemoLake, run
 from branchwater.engine import Lake
+from tests.helpers import GC_TASKS
 
 pytestmark = [
     pytest.mark.slow,
@@ -24,7 +25,6 @@ pytestmark = [
     pytest.mark.usefixtures("spark_submit_conf"),
 ]
 
-GC_TASKS = ("prepare", "mark", "gate", "sweep", "report")
 REPORT_LINK = "_link_BranchwaterGCReportLink"
 
 
