@@ -94,7 +94,7 @@ def test_a_failed_gate_stops_the_run_before_the_sweep_and_the_kv_password_stays_
     )
     lake = history(lake_conn, kept=2, garbage=4)
 
-    result = run_dag(gc_dag("branchwater_gc_clean"), lake.conf())
+    result = run_dag(gc_dag("branchwater_gc_clean"), lake.conf(max_share=0.4))
 
     captured = capfd.readouterr()
     output = captured.out + captured.err
@@ -106,9 +106,10 @@ def test_a_failed_gate_stops_the_run_before_the_sweep_and_the_kv_password_stays_
     run_id = result.value("prepare")["run_id"]
     assert f"GC run {run_id} failed its quality gate, nothing was deleted" in output
     assert (
-        "gc-candidates: expect_table_row_count_to_be_between(max_value=3, min_value=0) "
+        "gc-candidates: expect_table_row_count_to_be_between(max_value=2, min_value=0) "
         "observed observed_value=4. Report: file://" in output
     )
+    assert result.rendered["mark"]["max_share"] == "0.4"
     assert "Spark-Submit cmd: spark-submit --master local[*]" in output
     assert "--kv-env BRANCHWATER_GC_KV_URL" in output
     assert PASSWORD not in output
