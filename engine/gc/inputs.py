@@ -20,6 +20,7 @@ from branchwater.engine.graveler.model import RepositoryRecord
 from branchwater.engine.objects import ObjectStore
 
 METARANGE_RANGE_COLUMN = "range_id"
+METARANGE_MIN_KEY_COLUMN = "min_key"
 RANGE_ADDRESS_COLUMN = "address"
 UNCOMMITTED_ADDRESS_COLUMN = "address"
 
@@ -35,6 +36,7 @@ class CommittedLayout:
     storage_namespace: str
     metaranges: dict[str, str]
     metarange_range_column: str = METARANGE_RANGE_COLUMN
+    metarange_min_key_column: str = METARANGE_MIN_KEY_COLUMN
     range_address_column: str = RANGE_ADDRESS_COLUMN
 
     def metarange_ids(self) -> list[str]:

@@ -7,12 +7,16 @@ ranges its base run read, which hold the same addresses as they did then.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 
 from branchwater.engine import CommittedLayout
-from branchwater.spark_jobs.gc.frames import read_parquet
+from branchwater.spark_jobs.gc.frames import parallel_frame, read_parquet
 from branchwater.spark_jobs.gc.storage import Namespace
 
 
@@ -38,27 +42,27 @@ def read_committed(
     partitions: int,
 ) -> CommittedInput:
     """Metaranges and ranges are read by pyarrow on the executors: they are many small files,
-    for which Spark's own reader would first stat every path (and run a listing job)."""
+    for which Spark's own reader would first stat every path (and run a listing job).
+
+    The new ranges are handed to tasks in key order, so the versions of one key range
+    (commits rewrite the ranges they change, and keep the id of the others) mostly meet in
+    one task, which sends each address on once."""
     all_metaranges = layout.metarange_ids()
     new_metaranges = [m for m in all_metaranges if m not in known_metaranges]
     listed = read_parquet(
         spark,
         ns,
         [layout.metarange_key(m) for m in new_metaranges],
-        f"{layout.metarange_range_column} string",
+        f"{layout.metarange_range_column} string, {layout.metarange_min_key_column} string",
         partitions,
         native=False,
     )
-    found = {row[0] for row in listed.distinct().collect()}
-    new_ranges = sorted(found - known_ranges)
-    addresses = read_parquet(
-        spark,
-        ns,
-        [layout.range_key(r) for r in new_ranges],
-        f"{layout.range_address_column} string",
-        partitions,
-        native=False,
-    ).withColumnRenamed(layout.range_address_column, "address")
+    first_keys = {row[0]: row[1] for row in listed.distinct().collect()}
+    found = set(first_keys)
+    new_ranges = sorted(found - known_ranges, key=lambda r: (first_keys[r], r))
+    files = parallel_frame(spark, [layout.range_key(r) for r in new_ranges], "key", partitions)
+    column = layout.range_address_column
+    addresses = files.mapInArrow(partial(_distinct_addresses, ns, column), "address string")
     return CommittedInput(
         sorted(set(all_metaranges) | known_metaranges),
         sorted(found | known_ranges),
@@ -66,3 +70,13 @@ def read_committed(
         len(new_ranges),
         addresses,
     )
+
+
+def _distinct_addresses(
+    ns: Namespace, column: str, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    keys = [key for batch in batches for key in batch.column(0).to_pylist()]
+    read = [batch.column(0) for batch in ns.read_parquet_files(keys, [column])]
+    if read:
+        addresses = pc.unique(pa.chunked_array(read, pa.string()))
+        yield pa.record_batch([addresses], names=["address"])

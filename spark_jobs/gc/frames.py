@@ -1,9 +1,9 @@
-"""DataFrames in and out of the namespace, with the executors doing the I/O.
+"""DataFrames read from the namespace, and executor failures made readable.
 
 Spark reads Parquet itself where it can (local files, or `s3a` on a cluster that has it);
-otherwise each executor reads its share of the files with pyarrow. Writes always go through
-the executors with one atomic put per file, so a reader never sees a partial file and a
-retried task simply writes its file again.
+otherwise each executor reads its share of the files with pyarrow. (Executors write with
+one atomic put per file, see `marking`: a reader never sees a partial file, and a retried
+task simply writes its file again.)
 """
 
 from __future__ import annotations
@@ -15,20 +15,15 @@ from functools import partial
 from typing import NoReturn
 
 import pyarrow as pa
-import pyarrow.compute as pc
-from pyspark import TaskContext
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from branchwater.engine import BranchwaterError, Unavailable
 from branchwater.spark_jobs.gc.events import error_class
-from branchwater.spark_jobs.gc.runs import part_name
 from branchwater.spark_jobs.gc.storage import Namespace
 
 S3A_CONF = "spark.branchwater.gc.s3a"
 """Set to `true` on a cluster with Hadoop's `s3a` file system to let Spark read S3 itself."""
-WRITTEN_SCHEMA = "key string, rows long, bytes long"
 
 BatchFunction = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 _RAISED = re.compile(r"^(?:[\w.]+\.)?(\w+): (.+)$")
@@ -99,48 +94,3 @@ def _read_files(
     for batch in batches:
         for read in ns.read_parquet_files(batch.column(0).to_pylist(), columns):
             yield read.select(columns)
-
-
-def _write_partition(
-    ns: Namespace, prefix: str, batches: Iterator[pa.RecordBatch]
-) -> Iterator[pa.RecordBatch]:
-    collected = [b for b in batches if b.num_rows]
-    if not collected:
-        return
-    table = pa.Table.from_batches(collected)
-    context = TaskContext.get()
-    number = context.partitionId() if context is not None else 0
-    key = f"{prefix}/{part_name(number)}"
-    size = ns.write_parquet(key, table)
-    yield pa.record_batch(
-        [pa.array([key]), pa.array([table.num_rows]), pa.array([size])],
-        names=["key", "rows", "bytes"],
-    )
-
-
-def write_sets(
-    frame: DataFrame, ns: Namespace, prefixes: dict[str, str], partitions: int
-) -> dict[str, list[str]]:
-    """Write the rows of `frame` (first column: the set's name) as Parquet files under
-    `prefixes[name]`, in one pass; returns each set's keys, sorted."""
-    columns = frame.columns[1:]
-    spread = frame.repartition(max(1, partitions), F.col(columns[0]))
-    written = spread.mapInArrow(partial(_write_sets, ns, prefixes), WRITTEN_SCHEMA).collect()
-    found: dict[str, list[str]] = {name: [] for name in prefixes}
-    for row in written:
-        name = next(n for n, p in prefixes.items() if row.key.startswith(p + "/"))
-        found[name].append(row.key)
-    return {name: sorted(keys) for name, keys in found.items()}
-
-
-def _write_sets(
-    ns: Namespace, prefixes: dict[str, str], batches: Iterator[pa.RecordBatch]
-) -> Iterator[pa.RecordBatch]:
-    collected = [b for b in batches if b.num_rows]
-    if not collected:
-        return
-    table = pa.Table.from_batches(collected)
-    for name, prefix in prefixes.items():
-        rows = table.filter(pc.equal(table.column(0), name)).drop_columns([table.column_names[0]])
-        if rows.num_rows:
-            yield from _write_partition(ns, prefix, iter(rows.to_batches()))

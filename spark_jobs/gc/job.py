@@ -11,7 +11,6 @@ only when the run and its gate succeeded.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import time
@@ -47,16 +46,18 @@ from branchwater.spark_jobs.gc.config import (
     parse_duration,
 )
 from branchwater.spark_jobs.gc.events import emit
-from branchwater.spark_jobs.gc.frames import executor_errors, read_parquet, write_sets
+from branchwater.spark_jobs.gc.frames import executor_errors, read_parquet
 from branchwater.spark_jobs.gc.gate import GateLimits, max_candidates, run_gate
 from branchwater.spark_jobs.gc.layout import choose_slices
-from branchwater.spark_jobs.gc.listing import data_slices, list_objects
-from branchwater.spark_jobs.gc.runs import RunSummary, SliceVolume, Volume, run_prefix
+from branchwater.spark_jobs.gc.listing import data_slices
+from branchwater.spark_jobs.gc.marking import Marked, addresses_read, mark
+from branchwater.spark_jobs.gc.runs import RunSummary, Volume, run_prefix
 from branchwater.spark_jobs.gc.storage import Namespace
 from branchwater.spark_jobs.gc.sweep import sweep
 
-MALFORMED_EXAMPLES = 5
 ID_COLUMNS = {"ranges": "range_id", "metaranges": "metarange_id"}
+CANDIDATES_DDL = "address string, size long, mtime timestamp, slice string"
+PENDING_DDL = CANDIDATES_DDL
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 """Spark's default (200) suits big clusters; unless set, the job uses 4 per core."""
 
@@ -187,26 +188,27 @@ class GCJob:
         with self.phase("committed"):
             committed = self._committed(repo, ns, base)
         with self.phase("list"):
-            listed, slices = self._listing(ns, prepared, window)
-            summary.slices = slices
-        uncommitted = self._read(ns, list(prepared.keys), "address string").persist(
-            StorageLevel.MEMORY_AND_DISK
-        )
+            slices, summary.slices = self._slices(ns, prepared, window)
+        uncommitted = self._read(ns, list(prepared.keys), "address string")
         carry = self._read(ns, base.files.get("carry", []), "address string") if base else None
-        pending = (
-            self._read(
-                ns,
-                base.files.get("pending", []),
-                "address string, size long, mtime timestamp, slice string",
-            )
-            if base
-            else None
-        )
+        refs = [committed.addresses, uncommitted] + ([carry] if carry is not None else [])
+        for frame in refs:
+            frame.persist(StorageLevel.MEMORY_AND_DISK)
+        read = [
+            addresses_read(committed.addresses, plan.NEW_COMMITTED),
+            addresses_read(uncommitted, plan.UNCOMMITTED),
+        ]
+        if base is not None:
+            assert carry is not None
+            pending = self._read(ns, base.files.get("pending", []), PENDING_DDL)
+            read += [
+                addresses_read(carry, plan.CARRIED),
+                addresses_read(pending, plan.PENDING),
+            ]
         with self.phase("combine"):
-            inputs = plan.Inputs(listed, committed.addresses, uncommitted, carry, pending)
-            combined = plan.combine(inputs, window)
-            counts = self._counts(combined, window)
-            self._refuse_malformed(combined, counts)
+            marked = self._marked(ns, prefix, slices, read, window)
+            self._refuse_malformed(marked)
+            counts = marked.counts
             counts["namespace"] = runs.namespace_volume(base, counts["new"])
             summary.counts = {k: v for k, v in counts.items() if k != "malformed"}
             summary.ranges = {
@@ -214,17 +216,11 @@ class GCJob:
                 "ranges_read": committed.new_ranges,
                 "ranges_known": len(committed.range_ids),
             }
-        candidates = (
-            combined.filter(plan.candidate(window.cutoff))
-            .select("address", "size", "mtime", "slice")
-            .persist(StorageLevel.MEMORY_AND_DISK)
-        )
+            summary.reclaimed_by_slice = marked.per_slice
         with self.phase("write"):
-            summary.reclaimed_by_slice = _per_slice(candidates)
-            total = summary.counts["candidates"].objects
-            summary.files = self._write_sets(ns, prefix, combined, total, committed, window)
+            summary.files = {**marked.files, **self._write_ids(ns, prefix, committed)}
         with self.phase("gate"):
-            refs = [committed.addresses, uncommitted] + ([carry] if carry is not None else [])
+            candidates = self._read(ns, marked.files["candidates"], CANDIDATES_DDL)
             frame = _gate_frame(candidates, refs, prepared.started_at)
             limits = GateLimits(
                 (prepared.started_at - window.cutoff).total_seconds(),
@@ -235,8 +231,25 @@ class GCJob:
         summary.gate_success = gate.success
         summary.status = runs.MARKED if gate.success else runs.GATE_FAILED
         self._save(ns, summary, gate.validations)
-        for cached in (combined, candidates, uncommitted, committed.addresses):
-            cached.unpersist()
+        for frame in refs:
+            frame.unpersist()
+
+    def _marked(
+        self,
+        ns: Namespace,
+        prefix: str,
+        slices: list[str],
+        read: list[DataFrame],
+        window: plan.Window,
+    ) -> Marked:
+        state = f"{prefix}state"
+        prefixes = {
+            runs.CANDIDATES: f"{prefix}{runs.CANDIDATES}",
+            "pending": f"{state}/pending",
+            "carry": f"{state}/carry",
+        }
+        per_file = self.config.candidates_per_file
+        return mark(self.spark, ns, slices, read, window, prefixes, per_file, self.partitions)
 
     def _committed(
         self, repo: Repository, ns: Namespace, base: RunSummary | None
@@ -257,13 +270,13 @@ class GCJob:
         committed.addresses = committed.addresses.persist(StorageLevel.MEMORY_AND_DISK)
         return committed
 
-    def _listing(
+    def _slices(
         self, ns: Namespace, prepared: UncommittedRun, window: plan.Window
-    ) -> tuple[DataFrame, dict[str, Any]]:
+    ) -> tuple[list[str], dict[str, Any]]:
+        """The slices to list, and what the summary says of them."""
         late = self.config.late_writes or prepared.token_expiry + SLICE_LIFETIME + CLOCK_SKEW
         names = data_slices(ns)
         chosen, skipped = choose_slices(names, window.cutoff, window.after, late, CLOCK_SKEW)
-        listed = list_objects(self.spark, ns, chosen, self.partitions)
         slices = {
             "read": len(chosen),
             "skipped_young": skipped["young"],
@@ -273,91 +286,28 @@ class GCJob:
             "oldest_read": chosen[-1] if chosen else None,
             "late_writes_seconds": late.total_seconds(),
         }
-        return listed, slices
+        return chosen, slices
 
     def _read(self, ns: Namespace, keys: list[str], schema: str) -> DataFrame:
         return read_parquet(self.spark, ns, keys, schema, self.partitions)
 
-    def _counts(self, combined: DataFrame, window: plan.Window) -> dict[str, Volume]:
-        cutoff = F.lit(window.cutoff)
-        listed = plan.has(plan.LISTED)
-        definitions = {
-            "listed": listed,
-            "young": listed & (F.col("mtime") > cutoff),
-            "ignored": plan.has(plan.IGNORED),
-            "new": plan.has(plan.WINDOW),
-            "considered": plan.has(plan.WINDOW)
-            | (plan.has(plan.PENDING) & (F.col("mtime") <= cutoff)),
-            "committed": listed & plan.committed(),
-            "uncommitted": listed & plan.has(plan.UNCOMMITTED) & ~plan.committed(),
-            "candidates": plan.candidate(window.cutoff),
-            "pending": plan.pending(window.cutoff),
-            "carry": plan.carry(),
-            "malformed": plan.malformed_inputs(),
-        }
-        aggregates = []
-        for name, condition in definitions.items():
-            aggregates.append(F.count(F.when(condition, 1)).alias(f"{name}_objects"))
-            aggregates.append(
-                F.coalesce(F.sum(F.when(condition, F.col("size"))), F.lit(0)).alias(f"{name}_bytes")
-            )
-        addresses = {
-            "committed_addresses": plan.has(plan.NEW_COMMITTED),
-            "uncommitted_addresses": plan.has(plan.UNCOMMITTED),
-        }
-        for name, condition in addresses.items():
-            aggregates.append(F.count(F.when(condition, 1)).alias(name))
-        row = combined.agg(*aggregates).collect()[0].asDict()
-        counts = {
-            name: Volume(int(row[f"{name}_objects"]), int(row[f"{name}_bytes"]))
-            for name in definitions
-        }
-        counts["committed_addresses"] = Volume(int(row["committed_addresses"]), 0)
-        counts["uncommitted_addresses"] = Volume(int(row["uncommitted_addresses"]), 0)
-        return counts
-
-    def _refuse_malformed(self, combined: DataFrame, counts: dict[str, Volume]) -> None:
-        bad = counts["malformed"].objects
+    def _refuse_malformed(self, marked: Marked) -> None:
+        bad = marked.counts["malformed"].objects
         if not bad:
             return
-        rows = combined.filter(plan.malformed_inputs()).limit(MALFORMED_EXAMPLES).collect()
-        examples = ", ".join(f"{r.address!r} ({plan.describe(r.sources)})" for r in rows)
+        examples = ", ".join(f"{a!r} ({plan.describe(b)})" for a, b in marked.malformed)
         raise InvalidAddress(
             f"GC refuses to run: {bad} address(es) it read are not data/<slice>/<object id> "
             f"in the repository's namespace, e.g. {examples}; nothing was deleted"
         )
 
-    def _write_sets(
-        self,
-        ns: Namespace,
-        prefix: str,
-        combined: DataFrame,
-        total: int,
-        committed: CommittedInput,
-        window: plan.Window,
+    def _write_ids(
+        self, ns: Namespace, prefix: str, committed: CommittedInput
     ) -> dict[str, list[str]]:
-        """The candidates and the next run's pending and carry sets in one pass over
-        `combined`: about `candidates_per_file` candidates a file (a sweep task's unit)."""
-        parts = max(1, math.ceil(total / self.config.candidates_per_file), self.partitions)
-        state = f"{prefix}state"
-        kept = combined.select(
-            F.when(plan.candidate(window.cutoff), runs.CANDIDATES)
-            .when(plan.pending(window.cutoff), "pending")
-            .when(plan.carry(), "carry")
-            .alias("set"),
-            "address",
-            "size",
-            "mtime",
-            "slice",
-        ).filter(F.col("set").isNotNull())
-        sets = {
-            runs.CANDIDATES: f"{prefix}{runs.CANDIDATES}",
-            "pending": f"{state}/pending",
-            "carry": f"{state}/carry",
-        }
-        files = write_sets(kept, ns, sets, parts)
+        """The range and metarange ids the next optimized run need not read again."""
+        files = {}
         for name, ids in (("ranges", committed.range_ids), ("metaranges", committed.metarange_ids)):
-            key = f"{state}/{name}/{runs.part_name(0)}"
+            key = f"{prefix}state/{name}/{runs.part_name(0)}"
             ns.write_parquet(key, pa.table({ID_COLUMNS[name]: pa.array(ids, pa.string())}))
             files[name] = [key]
         return files
@@ -409,18 +359,6 @@ class GCJob:
 def _time(text: str | None) -> datetime:
     assert text is not None
     return datetime.fromisoformat(text)
-
-
-def _per_slice(candidates: DataFrame) -> list[SliceVolume]:
-    """One row per slice, sorted here: a Spark sort would sample its input in a job of its
-    own first."""
-    rows = (
-        candidates.groupBy("slice")
-        .agg(F.count("*").alias("objects"), F.sum("size").alias("bytes"))
-        .collect()
-    )
-    volumes = [SliceVolume(r.slice, int(r.objects), int(r.bytes or 0)) for r in rows]
-    return sorted(volumes, key=lambda v: v.slice)
 
 
 def _gate_frame(candidates: DataFrame, refs: list[DataFrame], start: datetime) -> DataFrame:

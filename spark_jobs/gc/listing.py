@@ -1,25 +1,20 @@
-"""Listing the namespace's data objects, one slice per task, on the executors.
+"""Listing the namespace's data objects, slice by slice, on the executors.
 
 The driver lists only `data/` one level deep (the slices); each executor lists the slices it
-is given, one level deep again, so the work spreads as the seed's slices intend. Keys that
-are not of the address form are marked `well_formed = false`: they are counted, never
-collected.
+is given (see `marking`), one level deep again, so the work spreads as the seed's slices
+intend. Keys that are not of the address form are marked `well_formed = false`: they are
+counted, never collected.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from functools import partial
-
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame, SparkSession
 
-from branchwater.spark_jobs.gc.frames import parallel_frame
 from branchwater.spark_jobs.gc.layout import ADDRESS_PATTERN, DATA_DIR
+from branchwater.spark_jobs.gc.plan import MTIME_TYPE
 from branchwater.spark_jobs.gc.storage import Namespace
 
-MTIME_TYPE = pa.timestamp("us", tz="UTC")
 LISTED_SCHEMA = pa.schema(
     [
         pa.field("address", pa.string()),
@@ -29,7 +24,6 @@ LISTED_SCHEMA = pa.schema(
         pa.field("well_formed", pa.bool_()),
     ]
 )
-LISTED_DDL = "address string, size long, mtime timestamp, slice string, well_formed boolean"
 
 
 def data_slices(ns: Namespace) -> list[str]:
@@ -37,23 +31,7 @@ def data_slices(ns: Namespace) -> list[str]:
     return ns.list_dir(DATA_DIR).directories
 
 
-def list_objects(
-    spark: SparkSession, ns: Namespace, slices: list[str], partitions: int
-) -> DataFrame:
-    """Every object directly in the given slices: address, size, mtime, slice, well_formed."""
-    if not slices:
-        return spark.createDataFrame([], LISTED_DDL)
-    frame = parallel_frame(spark, slices, "slice", partitions)
-    return frame.mapInArrow(partial(_list_slices, ns), LISTED_DDL)
-
-
-def _list_slices(ns: Namespace, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    for batch in batches:
-        for name in batch.column(0).to_pylist():
-            yield _slice_batch(ns, name)
-
-
-def _slice_batch(ns: Namespace, name: str) -> pa.RecordBatch:
+def list_slice(ns: Namespace, name: str) -> pa.Table:
     """One slice as columns, built and checked in Arrow rather than object by object."""
     listing = ns.list_dir(f"{DATA_DIR}/{name}")
     prefix = f"{DATA_DIR}/{name}/"
@@ -62,7 +40,7 @@ def _slice_batch(ns: Namespace, name: str) -> pa.RecordBatch:
     addresses = pa.concat_arrays([files, pa.array(folders, pa.string())])
     mtimes = pc.divide(pa.array(listing.mtimes_ns, pa.int64()), 1000)
     count = len(addresses)
-    return pa.record_batch(
+    return pa.table(
         [
             addresses,
             pa.array(listing.sizes + [0] * len(folders), pa.int64()),

@@ -56,9 +56,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from branchwater.spark_jobs.gc.layout import ADDRESS_PATTERN
 
@@ -78,8 +77,38 @@ _NAMES = {
     PENDING: "pending",
     IGNORED: "ignored",
 }
+SETS = ("candidates", "pending", "carry")
+COUNTS = (
+    "listed",
+    "young",
+    "ignored",
+    "new",
+    "considered",
+    "committed",
+    "uncommitted",
+    "candidates",
+    "pending",
+    "carry",
+    "malformed",
+    "committed_addresses",
+    "uncommitted_addresses",
+)
+"""What the summary counts (`count_masks`), objects and bytes each; addresses read are
+counted without bytes (`ADDRESS_COUNTS`)."""
+ADDRESS_COUNTS = ("committed_addresses", "uncommitted_addresses")
+"""The sets a run writes, in order of precedence: an address is in the first it belongs to."""
 
-_ROW = "address string, size long, mtime timestamp, slice string, sources int"
+MTIME_TYPE = pa.timestamp("us", tz="UTC")
+ROW_SCHEMA = pa.schema(
+    [
+        pa.field("address", pa.string()),
+        pa.field("sources", pa.int32()),
+        pa.field("size", pa.int64()),
+        pa.field("mtime", MTIME_TYPE),
+        pa.field("slice", pa.string()),
+    ]
+)
+"""An address found somewhere, with the bits of where; size, mtime and slice where known."""
 
 
 @dataclass(frozen=True)
@@ -94,114 +123,138 @@ class Window:
         return self.cutoff if self.after is None else max(self.cutoff, self.after)
 
 
-@dataclass
-class Inputs:
-    """The address sets one run combines; a clean run has no carry and no pending."""
-
-    listed: DataFrame
-    new_committed: DataFrame
-    uncommitted: DataFrame
-    carry: DataFrame | None
-    pending: DataFrame | None
-
-
-def has(bits: int) -> Column:
-    """True where the address was found in any of the sets `bits` names."""
-    return (F.col("sources").bitwiseAND(F.lit(bits))) != 0
-
-
 def describe(sources: int) -> str:
     """The sets a bit set names, for messages."""
     return ", ".join(name for bit, name in _NAMES.items() if sources & bit) or "none"
 
 
-def combine(inputs: Inputs, window: Window) -> DataFrame:
-    """One row per address with the bit set of where it was found (one shuffle), the listed
-    object's size, mtime and slice, and a `well_formed` flag; persisted. Listed keys that are
-    not of the address form are only counted (`IGNORED`)."""
-    mtime = F.col("mtime")
-    in_window = mtime <= F.lit(window.cutoff)
+def listed_sources(listed: pa.Table, window: Window) -> pa.Array:
+    """The bits of listed objects: in the window, observed, or ignored (not an address)."""
+    mtime = listed.column("mtime")
+    in_window = pc.less_equal(mtime, _time(window.cutoff))
     if window.after is not None:
-        in_window = in_window & (mtime > F.lit(window.after))
-    observed = mtime <= F.lit(window.through)
-    listed = inputs.listed.select(
-        "address",
-        "size",
-        "mtime",
-        "slice",
-        F.when(~F.col("well_formed"), IGNORED)
-        .otherwise(
-            F.lit(LISTED)
-            + F.when(in_window, WINDOW).otherwise(0)
-            + F.when(observed, OBSERVED).otherwise(0)
-        )
-        .alias("sources"),
+        in_window = pc.and_kleene(in_window, pc.greater(mtime, _time(window.after)))
+    observed = pc.less_equal(mtime, _time(window.through))
+    bits = pc.add(
+        pc.add(pa.scalar(LISTED, pa.int32()), _bit(in_window, WINDOW)), _bit(observed, OBSERVED)
     )
-    parts = [
-        listed,
-        _addresses(inputs.new_committed, NEW_COMMITTED),
-        _addresses(inputs.uncommitted, UNCOMMITTED),
-    ]
-    if inputs.carry is not None:
-        parts.append(_addresses(inputs.carry, CARRIED))
-    if inputs.pending is not None:
-        parts.append(
-            inputs.pending.select(
-                "address", "size", "mtime", "slice", F.lit(PENDING).alias("sources")
-            )
-        )
-    union = parts[0]
-    for part in parts[1:]:
-        union = union.unionByName(part)
-    grouped = union.groupBy("address").agg(
-        F.bit_or("sources").alias("sources"),
-        F.max("size").alias("size"),
-        F.max("mtime").alias("mtime"),
-        F.max("slice").alias("slice"),
+    ignored = pa.scalar(IGNORED, pa.int32())
+    return pc.if_else(pc.fill_null(listed.column("well_formed"), False), bits, ignored)
+
+
+def combine(listed: pa.Table, refs: pa.Table) -> pa.Table:
+    """One row per address with the bit set of every set it was found in, the listed
+    object's (or the pending entry's) size, mtime and slice, and `well_formed`.
+
+    `listed` and `refs` have `ROW_SCHEMA`; a listing holds each address once and the sets
+    in `refs` have bits of their own, so summing the bits of the distinct (address, bits)
+    rows is their union."""
+    refs = refs.group_by(["address", "sources"], use_threads=False).aggregate(
+        [("size", "max"), ("mtime", "max"), ("slice", "max")]
     )
-    well_formed = F.col("address").isNotNull() & F.col("address").rlike(ADDRESS_PATTERN)
-    return grouped.withColumn("well_formed", well_formed).persist(StorageLevel.MEMORY_AND_DISK)
-
-
-def _addresses(frame: DataFrame, bit: int) -> DataFrame:
-    return frame.select(
-        F.col("address").cast("string"),
-        F.lit(None).cast("long").alias("size"),
-        F.lit(None).cast("timestamp").alias("mtime"),
-        F.lit(None).cast("string").alias("slice"),
-        F.lit(bit).alias("sources"),
+    refs = refs.rename_columns(["address", "sources", "size", "mtime", "slice"])
+    rows = pa.concat_tables([listed.select(ROW_SCHEMA.names), refs.select(ROW_SCHEMA.names)])
+    grouped = rows.group_by("address", use_threads=False).aggregate(
+        [("sources", "sum"), ("size", "max"), ("mtime", "max"), ("slice", "max")]
     )
+    grouped = grouped.rename_columns(["address", "sources", "size", "mtime", "slice"])
+    address = grouped.column("address")
+    well_formed = pc.fill_null(pc.match_substring_regex(address, ADDRESS_PATTERN), False)
+    return grouped.append_column("well_formed", well_formed)
 
 
-def committed() -> Column:
-    return has(NEW_COMMITTED | CARRIED)
+def has(rows: pa.Table, bits: int) -> pa.ChunkedArray:
+    """True where the address was found in any of the sets `bits` names."""
+    return pc.not_equal(pc.bit_wise_and(rows.column("sources"), pa.scalar(bits, pa.int32())), 0)
 
 
-def referenced() -> Column:
-    return has(NEW_COMMITTED | CARRIED | UNCOMMITTED)
+def committed(rows: pa.Table) -> pa.ChunkedArray:
+    return has(rows, NEW_COMMITTED | CARRIED)
 
 
-def candidate(cutoff: datetime) -> Column:
+def referenced(rows: pa.Table) -> pa.ChunkedArray:
+    return has(rows, NEW_COMMITTED | CARRIED | UNCOMMITTED)
+
+
+def old_enough(rows: pa.Table, cutoff: datetime) -> pa.ChunkedArray:
+    """Modified at or before `cutoff` (null where the time is unknown)."""
+    return pc.less_equal(rows.column("mtime"), _time(cutoff))
+
+
+def candidate(rows: pa.Table, cutoff: datetime) -> pa.ChunkedArray:
     """Case 1 or case 2 of the module docstring."""
-    old_enough = F.col("mtime") <= F.lit(cutoff)
-    considered = has(WINDOW) | (has(PENDING) & old_enough)
-    return considered & ~referenced()
+    considered = pc.or_kleene(
+        has(rows, WINDOW), pc.and_kleene(has(rows, PENDING), old_enough(rows, cutoff))
+    )
+    return _true(pc.and_kleene(considered, pc.invert(referenced(rows))))
 
 
-def pending(cutoff: datetime) -> Column:
+def pending(rows: pa.Table, cutoff: datetime) -> pa.ChunkedArray:
     """Considered now or before, not committed, and either uncommitted or (pending ones)
     still too young for this run's cutoff."""
-    old_enough = F.col("mtime") <= F.lit(cutoff)
-    from_window = has(WINDOW) & has(UNCOMMITTED)
-    from_pending = has(PENDING) & (has(UNCOMMITTED) | ~old_enough)
-    return (from_window | from_pending) & ~committed()
+    from_window = pc.and_(has(rows, WINDOW), has(rows, UNCOMMITTED))
+    young = pc.invert(old_enough(rows, cutoff))
+    from_pending = pc.and_kleene(has(rows, PENDING), pc.or_kleene(has(rows, UNCOMMITTED), young))
+    return _true(pc.and_kleene(pc.or_kleene(from_window, from_pending), pc.invert(committed(rows))))
 
 
-def carry() -> Column:
-    return committed() & ~has(OBSERVED)
+def carry(rows: pa.Table) -> pa.ChunkedArray:
+    return pc.and_(committed(rows), pc.invert(has(rows, OBSERVED)))
 
 
-def malformed_inputs() -> Column:
+def malformed_inputs(rows: pa.Table) -> pa.ChunkedArray:
     """An address the job read (not listed) that is not of the data-address form."""
-    read = has(NEW_COMMITTED | CARRIED | UNCOMMITTED | PENDING)
-    return read & ~F.col("well_formed")
+    read = has(rows, NEW_COMMITTED | CARRIED | UNCOMMITTED | PENDING)
+    return pc.and_(read, pc.invert(rows.column("well_formed")))
+
+
+def set_masks(rows: pa.Table, cutoff: datetime) -> dict[str, pa.ChunkedArray]:
+    """Each address in at most one of `SETS`, the first it belongs to."""
+    masks: dict[str, pa.ChunkedArray] = {}
+    taken = None
+    for name, mask in (
+        ("candidates", candidate(rows, cutoff)),
+        ("pending", pending(rows, cutoff)),
+        ("carry", carry(rows)),
+    ):
+        masks[name] = mask if taken is None else pc.and_(mask, pc.invert(taken))
+        taken = mask if taken is None else pc.or_(taken, mask)
+    return masks
+
+
+def count_masks(rows: pa.Table, window: Window) -> dict[str, pa.ChunkedArray]:
+    """`COUNTS`, each as a mask of the rows it counts."""
+    young = _true(pc.invert(old_enough(rows, window.cutoff)))
+    listed = has(rows, LISTED)
+    not_committed = pc.invert(committed(rows))
+    return {
+        "listed": listed,
+        "young": pc.and_(listed, young),
+        "ignored": has(rows, IGNORED),
+        "new": has(rows, WINDOW),
+        "considered": pc.or_(
+            has(rows, WINDOW), pc.and_(has(rows, PENDING), _true(old_enough(rows, window.cutoff)))
+        ),
+        "committed": pc.and_(listed, committed(rows)),
+        "uncommitted": pc.and_(pc.and_(listed, has(rows, UNCOMMITTED)), not_committed),
+        "candidates": candidate(rows, window.cutoff),
+        "pending": pending(rows, window.cutoff),
+        "carry": carry(rows),
+        "malformed": malformed_inputs(rows),
+        "committed_addresses": has(rows, NEW_COMMITTED),
+        "uncommitted_addresses": has(rows, UNCOMMITTED),
+    }
+
+
+def _bit(mask: pa.ChunkedArray | pa.Array, bit: int) -> pa.ChunkedArray:
+    zero = pa.scalar(0, pa.int32())
+    return pc.if_else(pc.fill_null(mask, False), pa.scalar(bit, pa.int32()), zero)
+
+
+def _true(mask: pa.ChunkedArray) -> pa.ChunkedArray:
+    """SQL's reading of a condition: null is not true."""
+    return pc.fill_null(mask, False)
+
+
+def _time(value: datetime) -> pa.Scalar:
+    return pa.scalar(value, MTIME_TYPE)

@@ -4,10 +4,11 @@
   when the sweep does; a run without it never finished marking.
 - `report.html`: the summary for a person, self-contained.
 - `validation.json`: Great Expectations' own validation results of the gate.
-- `candidates/part-NNNNN.parquet`: the marked addresses (address, size, mtime, slice).
-- `deleted/part-NNNNN.parquet`: what the sweep deleted, one file per candidates file, written
+- `candidates/part-NNNNN-CCC.parquet`: the marked addresses (address, size, mtime, slice),
+  each file a sweep task's unit.
+- `deleted/part-NNNNN-CCC.parquet`: what the sweep deleted, one file per candidates file, written
   after its deletes: a sweep re-run skips the files already recorded.
-- `state/{pending,carry,ranges,metaranges}/part-NNNNN.parquet`: what the next optimized run
+- `state/{pending,carry,ranges,metaranges}/part-….parquet`: what the next optimized run
   starts from (see `plan`).
 
 The run id is the id of the prepare run the GC run started with (newest first, and encoding
@@ -45,8 +46,11 @@ def run_prefix(run_id: str) -> str:
     return f"{RUNS_PREFIX}{run_id}/"
 
 
-def part_name(number: int) -> str:
-    return f"part-{number:05d}.parquet"
+def part_name(number: int, chunk: int | None = None) -> str:
+    """`part-NNNNN.parquet`, or `part-NNNNN-CCC.parquet` for a task's chunk `CCC`."""
+    if chunk is None:
+        return f"part-{number:05d}.parquet"
+    return f"part-{number:05d}-{chunk:03d}.parquet"
 
 
 @dataclass

@@ -1,0 +1,218 @@
+"""The mark, slice by slice on the executors: list, combine with what was read, classify,
+write the sets, and report only counts and file names to the driver.
+
+Every address the run read (committed, uncommitted, carried, pending) goes, with the bit of
+its set, to the partition of its slice, and so does the name of every slice to list: one
+shuffle of the addresses read. A task lists its slices itself, so the listed objects, the
+largest input, never leave the executor that listed them. It combines them with the
+addresses of the same slices in Arrow (`plan.combine`), writes its candidates and the next
+run's pending and carry sets as Parquet files of at most `per_file` rows, and yields the
+counts, the reclaimable volume per slice, examples of malformed inputs, and the files.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import partial
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark import TaskContext
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from branchwater.spark_jobs.gc import plan
+from branchwater.spark_jobs.gc.layout import DATA_DIR
+from branchwater.spark_jobs.gc.listing import LISTED_SCHEMA, list_slice
+from branchwater.spark_jobs.gc.runs import SliceVolume, Volume, part_name
+from branchwater.spark_jobs.gc.storage import Namespace
+
+KEYED_DDL = "address string, sources int, size long, mtime timestamp, slice string"
+MARK_DDL = (
+    "kind string, name string, address string, size long, mtime timestamp, slice string, "
+    "number long"
+)
+SLICE_OF = rf"^{DATA_DIR}/([^/]+)/"
+TO_LIST = 0
+"""The `sources` of a row naming a slice to list (every address read has a bit set)."""
+MALFORMED_EXAMPLES = 5
+SET_COLUMNS = ["address", "size", "mtime", "slice"]
+
+
+@dataclass
+class Marked:
+    """What the mark found: counts, reclaimable volume per slice, the files of each set
+    (sorted), and up to a few malformed inputs with the bits of where they were read."""
+
+    counts: dict[str, Volume]
+    per_slice: list[SliceVolume]
+    files: dict[str, list[str]]
+    malformed: list[tuple[str | None, int]] = field(default_factory=list)
+
+
+def addresses_read(frame: DataFrame, bit: int) -> DataFrame:
+    """Addresses of one input set (`address`, and `size`, `mtime`, `slice` where it has
+    them), keyed by the slice their address names."""
+    columns = set(frame.columns)
+
+    def given(name: str, kind: str) -> F.Column:
+        return F.col(name) if name in columns else F.lit(None).cast(kind)
+
+    return frame.select(
+        F.col("address").cast("string"),
+        F.lit(bit).alias("sources"),
+        given("size", "long").alias("size"),
+        given("mtime", "timestamp").alias("mtime"),
+        F.regexp_extract("address", SLICE_OF, 1).alias("slice"),
+    )
+
+
+def mark(
+    spark: SparkSession,
+    ns: Namespace,
+    slices: list[str],
+    read: list[DataFrame],
+    window: plan.Window,
+    prefixes: dict[str, str],
+    per_file: int,
+    partitions: int,
+) -> Marked:
+    """Mark with one Spark job. `read` holds `addresses_read` frames; `prefixes` names the
+    folder of each of `plan.SETS`."""
+    to_list = spark.createDataFrame(
+        [(None, TO_LIST, None, None, name) for name in slices], KEYED_DDL
+    )
+    keyed = to_list
+    for frame in read:
+        keyed = keyed.unionByName(frame)
+    task = partial(_mark_partition, ns, window, prefixes, per_file)
+    rows = keyed.repartition(max(1, partitions), "slice").mapInArrow(task, MARK_DDL).collect()
+    return _marked(rows)
+
+
+def _marked(rows: list) -> Marked:
+    counts = {name: Volume() for name in plan.COUNTS}
+    per_slice: dict[str, SliceVolume] = {}
+    files: dict[str, list[str]] = {name: [] for name in plan.SETS}
+    malformed: list[tuple[str | None, int]] = []
+    for row in rows:
+        if row.kind == "count":
+            volume = counts[row.name]
+            volume.objects += row.number
+            volume.bytes += row.size
+        elif row.kind == "slice":
+            per_slice[row.slice] = SliceVolume(row.slice, row.number, row.size)
+        elif row.kind == "file":
+            files[row.name].append(row.address)
+        elif row.kind == "malformed":
+            malformed.append((row.address, row.number))
+    return Marked(
+        counts,
+        sorted(per_slice.values(), key=lambda v: v.slice),
+        {name: sorted(keys) for name, keys in files.items()},
+        malformed[:MALFORMED_EXAMPLES],
+    )
+
+
+def _mark_partition(
+    ns: Namespace,
+    window: plan.Window,
+    prefixes: dict[str, str],
+    per_file: int,
+    batches: Iterator[pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:
+    collected = list(batches)
+    if not collected:
+        return
+    received = pa.Table.from_batches(collected)
+    received = received.set_column(3, "mtime", received.column("mtime").cast(plan.MTIME_TYPE))
+    to_list = pc.equal(received.column("sources"), TO_LIST)
+    slices = received.filter(to_list).column("slice").to_pylist()
+    refs = received.filter(pc.invert(to_list))
+    listed = _listed(ns, slices, window)
+    rows = plan.combine(listed, refs)
+    context = TaskContext.get()
+    number = context.partitionId() if context is not None else 0
+    yield from _files(ns, rows, window, prefixes, per_file, number)
+    yield from _counts(rows, window)
+    yield _per_slice(rows.filter(plan.candidate(rows, window.cutoff)))
+    bad = rows.filter(plan.malformed_inputs(rows)).slice(0, MALFORMED_EXAMPLES)
+    yield _mark_batch(
+        "malformed", address=bad.column("address"), number=bad.column("sources").cast(pa.int64())
+    )
+
+
+def _listed(ns: Namespace, slices: list[str], window: plan.Window) -> pa.Table:
+    tables = [list_slice(ns, name) for name in slices]
+    listed = pa.concat_tables(tables) if tables else LISTED_SCHEMA.empty_table()
+    sources = plan.listed_sources(listed, window)
+    return listed.append_column("sources", sources.cast(pa.int32()))
+
+
+def _files(
+    ns: Namespace,
+    rows: pa.Table,
+    window: plan.Window,
+    prefixes: dict[str, str],
+    per_file: int,
+    number: int,
+) -> Iterator[pa.RecordBatch]:
+    for name, mask in plan.set_masks(rows, window.cutoff).items():
+        chosen = rows.filter(mask).select(SET_COLUMNS)
+        for chunk in itertools.count():
+            part = chosen.slice(chunk * per_file, per_file)
+            if part.num_rows == 0:
+                break
+            key = f"{prefixes[name]}/{part_name(number, chunk)}"
+            ns.write_parquet(key, part)
+            yield _mark_batch("file", name=[name], address=[key], number=[part.num_rows])
+
+
+def _counts(rows: pa.Table, window: plan.Window) -> Iterator[pa.RecordBatch]:
+    names, objects, sizes = [], [], []
+    size = pc.fill_null(rows.column("size"), 0)
+    for name, mask in plan.count_masks(rows, window).items():
+        names.append(name)
+        objects.append(pc.sum(mask).as_py() or 0)
+        if name in plan.ADDRESS_COUNTS:
+            sizes.append(0)
+        else:
+            sizes.append(pc.sum(pc.if_else(mask, size, 0)).as_py() or 0)
+    yield _mark_batch("count", name=names, size=sizes, number=objects)
+
+
+def _per_slice(candidates: pa.Table) -> pa.RecordBatch:
+    grouped = candidates.group_by("slice", use_threads=False).aggregate(
+        [("address", "count"), ("size", "sum")]
+    )
+    return _mark_batch(
+        "slice",
+        slice=grouped.column("slice"),
+        size=pc.fill_null(grouped.column("size_sum"), 0),
+        number=grouped.column("address_count"),
+    )
+
+
+def _mark_batch(kind: str, **columns: object) -> pa.RecordBatch:
+    """One kind of result rows; the columns it does not use are null."""
+    length = len(next(iter(columns.values())))  # type: ignore[arg-type]
+    types = {
+        "name": pa.string(),
+        "address": pa.string(),
+        "size": pa.int64(),
+        "mtime": plan.MTIME_TYPE,
+        "slice": pa.string(),
+        "number": pa.int64(),
+    }
+    arrays = [pa.array([kind] * length, pa.string())]
+    for name, kind_type in types.items():
+        value = columns.get(name)
+        if value is None:
+            arrays.append(pa.nulls(length, kind_type))
+        elif isinstance(value, pa.ChunkedArray):
+            arrays.append(value.combine_chunks().cast(kind_type))
+        else:
+            arrays.append(pa.array(value, kind_type))
+    return pa.record_batch(arrays, names=["kind", *types])
