@@ -22,6 +22,7 @@ from branchwater.engine.objects import ObjectStore
 METARANGE_RANGE_COLUMN = "range_id"
 METARANGE_MIN_KEY_COLUMN = "min_key"
 RANGE_ADDRESS_COLUMN = "address"
+RANGE_SIZE_COLUMN = "size"
 UNCOMMITTED_ADDRESS_COLUMN = "address"
 
 
@@ -38,6 +39,7 @@ class CommittedLayout:
     metarange_range_column: str = METARANGE_RANGE_COLUMN
     metarange_min_key_column: str = METARANGE_MIN_KEY_COLUMN
     range_address_column: str = RANGE_ADDRESS_COLUMN
+    range_size_column: str = RANGE_SIZE_COLUMN
 
     def metarange_ids(self) -> list[str]:
         """Distinct metarange ids, sorted: many commits share one (a merge, a revert)."""

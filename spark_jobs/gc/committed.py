@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from functools import partial
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 
 from branchwater.engine import CommittedLayout
@@ -23,8 +22,8 @@ from branchwater.spark_jobs.gc.storage import Namespace
 @dataclass
 class CommittedInput:
     """What the committed listing produced: every metarange and range id known now (sorted),
-    how many of each were new since the base run, and the addresses of the new ranges (all
-    ranges without a base)."""
+    how many of each were new since the base run, and the addresses (and recorded sizes) of
+    the new ranges (all ranges without a base)."""
 
     metarange_ids: list[str]
     range_ids: list[str]
@@ -61,8 +60,10 @@ def read_committed(
     found = set(first_keys)
     new_ranges = sorted(found - known_ranges, key=lambda r: (first_keys[r], r))
     files = parallel_frame(spark, [layout.range_key(r) for r in new_ranges], "key", partitions)
-    column = layout.range_address_column
-    addresses = files.mapInArrow(partial(_distinct_addresses, ns, column), "address string")
+    columns = [layout.range_address_column, layout.range_size_column]
+    addresses = files.mapInArrow(
+        partial(_distinct_addresses, ns, columns), "address string, size long"
+    )
     return CommittedInput(
         sorted(set(all_metaranges) | known_metaranges),
         sorted(found | known_ranges),
@@ -73,10 +74,13 @@ def read_committed(
 
 
 def _distinct_addresses(
-    ns: Namespace, column: str, batches: Iterator[pa.RecordBatch]
+    ns: Namespace, columns: list[str], batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
+    """Each address of the task's ranges once, with the size its entries record (what the
+    summary counts for a committed object the listing did not stat)."""
     keys = [key for batch in batches for key in batch.column(0).to_pylist()]
-    read = [batch.column(0) for batch in ns.read_parquet_files(keys, [column])]
+    read = list(ns.read_parquet_files(keys, columns))
     if read:
-        addresses = pc.unique(pa.chunked_array(read, pa.string()))
-        yield pa.record_batch([addresses], names=["address"])
+        entries = pa.Table.from_batches(read).rename_columns(["address", "size"])
+        distinct = entries.group_by("address", use_threads=False).aggregate([("size", "max")])
+        yield from distinct.rename_columns(["address", "size"]).to_batches()

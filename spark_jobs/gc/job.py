@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pyarrow as pa
@@ -188,7 +188,8 @@ class GCJob:
         with self.phase("committed"):
             committed = self._committed(repo, ns, base)
         with self.phase("list"):
-            slices, summary.slices = self._slices(ns, prepared, window)
+            late = self._late_writes(prepared)
+            slices, summary.slices = self._slices(ns, late, window)
         uncommitted = self._read(ns, list(prepared.keys), "address string")
         carry = self._read(ns, base.files.get("carry", []), "address string") if base else None
         refs = [committed.addresses, uncommitted] + ([carry] if carry is not None else [])
@@ -206,7 +207,7 @@ class GCJob:
                 addresses_read(pending, plan.PENDING),
             ]
         with self.phase("combine"):
-            marked = self._marked(ns, prefix, slices, read, window)
+            marked = self._marked(ns, prefix, slices, read, window, late + CLOCK_SKEW)
             self._refuse_malformed(marked)
             counts = marked.counts
             counts["namespace"] = runs.namespace_volume(base, counts["new"])
@@ -241,6 +242,7 @@ class GCJob:
         slices: list[str],
         read: list[DataFrame],
         window: plan.Window,
+        late: timedelta,
     ) -> Marked:
         state = f"{prefix}state"
         prefixes = {
@@ -249,7 +251,7 @@ class GCJob:
             "carry": f"{state}/carry",
         }
         per_file = self.config.candidates_per_file
-        return mark(self.spark, ns, slices, read, window, prefixes, per_file, self.partitions)
+        return mark(self.spark, ns, slices, read, window, late, prefixes, per_file, self.partitions)
 
     def _committed(
         self, repo: Repository, ns: Namespace, base: RunSummary | None
@@ -270,11 +272,14 @@ class GCJob:
         committed.addresses = committed.addresses.persist(StorageLevel.MEMORY_AND_DISK)
         return committed
 
+    def _late_writes(self, prepared: UncommittedRun) -> timedelta:
+        """How long after a slice is opened objects may still land in it."""
+        return self.config.late_writes or prepared.token_expiry + SLICE_LIFETIME + CLOCK_SKEW
+
     def _slices(
-        self, ns: Namespace, prepared: UncommittedRun, window: plan.Window
+        self, ns: Namespace, late: timedelta, window: plan.Window
     ) -> tuple[list[str], dict[str, Any]]:
         """The slices to list, and what the summary says of them."""
-        late = self.config.late_writes or prepared.token_expiry + SLICE_LIFETIME + CLOCK_SKEW
         names = data_slices(ns)
         chosen, skipped = choose_slices(names, window.cutoff, window.after, late, CLOCK_SKEW)
         slices = {

@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from functools import partial
 
 import pyarrow as pa
@@ -24,8 +25,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from branchwater.spark_jobs.gc import plan
-from branchwater.spark_jobs.gc.layout import DATA_DIR
-from branchwater.spark_jobs.gc.listing import LISTED_SCHEMA, list_slice
+from branchwater.spark_jobs.gc.layout import DATA_DIR, slice_time
+from branchwater.spark_jobs.gc.listing import LISTED_SCHEMA, fill_metadata, list_slice
 from branchwater.spark_jobs.gc.runs import SliceVolume, Volume, part_name
 from branchwater.spark_jobs.gc.storage import Namespace
 
@@ -75,19 +76,21 @@ def mark(
     slices: list[str],
     read: list[DataFrame],
     window: plan.Window,
+    late: timedelta,
     prefixes: dict[str, str],
     per_file: int,
     partitions: int,
 ) -> Marked:
-    """Mark with one Spark job. `read` holds `addresses_read` frames; `prefixes` names the
-    folder of each of `plan.SETS`."""
+    """Mark with one Spark job. `read` holds `addresses_read` frames; `late` is how long
+    after a slice is opened objects may land in it (clock skew included); `prefixes` names
+    the folder of each of `plan.SETS`."""
     to_list = spark.createDataFrame(
         [(None, TO_LIST, None, None, name) for name in slices], KEYED_DDL
     )
     keyed = to_list
     for frame in read:
         keyed = keyed.unionByName(frame)
-    task = partial(_mark_partition, ns, window, prefixes, per_file)
+    task = partial(_mark_partition, ns, window, late, prefixes, per_file)
     rows = keyed.repartition(max(1, partitions), "slice").mapInArrow(task, MARK_DDL).collect()
     return _marked(rows)
 
@@ -119,6 +122,7 @@ def _marked(rows: list) -> Marked:
 def _mark_partition(
     ns: Namespace,
     window: plan.Window,
+    late: timedelta,
     prefixes: dict[str, str],
     per_file: int,
     batches: Iterator[pa.RecordBatch],
@@ -131,7 +135,7 @@ def _mark_partition(
     to_list = pc.equal(received.column("sources"), TO_LIST)
     slices = received.filter(to_list).column("slice").to_pylist()
     refs = received.filter(pc.invert(to_list))
-    listed = _listed(ns, slices, window)
+    listed = _listed(ns, slices, window, late, refs)
     rows = plan.combine(listed, refs)
     context = TaskContext.get()
     number = context.partitionId() if context is not None else 0
@@ -144,11 +148,47 @@ def _mark_partition(
     )
 
 
-def _listed(ns: Namespace, slices: list[str], window: plan.Window) -> pa.Table:
-    tables = [list_slice(ns, name) for name in slices]
-    listed = pa.concat_tables(tables) if tables else LISTED_SCHEMA.empty_table()
-    sources = plan.listed_sources(listed, window)
-    return listed.append_column("sources", sources.cast(pa.int32()))
+def _listed(
+    ns: Namespace, slices: list[str], window: plan.Window, late: timedelta, refs: pa.Table
+) -> pa.Table:
+    """The objects of `slices` with their bits. In a slice settled before the window (see
+    `settled_bound`) a committed object needs no size or mtime from the store: it is no
+    candidate, and it is known to be older than the bound. Every other object is
+    stat-ed where the listing did not give its metadata."""
+    tables, bounds = [], []
+    for name in slices:
+        bound = settled_bound(name, window, late)
+        table = list_slice(ns, name, metadata=bound is None)
+        tables.append(table)
+        bounds.append(pa.repeat(pa.scalar(bound, plan.MTIME_TYPE), table.num_rows))
+    if not tables:
+        empty = LISTED_SCHEMA.empty_table()
+        return empty.append_column("sources", pa.array([], pa.int32()))
+    listed = pa.concat_tables(tables)
+    bound_column = pa.chunked_array(bounds, plan.MTIME_TYPE)
+    committed = refs.filter(plan.committed(refs)).column("address")
+    known_old = pc.and_(pc.is_valid(bound_column), pc.is_in(listed.column("address"), committed))
+    wanted = pc.and_(
+        pc.and_(pc.is_null(listed.column("mtime")), listed.column("well_formed")),
+        pc.invert(known_old),
+    )
+    listed = fill_metadata(ns, listed.append_column("bound", bound_column), wanted)
+    sources = plan.listed_sources(listed, window, listed.column("bound"))
+    return listed.drop_columns(["bound"]).append_column("sources", sources.cast(pa.int32()))
+
+
+def settled_bound(name: str, window: plan.Window, late: timedelta) -> datetime | None:
+    """A time no object of slice `name` is newer than, when that time leaves the slice's
+    objects wholly inside or wholly before the window (so their mtimes change nothing);
+    else None. Objects land in a slice while it is current or, through a link token, within
+    `late` of its opening (as `layout.choose_slices` relies on too)."""
+    created = slice_time(name)
+    if created is None:
+        return None
+    bound = created + late
+    if bound > window.cutoff or (window.after is not None and bound > window.after):
+        return None
+    return bound
 
 
 def _files(

@@ -77,6 +77,8 @@ _NAMES = {
     PENDING: "pending",
     IGNORED: "ignored",
 }
+READ_BITS = (NEW_COMMITTED, CARRIED, UNCOMMITTED, PENDING)
+"""The bits of the sets a run reads (the others describe listed objects)."""
 SETS = ("candidates", "pending", "carry")
 COUNTS = (
     "listed",
@@ -128,9 +130,15 @@ def describe(sources: int) -> str:
     return ", ".join(name for bit, name in _NAMES.items() if sources & bit) or "none"
 
 
-def listed_sources(listed: pa.Table, window: Window) -> pa.Array:
-    """The bits of listed objects: in the window, observed, or ignored (not an address)."""
+def listed_sources(
+    listed: pa.Table, window: Window, bound: pa.ChunkedArray | None = None
+) -> pa.Array:
+    """The bits of listed objects: in the window, observed, or ignored (not an address).
+
+    `bound` stands in for an unknown mtime: a time no object of the slice is newer than."""
     mtime = listed.column("mtime")
+    if bound is not None:
+        mtime = pc.coalesce(mtime, bound)
     in_window = pc.less_equal(mtime, _time(window.cutoff))
     if window.after is not None:
         in_window = pc.and_kleene(in_window, pc.greater(mtime, _time(window.after)))
@@ -146,21 +154,70 @@ def combine(listed: pa.Table, refs: pa.Table) -> pa.Table:
     """One row per address with the bit set of every set it was found in, the listed
     object's (or the pending entry's) size, mtime and slice, and `well_formed`.
 
-    `listed` and `refs` have `ROW_SCHEMA`; a listing holds each address once and the sets
-    in `refs` have bits of their own, so summing the bits of the distinct (address, bits)
-    rows is their union."""
-    refs = refs.group_by(["address", "sources"], use_threads=False).aggregate(
-        [("size", "max"), ("mtime", "max"), ("slice", "max")]
+    `listed` and `refs` have `ROW_SCHEMA`'s columns; a listing holds each address once and
+    the sets in `refs` have bits of their own, so summing the bits of the distinct
+    (address, bits) rows of `refs` is their union. The listing is looked up in the
+    addresses read rather than grouped with them: it is the larger side."""
+    found = _union_by_address(refs)
+    position = pc.index_in(listed.column("address"), value_set=found.column("address"))
+    matched = found.take(position)
+    zero = pa.scalar(0, pa.int64())
+    on_listed = pa.table(
+        {
+            "address": listed.column("address"),
+            "sources": pc.add(
+                listed.column("sources").cast(pa.int64()),
+                pc.fill_null(matched.column("sources"), zero),
+            ),
+            "size": pc.max_element_wise(listed.column("size"), matched.column("size")),
+            "mtime": _later(listed.column("mtime"), matched.column("mtime")),
+            "slice": pc.coalesce(listed.column("slice"), matched.column("slice")),
+        }
     )
-    refs = refs.rename_columns(["address", "sources", "size", "mtime", "slice"])
-    rows = pa.concat_tables([listed.select(ROW_SCHEMA.names), refs.select(ROW_SCHEMA.names)])
-    grouped = rows.group_by("address", use_threads=False).aggregate(
-        [("sources", "sum"), ("size", "max"), ("mtime", "max"), ("slice", "max")]
+    unlisted = found.filter(
+        pc.invert(pc.is_in(found.column("address"), value_set=listed.column("address")))
     )
-    grouped = grouped.rename_columns(["address", "sources", "size", "mtime", "slice"])
-    address = grouped.column("address")
+    rows = pa.concat_tables([on_listed, unlisted.select(on_listed.column_names)])
+    address = rows.column("address")
     well_formed = pc.fill_null(pc.match_substring_regex(address, ADDRESS_PATTERN), False)
-    return grouped.append_column("well_formed", well_formed)
+    return rows.append_column("well_formed", well_formed)
+
+
+def _later(left: pa.ChunkedArray, right: pa.ChunkedArray) -> pa.ChunkedArray:
+    """The later of two times, row by row (Arrow has no element-wise max for them)."""
+    later = pc.max_element_wise(left.cast(pa.int64()), right.cast(pa.int64()))
+    return later.cast(MTIME_TYPE)
+
+
+def _union_by_address(refs: pa.Table) -> pa.Table:
+    """One row per address of `refs`, with the union of its bits (one grouping: whether any
+    of its rows has each bit)."""
+    sources = refs.column("sources")
+    flags = {
+        f"bit{bit}": pc.not_equal(pc.bit_wise_and(sources, pa.scalar(bit, pa.int32())), 0)
+        for bit in READ_BITS
+    }
+    table = pa.table({"address": refs.column("address"), **flags}).append_column(
+        "size", refs.column("size")
+    )
+    table = table.append_column("mtime", refs.column("mtime")).append_column(
+        "slice", refs.column("slice")
+    )
+    grouped = table.group_by("address", use_threads=False).aggregate(
+        [(name, "any") for name in flags] + [("size", "max"), ("mtime", "max"), ("slice", "max")]
+    )
+    union = pa.repeat(pa.scalar(0, pa.int64()), grouped.num_rows)
+    for bit in READ_BITS:
+        union = pc.add(union, _bit(grouped.column(f"bit{bit}_any"), bit).cast(pa.int64()))
+    return pa.table(
+        {
+            "address": grouped.column("address"),
+            "sources": union,
+            "size": grouped.column("size_max"),
+            "mtime": grouped.column("mtime_max"),
+            "slice": grouped.column("slice_max"),
+        }
+    )
 
 
 def has(rows: pa.Table, bits: int) -> pa.ChunkedArray:
