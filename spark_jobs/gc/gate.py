@@ -16,13 +16,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark import StorageLevel
+from pyspark import InheritableThread, StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
 from branchwater.spark_jobs.gc.layout import ADDRESS_PATTERN, DATA_DIR
 from branchwater.spark_jobs.gc.runs import Expectation
 
 LIMIT_PARTITIONS = "spark.sql.limit.initialNumPartitions"
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+ADAPTIVE = "spark.sql.adaptive.enabled"
 PASSING_FORMAT = {"result_format": "BASIC", "partial_unexpected_count": 0}
 """GX's BASIC figures without examples of unexpected values: a suite that passes has none,
 and a `limit 0` query costs no Spark job. A suite that fails is validated again with them."""
@@ -60,47 +62,110 @@ def max_candidates(namespace: int, max_share: float) -> int:
     return math.floor(namespace * max_share)
 
 
-def run_gate(candidates: DataFrame, prepare_output: DataFrame, limits: GateLimits) -> GateResult:
-    """Validate `candidates` (address, age_seconds, referenced, ...) and `prepare_output`
-    (address).
+class Gate:
+    """One run's gate: an ephemeral GX context whose suites are validated as their frames
+    become ready. The prepare output's is known before the mark starts and is validated in
+    a thread of its own meanwhile (importing GX, seconds in a new process, included: GX
+    waits on Spark, the mark on the executors); the candidates' after the mark. No object
+    is deleted unless every expectation holds."""
 
-    GX computes each suite's figures in a few aggregations plus one `limit` query per
-    expectation (its examples of unexpected values, asked for only when the suite failed).
-    Each frame is therefore cached in as many partitions as Spark has cores, so every one
-    of those jobs reads memory, and a `limit` query scans all partitions in one job instead
-    of one partition, then four more, and so on, one job each."""
-    spark = candidates.sparkSession
-    cores = max(1, spark.sparkContext.defaultParallelism)
-    frames = [
-        frame.coalesce(cores).persist(StorageLevel.MEMORY_AND_DISK)
-        for frame in (candidates, prepare_output)
-    ]
-    try:
-        with _session_conf(spark, LIMIT_PARTITIONS, str(cores)):
-            return _validate(frames[0], frames[1], limits)
-    finally:
-        for frame in frames:
-            frame.unpersist()
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+        self.cores = max(1, spark.sparkContext.defaultParallelism)
+        self._source: Any = None
+        self._expectations: list[Expectation] = []
+        self._validations: dict[str, Any] = {}
+        self._background: InheritableThread | None = None
+        self._failure: BaseException | None = None
+
+    def start_prepare_output(self, prepare_output: DataFrame) -> None:
+        """Validate the prepare output (address) in the background."""
+
+        def validate() -> None:
+            try:
+                self._validate(PREPARE_SUITE, prepare_output, _prepare_checks(), {})
+            except BaseException as exc:
+                self._failure = exc
+
+        self._background = InheritableThread(target=validate, daemon=True)
+        self._background.start()
+
+    def check_candidates(self, candidates: DataFrame, limits: GateLimits) -> GateResult:
+        """Validate `candidates` (address, age_seconds, referenced, ...) once the prepare
+        output's suite is done; the result of both.
+
+        GX computes each suite's figures in a few aggregations plus one `limit` query per
+        expectation (its examples of unexpected values, asked for only when the suite
+        failed). Each frame is therefore cached in as many partitions as Spark has cores,
+        so every one of those jobs reads memory, and a `limit` query scans all partitions
+        in one job instead of one partition, then four more, and so on, one job each. The
+        uniqueness check's grouping shuffles into as many partitions, and adaptive
+        execution, which re-plans a query at each stage, is off: these queries are small,
+        and planning was most of their time."""
+        self.wait()
+        if self._failure is not None:
+            raise self._failure
+        small_queries = {
+            LIMIT_PARTITIONS: str(self.cores),
+            SHUFFLE_PARTITIONS: str(self.cores),
+            ADAPTIVE: "false",
+        }
+        checks = _candidate_checks(limits)
+        self._validate(CANDIDATES_SUITE, candidates, checks, small_queries)
+        expectations = sorted(self._expectations, key=lambda e: e.suite != CANDIDATES_SUITE)
+        success = all(e.success for e in expectations)
+        return GateResult(success, expectations, dict(self._validations))
+
+    def wait(self) -> None:
+        """Until the background suite is done (also when the mark failed)."""
+        if self._background is not None:
+            self._background.join()
+            self._background = None
+
+    def _validate(
+        self, name: str, frame: DataFrame, checks: list[Any], settings: dict[str, str]
+    ) -> None:
+        import great_expectations as gx
+
+        if self._source is None:
+            self._source = _spark_source()
+        cached = frame.coalesce(self.cores).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            with _session_conf(self.spark, settings):
+                asset = self._source.add_dataframe_asset(name=name)
+                batch = asset.add_batch_definition_whole_dataframe(name).get_batch(
+                    batch_parameters={"dataframe": cached}
+                )
+                suite = gx.ExpectationSuite(name=name, expectations=checks)
+                result = batch.validate(suite, result_format=PASSING_FORMAT)
+                if not result.success:
+                    result = batch.validate(suite, result_format="BASIC")
+        finally:
+            cached.unpersist()
+        self._validations[name] = _json_safe(result.to_json_dict())
+        self._expectations += [_expectation(name, r) for r in result.results]
 
 
 @contextmanager
-def _session_conf(spark: SparkSession, key: str, value: str) -> Iterator[None]:
-    """`key` set to `value` for the duration, then as it was (the session may be shared)."""
-    before = spark.conf.get(key, None)
-    spark.conf.set(key, value)
+def _session_conf(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
+    """`settings` for the duration, then as they were (the session may be shared)."""
+    before = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
     try:
         yield
     finally:
-        if before is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, before)
+        for key, previous in before.items():
+            if previous is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, previous)
 
 
-def _validate(candidates: DataFrame, prepare_output: DataFrame, limits: GateLimits) -> GateResult:
+def _spark_source() -> Any:
+    """A Spark data source in an ephemeral GX context (nothing on disk, no analytics)."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     import great_expectations as gx
-    import great_expectations.expectations as gxe
     from great_expectations.data_context.types.base import (
         DataContextConfig,
         InMemoryStoreBackendDefaults,
@@ -112,43 +177,29 @@ def _validate(candidates: DataFrame, prepare_output: DataFrame, limits: GateLimi
         progress_bars=ProgressBarsConfig(globally=False),
     )
     context = gx.get_context(mode="ephemeral", project_config=config)
-    source = context.data_sources.add_spark(name="branchwater-gc")
-    suites: dict[str, tuple[DataFrame, list[Any]]] = {
-        CANDIDATES_SUITE: (
-            candidates,
-            [
-                gxe.ExpectColumnValuesToNotBeNull(column="address"),
-                gxe.ExpectColumnValuesToBeUnique(column="address"),
-                gxe.ExpectColumnValuesToMatchRegex(column="address", regex=ADDRESS_PATTERN),
-                gxe.ExpectColumnValuesToBeInSet(column="referenced", value_set=[False]),
-                gxe.ExpectColumnValuesToBeBetween(
-                    column="age_seconds", min_value=limits.min_age_seconds
-                ),
-                gxe.ExpectTableRowCountToBeBetween(min_value=0, max_value=limits.max_candidates),
-            ],
-        ),
-        PREPARE_SUITE: (
-            prepare_output,
-            [
-                gxe.ExpectColumnValuesToNotBeNull(column="address"),
-                gxe.ExpectColumnValuesToMatchRegex(column="address", regex=f"^{DATA_DIR}/"),
-            ],
-        ),
-    }
-    expectations: list[Expectation] = []
-    validations: dict[str, Any] = {}
-    for name, (frame, checks) in suites.items():
-        asset = source.add_dataframe_asset(name=name)
-        batch = asset.add_batch_definition_whole_dataframe(name).get_batch(
-            batch_parameters={"dataframe": frame}
-        )
-        suite = gx.ExpectationSuite(name=name, expectations=checks)
-        result = batch.validate(suite, result_format=PASSING_FORMAT)
-        if not result.success:
-            result = batch.validate(suite, result_format="BASIC")
-        validations[name] = _json_safe(result.to_json_dict())
-        expectations += [_expectation(name, r) for r in result.results]
-    return GateResult(all(e.success for e in expectations), expectations, validations)
+    return context.data_sources.add_spark(name="branchwater-gc")
+
+
+def _candidate_checks(limits: GateLimits) -> list[Any]:
+    import great_expectations.expectations as gxe
+
+    return [
+        gxe.ExpectColumnValuesToNotBeNull(column="address"),
+        gxe.ExpectColumnValuesToBeUnique(column="address"),
+        gxe.ExpectColumnValuesToMatchRegex(column="address", regex=ADDRESS_PATTERN),
+        gxe.ExpectColumnValuesToBeInSet(column="referenced", value_set=[False]),
+        gxe.ExpectColumnValuesToBeBetween(column="age_seconds", min_value=limits.min_age_seconds),
+        gxe.ExpectTableRowCountToBeBetween(min_value=0, max_value=limits.max_candidates),
+    ]
+
+
+def _prepare_checks() -> list[Any]:
+    import great_expectations.expectations as gxe
+
+    return [
+        gxe.ExpectColumnValuesToNotBeNull(column="address"),
+        gxe.ExpectColumnValuesToMatchRegex(column="address", regex=f"^{DATA_DIR}/"),
+    ]
 
 
 def _expectation(suite: str, result: Any) -> Expectation:

@@ -47,7 +47,7 @@ from branchwater.spark_jobs.gc.config import (
 )
 from branchwater.spark_jobs.gc.events import emit
 from branchwater.spark_jobs.gc.frames import executor_errors, read_parquet
-from branchwater.spark_jobs.gc.gate import GateLimits, max_candidates, run_gate
+from branchwater.spark_jobs.gc.gate import Gate, GateLimits, max_candidates
 from branchwater.spark_jobs.gc.layout import choose_slices
 from branchwater.spark_jobs.gc.listing import data_slices
 from branchwater.spark_jobs.gc.marking import Marked, addresses_read, mark
@@ -185,55 +185,60 @@ class GCJob:
         summary: RunSummary,
     ) -> None:
         prefix = run_prefix(summary.run_id)
-        with self.phase("committed"):
-            committed = self._committed(repo, ns, base)
-        with self.phase("list"):
-            late = self._late_writes(prepared)
-            slices, summary.slices = self._slices(ns, late, window)
         uncommitted = self._read(ns, list(prepared.keys), "address string")
-        carry = self._read(ns, base.files.get("carry", []), "address string") if base else None
-        refs = [committed.addresses, uncommitted] + ([carry] if carry is not None else [])
-        for frame in refs:
-            frame.persist(StorageLevel.MEMORY_AND_DISK)
-        read = [
-            addresses_read(committed.addresses, plan.NEW_COMMITTED),
-            addresses_read(uncommitted, plan.UNCOMMITTED),
-        ]
-        if base is not None:
-            assert carry is not None
-            pending = self._read(ns, base.files.get("pending", []), PENDING_DDL)
-            read += [
-                addresses_read(carry, plan.CARRIED),
-                addresses_read(pending, plan.PENDING),
+        refs = [uncommitted.persist(StorageLevel.MEMORY_AND_DISK)]
+        gate = Gate(self.spark)
+        gate.start_prepare_output(uncommitted)
+        try:
+            with self.phase("committed"):
+                committed = self._committed(repo, ns, base)
+                refs.append(committed.addresses)
+            with self.phase("list"):
+                late = self._late_writes(prepared)
+                slices, summary.slices = self._slices(ns, late, window)
+            read = [
+                addresses_read(committed.addresses, plan.NEW_COMMITTED),
+                addresses_read(uncommitted, plan.UNCOMMITTED),
             ]
-        with self.phase("combine"):
-            marked = self._marked(ns, prefix, slices, read, window, late + CLOCK_SKEW)
-            self._refuse_malformed(marked)
-            counts = marked.counts
-            counts["namespace"] = runs.namespace_volume(base, counts["new"])
-            summary.counts = {k: v for k, v in counts.items() if k != "malformed"}
-            summary.ranges = {
-                "metaranges_read": committed.new_metaranges,
-                "ranges_read": committed.new_ranges,
-                "ranges_known": len(committed.range_ids),
-            }
-            summary.reclaimed_by_slice = marked.per_slice
-        with self.phase("write"):
-            summary.files = {**marked.files, **self._write_ids(ns, prefix, committed)}
-        with self.phase("gate"):
-            candidates = self._read(ns, marked.files["candidates"], CANDIDATES_DDL)
-            frame = _gate_frame(candidates, refs, prepared.started_at)
-            limits = GateLimits(
-                (prepared.started_at - window.cutoff).total_seconds(),
-                max_candidates(summary.volume("namespace").objects, self.config.max_share),
-            )
-            gate = run_gate(frame, uncommitted, limits)
-        summary.gate = gate.expectations
-        summary.gate_success = gate.success
-        summary.status = runs.MARKED if gate.success else runs.GATE_FAILED
-        self._save(ns, summary, gate.validations)
-        for frame in refs:
-            frame.unpersist()
+            if base is not None:
+                carry = self._read(ns, base.files.get("carry", []), "address string")
+                refs.append(carry.persist(StorageLevel.MEMORY_AND_DISK))
+                pending = self._read(ns, base.files.get("pending", []), PENDING_DDL)
+                read += [
+                    addresses_read(carry, plan.CARRIED),
+                    addresses_read(pending, plan.PENDING),
+                ]
+            with self.phase("combine"):
+                marked = self._marked(ns, prefix, slices, read, window, late + CLOCK_SKEW)
+                self._refuse_malformed(marked)
+                counts = marked.counts
+                counts["namespace"] = runs.namespace_volume(base, counts["new"])
+                summary.counts = {k: v for k, v in counts.items() if k != "malformed"}
+                summary.ranges = {
+                    "metaranges_read": committed.new_metaranges,
+                    "ranges_read": committed.new_ranges,
+                    "ranges_known": len(committed.range_ids),
+                }
+                summary.reclaimed_by_slice = marked.per_slice
+            with self.phase("write"):
+                summary.files = {**marked.files, **self._write_ids(ns, prefix, committed)}
+            with self.phase("gate"):
+                candidates = self._read(ns, marked.files["candidates"], CANDIDATES_DDL)
+                limits = GateLimits(
+                    (prepared.started_at - window.cutoff).total_seconds(),
+                    max_candidates(summary.volume("namespace").objects, self.config.max_share),
+                )
+                checked = gate.check_candidates(
+                    _gate_frame(candidates, refs, prepared.started_at), limits
+                )
+        finally:
+            gate.wait()
+            for frame in refs:
+                frame.unpersist()
+        summary.gate = checked.expectations
+        summary.gate_success = checked.success
+        summary.status = runs.MARKED if checked.success else runs.GATE_FAILED
+        self._save(ns, summary, checked.validations)
 
     def _marked(
         self,

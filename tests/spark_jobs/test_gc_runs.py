@@ -53,8 +53,7 @@ def test_a_clean_run_deletes_exactly_the_unreferenced_objects(
     ns = Namespace.of(gc.repo.storage_namespace, gc.s3_options)
     saved = runs.read_summary(ns, summary.run_id)
     assert saved.status == runs.SWEPT and saved.counts == summary.counts
-    deleted = ns.read_parquet(summary.files["deleted"][0], ["address"]).column(0).to_pylist()
-    assert set(deleted) <= garbage
+    assert set(addresses(ns, summary.files["deleted"][0])) <= garbage
     check_report(gc, summary)
 
 
@@ -94,13 +93,17 @@ def test_in_slices_opened_long_before_the_cutoff_each_object_still_counts_by_its
     assert summary.volume("listed") == runs.Volume(len(sizes), sum(sizes.values()))
     assert summary.volume("young") == runs.Volume(1, sizes[late])
     assert summary.volume("deleted") == runs.Volume(len(garbage), sum(sizes[a] for a in garbage))
-    committed = {a for a in keep if a in committed_addresses(local_gc)}
-    assert committed and summary.volume("committed").bytes == sum(sizes[a] for a in committed)
+    in_commit = keep & committed_addresses(local_gc)
+    assert in_commit and summary.volume("committed").bytes == sum(sizes[a] for a in in_commit)
 
 
 def committed_addresses(gc: GCLake) -> set[str]:
     head = gc.repo.branch("main").commit_id
     return {entry.address for entry in gc.repo.ref(head).list()}
+
+
+def addresses(ns: Namespace, key: str) -> list[str]:
+    return ns.read_parquet(key, ["address"]).column(0).to_pylist()
 
 
 def test_a_dry_run_marks_and_a_sweep_of_its_mark_deletes(local_gc: GCLake) -> None:
