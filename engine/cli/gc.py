@@ -28,10 +28,10 @@ JOB_MODULE = "branchwater.spark_jobs.gc.__main__"
 DEFAULT_MASTER = "local[*]"
 PHASES = {
     "prepare": "Marking uncommitted objects",
-    "committed": "Reading committed addresses",
-    "list": "Listing the namespace",
-    "combine": "Finding candidates",
-    "write": "Saving the mark",
+    "committed": "Reading committed metaranges",
+    "slices": "Choosing slices",
+    "mark": "Listing and marking, slice by slice",
+    "state": "Saving the state for the next run",
     "gate": "Running the quality gate",
     "sweep": "Deleting",
 }

@@ -1,5 +1,6 @@
-"""The uncommitted-GC job: mark (prepare, committed listing, namespace listing, candidates,
-quality gate), then sweep; see `plan` for the clean and optimized runs and their safety.
+"""The uncommitted-GC job: mark (prepare, committed metaranges, the choice of slices, the
+mark itself slice by slice on the executors, the quality gate), then sweep; see `plan` for
+the clean and optimized runs and their safety, and `marking` for how the mark runs.
 
 Run it with `spark-submit spark_jobs/gc/__main__.py --kv URL --repo NAME [--mode optimized]
 [--dry-run | --sweep MARK_ID] [--min-age 6h]` (the `branchwater gc run` verb does), or call
@@ -193,7 +194,7 @@ class GCJob:
             with self.phase("committed"):
                 committed = self._committed(repo, ns, base)
                 refs.append(committed.addresses)
-            with self.phase("list"):
+            with self.phase("slices"):
                 late = self._late_writes(prepared)
                 slices, summary.slices = self._slices(ns, late, window)
             read = [
@@ -208,7 +209,7 @@ class GCJob:
                     addresses_read(carry, plan.CARRIED),
                     addresses_read(pending, plan.PENDING),
                 ]
-            with self.phase("combine"):
+            with self.phase("mark"):
                 marked = self._marked(ns, prefix, slices, read, window, late + CLOCK_SKEW)
                 self._refuse_malformed(marked)
                 counts = marked.counts
@@ -220,7 +221,7 @@ class GCJob:
                     "ranges_known": len(committed.range_ids),
                 }
                 summary.reclaimed_by_slice = marked.per_slice
-            with self.phase("write"):
+            with self.phase("state"):
                 summary.files = {**marked.files, **self._write_ids(ns, prefix, committed)}
             with self.phase("gate"):
                 candidates = self._read(ns, marked.files["candidates"], CANDIDATES_DDL)

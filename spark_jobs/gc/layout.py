@@ -14,6 +14,10 @@ from branchwater.engine import DATA_ADDRESS_PATTERN, InvalidArgument, slice_crea
 DATA_DIR = "data"
 ADDRESS_PATTERN = DATA_ADDRESS_PATTERN
 """A well-formed data address, relative to the namespace (Java and Python regex alike)."""
+SLICE_GROUP = rf"^{DATA_DIR}/([^/]+)/"
+"""The slice an address names, as group 1 (Spark's `regexp_extract`)."""
+SLICE_NAMED = rf"^{DATA_DIR}/(?P<slice>[^/]+)/"
+"""The same as the named group `slice` (Arrow's `extract_regex`)."""
 
 
 def slice_time(name: str) -> datetime | None:

@@ -25,19 +25,19 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from branchwater.spark_jobs.gc import plan
-from branchwater.spark_jobs.gc.layout import DATA_DIR, slice_time
+from branchwater.spark_jobs.gc.layout import DATA_DIR, SLICE_GROUP, SLICE_NAMED, slice_time
 from branchwater.spark_jobs.gc.listing import LISTED_SCHEMA, fill_metadata, list_slice
 from branchwater.spark_jobs.gc.runs import SliceVolume, Volume, part_name
 from branchwater.spark_jobs.gc.storage import Namespace
 
-KEYED_DDL = "address string, sources int, size long, mtime timestamp, slice string"
+READ_DDL = "address string, sources int, size long, mtime timestamp"
 MARK_DDL = (
     "kind string, name string, address string, size long, mtime timestamp, slice string, "
     "number long"
 )
-SLICE_OF = rf"^{DATA_DIR}/([^/]+)/"
 TO_LIST = 0
-"""The `sources` of a row naming a slice to list (every address read has a bit set)."""
+"""The `sources` of a row naming a slice to list, `data/<slice>/` (every address read has a
+bit set)."""
 MALFORMED_EXAMPLES = 5
 SET_COLUMNS = ["address", "size", "mtime", "slice"]
 
@@ -54,8 +54,8 @@ class Marked:
 
 
 def addresses_read(frame: DataFrame, bit: int) -> DataFrame:
-    """Addresses of one input set (`address`, and `size`, `mtime`, `slice` where it has
-    them), keyed by the slice their address names."""
+    """Addresses of one input set (`address`, and `size` and `mtime` where it has them)
+    with the bit of the set."""
     columns = set(frame.columns)
 
     def given(name: str, kind: str) -> F.Column:
@@ -66,7 +66,6 @@ def addresses_read(frame: DataFrame, bit: int) -> DataFrame:
         F.lit(bit).alias("sources"),
         given("size", "long").alias("size"),
         given("mtime", "timestamp").alias("mtime"),
-        F.regexp_extract("address", SLICE_OF, 1).alias("slice"),
     )
 
 
@@ -85,13 +84,14 @@ def mark(
     after a slice is opened objects may land in it (clock skew included); `prefixes` names
     the folder of each of `plan.SETS`."""
     to_list = spark.createDataFrame(
-        [(None, TO_LIST, None, None, name) for name in slices], KEYED_DDL
+        [(f"{DATA_DIR}/{name}/", TO_LIST, None, None) for name in slices], READ_DDL
     )
     keyed = to_list
     for frame in read:
         keyed = keyed.unionByName(frame)
+    by_slice = F.regexp_extract("address", SLICE_GROUP, 1)
     task = partial(_mark_partition, ns, window, late, prefixes, per_file)
-    rows = keyed.repartition(max(1, partitions), "slice").mapInArrow(task, MARK_DDL).collect()
+    rows = keyed.repartition(max(1, partitions), by_slice).mapInArrow(task, MARK_DDL).collect()
     return _marked(rows)
 
 
@@ -133,7 +133,8 @@ def _mark_partition(
     received = pa.Table.from_batches(collected)
     received = received.set_column(3, "mtime", received.column("mtime").cast(plan.MTIME_TYPE))
     to_list = pc.equal(received.column("sources"), TO_LIST)
-    slices = received.filter(to_list).column("slice").to_pylist()
+    named = pc.extract_regex(received.filter(to_list).column("address"), SLICE_NAMED)
+    slices = pc.struct_field(named, [0]).to_pylist()
     refs = received.filter(pc.invert(to_list))
     listed = _listed(ns, slices, window, late, refs)
     rows = plan.combine(listed, refs)

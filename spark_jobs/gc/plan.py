@@ -59,7 +59,7 @@ from datetime import datetime
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from branchwater.spark_jobs.gc.layout import ADDRESS_PATTERN
+from branchwater.spark_jobs.gc.layout import ADDRESS_PATTERN, SLICE_NAMED
 
 LISTED = 1
 WINDOW = 2
@@ -101,16 +101,15 @@ ADDRESS_COUNTS = ("committed_addresses", "uncommitted_addresses")
 """The sets a run writes, in order of precedence: an address is in the first it belongs to."""
 
 MTIME_TYPE = pa.timestamp("us", tz="UTC")
-ROW_SCHEMA = pa.schema(
+READ_SCHEMA = pa.schema(
     [
         pa.field("address", pa.string()),
         pa.field("sources", pa.int32()),
         pa.field("size", pa.int64()),
         pa.field("mtime", MTIME_TYPE),
-        pa.field("slice", pa.string()),
     ]
 )
-"""An address found somewhere, with the bits of where; size, mtime and slice where known."""
+"""An address read, with the bit of its set; size and mtime where the set has them."""
 
 
 @dataclass(frozen=True)
@@ -152,12 +151,11 @@ def listed_sources(
 
 def combine(listed: pa.Table, refs: pa.Table) -> pa.Table:
     """One row per address with the bit set of every set it was found in, the listed
-    object's (or the pending entry's) size, mtime and slice, and `well_formed`.
+    object's (or the pending entry's) size and mtime, its slice, and `well_formed`.
 
-    `listed` and `refs` have `ROW_SCHEMA`'s columns; a listing holds each address once and
-    the sets in `refs` have bits of their own, so summing the bits of the distinct
-    (address, bits) rows of `refs` is their union. The listing is looked up in the
-    addresses read rather than grouped with them: it is the larger side."""
+    `listed` has `READ_SCHEMA`'s columns and `slice`, `refs` those of `READ_SCHEMA`. The
+    listing is looked up in the addresses read rather than grouped with them: it is the
+    larger side."""
     found = _union_by_address(refs)
     position = pc.index_in(listed.column("address"), value_set=found.column("address"))
     matched = found.take(position)
@@ -171,12 +169,14 @@ def combine(listed: pa.Table, refs: pa.Table) -> pa.Table:
             ),
             "size": pc.max_element_wise(listed.column("size"), matched.column("size")),
             "mtime": _later(listed.column("mtime"), matched.column("mtime")),
-            "slice": pc.coalesce(listed.column("slice"), matched.column("slice")),
+            "slice": listed.column("slice"),
         }
     )
     unlisted = found.filter(
         pc.invert(pc.is_in(found.column("address"), value_set=listed.column("address")))
     )
+    named = pc.struct_field(pc.extract_regex(unlisted.column("address"), SLICE_NAMED), [0])
+    unlisted = unlisted.append_column("slice", named)
     rows = pa.concat_tables([on_listed, unlisted.select(on_listed.column_names)])
     address = rows.column("address")
     well_formed = pc.fill_null(pc.match_substring_regex(address, ADDRESS_PATTERN), False)
@@ -191,7 +191,7 @@ def _later(left: pa.ChunkedArray, right: pa.ChunkedArray) -> pa.ChunkedArray:
 
 def _union_by_address(refs: pa.Table) -> pa.Table:
     """One row per address of `refs`, with the union of its bits (one grouping: whether any
-    of its rows has each bit)."""
+    of its rows has each bit, so duplicates within a set count once)."""
     sources = refs.column("sources")
     flags = {
         f"bit{bit}": pc.not_equal(pc.bit_wise_and(sources, pa.scalar(bit, pa.int32())), 0)
@@ -200,11 +200,9 @@ def _union_by_address(refs: pa.Table) -> pa.Table:
     table = pa.table({"address": refs.column("address"), **flags}).append_column(
         "size", refs.column("size")
     )
-    table = table.append_column("mtime", refs.column("mtime")).append_column(
-        "slice", refs.column("slice")
-    )
+    table = table.append_column("mtime", refs.column("mtime"))
     grouped = table.group_by("address", use_threads=False).aggregate(
-        [(name, "any") for name in flags] + [("size", "max"), ("mtime", "max"), ("slice", "max")]
+        [(name, "any") for name in flags] + [("size", "max"), ("mtime", "max")]
     )
     union = pa.repeat(pa.scalar(0, pa.int64()), grouped.num_rows)
     for bit in READ_BITS:
@@ -215,7 +213,6 @@ def _union_by_address(refs: pa.Table) -> pa.Table:
             "sources": union,
             "size": grouped.column("size_max"),
             "mtime": grouped.column("mtime_max"),
-            "slice": grouped.column("slice_max"),
         }
     )
 
