@@ -51,14 +51,12 @@ from branchwater.spark_jobs.gc.frames import executor_errors, read_parquet
 from branchwater.spark_jobs.gc.gate import Gate, GateLimits, max_candidates
 from branchwater.spark_jobs.gc.layout import choose_slices
 from branchwater.spark_jobs.gc.listing import data_slices
-from branchwater.spark_jobs.gc.marking import Marked, addresses_read, mark
+from branchwater.spark_jobs.gc.marking import SET_DDL, Marked, addresses_read, mark
 from branchwater.spark_jobs.gc.runs import RunSummary, Volume, run_prefix
 from branchwater.spark_jobs.gc.storage import Namespace
 from branchwater.spark_jobs.gc.sweep import sweep
 
 ID_COLUMNS = {"ranges": "range_id", "metaranges": "metarange_id"}
-CANDIDATES_DDL = "address string, size long, mtime timestamp, slice string"
-PENDING_DDL = CANDIDATES_DDL
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 """Spark's default (200) suits big clusters; unless set, the job uses 4 per core."""
 
@@ -185,7 +183,7 @@ class GCJob:
         window: plan.Window,
         summary: RunSummary,
     ) -> None:
-        prefix = run_prefix(summary.run_id)
+        run_id = summary.run_id
         uncommitted = self._read(ns, list(prepared.keys), "address string")
         refs = [uncommitted.persist(StorageLevel.MEMORY_AND_DISK)]
         gate = Gate(self.spark)
@@ -204,13 +202,13 @@ class GCJob:
             if base is not None:
                 carry = self._read(ns, base.files.get("carry", []), "address string")
                 refs.append(carry.persist(StorageLevel.MEMORY_AND_DISK))
-                pending = self._read(ns, base.files.get("pending", []), PENDING_DDL)
+                pending = self._read(ns, base.files.get("pending", []), SET_DDL)
                 read += [
                     addresses_read(carry, plan.CARRIED),
                     addresses_read(pending, plan.PENDING),
                 ]
             with self.phase("mark"):
-                marked = self._marked(ns, prefix, slices, read, window, late + CLOCK_SKEW)
+                marked = self._marked(ns, run_id, slices, read, window, late + CLOCK_SKEW)
                 self._refuse_malformed(marked)
                 counts = marked.counts
                 counts["namespace"] = runs.namespace_volume(base, counts["new"])
@@ -222,9 +220,9 @@ class GCJob:
                 }
                 summary.reclaimed_by_slice = marked.per_slice
             with self.phase("state"):
-                summary.files = {**marked.files, **self._write_ids(ns, prefix, committed)}
+                summary.files = {**marked.files, **self._write_ids(ns, run_id, committed)}
             with self.phase("gate"):
-                candidates = self._read(ns, marked.files["candidates"], CANDIDATES_DDL)
+                candidates = self._read(ns, marked.files["candidates"], SET_DDL)
                 limits = GateLimits(
                     (prepared.started_at - window.cutoff).total_seconds(),
                     max_candidates(summary.volume("namespace").objects, self.config.max_share),
@@ -244,18 +242,13 @@ class GCJob:
     def _marked(
         self,
         ns: Namespace,
-        prefix: str,
+        run_id: str,
         slices: list[str],
         read: list[DataFrame],
         window: plan.Window,
         late: timedelta,
     ) -> Marked:
-        state = f"{prefix}state"
-        prefixes = {
-            runs.CANDIDATES: f"{prefix}{runs.CANDIDATES}",
-            "pending": f"{state}/pending",
-            "carry": f"{state}/carry",
-        }
+        prefixes = {name: runs.set_prefix(run_id, name) for name in plan.SETS}
         per_file = self.config.candidates_per_file
         return mark(self.spark, ns, slices, read, window, late, prefixes, per_file, self.partitions)
 
@@ -313,12 +306,12 @@ class GCJob:
         )
 
     def _write_ids(
-        self, ns: Namespace, prefix: str, committed: CommittedInput
+        self, ns: Namespace, run_id: str, committed: CommittedInput
     ) -> dict[str, list[str]]:
         """The range and metarange ids the next optimized run need not read again."""
         files = {}
         for name, ids in (("ranges", committed.range_ids), ("metaranges", committed.metarange_ids)):
-            key = f"{prefix}state/{name}/{runs.part_name(0)}"
+            key = f"{runs.set_prefix(run_id, name)}/{runs.part_name(0)}"
             ns.write_parquet(key, pa.table({ID_COLUMNS[name]: pa.array(ids, pa.string())}))
             files[name] = [key]
         return files

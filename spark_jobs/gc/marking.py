@@ -39,7 +39,9 @@ TO_LIST = 0
 """The `sources` of a row naming a slice to list, `data/<slice>/` (every address read has a
 bit set)."""
 MALFORMED_EXAMPLES = 5
-SET_COLUMNS = ["address", "size", "mtime", "slice"]
+SET_DDL = "address string, size long, mtime timestamp, slice string"
+"""The columns of the files of each of `plan.SETS`."""
+SET_COLUMNS = [part.split()[0] for part in SET_DDL.split(",")]
 
 
 @dataclass
@@ -140,9 +142,10 @@ def _mark_partition(
     rows = plan.combine(listed, refs)
     context = TaskContext.get()
     number = context.partitionId() if context is not None else 0
-    yield from _files(ns, rows, window, prefixes, per_file, number)
+    sets = plan.set_masks(rows, window.cutoff)
+    yield from _files(ns, rows, sets, prefixes, per_file, number)
     yield from _counts(rows, window)
-    yield _per_slice(rows.filter(plan.candidate(rows, window.cutoff)))
+    yield _per_slice(rows.filter(sets["candidates"]))
     bad = rows.filter(plan.malformed_inputs(rows)).slice(0, MALFORMED_EXAMPLES)
     yield _mark_batch(
         "malformed", address=bad.column("address"), number=bad.column("sources").cast(pa.int64())
@@ -195,12 +198,12 @@ def settled_bound(name: str, window: plan.Window, late: timedelta) -> datetime |
 def _files(
     ns: Namespace,
     rows: pa.Table,
-    window: plan.Window,
+    sets: dict[str, pa.ChunkedArray],
     prefixes: dict[str, str],
     per_file: int,
     number: int,
 ) -> Iterator[pa.RecordBatch]:
-    for name, mask in plan.set_masks(rows, window.cutoff).items():
+    for name, mask in sets.items():
         chosen = rows.filter(mask).select(SET_COLUMNS)
         for chunk in itertools.count():
             part = chosen.slice(chunk * per_file, per_file)

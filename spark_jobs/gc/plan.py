@@ -80,6 +80,7 @@ _NAMES = {
 READ_BITS = (NEW_COMMITTED, CARRIED, UNCOMMITTED, PENDING)
 """The bits of the sets a run reads (the others describe listed objects)."""
 SETS = ("candidates", "pending", "carry")
+"""The sets a run writes, in order of precedence: an address is in the first it belongs to."""
 COUNTS = (
     "listed",
     "young",
@@ -98,18 +99,8 @@ COUNTS = (
 """What the summary counts (`count_masks`), objects and bytes each; addresses read are
 counted without bytes (`ADDRESS_COUNTS`)."""
 ADDRESS_COUNTS = ("committed_addresses", "uncommitted_addresses")
-"""The sets a run writes, in order of precedence: an address is in the first it belongs to."""
 
 MTIME_TYPE = pa.timestamp("us", tz="UTC")
-READ_SCHEMA = pa.schema(
-    [
-        pa.field("address", pa.string()),
-        pa.field("sources", pa.int32()),
-        pa.field("size", pa.int64()),
-        pa.field("mtime", MTIME_TYPE),
-    ]
-)
-"""An address read, with the bit of its set; size and mtime where the set has them."""
 
 
 @dataclass(frozen=True)
@@ -153,9 +144,9 @@ def combine(listed: pa.Table, refs: pa.Table) -> pa.Table:
     """One row per address with the bit set of every set it was found in, the listed
     object's (or the pending entry's) size and mtime, its slice, and `well_formed`.
 
-    `listed` has `READ_SCHEMA`'s columns and `slice`, `refs` those of `READ_SCHEMA`. The
-    listing is looked up in the addresses read rather than grouped with them: it is the
-    larger side."""
+    `refs` has the addresses read (address, sources: the bit of the set, size and mtime
+    where the set has them), `listed` the same columns and `slice`. The listing is looked
+    up in the addresses read rather than grouped with them: it is the larger side."""
     found = _union_by_address(refs)
     position = pc.index_in(listed.column("address"), value_set=found.column("address"))
     matched = found.take(position)
@@ -258,7 +249,7 @@ def carry(rows: pa.Table) -> pa.ChunkedArray:
 
 def malformed_inputs(rows: pa.Table) -> pa.ChunkedArray:
     """An address the job read (not listed) that is not of the data-address form."""
-    read = has(rows, NEW_COMMITTED | CARRIED | UNCOMMITTED | PENDING)
+    read = has(rows, sum(READ_BITS))
     return pc.and_(read, pc.invert(rows.column("well_formed")))
 
 

@@ -46,6 +46,13 @@ def run_prefix(run_id: str) -> str:
     return f"{RUNS_PREFIX}{run_id}/"
 
 
+def set_prefix(run_id: str, name: str) -> str:
+    """The folder of one set a run writes: `candidates/`, or `state/<name>/` for the rest."""
+    if name == CANDIDATES:
+        return f"{run_prefix(run_id)}{CANDIDATES}"
+    return f"{run_prefix(run_id)}state/{name}"
+
+
 def part_name(number: int, chunk: int | None = None) -> str:
     """`part-NNNNN.parquet`, or `part-NNNNN-CCC.parquet` for a task's chunk `CCC`."""
     if chunk is None:
