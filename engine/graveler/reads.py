@@ -1,13 +1,16 @@
 """The reader flow of the metadata-KV design: staging token → sealed tokens → committed.
 
-A committer drops a sealed token's entries once its commit is on the branch, so a reader that
-found nothing in a sealed token re-reads the branch and retries when its layers changed.
-Listings are validated page by page, so a branch of any size streams in bounded memory.
+A committer drops a sealed token's entries once its commit is on the branch, so a lookup is
+trusted only once a fresh read of the branch still holds every layer it consulted: none of
+them can have been dropped before it was read. Tokens sealed above them meanwhile are probed
+on their own, so a busy branch costs a lookup extra probes, not restarts. Listings are
+validated page by page, so a branch of any size streams in bounded memory.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from itertools import islice
 from typing import TypeVar
 
@@ -65,18 +68,72 @@ def find_branch_entry(
 ) -> Entry | None:
     """What the branch shows at `path`, `None` if nothing."""
     branch = g.read_branch(repo, branch_name, cached=True)
+    look = look_up(g, repo, branch, path)
     for _ in range(g.retry.attempts):
-        found, value = g.staging.get(branch.staging_token, path)
-        if not found:
-            value = lookup_below_staging(g, repo, branch, path)
-            current = g.read_branch(repo, branch_name)
-            if not same_layers(current, branch):
-                branch = current
-                continue
-        return value
+        if look.tokens == (branch.staging_token,) and look.base is None:
+            return look.value
+        branch = g.read_branch(repo, branch_name)
+        gained = gained_above(look, branch)
+        if gained == ():
+            return look.value
+        look = look_up(g, repo, branch, path) if gained is None else look_above(g, gained, path, look)
     raise too_many_tries(
         f"read of {path!r} on branch {branch_name!r} of {repo.name!r}", g.retry.attempts
     )
+
+
+@dataclass(frozen=True)
+class Look:
+    """A lookup's answer and the layers it rests on: the tokens probed, newest first, down to
+    the one that had the path, and the branch's base when no token had it."""
+
+    value: Entry | None
+    tokens: tuple[str, ...]
+    base: tuple[str, str | None] | None
+
+
+def token_layers(branch: BranchRecord) -> tuple[str, ...]:
+    return (branch.staging_token, *branch.sealed_tokens)
+
+
+def base_layer(branch: BranchRecord) -> tuple[str, str | None]:
+    return (branch.commit_id, branch.compacted_metarange_id)
+
+
+def look_up(g: Graveler, repo: RepositoryRecord, branch: BranchRecord, path: str) -> Look:
+    tokens = token_layers(branch)
+    found = _probe(g, tokens, path)
+    if found is not None:
+        return found
+    value = committed_lookup(g, repo, g.base_metarange(repo, branch), path)
+    return Look(value, tokens, base_layer(branch))
+
+
+def look_above(g: Graveler, tokens: tuple[str, ...], path: str, below: Look) -> Look:
+    """`below` seen through tokens the branch gained above its layers."""
+    found = _probe(g, tokens, path)
+    return found or Look(below.value, tokens + below.tokens, below.base)
+
+
+def _probe(g: Graveler, tokens: tuple[str, ...], path: str) -> Look | None:
+    for i, token in enumerate(tokens):
+        found, value = g.staging.get(token, path)
+        if found:
+            return Look(value, tokens[: i + 1], None)
+    return None
+
+
+def gained_above(look: Look, branch: BranchRecord) -> tuple[str, ...] | None:
+    """The tokens `branch` holds above the layers `look` rests on, `()` if none; `None` when
+    one of those layers went away (a commit or a compaction took it, or a reset)."""
+    tokens = token_layers(branch)
+    if look.base is not None:
+        top = len(tokens) - len(look.tokens)
+        intact = top >= 0 and tokens[top:] == look.tokens and base_layer(branch) == look.base
+    else:
+        top = tokens.index(look.tokens[0]) if look.tokens[0] in tokens else -1
+        intact = top >= 0 and tokens[top : top + len(look.tokens)] == look.tokens
+    return tokens[:top] if intact else None
 
 
 def get_commit_entry(

@@ -55,28 +55,23 @@ def stage_entry(g: Graveler, repo: RepositoryRecord, branch_name: str, entry: En
 
 
 def stage_delete(g: Graveler, repo: RepositoryRecord, branch_name: str, path: str) -> None:
-    """Delete `path`: a tombstone where a lower layer has it, else just drop the staged entry.
+    """Delete `path`: a tombstone, or just drop the staged entry where no lower layer has it.
 
     What the lower layers hold is trusted only if the branch still has them after the look:
     a commit or compaction that absorbed a sealed token drops its rows, and a stale look
-    would then miss the path and let the lower copy show again. Once this delete wrote to a
-    token that got sealed meanwhile, the lower layers hold its own tombstone (or lack the row
-    it removed, which the sealer may have read first): the retry writes a tombstone,
-    whatever they now show.
+    would then miss the path and let the lower copy show again. A tombstone is right whatever
+    they hold, so a busy branch gets one instead of a retry. Once this delete wrote to a token
+    that got sealed meanwhile, the retry writes a tombstone too.
     """
+    if find_branch_entry(g, repo, branch_name, path) is None:
+        raise NotFound(f"path {path!r} not found on branch {branch_name!r} of {repo.name!r}")
     wrote = False
 
     def write(branch: BranchRecord) -> bool:
         nonlocal wrote
         below = lookup_below_staging(g, repo, branch, path)
-        if not same_layers(g.read_branch(repo, branch_name), branch):
-            return False
-        if below is None and not wrote:
-            found, staged = g.staging.get(branch.staging_token, path)
-            if not found or staged is None:
-                raise NotFound(
-                    f"path {path!r} not found on branch {branch_name!r} of {repo.name!r}"
-                )
+        alone = below is None and same_layers(g.read_branch(repo, branch_name), branch)
+        if alone and not wrote:
             g.staging.remove(branch.staging_token, path)
         else:
             g.staging.put(branch.staging_token, path, None)

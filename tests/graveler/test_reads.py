@@ -1,0 +1,156 @@
+"""Lookups on a branch whose layers change while they look (the in-memory KV, one process).
+
+A lookup reads the branch's tokens one by one; here the branch changes between two of those
+reads, exactly where a concurrent committer or compactor would change it. The multi-process
+races of `test_consistency` and `test_compaction_concurrency` cover the real thing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import pytest
+
+from branchwater.engine import Lake, NotFound
+from branchwater.engine.api import Branch, Repository
+from branchwater.engine.graveler import compaction
+from branchwater.engine.graveler.commit import sealing
+from branchwater.engine.graveler.staging import StagingArea
+from branchwater.engine.graveler.writes import stage_entry
+
+
+class Interfering(StagingArea):
+    """The lake's staging area, running `before` ahead of each probe of `token`."""
+
+    def __init__(self, inner: StagingArea, token: str, before: Callable[[], None]) -> None:
+        self.__dict__.update(inner.__dict__)
+        self.token, self.before, self.probes = token, before, 0
+
+    def get(self, token: str, path: str):  # type: ignore[no-untyped-def]
+        if token == self.token:
+            self.probes += 1
+            self.before()
+        return super().get(token, path)
+
+
+def seal(lake: Lake, repo: Repository) -> str:
+    """Seal main's staging token as the first step of a commit or compaction does; the token."""
+    g = lake.graveler
+    branch, predicate = g.refs.get_branch(repo.record, "main")
+    assert g.try_update_branch(repo.record, sealing(repo.record, branch), predicate)
+    return branch.staging_token
+
+
+def commit(lake: Lake, branch: Branch, message: str) -> None:
+    """Commit, and drop the tokens it took before going on, as a fast committer would."""
+    branch.commit(message)
+    assert lake.graveler.wait_for_background(timeout=30)
+
+
+def interfere(lake: Lake, token: str, before: Callable[[], None]) -> Interfering:
+    staging = Interfering(lake.graveler.staging, token, before)
+    lake.graveler.staging = staging
+    return staging
+
+
+def once(action: Callable[[], object]) -> Callable[[], None]:
+    """`action` on the first call only; it may itself probe the token it interferes with."""
+    calls: list[None] = []
+
+    def run() -> None:
+        if not calls:
+            calls.append(None)
+            action()
+
+    return run
+
+
+@pytest.fixture
+def main(repo: Repository) -> Branch:
+    main = repo.branch("main")
+    main.upload("base", b"committed")
+    main.commit("base")
+    return main
+
+
+def test_a_path_in_a_sealed_token_reads_while_tokens_keep_being_sealed_above_it(
+    lake: Lake, repo: Repository, main: Branch
+) -> None:
+    address = main.upload("p", b"v1").address
+    sealed = seal(lake, repo)
+    staging = interfere(lake, sealed, lambda: seal(lake, repo))
+
+    assert main.stat("p").address == address
+    assert staging.probes == 1, "a token sealed above the answer is probed alone"
+
+
+def test_a_write_landing_above_the_answer_while_it_is_looked_up_is_the_one_read(
+    lake: Lake, repo: Repository, main: Branch
+) -> None:
+    main.upload("p", b"old")
+    sealed = seal(lake, repo)
+    interfere(lake, sealed, once(lambda: (seal(lake, repo), main.upload("p", b"new"))))
+
+    assert main.read("p") == b"new"
+
+
+def test_a_token_a_commit_takes_while_it_is_looked_up_is_read_again_from_the_commit(
+    lake: Lake, repo: Repository, main: Branch
+) -> None:
+    address = main.upload("p", b"v1").address
+    sealed = seal(lake, repo)
+    staging = interfere(lake, sealed, once(lambda: commit(lake, main, "takes the sealed token")))
+
+    assert main.stat("p").address == address
+    assert lake.graveler.read_branch(repo.record, "main").sealed_tokens == ()
+    assert staging.probes == 1
+
+
+def test_a_missing_path_is_not_found_while_tokens_keep_being_sealed(
+    lake: Lake, repo: Repository, main: Branch
+) -> None:
+    main.upload("other", b"x")
+    sealed = seal(lake, repo)
+    interfere(lake, sealed, lambda: seal(lake, repo))
+
+    with pytest.raises(NotFound, match="'p' not found on branch 'main'"):
+        main.stat("p")
+    assert main.stat("base").address
+
+
+def test_a_delete_whose_lower_layers_a_compaction_takes_under_it_leaves_a_tombstone(
+    lake: Lake, repo: Repository, main: Branch
+) -> None:
+    """Staged in the staging token and in a sealed one: dropping only the staged copy is right
+    while the sealed one is there, and wrong once a compaction has folded it into the base."""
+    main.upload("p", b"v1")
+    sealed, go_on = threading.Event(), threading.Event()
+
+    def pause_after_sealing(step: str) -> None:
+        if step == "sealed":
+            sealed.set()
+            assert go_on.wait(30)
+
+    compactor = threading.Thread(
+        target=compaction.compact,
+        args=(lake.graveler, repo.record, "main"),
+        kwargs={"on_step": pause_after_sealing},
+    )
+    compactor.start()
+    assert sealed.wait(30)
+    token = lake.graveler.read_branch(repo.record, "main").sealed_tokens[0]
+    stage_entry(lake.graveler, repo.record, "main", main.stat("p"))
+
+    def finish_compaction() -> None:
+        go_on.set()
+        compactor.join(30)
+        assert lake.graveler.wait_for_background(timeout=30)
+
+    interfere(lake, token, once(finish_compaction))
+    main.delete("p")
+
+    assert lake.graveler.read_branch(repo.record, "main").compacted_metarange_id
+    with pytest.raises(NotFound):
+        main.stat("p")
+    assert [e.path for e in main.list()] == ["base"]
