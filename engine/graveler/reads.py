@@ -76,7 +76,10 @@ def find_branch_entry(
         gained = gained_above(look, branch)
         if gained == ():
             return look.value
-        look = look_up(g, repo, branch, path) if gained is None else look_above(g, gained, path, look)
+        if gained is None:
+            look = look_up(g, repo, branch, path)
+        else:
+            look = look_above(g, gained, path, look)
     raise too_many_tries(
         f"read of {path!r} on branch {branch_name!r} of {repo.name!r}", g.retry.attempts
     )
