@@ -8,9 +8,11 @@ opens the commit's page. Screenshots are kept (see tests/fixtures/browser.py).""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 
@@ -35,6 +37,7 @@ pytestmark = [
 ]
 
 WAIT = 60.0
+T = TypeVar("T")
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
@@ -65,31 +68,51 @@ def site(stack: StackHandle) -> Site:
     return Site(stack.airflow_url, *stack.admin)
 
 
-def open_page(driver: WebDriver, site: Site, path: str) -> None:
-    """Open a page as a person would: Airflow's login page first, then back to the page."""
+def open_page(
+    driver: WebDriver, site: Site, path: str, shown: tuple[str, str] | None = None
+) -> None:
+    """Open a page as a person would: Airflow's login page first, then back to the page.
+
+    Airflow's own UI is a single-page app that sends a visitor to its login page only once
+    its script has run: for such a page, `shown` (a locator of what it renders) says when
+    the page is there, so the login page is not missed by looking too early."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
-    from selenium.webdriver.support.ui import WebDriverWait
 
     target = f"{site.url}{path}"
     driver.get(target)
+    if shown is not None:
+        on_login = ec.url_contains("/auth/login")
+        wait_for(driver, ec.any_of(on_login, ec.presence_of_element_located(shown)), path)
     if "/auth/login" in driver.current_url:
-        wait = WebDriverWait(driver, WAIT)
-        wait.until(ec.visibility_of_element_located((By.NAME, "username"))).send_keys(site.user)
+        username = wait_for(driver, ec.visibility_of_element_located((By.NAME, "username")), path)
+        username.send_keys(site.user)
         driver.find_element(By.NAME, "password").send_keys(site.password)
         driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-        wait.until(lambda d: "/auth/login" not in d.current_url)
+        wait_for(driver, lambda d: "/auth/login" not in d.current_url, path)
+
+
+def wait_for(driver: WebDriver, condition: Callable[[WebDriver], T], what: str) -> T:
+    """`condition`'s value once truthy; on timeout, a screenshot and the page's source are
+    kept beside the screenshots, and the failure names them and the page's address."""
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        return WebDriverWait(driver, WAIT).until(condition)
+    except TimeoutException:
+        stem = screenshot_dir() / f"timeout-{re.sub(r'[^a-z0-9]+', '-', what.lower()).strip('-')}"
+        driver.save_screenshot(f"{stem}.png")
+        Path(f"{stem}.html").write_text(driver.page_source)
+        pytest.fail(f"waited {WAIT:.0f} s on {driver.current_url} for {what}: see {stem}.png/.html")
 
 
 def table(driver: WebDriver, table_id: str) -> str:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
-    from selenium.webdriver.support.ui import WebDriverWait
 
-    locator = (By.ID, table_id)
-    element: WebElement = WebDriverWait(driver, WAIT).until(
-        ec.visibility_of_element_located(locator)
-    )
+    located = ec.visibility_of_element_located((By.ID, table_id))
+    element: WebElement = wait_for(driver, located, f"table {table_id}")
     return element.text
 
 
@@ -142,11 +165,10 @@ def test_airflows_ui_embeds_the_view_from_its_navigation(
 ) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
-    from selenium.webdriver.support.ui import WebDriverWait
 
-    open_page(browser, site, "/plugin/branchwater")
     frame = (By.CSS_SELECTOR, "iframe")
-    WebDriverWait(browser, WAIT).until(ec.frame_to_be_available_and_switch_to_it(frame))
+    open_page(browser, site, "/plugin/branchwater", shown=frame)
+    wait_for(browser, ec.frame_to_be_available_and_switch_to_it(frame), "the view's iframe")
     assert view_lake.repo.name in table(browser, "repositories")
     browser.switch_to.default_content()
     iframe = browser.find_element(*frame)
