@@ -2,11 +2,13 @@
 
 A run writes under `<namespace>/_branchwater/retention/gc/uncommitted/<run_id>/`:
 
-- `uncommitted/part-NNNNN.parquet`: (address, creation_time, branch, source) of every entry
-  in a staging token (`source` = `staged`), a sealed token (`sealed`) or a compacted
-  metarange but not in HEAD (`compacted`). Files target `GCSettings.prepare_file_bytes`.
-- `uncommitted/copies-NNNNN.parquet`: the copy records (`copy`), read only after every branch
-  was scanned, as the seed requires. Always written, so the folder is readable when empty.
+- `uncommitted/part-NNNNN.parquet`: (address, creation_time, branch, source, size) of every
+  entry in a staging token (`source` = `staged`), a sealed token (`sealed`) or a compacted
+  metarange but not in HEAD (`compacted`); `size` is the one the entry records, which spares
+  GC a look at the object. Files target `GCSettings.prepare_file_bytes`.
+- `uncommitted/copies-NNNNN.parquet`: the copy records (`copy`, no size), read only after
+  every branch was scanned, as the seed requires. Always written, so the folder is readable
+  when empty.
 - `_SUCCESS`: the manifest (JSON), written last. A run without it is unfinished and must be
   ignored; `_progress.json` says where to resume it.
 
@@ -64,6 +66,7 @@ SCHEMA = pa.schema(
         pa.field("creation_time", TIMESTAMP, nullable=False),
         pa.field("branch", pa.string(), nullable=False),
         pa.field("source", pa.string(), nullable=False),
+        pa.field("size", pa.int64()),
     ]
 )
 ROW_GROUP_ROWS = 100_000
@@ -73,6 +76,7 @@ CLOCK_SKEW_MARGIN = timedelta(minutes=5)
 """Other processes sweep expired copy records by their own clocks."""
 
 _ADDRESS = STAGED_FIELDS.index("address")
+_SIZE = STAGED_FIELDS.index("size")
 _MTIME = STAGED_FIELDS.index("mtime_us")
 _SEPARATOR = STAGED_SEPARATOR.encode()
 
@@ -258,7 +262,8 @@ class _Run:
             addresses = pa.array([r.address for r in chunk], pa.string())
             times = pa.array([r.created for r in chunk], TIMESTAMP)
             branches = pa.array([r.branch for r in chunk], pa.string())
-            parts.add(_batch(addresses, times, branches, "copy"))
+            sizes = pa.nulls(len(chunk), pa.int64())
+            parts.add(_batch(Columns(addresses, times, sizes), branches, "copy"))
         parts.close(always=True)
         return names, len(records)
 
@@ -361,16 +366,15 @@ class _BranchScanner:
         start = cursor.after.encode() + b"\x00" if cursor.after else b""
         for chunk in self.g.kv.scan_batches(layer.ident.encode(), start, ROW_GROUP_ROWS):
             cursor.after = chunk[-1][0].decode()
-            addresses, times = staged_columns(list(map(itemgetter(1), chunk)))
-            self._emit(cursor.branch, _batch(addresses, times, cursor.branch, layer.kind))
+            columns = staged_columns(list(map(itemgetter(1), chunk)))
+            self._emit(cursor.branch, _batch(columns, cursor.branch, layer.kind))
 
     def _scan_compacted(self, cursor: BranchCursor, layer: Layer) -> None:
         changes = self.g.committed(self.repo).diff(layer.base, layer.ident, physical=True)
         entries = (c.entry for c in changes if c.type != "removed" and c.path > cursor.after)
         for chunk in _chunks(entries, ROW_GROUP_ROWS):
             cursor.after = chunk[-1].path
-            addresses, times = _entry_columns(chunk)
-            self._emit(cursor.branch, _batch(addresses, times, cursor.branch, layer.kind))
+            self._emit(cursor.branch, _batch(_entry_columns(chunk), cursor.branch, layer.kind))
 
     def _emit(self, branch: str, batch: pa.RecordBatch) -> None:
         branches = self.progress.branches
@@ -381,27 +385,41 @@ class _BranchScanner:
             self.report(self.rows)
 
 
-def staged_columns(values: list[bytes]) -> tuple[pa.Array, pa.Array]:
-    """Addresses and mtimes of staged values, split by Arrow kernels; tombstones dropped."""
+class Columns(NamedTuple):
+    """What a run records of each entry, besides its branch and source."""
+
+    addresses: pa.Array
+    times: pa.Array
+    sizes: pa.Array
+
+
+def staged_columns(values: list[bytes]) -> Columns:
+    """Addresses, mtimes and sizes of staged values, split by Arrow kernels; tombstones
+    dropped."""
     column = pa.array(values, pa.binary())
     column = column.filter(pc.greater(pc.binary_length(column), 0))
     fields = pc.split_pattern(column, pattern=_SEPARATOR, max_splits=len(STAGED_FIELDS) - 1)
+
+    def number(index: int) -> pa.Array:
+        return pc.list_element(fields, index).cast(pa.string()).cast(pa.int64())
+
     addresses = pc.list_element(fields, _ADDRESS).cast(pa.string())
-    mtimes = pc.list_element(fields, _MTIME).cast(pa.string()).cast(pa.int64()).cast(TIMESTAMP)
-    return addresses, mtimes
+    return Columns(addresses, number(_MTIME).cast(TIMESTAMP), number(_SIZE))
 
 
-def _entry_columns(entries: list[Entry]) -> tuple[pa.Array, pa.Array]:
-    addresses = pa.array([e.address for e in entries], pa.string())
-    return addresses, pa.array([e.mtime for e in entries], TIMESTAMP)
+def _entry_columns(entries: list[Entry]) -> Columns:
+    return Columns(
+        pa.array([e.address for e in entries], pa.string()),
+        pa.array([e.mtime for e in entries], TIMESTAMP),
+        pa.array([e.size for e in entries], pa.int64()),
+    )
 
 
-def _batch(
-    addresses: pa.Array, times: pa.Array, branch: str | pa.Array, source: str
-) -> pa.RecordBatch:
-    rows = len(addresses)
+def _batch(columns: Columns, branch: str | pa.Array, source: str) -> pa.RecordBatch:
+    rows = len(columns.addresses)
     branches = pa.repeat(branch, rows) if isinstance(branch, str) else branch
-    return pa.record_batch([addresses, times, branches, pa.repeat(source, rows)], schema=SCHEMA)
+    arrays = [columns.addresses, columns.times, branches, pa.repeat(source, rows), columns.sizes]
+    return pa.record_batch(arrays, schema=SCHEMA)
 
 
 def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:

@@ -15,7 +15,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from branchwater.engine import CommittedLayout
-from branchwater.spark_jobs.gc.frames import parallel_frame, read_parquet
+from branchwater.spark_jobs.gc.frames import parallel_frame
 from branchwater.spark_jobs.gc.storage import Namespace
 
 
@@ -48,21 +48,20 @@ def read_committed(
     one task, which sends each address on once."""
     all_metaranges = layout.metarange_ids()
     new_metaranges = [m for m in all_metaranges if m not in known_metaranges]
-    listed = read_parquet(
-        spark,
-        ns,
-        [layout.metarange_key(m) for m in new_metaranges],
-        f"{layout.metarange_range_column} string, {layout.metarange_min_key_column} string",
-        partitions,
-        native=False,
+    metarange_files = parallel_frame(
+        spark, [layout.metarange_key(m) for m in new_metaranges], "key", partitions
     )
-    first_keys = {row[0]: row[1] for row in listed.distinct().collect()}
+    columns = [layout.metarange_range_column, layout.metarange_min_key_column]
+    ranges = partial(_distinct_rows, ns, columns, ["range_id", "min_key"], "min")
+    listed = metarange_files.mapInArrow(ranges, "range_id string, min_key string")
+    first_keys = {row[0]: row[1] for row in listed.collect()}
     found = set(first_keys)
     new_ranges = sorted(found - known_ranges, key=lambda r: (first_keys[r], r))
     files = parallel_frame(spark, [layout.range_key(r) for r in new_ranges], "key", partitions)
     columns = [layout.range_address_column, layout.range_size_column]
     addresses = files.mapInArrow(
-        partial(_distinct_addresses, ns, columns), "address string, size long"
+        partial(_distinct_rows, ns, columns, ["address", "size"], "max"),
+        "address string, size long",
     )
     return CommittedInput(
         sorted(set(all_metaranges) | known_metaranges),
@@ -73,14 +72,19 @@ def read_committed(
     )
 
 
-def _distinct_addresses(
-    ns: Namespace, columns: list[str], batches: Iterator[pa.RecordBatch]
+def _distinct_rows(
+    ns: Namespace,
+    columns: list[str],
+    names: list[str],
+    how: str,
+    batches: Iterator[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
-    """Each address of the task's ranges once, with the size its entries record (what the
-    summary counts for a committed object the listing did not stat)."""
+    """The task's files' rows, renamed `names`, one per value of the first column, the
+    second aggregated by `how`: commits share most ranges, and ranges most addresses, so
+    far fewer rows leave the task than it read."""
     keys = [key for batch in batches for key in batch.column(0).to_pylist()]
     read = list(ns.read_parquet_files(keys, columns))
     if read:
-        entries = pa.Table.from_batches(read).rename_columns(["address", "size"])
-        distinct = entries.group_by("address", use_threads=False).aggregate([("size", "max")])
-        yield from distinct.rename_columns(["address", "size"]).to_batches()
+        rows = pa.Table.from_batches(read).rename_columns(names)
+        distinct = rows.group_by(names[0], use_threads=False).aggregate([(names[1], how)])
+        yield from distinct.rename_columns(names).to_batches()

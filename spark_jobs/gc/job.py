@@ -184,7 +184,7 @@ class GCJob:
         summary: RunSummary,
     ) -> None:
         run_id = summary.run_id
-        uncommitted = self._read(ns, list(prepared.keys), "address string")
+        uncommitted = self._read(ns, list(prepared.keys), "address string, size long")
         refs = [uncommitted.persist(StorageLevel.MEMORY_AND_DISK)]
         gate = Gate(self.spark)
         gate.start_prepare_output(uncommitted)

@@ -137,9 +137,9 @@ def _mark_partition(
     to_list = pc.equal(received.column("sources"), TO_LIST)
     named = pc.extract_regex(received.filter(to_list).column("address"), SLICE_NAMED)
     slices = pc.struct_field(named, [0]).to_pylist()
-    refs = received.filter(pc.invert(to_list))
-    listed = _listed(ns, slices, window, late, refs)
-    rows = plan.combine(listed, refs)
+    found = plan.union_by_address(received.filter(pc.invert(to_list)))
+    listed = _listed(ns, slices, window, late, found)
+    rows = plan.combine(listed, found)
     context = TaskContext.get()
     number = context.partitionId() if context is not None else 0
     sets = plan.set_masks(rows, window.cutoff)
@@ -153,32 +153,37 @@ def _mark_partition(
 
 
 def _listed(
-    ns: Namespace, slices: list[str], window: plan.Window, late: timedelta, refs: pa.Table
+    ns: Namespace, slices: list[str], window: plan.Window, late: timedelta, found: pa.Table
 ) -> pa.Table:
-    """The objects of `slices` with their bits. In a slice settled before the window (see
-    `settled_bound`) a committed object needs no size or mtime from the store: it is no
-    candidate, and it is known to be older than the bound. Every other object is
-    stat-ed where the listing did not give its metadata."""
+    """The objects of `slices` with their bits and their `position` in `found` (the
+    addresses read, see `plan.combine`).
+
+    In a slice settled before the window (see `settled_bound`) an object a commit or a
+    branch references, by an entry that records its size, needs nothing from the store: it
+    is no candidate, its size is the entry's, and the bound stands for its mtime (it is not
+    newer, and either time gives the same bits). Every other object is stat-ed where the
+    listing did not give its metadata."""
     tables, bounds = [], []
     for name in slices:
         bound = settled_bound(name, window, late)
         table = list_slice(ns, name, metadata=bound is None)
         tables.append(table)
         bounds.append(pa.repeat(pa.scalar(bound, plan.MTIME_TYPE), table.num_rows))
-    if not tables:
-        empty = LISTED_SCHEMA.empty_table()
-        return empty.append_column("sources", pa.array([], pa.int32()))
-    listed = pa.concat_tables(tables)
+    listed = pa.concat_tables(tables) if tables else LISTED_SCHEMA.empty_table()
+    position = plan.lookup(listed.column("address"), found)
     bound_column = pa.chunked_array(bounds, plan.MTIME_TYPE)
-    committed = refs.filter(plan.committed(refs)).column("address")
-    known_old = pc.and_(pc.is_valid(bound_column), pc.is_in(listed.column("address"), committed))
+    matched = found.select(["sources", "size"]).take(position)
+    known = pc.and_(plan.referenced(matched), pc.is_valid(matched.column("size")))
+    settled = pc.and_(pc.is_valid(bound_column), pc.fill_null(known, False))
     wanted = pc.and_(
         pc.and_(pc.is_null(listed.column("mtime")), listed.column("well_formed")),
-        pc.invert(known_old),
+        pc.invert(settled),
     )
-    listed = fill_metadata(ns, listed.append_column("bound", bound_column), wanted)
-    sources = plan.listed_sources(listed, window, listed.column("bound"))
-    return listed.drop_columns(["bound"]).append_column("sources", sources.cast(pa.int32()))
+    listed = listed.append_column("bound", bound_column).append_column("position", position)
+    listed = fill_metadata(ns, listed, wanted)
+    mtime = pc.coalesce(listed.column("mtime"), listed.column("bound"))
+    listed = listed.set_column(2, "mtime", mtime).drop_columns(["bound"])
+    return listed.append_column("sources", plan.listed_sources(listed, window).cast(pa.int32()))
 
 
 def settled_bound(name: str, window: plan.Window, late: timedelta) -> datetime | None:

@@ -56,6 +56,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -120,15 +121,9 @@ def describe(sources: int) -> str:
     return ", ".join(name for bit, name in _NAMES.items() if sources & bit) or "none"
 
 
-def listed_sources(
-    listed: pa.Table, window: Window, bound: pa.ChunkedArray | None = None
-) -> pa.Array:
-    """The bits of listed objects: in the window, observed, or ignored (not an address).
-
-    `bound` stands in for an unknown mtime: a time no object of the slice is newer than."""
+def listed_sources(listed: pa.Table, window: Window) -> pa.Array:
+    """The bits of listed objects: in the window, observed, or ignored (not an address)."""
     mtime = listed.column("mtime")
-    if bound is not None:
-        mtime = pc.coalesce(mtime, bound)
     in_window = pc.less_equal(mtime, _time(window.cutoff))
     if window.after is not None:
         in_window = pc.and_kleene(in_window, pc.greater(mtime, _time(window.after)))
@@ -140,15 +135,15 @@ def listed_sources(
     return pc.if_else(pc.fill_null(listed.column("well_formed"), False), bits, ignored)
 
 
-def combine(listed: pa.Table, refs: pa.Table) -> pa.Table:
+def combine(listed: pa.Table, found: pa.Table) -> pa.Table:
     """One row per address with the bit set of every set it was found in, the listed
     object's (or the pending entry's) size and mtime, its slice, and `well_formed`.
 
-    `refs` has the addresses read (address, sources: the bit of the set, size and mtime
-    where the set has them), `listed` the same columns and `slice`. The listing is looked
-    up in the addresses read rather than grouped with them: it is the larger side."""
-    found = _union_by_address(refs)
-    position = pc.index_in(listed.column("address"), value_set=found.column("address"))
+    `found` has the addresses read, one row each (`union_by_address`); `listed` the listed
+    objects (address, sources, size, mtime, slice, well_formed) and `position`, the row of
+    `found` with the same address (`lookup`): the listing, the larger side, is looked up in
+    the addresses read once, not grouped with them."""
+    position = listed.column("position")
     matched = found.take(position)
     zero = pa.scalar(0, pa.int64())
     on_listed = pa.table(
@@ -161,17 +156,22 @@ def combine(listed: pa.Table, refs: pa.Table) -> pa.Table:
             "size": pc.max_element_wise(listed.column("size"), matched.column("size")),
             "mtime": _later(listed.column("mtime"), matched.column("mtime")),
             "slice": listed.column("slice"),
+            "well_formed": listed.column("well_formed"),
         }
     )
-    unlisted = found.filter(
-        pc.invert(pc.is_in(found.column("address"), value_set=listed.column("address")))
-    )
-    named = pc.struct_field(pc.extract_regex(unlisted.column("address"), SLICE_NAMED), [0])
-    unlisted = unlisted.append_column("slice", named)
-    rows = pa.concat_tables([on_listed, unlisted.select(on_listed.column_names)])
-    address = rows.column("address")
+    hit = np.zeros(found.num_rows, dtype=bool)
+    hit[position.drop_null().to_numpy()] = True
+    unlisted = found.filter(pa.array(~hit))
+    address = unlisted.column("address")
+    named = pc.struct_field(pc.extract_regex(address, SLICE_NAMED), [0])
     well_formed = pc.fill_null(pc.match_substring_regex(address, ADDRESS_PATTERN), False)
-    return rows.append_column("well_formed", well_formed)
+    unlisted = unlisted.append_column("slice", named).append_column("well_formed", well_formed)
+    return pa.concat_tables([on_listed, unlisted.select(on_listed.column_names)])
+
+
+def lookup(addresses: pa.ChunkedArray | pa.Array, found: pa.Table) -> pa.Array:
+    """The row of `found` holding each address, null where none does."""
+    return pc.index_in(addresses, value_set=found.column("address"))
 
 
 def _later(left: pa.ChunkedArray, right: pa.ChunkedArray) -> pa.ChunkedArray:
@@ -180,7 +180,7 @@ def _later(left: pa.ChunkedArray, right: pa.ChunkedArray) -> pa.ChunkedArray:
     return later.cast(MTIME_TYPE)
 
 
-def _union_by_address(refs: pa.Table) -> pa.Table:
+def union_by_address(refs: pa.Table) -> pa.Table:
     """One row per address of `refs`, with the union of its bits (one grouping: whether any
     of its rows has each bit, so duplicates within a set count once)."""
     sources = refs.column("sources")

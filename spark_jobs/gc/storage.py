@@ -101,13 +101,13 @@ class Namespace:
 
     def stat(self, keys: list[str]) -> tuple[list[int | None], list[int | None]]:
         """Sizes and modification times (epoch nanoseconds) of objects, None where gone."""
-        filesystem, _, _ = self._clients()
+        filesystem, root, _ = self._clients()
         sizes: list[int | None] = []
         mtimes: list[int | None] = []
         if isinstance(filesystem, pafs.LocalFileSystem):
             for key in keys:
                 try:
-                    info = os.stat(self.fs_path(key))
+                    info = os.stat(f"{root}/{key}")
                 except FileNotFoundError:
                     sizes.append(None)
                     mtimes.append(None)

@@ -71,6 +71,8 @@ def test_a_run_holds_every_uncommitted_address_and_nothing_else(repo: Repository
     table = run_table(repo, run).to_pylist()
     times = {row["address"]: row["creation_time"] for row in table}
     assert times[staged.address] == staged.mtime
+    sizes = {row["address"]: row["size"] for row in table}
+    assert sizes[staged.address] == staged.size == 1
     manifest = read_manifest(objects(repo), run.run_id)
     assert manifest["branches"] == {"dev": 1, "main": 2}
     assert manifest["token_expiry_seconds"] == 6 * 3600
@@ -94,15 +96,17 @@ def test_compacted_entries_head_lacks_are_included(repo: Repository) -> None:
     main = repo.branch("main")
     base = main.upload("base", b"b")
     main.commit("base")
-    compacted = main.upload("compacted", b"c")
+    compacted = main.upload("compacted", b"c" * 7)
     compact(repo, "main")
-    staged = main.upload("staged", b"s")
+    staged = main.upload("staged", b"s" * 3)
     run = repo.prepare_uncommitted_for_gc()
     assert run_rows(repo, run) == {
         (compacted.address, "main", "compacted"),
         (staged.address, "main", "staged"),
     }
     assert base.address not in run_addresses(repo, run)
+    sizes = {row["address"]: row["size"] for row in run_table(repo, run).to_pylist()}
+    assert sizes == {compacted.address: 7, staged.address: 3}
 
 
 def test_a_compacted_object_equal_in_content_to_heads_is_still_uncommitted(
@@ -348,7 +352,7 @@ def test_parquet_files_carry_the_schema(repo: Repository) -> None:
     manifest = read_manifest(objects(repo), run.run_id)
     path = run.location.removeprefix("file://") + "/" + manifest["files"][0]
     schema = pq.read_schema(path)
-    assert schema.names == ["address", "creation_time", "branch", "source"]
+    assert schema.names == ["address", "creation_time", "branch", "source", "size"]
     assert json.loads(objects(repo).get(f"{RETENTION_PREFIX}{run.run_id}/{MANIFEST}"))
 
 
@@ -361,7 +365,7 @@ def test_spark_reads_a_run(repo: Repository, spark) -> None:
     repo.create_branch("dev").upload("d", b"d")
     run = repo.prepare_uncommitted_for_gc()
     frame = spark.read.parquet(f"{run.location}/uncommitted")
-    assert set(frame.columns) == {"address", "creation_time", "branch", "source"}
+    assert set(frame.columns) == {"address", "creation_time", "branch", "source", "size"}
     collected = {(r.address, r.branch, r.source) for r in frame.collect()}
     assert collected == run_rows(repo, run)
     assert (staged.address, "main", "copy") in collected
