@@ -22,14 +22,21 @@ from branchwater.spark_jobs.gc.storage import Namespace
 @dataclass
 class CommittedInput:
     """What the committed listing produced: every metarange and range id known now (sorted),
-    how many of each were new since the base run, and the addresses (and recorded sizes) of
-    the new ranges (all ranges without a base)."""
+    how many of each were new since the base run, the addresses (and recorded sizes) of the
+    new ranges (all ranges without a base), and the files the tasks that read them wrote
+    those addresses to as well, under `copies` once the addresses were read (see
+    `read_committed`)."""
 
     metarange_ids: list[str]
     range_ids: list[str]
     new_metaranges: int
     new_ranges: int
     addresses: DataFrame
+    copies: str
+
+
+RANGE_ROWS = pa.schema([("range_id", pa.string()), ("min_key", pa.string())])
+ADDRESS_ROWS = pa.schema([("address", pa.string()), ("size", pa.int64())])
 
 
 def read_committed(
@@ -39,20 +46,23 @@ def read_committed(
     known_metaranges: set[str],
     known_ranges: set[str],
     partitions: int,
+    copy_prefix: str,
 ) -> CommittedInput:
     """Metaranges and ranges are read by pyarrow on the executors: they are many small files,
     for which Spark's own reader would first stat every path (and run a listing job).
 
     The new ranges are handed to tasks in key order, so the versions of one key range
     (commits rewrite the ranges they change, and keep the id of the others) mostly meet in
-    one task, which sends each address on once."""
+    one task, which sends each address on once. Each task also writes its addresses to a
+    file of its own under `copy_prefix`: the gate checks the candidates against them, where
+    caching them in Spark (which the mark reads once) would cost more than the file."""
     all_metaranges = layout.metarange_ids()
     new_metaranges = [m for m in all_metaranges if m not in known_metaranges]
     metarange_files = parallel_frame(
         spark, [layout.metarange_key(m) for m in new_metaranges], "key", partitions
     )
     columns = [layout.metarange_range_column, layout.metarange_min_key_column]
-    ranges = partial(_distinct_rows, ns, columns, ["range_id", "min_key"], "min")
+    ranges = partial(_distinct_ranges, ns, columns)
     listed = metarange_files.mapInArrow(ranges, "range_id string, min_key string")
     first_keys = {row[0]: row[1] for row in listed.collect()}
     found = set(first_keys)
@@ -60,8 +70,7 @@ def read_committed(
     files = parallel_frame(spark, [layout.range_key(r) for r in new_ranges], "key", partitions)
     columns = [layout.range_address_column, layout.range_size_column]
     addresses = files.mapInArrow(
-        partial(_distinct_rows, ns, columns, ["address", "size"], "max"),
-        "address string, size long",
+        partial(_distinct_addresses, ns, columns, copy_prefix), "address string, size long"
     )
     return CommittedInput(
         sorted(set(all_metaranges) | known_metaranges),
@@ -69,22 +78,43 @@ def read_committed(
         len(new_metaranges),
         len(new_ranges),
         addresses,
+        copy_prefix,
     )
 
 
-def _distinct_rows(
-    ns: Namespace,
-    columns: list[str],
-    names: list[str],
-    how: str,
-    batches: Iterator[pa.RecordBatch],
+def _distinct_ranges(
+    ns: Namespace, columns: list[str], batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
-    """The task's files' rows, renamed `names`, one per value of the first column, the
-    second aggregated by `how`: commits share most ranges, and ranges most addresses, so
-    far fewer rows leave the task than it read."""
     keys = [key for batch in batches for key in batch.column(0).to_pylist()]
+    yield from _distinct(ns, columns, RANGE_ROWS, "min", keys).to_batches()
+
+
+def _distinct_addresses(
+    ns: Namespace, columns: list[str], copy_prefix: str, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """Each address of the task's ranges once, with the size its entries record (what the
+    summary counts for a committed object the listing did not stat); written first to a
+    file named after the task's first range (a retried task writes the same file again)."""
+    keys = [key for batch in batches for key in batch.column(0).to_pylist()]
+    if not keys:
+        return
+    rows = _distinct(ns, columns, ADDRESS_ROWS, "max", keys)
+    ns.write_parquet(
+        f"{copy_prefix}/{keys[0].rsplit('/', 1)[-1]}.parquet", rows.select(["address"])
+    )
+    yield from rows.to_batches()
+
+
+def _distinct(
+    ns: Namespace, columns: list[str], schema: pa.Schema, how: str, keys: list[str]
+) -> pa.Table:
+    """The rows of the files `keys`, named as `schema`, one per value of its first column,
+    the second aggregated by `how`: commits share most ranges, and ranges most addresses, so
+    far fewer rows leave the task than it read."""
     read = list(ns.read_parquet_files(keys, columns))
-    if read:
-        rows = pa.Table.from_batches(read).rename_columns(names)
-        distinct = rows.group_by(names[0], use_threads=False).aggregate([(names[1], how)])
-        yield from distinct.rename_columns(names).to_batches()
+    if not read:
+        return schema.empty_table()
+    key, value = schema.names
+    rows = pa.Table.from_batches(read).rename_columns(schema.names)
+    distinct = rows.group_by(key, use_threads=False).aggregate([(value, how)])
+    return distinct.rename_columns(schema.names).cast(schema)

@@ -188,10 +188,10 @@ class GCJob:
         refs = [uncommitted.persist(StorageLevel.MEMORY_AND_DISK)]
         gate = Gate(self.spark)
         gate.start_prepare_output(uncommitted)
+        scratch = runs.scratch_prefix(run_id, "committed")
         try:
             with self.phase("committed"):
-                committed = self._committed(repo, ns, base)
-                refs.append(committed.addresses)
+                committed = self._committed(repo, ns, base, scratch)
             with self.phase("slices"):
                 late = self._late_writes(prepared)
                 slices, summary.slices = self._slices(ns, late, window)
@@ -227,13 +227,16 @@ class GCJob:
                     (prepared.started_at - window.cutoff).total_seconds(),
                     max_candidates(summary.volume("namespace").objects, self.config.max_share),
                 )
+                copies = [info.key for info in ns.store.list_objects(f"{scratch}/")]
+                read = [self._read(ns, copies, "address string"), *refs]
                 checked = gate.check_candidates(
-                    _gate_frame(candidates, refs, prepared.started_at), limits
+                    _gate_frame(candidates, read, prepared.started_at), limits
                 )
         finally:
             gate.wait()
             for frame in refs:
                 frame.unpersist()
+            ns.store.delete([info.key for info in ns.store.list_objects(f"{scratch}/")])
         summary.gate = checked.expectations
         summary.gate_success = checked.success
         summary.status = runs.MARKED if checked.success else runs.GATE_FAILED
@@ -253,23 +256,22 @@ class GCJob:
         return mark(self.spark, ns, slices, read, window, late, prefixes, per_file, self.partitions)
 
     def _committed(
-        self, repo: Repository, ns: Namespace, base: RunSummary | None
+        self, repo: Repository, ns: Namespace, base: RunSummary | None, copies: str
     ) -> CommittedInput:
         known_metaranges: set[str] = set()
         known_ranges: set[str] = set()
         if base is not None:
             known_metaranges = _ids(ns, base.files.get("metaranges", []))
             known_ranges = _ids(ns, base.files.get("ranges", []))
-        committed = read_committed(
+        return read_committed(
             self.spark,
             ns,
             repo.committed_layout(),
             known_metaranges,
             known_ranges,
             self.partitions,
+            copies,
         )
-        committed.addresses = committed.addresses.persist(StorageLevel.MEMORY_AND_DISK)
-        return committed
 
     def _late_writes(self, prepared: UncommittedRun) -> timedelta:
         """How long after a slice is opened objects may still land in it."""

@@ -53,6 +53,11 @@ def set_prefix(run_id: str, name: str) -> str:
     return f"{run_prefix(run_id)}state/{name}"
 
 
+def scratch_prefix(run_id: str, name: str) -> str:
+    """The folder of files a run needs only while it runs (`scratch/<name>`)."""
+    return f"{run_prefix(run_id)}scratch/{name}"
+
+
 def part_name(number: int, chunk: int | None = None) -> str:
     """`part-NNNNN.parquet`, or `part-NNNNN-CCC.parquet` for a task's chunk `CCC`."""
     if chunk is None:

@@ -16,13 +16,15 @@ from urllib.parse import urlsplit
 
 import pyarrow as pa
 import pytest
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from branchwater.engine import GCRunLocked, InvalidAddress, InvalidArgument, NotFound
 from branchwater.engine.gc.runlock import GCRunLease
 from branchwater.engine.gc.tokens import utc_now
 from branchwater.engine.graveler import writes
 from branchwater.engine.graveler.model import Entry
-from branchwater.spark_jobs.gc import runs
+from branchwater.spark_jobs.gc import job, plan, runs
 from branchwater.spark_jobs.gc.storage import Namespace
 from tests.helpers import GCLake
 
@@ -158,6 +160,35 @@ def test_nothing_outside_the_data_objects_of_the_namespace_is_touched(
         assert ns.exists(garbage)
     assert summary.volume("ignored").objects == 2
     assert summary.slices["ignored_folders"] == 1
+
+
+def test_a_mark_that_missed_a_committed_address_fails_the_gate_and_deletes_nothing(
+    local_gc: GCLake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gate's join reads the committed addresses as the tasks that read the ranges wrote
+    them, not as the mark received them: a mark that lost one is caught, and the files the
+    run needed only while it ran are gone afterwards."""
+    main = local_gc.repo.branch("main")
+    lost = main.upload("kept", b"committed").address
+    main.commit("one")
+    garbage = set(local_gc.put_garbage(2))
+    real = job.addresses_read
+
+    def losing(frame: DataFrame, bit: int) -> DataFrame:
+        if bit == plan.NEW_COMMITTED:
+            frame = frame.filter(F.col("address") != lost)
+        return real(frame, bit)
+
+    monkeypatch.setattr(job, "addresses_read", losing)
+    summary = local_gc.run()
+
+    assert summary.status == runs.GATE_FAILED and summary.volume("candidates").objects == 3
+    [failed] = summary.failed_expectations()
+    assert failed.type == "expect_column_values_to_be_in_set"
+    assert failed.kwargs["column"] == "referenced" and failed.observed["unexpected_count"] == 1
+    assert set(local_gc.data_objects()) == {lost} | garbage
+    scratch = runs.run_prefix(summary.run_id) + "scratch/"
+    assert list(local_gc.objects.list_objects(scratch)) == []
 
 
 MALFORMED = ["s3://another-bucket/data/x", "/etc/passwd", "data/../_branchwater/ranges", "tables/a"]
