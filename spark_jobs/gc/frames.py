@@ -22,6 +22,7 @@ from branchwater.engine import BranchwaterError, Unavailable
 from branchwater.spark_jobs.gc.events import error_class
 from branchwater.spark_jobs.gc.storage import Namespace
 
+ADAPTIVE = "spark.sql.adaptive.enabled"
 S3A_CONF = "spark.branchwater.gc.s3a"
 """Set to `true` on a cluster with Hadoop's `s3a` file system to let Spark read S3 itself."""
 
@@ -49,6 +50,22 @@ def executor_failure(exc: Exception, what: str) -> NoReturn:
     if error is not BranchwaterError:
         raise error(message) from exc
     raise Unavailable(f"{what} failed on an executor: {last}") from exc
+
+
+@contextmanager
+def session_conf(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
+    """`settings` for the duration, then as they were (the session may be shared)."""
+    before = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, previous in before.items():
+            if previous is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, previous)
 
 
 def parallel_frame(

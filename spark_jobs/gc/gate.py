@@ -11,20 +11,18 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from pyspark import InheritableThread, StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
+from branchwater.spark_jobs.gc.frames import ADAPTIVE, session_conf
 from branchwater.spark_jobs.gc.layout import ADDRESS_PATTERN, DATA_DIR
 from branchwater.spark_jobs.gc.runs import Expectation
 
 LIMIT_PARTITIONS = "spark.sql.limit.initialNumPartitions"
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
-ADAPTIVE = "spark.sql.adaptive.enabled"
 PASSING_FORMAT = {"result_format": "BASIC", "partial_unexpected_count": 0}
 """GX's BASIC figures without examples of unexpected values: a suite that passes has none,
 and a `limit 0` query costs no Spark job. A suite that fails is validated again with them."""
@@ -131,7 +129,7 @@ class Gate:
             self._source = _spark_source()
         cached = frame.coalesce(self.cores).persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            with _session_conf(self.spark, settings):
+            with session_conf(self.spark, settings):
                 asset = self._source.add_dataframe_asset(name=name)
                 batch = asset.add_batch_definition_whole_dataframe(name).get_batch(
                     batch_parameters={"dataframe": cached}
@@ -144,22 +142,6 @@ class Gate:
             cached.unpersist()
         self._validations[name] = _json_safe(result.to_json_dict())
         self._expectations += [_expectation(name, r) for r in result.results]
-
-
-@contextmanager
-def _session_conf(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
-    """`settings` for the duration, then as they were (the session may be shared)."""
-    before = {key: spark.conf.get(key, None) for key in settings}
-    for key, value in settings.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, previous in before.items():
-            if previous is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, previous)
 
 
 def _spark_source() -> Any:

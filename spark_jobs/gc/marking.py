@@ -25,6 +25,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from branchwater.spark_jobs.gc import plan
+from branchwater.spark_jobs.gc.frames import ADAPTIVE, session_conf
 from branchwater.spark_jobs.gc.layout import DATA_DIR, SLICE_GROUP, SLICE_NAMED, slice_time
 from branchwater.spark_jobs.gc.listing import LISTED_SCHEMA, fill_metadata, list_slice
 from branchwater.spark_jobs.gc.runs import SliceVolume, Volume, part_name
@@ -84,7 +85,8 @@ def mark(
 ) -> Marked:
     """Mark with one Spark job. `read` holds `addresses_read` frames; `late` is how long
     after a slice is opened objects may land in it (clock skew included); `prefixes` names
-    the folder of each of `plan.SETS`."""
+    the folder of each of `plan.SETS`. Adaptive execution is off for it: it has nothing to
+    re-plan in one shuffle of a set number of partitions, and re-planning took time."""
     to_list = spark.createDataFrame(
         [(f"{DATA_DIR}/{name}/", TO_LIST, None, None) for name in slices], READ_DDL
     )
@@ -93,7 +95,9 @@ def mark(
         keyed = keyed.unionByName(frame)
     by_slice = F.regexp_extract("address", SLICE_GROUP, 1)
     task = partial(_mark_partition, ns, window, late, prefixes, per_file)
-    rows = keyed.repartition(max(1, partitions), by_slice).mapInArrow(task, MARK_DDL).collect()
+    marked = keyed.repartition(max(1, partitions), by_slice).mapInArrow(task, MARK_DDL)
+    with session_conf(spark, {ADAPTIVE: "false"}):
+        rows = marked.collect()
     return _marked(rows)
 
 
