@@ -2,7 +2,9 @@
 
 Commits share ranges (unchanged ones keep their id), so the job first reads the distinct
 metaranges, then the distinct ranges they list; an optimized run subtracts the metaranges and
-ranges its base run read, which hold the same addresses as they did then.
+ranges its base run read, which hold the same addresses as they did then. The tasks that
+read the ranges also write the addresses they send on to scratch files, which the gate reads
+back rather than Spark caching them.
 """
 
 from __future__ import annotations
@@ -23,9 +25,8 @@ from branchwater.spark_jobs.gc.storage import Namespace
 class CommittedInput:
     """What the committed listing produced: every metarange and range id known now (sorted),
     how many of each were new since the base run, the addresses (and recorded sizes) of the
-    new ranges (all ranges without a base), and the files the tasks that read them wrote
-    those addresses to as well, under `copies` once the addresses were read (see
-    `read_committed`)."""
+    new ranges (all ranges without a base), and `copies`, the folder where the tasks that
+    read those addresses also write them, for the gate (once `addresses` was computed)."""
 
     metarange_ids: list[str]
     range_ids: list[str]

@@ -87,18 +87,12 @@ def read_parquet(
     keys: list[str],
     schema: str,
     partitions: int,
-    *,
-    native: bool = True,
 ) -> DataFrame:
-    """The named columns (`schema`, a DDL string) of Parquet files in the namespace.
-
-    `native=False` reads with pyarrow on the executors even where Spark could: for many
-    small files Spark's file index (a stat, and a listing job, per path) costs more than
-    reading them."""
+    """The named columns (`schema`, a DDL string) of Parquet files in the namespace."""
     columns = [part.split()[0] for part in schema.split(",")]
     if not keys:
         return spark.createDataFrame([], schema)
-    paths = [ns.spark_path(key, s3a_enabled(spark)) for key in keys] if native else [None]
+    paths = [ns.spark_path(key, s3a_enabled(spark)) for key in keys]
     if all(paths):
         return spark.read.schema(schema).parquet(*[p for p in paths if p]).select(*columns)
     files = parallel_frame(spark, keys, "key", partitions)
