@@ -12,6 +12,7 @@ only when the run and its gate succeeded.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -151,6 +152,9 @@ class GCJob:
             summary.status = runs.FAILED
             summary.error = str(exc) if isinstance(exc, BranchwaterError) else repr(exc)
             self._save(ns, summary, None)
+            with contextlib.suppress(BranchwaterError, OSError):
+                for folder in runs.set_folders(summary.run_id):
+                    ns.delete_folder(folder)
             raise
         return summary
 
@@ -236,7 +240,7 @@ class GCJob:
             gate.wait()
             for frame in refs:
                 frame.unpersist()
-            ns.store.delete([info.key for info in ns.store.list_objects(f"{scratch}/")])
+            ns.delete_folder(scratch)
         summary.gate = checked.expectations
         summary.gate_success = checked.success
         summary.status = runs.MARKED if checked.success else runs.GATE_FAILED

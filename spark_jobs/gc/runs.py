@@ -58,6 +58,11 @@ def scratch_prefix(run_id: str, name: str) -> str:
     return f"{run_prefix(run_id)}scratch/{name}"
 
 
+def set_folders(run_id: str) -> list[str]:
+    """The folders of the files a mark writes besides its summary, report and validation."""
+    return [f"{run_prefix(run_id)}{name}" for name in (CANDIDATES, "state", "scratch")]
+
+
 def part_name(number: int, chunk: int | None = None) -> str:
     """`part-NNNNN.parquet`, or `part-NNNNN-CCC.parquet` for a task's chunk `CCC`."""
     if chunk is None:

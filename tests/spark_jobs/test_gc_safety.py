@@ -198,7 +198,8 @@ def test_malformed_addresses_in_the_inputs_are_refused_before_anything_is_delete
     local_gc: GCLake,
 ) -> None:
     """Every malformed address is named (the refusal shows up to five), the run is saved as
-    failed, and its unfinished mark cannot be swept."""
+    failed with nothing of its mark left but its summary and report, and its unfinished
+    mark cannot be swept."""
     garbage = set(local_gc.put_garbage(2))
     for number, address in enumerate(MALFORMED):
         stage_raw(local_gc, f"t/foreign-{number}", address)
@@ -211,6 +212,8 @@ def test_malformed_addresses_in_the_inputs_are_refused_before_anything_is_delete
     assert garbage <= set(local_gc.data_objects())
     [failed] = runs.summaries(Namespace.of(local_gc.repo.storage_namespace))
     assert failed.status == runs.FAILED and "refuses" in (failed.error or "")
+    left = {info.key for info in local_gc.objects.list_objects(runs.run_prefix(failed.run_id))}
+    assert {key.rsplit("/", 1)[-1] for key in left} == {runs.SUMMARY, runs.REPORT}
     with pytest.raises(InvalidArgument, match="did not finish marking"):
         local_gc.run(sweep=failed.run_id)
     with pytest.raises(NotFound, match="no summary"):
