@@ -9,11 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from branchwater.engine.errors import NotFound, too_many_tries
+from branchwater.engine.errors import too_many_tries
 from branchwater.engine.graveler.checksums import holds
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import BranchRecord, Entry, Metadata, RepositoryRecord
-from branchwater.engine.graveler.reads import find_branch_entry, lookup_below_staging, same_layers
+from branchwater.engine.graveler.reads import (
+    find_branch_entry,
+    get_branch_entry,
+    lookup_below_staging,
+    same_layers,
+)
 
 
 def unchanged_entry(
@@ -63,8 +68,7 @@ def stage_delete(g: Graveler, repo: RepositoryRecord, branch_name: str, path: st
     they hold, so a busy branch gets one instead of a retry. Once this delete wrote to a token
     that got sealed meanwhile, the retry writes a tombstone too.
     """
-    if find_branch_entry(g, repo, branch_name, path) is None:
-        raise NotFound(f"path {path!r} not found on branch {branch_name!r} of {repo.name!r}")
+    get_branch_entry(g, repo, branch_name, path)
     wrote = False
 
     def write(branch: BranchRecord) -> bool:

@@ -25,15 +25,14 @@ from branchwater.spark_jobs.gc.storage import Namespace
 class CommittedInput:
     """What the committed listing produced: every metarange and range id known now (sorted),
     how many of each were new since the base run, the addresses (and recorded sizes) of the
-    new ranges (all ranges without a base), and `copies`, the folder where the tasks that
-    read those addresses also write them, for the gate (once `addresses` was computed)."""
+    new ranges (all ranges without a base); the tasks that compute `addresses` also write
+    them under the `copy_prefix` given to `read_committed`, for the gate."""
 
     metarange_ids: list[str]
     range_ids: list[str]
     new_metaranges: int
     new_ranges: int
     addresses: DataFrame
-    copies: str
 
 
 RANGE_ROWS = pa.schema([("range_id", pa.string()), ("min_key", pa.string())])
@@ -79,15 +78,13 @@ def read_committed(
         len(new_metaranges),
         len(new_ranges),
         addresses,
-        copy_prefix,
     )
 
 
 def _distinct_ranges(
     ns: Namespace, columns: list[str], batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
-    keys = [key for batch in batches for key in batch.column(0).to_pylist()]
-    yield from _distinct(ns, columns, RANGE_ROWS, "min", keys).to_batches()
+    yield from _distinct(ns, columns, RANGE_ROWS, "min", _task_keys(batches)).to_batches()
 
 
 def _distinct_addresses(
@@ -96,7 +93,7 @@ def _distinct_addresses(
     """Each address of the task's ranges once, with the size its entries record (what the
     summary counts for a committed object the listing did not stat); written first to a
     file named after the task's first range (a retried task writes the same file again)."""
-    keys = [key for batch in batches for key in batch.column(0).to_pylist()]
+    keys = _task_keys(batches)
     if not keys:
         return
     rows = _distinct(ns, columns, ADDRESS_ROWS, "max", keys)
@@ -104,6 +101,10 @@ def _distinct_addresses(
         f"{copy_prefix}/{keys[0].rsplit('/', 1)[-1]}.parquet", rows.select(["address"])
     )
     yield from rows.to_batches()
+
+
+def _task_keys(batches: Iterator[pa.RecordBatch]) -> list[str]:
+    return [key for batch in batches for key in batch.column(0).to_pylist()]
 
 
 def _distinct(

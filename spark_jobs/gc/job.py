@@ -231,8 +231,7 @@ class GCJob:
                     (prepared.started_at - window.cutoff).total_seconds(),
                     max_candidates(summary.volume("namespace").objects, self.config.max_share),
                 )
-                copies = [info.key for info in ns.store.list_objects(f"{scratch}/")]
-                read = [self._read(ns, copies, "address string"), *refs]
+                read = [self._read(ns, ns.folder_keys(scratch), "address string"), *refs]
                 checked = gate.check_candidates(
                     _gate_frame(candidates, read, prepared.started_at), limits
                 )

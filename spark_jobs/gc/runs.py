@@ -33,6 +33,8 @@ REPORT = "report.html"
 VALIDATION = "validation.json"
 CANDIDATES = "candidates"
 DELETED = "deleted"
+STATE = "state"
+SCRATCH = "scratch"
 STATE_SETS = ("pending", "carry", "ranges", "metaranges")
 RUN_ID = re.compile(r"^[0-9a-f]{12}-[0-9a-f]{6}$")
 
@@ -50,17 +52,17 @@ def set_prefix(run_id: str, name: str) -> str:
     """The folder of one set a run writes: `candidates/`, or `state/<name>/` for the rest."""
     if name == CANDIDATES:
         return f"{run_prefix(run_id)}{CANDIDATES}"
-    return f"{run_prefix(run_id)}state/{name}"
+    return f"{run_prefix(run_id)}{STATE}/{name}"
 
 
 def scratch_prefix(run_id: str, name: str) -> str:
     """The folder of files a run needs only while it runs (`scratch/<name>`)."""
-    return f"{run_prefix(run_id)}scratch/{name}"
+    return f"{run_prefix(run_id)}{SCRATCH}/{name}"
 
 
 def set_folders(run_id: str) -> list[str]:
     """The folders of the files a mark writes besides its summary, report and validation."""
-    return [f"{run_prefix(run_id)}{name}" for name in (CANDIDATES, "state", "scratch")]
+    return [f"{run_prefix(run_id)}{name}" for name in (CANDIDATES, STATE, SCRATCH)]
 
 
 def part_name(number: int, chunk: int | None = None) -> str:

@@ -147,9 +147,12 @@ class Namespace:
         self.store.put(key, data)
         return len(data)
 
+    def folder_keys(self, prefix: str) -> list[str]:
+        """The keys of every object under `prefix` (a key without its trailing `/`)."""
+        return [info.key for info in self.store.list_objects(f"{prefix}/")]
+
     def delete_folder(self, prefix: str) -> None:
-        """Every object under `prefix` (a key without its trailing `/`)."""
-        self.store.delete([info.key for info in self.store.list_objects(f"{prefix}/")])
+        self.store.delete(self.folder_keys(prefix))
 
     def put_json(self, key: str, document: Any) -> None:
         self.store.put(key, json.dumps(document, indent=1, sort_keys=True, default=str).encode())
