@@ -4,14 +4,15 @@ A committer drops a sealed token's entries once its commit is on the branch, so 
 trusted only once a fresh read of the branch still holds every layer it consulted: none of
 them can have been dropped before it was read. Tokens sealed above them meanwhile are probed
 on their own, so a busy branch costs a lookup extra probes, not restarts. Listings are
-validated page by page, so a branch of any size streams in bounded memory.
+validated page by page, so a branch of any size streams in bounded memory; a page, too,
+is corrected with the tokens sealed above its layers rather than read again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from itertools import islice
+from itertools import islice, takewhile
 from typing import TypeVar
 
 from branchwater.engine.errors import NotFound, too_many_tries
@@ -25,6 +26,9 @@ CHANGES_PAGE_SIZE = 8192
 """Changes a page of `uncommitted()` holds: several join batches, so a page's set-up (two
 KV reads, a new scan) is spread over many changes."""
 T = TypeVar("T")
+Above = Callable[[tuple[str, ...], str, str | None, list[T]], list[T]]
+"""Corrects a page for tokens sealed above its layers: (the tokens, newest first, where the
+page starts, the last path it covers or None when it runs to the end, its items)."""
 
 
 def same_layers(a: BranchRecord, b: BranchRecord) -> bool:
@@ -154,7 +158,21 @@ def list_branch(
     def page(branch: BranchRecord, start: str) -> Iterator[Entry]:
         return visible(branch_stream(g, repo, branch, start, prefix))
 
-    return _validated_pages(g, repo, branch_name, page, after, lambda e: e.path)
+    def above(
+        tokens: tuple[str, ...], start: str, bound: str | None, items: list[Entry]
+    ) -> list[Entry]:
+        layers: list[Layer] = [_up_to(g.staging.scan(t, start, prefix), bound) for t in tokens]
+        return list(visible(combine([*layers, committed_layer(items)])))
+
+    return _validated_pages(g, repo, branch_name, page, after, _entry_path, above=above)
+
+
+def _entry_path(entry: Entry) -> str:
+    return entry.path
+
+
+def _up_to(layer: Layer, bound: str | None) -> Layer:
+    return layer if bound is None else takewhile(lambda row: row[0] <= bound, layer)
 
 
 def list_commit(
@@ -201,21 +219,38 @@ def _validated_pages(
     after: str,
     path_of: Callable[[T], str],
     page_size: int | None = None,
+    above: Above[T] | None = None,
 ) -> Iterator[T]:
+    """Pages of `page(branch, after)`, each trusted once a fresh read of the branch still
+    holds every layer it was read from. Where the branch only gained tokens above them (a
+    commit or compaction sealed its staging token meanwhile), `above` corrects the page with
+    those tokens' entries in its span; without `above`, or when a layer went away, the page
+    is read again."""
     size = page_size or PAGE_SIZE
     branch = g.read_branch(repo, branch_name, cached=True)
+
+    def read(current: BranchRecord) -> tuple[list[T], str | None, Look]:
+        items = list(islice(page(current, after), size))
+        bound = path_of(items[-1]) if len(items) == size else None
+        return items, bound, Look(None, token_layers(current), base_layer(current))
+
     while True:
+        items, bound, rests = read(branch)
         for _ in range(g.retry.attempts):
-            items = list(islice(page(branch, after), size))
-            current = g.read_branch(repo, branch_name)
-            if same_layers(current, branch):
+            branch = g.read_branch(repo, branch_name)
+            gained = gained_above(rests, branch)
+            if gained == ():
                 break
-            branch = current
+            if gained is None or above is None:
+                items, bound, rests = read(branch)
+            else:
+                items = above(gained, after, bound, items)
+                rests = Look(None, gained + rests.tokens, rests.base)
         else:
             raise too_many_tries(
                 f"listing of branch {branch_name!r} of {repo.name!r}", g.retry.attempts
             )
         yield from items
-        if len(items) < size:
+        if bound is None:
             return
-        after = path_of(items[-1])
+        after = bound

@@ -1,8 +1,10 @@
-"""Lookups on a branch whose layers change while they look (the in-memory KV, one process).
+"""Lookups and listings on a branch whose layers change while they read (the in-memory KV,
+one process).
 
-A lookup reads the branch's tokens one by one; here the branch changes between two of those
-reads, exactly where a concurrent committer or compactor would change it. The multi-process
-races of `test_consistency` and `test_compaction_concurrency` cover the real thing.
+A lookup reads the branch's tokens one by one, a listing scans them; here the branch changes
+between two of those reads, exactly where a concurrent committer or compactor would change
+it. The multi-process races of `test_consistency` and `test_compaction_concurrency` cover the
+real thing.
 """
 
 from __future__ import annotations
@@ -14,24 +16,30 @@ import pytest
 
 from branchwater.engine import Lake, NotFound
 from branchwater.engine.api import Branch, Repository
-from branchwater.engine.graveler import compaction
+from branchwater.engine.graveler import compaction, reads
 from branchwater.engine.graveler.commit import sealing
 from branchwater.engine.graveler.staging import StagingArea
 from branchwater.engine.graveler.writes import stage_entry
 
 
 class Interfering(StagingArea):
-    """The lake's staging area, running `before` ahead of each probe of `token`."""
+    """The lake's staging area, running `before` ahead of each probe or scan of `token`."""
 
     def __init__(self, inner: StagingArea, token: str, before: Callable[[], None]) -> None:
         self.__dict__.update(inner.__dict__)
-        self.token, self.before, self.probes = token, before, 0
+        self.token, self.before, self.probes, self.scans = token, before, 0, 0
 
     def get(self, token: str, path: str):  # type: ignore[no-untyped-def]
         if token == self.token:
             self.probes += 1
             self.before()
         return super().get(token, path)
+
+    def scan(self, token: str, after: str = "", prefix: str = ""):  # type: ignore[no-untyped-def]
+        if token == self.token:
+            self.scans += 1
+            self.before()
+        return super().scan(token, after, prefix)
 
 
 def seal(lake: Lake, repo: Repository) -> str:
@@ -154,3 +162,60 @@ def test_a_delete_whose_lower_layers_a_compaction_takes_under_it_leaves_a_tombst
     with pytest.raises(NotFound):
         main.stat("p")
     assert [e.path for e in main.list()] == ["base"]
+
+
+def listing(branch: Branch) -> list[tuple[str, bytes]]:
+    return [(entry.path, branch.read(entry.path)) for entry in branch.list()]
+
+
+def test_a_listing_completes_while_tokens_keep_being_sealed_above_its_pages(
+    lake: Lake, repo: Repository, main: Branch
+) -> None:
+    for path in ("a", "b", "c"):
+        main.upload(path, path.encode())
+    sealed = seal(lake, repo)
+    staging = interfere(lake, sealed, lambda: seal(lake, repo))
+
+    assert [e.path for e in main.list()] == ["a", "b", "base", "c"]
+    assert staging.scans == 1, "a token sealed above the page is read alone"
+
+
+def test_writes_and_deletes_landing_above_a_page_while_it_is_read_are_in_it(
+    lake: Lake, repo: Repository, main: Branch, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pages of two: what lands above a full page counts only within its span, and the next
+    page starts after that span, so nothing shows twice or is skipped."""
+    monkeypatch.setattr(reads, "PAGE_SIZE", 2)
+    for path in ("a", "c", "e", "g"):
+        main.upload(path, b"old")
+    sealed = seal(lake, repo)
+
+    def land_above() -> None:
+        seal(lake, repo)
+        main.upload("b", b"new")
+        main.upload("c", b"new")
+        main.delete("e")
+        main.upload("f", b"new")
+
+    interfere(lake, sealed, once(land_above))
+
+    assert listing(main) == [
+        ("a", b"old"),
+        ("b", b"new"),
+        ("base", b"committed"),
+        ("c", b"new"),
+        ("f", b"new"),
+        ("g", b"old"),
+    ]
+
+
+def test_a_page_whose_tokens_a_commit_takes_while_it_is_read_is_read_again(
+    lake: Lake, repo: Repository, main: Branch
+) -> None:
+    main.upload("p", b"v1")
+    sealed = seal(lake, repo)
+    staging = interfere(lake, sealed, once(lambda: commit(lake, main, "takes the sealed token")))
+
+    assert listing(main) == [("base", b"committed"), ("p", b"v1")]
+    assert lake.graveler.read_branch(repo.record, "main").sealed_tokens == ()
+    assert staging.scans == 1
