@@ -9,6 +9,7 @@ back rather than Spark caching them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -35,6 +36,9 @@ class CommittedInput:
     addresses: DataFrame
 
 
+FILES_PER_TASK = 64
+"""The fewest files a reading task is given (unless there are fewer): an optimized run reads
+a handful, and a task's start would cost more than its reads."""
 RANGE_ROWS = pa.schema([("range_id", pa.string()), ("min_key", pa.string())])
 ADDRESS_ROWS = pa.schema([("address", pa.string()), ("size", pa.int64())])
 
@@ -58,8 +62,8 @@ def read_committed(
     caching them in Spark (which the mark reads once) would cost more than the file."""
     all_metaranges = layout.metarange_ids()
     new_metaranges = [m for m in all_metaranges if m not in known_metaranges]
-    metarange_files = parallel_frame(
-        spark, [layout.metarange_key(m) for m in new_metaranges], "key", partitions
+    metarange_files = _files_frame(
+        spark, [layout.metarange_key(m) for m in new_metaranges], partitions
     )
     columns = [layout.metarange_range_column, layout.metarange_min_key_column]
     ranges = partial(_distinct_ranges, ns, columns)
@@ -67,7 +71,7 @@ def read_committed(
     first_keys = {row[0]: row[1] for row in listed.collect()}
     found = set(first_keys)
     new_ranges = sorted(found - known_ranges, key=lambda r: (first_keys[r], r))
-    files = parallel_frame(spark, [layout.range_key(r) for r in new_ranges], "key", partitions)
+    files = _files_frame(spark, [layout.range_key(r) for r in new_ranges], partitions)
     columns = [layout.range_address_column, layout.range_size_column]
     addresses = files.mapInArrow(
         partial(_distinct_addresses, ns, columns, copy_prefix), "address string, size long"
@@ -79,6 +83,11 @@ def read_committed(
         len(new_ranges),
         addresses,
     )
+
+
+def _files_frame(spark: SparkSession, keys: list[str], partitions: int) -> DataFrame:
+    tasks = min(partitions, math.ceil(len(keys) / FILES_PER_TASK))
+    return parallel_frame(spark, keys, "key", max(1, tasks))
 
 
 def _distinct_ranges(

@@ -11,6 +11,8 @@ that warm the JVM.
   same three address sets (listed, committed, uncommitted) cached beforehand. Target ≤ 2.
 - `gc-optimized`: after a swept clean run and 1% new writes (new slices, commits, staged
   objects and garbage), an optimized run against a clean run of the same state. Target ≤ 0.2.
+- `gc-gate-floor`: the quality gate alone, on a cached frame as large as the optimized run's
+  candidates, against the same clean run: the least an optimized run can cost, as a ratio.
 - `gc-vacuum`: the optimized run (with its sweep) against `deltalake`'s full
   `DeltaTable.vacuum` of a Delta table with as many files and the same share unreferenced, on
   the same disk. Target ≤ 1.
@@ -249,6 +251,26 @@ def floor_seconds(spark: Any, gen: Generated) -> float:
     return best
 
 
+def gate_seconds(spark: Any, addresses: list[str]) -> float:
+    """The candidates' suite of the quality gate alone, on a small cached frame: the least
+    any run that deletes pays, however little it reads (the prepare output's suite, which
+    runs beside the mark, comes on top)."""
+    from branchwater.spark_jobs.gc.gate import Gate, GateLimits
+
+    frame = spark.createDataFrame(
+        [(a, False, 1e6) for a in addresses],
+        "address string, referenced boolean, age_seconds double",
+    ).cache()
+    frame.count()
+    best = float("inf")
+    for _ in range(BEST_OF):
+        start = time.perf_counter()
+        Gate(spark).check_candidates(frame, GateLimits(0.0, len(addresses)))
+        best = min(best, time.perf_counter() - start)
+    frame.unpersist()
+    return best
+
+
 def delta_table(root: Path, files: int, partitions: int, unreferenced: float) -> Path:
     """A Delta table of `files` empty data files, `unreferenced` of them not in its log."""
     table = root / "delta"
@@ -353,6 +375,12 @@ def main(argv: list[str]) -> None:
             f"slices_read={optimized.slices['read']} ranges_read={optimized.ranges['ranges_read']} "
             f"spark_jobs={optimized.spark_jobs} "
             f"phases={json.dumps(optimized.phases)}",
+            flush=True,
+        )
+        gate_s = gate_seconds(spark, gen.garbage[: optimized.volume("candidates").objects])
+        print(
+            f"BENCH gc-gate-floor ratio={gate_s / clean_again_s:.2f} gate_s={gate_s:.2f} "
+            f"clean_s={clean_again_s:.1f} rows={optimized.volume('candidates').objects}",
             flush=True,
         )
         table = timed(

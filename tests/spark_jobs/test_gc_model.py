@@ -26,7 +26,7 @@ import pytest
 
 from branchwater.engine import Conflict, GCSettings, NoChanges
 from branchwater.engine.api import Branch
-from branchwater.spark_jobs.gc import runs
+from branchwater.spark_jobs.gc import committed, runs
 from tests.gc_model import BranchModel, settle
 from tests.helpers import FakeClock, GCLake, compact, use_clock
 
@@ -244,7 +244,12 @@ def play(gc: GCLake, seed: int, rounds: int, steps: int, min_age: timedelta = MI
     assert any(s.volume("pending").objects for s in summaries[:-1])
 
 
-def test_clean_then_optimized_runs_match_the_model_on_the_local_store(local_gc: GCLake) -> None:
+def test_clean_then_optimized_runs_match_the_model_on_the_local_store(
+    local_gc: GCLake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ranges read two to a task: the versions of a key range meet in different tasks (a
+    large repository's do), and the mark sees their addresses from several."""
+    monkeypatch.setattr(committed, "FILES_PER_TASK", 2)
     play(local_gc, 0, rounds=5, steps=60)
 
 
