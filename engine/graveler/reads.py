@@ -107,6 +107,11 @@ def base_layer(branch: BranchRecord) -> tuple[str, str | None]:
     return (branch.commit_id, branch.compacted_metarange_id)
 
 
+def every_layer(branch: BranchRecord) -> Look:
+    """What a listing page rests on: all of the branch's layers."""
+    return Look(None, token_layers(branch), base_layer(branch))
+
+
 def look_up(g: Graveler, repo: RepositoryRecord, branch: BranchRecord, path: str) -> Look:
     tokens = token_layers(branch)
     found = _probe(g, tokens, path)
@@ -161,7 +166,7 @@ def list_branch(
     def above(
         tokens: tuple[str, ...], start: str, bound: str | None, items: list[Entry]
     ) -> list[Entry]:
-        layers: list[Layer] = [_up_to(g.staging.scan(t, start, prefix), bound) for t in tokens]
+        layers = [_up_to(layer, bound) for layer in token_scans(g, tokens, start, prefix)]
         return list(visible(combine([*layers, committed_layer(items)])))
 
     return _validated_pages(g, repo, branch_name, page, after, _entry_path, above=above)
@@ -184,7 +189,10 @@ def list_commit(
 
 def staging_layers(g: Graveler, branch: BranchRecord, after: str, prefix: str = "") -> list[Layer]:
     """The branch's staged layers, newest first: its staging token, then its sealed tokens."""
-    tokens = (branch.staging_token, *branch.sealed_tokens)
+    return token_scans(g, token_layers(branch), after, prefix)
+
+
+def token_scans(g: Graveler, tokens: tuple[str, ...], after: str, prefix: str) -> list[Layer]:
     return [g.staging.scan(token, after, prefix) for token in tokens]
 
 
@@ -232,7 +240,7 @@ def _validated_pages(
     def read(current: BranchRecord) -> tuple[list[T], str | None, Look]:
         items = list(islice(page(current, after), size))
         bound = path_of(items[-1]) if len(items) == size else None
-        return items, bound, Look(None, token_layers(current), base_layer(current))
+        return items, bound, every_layer(current)
 
     while True:
         items, bound, rests = read(branch)
@@ -245,7 +253,7 @@ def _validated_pages(
                 items, bound, rests = read(branch)
             else:
                 items = above(gained, after, bound, items)
-                rests = Look(None, gained + rests.tokens, rests.base)
+                rests = every_layer(branch)
         else:
             raise too_many_tries(
                 f"listing of branch {branch_name!r} of {repo.name!r}", g.retry.attempts

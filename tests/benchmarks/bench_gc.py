@@ -11,8 +11,9 @@ that warm the JVM.
   same three address sets (listed, committed, uncommitted) cached beforehand. Target ≤ 2.
 - `gc-optimized`: after a swept clean run and 1% new writes (new slices, commits, staged
   objects and garbage), an optimized run against a clean run of the same state. Target ≤ 0.2.
-- `gc-gate-floor`: the quality gate alone, on a cached frame as large as the optimized run's
-  candidates, against the same clean run: the least an optimized run can cost, as a ratio.
+- `gc-gate-floor`: the candidates' suite of the quality gate alone, on a cached frame as
+  large as the optimized run's candidates, against the same clean run: a part of every
+  optimized run that reading less cannot shrink, as a ratio.
 - `gc-vacuum`: the optimized run (with its sweep) against `deltalake`'s full
   `DeltaTable.vacuum` of a Delta table with as many files and the same share unreferenced, on
   the same disk. Target ≤ 1.
