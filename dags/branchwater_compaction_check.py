@@ -34,11 +34,10 @@ def branches(params: dict[str, Any]) -> list[dict[str, str]]:
     """Every branch of the configured repositories, one task group each."""
     hook = BranchwaterHook()
     try:
-        names = params["repositories"] or [r.name for r in hook.get_conn().repositories()]
         return [
-            {"repository": name, "branch": branch.name}
-            for name in names
-            for branch in hook.repository(name).branches()
+            {"repository": repo.name, "branch": branch.name}
+            for repo in hook.repositories(params["repositories"])
+            for branch in repo.branches()
         ]
     finally:
         hook.close()

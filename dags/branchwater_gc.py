@@ -1,6 +1,9 @@
 """`branchwater_gc_clean` and `branchwater_gc_optimized`: garbage collection of uncommitted
 objects, with a quality gate before anything is deleted.
 
+For each repository (those of the `repositories` param; empty: every repository of the
+lake), a mapped task group `collect`:
+
     prepare → mark → gate → sweep → report
 
 - `prepare` lists every branch's uncommitted addresses (the GC run's id is this run's);
@@ -8,15 +11,17 @@ objects, with a quality gate before anything is deleted.
   commit and no branch holds, older than the minimum age, saves it and runs its Great
   Expectations gate. It deletes nothing;
 - `gate` reads the mark's saved gate results and fails, naming each failed expectation
-  with GX's figures, when one did not hold: the run stops before the sweep;
+  with GX's figures, when one did not hold: that repository's sweep does not run;
 - `sweep` deletes what the mark holds (skipped when `dry_run` is true);
 - `report` returns the run's figures and its HTML report's URI, also shown as a link.
 
-The clean run reads every commit and lists the whole namespace; the optimized run starts
-from the last swept run of the repository and reads only what is new (a clean run when
-there is none). The Spark master comes from the `spark_default` connection (`local[*]`
-without one); the lake from `branchwater_default`, whose KV URL reaches the job in its
-environment, never on its command line. Configured by params, never by editing this file.
+Marks run one at a time, and sweeps one at a time (each is a Spark application); a
+repository that fails stops none of the others. The clean run reads every commit and lists the whole namespace; the optimized run
+starts from the last swept run of the repository and reads only what is new (a clean run
+when there is none). The Spark master comes from the `spark_default` connection
+(`local[*]` without one); the lake from `branchwater_default`, whose KV URL reaches the job
+in its environment, never on its command line. Configured by params, never by editing this
+file.
 """
 
 from __future__ import annotations
@@ -24,8 +29,9 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG, Param, task, task_group
 
+from branchwater.plugin.hooks import BranchwaterHook
 from branchwater.plugin.operators import (
     BranchwaterGCGateOperator,
     BranchwaterGCMarkOperator,
@@ -34,14 +40,18 @@ from branchwater.plugin.operators import (
     BranchwaterPrepareUncommittedOperator,
 )
 
-REPOSITORY = "{{ params.repository }}"
-RUN_ID = "{{ ti.xcom_pull(task_ids='prepare')['run_id'] }}"
+REPOSITORY_NAME = "^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$"
+RUN_ID = "{{ ti.xcom_pull(task_ids='collect.prepare', map_indexes=ti.map_index)['run_id'] }}"
+"""The GC run of this repository: its prepare task's run id."""
+SPARK_JOBS_AT_ONCE = 1
+"""How many marks, and how many sweeps, of one DAG run go at once: each is a Spark
+application, so a DAG run has at most one mark and one sweep running."""
 PARAMS = {
-    "repository": Param(
-        "etl-example",
-        type="string",
-        pattern="^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$",
-        description="The repository to collect",
+    "repositories": Param(
+        [],
+        type="array",
+        items={"type": "string", "pattern": REPOSITORY_NAME},
+        description="The repositories to collect; empty: every repository of the lake",
     ),
     "min_age": Param(
         "",
@@ -62,8 +72,48 @@ PARAMS = {
 }
 
 
+@task
+def repositories(params: dict[str, Any]) -> list[str]:
+    """The repositories to collect, each checked to exist."""
+    hook = BranchwaterHook()
+    try:
+        return [repo.name for repo in hook.repositories(params["repositories"])]
+    finally:
+        hook.close()
+
+
 def gc_dag(dag_id: str, mode: str, schedule: str, doc: str) -> DAG:
     """One GC DAG; the clean and optimized ones differ only by the job's mode and schedule."""
+
+    @task_group
+    def collect(repository: str) -> None:
+        """One repository's GC run."""
+        (
+            BranchwaterPrepareUncommittedOperator(task_id="prepare", repository=repository)
+            >> BranchwaterGCMarkOperator(
+                task_id="mark",
+                repository=repository,
+                prepare_run=RUN_ID,
+                mode=mode,
+                min_age="{{ params.min_age }}",
+                max_share="{{ params.max_share }}",
+                name=f"{dag_id}-mark",
+                max_active_tis_per_dagrun=SPARK_JOBS_AT_ONCE,
+            )
+            >> BranchwaterGCGateOperator(task_id="gate", repository=repository, run_id=RUN_ID)
+            >> BranchwaterGCSweepOperator(
+                task_id="sweep",
+                repository=repository,
+                run_id=RUN_ID,
+                skip_sweep="{{ params.dry_run }}",
+                name=f"{dag_id}-sweep",
+                max_active_tis_per_dagrun=SPARK_JOBS_AT_ONCE,
+            )
+            >> BranchwaterGCReportOperator(
+                task_id="report", repository=repository, run_id=RUN_ID, trigger_rule="none_failed"
+            )
+        )
+
     with DAG(
         dag_id=dag_id,
         schedule=schedule,
@@ -74,30 +124,7 @@ def gc_dag(dag_id: str, mode: str, schedule: str, doc: str) -> DAG:
         doc_md=f"{doc}\n\n{__doc__}",
         params=PARAMS,
     ) as dag:
-        names: dict[str, Any] = {"repository": REPOSITORY}
-        (
-            BranchwaterPrepareUncommittedOperator(task_id="prepare", **names)
-            >> BranchwaterGCMarkOperator(
-                task_id="mark",
-                prepare_run=RUN_ID,
-                mode=mode,
-                min_age="{{ params.min_age }}",
-                max_share="{{ params.max_share }}",
-                name=f"{dag_id}-{REPOSITORY}",
-                **names,
-            )
-            >> BranchwaterGCGateOperator(task_id="gate", run_id=RUN_ID, **names)
-            >> BranchwaterGCSweepOperator(
-                task_id="sweep",
-                run_id=RUN_ID,
-                skip_sweep="{{ params.dry_run }}",
-                name=f"{dag_id}-sweep-{REPOSITORY}",
-                **names,
-            )
-            >> BranchwaterGCReportOperator(
-                task_id="report", run_id=RUN_ID, trigger_rule="none_failed", **names
-            )
-        )
+        collect.expand(repository=repositories())
     return dag
 
 

@@ -25,6 +25,13 @@ ETL_DAG = "branchwater_example_etl"
 COMPACTION_DAG = "branchwater_compaction_check"
 GC_CLEAN_DAG = "branchwater_gc_clean"
 GC_OPTIMIZED_DAG = "branchwater_gc_optimized"
+GC_GROUP = "collect"
+"""The GC DAGs' task group, mapped over the repositories they collect."""
+
+
+def gc_task(task: str, index: int = 0) -> str:
+    """A GC DAG's task as `RunResult` keys it: `task` of the `index`-th repository."""
+    return f"{GC_GROUP}.{task}[{index}]"
 
 
 @dataclass(frozen=True)
@@ -199,9 +206,10 @@ def run(config: DemoConfig) -> dict[str, Any]:
 
 
 def gc_conf() -> dict[str, Any]:
-    """The demo's objects are seconds old: it waives the minimum age, which the report flags.
-    The gate keeps its default bound on the candidates' share of the namespace."""
-    return {"repository": REPOSITORY, "min_age": "0s", "dry_run": False}
+    """Every repository of the lake (`sales` alone), as a scheduled run collects. The demo's
+    objects are seconds old: it waives the minimum age, which the report flags. The gate
+    keeps its default bound on the candidates' share of the namespace."""
+    return {"min_age": "0s", "dry_run": False}
 
 
 def merge_attempts(etl: list[RunResult]) -> list[int]:
@@ -210,7 +218,7 @@ def merge_attempts(etl: list[RunResult]) -> list[int]:
 
 
 def gc_line(result: RunResult) -> str:
-    record = result.value("report")
+    record = result.value(gc_task("report"))
     gate = "passed" if record["gate_success"] else "FAILED"
     return (
         f"{record['mode']} run {record['run_id']}: gate {gate}, {record['candidates']} "
@@ -247,7 +255,7 @@ def print_summary(repo: Repository, summary: dict[str, Any], root: Path) -> None
     print(f"  garbage written: {summary['garbage_bytes']:,} bytes of uncommitted objects")
     for key in ("gc_clean", "gc_optimized"):
         print(f"  GC {gc_line(summary[key])}")
-    print(f"  GC report: {summary['gc_optimized'].value('report')['report']}")
+    print(f"  GC report: {summary['gc_optimized'].value(gc_task('report'))['report']}")
     print(f"  the lake: {root / 'lake.db'} (KV) and {root / 'lake-data'} (objects)")
     print(f"  Airflow homes, task logs and run results: {root / 'airflow'}, {root / 'runs'}")
     print(

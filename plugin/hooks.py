@@ -9,7 +9,7 @@ hook, so DAG files that build operators parse without any of them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -171,6 +171,14 @@ class BranchwaterHook(BaseHook):
 
     def repository(self, name: str) -> Repository:
         return self.get_conn().repository(name)
+
+    def repositories(self, names: Sequence[str] = ()) -> list[Repository]:
+        """The repositories `names` (`NotFound` names a missing one), or every repository of
+        the lake when none is named: what a maintenance DAG goes over."""
+        lake = self.get_conn()
+        if names:
+            return [lake.repository(name) for name in names]
+        return list(lake.repositories())
 
     def create_repository(self, name: str, default_branch: str = "main") -> Repository:
         """Create `name` under the connection's default namespace, at `<namespace>/<name>`."""

@@ -129,7 +129,8 @@ class BranchwaterGCJobOperator(SparkSubmitOperator):
     connection's credentials for S3 namespaces; YARN and Kubernetes masters, where
     `spark-submit` would copy the environment onto its command line, are refused. The
     interpreter running the task runs the job too (`PYSPARK_PYTHON`, unless `env_vars` says
-    otherwise), and its `spark-submit` is used when none is on the `PATH`.
+    otherwise), and its `spark-submit` is used when none is on the `PATH`. The Spark
+    application is named `name` (templated) followed by the repository.
     """
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "repository")
@@ -157,6 +158,7 @@ class BranchwaterGCJobOperator(SparkSubmitOperator):
         hook = BranchwaterHook(self.branchwater_conn_id)
         try:
             self.job_env = job_environment(hook)
+            self.name = f"{self.name}-{self.repository}"
             self.application_args = [
                 "--kv-env",
                 KV_ENV,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from branchwater.demo.dag_run import RunResult
-from branchwater.demo.main_job import REPOSITORY, DemoConfig, DemoLake, run
+from branchwater.demo.main_job import REPOSITORY, DemoConfig, DemoLake, gc_task, run
 from branchwater.engine import Lake
 from tests.helpers import GC_TASKS
 
@@ -29,18 +29,21 @@ REPORT_LINK = "_link_BranchwaterGCReportLink"
 
 
 def check_gc_run(result: RunResult, namespace: str, mode: str) -> dict[str, object]:
-    """Every task succeeded; the sweep deleted what the mark found, and the report is linked."""
-    assert {task: result.states[task] for task in GC_TASKS} == dict.fromkeys(GC_TASKS, "success")
-    run_id = result.value("prepare")["run_id"]
-    assert result.rendered["mark"]["prepare_run"] == run_id
-    assert result.rendered["sweep"]["skip_sweep"] == "False"
-    swept = result.value("sweep")
+    """The run collected the lake's one repository, its tasks all succeeded; the sweep
+    deleted what the mark found, and the report is linked."""
+    states = {task: result.states[gc_task(task)] for task in GC_TASKS}
+    assert states == dict.fromkeys(GC_TASKS, "success")
+    assert gc_task("prepare", 1) not in result.states
+    run_id = result.value(gc_task("prepare"))["run_id"]
+    assert result.rendered[gc_task("mark")]["prepare_run"] == run_id
+    assert result.rendered[gc_task("sweep")]["skip_sweep"] == "False"
+    swept = result.value(gc_task("sweep"))
     assert (swept["run_id"], swept["status"], swept["mode"]) == (run_id, "swept", mode)
     assert swept["deleted"] == swept["candidates"] > 0
-    assert result.value("gate")["gate_success"] is True
-    report = result.value("report")["report"]
+    assert result.value(gc_task("gate"))["gate_success"] is True
+    report = result.value(gc_task("report"))["report"]
     assert report.startswith(namespace) and report.endswith(f"/{run_id}/report.html")
-    assert result.value("report", REPORT_LINK) == report
+    assert result.value(gc_task("report"), REPORT_LINK) == report
     assert "<svg" in Path(report.removeprefix("file://")).read_text()
     return dict(swept)
 

@@ -1,5 +1,6 @@
 """`BranchwaterHook`: settings from the connection, one lazily opened lake, the UI's
-connection test, repositories in the default namespace, links, secrets, S3 credentials."""
+connection test, repositories in the default namespace, the named (or every) repository,
+links, secrets, S3 credentials."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 from airflow.sdk.log import redact
 
-from branchwater.engine import ConfigurationError, Repository
+from branchwater.engine import ConfigurationError, NotFound, Repository
 from branchwater.plugin.hooks import BranchwaterHook, BranchwaterSettings
 from tests.fixtures.s3 import S3Server
 from tests.plugin.conftest import LakeConnection, set_connection
@@ -93,6 +94,18 @@ def test_repositories_are_created_in_the_default_namespace(
     set_connection(monkeypatch, "bw_no_ns", "branchwater", password=lake_conn.kv_url)
     with pytest.raises(ConfigurationError, match="no default namespace"):
         BranchwaterHook("bw_no_ns").create_repository("nowhere")
+
+
+def test_the_named_repositories_or_every_one(lake_conn: LakeConnection) -> None:
+    first, second = lake_conn.create_repository(), lake_conn.create_repository()
+    hook = BranchwaterHook()
+    try:
+        assert [r.name for r in hook.repositories([second.name])] == [second.name]
+        assert {r.name for r in hook.repositories()} == {first.name, second.name}
+        with pytest.raises(NotFound, match="missing-repo"):
+            hook.repositories([first.name, "missing-repo"])
+    finally:
+        hook.close()
 
 
 def test_commit_urls_follow_the_connections_template(
