@@ -16,12 +16,12 @@ lake), a mapped task group `collect`:
 - `report` returns the run's figures and its HTML report's URI, also shown as a link.
 
 Marks run one at a time, and sweeps one at a time (each is a Spark application); a
-repository that fails stops none of the others. The clean run reads every commit and lists the whole namespace; the optimized run
-starts from the last swept run of the repository and reads only what is new (a clean run
-when there is none). The Spark master comes from the `spark_default` connection
-(`local[*]` without one); the lake from `branchwater_default`, whose KV URL reaches the job
-in its environment, never on its command line. Configured by params, never by editing this
-file.
+repository that fails stops none of the others. The clean run reads every commit and lists
+the whole namespace; the optimized run starts from the last swept run of the repository
+and reads only what is new (a clean run when there is none). The Spark master comes from
+the `spark_default` connection (`local[*]` without one); the lake from
+`branchwater_default`, whose KV URL reaches the job in its environment, never on its
+command line. Configured by params, never by editing this file.
 """
 
 from __future__ import annotations
