@@ -9,7 +9,9 @@ is skipped. Reads of a compacted branch stop paying for its staged tombstones; H
 uncommitted changes are unchanged.
 
 Configured by params (`repositories`, `max_tombstones`, `max_sealed_tokens`) and the
-`branchwater_default` connection, never by editing this file.
+`branchwater_default` connection, never by editing this file. Templates render as native
+values: the thresholds are numbers in the rendered fields, where Airflow would mask a
+string whose key names a token (`max_sealed_tokens`) as a secret.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ def compaction(repository: str, branch: str) -> None:
     max_active_runs=1,
     tags=["branchwater", "maintenance"],
     doc_md=__doc__,
+    render_template_as_native_obj=True,
     params={
         "repositories": Param(
             [],
