@@ -148,6 +148,9 @@ class StackConfig:
     spark_worker_cores: int = 2
     spark_worker_memory: str = "2g"
     parallelism: int = 8
+    scheduled_runs: bool = True
+    """Whether the scheduler makes the DAGs' scheduled runs (the tests, which trigger each
+    run they check, turn them off: the first run of an unpaused DAG would go ahead)."""
 
     def with_ports(self, ports: Ports) -> StackConfig:
         return replace(self, ports=ports)
@@ -253,6 +256,7 @@ def airflow_environment(config: StackConfig, place: Placement, secrets: Secrets)
         "AIRFLOW__LOGGING__BASE_LOG_FOLDER": f"{home}/logs",
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
         "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+        "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": str(config.scheduled_runs),
         **spark_environment(place),
     }
     for conn_id, conn in connections(config, place, secrets).items():

@@ -350,17 +350,6 @@ class AirflowClient:
     def unpause(self, dag_id: str) -> None:
         self.request("PATCH", f"/dags/{dag_id}", json={"is_paused": False})
 
-    def first_run(self, dag_id: str, timeout: float) -> str:
-        """The id of `dag_id`'s first run, once the scheduler has made one."""
-        deadline = time.monotonic() + timeout
-        while True:
-            runs = self.request("GET", f"/dags/{dag_id}/dagRuns")["dag_runs"]
-            if runs:
-                return str(runs[0]["dag_run_id"])
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the scheduler made no run of {dag_id} in {timeout:.0f} s")
-            time.sleep(1)
-
     def trigger(self, dag_id: str, conf: dict[str, Any]) -> str:
         run = self.request(
             "POST", f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf}
