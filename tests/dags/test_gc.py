@@ -4,9 +4,9 @@ is defined), the gate and the report read what the job saved.
 
 Each `spark-submit` starts a JVM, so this file runs one such run, a dry one: two
 repositories on PostgreSQL, one whose gate fails and one whose gate passes, with a KV
-password that must stay hidden.
-The happy path (a clean run and an optimized run of every repository, each with its sweep)
-is the main job's (tests/demo), and a dry run the stack's (tests/stack)."""
+password that must stay hidden. The happy path (a clean run and an optimized run of every
+repository, each with its sweep) is the main job's (tests/demo), and a dry run the stack's
+(tests/stack)."""
 
 from __future__ import annotations
 
