@@ -41,7 +41,9 @@ from branchwater.plugin.operators import (
 )
 
 REPOSITORY_NAME = "^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$"
-RUN_ID = "{{ ti.xcom_pull(task_ids='collect.prepare', map_indexes=ti.map_index)['run_id'] }}"
+GROUP = "collect"
+"""The task group mapped over the repositories."""
+RUN_ID = f"{{{{ ti.xcom_pull(task_ids='{GROUP}.prepare', map_indexes=ti.map_index)['run_id'] }}}}"
 """The GC run of this repository: its prepare task's run id."""
 SPARK_JOBS_AT_ONCE = 1
 """How many marks, and how many sweeps, of one DAG run go at once: each is a Spark
@@ -85,7 +87,7 @@ def repositories(params: dict[str, Any]) -> list[str]:
 def gc_dag(dag_id: str, mode: str, schedule: str, doc: str) -> DAG:
     """One GC DAG; the clean and optimized ones differ only by the job's mode and schedule."""
 
-    @task_group
+    @task_group(group_id=GROUP)
     def collect(repository: str) -> None:
         """One repository's GC run."""
         (
