@@ -279,6 +279,7 @@ def wait_for(condition: Callable[[], bool], what: str, process: subprocess.Popen
         time.sleep(0.01)
 
 
+@pytest.mark.usefixtures("spark_submit_conf")
 def test_a_sweep_killed_midway_finishes_when_run_again_with_its_mark_id(
     local_gc: GCLake, tmp_path: Path
 ) -> None:
