@@ -21,6 +21,7 @@ from typing import Any
 
 from airflow.sdk import Param, dag, task, task_group
 
+from branchwater.engine import REPOSITORY_NAME_PATTERN
 from branchwater.plugin.hooks import BranchwaterHook
 from branchwater.plugin.operators import BranchwaterCompactOperator
 from branchwater.plugin.sensors import BranchwaterCompactionSensor
@@ -83,7 +84,7 @@ def compaction(repository: str, branch: str) -> None:
         "repositories": Param(
             [],
             type="array",
-            items={"type": "string"},
+            items={"type": "string", "pattern": REPOSITORY_NAME_PATTERN},
             description="Repositories whose branches are checked; empty: every repository",
         ),
         "max_tombstones": Param(

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Param, dag, task, task_group
 
-from branchwater.engine import AlreadyExists, NotFound
+from branchwater.engine import REPOSITORY_NAME_PATTERN, AlreadyExists, NotFound
 from branchwater.plugin.hooks import BranchwaterHook
 from branchwater.plugin.operators import (
     BranchwaterCommitOperator,
@@ -205,9 +205,7 @@ def report(params: dict[str, Any]) -> dict[str, Any]:
     tags=["branchwater", "example"],
     doc_md=__doc__,
     params={
-        "repository": Param(
-            "etl-example", type="string", pattern="^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$"
-        ),
+        "repository": Param("etl-example", type="string", pattern=REPOSITORY_NAME_PATTERN),
         "partitions": Param(
             ["north", "south"],
             type="array",

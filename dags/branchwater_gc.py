@@ -31,6 +31,7 @@ from typing import Any
 
 from airflow.sdk import DAG, Param, task, task_group
 
+from branchwater.engine import REPOSITORY_NAME_PATTERN
 from branchwater.plugin.hooks import BranchwaterHook
 from branchwater.plugin.operators import (
     BranchwaterGCGateOperator,
@@ -40,7 +41,6 @@ from branchwater.plugin.operators import (
     BranchwaterPrepareUncommittedOperator,
 )
 
-REPOSITORY_NAME = "^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$"
 GROUP = "collect"
 """The task group mapped over the repositories."""
 RUN_ID = f"{{{{ ti.xcom_pull(task_ids='{GROUP}.prepare', map_indexes=ti.map_index)['run_id'] }}}}"
@@ -52,7 +52,7 @@ PARAMS = {
     "repositories": Param(
         [],
         type="array",
-        items={"type": "string", "pattern": REPOSITORY_NAME},
+        items={"type": "string", "pattern": REPOSITORY_NAME_PATTERN},
         description="The repositories to collect; empty: every repository of the lake",
     ),
     "min_age": Param(

@@ -58,6 +58,7 @@ _LAZY = {
     "open_object_store": "branchwater.engine.objects",
     "slice_created": "branchwater.engine.gc.addresses",
     "DATA_ADDRESS_PATTERN": "branchwater.engine.gc.addresses",
+    "REPOSITORY_NAME_PATTERN": "branchwater.engine.graveler.names",
     "human_size": "branchwater.engine.cli.output",
     "timestamp": "branchwater.engine.cli.output",
 }

@@ -6,7 +6,9 @@ import re
 
 from branchwater.engine.errors import InvalidName
 
-_REPOSITORY = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
+REPOSITORY_NAME_PATTERN = "^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$"
+"""What a repository name matches (also the DAGs' params' JSON-schema `pattern`)."""
+_REPOSITORY = re.compile(REPOSITORY_NAME_PATTERN)
 _REF_FORBIDDEN = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]")
 
 

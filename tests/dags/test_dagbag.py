@@ -82,3 +82,36 @@ def test_every_dag_file_parses_quickly_without_touching_a_store(
     }
     slow = {name: seconds for name, seconds in timings.items() if seconds > PARSE_SECONDS}
     assert slow == {}
+
+
+@pytest.mark.parametrize("name", ["ab", "Sales", "-sales", "sales_2024", "a" * 64])
+def test_every_dags_repository_params_refuse_what_the_engine_refuses(name: str) -> None:
+    """A bad repository name in a run's conf fails the trigger, not a task of the run."""
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.sdk.definitions.param import ParamValidationError
+
+    from branchwater.engine import InvalidName
+    from branchwater.engine.graveler.names import check_repository_name
+
+    with pytest.raises(InvalidName):
+        check_repository_name(name)
+    bag = DagBag(dag_folder=DAGS_FOLDER)
+    checked = set()
+    for dag in bag.dags.values():
+        for key, good, bad in (
+            ("repository", "sales", name),
+            ("repositories", ["sales", "etl-example"], [name]),
+        ):
+            if key not in dag.params:
+                continue
+            param = dag.params.get_param(key)
+            assert param.resolve(good) == good
+            with pytest.raises(ParamValidationError):
+                param.resolve(bad)
+            checked.add(dag.dag_id)
+    assert checked == {
+        "branchwater_example_etl",
+        "branchwater_compaction_check",
+        "branchwater_gc_clean",
+        "branchwater_gc_optimized",
+    }
