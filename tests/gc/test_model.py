@@ -12,32 +12,28 @@ path whose content did not change.
 
 from __future__ import annotations
 
-import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from branchwater.engine import Lake, NoChanges
-from branchwater.engine.api import Branch, Repository
+from branchwater.engine import Lake
+from branchwater.engine.api import Repository
 from tests.fixtures.s3 import S3Server
-from tests.gc_model import BranchModel, settle
-from tests.helpers import compact, run_rows, unique_name
+from tests.gc_model import BranchModel, BranchSteps, LakeModel
+from tests.helpers import run_rows, unique_name
 
 PATHS = [f"t/{name}" for name in "abcdefghij"]
 
 
 @dataclass
-class Model:
-    branches: dict[str, BranchModel] = field(default_factory=lambda: {"main": BranchModel()})
+class Model(LakeModel):
     copies: set[tuple[str, str]] = field(default_factory=set)
-    content: dict[str, str] = field(default_factory=dict)
-    """The content each address holds, by label."""
 
     def shows(self, branch: BranchModel, path: str, content: str) -> bool:
         address = branch.view().get(path)
-        return address is not None and self.content[address] == content
+        return address is not None and self.labels[address] == content
 
     def expected(self) -> set[tuple[str, str, bool]]:
         """(address, branch, is a copy record) of everything a run must hold."""
@@ -49,21 +45,14 @@ class Model:
         return found | {(address, name, True) for address, name in self.copies}
 
 
-class History:
+class History(BranchSteps[Model]):
     """Applies random operations to the lake and the model alike."""
 
     def __init__(self, repo: Repository, seed: int) -> None:
-        self.repo = repo
-        self.random = random.Random(seed)
-        self.model = Model()
-        self.created = 0
-
-    def branch(self) -> tuple[str, Branch, BranchModel]:
-        name = self.random.choice(sorted(self.model.branches))
-        return name, self.repo.branch(name), self.model.branches[name]
+        super().__init__(repo, seed, Model())
 
     def step(self) -> None:
-        weighted = {
+        weighted: dict[Callable[[], object], int] = {
             self.write: 10,
             self.delete: 4,
             self.commit: 2,
@@ -85,53 +74,8 @@ class History:
         if unchanged:
             assert address == model.view()[path]
             return
-        self.model.content[address] = path
+        self.model.labels[address] = path
         model.staged[path] = address
-
-    def delete(self) -> None:
-        _, branch, model = self.branch()
-        visible = sorted(model.view())
-        if not visible:
-            return
-        path = self.random.choice(visible)
-        branch.delete(path)
-        if path in model.base():
-            model.staged[path] = None
-        else:
-            del model.staged[path]
-
-    def commit(self) -> None:
-        _, branch, model = self.branch()
-        head = settle(model.head, model.view(), self.model.content)
-        try:
-            branch.commit("step")
-        except NoChanges:
-            assert head == model.head
-        model.head, model.staged, model.compacted = head, {}, None
-
-    def compact(self) -> None:
-        name, _, model = self.branch()
-        compact(self.repo, name)
-        model.compacted = settle(model.base(), model.view(), self.model.content)
-        model.staged = {}
-
-    def reset(self) -> None:
-        _, branch, model = self.branch()
-        branch.reset()
-        model.staged, model.compacted = {}, None
-
-    def create(self) -> None:
-        source, _, model = self.branch()
-        self.created += 1
-        name = f"b{self.created}"
-        self.repo.create_branch(name, source=source)
-        self.model.branches[name] = BranchModel(head=dict(model.head))
-
-    def drop(self) -> None:
-        name, _, _ = self.branch()
-        if name != "main":
-            self.repo.delete_branch(name)
-            del self.model.branches[name]
 
     def copy(self) -> None:
         name, branch, model = self.branch()
@@ -140,7 +84,7 @@ class History:
             return
         src = self.random.choice(sorted(view))
         dst = self.random.choice(PATHS)
-        content = self.model.content[view[src]]
+        content = self.model.labels[view[src]]
         unchanged = self.model.shows(model, dst, content)
         copied = branch.copy(src, dst)
         if unchanged:
@@ -150,7 +94,7 @@ class History:
         assert (copied.address == view[src]) == shallow
         if shallow:
             self.model.copies.add((view[src], name))
-        self.model.content[copied.address] = content
+        self.model.labels[copied.address] = content
         model.staged[dst] = copied.address
 
     def link(self) -> None:
@@ -164,7 +108,7 @@ class History:
         if unchanged:
             assert linked.address == model.view()[path]
             return
-        self.model.content[physical.address] = "linked"
+        self.model.labels[physical.address] = "linked"
         model.staged[path] = physical.address
 
 

@@ -17,18 +17,17 @@ carried and pending sets are exercised, not just their new ranges and slices.
 from __future__ import annotations
 
 import hashlib
-import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from branchwater.engine import Conflict, GCSettings, NoChanges
-from branchwater.engine.api import Branch
 from branchwater.spark_jobs.gc import committed, runs
-from tests.gc_model import BranchModel, settle
-from tests.helpers import FakeClock, GCLake, compact, use_clock
+from tests.gc_model import BranchSteps, Chosen, LakeModel
+from tests.helpers import FakeClock, GCLake, use_clock
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -39,35 +38,29 @@ S3_MIN_AGE = timedelta(seconds=3)
 
 
 @dataclass
-class Model:
-    branches: dict[str, BranchModel] = field(default_factory=lambda: {"main": BranchModel()})
+class Model(LakeModel):
     committed: set[str] = field(default_factory=set)
     copied: set[str] = field(default_factory=set)
     written: set[str] = field(default_factory=set)
-    labels: dict[str, str] = field(default_factory=dict)
-    """The content each address holds."""
 
     def referenced(self) -> set[str]:
         uncommitted = {a for b in self.branches.values() for a in b.uncommitted()}
         return self.committed | uncommitted | self.copied
 
 
-class History:
+class History(BranchSteps[Model]):
     """Applies random operations to the lake and to the model alike."""
 
     def __init__(self, gc: GCLake, seed: int) -> None:
+        super().__init__(gc.repo, seed, Model())
         self.gc = gc
-        self.repo = gc.repo
         self.clock = FakeClock(datetime.now(UTC))
         self.settings = GCSettings()
         use_clock(gc.lake, self.clock, self.settings)
-        self.random = random.Random(seed)
-        self.model = Model()
-        self.created = 0
         self.contents = 0
 
     def steps(self, count: int) -> None:
-        weighted = {
+        weighted: dict[Callable[[], object], int] = {
             self.write: 10,
             self.delete: 4,
             self.commit: 3,
@@ -84,15 +77,11 @@ class History:
         for _ in range(count):
             self.random.choices(list(weighted), weights=list(weighted.values()))[0]()
 
-    def branch(self) -> tuple[str, Branch, BranchModel]:
-        name = self.random.choice(sorted(self.model.branches))
-        return name, self.repo.branch(name), self.model.branches[name]
-
     def content(self) -> bytes:
         self.contents += 1
         return f"content {self.contents}".encode()
 
-    def write(self, chosen: tuple[str, Branch, BranchModel] | None = None) -> None:
+    def write(self, chosen: Chosen | None = None) -> None:
         _, branch, model = chosen or self.branch()
         path = self.random.choice(PATHS)
         data = self.content()
@@ -101,27 +90,10 @@ class History:
         self.model.written.add(address)
         self.model.labels[address] = data.decode()
 
-    def delete(self) -> None:
-        _, branch, model = self.branch()
-        visible = sorted(model.view())
-        if not visible:
-            return
-        path = self.random.choice(visible)
-        branch.delete(path)
-        if path in model.base():
-            model.staged[path] = None
-        else:
-            del model.staged[path]
-
-    def commit(self, chosen: tuple[str, Branch, BranchModel] | None = None) -> None:
-        _, branch, model = chosen or self.branch()
-        head = settle(model.head, model.view(), self.model.labels)
-        try:
-            branch.commit("step")
-        except NoChanges:
-            assert head == model.head
-        model.head, model.staged, model.compacted = head, {}, None
+    def commit(self, chosen: Chosen | None = None) -> dict[str, str]:
+        head = super().commit(chosen)
         self.model.committed |= set(head.values())
+        return head
 
     def merge(self) -> None:
         """Into a clean branch only (merge refuses a dirty one). The merged tree is read back
@@ -138,30 +110,6 @@ class History:
         merged = {e.path: e.address for e in self.repo.ref(destination).list()}
         assert set(merged.values()) <= self.model.committed
         model.head = merged
-
-    def compact(self) -> None:
-        name, _, model = self.branch()
-        compact(self.repo, name)
-        model.compacted = settle(model.base(), model.view(), self.model.labels)
-        model.staged = {}
-
-    def reset(self) -> None:
-        _, branch, model = self.branch()
-        branch.reset()
-        model.staged, model.compacted = {}, None
-
-    def create(self) -> None:
-        source, _, model = self.branch()
-        self.created += 1
-        name = f"b{self.created}"
-        self.repo.create_branch(name, source=source)
-        self.model.branches[name] = BranchModel(head=dict(model.head))
-
-    def drop(self) -> None:
-        name, _, _ = self.branch()
-        if name != "main":
-            self.repo.delete_branch(name)
-            del self.model.branches[name]
 
     def copy(self) -> None:
         _, branch, model = self.branch()
