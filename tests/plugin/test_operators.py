@@ -273,6 +273,16 @@ def test_retries_after_a_try_did_the_work_succeed_with_its_result(
     assert main.read("r.csv") == b"r"
 
 
+def diverge(repo: Repository) -> None:
+    """`feature` and `main`, each one commit past where `feature` was branched."""
+    feature = repo.create_branch("feature")
+    feature.upload("f.csv", b"f")
+    feature.commit("f")
+    main = repo.branch("main")
+    main.upload("m.csv", b"m")
+    main.commit("m")
+
+
 def a_lost_race(repo: Repository, source: str, into: str) -> MergeRaceLost:
     """The error a merge of `source` into `into` raises when it lost every race: its hint
     names the merged metarange and the commit it was merged onto, `<metarange>@<commit>`.
@@ -304,13 +314,9 @@ def test_a_merge_retry_resumes_from_the_hint_of_the_try_that_lost(
     repo: Repository,
     capfd: pytest.CaptureFixture[str],
 ) -> None:
-    feature = repo.create_branch("feature")
-    feature.upload("f.csv", b"f")
-    feature.commit("f")
-    main = repo.branch("main")
-    main.upload("m.csv", b"m")
-    main.commit("m")
+    diverge(repo)
     LosesTheFirstRace.race = a_lost_race(repo, "feature", "main")
+    main = repo.branch("main")
     main.upload("late.csv", b"late")
     late = main.commit("late, after the lost race")
     with DAG("bw_merge_hint", schedule=None) as dag:
@@ -325,18 +331,14 @@ def test_a_merge_retry_resumes_from_the_hint_of_the_try_that_lost(
     assert "Resuming the merge of the last try from its hint" in capfd.readouterr().out
     assert result.value("merge", ATTEMPTS_KEY) == 1
     merged = main.head()
-    assert merged.parents == (late.id, feature.commit_id)
+    assert merged.parents == (late.id, repo.branch("feature").commit_id)
     assert {e.path for e in main.list()} == {"base.csv", "f.csv", "m.csv", "late.csv"}
 
 
 def test_a_merge_that_keeps_losing_fails_with_its_hint_in_xcom(
     run_dag: RunDag, lake_conn: LakeConnection, repo: Repository
 ) -> None:
-    feature = repo.create_branch("feature")
-    feature.upload("f.csv", b"f")
-    feature.commit("f")
-    repo.branch("main").upload("m.csv", b"m")
-    repo.branch("main").commit("m")
+    diverge(repo)
     LosesTheFirstRace.race = a_lost_race(repo, "feature", "main")
     with DAG("bw_merge_lost", schedule=None) as dag:
         LosesTheFirstRace(task_id="merge", repository=repo.name, source_ref="feature")
@@ -363,11 +365,7 @@ def test_a_hint_is_not_used_once_the_source_moved(
     repo: Repository,
     capfd: pytest.CaptureFixture[str],
 ) -> None:
-    feature = repo.create_branch("feature")
-    feature.upload("f.csv", b"f")
-    feature.commit("f")
-    repo.branch("main").upload("m.csv", b"m")
-    repo.branch("main").commit("m")
+    diverge(repo)
     LosesWhileTheSourceMoves.race = a_lost_race(repo, "feature", "main")
     with DAG("bw_merge_moved", schedule=None) as dag:
         LosesWhileTheSourceMoves(
