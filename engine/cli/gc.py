@@ -142,10 +142,15 @@ def cmd_gc_run(lake: Lake, args: argparse.Namespace, out: Output) -> None:
 
     repo = lake.repository(args.repo)
     if args.sweep is not None:
-        from branchwater.spark_jobs.gc.runs import check_sweepable, read_summary
+        from branchwater.spark_jobs.gc.runs import check_sweepable, nothing_to_delete, read_summary
         from branchwater.spark_jobs.gc.storage import Namespace
 
-        check_sweepable(read_summary(Namespace.of(repo.storage_namespace), args.sweep))
+        mark = read_summary(Namespace.of(repo.storage_namespace), args.sweep)
+        check_sweepable(mark)
+        if nothing_to_delete(mark):
+            swept = _sweep_without_spark(args, kv_url(args.kv))
+            out.document(swept.to_json(), summary_text(swept))
+            return
     with tempfile.NamedTemporaryFile(prefix="branchwater-gc-", suffix=".log", delete=False) as log:
         code, events = _submit(submit_command(args), kv_url(args.kv), log, out)
     out.progress.done()
@@ -159,6 +164,16 @@ def cmd_gc_run(lake: Lake, args: argparse.Namespace, out: Output) -> None:
         failed = ", ".join(e.type for e in summary.failed_expectations())
         raise GateFailed(f"GC run {summary.run_id} failed its quality gate ({failed})")
     _raise_failure(events, code, log.name)
+
+
+def _sweep_without_spark(args: argparse.Namespace, kv_url: str) -> Any:
+    """The sweep of a mark with no candidates, here: no Spark application to wait for."""
+    from branchwater.spark_jobs.gc.config import JobConfig, parse_duration
+    from branchwater.spark_jobs.gc.job import sweep_without_spark
+
+    lock_ttl = parse_duration(args.lock_ttl) if args.lock_ttl is not None else None
+    config = JobConfig(kv_url, args.repo, sweep=args.sweep, lock_ttl=lock_ttl)
+    return sweep_without_spark(config)
 
 
 def _submit(

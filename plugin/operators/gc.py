@@ -295,8 +295,9 @@ class BranchwaterGCMarkOperator(BranchwaterGCJobOperator):
 class BranchwaterGCSweepOperator(BranchwaterGCJobOperator):
     """Sweep: delete what the mark `run_id` (templated) holds, only if its gate passed.
     A sweep that was interrupted resumes where it stopped. With `skip_sweep` true (templated: a
-    dry-run param's true or "true") the task is skipped and nothing is deleted. Returns the run's
-    figures (`summary_record`), `deleted` among them."""
+    dry-run param's true or "true") the task is skipped and nothing is deleted. A mark that
+    holds no candidates is recorded as swept by the task itself, without a Spark application.
+    Returns the run's figures (`summary_record`), `deleted` among them."""
 
     template_fields: Sequence[str] = (
         *BranchwaterGCJobOperator.template_fields,
@@ -318,7 +319,29 @@ class BranchwaterGCSweepOperator(BranchwaterGCJobOperator):
     def execute(self, context: Context) -> Any:
         if as_flag(self.skip_sweep):
             raise AirflowSkipException(f"dry run: GC run {self.sweep_run} is marked, not swept")
+        from branchwater.spark_jobs.gc.runs import nothing_to_delete
+
+        hook = BranchwaterHook(self.branchwater_conn_id)
+        try:
+            if nothing_to_delete(hook.gc_run(self.repository, self.sweep_run)):
+                return summary_record(self._sweep_here(hook))
+        finally:
+            hook.close()
         return super().execute(context)
+
+    def _sweep_here(self, hook: BranchwaterHook) -> RunSummary:
+        from branchwater.spark_jobs.gc.config import JobConfig
+        from branchwater.spark_jobs.gc.job import sweep_without_spark
+
+        self.log.info("GC run %s marked no candidates: sweeping it without Spark", self.sweep_run)
+        s3 = {key: value for key, value in (hook.s3_options() or {}).items() if value}
+        config = JobConfig(
+            kv_url=hook.settings.kv_url,
+            repository=self.repository,
+            sweep=self.sweep_run,
+            s3_options=s3,
+        )
+        return sweep_without_spark(config, lambda event: self.log.info("GC job: %s", event))
 
 
 class BranchwaterGCGateOperator(BranchwaterOperator):

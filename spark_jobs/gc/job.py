@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
+from functools import cached_property, partial
 from typing import Any
 
 import pyarrow as pa
@@ -69,14 +70,32 @@ def utc_now() -> datetime:
 
 
 class GCJob:
-    """One run of the job on a Spark session; `events` hears phases and the summary."""
+    """One run of the job on a Spark session, or on one a function starts when the run first
+    needs it (a sweep of a mark with no candidates needs none); `events` hears phases and the
+    summary."""
 
-    def __init__(self, spark: SparkSession, config: JobConfig, events: Events | None = None):
-        self.spark = spark
+    def __init__(
+        self,
+        spark: SparkSession | Callable[[], SparkSession],
+        config: JobConfig,
+        events: Events | None = None,
+    ):
+        self._session = spark
         self.config = config
         self.events = events or (lambda event: None)
-        self.partitions = config.partitions or 2 * spark.sparkContext.defaultParallelism
         self._phases: dict[str, float] = {}
+
+    @cached_property
+    def spark(self) -> SparkSession:
+        return self._session if isinstance(self._session, SparkSession) else self._session()
+
+    def started_session(self) -> SparkSession | None:
+        """The session, if the run needed one."""
+        return self.__dict__.get("spark")
+
+    @cached_property
+    def partitions(self) -> int:
+        return self.config.partitions or 2 * self.spark.sparkContext.defaultParallelism
 
     def run(self) -> RunSummary:
         with Lake.connect(self.config.kv_url, s3_options=dict(self.config.s3_options)) as lake:
@@ -342,11 +361,11 @@ class GCJob:
         runs.check_sweepable(summary)
         if lease is not None:
             lease.check()
+        candidates = summary.files.get(runs.CANDIDATES, [])
+        spark = self.spark if candidates else None
         try:
             with self.phase("sweep"):
-                recorded, per_slice = sweep(
-                    self.spark, ns, run_id, summary.files.get(runs.CANDIDATES, [])
-                )
+                recorded, per_slice = sweep(spark, ns, run_id, candidates) if spark else ([], [])
         except BaseException as exc:
             summary.error = f"sweep unfinished, run it again with --sweep {run_id}: {exc}"
             summary.phases = {**summary.phases, **self._phases}
@@ -451,12 +470,20 @@ def _environment_value(name: str) -> str:
     return value
 
 
-def main(argv: list[str] | None = None) -> int:
-    try:
-        config = parse_args(sys.argv[1:] if argv is None else argv)
-    except BranchwaterError as exc:
-        emit({"event": "error", "message": str(exc), "kind": type(exc).__name__})
-        return 1
+def sweep_without_spark(config: JobConfig, events: Events | None = None) -> RunSummary:
+    """Sweep the mark `config.sweep` in this process, when it holds no candidates: there is
+    nothing to delete, so no Spark application is started, and the run is recorded as swept
+    (a base for the next optimized run) under the repository's GC run lease, as on Spark."""
+
+    def no_session() -> SparkSession:
+        raise InvalidArgument(f"GC run {config.sweep} has candidates: sweep it on Spark")
+
+    if config.sweep is None:
+        raise InvalidArgument("only a sweep of a saved mark runs without Spark")
+    return GCJob(no_session, config, events).run()
+
+
+def start_session(config: JobConfig) -> SparkSession:
     spark = (
         SparkSession.builder.appName(f"branchwater-gc-{config.repository}")
         .config("spark.sql.session.timeZone", "UTC")
@@ -465,11 +492,23 @@ def main(argv: list[str] | None = None) -> int:
     spark.sparkContext.setLogLevel("WARN")
     if not spark.sparkContext.getConf().contains(SHUFFLE_PARTITIONS):
         spark.conf.set(SHUFFLE_PARTITIONS, str(4 * spark.sparkContext.defaultParallelism))
+    return spark
+
+
+def main(argv: list[str] | None = None) -> int:
     try:
-        summary = GCJob(spark, config, emit).run()
+        config = parse_args(sys.argv[1:] if argv is None else argv)
+    except BranchwaterError as exc:
+        emit({"event": "error", "message": str(exc), "kind": type(exc).__name__})
+        return 1
+    job = GCJob(partial(start_session, config), config, emit)
+    try:
+        summary = job.run()
     except BranchwaterError as exc:
         emit({"event": "error", "message": str(exc), "kind": type(exc).__name__})
         return 1
     finally:
-        spark.stop()
+        spark = job.started_session()
+        if spark is not None:
+            spark.stop()
     return 0 if summary.gate_success else 1

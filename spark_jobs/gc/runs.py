@@ -222,6 +222,12 @@ def latest_base(ns: Namespace, repository_id: str) -> RunSummary | None:
     return None
 
 
+def nothing_to_delete(summary: RunSummary) -> bool:
+    """The mark holds no candidates files: its sweep deletes nothing and needs no Spark (and
+    one that cannot be swept is refused all the same)."""
+    return not summary.files.get(CANDIDATES)
+
+
 def check_sweepable(summary: RunSummary) -> None:
     """Refuse a mark that did not finish, or whose gate failed."""
     if summary.status not in (MARKED, SWEPT, GATE_FAILED):

@@ -52,8 +52,6 @@ def sweep(
     for key in candidate_keys:
         if not key.startswith(f"{prefix}{CANDIDATES}/"):
             raise InvalidArgument(f"{key!r} is not a candidates file of GC run {run_id!r}")
-    if not candidate_keys:
-        return [], []
     with executor_errors(f"sweep of GC run {run_id}"):
         _refuse_malformed(spark, ns, candidate_keys)
         files = parallel_frame(spark, candidate_keys, "key")

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import pytest
 
+from branchwater.spark_jobs.gc.config import JobConfig
+from branchwater.spark_jobs.gc.job import GCJob
 from tests.helpers import Bw, CliLake, assert_user_error, local_file, make_repo, ok
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.usefixtures("spark_submit_conf")]
 
@@ -41,3 +48,23 @@ def test_gc_run_submits_the_job_shows_the_gate_and_sweeps(bw: Bw, lake: CliLake)
     explained = ok(bw("gc", "explain", "sales", dropped)).out
     assert f"deleted by GC run {summary['run_id']}" in explained
     assert_user_error(bw("gc", "explain", "sales", "tables/a.csv"), 1, "not a data address")
+
+
+def test_gc_run_sweeps_a_mark_with_nothing_to_delete_without_spark(
+    bw: Bw, lake: CliLake, spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No `spark-submit` is within reach: the sweep runs in the CLI's own process."""
+    make_repo(bw, lake)
+    ok(bw("upload", "sales", "main", "a.csv", local_file(lake, "a.csv", b"1")))
+    ok(bw("commit", "sales", "main", "-m", "a"))
+    config = JobConfig(lake.kv, "sales", dry_run=True, min_age=timedelta(0))
+    mark = GCJob(spark, config).run()
+    monkeypatch.setenv("SPARK_HOME", str(lake.root / "no-spark-here"))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+
+    swept = json.loads(ok(bw("gc", "run", "sales", "--sweep", mark.run_id, "--json")).out)
+
+    assert (swept["run_id"], swept["status"]) == (mark.run_id, "swept")
+    assert swept["counts"]["deleted"] == {"objects": 0, "bytes": 0}
+    again = ok(bw("gc", "run", "sales", "--sweep", mark.run_id)).out
+    assert f"GC run {mark.run_id} (clean) of sales: swept" in again

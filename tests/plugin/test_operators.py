@@ -18,6 +18,7 @@ from branchwater.plugin.operators import (
     BranchwaterCreateBranchOperator,
     BranchwaterDeleteBranchOperator,
     BranchwaterGCMarkOperator,
+    BranchwaterGCSweepOperator,
     BranchwaterMergeOperator,
     BranchwaterPrepareUncommittedOperator,
     BranchwaterTagOperator,
@@ -25,10 +26,13 @@ from branchwater.plugin.operators import (
 )
 from branchwater.plugin.operators.base import Lineage, LineageDataset
 from branchwater.plugin.operators.commits import ATTEMPTS_KEY, HINT_KEY
+from branchwater.spark_jobs.gc.config import JobConfig
+from branchwater.spark_jobs.gc.job import GCJob
 from tests.plugin.conftest import LINK_TEMPLATE, LakeConnection, RunDag, set_connection
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+    from pyspark.sql import SparkSession
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 
@@ -479,6 +483,30 @@ def test_the_gc_job_refuses_a_master_that_would_show_the_kv_url_on_its_command_l
     assert result.states == {"mark": "failed"}
     output = capfd.readouterr().out
     assert "Spark master 'yarn': spark-submit would put the GC job's environment" in output
+    assert "Spark-Submit cmd" not in output
+
+
+@pytest.mark.spark
+def test_a_sweep_of_a_mark_with_no_candidates_starts_no_spark_application(
+    run_dag: RunDag,
+    lake_conn: LakeConnection,
+    repo: Repository,
+    spark: SparkSession,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    config = JobConfig(lake_conn.kv_url, repo.name, dry_run=True, min_age=timedelta(0))
+    mark = GCJob(spark, config).run()
+    assert mark.volume("candidates").objects == 0
+    with DAG("bw_gc_sweep_nothing", schedule=None) as dag:
+        BranchwaterGCSweepOperator(task_id="sweep", repository=repo.name, run_id=mark.run_id)
+
+    result = run_dag(dag)
+
+    assert result.states == {"sweep": "success"}
+    swept = result.value("sweep")
+    assert (swept["run_id"], swept["status"], swept["deleted"]) == (mark.run_id, "swept", 0)
+    output = capfd.readouterr().out
+    assert f"GC run {mark.run_id} marked no candidates: sweeping it without Spark" in output
     assert "Spark-Submit cmd" not in output
 
 

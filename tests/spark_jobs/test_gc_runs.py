@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from branchwater.engine import GateFailed, NotFound
+from branchwater.engine import GateFailed, InvalidArgument, NotFound
 from branchwater.engine.gc.addresses import AddressAllocator
 from branchwater.spark_jobs.gc import runs
+from branchwater.spark_jobs.gc.config import JobConfig
+from branchwater.spark_jobs.gc.job import sweep_without_spark
 from branchwater.spark_jobs.gc.storage import Namespace
 from tests.helpers import FakeClock, GCLake, use_clock
 
@@ -122,6 +124,34 @@ def test_a_dry_run_marks_and_a_sweep_of_its_mark_deletes(local_gc: GCLake) -> No
     assert swept.run_id == mark.run_id and swept.status == runs.SWEPT
     assert set(local_gc.data_objects()) == keep
     assert swept.volume("deleted").objects == len(garbage)
+
+
+def test_a_mark_with_no_candidates_is_swept_without_spark(local_gc: GCLake) -> None:
+    """Nothing to delete: the sweep starts no session, and the run becomes a base for the
+    next optimized run as a sweep on Spark would make it; a mark with candidates is refused
+    there and stays as it was."""
+    main = local_gc.repo.branch("main")
+    main.upload("a", b"one")
+    main.commit("one")
+    empty = local_gc.run(dry_run=True)
+    assert empty.volume("candidates").objects == 0 and runs.nothing_to_delete(empty)
+    config = JobConfig(local_gc.kv_url, local_gc.repo.name, sweep=empty.run_id)
+
+    swept = sweep_without_spark(config)
+
+    assert swept.status == runs.SWEPT and swept.volume("deleted").objects == 0
+    ns = Namespace.of(local_gc.repo.storage_namespace)
+    assert runs.read_summary(ns, empty.run_id).status == runs.SWEPT
+    assert local_gc.run(mode="optimized", dry_run=True).base_run == empty.run_id
+
+    garbage = set(local_gc.put_garbage(2))
+    marked = local_gc.run(dry_run=True)
+    assert not runs.nothing_to_delete(marked)
+    with pytest.raises(InvalidArgument, match="has candidates: sweep it on Spark"):
+        sweep_without_spark(JobConfig(local_gc.kv_url, local_gc.repo.name, sweep=marked.run_id))
+    assert garbage <= set(local_gc.data_objects())
+    unswept = runs.read_summary(ns, marked.run_id)
+    assert (unswept.status, unswept.error) == (runs.MARKED, None)
 
 
 def test_a_failed_gate_deletes_nothing_and_its_mark_cannot_be_swept(local_gc: GCLake) -> None:
