@@ -87,7 +87,7 @@ class GCJob:
 
     @cached_property
     def spark(self) -> SparkSession:
-        return self._session if isinstance(self._session, SparkSession) else self._session()
+        return self._session() if callable(self._session) else self._session
 
     def started_session(self) -> SparkSession | None:
         """The session, if the run needed one."""
