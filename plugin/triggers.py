@@ -52,18 +52,13 @@ async def poll(check: Callable[[], T | None], interval: float) -> T:
         await asyncio.sleep(interval)
 
 
-def classpath(trigger: BaseTrigger) -> str:
+def classpath(trigger: object) -> str:
     return f"{type(trigger).__module__}.{type(trigger).__qualname__}"
 
 
-class BranchwaterBranchTrigger(BaseTrigger):
-    """A deferred sensor's wait on a branch: fires once `check` finds what it waits for.
-
-    The event's payload is `{"status": "success", **found}`, or `{"status": "error",
-    "message": ...}` when the wait failed (unknown repository or branch, missing connection),
-    so the deferred task, not the triggerer, reports the failure. Subclasses add their
-    arguments in `arguments` and answer `check` (run in a thread).
-    """
+class BranchPolling:
+    """What every Branchwater trigger polls (a branch, through a connection, every
+    `poll_interval` seconds), and how it is serialized; mixed into a trigger class."""
 
     def __init__(
         self,
@@ -90,6 +85,16 @@ class BranchwaterBranchTrigger(BaseTrigger):
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return classpath(self), self.arguments()
+
+
+class BranchwaterBranchTrigger(BranchPolling, BaseTrigger):
+    """A deferred sensor's wait on a branch: fires once `check` finds what it waits for.
+
+    The event's payload is `{"status": "success", **found}`, or `{"status": "error",
+    "message": ...}` when the wait failed (unknown repository or branch, missing connection),
+    so the deferred task, not the triggerer, reports the failure. Subclasses add their
+    arguments in `arguments` and answer `check` (run in a thread).
+    """
 
     def check(self, hook: BranchwaterHook) -> dict[str, Any] | None:
         """The event's payload once the wait is over, else None."""
@@ -138,7 +143,7 @@ class BranchwaterCompactionTrigger(BranchwaterBranchTrigger):
         return {"compaction": due} if due is not None else None
 
 
-class BranchwaterCommitEventTrigger(BaseEventTrigger):
+class BranchwaterCommitEventTrigger(BranchPolling, BaseEventTrigger):
     """An event for every new HEAD of `branch`, for an `AssetWatcher`.
 
     ```python
@@ -153,31 +158,6 @@ class BranchwaterCommitEventTrigger(BaseEventTrigger):
     down, and an event it was stopped right after is reported again (at least once). A
     trigger started afresh (or watching for several assets) starts from the current HEAD.
     """
-
-    def __init__(
-        self,
-        *,
-        repository: str,
-        branch: str,
-        branchwater_conn_id: str = DEFAULT_CONN_ID,
-        poll_interval: float = DEFAULT_POLL_INTERVAL,
-    ) -> None:
-        super().__init__()
-        self.repository = repository
-        self.branch = branch
-        self.branchwater_conn_id = branchwater_conn_id
-        self.poll_interval = poll_interval
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            classpath(self),
-            {
-                "repository": self.repository,
-                "branch": self.branch,
-                "branchwater_conn_id": self.branchwater_conn_id,
-                "poll_interval": self.poll_interval,
-            },
-        )
 
     @property
     def _state_key(self) -> str:
