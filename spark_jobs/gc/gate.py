@@ -163,6 +163,8 @@ def _spark_source() -> Any:
 
 
 def _candidate_checks(limits: GateLimits) -> list[Any]:
+    """GX's column checks skip nulls, so a candidate of unknown age would pass the age
+    check: it is expected to have an age first."""
     import great_expectations.expectations as gxe
 
     return [
@@ -170,6 +172,7 @@ def _candidate_checks(limits: GateLimits) -> list[Any]:
         gxe.ExpectColumnValuesToBeUnique(column="address"),
         gxe.ExpectColumnValuesToMatchRegex(column="address", regex=ADDRESS_PATTERN),
         gxe.ExpectColumnValuesToBeInSet(column="referenced", value_set=[False]),
+        gxe.ExpectColumnValuesToNotBeNull(column="age_seconds"),
         gxe.ExpectColumnValuesToBeBetween(column="age_seconds", min_value=limits.min_age_seconds),
         gxe.ExpectTableRowCountToBeBetween(min_value=0, max_value=limits.max_candidates),
     ]

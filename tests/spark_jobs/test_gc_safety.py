@@ -191,6 +191,29 @@ def test_a_mark_that_missed_a_committed_address_fails_the_gate_and_deletes_nothi
     assert list(local_gc.objects.list_objects(scratch)) == []
 
 
+def test_a_candidate_of_unknown_age_fails_the_gate_and_deletes_nothing(
+    local_gc: GCLake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GX's column checks skip nulls, so the age check alone would pass a candidate whose
+    modification time the mark lost."""
+    garbage = set(local_gc.put_garbage(2))
+    unknown = min(garbage)
+    real = job._gate_frame
+
+    def ageless(candidates: DataFrame, refs: list[DataFrame], start: datetime) -> DataFrame:
+        mtime = F.when(F.col("address") != unknown, F.col("mtime"))
+        return real(candidates.withColumn("mtime", mtime), refs, start)
+
+    monkeypatch.setattr(job, "_gate_frame", ageless)
+    summary = local_gc.run()
+
+    assert summary.status == runs.GATE_FAILED
+    [failed] = summary.failed_expectations()
+    assert failed.type == "expect_column_values_to_not_be_null"
+    assert failed.kwargs["column"] == "age_seconds" and failed.observed["unexpected_count"] == 1
+    assert garbage <= set(local_gc.data_objects())
+
+
 MALFORMED = ["s3://another-bucket/data/x", "/etc/passwd", "data/../_branchwater/ranges", "tables/a"]
 
 
