@@ -361,11 +361,12 @@ class GCJob:
         runs.check_sweepable(summary)
         if lease is not None:
             lease.check()
-        candidates = summary.files.get(runs.CANDIDATES, [])
-        spark = self.spark if candidates else None
+        spark = None if runs.nothing_to_delete(summary) else self.spark
         try:
             with self.phase("sweep"):
-                recorded, per_slice = sweep(spark, ns, run_id, candidates) if spark else ([], [])
+                recorded, per_slice = (
+                    sweep(spark, ns, run_id, summary.files[runs.CANDIDATES]) if spark else ([], [])
+                )
         except BaseException as exc:
             summary.error = f"sweep unfinished, run it again with --sweep {run_id}: {exc}"
             summary.phases = {**summary.phases, **self._phases}
