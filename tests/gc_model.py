@@ -95,9 +95,10 @@ class BranchSteps(Generic[M]):
             del model.staged[path]
 
     def commit(self, chosen: Chosen | None = None) -> dict[str, str]:
-        """Returns the new HEAD's tree."""
+        """Returns the new HEAD's tree: the view settled on the branch's base, its compacted
+        tree if it has one, as the engine applies the staging area to it."""
         _, branch, model = chosen or self.branch()
-        head = settle(model.head, model.view(), self.model.labels)
+        head = settle(model.base(), model.view(), self.model.labels)
         try:
             branch.commit("step")
         except NoChanges:

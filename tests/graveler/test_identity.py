@@ -133,6 +133,24 @@ def test_identical_rewrites_leave_the_metarange_of_the_real_changes(lake: Lake, 
     assert main.commit("real").metarange_id == other.commit("real").metarange_id
 
 
+def test_a_commit_keeps_the_compacted_object_of_a_path_deleted_and_written_again(
+    lake: Lake, repo
+) -> None:
+    """A compacted branch's base is its compacted tree: the same bytes deleted and written
+    again after the compaction are no change there, so the commit keeps the compacted object
+    and the new one is left to GC (HEAD, which lacks the path, is not what it compares with)."""
+    main = repo.branch("main")
+    compacted = main.upload("a", b"1")
+    main.compact()
+    main.delete("a")
+    again = main.upload("a", b"1")
+    assert again.address != compacted.address
+    assert main.stat("a").address == again.address
+    main.commit("a, deleted and written again")
+    assert main.stat("a").address == compacted.address
+    assert list(main.uncommitted()) == []
+
+
 def test_diff_ignores_a_rewrite_of_equal_content(lake: Lake, repo) -> None:
     main = repo.branch("main")
     main.upload("a", b"1")
