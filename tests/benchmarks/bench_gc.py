@@ -17,6 +17,10 @@ that warm the JVM.
 - `gc-vacuum`: the optimized run (with its sweep) against `deltalake`'s full
   `DeltaTable.vacuum` of a Delta table with as many files and the same share unreferenced, on
   the same disk. Target ≤ 1.
+- `gc-optimized-idle`: an optimized run with nothing written since its (swept) base run,
+  against a clean run of the same state: the least an optimized run costs at this size
+  (prepare, the previous run's sets, the gate), which no pruning of new ranges and slices
+  can lower.
 - `gc-scaling`: clean-run seconds at 1/4, 1/2 and 1 times the size, per million objects.
 - `gc-seed-projection`: the seed's bottom line (20M objects, 1K branches, 30K commits, 5M
   uncommitted, 1M stale; "about 3 hours") projected from this run's per-object costs:
@@ -395,6 +399,15 @@ def main(argv: list[str]) -> None:
             f"BENCH gc-vacuum ratio={optimized_swept_s / vacuum_s:.2f} "
             f"optimized_s={optimized_swept_s:.1f} vacuum_s={vacuum_s:.1f} "
             f"vacuum_deleted={vacuumed} files={objects}",
+            flush=True,
+        )
+        idle_s, idle = best(lambda: run_gc(spark, gen, mode="optimized"))
+        clean_idle_s, _ = best(lambda: run_gc(spark, gen))
+        print(
+            f"BENCH gc-optimized-idle ratio={idle_s / clean_idle_s:.2f} "
+            f"optimized_s={idle_s:.1f} clean_s={clean_idle_s:.1f} "
+            f"slices_read={idle.slices['read']} ranges_read={idle.ranges['ranges_read']} "
+            f"spark_jobs={idle.spark_jobs} phases={json.dumps(idle.phases)}",
             flush=True,
         )
         times = {1.0: clean_s}
