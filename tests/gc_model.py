@@ -95,10 +95,9 @@ class BranchSteps(Generic[M]):
             del model.staged[path]
 
     def commit(self, chosen: Chosen | None = None) -> dict[str, str]:
-        """Returns the new HEAD's tree: the view settled on the branch's base, its compacted
-        tree if it has one, as the engine applies the staging area to it."""
+        """Returns the new HEAD's tree: the view settled on HEAD, compacted or not."""
         _, branch, model = chosen or self.branch()
-        head = settle(model.base(), model.view(), self.model.labels)
+        head = settle(model.head, model.view(), self.model.labels)
         try:
             branch.commit("step")
         except NoChanges:
@@ -109,7 +108,7 @@ class BranchSteps(Generic[M]):
     def compact(self) -> None:
         name, _, model = self.branch()
         compact(self.repo, name)
-        model.compacted = settle(model.base(), model.view(), self.model.labels)
+        model.compacted = settle(model.head, model.view(), self.model.labels)
         model.staged = {}
 
     def reset(self) -> None:

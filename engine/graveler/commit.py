@@ -97,19 +97,21 @@ def apply_sealed(
     g: Graveler,
     repo: RepositoryRecord,
     base: str,
+    head: str,
     tokens: tuple[str, ...],
     progress: Progress | None = None,
 ) -> Applied:
-    """Apply staging tokens (newest first; the newest wins a path) on the metarange `base`:
-    the one path from staged rows to ranges, shared by commit and compaction. Staged values
-    go to Arrow undecoded, a batch at a time, so no entry becomes a Python object."""
+    """Apply staging tokens (newest first; the newest wins a path) on the metarange `base`,
+    judging identity against HEAD's metarange `head` (see `CommittedStore.apply_rows`): the
+    one path from staged rows to ranges, shared by commit and compaction. Staged values go
+    to Arrow undecoded, a batch at a time, so no entry becomes a Python object."""
     rows = g.staging.batches(tokens, STAGED_BATCH)
     batches: Iterable[pa.Table] = map(staged_rows, rows)
     if progress is not None:
         batches = reporting(batches, progress, PROGRESS_EVERY, size=_rows)
     tally = _Tally()
     committed = g.committed(repo)
-    metarange_id = committed.apply_rows(base, tally.count(batches))
+    metarange_id = committed.apply_rows(base, tally.count(batches), head)
     before = {info.range_id for info in committed.ranges(base)}
     after = [info.range_id for info in committed.ranges(metarange_id)]
     reused = sum(1 for range_id in after if range_id in before)
@@ -147,7 +149,7 @@ def _finish(
     *,
     progress: Progress | None = None,
 ) -> Commit:
-    built: tuple[tuple[str, tuple[str, ...]], str] | None = None
+    built: tuple[tuple[str, str, tuple[str, ...]], str] | None = None
     for _ in g.retry:
         branch, predicate = g.refs.get_branch(repo, branch_name)
         remaining = tuple(t for t in tokens if t in branch.sealed_tokens)
@@ -157,13 +159,13 @@ def _finish(
                 "already recorded these changes"
             )
         base = g.base_metarange(repo, branch)
-        if built is None or built[0] != (base, remaining):
+        parent = g.refs.get_commit(repo, branch.commit_id)
+        if built is None or built[0] != (base, parent.metarange_id, remaining):
             built = (
-                (base, remaining),
-                apply_sealed(g, repo, base, remaining, progress).metarange_id,
+                (base, parent.metarange_id, remaining),
+                apply_sealed(g, repo, base, parent.metarange_id, remaining, progress).metarange_id,
             )
         metarange_id = built[1]
-        parent = g.refs.get_commit(repo, branch.commit_id)
         rest = tuple(t for t in branch.sealed_tokens if t not in remaining)
         if metarange_id == parent.metarange_id and not allow_empty:
             if _clear(g, repo, branch, predicate, rest, remaining):

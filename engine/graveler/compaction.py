@@ -264,7 +264,8 @@ def compact(
     if isinstance(sealed, CompactionResult):
         return _counted(g, sealed)
     _reached(on_step, "sealed")
-    applied = apply_sealed(g, repo, g.base_metarange(repo, sealed), sealed.sealed_tokens)
+    head = g.refs.get_commit(repo, sealed.commit_id).metarange_id
+    applied = apply_sealed(g, repo, g.base_metarange(repo, sealed), head, sealed.sealed_tokens)
     _reached(on_step, "applied")
     if not _install(g, repo, sealed, applied):
         return _counted(g, _superseded(repo, sealed, applied, time.monotonic() - started))

@@ -268,10 +268,10 @@ def test_writer_is_not_blocked_while_a_commit_applies(lake: Lake, repo, monkeypa
     entered, release = threading.Event(), threading.Event()
     original_apply = committed.apply_rows
 
-    def slow_apply(base, changes):
+    def slow_apply(base, changes, head):
         entered.set()
         assert release.wait(10)
-        return original_apply(base, changes)
+        return original_apply(base, changes, head)
 
     monkeypatch.setattr(committed, "apply_rows", slow_apply)
     result: dict[str, object] = {}

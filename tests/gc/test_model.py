@@ -142,7 +142,7 @@ def s3_repo(tmp_path: Path, s3_server: S3Server, s3_bucket: str) -> Iterator[Rep
 
 @pytest.mark.parametrize("seed", [*range(6), 1030])
 def test_prepare_matches_the_model_on_the_local_store(local_repo: Repository, seed: int) -> None:
-    """Seed 1030 compacts a branch, deletes and writes again the same bytes, then commits."""
+    """Seed 1030 compacts a branch, deletes and writes the same bytes again, then commits."""
     play(local_repo, seed, steps=120, every=15)
 
 

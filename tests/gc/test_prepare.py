@@ -109,12 +109,12 @@ def test_compacted_entries_head_lacks_are_included(repo: Repository) -> None:
     assert sizes == {compacted.address: 7, staged.address: 3}
 
 
-def test_a_compacted_object_equal_in_content_to_heads_is_still_uncommitted(
+def test_a_path_written_back_to_heads_content_is_compacted_to_heads_object(
     repo: Repository,
 ) -> None:
-    """The compacted metarange may hold a path at another address than HEAD's with the same
-    content (rewritten back after a compaction changed it): the branch reads that object, so
-    GC must see it, though the user-facing diff calls the path unchanged."""
+    """Written back to HEAD's content after a compaction changed it, a path is compacted to
+    HEAD's object, as a commit would settle it: the rewritten object is then referenced by
+    nothing, and a prepare run does not hold it."""
     main = repo.branch("main")
     main.upload("p", b"L")
     main.commit("L")
@@ -122,10 +122,11 @@ def test_a_compacted_object_equal_in_content_to_heads_is_still_uncommitted(
     main.upload("p", b"M")
     compact(repo, "main")
     rewritten = main.upload("p", b"L").address
+    assert rewritten != committed
     compact(repo, "main")
-    assert main.stat("p").address == rewritten != committed
+    assert main.stat("p").address == committed
     assert list(main.uncommitted()) == []
-    assert rewritten in run_addresses(repo, repo.prepare_uncommitted_for_gc())
+    assert rewritten not in run_addresses(repo, repo.prepare_uncommitted_for_gc())
 
 
 def test_a_copy_made_during_a_run_keeps_its_source_alive(

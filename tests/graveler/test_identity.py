@@ -133,22 +133,34 @@ def test_identical_rewrites_leave_the_metarange_of_the_real_changes(lake: Lake, 
     assert main.commit("real").metarange_id == other.commit("real").metarange_id
 
 
-def test_a_commit_keeps_the_compacted_object_of_a_path_deleted_and_written_again(
-    lake: Lake, repo
-) -> None:
-    """A compacted branch's base is its compacted tree: the same bytes deleted and written
-    again after the compaction are no change there, so the commit keeps the compacted object
-    and the new one is left to GC (HEAD, which lacks the path, is not what it compares with)."""
+def test_a_commit_after_a_compaction_takes_the_object_the_branch_shows(lake: Lake, repo) -> None:
+    """The same bytes deleted and written again after a compaction: the commit records the
+    new object, as it does with no compaction between (HEAD lacks the path), not the
+    compacted one the branch no longer showed."""
     main = repo.branch("main")
     compacted = main.upload("a", b"1")
     main.compact()
     main.delete("a")
     again = main.upload("a", b"1")
     assert again.address != compacted.address
-    assert main.stat("a").address == again.address
     main.commit("a, deleted and written again")
-    assert main.stat("a").address == compacted.address
+    assert main.stat("a").address == again.address
+
+
+def test_writing_heads_bytes_back_after_a_compaction_is_no_change(lake: Lake, repo) -> None:
+    """A path changed, compacted, then written back to HEAD's bytes shows no change: the
+    commit raises `NoChanges` and HEAD's object stays, as with no compaction between."""
+    main = repo.branch("main")
+    original = main.upload("a", b"0")
+    first = main.commit("base")
+    main.upload("a", b"1")
+    main.compact()
+    main.upload("a", b"0")
     assert list(main.uncommitted()) == []
+    with pytest.raises(NoChanges):
+        main.commit("back to HEAD's bytes")
+    assert main.commit_id == first.id
+    assert main.stat("a").address == original.address
 
 
 def test_diff_ignores_a_rewrite_of_equal_content(lake: Lake, repo) -> None:

@@ -12,6 +12,8 @@ batch at a time.
 
 from __future__ import annotations
 
+import bisect
+import functools
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,6 +26,7 @@ import pyarrow.compute as pc
 from branchwater.engine.errors import InvalidArgument
 from branchwater.engine.graveler.committed.format import (
     CHANGE_SCHEMA,
+    IDENTITY_COLUMNS,
     RangeInfo,
     build_range,
     count_below,
@@ -83,14 +86,57 @@ def apply_rows(
     writer: MetarangeWriter,
     load: Callable[[str], pa.Table],
     replacements: Replacements | None = None,
+    *,
+    keep_equal: bool = True,
 ) -> str:
     """Write the `base` ranges with sorted change rows applied through a fresh `writer`, and
-    return the metarange id it closes with. `load` reads a base range that must be spliced."""
+    return the metarange id it closes with. `load` reads a base range that must be spliced;
+    `keep_equal` as `MetarangeWriter.add_changed_range` has it."""
     pending = deque(base)
     changes = _ChangeRows(batches)
     while pending or changes.head() is not None:
-        _step(pending, changes, writer, load, replacements)
+        _step(pending, changes, writer, load, replacements, keep_equal)
     return writer.close()
+
+
+def settle_rows(
+    head: Sequence[RangeInfo], batches: Iterable[pa.Table], load: Callable[[str], pa.Table]
+) -> Iterator[pa.Table]:
+    """Sorted change rows with HEAD's row in place of each entry of the identity HEAD holds
+    at its path: what applying them on HEAD would keep, for changes applied on another base
+    (a compacted metarange) with `keep_equal` off."""
+    ends = [info.max_key for info in head]
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        first, last = path_at(batch, 0), path_at(batch, batch.num_rows - 1)
+        tables = []
+        for info in islice(head, bisect.bisect_left(ends, first), None):
+            if info.min_key > last:
+                break
+            tables.append(load(info.range_id))
+        yield _settled(batch, pa.concat_tables(tables)) if tables else batch
+
+
+def _settled(changes: pa.Table, stored: pa.Table) -> pa.Table:
+    position = pc.index_in(changes.column("path"), value_set=stored.column("path"))
+    live = pc.and_(pc.is_valid(position), pc.invert(changes.column("deleted")))
+    if not pc.any(live).as_py():
+        return changes
+    held = stored.take(pc.fill_null(position, 0))
+    same = functools.reduce(
+        pc.and_,
+        (pc.equal(changes.column(name), held.column(name)) for name in IDENTITY_COLUMNS),
+        live,
+    )
+    use_held = pc.fill_null(same, False)
+    columns = [
+        pc.if_else(use_held, held.column(field.name).cast(field.type), changes.column(field.name))
+        if field.name in held.column_names
+        else changes.column(field.name)
+        for field in changes.schema
+    ]
+    return pa.Table.from_arrays(columns, schema=changes.schema)
 
 
 def _step(
@@ -99,6 +145,7 @@ def _step(
     writer: MetarangeWriter,
     load: Callable[[str], pa.Table],
     replacements: Replacements | None,
+    keep_equal: bool,
 ) -> None:
     """One move: write the changes before the next base range, reuse it, or splice it."""
     head = changes.head()
@@ -118,7 +165,7 @@ def _step(
             writer.try_reuse(replacement)
         else:
             rows = pa.concat_tables(inside) if inside else CHANGE_SCHEMA.empty_table()
-            writer.add_changed_range(load(info.range_id), rows)
+            writer.add_changed_range(load(info.range_id), rows, keep_equal=keep_equal)
 
 
 def _add_live(writer: MetarangeWriter, batches: Iterable[pa.Table]) -> None:

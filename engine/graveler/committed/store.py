@@ -16,7 +16,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from branchwater.engine.errors import NotFound
-from branchwater.engine.graveler.committed.apply import Replacements, apply_changes, apply_rows
+from branchwater.engine.graveler.committed.apply import (
+    Replacements,
+    apply_changes,
+    apply_rows,
+    settle_rows,
+)
 from branchwater.engine.graveler.committed.diff import diff_ranges
 from branchwater.engine.graveler.committed.format import (
     EMPTY_RANGE,
@@ -83,11 +88,23 @@ class CommittedStore:
         base = self.storage.metarange(base_metarange_id)
         return apply_changes(base, changes, self.writer(), self.storage.range_table, replacements)
 
-    def apply_rows(self, base_metarange_id: str, batches: Iterable[pa.Table]) -> str:
+    def apply_rows(
+        self, base_metarange_id: str, batches: Iterable[pa.Table], head_metarange_id: str
+    ) -> str:
         """`apply` for changes already in Arrow: sorted batches of `format.CHANGE_SCHEMA`
-        rows, such as staged rows on their way to a commit."""
+        rows, such as staged rows on their way to a commit.
+
+        Identity is judged against HEAD (`head_metarange_id`), whatever the base: on a
+        compacted metarange a change of HEAD's identity becomes HEAD's entry and every other
+        change wins, as it would on HEAD. Keeping the compacted entry of equal identity
+        instead would commit an object the branch no longer showed, and turn a write back to
+        HEAD's content into a change that is no change on an uncompacted branch."""
         base = self.storage.metarange(base_metarange_id)
-        return apply_rows(base, batches, self.writer(), self.storage.range_table)
+        load = self.storage.range_table
+        if head_metarange_id == base_metarange_id:
+            return apply_rows(base, batches, self.writer(), load)
+        settled = settle_rows(self.storage.metarange(head_metarange_id), batches, load)
+        return apply_rows(base, settled, self.writer(), load, keep_equal=False)
 
     # --- reading ---------------------------------------------------------------------------
 

@@ -82,11 +82,14 @@ class MetarangeWriter:
         self._check_open()
         self._add_rows(rows, boundary_rows(rows.column("path"), self._policy.target_entries))
 
-    def add_changed_range(self, table: pa.Table, changes: pa.Table) -> None:
+    def add_changed_range(
+        self, table: pa.Table, changes: pa.Table, *, keep_equal: bool = True
+    ) -> None:
         """Append a range stored under this policy with sorted change rows inside its bounds
         applied (`format.CHANGE_SCHEMA`), in one vectorised pass: a rewrite costs about the
         same for one change as for thousands. A change to an entry of the same identity keeps
-        the stored row: rewriting equal content is no change, so the range id stays too.
+        the stored row (unless `keep_equal` is false): rewriting equal content is no change,
+        so the range id stays too.
 
         No row of a stored range but its last can satisfy the hash rule (it would have ended
         the range), so only that one and the new entries are hashed.
@@ -94,7 +97,7 @@ class MetarangeWriter:
         self._check_open()
         touched = changes.column("path")
         added = live_rows(changes).cast(table.schema)
-        rewritten = _rewritten_paths(table, added)
+        rewritten = _rewritten_paths(table, added) if keep_equal else pa.array([], pa.string())
         if len(rewritten):
             touched = touched.filter(pc.invert(pc.is_in(touched, value_set=rewritten)))
             added = added.filter(pc.invert(pc.is_in(added.column("path"), value_set=rewritten)))
