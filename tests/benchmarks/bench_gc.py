@@ -234,6 +234,21 @@ def best(run: Callable[[], tuple[float, Any]]) -> tuple[float, Any]:
     return min((run() for _ in range(BEST_OF)), key=lambda result: result[0])
 
 
+def optimized_against_clean(spark: Any, gen: Generated, name: str) -> tuple[Any, float]:
+    """The best optimized run against the best clean run of the same state, printed as
+    benchmark `name`; the optimized run's summary and the clean run's seconds."""
+    optimized_s, optimized = best(lambda: run_gc(spark, gen, mode="optimized"))
+    clean_s, _ = best(lambda: run_gc(spark, gen))
+    print(
+        f"BENCH {name} ratio={optimized_s / clean_s:.2f} "
+        f"optimized_s={optimized_s:.1f} clean_s={clean_s:.1f} "
+        f"slices_read={optimized.slices['read']} ranges_read={optimized.ranges['ranges_read']} "
+        f"spark_jobs={optimized.spark_jobs} phases={json.dumps(optimized.phases)}",
+        flush=True,
+    )
+    return optimized, clean_s
+
+
 def floor_seconds(spark: Any, gen: Generated) -> float:
     """The anti-join of the three address sets, cached and counted beforehand."""
     listed = [*gen.committed, *gen.uncommitted, *gen.garbage]
@@ -372,16 +387,7 @@ def main(argv: list[str]) -> None:
         sweep_s = swept.phases.get("sweep", 0.0)
         deleted = swept.volume("deleted").objects
         timed("1% new writes", lambda: add_writes(gen, size, 0.01))
-        optimized_s, optimized = best(lambda: run_gc(spark, gen, mode="optimized"))
-        clean_again_s, _ = best(lambda: run_gc(spark, gen))
-        print(
-            f"BENCH gc-optimized ratio={optimized_s / clean_again_s:.2f} "
-            f"optimized_s={optimized_s:.1f} clean_s={clean_again_s:.1f} "
-            f"slices_read={optimized.slices['read']} ranges_read={optimized.ranges['ranges_read']} "
-            f"spark_jobs={optimized.spark_jobs} "
-            f"phases={json.dumps(optimized.phases)}",
-            flush=True,
-        )
+        optimized, clean_again_s = optimized_against_clean(spark, gen, "gc-optimized")
         gate_s = gate_seconds(spark, gen.garbage[: optimized.volume("candidates").objects])
         print(
             f"BENCH gc-gate-floor ratio={gate_s / clean_again_s:.2f} gate_s={gate_s:.2f} "
@@ -401,15 +407,7 @@ def main(argv: list[str]) -> None:
             f"vacuum_deleted={vacuumed} files={objects}",
             flush=True,
         )
-        idle_s, idle = best(lambda: run_gc(spark, gen, mode="optimized"))
-        clean_idle_s, _ = best(lambda: run_gc(spark, gen))
-        print(
-            f"BENCH gc-optimized-idle ratio={idle_s / clean_idle_s:.2f} "
-            f"optimized_s={idle_s:.1f} clean_s={clean_idle_s:.1f} "
-            f"slices_read={idle.slices['read']} ranges_read={idle.ranges['ranges_read']} "
-            f"spark_jobs={idle.spark_jobs} phases={json.dumps(idle.phases)}",
-            flush=True,
-        )
+        optimized_against_clean(spark, gen, "gc-optimized-idle")
         times = {1.0: clean_s}
         if not (args.quick or args.no_scaling):
             for share in (0.25, 0.5):
