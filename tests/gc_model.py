@@ -4,8 +4,8 @@ read the lake, and a history that applies each step to the lake and to them alik
 
 A branch is HEAD's paths, the staged layer (a path's address, or `None` for a tombstone) and
 the compacted state if any. Its uncommitted addresses are the staged ones plus the compacted
-ones HEAD lacks. Identity is content: a commit or compaction keeps the stored object of a
-path whose content did not change (`settle`).
+ones HEAD lacks. Identity is content: a commit or compaction keeps HEAD's object of a path
+whose content HEAD already holds (`settle` on HEAD), whether the branch was compacted or not.
 """
 
 from __future__ import annotations

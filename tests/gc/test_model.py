@@ -6,8 +6,8 @@ lake: per branch, HEAD's paths, the staged layer (a path's address, or `None` fo
 tombstone), and the compacted state if any, plus the content each address holds. A branch's
 uncommitted addresses are its staged ones plus the compacted ones HEAD lacks; shallow copies
 add their source's address for good. Identity is content: a write, link or copy of what a
-path already shows stages nothing, and a commit or compaction keeps the stored object of a
-path whose content did not change.
+path already shows stages nothing, and a commit or compaction keeps HEAD's object of a path
+whose content HEAD already holds.
 """
 
 from __future__ import annotations
