@@ -16,8 +16,11 @@ from itertools import repeat
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from branchwater.engine.graveler.committed.diff import identities_differ
-from branchwater.engine.graveler.committed.format import decode_entries, staged_rows
+from branchwater.engine.graveler.committed.format import (
+    decode_entries,
+    identities_differ,
+    staged_rows,
+)
 from branchwater.engine.graveler.committed.writer import live_rows
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import BranchRecord, Change, ChangeType, RepositoryRecord

@@ -13,7 +13,6 @@ batch at a time.
 from __future__ import annotations
 
 import bisect
-import functools
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,10 +25,10 @@ import pyarrow.compute as pc
 from branchwater.engine.errors import InvalidArgument
 from branchwater.engine.graveler.committed.format import (
     CHANGE_SCHEMA,
-    IDENTITY_COLUMNS,
     RangeInfo,
     build_range,
     count_below,
+    identities_differ,
     path_at,
 )
 from branchwater.engine.graveler.committed.writer import (
@@ -124,11 +123,7 @@ def _settled(changes: pa.Table, stored: pa.Table) -> pa.Table:
     if not pc.any(live).as_py():
         return changes
     held = stored.take(pc.fill_null(position, 0))
-    same = functools.reduce(
-        pc.and_,
-        (pc.equal(changes.column(name), held.column(name)) for name in IDENTITY_COLUMNS),
-        live,
-    )
+    same = pc.and_(live, pc.invert(identities_differ(changes, held)))
     use_held = pc.fill_null(same, False)
     columns = [
         pc.if_else(use_held, held.column(field.name).cast(field.type), changes.column(field.name))

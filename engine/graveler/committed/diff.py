@@ -7,7 +7,6 @@ kernels, and only the rows that differ are decoded.
 
 from __future__ import annotations
 
-import functools
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 
@@ -21,6 +20,7 @@ from branchwater.engine.graveler.committed.format import (
     RangeInfo,
     count_below,
     decode_entries,
+    identities_differ,
     path_at,
 )
 from branchwater.engine.graveler.model import Change, ChangeType
@@ -145,16 +145,6 @@ def _diff_rows(left: pa.Table, right: pa.Table, compared: Sequence[str]) -> list
 def _changed_rows(old: pa.Table, new: pa.Table, compared: Sequence[str]) -> list[Change]:
     """Rows of equal paths, row for row, that differ in a `compared` column."""
     return _changes_of("changed", new.filter(identities_differ(old, new, compared)))
-
-
-def identities_differ(
-    old: pa.Table, new: pa.Table, compared: Sequence[str] = IDENTITY_COLUMNS
-) -> pa.Array:
-    """Row for row, whether two tables of entries hold different objects (`Entry.identity`
-    compared in Arrow, without decoding a row; `compared` may add the address)."""
-    return functools.reduce(
-        pc.or_, (pc.not_equal(old.column(name), new.column(name)) for name in compared)
-    )
 
 
 def _changes_of(kind: ChangeType, rows: pa.Table) -> list[Change]:

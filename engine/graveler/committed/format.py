@@ -16,6 +16,7 @@ its id. That is what lets commits and merges reuse ranges by id without reading 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import sys
@@ -60,6 +61,18 @@ IDENTITY_COLUMNS = ("size", "checksum", "metadata")
 PHYSICAL_COLUMNS = ("address", *IDENTITY_COLUMNS)
 """Identity and the object it is stored in: what garbage collection must compare, since two
 entries of equal content at different addresses keep two objects alive."""
+
+
+def identities_differ(
+    old: pa.Table, new: pa.Table, compared: Sequence[str] = IDENTITY_COLUMNS
+) -> pa.Array:
+    """Row for row, whether two tables of entries hold different objects (`Entry.identity`
+    compared in Arrow, without decoding a row; `compared` may add the address)."""
+    return functools.reduce(
+        pc.or_, (pc.not_equal(old.column(name), new.column(name)) for name in compared)
+    )
+
+
 METARANGE_SCHEMA = pa.schema(
     [
         pa.field("range_id", pa.string(), nullable=False),

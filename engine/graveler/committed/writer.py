@@ -8,7 +8,6 @@ to a full rewrite's while they touch only the ranges that change.
 
 from __future__ import annotations
 
-import functools
 import operator
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -20,13 +19,13 @@ import pyarrow.compute as pc
 
 from branchwater.engine.errors import InvalidArgument
 from branchwater.engine.graveler.committed.format import (
-    IDENTITY_COLUMNS,
     RangeInfo,
     RangePolicy,
     boundary_indexes,
     boundary_rows,
     build_range,
     entry_sizes,
+    identities_differ,
     path_at,
 )
 from branchwater.engine.graveler.committed.storage import RangeStorage
@@ -263,9 +262,7 @@ def _rewritten_paths(stored: pa.Table, new_rows: pa.Table) -> pa.Array:
     present = pc.is_valid(position)
     old = stored.filter(present)
     new = new_rows.take(position.filter(present))
-    same = functools.reduce(
-        pc.and_, (pc.equal(old.column(name), new.column(name)) for name in IDENTITY_COLUMNS)
-    )
+    same = pc.invert(identities_differ(old, new))
     return old.column("path").filter(same).combine_chunks()
 
 
