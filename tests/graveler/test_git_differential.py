@@ -1,12 +1,12 @@
 """The engine against the git CLI: seeded random histories applied to both must agree.
 
 Each step (write from a small alphabet of contents, delete, commit, reset, branch creation,
-merge with or without a strategy, of a branch or of its previous commit, and cross merges
-that make criss-cross histories) runs on a lake and on a git repository with one worktree
-per branch; rewrites of equal content are frequent, and git compares content. After every
-step the outcome (committed or nothing to commit; merged, fast-forwarded, up to date,
-conflicted on the same paths, or refused on a dirty destination) and every branch's files,
-staged and committed, must agree.
+merge with or without a strategy, of a branch or of its previous commit, cross merges that
+make criss-cross histories, and staging compaction, which git does not have) runs on a lake
+and on a git repository with one worktree per branch; rewrites of equal content are
+frequent, and git compares content. After every step the outcome (committed or nothing to
+commit; merged, fast-forwarded, up to date, conflicted on the same paths, or refused on a
+dirty destination) and every branch's files, staged and committed, must agree.
 
 git runs its `recursive` strategy without rename detection (`ort` in git 2.39 ignores
 `no-renames`). Contents are one line of text, so git's line merge conflicts wherever both
@@ -32,6 +32,7 @@ from branchwater.engine import DirtyBranch, Lake, MergeConflict, NoChanges
 from branchwater.engine.api import Repository
 from branchwater.engine.graveler.committed import RangePolicy
 from branchwater.engine.graveler.merge import BASES_KEY
+from tests.helpers import compact
 
 PATHS = ("a", "b", "c", "d", "e")
 CONTENTS = tuple(f"{n}\n".encode() for n in range(1, 4))
@@ -44,6 +45,7 @@ WEIGHTS = {
     "create": 4,
     "merge": 28,
     "cross": 8,
+    "compact": 6,
 }
 """How often each step is taken."""
 PREVIOUS = 0.2
@@ -175,6 +177,13 @@ class Run:
             self.git.commit(branch, f"commit {len(self.log)}")
             return engine, "committed"
         return engine, "nothing to commit"
+
+    def compact(self, branch: str) -> tuple[object, object]:
+        """Staging compaction, which git has no counterpart of: it must change nothing any
+        later step or check sees."""
+        self.log.append(f"compact {branch}")
+        compact(self.repo, branch)
+        return None, None
 
     def reset(self, branch: str) -> tuple[object, object]:
         self.log.append(f"reset {branch}")
