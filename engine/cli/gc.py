@@ -20,7 +20,7 @@ from typing import IO, Any
 
 from branchwater.engine.api import Lake
 from branchwater.engine.cli.output import Output, human_size
-from branchwater.engine.cli.verbs import Subparsers, group, verb
+from branchwater.engine.cli.verbs import Subparsers, fraction, group, verb
 from branchwater.engine.errors import ConfigurationError, GateFailed, Unavailable
 from branchwater.engine.gc.prepare import read_manifest
 
@@ -252,6 +252,15 @@ def cmd_gc_explain(lake: Lake, args: argparse.Namespace, out: Output) -> None:
     out.document(answer.to_json(), answer.text())
 
 
+def duration(text: str) -> str:
+    """A duration the job will accept (`6h`, `30m`), checked here rather than after Spark
+    has started; the job is given the text as written."""
+    from branchwater.spark_jobs.gc.config import duration_argument
+
+    duration_argument(text)
+    return text
+
+
 def register(sub: Subparsers) -> None:
     gc = group(sub, "gc", "garbage collection of uncommitted objects")
     prepare = verb(
@@ -271,18 +280,20 @@ def register(sub: Subparsers) -> None:
     action.add_argument("--sweep", metavar="MARK_ID", help="delete what a saved mark holds")
     run.add_argument(
         "--min-age",
+        type=duration,
         metavar="DURATION",
         help="keep objects younger than this (default: the link-token expiry); lower is an "
         "override the report flags",
     )
     run.add_argument(
         "--max-share",
-        type=float,
+        type=fraction,
         metavar="FRACTION",
         help="most candidates a run may mark, as a share of the namespace's objects (default 0.5)",
     )
     run.add_argument(
         "--lock-ttl",
+        type=duration,
         metavar="DURATION",
         help="how long the repository's GC run lease outlives a crashed run (default 5m)",
     )
@@ -295,4 +306,6 @@ def register(sub: Subparsers) -> None:
     explain.add_argument("repo", metavar="REPO")
     explain.add_argument("address", metavar="ADDRESS")
     explain.add_argument("--run", default=None, metavar="RUN_ID", help="about this run only")
-    explain.add_argument("--min-age", metavar="DURATION", help="as `gc run --min-age`")
+    explain.add_argument(
+        "--min-age", type=duration, metavar="DURATION", help="as `gc run --min-age`"
+    )

@@ -7,6 +7,7 @@ Each group module has a `register(subparsers)` that adds its parsers through `ve
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 from typing import TypeAlias
 
@@ -80,6 +81,17 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if number < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return number
+
+
+def fraction(text: str) -> float:
+    """A share between 0 and 1, inclusive."""
+    try:
+        number = float(text)
+    except ValueError:
+        number = math.nan
+    if not 0 <= number <= 1:
+        raise argparse.ArgumentTypeError(f"expected a fraction between 0 and 1, got {text!r}")
     return number
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import getpass
 import os
 import re
@@ -37,6 +38,15 @@ def parse_duration(text: str) -> timedelta:
     if match is None:
         raise InvalidArgument(f"{text!r} is not a duration such as 90s, 30m, 6h or 2d")
     return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+
+
+def duration_argument(text: str) -> timedelta:
+    """`parse_duration` as an argparse type: its message, not argparse's own, names the
+    value that is wrong."""
+    try:
+        return parse_duration(text)
+    except InvalidArgument as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from functools import cached_property, partial
-from typing import Any
+from typing import Any, NoReturn
 
 import pyarrow as pa
 from pyspark import StorageLevel
@@ -46,7 +46,7 @@ from branchwater.spark_jobs.gc.config import (
     OPTIMIZED,
     SLICE_LIFETIME,
     JobConfig,
-    parse_duration,
+    duration_argument,
 )
 from branchwater.spark_jobs.gc.events import emit
 from branchwater.spark_jobs.gc.frames import executor_errors, read_parquet
@@ -422,8 +422,16 @@ def _validations(ns: Namespace, run_id: str) -> dict[str, Any] | None:
 # -- command line ---------------------------------------------------------------------------
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors raise `InvalidArgument`, which `main` reports as an event like any other
+    (a launcher reads the job's events, not its stderr)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise InvalidArgument(f"{self.prog}: {message}")
+
+
 def parse_args(argv: list[str]) -> JobConfig:
-    parser = argparse.ArgumentParser(prog="branchwater-gc", description=__doc__)
+    parser = _Parser(prog="branchwater-gc", description=__doc__)
     lake = parser.add_mutually_exclusive_group(required=True)
     lake.add_argument("--kv", metavar="URL")
     lake.add_argument(
@@ -439,13 +447,13 @@ def parse_args(argv: list[str]) -> JobConfig:
     parser.add_argument("--mode", choices=[CLEAN, OPTIMIZED], default=CLEAN)
     parser.add_argument("--dry-run", action="store_true")
     parser.add_argument("--sweep", metavar="MARK_ID")
-    parser.add_argument("--min-age", type=parse_duration, metavar="DURATION")
+    parser.add_argument("--min-age", type=duration_argument, metavar="DURATION")
     parser.add_argument("--max-share", type=float, default=DEFAULT_MAX_SHARE)
-    parser.add_argument("--late-writes", type=parse_duration, metavar="DURATION")
+    parser.add_argument("--late-writes", type=duration_argument, metavar="DURATION")
     parser.add_argument("--partitions", type=int)
     parser.add_argument("--candidates-per-file", type=int, default=CANDIDATES_PER_FILE)
     parser.add_argument("--holder", help="who runs this, as other runs are told")
-    parser.add_argument("--lock-ttl", type=parse_duration, metavar="DURATION")
+    parser.add_argument("--lock-ttl", type=duration_argument, metavar="DURATION")
     args = parser.parse_args(argv)
     return JobConfig(
         kv_url=args.kv or _environment_value(args.kv_env),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.helpers import Bw, CliLake, assert_user_error, local_file, make_repo, ok
 
 
@@ -41,3 +43,19 @@ def test_gc_prepare_reports_the_run(bw: Bw, lake: CliLake) -> None:
 def test_gc_prepare_refuses_a_malformed_run_id(bw: Bw, lake: CliLake) -> None:
     make_repo(bw, lake)
     assert_user_error(bw("gc", "prepare", "sales", "--run", "../x"), 1, "'../x'")
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "fragment"),
+    [
+        ("--min-age", "abc", "'abc' is not a duration"),
+        ("--lock-ttl", "5x", "'5x' is not a duration"),
+        ("--max-share", "2", "a fraction between 0 and 1, got '2'"),
+        ("--max-share", "nan", "a fraction between 0 and 1, got 'nan'"),
+    ],
+)
+def test_gc_run_refuses_a_bad_setting_before_submitting_the_job(
+    bw: Bw, lake: CliLake, option: str, value: str, fragment: str
+) -> None:
+    make_repo(bw, lake)
+    assert_user_error(bw("gc", "run", "sales", option, value), 1, f"argument {option}", fragment)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from branchwater.engine import InvalidArgument
-from branchwater.spark_jobs.gc.job import parse_args
+from branchwater.spark_jobs.gc.events import parse
+from branchwater.spark_jobs.gc.job import main, parse_args
 
 URL = "postgresql://gc:secret@db/lake"
 
@@ -28,9 +29,23 @@ def test_one_source_of_the_kv_url_and_no_prepare_run_for_a_sweep(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("LAKE_URL", URL)
-    with pytest.raises(SystemExit):
+    with pytest.raises(InvalidArgument, match="not allowed with argument"):
         parse_args(["--kv", URL, "--kv-env", "LAKE_URL", "--repo", "sales"])
-    with pytest.raises(SystemExit):
+    with pytest.raises(InvalidArgument, match="one of the arguments --kv --kv-env is required"):
         parse_args(["--repo", "sales"])
     with pytest.raises(InvalidArgument, match="takes no prepare run"):
         parse_args(["--kv", URL, "--repo", "s", "--sweep", "r1", "--prepare-run", "r1"])
+
+
+def test_a_usage_error_is_an_error_event_for_the_launcher(capsys: pytest.CaptureFixture) -> None:
+    """The CLI and the Airflow operators read the job's events, not Spark's stderr."""
+    assert main(["--kv", URL, "--repo", "sales", "--min-age", "abc"]) == 1
+    events = [parse(line) for line in capsys.readouterr().out.splitlines()]
+    assert events == [
+        {
+            "event": "error",
+            "kind": "InvalidArgument",
+            "message": "branchwater-gc: argument --min-age: "
+            "'abc' is not a duration such as 90s, 30m, 6h or 2d",
+        }
+    ]
