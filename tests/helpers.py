@@ -7,13 +7,14 @@ test imports by name lives here, in one place.
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing as mp
 import os
 import random
 import socket
 import time
 import uuid
-from collections.abc import Callable
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, Protocol
@@ -33,6 +34,9 @@ from branchwater.engine.objects.local import LocalObjectStore
 from branchwater.stack.config import Ports
 
 if TYPE_CHECKING:
+    from multiprocessing.managers import SyncManager
+    from multiprocessing.pool import Pool
+
     from pyspark.sql import SparkSession
 
 PG_HOST = os.environ.get("BRANCHWATER_PG_HOST", "127.0.0.1")
@@ -64,6 +68,16 @@ def free_stack_ports() -> Ports:
     """A stack's every port free on loopback, so a test's stack never meets `make stack`'s."""
     names = [f.name for f in dataclasses.fields(Ports)]
     return Ports(**dict(zip(names, free_ports(len(names)), strict=True)))
+
+
+@contextmanager
+def spawned_pool(processes: int) -> Iterator[tuple[SyncManager, Pool]]:
+    """Race workers: spawned, so each has its own interpreter and connections, with a
+    manager for the events and counters they share. Both are stopped on the way out, a
+    failed assertion included: read shared values inside the block."""
+    ctx = mp.get_context("spawn")
+    with ctx.Manager() as manager, ctx.Pool(processes) as pool:
+        yield manager, pool
 
 
 def unique_name(prefix: str) -> str:

@@ -7,7 +7,6 @@ object is then held only by the copy record, which the run reads last: it must b
 
 from __future__ import annotations
 
-import multiprocessing as mp
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ import pytest
 from branchwater.engine import Lake
 from branchwater.engine.gc import prepare
 from branchwater.engine.gc.prepare import read_run
-from tests.helpers import unique_name
+from tests.helpers import spawned_pool, unique_name
 
 PAUSE_TIMEOUT = 60
 
@@ -58,8 +57,7 @@ def race(kv_url: str, namespace: str) -> None:
         for i in range(6):
             main.upload(f"a/{i}", b"a")
         source = main.upload("z/source", b"precious").address
-    ctx = mp.get_context("spawn")
-    with ctx.Manager() as manager, ctx.Pool(2) as pool:
+    with spawned_pool(2) as (manager, pool):
         scanning, go = manager.Event(), manager.Event()
         preparer = pool.apply_async(_prepare_paused, (kv_url, name, scanning, go))
         renamer = pool.apply_async(_rename, (kv_url, name, scanning, go))

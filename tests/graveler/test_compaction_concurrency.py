@@ -21,7 +21,7 @@ import pytest
 
 from branchwater.engine import Lake, NoChanges, NotFound
 from branchwater.engine.graveler import compaction
-from tests.helpers import unique_name
+from tests.helpers import spawned_pool, unique_name
 
 WRITERS = 3
 WRITES_EACH = 120
@@ -84,10 +84,8 @@ def race(kv_url: str, namespace: str) -> None:
         for i in range(50):
             main.upload(f"base/{i:03d}", b"b")
         main.commit("base")
-    ctx = mp.get_context("spawn")
-    manager = ctx.Manager()
-    start, stop = manager.Event(), manager.Event()
-    with ctx.Pool(WRITERS + 1 + COMPACTORS) as pool:
+    with spawned_pool(WRITERS + 1 + COMPACTORS) as (manager, pool):
+        start, stop = manager.Event(), manager.Event()
         committer = pool.apply_async(_committer, (kv_url, start, stop))
         compactors = [
             pool.apply_async(_compactor, (kv_url, start, stop)) for _ in range(COMPACTORS)
@@ -101,7 +99,6 @@ def race(kv_url: str, namespace: str) -> None:
         for c in compactors:
             for outcome, count in c.get(300).items():
                 outcomes[outcome] = outcomes.get(outcome, 0) + count
-    manager.shutdown()
 
     live = {path: address for result in results for path, address in result[0].items()}
     deleted = {path for result in results for path in result[1]}

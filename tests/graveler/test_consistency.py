@@ -8,13 +8,12 @@ still staged), and the history must be one first-parent chain with no commit los
 from __future__ import annotations
 
 import contextlib
-import multiprocessing as mp
 from pathlib import Path
 
 import pytest
 
 from branchwater.engine import Lake, NoChanges
-from tests.helpers import unique_name
+from tests.helpers import spawned_pool, unique_name
 
 WRITERS = 3
 MIN_WRITES_EACH = 40
@@ -51,10 +50,8 @@ def _committer(kv_url: str, start, stop, commits) -> None:
 def race(kv_url: str, namespace: str) -> None:
     with Lake.connect(kv_url) as lake:
         lake.create_repository("race", storage_namespace=namespace)
-    ctx = mp.get_context("spawn")
-    manager = ctx.Manager()
-    start, stop, commits = manager.Event(), manager.Event(), manager.Value("i", 0)
-    with ctx.Pool(WRITERS + 1) as pool:
+    with spawned_pool(WRITERS + 1) as (manager, pool):
+        start, stop, commits = manager.Event(), manager.Event(), manager.Value("i", 0)
         committer = pool.apply_async(_committer, (kv_url, start, stop, commits))
         writers = [pool.apply_async(_writer, (kv_url, i, start, commits)) for i in range(WRITERS)]
         start.set()
@@ -62,7 +59,6 @@ def race(kv_url: str, namespace: str) -> None:
         stop.set()
         committer.get(240)
         made = commits.value
-    manager.shutdown()
     assert made >= MIN_COMMITS, "the committer never raced the writers"
 
     with Lake.connect(kv_url) as lake:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import multiprocessing as mp
 import time
 from pathlib import Path
 
 import pytest
 
 from branchwater.engine import DirtyBranch, Lake, NoChanges
-from tests.helpers import unique_name
+from tests.helpers import spawned_pool, unique_name
 
 FEATURES = 8
 FILES_EACH = 5
@@ -64,15 +63,12 @@ def prepare(kv_url: str, namespace: str) -> None:
 
 def contend(kv_url: str, namespace: str, with_committer: bool) -> None:
     prepare(kv_url, namespace)
-    ctx = mp.get_context("spawn")
-    manager = ctx.Manager()
-    barrier = manager.Barrier(FEATURES + with_committer)
-    with ctx.Pool(FEATURES + with_committer) as pool:
+    with spawned_pool(FEATURES + with_committer) as (manager, pool):
+        barrier = manager.Barrier(FEATURES + with_committer)
         committer = pool.apply_async(_commit_to_main, (kv_url, barrier)) if with_committer else None
         merges = [pool.apply_async(_merge_feature, (kv_url, i, barrier)) for i in range(FEATURES)]
         attempts = [m.get(300) for m in merges]
         committed = committer.get(300) if committer else []
-    manager.shutdown()
     assert all(a >= 1 for a in attempts)
     with Lake.connect(kv_url) as lake:
         repo = lake.repository("merges")
