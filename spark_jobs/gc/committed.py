@@ -62,13 +62,7 @@ def read_committed(
     caching them in Spark (which the mark reads once) would cost more than the file."""
     all_metaranges = layout.metarange_ids()
     new_metaranges = [m for m in all_metaranges if m not in known_metaranges]
-    metarange_files = _files_frame(
-        spark, [layout.metarange_key(m) for m in new_metaranges], partitions
-    )
-    columns = [layout.metarange_range_column, layout.metarange_min_key_column]
-    ranges = partial(_distinct_ranges, ns, columns)
-    listed = metarange_files.mapInArrow(ranges, "range_id string, min_key string")
-    first_keys = {row[0]: row[1] for row in listed.collect()}
+    first_keys = _listed_ranges(spark, ns, layout, new_metaranges, partitions)
     found = set(first_keys)
     new_ranges = sorted(found - known_ranges, key=lambda r: (first_keys[r], r))
     files = _files_frame(spark, [layout.range_key(r) for r in new_ranges], partitions)
@@ -83,6 +77,24 @@ def read_committed(
         len(new_ranges),
         addresses,
     )
+
+
+def _listed_ranges(
+    spark: SparkSession,
+    ns: Namespace,
+    layout: CommittedLayout,
+    metaranges: list[str],
+    partitions: int,
+) -> dict[str, str]:
+    """The ranges `metaranges` list, with each one's first key; no Spark job for none (an
+    optimized run after no new commit)."""
+    if not metaranges:
+        return {}
+    files = _files_frame(spark, [layout.metarange_key(m) for m in metaranges], partitions)
+    columns = [layout.metarange_range_column, layout.metarange_min_key_column]
+    ranges = partial(_distinct_ranges, ns, columns)
+    listed = files.mapInArrow(ranges, "range_id string, min_key string")
+    return {row[0]: row[1] for row in listed.collect()}
 
 
 def _files_frame(spark: SparkSession, keys: list[str], partitions: int) -> DataFrame:

@@ -13,10 +13,11 @@ import pytest
 from branchwater.engine import GateFailed, InvalidArgument, NotFound
 from branchwater.engine.gc.addresses import AddressAllocator
 from branchwater.spark_jobs.gc import runs
+from branchwater.spark_jobs.gc.committed import read_committed
 from branchwater.spark_jobs.gc.config import JobConfig
 from branchwater.spark_jobs.gc.job import sweep_without_spark
 from branchwater.spark_jobs.gc.storage import Namespace
-from tests.helpers import FakeClock, GCLake, use_clock
+from tests.helpers import FakeClock, GCLake, unique_name, use_clock
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -192,6 +193,24 @@ def test_an_optimized_run_reads_only_new_ranges_and_collects_new_garbage(
     assert set(local_gc.data_objects()) == keep
     assert second.volume("deleted").objects == len(garbage) + 1
     assert later not in local_gc.data_objects()
+
+
+def test_no_commit_since_the_base_run_costs_the_committed_listing_no_spark_job(
+    local_gc: GCLake,
+) -> None:
+    history(local_gc)
+    layout = local_gc.repo.committed_layout()
+    ns = Namespace.of(local_gc.repo.storage_namespace)
+    context = local_gc.spark.sparkContext
+    group = unique_name("committed-")
+    context.setJobGroup(group, "the committed listing of an optimized run")
+    try:
+        known = set(layout.metarange_ids())
+        found = read_committed(local_gc.spark, ns, layout, known, set(), 2, "scratch")
+    finally:
+        context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+    assert (found.new_metaranges, found.new_ranges, found.metarange_ids) == (0, 0, sorted(known))
+    assert context.statusTracker().getJobIdsForGroup(group) == []
 
 
 def test_an_address_committed_and_uncommitted_at_the_base_run_survives_an_optimized_run(
