@@ -1,7 +1,8 @@
 """The public Python API: `Lake` → `Repository` → `Branch` / `Ref`.
 
 Thin handles over the graveler operations; every handle re-reads what it needs from the KV
-store, so handles are cheap and never stale. The names here are a contract (DESIGN.md).
+store, so handles are cheap and never stale. The names here are a contract (README.md and
+docs/architecture.md document them).
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ A run writes under `<namespace>/_branchwater/retention/gc/uncommitted/<run_id>/`
   metarange but not in HEAD (`compacted`); `size` is the one the entry records, which spares
   GC a look at the object. Files target `GCSettings.prepare_file_bytes`.
 - `uncommitted/copies-NNNNN.parquet`: the copy records (`copy`, no size), read only after
-  every branch was scanned, as the seed requires. Always written, so the folder is readable
-  when empty.
+  every branch was scanned, as lakeFS's GC design requires. Always written, so the folder is
+  readable when empty.
 - `_SUCCESS`: the manifest (JSON), written last. A run without it is unfinished and must be
   ignored; `_progress.json` says where to resume it.
 

@@ -18,7 +18,7 @@ DEFAULT_COPY_RECORD_TTL = timedelta(days=2)
 MIN_COPY_RECORD_TTL = timedelta(hours=1)
 """Shorter and a prepare run could not finish before the records it needs expire."""
 DEFAULT_PREPARE_FILE_BYTES = 20 * 1024 * 1024
-"""The seed's target size for prepare's Parquet files."""
+"""The target size of prepare's Parquet files in lakeFS's GC design."""
 
 
 @dataclass(frozen=True)

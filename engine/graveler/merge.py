@@ -1,4 +1,5 @@
-"""Three-way merge of commits, and merge-with-retry that reuses its own work (seed 003).
+"""Three-way merge of commits, and merge-with-retry that reuses its own work (after lakeFS's
+design for contended merges).
 
 A merge applies to the destination the changes that turn the merge base into the source:
 `diff(base, source)` skips every range the source left alone, and `apply` references every
@@ -12,7 +13,7 @@ recursively, as git's recursive strategy does; the merge commit records the base
 When the final `set_if` loses a race, the retry merges *the metarange this attempt produced*
 (source') on the new destination HEAD, with the destination it merged against as base'. Then
 `diff(base', source')` is only what this merge brought in, and the ranges it wrote are
-reused. The seed's correctness table holds because deletion behaves like unique content.
+reused. That design's correctness table holds because deletion behaves like unique content.
 """
 
 from __future__ import annotations

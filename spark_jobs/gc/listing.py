@@ -1,7 +1,7 @@
 """Listing the namespace's data objects, slice by slice, on the executors.
 
 The driver lists only `data/` one level deep (the slices); each executor lists the slices it
-is given (see `marking`), one level deep again, so the work spreads as the seed's slices
+is given (see `marking`), one level deep again, so the work spreads as slices
 intend. Keys that are not of the address form are marked `well_formed = false`: they are
 counted, never collected.
 """

@@ -1,16 +1,17 @@
 """Which objects a run may delete: the clean run, the optimized run, and why the latter is safe.
 
-**Clean run** (seed flow 1). Prepare first, then read the committed addresses: an object
-committed in between is then in the committed listing, while in the other order it could be
-missed by both. List every slice opened before the cutoff (`prepare start - minimum age`);
-of the objects listed, those modified after the cutoff are too young. Candidates are the
-listed objects old enough that are neither committed (C) nor uncommitted (U).
+**Clean run** (flow 1 of lakeFS's GC design). Prepare first, then read the committed
+addresses: an object committed in between is then in the committed listing, while in the
+other order it could be missed by both. List every slice opened before the cutoff (`prepare
+start - minimum age`); of the objects listed, those modified after the cutoff are too young.
+Candidates are the listed objects old enough that are neither committed (C) nor uncommitted
+(U).
 
-**Optimized run** (seed flow 2, corrected). Write `C_j` for the committed addresses when run
-`j` lists them (`|` is union, `-` difference). Commits are never deleted, so `C_j` contains
-`C_{j-1}`, and `C_j = N_j | C_{j-1}` where `N_j` holds the addresses of the ranges new since
-run `j-1` (the only ranges run `j` reads). Each run saves, besides the range and metarange
-ids it knows:
+**Optimized run** (that design's flow 2, corrected). Write `C_j` for the committed addresses
+when run `j` lists them (`|` is union, `-` difference). Commits are never deleted, so `C_j`
+contains `C_{j-1}`, and `C_j = N_j | C_{j-1}` where `N_j` holds the addresses of the ranges
+new since run `j-1` (the only ranges run `j` reads). Each run saves, besides the range and
+metarange ids it knows:
 
 - `through_j`, the newest cutoff any run of the chain used (runs consider objects by their
   modification time, each only those newer than `through_{j-1}`, so none twice);
@@ -35,11 +36,11 @@ Run `j` deletes an object `x` only in two cases, and in both `x` is in neither `
    only when not committed (by case 1's argument) and leave it once committed, so `x` is not
    in `C_{j-1}`, nor in `N_j`, hence not in `C_j`.
 
-The seed's flow subtracts only the new commits' addresses from the previous uncommitted set.
+That design's flow subtracts only the new commits' addresses from the previous uncommitted set.
 An address both committed and uncommitted at the previous run (a shallow copy within a branch
 made while a commit of its source ran, the copy deleted later) is then in neither the new
 commits nor the current uncommitted set, and would be deleted although a commit holds it:
-here it never enters `P`. The seed also reads only new commits for objects in new slices; an
+here it never enters `P`. The flow also reads only new commits for objects in new slices; an
 object committed before the previous run but too young for it would be deleted: here it is
 in `T`.
 

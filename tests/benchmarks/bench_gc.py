@@ -22,10 +22,10 @@ that warm the JVM.
   (prepare, the previous run's sets, the gate), which no pruning of new ranges and slices
   can lower.
 - `gc-scaling`: clean-run seconds at 1/4, 1/2 and 1 times the size, per million objects.
-- `gc-seed-projection`: the seed's bottom line (20M objects, 1K branches, 30K commits, 5M
-  uncommitted, 1M stale; "about 3 hours") projected from this run's per-object costs:
-  prepare on the driver as measured, the rest divided over 16 executors of this machine's
-  cores; deletes at the sweep's measured rate.
+- `gc-seed-projection`: the bottom line of lakeFS's GC design (20M objects, 1K branches, 30K
+  commits, 5M uncommitted, 1M stale; "about 3 hours") projected from this run's per-object
+  costs: prepare on the driver as measured, the rest divided over 16 executors of this
+  machine's cores; deletes at the sweep's measured rate.
 """
 
 from __future__ import annotations
@@ -67,7 +67,8 @@ the first runs of a session (here the first took three times as long as a warm r
 second a third longer), which the floor, measured later in the session, never pays."""
 MTIME = datetime(2026, 11, 1, tzinfo=UTC)
 RANGES = RangePolicy(target_entries=1_000)
-"""Ranges of about 1,000 entries: the seed's large repository had ~400 entries per range."""
+"""Ranges of about 1,000 entries: lakeFS's GC design's large repository had ~400 entries
+per range."""
 
 
 @dataclass(frozen=True)

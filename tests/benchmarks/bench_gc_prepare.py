@@ -1,12 +1,13 @@
 """`prepare_uncommitted_for_gc` on the embedded default (SQLite + local files), issue 12.
 
 `gc-prepare`: a run over N uncommitted objects spread over B branches (default 1M on 200;
-`--seed-size` for the seed's 5M on 1K, `--quick` for a smoke run, `--rowid-table` on a KV
-file in the layout SQLite stores had before `WITHOUT ROWID`) against the floor in the
-same run: scanning the same staged rows through the KV store, a driver's batch at a time
-with no Python per row, and writing their values as one Parquet file. Rows are staged
-interleaved across branches, as concurrent jobs write them. `projected_seed_s` scales the
-run's time linearly to the seed's 5M/1K (its figure: about 30 s to write the files).
+`--seed-size` for the 5M on 1K of lakeFS's GC design, `--quick` for a smoke run,
+`--rowid-table` on a KV file in the layout SQLite stores had before `WITHOUT ROWID`) against
+the floor in the same run: scanning the same staged rows through the KV store, a driver's
+batch at a time with no Python per row, and writing their values as one Parquet file. Rows
+are staged interleaved across branches, as concurrent jobs write them. `projected_seed_s`
+scales the run's time linearly to that design's 5M/1K (its figure: about 30 s to write the
+files).
 """
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--gc-objects", type=int, default=1_000_000)
     parser.add_argument("--gc-branches", type=int, default=200)
     parser.add_argument(
-        "--seed-size", action="store_true", help="the seed's 5M objects on 1K branches"
+        "--seed-size", action="store_true", help="lakeFS's GC design's 5M objects on 1K branches"
     )
     parser.add_argument("--quick", action="store_true", help="a smoke run: 20k objects")
     parser.add_argument("--gc-repeats", type=int, default=2)

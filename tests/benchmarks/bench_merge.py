@@ -5,12 +5,12 @@ feature changes one entry in each of `--touched` ranges of an N-entry repository
 features the same range. Each scenario runs once with reuse and once naive, in rounds that
 alternate the two so drift hits both alike:
 
-- `merge` (the seed's case): the destination moved on after the features branched off, in
-  the same ranges they touch (another entry of each), so every attempt must merge those
-  ranges entry by entry. A naive retry does that again from the merge base; a reusing retry
-  starts from the ranges its lost attempt already merged. Attempts race in lockstep (see
-  `Gate`): every contender still merging reaches the destination together, one wins, and
-  every other one retries, as the seed describes.
+- `merge` (the case of lakeFS's design for contended merges): the destination moved on after
+  the features branched off, in the same ranges they touch (another entry of each), so every
+  attempt must merge those ranges entry by entry. A naive retry does that again from the
+  merge base; a reusing retry starts from the ranges its lost attempt already merged.
+  Attempts race in lockstep (see `Gate`): every contender still merging reaches the
+  destination together, one wins, and every other one retries, as that design describes.
 - `merge-free`: the same, but the processes run free. On two cores eight first attempts
   share the CPU and finish far apart, so most merges lose only once or twice and the cold
   first attempts, which reuse cannot shorten, make up most of the wall time.
@@ -127,7 +127,7 @@ class Gate:
 
     Each attempt waits here before its final `set_if` until all contenders still merging
     have an attempt ready; then they race, one wins and leaves, and the rest retry. This is
-    the seed's contention (every lost race restarts every loser) without the scheduling
+    that design's contention (every lost race restarts every loser) without the scheduling
     noise of eight processes on two cores finishing their first attempts far apart. The gate
     orders the race, so the contenders do not also back off between attempts: the jittered
     sleeps (up to 0.5 s by the eighth loss) would be most of the wall time, the same in both

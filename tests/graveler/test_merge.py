@@ -1,4 +1,5 @@
-"""Merge: the contended-merge seed's correctness table, conflicts, strategies, fast-forward."""
+"""Merge: the correctness table of lakeFS's contended-merge design, conflicts, strategies,
+fast-forward."""
 
 from __future__ import annotations
 
@@ -87,7 +88,7 @@ DELETION = [None, "A", "B", "C"]
 
 @pytest.mark.parametrize("deleted", DELETION, ids=lambda d: f"deleted={d}")
 @pytest.mark.parametrize("row", TABLE, ids=[f"row{i + 1}" for i in range(len(TABLE))])
-def test_seed_correctness_table(repo, monkeypatch, row, deleted) -> None:
+def test_the_contended_merge_designs_correctness_table(repo, monkeypatch, row, deleted) -> None:
     base, src, dst, dst_after, expected = row
 
     def value(symbol: str) -> bytes | None:
