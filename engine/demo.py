@@ -1,7 +1,8 @@
 """`python -m branchwater.engine.demo`: a walk-through on the embedded default (SQLite + files).
 
-It builds a fresh lake under `.branchwater/demo/` each run: a repository, an ETL branch,
-uploads and deletes, commits, the log, a diff and a merge, printed as a user would see them.
+It builds a fresh lake under `.branchwater/engine-demo/` each run (the main job's is
+`.branchwater/demo/`): a repository, an ETL branch, uploads and deletes, commits, the log, a
+diff and a merge, printed as a user would see them.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def run(root: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--root", type=Path, default=Path(".branchwater/demo"))
+    parser.add_argument("--root", type=Path, default=Path(".branchwater/engine-demo"))
     run(parser.parse_args(argv).root)
 
 
