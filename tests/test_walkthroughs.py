@@ -1,8 +1,10 @@
 """The walk-throughs a new user runs first: the README's Python tour, as written but with its
-namespace under a temporary folder, and `python -m branchwater.engine.demo`."""
+namespace under a temporary folder, its Airflow DAG examples, parsed as a DAG processor
+parses them, and `python -m branchwater.engine.demo`."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,10 @@ from branchwater.engine import demo
 
 README = Path(__file__).parents[1] / "README.md"
 TOUR_NAMESPACE = "file:///data/sales"
+
+
+def readme_python() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
 
 
 def readme_tour() -> str:
@@ -49,3 +55,14 @@ def test_the_engine_demo_walks_from_upload_to_merge(
         "orders/date=2026-11-03/part-0.csv",
     ]
     assert not (root / "left-over").exists()
+
+
+def test_the_readme_dag_examples_parse(tmp_path: Path) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    examples = [code for code in readme_python() if "from airflow.sdk import" in code]
+    for number, code in enumerate(examples):
+        (tmp_path / f"readme_example_{number}.py").write_text(code)
+    bag = DagBag(dag_folder=tmp_path)
+    assert bag.import_errors == {}
+    assert set(bag.dags) == {"daily_orders", "on_sales_commit", "compact_sales_etl"}
