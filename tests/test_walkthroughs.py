@@ -15,14 +15,13 @@ README = Path(__file__).parents[1] / "README.md"
 TOUR_NAMESPACE = "file:///data/sales"
 
 
-def readme_python() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+def python_blocks(markdown: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", markdown, re.S)
 
 
 def readme_tour() -> str:
     """The first Python block of the README's tour."""
-    section = README.read_text().split("## A five-minute tour", 1)[1]
-    return section.split("```python\n", 1)[1].split("```", 1)[0]
+    return python_blocks(README.read_text().split("## A five-minute tour", 1)[1])[0]
 
 
 def test_the_readme_tour_runs_as_written(
@@ -60,7 +59,8 @@ def test_the_engine_demo_walks_from_upload_to_merge(
 def test_the_readme_dag_examples_parse(tmp_path: Path) -> None:
     from airflow.dag_processing.dagbag import DagBag
 
-    examples = [code for code in readme_python() if "from airflow.sdk import" in code]
+    blocks = python_blocks(README.read_text())
+    examples = [code for code in blocks if "from airflow.sdk import" in code]
     for number, code in enumerate(examples):
         (tmp_path / f"readme_example_{number}.py").write_text(code)
     bag = DagBag(dag_folder=tmp_path)
