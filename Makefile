@@ -4,6 +4,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# Two pytest-xdist workers: the suite waits on JVMs, servers and Airflow as much as it computes.
+TEST_WORKERS ?= 2
 
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(abspath $(BIN)/python)
@@ -34,10 +36,10 @@ stack-down: $(STAMP)
 test: $(STAMP)
 	@scripts/check-env java postgres
 	@scripts/install-browser
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not slow" $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	@scripts/check-env java postgres
