@@ -78,6 +78,12 @@ def create_app(access: LakeAccess | None = None, *, airflow_login: bool = False)
         response.headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
         return response
 
+    _add_pages(app, lake_access, page)
+    _add_error_pages(app, page)
+    return app
+
+
+def _add_pages(app: FastAPI, lake_access: LakeAccess, page: _Renderer) -> None:
     @app.get("/", name="repositories", response_class=HTMLResponse)
     def repositories(request: Request) -> Response:
         repos = sorted(lake_access.lake().repositories(), key=lambda r: r.name)
@@ -148,6 +154,11 @@ def create_app(access: LakeAccess | None = None, *, airflow_login: bool = False)
         repo = lake_access.lake().repository(repository)
         return JSONResponse(gc_runs.read_summary(lake_access.objects(repo), run_id))
 
+
+def _add_error_pages(app: FastAPI, page: _Renderer) -> None:
+    """Every failure is a page of its own: a `BranchwaterError` by its kind (404, 503…), a
+    login redirect, and, for anything unexpected, a 500 page with no traceback."""
+
     @app.exception_handler(BranchwaterError)
     def lake_error(request: Request, exc: BranchwaterError) -> Response:
         if isinstance(exc, _UNAVAILABLE):
@@ -176,8 +187,6 @@ def create_app(access: LakeAccess | None = None, *, airflow_login: bool = False)
         log.exception("Branchwater view failed on %s", request.url.path)
         message = f"{type(exc).__name__}: the API server's log has the details"
         return page.error(request, 500, "Internal error", message)
-
-    return app
 
 
 def _closing(access: LakeAccess) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
