@@ -105,17 +105,32 @@ def stack_processes(stack_id: str, run_dir: Path) -> list[int]:
     ]
 
 
+def _group(pgid: int) -> list[int]:
+    """The running processes of process group `pgid`."""
+    return [
+        int(entry.name)
+        for entry in Path("/proc").iterdir()
+        if entry.name.isdigit() and _in_group(int(entry.name), pgid)
+    ]
+
+
+def _in_group(pid: int, pgid: int) -> bool:
+    fields = _stat(pid)
+    return len(fields) > 2 and int(fields[2]) == pgid and alive(pid)
+
+
 def stop(process: Process, grace: float = STOP_GRACE) -> None:
-    """SIGTERM `process`'s group, SIGKILL it after `grace` seconds; a no-op when the process
-    is gone or its pid now names another one."""
+    """SIGTERM `process`'s group, SIGKILL it after `grace` seconds, and return once no process
+    of the group runs (the leader may exit before its children have); a no-op when the
+    process is gone or its pid now names another one."""
     if not running(process):
         return
     _signal_group(process.pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while running(process) and time.monotonic() < deadline:
+    while (running(process) or _group(process.pid)) and time.monotonic() < deadline:
         time.sleep(0.1)
     _signal_group(process.pid, signal.SIGKILL)
-    while running(process):
+    while running(process) or _group(process.pid):
         time.sleep(0.05)
 
 
