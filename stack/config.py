@@ -357,21 +357,32 @@ WEED_ENV = {"WEED_MASTER_VOLUME_GROWTH_COPY_1": "1"}
 def services(config: StackConfig, place: Placement, secrets: Secrets) -> list[Service]:
     """Every long-running process of the stack, in start order (PostgreSQL is the machine's
     own server natively and the `postgres` image in compose, so it is not among them)."""
-    ports = config.ports
-    airflow_env = airflow_environment(config, place, secrets)
-    spark_env = spark_environment(place)
-    spark_class = "org.apache.spark.deploy"
-    seaweed = Service(
+    return [
+        _seaweedfs(config, place),
+        *_spark(config, place, secrets),
+        *_airflow(config, place, secrets),
+    ]
+
+
+def _seaweedfs(config: StackConfig, place: Placement) -> Service:
+    return Service(
         name="seaweedfs",
         image=SEAWEEDFS_IMAGE,
         program="weed",
         image_program="weed",
         image_entrypoint=("/usr/bin/env",),
-        args=weed_args(ports, place),
+        args=weed_args(config.ports, place),
         environment=WEED_ENV,
-        ports=(ports.s3,),
+        ports=(config.ports.s3,),
         volumes=(Volume("seaweedfs-data", "seaweedfs"),),
     )
+
+
+def _spark(config: StackConfig, place: Placement, secrets: Secrets) -> list[Service]:
+    """The standalone cluster: a master, and a worker that reaches the S3 server."""
+    ports = config.ports
+    spark_env = spark_environment(place)
+    spark_class = "org.apache.spark.deploy"
     master = Service(
         name="spark-master",
         image=SPARK_IMAGE,
@@ -416,36 +427,41 @@ def services(config: StackConfig, place: Placement, secrets: Secrets) -> list[Se
         volumes=(Volume("spark-work", "spark_work"),),
         depends_on=("spark-master",),
     )
-    airflow = [
+    return [master, worker]
+
+
+def _airflow(config: StackConfig, place: Placement, secrets: Secrets) -> list[Service]:
+    """Airflow's four services, one environment (the API server alone has a port)."""
+    ports = config.ports
+    api_server = (
+        "api-server",
+        "--host",
+        f"{place.bind}",
+        "--port",
+        str(ports.airflow),
+        "--workers=1",
+    )
+    commands = {
+        "airflow-api-server": api_server,
+        "airflow-scheduler": ("scheduler", "--skip-serve-logs"),
+        "airflow-dag-processor": ("dag-processor",),
+        "airflow-triggerer": ("triggerer", "--skip-serve-logs"),
+    }
+    environment = airflow_environment(config, place, secrets)
+    return [
         Service(
             name=name,
             image=BRANCHWATER_IMAGE,
             program="airflow",
             image_program="airflow",
             args=args,
-            environment=airflow_env,
+            environment=environment,
             ports=(ports.airflow,) if name == "airflow-api-server" else (),
             volumes=(Volume("airflow-home", "airflow_home"),),
             depends_on=("seaweedfs", "spark-master"),
         )
-        for name, args in (
-            (
-                "airflow-api-server",
-                (
-                    "api-server",
-                    "--host",
-                    f"{place.bind}",
-                    "--port",
-                    str(ports.airflow),
-                    "--workers=1",
-                ),
-            ),
-            ("airflow-scheduler", ("scheduler", "--skip-serve-logs")),
-            ("airflow-dag-processor", ("dag-processor",)),
-            ("airflow-triggerer", ("triggerer", "--skip-serve-logs")),
-        )
+        for name, args in commands.items()
     ]
-    return [seaweed, master, worker, *airflow]
 
 
 INIT_STEPS: tuple[tuple[str, ...], ...] = (
