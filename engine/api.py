@@ -265,7 +265,8 @@ class Repository:
         return dump_refs(self._g, self.record, Path(path))
 
     def restore_refs(self, path: str | Path) -> int:
-        """Load a dump into this repository, which must still be bare (only its first commit)."""
+        """Load a dump into this repository, which must still be bare (only its first commit);
+        a damaged or incomplete dump raises `CorruptedData` and restores nothing."""
         from branchwater.engine.graveler.dump import restore_refs
 
         return restore_refs(self._g, self.record, Path(path))

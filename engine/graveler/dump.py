@@ -1,13 +1,17 @@
 """Refs dump and restore: a repository's commits, branches and tags as one JSON file.
 
 Committed data (ranges, metaranges) stays in the storage namespace; a dump restores into a
-repository over the same namespace (or a copy of it), which must still be bare.
+repository over the same namespace (or a copy of it), which must still be bare and, as the
+namespace's marker names its repository, have the same name. A dump is read and checked
+whole (every commit's id against its content, every parent and ref target present) before
+anything is written.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from branchwater.engine.errors import (
@@ -19,6 +23,8 @@ from branchwater.engine.errors import (
 )
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import BranchRecord, Commit, RepositoryRecord, Tag
+from branchwater.engine.graveler.names import check_ref_name
+from branchwater.engine.graveler.refs import commit_id_for
 from branchwater.engine.graveler.staging import new_staging_token
 
 FORMAT = "branchwater-refs/1"
@@ -42,19 +48,46 @@ def dump_refs(g: Graveler, repo: RepositoryRecord, path: Path) -> int:
     return len(commits) + len(branches) + len(tags)
 
 
+@dataclass(frozen=True)
+class _Dump:
+    """A refs dump, read and checked whole before anything is written from it."""
+
+    commits: list[Commit]
+    tags: list[Tag]
+    branches: list[tuple[str, str]]
+
+
 def restore_refs(g: Graveler, repo: RepositoryRecord, path: Path) -> int:
-    document = _load(path)
+    dump = _read(path)
     _check_bare(g, repo)
-    commits = [Commit.decode(json.dumps(raw).encode()) for raw in document["commits"]]
-    for commit in commits:
+    for commit in dump.commits:
         g.refs.put_commit(repo, commit)
-    tags = [Tag(**raw) for raw in document["tags"]]
-    for tag in tags:
+    for tag in dump.tags:
         g.refs.insert_tag(repo, tag)
-    branches = document["branches"]
-    for raw in branches:
-        _restore_branch(g, repo, raw["name"], raw["commit_id"])
-    return len(commits) + len(tags) + len(branches)
+    for name, commit_id in dump.branches:
+        _restore_branch(g, repo, name, commit_id)
+    return len(dump.commits) + len(dump.tags) + len(dump.branches)
+
+
+def _read(path: Path) -> _Dump:
+    """The dump at `path`, or `CorruptedData` naming what is wrong in it: a damaged dump must
+    fail before its first record is written, or the repository is no longer bare and the
+    restore cannot be run again."""
+    document = _load(path)
+    try:
+        commits = [Commit.decode(json.dumps(raw).encode()) for raw in document["commits"]]
+        tags = [Tag(**raw) for raw in document["tags"]]
+        branches = [(raw["name"], raw["commit_id"]) for raw in document["branches"]]
+        for name, _ in branches:
+            check_ref_name(name)
+        for tag in tags:
+            check_ref_name(tag.name, "tag")
+    except KeyError as exc:
+        raise CorruptedData(f"refs dump {str(path)!r} is damaged: no field {exc}") from None
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise CorruptedData(f"refs dump {str(path)!r} is damaged: {exc}") from None
+    _check_history(path, commits, [*branches, *((f"tag {t.name}", t.commit_id) for t in tags)])
+    return _Dump(commits, tags, branches)
 
 
 def _load(path: Path) -> dict:
@@ -67,6 +100,30 @@ def _load(path: Path) -> dict:
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise CorruptedData(f"{str(path)!r} is not a Branchwater refs dump ({FORMAT})")
     return document
+
+
+def _check_history(path: Path, commits: list[Commit], refs: list[tuple[str, str]]) -> None:
+    """Every commit's id is its content's, its parents are in the dump, and so is every
+    branch's and tag's commit."""
+    ids = {commit.id for commit in commits}
+    for commit in commits:
+        if commit_id_for(commit) != commit.id:
+            raise CorruptedData(
+                f"refs dump {str(path)!r} is damaged: commit {commit.id[:12]} does not hold "
+                "the content its id was computed from"
+            )
+        missing = [parent for parent in commit.parents if parent not in ids]
+        if missing:
+            raise CorruptedData(
+                f"refs dump {str(path)!r} is incomplete: commit {commit.id[:12]}'s parent "
+                f"{missing[0][:12]} is not in it"
+            )
+    for name, commit_id in refs:
+        if commit_id not in ids:
+            raise CorruptedData(
+                f"refs dump {str(path)!r} is incomplete: {name!r} points at commit "
+                f"{str(commit_id)[:12]}, which is not in it"
+            )
 
 
 def _check_bare(g: Graveler, repo: RepositoryRecord) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import threading
 import time
 from datetime import datetime, timezone
@@ -257,6 +259,61 @@ def test_refs_dump_and_restore(lake: Lake, repo, tmp_path: Path) -> None:
     assert restored.ref("v1").read("b") == b"2"
     with pytest.raises(InvalidArgument, match="not bare"):
         restored.restore_refs(dump)
+
+
+def _damage(document: dict, how: str) -> None:
+    commits, tags, branches = document["commits"], document["tags"], document["branches"]
+    if how == "edited commit":
+        commits[-1]["message"] = "rewritten"
+    elif how == "commit without a field":
+        del commits[-1]["metarange_id"]
+    elif how == "commits not a list":
+        document["commits"] = 5
+    elif how == "parent left out":
+        child = next(c for c in commits if c["parents"])
+        commits.remove(next(c for c in commits if c["id"] == child["parents"][0]))
+    elif how == "tag on a commit left out":
+        tags[0]["commit_id"] = "0" * 64
+    elif how == "branch named badly":
+        branches[-1]["name"] = "two words"
+
+
+@pytest.mark.parametrize(
+    ("how", "says"),
+    [
+        ("edited commit", "does not hold the content its id was computed from"),
+        ("commit without a field", "argument: 'metarange_id'"),
+        ("commits not a list", "is damaged"),
+        ("parent left out", "is not in it"),
+        ("tag on a commit left out", "'tag v1' points at commit 000000000000"),
+        ("branch named badly", "invalid branch name 'two words'"),
+    ],
+)
+def test_a_damaged_refs_dump_is_refused_before_anything_is_restored(
+    lake: Lake, repo, tmp_path: Path, how: str, says: str
+) -> None:
+    main = repo.branch("main")
+    main.upload("a", b"1")
+    main.commit("a")
+    repo.create_branch("dev", source="main").upload("b", b"2")
+    repo.branch("dev").commit("b")
+    repo.tag("v1", "dev")
+    dump = tmp_path / "refs.json"
+    repo.dump_refs(dump)
+    document = json.loads(dump.read_text())
+    _damage(document, how)
+    damaged = tmp_path / "damaged.json"
+    damaged.write_text(json.dumps(document))
+    expected = [c.id for c in repo.log("dev")]
+    lake.delete_repository("sales")
+    lake.graveler.wait_for_background()
+    restored = lake.create_repository("sales", storage_namespace=repo.storage_namespace)
+
+    with pytest.raises(CorruptedData, match=re.escape(says)):
+        restored.restore_refs(damaged)
+
+    restored.restore_refs(dump)
+    assert [c.id for c in restored.log("dev")] == expected
 
 
 def test_writer_is_not_blocked_while_a_commit_applies(lake: Lake, repo, monkeypatch) -> None:
