@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from branchwater.engine import GateFailed, InvalidArgument, NotFound
+from branchwater.engine import CorruptedData, GateFailed, InvalidArgument, NotFound
 from branchwater.spark_jobs.gc.storage import Namespace, missing_ok_json
 
 RUNS_PREFIX = "_branchwater/retention/gc/"
@@ -185,13 +185,27 @@ def read_summary(ns: Namespace, run_id: str) -> RunSummary:
     """The summary of a run whose mark finished; `NotFound` otherwise."""
     if not RUN_ID.match(run_id):
         raise NotFound(f"{run_id!r} is not a GC run id (such as 18f2a9c3b7d1-a1b2c3)")
-    document = missing_ok_json(ns, run_prefix(run_id) + SUMMARY)
-    if document is None:
+    summary = _saved_summary(ns, run_id)
+    if summary is None:
         raise NotFound(
             f"GC run {run_id!r} has no summary in {ns.url}: it does not exist or its mark "
             "did not finish"
         )
-    return RunSummary.from_json(document)
+    return summary
+
+
+def _saved_summary(ns: Namespace, run_id: str) -> RunSummary | None:
+    """A run's summary, None when it has none; `CorruptedData` when it is not one."""
+    key = run_prefix(run_id) + SUMMARY
+    try:
+        document = missing_ok_json(ns, key)
+        return None if document is None else RunSummary.from_json(document)
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise CorruptedData(
+            f"GC run {run_id!r} has a damaged summary ({ns.uri(key)}: {exc}); an optimized "
+            "run starts from the newest summary, so run a clean run, or move the run's "
+            "folder aside"
+        ) from None
 
 
 def run_ids(ns: Namespace) -> list[str]:
@@ -203,9 +217,9 @@ def run_ids(ns: Namespace) -> list[str]:
 def summaries(ns: Namespace) -> Iterator[RunSummary]:
     """Summaries of the runs whose mark finished, newest first."""
     for run_id in run_ids(ns):
-        document = missing_ok_json(ns, run_prefix(run_id) + SUMMARY)
-        if document is not None:
-            yield RunSummary.from_json(document)
+        summary = _saved_summary(ns, run_id)
+        if summary is not None:
+            yield summary
 
 
 def latest_base(ns: Namespace, repository_id: str) -> RunSummary | None:
