@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from itertools import islice
 from operator import itemgetter
 from typing import Any, Literal, NamedTuple
@@ -187,7 +187,29 @@ def read_manifest(objects: ObjectStore, run_id: str) -> dict[str, Any]:
             f"GC preparation run {run_id!r} has no manifest in {objects.url}: it does not "
             "exist or is unfinished (resume it with its run id)"
         ) from None
-    return json.loads(value)
+    try:
+        manifest = json.loads(value)
+        _check_manifest(manifest)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise CorruptedData(
+            f"GC preparation run {run_id!r} has a damaged manifest in {objects.url} ({exc}); "
+            "start a new run"
+        ) from None
+    assert isinstance(manifest, dict)
+    return manifest
+
+
+def _check_manifest(manifest: Any) -> None:
+    """What GC reads of a manifest is there, of the types it expects."""
+    if not isinstance(manifest, dict):
+        raise TypeError("not a JSON object")
+    datetime.fromisoformat(manifest["started_at"])
+    files = manifest["files"]
+    if not isinstance(files, list) or not all(isinstance(name, str) for name in files):
+        raise TypeError("'files' is not a list of names")
+    for key in ("token_expiry_seconds", "min_age_seconds"):
+        if not isinstance(manifest[key], int | float):
+            raise TypeError(f"{key!r} is not a number")
 
 
 def read_run(objects: ObjectStore, run_id: str) -> pa.Table:

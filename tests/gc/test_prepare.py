@@ -10,7 +10,14 @@ from datetime import timedelta
 import pyarrow.parquet as pq
 import pytest
 
-from branchwater.engine import InvalidArgument, Lake, NotFound, RunExpired, Unavailable
+from branchwater.engine import (
+    CorruptedData,
+    InvalidArgument,
+    Lake,
+    NotFound,
+    RunExpired,
+    Unavailable,
+)
 from branchwater.engine.api import Repository
 from branchwater.engine.gc import prepare
 from branchwater.engine.gc.addresses import newest_first_time
@@ -296,6 +303,32 @@ def test_resuming_a_finished_run_returns_it_unchanged(repo: Repository) -> None:
     repo.branch("main").upload("b", b"b")
     assert repo.prepare_uncommitted_for_gc(run.run_id) == run
     assert read_manifest(objects(repo), run.run_id) == manifest
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        b"{not json",
+        b"[]",
+        b'{"started_at": "yesterday", "files": [], "token_expiry_seconds": 1, '
+        b'"min_age_seconds": 1}',
+        b'{"started_at": "2026-11-24T06:00:00+00:00", "files": "part-0.parquet", '
+        b'"token_expiry_seconds": 1, "min_age_seconds": 1}',
+        b'{"started_at": "2026-11-24T06:00:00+00:00", "files": []}',
+    ],
+    ids=["not JSON", "a list", "a bad time", "files not a list", "no time limits"],
+)
+def test_a_damaged_manifest_is_corrupted_data_and_a_new_run_is_unaffected(
+    repo: Repository, damage: bytes
+) -> None:
+    repo.branch("main").upload("a", b"a")
+    run = repo.prepare_uncommitted_for_gc()
+    objects(repo).put(f"{RETENTION_PREFIX}{run.run_id}/{MANIFEST}", damage)
+
+    with pytest.raises(CorruptedData, match=f"{run.run_id!r} has a damaged manifest.*new run"):
+        repo.uncommitted_gc_run(run.run_id)
+    again = repo.prepare_uncommitted_for_gc()
+    assert repo.uncommitted_gc_run(again.run_id).keys
 
 
 def test_a_run_of_another_repository_is_not_resumed(
