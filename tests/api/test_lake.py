@@ -20,6 +20,7 @@ from branchwater.engine import (
     Lake,
     NoChanges,
     NotFound,
+    Repository,
 )
 from branchwater.engine.graveler import commit as commit_ops
 from branchwater.engine.graveler.graveler import Graveler
@@ -241,19 +242,25 @@ def test_delete_repository_hides_it_at_once_and_drops_partitions(lake: Lake, rep
     assert list(lake.graveler.refs.partitions_to_delete()) == []
 
 
-def test_refs_dump_and_restore(lake: Lake, repo, tmp_path: Path) -> None:
+def dumped_and_recreated(lake: Lake, repo, dump: Path) -> tuple[Repository, list[str]]:
+    """Two branches and a tag dumped to `dump`; the repository then deleted and created again,
+    bare, over its namespace. Returns it and the dumped log of `dev`."""
     main = repo.branch("main")
     main.upload("a", b"1")
     main.commit("a")
     repo.create_branch("dev", source="main").upload("b", b"2")
     repo.branch("dev").commit("b")
     repo.tag("v1", "dev")
-    dump = tmp_path / "refs.json"
     assert repo.dump_refs(dump) > 0
     expected = [c.id for c in repo.log("dev")]
     lake.delete_repository("sales")
     lake.graveler.wait_for_background()
-    restored = lake.create_repository("sales", storage_namespace=repo.storage_namespace)
+    return lake.create_repository("sales", storage_namespace=repo.storage_namespace), expected
+
+
+def test_refs_dump_and_restore(lake: Lake, repo, tmp_path: Path) -> None:
+    dump = tmp_path / "refs.json"
+    restored, expected = dumped_and_recreated(lake, repo, dump)
     restored.restore_refs(dump)
     assert [c.id for c in restored.log("dev")] == expected
     assert restored.ref("v1").read("b") == b"2"
@@ -292,22 +299,12 @@ def _damage(document: dict, how: str) -> None:
 def test_a_damaged_refs_dump_is_refused_before_anything_is_restored(
     lake: Lake, repo, tmp_path: Path, how: str, says: str
 ) -> None:
-    main = repo.branch("main")
-    main.upload("a", b"1")
-    main.commit("a")
-    repo.create_branch("dev", source="main").upload("b", b"2")
-    repo.branch("dev").commit("b")
-    repo.tag("v1", "dev")
     dump = tmp_path / "refs.json"
-    repo.dump_refs(dump)
+    restored, expected = dumped_and_recreated(lake, repo, dump)
     document = json.loads(dump.read_text())
     _damage(document, how)
     damaged = tmp_path / "damaged.json"
     damaged.write_text(json.dumps(document))
-    expected = [c.id for c in repo.log("dev")]
-    lake.delete_repository("sales")
-    lake.graveler.wait_for_background()
-    restored = lake.create_repository("sales", storage_namespace=repo.storage_namespace)
 
     with pytest.raises(CorruptedData, match=re.escape(says)):
         restored.restore_refs(damaged)
