@@ -327,6 +327,8 @@ def test_a_damaged_manifest_is_corrupted_data_and_a_new_run_is_unaffected(
 
     with pytest.raises(CorruptedData, match=f"{run.run_id!r} has a damaged manifest.*new run"):
         repo.uncommitted_gc_run(run.run_id)
+    with pytest.raises(CorruptedData, match="damaged manifest"):
+        repo.prepare_uncommitted_for_gc(run.run_id)
     again = repo.prepare_uncommitted_for_gc()
     assert repo.uncommitted_gc_run(again.run_id).keys
 
