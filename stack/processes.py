@@ -92,26 +92,20 @@ def belongs(pid: int, stack_id: str, run_dir: Path) -> bool:
     return False
 
 
+def _pids() -> list[int]:
+    """Every process id the system shows now."""
+    return [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()]
+
+
 def stack_processes(stack_id: str, run_dir: Path) -> list[int]:
     """Every running process of the stack, whatever its group."""
     own = os.getpid()
-    return [
-        int(entry.name)
-        for entry in Path("/proc").iterdir()
-        if entry.name.isdigit()
-        and int(entry.name) != own
-        and belongs(int(entry.name), stack_id, run_dir)
-        and alive(int(entry.name))
-    ]
+    return [pid for pid in _pids() if pid != own and belongs(pid, stack_id, run_dir) and alive(pid)]
 
 
 def _group(pgid: int) -> list[int]:
     """The running processes of process group `pgid`."""
-    return [
-        int(entry.name)
-        for entry in Path("/proc").iterdir()
-        if entry.name.isdigit() and _in_group(int(entry.name), pgid)
-    ]
+    return [pid for pid in _pids() if _in_group(pid, pgid)]
 
 
 def _in_group(pid: int, pgid: int) -> bool:

@@ -197,7 +197,6 @@ def read_manifest(objects: ObjectStore, run_id: str) -> dict[str, Any]:
             f"GC preparation run {run_id!r} has a damaged manifest in {objects.url} ({exc}); "
             "start a new run"
         ) from None
-    assert isinstance(manifest, dict)
     return manifest
 
 
