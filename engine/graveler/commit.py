@@ -7,8 +7,10 @@
 
 When step 3 loses a race, the branch is re-read. Our tokens still sealed there are what is
 left to commit; the others were absorbed by a concurrent commit or compaction, whose result is
-the new base. If base and tokens are unchanged the metarange already built is reused, so a retry
-costs a KV write, not a rebuild. If nothing is left, a concurrent commit took it all: `NoChanges`.
+the new base. If base and tokens are unchanged, the metarange and the commit record already
+written are reused, so a retry costs a read and a `set_if`, not a rebuild. If only a compacted
+metarange is left, it is committed as it stands; if nothing is, a concurrent commit took it
+all: `NoChanges`.
 """
 
 from __future__ import annotations
@@ -64,12 +66,14 @@ def seal(
     raise too_many_tries(f"commit on branch {branch_name!r} of {repo.name!r}", g.retry.attempts)
 
 
-def sealing(repo: RepositoryRecord, branch: BranchRecord) -> BranchRecord:
+def sealing(
+    repo: RepositoryRecord, branch: BranchRecord, *, by_compaction: bool = False
+) -> BranchRecord:
     """`branch` with its staging token pushed onto the sealed tokens and a new one open: the
     first `set_if` of a commit and of a compaction."""
     return dataclasses.replace(
         branch,
-        staging_token=new_staging_token(repo, branch.name),
+        staging_token=new_staging_token(repo, branch.name, by_compaction=by_compaction),
         sealed_tokens=(branch.staging_token, *branch.sealed_tokens),
     )
 
@@ -137,6 +141,24 @@ class _Tally:
             yield batch
 
 
+@dataclass(frozen=True)
+class _Reading:
+    """One read of the branch at the final step: what a commit on it would absorb and where."""
+
+    branch: BranchRecord
+    predicate: bytes
+    parent: Commit
+    base: str
+    remaining: tuple[str, ...]
+    """The commit's tokens the branch still has sealed; a concurrent commit or compaction
+    absorbed the others."""
+
+    @property
+    def plan(self) -> tuple[str, str, tuple[str, ...]]:
+        """What the metarange to commit depends on: equal plans build equal metaranges."""
+        return (self.base, self.parent.metarange_id, self.remaining)
+
+
 def _finish(
     g: Graveler,
     repo: RepositoryRecord,
@@ -149,41 +171,66 @@ def _finish(
     *,
     progress: Progress | None = None,
 ) -> Commit:
+    """Step 3, retried until the `set_if` wins. After a build (the slow part) the branch is
+    read again, so the `set_if` is not judged on a read as old as the build: with cheap
+    retries, that is what keeps a commit live among compactors that move the branch every few
+    milliseconds."""
     built: tuple[tuple[str, str, tuple[str, ...]], str] | None = None
+    recorded: Commit | None = None
     for _ in g.retry:
-        branch, predicate = g.refs.get_branch(repo, branch_name)
-        remaining = tuple(t for t in tokens if t in branch.sealed_tokens)
-        if not remaining and not branch.compacted_metarange_id:
-            raise NoChanges(
-                f"nothing left to commit on branch {branch_name!r}: a concurrent commit "
-                "already recorded these changes"
-            )
-        base = g.base_metarange(repo, branch)
-        parent = g.refs.get_commit(repo, branch.commit_id)
-        if built is None or built[0] != (base, parent.metarange_id, remaining):
-            built = (
-                (base, parent.metarange_id, remaining),
-                apply_sealed(g, repo, base, parent.metarange_id, remaining, progress).metarange_id,
-            )
+        at = _read(g, repo, branch_name, tokens)
+        if built is None or built[0] != at.plan:
+            built = (at.plan, _build(g, repo, at, progress))
+            at = _read(g, repo, branch_name, tokens)
+            if at.plan != built[0]:
+                continue
         metarange_id = built[1]
-        rest = tuple(t for t in branch.sealed_tokens if t not in remaining)
-        if metarange_id == parent.metarange_id and not allow_empty:
-            if _clear(g, repo, branch, predicate, rest, remaining):
+        rest = tuple(t for t in at.branch.sealed_tokens if t not in at.remaining)
+        if metarange_id == at.parent.metarange_id and not allow_empty:
+            if _clear(g, repo, at.branch, at.predicate, rest, at.remaining):
                 raise NoChanges(f"nothing to commit on branch {branch_name!r} of {repo.name!r}")
             continue
-        new_commit = g.refs.add_commit(
-            repo, (parent,), metarange_id, message, metadata, committer=committer
-        )
+        if recorded is None or (recorded.parents, recorded.metarange_id) != (
+            (at.parent.id,),
+            metarange_id,
+        ):
+            recorded = g.refs.add_commit(
+                repo, (at.parent,), metarange_id, message, metadata, committer=committer
+            )
         updated = dataclasses.replace(
-            branch,
-            commit_id=new_commit.id,
+            at.branch,
+            commit_id=recorded.id,
             sealed_tokens=rest,
             compacted_metarange_id=None,
             compaction_start_time=None,
         )
-        if g.update_branch_dropping(repo, updated, predicate, remaining):
-            return new_commit
+        if g.update_branch_dropping(repo, updated, at.predicate, at.remaining):
+            return recorded
     raise too_many_tries(f"commit on branch {branch_name!r} of {repo.name!r}", g.retry.attempts)
+
+
+def _read(
+    g: Graveler, repo: RepositoryRecord, branch_name: str, tokens: tuple[str, ...]
+) -> _Reading:
+    branch, predicate = g.refs.get_branch(repo, branch_name)
+    remaining = tuple(t for t in tokens if t in branch.sealed_tokens)
+    if not remaining and not branch.compacted_metarange_id:
+        raise NoChanges(
+            f"nothing left to commit on branch {branch_name!r}: a concurrent commit "
+            "already recorded these changes"
+        )
+    parent = g.refs.get_commit(repo, branch.commit_id)
+    base = branch.compacted_metarange_id or parent.metarange_id
+    return _Reading(branch, predicate, parent, base, remaining)
+
+
+def _build(g: Graveler, repo: RepositoryRecord, at: _Reading, progress: Progress | None) -> str:
+    """The metarange to commit. With none of its tokens left, a compaction absorbed them all
+    and its metarange is the commit's as it stands."""
+    if not at.remaining:
+        return at.base
+    applied = apply_sealed(g, repo, at.base, at.parent.metarange_id, at.remaining, progress)
+    return applied.metarange_id
 
 
 def _clear(

@@ -17,10 +17,12 @@ and writers keep no shared counter (no contended key on the write path).
    on the `set_if`s, never on time.
 2. Apply the sealed tokens (newest wins) on the compacted metarange, else HEAD's: the path
    `commit.apply_sealed` shares with commits.
-3. `set_if` the branch to the new compacted metarange without those tokens, only if its
-   sealed tokens are still the ones applied. Otherwise a commit (or another compaction)
-   took them: the compaction is superseded, nothing lost and nothing half-applied, and the
-   ranges it wrote are unreferenced data. The applied tokens' rows are dropped in the
+3. `set_if` the branch to the new compacted metarange without those tokens, only if they
+   are still sealed on the same base. Otherwise a commit (or another compaction) took them:
+   the compaction is superseded, nothing lost and nothing half-applied, and the ranges it
+   wrote are unreferenced data. Tokens sealed on top since step 1 stay sealed above the new
+   metarange when other compactions sealed them; when a commit did, the compaction gives
+   way to it (`_sealed_above`). The applied tokens' rows are dropped in the
    background, as commits do: listed for deletion before this `set_if`, guarded by the
    branch, so a compactor killed right after it leaves them for the next drop to find.
 
@@ -43,6 +45,7 @@ from branchwater.engine.errors import InvalidArgument, too_many_tries
 from branchwater.engine.graveler.commit import Applied, apply_sealed, sealing
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord
+from branchwater.engine.graveler.staging import opened_by_compaction
 
 Clock = Callable[[], datetime]
 StepHook = Callable[[str], None]
@@ -267,13 +270,14 @@ def compact(
     head = g.refs.get_commit(repo, sealed.commit_id).metarange_id
     applied = apply_sealed(g, repo, g.base_metarange(repo, sealed), head, sealed.sealed_tokens)
     _reached(on_step, "applied")
-    if not _install(g, repo, sealed, applied):
+    above = _install(g, repo, sealed, applied)
+    if above is None:
         return _counted(g, _superseded(repo, sealed, applied, time.monotonic() - started))
     _reached(on_step, "updated")
     seconds = time.monotonic() - started
     g.metrics.duration.labels(repo.name).observe(seconds)
     g.metrics.tombstones.labels(repo.name).inc(applied.tombstones)
-    g.metrics.sealed_tokens.labels(repo.name, branch_name).set(0)
+    g.metrics.sealed_tokens.labels(repo.name, branch_name).set(len(above))
     return _counted(g, _done(repo, sealed, applied, seconds))
 
 
@@ -298,29 +302,55 @@ def _seal(
                 return _skipped(repo, branch_name, "guarded", _guard_message(status, policy))
         if not branch.sealed_tokens and g.staging.is_empty(branch.staging_token):
             return _skipped(repo, branch_name, "nothing-staged", "nothing staged to compact")
-        sealed = dataclasses.replace(sealing(repo, branch), compaction_start_time=at)
+        sealed = dataclasses.replace(
+            sealing(repo, branch, by_compaction=True), compaction_start_time=at
+        )
         if g.try_update_branch(repo, sealed, predicate):
             return sealed
     raise too_many_tries(f"compaction of branch {branch_name!r} of {repo.name!r}", g.retry.attempts)
 
 
-def _install(g: Graveler, repo: RepositoryRecord, sealed: BranchRecord, applied: Applied) -> bool:
+def _install(
+    g: Graveler, repo: RepositoryRecord, sealed: BranchRecord, applied: Applied
+) -> tuple[str, ...] | None:
     """Step 3: point the branch at the compacted metarange, dropping the applied tokens;
-    False if the sealed tokens (or what they sit on) changed since step 1."""
+    returns the tokens still sealed above it, or None if the compaction gave way."""
     for _ in g.retry:
         branch, predicate = g.refs.get_branch(repo, sealed.name)
-        if _layers_below_staging(branch) != _layers_below_staging(sealed):
-            return False
+        above = _sealed_above(branch, sealed)
+        if above is None:
+            return None
         updated = dataclasses.replace(
-            branch, sealed_tokens=(), compacted_metarange_id=applied.metarange_id
+            branch, sealed_tokens=above, compacted_metarange_id=applied.metarange_id
         )
         if g.update_branch_dropping(repo, updated, predicate, sealed.sealed_tokens):
-            return True
+            return above
     raise too_many_tries(f"compaction of branch {sealed.name!r} of {repo.name!r}", g.retry.attempts)
 
 
-def _layers_below_staging(branch: BranchRecord) -> tuple[object, ...]:
-    return (branch.sealed_tokens, branch.commit_id, branch.compacted_metarange_id)
+def _sealed_above(branch: BranchRecord, sealed: BranchRecord) -> tuple[str, ...] | None:
+    """The tokens sealed on top of the ones a compaction applied, which stay sealed above its
+    metarange; None if the compaction must give way.
+
+    It gives way when its base moved (a commit, a reset, another compaction installed) or its
+    tokens are gone, and, as the compaction design asks, when a commit sealed on top: that
+    commit is building on these tokens, and compaction is the one that can wait. It does not
+    give way to seals of other compactions, or compactors sealing in turn would supersede
+    each other for as long as they run. Each seal opens the token the next one seals, so the
+    seals after ours opened the staging token and every token above ours but the lowest.
+    """
+    tokens, applied = branch.sealed_tokens, sealed.sealed_tokens
+    cut = len(tokens) - len(applied)
+    moved = (branch.commit_id, branch.compacted_metarange_id) != (
+        sealed.commit_id,
+        sealed.compacted_metarange_id,
+    )
+    if moved or cut < 0 or tokens[cut:] != applied:
+        return None
+    above = tokens[:cut]
+    if above and not all(map(opened_by_compaction, (branch.staging_token, *above[:-1]))):
+        return None
+    return above
 
 
 def _reached(on_step: StepHook | None, step: str) -> None:

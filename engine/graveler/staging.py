@@ -19,9 +19,20 @@ StagedValue = Entry | None
 """A staged entry, or `None` for a tombstone."""
 
 
-def new_staging_token(repo: RepositoryRecord, branch: str) -> str:
-    """Tokens name their repository and branch so a stray partition can be traced."""
-    return f"staging/{repo.name}-{repo.unique_id}/{branch}/{uuid.uuid4().hex}"
+COMPACTION_MARK = ".compaction"
+"""Ends the name of a token a compaction's seal opened."""
+
+
+def new_staging_token(repo: RepositoryRecord, branch: str, *, by_compaction: bool = False) -> str:
+    """Tokens name their repository and branch so a stray partition can be traced. A token a
+    compaction's seal opens says so: a token sealed later was sealed by whoever opened the
+    token above it, which is how a compaction tells the seals after its own apart."""
+    mark = COMPACTION_MARK if by_compaction else ""
+    return f"staging/{repo.name}-{repo.unique_id}/{branch}/{uuid.uuid4().hex}{mark}"
+
+
+def opened_by_compaction(token: str) -> bool:
+    return token.endswith(COMPACTION_MARK)
 
 
 class StagingArea:

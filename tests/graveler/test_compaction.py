@@ -413,6 +413,114 @@ def test_a_second_compactor_supersedes_or_stacks(lake: Lake, repo) -> None:
     assert paths(main) == [f"d/{i:03d}" for i in range(2, 10)]
 
 
+class _InFlight(Exception):
+    """Stops a compactor right after a step, leaving it in flight as a slower process would."""
+
+
+def _stop_at(stop: str):
+    def hook(step: str) -> None:
+        if step == stop:
+            raise _InFlight(step)
+
+    return hook
+
+
+def test_a_compaction_keeps_another_compactors_tokens_sealed_above_it(lake: Lake, repo) -> None:
+    """Compactors sealing in turn must not supersede each other for as long as they run: the
+    first to finish installs, and what the other sealed stays sealed on top of it."""
+    committed_tree(repo, 10)
+    g, main = lake.graveler, repo.branch("main")
+    main.delete("d/000")
+    on_top: list[str] = []
+
+    def second_seals(step: str) -> None:
+        if step == "applied":
+            main.delete("d/001")
+            with pytest.raises(_InFlight):
+                compaction.compact(g, repo.record, "main", on_step=_stop_at("sealed"))
+            on_top.extend(g.read_branch(repo.record, "main").sealed_tokens[:1])
+            main.upload("later", b"l")
+
+    result = compaction.compact(g, repo.record, "main", on_step=second_seals)
+
+    assert result.compacted, result.message
+    branch = g.read_branch(repo.record, "main")
+    assert branch.compacted_metarange_id == result.metarange_id
+    assert branch.sealed_tokens == tuple(on_top)
+    assert paths(main) == [*(f"d/{i:03d}" for i in range(2, 10)), "later"]
+    assert main.compact().compacted
+    assert paths(repo.ref(main.commit("all of it").id)) == paths(main)
+
+
+@pytest.mark.parametrize("compactor_on_top", [False, True])
+def test_a_compaction_gives_way_to_a_commit_sealed_above_it(
+    lake: Lake, repo, compactor_on_top: bool
+) -> None:
+    """Also when another compactor sealed after the commit: the commit is still below it."""
+    from branchwater.engine.graveler import commit as commit_ops
+
+    committed_tree(repo, 10)
+    g, main = lake.graveler, repo.branch("main")
+    main.delete("d/000")
+    sealed: list[tuple[str, ...]] = []
+
+    def commit_seals(step: str) -> None:
+        if step == "applied":
+            main.upload("x", b"x")
+            sealed.append(commit_ops.seal(g, repo.record, "main"))
+            if compactor_on_top:
+                with pytest.raises(_InFlight):
+                    compaction.compact(g, repo.record, "main", on_step=_stop_at("sealed"))
+
+    result = compaction.compact(g, repo.record, "main", on_step=commit_seals)
+
+    assert result.outcome == "superseded"
+    assert g.read_branch(repo.record, "main").compacted_metarange_id is None
+    commit = commit_ops._finish(g, repo.record, "main", sealed[0], "won", {}, "", False)
+    assert paths(repo.ref(commit.id)) == [*(f"d/{i:03d}" for i in range(1, 10)), "x"]
+
+
+def test_a_commit_that_loses_its_set_if_to_a_seal_retries_without_rebuilding(
+    lake: Lake, repo, monkeypatch
+) -> None:
+    """A retry whose tokens and base are unchanged reuses the metarange and the commit record:
+    no second build, no orphan commit record, and the seal on top stays sealed."""
+    from branchwater.engine.graveler import commit as commit_ops
+
+    committed_tree(repo, 10)
+    g, main = lake.graveler, repo.branch("main")
+    main.delete("d/000")
+    builds: list[str] = []
+    apply_sealed = commit_ops.apply_sealed
+
+    def counted(*args, **kwargs):
+        builds.append("built")
+        return apply_sealed(*args, **kwargs)
+
+    update = g.update_branch_dropping
+    on_top: list[str] = []
+
+    def seal_first(*args, **kwargs) -> bool:
+        if not on_top:
+            main.upload("during", b"d")
+            with pytest.raises(_InFlight):
+                compaction.compact(g, repo.record, "main", on_step=_stop_at("sealed"))
+            on_top.extend(g.read_branch(repo.record, "main").sealed_tokens[:1])
+        return update(*args, **kwargs)
+
+    monkeypatch.setattr(commit_ops, "apply_sealed", counted)
+    monkeypatch.setattr(g, "update_branch_dropping", seal_first)
+    commits_before = len(list(g.refs.list_commits(repo.record)))
+
+    commit = main.commit("retried")
+
+    assert builds == ["built"]
+    assert len(list(g.refs.list_commits(repo.record))) == commits_before + 1
+    assert "d/000" not in paths(repo.ref(commit.id)) and "during" not in paths(repo.ref(commit.id))
+    assert g.read_branch(repo.record, "main").sealed_tokens == tuple(on_top)
+    assert changes(main) == [("during", "added")]
+
+
 # --- the sensor ----------------------------------------------------------------------------
 
 
