@@ -220,8 +220,7 @@ def _read(
             "already recorded these changes"
         )
     parent = g.refs.get_commit(repo, branch.commit_id)
-    base = branch.compacted_metarange_id or parent.metarange_id
-    return _Reading(branch, predicate, parent, base, remaining)
+    return _Reading(branch, predicate, parent, branch.base(parent.metarange_id), remaining)
 
 
 def _build(g: Graveler, repo: RepositoryRecord, at: _Reading, progress: Progress | None) -> str:

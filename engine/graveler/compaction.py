@@ -268,7 +268,7 @@ def compact(
         return _counted(g, sealed)
     _reached(on_step, "sealed")
     head = g.refs.get_commit(repo, sealed.commit_id).metarange_id
-    applied = apply_sealed(g, repo, g.base_metarange(repo, sealed), head, sealed.sealed_tokens)
+    applied = apply_sealed(g, repo, sealed.base(head), head, sealed.sealed_tokens)
     _reached(on_step, "applied")
     above = _install(g, repo, sealed, applied)
     if above is None:

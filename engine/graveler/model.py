@@ -137,6 +137,10 @@ class BranchRecord:
     compacted_metarange_id: str | None = None
     compaction_start_time: datetime | None = None
 
+    def base(self, head_metarange_id: str) -> str:
+        """What the staging sits on, given HEAD's metarange: the compacted one, else HEAD's."""
+        return self.compacted_metarange_id or head_metarange_id
+
     def encode(self) -> bytes:
         return _dumps(self)
 
