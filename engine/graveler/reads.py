@@ -70,12 +70,13 @@ def get_branch_entry(g: Graveler, repo: RepositoryRecord, branch_name: str, path
 def find_branch_entry(
     g: Graveler, repo: RepositoryRecord, branch_name: str, path: str
 ) -> Entry | None:
-    """What the branch shows at `path`, `None` if nothing."""
+    """What the branch shows at `path`, `None` if nothing. The answer is checked against a
+    fresh read of the branch even when the staging token had it: the first read may come
+    from the branch cache, and a token another process has sealed since may still hold an
+    older value than the one it wrote to the token it opened."""
     branch = g.read_branch(repo, branch_name, cached=True)
     look = look_up(g, repo, branch, path)
     for _ in range(g.retry.attempts):
-        if look.tokens == (branch.staging_token,) and look.base is None:
-            return look.value
         branch = g.read_branch(repo, branch_name)
         gained = gained_above(look, branch)
         if gained == ():

@@ -115,6 +115,26 @@ def test_a_token_a_commit_takes_while_it_is_looked_up_is_read_again_from_the_com
     assert staging.probes == 1
 
 
+def test_a_read_in_another_process_sees_a_write_made_after_its_branch_was_cached(
+    tmp_path,
+) -> None:
+    """Read-after-write across processes: the branch cache may serve a read's first look at
+    the branch, never its answer. Here the old token's rows are kept (its drop held back), so
+    a lookup trusting the cached record would find the old value in it."""
+    url = f"sqlite:///{tmp_path}/lake.db"
+    with Lake.connect(url) as writer, Lake.connect(url) as reader:
+        writer.create_repository("cached", storage_namespace=f"file://{tmp_path}/ns")
+        written = writer.repository("cached").branch("main")
+        written.upload("p", b"v1")
+        read = reader.repository("cached").branch("main")
+        assert read.read("p") == b"v1"
+        writer.graveler.drop_listed_later = lambda mark, partitions: None  # type: ignore[method-assign]
+        written.commit("seals the token the reader has cached")
+        written.upload("p", b"v2")
+
+        assert read.read("p") == b"v2"
+
+
 def test_a_missing_path_is_not_found_while_tokens_keep_being_sealed(
     lake: Lake, repo: Repository, main: Branch
 ) -> None:
