@@ -10,7 +10,7 @@ TEST_WORKERS ?= 2
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(abspath $(BIN)/python)
 
-.PHONY: install demo stack stack-down test test-fast bench lint clean
+.PHONY: install demo stack stack-down test test-fast coverage bench lint clean
 
 install: $(STAMP)
 
@@ -40,6 +40,14 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not slow" $(PYTEST_ARGS)
+
+# Statements the test processes run; code in Spark's Python workers, spark-submit and Airflow's
+# own subprocesses is not measured.
+coverage: $(STAMP)
+	@scripts/check-env java postgres
+	@scripts/install-browser
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --cov=engine --cov=plugin \
+		--cov=spark_jobs --cov=stack --cov-report=term-missing:skip-covered $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	@scripts/check-env java postgres
