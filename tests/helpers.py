@@ -23,6 +23,7 @@ import pyarrow as pa
 import pytest
 
 from branchwater.engine.api import Lake, Repository
+from branchwater.engine.errors import NotFound
 from branchwater.engine.gc.context import GCContext
 from branchwater.engine.gc.prepare import PreparedRun, read_run
 from branchwater.engine.gc.settings import GCSettings
@@ -82,6 +83,55 @@ def spawned_pool(processes: int) -> Iterator[tuple[SyncManager, Pool]]:
 
 def unique_name(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:12]}"
+
+
+# Read-after-write across processes ---------------------------------------------------------
+
+SHARED_PATH = "shared"
+OVERWRITES = 300
+DELETE_EVERY = 7
+"""Version `v` of the shared path is a delete where `v % DELETE_EVERY == 0`, else an upload
+of `str(v)`; the last version is an upload."""
+
+
+def overwrite(kv_url: str, repository: str, start, announced) -> None:
+    """Write versions 1 to OVERWRITES of the shared path on main, announcing each once it is
+    acknowledged: what another process reads after an announcement must be that new."""
+    with Lake.connect(kv_url) as lake:
+        main = lake.repository(repository).branch("main")
+        start.wait(60)
+        for version in range(1, OVERWRITES + 1):
+            if version % DELETE_EVERY:
+                main.upload(SHARED_PATH, str(version).encode())
+            else:
+                main.delete(SHARED_PATH)
+            announced.value = version
+
+
+def read_back(kv_url: str, repository: str, start, stop, announced) -> tuple[int, list[str]]:
+    """Read the shared path until `stop`; returns the reads and the stale ones. A read must
+    show a version from the one announced before it began to the one in flight after it
+    ended: a value, or a delete among those versions when the path is absent."""
+    reads, stale = 0, []
+    with Lake.connect(kv_url) as lake:
+        main = lake.repository(repository).branch("main")
+        start.wait(60)
+        while not stop.is_set():
+            floor = announced.value
+            if floor == 0:
+                continue
+            try:
+                seen: int | None = int(main.read(SHARED_PATH))
+            except NotFound:
+                seen = None
+            ceiling = announced.value + 1
+            reads += 1
+            if seen is None:
+                if not any(v % DELETE_EVERY == 0 for v in range(floor, ceiling + 1)):
+                    stale.append(f"absent, but versions {floor}-{ceiling} delete nothing")
+            elif not floor <= seen <= ceiling:
+                stale.append(f"read version {seen} after version {floor} was acknowledged")
+    return reads, stale
 
 
 # Committed-layer data --------------------------------------------------------------------

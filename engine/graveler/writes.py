@@ -60,21 +60,28 @@ def stage_entry(g: Graveler, repo: RepositoryRecord, branch_name: str, entry: En
 
 
 def stage_delete(g: Graveler, repo: RepositoryRecord, branch_name: str, path: str) -> None:
-    """Delete `path`: a tombstone, or just drop the staged entry where no lower layer has it.
+    """Delete `path`: a tombstone, or just drop the staged entry where the branch has no
+    sealed token and its base does not have the path.
 
-    What the lower layers hold is trusted only if the branch still has them after the look:
-    a commit or compaction that absorbed a sealed token drops its rows, and a stale look
-    would then miss the path and let the lower copy show again. A tombstone is right whatever
-    they hold, so a busy branch gets one instead of a retry. Once this delete wrote to a token
-    that got sealed meanwhile, the retry writes a tombstone too.
+    A sealed token is never trusted to hide the path: a writer that saw the branch before the
+    seal can still write to it after the commit absorbing it has read it (the writer then
+    writes again to the new token), so a tombstone found there may not be in the commit, and
+    dropping the staged entry over it would let the base's older copy show again once the
+    commit lands. The base is trusted only if the branch still has it after the look, as a
+    commit or compaction replaces it. A tombstone is right whatever the layers hold, so a
+    branch with a commit in flight gets one instead of a retry. Once this delete wrote to a
+    token that got sealed meanwhile, the retry writes a tombstone too.
     """
     get_branch_entry(g, repo, branch_name, path)
     wrote = False
 
     def write(branch: BranchRecord) -> bool:
         nonlocal wrote
-        below = lookup_below_staging(g, repo, branch, path)
-        alone = below is None and same_layers(g.read_branch(repo, branch_name), branch)
+        alone = (
+            not branch.sealed_tokens
+            and lookup_below_staging(g, repo, branch, path) is None
+            and same_layers(g.read_branch(repo, branch_name), branch)
+        )
         if alone and not wrote:
             g.staging.remove(branch.staging_token, path)
         else:

@@ -5,7 +5,8 @@
   acknowledged write is on the branch and in HEAD with its address, and no acknowledged
   delete comes back. Compactors sealing without a pause can outrun a commit's bounded
   retries on a loaded machine; the committer then does what `TooManyTries` asks (retries
-  later), and most of its commits must make it.
+  later), and most of its commits must make it. Another process overwrites and deletes a
+  path meanwhile, and a reader in one more never reads it older than acknowledged.
 - A compactor killed with SIGKILL right after any of its steps leaves the branch readable
   and complete, and the next compaction and commit succeed.
 """
@@ -23,7 +24,14 @@ import pytest
 
 from branchwater.engine import Lake, NoChanges, NotFound, TooManyTries
 from branchwater.engine.graveler import compaction
-from tests.helpers import spawned_pool, unique_name
+from tests.helpers import (
+    OVERWRITES,
+    SHARED_PATH,
+    overwrite,
+    read_back,
+    spawned_pool,
+    unique_name,
+)
 
 WRITERS = 3
 WRITES_EACH = 120
@@ -91,16 +99,20 @@ def race(kv_url: str, namespace: str) -> None:
         for i in range(50):
             main.upload(f"base/{i:03d}", b"b")
         main.commit("base")
-    with spawned_pool(WRITERS + 1 + COMPACTORS) as (manager, pool):
-        start, stop = manager.Event(), manager.Event()
+    with spawned_pool(WRITERS + 3 + COMPACTORS) as (manager, pool):
+        start, stop, announced = manager.Event(), manager.Event(), manager.Value("i", 0)
         committer = pool.apply_async(_committer, (kv_url, start, stop))
         compactors = [
             pool.apply_async(_compactor, (kv_url, start, stop)) for _ in range(COMPACTORS)
         ]
         writers = [pool.apply_async(_writer, (kv_url, i, start)) for i in range(WRITERS)]
+        overwriter = pool.apply_async(overwrite, (kv_url, "race", start, announced))
+        reader = pool.apply_async(read_back, (kv_url, "race", start, stop, announced))
         start.set()
         results = [w.get(300) for w in writers]
+        overwriter.get(300)
         stop.set()
+        reads, stale = reader.get(300)
         commits, gave_up = committer.get(300)
         outcomes: dict[str, int] = {}
         for c in compactors:
@@ -110,9 +122,10 @@ def race(kv_url: str, namespace: str) -> None:
     live = {path: address for result in results for path, address in result[0].items()}
     deleted = {path for result in results for path in result[1]}
     assert [v for result in results for v in result[2]] == []
+    assert reads >= 1 and stale == []
     assert commits >= 1 and outcomes.get("compacted", 0) >= 2, (commits, gave_up, outcomes)
     assert gave_up < commits, f"{gave_up} commits ran out of tries, {commits} made it"
-    expected = {**{f"base/{i:03d}": None for i in range(50)}, **live}
+    expected = {**{f"base/{i:03d}": None for i in range(50)}, SHARED_PATH: None, **live}
     with Lake.connect(kv_url) as lake:
         repo = lake.repository("race")
         main = repo.branch("main")
@@ -123,6 +136,7 @@ def race(kv_url: str, namespace: str) -> None:
             main.commit("final")
         head = {e.path: e.address for e in repo.ref("main").list()}
         assert set(head) == set(expected) and not deleted & set(head)
+        assert repo.ref("main").read(SHARED_PATH) == str(OVERWRITES).encode()
         assert {p: head[p] for p in live} == live
         assert list(main.uncommitted()) == []
 

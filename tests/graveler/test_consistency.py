@@ -4,10 +4,10 @@ Writers upload unique paths while a committer commits in a loop. Afterwards ever
 write must be in HEAD with exactly the acknowledged address (a final commit absorbs what was
 still staged), and the history must be one first-parent chain with no commit lost.
 
-Meanwhile one more process overwrites a path with rising versions and announces each once it
-is acknowledged, and a reader in another process reads the path after each announcement it
-sees: read-after-write across processes means it never reads a version older than the one
-announced before its read began.
+Meanwhile one more process overwrites (and now and then deletes) a path with rising versions
+and announces each once it is acknowledged, and a reader in another process reads the path:
+read-after-write across processes means it never reads a version older than the one announced
+before its read began (`helpers.read_back`).
 """
 
 from __future__ import annotations
@@ -18,13 +18,19 @@ from pathlib import Path
 import pytest
 
 from branchwater.engine import Lake, NoChanges
-from tests.helpers import spawned_pool, unique_name
+from tests.helpers import (
+    OVERWRITES,
+    SHARED_PATH,
+    overwrite,
+    read_back,
+    spawned_pool,
+    unique_name,
+)
 
 WRITERS = 3
 MIN_WRITES_EACH = 40
 MAX_WRITES_EACH = 3000
 MIN_COMMITS = 3
-OVERWRITES = 300
 
 
 def _writer(kv_url: str, index: int, start, commits) -> list[tuple[str, str]]:
@@ -39,34 +45,6 @@ def _writer(kv_url: str, index: int, start, commits) -> list[tuple[str, str]]:
             acknowledged.append((entry.path, entry.address))
             j += 1
     return acknowledged
-
-
-def _overwriter(kv_url: str, start, announced) -> int:
-    with Lake.connect(kv_url) as lake:
-        main = lake.repository("race").branch("main")
-        start.wait(30)
-        for version in range(1, OVERWRITES + 1):
-            main.upload("shared", str(version).encode())
-            announced.value = version
-    return OVERWRITES
-
-
-def _reader(kv_url: str, start, stop, announced) -> tuple[int, list[str]]:
-    """Read the shared path after each announcement; every version older than the one
-    announced before the read began is a stale read."""
-    reads, stale = 0, []
-    with Lake.connect(kv_url) as lake:
-        main = lake.repository("race").branch("main")
-        start.wait(30)
-        while not stop.is_set():
-            floor = announced.value
-            if floor == 0:
-                continue
-            seen = int(main.read("shared"))
-            reads += 1
-            if seen < floor:
-                stale.append(f"read version {seen} after version {floor} was acknowledged")
-    return reads, stale
 
 
 def _committer(kv_url: str, start, stop, commits) -> None:
@@ -88,8 +66,8 @@ def race(kv_url: str, namespace: str) -> None:
         start, stop, commits = manager.Event(), manager.Event(), manager.Value("i", 0)
         announced = manager.Value("i", 0)
         committer = pool.apply_async(_committer, (kv_url, start, stop, commits))
-        overwriter = pool.apply_async(_overwriter, (kv_url, start, announced))
-        reader = pool.apply_async(_reader, (kv_url, start, stop, announced))
+        overwriter = pool.apply_async(overwrite, (kv_url, "race", start, announced))
+        reader = pool.apply_async(read_back, (kv_url, "race", start, stop, announced))
         writers = [pool.apply_async(_writer, (kv_url, i, start, commits)) for i in range(WRITERS)]
         start.set()
         acknowledged = [pair for w in writers for pair in w.get(240)]
@@ -107,7 +85,7 @@ def race(kv_url: str, namespace: str) -> None:
         with contextlib.suppress(NoChanges):
             main.commit("final")
         head = {e.path: e.address for e in repo.ref("main").list()}
-        assert repo.ref("main").read("shared") == str(OVERWRITES).encode()
+        assert repo.ref("main").read(SHARED_PATH) == str(OVERWRITES).encode()
         assert len(acknowledged) >= WRITERS * MIN_WRITES_EACH
         missing = [(p, a) for p, a in acknowledged if head.get(p) != a]
         assert missing == []
