@@ -70,17 +70,22 @@ def get_branch_entry(g: Graveler, repo: RepositoryRecord, branch_name: str, path
 def find_branch_entry(
     g: Graveler, repo: RepositoryRecord, branch_name: str, path: str
 ) -> Entry | None:
-    """What the branch shows at `path`, `None` if nothing. The answer is checked against a
-    fresh read of the branch even when the staging token had it: the first read may come
-    from the branch cache, and a token another process has sealed since may still hold an
-    older value than the one it wrote to the token it opened."""
+    """What the branch shows at `path`, `None` if nothing."""
+    return find_branch_look(g, repo, branch_name, path).value
+
+
+def find_branch_look(g: Graveler, repo: RepositoryRecord, branch_name: str, path: str) -> Look:
+    """What the branch shows at `path` and the layer it comes from. The answer is checked
+    against a fresh read of the branch even when the staging token had it: the first read may
+    come from the branch cache, and a token another process has sealed since may still hold
+    an older value than the one it wrote to the token it opened."""
     branch = g.read_branch(repo, branch_name, cached=True)
     look = look_up(g, repo, branch, path)
     for _ in range(g.retry.attempts):
         branch = g.read_branch(repo, branch_name)
         gained = gained_above(look, branch)
         if gained == ():
-            return look.value
+            return look
         if gained is None:
             look = look_up(g, repo, branch, path)
         else:
@@ -98,6 +103,13 @@ class Look:
     value: Entry | None
     tokens: tuple[str, ...]
     base: tuple[str, str | None] | None
+
+    @property
+    def from_sealed_token(self) -> bool:
+        """The answer is a sealed token's row (of a validated look, whose first token is the
+        staging token). Such a row may be a late write the commit absorbing the token never
+        read: it shows now, but the branch may not keep it."""
+        return self.base is None and len(self.tokens) > 1
 
 
 def token_layers(branch: BranchRecord) -> tuple[str, ...]:

@@ -14,7 +14,7 @@ from branchwater.engine.graveler.checksums import holds
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import BranchRecord, Entry, Metadata, RepositoryRecord
 from branchwater.engine.graveler.reads import (
-    find_branch_entry,
+    find_branch_look,
     get_branch_entry,
     lookup_below_staging,
     same_layers,
@@ -32,7 +32,7 @@ def unchanged_entry(
 ) -> Entry | None:
     """The entry the branch shows at `path` if it already is `data` with `metadata`: then a
     write would change nothing, so a retried task writes no object and stages nothing."""
-    current = find_branch_entry(g, repo, branch_name, path)
+    current = _kept_entry(g, repo, branch_name, path)
     if current is not None and holds(current, data, checksum, metadata):
         return current
     return None
@@ -43,10 +43,18 @@ def shown_entry(
 ) -> Entry | None:
     """The entry the branch shows at `path` if it has `entry`'s identity: then staging
     `entry` (a link, a copy) would change nothing, so a retried task stages nothing."""
-    current = find_branch_entry(g, repo, branch_name, path)
+    current = _kept_entry(g, repo, branch_name, path)
     if current is not None and current.identity() == entry.identity():
         return current
     return None
+
+
+def _kept_entry(g: Graveler, repo: RepositoryRecord, branch_name: str, path: str) -> Entry | None:
+    """What the branch shows at `path` if the branch is sure to keep it: not a sealed token's
+    row, which may be another writer's late write that the commit absorbing the token missed
+    (a write skipped for it could then vanish with it)."""
+    look = find_branch_look(g, repo, branch_name, path)
+    return None if look.from_sealed_token else look.value
 
 
 def stage_entry(g: Graveler, repo: RepositoryRecord, branch_name: str, entry: Entry) -> None:

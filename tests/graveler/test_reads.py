@@ -177,6 +177,37 @@ def test_a_delete_over_a_late_tombstone_in_a_sealed_token_leaves_a_tombstone(
     assert [e.path for e in main.list()] == ["base"]
 
 
+def test_an_upload_of_what_a_late_write_in_a_sealed_token_shows_is_staged(
+    lake: Lake, repo: Repository, main: Branch, monkeypatch
+) -> None:
+    """Another writer's late write in a sealed token shows while that writer is still on its
+    way to the new token; an upload of the same content must not be skipped for it, or the
+    upload vanishes with the sealed token when the commit that missed the row lands."""
+    from branchwater.engine.graveler import commit as commit_ops
+
+    main.upload("p", b"old")
+    main.commit("p is old in HEAD")
+    main.upload("q", b"q")
+    g, apply_sealed = lake.graveler, commit_ops.apply_sealed
+    uploaded: list[str] = []
+
+    def a_late_write_while_the_commit_builds(*args, **kwargs):
+        applied = apply_sealed(*args, **kwargs)
+        main.upload("elsewhere", b"new")
+        branch = g.read_branch(repo.record, "main")
+        _, new = g.staging.get(branch.staging_token, "elsewhere")
+        assert new is not None
+        g.staging.put(branch.sealed_tokens[0], "p", new._replace(path="p"))
+        uploaded.append(main.upload("p", b"new").address)
+        return applied
+
+    monkeypatch.setattr(commit_ops, "apply_sealed", a_late_write_while_the_commit_builds)
+    main.commit("read its token before the late write")
+
+    assert main.read("p") == b"new"
+    assert main.stat("p").address == uploaded[0]
+
+
 def listing(branch: Branch) -> list[tuple[str, bytes]]:
     return [(entry.path, branch.read(entry.path)) for entry in branch.list()]
 
