@@ -78,7 +78,9 @@ def find_branch_look(g: Graveler, repo: RepositoryRecord, branch_name: str, path
     """What the branch shows at `path` and the layer it comes from. The answer is checked
     against a fresh read of the branch even when the staging token had it: the first read may
     come from the branch cache, and a token another process has sealed since may still hold
-    an older value than the one it wrote to the token it opened."""
+    an older value than the one it wrote to the token it opened. Attempts are not paced as
+    `g.retry` paces a compare-and-swap: a pause between a look and the read that checks it
+    would only give the branch longer to change."""
     branch = g.read_branch(repo, branch_name, cached=True)
     look = look_up(g, repo, branch, path)
     for _ in range(g.retry.attempts):

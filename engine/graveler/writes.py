@@ -108,7 +108,8 @@ def _write_validated(
     what: str,
 ) -> None:
     """Run `write` until it lands in the branch's current staging token; `write` returns
-    False when it saw the branch change before writing anything."""
+    False when it saw the branch change before writing anything. Unpaced, as a lookup is: a
+    pause before writing to the token just read would only give a commit longer to seal it."""
     branch = g.read_branch(repo, branch_name, cached=True)
     for _ in range(g.retry.attempts):
         written = write(branch)
