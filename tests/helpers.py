@@ -27,6 +27,7 @@ from branchwater.engine.errors import NotFound
 from branchwater.engine.gc.context import GCContext
 from branchwater.engine.gc.prepare import PreparedRun, read_run
 from branchwater.engine.gc.settings import GCSettings
+from branchwater.engine.graveler.checksums import content_checksum
 from branchwater.engine.graveler.committed import RangePolicy
 from branchwater.engine.graveler.committed.format import RANGES_PREFIX
 from branchwater.engine.graveler.model import Entry
@@ -109,9 +110,11 @@ def overwrite(kv_url: str, repository: str, start, announced) -> None:
 
 
 def read_back(kv_url: str, repository: str, start, stop, announced) -> tuple[int, list[str]]:
-    """Read the shared path until `stop`; returns the reads and the stale ones. A read must
-    show a version from the one announced before it began to the one in flight after it
-    ended: a value, or a delete among those versions when the path is absent."""
+    """Read the shared path until `stop`, by a lookup and by a listing in turn; returns the
+    reads and the stale ones. A read must show a version from the one announced before it
+    began to the one in flight after it ended: a value, or a delete among those versions when
+    the path is absent."""
+    versions = {content_checksum(str(v).encode()): v for v in range(1, OVERWRITES + 1)}
     reads, stale = 0, []
     with Lake.connect(kv_url) as lake:
         main = lake.repository(repository).branch("main")
@@ -120,10 +123,15 @@ def read_back(kv_url: str, repository: str, start, stop, announced) -> tuple[int
             floor = announced.value
             if floor == 0:
                 continue
-            try:
-                seen: int | None = int(main.read(SHARED_PATH))
-            except NotFound:
-                seen = None
+            seen: int | None
+            if reads % 2:
+                listed = [e for e in main.list(prefix=SHARED_PATH) if e.path == SHARED_PATH]
+                seen = versions[listed[0].checksum] if listed else None
+            else:
+                try:
+                    seen = int(main.read(SHARED_PATH))
+                except NotFound:
+                    seen = None
             ceiling = announced.value + 1
             reads += 1
             if seen is None:
