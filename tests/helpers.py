@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, Protocol
 import pyarrow as pa
 import pytest
 
-from branchwater.engine.api import Lake, Repository
+from branchwater.engine.api import Lake, Ref, Repository
 from branchwater.engine.errors import NotFound
 from branchwater.engine.gc.context import GCContext
 from branchwater.engine.gc.prepare import PreparedRun, read_run
@@ -140,6 +140,34 @@ def read_back(kv_url: str, repository: str, start, stop, announced) -> tuple[int
             elif not floor <= seen <= ceiling:
                 stale.append(f"read version {seen} after version {floor} was acknowledged")
     return reads, stale
+
+
+class SharedPathRace:
+    """`overwrite` and `read_back` started in a race's pool: one process overwriting the
+    shared path of `repository`'s main, another reading it back until `stop`."""
+
+    PROCESSES = 2
+
+    def __init__(
+        self, manager: SyncManager, pool: Pool, kv_url: str, repository: str, start, stop
+    ) -> None:
+        self._announced = manager.Value("i", 0)
+        """Held here: the manager frees a shared value once the parent drops its proxy."""
+        args = (kv_url, repository, start)
+        self._writes = pool.apply_async(overwrite, (*args, self._announced))
+        self._reads = pool.apply_async(read_back, (*args, stop, self._announced))
+
+    def wait_for_writes(self, timeout: float) -> None:
+        self._writes.get(timeout)
+
+    def check_reads(self, timeout: float) -> None:
+        """Once `stop` is set: the reader read, and never saw the path older than it was."""
+        reads, stale = self._reads.get(timeout)
+        assert reads >= 1 and stale == []
+
+    @staticmethod
+    def check_committed(ref: Ref) -> None:
+        assert ref.read(SHARED_PATH) == str(OVERWRITES).encode()
 
 
 # Committed-layer data --------------------------------------------------------------------

@@ -7,7 +7,7 @@ still staged), and the history must be one first-parent chain with no commit los
 Meanwhile one more process overwrites (and now and then deletes) a path with rising versions
 and announces each once it is acknowledged, and a reader in another process reads the path:
 read-after-write across processes means it never reads a version older than the one announced
-before its read began (`helpers.read_back`).
+before its read began (`helpers.SharedPathRace`).
 """
 
 from __future__ import annotations
@@ -18,14 +18,7 @@ from pathlib import Path
 import pytest
 
 from branchwater.engine import Lake, NoChanges
-from tests.helpers import (
-    OVERWRITES,
-    SHARED_PATH,
-    overwrite,
-    read_back,
-    spawned_pool,
-    unique_name,
-)
+from tests.helpers import SharedPathRace, spawned_pool, unique_name
 
 WRITERS = 3
 MIN_WRITES_EACH = 40
@@ -62,22 +55,19 @@ def _committer(kv_url: str, start, stop, commits) -> None:
 def race(kv_url: str, namespace: str) -> None:
     with Lake.connect(kv_url) as lake:
         lake.create_repository("race", storage_namespace=namespace)
-    with spawned_pool(WRITERS + 3) as (manager, pool):
+    with spawned_pool(WRITERS + 1 + SharedPathRace.PROCESSES) as (manager, pool):
         start, stop, commits = manager.Event(), manager.Event(), manager.Value("i", 0)
-        announced = manager.Value("i", 0)
         committer = pool.apply_async(_committer, (kv_url, start, stop, commits))
-        overwriter = pool.apply_async(overwrite, (kv_url, "race", start, announced))
-        reader = pool.apply_async(read_back, (kv_url, "race", start, stop, announced))
+        shared = SharedPathRace(manager, pool, kv_url, "race", start, stop)
         writers = [pool.apply_async(_writer, (kv_url, i, start, commits)) for i in range(WRITERS)]
         start.set()
         acknowledged = [pair for w in writers for pair in w.get(240)]
-        overwriter.get(240)
+        shared.wait_for_writes(240)
         stop.set()
         committer.get(240)
-        reads, stale = reader.get(240)
+        shared.check_reads(240)
         made = commits.value
     assert made >= MIN_COMMITS, "the committer never raced the writers"
-    assert reads >= 1 and stale == []
 
     with Lake.connect(kv_url) as lake:
         repo = lake.repository("race")
@@ -85,7 +75,7 @@ def race(kv_url: str, namespace: str) -> None:
         with contextlib.suppress(NoChanges):
             main.commit("final")
         head = {e.path: e.address for e in repo.ref("main").list()}
-        assert repo.ref("main").read(SHARED_PATH) == str(OVERWRITES).encode()
+        SharedPathRace.check_committed(repo.ref("main"))
         assert len(acknowledged) >= WRITERS * MIN_WRITES_EACH
         missing = [(p, a) for p, a in acknowledged if head.get(p) != a]
         assert missing == []
