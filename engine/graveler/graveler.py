@@ -206,7 +206,7 @@ class Graveler:
         """What a branch's staging sits on: its compacted metarange, else its HEAD's."""
         if branch.compacted_metarange_id:
             return branch.compacted_metarange_id
-        return branch.base(self.refs.get_commit(repo, branch.commit_id).metarange_id)
+        return self.refs.get_commit(repo, branch.commit_id).metarange_id
 
     def drop_partitions_later(self, mark: str, partitions: list[bytes]) -> None:
         """Delete partitions in the background, listed first in the to-delete list.

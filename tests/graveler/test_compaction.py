@@ -16,6 +16,7 @@ from branchwater.engine import (
     NoChanges,
     NotFound,
 )
+from branchwater.engine.graveler import commit as commit_ops
 from branchwater.engine.graveler import compaction, reads, uncommitted
 from branchwater.engine.graveler.writes import stage_entry
 
@@ -367,8 +368,6 @@ def test_a_commit_that_wins_supersedes_the_compaction(lake: Lake, repo) -> None:
 def test_a_commit_sealed_before_the_compaction_finishes_on_its_result(lake: Lake, repo) -> None:
     """The commit sealed first; the compactor then absorbed its tokens. The commit builds
     on the compacted metarange and records everything, writes made meanwhile included."""
-    from branchwater.engine.graveler import commit as commit_ops
-
     committed_tree(repo, 10)
     main = repo.branch("main")
     main.delete("d/000")
@@ -457,8 +456,6 @@ def test_a_compaction_gives_way_to_a_commit_sealed_above_it(
     lake: Lake, repo, compactor_on_top: bool
 ) -> None:
     """Also when another compactor sealed after the commit: the commit is still below it."""
-    from branchwater.engine.graveler import commit as commit_ops
-
     committed_tree(repo, 10)
     g, main = lake.graveler, repo.branch("main")
     main.delete("d/000")
@@ -485,8 +482,6 @@ def test_a_commit_that_loses_its_set_if_to_a_seal_retries_without_rebuilding(
 ) -> None:
     """A retry whose tokens and base are unchanged reuses the metarange and the commit record:
     no second build, no orphan commit record, and the seal on top stays sealed."""
-    from branchwater.engine.graveler import commit as commit_ops
-
     committed_tree(repo, 10)
     g, main = lake.graveler, repo.branch("main")
     main.delete("d/000")
@@ -557,8 +552,6 @@ def test_status_spends_at_most_its_scan_budget(lake: Lake, repo) -> None:
 
 
 def test_status_counts_sealed_tokens(lake: Lake, repo) -> None:
-    from branchwater.engine.graveler import commit as commit_ops
-
     committed_tree(repo, 5)
     main = repo.branch("main")
     for i in range(3):
@@ -598,8 +591,6 @@ def test_metrics_count_what_compactions_did(lake: Lake, repo) -> None:
 def test_a_delete_whose_token_is_sealed_meanwhile_still_deletes(lake: Lake, repo, monkeypatch):
     """The retry finds the delete's own tombstone in the sealed token: it must not take the
     path for missing, but write its tombstone again in the new token."""
-    from branchwater.engine.graveler import commit as commit_ops
-
     committed_tree(repo, 5)
     g, main = lake.graveler, repo.branch("main")
     put = g.staging.put

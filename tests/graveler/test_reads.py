@@ -15,6 +15,7 @@ import pytest
 
 from branchwater.engine import Lake, NotFound
 from branchwater.engine.api import Branch, Repository
+from branchwater.engine.graveler import commit as commit_ops
 from branchwater.engine.graveler import reads
 from branchwater.engine.graveler.commit import sealing
 from branchwater.engine.graveler.staging import StagingArea
@@ -152,8 +153,6 @@ def test_a_delete_over_a_late_tombstone_in_a_sealed_token_leaves_a_tombstone(
     that token after the commit has read it (and then deletes again in the new token). A later
     delete must not take that late tombstone for what lies below and just drop its staged
     entry: the commit lands without the tombstone, and HEAD's older copy would show again."""
-    from branchwater.engine.graveler import commit as commit_ops
-
     main.upload("p", b"old")
     main.commit("p is old in HEAD")
     main.upload("p", b"v1")
@@ -183,8 +182,6 @@ def test_an_upload_of_what_a_late_write_in_a_sealed_token_shows_is_staged(
     """Another writer's late write in a sealed token shows while that writer is still on its
     way to the new token; an upload of the same content must not be skipped for it, or the
     upload vanishes with the sealed token when the commit that missed the row lands."""
-    from branchwater.engine.graveler import commit as commit_ops
-
     main.upload("p", b"old")
     main.commit("p is old in HEAD")
     main.upload("q", b"q")
