@@ -4,7 +4,8 @@ Commits share ranges (unchanged ones keep their id), so the job first reads the 
 metaranges, then the distinct ranges they list; an optimized run subtracts the metaranges and
 ranges its base run read, which hold the same addresses as they did then. The tasks that
 read the ranges also write the addresses they send on to scratch files, which the gate reads
-back rather than Spark caching them.
+back rather than Spark caching them. An optimized run reads its handful of new files on the
+driver instead: that costs less than a Spark job's start.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from branchwater.engine import CommittedLayout
-from branchwater.spark_jobs.gc.frames import parallel_frame
+from branchwater.spark_jobs.gc.frames import parallel_frame, read_parquet
 from branchwater.spark_jobs.gc.storage import Namespace
 
 
@@ -26,14 +27,15 @@ from branchwater.spark_jobs.gc.storage import Namespace
 class CommittedInput:
     """What the committed listing produced: every metarange and range id known now (sorted),
     how many of each were new since the base run, the addresses (and recorded sizes) of the
-    new ranges (all ranges without a base); the tasks that compute `addresses` also write
-    them under the `copy_prefix` given to `read_committed`, for the gate."""
+    new ranges (all ranges without a base), also written under the `copy_prefix` given to
+    `read_committed`, for the gate; `on_driver` holds them too when the driver read them."""
 
     metarange_ids: list[str]
     range_ids: list[str]
     new_metaranges: int
     new_ranges: int
     addresses: DataFrame
+    on_driver: pa.Table | None = None
 
 
 FILES_PER_TASK = 64
@@ -41,6 +43,7 @@ FILES_PER_TASK = 64
 a handful, and a task's start would cost more than its reads."""
 RANGE_ROWS = pa.schema([("range_id", pa.string()), ("min_key", pa.string())])
 ADDRESS_ROWS = pa.schema([("address", pa.string()), ("size", pa.int64())])
+ADDRESS_DDL = "address string, size long"
 
 
 def read_committed(
@@ -51,9 +54,11 @@ def read_committed(
     known_ranges: set[str],
     partitions: int,
     copy_prefix: str,
+    on_driver: bool = False,
 ) -> CommittedInput:
     """Metaranges and ranges are read by pyarrow on the executors: they are many small files,
-    for which Spark's own reader would first stat every path (and run a listing job).
+    for which Spark's own reader would first stat every path (and run a listing job). With
+    `on_driver`, up to a task's share of either is read on the driver instead.
 
     The new ranges are handed to tasks in key order, so the versions of one key range
     (commits rewrite the ranges they change, and keep the id of the others) mostly meet in
@@ -62,20 +67,29 @@ def read_committed(
     caching them in Spark (which the mark reads once) would cost more than the file."""
     all_metaranges = layout.metarange_ids()
     new_metaranges = [m for m in all_metaranges if m not in known_metaranges]
-    first_keys = _listed_ranges(spark, ns, layout, new_metaranges, partitions)
+    driver_files = FILES_PER_TASK if on_driver else 0
+    first_keys = _listed_ranges(spark, ns, layout, new_metaranges, partitions, driver_files)
     found = set(first_keys)
     new_ranges = sorted(found - known_ranges, key=lambda r: (first_keys[r], r))
-    files = _files_frame(spark, [layout.range_key(r) for r in new_ranges], partitions)
+    range_keys = [layout.range_key(r) for r in new_ranges]
     columns = [layout.range_address_column, layout.range_size_column]
-    addresses = files.mapInArrow(
-        partial(_distinct_addresses, ns, columns, copy_prefix), "address string, size long"
-    )
+    read_here = None
+    if on_driver and len(range_keys) <= FILES_PER_TASK:
+        read_here = _written_addresses(ns, columns, copy_prefix, range_keys)
+        copies = [_copy_key(copy_prefix, range_keys)] if range_keys else []
+        addresses = read_parquet(spark, ns, copies, ADDRESS_DDL, partitions)
+    else:
+        files = _files_frame(spark, range_keys, partitions)
+        addresses = files.mapInArrow(
+            partial(_distinct_addresses, ns, columns, copy_prefix), ADDRESS_DDL
+        )
     return CommittedInput(
         sorted(set(all_metaranges) | known_metaranges),
         sorted(found | known_ranges),
         len(new_metaranges),
         len(new_ranges),
         addresses,
+        read_here,
     )
 
 
@@ -85,15 +99,19 @@ def _listed_ranges(
     layout: CommittedLayout,
     metaranges: list[str],
     partitions: int,
+    driver_files: int,
 ) -> dict[str, str]:
     """The ranges `metaranges` list, with each one's first key; no Spark job for none (an
     optimized run after no new commit)."""
-    if not metaranges:
-        return {}
-    files = _files_frame(spark, [layout.metarange_key(m) for m in metaranges], partitions)
+    keys = [layout.metarange_key(m) for m in metaranges]
     columns = [layout.metarange_range_column, layout.metarange_min_key_column]
+    if len(keys) <= driver_files or not keys:
+        rows = _distinct(ns, columns, RANGE_ROWS, "min", keys)
+        return dict(zip(rows.column(0).to_pylist(), rows.column(1).to_pylist(), strict=True))
     ranges = partial(_distinct_ranges, ns, columns)
-    listed = files.mapInArrow(ranges, "range_id string, min_key string")
+    listed = _files_frame(spark, keys, partitions).mapInArrow(
+        ranges, "range_id string, min_key string"
+    )
     return {row[0]: row[1] for row in listed.collect()}
 
 
@@ -111,17 +129,25 @@ def _distinct_ranges(
 def _distinct_addresses(
     ns: Namespace, columns: list[str], copy_prefix: str, batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
-    """Each address of the task's ranges once, with the size its entries record (what the
-    summary counts for a committed object the listing did not stat); written first to a
-    file named after the task's first range (a retried task writes the same file again)."""
     keys = _task_keys(batches)
-    if not keys:
-        return
+    if keys:
+        yield from _written_addresses(ns, columns, copy_prefix, keys).to_batches()
+
+
+def _written_addresses(
+    ns: Namespace, columns: list[str], copy_prefix: str, keys: list[str]
+) -> pa.Table:
+    """Each address of the ranges `keys` once, with the size its entries record (what the
+    summary counts for a committed object the listing did not stat); written first to a
+    file named after the first range (a retried task writes the same file again)."""
     rows = _distinct(ns, columns, ADDRESS_ROWS, "max", keys)
-    ns.write_parquet(
-        f"{copy_prefix}/{keys[0].rsplit('/', 1)[-1]}.parquet", rows.select(["address"])
-    )
-    yield from rows.to_batches()
+    if keys:
+        ns.write_parquet(_copy_key(copy_prefix, keys), rows)
+    return rows
+
+
+def _copy_key(copy_prefix: str, keys: list[str]) -> str:
+    return f"{copy_prefix}/{keys[0].rsplit('/', 1)[-1]}.parquet"
 
 
 def _task_keys(batches: Iterator[pa.RecordBatch]) -> list[str]:

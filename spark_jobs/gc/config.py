@@ -18,6 +18,13 @@ OPTIMIZED = "optimized"
 MODES = (CLEAN, OPTIMIZED)
 DEFAULT_MAX_SHARE = 0.5
 CANDIDATES_PER_FILE = 50_000
+DRIVER_ROWS = 1_000_000
+"""The most addresses an optimized run reads (uncommitted, pending, carried and new committed)
+for its mark to run on the driver (see `marking.mark_on_driver`): a few hundred MB of Arrow at
+most."""
+DRIVER_SLICES = 32
+"""The most slices an optimized run lists on the driver (as many paths as Spark's own file
+index lists on the driver before it lists in parallel)."""
 SLICE_LIFETIME = timedelta(hours=1)
 """How long a writer keeps a slice current (the engine's default)."""
 CLOCK_SKEW = timedelta(minutes=5)
@@ -57,8 +64,10 @@ class JobConfig:
     shorter one is an override the summary flags. `late_writes` None is the token expiry plus
     a slice's lifetime and a clock-skew margin. `partitions` None is twice Spark's default
     parallelism. `candidates_per_file` sizes the mark's files: a sweep task's unit of work
-    and of resumption. `holder` names this run in the repository's GC run lease (None: who
-    and where, and the Airflow task when run from one); `lock_ttl` None is the engine's lease.
+    and of resumption. An optimized run reading at most `driver_rows` addresses and listing
+    at most `DRIVER_SLICES` slices marks on the driver (0: never). `holder` names this run in
+    the repository's GC run lease (None: who and where, and the Airflow task when run from
+    one); `lock_ttl` None is the engine's lease.
     """
 
     kv_url: str
@@ -72,6 +81,7 @@ class JobConfig:
     prepare_run: str | None = None
     partitions: int | None = None
     candidates_per_file: int = CANDIDATES_PER_FILE
+    driver_rows: int = DRIVER_ROWS
     s3_options: Mapping[str, str] = field(default_factory=dict)
     holder: str | None = None
     lock_ttl: timedelta | None = None
@@ -85,6 +95,8 @@ class JobConfig:
             raise InvalidArgument(f"max share must be between 0 and 1, not {self.max_share}")
         if self.candidates_per_file < 1:
             raise InvalidArgument("candidates per file must be at least 1")
+        if self.driver_rows < 0:
+            raise InvalidArgument("driver rows must not be negative (0: never mark on the driver)")
         if self.sweep is not None and self.prepare_run is not None:
             raise InvalidArgument("--sweep deletes a saved mark; it takes no prepare run")
         if self.sweep is not None and self.dry_run:

@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from branchwater.engine import BranchwaterError, Unavailable
 from branchwater.spark_jobs.gc.events import error_class
+from branchwater.spark_jobs.gc.plan import MTIME_TYPE
 from branchwater.spark_jobs.gc.storage import Namespace
 
 ADAPTIVE = "spark.sql.adaptive.enabled"
@@ -75,6 +76,13 @@ def parallel_frame(
     count = max(1, min(len(values), partitions or len(values)))
     rdd = spark.sparkContext.parallelize([(v,) for v in values], count)
     return spark.createDataFrame(rdd, f"{column} string")
+
+
+def arrow_schema(ddl: str) -> pa.Schema:
+    """A DDL string of the job's own columns (string, long, timestamp) as an Arrow schema."""
+    types = {"string": pa.string(), "long": pa.int64(), "timestamp": MTIME_TYPE}
+    fields = [part.split() for part in ddl.split(",")]
+    return pa.schema([(name, types[kind]) for name, kind in fields])
 
 
 def s3a_enabled(spark: SparkSession) -> bool:

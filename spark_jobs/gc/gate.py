@@ -12,10 +12,14 @@ import json
 import math
 import os
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import InheritableThread, StorageLevel
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from branchwater.spark_jobs.gc.frames import ADAPTIVE, session_conf
 from branchwater.spark_jobs.gc.layout import ADDRESS_PATTERN, DATA_DIR
@@ -142,6 +146,38 @@ class Gate:
             cached.unpersist()
         self._validations[name] = _json_safe(result.to_json_dict())
         self._expectations += [_expectation(name, r) for r in result.results]
+
+
+def flag_referenced(candidates: DataFrame, refs: list[DataFrame]) -> DataFrame:
+    """Candidates with a `referenced` flag computed by a join of their own with the sets
+    they were subtracted from, which the gate then expects to be false."""
+    wanted = candidates.select("address")
+    hits = None
+    for frame in refs:
+        found = frame.select("address").join(F.broadcast(wanted), "address", "left_semi")
+        hits = found if hits is None else hits.unionByName(found)
+    assert hits is not None
+    flags = hits.distinct().withColumn("referenced", F.lit(True))
+    return candidates.join(F.broadcast(flags), "address", "left").withColumn(
+        "referenced", F.coalesce(F.col("referenced"), F.lit(False))
+    )
+
+
+def flag_referenced_on_driver(
+    spark: SparkSession, candidates: pa.Table, refs: list[pa.Table]
+) -> DataFrame:
+    """`flag_referenced` in Arrow, for a mark that ran on the driver and read the sets
+    there: the candidates and their flags reach Spark as a local relation, and no job
+    joins them."""
+    addresses = pa.chunked_array([t.column("address") for t in refs], pa.string())
+    flag = pc.is_in(candidates.column("address"), value_set=addresses.combine_chunks())
+    return spark.createDataFrame(candidates.append_column("referenced", flag))
+
+
+def with_age(candidates: DataFrame, start: datetime) -> DataFrame:
+    """Candidates with their age at the run's start (`age_seconds`), which the gate checks."""
+    age = F.lit(start).cast("double") - F.col("mtime").cast("double")
+    return candidates.withColumn("age_seconds", age)
 
 
 def _spark_source() -> Any:

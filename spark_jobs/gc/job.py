@@ -23,9 +23,7 @@ from functools import cached_property, partial
 from typing import Any, NoReturn
 
 import pyarrow as pa
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from branchwater.engine import (
     BranchwaterError,
@@ -43,6 +41,8 @@ from branchwater.spark_jobs.gc.config import (
     CLEAN,
     CLOCK_SKEW,
     DEFAULT_MAX_SHARE,
+    DRIVER_ROWS,
+    DRIVER_SLICES,
     OPTIMIZED,
     SLICE_LIFETIME,
     JobConfig,
@@ -50,10 +50,18 @@ from branchwater.spark_jobs.gc.config import (
 )
 from branchwater.spark_jobs.gc.events import emit
 from branchwater.spark_jobs.gc.frames import executor_errors, read_parquet
-from branchwater.spark_jobs.gc.gate import Gate, GateLimits, max_candidates
+from branchwater.spark_jobs.gc.gate import (
+    Gate,
+    GateLimits,
+    flag_referenced,
+    flag_referenced_on_driver,
+    max_candidates,
+    with_age,
+)
+from branchwater.spark_jobs.gc.inputs import SetsRead
 from branchwater.spark_jobs.gc.layout import choose_slices
 from branchwater.spark_jobs.gc.listing import data_slices
-from branchwater.spark_jobs.gc.marking import SET_DDL, Marked, addresses_read, mark
+from branchwater.spark_jobs.gc.marking import SET_DDL, SET_SCHEMA, Marked, mark, mark_on_driver
 from branchwater.spark_jobs.gc.runs import RunSummary, Volume, run_prefix
 from branchwater.spark_jobs.gc.storage import Namespace
 from branchwater.spark_jobs.gc.sweep import sweep
@@ -207,31 +215,20 @@ class GCJob:
         summary: RunSummary,
     ) -> None:
         run_id = summary.run_id
-        uncommitted = self._read(ns, list(prepared.keys), "address string, size long")
-        refs = [uncommitted.persist(StorageLevel.MEMORY_AND_DISK)]
+        read = SetsRead(self.spark, ns, prepared, base, self.partitions)
         gate = Gate(self.spark)
-        gate.start_prepare_output(uncommitted)
+        gate.start_prepare_output(read.frame(plan.UNCOMMITTED))
         scratch = runs.scratch_prefix(run_id, "committed")
         try:
             with self.phase("committed"):
-                committed = self._committed(repo, ns, base, scratch)
+                read.committed = committed = self._committed(repo, ns, base, scratch)
             with self.phase("slices"):
                 late = self._late_writes(prepared)
                 slices, summary.slices = self._slices(ns, late, window)
-            read = [
-                addresses_read(committed.addresses, plan.NEW_COMMITTED),
-                addresses_read(uncommitted, plan.UNCOMMITTED),
-            ]
-            if base is not None:
-                carry = self._read(ns, base.files.get("carry", []), "address string")
-                refs.append(carry.persist(StorageLevel.MEMORY_AND_DISK))
-                pending = self._read(ns, base.files.get("pending", []), SET_DDL)
-                read += [
-                    addresses_read(carry, plan.CARRIED),
-                    addresses_read(pending, plan.PENDING),
-                ]
             with self.phase("mark"):
-                marked = self._marked(ns, run_id, slices, read, window, late + CLOCK_SKEW)
+                on_driver = len(slices) <= DRIVER_SLICES and read.small(self.config.driver_rows)
+                summary.slices["marked_on"] = "driver" if on_driver else "executors"
+                marked = self._marked(run_id, slices, read, window, late, on_driver)
                 self._refuse_malformed(marked)
                 counts = marked.counts
                 counts["namespace"] = runs.namespace_volume(base, counts["new"])
@@ -245,19 +242,23 @@ class GCJob:
             with self.phase("state"):
                 summary.files = {**marked.files, **self._write_ids(ns, run_id, committed)}
             with self.phase("gate"):
-                candidates = self._read(ns, marked.files["candidates"], SET_DDL)
                 limits = GateLimits(
                     (prepared.started_at - window.cutoff).total_seconds(),
                     max_candidates(summary.volume("namespace").objects, self.config.max_share),
                 )
-                read = [self._read(ns, ns.folder_keys(scratch), "address string"), *refs]
-                checked = gate.check_candidates(
-                    _gate_frame(candidates, read, prepared.started_at), limits
-                )
+                keys = marked.files["candidates"]
+                if on_driver:
+                    candidates = flag_referenced_on_driver(
+                        self.spark, ns.read_table(keys, SET_SCHEMA), read.referenced_tables()
+                    )
+                else:
+                    copies = self._read(ns, ns.folder_keys(scratch), "address string")
+                    refs = [copies, *read.referenced_frames()]
+                    candidates = flag_referenced(self._read(ns, keys, SET_DDL), refs)
+                checked = gate.check_candidates(with_age(candidates, prepared.started_at), limits)
         finally:
             gate.wait()
-            for frame in refs:
-                frame.unpersist()
+            read.unpersist()
             ns.delete_folder(scratch)
         summary.gate = checked.expectations
         summary.gate_success = checked.success
@@ -266,16 +267,23 @@ class GCJob:
 
     def _marked(
         self,
-        ns: Namespace,
         run_id: str,
         slices: list[str],
-        read: list[DataFrame],
+        read: SetsRead,
         window: plan.Window,
         late: timedelta,
+        on_driver: bool,
     ) -> Marked:
         prefixes = {name: runs.set_prefix(run_id, name) for name in plan.SETS}
         per_file = self.config.candidates_per_file
-        return mark(self.spark, ns, slices, read, window, late, prefixes, per_file, self.partitions)
+        late += CLOCK_SKEW
+        if on_driver:
+            tables = read.tables()
+            return mark_on_driver(read.ns, slices, tables, window, late, prefixes, per_file)
+        frames = read.frames_read()
+        return mark(
+            self.spark, read.ns, slices, frames, window, late, prefixes, per_file, self.partitions
+        )
 
     def _committed(
         self, repo: Repository, ns: Namespace, base: RunSummary | None, copies: str
@@ -293,6 +301,7 @@ class GCJob:
             known_ranges,
             self.partitions,
             copies,
+            on_driver=base is not None and self.config.driver_rows > 0,
         )
 
     def _late_writes(self, prepared: UncommittedRun) -> timedelta:
@@ -390,24 +399,6 @@ def _time(text: str | None) -> datetime:
     return datetime.fromisoformat(text)
 
 
-def _gate_frame(candidates: DataFrame, refs: list[DataFrame], start: datetime) -> DataFrame:
-    """Candidates with their age and a `referenced` flag computed by a join of their own
-    with the sets they were subtracted from, which the gate then expects to be false."""
-    wanted = candidates.select("address")
-    hits = None
-    for frame in refs:
-        found = frame.select("address").join(F.broadcast(wanted), "address", "left_semi")
-        hits = found if hits is None else hits.unionByName(found)
-    assert hits is not None
-    flags = hits.distinct().withColumn("referenced", F.lit(True))
-    age = F.lit(start).cast("double") - F.col("mtime").cast("double")
-    return (
-        candidates.join(F.broadcast(flags), "address", "left")
-        .withColumn("referenced", F.coalesce(F.col("referenced"), F.lit(False)))
-        .withColumn("age_seconds", age)
-    )
-
-
 def _ids(ns: Namespace, keys: list[str]) -> set[str]:
     """A saved set of ids, read on the driver: small next to what is read from them."""
     return {i for key in keys for i in ns.read_parquet(key).column(0).to_pylist()}
@@ -452,6 +443,12 @@ def parse_args(argv: list[str]) -> JobConfig:
     parser.add_argument("--late-writes", type=duration_argument, metavar="DURATION")
     parser.add_argument("--partitions", type=int)
     parser.add_argument("--candidates-per-file", type=int, default=CANDIDATES_PER_FILE)
+    parser.add_argument(
+        "--driver-rows",
+        type=int,
+        default=DRIVER_ROWS,
+        help="an optimized run reading at most this many addresses marks on the driver (0: never)",
+    )
     parser.add_argument("--holder", help="who runs this, as other runs are told")
     parser.add_argument("--lock-ttl", type=duration_argument, metavar="DURATION")
     args = parser.parse_args(argv)
@@ -466,6 +463,7 @@ def parse_args(argv: list[str]) -> JobConfig:
         partitions=args.partitions,
         max_share=args.max_share,
         candidates_per_file=args.candidates_per_file,
+        driver_rows=args.driver_rows,
         prepare_run=args.prepare_run,
         holder=args.holder,
         lock_ttl=args.lock_ttl,

@@ -8,6 +8,9 @@ largest input, never leave the executor that listed them. It combines them with 
 addresses of the same slices in Arrow (`plan.combine`), writes its candidates and the next
 run's pending and carry sets as Parquet files of at most `per_file` rows, and yields the
 counts, the reclaimable volume per slice, examples of malformed inputs, and the files.
+
+An optimized run whose inputs are small runs that same task on the driver instead
+(`mark_on_driver`): it reads little, and a Spark job's start and shuffle would cost more.
 """
 
 from __future__ import annotations
@@ -25,13 +28,22 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from branchwater.spark_jobs.gc import plan
-from branchwater.spark_jobs.gc.frames import ADAPTIVE, session_conf
+from branchwater.spark_jobs.gc.frames import ADAPTIVE, arrow_schema, session_conf
 from branchwater.spark_jobs.gc.layout import DATA_DIR, SLICE_GROUP, SLICE_NAMED, slice_time
 from branchwater.spark_jobs.gc.listing import LISTED_SCHEMA, fill_metadata, list_slice
 from branchwater.spark_jobs.gc.runs import SliceVolume, Volume, part_name
 from branchwater.spark_jobs.gc.storage import Namespace
 
 READ_DDL = "address string, sources int, size long, mtime timestamp"
+READ_SCHEMA = pa.schema(
+    [
+        ("address", pa.string()),
+        ("sources", pa.int32()),
+        ("size", pa.int64()),
+        ("mtime", plan.MTIME_TYPE),
+    ]
+)
+"""`READ_DDL` as the mark's tasks receive it."""
 MARK_DDL = (
     "kind string, name string, address string, size long, mtime timestamp, slice string, "
     "number long"
@@ -42,7 +54,8 @@ bit set)."""
 MALFORMED_EXAMPLES = 5
 SET_DDL = "address string, size long, mtime timestamp, slice string"
 """The columns of the files of each of `plan.SETS`."""
-SET_COLUMNS = [part.split()[0] for part in SET_DDL.split(",")]
+SET_SCHEMA = arrow_schema(SET_DDL)
+SET_COLUMNS = SET_SCHEMA.names
 
 
 @dataclass
@@ -72,6 +85,19 @@ def addresses_read(frame: DataFrame, bit: int) -> DataFrame:
     )
 
 
+def arrow_addresses_read(table: pa.Table, bit: int) -> pa.Table:
+    """`addresses_read` of a table on the driver."""
+    rows = table.num_rows
+
+    def given(name: str) -> pa.ChunkedArray | pa.Array:
+        kind = READ_SCHEMA.field(name).type
+        return table.column(name).cast(kind) if name in table.column_names else pa.nulls(rows, kind)
+
+    sources = pa.repeat(pa.scalar(bit, pa.int32()), rows)
+    columns = [table.column("address").cast(pa.string()), sources, given("size"), given("mtime")]
+    return pa.table(columns, schema=READ_SCHEMA)
+
+
 def mark(
     spark: SparkSession,
     ns: Namespace,
@@ -97,26 +123,51 @@ def mark(
     task = partial(_mark_partition, ns, window, late, prefixes, per_file)
     marked = keyed.repartition(max(1, partitions), by_slice).mapInArrow(task, MARK_DDL)
     with session_conf(spark, {ADAPTIVE: "false"}):
-        rows = marked.collect()
-    return _marked(rows)
+        rows = marked.toArrow()
+    return _marked(rows.to_pylist())
 
 
-def _marked(rows: list) -> Marked:
+def mark_on_driver(
+    ns: Namespace,
+    slices: list[str],
+    read: list[pa.Table],
+    window: plan.Window,
+    late: timedelta,
+    prefixes: dict[str, str],
+    per_file: int,
+) -> Marked:
+    """`mark` as one task in this process, on `arrow_addresses_read` tables."""
+    batches = [_to_list(slices)] + [batch for table in read for batch in table.to_batches()]
+    task = _mark_partition(ns, window, late, prefixes, per_file, iter(batches))
+    return _marked([row for batch in task for row in batch.to_pylist()])
+
+
+def _to_list(slices: list[str]) -> pa.RecordBatch:
+    """The rows naming `slices` to list."""
+    addresses = pa.array([f"{DATA_DIR}/{name}/" for name in slices], pa.string())
+    count = len(slices)
+    sources = pa.repeat(pa.scalar(TO_LIST, pa.int32()), count)
+    nulls = [pa.nulls(count, READ_SCHEMA.field(n).type) for n in ("size", "mtime")]
+    return pa.record_batch([addresses, sources, *nulls], schema=READ_SCHEMA)
+
+
+def _marked(rows: list[dict]) -> Marked:
     counts = {name: Volume() for name in plan.COUNTS}
     per_slice: dict[str, SliceVolume] = {}
     files: dict[str, list[str]] = {name: [] for name in plan.SETS}
     malformed: list[tuple[str | None, int]] = []
     for row in rows:
-        if row.kind == "count":
-            volume = counts[row.name]
-            volume.objects += row.number
-            volume.bytes += row.size
-        elif row.kind == "slice":
-            per_slice[row.slice] = SliceVolume(row.slice, row.number, row.size)
-        elif row.kind == "file":
-            files[row.name].append(row.address)
-        elif row.kind == "malformed":
-            malformed.append((row.address, row.number))
+        kind = row["kind"]
+        if kind == "count":
+            volume = counts[row["name"]]
+            volume.objects += row["number"]
+            volume.bytes += row["size"]
+        elif kind == "slice":
+            per_slice[row["slice"]] = SliceVolume(row["slice"], row["number"], row["size"])
+        elif kind == "file":
+            files[row["name"]].append(row["address"])
+        elif kind == "malformed":
+            malformed.append((row["address"], row["number"]))
     return Marked(
         counts,
         sorted(per_slice.values(), key=lambda v: v.slice),

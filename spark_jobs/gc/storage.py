@@ -131,13 +131,24 @@ class Namespace:
         and no file is looked up before it is read."""
         if not keys:
             return iter(())
+        return self._dataset(keys).to_batches(columns=columns, use_threads=True)
+
+    def read_table(self, keys: list[str], schema: pa.Schema) -> pa.Table:
+        """`read_parquet_files` as one table of `schema` (empty without files)."""
+        batches = list(self.read_parquet_files(keys, schema.names))
+        return pa.Table.from_batches(batches).cast(schema) if batches else schema.empty_table()
+
+    def parquet_rows(self, keys: list[str]) -> int:
+        """How many rows Parquet files hold, from their footers."""
+        return self._dataset(keys).count_rows() if keys else 0
+
+    def _dataset(self, keys: list[str]) -> ds.FileSystemDataset:
         filesystem, _, _ = self._clients()
         paths = [self.fs_path(key) for key in keys]
         schema = pq.read_schema(paths[0], filesystem=filesystem)
-        dataset = ds.FileSystemDataset.from_paths(
+        return ds.FileSystemDataset.from_paths(
             paths, schema=schema, format=ds.ParquetFileFormat(), filesystem=filesystem
         )
-        return dataset.to_batches(columns=columns, use_threads=True)
 
     def write_parquet(self, key: str, table: pa.Table) -> int:
         """Write a whole Parquet file with one atomic put; returns its size in bytes."""

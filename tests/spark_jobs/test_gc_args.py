@@ -37,6 +37,12 @@ def test_one_source_of_the_kv_url_and_no_prepare_run_for_a_sweep(
         parse_args(["--kv", URL, "--repo", "s", "--sweep", "r1", "--prepare-run", "r1"])
 
 
+def test_driver_rows_bound_the_marks_on_the_driver() -> None:
+    assert parse_args(["--kv", URL, "--repo", "s", "--driver-rows", "0"]).driver_rows == 0
+    with pytest.raises(InvalidArgument, match="driver rows must not be negative"):
+        parse_args(["--kv", URL, "--repo", "s", "--driver-rows", "-1"])
+
+
 def test_a_usage_error_is_an_error_event_for_the_launcher(capsys: pytest.CaptureFixture) -> None:
     """The CLI and the Airflow operators read the job's events, not Spark's stderr."""
     assert main(["--kv", URL, "--repo", "sales", "--min-age", "abc"]) == 1

@@ -21,11 +21,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
 from branchwater.engine import Conflict, GCSettings, NoChanges
 from branchwater.spark_jobs.gc import committed, runs
+from branchwater.spark_jobs.gc.config import DRIVER_ROWS
 from tests.gc_model import BranchSteps, Chosen, LakeModel
 from tests.helpers import FakeClock, GCLake, use_clock
 
@@ -158,12 +160,14 @@ class History(BranchSteps[Model]):
         self.model.copied.clear()
 
 
-def check_run(gc: GCLake, history: History, mode: str, min_age: timedelta) -> runs.RunSummary:
+def check_run(
+    gc: GCLake, history: History, mode: str, min_age: timedelta, **settings: Any
+) -> runs.RunSummary:
     before = gc.data_objects()
     assert set(before) == history.model.written
     referenced = history.model.referenced()
 
-    summary = gc.run(mode=mode, min_age=min_age)
+    summary = gc.run(mode=mode, min_age=min_age, **settings)
 
     cutoff = datetime.fromisoformat(summary.cutoff)
     garbage = {k for k, info in before.items() if k not in referenced and info.mtime <= cutoff}
@@ -174,9 +178,12 @@ def check_run(gc: GCLake, history: History, mode: str, min_age: timedelta) -> ru
     return summary
 
 
-def play(gc: GCLake, seed: int, rounds: int, steps: int, min_age: timedelta = MIN_AGE) -> None:
+def play(
+    gc: GCLake, seed: int, rounds: int, steps: int, min_age: timedelta = MIN_AGE, **settings: Any
+) -> list[runs.RunSummary]:
     """Each round: steps, a wait past the minimum age, more steps ending with a write and a
-    commit on one branch (so every run sees a young committed object), then a run."""
+    commit on one branch (so every run sees a young committed object), then a run; the
+    runs' summaries."""
     history = History(gc, seed)
     summaries = []
     for number in range(rounds):
@@ -187,20 +194,31 @@ def play(gc: GCLake, seed: int, rounds: int, steps: int, min_age: timedelta = MI
         history.write(chosen)
         history.commit(chosen)
         mode = "clean" if number == 0 else "optimized"
-        summaries.append(check_run(gc, history, mode, min_age))
+        summaries.append(check_run(gc, history, mode, min_age, **settings))
     assert any(s.volume("carry").objects for s in summaries[:-1])
     assert any(s.volume("pending").objects for s in summaries[:-1])
+    return summaries
 
 
+@pytest.mark.parametrize("marked_on", ["driver", "executors"])
 def test_clean_then_optimized_runs_match_the_model_on_the_local_store(
-    local_gc: GCLake, monkeypatch: pytest.MonkeyPatch
+    local_gc: GCLake, monkeypatch: pytest.MonkeyPatch, marked_on: str
 ) -> None:
-    """Ranges read two to a task: the versions of a key range meet in different tasks (a
-    large repository's do), and the mark sees their addresses from several."""
-    monkeypatch.setattr(committed, "FILES_PER_TASK", 2)
-    play(local_gc, 0, rounds=5, steps=60)
+    """Optimized runs mark on the driver (their inputs are small) or, told to, on the
+    executors, where ranges are read two to a task: the versions of a key range meet in
+    different tasks (a large repository's do), and the mark sees their addresses from
+    several."""
+    settings = {}
+    if marked_on == "executors":
+        monkeypatch.setattr(committed, "FILES_PER_TASK", 2)
+        settings["driver_rows"] = 0
+    summaries = play(local_gc, 0, rounds=5, steps=60, **settings)
+    assert {s.slices["marked_on"] for s in summaries[1:]} == {marked_on}
 
 
 @pytest.mark.s3
-def test_clean_then_optimized_runs_match_the_model_on_s3(s3_gc: GCLake) -> None:
-    play(s3_gc, 100, rounds=3, steps=30, min_age=S3_MIN_AGE)
+@pytest.mark.parametrize("marked_on", ["driver", "executors"])
+def test_clean_then_optimized_runs_match_the_model_on_s3(s3_gc: GCLake, marked_on: str) -> None:
+    driver_rows = {"driver": DRIVER_ROWS, "executors": 0}[marked_on]
+    summaries = play(s3_gc, 100, rounds=3, steps=30, min_age=S3_MIN_AGE, driver_rows=driver_rows)
+    assert {s.slices["marked_on"] for s in summaries[1:]} == {marked_on}

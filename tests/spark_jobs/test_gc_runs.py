@@ -186,6 +186,7 @@ def test_an_optimized_run_reads_only_new_ranges_and_collects_new_garbage(
     second = local_gc.run(mode="optimized", max_share=0.5)
 
     assert second.mode == "optimized" and second.base_run == first.run_id
+    assert (first.slices["marked_on"], second.slices["marked_on"]) == ("executors", "driver")
     assert second.gate_success and second.volume("new").objects == len(garbage) + 1
     known = first.volume("namespace").objects - first.volume("deleted").objects
     assert second.volume("namespace").objects == known + second.volume("new").objects
@@ -193,6 +194,26 @@ def test_an_optimized_run_reads_only_new_ranges_and_collects_new_garbage(
     assert set(local_gc.data_objects()) == keep
     assert second.volume("deleted").objects == len(garbage) + 1
     assert later not in local_gc.data_objects()
+
+
+def test_an_optimized_run_reading_more_than_driver_rows_marks_on_the_executors_alike(
+    local_gc: GCLake,
+) -> None:
+    history(local_gc)
+    local_gc.run()
+    main = local_gc.repo.branch("main")
+    main.upload("e", b"six")
+    main.commit("three")
+    main.upload("f", b"seven")
+    local_gc.put_garbage(2)
+
+    small = local_gc.run(mode="optimized", dry_run=True)
+    large = local_gc.run(mode="optimized", dry_run=True, driver_rows=1)
+
+    assert (small.slices["marked_on"], large.slices["marked_on"]) == ("driver", "executors")
+    assert small.gate_success and large.gate_success
+    assert small.counts == large.counts and small.volume("candidates").objects == 2
+    assert small.reclaimed_by_slice == large.reclaimed_by_slice
 
 
 def test_no_commit_since_the_base_run_costs_the_committed_listing_no_spark_job(

@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -24,7 +25,7 @@ from branchwater.engine.gc.runlock import GCRunLease
 from branchwater.engine.gc.tokens import utc_now
 from branchwater.engine.graveler import writes
 from branchwater.engine.graveler.model import Entry
-from branchwater.spark_jobs.gc import job, plan, runs
+from branchwater.spark_jobs.gc import inputs, job, plan, runs
 from branchwater.spark_jobs.gc.storage import Namespace
 from tests.helpers import GCLake
 
@@ -162,26 +163,41 @@ def test_nothing_outside_the_data_objects_of_the_namespace_is_touched(
     assert summary.slices["ignored_folders"] == 1
 
 
+@pytest.mark.parametrize("marked_on", ["executors", "driver"])
 def test_a_mark_that_missed_a_committed_address_fails_the_gate_and_deletes_nothing(
-    local_gc: GCLake, monkeypatch: pytest.MonkeyPatch
+    local_gc: GCLake, monkeypatch: pytest.MonkeyPatch, marked_on: str
 ) -> None:
-    """The gate's join reads the committed addresses as the tasks that read the ranges wrote
-    them, not as the mark received them: a mark that lost one is caught, and the files the
-    run needed only while it ran are gone afterwards."""
+    """The gate's check reads the committed addresses as the ranges gave them (the files
+    the range-reading tasks wrote, or the table the driver read), not as the mark received
+    them: a mark that lost one is caught, and the files the run needed only while it ran
+    are gone afterwards. On the driver: an optimized run after a swept clean run."""
     main = local_gc.repo.branch("main")
+    if marked_on == "driver":
+        local_gc.run()
     lost = main.upload("kept", b"committed").address
     main.commit("one")
     garbage = set(local_gc.put_garbage(2))
-    real = job.addresses_read
+    if marked_on == "driver":
+        real_table = inputs.arrow_addresses_read
 
-    def losing(frame: DataFrame, bit: int) -> DataFrame:
-        if bit == plan.NEW_COMMITTED:
-            frame = frame.filter(F.col("address") != lost)
-        return real(frame, bit)
+        def losing_row(table: pa.Table, bit: int) -> pa.Table:
+            if bit == plan.NEW_COMMITTED:
+                table = table.filter(pc.not_equal(table.column("address"), lost))
+            return real_table(table, bit)
 
-    monkeypatch.setattr(job, "addresses_read", losing)
-    summary = local_gc.run()
+        monkeypatch.setattr(inputs, "arrow_addresses_read", losing_row)
+    else:
+        real_frame = inputs.addresses_read
 
+        def losing(frame: DataFrame, bit: int) -> DataFrame:
+            if bit == plan.NEW_COMMITTED:
+                frame = frame.filter(F.col("address") != lost)
+            return real_frame(frame, bit)
+
+        monkeypatch.setattr(inputs, "addresses_read", losing)
+    summary = local_gc.run(mode="clean" if marked_on == "executors" else "optimized")
+
+    assert summary.slices["marked_on"] == marked_on
     assert summary.status == runs.GATE_FAILED and summary.volume("candidates").objects == 3
     [failed] = summary.failed_expectations()
     assert failed.type == "expect_column_values_to_be_in_set"
@@ -198,13 +214,13 @@ def test_a_candidate_of_unknown_age_fails_the_gate_and_deletes_nothing(
     modification time the mark lost."""
     garbage = set(local_gc.put_garbage(2))
     unknown = min(garbage)
-    real = job._gate_frame
+    real = job.with_age
 
-    def ageless(candidates: DataFrame, refs: list[DataFrame], start: datetime) -> DataFrame:
+    def ageless(candidates: DataFrame, start: datetime) -> DataFrame:
         mtime = F.when(F.col("address") != unknown, F.col("mtime"))
-        return real(candidates.withColumn("mtime", mtime), refs, start)
+        return real(candidates.withColumn("mtime", mtime), start)
 
-    monkeypatch.setattr(job, "_gate_frame", ageless)
+    monkeypatch.setattr(job, "with_age", ageless)
     summary = local_gc.run()
 
     assert summary.status == runs.GATE_FAILED

@@ -1,0 +1,123 @@
+"""The address sets a run reads besides its listing: the committed addresses of new ranges,
+the uncommitted addresses (the prepare output) and the base run's carry and pending sets.
+
+A mark on the executors reads them as DataFrames, one on the driver as Arrow tables (see
+`marking.mark_on_driver`); either way each set is read once, and the gate's check that no
+candidate is referenced reads the same sets again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+
+from branchwater.engine import UncommittedRun
+from branchwater.spark_jobs.gc import plan
+from branchwater.spark_jobs.gc.committed import CommittedInput
+from branchwater.spark_jobs.gc.frames import arrow_schema, read_parquet
+from branchwater.spark_jobs.gc.marking import SET_DDL, addresses_read, arrow_addresses_read
+from branchwater.spark_jobs.gc.runs import RunSummary
+from branchwater.spark_jobs.gc.storage import Namespace
+
+REFERENCED = (plan.UNCOMMITTED, plan.CARRIED)
+"""The sets read from files whose addresses a branch or a commit references (the base
+run's pending addresses were referenced by neither when it read them)."""
+
+
+@dataclass(frozen=True)
+class SetFiles:
+    """The files of one set, with their columns (DDL)."""
+
+    keys: list[str]
+    ddl: str
+
+    @property
+    def schema(self) -> pa.Schema:
+        return arrow_schema(self.ddl)
+
+
+class SetsRead:
+    """One run's sets, by their bit in `plan`; `committed` is set once read."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        ns: Namespace,
+        prepared: UncommittedRun,
+        base: RunSummary | None,
+        partitions: int,
+    ) -> None:
+        self.spark = spark
+        self.ns = ns
+        self.partitions = partitions
+        self.files = {plan.UNCOMMITTED: SetFiles(list(prepared.keys), "address string, size long")}
+        if base is not None:
+            self.files[plan.CARRIED] = SetFiles(base.files.get("carry", []), "address string")
+            self.files[plan.PENDING] = SetFiles(base.files.get("pending", []), SET_DDL)
+        self.committed: CommittedInput | None = None
+        self._frames: dict[int, DataFrame] = {}
+        self._tables: dict[int, pa.Table] | None = None
+
+    def frame(self, bit: int) -> DataFrame:
+        """One set read from files as a DataFrame; the `REFERENCED` ones cached."""
+        if bit not in self._frames:
+            files = self.files[bit]
+            frame = read_parquet(self.spark, self.ns, files.keys, files.ddl, self.partitions)
+            if bit in REFERENCED:
+                frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
+            self._frames[bit] = frame
+        return self._frames[bit]
+
+    def frames_read(self) -> list[DataFrame]:
+        """`addresses_read` frames of every set, for a mark on the executors."""
+        read = [addresses_read(self._committed().addresses, plan.NEW_COMMITTED)]
+        return read + [addresses_read(self.frame(bit), bit) for bit in self.files]
+
+    def referenced_frames(self) -> list[DataFrame]:
+        """The `REFERENCED` sets as DataFrames (the committed addresses are the gate's own
+        scratch files)."""
+        return [self.frame(bit) for bit in REFERENCED if bit in self.files]
+
+    def small(self, most: int) -> bool:
+        """Whether the committed addresses were read on the driver and all sets hold at most
+        `most` rows together (counted from the files' footers)."""
+        read = self._committed().on_driver
+        if read is None:
+            return False
+        rows = read.num_rows
+        for files in self.files.values():
+            rows += self.ns.parquet_rows(files.keys)
+            if rows > most:
+                return False
+        return True
+
+    def tables(self) -> list[pa.Table]:
+        """`arrow_addresses_read` tables of every set, for a mark on the driver."""
+        return [arrow_addresses_read(table, bit) for bit, table in self._read_here().items()]
+
+    def referenced_tables(self) -> list[pa.Table]:
+        """The committed and `REFERENCED` sets as read, for the gate."""
+        wanted = (plan.NEW_COMMITTED, *REFERENCED)
+        return [table for bit, table in self._read_here().items() if bit in wanted]
+
+    def _read_here(self) -> dict[int, pa.Table]:
+        """Every set read on the driver, once."""
+        if self._tables is None:
+            read = self._committed().on_driver
+            assert read is not None, "the committed addresses were read on the executors"
+            self._tables = {plan.NEW_COMMITTED: read}
+            for bit, files in self.files.items():
+                self._tables[bit] = self.ns.read_table(files.keys, files.schema)
+        return self._tables
+
+    def unpersist(self) -> None:
+        for frame in self._frames.values():
+            frame.unpersist()
+
+    def _committed(self) -> CommittedInput:
+        if self.committed is None:
+            raise RuntimeError("the committed addresses are not read yet")
+        return self.committed
