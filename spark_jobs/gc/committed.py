@@ -105,7 +105,7 @@ def _listed_ranges(
     optimized run after no new commit)."""
     keys = [layout.metarange_key(m) for m in metaranges]
     columns = [layout.metarange_range_column, layout.metarange_min_key_column]
-    if len(keys) <= driver_files or not keys:
+    if len(keys) <= driver_files:
         rows = _distinct(ns, columns, RANGE_ROWS, "min", keys)
         return dict(zip(rows.column(0).to_pylist(), rows.column(1).to_pylist(), strict=True))
     ranges = partial(_distinct_ranges, ns, columns)

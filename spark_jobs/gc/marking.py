@@ -35,14 +35,7 @@ from branchwater.spark_jobs.gc.runs import SliceVolume, Volume, part_name
 from branchwater.spark_jobs.gc.storage import Namespace
 
 READ_DDL = "address string, sources int, size long, mtime timestamp"
-READ_SCHEMA = pa.schema(
-    [
-        ("address", pa.string()),
-        ("sources", pa.int32()),
-        ("size", pa.int64()),
-        ("mtime", plan.MTIME_TYPE),
-    ]
-)
+READ_SCHEMA = arrow_schema(READ_DDL)
 """`READ_DDL` as the mark's tasks receive it."""
 MARK_DDL = (
     "kind string, name string, address string, size long, mtime timestamp, slice string, "

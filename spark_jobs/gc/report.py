@@ -19,7 +19,7 @@ table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ddd;padding
 text-align:left;vertical-align:top}td.n{text-align:right;font-variant-numeric:tabular-nums}
 .ok{color:#176d2c;font-weight:600}.bad{color:#a4161a;font-weight:600}.warn{background:#fff3cd;
 padding:.5em 1em;border:1px solid #e0c36b}pre{background:#f6f6f6;padding:1em;overflow:auto;
-max-height:40em;font-size:12px}code{font-size:12px}
+max-height:40em;font-size:12px}code{font-size:12px}.muted{color:#666}
 """
 _COUNTS = (
     ("listed", "objects listed in the slices read"),
@@ -177,7 +177,7 @@ def _gate(summary: RunSummary) -> str:
         f"<tr><td>{escape(e.suite)}</td><td><code>{escape(e.type)}</code><br><code>"
         f"{escape(json.dumps(e.kwargs, sort_keys=True))}</code></td>"
         f'<td class="{"ok" if e.success else "bad"}">{"pass" if e.success else "FAIL"}</td>'
-        f"<td><code>{escape(json.dumps(e.observed, sort_keys=True, default=str))}</code></td>"
+        f"<td>{_figures(e.observed)}</td>"
         "</tr>"
         for e in summary.gate
     ]
@@ -187,6 +187,13 @@ def _gate(summary: RunSummary) -> str:
         + "".join(rows)
         + "</table>"
     )
+
+
+def _figures(observed: dict[str, object]) -> str:
+    """GX's figures, which a suite that passed does not keep (see `gate.PASSING_FORMAT`)."""
+    if not observed:
+        return '<span class="muted">none kept for a suite that passed</span>'
+    return f"<code>{escape(json.dumps(observed, sort_keys=True, default=str))}</code>"
 
 
 def _table(rows: list[tuple[str, str]], header: tuple[str, str] | None = None) -> str:
