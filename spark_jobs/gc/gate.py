@@ -103,7 +103,9 @@ class Gate:
         expectation (its examples of unexpected values, asked for only when the suite
         failed). Each frame is therefore cached in as many partitions as Spark has cores,
         so every one of those jobs reads memory, and a `limit` query scans all partitions
-        in one job instead of one partition, then four more, and so on, one job each. The
+        in one job instead of one partition, then four more, and so on, one job each; a
+        frame the run cached already (the prepare output, which the mark and the gate's
+        join read too) is validated as it is, not cached a second time. The
         uniqueness check's grouping shuffles into as many partitions, and adaptive
         execution, which re-plans a query at each stage, is off: these queries are small,
         and planning was most of their time."""
@@ -134,7 +136,9 @@ class Gate:
 
         if self._source is None:
             self._source = _spark_source()
-        cached = frame.coalesce(self.cores).persist(StorageLevel.MEMORY_AND_DISK)
+        cached = frame
+        if not frame.is_cached:
+            cached = frame.coalesce(self.cores).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             with session_conf(self.spark, settings):
                 asset = self._source.add_dataframe_asset(name=name)
@@ -146,7 +150,8 @@ class Gate:
                 if not result.success:
                     result = batch.validate(suite, result_format="BASIC")
         finally:
-            cached.unpersist()
+            if cached is not frame:
+                cached.unpersist()
         self._validations[name] = _json_safe(result.to_json_dict())
         self._expectations += [_expectation(name, r) for r in result.results]
 

@@ -246,16 +246,8 @@ class GCJob:
                     (prepared.started_at - window.cutoff).total_seconds(),
                     max_candidates(summary.volume("namespace").objects, self.config.max_share),
                 )
-                keys = marked.files["candidates"]
-                if on_driver:
-                    candidates = flag_referenced_on_driver(
-                        self.spark, ns.read_table(keys, SET_SCHEMA), read.referenced_tables()
-                    )
-                else:
-                    copies = self._read(ns, ns.folder_keys(scratch), "address string")
-                    refs = [copies, *read.referenced_frames()]
-                    candidates = flag_referenced(self._read(ns, keys, SET_DDL), refs)
-                checked = gate.check_candidates(with_age(candidates, prepared.started_at), limits)
+                flagged = self._flagged(marked.files["candidates"], read, scratch, on_driver)
+                checked = gate.check_candidates(with_age(flagged, prepared.started_at), limits)
         finally:
             gate.wait()
             read.unpersist()
@@ -284,6 +276,17 @@ class GCJob:
         return mark(
             self.spark, read.ns, slices, frames, window, late, prefixes, per_file, self.partitions
         )
+
+    def _flagged(self, keys: list[str], read: SetsRead, scratch: str, on_driver: bool) -> DataFrame:
+        """The candidates files read back, each flagged if a set it was subtracted from holds
+        it: the committed addresses as the ranges gave them (the tasks' scratch files, or
+        the table the driver read), the uncommitted and the carried sets."""
+        if on_driver:
+            candidates = read.ns.read_table(keys, SET_SCHEMA)
+            return flag_referenced_on_driver(self.spark, candidates, read.referenced_tables())
+        copies = self._read(read.ns, read.ns.folder_keys(scratch), "address string")
+        refs = [copies, *read.referenced_frames()]
+        return flag_referenced(self._read(read.ns, keys, SET_DDL), refs)
 
     def _committed(
         self, repo: Repository, ns: Namespace, base: RunSummary | None, copies: str
