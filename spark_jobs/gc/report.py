@@ -113,6 +113,7 @@ def _run_rows(summary: RunSummary) -> list[tuple[str, str]]:
             f"{slices.get('oldest_read')}); skipped {slices.get('skipped_young', 0)} too young, "
             f"{slices.get('skipped_old', 0)} swept before",
         ),
+        ("marked on", f"the {slices.get('marked_on', 'executors')}"),
         (
             "ranges read",
             f"{summary.ranges.get('ranges_read', 0)} ranges of "

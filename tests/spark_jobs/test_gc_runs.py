@@ -67,6 +67,8 @@ def check_report(gc: GCLake, summary: runs.RunSummary) -> None:
     assert summary.report_uri.endswith(prefix + runs.REPORT)
     assert "<svg" in page and "reclaimed bytes per slice" in page
     assert "expect_column_values_to_be_unique" in page and "Minimum age overridden" in page
+    assert f"<th>marked on</th><td>the {summary.slices['marked_on']}</td>" in page
+    assert "none kept for a suite that passed" in page
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
     assert "<script" not in page
     validation = json.loads(gc.objects.get(prefix + runs.VALIDATION))
