@@ -2,8 +2,10 @@
 the uncommitted addresses (the prepare output) and the base run's carry and pending sets.
 
 A mark on the executors reads them as DataFrames, one on the driver as Arrow tables (see
-`marking.mark_on_driver`); either way each set is read once, and the gate's check that no
-candidate is referenced reads the same sets again.
+`marking.mark_on_driver`). The gate reads the committed, uncommitted and carried sets again
+to check that no candidate is referenced (after a mark on the executors: the range readers'
+scratch files and Spark's cache of the others; after one on the driver: the tables it read),
+and validates the uncommitted set as a DataFrame either way.
 """
 
 from __future__ import annotations
