@@ -130,18 +130,11 @@ def mark_on_driver(
     per_file: int,
 ) -> Marked:
     """`mark` as one task in this process, on `arrow_addresses_read` tables."""
-    batches = [_to_list(slices)] + [batch for table in read for batch in table.to_batches()]
+    names = pa.table({"address": [f"{DATA_DIR}/{name}/" for name in slices]})
+    to_list = arrow_addresses_read(names, TO_LIST)
+    batches = [batch for table in [to_list, *read] for batch in table.to_batches()]
     task = _mark_partition(ns, window, late, prefixes, per_file, iter(batches))
     return _marked([row for batch in task for row in batch.to_pylist()])
-
-
-def _to_list(slices: list[str]) -> pa.RecordBatch:
-    """The rows naming `slices` to list."""
-    addresses = pa.array([f"{DATA_DIR}/{name}/" for name in slices], pa.string())
-    count = len(slices)
-    sources = pa.repeat(pa.scalar(TO_LIST, pa.int32()), count)
-    nulls = [pa.nulls(count, READ_SCHEMA.field(n).type) for n in ("size", "mtime")]
-    return pa.record_batch([addresses, sources, *nulls], schema=READ_SCHEMA)
 
 
 def _marked(rows: list[dict]) -> Marked:
