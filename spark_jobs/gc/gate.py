@@ -33,6 +33,11 @@ PASSING_FORMAT = {"result_format": "BOOLEAN_ONLY"}
 its figures costs a query plan per expectation (a fifth of a second a suite, more than any
 of its Spark jobs) that the run's own counts make redundant; a suite that fails is
 validated again with GX's BASIC figures and examples of the unexpected values."""
+ROWS_PER_PARTITION = 200_000
+"""Rows a validated frame holds per partition, up to one partition per core. A frame in one
+partition needs no shuffle for GX's aggregates and uniqueness check (one stage, one task a
+query): a third off the candidates' suite of an optimized run (500 rows); a million rows in
+one partition took a third longer than in two."""
 CANDIDATES_SUITE = "gc-candidates"
 PREPARE_SUITE = "gc-prepare-output"
 _FIGURES = (
@@ -83,42 +88,43 @@ class Gate:
         self._background: InheritableThread | None = None
         self._failure: BaseException | None = None
 
-    def start_prepare_output(self, prepare_output: DataFrame) -> None:
-        """Validate the prepare output (address) in the background."""
+    def start_prepare_output(self, prepare_output: DataFrame, rows: int) -> None:
+        """Validate the prepare output (address; `rows` of them) in the background."""
 
         def validate() -> None:
             try:
-                self._validate(PREPARE_SUITE, prepare_output, _prepare_checks(), {})
+                self._validate(PREPARE_SUITE, prepare_output, rows, _prepare_checks(), {})
             except BaseException as exc:
                 self._failure = exc
 
         self._background = InheritableThread(target=validate, daemon=True)
         self._background.start()
 
-    def check_candidates(self, candidates: DataFrame, limits: GateLimits) -> GateResult:
-        """Validate `candidates` (address, age_seconds, referenced, ...) once the prepare
-        output's suite is done; the result of both.
+    def check_candidates(self, candidates: DataFrame, rows: int, limits: GateLimits) -> GateResult:
+        """Validate `candidates` (address, age_seconds, referenced, ...; `rows` of them) once
+        the prepare output's suite is done; the result of both.
 
         GX computes each suite's figures in a few aggregations plus one `limit` query per
         expectation (its examples of unexpected values, asked for only when the suite
-        failed). Each frame is therefore cached in as many partitions as Spark has cores,
-        so every one of those jobs reads memory, and a `limit` query scans all partitions
-        in one job instead of one partition, then four more, and so on, one job each; a
-        frame the run cached already (the prepare output, which the mark and the gate's
-        join read too) is validated as it is, not cached a second time. The
-        uniqueness check's grouping shuffles into as many partitions, and adaptive
-        execution, which re-plans a query at each stage, is off: these queries are small,
-        and planning was most of their time."""
+        failed). Each frame is therefore cached in `ROWS_PER_PARTITION` partitions, so every
+        one of those jobs reads memory, and a `limit` query scans all partitions in one job
+        instead of one partition, then four more, and so on, one job each; a frame the run
+        cached already (the prepare output, which the mark and the gate's join read too) is
+        read from that cache into as many partitions, not cached a second time. The
+        uniqueness check's grouping shuffles into as many partitions (none, when there is
+        one), and adaptive execution, which re-plans a query at each stage, is off: these
+        queries are small, and planning was most of their time."""
         self.wait()
         if self._failure is not None:
             raise self._failure
+        partitions = str(validation_partitions(rows, self.cores))
         small_queries = {
-            LIMIT_PARTITIONS: str(self.cores),
-            SHUFFLE_PARTITIONS: str(self.cores),
+            LIMIT_PARTITIONS: partitions,
+            SHUFFLE_PARTITIONS: partitions,
             ADAPTIVE: "false",
         }
         checks = _candidate_checks(limits)
-        self._validate(CANDIDATES_SUITE, candidates, checks, small_queries)
+        self._validate(CANDIDATES_SUITE, candidates, rows, checks, small_queries)
         expectations = sorted(self._expectations, key=lambda e: e.suite != CANDIDATES_SUITE)
         success = all(e.success for e in expectations)
         return GateResult(success, expectations, dict(self._validations))
@@ -130,30 +136,36 @@ class Gate:
             self._background = None
 
     def _validate(
-        self, name: str, frame: DataFrame, checks: list[Any], settings: dict[str, str]
+        self, name: str, frame: DataFrame, rows: int, checks: list[Any], settings: dict[str, str]
     ) -> None:
         import great_expectations as gx
 
         if self._source is None:
             self._source = _spark_source()
-        cached = frame
+        validated = frame.coalesce(validation_partitions(rows, self.cores))
         if not frame.is_cached:
-            cached = frame.coalesce(self.cores).persist(StorageLevel.MEMORY_AND_DISK)
+            validated = validated.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             with session_conf(self.spark, settings):
                 asset = self._source.add_dataframe_asset(name=name)
                 batch = asset.add_batch_definition_whole_dataframe(name).get_batch(
-                    batch_parameters={"dataframe": cached}
+                    batch_parameters={"dataframe": validated}
                 )
                 suite = gx.ExpectationSuite(name=name, expectations=checks)
                 result = batch.validate(suite, result_format=PASSING_FORMAT)
                 if not result.success:
                     result = batch.validate(suite, result_format="BASIC")
         finally:
-            if cached is not frame:
-                cached.unpersist()
+            if validated.is_cached:
+                validated.unpersist()
         self._validations[name] = _json_safe(result.to_json_dict())
         self._expectations += [_expectation(name, r) for r in result.results]
+
+
+def validation_partitions(rows: int, cores: int) -> int:
+    """The partitions a frame of `rows` is validated in: `ROWS_PER_PARTITION` each, at least
+    one, at most one per core."""
+    return max(1, min(cores, math.ceil(rows / ROWS_PER_PARTITION)))
 
 
 def flag_referenced(candidates: DataFrame, refs: list[DataFrame]) -> DataFrame:
@@ -176,9 +188,12 @@ def flag_referenced_on_driver(
 ) -> DataFrame:
     """`flag_referenced` in Arrow, for a mark that ran on the driver and read the sets
     there: the candidates and their flags reach Spark as a local relation, and no job
-    joins them."""
-    addresses = pa.chunked_array([t.column("address") for t in refs], pa.string())
-    flag = pc.is_in(candidates.column("address"), value_set=addresses.combine_chunks())
+    joins them. The sets are probed against the candidates, the smaller side, as the join
+    broadcasts them."""
+    wanted = candidates.column("address").combine_chunks()
+    hits = [t.column("address").filter(pc.is_in(t.column("address"), wanted)) for t in refs]
+    found = pa.chunked_array(hits, pa.string()).combine_chunks()
+    flag = pc.is_in(wanted, found)
     return spark.createDataFrame(candidates.append_column("referenced", flag))
 
 

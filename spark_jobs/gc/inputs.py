@@ -62,6 +62,7 @@ class SetsRead:
         self.committed: CommittedInput | None = None
         self._frames: dict[int, DataFrame] = {}
         self._tables: dict[int, pa.Table] | None = None
+        self._rows: dict[int, int] = {}
 
     def frame(self, bit: int) -> DataFrame:
         """One set read from files as a DataFrame; the `REFERENCED` ones cached."""
@@ -90,11 +91,17 @@ class SetsRead:
         if read is None:
             return False
         rows = read.num_rows
-        for files in self.files.values():
-            rows += self.ns.parquet_rows(files.keys)
+        for bit in self.files:
+            rows += self.rows(bit)
             if rows > most:
                 return False
         return True
+
+    def rows(self, bit: int) -> int:
+        """How many addresses one set's files hold, from their footers."""
+        if bit not in self._rows:
+            self._rows[bit] = self.ns.parquet_rows(self.files[bit].keys)
+        return self._rows[bit]
 
     def tables(self) -> list[pa.Table]:
         """`arrow_addresses_read` tables of every set, for a mark on the driver."""

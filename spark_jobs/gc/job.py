@@ -69,6 +69,14 @@ from branchwater.spark_jobs.gc.sweep import sweep
 ID_COLUMNS = {"ranges": "range_id", "metaranges": "metarange_id"}
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 """Spark's default (200) suits big clusters; unless set, the job uses 4 per core."""
+SESSION_CONF: dict[str, bool | float | int | str | None] = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
+}
+"""The job's own session settings. PySpark's DataFrame debugging (on by default since Spark
+4) records the Python call site of every DataFrame and Column call, a stack walk and four
+Py4J round trips each; the driver makes hundreds a run (GX's suites most of them: a tenth
+of the candidates' suite), and the job's errors name their phase already."""
 
 Events = Callable[[dict[str, Any]], None]
 
@@ -217,7 +225,7 @@ class GCJob:
         run_id = summary.run_id
         read = SetsRead(self.spark, ns, prepared, base, self.partitions)
         gate = Gate(self.spark)
-        gate.start_prepare_output(read.frame(plan.UNCOMMITTED))
+        gate.start_prepare_output(read.frame(plan.UNCOMMITTED), read.rows(plan.UNCOMMITTED))
         scratch = runs.scratch_prefix(run_id, "committed")
         try:
             with self.phase("committed"):
@@ -247,7 +255,8 @@ class GCJob:
                     max_candidates(summary.volume("namespace").objects, self.config.max_share),
                 )
                 flagged = self._flagged(marked.files["candidates"], read, scratch, on_driver)
-                checked = gate.check_candidates(with_age(flagged, prepared.started_at), limits)
+                candidates = with_age(flagged, prepared.started_at)
+                checked = gate.check_candidates(candidates, counts["candidates"].objects, limits)
         finally:
             gate.wait()
             read.unpersist()
@@ -494,11 +503,8 @@ def sweep_without_spark(config: JobConfig, events: Events | None = None) -> RunS
 
 
 def start_session(config: JobConfig) -> SparkSession:
-    spark = (
-        SparkSession.builder.appName(f"branchwater-gc-{config.repository}")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
+    builder = SparkSession.builder.appName(f"branchwater-gc-{config.repository}")
+    spark = builder.config(map=SESSION_CONF).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     if not spark.sparkContext.getConf().contains(SHUFFLE_PARTITIONS):
         spark.conf.set(SHUFFLE_PARTITIONS, str(4 * spark.sparkContext.defaultParallelism))

@@ -197,6 +197,8 @@ def spark_session() -> Any:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
+    from branchwater.spark_jobs.gc.job import SESSION_CONF
+
     cores = os.cpu_count() or 2
     spark = (
         SparkSession.builder.master(f"local[{cores}]")
@@ -204,7 +206,7 @@ def spark_session() -> Any:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(4 * cores))
         .config("spark.driver.memory", "6g")
-        .config("spark.sql.session.timeZone", "UTC")
+        .config(map=SESSION_CONF)
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
@@ -286,7 +288,7 @@ def gate_seconds(spark: Any, addresses: list[str]) -> float:
     best = float("inf")
     for _ in range(BEST_OF):
         start = time.perf_counter()
-        Gate(spark).check_candidates(frame, GateLimits(0.0, len(addresses)))
+        Gate(spark).check_candidates(frame, len(addresses), GateLimits(0.0, len(addresses)))
         best = min(best, time.perf_counter() - start)
     frame.unpersist()
     return best
