@@ -36,8 +36,8 @@ validated again with GX's BASIC figures and examples of the unexpected values.""
 ROWS_PER_PARTITION = 200_000
 """Rows a validated frame holds per partition, up to one partition per core. A frame in one
 partition needs no shuffle for GX's aggregates and uniqueness check (one stage, one task a
-query): a third off the candidates' suite of an optimized run (500 rows); a million rows in
-one partition took a third longer than in two."""
+query): a fifth off the candidates' suite of an optimized run (500 rows); a million rows in
+one partition took 1.4 times as long as in two."""
 CANDIDATES_SUITE = "gc-candidates"
 PREPARE_SUITE = "gc-prepare-output"
 _FIGURES = (
@@ -106,14 +106,15 @@ class Gate:
 
         GX computes each suite's figures in a few aggregations plus one `limit` query per
         expectation (its examples of unexpected values, asked for only when the suite
-        failed). Each frame is therefore cached in `ROWS_PER_PARTITION` partitions, so every
-        one of those jobs reads memory, and a `limit` query scans all partitions in one job
-        instead of one partition, then four more, and so on, one job each; a frame the run
-        cached already (the prepare output, which the mark and the gate's join read too) is
-        read from that cache into as many partitions, not cached a second time. The
-        uniqueness check's grouping shuffles into as many partitions (none, when there is
-        one), and adaptive execution, which re-plans a query at each stage, is off: these
-        queries are small, and planning was most of their time."""
+        failed). Each frame is therefore cached in a partition per `ROWS_PER_PARTITION`
+        rows (at most one per core), so every one of those jobs reads memory, and a `limit`
+        query scans all partitions in one job instead of one partition, then four more, and
+        so on, one job each; a frame the run cached already (the prepare output, which the
+        mark and the gate's join read too) is read from that cache into as many partitions,
+        not cached a second time. The uniqueness check's grouping shuffles into as many
+        partitions (none, when there is one), and adaptive execution, which re-plans a
+        query at each stage, is off: these queries are small, and planning was most of
+        their time."""
         self.wait()
         if self._failure is not None:
             raise self._failure
