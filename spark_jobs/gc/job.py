@@ -75,7 +75,7 @@ SESSION_CONF: dict[str, bool | float | int | str | None] = {
 }
 """The job's own session settings. PySpark's DataFrame debugging (on by default since Spark
 4) records the Python call site of every DataFrame and Column call, a stack walk and four
-Py4J round trips each; the driver makes hundreds a run (GX's suites most of them: a tenth
+Py4J round trips each; the driver makes hundreds a run (GX's suites most of them: a seventh
 of the candidates' suite), and the job's errors name their phase already."""
 
 Events = Callable[[dict[str, Any]], None]
