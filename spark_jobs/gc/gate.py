@@ -93,28 +93,30 @@ class Gate:
 
         def validate() -> None:
             try:
-                self._validate(PREPARE_SUITE, prepare_output, rows, _prepare_checks(), {})
+                checks = _prepare_checks()
+                self._validate(PREPARE_SUITE, prepare_output, rows, checks, {}, cache=False)
             except BaseException as exc:
                 self._failure = exc
 
         self._background = InheritableThread(target=validate, daemon=True)
         self._background.start()
 
-    def check_candidates(self, candidates: DataFrame, rows: int, limits: GateLimits) -> GateResult:
+    def check_candidates(
+        self, candidates: DataFrame, rows: int, limits: GateLimits, *, cache: bool = True
+    ) -> GateResult:
         """Validate `candidates` (address, age_seconds, referenced, ...; `rows` of them) once
-        the prepare output's suite is done; the result of both.
+        the prepare output's suite is done; the result of both. `cache`: whether the frame
+        is worth caching for GX's queries (see `_validate`): one a join computes is, rows
+        the driver sent are not.
 
         GX computes each suite's figures in a few aggregations plus one `limit` query per
         expectation (its examples of unexpected values, asked for only when the suite
-        failed). Each frame is therefore cached in a partition per `ROWS_PER_PARTITION`
-        rows (at most one per core), so every one of those jobs reads memory, and a `limit`
-        query scans all partitions in one job instead of one partition, then four more, and
-        so on, one job each; a frame the run cached already (the prepare output, which the
-        mark and the gate's join read too) is read from that cache into as many partitions,
-        not cached a second time. The uniqueness check's grouping shuffles into as many
-        partitions (none, when there is one), and adaptive execution, which re-plans a
-        query at each stage, is off: these queries are small, and planning was most of
-        their time."""
+        failed). Each frame is validated in a partition per `ROWS_PER_PARTITION` rows (at
+        most one per core), so a `limit` query scans all partitions in one job instead of
+        one partition, then four more, and so on, one job each. The uniqueness check's
+        grouping shuffles into as many partitions (none, when there is one), and adaptive
+        execution, which re-plans a query at each stage, is off: these queries are small,
+        and planning was most of their time."""
         self.wait()
         if self._failure is not None:
             raise self._failure
@@ -125,7 +127,7 @@ class Gate:
             ADAPTIVE: "false",
         }
         checks = _candidate_checks(limits)
-        self._validate(CANDIDATES_SUITE, candidates, rows, checks, small_queries)
+        self._validate(CANDIDATES_SUITE, candidates, rows, checks, small_queries, cache=cache)
         expectations = sorted(self._expectations, key=lambda e: e.suite != CANDIDATES_SUITE)
         success = all(e.success for e in expectations)
         return GateResult(success, expectations, dict(self._validations))
@@ -137,14 +139,26 @@ class Gate:
             self._background = None
 
     def _validate(
-        self, name: str, frame: DataFrame, rows: int, checks: list[Any], settings: dict[str, str]
+        self,
+        name: str,
+        frame: DataFrame,
+        rows: int,
+        checks: list[Any],
+        settings: dict[str, str],
+        *,
+        cache: bool,
     ) -> None:
+        """Validate one suite on `frame` in its validation partitions. A frame each of GX's
+        queries would compute again is cached for them when `cache` says so; one that
+        reads files or rows at hand is read again by each query, less work than caching it
+        (the prepare output's suite took 0.16 s instead of 0.28 s uncached, and its row
+        count reads only the files' footers)."""
         import great_expectations as gx
 
         if self._source is None:
             self._source = _spark_source()
         validated = frame.coalesce(validation_partitions(rows, self.cores))
-        if not frame.is_cached:
+        if cache and not frame.is_cached:
             validated = validated.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             with session_conf(self.spark, settings):
@@ -205,7 +219,8 @@ def with_age(candidates: DataFrame, start: datetime) -> DataFrame:
 
 
 def _spark_source() -> Any:
-    """A Spark data source in an ephemeral GX context (nothing on disk, no analytics)."""
+    """A Spark data source in an ephemeral GX context (nothing on disk, no analytics) that
+    leaves caching to the gate: by default GX caches every frame it validates."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     import great_expectations as gx
     from great_expectations.data_context.types.base import (
@@ -219,7 +234,7 @@ def _spark_source() -> Any:
         progress_bars=ProgressBarsConfig(globally=False),
     )
     context = gx.get_context(mode="ephemeral", project_config=config)
-    return context.data_sources.add_spark(name="branchwater-gc")
+    return context.data_sources.add_spark(name="branchwater-gc", persist=False)
 
 
 def _candidate_checks(limits: GateLimits) -> list[Any]:

@@ -60,29 +60,34 @@ class SetsRead:
             self.files[plan.CARRIED] = SetFiles(base.files.get("carry", []), "address string")
             self.files[plan.PENDING] = SetFiles(base.files.get("pending", []), SET_DDL)
         self.committed: CommittedInput | None = None
-        self._frames: dict[int, DataFrame] = {}
+        self._cached: dict[int, DataFrame] = {}
         self._tables: dict[int, pa.Table] | None = None
         self._rows: dict[int, int] = {}
 
     def frame(self, bit: int) -> DataFrame:
-        """One set read from files as a DataFrame; the `REFERENCED` ones cached."""
-        if bit not in self._frames:
-            files = self.files[bit]
-            frame = read_parquet(self.spark, self.ns, files.keys, files.ddl, self.partitions)
-            if bit in REFERENCED:
-                frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
-            self._frames[bit] = frame
-        return self._frames[bit]
+        """One set as a DataFrame reading its files (a new one each call: the executors'
+        cached frame of the set is another)."""
+        files = self.files[bit]
+        return read_parquet(self.spark, self.ns, files.keys, files.ddl, self.partitions)
 
     def frames_read(self) -> list[DataFrame]:
         """`addresses_read` frames of every set, for a mark on the executors."""
         read = [addresses_read(self._committed().addresses, plan.NEW_COMMITTED)]
-        return read + [addresses_read(self.frame(bit), bit) for bit in self.files]
+        return read + [addresses_read(self._read_twice(bit), bit) for bit in self.files]
 
     def referenced_frames(self) -> list[DataFrame]:
         """The `REFERENCED` sets as DataFrames (the committed addresses are the gate's own
         scratch files)."""
-        return [self.frame(bit) for bit in REFERENCED if bit in self.files]
+        return [self._read_twice(bit) for bit in REFERENCED if bit in self.files]
+
+    def _read_twice(self, bit: int) -> DataFrame:
+        """`frame(bit)`, cached when the executors read it twice (the `REFERENCED` sets:
+        in the mark and in the gate's join)."""
+        if bit not in REFERENCED:
+            return self.frame(bit)
+        if bit not in self._cached:
+            self._cached[bit] = self.frame(bit).persist(StorageLevel.MEMORY_AND_DISK)
+        return self._cached[bit]
 
     def small(self, most: int) -> bool:
         """Whether the committed addresses were read on the driver and all sets hold at most
@@ -123,7 +128,7 @@ class SetsRead:
         return self._tables
 
     def unpersist(self) -> None:
-        for frame in self._frames.values():
+        for frame in self._cached.values():
             frame.unpersist()
 
     def _committed(self) -> CommittedInput:

@@ -256,7 +256,8 @@ class GCJob:
                 )
                 flagged = self._flagged(marked.files["candidates"], read, scratch, on_driver)
                 candidates = with_age(flagged, prepared.started_at)
-                checked = gate.check_candidates(candidates, counts["candidates"].objects, limits)
+                rows = counts["candidates"].objects
+                checked = gate.check_candidates(candidates, rows, limits, cache=not on_driver)
         finally:
             gate.wait()
             read.unpersist()
