@@ -83,18 +83,21 @@ class Gate:
         self.spark = spark
         self.cores = max(1, spark.sparkContext.defaultParallelism)
         self._source: Any = None
+        self._definitions: dict[str, Any] = {}
         self._expectations: list[Expectation] = []
         self._validations: dict[str, Any] = {}
         self._background: InheritableThread | None = None
         self._failure: BaseException | None = None
 
     def start_prepare_output(self, prepare_output: DataFrame, rows: int) -> None:
-        """Validate the prepare output (address; `rows` of them) in the background."""
+        """Validate the prepare output (address; `rows` of them) in the background, and set
+        up the candidates' batch definition there too, while the mark runs."""
 
         def validate() -> None:
             try:
                 checks = _prepare_checks()
                 self._validate(PREPARE_SUITE, prepare_output, rows, checks, {}, cache=False)
+                self._batch_definition(CANDIDATES_SUITE)
             except BaseException as exc:
                 self._failure = exc
 
@@ -155,17 +158,13 @@ class Gate:
         count reads only the files' footers)."""
         import great_expectations as gx
 
-        if self._source is None:
-            self._source = _spark_source()
+        definition = self._batch_definition(name)
         validated = frame.coalesce(validation_partitions(rows, self.cores))
         if cache and not frame.is_cached:
             validated = validated.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             with session_conf(self.spark, settings):
-                asset = self._source.add_dataframe_asset(name=name)
-                batch = asset.add_batch_definition_whole_dataframe(name).get_batch(
-                    batch_parameters={"dataframe": validated}
-                )
+                batch = definition.get_batch(batch_parameters={"dataframe": validated})
                 suite = gx.ExpectationSuite(name=name, expectations=checks)
                 result = batch.validate(suite, result_format=PASSING_FORMAT)
                 if not result.success:
@@ -175,6 +174,16 @@ class Gate:
                 validated.unpersist()
         self._validations[name] = _json_safe(result.to_json_dict())
         self._expectations += [_expectation(name, r) for r in result.results]
+
+    def _batch_definition(self, name: str) -> Any:
+        """One suite's whole-frame batch definition in the run's GX context, made once
+        (each addition to the context writes its configuration out again)."""
+        if name not in self._definitions:
+            if self._source is None:
+                self._source = _spark_source()
+            asset = self._source.add_dataframe_asset(name=name)
+            self._definitions[name] = asset.add_batch_definition_whole_dataframe(name)
+        return self._definitions[name]
 
 
 def validation_partitions(rows: int, cores: int) -> int:

@@ -4,8 +4,8 @@ Default: 1,000,000 objects in 200 slices, 100 branches, 1,000 commits, 100,000 u
 50,000 garbage (`--objects N` scales every count; `--quick` is a smoke run). Slices are named
 as if opened between 214 and 14 hours ago, so an optimized run may skip them. Runs use a zero
 minimum age (every object counts) and mark only (`dry_run`) unless said otherwise; the
-clean, optimized and floor figures are each the best of three, after two untimed clean runs
-that warm the JVM.
+clean, optimized and floor figures are each the best of three, the two kinds compared
+alternating, after two untimed clean runs that warm the JVM.
 
 - `gc-clean`: a clean run against the floor in the same Spark session, an anti-join of the
   same three address sets (listed, committed, uncommitted) cached beforehand. Target ≤ 2.
@@ -232,11 +232,6 @@ def run_gc(spark: Any, gen: Generated, **settings: Any) -> tuple[float, Any]:
     return seconds, summary
 
 
-def best(run: Callable[[], tuple[float, Any]]) -> tuple[float, Any]:
-    """The fastest of `BEST_OF` runs (dry runs, so each sees the same state)."""
-    return min((run() for _ in range(BEST_OF)), key=lambda result: result[0])
-
-
 def optimized_against_clean(spark: Any, gen: Generated, name: str) -> tuple[Any, float]:
     """The best optimized run against the best clean run of the same state, printed as
     benchmark `name`; the optimized run's summary and the clean run's seconds. The two
@@ -257,8 +252,11 @@ def optimized_against_clean(spark: Any, gen: Generated, name: str) -> tuple[Any,
     return optimized, clean_s
 
 
-def floor_seconds(spark: Any, gen: Generated) -> float:
-    """The anti-join of the three address sets, cached and counted beforehand."""
+def clean_against_floor(spark: Any, gen: Generated) -> tuple[float, Any, float]:
+    """The best clean run, its summary, and the best floor: the anti-join of the three
+    address sets, cached and counted beforehand. Clean runs and floors alternate, as in
+    `optimized_against_clean`: the JVM keeps compiling Spark's hot paths for several runs,
+    and both are measured at the same stage of it."""
     listed = [*gen.committed, *gen.uncommitted, *gen.garbage]
     frames = []
     for name, values in (("l", listed), ("c", gen.committed), ("u", gen.uncommitted)):
@@ -267,16 +265,18 @@ def floor_seconds(spark: Any, gen: Generated) -> float:
         frame = spark.read.parquet(str(path)).cache()
         frame.count()
         frames.append(frame)
-    best = float("inf")
+    clean_runs, floors = [], []
     for _ in range(BEST_OF):
+        clean_runs.append(run_gc(spark, gen))
         start = time.perf_counter()
         frames[0].join(frames[1], "address", "left_anti").join(
             frames[2], "address", "left_anti"
         ).count()
-        best = min(best, time.perf_counter() - start)
+        floors.append(time.perf_counter() - start)
     for frame in frames:
         frame.unpersist()
-    return best
+    clean_s, summary = min(clean_runs, key=lambda result: result[0])
+    return clean_s, summary, min(floors)
 
 
 def gate_seconds(spark: Any, addresses: list[str]) -> float:
@@ -383,8 +383,7 @@ def main(argv: list[str]) -> None:
         gen = timed("generate", lambda: generate(scratch / "full", size))
         for _ in range(WARM_UP):
             run_gc(spark, gen)
-        clean_s, first = best(lambda: run_gc(spark, gen))
-        floor_s = floor_seconds(spark, gen)
+        clean_s, first, floor_s = clean_against_floor(spark, gen)
         print(
             f"BENCH gc-clean ratio={clean_s / floor_s:.2f} clean_s={clean_s:.1f} "
             f"floor_s={floor_s:.2f} objects={objects} spark_jobs={first.spark_jobs} "
