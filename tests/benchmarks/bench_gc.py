@@ -5,7 +5,7 @@ Default: 1,000,000 objects in 200 slices, 100 branches, 1,000 commits, 100,000 u
 as if opened between 214 and 14 hours ago, so an optimized run may skip them. Runs use a zero
 minimum age (every object counts) and mark only (`dry_run`) unless said otherwise; the
 clean, optimized and floor figures are each the best of three, the two kinds compared
-alternating, after two untimed clean runs that warm the JVM.
+alternating, after five untimed clean runs that warm the JVM.
 
 - `gc-clean`: a clean run against the floor in the same Spark session, an anti-join of the
   same three address sets (listed, committed, uncommitted) cached beforehand. Target ≤ 2.
@@ -61,10 +61,11 @@ SEED_HOURS = 3.0
 BEST_OF = 3
 """Clean runs and floors are each the best of this many: one run in a few moves by a
 second on a shared machine."""
-WARM_UP = 2
+WARM_UP = 5
 """Full-size dry runs before anything is timed: the JVM compiles Spark's hot paths during
-the first runs of a session (here the first took three times as long as a warm run, the
-second a third longer), which the floor, measured later in the session, never pays."""
+the first runs of a session (one session's first six clean runs took 17.4, 6.8, 4.9, 4.9,
+4.9 and 4.7 s, later ones 4.0-4.5 s; after two, the gate alone still took 1.0-1.2 s of a
+run where it later took 0.6), which the floor, a simpler plan, needs far fewer of."""
 MTIME = datetime(2026, 11, 1, tzinfo=UTC)
 RANGES = RangePolicy(target_entries=1_000)
 """Ranges of about 1,000 entries: lakeFS's GC design's large repository had ~400 entries
