@@ -73,16 +73,16 @@ class SetsRead:
     def frames_read(self) -> list[DataFrame]:
         """`addresses_read` frames of every set, for a mark on the executors."""
         read = [addresses_read(self._committed().addresses, plan.NEW_COMMITTED)]
-        return read + [addresses_read(self._read_twice(bit), bit) for bit in self.files]
+        return read + [addresses_read(self._executors_frame(bit), bit) for bit in self.files]
 
     def referenced_frames(self) -> list[DataFrame]:
         """The `REFERENCED` sets as DataFrames (the committed addresses are the gate's own
         scratch files)."""
-        return [self._read_twice(bit) for bit in REFERENCED if bit in self.files]
+        return [self._executors_frame(bit) for bit in REFERENCED if bit in self.files]
 
-    def _read_twice(self, bit: int) -> DataFrame:
-        """`frame(bit)`, cached when the executors read it twice (the `REFERENCED` sets:
-        in the mark and in the gate's join)."""
+    def _executors_frame(self, bit: int) -> DataFrame:
+        """`frame(bit)` as the executors read it: cached for the `REFERENCED` sets, which
+        they read twice (in the mark and in the gate's join)."""
         if bit not in REFERENCED:
             return self.frame(bit)
         if bit not in self._cached:

@@ -218,6 +218,29 @@ def test_an_optimized_run_reading_more_than_driver_rows_marks_on_the_executors_a
     assert small.reclaimed_by_slice == large.reclaimed_by_slice
 
 
+def test_a_run_leaves_nothing_cached_in_the_spark_session(local_gc: GCLake) -> None:
+    """The sets the executors' mark caches and the frames the gate caches for its suites
+    are released by the run, whichever way it marks."""
+    history(local_gc)
+    context = local_gc.spark.sparkContext
+
+    def cached() -> int:
+        return context._jsc.getPersistentRDDs().size()  # type: ignore[union-attr]
+
+    before = cached()
+    clean = local_gc.run(dry_run=True)
+    swept = local_gc.run()
+    local_gc.put_garbage(2)
+    on_driver = local_gc.run(mode="optimized", dry_run=True)
+    on_executors = local_gc.run(mode="optimized", dry_run=True, driver_rows=1)
+
+    assert clean.volume("candidates").objects > 0 and swept.gate_success
+    marked = (on_driver.slices["marked_on"], on_executors.slices["marked_on"])
+    assert marked == ("driver", "executors")
+    assert on_driver.volume("candidates").objects == 2 and on_executors.gate_success
+    assert cached() == before
+
+
 def test_no_commit_since_the_base_run_costs_the_committed_listing_no_spark_job(
     local_gc: GCLake,
 ) -> None:
