@@ -62,7 +62,7 @@ def list_slice(ns: Namespace, name: str, *, metadata: bool = True) -> pa.Table:
 
 def fill_metadata(ns: Namespace, listed: pa.Table, wanted: pa.ChunkedArray) -> pa.Table:
     """`listed` with the size and mtime of the `wanted` rows read from the store; rows whose
-    object is gone by then are dropped."""
+    object is gone by then, or is no file, are dropped."""
     mask = pc.fill_null(wanted, False).combine_chunks()
     keys = listed.column("address").filter(mask).to_pylist()
     if not keys:

@@ -16,6 +16,7 @@ import os
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from stat import S_ISREG
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -100,7 +101,8 @@ class Namespace:
         return Listing(names, sizes, mtimes, directories)
 
     def stat(self, keys: list[str]) -> tuple[list[int | None], list[int | None]]:
-        """Sizes and modification times (epoch nanoseconds) of objects, None where gone."""
+        """Sizes and modification times (epoch nanoseconds) of objects, None where gone or
+        where the key names no file (a folder, say), on either kind of store."""
         filesystem, root, _ = self._clients()
         sizes: list[int | None] = []
         mtimes: list[int | None] = []
@@ -109,6 +111,8 @@ class Namespace:
                 try:
                     info = os.stat(f"{root}/{key}")
                 except FileNotFoundError:
+                    info = None
+                if info is None or not S_ISREG(info.st_mode):
                     sizes.append(None)
                     mtimes.append(None)
                 else:

@@ -1,10 +1,13 @@
-"""The GC job's S3 access from the environment alone, as executors on a cluster get it."""
+"""The GC job's access to a namespace: what it reads of objects, and S3 from the environment
+alone, as executors on a cluster get it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from branchwater.spark_jobs.gc.storage import _s3_filesystem
+from branchwater.spark_jobs.gc.storage import Namespace, _s3_filesystem
 from tests.fixtures.s3 import S3Server
 
 ENVIRONMENT = {
@@ -24,3 +27,17 @@ def test_without_options_the_endpoint_comes_from_aws_endpoint_url(
     for variable, option in ENVIRONMENT.items():
         monkeypatch.setenv(variable, s3_server.options[option])
     assert _s3_filesystem({}).get_file_info(f"{s3_bucket}/data/x").size == 5
+
+
+def test_stat_gives_a_local_file_its_size_and_no_size_to_a_folder_or_a_missing_key(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "data" / "s" / "folder").mkdir(parents=True)
+    (tmp_path / "data" / "s" / "file").write_bytes(b"12345")
+    ns = Namespace.of(tmp_path.as_uri())
+
+    sizes, mtimes = ns.stat(["data/s/file", "data/s/folder", "data/s/missing"])
+
+    assert sizes == [5, None, None]
+    assert mtimes[0] == (tmp_path / "data" / "s" / "file").stat().st_mtime_ns
+    assert mtimes[1:] == [None, None]
