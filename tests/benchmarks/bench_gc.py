@@ -63,9 +63,9 @@ BEST_OF = 3
 second on a shared machine."""
 WARM_UP = 5
 """Full-size dry runs before anything is timed: the JVM compiles Spark's hot paths during
-the first runs of a session (one session's first six clean runs took 17.4, 6.8, 4.9, 4.9,
-4.9 and 4.7 s, later ones 4.0-4.5 s; after two, the gate alone still took 1.0-1.2 s of a
-run where it later took 0.6), which the floor, a simpler plan, needs far fewer of."""
+the first runs of a session (one session's first six clean runs of one state took 17.4,
+6.8, 4.9, 4.9, 4.9 and 4.7 s, later ones 4.0-4.5 s), which the floor, a simpler plan,
+needs far fewer of."""
 MTIME = datetime(2026, 11, 1, tzinfo=UTC)
 RANGES = RangePolicy(target_entries=1_000)
 """Ranges of about 1,000 entries: lakeFS's GC design's large repository had ~400 entries
