@@ -233,16 +233,26 @@ def run_gc(spark: Any, gen: Generated, **settings: Any) -> tuple[float, Any]:
     return seconds, summary
 
 
+Timed = tuple[float, Any]
+
+
+def best_alternating(first: Callable[[], Timed], second: Callable[[], Timed]) -> list[Timed]:
+    """The fastest of `BEST_OF` runs of each of two measurements (seconds and a result),
+    run in turn: a slow spell of a shared machine, or the JVM still compiling Spark's hot
+    paths, then weighs on both alike."""
+    runs: list[list[Timed]] = [[], []]
+    for _ in range(BEST_OF):
+        runs[0].append(first())
+        runs[1].append(second())
+    return [min(timed, key=lambda result: result[0]) for timed in runs]
+
+
 def optimized_against_clean(spark: Any, gen: Generated, name: str) -> tuple[Any, float]:
     """The best optimized run against the best clean run of the same state, printed as
-    benchmark `name`; the optimized run's summary and the clean run's seconds. The two
-    kinds of run alternate, so a slow spell of a shared machine slows both alike."""
-    optimized_runs, clean_runs = [], []
-    for _ in range(BEST_OF):
-        optimized_runs.append(run_gc(spark, gen, mode="optimized"))
-        clean_runs.append(run_gc(spark, gen))
-    optimized_s, optimized = min(optimized_runs, key=lambda result: result[0])
-    clean_s = min(seconds for seconds, _ in clean_runs)
+    benchmark `name`; the optimized run's summary and the clean run's seconds."""
+    (optimized_s, optimized), (clean_s, _) = best_alternating(
+        lambda: run_gc(spark, gen, mode="optimized"), lambda: run_gc(spark, gen)
+    )
     print(
         f"BENCH {name} ratio={optimized_s / clean_s:.2f} "
         f"optimized_s={optimized_s:.1f} clean_s={clean_s:.1f} "
@@ -255,9 +265,7 @@ def optimized_against_clean(spark: Any, gen: Generated, name: str) -> tuple[Any,
 
 def clean_against_floor(spark: Any, gen: Generated) -> tuple[float, Any, float]:
     """The best clean run, its summary, and the best floor: the anti-join of the three
-    address sets, cached and counted beforehand. Clean runs and floors alternate, as in
-    `optimized_against_clean`: the JVM keeps compiling Spark's hot paths for several runs,
-    and both are measured at the same stage of it."""
+    address sets, cached and counted beforehand."""
     listed = [*gen.committed, *gen.uncommitted, *gen.garbage]
     frames = []
     for name, values in (("l", listed), ("c", gen.committed), ("u", gen.uncommitted)):
@@ -266,18 +274,18 @@ def clean_against_floor(spark: Any, gen: Generated) -> tuple[float, Any, float]:
         frame = spark.read.parquet(str(path)).cache()
         frame.count()
         frames.append(frame)
-    clean_runs, floors = [], []
-    for _ in range(BEST_OF):
-        clean_runs.append(run_gc(spark, gen))
+
+    def floor() -> Timed:
         start = time.perf_counter()
         frames[0].join(frames[1], "address", "left_anti").join(
             frames[2], "address", "left_anti"
         ).count()
-        floors.append(time.perf_counter() - start)
+        return time.perf_counter() - start, None
+
+    (clean_s, summary), (floor_s, _) = best_alternating(lambda: run_gc(spark, gen), floor)
     for frame in frames:
         frame.unpersist()
-    clean_s, summary = min(clean_runs, key=lambda result: result[0])
-    return clean_s, summary, min(floors)
+    return clean_s, summary, floor_s
 
 
 def gate_seconds(spark: Any, addresses: list[str]) -> float:
