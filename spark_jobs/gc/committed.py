@@ -20,6 +20,8 @@ from pyspark.sql import DataFrame, SparkSession
 
 from branchwater.engine import CommittedLayout
 from branchwater.spark_jobs.gc.frames import parallel_frame, read_parquet
+from branchwater.spark_jobs.gc.packing import PACKED_DDL, pack, packed
+from branchwater.spark_jobs.gc.plan import NEW_COMMITTED
 from branchwater.spark_jobs.gc.storage import Namespace
 
 
@@ -27,8 +29,9 @@ from branchwater.spark_jobs.gc.storage import Namespace
 class CommittedInput:
     """What the committed listing produced: every metarange and range id known now (sorted),
     how many of each were new since the base run, the addresses (and recorded sizes) of the
-    new ranges (all ranges without a base), also written under the `copy_prefix` given to
-    `read_committed`, for the gate; `on_driver` holds them too when the driver read them."""
+    new ranges (all ranges without a base) packed for the mark (see `packing`), also
+    written under the `copy_prefix` given to `read_committed`, for the gate; `on_driver`
+    holds them too when the driver read them."""
 
     metarange_ids: list[str]
     range_ids: list[str]
@@ -77,11 +80,11 @@ def read_committed(
     if on_driver and len(range_keys) <= FILES_PER_TASK:
         read_here = _written_addresses(ns, columns, copy_prefix, range_keys)
         copies = [_copy_key(copy_prefix, range_keys)] if range_keys else []
-        addresses = read_parquet(spark, ns, copies, ADDRESS_DDL, partitions)
+        addresses = packed(read_parquet(spark, ns, copies, ADDRESS_DDL, partitions), NEW_COMMITTED)
     else:
         files = _files_frame(spark, range_keys, partitions)
         addresses = files.mapInArrow(
-            partial(_distinct_addresses, ns, columns, copy_prefix), ADDRESS_DDL
+            partial(_distinct_addresses, ns, columns, copy_prefix), PACKED_DDL
         )
     return CommittedInput(
         sorted(set(all_metaranges) | known_metaranges),
@@ -131,7 +134,7 @@ def _distinct_addresses(
 ) -> Iterator[pa.RecordBatch]:
     keys = _task_keys(batches)
     if keys:
-        yield from _written_addresses(ns, columns, copy_prefix, keys).to_batches()
+        yield from pack(_written_addresses(ns, columns, copy_prefix, keys), NEW_COMMITTED)
 
 
 def _written_addresses(

@@ -80,7 +80,13 @@ def parallel_frame(
 
 def arrow_schema(ddl: str) -> pa.Schema:
     """A DDL string of the job's own column types as an Arrow schema."""
-    types = {"string": pa.string(), "int": pa.int32(), "long": pa.int64(), "timestamp": MTIME_TYPE}
+    types = {
+        "string": pa.string(),
+        "int": pa.int32(),
+        "long": pa.int64(),
+        "timestamp": MTIME_TYPE,
+        "binary": pa.binary(),
+    }
     fields = [part.split() for part in ddl.split(",")]
     return pa.schema([(name, types[kind]) for name, kind in fields])
 

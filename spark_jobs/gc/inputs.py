@@ -20,7 +20,8 @@ from branchwater.engine import UncommittedRun
 from branchwater.spark_jobs.gc import plan
 from branchwater.spark_jobs.gc.committed import CommittedInput
 from branchwater.spark_jobs.gc.frames import arrow_schema, read_parquet
-from branchwater.spark_jobs.gc.marking import SET_DDL, addresses_read, arrow_addresses_read
+from branchwater.spark_jobs.gc.marking import SET_DDL, arrow_addresses_read
+from branchwater.spark_jobs.gc.packing import packed
 from branchwater.spark_jobs.gc.runs import RunSummary
 from branchwater.spark_jobs.gc.storage import Namespace
 
@@ -72,8 +73,8 @@ class SetsRead:
 
     def frames_read(self) -> list[DataFrame]:
         """`addresses_read` frames of every set, for a mark on the executors."""
-        read = [addresses_read(self._committed().addresses, plan.NEW_COMMITTED)]
-        return read + [addresses_read(self._executors_frame(bit), bit) for bit in self.files]
+        read = [self._committed().addresses]
+        return read + [packed(self._executors_frame(bit), bit) for bit in self.files]
 
     def referenced_frames(self) -> list[DataFrame]:
         """The `REFERENCED` sets as DataFrames (the committed addresses are the gate's own

@@ -9,15 +9,21 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from branchwater.engine import DATA_ADDRESS_PATTERN, InvalidArgument, slice_created
 
 DATA_DIR = "data"
 ADDRESS_PATTERN = DATA_ADDRESS_PATTERN
 """A well-formed data address, relative to the namespace (Java and Python regex alike)."""
-SLICE_GROUP = rf"^{DATA_DIR}/([^/]+)/"
-"""The slice an address names, as group 1 (Spark's `regexp_extract`)."""
 SLICE_NAMED = rf"^{DATA_DIR}/(?P<slice>[^/]+)/"
-"""The same as the named group `slice` (Arrow's `extract_regex`)."""
+"""The slice an address names, as the named group `slice` (Arrow's `extract_regex`)."""
+
+
+def named_slices(addresses: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """The slice each address names (its folder under `data/`), null where it names none."""
+    return pc.struct_field(pc.extract_regex(addresses, SLICE_NAMED), [0])
 
 
 def slice_time(name: str) -> datetime | None:

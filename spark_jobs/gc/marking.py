@@ -3,11 +3,12 @@ write the sets, and report only counts and file names to the driver.
 
 Every address the run read (committed, uncommitted, carried, pending) goes, with the bit of
 its set, to the partition of its slice, and so does the name of every slice to list: one
-shuffle of the addresses read. A task lists its slices itself, so the listed objects, the
-largest input, never leave the executor that listed them. It combines them with the
-addresses of the same slices in Arrow (`plan.combine`), writes its candidates and the next
-run's pending and carry sets as Parquet files of at most `per_file` rows, and yields the
-counts, the reclaimable volume per slice, examples of malformed inputs, and the files.
+shuffle of the addresses read, packed by slice (see `packing`). A task lists its slices
+itself, so the listed objects, the largest input, never leave the executor that listed
+them. It combines them with the addresses of the same slices in Arrow (`plan.combine`),
+writes its candidates and the next run's pending and carry sets as Parquet files of at most
+`per_file` rows, and yields the counts, the reclaimable volume per slice, examples of
+malformed inputs, and the files.
 
 An optimized run whose inputs are small runs that same task on the driver instead
 (`mark_on_driver`): it reads little, and a Spark job's start and shuffle would cost more.
@@ -25,12 +26,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from branchwater.spark_jobs.gc import plan
 from branchwater.spark_jobs.gc.frames import ADAPTIVE, arrow_schema, session_conf
-from branchwater.spark_jobs.gc.layout import DATA_DIR, SLICE_GROUP, SLICE_NAMED, slice_time
+from branchwater.spark_jobs.gc.layout import slice_time
 from branchwater.spark_jobs.gc.listing import LISTED_SCHEMA, fill_metadata, list_slice
+from branchwater.spark_jobs.gc.packing import PACKED_DDL, unpacked
 from branchwater.spark_jobs.gc.runs import SliceVolume, Volume, part_name
 from branchwater.spark_jobs.gc.storage import Namespace
 
@@ -42,8 +43,7 @@ MARK_DDL = (
     "number long"
 )
 TO_LIST = 0
-"""The `sources` of a row naming a slice to list, `data/<slice>/` (every address read has a
-bit set)."""
+"""The `sources` of a packed row naming a slice to list (every set read has a bit)."""
 MALFORMED_EXAMPLES = 5
 SET_DDL = "address string, size long, mtime timestamp, slice string"
 """The columns of the files of each of `plan.SETS`."""
@@ -62,24 +62,9 @@ class Marked:
     malformed: list[tuple[str | None, int]] = field(default_factory=list)
 
 
-def addresses_read(frame: DataFrame, bit: int) -> DataFrame:
-    """Addresses of one input set (`address`, and `size` and `mtime` where it has them)
-    with the bit of the set."""
-    columns = set(frame.columns)
-
-    def given(name: str, kind: str) -> F.Column:
-        return F.col(name) if name in columns else F.lit(None).cast(kind)
-
-    return frame.select(
-        F.col("address").cast("string"),
-        F.lit(bit).alias("sources"),
-        given("size", "long").alias("size"),
-        given("mtime", "timestamp").alias("mtime"),
-    )
-
-
 def arrow_addresses_read(table: pa.Table, bit: int) -> pa.Table:
-    """`addresses_read` of a table on the driver."""
+    """Addresses of one input set (`address`, and `size` and `mtime` where it has them)
+    with the bit of the set, as the mark reads them."""
     rows = table.num_rows
 
     def given(name: str) -> pa.ChunkedArray | pa.Array:
@@ -102,19 +87,17 @@ def mark(
     per_file: int,
     partitions: int,
 ) -> Marked:
-    """Mark with one Spark job. `read` holds `addresses_read` frames; `late` is how long
-    after a slice is opened objects may land in it (clock skew included); `prefixes` names
-    the folder of each of `plan.SETS`. Adaptive execution is off for it: it has nothing to
-    re-plan in one shuffle of a set number of partitions, and re-planning took time."""
-    to_list = spark.createDataFrame(
-        [(f"{DATA_DIR}/{name}/", TO_LIST, None, None) for name in slices], READ_DDL
-    )
+    """Mark with one Spark job. `read` holds the sets read, packed (see `packing`); `late`
+    is how long after a slice is opened objects may land in it (clock skew included);
+    `prefixes` names the folder of each of `plan.SETS`. Adaptive execution is off for it: it
+    has nothing to re-plan in one shuffle of a set number of partitions, and re-planning
+    took time."""
+    to_list = spark.createDataFrame([(name, TO_LIST, None) for name in slices], PACKED_DDL)
     keyed = to_list
     for frame in read:
         keyed = keyed.unionByName(frame)
-    by_slice = F.regexp_extract("address", SLICE_GROUP, 1)
-    task = partial(_mark_partition, ns, window, late, prefixes, per_file)
-    marked = keyed.repartition(max(1, partitions), by_slice).mapInArrow(task, MARK_DDL)
+    task = partial(_mark_task, ns, window, late, prefixes, per_file)
+    marked = keyed.repartition(max(1, partitions), "slice").mapInArrow(task, MARK_DDL)
     with session_conf(spark, {ADAPTIVE: "false"}):
         rows = marked.toArrow()
     return _marked(rows.to_pylist())
@@ -130,10 +113,8 @@ def mark_on_driver(
     per_file: int,
 ) -> Marked:
     """`mark` as one task in this process, on `arrow_addresses_read` tables."""
-    names = pa.table({"address": [f"{DATA_DIR}/{name}/" for name in slices]})
-    to_list = arrow_addresses_read(names, TO_LIST)
-    batches = [batch for table in [to_list, *read] for batch in table.to_batches()]
-    task = _mark_partition(ns, window, late, prefixes, per_file, iter(batches))
+    found = pa.concat_tables(read) if read else READ_SCHEMA.empty_table()
+    task = _mark_slices(ns, window, late, prefixes, per_file, slices, found)
     return _marked([row for batch in task for row in batch.to_pylist()])
 
 
@@ -162,7 +143,7 @@ def _marked(rows: list[dict]) -> Marked:
     )
 
 
-def _mark_partition(
+def _mark_task(
     ns: Namespace,
     window: plan.Window,
     late: timedelta,
@@ -170,15 +151,30 @@ def _mark_partition(
     per_file: int,
     batches: Iterator[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
-    collected = list(batches)
-    if not collected:
+    slices: list[str] = []
+    tables: list[pa.Table] = []
+    for batch in batches:
+        for name, bit, rows in unpacked(batch):
+            if rows is None:
+                slices.append(name)
+            else:
+                tables.append(arrow_addresses_read(rows, bit))
+    if not slices and not tables:
         return
-    received = pa.Table.from_batches(collected)
-    received = received.set_column(3, "mtime", received.column("mtime").cast(plan.MTIME_TYPE))
-    to_list = pc.equal(received.column("sources"), TO_LIST)
-    named = pc.extract_regex(received.filter(to_list).column("address"), SLICE_NAMED)
-    slices = pc.struct_field(named, [0]).to_pylist()
-    found = plan.union_by_address(received.filter(pc.invert(to_list)))
+    found = pa.concat_tables(tables) if tables else READ_SCHEMA.empty_table()
+    yield from _mark_slices(ns, window, late, prefixes, per_file, slices, found)
+
+
+def _mark_slices(
+    ns: Namespace,
+    window: plan.Window,
+    late: timedelta,
+    prefixes: dict[str, str],
+    per_file: int,
+    slices: list[str],
+    received: pa.Table,
+) -> Iterator[pa.RecordBatch]:
+    found = plan.union_by_address(received)
     listed = _listed(ns, slices, window, late, found)
     rows = plan.combine(listed, found)
     context = TaskContext.get()

@@ -61,7 +61,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from branchwater.spark_jobs.gc.layout import ADDRESS_PATTERN, SLICE_NAMED
+from branchwater.spark_jobs.gc.layout import ADDRESS_PATTERN, named_slices
 
 LISTED = 1
 WINDOW = 2
@@ -164,7 +164,7 @@ def combine(listed: pa.Table, found: pa.Table) -> pa.Table:
     hit[position.drop_null().to_numpy()] = True
     unlisted = found.filter(pa.array(~hit))
     address = unlisted.column("address")
-    named = pc.struct_field(pc.extract_regex(address, SLICE_NAMED), [0])
+    named = named_slices(address)
     well_formed = pc.fill_null(pc.match_substring_regex(address, ADDRESS_PATTERN), False)
     unlisted = unlisted.append_column("slice", named).append_column("well_formed", well_formed)
     return pa.concat_tables([on_listed, unlisted.select(on_listed.column_names)])

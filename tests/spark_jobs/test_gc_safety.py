@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,8 @@ from branchwater.engine.gc.runlock import GCRunLease
 from branchwater.engine.gc.tokens import utc_now
 from branchwater.engine.graveler import writes
 from branchwater.engine.graveler.model import Entry
-from branchwater.spark_jobs.gc import inputs, job, plan, runs
+from branchwater.spark_jobs.gc import inputs, job, packing, plan, runs
+from branchwater.spark_jobs.gc.committed import CommittedInput
 from branchwater.spark_jobs.gc.storage import Namespace
 from tests.helpers import GCLake
 
@@ -187,14 +188,22 @@ def test_a_mark_that_missed_a_committed_address_fails_the_gate_and_deletes_nothi
 
         monkeypatch.setattr(inputs, "arrow_addresses_read", losing_row)
     else:
-        real_frame = inputs.addresses_read
+        real_read = job.read_committed
 
-        def losing(frame: DataFrame, bit: int) -> DataFrame:
-            if bit == plan.NEW_COMMITTED:
-                frame = frame.filter(F.col("address") != lost)
-            return real_frame(frame, bit)
+        def losing_read(*args: Any, **kwargs: Any) -> CommittedInput:
+            read = real_read(*args, **kwargs)
 
-        monkeypatch.setattr(inputs, "addresses_read", losing)
+            def lose(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+                for batch in batches:
+                    for _, bit, rows in packing.unpacked(batch):
+                        assert rows is not None
+                        kept = rows.filter(pc.not_equal(rows.column("address"), lost))
+                        yield from packing.pack(kept, bit)
+
+            read.addresses = read.addresses.mapInArrow(lose, packing.PACKED_DDL)
+            return read
+
+        monkeypatch.setattr(job, "read_committed", losing_read)
     summary = local_gc.run(mode="clean" if marked_on == "executors" else "optimized")
 
     assert summary.slices["marked_on"] == marked_on
