@@ -19,8 +19,8 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from branchwater.engine import CommittedLayout
-from branchwater.spark_jobs.gc.frames import parallel_frame, read_parquet
-from branchwater.spark_jobs.gc.packing import PACKED_DDL, pack, packed
+from branchwater.spark_jobs.gc.frames import parallel_frame
+from branchwater.spark_jobs.gc.packing import PACKED_DDL, pack, packed_files
 from branchwater.spark_jobs.gc.plan import NEW_COMMITTED
 from branchwater.spark_jobs.gc.storage import Namespace
 
@@ -46,7 +46,6 @@ FILES_PER_TASK = 64
 a handful, and a task's start would cost more than its reads."""
 RANGE_ROWS = pa.schema([("range_id", pa.string()), ("min_key", pa.string())])
 ADDRESS_ROWS = pa.schema([("address", pa.string()), ("size", pa.int64())])
-ADDRESS_DDL = "address string, size long"
 
 
 def read_committed(
@@ -80,7 +79,7 @@ def read_committed(
     if on_driver and len(range_keys) <= FILES_PER_TASK:
         read_here = _written_addresses(ns, columns, copy_prefix, range_keys)
         copies = [_copy_key(copy_prefix, range_keys)] if range_keys else []
-        addresses = packed(read_parquet(spark, ns, copies, ADDRESS_DDL, partitions), NEW_COMMITTED)
+        addresses = packed_files(spark, ns, copies, ADDRESS_ROWS.names, NEW_COMMITTED, partitions)
     else:
         files = _files_frame(spark, range_keys, partitions)
         addresses = files.mapInArrow(

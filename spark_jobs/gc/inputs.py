@@ -1,11 +1,11 @@
 """The address sets a run reads besides its listing: the committed addresses of new ranges,
 the uncommitted addresses (the prepare output) and the base run's carry and pending sets.
 
-A mark on the executors reads them as DataFrames, one on the driver as Arrow tables (see
-`marking.mark_on_driver`). The gate reads the committed, uncommitted and carried sets again
-to check that no candidate is referenced (after a mark on the executors: the range readers'
-scratch files and Spark's cache of the others; after one on the driver: the tables it read),
-and validates the uncommitted set as a DataFrame either way.
+A mark on the executors has them read and packed there (see `packing`), one on the driver
+reads them as Arrow tables (see `marking.mark_on_driver`). The gate reads the committed,
+uncommitted and carried sets again to check that no candidate is referenced (after a mark on
+the executors: the range readers' scratch files and the sets' own files; after one on the
+driver: the tables it read), and validates the uncommitted set as a DataFrame either way.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pyarrow as pa
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
 from branchwater.engine import UncommittedRun
@@ -21,7 +20,7 @@ from branchwater.spark_jobs.gc import plan
 from branchwater.spark_jobs.gc.committed import CommittedInput
 from branchwater.spark_jobs.gc.frames import arrow_schema, read_parquet
 from branchwater.spark_jobs.gc.marking import SET_DDL, arrow_addresses_read
-from branchwater.spark_jobs.gc.packing import packed
+from branchwater.spark_jobs.gc.packing import packed_files
 from branchwater.spark_jobs.gc.runs import RunSummary
 from branchwater.spark_jobs.gc.storage import Namespace
 
@@ -61,34 +60,28 @@ class SetsRead:
             self.files[plan.CARRIED] = SetFiles(base.files.get("carry", []), "address string")
             self.files[plan.PENDING] = SetFiles(base.files.get("pending", []), SET_DDL)
         self.committed: CommittedInput | None = None
-        self._cached: dict[int, DataFrame] = {}
         self._tables: dict[int, pa.Table] | None = None
         self._rows: dict[int, int] = {}
 
     def frame(self, bit: int) -> DataFrame:
-        """One set as a DataFrame reading its files (a new one each call: the executors'
-        cached frame of the set is another)."""
+        """One set as a DataFrame reading its files."""
         files = self.files[bit]
         return read_parquet(self.spark, self.ns, files.keys, files.ddl, self.partitions)
 
     def frames_read(self) -> list[DataFrame]:
-        """`addresses_read` frames of every set, for a mark on the executors."""
+        """Every set packed for a mark on the executors (see `packing`)."""
         read = [self._committed().addresses]
-        return read + [packed(self._executors_frame(bit), bit) for bit in self.files]
+        for bit, files in self.files.items():
+            columns = files.schema.names
+            read.append(
+                packed_files(self.spark, self.ns, files.keys, columns, bit, self.partitions)
+            )
+        return read
 
     def referenced_frames(self) -> list[DataFrame]:
         """The `REFERENCED` sets as DataFrames (the committed addresses are the gate's own
         scratch files)."""
-        return [self._executors_frame(bit) for bit in REFERENCED if bit in self.files]
-
-    def _executors_frame(self, bit: int) -> DataFrame:
-        """`frame(bit)` as the executors read it: cached for the `REFERENCED` sets, which
-        they read twice (in the mark and in the gate's join)."""
-        if bit not in REFERENCED:
-            return self.frame(bit)
-        if bit not in self._cached:
-            self._cached[bit] = self.frame(bit).persist(StorageLevel.MEMORY_AND_DISK)
-        return self._cached[bit]
+        return [self.frame(bit) for bit in REFERENCED if bit in self.files]
 
     def small(self, most: int) -> bool:
         """Whether the committed addresses were read on the driver and all sets hold at most
@@ -127,10 +120,6 @@ class SetsRead:
             for bit, files in self.files.items():
                 self._tables[bit] = self.ns.read_table(files.keys, files.schema)
         return self._tables
-
-    def unpersist(self) -> None:
-        for frame in self._cached.values():
-            frame.unpersist()
 
     def _committed(self) -> CommittedInput:
         if self.committed is None:

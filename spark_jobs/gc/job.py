@@ -260,7 +260,6 @@ class GCJob:
                 checked = gate.check_candidates(candidates, rows, limits, cache=not on_driver)
         finally:
             gate.wait()
-            read.unpersist()
             ns.delete_folder(scratch)
         summary.gate = checked.expectations
         summary.gate_success = checked.success

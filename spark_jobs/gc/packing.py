@@ -4,8 +4,9 @@ holding that slice's addresses as an Arrow IPC stream, instead of one row per ad
 Spark turns each row a Python task yields into a row of its own, and back into Arrow for
 the task that receives it; for the million addresses of a clean run that cost more than
 reading them. A row per slice pays it once per slice, and the addresses cross the shuffle
-as bytes. The tasks that read an input pack what they read (the range readers themselves;
-`packed` after Spark's own Parquet reader), and the mark's tasks unpack it (see `marking`).
+as bytes. The tasks that read an input pack what they read (the range readers, and
+`packed_files` for the sets read from Parquet files), and the mark's tasks unpack it (see
+`marking`).
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from functools import partial
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 
-from branchwater.spark_jobs.gc.frames import arrow_schema
+from branchwater.spark_jobs.gc.frames import arrow_schema, parallel_frame
 from branchwater.spark_jobs.gc.layout import named_slices
+from branchwater.spark_jobs.gc.storage import Namespace
 
 PACKED_DDL = "slice string, sources int, rows binary"
 """The key of the mark's shuffle (a slice), the bit of the set the rows were read from,
@@ -60,9 +62,18 @@ def pack(table: pa.Table, bit: int) -> Iterator[pa.RecordBatch]:
         yield _packed_batch(packs[first : first + BATCHES_OF], bit)
 
 
-def packed(frame: DataFrame, bit: int) -> DataFrame:
-    """The addresses of a frame Spark reads itself, packed (see `pack`)."""
-    return frame.mapInArrow(partial(_pack_task, bit), PACKED_DDL)
+def packed_files(
+    spark: SparkSession,
+    ns: Namespace,
+    keys: list[str],
+    columns: list[str],
+    bit: int,
+    partitions: int,
+) -> DataFrame:
+    """The addresses of a set's Parquet files (`columns` of them), read and packed by the
+    executors' Python (Spark's own reader would hand them to Python row by row)."""
+    files = parallel_frame(spark, keys, "key", partitions)
+    return files.mapInArrow(partial(_pack_files, ns, columns, bit), PACKED_DDL)
 
 
 def unpacked(batch: pa.RecordBatch) -> Iterator[tuple[str, int, pa.Table | None]]:
@@ -77,10 +88,13 @@ def unpacked(batch: pa.RecordBatch) -> Iterator[tuple[str, int, pa.Table | None]
         yield name, bit, rows
 
 
-def _pack_task(bit: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    collected = list(batches)
-    if collected:
-        yield from pack(pa.Table.from_batches(collected), bit)
+def _pack_files(
+    ns: Namespace, columns: list[str], bit: int, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    keys = [key for batch in batches for key in batch.column(0).to_pylist()]
+    read = list(ns.read_parquet_files(keys, columns))
+    if read:
+        yield from pack(pa.Table.from_batches(read), bit)
 
 
 def _packed_batch(packs: list[tuple[str, pa.Table]], bit: int) -> pa.RecordBatch:
