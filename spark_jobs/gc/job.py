@@ -110,8 +110,12 @@ class GCJob:
         return self.__dict__.get("spark")
 
     @cached_property
+    def cores(self) -> int:
+        return max(1, self.spark.sparkContext.defaultParallelism)
+
+    @cached_property
     def partitions(self) -> int:
-        return self.config.partitions or 2 * self.spark.sparkContext.defaultParallelism
+        return self.config.partitions or 2 * self.cores
 
     def run(self) -> RunSummary:
         with Lake.connect(self.config.kv_url, s3_options=dict(self.config.s3_options)) as lake:
@@ -311,7 +315,7 @@ class GCJob:
             repo.committed_layout(),
             known_metaranges,
             known_ranges,
-            self.partitions,
+            self.cores,
             copies,
             on_driver=base is not None and self.config.driver_rows > 0,
         )
