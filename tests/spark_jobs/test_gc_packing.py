@@ -30,6 +30,9 @@ def test_each_packed_row_holds_the_addresses_of_its_slice_with_their_columns() -
         }
     )
 
+    table = pa.concat_tables([table.slice(0, 16), table.slice(16)])
+    assert table.column("address").num_chunks == 2
+
     rows = unpacked(list(packing.pack(table, 4)))
 
     assert {bit for _, bit, _ in rows} == {4}
