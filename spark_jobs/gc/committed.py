@@ -19,7 +19,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from branchwater.engine import CommittedLayout
-from branchwater.spark_jobs.gc.frames import parallel_frame
+from branchwater.spark_jobs.gc.frames import frame_values, parallel_frame
 from branchwater.spark_jobs.gc.packing import PACKED_DDL, pack, packed_files
 from branchwater.spark_jobs.gc.plan import NEW_COMMITTED
 from branchwater.spark_jobs.gc.storage import Namespace
@@ -84,7 +84,7 @@ def read_committed(
     if on_driver and len(range_keys) <= FILES_PER_TASK:
         read_here = _written_addresses(ns, columns, copy_prefix, range_keys)
         copies = [_copy_key(copy_prefix, range_keys)] if range_keys else []
-        addresses = packed_files(spark, ns, copies, ADDRESS_ROWS.names, NEW_COMMITTED, readers)
+        addresses = packed_files(spark, ns, copies, ADDRESS_ROWS, NEW_COMMITTED, readers)
     else:
         files = _files_frame(spark, range_keys, readers)
         addresses = files.mapInArrow(
@@ -130,13 +130,13 @@ def _files_frame(spark: SparkSession, keys: list[str], readers: int) -> DataFram
 def _distinct_ranges(
     ns: Namespace, columns: list[str], batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
-    yield from _distinct(ns, columns, RANGE_ROWS, "min", _task_keys(batches)).to_batches()
+    yield from _distinct(ns, columns, RANGE_ROWS, "min", frame_values(batches)).to_batches()
 
 
 def _distinct_addresses(
     ns: Namespace, columns: list[str], copy_prefix: str, batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
-    keys = _task_keys(batches)
+    keys = frame_values(batches)
     if keys:
         yield from pack(_written_addresses(ns, columns, copy_prefix, keys), NEW_COMMITTED)
 
@@ -155,10 +155,6 @@ def _written_addresses(
 
 def _copy_key(copy_prefix: str, keys: list[str]) -> str:
     return f"{copy_prefix}/{keys[0].rsplit('/', 1)[-1]}.parquet"
-
-
-def _task_keys(batches: Iterator[pa.RecordBatch]) -> list[str]:
-    return [key for batch in batches for key in batch.column(0).to_pylist()]
 
 
 def _distinct(

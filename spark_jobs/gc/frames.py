@@ -78,6 +78,11 @@ def parallel_frame(
     return spark.createDataFrame(rdd, f"{column} string")
 
 
+def frame_values(batches: Iterator[pa.RecordBatch]) -> list[str]:
+    """The values of a `parallel_frame` that one task received."""
+    return [value for batch in batches for value in batch.column(0).to_pylist()]
+
+
 def arrow_schema(ddl: str) -> pa.Schema:
     """A DDL string of the job's own column types as an Arrow schema."""
     types = {

@@ -72,9 +72,8 @@ class SetsRead:
         """Every set packed for a mark on the executors (see `packing`)."""
         read = [self._committed().addresses]
         for bit, files in self.files.items():
-            columns = files.schema.names
             read.append(
-                packed_files(self.spark, self.ns, files.keys, columns, bit, self.partitions)
+                packed_files(self.spark, self.ns, files.keys, files.schema, bit, self.partitions)
             )
         return read
 

@@ -113,8 +113,7 @@ def mark_on_driver(
     per_file: int,
 ) -> Marked:
     """`mark` as one task in this process, on `arrow_addresses_read` tables."""
-    found = pa.concat_tables(read) if read else READ_SCHEMA.empty_table()
-    task = _mark_slices(ns, window, late, prefixes, per_file, slices, found)
+    task = _mark_slices(ns, window, late, prefixes, per_file, slices, read)
     return _marked([row for batch in task for row in batch.to_pylist()])
 
 
@@ -161,8 +160,7 @@ def _mark_task(
                 tables.append(arrow_addresses_read(rows, bit))
     if not slices and not tables:
         return
-    found = pa.concat_tables(tables) if tables else READ_SCHEMA.empty_table()
-    yield from _mark_slices(ns, window, late, prefixes, per_file, slices, found)
+    yield from _mark_slices(ns, window, late, prefixes, per_file, slices, tables)
 
 
 def _mark_slices(
@@ -172,8 +170,10 @@ def _mark_slices(
     prefixes: dict[str, str],
     per_file: int,
     slices: list[str],
-    received: pa.Table,
+    read: list[pa.Table],
 ) -> Iterator[pa.RecordBatch]:
+    """The mark's task on the slices to list and the `arrow_addresses_read` tables read."""
+    received = pa.concat_tables(read) if read else READ_SCHEMA.empty_table()
     found = plan.union_by_address(received)
     listed = _listed(ns, slices, window, late, found)
     rows = plan.combine(listed, found)

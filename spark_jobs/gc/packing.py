@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 
-from branchwater.spark_jobs.gc.frames import arrow_schema, parallel_frame
+from branchwater.spark_jobs.gc.frames import arrow_schema, frame_values, parallel_frame
 from branchwater.spark_jobs.gc.layout import named_slices
 from branchwater.spark_jobs.gc.storage import Namespace
 
@@ -66,14 +66,14 @@ def packed_files(
     spark: SparkSession,
     ns: Namespace,
     keys: list[str],
-    columns: list[str],
+    schema: pa.Schema,
     bit: int,
     partitions: int,
 ) -> DataFrame:
-    """The addresses of a set's Parquet files (`columns` of them), read and packed by the
+    """The addresses of a set's Parquet files (the columns of `schema`), read and packed by the
     executors' Python (Spark's own reader would hand them to Python row by row)."""
     files = parallel_frame(spark, keys, "key", partitions)
-    return files.mapInArrow(partial(_pack_files, ns, columns, bit), PACKED_DDL)
+    return files.mapInArrow(partial(_pack_files, ns, schema, bit), PACKED_DDL)
 
 
 def unpacked(batch: pa.RecordBatch) -> Iterator[tuple[str, int, pa.Table | None]]:
@@ -89,12 +89,9 @@ def unpacked(batch: pa.RecordBatch) -> Iterator[tuple[str, int, pa.Table | None]
 
 
 def _pack_files(
-    ns: Namespace, columns: list[str], bit: int, batches: Iterator[pa.RecordBatch]
+    ns: Namespace, schema: pa.Schema, bit: int, batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
-    keys = [key for batch in batches for key in batch.column(0).to_pylist()]
-    read = list(ns.read_parquet_files(keys, columns))
-    if read:
-        yield from pack(pa.Table.from_batches(read), bit)
+    yield from pack(ns.read_table(frame_values(batches), schema), bit)
 
 
 def _packed_batch(packs: list[tuple[str, pa.Table]], bit: int) -> pa.RecordBatch:
