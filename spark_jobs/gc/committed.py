@@ -19,7 +19,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from branchwater.engine import CommittedLayout
-from branchwater.spark_jobs.gc.frames import frame_values, parallel_frame
+from branchwater.spark_jobs.gc.frames import ShareTask, map_shares
 from branchwater.spark_jobs.gc.packing import PACKED_DDL, pack, packed_files
 from branchwater.spark_jobs.gc.plan import NEW_COMMITTED
 from branchwater.spark_jobs.gc.storage import Namespace
@@ -86,10 +86,8 @@ def read_committed(
         copies = [_copy_key(copy_prefix, range_keys)] if range_keys else []
         addresses = packed_files(spark, ns, copies, ADDRESS_ROWS, NEW_COMMITTED, readers)
     else:
-        files = _files_frame(spark, range_keys, readers)
-        addresses = files.mapInArrow(
-            partial(_distinct_addresses, ns, columns, copy_prefix), PACKED_DDL
-        )
+        task = partial(_distinct_addresses, ns, columns, copy_prefix)
+        addresses = _read_shares(spark, range_keys, task, PACKED_DDL, readers)
     return CommittedInput(
         sorted(set(all_metaranges) | known_metaranges),
         sorted(found | known_ranges),
@@ -115,30 +113,28 @@ def _listed_ranges(
     if len(keys) <= driver_files:
         rows = _distinct(ns, columns, RANGE_ROWS, "min", keys)
         return dict(zip(rows.column(0).to_pylist(), rows.column(1).to_pylist(), strict=True))
-    ranges = partial(_distinct_ranges, ns, columns)
-    listed = _files_frame(spark, keys, readers).mapInArrow(
-        ranges, "range_id string, min_key string"
-    )
+    task = partial(_distinct_ranges, ns, columns)
+    listed = _read_shares(spark, keys, task, "range_id string, min_key string", readers)
     return {row[0]: row[1] for row in listed.collect()}
 
 
-def _files_frame(spark: SparkSession, keys: list[str], readers: int) -> DataFrame:
+def _read_shares(
+    spark: SparkSession, keys: list[str], task: ShareTask, ddl: str, readers: int
+) -> DataFrame:
     tasks = min(readers, math.ceil(len(keys) / FILES_PER_TASK))
-    return parallel_frame(spark, keys, "key", max(1, tasks))
+    return map_shares(spark, keys, task, ddl, max(1, tasks))
 
 
 def _distinct_ranges(
-    ns: Namespace, columns: list[str], batches: Iterator[pa.RecordBatch]
+    ns: Namespace, columns: list[str], keys: list[str]
 ) -> Iterator[pa.RecordBatch]:
-    yield from _distinct(ns, columns, RANGE_ROWS, "min", frame_values(batches)).to_batches()
+    yield from _distinct(ns, columns, RANGE_ROWS, "min", keys).to_batches()
 
 
 def _distinct_addresses(
-    ns: Namespace, columns: list[str], copy_prefix: str, batches: Iterator[pa.RecordBatch]
+    ns: Namespace, columns: list[str], copy_prefix: str, keys: list[str]
 ) -> Iterator[pa.RecordBatch]:
-    keys = frame_values(batches)
-    if keys:
-        yield from pack(_written_addresses(ns, columns, copy_prefix, keys), NEW_COMMITTED)
+    yield from pack(_written_addresses(ns, columns, copy_prefix, keys), NEW_COMMITTED)
 
 
 def _written_addresses(

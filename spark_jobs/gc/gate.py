@@ -12,19 +12,22 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark import InheritableThread, StorageLevel
+from pyspark import Broadcast, InheritableThread, StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from branchwater.spark_jobs.gc.frames import ADAPTIVE, session_conf
+from branchwater.spark_jobs.gc.frames import ADAPTIVE, map_shares, session_conf
 from branchwater.spark_jobs.gc.layout import ADDRESS_PATTERN, DATA_DIR
 from branchwater.spark_jobs.gc.runs import Expectation
+from branchwater.spark_jobs.gc.storage import Namespace
 
 LIMIT_PARTITIONS = "spark.sql.limit.initialNumPartitions"
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
@@ -38,6 +41,7 @@ ROWS_PER_PARTITION = 200_000
 partition needs no shuffle for GX's aggregates and uniqueness check (one stage, one task a
 query): a fifth off the candidates' suite of an optimized run (500 rows); a million rows in
 one partition took 1.4 times as long as in two."""
+ADDRESSES = pa.schema([("address", pa.string())])
 CANDIDATES_SUITE = "gc-candidates"
 PREPARE_SUITE = "gc-prepare-output"
 _FIGURES = (
@@ -192,16 +196,34 @@ def validation_partitions(rows: int, cores: int) -> int:
     return max(1, min(cores, math.ceil(rows / ROWS_PER_PARTITION)))
 
 
-def flag_referenced(candidates: DataFrame, refs: list[DataFrame]) -> DataFrame:
-    """Candidates with a `referenced` flag computed by a join of their own with the sets
-    they were subtracted from, which the gate then expects to be false."""
-    wanted = candidates.select("address")
-    hits = None
-    for frame in refs:
-        found = frame.select("address").join(F.broadcast(wanted), "address", "left_semi")
-        hits = found if hits is None else hits.unionByName(found)
-    assert hits is not None
-    flags = hits.distinct().withColumn("referenced", F.lit(True))
+def referenced_hits(
+    spark: SparkSession, ns: Namespace, candidates: list[str], sets: list[str], readers: int
+) -> pa.Array:
+    """Which addresses of the Parquet files `candidates` the files `sets` hold too, each once.
+    The candidates' addresses are read here and broadcast; the sets' files are read and
+    probed by the executors' Python, in at most `readers` tasks. A candidate a set holds is
+    a mark gone wrong, so the hits are normally none, and only they come back: a Spark join
+    of the sets with the candidates would shuffle its hits to make them distinct, and cost
+    more planning than its work."""
+    wanted = ns.read_table(candidates, ADDRESSES).column("address").combine_chunks()
+    if not sets or not len(wanted):
+        return pa.array([], pa.string())
+    shared = spark.sparkContext.broadcast(wanted)
+    try:
+        task = partial(_probe_files, ns, shared)
+        found = map_shares(spark, sets, task, "address string", readers).toArrow()
+    finally:
+        shared.destroy()
+    return pc.unique(found.column("address").combine_chunks())
+
+
+def flag_referenced(spark: SparkSession, candidates: DataFrame, hits: pa.Array) -> DataFrame:
+    """Candidates with a `referenced` flag, true for the `hits` (see `referenced_hits`), which
+    the gate then expects to be false; the hits reach Spark as a local relation."""
+    flags = spark.createDataFrame(
+        pa.table({"address": hits, "referenced": pa.repeat(True, len(hits))}),
+        "address string, referenced boolean",
+    )
     return candidates.join(F.broadcast(flags), "address", "left").withColumn(
         "referenced", F.coalesce(F.col("referenced"), F.lit(False))
     )
@@ -210,15 +232,26 @@ def flag_referenced(candidates: DataFrame, refs: list[DataFrame]) -> DataFrame:
 def flag_referenced_on_driver(
     spark: SparkSession, candidates: pa.Table, refs: list[pa.Table]
 ) -> DataFrame:
-    """`flag_referenced` in Arrow, for a mark that ran on the driver and read the sets
+    """The `referenced` flag in Arrow, for a mark that ran on the driver and read the sets
     there: the candidates and their flags reach Spark as a local relation, and no job
-    joins them. The sets are probed against the candidates, the smaller side, as the join
-    broadcasts them."""
+    computes them."""
     wanted = candidates.column("address").combine_chunks()
-    hits = [t.column("address").filter(pc.is_in(t.column("address"), wanted)) for t in refs]
-    found = pa.chunked_array(hits, pa.string()).combine_chunks()
-    flag = pc.is_in(wanted, found)
+    found = pa.chunked_array([_probe(t.column("address"), wanted) for t in refs], pa.string())
+    flag = pc.is_in(wanted, found.combine_chunks())
     return spark.createDataFrame(candidates.append_column("referenced", flag))
+
+
+def _probe(addresses: pa.ChunkedArray | pa.Array, wanted: pa.Array) -> pa.ChunkedArray | pa.Array:
+    """The `addresses` that are `wanted`; the sets are probed against the candidates, the
+    smaller side."""
+    return addresses.filter(pc.is_in(addresses, wanted))
+
+
+def _probe_files(ns: Namespace, wanted: Broadcast, keys: list[str]) -> Iterator[pa.RecordBatch]:
+    for batch in ns.read_parquet_files(keys, ADDRESSES.names):
+        hits = _probe(batch.column(0), wanted.value)
+        if len(hits):
+            yield pa.record_batch([hits], schema=ADDRESSES)
 
 
 def with_age(candidates: DataFrame, start: datetime) -> DataFrame:

@@ -77,10 +77,10 @@ class SetsRead:
             )
         return read
 
-    def referenced_frames(self) -> list[DataFrame]:
-        """The `REFERENCED` sets as DataFrames (the committed addresses are the gate's own
+    def referenced_keys(self) -> list[str]:
+        """The files of the `REFERENCED` sets (the committed addresses are the gate's own
         scratch files)."""
-        return [self.frame(bit) for bit in REFERENCED if bit in self.files]
+        return [key for bit in REFERENCED if bit in self.files for key in self.files[bit].keys]
 
     def small(self, most: int) -> bool:
         """Whether the committed addresses were read on the driver and all sets hold at most

@@ -56,6 +56,7 @@ from branchwater.spark_jobs.gc.gate import (
     flag_referenced,
     flag_referenced_on_driver,
     max_candidates,
+    referenced_hits,
     with_age,
 )
 from branchwater.spark_jobs.gc.inputs import SetsRead
@@ -294,12 +295,13 @@ class GCJob:
         """The candidates files read back, each flagged if a set it was subtracted from holds
         it: the committed addresses as the ranges gave them (the tasks' scratch files, or
         the table the driver read), the uncommitted and the carried sets."""
+        ns = read.ns
         if on_driver:
-            candidates = read.ns.read_table(keys, SET_SCHEMA)
+            candidates = ns.read_table(keys, SET_SCHEMA)
             return flag_referenced_on_driver(self.spark, candidates, read.referenced_tables())
-        copies = self._read(read.ns, read.ns.folder_keys(scratch), "address string")
-        refs = [copies, *read.referenced_frames()]
-        return flag_referenced(self._read(read.ns, keys, SET_DDL), refs)
+        sets = [*ns.folder_keys(scratch), *read.referenced_keys()]
+        hits = referenced_hits(self.spark, ns, keys, sets, self.cores)
+        return flag_referenced(self.spark, self._read(ns, keys, SET_DDL), hits)
 
     def _committed(
         self, repo: Repository, ns: Namespace, base: RunSummary | None, copies: str

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 
-from branchwater.spark_jobs.gc.frames import arrow_schema, frame_values, parallel_frame
+from branchwater.spark_jobs.gc.frames import arrow_schema, map_shares
 from branchwater.spark_jobs.gc.layout import named_slices
 from branchwater.spark_jobs.gc.storage import Namespace
 
@@ -72,8 +72,7 @@ def packed_files(
 ) -> DataFrame:
     """The addresses of a set's Parquet files (the columns of `schema`), read and packed by the
     executors' Python (Spark's own reader would hand them to Python row by row)."""
-    files = parallel_frame(spark, keys, "key", partitions)
-    return files.mapInArrow(partial(_pack_files, ns, schema, bit), PACKED_DDL)
+    return map_shares(spark, keys, partial(_pack_files, ns, schema, bit), PACKED_DDL, partitions)
 
 
 def unpacked(batch: pa.RecordBatch) -> Iterator[tuple[str, int, pa.Table | None]]:
@@ -89,9 +88,9 @@ def unpacked(batch: pa.RecordBatch) -> Iterator[tuple[str, int, pa.Table | None]
 
 
 def _pack_files(
-    ns: Namespace, schema: pa.Schema, bit: int, batches: Iterator[pa.RecordBatch]
+    ns: Namespace, schema: pa.Schema, bit: int, keys: list[str]
 ) -> Iterator[pa.RecordBatch]:
-    yield from pack(ns.read_table(frame_values(batches), schema), bit)
+    yield from pack(ns.read_table(keys, schema), bit)
 
 
 def _packed_batch(packs: list[tuple[str, pa.Table]], bit: int) -> pa.RecordBatch:

@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from branchwater.engine import InvalidAddress, InvalidArgument
-from branchwater.spark_jobs.gc.frames import executor_errors, parallel_frame, read_parquet
+from branchwater.spark_jobs.gc.frames import executor_errors, map_shares, read_parquet
 from branchwater.spark_jobs.gc.layout import ADDRESS_PATTERN
 from branchwater.spark_jobs.gc.runs import CANDIDATES, DELETED, SliceVolume, run_prefix
 from branchwater.spark_jobs.gc.storage import Namespace
@@ -54,8 +54,7 @@ def sweep(
             raise InvalidArgument(f"{key!r} is not a candidates file of GC run {run_id!r}")
     with executor_errors(f"sweep of GC run {run_id}"):
         _refuse_malformed(spark, ns, candidate_keys)
-        files = parallel_frame(spark, candidate_keys, "key")
-        rows = files.mapInArrow(partial(_sweep_files, ns), SWEPT_DDL).collect()
+        rows = map_shares(spark, candidate_keys, partial(_sweep_files, ns), SWEPT_DDL).collect()
     per_slice: dict[str, SliceVolume] = {}
     for row in rows:
         volume = per_slice.setdefault(row.slice, SliceVolume(row.slice, 0, 0))
@@ -74,10 +73,9 @@ def _refuse_malformed(spark: SparkSession, ns: Namespace, keys: list[str]) -> No
     check_addresses([row.address for row in bad.collect()], "the mark")
 
 
-def _sweep_files(ns: Namespace, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    for batch in batches:
-        for key in batch.column(0).to_pylist():
-            yield _volumes(key, _sweep_file(ns, key))
+def _sweep_files(ns: Namespace, keys: list[str]) -> Iterator[pa.RecordBatch]:
+    for key in keys:
+        yield _volumes(key, _sweep_file(ns, key))
 
 
 def _sweep_file(ns: Namespace, key: str) -> pa.Table:

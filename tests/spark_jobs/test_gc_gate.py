@@ -1,10 +1,24 @@
-"""The gate's sizing of the frames it validates (its suites run in every GC test)."""
+"""The gate's sizing of the frames it validates, and its own check that no candidate is
+referenced (its suites run in every GC test)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
 import pytest
 
-from branchwater.spark_jobs.gc.gate import ROWS_PER_PARTITION, validation_partitions
+from branchwater.spark_jobs.gc.gate import (
+    ROWS_PER_PARTITION,
+    flag_referenced,
+    referenced_hits,
+    validation_partitions,
+)
+from branchwater.spark_jobs.gc.storage import Namespace
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 @pytest.mark.parametrize(
@@ -22,3 +36,51 @@ def test_a_frame_is_validated_in_a_partition_per_share_of_rows_up_to_one_per_cor
     rows: int, cores: int, partitions: int
 ) -> None:
     assert validation_partitions(rows, cores) == partitions
+
+
+@pytest.fixture
+def namespace(tmp_path: Path) -> Namespace:
+    ns = Namespace.of(f"file://{tmp_path}/ns", {})
+    ns.write_parquet("gc/candidates/a.parquet", pa.table({"address": ["data/s/1", "data/s/2"]}))
+    ns.write_parquet("gc/candidates/b.parquet", pa.table({"address": ["data/s/3", "data/s/4"]}))
+    sizes = pa.array([10, 20], pa.int64())
+    committed = pa.table({"address": ["data/s/0", "data/s/2"], "size": sizes})
+    ns.write_parquet("gc/committed/part.parquet", committed)
+    staged = pa.table({"branch": ["main", "dev"], "address": ["data/s/4", "data/s/9"]})
+    ns.write_parquet("gc/uncommitted/part.parquet", staged)
+    return ns
+
+
+CANDIDATES = ["gc/candidates/a.parquet", "gc/candidates/b.parquet"]
+SETS = ["gc/committed/part.parquet", "gc/uncommitted/part.parquet"]
+
+
+def test_the_candidates_a_set_holds_are_found_once_whatever_the_sets_other_columns(
+    spark: SparkSession, namespace: Namespace
+) -> None:
+    for readers in (1, 2):
+        hits = referenced_hits(spark, namespace, CANDIDATES, SETS, readers)
+
+        assert sorted(hits.to_pylist()) == ["data/s/2", "data/s/4"]
+
+
+def test_without_sets_or_candidates_nothing_is_referenced(
+    spark: SparkSession, namespace: Namespace
+) -> None:
+    assert referenced_hits(spark, namespace, CANDIDATES, [], 2).to_pylist() == []
+    assert referenced_hits(spark, namespace, [], SETS, 2).to_pylist() == []
+
+
+def test_the_flag_is_true_for_the_hits_only(spark: SparkSession) -> None:
+    candidates = spark.createDataFrame(
+        [("data/s/1", 1), ("data/s/2", 2)], "address string, size long"
+    )
+
+    flagged = flag_referenced(spark, candidates, pa.array(["data/s/2"]))
+    unflagged = flag_referenced(spark, candidates, pa.array([], pa.string()))
+
+    assert {r.address: r.referenced for r in flagged.collect()} == {
+        "data/s/1": False,
+        "data/s/2": True,
+    }
+    assert {r.referenced for r in unflagged.collect()} == {False}
