@@ -11,7 +11,7 @@ driver instead: that costs less than a Spark job's start.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 
@@ -28,16 +28,18 @@ from branchwater.spark_jobs.gc.storage import Namespace
 @dataclass
 class CommittedInput:
     """What the committed listing produced: every metarange and range id known now (sorted),
-    how many of each were new since the base run, the addresses (and recorded sizes) of the
-    new ranges (all ranges without a base) packed for the mark (see `packing`), also
-    written under the `copy_prefix` given to `read_committed`, for the gate; `on_driver`
-    holds them too when the driver read them."""
+    how many of each were new since the base run, and the addresses (and recorded sizes) of
+    the new ranges (all ranges without a base), also written under the `copy_prefix` given
+    to `read_committed`, for the gate: `packed()` makes the frame that reads them packed for
+    a mark on the executors (see `packing`), and `on_driver` holds them when the driver read
+    them (a mark on the driver then needs no frame, whose making costs a tenth of its
+    time)."""
 
     metarange_ids: list[str]
     range_ids: list[str]
     new_metaranges: int
     new_ranges: int
-    addresses: DataFrame
+    packed: Callable[[], DataFrame]
     on_driver: pa.Table | None = None
 
 
@@ -84,16 +86,16 @@ def read_committed(
     if on_driver and len(range_keys) <= FILES_PER_TASK:
         read_here = _written_addresses(ns, columns, copy_prefix, range_keys)
         copies = [_copy_key(copy_prefix, range_keys)] if range_keys else []
-        addresses = packed_files(spark, ns, copies, ADDRESS_ROWS, NEW_COMMITTED, readers)
+        packed = partial(packed_files, spark, ns, copies, ADDRESS_ROWS, NEW_COMMITTED, readers)
     else:
         task = partial(_distinct_addresses, ns, columns, copy_prefix)
-        addresses = _read_shares(spark, range_keys, task, PACKED_DDL, readers)
+        packed = partial(_read_shares, spark, range_keys, task, PACKED_DDL, readers)
     return CommittedInput(
         sorted(set(all_metaranges) | known_metaranges),
         sorted(found | known_ranges),
         len(new_metaranges),
         len(new_ranges),
-        addresses,
+        packed,
         read_here,
     )
 

@@ -70,7 +70,7 @@ class SetsRead:
 
     def frames_read(self) -> list[DataFrame]:
         """Every set packed for a mark on the executors (see `packing`)."""
-        read = [self._committed().addresses]
+        read = [self._committed().packed()]
         for bit, files in self.files.items():
             read.append(
                 packed_files(self.spark, self.ns, files.keys, files.schema, bit, self.partitions)

@@ -200,7 +200,8 @@ def test_a_mark_that_missed_a_committed_address_fails_the_gate_and_deletes_nothi
                         kept = rows.filter(pc.not_equal(rows.column("address"), lost))
                         yield from packing.pack(kept, bit)
 
-            read.addresses = read.addresses.mapInArrow(lose, packing.PACKED_DDL)
+            packed = read.packed
+            read.packed = lambda: packed().mapInArrow(lose, packing.PACKED_DDL)
             return read
 
         monkeypatch.setattr(job, "read_committed", losing_read)
