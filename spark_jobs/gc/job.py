@@ -262,7 +262,7 @@ class GCJob:
                 flagged = self._flagged(marked.files["candidates"], read, scratch, on_driver)
                 candidates = with_age(flagged, prepared.started_at)
                 rows = counts["candidates"].objects
-                checked = gate.check_candidates(candidates, rows, limits, cache=not on_driver)
+                checked = gate.check_candidates(candidates, rows, limits)
         finally:
             gate.wait()
             ns.delete_folder(scratch)

@@ -219,8 +219,8 @@ def test_an_optimized_run_reading_more_than_driver_rows_marks_on_the_executors_a
 
 
 def test_a_run_leaves_nothing_cached_in_the_spark_session(local_gc: GCLake) -> None:
-    """The frames the gate caches for its suites are released by the run, whichever way it
-    marks (the mark itself caches nothing)."""
+    """Nothing a run reads or computes stays cached in the session, whichever way it marks
+    (neither the mark nor the gate caches a frame: each reads its files again)."""
     history(local_gc)
     context = local_gc.spark.sparkContext
 
