@@ -42,7 +42,9 @@ class SetFiles:
 
 
 class SetsRead:
-    """One run's sets, by their bit in `plan`; `committed` is set once read."""
+    """One run's sets, by their bit in `plan`; `committed` is set once read. Where the
+    executors read a set's files, at most `readers` tasks do (one per core, as for the
+    ranges: see `committed.read_committed`)."""
 
     def __init__(
         self,
@@ -50,11 +52,11 @@ class SetsRead:
         ns: Namespace,
         prepared: UncommittedRun,
         base: RunSummary | None,
-        partitions: int,
+        readers: int,
     ) -> None:
         self.spark = spark
         self.ns = ns
-        self.partitions = partitions
+        self.readers = readers
         self.files = {plan.UNCOMMITTED: SetFiles(list(prepared.keys), "address string, size long")}
         if base is not None:
             self.files[plan.CARRIED] = SetFiles(base.files.get("carry", []), "address string")
@@ -66,14 +68,14 @@ class SetsRead:
     def frame(self, bit: int) -> DataFrame:
         """One set as a DataFrame reading its files."""
         files = self.files[bit]
-        return read_parquet(self.spark, self.ns, files.keys, files.ddl, self.partitions)
+        return read_parquet(self.spark, self.ns, files.keys, files.ddl, self.readers)
 
     def frames_read(self) -> list[DataFrame]:
         """Every set packed for a mark on the executors (see `packing`)."""
         read = [self._committed().packed()]
         for bit, files in self.files.items():
             read.append(
-                packed_files(self.spark, self.ns, files.keys, files.schema, bit, self.partitions)
+                packed_files(self.spark, self.ns, files.keys, files.schema, bit, self.readers)
             )
         return read
 

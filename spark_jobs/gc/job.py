@@ -228,7 +228,7 @@ class GCJob:
         summary: RunSummary,
     ) -> None:
         run_id = summary.run_id
-        read = SetsRead(self.spark, ns, prepared, base, self.partitions)
+        read = SetsRead(self.spark, ns, prepared, base, self.cores)
         gate = Gate(self.spark)
         gate.start_prepare_output(read.frame(plan.UNCOMMITTED), read.rows(plan.UNCOMMITTED))
         scratch = runs.scratch_prefix(run_id, "committed")
