@@ -3,14 +3,18 @@ referenced (its suites run in every GC test)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pytest
 
+from branchwater.engine.gc.addresses import slice_name
 from branchwater.spark_jobs.gc.gate import (
     ROWS_PER_PARTITION,
+    Gate,
+    GateLimits,
     flag_referenced,
     referenced_hits,
     validation_partitions,
@@ -51,6 +55,7 @@ def namespace(tmp_path: Path) -> Namespace:
     return ns
 
 
+SLICE = slice_name(datetime(2026, 11, 1, tzinfo=UTC))
 CANDIDATES = ["gc/candidates/a.parquet", "gc/candidates/b.parquet"]
 SETS = ["gc/committed/part.parquet", "gc/uncommitted/part.parquet"]
 
@@ -84,3 +89,21 @@ def test_the_flag_is_true_for_the_hits_only(spark: SparkSession) -> None:
         "data/s/2": True,
     }
     assert {r.referenced for r in unflagged.collect()} == {False}
+
+
+def test_an_address_twice_among_the_candidates_fails_the_gate_with_gx_figures(
+    spark: SparkSession,
+) -> None:
+    addresses = [f"data/{SLICE}/{i:032x}" for i in (1, 2, 3)] + [f"data/{SLICE}/{2:032x}"]
+    candidates = spark.createDataFrame(
+        [(a, False, 1e6) for a in addresses],
+        "address string, referenced boolean, age_seconds double",
+    )
+
+    result = Gate(spark).check_candidates(candidates, 4, GateLimits(0.0, 4))
+
+    assert not result.success
+    [failed] = [e for e in result.expectations if not e.success]
+    assert failed.type == "expect_column_values_to_be_unique"
+    assert failed.observed["unexpected_count"] == 2
+    assert set(failed.observed["partial_unexpected_list"]) == {addresses[1]}
