@@ -21,17 +21,17 @@ PAUSE_TIMEOUT = 60
 
 def _prepare_paused(kv_url: str, repo_name: str, scanning, go) -> list[tuple[str, str, str]]:
     prepare.ROW_GROUP_ROWS = 2
-    original = prepare._BranchScanner._emit
+    original = prepare._BranchScanner._add
     paused: list[bool] = []
 
-    def emit(self, name, batch):
-        original(self, name, batch)
-        if name == "main" and not paused:
+    def add(self, batch):
+        original(self, batch)
+        if "main" in batch.column("branch").to_pylist() and not paused:
             paused.append(True)
             scanning.set()
             assert go.wait(PAUSE_TIMEOUT)
 
-    prepare._BranchScanner._emit = emit
+    prepare._BranchScanner._add = add
     with Lake.connect(kv_url) as lake:
         repo = lake.repository(repo_name)
         run = repo.prepare_uncommitted_for_gc()

@@ -44,16 +44,16 @@ def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def on_emit(monkeypatch: pytest.MonkeyPatch, branch: str, action: Callable[[], None]) -> None:
     """Run `action` once, right after the first rows of `branch` were read."""
-    original = prepare._BranchScanner._emit
+    original = prepare._BranchScanner._add
     done: list[bool] = []
 
-    def emit(self, name, batch):
-        original(self, name, batch)
-        if name == branch and not done:
+    def add(self, batch):
+        original(self, batch)
+        if branch in batch.column("branch").to_pylist() and not done:
             done.append(True)
             action()
 
-    monkeypatch.setattr(prepare._BranchScanner, "_emit", emit)
+    monkeypatch.setattr(prepare._BranchScanner, "_add", add)
 
 
 def test_a_run_holds_every_uncommitted_address_and_nothing_else(repo: Repository) -> None:
@@ -97,6 +97,26 @@ def test_sealed_tokens_are_included(repo: Repository) -> None:
         (sealed.address, "main", "sealed"),
         (staged.address, "main", "staged"),
     }
+
+
+def test_branches_decoded_together_keep_their_rows_apart(repo: Repository) -> None:
+    """Staged values of several branches and layers are decoded in one batch: each row keeps
+    its branch and source, and tombstones among them drop only themselves."""
+    expected = set()
+    for name in ("b-one", "b-two", "b-three"):
+        branch = repo.create_branch(name)
+        sealed = branch.upload(f"{name}/sealed", b"s")
+        branch.upload(f"{name}/gone", b"g")
+        branch.delete(f"{name}/gone")
+        commit_ops.seal(repo.lake.graveler, repo.record, name)
+        branch.upload(f"{name}/dropped", b"d")
+        branch.delete(f"{name}/dropped")
+        staged = branch.upload(f"{name}/staged", b"t")
+        expected |= {(sealed.address, name, "sealed"), (staged.address, name, "staged")}
+    run = repo.prepare_uncommitted_for_gc()
+    assert run_rows(repo, run) == expected
+    manifest = read_manifest(objects(repo), run.run_id)
+    assert manifest["branches"] == {"b-one": 2, "b-three": 2, "b-two": 2}
 
 
 def test_compacted_entries_head_lacks_are_included(repo: Repository) -> None:
