@@ -254,7 +254,7 @@ def optimized_against_clean(spark: Any, gen: Generated, name: str) -> tuple[Any,
         lambda: run_gc(spark, gen, mode="optimized"), lambda: run_gc(spark, gen)
     )
     print(
-        f"BENCH {name} ratio={optimized_s / clean_s:.2f} "
+        f"BENCH {name} ratio={optimized_s / clean_s:.3f} "
         f"optimized_s={optimized_s:.1f} clean_s={clean_s:.1f} "
         f"slices_read={optimized.slices['read']} ranges_read={optimized.ranges['ranges_read']} "
         f"spark_jobs={optimized.spark_jobs} phases={json.dumps(optimized.phases)}",
