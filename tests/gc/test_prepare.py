@@ -42,8 +42,8 @@ def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(prepare, "ROW_GROUP_ROWS", 2)
 
 
-def on_emit(monkeypatch: pytest.MonkeyPatch, branch: str, action: Callable[[], None]) -> None:
-    """Run `action` once, right after the first rows of `branch` were read."""
+def on_rows_of(monkeypatch: pytest.MonkeyPatch, branch: str, action: Callable[[], None]) -> None:
+    """Run `action` once, right after the first rows of `branch` reached the writer."""
     original = prepare._BranchScanner._add
     done: list[bool] = []
 
@@ -170,7 +170,7 @@ def test_a_copy_made_during_a_run_keeps_its_source_alive(
         main.copy("z/source", "a/0-copy")
         main.delete("z/source")
 
-    on_emit(monkeypatch, "main", copy_then_delete)
+    on_rows_of(monkeypatch, "main", copy_then_delete)
     run = repo.prepare_uncommitted_for_gc()
     held = {(b, kind) for address, b, kind in run_rows(repo, run) if address == source.address}
     assert held == {("main", "copy")}
@@ -188,7 +188,7 @@ def test_a_branch_deleted_during_its_scan_is_skipped(
         repo.delete_branch("dev")
         repo.lake.wait_for_cleanup()
 
-    on_emit(monkeypatch, "dev", delete_dev)
+    on_rows_of(monkeypatch, "dev", delete_dev)
     run = repo.prepare_uncommitted_for_gc()
     assert (on_main.address, "main", "staged") in run_rows(repo, run)
 
@@ -203,7 +203,7 @@ def test_a_compaction_during_the_scan_is_followed(
         compact(repo, "main")
         repo.lake.wait_for_cleanup()
 
-    on_emit(monkeypatch, "main", compact_now)
+    on_rows_of(monkeypatch, "main", compact_now)
     run = repo.prepare_uncommitted_for_gc()
     found = run_rows(repo, run)
     assert {e.address for e in entries} <= run_addresses(repo, run)
@@ -395,7 +395,7 @@ def test_a_run_longer_than_the_copy_record_lifetime_fails(
     use_clock(lake, clock, GCSettings(copy_record_ttl=timedelta(hours=1)))
     for i in range(4):
         repo.branch("main").upload(f"p/{i}", b"x")
-    on_emit(monkeypatch, "main", lambda: clock.advance(timedelta(hours=1)))
+    on_rows_of(monkeypatch, "main", lambda: clock.advance(timedelta(hours=1)))
     with pytest.raises(RunExpired):
         repo.prepare_uncommitted_for_gc()
     (run_id,) = run_keys_by_run(repo)
