@@ -53,6 +53,11 @@ def executor_failure(exc: Exception, what: str) -> NoReturn:
     raise Unavailable(f"{what} failed on an executor: {last}") from exc
 
 
+def cores(spark: SparkSession) -> int:
+    """The task slots of the session's executors (Spark's default parallelism)."""
+    return max(1, spark.sparkContext.defaultParallelism)
+
+
 @contextmanager
 def session_conf(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
     """`settings` for the duration, then as they were (the session may be shared)."""

@@ -24,7 +24,7 @@ from pyspark import Broadcast, InheritableThread
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from branchwater.spark_jobs.gc.frames import ADAPTIVE, map_shares, session_conf
+from branchwater.spark_jobs.gc.frames import ADAPTIVE, cores, map_shares, session_conf
 from branchwater.spark_jobs.gc.layout import ADDRESS_PATTERN, DATA_DIR
 from branchwater.spark_jobs.gc.runs import Expectation
 from branchwater.spark_jobs.gc.storage import Namespace
@@ -85,7 +85,7 @@ class Gate:
 
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
-        self.cores = max(1, spark.sparkContext.defaultParallelism)
+        self.cores = cores(spark)
         self._source: Any = None
         self._definitions: dict[str, Any] = {}
         self._expectations: list[Expectation] = []

@@ -49,7 +49,7 @@ from branchwater.spark_jobs.gc.config import (
     duration_argument,
 )
 from branchwater.spark_jobs.gc.events import emit
-from branchwater.spark_jobs.gc.frames import executor_errors, read_parquet
+from branchwater.spark_jobs.gc.frames import cores, executor_errors, read_parquet
 from branchwater.spark_jobs.gc.gate import (
     Gate,
     GateLimits,
@@ -112,7 +112,7 @@ class GCJob:
 
     @cached_property
     def cores(self) -> int:
-        return max(1, self.spark.sparkContext.defaultParallelism)
+        return cores(self.spark)
 
     @cached_property
     def partitions(self) -> int:
@@ -513,7 +513,7 @@ def start_session(config: JobConfig) -> SparkSession:
     spark = builder.config(map=SESSION_CONF).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     if not spark.sparkContext.getConf().contains(SHUFFLE_PARTITIONS):
-        spark.conf.set(SHUFFLE_PARTITIONS, str(4 * spark.sparkContext.defaultParallelism))
+        spark.conf.set(SHUFFLE_PARTITIONS, str(4 * cores(spark)))
     return spark
 
 
