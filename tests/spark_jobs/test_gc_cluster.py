@@ -5,25 +5,31 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 from branchwater.engine.cli import main
 from branchwater.engine.cli.gc import spark_home
-from tests.helpers import free_ports, unavailable
+from tests.helpers import unavailable
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 LOOPBACK = "127.0.0.1"
 READY_TIMEOUT = 120.0
+MASTER_URL = re.compile(r"Starting Spark master at (spark://\S+)")
+MASTER_UI = re.compile(r"Successfully started service 'MasterUI' on port (\d+)")
+
+T = TypeVar("T")
 
 
 def start(home: str, scratch: Path, name: str, *args: str) -> subprocess.Popen[bytes]:
@@ -45,12 +51,34 @@ def start(home: str, scratch: Path, name: str, *args: str) -> subprocess.Popen[b
     )
 
 
+def master_address(scratch: Path) -> tuple[str, int] | None:
+    """The master's URL and web UI port, once its log has both."""
+    log = (scratch / "master.log").read_text(errors="replace")
+    url, ui = MASTER_URL.search(log), MASTER_UI.search(log)
+    return (url[1], int(ui[1])) if url and ui else None
+
+
 def alive_workers(ui_port: int) -> int:
     try:
         with urllib.request.urlopen(f"http://{LOOPBACK}:{ui_port}/json/", timeout=2) as page:
             return int(json.load(page).get("aliveworkers", 0))
     except OSError:
         return 0
+
+
+def await_ready(
+    scratch: Path,
+    daemons: list[subprocess.Popen[bytes]],
+    deadline: float,
+    ready: Callable[[], T | None],
+) -> T:
+    """`ready()`'s first value that is not None; the daemons' logs if none comes in time."""
+    while (value := ready()) is None:
+        if time.monotonic() > deadline or any(d.poll() is not None for d in daemons):
+            logs = "\n".join(p.read_text()[-2000:] for p in scratch.glob("*.log"))
+            unavailable(f"the standalone cluster did not come up:\n{logs}")
+        time.sleep(0.5)
+    return value
 
 
 @dataclass(frozen=True)
@@ -62,39 +90,36 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """A master and one worker (1 GiB, 2 cores)."""
+    """A master and one worker (1 GiB, 2 cores). Each daemon binds ports of its own choosing
+    and the master's log says which: a port chosen here and released before a JVM binds it
+    can be taken meanwhile by any other process of the suite."""
     home = spark_home()
     if home is None:
         unavailable("pyspark is not installed")
     scratch = tmp_path_factory.mktemp("standalone")
-    port, ui, worker_port, worker_ui = free_ports(4)
-    url = f"spark://{LOOPBACK}:{port}"
+    any_port = ("--port", "0", "--webui-port", "0")
     daemons = [
         start(
             home,
             scratch,
             "master",
             "org.apache.spark.deploy.master.Master",
-            *("--host", LOOPBACK, "--port", str(port), "--webui-port", str(ui)),
+            *("--host", LOOPBACK, *any_port),
         )
     ]
-    daemons.append(
-        start(
-            home,
-            scratch,
-            "worker",
-            "org.apache.spark.deploy.worker.Worker",
-            *("--host", LOOPBACK, "--port", str(worker_port), "--webui-port", str(worker_ui)),
-            *("--cores", "2", "--memory", "1g", url),
-        )
-    )
     deadline = time.monotonic() + READY_TIMEOUT
     try:
-        while alive_workers(ui) < 1:
-            if time.monotonic() > deadline or any(d.poll() is not None for d in daemons):
-                logs = "\n".join(p.read_text()[-2000:] for p in scratch.glob("*.log"))
-                unavailable(f"the standalone cluster did not come up:\n{logs}")
-            time.sleep(0.5)
+        url, ui = await_ready(scratch, daemons, deadline, lambda: master_address(scratch))
+        daemons.append(
+            start(
+                home,
+                scratch,
+                "worker",
+                "org.apache.spark.deploy.worker.Worker",
+                *("--host", LOOPBACK, *any_port, "--cores", "2", "--memory", "1g", url),
+            )
+        )
+        await_ready(scratch, daemons, deadline, lambda: alive_workers(ui) or None)
         yield Cluster(url, scratch / "work")
     finally:
         for daemon in reversed(daemons):
