@@ -53,8 +53,8 @@ from branchwater.spark_jobs.gc.frames import cores, executor_errors, read_parque
 from branchwater.spark_jobs.gc.gate import (
     Gate,
     GateLimits,
-    flag_referenced,
-    flag_referenced_on_driver,
+    flag_candidates,
+    flag_candidates_on_driver,
     max_candidates,
     referenced_hits,
     with_age,
@@ -293,15 +293,16 @@ class GCJob:
 
     def _flagged(self, keys: list[str], read: SetsRead, scratch: str, on_driver: bool) -> DataFrame:
         """The candidates files read back, each flagged if a set it was subtracted from holds
-        it: the committed addresses as the ranges gave them (the tasks' scratch files, or
-        the table the driver read), the uncommitted and the carried sets."""
+        it (the committed addresses as the ranges gave them: the tasks' scratch files, or
+        the table the driver read; the uncommitted and the carried sets) and if it occurs
+        twice."""
         ns = read.ns
         if on_driver:
             candidates = ns.read_table(keys, SET_SCHEMA)
-            return flag_referenced_on_driver(self.spark, candidates, read.referenced_tables())
+            return flag_candidates_on_driver(self.spark, candidates, read.referenced_tables())
         sets = [*ns.folder_keys(scratch), *read.referenced_keys()]
         hits = referenced_hits(self.spark, ns, keys, sets, self.cores)
-        return flag_referenced(self.spark, self._read(ns, keys, SET_DDL), hits)
+        return flag_candidates(self.spark, self._read(ns, keys, SET_DDL), hits)
 
     def _committed(
         self, repo: Repository, ns: Namespace, base: RunSummary | None, copies: str

@@ -295,8 +295,8 @@ def gate_seconds(spark: Any, addresses: list[str]) -> float:
     from branchwater.spark_jobs.gc.gate import Gate, GateLimits
 
     frame = spark.createDataFrame(
-        [(a, False, 1e6) for a in addresses],
-        "address string, referenced boolean, age_seconds double",
+        [(a, False, None, 1e6) for a in addresses],
+        "address string, referenced boolean, duplicate string, age_seconds double",
     ).cache()
     frame.count()
     best = float("inf")

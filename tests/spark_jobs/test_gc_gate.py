@@ -3,26 +3,30 @@ referenced (its suites run in every GC test)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pytest
+from pyspark.sql import functions as F
 
 from branchwater.engine.gc.addresses import slice_name
 from branchwater.spark_jobs.gc.gate import (
     ROWS_PER_PARTITION,
     Gate,
     GateLimits,
-    flag_referenced,
+    duplicates,
+    flag_candidates,
+    flag_candidates_on_driver,
     referenced_hits,
     validation_partitions,
 )
 from branchwater.spark_jobs.gc.storage import Namespace
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 
 @pytest.mark.parametrize(
@@ -76,13 +80,13 @@ def test_without_sets_or_candidates_nothing_is_referenced(
     assert referenced_hits(spark, namespace, [], SETS, 2).to_pylist() == []
 
 
-def test_the_flag_is_true_for_the_hits_only(spark: SparkSession) -> None:
+def test_the_referenced_flag_is_true_for_the_hits_only(spark: SparkSession) -> None:
     candidates = spark.createDataFrame(
         [("data/s/1", 1), ("data/s/2", 2)], "address string, size long"
     )
 
-    flagged = flag_referenced(spark, candidates, pa.array(["data/s/2"]))
-    unflagged = flag_referenced(spark, candidates, pa.array([], pa.string()))
+    flagged = flag_candidates(spark, candidates, pa.array(["data/s/2"]))
+    unflagged = flag_candidates(spark, candidates, pa.array([], pa.string()))
 
     assert {r.address: r.referenced for r in flagged.collect()} == {
         "data/s/1": False,
@@ -91,19 +95,57 @@ def test_the_flag_is_true_for_the_hits_only(spark: SparkSession) -> None:
     assert {r.referenced for r in unflagged.collect()} == {False}
 
 
-def test_an_address_twice_among_the_candidates_fails_the_gate_with_gx_figures(
-    spark: SparkSession,
+ADDRESSES = [f"data/{SLICE}/{i:032x}" for i in (1, 2, 3)] + [f"data/{SLICE}/{2:032x}"]
+"""Four candidates, one address twice."""
+
+
+def flagged_in_spark(spark: SparkSession, referenced: list[str]) -> DataFrame:
+    candidates = spark.createDataFrame([(a,) for a in ADDRESSES], "address string")
+    return flag_candidates(spark, candidates, pa.array(referenced, pa.string()))
+
+
+def flagged_on_driver(spark: SparkSession, referenced: list[str]) -> DataFrame:
+    candidates = pa.table({"address": pa.array(ADDRESSES, pa.string())})
+    sets = [pa.table({"address": pa.array(referenced, pa.string())})]
+    return flag_candidates_on_driver(spark, candidates, sets)
+
+
+FLAGGED = [flagged_in_spark, flagged_on_driver]
+
+
+@pytest.mark.parametrize("flagged", FLAGGED)
+def test_both_flags_agree_in_spark_and_on_the_driver(
+    spark: SparkSession, flagged: Callable[[SparkSession, list[str]], DataFrame]
 ) -> None:
-    addresses = [f"data/{SLICE}/{i:032x}" for i in (1, 2, 3)] + [f"data/{SLICE}/{2:032x}"]
-    candidates = spark.createDataFrame(
-        [(a, False, 1e6) for a in addresses],
-        "address string, referenced boolean, age_seconds double",
-    )
+    rows = flagged(spark, [ADDRESSES[2], f"data/{SLICE}/{9:032x}"]).collect()
+
+    assert sorted((r.address, r.referenced, r.duplicate) for r in rows) == [
+        (ADDRESSES[0], False, None),
+        (ADDRESSES[1], False, ADDRESSES[1]),
+        (ADDRESSES[1], False, ADDRESSES[1]),
+        (ADDRESSES[2], True, None),
+    ]
+
+
+def test_duplicates_names_each_repeated_address_and_nothing_else() -> None:
+    addresses = pa.array(["a", "b", "a", None, "c", "c", "c"], pa.string())
+
+    assert duplicates(addresses).to_pylist() == ["a", None, "a", None, "c", "c", "c"]
+
+
+@pytest.mark.parametrize("flagged", FLAGGED)
+def test_an_address_twice_among_the_candidates_fails_the_gate_with_gx_figures(
+    spark: SparkSession, flagged: Callable[[SparkSession, list[str]], DataFrame]
+) -> None:
+    candidates = flagged(spark, []).withColumn("age_seconds", F.lit(1e6))
 
     result = Gate(spark).check_candidates(candidates, 4, GateLimits(0.0, 4))
 
     assert not result.success
     [failed] = [e for e in result.expectations if not e.success]
-    assert failed.type == "expect_column_values_to_be_unique"
+    assert (failed.type, failed.kwargs["column"]) == (
+        "expect_column_values_to_be_null",
+        "duplicate",
+    )
     assert failed.observed["unexpected_count"] == 2
-    assert set(failed.observed["partial_unexpected_list"]) == {addresses[1]}
+    assert set(failed.observed["partial_unexpected_list"]) == {ADDRESSES[1]}

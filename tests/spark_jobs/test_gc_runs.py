@@ -66,7 +66,7 @@ def check_report(gc: GCLake, summary: runs.RunSummary) -> None:
     page = gc.objects.get(prefix + runs.REPORT).decode()
     assert summary.report_uri.endswith(prefix + runs.REPORT)
     assert "<svg" in page and "reclaimed bytes per slice" in page
-    assert "expect_column_values_to_be_unique" in page and "Minimum age overridden" in page
+    assert "expect_column_values_to_be_null" in page and "Minimum age overridden" in page
     assert f"<th>marked on</th><td>the {summary.slices['marked_on']}</td>" in page
     assert "none kept for a suite that passed" in page
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
