@@ -1,5 +1,5 @@
-"""The gate's sizing of the frames it validates, and its own check that no candidate is
-referenced (its suites run in every GC test)."""
+"""The gate's sizing of the frames it validates, and its own flags: that no candidate is
+referenced and none occurs twice (its suites run in every GC test)."""
 
 from __future__ import annotations
 
