@@ -1,6 +1,7 @@
 """The GC model's branch and the random steps on branches, shared by the prepare model test
 (tests/gc) and the Spark job's model test (tests/spark_jobs): plain dictionaries that never
-read the lake, and a history that applies each step to the lake and to them alike.
+read the lake, and a history that applies each step to the lake and to them alike; then the
+GC rule itself and the property every run must keep (`assert_references_intact`).
 
 A branch is HEAD's paths, the staged layer (a path's address, or `None` for a tombstone) and
 the compacted state if any. Its uncommitted addresses are the staged ones plus the compacted
@@ -11,12 +12,18 @@ whose content HEAD already holds (`settle` on HEAD), whether the branch was comp
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Generic, TypeVar
 
-from branchwater.engine import NoChanges
+from branchwater.engine import NoChanges, NotFound
 from branchwater.engine.api import Branch, Repository
-from tests.helpers import compact
+from branchwater.engine.gc.addresses import newest_first_time
+from branchwater.engine.gc.prepare import PreparedRun
+from branchwater.engine.graveler.checksums import content_checksum
+from branchwater.engine.graveler.model import Entry
+from tests.helpers import compact, data_objects, run_addresses
 
 
 @dataclass
@@ -128,3 +135,57 @@ class BranchSteps(Generic[M]):
         if name != "main":
             self.repo.delete_branch(name)
             del self.model.branches[name]
+
+
+def gc_candidates(repo: Repository, run: PreparedRun, min_age: timedelta) -> set[str]:
+    """What a GC run that prepared `run` deletes, by the job's rule and in its reading order:
+    the run's uncommitted addresses, then every commit's (read now, after the run), then the
+    objects under `data/` modified at or before the cutoff that neither holds. The Spark job
+    is tested against this rule in `tests/spark_jobs`; engine tests use it to sweep fast."""
+    uncommitted = run_addresses(repo, run)
+    committed = committed_addresses(repo)
+    cutoff = newest_first_time(run.run_id) - min_age
+    old = {key for key, info in data_objects(repo.lake, repo).items() if info.mtime <= cutoff}
+    return old - uncommitted - committed
+
+
+def sweep(repo: Repository, run: PreparedRun, min_age: timedelta = timedelta(0)) -> set[str]:
+    """Delete what `gc_candidates` names, as a sweep would; returns it."""
+    doomed = gc_candidates(repo, run, min_age)
+    repo.lake.graveler.objects(repo.storage_namespace).delete(sorted(doomed))
+    return doomed
+
+
+def committed_addresses(repo: Repository) -> set[str]:
+    """Every address any commit holds, reachable or not, as the committed listing reads."""
+    return {
+        entry.address
+        for commit_id in repo.committed_layout().metaranges
+        for entry in repo.ref(commit_id).list()
+    }
+
+
+def referenced_entries(repo: Repository) -> Iterator[tuple[str, Entry]]:
+    """(where, entry) of everything a reader can reach: every branch as it shows now, and
+    every commit, reachable or not."""
+    for branch in repo.branches():
+        for entry in branch.list():
+            yield f"branch {branch.name}", entry
+    for commit_id in repo.committed_layout().metaranges:
+        for entry in repo.ref(commit_id).list():
+            yield f"commit {commit_id[:12]}", entry
+
+
+def assert_references_intact(repo: Repository) -> None:
+    """Every object a branch or commit references exists and reads with its checksum."""
+    objects = repo.lake.graveler.objects(repo.storage_namespace)
+    broken = []
+    for where, entry in referenced_entries(repo):
+        try:
+            data = objects.get(entry.address)
+        except NotFound:
+            broken.append(f"{where}: {entry.path} -> {entry.address} is gone")
+            continue
+        if content_checksum(data) != entry.checksum:
+            broken.append(f"{where}: {entry.path} -> {entry.address} reads other content")
+    assert broken == []

@@ -11,6 +11,7 @@ import multiprocessing as mp
 import os
 import random
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, Protocol
 import pyarrow as pa
 import pytest
 
+from branchwater.engine import failpoints
 from branchwater.engine.api import Lake, Ref, Repository
 from branchwater.engine.errors import NotFound
 from branchwater.engine.gc.context import GCContext
@@ -484,3 +486,43 @@ class AirflowClient:
 
 GC_TASKS = ("prepare", "mark", "gate", "sweep", "report")
 """The tasks of the GC DAGs (`dags/branchwater_gc.py`), in order."""
+
+
+# Failpoints --------------------------------------------------------------------------------
+
+PAUSE_TIMEOUT = 60
+
+
+class Pause:
+    """Holds the first thread that reaches a failpoint until `release`; later ones pass."""
+
+    def __init__(self) -> None:
+        self.reached = threading.Event()
+        self._go = threading.Event()
+        self._lock = threading.Lock()
+        self._taken = False
+
+    def hold(self) -> None:
+        with self._lock:
+            if self._taken:
+                return
+            self._taken = True
+        self.reached.set()
+        assert self._go.wait(PAUSE_TIMEOUT), "a paused operation was never released"
+
+    def wait(self) -> None:
+        assert self.reached.wait(PAUSE_TIMEOUT), "the operation never reached its failpoint"
+
+    def release(self) -> None:
+        self._go.set()
+
+
+@contextmanager
+def paused_at(point: str) -> Iterator[Pause]:
+    """Arm `point` to hold the first thread that reaches it; released on the way out too."""
+    pause = Pause()
+    try:
+        with failpoints.armed(point, pause.hold):
+            yield pause
+    finally:
+        pause.release()

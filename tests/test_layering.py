@@ -21,6 +21,7 @@ ENGINE = "branchwater.engine"
 
 LAYERS: dict[str, int] = {
     "errors": 0,
+    "failpoints": 0,
     "urls": 0,
     "kv": 1,
     "objects": 2,

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from branchwater.engine.errors import NotFound
+from branchwater.engine import failpoints
+from branchwater.engine.errors import NotFound, too_many_tries
 from branchwater.engine.gc.records import ExpiringRecords, from_millis, to_millis
 from branchwater.engine.gc.tokens import Clock, utc_now
 from branchwater.engine.graveler import reads, writes
@@ -72,22 +73,47 @@ def copy_entry(
 ) -> Entry:
     """Copy `src` to `dst` on one branch: shallow and recorded when `src` is uncommitted.
 
-    Whether HEAD holds the same object at `src` is read apart from the entry itself; a
-    commit in between only changes which of two safe kinds of copy is made. Where `dst`
-    already shows `src`'s content nothing is copied or staged, as with an upload.
+    A shallow copy records its address first, then reads `src` again and stages the copy
+    only if `src` still shows the entry it copies; otherwise it starts over from what `src`
+    shows now (`NotFound` once it shows nothing), as if it had come after that change. The
+    second read is what makes the copy safe against a GC run and a second client removing
+    `src` (module docstring). A stale record only keeps an object longer. Whether HEAD holds
+    the same object at `src` is read apart from the entry itself; a commit in between only
+    changes which of two safe kinds of copy is made. Where `dst` already shows `src`'s
+    content nothing is copied or staged, as with an upload.
     """
-    source = reads.get_branch_entry(g, repo, branch_name, src)
-    current = writes.shown_entry(g, repo, branch_name, dst, source)
-    if current is not None:
-        return current
-    if _is_uncommitted(g, repo, branch_name, source):
-        record = gc.copies.record(repo, branch_name, source.address)
-        copied = source._replace(path=dst, mtime=record.created)
-    else:
-        copied = _deep_copy(g, repo, source, dst, gc.addresses.next_address())
-    writes.stage_entry(g, repo, branch_name, copied)
-    gc.sweep_later(repo)
-    return copied
+    for _ in range(g.retry.attempts):
+        source = reads.get_branch_entry(g, repo, branch_name, src)
+        failpoints.hit("copy.after_read")
+        current = writes.shown_entry(g, repo, branch_name, dst, source)
+        if current is not None:
+            return current
+        if _is_uncommitted(g, repo, branch_name, source):
+            record = gc.copies.record(repo, branch_name, source.address)
+            failpoints.hit("copy.after_record")
+            if not _still_shown(g, repo, branch_name, source):
+                continue
+            copied = source._replace(path=dst, mtime=record.created)
+        else:
+            copied = _deep_copy(g, repo, source, dst, gc.addresses.next_address())
+        failpoints.hit("copy.before_stage")
+        writes.stage_entry(g, repo, branch_name, copied)
+        gc.sweep_later(repo)
+        return copied
+    raise too_many_tries(
+        f"copy of {src!r} to {dst!r} on branch {branch_name!r} of {repo.name!r} "
+        f"({src!r} kept changing)",
+        g.retry.attempts,
+    )
+
+
+def _still_shown(g: Graveler, repo: RepositoryRecord, branch_name: str, source: Entry) -> bool:
+    """Whether the branch still shows `source` at its path, read after its copy record."""
+    now = reads.find_branch_entry(g, repo, branch_name, source.path)
+    return now is not None and (now.address, now.identity()) == (
+        source.address,
+        source.identity(),
+    )
 
 
 def _is_uncommitted(g: Graveler, repo: RepositoryRecord, branch_name: str, entry: Entry) -> bool:

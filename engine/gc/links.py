@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from branchwater.engine import failpoints
 from branchwater.engine.errors import InvalidAddress, InvalidArgument, NotFound
 from branchwater.engine.gc.addresses import check_data_address
 from branchwater.engine.gc.context import GCContext
@@ -62,6 +63,7 @@ def link_physical_address(
         current = writes.shown_entry(g, repo, branch_name, path, entry)
         if current is not None:
             return current
+        failpoints.hit("link.before_stage")
         writes.stage_entry(g, repo, branch_name, entry)
     except BaseException:
         gc.tokens.give_back(repo, claim)

@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from branchwater.engine import failpoints
 from branchwater.engine.errors import (
     CorruptedData,
     InvalidArgument,
@@ -372,6 +373,7 @@ class _BranchScanner:
 
     def scan(self, name: str, cursor: BranchCursor) -> None:
         """Scan every layer, then follow compactions that happened meanwhile until none did."""
+        failpoints.hit("prepare.branch_scan")
         self.progress.cursor = cursor
         for _ in range(MAX_COMPACTIONS_FOLLOWED):
             while cursor.layer < len(cursor.layers):

@@ -1,0 +1,92 @@
+"""Named points inside multi-step operations, where tests force the worst interleaving.
+
+A test arms a point with a callable (`armed`), or a process is started with
+`BRANCHWATER_FAILPOINTS=copy.after_record=sleep(500),commit.after_seal=kill`: `kill` is
+SIGKILL of the process itself, `raise` raises `FailpointHit`, `sleep(MS)` widens a race.
+Unarmed, a point costs one lookup in an empty dict. Every point is declared in `POINTS`, so
+a typo in a test or in the variable fails instead of arming nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from branchwater.engine.errors import InvalidArgument
+
+ENV = "BRANCHWATER_FAILPOINTS"
+
+POINTS = frozenset(
+    {
+        "copy.after_read",
+        "copy.after_record",
+        "copy.before_stage",
+        "link.before_stage",
+        "prepare.branch_scan",
+    }
+)
+"""Every named point, by operation: `<operation>.<where>`."""
+
+_armed: dict[str, Callable[[], None]] = {}
+
+
+class FailpointHit(Exception):
+    """Raised by a point armed with `raise`: not a BranchwaterError, so nothing handles it."""
+
+
+def hit(name: str) -> None:
+    action = _armed.get(name)
+    if action is not None:
+        action()
+
+
+@contextmanager
+def armed(name: str, action: Callable[[], None]) -> Iterator[None]:
+    """Run `action` whenever this process reaches `name`, inside the block."""
+    _check(name)
+    previous = _armed.get(name)
+    _armed[name] = action
+    try:
+        yield
+    finally:
+        if previous is None:
+            _armed.pop(name, None)
+        else:
+            _armed[name] = previous
+
+
+def arm_from_env(value: str | None = None) -> None:
+    """Arm the points `BRANCHWATER_FAILPOINTS` names (done once, when the module loads)."""
+    spec = os.environ.get(ENV, "") if value is None else value
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        name, _, action = item.partition("=")
+        _check(name)
+        _armed[name] = _action(name, action)
+
+
+def _check(name: str) -> None:
+    if name not in POINTS:
+        raise InvalidArgument(f"unknown failpoint {name!r}; known: {', '.join(sorted(POINTS))}")
+
+
+def _action(name: str, spec: str) -> Callable[[], None]:
+    if spec == "kill":
+        return lambda: os.kill(os.getpid(), signal.SIGKILL)
+    if spec == "raise":
+
+        def fail() -> None:
+            raise FailpointHit(f"failpoint {name} fired")
+
+        return fail
+    if spec.startswith("sleep(") and spec.endswith(")") and spec[6:-1].isdigit():
+        seconds = int(spec[6:-1]) / 1000
+        return lambda: time.sleep(seconds)
+    raise InvalidArgument(
+        f"failpoint {name!r}: unknown action {spec!r}; use kill, raise or sleep(MS)"
+    )
+
+
+arm_from_env()

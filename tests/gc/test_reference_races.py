@@ -1,0 +1,251 @@
+"""Every operation that makes a reference to an existing object, at its worst moment against a
+GC run, on SQLite and PostgreSQL.
+
+Each test holds the operation at a failpoint, lets a second client change the lake and a
+prepare run go through, then lets the operation finish; the run is swept by the GC rule
+(`tests.gc_model.sweep`) and every object a branch or commit references must still read.
+The Spark job applies the same rule (`tests/spark_jobs/test_gc_reference_races.py` forces
+the copy race through a real run). `docs/architecture.md` ("What a GC run promises to clients
+that keep working") holds the argument each test stands for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from branchwater.engine import Lake, NotFound
+from branchwater.engine.api import Repository
+from branchwater.engine.gc.settings import GCSettings
+from branchwater.engine.graveler.checksums import content_checksum
+from tests.gc_model import assert_references_intact, gc_candidates, sweep
+from tests.helpers import PAUSE_TIMEOUT, compact, paused_at, run_addresses, unique_name
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def kv_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "postgres":
+        return request.getfixturevalue("postgres_url")
+    return f"sqlite:///{tmp_path}/lake.db"
+
+
+@pytest.fixture
+def repo(kv_url: str, tmp_path: Path) -> Iterator[Repository]:
+    with Lake.connect(kv_url) as lake:
+        name = unique_name("races-")
+        yield lake.create_repository(name, storage_namespace=f"file://{tmp_path}/{name}")
+
+
+@pytest.fixture
+def other_client() -> Iterator[ThreadPoolExecutor]:
+    """The client whose operation is held at a failpoint, in a thread of its own."""
+    with ThreadPoolExecutor(1) as pool:
+        yield pool
+
+
+def result(future: Future[object]) -> object:
+    return future.result(PAUSE_TIMEOUT)
+
+
+# Shallow copies ----------------------------------------------------------------------------
+
+
+def test_a_copy_whose_source_is_deleted_before_the_run_copies_nothing(
+    repo: Repository, other_client: ThreadPoolExecutor
+) -> None:
+    """The reported race: the copy read its source, a second client deleted it, the run
+    scanned the branch and read the copy records, then the copy went on. It must not stage
+    an entry the run never saw."""
+    main = repo.branch("main")
+    precious = main.upload("src/0278", b"precious").address
+    with paused_at("copy.after_read") as pause:
+        copying = other_client.submit(main.copy, "src/0278", "dst/0278")
+        pause.wait()
+        main.delete("src/0278")
+        run = repo.prepare_uncommitted_for_gc()
+        pause.release()
+        with pytest.raises(NotFound, match="src/0278"):
+            result(copying)
+    assert precious in sweep(repo, run)
+    assert_references_intact(repo)
+    assert [e.path for e in main.list()] == []
+
+
+def test_a_copy_whose_source_is_deleted_in_the_run_after_its_record_copies_nothing(
+    repo: Repository, other_client: ThreadPoolExecutor
+) -> None:
+    """Held after its record: the run reads the record (the object is kept this time) and
+    the copy, finding its source gone, stages nothing."""
+    main = repo.branch("main")
+    precious = main.upload("src", b"precious").address
+    with paused_at("copy.after_record") as pause:
+        copying = other_client.submit(main.copy, "src", "dst")
+        pause.wait()
+        main.delete("src")
+        run = repo.prepare_uncommitted_for_gc()
+        pause.release()
+        with pytest.raises(NotFound):
+            result(copying)
+    assert precious in run_addresses(repo, run)
+    assert precious not in sweep(repo, run)
+    assert_references_intact(repo)
+
+
+def test_a_copy_checked_before_its_source_is_deleted_is_kept_by_its_record(
+    repo: Repository, other_client: ThreadPoolExecutor
+) -> None:
+    """Held after its check, before staging: the source goes and the run scans the branch
+    before the copy is staged, but the record was written before the run read records."""
+    main = repo.branch("main")
+    precious = main.upload("src", b"precious").address
+    with paused_at("copy.before_stage") as pause:
+        copying = other_client.submit(main.copy, "src", "dst")
+        pause.wait()
+        main.delete("src")
+        run = repo.prepare_uncommitted_for_gc()
+        pause.release()
+        assert result(copying).address == precious  # type: ignore[attr-defined]
+    sweep(repo, run)
+    assert_references_intact(repo)
+    assert main.read("dst") == b"precious"
+
+
+def test_a_copy_whose_source_is_overwritten_copies_what_the_source_shows_now(
+    repo: Repository, other_client: ThreadPoolExecutor
+) -> None:
+    """A second client moved another old object onto the source meanwhile: the copy starts
+    over and copies that one, as if it had come after the overwrite."""
+    main = repo.branch("main")
+    first = main.upload("src", b"first").address
+    second = main.upload("other", b"second").address
+    with paused_at("copy.after_read") as pause:
+        copying = other_client.submit(main.copy, "src", "dst")
+        pause.wait()
+        main.copy("other", "src")
+        main.delete("other")
+        run = repo.prepare_uncommitted_for_gc()
+        pause.release()
+        assert result(copying).address == second  # type: ignore[attr-defined]
+    assert sweep(repo, run) == {first}
+    assert_references_intact(repo)
+    assert main.read("dst") == b"second"
+
+
+def test_a_copy_whose_branch_is_reset_copies_nothing(
+    repo: Repository, other_client: ThreadPoolExecutor
+) -> None:
+    main = repo.branch("main")
+    main.upload("src", b"precious")
+    with paused_at("copy.after_read") as pause:
+        copying = other_client.submit(main.copy, "src", "dst")
+        pause.wait()
+        main.reset()
+        run = repo.prepare_uncommitted_for_gc()
+        pause.release()
+        with pytest.raises(NotFound):
+            result(copying)
+    sweep(repo, run)
+    assert_references_intact(repo)
+
+
+# Links -------------------------------------------------------------------------------------
+
+
+def test_a_link_staged_after_the_scan_is_too_young_for_the_default_minimum_age(
+    repo: Repository, other_client: ThreadPoolExecutor
+) -> None:
+    """The run scans the branch before the link stages: only the object's age protects it,
+    which is why the default minimum age is never below the token expiry; a minimum age of
+    zero gives that up (the object would be collected under a live entry)."""
+    main = repo.branch("main")
+    physical = main.get_physical_address()
+    repo.lake.graveler.objects(repo.storage_namespace).put(physical.address, b"by spark")
+    checksum = content_checksum(b"by spark")
+    with paused_at("link.before_stage") as pause:
+        linking = other_client.submit(
+            main.link_physical_address, "t/x", physical.token, size=8, checksum=checksum
+        )
+        pause.wait()
+        run = repo.prepare_uncommitted_for_gc()
+        pause.release()
+        result(linking)
+    assert physical.address not in run_addresses(repo, run)
+    assert physical.address in gc_candidates(repo, run, timedelta(0))
+    sweep(repo, run, GCSettings().default_min_age)
+    assert_references_intact(repo)
+
+
+# Moves into commits and compacted metaranges -----------------------------------------------
+
+
+def test_a_commit_between_the_branch_read_and_its_scan_is_in_the_committed_listing(
+    repo: Repository, other_client: ThreadPoolExecutor
+) -> None:
+    """The run read the branch, then a commit took its token and dropped the rows before
+    the scan reached them: the run misses them, the commit (read after the run) has them."""
+    main = repo.branch("main")
+    staged = main.upload("x", b"staged").address
+    with paused_at("prepare.branch_scan") as pause:
+        preparing = other_client.submit(repo.prepare_uncommitted_for_gc)
+        pause.wait()
+        main.commit("take the token")
+        assert repo.lake.wait_for_cleanup(PAUSE_TIMEOUT)
+        pause.release()
+        run = result(preparing)
+    assert staged not in run_addresses(repo, run)  # type: ignore[arg-type]
+    assert staged not in sweep(repo, run)  # type: ignore[arg-type]
+    assert_references_intact(repo)
+
+
+def test_a_compaction_between_the_branch_read_and_its_scan_is_followed(
+    repo: Repository, other_client: ThreadPoolExecutor
+) -> None:
+    main = repo.branch("main")
+    staged = main.upload("x", b"staged").address
+    with paused_at("prepare.branch_scan") as pause:
+        preparing = other_client.submit(repo.prepare_uncommitted_for_gc)
+        pause.wait()
+        compact(repo, "main")
+        assert repo.lake.wait_for_cleanup(PAUSE_TIMEOUT)
+        pause.release()
+        run = result(preparing)
+    assert staged in run_addresses(repo, run)  # type: ignore[arg-type]
+    sweep(repo, run)  # type: ignore[arg-type]
+    assert_references_intact(repo)
+
+
+def test_a_merge_of_a_branch_deleted_before_its_scan_is_in_the_committed_listing(
+    repo: Repository, other_client: ThreadPoolExecutor
+) -> None:
+    """Staged on a branch the run has yet to scan: committed, merged into `main` (scanned
+    already) and the branch deleted before the scan reaches it."""
+    etl = repo.create_branch("z-etl", source="main")
+    staged = etl.upload("x", b"staged").address
+    with paused_at("prepare.branch_scan") as pause:
+        preparing = other_client.submit(repo.prepare_uncommitted_for_gc)
+        pause.wait()
+        etl.commit("load")
+        repo.merge("z-etl", into="main")
+        repo.delete_branch("z-etl")
+        pause.release()
+        run = result(preparing)
+    assert staged not in run_addresses(repo, run)  # type: ignore[arg-type]
+    sweep(repo, run)  # type: ignore[arg-type]
+    assert_references_intact(repo)
+    assert repo.branch("main").read("x") == b"staged"
+
+
+def test_a_branch_made_from_a_branch_takes_its_head_not_its_staged_entries(
+    repo: Repository,
+) -> None:
+    """Branch creation makes no reference to an uncommitted object: it names HEAD's commit."""
+    main = repo.branch("main")
+    main.upload("committed", b"c")
+    main.commit("c")
+    main.upload("staged", b"s")
+    child = repo.create_branch("child", source="main")
+    assert [e.path for e in child.list()] == ["committed"]

@@ -1,0 +1,46 @@
+"""Failpoints: armed in-process or from the environment, refusing names and actions they do
+not know, and doing nothing when unarmed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from branchwater.engine import InvalidArgument, failpoints
+from branchwater.engine.failpoints import FailpointHit
+
+
+def test_an_armed_point_runs_its_action_inside_the_block_only() -> None:
+    calls: list[str] = []
+    with failpoints.armed("copy.after_read", lambda: calls.append("hit")):
+        failpoints.hit("copy.after_read")
+        failpoints.hit("copy.after_record")
+    failpoints.hit("copy.after_read")
+    assert calls == ["hit"]
+
+
+def test_unknown_points_and_actions_are_refused() -> None:
+    with pytest.raises(InvalidArgument, match="unknown failpoint 'copy\\.aftr_read'"):
+        failpoints.arm_from_env("copy.aftr_read=raise")
+    with pytest.raises(InvalidArgument, match="unknown action 'explode'"):
+        failpoints.arm_from_env("copy.after_read=explode")
+    failpoints.hit("copy.after_read")
+
+
+def test_the_environment_arms_raise_and_kill_in_a_process_of_its_own() -> None:
+    script = (
+        "from branchwater.engine import failpoints\n"
+        "failpoints.hit('copy.after_record')\n"
+        "print('survived')\n"
+        "failpoints.hit('copy.after_read')\n"
+    )
+    env = {**os.environ, failpoints.ENV: "copy.after_read=raise,copy.after_record=sleep(1)"}
+    raised = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True)
+    assert raised.stdout == b"survived\n"
+    assert FailpointHit.__name__.encode() in raised.stderr
+    env[failpoints.ENV] = "copy.after_read=kill"
+    killed = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True)
+    assert killed.returncode == -9 and killed.stdout == b"survived\n"
