@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, closing, contextmanager
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, Protocol
@@ -33,6 +33,8 @@ from branchwater.engine.graveler.checksums import content_checksum
 from branchwater.engine.graveler.committed import RangePolicy
 from branchwater.engine.graveler.committed.format import RANGES_PREFIX
 from branchwater.engine.graveler.model import Entry
+from branchwater.engine.kv import Store
+from branchwater.engine.kv.memory import MemoryStore
 from branchwater.engine.objects import ObjectInfo, ObjectStore
 from branchwater.engine.objects.local import LocalObjectStore
 from branchwater.stack.config import Ports
@@ -526,3 +528,41 @@ def paused_at(point: str) -> Iterator[Pause]:
             yield pause
     finally:
         pause.release()
+
+
+# Nothing written ---------------------------------------------------------------------------
+
+
+class Stored(NamedTuple):
+    """Every KV row and every file (and folder, as None) under some folders: equal before and
+    after an operation that was refused means it wrote nothing."""
+
+    rows: frozenset[tuple[bytes, bytes, bytes]]
+    files: dict[str, bytes | None]
+
+
+def stored(kv: Store | str, *roots: Path) -> Stored:
+    """What a lake holds, from its store (in memory) or its SQLite URL, and `roots`' files."""
+    return Stored(
+        frozenset(_kv_rows(kv)),
+        {
+            str(path): path.read_bytes() if path.is_file() else None
+            for root in roots
+            for path in sorted(root.rglob("*"))
+        },
+    )
+
+
+def _kv_rows(kv: Store | str) -> Iterator[tuple[bytes, bytes, bytes]]:
+    if isinstance(kv, MemoryStore):
+        for partition, part in kv._partitions.items():
+            yield from ((partition, key, value) for key, value in part.values.items())
+        return
+    assert isinstance(kv, str) and kv.startswith("sqlite:///"), kv
+    import sqlite3
+
+    path = Path(kv.removeprefix("sqlite:///"))
+    if not path.exists():
+        return
+    with closing(sqlite3.connect(path)) as conn:
+        yield from conn.execute("SELECT partition_key, key, value FROM branchwater_kv")
