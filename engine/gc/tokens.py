@@ -6,6 +6,10 @@ expiry, signed with HMAC-SHA256. There is no server to hold the key: it is creat
 lake in the KV with `set_if` and read by every process. A token is used up by recording it
 in the repository's partition with `set_if`, so two links with one token cannot both win;
 the record is swept once the token has expired, as it can no longer be used anyway.
+
+Base64 lets one byte string be spelled many ways (spare bits in the last character, padding,
+characters a lenient decoder skips). Only the one spelling `issue` produces is accepted, and
+the used-token record is keyed on what the token decodes to, so no respelling is a new token.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import binascii
 import hashlib
 import hmac
 import json
+import re
 import secrets
 import threading
 from collections.abc import Callable
@@ -40,6 +45,7 @@ SIGNING_KEY = b"gc/link-signing-key"
 USED_TOKENS_PREFIX = b"gc/used-link-tokens/"
 _VERSION = "v1"
 _KEY_BYTES = 32
+_B64_TEXT = re.compile(r"[A-Za-z0-9_-]*")
 
 Clock = Callable[[], datetime]
 
@@ -108,7 +114,7 @@ class LinkTokens:
         """Check signature, repository, branch, address and expiry, in that order."""
         if not isinstance(token, str):
             raise InvalidToken(f"a link token must be a string, not {type(token).__name__}")
-        payload = self._signed_payload(token)
+        payload, canonical = self._signed_payload(token)
         if payload["r"] != repo.unique_id:
             raise InvalidToken(
                 f"this link token was issued for another repository, not {repo.name!r}; "
@@ -126,7 +132,7 @@ class LinkTokens:
                 f"the link token for {address} expired at {expires.isoformat()}; GC may "
                 "already treat that object as garbage: write it again at a new address"
             )
-        token_id = hashlib.sha256(token.encode()).hexdigest()[:32]
+        token_id = hashlib.sha256(canonical.encode()).hexdigest()[:32]
         return LinkClaim(repo.unique_id, branch, address, expires, token_id)
 
     def use(self, repo: RepositoryRecord, claim: LinkClaim) -> None:
@@ -148,7 +154,8 @@ class LinkTokens:
     def _sign(self, body: str) -> bytes:
         return hmac.new(self.signing_key(), body.encode(), hashlib.sha256).digest()
 
-    def _signed_payload(self, token: str) -> dict[str, Any]:
+    def _signed_payload(self, token: str) -> tuple[dict[str, Any], str]:
+        """The payload, and the token spelled from its decoded bytes (the single-use key)."""
         malformed = InvalidToken(
             "malformed link token; pass the token get_physical_address() returned, unchanged"
         )
@@ -158,8 +165,8 @@ class LinkTokens:
         if version != _VERSION:
             raise malformed
         try:
-            given = _unb64(signature)
-            payload = json.loads(_unb64(body))
+            body_bytes, given = _unb64(body), _unb64(signature)
+            payload = json.loads(body_bytes)
         except (ValueError, binascii.Error):
             raise malformed from None
         if not hmac.compare_digest(given, self._sign(f"{version}.{body}")):
@@ -168,7 +175,7 @@ class LinkTokens:
             )
         if not isinstance(payload, dict) or set(payload) != {"r", "b", "a", "e"}:
             raise malformed
-        return payload
+        return payload, f"{version}.{_b64(body_bytes)}.{_b64(given)}"
 
 
 def _b64(data: bytes) -> str:
@@ -176,4 +183,11 @@ def _b64(data: bytes) -> str:
 
 
 def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    """Decode only the spelling `_b64` gives (`binascii.Error` otherwise): no padding, no
+    characters outside the URL-safe alphabet, no spare bits set."""
+    if not _B64_TEXT.fullmatch(text):
+        raise binascii.Error("not unpadded URL-safe base64")
+    data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if _b64(data) != text:
+        raise binascii.Error("not the canonical base64 spelling")
+    return data
