@@ -7,7 +7,7 @@ docs/architecture.md document them).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import timedelta
 from itertools import islice
 from pathlib import Path
@@ -41,7 +41,7 @@ from branchwater.engine.graveler.compaction import (
     CompactionResult,
     CompactionStatus,
 )
-from branchwater.engine.graveler.graveler import Graveler, RetryPolicy
+from branchwater.engine.graveler.graveler import Graveler, RetryPolicy, S3Options
 from branchwater.engine.graveler.merge import MergeResult
 from branchwater.engine.graveler.metrics import CompactionMetrics
 from branchwater.engine.graveler.model import Change, Commit, Entry, RepositoryRecord, Tag
@@ -64,7 +64,7 @@ class Lake:
         cls,
         kv_url: str = DEFAULT_KV_URL,
         *,
-        s3_options: Mapping[str, str | None] | None = None,
+        s3_options: S3Options | Callable[[], S3Options] | None = None,
         range_policy: RangePolicy | None = None,
         retry: RetryPolicy | None = None,
         branch_cache_ttl: float = 0.5,
@@ -76,7 +76,8 @@ class Lake:
         a cache in `range_cache_dir` (default: `$BRANCHWATER_CACHE_DIR`, else the user's cache
         directory), trimmed to `range_cache_bytes`; 0 bytes, or an empty
         `$BRANCHWATER_CACHE_DIR`, turns it off. `gc` sets link-token expiry, copy-record
-        lifetime and prepare's file size."""
+        lifetime and prepare's file size. `s3_options` may be a function returning them,
+        called when the first S3 namespace is opened (never, on a lake of local ones)."""
         directory = Path(range_cache_dir) if range_cache_dir else default_cache_dir()
         cache = None
         if directory is not None and range_cache_bytes:
@@ -185,12 +186,24 @@ class Repository:
         first_parent: bool = False,
         limit: int | None = None,
         after: str | None = None,
+        where: Mapping[str, str] | None = None,
+        depth: int | None = None,
     ) -> list[Commit]:
-        """Commits reachable from `ref`, newest first; `after` (a commit id) pages on."""
+        """Commits reachable from `ref`, newest first; `after` (a commit id) pages on.
+
+        `where` keeps the commits whose metadata has every key with that value
+        (`{"airflow.dag_id": "daily_orders"}`); the walk stops at the `limit`-th match.
+        `depth` bounds the walk itself: only the newest `depth` commits are looked at, so a
+        search that finds nothing stays cheap on a long history.
+        """
         start = self._g.refs.resolve(self.record, ref).commit_id
         commits = history.log(self._g.refs, self.record, start, first_parent=first_parent)
+        if depth is not None:
+            commits = islice(commits, depth)
         if after:
             commits = _after(commits, after)
+        if where is not None:
+            commits = history.matching(commits, where)
         return list(islice(commits, limit))
 
     def diff(self, left: str, right: str) -> Iterator[Change]:
@@ -209,12 +222,16 @@ class Repository:
         metadata: Mapping[str, str] | None = None,
         committer: str = "",
         hint: str | None = None,
+        fast_forward: bool = True,
     ) -> MergeResult:
         """Merge a ref into a branch, retrying lost races on the work already done.
 
         `strategy` resolves conflicts (`source-wins` or `dest-wins`); without it a conflict
         raises `MergeConflict` listing the paths. After every attempt lost its race,
-        `MergeRaceLost.hint` can be passed back as `hint` to resume from that work.
+        `MergeRaceLost.hint` can be passed back as `hint` to resume from that work. A
+        destination that has not moved since the source branched is fast-forwarded (no
+        commit, `message` and `metadata` unused) unless `fast_forward=False`, which always
+        writes a merge commit.
         """
         return merge_ops.merge(
             self._g,
@@ -226,6 +243,7 @@ class Repository:
             metadata=dict(metadata or {}),
             committer=committer,
             hint=hint,
+            fast_forward=fast_forward,
         )
 
     def merge_base(self, left: str, right: str) -> Commit:

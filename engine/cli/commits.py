@@ -16,7 +16,7 @@ from branchwater.engine.cli.output import (
     merge_to_json,
     short,
 )
-from branchwater.engine.cli.verbs import Subparsers, add_meta, positive_int, verb
+from branchwater.engine.cli.verbs import Subparsers, add_meta, key_value, positive_int, verb
 from branchwater.engine.graveler.merge import STRATEGIES
 
 COMMITTER_ENV = "BRANCHWATER_COMMITTER"
@@ -53,6 +53,7 @@ def cmd_merge(lake: Lake, args: argparse.Namespace, out: Output) -> None:
         metadata=dict(args.meta),
         committer=args.committer if args.committer is not None else default_committer(),
         hint=args.hint,
+        fast_forward=args.fast_forward,
     )
     how = "fast-forward" if result.fast_forward else f"{result.attempts} attempt(s)"
     text = f"[{args.destination} {short(result.commit.id)}] merged {args.source} ({how})"
@@ -61,12 +62,17 @@ def cmd_merge(lake: Lake, args: argparse.Namespace, out: Output) -> None:
 
 def cmd_log(lake: Lake, args: argparse.Namespace, out: Output) -> None:
     commits = lake.repository(args.repo).log(
-        args.ref, first_parent=args.first_parent, limit=args.limit, after=args.after
+        args.ref,
+        first_parent=args.first_parent,
+        limit=args.limit,
+        after=args.after,
+        where=dict(args.where) or None,
     )
-    out.document(
-        [commit_to_json(c) for c in commits],
-        "\n".join(commit_block(c) for c in commits).rstrip("\n"),
-    )
+    if commits or out.as_json:  # a filter that matched nothing prints nothing, as git log
+        out.document(
+            [commit_to_json(c) for c in commits],
+            "\n".join(commit_block(c) for c in commits).rstrip("\n"),
+        )
 
 
 def cmd_diff(lake: Lake, args: argparse.Namespace, out: Output) -> None:
@@ -97,12 +103,26 @@ def register(sub: Subparsers) -> None:
     add_meta(merge)
     merge.add_argument("--committer", default=None)
     merge.add_argument("--hint", default=None, help="resume from a lost race's hint")
+    merge.add_argument(
+        "--no-ff",
+        dest="fast_forward",
+        action="store_false",
+        help="write a merge commit even when DEST could be fast-forwarded to SOURCE",
+    )
     log = verb(sub, "log", cmd_log, "show commits reachable from REF, newest first")
     log.add_argument("repo", metavar="REPO")
     log.add_argument("ref", metavar="REF")
     log.add_argument("--limit", type=positive_int, default=None, metavar="N")
     log.add_argument("--first-parent", action="store_true")
     log.add_argument("--after", default=None, metavar="COMMIT", help="page on after this commit")
+    log.add_argument(
+        "--where",
+        action="append",
+        type=key_value,
+        default=[],
+        metavar="K=V",
+        help="only commits whose metadata has K=V (repeatable: all must hold)",
+    )
     diff = verb(
         sub, "diff", cmd_diff, "changes from LEFT's commit to RIGHT's (+ added ~ changed - removed)"
     )

@@ -12,9 +12,10 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from branchwater.engine.errors import BranchwaterError, PredicateFailed
 from branchwater.engine.graveler.committed import CommittedStore, RangeCache, RangePolicy
@@ -26,6 +27,10 @@ from branchwater.engine.kv import Store
 from branchwater.engine.objects import ObjectStore, open_object_store
 
 log = logging.getLogger(__name__)
+
+S3Options = Mapping[str, str | None]
+"""`endpoint_url`, `aws_access_key_id`, `aws_secret_access_key`, `aws_session_token`,
+`region_name` (see `open_object_store`)."""
 
 ABANDONED_DROP_S = 3600.0
 """A listed drop this old is taken for abandoned and finished by whichever process drops
@@ -88,7 +93,7 @@ class Graveler:
         self,
         kv: Store,
         *,
-        object_store_options: Mapping[str, str | None] | None = None,
+        object_store_options: S3Options | Callable[[], S3Options] | None = None,
         range_policy: RangePolicy | None = None,
         range_cache: RangeCache | None = None,
         retry: RetryPolicy | None = None,
@@ -102,7 +107,11 @@ class Graveler:
         self.branch_cache = BranchCache(branch_cache_ttl)
         self.drop_pause = drop_pause
         self.metrics = CompactionMetrics()
-        self._object_store_options = dict(object_store_options or {})
+        self._s3_options: S3Options | Callable[[], S3Options] = (
+            object_store_options
+            if callable(object_store_options)
+            else {**(object_store_options or {})}
+        )
         self._range_policy = range_policy or RangePolicy()
         self.range_cache = range_cache
         self._objects: dict[str, ObjectStore] = {}
@@ -115,9 +124,20 @@ class Graveler:
         with self._lock:
             store = self._objects.get(namespace)
             if store is None:
-                store = open_object_store(namespace, **self._object_store_options)
+                store = open_object_store(namespace, **self._options_for(namespace))
                 self._objects[namespace] = store
             return store
+
+    def _options_for(self, namespace: str) -> S3Options:
+        """The S3 options of an S3 namespace. Given as a function, they are asked for when the
+        first one is opened (under the lock): a lake whose namespaces are all local never
+        resolves credentials (an Airflow AWS connection's, say), and one that cannot resolve
+        them fails there, each time until it can."""
+        if urlsplit(namespace).scheme != "s3":
+            return {}
+        if callable(self._s3_options):
+            self._s3_options = dict(self._s3_options())
+        return self._s3_options
 
     def committed(self, repo: RepositoryRecord) -> CommittedStore:
         namespace = repo.storage_namespace

@@ -1,4 +1,5 @@
-"""Commit history: the log and merge bases, both walking ancestry in one order.
+"""Commit history: the log (filtered by metadata) and merge bases, both walking ancestry in
+one order.
 
 That order is highest generation first, then newest, then by id: a commit comes after all
 its descendants, so a merge-base walk can stop at the first commit both sides reach, and the
@@ -8,9 +9,9 @@ log reads commits only as its caller consumes them.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
-from branchwater.engine.errors import NotFound
+from branchwater.engine.errors import InvalidArgument, NotFound
 from branchwater.engine.graveler.model import Commit, RepositoryRecord
 from branchwater.engine.graveler.refs import RefStore
 
@@ -36,6 +37,30 @@ def log(
             if parent_id not in seen:
                 seen.add(parent_id)
                 heapq.heappush(heap, _rank(refs.get_commit(repo, parent_id)))
+
+
+def matching(commits: Iterable[Commit], where: Mapping[str, str]) -> Iterator[Commit]:
+    """The commits whose metadata holds every key of `where` with that value, as they come:
+    a caller that wants the first match reads no further (git log --grep, on metadata)."""
+    wanted = check_where(where)
+    for commit in commits:
+        if all(commit.metadata.get(key) == value for key, value in wanted):
+            yield commit
+
+
+def check_where(where: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """A metadata filter as pairs of strings; `InvalidArgument` for anything else, since a
+    filter that cannot match (a number where metadata holds text) would find nothing quietly."""
+    if not isinstance(where, Mapping):
+        raise InvalidArgument(f"where must map metadata keys to values, not {type(where).__name__}")
+    pairs = tuple(where.items())
+    for key, value in pairs:
+        if not isinstance(key, str) or not key or not isinstance(value, str):
+            raise InvalidArgument(
+                f"where filters on text: key {key!r} and value {value!r} must be strings "
+                "(and the key non-empty)"
+            )
+    return pairs
 
 
 def find_merge_base(refs: RefStore, repo: RepositoryRecord, left: str, right: str) -> Commit:

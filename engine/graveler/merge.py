@@ -10,6 +10,12 @@ not change the path, and equal changes on both sides merge cleanly. Where the hi
 criss-crosses and has several best merge bases, they are merged first into a virtual base,
 recursively, as git's recursive strategy does; the merge commit records the bases it used.
 
+A destination that has not moved since the source branched from it is fast-forwarded, as
+git does: it points at the source's commit and no merge commit is written. With
+`fast_forward=False` (git's `--no-ff`, lakeFS's only behaviour) a merge commit is written
+anyway, on the destination's HEAD then the source, holding the source's metarange, so the
+merge's message and metadata (an Airflow task's identity, say) are recorded.
+
 When the final `set_if` loses a race, the retry merges *the metarange this attempt produced*
 (source') on the new destination HEAD, with the destination it merged against as base'. Then
 `diff(base', source')` is only what this merge brought in, and the ranges it wrote are
@@ -99,12 +105,14 @@ def merge(
     metadata: dict[str, str] | None = None,
     committer: str = "",
     hint: str | None = None,
+    fast_forward: bool = True,
 ) -> MergeResult:
     """Merge `source_ref` into the branch `destination`; see the module docstring."""
     if strategy is not None and strategy not in STRATEGIES:
         raise InvalidArgument(f"unknown merge strategy {strategy!r}: use one of {STRATEGIES}")
     source = g.refs.get_commit(repo, g.refs.resolve(repo, source_ref).commit_id)
     previous = _parse_hint(g, repo, hint, source) if hint else None
+    sides = (source_ref, destination)
     for attempt in g.retry:
         ready = _ready_destination(g, repo, destination)
         if ready is None:
@@ -115,22 +123,14 @@ def merge(
             bases = _merge_bases(g, repo, head, source)
             if bases[0].id == source.id:
                 raise NoChanges(f"{destination!r} already contains {source_ref!r}")
-            if bases[0].id == head.id:
+            if bases[0].id == head.id and fast_forward:
                 moved = _moved_to(branch, source.id)
                 if g.update_branch_dropping(repo, moved, predicate, branch.sealed_tokens):
                     return MergeResult(source, attempt, fast_forward=True)
                 continue
-            base_mr, source_mr = base_metarange(g, repo, bases), source.metarange_id
-            base_ids = tuple(base.id for base in bases)
+            previous = _first_attempt(g, repo, head, source, bases, strategy, sides)
         else:
-            base_mr = g.refs.get_commit(repo, previous.onto_commit_id).metarange_id
-            source_mr, base_ids = previous.metarange_id, previous.bases
-        merged, conflicts = _merge_metaranges(
-            g, repo, base_mr, source_mr, head.metarange_id, strategy
-        )
-        if conflicts.count:
-            raise MergeConflict(conflicts.paths, conflicts.count, source_ref, destination)
-        previous = _Attempt(merged, head.id, base_ids)
+            previous = _next_attempt(g, repo, head, previous, strategy, sides)
         new_commit = _record(
             g, repo, head, source, previous, message, metadata, committer, strategy
         )
@@ -141,6 +141,55 @@ def merge(
     if previous is None:
         raise too_many_tries(what, g.retry.attempts)
     raise MergeRaceLost(what, g.retry.attempts, previous.hint)
+
+
+def _first_attempt(
+    g: Graveler,
+    repo: RepositoryRecord,
+    head: Commit,
+    source: Commit,
+    bases: list[Commit],
+    strategy: str | None,
+    sides: tuple[str, str],
+) -> _Attempt:
+    """The source merged onto the destination's HEAD; when HEAD is the merge base (a merge
+    that does not fast-forward), the merged tree is the source's own metarange."""
+    if bases[0].id == head.id:
+        return _Attempt(source.metarange_id, head.id, (head.id,))
+    base_mr = base_metarange(g, repo, bases)
+    merged = _merged_or_conflict(g, repo, base_mr, source.metarange_id, head, strategy, sides)
+    return _Attempt(merged, head.id, tuple(base.id for base in bases))
+
+
+def _next_attempt(
+    g: Graveler,
+    repo: RepositoryRecord,
+    head: Commit,
+    previous: _Attempt,
+    strategy: str | None,
+    sides: tuple[str, str],
+) -> _Attempt:
+    """What the previous attempt merged, merged again onto the destination's new HEAD with
+    the commit it merged onto as base: only what this merge brought in is applied."""
+    base_mr = g.refs.get_commit(repo, previous.onto_commit_id).metarange_id
+    merged = _merged_or_conflict(g, repo, base_mr, previous.metarange_id, head, strategy, sides)
+    return _Attempt(merged, head.id, previous.bases)
+
+
+def _merged_or_conflict(
+    g: Graveler,
+    repo: RepositoryRecord,
+    base_mr: str,
+    source_mr: str,
+    head: Commit,
+    strategy: str | None,
+    sides: tuple[str, str],
+) -> str:
+    """The metarange of `source_mr` merged onto `head`; `MergeConflict` naming the paths."""
+    merged, conflicts = _merge_metaranges(g, repo, base_mr, source_mr, head.metarange_id, strategy)
+    if conflicts.count:
+        raise MergeConflict(conflicts.paths, conflicts.count, *sides)
+    return merged
 
 
 def _merge_bases(g: Graveler, repo: RepositoryRecord, head: Commit, source: Commit) -> list[Commit]:

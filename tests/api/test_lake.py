@@ -92,6 +92,92 @@ def test_log_pages_with_limit_and_after(repo) -> None:
         repo.log("main", after="0" * 64)
 
 
+def test_log_where_keeps_commits_whose_metadata_matches(repo) -> None:
+    main = repo.branch("main")
+    for day in ("01", "02", "03"):
+        for task in ("load", "check"):
+            main.upload(f"{day}/{task}", b"x")
+            main.commit(f"{task} {day}", {"dag": "daily", "task": task, "day": day})
+    loads = repo.log("main", where={"task": "load"})
+    assert [c.message for c in loads] == ["load 03", "load 02", "load 01"]
+    assert [c.message for c in repo.log("main", where={"task": "load", "day": "02"})] == ["load 02"]
+    assert repo.log("main", where={"task": "load"}, limit=1) == loads[:1]
+    assert repo.log("main", where={"task": "load"}, after=loads[0].id) == loads[1:]
+    assert repo.log("main", where={"task": "nope"}) == []
+    assert repo.log("main", where={}) == repo.log("main")
+
+
+def test_log_depth_bounds_the_walk_before_the_filter(repo) -> None:
+    main = repo.branch("main")
+    for i in range(6):
+        main.upload("f", str(i).encode())
+        main.commit(f"c{i}", {"even": str(i % 2 == 0)})
+    assert [c.message for c in repo.log("main", depth=3)] == ["c5", "c4", "c3"]
+    assert [c.message for c in repo.log("main", where={"even": "True"}, depth=3)] == ["c4"]
+    assert repo.log("main", where={"even": "True"}, depth=1) == []
+
+
+def test_log_where_is_text_to_text(repo) -> None:
+    with pytest.raises(InvalidArgument, match="where filters on text"):
+        repo.log("main", where={"day": 2})  # type: ignore[dict-item]
+    with pytest.raises(InvalidArgument, match="where must map"):
+        repo.log("main", where=["day"])  # type: ignore[arg-type]
+
+
+def test_log_stops_at_the_first_match_it_needs(repo, monkeypatch) -> None:
+    """Streaming: the commits past the `limit`-th match are never read."""
+    main = repo.branch("main")
+    for i in range(20):
+        main.upload("f", str(i).encode())
+        main.commit(f"c{i}", {"i": str(i)})
+    refs = repo.lake.graveler.refs
+    original = refs.get_commit
+    read: list[str] = []
+
+    def counting(record, commit_id):
+        read.append(commit_id)
+        return original(record, commit_id)
+
+    monkeypatch.setattr(refs, "get_commit", counting)
+    (found,) = repo.log("main", where={"i": "17"}, limit=1)
+    assert found.message == "c17"
+    assert len(read) <= 4
+
+
+def test_s3_options_given_as_a_function_are_asked_for_by_the_first_s3_namespace(
+    tmp_path: Path,
+) -> None:
+    """A lake of local namespaces never calls it; the first S3 namespace does, once."""
+    asked: list[int] = []
+
+    def options() -> dict[str, str | None]:
+        asked.append(1)
+        return {"endpoint_url": "http://127.0.0.1:9", "region_name": "eu-west-1"}
+
+    with Lake.connect("memory://", s3_options=options) as lake:
+        local = lake.create_repository("local", f"file://{tmp_path}/local")
+        local.branch("main").upload("a", b"a")
+        local.branch("main").commit("a")
+        assert asked == []
+        first = lake.graveler.objects("s3://bucket/one")
+        lake.graveler.objects("s3://bucket/two")
+        assert asked == [1]
+        assert first.endpoint_url == "http://127.0.0.1:9"  # type: ignore[attr-defined]
+
+
+def test_s3_options_that_cannot_be_resolved_fail_where_s3_is_used(tmp_path: Path) -> None:
+    def no_credentials() -> dict[str, str | None]:
+        raise ConfigurationError("no credentials for S3")
+
+    with Lake.connect("memory://", s3_options=no_credentials) as lake:
+        lake.create_repository("local", f"file://{tmp_path}/local").branch("main").commit(
+            "empty", allow_empty=True
+        )
+        for _ in range(2):
+            with pytest.raises(ConfigurationError, match="no credentials for S3"):
+                lake.graveler.objects("s3://bucket/one")
+
+
 def test_tags_and_refs_are_read_only_views(repo) -> None:
     main = repo.branch("main")
     main.upload("a", b"A")

@@ -170,3 +170,24 @@ def test_merge_then_conflict_exits_2_naming_the_path(bw: Bw, lake: CliLake) -> N
     assert_user_error(bw("merge", "sales", "etl", "main"), 2, "conflicts on 1 path(s): p")
     ok(bw("merge", "sales", "etl", "main", "--strategy", "source-wins"))
     assert ok(bw("cat", "sales", "main", "p")).out == "etl2"
+
+
+def test_merge_no_ff_writes_a_merge_commit_that_log_where_finds(bw: Bw, lake: CliLake) -> None:
+    make_repo(bw, lake)
+    ok(bw("branch", "create", "sales", "etl", "--source", "main"))
+    ok(bw("upload", "sales", "etl", "p", local_file(lake, "p", b"p")))
+    ok(bw("commit", "sales", "etl", "-m", "p", "--meta", "run=1"))
+    merge = ["merge", "sales", "etl", "main", "--no-ff", "-m", "merge p", "--meta", "run=1"]
+    merged = json.loads(ok(bw(*merge, "--json")).out)
+    assert not merged["fast_forward"] and merged["message"] == "merge p"
+    assert merged["parents"][1] == json.loads(ok(bw("--json", "log", "sales", "etl")).out)[0]["id"]
+    assert_user_error(bw("merge", "sales", "etl", "main", "--no-ff"), 1, "already contains")
+
+    found = json.loads(ok(bw("--json", "log", "sales", "main", "--where", "run=1")).out)
+    assert [c["message"] for c in found] == ["merge p", "p"]
+    both = ["--where", "run=1", "--where", "branchwater.merge.bases=" + merged["parents"][0]]
+    assert [c["id"] for c in json.loads(ok(bw("--json", "log", "sales", "main", *both)).out)] == [
+        merged["id"]
+    ]
+    assert ok(bw("log", "sales", "main", "--where", "run=2")).out == ""
+    assert_user_error(bw("log", "sales", "main", "--where", "run"), 1, "expected KEY=VALUE")

@@ -217,6 +217,51 @@ def test_fast_forward_and_up_to_date(repo) -> None:
         repo.merge("feature", into="main")
 
 
+def test_no_fast_forward_writes_a_merge_commit_with_its_message_and_metadata(repo) -> None:
+    main = repo.branch("main")
+    main.upload("a", b"1")
+    before = main.commit("a")
+    feature = repo.create_branch("feature", source="main")
+    feature.upload("b", b"2")
+    tip = feature.commit("b")
+    result = repo.merge(
+        "feature", into="main", message="Merge b", metadata={"job": "daily"}, fast_forward=False
+    )
+    merged = result.commit
+    assert not result.fast_forward and result.attempts == 1
+    assert main.commit_id == merged.id != tip.id
+    assert merged.parents == (before.id, tip.id)
+    assert (merged.message, merged.metadata["job"]) == ("Merge b", "daily")
+    assert merged.metadata[merge_ops.BASES_KEY] == before.id
+    assert merged.metarange_id == tip.metarange_id
+    assert {e.path: content(main, e.path) for e in main.list()} == {"a": b"1", "b": b"2"}
+    with pytest.raises(NoChanges):
+        repo.merge("feature", into="main", fast_forward=False)
+
+
+def test_no_fast_forward_merge_that_lost_a_race_merges_onto_the_new_head(
+    lake: Lake, repo, monkeypatch
+) -> None:
+    """Its first attempt holds the source's tree on the old HEAD; the retry merges that onto
+    what landed meanwhile, as any merge's retry does."""
+    main = repo.branch("main")
+    main.upload("a", b"1")
+    main.commit("a")
+    feature = repo.create_branch("feature", source="main")
+    feature.upload("b", b"2")
+    tip = feature.commit("b")
+
+    def concurrent() -> None:
+        main.upload("late", b"late")
+        main.commit("late")
+
+    race_once(monkeypatch, lake.graveler, concurrent)
+    result = repo.merge("feature", into="main", fast_forward=False)
+    assert result.attempts == 2 and not result.fast_forward
+    assert result.commit.parents == (repo.ref("main~1").commit_id, tip.id)
+    assert {e.path for e in main.list()} == {"a", "b", "late"}
+
+
 def test_merge_into_dirty_branch_fails_and_leaves_it(repo) -> None:
     main = repo.branch("main")
     main.upload("a", b"1")
