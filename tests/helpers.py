@@ -566,3 +566,50 @@ def _kv_rows(kv: Store | str) -> Iterator[tuple[bytes, bytes, bytes]]:
         return
     with closing(sqlite3.connect(path)) as conn:
         yield from conn.execute("SELECT partition_key, key, value FROM branchwater_kv")
+
+
+# Hostile URLs ------------------------------------------------------------------------------
+
+URL_RESERVED = ":/?#[]@!$&'()*+,;=% "
+"""Every character RFC 3986 reserves (and `%`, and a space), to put unencoded in credentials."""
+
+
+class Credentials(NamedTuple):
+    """A user and password for a URL, and the pieces of the password no message may show."""
+
+    user: str
+    password: str
+    pieces: tuple[str, ...]
+
+
+def credentials() -> Any:
+    """Users and passwords with reserved characters anywhere; the password's pieces look like
+    nothing a message says on its own (`Qxyz42`), so finding one in a message is a leak."""
+    from hypothesis import strategies as st
+
+    piece = st.from_regex(r"[A-Z][a-z]{3}[0-9]{2}", fullmatch=True)
+    reserved = st.text(st.sampled_from(URL_RESERVED), max_size=2)
+    user = st.text(st.sampled_from("bob" + URL_RESERVED), min_size=1, max_size=6)
+
+    @st.composite
+    def build(draw: Any) -> Credentials:
+        pieces = draw(st.lists(piece, min_size=1, max_size=3, unique=True))
+        password = "".join(draw(reserved) + p for p in pieces) + draw(reserved)
+        return Credentials(draw(user), password, tuple(pieces))
+
+    return build()
+
+
+def assert_no_secret(text: str, secret: Credentials) -> None:
+    for piece in secret.pieces:
+        assert piece not in text, (piece, text)
+
+
+def error_chain(error: BaseException) -> str:
+    """The messages of an error and every error it was raised from or during."""
+    seen: list[str] = []
+    current: BaseException | None = error
+    while current is not None and len(seen) < 10:
+        seen.append(str(current))
+        current = current.__cause__ or current.__context__
+    return "\n".join(seen)

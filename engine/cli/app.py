@@ -86,7 +86,10 @@ def kv_url(option: str | None) -> str:
 
 def ensure_sqlite_parent(url: str) -> None:
     """Create the directory of a SQLite lake so the first command in a fresh dir just works."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # malformed: the store's own parser says how
+        return
     if parts.scheme.split("+", 1)[0] != "sqlite" or not parts.path.startswith("/"):
         return
     parent = os.path.dirname(parts.path[1:])  # sqlite:///rel.db → rel.db, ////abs → /abs

@@ -10,8 +10,6 @@
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
 from branchwater.engine.errors import ConfigurationError, InvalidArgument
 from branchwater.engine.kv.store import (
     DEFAULT_BATCH_SIZE,
@@ -21,7 +19,7 @@ from branchwater.engine.kv.store import (
     Store,
     ValueWithPredicate,
 )
-from branchwater.engine.urls import redact_url
+from branchwater.engine.urls import redact_url, url_scheme
 
 SCHEMES = ("memory", "sqlite", "postgresql", "postgres", "dynamodb")
 
@@ -30,7 +28,7 @@ def open_store(url: str) -> Store:
     """Open the store a URL names; drivers are imported only when used."""
     if not isinstance(url, str):
         raise InvalidArgument(f"KV URL must be a string, not {type(url).__name__}")
-    scheme = urlsplit(url).scheme.split("+", 1)[0]
+    scheme = url_scheme(url).split("+", 1)[0]
     if scheme == "memory":
         from branchwater.engine.kv.memory import MemoryStore
 

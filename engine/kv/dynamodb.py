@@ -25,6 +25,7 @@ from branchwater.engine.errors import (
     Unavailable,
 )
 from branchwater.engine.kv.store import Store
+from branchwater.engine.urls import redact_url, scrub, url_password, url_secrets
 
 PARTITION_ATTR = "PartitionKey"
 KEY_ATTR = "ItemKey"
@@ -52,8 +53,10 @@ class DynamoDBStore(Store):
     """A `Store` in one DynamoDB table; the boto3 client is shared by all threads."""
 
     def __init__(self, url: str) -> None:
-        self.url = url
-        self.table, endpoint_url, region = _parse(url)
+        self.url = redact_url(url)
+        """The store's URL with any secret masked: it ends up in messages and logs."""
+        self._secrets = url_secrets(url)
+        self.table, endpoint_url, region = _parse(url, self.url)
         config = Config(
             connect_timeout=CONNECT_TIMEOUT_SECONDS,
             read_timeout=READ_TIMEOUT_SECONDS,
@@ -63,8 +66,9 @@ class DynamoDBStore(Store):
             self._client = boto3.client(
                 "dynamodb", endpoint_url=endpoint_url, region_name=region, config=config
             )
-        except BotoCoreError as exc:
-            raise ConfigurationError(f"cannot configure DynamoDB for {url}: {exc}") from exc
+        except (BotoCoreError, ValueError) as exc:
+            reason = scrub(str(exc), self._secrets)
+            raise ConfigurationError(f"cannot configure DynamoDB for {self.url}: {reason}") from exc
         self._call("ensure table", self._ensure_table)
 
     def _ensure_table(self) -> None:
@@ -98,11 +102,14 @@ class DynamoDBStore(Store):
         except ClientError as exc:
             raise self._failure(action, exc) from exc
         except BotoCoreError as exc:
-            raise Unavailable(f"DynamoDB at {self.url} is unavailable ({action}): {exc}") from exc
+            reason = scrub(str(exc), self._secrets)
+            raise Unavailable(
+                f"DynamoDB at {self.url} is unavailable ({action}): {reason}"
+            ) from exc
 
     def _failure(self, action: str, exc: ClientError) -> BranchwaterError:
         code = _code(exc)
-        message = exc.response.get("Error", {}).get("Message", str(exc))
+        message = scrub(exc.response.get("Error", {}).get("Message", str(exc)), self._secrets)
         if code == "ConditionalCheckFailedException":
             return PredicateFailed(f"{action}: condition failed in table {self.table!r}")
         if code == "ValidationException":
@@ -216,20 +223,33 @@ def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
-def _parse(url: str) -> tuple[str, str | None, str | None]:
-    """Table name, endpoint URL and region; unset endpoint/region defer to boto3's lookup."""
-    parts = urlsplit(url)
+def _parse(url: str, redacted: str) -> tuple[str, str | None, str | None]:
+    """Table name, endpoint URL and region; unset endpoint/region defer to boto3's lookup.
+
+    Credentials come from boto3's chain (environment, profile, role), never from the URL:
+    one written into it is refused, so a key pasted there is not used half-parsed."""
+    if url_password(url) is not None:
+        raise ConfigurationError(
+            f"DynamoDB URL {redacted!r} holds credentials; give them through the AWS "
+            "environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) or a profile instead"
+        )
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        raise ConfigurationError(
+            f"malformed DynamoDB URL {redacted!r}: use dynamodb://table?endpoint_url=…&region=…"
+        ) from None
     table = parts.netloc or parts.path.lstrip("/")
     if not _TABLE_NAME.fullmatch(table):
         raise ConfigurationError(
-            f"DynamoDB URL {url!r} needs a table name of 3-255 letters, digits, '_', '-', '.'"
+            f"DynamoDB URL {redacted!r} needs a table name of 3-255 letters, digits, '_', '-', '.'"
         )
     options = dict(parse_qsl(parts.query))
     endpoint_url = options.pop("endpoint_url", None)
     region = options.pop("region", None)
     if options:
         raise ConfigurationError(
-            f"DynamoDB URL {url!r}: unknown options {sorted(options)}; "
+            f"DynamoDB URL {redacted!r}: unknown options {sorted(options)}; "
             "use endpoint_url= and region="
         )
     return table, endpoint_url, region

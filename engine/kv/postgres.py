@@ -26,7 +26,7 @@ from branchwater.engine.errors import (
     Unavailable,
 )
 from branchwater.engine.kv.sql import DEFAULT_TABLE, Cursor, SQLStore, kv_table, statements
-from branchwater.engine.urls import redact_url
+from branchwater.engine.urls import redact_url, scrub, url_password, url_secrets
 
 DEFAULT_PARTITIONS = 16
 CONNECT_TIMEOUT_SECONDS = 10
@@ -40,9 +40,8 @@ class PostgresStore(SQLStore):
 
     def __init__(self, url: str) -> None:
         self._redacted = redact_url(url)
-        self._password = ""
+        self._secrets = url_secrets(url)
         sa_url, self.table, self.partitions = self._parse(url)
-        self._password = sa_url.password or ""
         engine = create_engine(sa_url, poolclass=NullPool)
         quote = engine.dialect.identifier_preparer.quote
         super().__init__(url, engine, statements(self.table, quote, "%s"))
@@ -50,10 +49,7 @@ class PostgresStore(SQLStore):
 
     def _parse(self, url: str) -> tuple[URL, str, int]:
         """The SQLAlchemy URL for psycopg 3 plus our own `table` and `partitions` options."""
-        try:
-            parsed = make_url(url)
-        except ArgumentError as exc:
-            raise ConfigurationError(f"malformed PostgreSQL URL {self._redacted!r}") from exc
+        parsed = self._split(url)
         options = dict(parsed.query)
         table = str(options.pop("table", DEFAULT_TABLE))
         partitions = str(options.pop("partitions", DEFAULT_PARTITIONS))
@@ -66,6 +62,21 @@ class PostgresStore(SQLStore):
         options.setdefault("connect_timeout", str(CONNECT_TIMEOUT_SECONDS))
         sa_url = parsed.set(drivername="postgresql+psycopg", query=options)
         return sa_url, table, int(partitions)
+
+    def _split(self, url: str) -> URL:
+        """SQLAlchemy's reading of `url`, once it is known to agree with redaction's."""
+        try:
+            parsed = make_url(url)
+            problem = _problem(parsed, url)
+        except (ArgumentError, ValueError):
+            problem = "its host or port cannot be read (a port is 1 to 65535, an IPv6 host "
+            problem += "goes in brackets)"
+        if problem:
+            raise ConfigurationError(
+                f"malformed PostgreSQL URL {self._redacted!r}: {problem}; write it as "
+                "postgresql://user:password@host:port/database"
+            ) from None
+        return parsed
 
     def _create_schema(self) -> None:
         """Create the table and its partitions once, even if many processes start together.
@@ -108,9 +119,23 @@ class PostgresStore(SQLStore):
         if isinstance(exc, BranchwaterError):
             return exc
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-        if self._password:
-            reason = reason.replace(self._password, "***")
+        reason = scrub(reason, self._secrets)
         return Unavailable(f"PostgreSQL at {self._redacted} is unavailable: {reason}")
+
+
+def _problem(parsed: URL, url: str) -> str | None:
+    """What is wrong with a URL SQLAlchemy could split, if anything. An unencoded `@` or `/`
+    in the user or password makes it split elsewhere than redaction does, and the driver
+    would then be handed a piece of the password as host or database (and echo it)."""
+    host = parsed.host or ""
+    if parsed.password != url_password(url) or any(c in host for c in "@/?#"):
+        return (
+            "percent-encode '@', ':', '/', '?' and '#' in the user name and password "
+            "(%40, %3A, %2F, %3F, %23)"
+        )
+    if parsed.port is not None and not 1 <= parsed.port <= 65535:
+        return f"port {parsed.port} is not between 1 and 65535"
+    return None
 
 
 def _lock_id(table: str) -> int:

@@ -153,20 +153,26 @@ def _begin_immediate(conn: Connection) -> None:
 
 def _parse(url: str) -> tuple[str, str]:
     """The absolute database path and the synchronous mode, or `ConfigurationError`."""
+    redacted = redact_url(url)
     try:
         parsed = make_url(url)
-    except ArgumentError as exc:
-        raise ConfigurationError(f"malformed SQLite URL {redact_url(url)!r}: {exc}") from exc
+    except (ArgumentError, ValueError):
+        parsed = None
+    if parsed is None or parsed.username or parsed.password or parsed.host or parsed.port:
+        raise ConfigurationError(
+            f"malformed SQLite URL {redacted!r}: it takes a path only, sqlite:///relative.db "
+            "or sqlite:////absolute/path.db"
+        ) from None
     path = parsed.database or ""
     if not path or path == ":memory:" or path.startswith("file:"):
         raise ConfigurationError(
-            f"SQLite URL {url!r} names no database file; use sqlite:///path.db "
+            f"SQLite URL {redacted!r} names no database file; use sqlite:///path.db "
             "(or memory:// for an in-process store)"
         )
     options = dict(parsed.query)
     synchronous = str(options.pop("synchronous", "full")).lower()
     if synchronous not in SYNCHRONOUS_MODES or options:
         raise ConfigurationError(
-            f"SQLite URL {url!r}: the only option is synchronous={'|'.join(SYNCHRONOUS_MODES)}"
+            f"SQLite URL {redacted!r}: the only option is synchronous={'|'.join(SYNCHRONOUS_MODES)}"
         )
     return os.path.abspath(path), synchronous

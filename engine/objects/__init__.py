@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
 from branchwater.engine.errors import ConfigurationError, InvalidArgument
 from branchwater.engine.objects.store import ObjectInfo, ObjectStore, check_object_key
+from branchwater.engine.urls import redact_url, url_scheme
 
 
 def open_object_store(url: str, **s3_options: str | None) -> ObjectStore:
@@ -16,7 +15,7 @@ def open_object_store(url: str, **s3_options: str | None) -> ObjectStore:
     """
     if not isinstance(url, str):
         raise InvalidArgument(f"object store URL must be a string, not {type(url).__name__}")
-    scheme = urlsplit(url).scheme
+    scheme = url_scheme(url)
     if scheme == "file":
         from branchwater.engine.objects.local import LocalObjectStore
 
@@ -26,7 +25,8 @@ def open_object_store(url: str, **s3_options: str | None) -> ObjectStore:
 
         return S3ObjectStore(url, **s3_options)
     raise ConfigurationError(
-        f"unknown object store URL scheme {scheme or '(none)'!r} in {url!r}; use file:// or s3://"
+        f"unknown object store URL scheme {scheme or '(none)'!r} in {redact_url(url)!r}; "
+        "use file:// or s3://"
     )
 
 

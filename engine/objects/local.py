@@ -22,8 +22,16 @@ _TMP_PREFIX = ".tmp-"
 
 class LocalObjectStore(ObjectStore):
     def __init__(self, url: str) -> None:
-        parts = urlsplit(url)
-        if parts.scheme != "file" or parts.netloc not in ("", "localhost") or not parts.path:
+        try:
+            parts = urlsplit(url)
+        except ValueError:
+            parts = None
+        if (
+            parts is None
+            or parts.scheme != "file"
+            or parts.netloc not in ("", "localhost")
+            or not parts.path
+        ):
             raise ConfigurationError(
                 f"local object store URL {url!r} must look like file:///absolute/path"
             )

@@ -277,7 +277,10 @@ class S3ObjectStore(ObjectStore):
 
 def _parse_url(url: str) -> tuple[str, str]:
     """Split `s3://bucket/a/b` into the bucket and a key prefix ending in `/` (or empty)."""
-    parts = urlsplit(url) if isinstance(url, str) else None
+    try:
+        parts = urlsplit(url) if isinstance(url, str) else None
+    except ValueError:
+        parts = None
     if parts is None or parts.scheme != "s3" or parts.query or parts.fragment:
         raise ConfigurationError(f"S3 object store URL {url!r} must look like s3://bucket/prefix")
     if not _BUCKET_NAME.match(parts.netloc):
