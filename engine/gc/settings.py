@@ -1,7 +1,8 @@
 """The time limits uncommitted GC stands on, in one place so they stay consistent.
 
 A link token lets its holder add an object to the lake until it expires, so GC must leave
-alone every object younger than the token expiry: the default minimum age is never shorter.
+alone every object younger than the token expiry, plus the time a link may take between
+checking its token and staging its entry: the default minimum age is never shorter.
 Copy records must outlive any prepare run, which refuses to finish when it ran longer.
 """
 
@@ -14,6 +15,9 @@ from branchwater.engine.errors import InvalidArgument
 
 DEFAULT_TOKEN_EXPIRY = timedelta(hours=6)
 """lakeFS's GC minimum age: the longest an upload may take between address and link."""
+OPERATION_MARGIN = timedelta(minutes=5)
+"""The longest an operation may take between its checks and its write, clock skew between
+processes included: what GC's safety argument assumes of clients that keep working."""
 DEFAULT_COPY_RECORD_TTL = timedelta(days=2)
 MIN_COPY_RECORD_TTL = timedelta(hours=1)
 """Shorter and a prepare run could not finish before the records it needs expire."""
@@ -44,5 +48,6 @@ class GCSettings:
 
     @property
     def default_min_age(self) -> timedelta:
-        """The youngest object GC may delete by default: never younger than a live token."""
-        return max(DEFAULT_TOKEN_EXPIRY, self.token_expiry)
+        """The youngest object GC may delete by default: older than any a live token, or a
+        link that checked one within `OPERATION_MARGIN`, can still stage."""
+        return max(DEFAULT_TOKEN_EXPIRY, self.token_expiry) + OPERATION_MARGIN

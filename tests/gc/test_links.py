@@ -21,7 +21,7 @@ from branchwater.engine import (
     TokenExpired,
 )
 from branchwater.engine.api import Branch, Repository
-from branchwater.engine.gc.settings import DEFAULT_TOKEN_EXPIRY, GCSettings
+from branchwater.engine.gc.settings import DEFAULT_TOKEN_EXPIRY, OPERATION_MARGIN, GCSettings
 from branchwater.engine.gc.tokens import USED_TOKENS_PREFIX, LinkTokens
 from branchwater.engine.graveler import writes
 from branchwater.engine.kv import open_store
@@ -52,10 +52,11 @@ def test_link_stages_the_object_written_at_the_address(repo: Repository) -> None
 
 def test_token_expiry_is_configurable_and_gc_min_age_never_shorter(lake: Lake) -> None:
     assert GCSettings().token_expiry == DEFAULT_TOKEN_EXPIRY == timedelta(hours=6)
-    assert GCSettings().default_min_age >= GCSettings().token_expiry
+    assert GCSettings().default_min_age == GCSettings().token_expiry + OPERATION_MARGIN
     long = GCSettings(token_expiry=timedelta(hours=12))
-    assert long.default_min_age == timedelta(hours=12)
-    assert GCSettings(token_expiry=timedelta(hours=1)).default_min_age == DEFAULT_TOKEN_EXPIRY
+    assert long.default_min_age == timedelta(hours=12) + OPERATION_MARGIN
+    short = GCSettings(token_expiry=timedelta(hours=1))
+    assert short.default_min_age == DEFAULT_TOKEN_EXPIRY + OPERATION_MARGIN
     with pytest.raises(InvalidArgument):
         GCSettings(token_expiry=timedelta(0))
     with pytest.raises(InvalidArgument, match="outlive"):

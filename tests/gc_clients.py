@@ -1,0 +1,179 @@
+"""Clients that keep moving references to old objects while GC runs, for the concurrent model
+tests (`tests/gc/test_concurrent_gc.py` on the GC rule, `tests/spark_jobs/
+test_gc_concurrent_model.py` on the Spark job).
+
+Each client works on `main` (writes, overwrites, shallow copies then deletes, links,
+commits, compactions) and on branches of its own (created from `main`, written, reset or
+committed and merged into `stable`, deleted). Failpoints given as `widen` slow the steps
+between an operation's read and its write, so the races a run must survive happen often.
+Every object a client writes holds content whose SHA-256 is its entry's checksum, so
+`assert_references_intact` can check what it reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from branchwater.engine import (
+    DirtyBranch,
+    Lake,
+    MergeConflict,
+    NoChanges,
+    NotFound,
+    TooManyTries,
+    failpoints,
+)
+from branchwater.engine.api import Repository
+from branchwater.engine.graveler.checksums import content_checksum
+
+PATHS = [f"p/{i:02d}" for i in range(24)]
+STABLE = "stable"
+"""The branch side branches merge into: nothing is staged on it, so merges are never dirty."""
+WIDEN = "copy.after_read=sleep(100),copy.after_record=sleep(5),link.before_stage=sleep(5)"
+RACE_DELAY = 0.01
+"""How long after a copy starts a racing delete comes: within the copy's widened steps."""
+PACE = 0.02
+"""A pause between steps: objects then live long enough to be old for a run's minimum age."""
+MAX_STEPS = 5_000
+MAX_SECONDS = 120.0
+EXPECTED = (NotFound, NoChanges, MergeConflict, DirtyBranch, TooManyTries)
+"""What a step may meet from the other clients: a path deleted, nothing to commit, a lost
+race. Anything else fails the test."""
+
+
+def start(repo: Repository) -> None:
+    """The branches the clients share, and old objects on `main` to move around."""
+    repo.create_branch(STABLE, source="main")
+    main = repo.branch("main")
+    for path in PATHS[::2]:
+        main.upload(path, f"seed {path}".encode())
+
+
+class Client:
+    def __init__(self, repo: Repository, name: str, seed: int) -> None:
+        self.repo = repo
+        self.name = name
+        self.random = random.Random(seed)
+        self.written = 0
+        self.steps: dict[Callable[[], None], float] = {
+            self.write: 5,
+            self.copy: 2,
+            self.copy_then_delete: 4,
+            self.copy_racing_delete: 4,
+            self.delete: 3,
+            self.link: 2,
+            self.commit: 0.2,
+            self.compact: 0.2,
+            self.merge_side_branch: 1,
+            self.reset_side_branch: 1,
+        }
+
+    def step(self) -> str:
+        chosen = self.random.choices(list(self.steps), weights=list(self.steps.values()))[0]
+        with contextlib.suppress(*EXPECTED):
+            chosen()
+        return chosen.__name__
+
+    def content(self) -> bytes:
+        self.written += 1
+        return f"{self.name} {self.written}".encode()
+
+    def path(self) -> str:
+        return self.random.choice(PATHS)
+
+    def write(self) -> None:
+        self.repo.branch("main").upload(self.path(), self.content())
+
+    def copy(self) -> None:
+        self.repo.branch("main").copy(self.path(), self.path())
+
+    def copy_then_delete(self) -> None:
+        """A rename: the copy's source goes right after it."""
+        main = self.repo.branch("main")
+        src = self.path()
+        main.copy(src, self.path())
+        main.delete(src)
+
+    def copy_racing_delete(self) -> None:
+        """The reported race: a second client deletes the source while the copy is under way
+        (a copy held at its failpoints is still going when the delete lands)."""
+        main = self.repo.branch("main")
+        src = self.path()
+        with ThreadPoolExecutor(1) as other:
+            copying = other.submit(main.copy, src, self.path())
+            time.sleep(RACE_DELAY)
+            with contextlib.suppress(NotFound):
+                main.delete(src)
+            copying.result()
+
+    def delete(self) -> None:
+        self.repo.branch("main").delete(self.path())
+
+    def link(self) -> None:
+        main = self.repo.branch("main")
+        data = self.content()
+        physical = main.get_physical_address()
+        self.repo.lake.graveler.objects(self.repo.storage_namespace).put(physical.address, data)
+        main.link_physical_address(
+            self.path(), physical.token, size=len(data), checksum=content_checksum(data)
+        )
+
+    def commit(self) -> None:
+        self.repo.branch("main").commit(f"{self.name} commits")
+
+    def compact(self) -> None:
+        self.repo.branch("main").compact()
+
+    def side_branch(self) -> str:
+        self.written += 1
+        name = f"{self.name}-{self.written}"
+        side = self.repo.create_branch(name, source="main")
+        side.upload(self.path(), self.content())
+        side.copy(self.random.choice([e.path for e in side.list()]), self.path())
+        return name
+
+    def merge_side_branch(self) -> None:
+        name = self.side_branch()
+        try:
+            self.repo.branch(name).commit("side")
+            self.repo.merge(name, into=STABLE, strategy="source-wins")
+        finally:
+            self.repo.delete_branch(name)
+
+    def reset_side_branch(self) -> None:
+        name = self.side_branch()
+        try:
+            self.repo.branch(name).reset()
+        finally:
+            self.repo.delete_branch(name)
+
+
+def move_references(
+    kv_url: str,
+    repository: str,
+    name: str,
+    seed: int,
+    started: Any,
+    stop: Any,
+    widen: str = WIDEN,
+) -> dict[str, int]:
+    """Run one client, setting `started` once it works, until `stop` is set (a bounded number
+    of steps and seconds); returns how many of each step it took. Run in a spawned process
+    (`widen` arms failpoints there for good) or in a thread of the test's (`widen=""`)."""
+    failpoints.arm_from_env(widen)
+    counts: Counter[str] = Counter()
+    deadline = time.monotonic() + MAX_SECONDS
+    with Lake.connect(kv_url) as lake:
+        client = Client(lake.repository(repository), name, seed)
+        started.set()
+        while not stop.is_set() and sum(counts.values()) < MAX_STEPS:
+            assert time.monotonic() < deadline, f"client {name} was never told to stop"
+            counts[client.step()] += 1
+            time.sleep(PACE)
+    return dict(counts)
