@@ -97,8 +97,9 @@ def write(branch: str, partition: str, prefix: str, params: dict[str, Any]) -> l
     )
     hook = BranchwaterHook()
     try:
-        target = hook.repository(params["repository"]).branch(branch)
-        entries = write_parquet(frame, target, prefix, s3_options=hook.s3_options())
+        repo = hook.repository(params["repository"])
+        s3_options = hook.s3_options_for(repo.storage_namespace)
+        entries = write_parquet(frame, repo.branch(branch), prefix, s3_options=s3_options)
     finally:
         hook.close()
     return [entry.path for entry in entries]

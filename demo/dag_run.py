@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from airflow.sdk import DAG
 
 
@@ -104,10 +106,17 @@ def collect(dag_id: str, run_id: str, state: str) -> RunResult:
         )
 
 
-def run_dag(dag: DAG, conf: dict[str, Any] | None = None) -> RunResult:
-    """Register `dag`, run it once with `dag.test()`, and collect the run."""
+def run_dag(
+    dag: DAG, conf: dict[str, Any] | None = None, *, logical_date: datetime | None = None
+) -> RunResult:
+    """Register `dag`, run it once with `dag.test()`, and collect the run. The run of a
+    `logical_date` (default: now) is named after it, so running a date again reruns that DAG
+    run under the same run id, as clearing it does."""
     register(dag)
-    dag_run = dag.test(run_conf=conf)
+    if logical_date is None:
+        dag_run = dag.test(run_conf=conf)
+    else:
+        dag_run = dag.test(run_conf=conf, logical_date=logical_date, run_after=logical_date)
     return collect(dag.dag_id, dag_run.run_id, str(dag_run.state))
 
 

@@ -137,16 +137,40 @@ class BranchwaterHook(BaseHook):
         return settings
 
     def s3_options(self) -> dict[str, str | None] | None:
-        """S3 credentials, region and endpoint of the connection's AWS connection, if it names one.
+        """S3 credentials, region and endpoint of the connection's AWS connection, if it names
+        one; resolved on first use and kept for the hook's life.
 
         Without one, boto3's usual chain (environment, config files, instance roles) applies.
+        Only S3 namespaces need these: `s3_options_for` and the lake ask for them when one is
+        first touched, so a lake whose repositories are all local never does.
         """
         if not self.settings.aws_conn_id:
             return None
+        return dict(self._aws_s3_options)
+
+    def s3_options_for(self, namespace: str) -> dict[str, str | None] | None:
+        """What opening `namespace` needs: the S3 options for an `s3://` one, none otherwise."""
+        return self.s3_options() if urlsplit(namespace).scheme == "s3" else None
+
+    @cached_property
+    def _aws_s3_options(self) -> dict[str, str | None]:
         from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
 
-        aws = AwsBaseHook(aws_conn_id=self.settings.aws_conn_id, client_type="s3")
-        credentials = aws.get_credentials()
+        aws_conn_id = self.settings.aws_conn_id
+        aws = AwsBaseHook(aws_conn_id=aws_conn_id, client_type="s3")
+        found = aws.get_session().get_credentials()
+        if found is None:
+            raise ConfigurationError(
+                f"connection {self.branchwater_conn_id!r} reaches S3 through the AWS "
+                f"connection {aws_conn_id!r}, which gave no credentials (it is not defined, "
+                "or holds no keys and boto3's default chain found none): define "
+                f"{aws_conn_id!r}, or clear the connection's 'aws_conn_id' field to use "
+                "boto3's chain alone"
+            )
+        credentials = found.get_frozen_credentials()  # frozen: refreshable keys could race
+        for secret in (credentials.secret_key, credentials.token):
+            if secret:
+                mask_secret(secret)
         return {
             "aws_access_key_id": credentials.access_key,
             "aws_secret_access_key": credentials.secret_key,
@@ -160,8 +184,12 @@ class BranchwaterHook(BaseHook):
             from branchwater.engine import Lake  # pyarrow and the engine load on first use
 
             self.log.info("Opening Branchwater lake %s", redact_url(self.settings.kv_url))
-            self._lake = Lake.connect(self.settings.kv_url, s3_options=self.s3_options())
+            self._lake = Lake.connect(self.settings.kv_url, s3_options=self._lake_s3_options)
         return self._lake
+
+    def _lake_s3_options(self) -> dict[str, str | None]:
+        """The lake's S3 options, which it asks for when it first opens an S3 namespace."""
+        return self.s3_options() or {}
 
     def close(self) -> None:
         """Wait for the lake's background cleanup and release it; the next use opens it again."""
@@ -182,15 +210,20 @@ class BranchwaterHook(BaseHook):
 
     def create_repository(self, name: str, default_branch: str = "main") -> Repository:
         """Create `name` under the connection's default namespace, at `<namespace>/<name>`."""
+        return self.get_conn().create_repository(
+            name, self.namespace_for(name), default_branch=default_branch
+        )
+
+    def namespace_for(self, name: str) -> str:
+        """Where repository `name` lives when created through this connection."""
         namespace = self.settings.default_namespace
         if not namespace:
             raise ConfigurationError(
                 f"connection {self.branchwater_conn_id!r} has no default namespace to create "
-                f"repository {name!r} in: set its 'default_namespace' field"
+                f"repository {name!r} in: set its 'default_namespace' field, or give the "
+                "storage namespace"
             )
-        return self.get_conn().create_repository(
-            name, f"{namespace.rstrip('/')}/{name}", default_branch=default_branch
-        )
+        return f"{namespace.rstrip('/')}/{name}"
 
     def gc_run(self, repository: str, run_id: str) -> RunSummary:
         """The saved summary of a GC run whose mark finished; `NotFound` otherwise."""
@@ -198,7 +231,7 @@ class BranchwaterHook(BaseHook):
         from branchwater.spark_jobs.gc.storage import Namespace
 
         namespace = self.repository(repository).storage_namespace
-        return read_summary(Namespace.of(namespace, self.s3_options()), run_id)
+        return read_summary(Namespace.of(namespace, self.s3_options_for(namespace)), run_id)
 
     def commit_url(self, repository: str, branch: str, commit_id: str) -> str:
         """The page of a commit from the connection's link template, by default the commit's

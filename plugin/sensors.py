@@ -33,6 +33,13 @@ class BranchwaterBranchSensor(BaseSensorOperator):
     With `deferrable=True` the sensor pokes once on the worker; if it is not done, the wait
     moves to the trigger `trigger()` builds, paced by `poke_interval`, and the trigger's
     event ends it. Subclasses implement `poke`, `trigger` and `event_value`.
+
+    :param repository: the repository's name (templated)
+    :param branch: the branch to watch (templated)
+    :param branchwater_conn_id: the `branchwater` connection of the lake (default
+        `branchwater_default`)
+    :param deferrable: wait in the triggerer (default: `[operators] default_deferrable`)
+    :param poke_interval: seconds between two looks (default 30)
     """
 
     template_fields: Sequence[str] = ("repository", "branch")
@@ -109,6 +116,8 @@ class BranchwaterCommitSensor(BranchwaterBranchSensor):
 
     The starting HEAD is kept in the task's state store, so reschedule mode and retries wait
     for the same commit.
+
+    :param since_commit: the commit to wait past (templated; default: the first HEAD seen)
     """
 
     template_fields: Sequence[str] = ("repository", "branch", "since_commit")
@@ -154,6 +163,9 @@ class BranchwaterCompactionSensor(BranchwaterBranchSensor):
     `scan_budget`, `guard_seconds`; templated, the engine's default where absent). Each poke
     costs a bounded scan of the branch's staging area. A branch that is gone fails the task,
     unless `missing_ok=True`, which skips it (a branch deleted after a DAG listed it).
+
+    :param policy: the thresholds, as `BranchwaterCompactOperator` takes them (templated)
+    :param missing_ok: skip the task when the branch is gone (default False: fail)
     """
 
     template_fields: Sequence[str] = ("repository", "branch", "policy")

@@ -22,11 +22,13 @@ from branchwater.plugin.operators.gc import (
     BranchwaterPrepareUncommittedOperator,
 )
 from branchwater.plugin.operators.objects import BranchwaterUploadOperator
+from branchwater.plugin.operators.repositories import BranchwaterCreateRepositoryOperator
 
 __all__ = [
     "BranchwaterCommitOperator",
     "BranchwaterCompactOperator",
     "BranchwaterCreateBranchOperator",
+    "BranchwaterCreateRepositoryOperator",
     "BranchwaterDeleteBranchOperator",
     "BranchwaterGCGateOperator",
     "BranchwaterGCJobOperator",

@@ -31,15 +31,22 @@ FINAL_ERRORS = (
     AlreadyExists,
     Conflict,
     NoChanges,
+    NotFound,
     InvalidName,
     InvalidArgument,
     ConfigurationError,
 )
-"""Engine errors a task retry cannot fix: the task fails at once instead of retrying."""
+"""Engine errors a task retry cannot fix: the task fails at once instead of retrying. A
+repository, branch or ref that is not there (`NotFound`) is a DAG's mistake or an upstream
+task that did not run; waiting does not make it appear."""
 
 METADATA_PREFIX = "airflow."
 IDENTITY_KEYS = ("dag_id", "run_id", "task_id", "map_index")
-"""The metadata naming one task instance across its tries."""
+"""The metadata naming one task instance across its tries and the reruns of its DAG run."""
+RUN_KEYS = ("dag_id", "run_id")
+"""The metadata naming one DAG run."""
+LOOKUP_DEPTH = 1_000
+"""How many of a ref's newest commits a task looks through for one it made earlier."""
 
 
 def run_metadata(context: Context) -> dict[str, str]:
@@ -57,13 +64,29 @@ def run_metadata(context: Context) -> dict[str, str]:
     return {METADATA_PREFIX + key: value for key, value in values.items()}
 
 
-def made_by_this_task(commit: Commit, context: Context) -> bool:
-    """True when an earlier try of this task instance made `commit`."""
+def identity(context: Context, keys: Sequence[str] = IDENTITY_KEYS) -> dict[str, str]:
+    """The run metadata naming this task instance (or, with `RUN_KEYS`, its DAG run)."""
     ours = run_metadata(context)
-    return all(
-        commit.metadata.get(METADATA_PREFIX + key) == ours[METADATA_PREFIX + key]
-        for key in IDENTITY_KEYS
-    )
+    return {METADATA_PREFIX + key: ours[METADATA_PREFIX + key] for key in keys}
+
+
+def made_by(commit: Commit, context: Context, keys: Sequence[str] = IDENTITY_KEYS) -> bool:
+    """True when this task instance (or, with `RUN_KEYS`, its DAG run) made `commit`."""
+    return all(commit.metadata.get(key) == value for key, value in identity(context, keys).items())
+
+
+def made_earlier(
+    repo: Repository, refs: Sequence[str], context: Context, depth: int = LOOKUP_DEPTH
+) -> Commit | None:
+    """The newest commit this task instance made in the history of one of `refs`: an earlier
+    try's, or an earlier run's of this DAG run (cleared since, as a backfill does). Each
+    history is read newest first up to `depth` commits, and no further than the match."""
+    where = identity(context)
+    for ref in refs:
+        found = repo.log(ref, where=where, limit=1, depth=depth)
+        if found:
+            return found[0]
+    return None
 
 
 def branch_or_skip(repo: Repository, name: str, missing_ok: bool) -> Branch:
@@ -100,7 +123,11 @@ class BranchwaterOperator(BaseOperator):
 
     The hook is made on first use in `execute`, never when the DAG file is parsed, and its
     lake is closed when the task ends, whatever the outcome. Errors a retry cannot fix
-    (conflicts, bad names, nothing to commit) fail the task without retrying it.
+    (conflicts, bad names, a missing repository or ref) fail the task without retrying it.
+
+    :param repository: the repository's name (templated)
+    :param branchwater_conn_id: the `branchwater` connection of the lake (default
+        `branchwater_default`)
     """
 
     template_fields: Sequence[str] = ("repository",)
@@ -121,11 +148,15 @@ class BranchwaterOperator(BaseOperator):
 
     def execute(self, context: Context) -> Any:
         try:
-            return self.execute_on(self.hook.repository(self.repository), context)
+            return self.run(context)
         except FINAL_ERRORS as exc:
             raise AirflowFailException(f"{type(exc).__name__}: {exc}") from exc
         finally:
             self.hook.close()
+
+    def run(self, context: Context) -> Any:
+        """The task's work: by default `execute_on` its repository, which must exist."""
+        return self.execute_on(self.hook.repository(self.repository), context)
 
     def execute_on(self, repo: Repository, context: Context) -> Any:
         """The operator's work on its repository; the return value goes to XCom."""

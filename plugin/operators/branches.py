@@ -6,7 +6,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from branchwater.engine import AlreadyExists, NotFound
-from branchwater.plugin.operators.base import BranchwaterOperator, Lineage, LineageDataset
+from branchwater.plugin.operators.base import (
+    RUN_KEYS,
+    BranchwaterOperator,
+    Lineage,
+    LineageDataset,
+    made_by,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -18,8 +24,14 @@ class BranchwaterCreateBranchOperator(BranchwaterOperator):
     """Create `branch` at `source` (default: the repository's default branch).
 
     Returns the branch name, so mapped downstream tasks can take it as their input. A branch
-    that already exists at the commit `source` points to counts as created: a retry of a try
-    that created it succeeds.
+    that exists already counts as created when an earlier try or run of this DAG run could
+    have left it: at the commit `source` points to, at an older commit of `source` (nothing
+    committed on it yet), or with a HEAD this DAG run committed. Any other branch of that
+    name fails the task at once.
+
+    :param branch: the new branch's name (templated)
+    :param source: the branch, tag or commit to start from (templated; default: the
+        repository's default branch)
     """
 
     template_fields: Sequence[str] = ("repository", "branch", "source")
@@ -34,26 +46,45 @@ class BranchwaterCreateBranchOperator(BranchwaterOperator):
         try:
             repo.create_branch(self.branch, source=source)
         except AlreadyExists:
-            existing = repo.branch(self.branch).commit_id
-            wanted = repo.ref(source).commit_id
-            if existing != wanted:
-                raise AlreadyExists(
-                    f"branch {self.branch!r} of {repo.name!r} exists at {existing[:12]}, not at "
-                    f"{source!r} ({wanted[:12]}): delete it or choose another name"
-                ) from None
-            self.log.info("Branch %s exists already at %s (%s)", self.branch, source, wanted)
+            self._left_by_this_run(repo, source, context)
         self.lineage = Lineage(
             inputs=(LineageDataset(repo.name, source),),
             outputs=(LineageDataset(repo.name, self.branch),),
         )
         return self.branch
 
+    def _left_by_this_run(self, repo: Repository, source: str, context: Context) -> None:
+        """Accept the existing branch if this DAG run may have left it; `AlreadyExists`."""
+        head = repo.branch(self.branch).head()
+        wanted = repo.ref(source).commit_id
+        if head.id == wanted or _contains(repo, wanted, head.id):
+            self.log.info("Branch %s exists already, on %s (%s)", self.branch, source, head.id)
+        elif made_by(head, context, RUN_KEYS):
+            self.log.info("Branch %s exists already, at this run's commit %s", self.branch, head.id)
+        else:
+            raise AlreadyExists(
+                f"branch {self.branch!r} of {repo.name!r} exists at {head.id[:12]}, which neither "
+                f"{source!r} ({wanted[:12]}) holds nor this DAG run made: delete it or "
+                "choose another name"
+            )
+
+
+def _contains(repo: Repository, commit_id: str, ancestor_id: str) -> bool:
+    """True when `ancestor_id` is in `commit_id`'s history."""
+    try:
+        return repo.merge_base(commit_id, ancestor_id).id == ancestor_id
+    except NotFound:  # unrelated histories
+        return False
+
 
 class BranchwaterDeleteBranchOperator(BranchwaterOperator):
     """Delete `branch` and what is staged on it.
 
-    A missing branch fails the first try; on a retry it counts as deleted, since the failed
-    try may have deleted it. `missing_ok=True` accepts a missing branch on every try.
+    A missing branch fails the first try at once; on a retry it counts as deleted, since the
+    failed try may have deleted it. `missing_ok=True` accepts a missing branch on every try.
+
+    :param branch: the branch to delete (templated)
+    :param missing_ok: succeed when the branch is not there (default False)
     """
 
     template_fields: Sequence[str] = ("repository", "branch")

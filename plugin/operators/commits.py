@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from branchwater.engine import AlreadyExists, MergeRaceLost, NoChanges
+from branchwater.engine import AlreadyExists, InvalidArgument, MergeRaceLost, NoChanges
 from branchwater.plugin.links import BranchwaterCommitLink
 from branchwater.plugin.operators.base import (
+    LOOKUP_DEPTH,
     BranchwaterOperator,
     Lineage,
     LineageDataset,
-    made_by_this_task,
+    made_earlier,
     run_metadata,
 )
 
@@ -21,19 +22,77 @@ if TYPE_CHECKING:
     from branchwater.engine import Commit, MergeResult, Repository
 
 HINT_KEY = "merge_hint"
-ATTEMPTS_KEY = "merge_attempts"
-"""XCom key of how many tries the engine's merge took (1: it lost no race)."""
 """Where a merge that lost every race leaves its hint: the task's state store, which outlives
 the try (XCom does not: Airflow clears a task's XCom when its next try starts), and XCom,
 for people reading the failed try."""
+ATTEMPTS_KEY = "merge_attempts"
+"""XCom key of how many tries the engine's merge took (1: it lost no race)."""
+ON_NO_CHANGES = ("skip", "fail")
+"""What a commit or merge that has nothing to record, and that this task did not make
+earlier, does: succeed without a commit, or fail at once."""
 
 
-class BranchwaterCommitOperator(BranchwaterOperator):
+class RecordingOperator(BranchwaterOperator):
+    """A task that writes a commit, and so finds the one it made before when it has
+    nothing new to record: a retry, or a rerun of its DAG run (cleared, backfilled) after
+    later runs moved the branches on.
+
+    :param on_no_changes: what to do when there is nothing to record and no earlier commit
+        of this task instance is found: "skip" (default) succeeds without a commit, returning
+        the commit that already holds the content; "fail" fails at once with `NoChanges`
+    :param lookup_depth: how many of the newest commits of the branch (commit) or destination
+        (merge) are searched for this task instance's earlier commit (default 1,000)
+    """
+
+    def __init__(
+        self, *, on_no_changes: str = "skip", lookup_depth: int = LOOKUP_DEPTH, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        if on_no_changes not in ON_NO_CHANGES:
+            raise InvalidArgument(
+                f"task {kwargs.get('task_id')!r}: on_no_changes must be one of "
+                f"{', '.join(ON_NO_CHANGES)}, not {on_no_changes!r}"
+            )
+        self.on_no_changes = on_no_changes
+        self.lookup_depth = lookup_depth
+
+    def already_recorded(
+        self, repo: Repository, ref: str, nothing: NoChanges, context: Context
+    ) -> Commit:
+        """The commit standing for this task's work when there is nothing new to record: the
+        one this task instance made earlier in `ref`'s history, else (`on_no_changes="skip"`)
+        `ref`'s HEAD, which holds the content already; `nothing` is raised otherwise."""
+        earlier = made_earlier(repo, (ref,), context, self.lookup_depth)
+        if earlier is not None:
+            self.log.info("This task instance made this already, in %s: %s", ref, earlier.id)
+            return earlier
+        if self.on_no_changes == "fail":
+            raise nothing
+        head = repo.ref(ref).head()
+        self.log.warning(
+            "%s, and no commit of this task instance is among the last %d of %s: the content "
+            "is there by other means (HEAD %s); no commit made",
+            nothing,
+            self.lookup_depth,
+            ref,
+            head.id,
+        )
+        return head
+
+
+class BranchwaterCommitOperator(RecordingOperator):
     """Commit what is staged on `branch`; returns the commit id.
 
     The commit's metadata records the DAG, run, task, map index, try and logical date. When
-    nothing is staged because an earlier try of this task instance committed it, that
-    commit is the result, so a retry after a lost worker succeeds.
+    nothing is staged, a commit this task instance made earlier (a try that lost its worker,
+    a run cleared and rerun after later runs) is found in the branch's history and is the
+    result; without one, `on_no_changes` decides.
+
+    :param branch: the branch to commit (templated)
+    :param message: the commit message (templated)
+    :param metadata: metadata to record besides Airflow's own (templated)
+    :param committer: who the commit names (templated; default "airflow")
+    :param allow_empty: commit even with nothing staged (default False)
     """
 
     template_fields: Sequence[str] = ("repository", "branch", "message", "metadata", "committer")
@@ -65,25 +124,40 @@ class BranchwaterCommitOperator(BranchwaterOperator):
                 committer=self.committer,
                 allow_empty=self.allow_empty,
             )
-        except NoChanges:
-            commit = branch.head()
-            if not made_by_this_task(commit, context):
-                raise
-            self.log.info("An earlier try committed this already: %s", commit.id)
+        except NoChanges as nothing:
+            commit = self.already_recorded(repo, self.branch, nothing, context)
         self.record_commit(self.branch, commit.id)
         self.lineage = Lineage(outputs=(LineageDataset(repo.name, self.branch),))
         return commit.id
 
 
-class BranchwaterMergeOperator(BranchwaterOperator):
+class BranchwaterMergeOperator(RecordingOperator):
     """Merge `source_ref` into `destination_branch` (default: the repository's default
     branch); returns the resulting commit id.
 
-    The engine retries lost races on the work it already did. When every attempt lost, the
-    task fails keeping the engine's hint, and its next try resumes from that work instead of
-    starting over, unless the source moved meanwhile. Conflicts fail the task without retries;
-    `strategy` ("source-wins" or "dest-wins") resolves them instead. The number of tries the
-    engine took is in XCom under `merge_attempts`.
+    A merge commit is written even where the destination could be fast-forwarded, so the
+    destination's history records this task (its metadata holds the DAG, run, task, map index,
+    try and logical date) with its `message` and `metadata`; `fast_forward=True` moves the
+    destination to the source's commit instead, recording nothing. The engine retries lost
+    races on the work it already did. When every attempt lost, the task fails keeping the
+    engine's hint, and its next try resumes from that work instead of starting over, unless
+    the source moved meanwhile. Conflicts fail the task without retries; `strategy` resolves
+    them instead. The number of tries the engine took is in XCom under `merge_attempts`. When
+    the destination already contains the source, the merge this task instance made earlier
+    is found in the destination's history and is the result; without one, `on_no_changes`
+    decides.
+
+    :param source_ref: the branch, tag or commit to merge (templated)
+    :param destination_branch: the branch to merge into (templated; default: the
+        repository's default branch)
+    :param strategy: "source-wins" or "dest-wins" to resolve conflicts (templated; default:
+        conflicts fail the task)
+    :param message: the merge commit's message (templated; default "Merge <source> into
+        <destination>" with commit ids)
+    :param metadata: metadata to record besides Airflow's own (templated)
+    :param committer: who the merge commit names (templated; default "airflow")
+    :param fast_forward: fast-forward the destination when it has not moved since the source
+        branched, writing no merge commit (default False)
     """
 
     template_fields: Sequence[str] = (
@@ -106,6 +180,7 @@ class BranchwaterMergeOperator(BranchwaterOperator):
         message: str | None = None,
         metadata: dict[str, str] | None = None,
         committer: str = "airflow",
+        fast_forward: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -115,6 +190,7 @@ class BranchwaterMergeOperator(BranchwaterOperator):
         self.message = message
         self.metadata = metadata or {}
         self.committer = committer
+        self.fast_forward = fast_forward
 
     def execute_on(self, repo: Repository, context: Context) -> str:
         into = self.destination_branch or repo.default_branch
@@ -123,13 +199,19 @@ class BranchwaterMergeOperator(BranchwaterOperator):
         try:
             result = self.merge(repo, into, hint, context)
             commit = result.commit
-            self.log.info("Merged in %d attempt(s): %s", result.attempts, commit.id)
+            how = "fast-forward" if result.fast_forward else f"{result.attempts} attempt(s)"
+            self.log.info("Merged (%s): %s", how, commit.id)
             context["ti"].xcom_push(key=ATTEMPTS_KEY, value=result.attempts)
         except MergeRaceLost as lost:
             self._save_hint(context, lost.hint, source_id, into)
             raise
-        except NoChanges:
-            commit = self._merged_earlier(repo, into, source_id, context)
+        except NoChanges as nothing:
+            head = repo.branch(into).head()
+            if self.fast_forward and head.id == source_id:  # a fast-forward records nothing
+                self.log.info("%s is at %s's commit already: %s", into, self.source_ref, head.id)
+                commit = head
+            else:
+                commit = self.already_recorded(repo, into, nothing, context)
         if hint:
             self._forget_hint(context)
         self.record_commit(into, commit.id)
@@ -149,17 +231,8 @@ class BranchwaterMergeOperator(BranchwaterOperator):
             metadata={**self.metadata, **run_metadata(context)},
             committer=self.committer,
             hint=hint,
+            fast_forward=self.fast_forward,
         )
-
-    def _merged_earlier(
-        self, repo: Repository, into: str, source_id: str, context: Context
-    ) -> Commit:
-        """The commit an earlier try of this task made, when the destination holds it."""
-        head = repo.branch(into).head()
-        if head.id != source_id and not made_by_this_task(head, context):
-            raise NoChanges(f"{into!r} already contains {self.source_ref!r}")
-        self.log.info("An earlier try merged this already: %s", head.id)
-        return head
 
     def _saved_hint(self, context: Context, source_id: str, into: str) -> str | None:
         store = context.get("task_state_store")
@@ -187,7 +260,11 @@ class BranchwaterMergeOperator(BranchwaterOperator):
 
 class BranchwaterTagOperator(BranchwaterOperator):
     """Tag the commit `ref` points to; returns its id. A retry finding the tag already at
-    that commit succeeds."""
+    that commit succeeds; a tag at another commit fails at once.
+
+    :param tag: the tag's name (templated)
+    :param ref: the branch, tag or commit to tag (templated)
+    """
 
     template_fields: Sequence[str] = ("repository", "tag", "ref")
 

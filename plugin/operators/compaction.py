@@ -27,6 +27,12 @@ class BranchwaterCompactOperator(BranchwaterOperator):
     thresholds `BranchwaterCompactionSensor` takes) and no compaction started within the
     guard window, so two DAG runs overlapping compact once. A branch that is gone fails the
     task, unless `missing_ok=True`, which skips it.
+
+    :param branch: the branch to compact (templated)
+    :param if_needed: compact only when due under `policy` (default False: always)
+    :param policy: thresholds `max_tombstones`, `max_sealed_tokens`, `scan_budget`,
+        `guard_seconds` (templated; the engine's default for each one left out)
+    :param missing_ok: skip the task when the branch is gone (default False: fail)
     """
 
     template_fields: Sequence[str] = ("repository", "branch", "policy")

@@ -55,7 +55,8 @@ class BranchwaterPrepareUncommittedOperator(BranchwaterOperator):
     compacted-but-uncommitted entries, then the copy records) for a GC run.
 
     Returns `{"run_id": ..., "location": ...}`: the GC job reads the run at `location`.
-    `run_id` (templated) resumes an interrupted run instead of starting a new one.
+
+    :param run_id: an interrupted run to resume instead of starting a new one (templated)
     """
 
     template_fields: Sequence[str] = ("repository", "run_id")
@@ -130,7 +131,14 @@ class BranchwaterGCJobOperator(SparkSubmitOperator):
     `spark-submit` would copy the environment onto its command line, are refused. The
     interpreter running the task runs the job too (`PYSPARK_PYTHON`, unless `env_vars` says
     otherwise), and its `spark-submit` is used when none is on the `PATH`. The Spark
-    application is named `name` (templated) followed by the repository.
+    application is named `name` (templated) followed by the repository. Other
+    `SparkSubmitOperator` parameters (`conf`, `env_vars`, `executor_memory`...) pass through.
+
+    :param repository: the repository to collect (templated)
+    :param branchwater_conn_id: the `branchwater` connection of the lake (default
+        `branchwater_default`)
+    :param conn_id: the Spark connection choosing the master (default `spark_default`;
+        missing: `local[*]`)
     """
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "repository")
@@ -157,7 +165,7 @@ class BranchwaterGCJobOperator(SparkSubmitOperator):
     def execute(self, context: Context) -> Any:
         hook = BranchwaterHook(self.branchwater_conn_id)
         try:
-            self.job_env = job_environment(hook)
+            self.job_env = job_environment(hook, self.repository)
             self.name = f"{self.name}-{self.repository}"
             self.application_args = [
                 "--kv-env",
@@ -201,9 +209,9 @@ def run_locally(hook: SparkSubmitHook) -> None:
     hook._should_track_driver_status = False
 
 
-def job_environment(hook: BranchwaterHook) -> dict[str, str]:
+def job_environment(hook: BranchwaterHook, repository: str) -> dict[str, str]:
     """What the job needs in its environment: the KV URL, its Python and `spark-submit`,
-    and S3 credentials from the connection's AWS connection."""
+    and, for a repository on S3, credentials from the connection's AWS connection."""
     env = {
         KV_ENV: hook.settings.kv_url,
         "PYSPARK_PYTHON": sys.executable,
@@ -212,7 +220,7 @@ def job_environment(hook: BranchwaterHook) -> dict[str, str]:
     here = str(Path(sys.executable).parent)
     if shutil.which("spark-submit") is None and (Path(here) / "spark-submit").exists():
         env["PATH"] = os.pathsep.join([here, os.environ.get("PATH", "")])
-    s3 = hook.s3_options() or {}
+    s3 = hook.s3_options_for(hook.repository(repository).storage_namespace) or {}
     names = {
         "aws_access_key_id": "AWS_ACCESS_KEY_ID",
         "aws_secret_access_key": "AWS_SECRET_ACCESS_KEY",
@@ -235,6 +243,13 @@ class BranchwaterGCMarkOperator(BranchwaterGCJobOperator):
     share of the namespace's objects old enough to be considered (empty: the job's default,
     0.5). A mark whose gate failed still succeeds: it finished, and
     `BranchwaterGCGateOperator` is the task that refuses it.
+
+    :param prepare_run: the run id of a finished prepare run (templated)
+    :param mode: "clean" or "optimized" (templated; default "clean")
+    :param min_age: how old an object must be to be collected, "90s", "6h"... (templated;
+        default: the lake's)
+    :param max_share: the gate's bound on the candidates' share of the namespace's objects
+        (templated; default 0.5)
     """
 
     template_fields: Sequence[str] = (
@@ -297,7 +312,11 @@ class BranchwaterGCSweepOperator(BranchwaterGCJobOperator):
     A sweep that was interrupted resumes where it stopped. With `skip_sweep` true (templated: a
     dry-run param's true or "true") the task is skipped and nothing is deleted. A mark that
     holds no candidates is recorded as swept by the task itself, without a Spark application.
-    Returns the run's figures (`summary_record`), `deleted` among them."""
+    Returns the run's figures (`summary_record`), `deleted` among them.
+
+    :param run_id: the marked GC run to sweep (templated)
+    :param skip_sweep: skip the task, deleting nothing (templated; default False)
+    """
 
     template_fields: Sequence[str] = (
         *BranchwaterGCJobOperator.template_fields,
@@ -334,7 +353,8 @@ class BranchwaterGCSweepOperator(BranchwaterGCJobOperator):
         from branchwater.spark_jobs.gc.job import sweep_without_spark
 
         self.log.info("GC run %s marked no candidates: sweeping it without Spark", self.sweep_run)
-        s3 = {key: value for key, value in (hook.s3_options() or {}).items() if value}
+        namespace = hook.repository(self.repository).storage_namespace
+        s3 = {k: v for k, v in (hook.s3_options_for(namespace) or {}).items() if v}
         config = JobConfig(
             kv_url=hook.settings.kv_url,
             repository=self.repository,
@@ -348,7 +368,10 @@ class BranchwaterGCGateOperator(BranchwaterOperator):
     """The decision between mark and sweep: fails, without retries, unless GC run `run_id`
     (templated) finished its mark and every expectation of its Great Expectations gate
     held. The failure names each failed expectation with GX's figures and the report.
-    Returns the run's figures (`summary_record`)."""
+    Returns the run's figures (`summary_record`).
+
+    :param run_id: the marked GC run (templated)
+    """
 
     template_fields: Sequence[str] = ("repository", "run_id")
 
@@ -389,7 +412,10 @@ def _expectation_text(expectation: Expectation) -> str:
 class BranchwaterGCReportOperator(BranchwaterOperator):
     """Points at GC run `run_id`'s (templated) report: returns the run's figures
     (`summary_record`, the report's URI under `report`) and shows the report as an extra
-    link."""
+    link.
+
+    :param run_id: the GC run (templated)
+    """
 
     template_fields: Sequence[str] = ("repository", "run_id")
     operator_extra_links = (BranchwaterGCReportLink(),)

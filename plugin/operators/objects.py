@@ -20,7 +20,14 @@ class BranchwaterUploadOperator(BranchwaterOperator):
     contents of the local file `filename`.
 
     Returns the staged entry (`path`, `address`, `size`, `checksum`). Staging is idempotent,
-    so a retry simply stages the object again.
+    so a retry simply stages the object again, and content the branch shows already is not
+    staged at all.
+
+    :param branch: the branch to stage on (templated)
+    :param path: the object's path in the repository (templated)
+    :param data: the object's content, text or bytes (templated)
+    :param filename: a local file whose content is staged instead (templated)
+    :param metadata: user metadata of the object (templated)
     """
 
     template_fields: Sequence[str] = (

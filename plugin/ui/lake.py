@@ -55,7 +55,7 @@ class LakeAccess:
         with self._lock:
             store = self._stores.get(namespace)
             if store is None:
-                store = open_object_store(namespace, **(hook.s3_options() or {}))
+                store = open_object_store(namespace, **(hook.s3_options_for(namespace) or {}))
                 self._stores[namespace] = store
             return store
 

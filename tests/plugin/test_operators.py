@@ -176,7 +176,10 @@ def test_failures_say_what_is_wrong_and_final_ones_are_not_retried(
             task_id="no_kv_url", repository=repo.name, branch="x", branchwater_conn_id="bw_no_url"
         )
         BranchwaterCommitOperator(
-            task_id="no_repository", repository="nope", branch="main", message="m"
+            task_id="no_repository", repository="nope", branch="main", message="m", **retried
+        )
+        BranchwaterMergeOperator(
+            task_id="no_ref", repository=repo.name, source_ref="never-made", **retried
         )
         BranchwaterCreateBranchOperator(
             task_id="elsewhere", repository=repo.name, branch="right", **retried
@@ -185,7 +188,12 @@ def test_failures_say_what_is_wrong_and_final_ones_are_not_retried(
             task_id="conflict", repository=repo.name, source_ref="right", **retried
         )
         BranchwaterCommitOperator(
-            task_id="nothing_staged", repository=repo.name, branch="main", message="m", **retried
+            task_id="nothing_staged",
+            repository=repo.name,
+            branch="main",
+            message="m",
+            on_no_changes="fail",
+            **retried,
         )
 
     result = run_dag(dag)
@@ -199,9 +207,9 @@ def test_failures_say_what_is_wrong_and_final_ones_are_not_retried(
     assert "MergeConflict: merging 'right' into 'main' conflicts on 1 path(s): same.csv" in output
     assert "NoChanges: nothing to commit on branch 'main'" in output
     assert f"AlreadyExists: branch 'right' of '{repo.name}' exists at" in output
-    assert result.tries["elsewhere"] == 1
-    assert result.tries["conflict"] == 1
-    assert result.tries["nothing_staged"] == 1
+    assert "NotFound: ref 'never-made' not found" in output
+    for task in ("elsewhere", "conflict", "nothing_staged", "no_repository", "no_ref"):
+        assert result.tries[task] == 1, task
 
 
 class LosesWorkerAfterwards:

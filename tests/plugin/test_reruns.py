@@ -1,0 +1,209 @@
+"""The rerun matrix of the README's pattern (repository → branch → load → commit → merge →
+cleanup), through `dag.test()`: a DAG run whose task failed after or before its work, rerun
+under the same run id as clearing it does, and reruns after a real merge or another run's
+merge, all end `success` with the commit and merge of one good run, and no branch left."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from airflow.sdk import DAG
+
+from branchwater.plugin.operators import (
+    BranchwaterCommitOperator,
+    BranchwaterCreateBranchOperator,
+    BranchwaterCreateRepositoryOperator,
+    BranchwaterDeleteBranchOperator,
+    BranchwaterMergeOperator,
+    BranchwaterUploadOperator,
+)
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from branchwater.engine import Repository
+    from tests.plugin.conftest import LakeConnection, RunDag
+
+pytestmark = [pytest.mark.airflow, pytest.mark.slow]
+
+REPOSITORY = "orders"
+DAY1, DAY2 = (datetime(2026, 11, day, tzinfo=timezone.utc) for day in (20, 21))
+
+
+class FailsAfterItsWork:
+    """A worker lost between the engine call and Airflow recording the result."""
+
+    def run(self, context: Context) -> Any:
+        super().run(context)  # type: ignore[misc]
+        raise RuntimeError(f"{context['ti'].task_id}: worker lost after the work was done")
+
+
+class FailsBeforeItsWork:
+    def execute_on(self, repo: Repository, context: Context) -> Any:
+        raise RuntimeError(f"{context['ti'].task_id}: worker lost before the work")
+
+
+class CreateRepositoryThenFail(FailsAfterItsWork, BranchwaterCreateRepositoryOperator):
+    pass
+
+
+class CreateBranchThenFail(FailsAfterItsWork, BranchwaterCreateBranchOperator):
+    pass
+
+
+class UploadThenFail(FailsAfterItsWork, BranchwaterUploadOperator):
+    pass
+
+
+class CommitThenFail(FailsAfterItsWork, BranchwaterCommitOperator):
+    pass
+
+
+class MergeThenFail(FailsAfterItsWork, BranchwaterMergeOperator):
+    pass
+
+
+class DeleteThenFail(FailsAfterItsWork, BranchwaterDeleteBranchOperator):
+    pass
+
+
+class FailBeforeMerging(FailsBeforeItsWork, BranchwaterMergeOperator):
+    pass
+
+
+class MainMovesFirst(BranchwaterMergeOperator):
+    """`main` gets another commit between the branch's creation and its merge, so the merge
+    is a real one, not one that could fast-forward."""
+
+    def execute_on(self, repo: Repository, context: Context) -> Any:
+        main = repo.branch("main")
+        main.upload(f"elsewhere/{context['ds']}.csv", b"elsewhere")
+        main.commit("elsewhere")
+        return super().execute_on(repo, context)
+
+
+FAILING_AFTER = {
+    "repository": CreateRepositoryThenFail,
+    "branch": CreateBranchThenFail,
+    "load": UploadThenFail,
+    "commit": CommitThenFail,
+    "merge": MergeThenFail,
+    "cleanup": DeleteThenFail,
+}
+
+
+def daily_orders(exports: Path, **classes: type) -> DAG:
+    """The README's DAG, with the classes of some tasks replaced, and no retries: a failed
+    try fails the run."""
+    repo = {"repository": REPOSITORY}
+    branch = "orders-{{ ds_nodash }}"
+
+    def task(task_id: str, default: type, **kwargs: Any) -> Any:
+        return classes.get(task_id, default)(task_id=task_id, **repo, **kwargs)
+
+    with DAG("bw_daily_orders", schedule="@daily") as dag:
+        (
+            task("repository", BranchwaterCreateRepositoryOperator)
+            >> task("branch", BranchwaterCreateBranchOperator, branch=branch)
+            >> task(
+                "load",
+                BranchwaterUploadOperator,
+                branch=branch,
+                path="orders/{{ ds }}.csv",
+                filename=f"{exports}/{{{{ ds }}}}.csv",
+            )
+            >> task(
+                "commit", BranchwaterCommitOperator, branch=branch, message="Orders of {{ ds }}"
+            )
+            >> task("merge", BranchwaterMergeOperator, source_ref=branch)
+            >> task("cleanup", BranchwaterDeleteBranchOperator, branch=branch)
+        )
+    return dag
+
+
+@pytest.fixture
+def exports(tmp_path: Path) -> Path:
+    folder = tmp_path / "exports"
+    folder.mkdir()
+    for day in (DAY1, DAY2):
+        (folder / f"{day.date().isoformat()}.csv").write_text(f"id\n{day.day}\n")
+    return folder
+
+
+def one_good_run(repo: Repository, run_id: str) -> None:
+    """What `main` and the branches hold of run `run_id`: its commit and its merge, once,
+    and no branch of its own left."""
+    made = repo.log("main", where={"airflow.run_id": run_id})
+    assert [c.metadata["airflow.task_id"] for c in made] == ["merge", "commit"]
+    assert made[0].parents[1] == made[1].id
+    assert [b.name for b in repo.branches()] == ["main"]
+
+
+def history(repo: Repository) -> list[str]:
+    return [c.id for c in repo.log("main")]
+
+
+def rerun_adds_nothing(run_dag: RunDag, exports: Path, repo: Repository, day: datetime) -> None:
+    before = history(repo)
+    rerun = run_dag(daily_orders(exports), logical_date=day)
+    assert rerun.state == "success", rerun.states
+    assert history(repo) == before
+    one_good_run(repo, rerun.run_id)
+
+
+@pytest.mark.parametrize("failing", list(FAILING_AFTER))
+def test_a_run_that_failed_after_a_tasks_work_reruns_to_one_good_run(
+    run_dag: RunDag, lake_conn: LakeConnection, exports: Path, failing: str
+) -> None:
+    failed = run_dag(daily_orders(exports, **{failing: FAILING_AFTER[failing]}), logical_date=DAY1)
+    assert failed.state == "failed"
+    assert failed.states[failing] == "failed"
+
+    rerun = run_dag(daily_orders(exports), logical_date=DAY1)
+
+    assert rerun.state == "success", rerun.states
+    assert rerun.run_id == failed.run_id
+    repo = lake_conn.lake.repository(REPOSITORY)
+    one_good_run(repo, rerun.run_id)
+    assert repo.branch("main").read("orders/2026-11-20.csv") == b"id\n20\n"
+    rerun_adds_nothing(run_dag, exports, repo, DAY1)
+
+
+def test_reruns_after_a_real_merge_add_nothing(
+    run_dag: RunDag, lake_conn: LakeConnection, exports: Path
+) -> None:
+    first = run_dag(daily_orders(exports, merge=MainMovesFirst), logical_date=DAY1)
+    assert first.state == "success", first.states
+    repo = lake_conn.lake.repository(REPOSITORY)
+    merged = repo.commit(first.value("merge"))
+    assert repo.commit(merged.parents[0]).message == "elsewhere"
+
+    rerun_adds_nothing(run_dag, exports, repo, DAY1)
+    second = run_dag(daily_orders(exports), logical_date=DAY2)
+    assert second.state == "success", second.states
+    rerun_adds_nothing(run_dag, exports, repo, DAY1)
+
+
+def test_a_run_rerun_after_another_runs_merge_merges_once(
+    run_dag: RunDag, lake_conn: LakeConnection, exports: Path
+) -> None:
+    """Day 1 stops before its merge, day 2 runs and merges, then day 1 is rerun: it keeps its
+    branch and commit, merges onto day 2, and a rerun after that adds nothing."""
+    failed = run_dag(daily_orders(exports, merge=FailBeforeMerging), logical_date=DAY1)
+    assert failed.states["merge"] == "failed"
+    second = run_dag(daily_orders(exports), logical_date=DAY2)
+    assert second.state == "success", second.states
+
+    rerun = run_dag(daily_orders(exports), logical_date=DAY1)
+
+    assert rerun.state == "success", rerun.states
+    repo = lake_conn.lake.repository(REPOSITORY)
+    assert rerun.value("commit") == failed.value("commit")
+    merged = repo.commit(rerun.value("merge"))
+    assert merged.parents == (second.value("merge"), failed.value("commit"))
+    one_good_run(repo, rerun.run_id)
+    rerun_adds_nothing(run_dag, exports, repo, DAY1)
+    rerun_adds_nothing(run_dag, exports, repo, DAY2)
