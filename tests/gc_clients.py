@@ -40,8 +40,8 @@ RACE_DELAY = 0.01
 """How long after a copy starts a racing delete comes: within the copy's widened steps."""
 PACE = 0.02
 """A pause between steps: objects then live long enough to be old for a run's minimum age."""
-MAX_STEPS = 5_000
-MAX_SECONDS = 120.0
+MAX_STEPS = 30_000
+MAX_SECONDS = 600.0
 EXPECTED = (NotFound, NoChanges, MergeConflict, DirtyBranch, TooManyTries)
 """What a step may meet from the other clients: a path deleted, nothing to commit, a lost
 race. Anything else fails the test."""

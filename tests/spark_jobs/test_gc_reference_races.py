@@ -1,0 +1,104 @@
+"""The Spark job against clients that keep working: the reported shallow-copy race forced
+through a real run, then clients in processes and a thread moving references while clean
+and optimized runs go on (`tests/gc/test_concurrent_gc.py` does the same many times a second
+on the GC rule alone).
+
+After each run every object a branch or commit references reads with its checksum; after a
+last clean run with the clients stopped, nothing is left but what it holds uncommitted and
+what copy records still hold. `BRANCHWATER_LONG_TESTS=1` runs the long variant.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from branchwater.engine import NotFound
+from branchwater.engine.gc.prepare import PreparedRun
+from tests import gc_clients
+from tests.gc_model import assert_references_intact, referenced_entries
+from tests.helpers import GCLake, data_objects, paused_at, run_addresses, spawned_pool
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+PROCESSES = 2
+MIN_AGE = timedelta(seconds=0.25)
+"""Longer than any client takes between writing an object and staging it."""
+LONG = os.environ.get("BRANCHWATER_LONG_TESTS") == "1"
+
+
+def test_a_copy_racing_a_delete_of_its_source_through_a_run_is_never_left_dangling(
+    local_gc: GCLake,
+) -> None:
+    """The reported interleaving, forced: the copy has read its source, a second client
+    deletes the source, the run prepares, then the copy goes on. The object is garbage the
+    run collects, and no branch is left referring to it."""
+    main = local_gc.repo.branch("main")
+    precious = main.upload("src/0278", b"precious").address
+    outcome: list[BaseException | None] = []
+
+    with paused_at("copy.after_read") as pause, ThreadPoolExecutor(1) as client_a:
+        copying = client_a.submit(main.copy, "src/0278", "dst/0278")
+        pause.wait()
+        main.delete("src/0278")
+
+        def resume_copy_after_prepare(event: dict[str, Any]) -> None:
+            if event.get("phase") == "prepare" and event.get("state") == "end":
+                pause.release()
+                outcome.append(copying.exception(gc_clients.MAX_SECONDS))
+
+        summary = local_gc.run(events=resume_copy_after_prepare)
+
+    assert isinstance(outcome[0], NotFound)
+    assert summary.volume("deleted").objects == 1
+    assert precious not in local_gc.data_objects()
+    assert_references_intact(local_gc.repo)
+
+
+def test_clean_and_optimized_runs_keep_every_reference_while_clients_move_them(
+    local_gc: GCLake,
+) -> None:
+    repo = local_gc.repo
+    gc_clients.start(repo)
+    modes = ["clean", "optimized", "optimized", "clean"] * (5 if LONG else 1)
+    deleted = 0
+    with spawned_pool(PROCESSES) as (manager, pool), ThreadPoolExecutor(1) as thread:
+        stop, thread_stop = manager.Event(), threading.Event()
+        started = [manager.Event() for _ in range(PROCESSES + 1)]
+        args = [(local_gc.kv_url, repo.name, f"p{i}", i, started[i], stop) for i in range(2)]
+        processes = [pool.apply_async(gc_clients.move_references, a) for a in args]
+        in_thread = thread.submit(
+            gc_clients.move_references,
+            local_gc.kv_url,
+            repo.name,
+            "t",
+            99,
+            started[-1],
+            thread_stop,
+            "",
+        )
+        try:
+            assert all(event.wait(gc_clients.MAX_SECONDS) for event in started)
+            for mode in modes:
+                deleted += local_gc.run(mode=mode, min_age=MIN_AGE).volume("deleted").objects
+        finally:
+            stop.set()
+            thread_stop.set()
+        for process in processes:
+            process.get(gc_clients.MAX_SECONDS)
+        in_thread.result(gc_clients.MAX_SECONDS)
+    assert deleted, "the runs collected nothing: the clients made no garbage"
+    assert_references_intact(repo)
+    time.sleep(MIN_AGE.total_seconds())
+    last = local_gc.run(mode="clean", min_age=MIN_AGE)
+    assert_references_intact(repo)
+    held = {entry.address for _, entry in referenced_entries(repo)}
+    held |= {record.address for record in repo.lake.gc.copies.records(repo.record)}
+    held |= run_addresses(repo, PreparedRun(last.run_id, ""))
+    assert set(data_objects(repo.lake, repo)) <= held
