@@ -1,13 +1,29 @@
 """Copies within a branch, and the records that keep shallow copies safe from GC (seed:
 "Track copied objects in ref-store").
 
-Copying an uncommitted object is shallow: the new entry shares the physical address. A
-prepare run scans a branch in path order, so a copy to a path it already passed, followed by
-deleting the source before the scan reaches it, would hide the object from the run. Every
-shallow copy is therefore recorded (address, time) in the KV first, and prepare reads these
-records after all uncommitted entries. Records live for `copy_record_ttl`, longer than any
-prepare run, then are swept in the background. Copies of committed objects are deep: the
-object is copied to a new address, which the copy's entry alone keeps alive.
+Copying an uncommitted object is shallow: the new entry shares the physical address. Copies
+of committed objects are deep: the object is copied to a new address, which the copy's entry
+alone keeps alive (a commit is never deleted, so its objects are never uncommitted garbage).
+
+Why a shallow copy is safe against a GC run that started at any moment. The run scans every
+branch, then reads the copy records, then every commit. A copy reads `src` (entry e, address
+X), writes a record of X, reads `src` again and stages `dst` -> X only if `src` still shows e.
+
+- The record was there when the run read records: X is in the run's uncommitted set.
+- It was not: then the second read came after the run had scanned the branch, and still
+  found e at `src`. Either e was in the branch's layers when the scan passed `src`, so the
+  scan has X (or a commit or compaction took e before the scan got there: the commit is in
+  the committed listing, the compacted metarange is followed), or e was staged after the
+  scan passed it, by an operation made safe by the same argument, one step earlier.
+
+Without the second read, a second client removing `src` between the copy's first read and
+its record, with the run scanning and reading records in that gap, left `dst` -> X seen by
+nothing: the race this module once had. A prepare run also scans a branch in path order, so
+a copy to a path it already passed followed by deleting the source before the scan reaches
+it would hide the object from the scan: the record covers that too, which is why prepare
+reads records after all uncommitted entries. Records live for `copy_record_ttl`, longer than
+any prepare run, then are swept in the background; a record of a copy that started over
+only keeps an object longer. `docs/architecture.md` holds the argument for every operation.
 """
 
 from __future__ import annotations
