@@ -53,6 +53,7 @@ class Explanation:
     exists: bool = False
     mtime: str | None = None
     size: int | None = None
+    made_by: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -98,6 +99,7 @@ def explain(
     answer.commits_holding = len(commits)
     answer.references += commits[:MAX_COMMITS]
     answer.references += _branches(repo, key)
+    answer.made_by = [made.text() for made in repo.provenance(key)]
     for summary in summaries:
         if _in_files(ns, summary.files.get("deleted", []), key):
             answer.run_id = summary.run_id
@@ -202,7 +204,15 @@ def _prepared(repo: Repository, ns: Namespace, run_id: str, key: str) -> list[Re
 def _dangling(answer: Explanation) -> None:
     if answer.references:
         names = ", ".join(f"{r.kind} {r.name}" for r in answer.references)
-        answer.reasons.append(f"yet {names} refer to it now: its data is gone")
+        verb = "refers" if len(answer.references) == 1 else "refer"
+        answer.reasons.append(f"yet {names} {verb} to it now: its data is gone")
+        _made_by(answer)
+
+
+def _made_by(answer: Explanation) -> None:
+    """Name the operations GC's records remember making a reference to the address."""
+    for made in answer.made_by:
+        answer.reasons.append(f"referenced by {made}")
 
 
 def _unswept(summary: runs.RunSummary) -> str:
@@ -237,6 +247,7 @@ def _kept(
         answer.verdict = answer.verdict or "kept: uncommitted"
         for ref in branches:
             answer.reasons.append(f"uncommitted on branch {ref.name} as {ref.path} ({ref.detail})")
+        _made_by(answer)
     age = now - datetime.fromisoformat(answer.mtime or now.isoformat())
     if not commits and not branches and age < min_age:
         answer.verdict = "kept: too young"

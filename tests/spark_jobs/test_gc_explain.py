@@ -67,3 +67,25 @@ def test_explain_takes_absolute_addresses_inside_the_namespace_and_refuses_other
     for malformed in ("tables/a", "_branchwater/ranges/x", "data/../x", ""):
         with pytest.raises(InvalidAddress, match="not a data address"):
             explain(local_gc.repo, malformed, min_age=NONE)
+
+
+def test_explain_names_the_copy_or_link_that_made_a_reference(local_gc: GCLake) -> None:
+    repo = local_gc.repo
+    dev = repo.create_branch("dev", source="main")
+    copied = dev.upload("tables/a", b"a").address
+    dev.copy("tables/a", "tables/b")
+    dev.delete("tables/a")
+    physical = dev.get_physical_address()
+    local_gc.objects.put(physical.address, b"by spark")
+    dev.link_physical_address("tables/c", physical.token, size=8, checksum="c")
+
+    local_gc.objects.delete([copied])
+    answer = explain(repo, copied, min_age=NONE)
+    assert answer.verdict == "no object at this address"
+    assert "yet branch dev refers to it now: its data is gone" in answer.text()
+    assert "referenced by a shallow copy on branch dev at " in answer.text()
+
+    answer = explain(repo, physical.address, min_age=NONE)
+    assert answer.verdict == "kept: uncommitted"
+    assert "referenced by a link with a token valid until " in answer.text()
+    assert answer.to_json()["made_by"] == [p.text() for p in repo.provenance(physical.address)]
