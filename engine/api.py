@@ -22,7 +22,6 @@ from branchwater.engine.gc.inputs import (
     uncommitted_run,
 )
 from branchwater.engine.gc.prepare import PreparedRun, prepare_uncommitted_for_gc
-from branchwater.engine.gc.provenance import Provenance, provenance
 from branchwater.engine.gc.runlock import DEFAULT_LEASE, GCRunLease, acquire_run_lease
 from branchwater.engine.gc.settings import GCSettings
 from branchwater.engine.gc.tokens import PhysicalAddress
@@ -46,7 +45,7 @@ from branchwater.engine.graveler.graveler import Graveler, RetryPolicy, S3Option
 from branchwater.engine.graveler.merge import MergeResult
 from branchwater.engine.graveler.metrics import CompactionMetrics
 from branchwater.engine.graveler.model import Change, Commit, Entry, RepositoryRecord, Tag
-from branchwater.engine.graveler.names import check_ref_name
+from branchwater.engine.graveler.names import check_path, check_ref_name
 from branchwater.engine.kv import open_store
 
 DEFAULT_KV_URL = "sqlite:///.branchwater/lake.db"
@@ -158,7 +157,8 @@ class Repository:
         return self.lake.graveler
 
     def create_branch(self, name: str, source: str | None = None) -> Branch:
-        branch_ops.create_branch(self._g, self.record, name, source or self.default_branch)
+        source = self.default_branch if source is None else source
+        branch_ops.create_branch(self._g, self.record, name, source)
         return Branch(self, name)
 
     def branch(self, name: str) -> Branch:
@@ -305,10 +305,6 @@ class Repository:
         """A finished `prepare_uncommitted_for_gc` run: its start, files and time limits."""
         return uncommitted_run(self._g.objects(self.storage_namespace), run_id)
 
-    def provenance(self, address: str) -> list[Provenance]:
-        """The shallow copies and links GC's records remember for `address`, oldest first."""
-        return provenance(self.lake.gc, self.record, address)
-
 
 class Ref:
     """A read-only view of one commit, reached through any ref name."""
@@ -337,12 +333,15 @@ class Ref:
         return self._g.refs.get_commit(self._record, self.commit_id)
 
     def stat(self, path: str) -> Entry:
-        return reads.get_commit_entry(self._g, self._record, self.commit_id, path, self.name)
+        return reads.get_commit_entry(
+            self._g, self._record, self.commit_id, check_path(path), self.name
+        )
 
     def read(self, path: str) -> bytes:
         return _read_object(self._g, self._record, self.stat(path))
 
     def list(self, prefix: str = "", after: str = "") -> Iterator[Entry]:
+        prefix, after = _listing_bounds(prefix, after)
         return reads.list_commit(self._g, self._record, self.commit_id, prefix, after)
 
 
@@ -362,9 +361,10 @@ class Branch(Ref):
         return self._g.read_branch(self._record, self.name).commit_id
 
     def stat(self, path: str) -> Entry:
-        return reads.get_branch_entry(self._g, self._record, self.name, _check_path(path))
+        return reads.get_branch_entry(self._g, self._record, self.name, check_path(path))
 
     def list(self, prefix: str = "", after: str = "") -> Iterator[Entry]:
+        prefix, after = _listing_bounds(prefix, after)
         return reads.list_branch(self._g, self._record, self.name, prefix, after)
 
     def upload(self, path: str, data: bytes, metadata: Mapping[str, str] | None = None) -> Entry:
@@ -373,7 +373,7 @@ class Branch(Ref):
         Content the branch already shows at `path` (same bytes, same metadata) is neither
         written nor staged: its entry is returned, so a retried task changes nothing.
         """
-        _check_path(path)
+        check_path(path)
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise InvalidArgument(f"upload data must be bytes, not {type(data).__name__}")
         data = bytes(data)
@@ -391,7 +391,7 @@ class Branch(Ref):
         return entry
 
     def delete(self, path: str) -> None:
-        writes.stage_delete(self._g, self._record, self.name, _check_path(path))
+        writes.stage_delete(self._g, self._record, self.name, check_path(path))
 
     def uncommitted(self) -> Iterator[Change]:
         return reads.uncommitted_changes(self._g, self._record, self.name)
@@ -444,7 +444,7 @@ class Branch(Ref):
             self._gc,
             self._record,
             self.name,
-            _check_path(path),
+            check_path(path),
             token,
             size=size,
             checksum=checksum,
@@ -455,7 +455,7 @@ class Branch(Ref):
     def copy(self, src: str, dst: str) -> Entry:
         """Copy `src` to `dst`: shallow (and tracked for GC) when `src` is uncommitted."""
         return copies.copy_entry(
-            self._g, self._gc, self._record, self.name, _check_path(src), _check_path(dst)
+            self._g, self._gc, self._record, self.name, check_path(src), check_path(dst)
         )
 
     @property
@@ -488,10 +488,8 @@ def _after(commits: Iterator[Commit], commit_id: str) -> Iterator[Commit]:
     raise NotFound(f"commit {commit_id!r} is not in that history")
 
 
-def _check_path(path: object) -> str:
-    if not isinstance(path, str) or not path or "\x00" in path:
-        raise InvalidArgument(f"object path must be a non-empty string without NUL, not {path!r}")
-    return path
+def _listing_bounds(prefix: object, after: object) -> tuple[str, str]:
+    return check_path(prefix, "prefix", empty=True), check_path(after, "listing start", empty=True)
 
 
 def _read_object(g: Graveler, repo: RepositoryRecord, entry: Entry) -> bytes:

@@ -589,7 +589,9 @@ def credentials() -> Any:
 
     piece = st.from_regex(r"[A-Z][a-z]{3}[0-9]{2}", fullmatch=True)
     reserved = st.text(st.sampled_from(URL_RESERVED), max_size=2)
-    user = st.text(st.sampled_from("bob" + URL_RESERVED), min_size=1, max_size=6)
+    user = st.text(st.sampled_from("bob" + URL_RESERVED), min_size=1, max_size=6).filter(
+        lambda text: not text.startswith("/")  # `sqlite:///…` is a path, not a user
+    )
 
     @st.composite
     def build(draw: Any) -> Credentials:
@@ -613,3 +615,30 @@ def error_chain(error: BaseException) -> str:
         seen.append(str(current))
         current = current.__cause__ or current.__context__
     return "\n".join(seen)
+
+
+# Hostile names and paths -------------------------------------------------------------------
+
+
+def any_text(max_size: int = 12) -> Any:
+    """Text of every code point, lone surrogates (what Python makes of non-UTF-8 bytes in
+    `argv`) included."""
+    from hypothesis import strategies as st
+
+    return st.text(st.characters() | st.characters(categories=["Cs"]), max_size=max_size)
+
+
+def unencodable_texts() -> Any:
+    """Strings no name or path can be: any text with a lone surrogate somewhere."""
+    from hypothesis import strategies as st
+
+    surrogate = st.characters(categories=["Cs"])
+    return st.builds(lambda a, b, c: a + b + c, any_text(6), surrogate, any_text(6))
+
+
+def not_text() -> Any:
+    """What a caller may pass where a name or path belongs and must get `InvalidName` or
+    `InvalidArgument` for, not a raw `TypeError`."""
+    from hypothesis import strategies as st
+
+    return st.none() | st.integers() | st.binary(max_size=8) | st.lists(st.text(), max_size=2)

@@ -1,19 +1,71 @@
-"""Name rules: repositories as S3 buckets and lakeFS name them, branches and tags as git does."""
+"""Name rules: repositories as S3 buckets and lakeFS name them, branches and tags as git does,
+and what any name or object path must be to become a KV key (a string of valid Unicode).
+
+A branch or tag may not be named like a full commit id (git refuses such refs too): it would
+shadow the commit a reader pins. Resolution reads a full commit id as the commit first."""
 
 from __future__ import annotations
 
 import re
 
-from branchwater.engine.errors import InvalidName
+from branchwater.engine.errors import InvalidArgument, InvalidName
 
 REPOSITORY_NAME_PATTERN = "^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$"
 """What a repository name matches (also the DAGs' params' JSON-schema `pattern`)."""
 _REPOSITORY = re.compile(REPOSITORY_NAME_PATTERN)
 _REF_FORBIDDEN = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]")
+_HEX_ID = re.compile(r"[0-9a-f]{64}")
+
+
+def is_hex_id(text: str) -> bool:
+    """Whether `text` has the form of a commit, range or metarange id: a SHA-256 in
+    lowercase hex."""
+    return _HEX_ID.fullmatch(text) is not None
+
+
+def name_key(name: object, kind: str) -> bytes:
+    """`name` as key bytes; a name that cannot be a key (not a string, a lone surrogate) is
+    an `InvalidName` rather than a crash deep in the store."""
+    problem = _unicode_problem(name)
+    if problem:
+        raise InvalidName(f"invalid {kind} {name!r}: {problem}")
+    assert isinstance(name, str)
+    return name.encode()
+
+
+def check_path(path: object, what: str = "object path", *, empty: bool = False) -> str:
+    """An object path (or a listing's prefix or start, which may be `empty`) that can be a
+    key: a string of valid Unicode without NUL."""
+    problem = _path_problem(path, empty)
+    if problem:
+        raise InvalidArgument(f"invalid {what} {path!r}: {problem}")
+    assert isinstance(path, str)
+    return path
+
+
+def _path_problem(path: object, empty: bool) -> str | None:
+    problem = _unicode_problem(path)
+    if problem or not isinstance(path, str):
+        return problem
+    if "\x00" in path:
+        return "it must not contain NUL"
+    if not path and not empty:
+        return "it must not be empty"
+    return None
+
+
+def _unicode_problem(text: object) -> str | None:
+    if not isinstance(text, str):
+        return f"it must be a string, not {type(text).__name__}"
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return "it must be valid Unicode: no lone surrogates (non-UTF-8 bytes from a shell)"
+    return None
 
 
 def check_repository_name(name: object) -> str:
-    if not isinstance(name, str) or not _REPOSITORY.match(name):
+    if not isinstance(name, str) or not _REPOSITORY.fullmatch(name):
         raise InvalidName(
             f"invalid repository name {name!r}: use 3-63 lowercase letters, digits and hyphens, "
             "starting and ending with a letter or digit"
@@ -33,6 +85,11 @@ def check_ref_name(name: object, kind: str = "branch") -> str:
 def _ref_name_problem(name: object) -> str | None:
     if not isinstance(name, str) or not name:
         return "it must be a non-empty string"
+    problem = _unicode_problem(name)
+    if problem:
+        return problem
+    if is_hex_id(name):
+        return "it must not be a full commit id (64 hex digits), which names that commit"
     if len(name.encode()) > 255:
         return "it must be at most 255 bytes"
     if _REF_FORBIDDEN.search(name):

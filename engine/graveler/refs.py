@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 from branchwater.engine.errors import AlreadyExists, InvalidArgument, NotFound, PredicateFailed
 from branchwater.engine.graveler.model import BranchRecord, Commit, RepositoryRecord, Tag
+from branchwater.engine.graveler.names import is_hex_id, name_key
 from branchwater.engine.kv import Store
 
 GRAVELER_PARTITION = b"graveler"
@@ -97,7 +98,9 @@ class RefStore:
 
     def get_repository(self, name: str) -> RepositoryRecord:
         try:
-            value, _ = self.kv.get(GRAVELER_PARTITION, REPOS_PREFIX + name.encode())
+            value, _ = self.kv.get(
+                GRAVELER_PARTITION, REPOS_PREFIX + name_key(name, "repository name")
+            )
         except NotFound:
             raise NotFound(f"repository {name!r} not found") from None
         return RepositoryRecord.decode(value)
@@ -111,7 +114,7 @@ class RefStore:
             raise AlreadyExists(f"repository {repo.name!r} already exists") from None
 
     def remove_repository(self, name: str) -> None:
-        self.kv.delete(GRAVELER_PARTITION, REPOS_PREFIX + name.encode())
+        self.kv.delete(GRAVELER_PARTITION, REPOS_PREFIX + name_key(name, "repository name"))
 
     def list_repositories(self, after: str = "") -> Iterator[RepositoryRecord]:
         for _, value in scan_prefix(self.kv, GRAVELER_PARTITION, REPOS_PREFIX, after.encode()):
@@ -162,7 +165,7 @@ class RefStore:
     def get_branch(self, repo: RepositoryRecord, name: str) -> tuple[BranchRecord, bytes]:
         """The branch record and the predicate a later `set_branch_if` must pass."""
         try:
-            value, predicate = self.kv.get(repo.partition, BRANCHES + name.encode())
+            value, predicate = self.kv.get(repo.partition, BRANCHES + name_key(name, "branch name"))
         except NotFound:
             raise NotFound(f"branch {name!r} not found in repository {repo.name!r}") from None
         return BranchRecord.decode(value), predicate
@@ -184,7 +187,7 @@ class RefStore:
         return value
 
     def remove_branch(self, repo: RepositoryRecord, name: str) -> None:
-        self.kv.delete(repo.partition, BRANCHES + name.encode())
+        self.kv.delete(repo.partition, BRANCHES + name_key(name, "branch name"))
 
     def branches(self, repo: RepositoryRecord) -> Iterator[BranchRecord]:
         """Every branch record, by name, from one scan: listing costs no read per branch."""
@@ -226,7 +229,7 @@ class RefStore:
 
     def get_commit(self, repo: RepositoryRecord, commit_id: str) -> Commit:
         try:
-            value, _ = self.kv.get(repo.partition, COMMITS + commit_id.encode())
+            value, _ = self.kv.get(repo.partition, COMMITS + name_key(commit_id, "commit id"))
         except NotFound:
             raise NotFound(f"commit {commit_id!r} not found in repository {repo.name!r}") from None
         return Commit.decode(value)
@@ -258,7 +261,7 @@ class RefStore:
 
     def get_tag(self, repo: RepositoryRecord, name: str) -> Tag:
         try:
-            value, _ = self.kv.get(repo.partition, TAGS + name.encode())
+            value, _ = self.kv.get(repo.partition, TAGS + name_key(name, "tag name"))
         except NotFound:
             raise NotFound(f"tag {name!r} not found in repository {repo.name!r}") from None
         return Tag.decode(value)
@@ -274,7 +277,10 @@ class RefStore:
     # resolution
 
     def resolve(self, repo: RepositoryRecord, ref: str) -> ResolvedRef:
-        """Resolve a branch, a tag, a full or abbreviated commit id, with git's `~N` and `^`."""
+        """Resolve a full commit id, a branch, a tag or an abbreviated commit id (in that
+        order), with git's `~N` and `^`."""
+        name_key(ref, "ref")
+        assert isinstance(ref, str)
         base, steps = _split_ancestry(ref)
         resolved = self._resolve_name(repo, base)
         if not steps:
@@ -288,6 +294,12 @@ class RefStore:
         return ResolvedRef(commit_id)
 
     def _resolve_name(self, repo: RepositoryRecord, name: str) -> ResolvedRef:
+        if is_hex_id(name):
+            try:
+                self.kv.get(repo.partition, COMMITS + name.encode())
+                return ResolvedRef(name)
+            except NotFound:
+                pass
         try:
             value, predicate = self.kv.get(repo.partition, BRANCHES + name.encode())
             branch = BranchRecord.decode(value)
@@ -296,11 +308,6 @@ class RefStore:
             pass
         try:
             return ResolvedRef(self.get_tag(repo, name).commit_id)
-        except NotFound:
-            pass
-        try:
-            self.kv.get(repo.partition, COMMITS + name.encode())
-            return ResolvedRef(name)
         except NotFound:
             pass
         found = self.find_commit_by_prefix(repo, name)

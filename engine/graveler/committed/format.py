@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 
 from branchwater.engine.errors import CorruptedData, InvalidArgument
 from branchwater.engine.graveler.model import EMPTY_METADATA, Entry, metadata_json
+from branchwater.engine.graveler.names import is_hex_id
 
 RANGES_PREFIX = "_branchwater/ranges/"
 METARANGES_PREFIX = "_branchwater/metaranges/"
@@ -215,11 +216,7 @@ def metarange_key(metarange_id: str) -> str:
 
 def check_id(kind: str, object_id: object) -> str:
     """Ids become object keys; reject anything but a SHA-256 hex digest."""
-    if (
-        not isinstance(object_id, str)
-        or len(object_id) != 64
-        or object_id.strip("0123456789abcdef")
-    ):
+    if not isinstance(object_id, str) or not is_hex_id(object_id):
         raise InvalidArgument(f"{kind} id must be 64 lowercase hex digits, not {object_id!r}")
     return object_id
 

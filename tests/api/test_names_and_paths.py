@@ -1,0 +1,162 @@
+"""Hostile names and paths through the public API: a typed error naming them, nothing written;
+and refs named like commit ids, which must never take a pinned commit's place."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from branchwater.engine import InvalidArgument, InvalidName, Lake
+from branchwater.engine.api import Repository
+from branchwater.engine.graveler.model import BranchRecord, Tag
+from branchwater.engine.graveler.staging import new_staging_token
+from tests.helpers import not_text, stored, unencodable_texts
+
+EXAMPLES = settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+HOSTILE_NAMES = unencodable_texts() | not_text()
+HOSTILE_PATHS = HOSTILE_NAMES | st.just("") | st.builds("{}\x00{}".format, st.text(), st.text())
+
+
+@pytest.fixture
+def history(repo: Repository) -> list[str]:
+    """Commit ids of `main`, newest first (two commits on the first), and a branch `other`
+    one commit ahead."""
+    main = repo.branch("main")
+    for n in range(2):
+        main.upload(f"data/{n}.csv", b"n\n%d\n" % n)
+        main.commit(f"commit {n}")
+    repo.create_branch("other", source="main")
+    other = repo.branch("other")
+    other.upload("data/other.csv", b"other\n")
+    other.commit("other's commit")
+    assert repo.lake.wait_for_cleanup(10)  # the commits' staging rows, dropped in the background
+    return [c.id for c in repo.log("main")]
+
+
+def refused(error: type[Exception], what: object, call: Callable[[], object]) -> None:
+    """`call` raises `error` naming `what`."""
+    with pytest.raises(error, match=re.escape(repr(what))):
+        result = call()
+        if hasattr(result, "__next__"):
+            next(iter(result))  # type: ignore[call-overload]
+
+
+# Refs named like commit ids ----------------------------------------------------------------
+
+
+@EXAMPLES
+@given(which=st.integers(0, 3), fake=st.from_regex(r"[0-9a-f]{64}", fullmatch=True))
+def test_no_branch_or_tag_can_be_named_like_a_commit_id(
+    lake: Lake, repo: Repository, tmp_path: Path, history: list[str], which: int, fake: str
+) -> None:
+    commit_id = [*history, fake][which]
+    before = stored(lake.graveler.kv, tmp_path)
+    with pytest.raises(InvalidName, match="full commit id"):
+        repo.create_branch(commit_id, source="other")
+    with pytest.raises(InvalidName, match="full commit id"):
+        repo.tag(commit_id, "other")
+    assert stored(lake.graveler.kv, tmp_path) == before
+
+
+def test_a_full_commit_id_resolves_to_its_commit_before_any_ref_of_that_name(
+    lake: Lake, repo: Repository, history: list[str]
+) -> None:
+    """Refs made before names were checked: the commit id still reads the commit."""
+    g, record = lake.graveler, repo.record
+    newest, older, _ = history
+    other = repo.branch("other").commit_id
+    g.refs.insert_branch(record, BranchRecord(newest, other, new_staging_token(record, newest)))
+    g.refs.insert_tag(record, Tag(older, other))
+    assert repo.ref(newest).commit_id == newest
+    assert repo.ref(older).commit_id == older
+    assert repo.ref(f"{newest}~1").commit_id == older
+    assert [c.id for c in repo.log(newest)] == history
+    assert [e.path for e in repo.ref(older).list()] == ["data/0.csv"]
+    assert repo.branch(newest).commit_id == other
+
+
+# Hostile names -----------------------------------------------------------------------------
+
+
+@EXAMPLES
+@given(name=HOSTILE_NAMES)
+def test_a_name_that_cannot_be_one_is_invalid_name_everywhere_and_writes_nothing(
+    lake: Lake, repo: Repository, tmp_path: Path, name: object
+) -> None:
+    calls: list[Callable[[], object]] = [
+        lambda: lake.repository(name),  # type: ignore[arg-type]
+        lambda: lake.create_repository(name, f"file://{tmp_path}/new"),  # type: ignore[arg-type]
+        lambda: lake.create_repository("fresh", f"file://{tmp_path}/new", name),  # type: ignore[arg-type]
+        lambda: lake.delete_repository(name),  # type: ignore[arg-type]
+        lambda: repo.branch(name),  # type: ignore[arg-type]
+        lambda: repo.create_branch(name, source="main"),  # type: ignore[arg-type]
+        lambda: repo.delete_branch(name),  # type: ignore[arg-type]
+        lambda: repo.tag(name, "main"),  # type: ignore[arg-type]
+        lambda: repo.tag("fresh", name),  # type: ignore[arg-type]
+        lambda: repo.delete_tag(name),  # type: ignore[arg-type]
+        lambda: repo.ref(name),  # type: ignore[arg-type]
+        lambda: repo.commit(name),  # type: ignore[arg-type]
+        lambda: repo.log(name),  # type: ignore[arg-type]
+        lambda: repo.diff("main", name),  # type: ignore[arg-type]
+        lambda: repo.merge(name, "main"),  # type: ignore[arg-type]
+        lambda: repo.merge("main", name),  # type: ignore[arg-type]
+        lambda: repo.merge_base("main", name),  # type: ignore[arg-type]
+    ]
+    if name is not None:  # the default branch
+        calls.append(lambda: repo.create_branch("fresh", source=name))  # type: ignore[arg-type]
+    before = stored(lake.graveler.kv, tmp_path)
+    for call in calls:
+        refused(InvalidName, name, call)
+    assert stored(lake.graveler.kv, tmp_path) == before
+
+
+@EXAMPLES
+@given(name=st.from_regex(r"[a-z0-9][a-z0-9-]{1,30}[a-z0-9]", fullmatch=True))
+def test_a_repository_name_with_a_trailing_newline_is_refused(
+    lake: Lake, tmp_path: Path, name: str
+) -> None:
+    before = stored(lake.graveler.kv, tmp_path)
+    with pytest.raises(InvalidName, match="invalid repository name"):
+        lake.create_repository(f"{name}\n", f"file://{tmp_path}/{name}")
+    assert stored(lake.graveler.kv, tmp_path) == before
+
+
+# Hostile paths -----------------------------------------------------------------------------
+
+
+@EXAMPLES
+@given(path=HOSTILE_PATHS)
+def test_a_path_that_cannot_be_one_is_invalid_argument_everywhere_and_writes_nothing(
+    lake: Lake, repo: Repository, tmp_path: Path, path: object
+) -> None:
+    main = repo.branch("main")
+    physical = main.get_physical_address()
+    lake.graveler.objects(repo.storage_namespace).put(physical.address, b"x")
+    pinned = repo.ref(main.commit_id)
+    calls: list[Callable[[], object]] = [
+        lambda: main.stat(path),  # type: ignore[arg-type]
+        lambda: main.read(path),  # type: ignore[arg-type]
+        lambda: main.delete(path),  # type: ignore[arg-type]
+        lambda: main.upload(path, b"data"),  # type: ignore[arg-type]
+        lambda: main.copy(path, "dst"),  # type: ignore[arg-type]
+        lambda: main.copy("src", path),  # type: ignore[arg-type]
+        lambda: main.link_physical_address(path, physical.token, size=1, checksum="c"),  # type: ignore[arg-type]
+        lambda: pinned.stat(path),  # type: ignore[arg-type]
+        lambda: pinned.read(path),  # type: ignore[arg-type]
+    ]
+    if path != "":
+        for ref in (main, pinned):
+            calls.append(lambda ref=ref: ref.list(prefix=path))  # type: ignore[misc]
+            calls.append(lambda ref=ref: ref.list(after=path))  # type: ignore[misc]
+    before = stored(lake.graveler.kv, tmp_path)
+    for call in calls:
+        refused(InvalidArgument, path, call)
+    assert stored(lake.graveler.kv, tmp_path) == before
+    main.link_physical_address("linked", physical.token, size=1, checksum="c")

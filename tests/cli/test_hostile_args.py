@@ -1,0 +1,96 @@
+"""Arguments that are not UTF-8 (Python hands them over with lone surrogates): every verb
+answers with one line naming the argument and exit 1, and writes nothing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.helpers import (
+    Bw,
+    CliLake,
+    assert_user_error,
+    local_file,
+    make_repo,
+    ok,
+    stored,
+)
+
+WORD = st.text(st.characters(min_codepoint=ord("a"), max_codepoint=ord("z")), max_size=4)
+NOT_UTF8 = st.builds(
+    lambda head, byte, tail: os.fsdecode(head.encode() + bytes([byte]) + tail.encode()),
+    WORD,
+    st.integers(0x80, 0xFF),
+    WORD,
+)
+"""What Python makes of a command-line argument holding a byte UTF-8 cannot decode."""
+
+VERBS = [
+    ("branch", "create", "sales", "{}", "--source", "main"),
+    ("branch", "create", "sales", "fresh", "--source", "{}"),
+    ("branch", "delete", "sales", "{}"),
+    ("tag", "create", "sales", "{}", "main"),
+    ("tag", "create", "sales", "fresh", "{}"),
+    ("upload", "sales", "main", "{}", "{file}"),
+    ("cat", "sales", "main", "{}"),
+    ("rm", "sales", "main", "{}"),
+    ("ls", "sales", "{}"),
+    ("ls", "sales", "main", "{}"),
+    ("ls", "sales", "main", "--after", "{}"),
+    ("log", "sales", "{}"),
+    ("diff", "sales", "main", "{}"),
+    ("merge", "sales", "{}", "main"),
+    ("merge", "sales", "main", "{}"),
+    ("cp", "sales", "main", "{}", "dst"),
+    ("cp", "sales", "main", "a.csv", "{}"),
+    ("repo", "create", "{}", "--namespace", "{namespace}"),
+]
+
+
+def prepared(bw: Bw, lake: CliLake) -> str:
+    """Repository `sales` with `a.csv` committed on `main`; returns a local file to upload."""
+    make_repo(bw, lake)
+    file = local_file(lake, "a.csv", b"id\n1\n")
+    ok(bw("upload", "sales", "main", "a.csv", file))
+    ok(bw("commit", "sales", "main", "-m", "load"))
+    return file
+
+
+@settings(
+    max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(argument=NOT_UTF8)
+def test_a_non_utf8_argument_is_one_line_exit_1_and_writes_nothing(
+    bw: Bw, lake: CliLake, argument: str
+) -> None:
+    if not (lake.root / "ns").exists():
+        prepared(bw, lake)
+    file = str(lake.root / "a.csv")
+    before = stored(lake.kv, lake.root / "ns")
+    for verb in VERBS:
+        args = [a.format(argument, file=file, namespace=f"{lake.namespace}/other") for a in verb]
+        assert_user_error(bw(*args), 1, repr(argument))
+    assert stored(lake.kv, lake.root / "ns") == before
+
+
+def test_the_installed_command_reports_a_non_utf8_argument_in_one_line(
+    bw: Bw, lake: CliLake
+) -> None:
+    """Through a real argv of bytes, not an in-process list of strings."""
+    prepared(bw, lake)
+    before = stored(lake.kv, lake.root / "ns")
+    argv = [sys.executable, "-m", "branchwater.engine.cli", "--kv", lake.kv, "cat", "sales", "main"]
+    result = subprocess.run(
+        [*map(os.fsencode, argv), b"caf\xe9.csv"], capture_output=True, timeout=60
+    )
+    assert result.returncode == 1, result.stderr
+    assert result.stdout == b""
+    assert result.stderr.splitlines() == [
+        b"branchwater: error: invalid object path 'caf\\udce9.csv': it must be valid "
+        b"Unicode: no lone surrogates (non-UTF-8 bytes from a shell)"
+    ]
+    assert stored(lake.kv, lake.root / "ns") == before
