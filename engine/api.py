@@ -44,7 +44,14 @@ from branchwater.engine.graveler.compaction import (
 from branchwater.engine.graveler.graveler import Graveler, RetryPolicy, S3Options
 from branchwater.engine.graveler.merge import MergeResult
 from branchwater.engine.graveler.metrics import CompactionMetrics
-from branchwater.engine.graveler.model import Change, Commit, Entry, RepositoryRecord, Tag
+from branchwater.engine.graveler.model import (
+    Change,
+    Commit,
+    Entry,
+    RepositoryRecord,
+    Tag,
+    check_metadata,
+)
 from branchwater.engine.graveler.names import check_path, check_ref_name
 from branchwater.engine.kv import open_store
 
@@ -241,7 +248,7 @@ class Repository:
             into,
             strategy=strategy,
             message=message,
-            metadata=dict(metadata or {}),
+            metadata=check_metadata(metadata),
             committer=committer,
             hint=hint,
             fast_forward=fast_forward,
@@ -377,7 +384,7 @@ class Branch(Ref):
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise InvalidArgument(f"upload data must be bytes, not {type(data).__name__}")
         data = bytes(data)
-        meta = dict(metadata or {})
+        meta = check_metadata(metadata)
         checksum = content_checksum(data)
         existing = writes.unchanged_entry(
             self._g, self._record, self.name, path, data, checksum, meta

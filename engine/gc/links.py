@@ -18,8 +18,9 @@ from branchwater.engine.gc.addresses import check_data_address
 from branchwater.engine.gc.context import GCContext
 from branchwater.engine.gc.tokens import PhysicalAddress
 from branchwater.engine.graveler import writes
+from branchwater.engine.graveler.checksums import check_checksum
 from branchwater.engine.graveler.graveler import Graveler
-from branchwater.engine.graveler.model import Entry, RepositoryRecord
+from branchwater.engine.graveler.model import Entry, RepositoryRecord, check_metadata
 from branchwater.engine.objects import ObjectInfo
 
 
@@ -45,7 +46,9 @@ def link_physical_address(
 ) -> Entry:
     """Stage the object written at the token's address as `path`; `address`, if given, must
     be the token's."""
-    _check_link_arguments(size, checksum, metadata)
+    _check_size(size)
+    checksum = check_checksum(checksum)
+    meta = check_metadata(metadata)
     claim = gc.tokens.verify(repo, branch_name, token)
     if address is not None and check_data_address(address) != claim.address:
         raise InvalidAddress(
@@ -58,7 +61,7 @@ def link_physical_address(
             "link it once the upload is complete"
         )
     gc.tokens.use(repo, claim)
-    entry = Entry(path, claim.address, size, checksum, info.mtime, dict(metadata or {}))
+    entry = Entry(path, claim.address, size, checksum, info.mtime, meta)
     try:
         current = writes.shown_entry(g, repo, branch_name, path, entry)
         if current is not None:
@@ -82,13 +85,6 @@ def _uploaded(g: Graveler, repo: RepositoryRecord, address: str) -> ObjectInfo:
         ) from None
 
 
-def _check_link_arguments(size: object, checksum: object, metadata: object) -> None:
+def _check_size(size: object) -> None:
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         raise InvalidArgument(f"size must be a non-negative integer, not {size!r}")
-    if not isinstance(checksum, str) or not checksum:
-        raise InvalidArgument(f"checksum must be a non-empty string, not {checksum!r}")
-    if metadata is not None and not (
-        isinstance(metadata, Mapping)
-        and all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())
-    ):
-        raise InvalidArgument("metadata must map strings to strings")

@@ -4,16 +4,39 @@ The engine's own checksum is the SHA-256 of the content in lowercase hex: collis
 so entries with equal size, checksum and metadata hold the same content. Uploads written before
 identity was content carry the MD5 of their content (32 hex digits) instead; they still read
 and compare as they are, and an upload recognises its own content in them by MD5.
+
+A linked object's checksum comes from its writer. It should be the engine's, but may be
+another digest its tool reports (an S3 ETag, base64 of a CRC): any 1 to 128 characters of
+`CHECKSUM_ALPHABET`, which covers hex, base64 and ETags without their quotes, and keeps
+separators, control characters and text UTF-8 cannot encode out of every record.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 
+from branchwater.engine.errors import InvalidArgument
 from branchwater.engine.graveler.model import Entry, Metadata, metadata_json
 
 LEGACY_MD5_LENGTH = 32
 """Hex digits of the MD5 checksums uploads carried before SHA-256."""
+CHECKSUM_ALPHABET = "0-9 A-Z a-z + / = . _ : -"
+CHECKSUM_MAX_LENGTH = 128
+_CHECKSUM = re.compile(rf"[0-9A-Za-z+/=._:-]{{1,{CHECKSUM_MAX_LENGTH}}}", re.ASCII)
+
+
+def check_checksum(checksum: object) -> str:
+    """`checksum` if it is one a record can hold, else `InvalidArgument` saying what is."""
+    if not isinstance(checksum, str):
+        raise InvalidArgument(f"checksum must be a string, not {type(checksum).__name__}")
+    if not _CHECKSUM.fullmatch(checksum):
+        raise InvalidArgument(
+            f"checksum {checksum[: CHECKSUM_MAX_LENGTH + 8]!r} must be 1 to "
+            f"{CHECKSUM_MAX_LENGTH} characters of {CHECKSUM_ALPHABET} (the SHA-256 of the "
+            "content in lowercase hex, ideally)"
+        )
+    return checksum
 
 
 def content_checksum(data: bytes) -> str:

@@ -26,7 +26,12 @@ from branchwater.engine.errors import NoChanges, too_many_tries
 from branchwater.engine.graveler.committed.format import staged_rows
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.iterators import reporting
-from branchwater.engine.graveler.model import BranchRecord, Commit, RepositoryRecord
+from branchwater.engine.graveler.model import (
+    BranchRecord,
+    Commit,
+    RepositoryRecord,
+    check_commit_arguments,
+)
 from branchwater.engine.graveler.staging import new_staging_token
 
 Progress = Callable[[int], None]
@@ -45,8 +50,8 @@ def commit(
     allow_empty: bool = False,
     progress: Progress | None = None,
 ) -> Commit:
+    meta = check_commit_arguments(message, metadata, committer)
     sealed = seal(g, repo, branch_name, allow_empty=allow_empty)
-    meta = dict(metadata or {})
     return _finish(
         g, repo, branch_name, sealed, message, meta, committer, allow_empty, progress=progress
     )

@@ -55,6 +55,7 @@ from branchwater.engine.graveler.model import (
     Commit,
     Entry,
     RepositoryRecord,
+    check_commit_arguments,
 )
 from branchwater.engine.graveler.reads import uncommitted_changes
 from branchwater.engine.graveler.staging import new_staging_token
@@ -108,6 +109,7 @@ def merge(
     fast_forward: bool = True,
 ) -> MergeResult:
     """Merge `source_ref` into the branch `destination`; see the module docstring."""
+    metadata = check_commit_arguments(message or "", metadata, committer)
     if strategy is not None and strategy not in STRATEGIES:
         raise InvalidArgument(f"unknown merge strategy {strategy!r}: use one of {STRATEGIES}")
     source = g.refs.get_commit(repo, g.refs.resolve(repo, source_ref).commit_id)

@@ -2,7 +2,10 @@
 
 `Entry` is a NamedTuple, not a dataclass, because commits build and decode millions of them:
 tuple construction is several times cheaper. The staged-entry codec is a flat, NUL-separated
-record for the same reason; an empty value is a tombstone.
+record for the same reason; an empty value is a tombstone. Size and mtime are digits and the
+metadata is JSON (which escapes every control character), so only the address and the
+checksum could hold a NUL: `encode_entry` refuses those, and text UTF-8 cannot encode, before
+anything is stored, so no value can split into other fields than it was written with.
 """
 
 from __future__ import annotations
@@ -10,10 +13,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, Literal, NamedTuple
 
-from branchwater.engine.errors import CorruptedData
+from branchwater.engine.errors import CorruptedData, InvalidArgument
 
 Metadata = Mapping[str, str]
 EMPTY_METADATA: Metadata = {}
@@ -58,6 +61,54 @@ _SEP = "\x00"
 STAGED_SEPARATOR = _SEP
 STAGED_FIELDS = ("address", "size", "checksum", "mtime_us", "metadata")
 """The fields of a staged value in order: what bulk readers split a value on `_SEP` into."""
+_SEPARATORS = len(STAGED_FIELDS) - 1
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+METADATA_RULE = "metadata must map strings to strings"
+
+
+def check_metadata(metadata: object) -> dict[str, str]:
+    """`metadata` as a plain dict, or `InvalidArgument` naming what breaks the one rule every
+    operation shares. Checked before anything is written: a commit must not seal its branch,
+    nor an upload store its object, only to fail on the metadata afterwards."""
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, Mapping):
+        raise InvalidArgument(f"{METADATA_RULE}, not {type(metadata).__name__}")
+    checked = dict(metadata)
+    for key, value in checked.items():
+        if not isinstance(key, str):
+            raise InvalidArgument(f"{METADATA_RULE}: key {key!r} is of type {type(key).__name__}")
+        if not isinstance(value, str):
+            raise InvalidArgument(
+                f"{METADATA_RULE}: the value of {key!r} is of type {type(value).__name__}"
+            )
+        if not (_is_unicode(key) and _is_unicode(value)):
+            raise InvalidArgument(
+                f"{METADATA_RULE} of valid Unicode: {key!r}: {value!r} holds a lone surrogate"
+            )
+    return checked
+
+
+def check_commit_arguments(message: object, metadata: object, committer: object) -> dict[str, str]:
+    """The commit's metadata, once every argument a commit record holds is known to fit it:
+    checked before the branch is sealed or a range written."""
+    if not isinstance(message, str):
+        raise InvalidArgument(f"a commit message must be a string, not {type(message).__name__}")
+    if not isinstance(committer, str):
+        raise InvalidArgument(f"committer must be a string, not {type(committer).__name__}")
+    return check_metadata(metadata)
+
+
+def _is_unicode(text: str) -> bool:
+    """Whether `text` can be stored as UTF-8 (it holds no lone surrogate)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def metadata_json(metadata: Metadata) -> str:
@@ -66,17 +117,35 @@ def metadata_json(metadata: Metadata) -> str:
 
 
 def encode_entry(entry: Entry) -> bytes:
-    """Encode the staged value of `entry` (the path is the KV key, so it is not repeated)."""
-    mtime_us = int(entry.mtime.timestamp() * 1_000_000)
-    return _SEP.join(
+    """Encode the staged value of `entry` (the path is the KV key, so it is not repeated);
+    `InvalidArgument` for a field that would not decode as written."""
+    text = _SEP.join(
         (
             entry.address,
             str(entry.size),
             entry.checksum,
-            str(mtime_us),
+            str(_micros(entry.mtime)),
             metadata_json(entry.metadata),
         )
-    ).encode()
+    )
+    if text.count(_SEP) != _SEPARATORS:
+        raise InvalidArgument(
+            f"the entry for {entry.path!r} has a NUL character in its address or checksum"
+        )
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        raise InvalidArgument(
+            f"the entry for {entry.path!r} has a lone surrogate in its address or checksum"
+        ) from None
+
+
+def _micros(mtime: datetime) -> int:
+    """Microseconds since the epoch, exactly: `timestamp() * 10**6` in floats is off by one
+    for about one time in a hundred, and Arrow's decoding of the record would then disagree
+    with the entry written. A naive time is local, as `timestamp()` takes it."""
+    aware = mtime if mtime.tzinfo is not None else mtime.astimezone()
+    return (aware - _EPOCH) // _MICROSECOND
 
 
 def decode_entry(path: str, value: bytes) -> Entry | None:
