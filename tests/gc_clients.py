@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import random
+import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from multiprocessing.managers import SyncManager
+from multiprocessing.pool import Pool
 from typing import Any
 
 from branchwater.engine import (
@@ -31,6 +35,8 @@ from branchwater.engine import (
 )
 from branchwater.engine.api import Repository
 from branchwater.engine.graveler.checksums import content_checksum
+from tests.gc_model import referenced_entries
+from tests.helpers import data_objects
 
 PATHS = [f"p/{i:02d}" for i in range(24)]
 STABLE = "stable"
@@ -177,3 +183,51 @@ def move_references(
             counts[client.step()] += 1
             time.sleep(PACE)
     return dict(counts)
+
+
+@contextmanager
+def working(
+    manager: SyncManager, pool: Pool, kv_url: str, repository: str, round_: int
+) -> Iterator[list[dict[str, int]]]:
+    """Clients in every process of `pool` and in a thread of this process, all working when
+    the block starts; on the way out they are stopped, every step they began finished, and
+    the list yielded holds how many of each step each took."""
+    processes = pool._processes  # type: ignore[attr-defined]
+    stop, thread_stop = manager.Event(), threading.Event()
+    started = [manager.Event() for _ in range(processes + 1)]
+    counts: list[dict[str, int]] = []
+    with ThreadPoolExecutor(1) as thread:
+        clients = [
+            pool.apply_async(
+                move_references,
+                (kv_url, repository, f"p{i}r{round_}", round_ * 100 + i, started[i], stop),
+            )
+            for i in range(processes)
+        ]
+        in_thread = thread.submit(
+            move_references,
+            kv_url,
+            repository,
+            f"tr{round_}",
+            round_,
+            started[-1],
+            thread_stop,
+            "",
+        )
+        try:
+            assert all(event.wait(MAX_SECONDS) for event in started)
+            yield counts
+        finally:
+            stop.set()
+            thread_stop.set()
+            counts += [client.get(MAX_SECONDS) for client in clients]
+            counts.append(in_thread.result(MAX_SECONDS))
+
+
+def garbage(repo: Repository, uncommitted: set[str]) -> set[str]:
+    """Objects nothing holds, with the clients stopped: no branch, commit, copy record, nor
+    `uncommitted` (a prepare run's addresses, hidden layers included). No client can refer
+    to them again, so the next run must collect them."""
+    held = {entry.address for _, entry in referenced_entries(repo)}
+    held |= {record.address for record in repo.lake.gc.copies.records(repo.record)}
+    return set(data_objects(repo.lake, repo)) - held - uncommitted

@@ -3,15 +3,15 @@ through a real run, then clients in processes and a thread moving references whi
 and optimized runs go on (`tests/gc/test_concurrent_gc.py` does the same many times a second
 on the GC rule alone).
 
-After each run every object a branch or commit references reads with its checksum; after a
-last clean run with the clients stopped, nothing is left but what it holds uncommitted and
-what copy records still hold. `BRANCHWATER_LONG_TESTS=1` runs the long variant.
+The clients work in rounds, one run each; between two, with every client stopped, every
+object a branch or commit references reads with its checksum, and the garbage left before
+the round (`gc_clients.garbage`) is gone after it. `BRANCHWATER_LONG_TESTS=1` runs the long
+variant.
 """
 
 from __future__ import annotations
 
 import os
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -20,10 +20,9 @@ from typing import Any
 import pytest
 
 from branchwater.engine import NotFound
-from branchwater.engine.gc.prepare import PreparedRun
 from tests import gc_clients
-from tests.gc_model import assert_references_intact, referenced_entries
-from tests.helpers import GCLake, data_objects, paused_at, run_addresses, spawned_pool
+from tests.gc_model import assert_references_intact
+from tests.helpers import GCLake, paused_at, run_addresses, spawned_pool
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -64,41 +63,19 @@ def test_a_copy_racing_a_delete_of_its_source_through_a_run_is_never_left_dangli
 def test_clean_and_optimized_runs_keep_every_reference_while_clients_move_them(
     local_gc: GCLake,
 ) -> None:
+    """One run a round, with the clients working; between rounds, with them stopped, every
+    reference reads and the garbage left before the round is gone."""
     repo = local_gc.repo
     gc_clients.start(repo)
     modes = ["clean", "optimized", "optimized", "clean"] * (5 if LONG else 1)
     deleted = 0
-    with spawned_pool(PROCESSES) as (manager, pool), ThreadPoolExecutor(1) as thread:
-        stop, thread_stop = manager.Event(), threading.Event()
-        started = [manager.Event() for _ in range(PROCESSES + 1)]
-        args = [(local_gc.kv_url, repo.name, f"p{i}", i, started[i], stop) for i in range(2)]
-        processes = [pool.apply_async(gc_clients.move_references, a) for a in args]
-        in_thread = thread.submit(
-            gc_clients.move_references,
-            local_gc.kv_url,
-            repo.name,
-            "t",
-            99,
-            started[-1],
-            thread_stop,
-            "",
-        )
-        try:
-            assert all(event.wait(gc_clients.MAX_SECONDS) for event in started)
-            for mode in modes:
-                deleted += local_gc.run(mode=mode, min_age=MIN_AGE).volume("deleted").objects
-        finally:
-            stop.set()
-            thread_stop.set()
-        for process in processes:
-            process.get(gc_clients.MAX_SECONDS)
-        in_thread.result(gc_clients.MAX_SECONDS)
+    with spawned_pool(PROCESSES) as (manager, pool):
+        for round_, mode in enumerate(modes):
+            left = gc_clients.garbage(repo, run_addresses(repo, repo.prepare_uncommitted_for_gc()))
+            time.sleep(MIN_AGE.total_seconds())
+            with gc_clients.working(manager, pool, local_gc.kv_url, repo.name, round_):
+                summary = local_gc.run(mode=mode, min_age=MIN_AGE)
+            deleted += summary.volume("deleted").objects
+            assert_references_intact(repo)
+            assert not left & set(local_gc.data_objects()), f"garbage outlived a {mode} run"
     assert deleted, "the runs collected nothing: the clients made no garbage"
-    assert_references_intact(repo)
-    time.sleep(MIN_AGE.total_seconds())
-    last = local_gc.run(mode="clean", min_age=MIN_AGE)
-    assert_references_intact(repo)
-    held = {entry.address for _, entry in referenced_entries(repo)}
-    held |= {record.address for record in repo.lake.gc.copies.records(repo.record)}
-    held |= run_addresses(repo, PreparedRun(last.run_id, ""))
-    assert set(data_objects(repo.lake, repo)) <= held
