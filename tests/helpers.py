@@ -6,7 +6,9 @@ test imports by name lives here, in one place.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import json
 import multiprocessing as mp
 import os
 import random
@@ -32,7 +34,8 @@ from branchwater.engine.gc.settings import GCSettings
 from branchwater.engine.graveler.checksums import content_checksum
 from branchwater.engine.graveler.committed import RangePolicy
 from branchwater.engine.graveler.committed.format import RANGES_PREFIX
-from branchwater.engine.graveler.model import Entry
+from branchwater.engine.graveler.model import Commit, Entry
+from branchwater.engine.graveler.refs import commit_id_for
 from branchwater.engine.kv import Store
 from branchwater.engine.kv.memory import MemoryStore
 from branchwater.engine.objects import ObjectInfo, ObjectStore
@@ -642,3 +645,71 @@ def not_text() -> Any:
     from hypothesis import strategies as st
 
     return st.none() | st.integers() | st.binary(max_size=8) | st.lists(st.text(), max_size=2)
+
+
+# Refs dumps --------------------------------------------------------------------------------
+
+
+def dumped_and_recreated(lake: Lake, repo: Repository, dump: Path) -> tuple[Repository, list[str]]:
+    """Two branches and a tag dumped to `dump`; the repository then deleted and created again,
+    bare, over its namespace. Returns it and the dumped log of `dev`."""
+    main = repo.branch("main")
+    main.upload("a", b"1")
+    main.commit("a")
+    repo.create_branch("dev", source="main").upload("b", b"2")
+    repo.branch("dev").commit("b")
+    repo.tag("v1", "dev")
+    assert repo.dump_refs(dump) > 0
+    expected = [c.id for c in repo.log("dev")]
+    lake.delete_repository("sales")
+    lake.graveler.wait_for_background()
+    return lake.create_repository("sales", storage_namespace=repo.storage_namespace), expected
+
+
+REF_FIELDS = ("name", "commit_id", "twice")
+"""What `hostile_dump` can change in a branch or tag record."""
+
+
+def _tip_of(document: dict[str, Any]) -> dict[str, Any]:
+    """A commit no other commit names as parent: one whose id can change with its content."""
+    parents = {p for c in document["commits"] for p in c["parents"]}
+    return next(c for c in document["commits"] if c["id"] not in parents and c["parents"])
+
+
+def _recomputed(document: dict[str, Any], commit: dict[str, Any]) -> None:
+    """Give `commit` the id of its (edited) content where the engine can compute one, and
+    point the refs at it, so the edit is all that is wrong: the issue's forged dump."""
+    try:
+        new_id = commit_id_for(Commit.decode(json.dumps(commit).encode()))
+    except (TypeError, ValueError, KeyError, AttributeError):
+        return
+    old_id, commit["id"] = commit["id"], new_id
+    for ref in document["branches"] + document["tags"]:
+        if ref["commit_id"] == old_id:
+            ref["commit_id"] = new_id
+
+
+def hostile_dump(document: dict[str, Any], where: str, value: object) -> dict[str, Any]:
+    """A copy of a dump with `value` at `where`: a field of a tip commit (its id recomputed),
+    `branch <field>` or `tag <field>` of the last ref, or `<kind> twice` for a duplicate."""
+    edited = copy.deepcopy(document)
+    if where.startswith(("branch ", "tag ")):
+        kind, field = where.split(" ")
+        refs = edited["branches" if kind == "branch" else "tags"]
+        if field == "twice":
+            refs.append(dict(refs[0], commit_id=refs[-1]["commit_id"]))
+        else:
+            refs[-1][field] = value
+        return edited
+    commit = _tip_of(edited)
+    if where == "parent":
+        commit["parents"] = [*commit["parents"], value]
+    elif where == "metadata value":
+        commit["metadata"] = {"k": value}
+    elif where == "extra field":
+        commit["extra"] = value
+    else:
+        commit[where] = value
+    if where != "id":
+        _recomputed(edited, commit)
+    return edited

@@ -4,7 +4,10 @@ Committed data (ranges, metaranges) stays in the storage namespace; a dump resto
 repository over the same namespace (or a copy of it), which must still be bare and, as the
 namespace's marker names its repository, have the same name. A dump is read and checked
 whole (every commit's id against its content, every parent and ref target present) before
-anything is written.
+anything is written: every id's form (a metarange id becomes an object key), every field's
+type, each commit's id and generation against its content, no name twice, every parent and
+ref target present, and every metarange in the namespace. A dump is input like any other: a
+hostile one is refused whole, never half restored.
 """
 
 from __future__ import annotations
@@ -21,8 +24,15 @@ from branchwater.engine.errors import (
     NotFound,
     PredicateFailed,
 )
+from branchwater.engine.graveler.committed.format import METARANGES_PREFIX, check_id, metarange_key
 from branchwater.engine.graveler.graveler import Graveler
-from branchwater.engine.graveler.model import BranchRecord, Commit, RepositoryRecord, Tag
+from branchwater.engine.graveler.model import (
+    BranchRecord,
+    Commit,
+    RepositoryRecord,
+    Tag,
+    check_commit_arguments,
+)
 from branchwater.engine.graveler.names import check_ref_name
 from branchwater.engine.graveler.refs import commit_id_for
 from branchwater.engine.graveler.staging import new_staging_token
@@ -59,6 +69,7 @@ class _Dump:
 
 def restore_refs(g: Graveler, repo: RepositoryRecord, path: Path) -> int:
     dump = _read(path)
+    _check_metaranges(g, repo, path, dump.commits)
     _check_bare(g, repo)
     for commit in dump.commits:
         g.refs.put_commit(repo, commit)
@@ -75,19 +86,47 @@ def _read(path: Path) -> _Dump:
     restore cannot be run again."""
     document = _load(path)
     try:
-        commits = [Commit.decode(json.dumps(raw).encode()) for raw in document["commits"]]
+        commits = [_commit(raw) for raw in document["commits"]]
         tags = [Tag(**raw) for raw in document["tags"]]
         branches = [(raw["name"], raw["commit_id"]) for raw in document["branches"]]
-        for name, _ in branches:
-            check_ref_name(name)
+        for name, commit_id in branches:
+            _check_ref(name, commit_id, "branch")
         for tag in tags:
-            check_ref_name(tag.name, "tag")
+            _check_ref(tag.name, tag.commit_id, "tag")
+        _check_unique("branch", [name for name, _ in branches])
+        _check_unique("tag", [tag.name for tag in tags])
     except KeyError as exc:
         raise CorruptedData(f"refs dump {str(path)!r} is damaged: no field {exc}") from None
     except (TypeError, ValueError, AttributeError) as exc:
         raise CorruptedData(f"refs dump {str(path)!r} is damaged: {exc}") from None
     _check_history(path, commits, [*branches, *((f"tag {t.name}", t.commit_id) for t in tags)])
     return _Dump(commits, tags, branches)
+
+
+def _commit(raw: object) -> Commit:
+    """A commit record whose every field has the type and form a commit made here has."""
+    commit = Commit.decode(json.dumps(raw).encode())
+    check_id("commit", commit.id)
+    check_commit_arguments(commit.message, commit.metadata, commit.committer)
+    check_id(f"commit {commit.id[:12]}'s metarange", commit.metarange_id)
+    for parent in commit.parents:
+        check_id(f"commit {commit.id[:12]}'s parent", parent)
+    if not isinstance(commit.generation, int) or isinstance(commit.generation, bool):
+        raise InvalidArgument(f"commit {commit.id[:12]}'s generation must be an integer")
+    return commit
+
+
+def _check_ref(name: object, commit_id: object, kind: str) -> None:
+    check_ref_name(name, kind)
+    check_id(f"{kind} {name}'s commit", commit_id)
+
+
+def _check_unique(kind: str, names: list[str]) -> None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise InvalidArgument(f"{kind} {name!r} is in it twice")
+        seen.add(name)
 
 
 def _load(path: Path) -> dict:
@@ -105,24 +144,46 @@ def _load(path: Path) -> dict:
 def _check_history(path: Path, commits: list[Commit], refs: list[tuple[str, str]]) -> None:
     """Every commit's id is its content's, its parents are in the dump, and so is every
     branch's and tag's commit."""
-    ids = {commit.id for commit in commits}
+    by_id = {commit.id: commit for commit in commits}
     for commit in commits:
         if commit_id_for(commit) != commit.id:
             raise CorruptedData(
                 f"refs dump {str(path)!r} is damaged: commit {commit.id[:12]} does not hold "
                 "the content its id was computed from"
             )
-        missing = [parent for parent in commit.parents if parent not in ids]
+        missing = [parent for parent in commit.parents if parent not in by_id]
         if missing:
             raise CorruptedData(
                 f"refs dump {str(path)!r} is incomplete: commit {commit.id[:12]}'s parent "
                 f"{missing[0][:12]} is not in it"
             )
+        generation = max((by_id[p].generation for p in commit.parents), default=0) + 1
+        if commit.generation != generation:
+            raise CorruptedData(
+                f"refs dump {str(path)!r} is damaged: commit {commit.id[:12]} has generation "
+                f"{commit.generation}, but its parents make it {generation}"
+            )
     for name, commit_id in refs:
-        if commit_id not in ids:
+        if commit_id not in by_id:
             raise CorruptedData(
                 f"refs dump {str(path)!r} is incomplete: {name!r} points at commit "
                 f"{str(commit_id)[:12]}, which is not in it"
+            )
+
+
+def _check_metaranges(
+    g: Graveler, repo: RepositoryRecord, path: Path, commits: list[Commit]
+) -> None:
+    """Every commit's metarange is in the namespace (one listing), or reads of it would fail."""
+    stored = {
+        info.key for info in g.objects(repo.storage_namespace).list_objects(METARANGES_PREFIX)
+    }
+    for commit in commits:
+        if metarange_key(commit.metarange_id) not in stored:
+            raise CorruptedData(
+                f"refs dump {str(path)!r} does not fit {repo.storage_namespace}: commit "
+                f"{commit.id[:12]}'s metarange {commit.metarange_id[:12]} is not there; restore "
+                "into a repository over the namespace the dump was taken from, or a copy of it"
             )
 
 

@@ -20,7 +20,6 @@ from branchwater.engine import (
     Lake,
     NoChanges,
     NotFound,
-    Repository,
 )
 from branchwater.engine.graveler import commit as commit_ops
 from branchwater.engine.graveler.graveler import Graveler
@@ -28,6 +27,7 @@ from branchwater.engine.graveler.iterators import reporting
 from branchwater.engine.graveler.model import Entry
 from branchwater.engine.graveler.refs import BranchGuard
 from branchwater.engine.graveler.writes import stage_entry
+from tests.helpers import dumped_and_recreated
 
 
 def paths(ref) -> list[str]:
@@ -326,22 +326,6 @@ def test_delete_repository_hides_it_at_once_and_drops_partitions(lake: Lake, rep
     kv = lake.graveler.kv
     assert list(kv.scan(partition)) == []
     assert list(lake.graveler.refs.partitions_to_delete()) == []
-
-
-def dumped_and_recreated(lake: Lake, repo, dump: Path) -> tuple[Repository, list[str]]:
-    """Two branches and a tag dumped to `dump`; the repository then deleted and created again,
-    bare, over its namespace. Returns it and the dumped log of `dev`."""
-    main = repo.branch("main")
-    main.upload("a", b"1")
-    main.commit("a")
-    repo.create_branch("dev", source="main").upload("b", b"2")
-    repo.branch("dev").commit("b")
-    repo.tag("v1", "dev")
-    assert repo.dump_refs(dump) > 0
-    expected = [c.id for c in repo.log("dev")]
-    lake.delete_repository("sales")
-    lake.graveler.wait_for_background()
-    return lake.create_repository("sales", storage_namespace=repo.storage_namespace), expected
 
 
 def test_refs_dump_and_restore(lake: Lake, repo, tmp_path: Path) -> None:

@@ -1,8 +1,10 @@
-"""Arguments that are not UTF-8 (Python hands them over with lone surrogates): every verb
-answers with one line naming the argument and exit 1, and writes nothing."""
+"""Hostile input through the command line: arguments that are not UTF-8 (Python hands them
+over with lone surrogates) and forged refs dumps. Every verb answers with one line naming
+the problem and exit 1, and writes nothing."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -14,6 +16,7 @@ from tests.helpers import (
     Bw,
     CliLake,
     assert_user_error,
+    hostile_dump,
     local_file,
     make_repo,
     ok,
@@ -94,3 +97,22 @@ def test_the_installed_command_reports_a_non_utf8_argument_in_one_line(
         b"Unicode: no lone surrogates (non-UTF-8 bytes from a shell)"
     ]
     assert stored(lake.kv, lake.root / "ns") == before
+
+
+def test_restoring_a_hostile_dump_is_one_line_exit_1_and_writes_nothing(
+    bw: Bw, lake: CliLake
+) -> None:
+    """Issue 42's dump: a metarange id out of the namespace, the commit id recomputed."""
+    prepared(bw, lake)
+    genuine = lake.root / "refs.json"
+    ok(bw("refs", "dump", "sales", str(genuine)))
+    ok(bw("repo", "delete", "sales"))
+    ok(bw("repo", "create", "sales", "--namespace", f"{lake.namespace}/sales"))
+    document = json.loads(genuine.read_text())
+    forged = lake.root / "forged.json"
+    forged.write_text(json.dumps(hostile_dump(document, "metarange_id", "../../../../etc/passwd")))
+    before = stored(lake.kv, lake.root / "ns")
+    assert_user_error(bw("refs", "restore", "sales", str(forged)), 1, "metarange id must be")
+    assert stored(lake.kv, lake.root / "ns") == before
+    ok(bw("refs", "restore", "sales", str(genuine)))
+    assert "load" in ok(bw("log", "sales", "main")).out
