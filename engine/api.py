@@ -7,7 +7,7 @@ docs/architecture.md document them).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from itertools import islice
 from pathlib import Path
@@ -195,14 +195,16 @@ class Repository:
         limit: int | None = None,
         after: str | None = None,
         where: Mapping[str, str] | None = None,
+        paths: Sequence[str] | None = None,
         depth: int | None = None,
     ) -> list[Commit]:
         """Commits reachable from `ref`, newest first; `after` (a commit id) pages on.
 
         `where` keeps the commits whose metadata has every key with that value
-        (`{"airflow.dag_id": "daily_orders"}`); the walk stops at the `limit`-th match.
-        `depth` bounds the walk itself: only the newest `depth` commits are looked at, so a
-        search that finds nothing stays cheap on a long history.
+        (`{"airflow.dag_id": "daily_orders"}`), `paths` those that change a path starting
+        with one of them against their first parent (`["orders/"]`); the walk stops at the
+        `limit`-th match. `depth` bounds the walk itself: only the newest `depth` commits are
+        looked at, so a search that finds nothing stays cheap on a long history.
         """
         start = self._g.refs.resolve(self.record, ref).commit_id
         commits = history.log(self._g.refs, self.record, start, first_parent=first_parent)
@@ -212,6 +214,9 @@ class Repository:
             commits = _after(commits, after)
         if where is not None:
             commits = history.matching(commits, where)
+        if paths is not None:
+            committed = self._g.committed(self.record)
+            commits = history.touching(committed, self._g.refs, self.record, commits, paths)
         return list(islice(commits, limit))
 
     def diff(self, left: str, right: str) -> Iterator[Change]:

@@ -67,6 +67,7 @@ def cmd_log(lake: Lake, args: argparse.Namespace, out: Output) -> None:
         limit=args.limit,
         after=args.after,
         where=dict(args.where) or None,
+        paths=args.path or None,
     )
     if commits or out.as_json:  # a filter that matched nothing prints nothing, as git log
         out.document(
@@ -122,6 +123,13 @@ def register(sub: Subparsers) -> None:
         default=[],
         metavar="K=V",
         help="only commits whose metadata has K=V (repeatable: all must hold)",
+    )
+    log.add_argument(
+        "--path",
+        action="append",
+        default=[],
+        metavar="PREFIX",
+        help="only commits that change a path starting with PREFIX (repeatable: any)",
     )
     diff = verb(
         sub, "diff", cmd_diff, "changes from LEFT's commit to RIGHT's (+ added ~ changed - removed)"

@@ -12,6 +12,7 @@ import heapq
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from branchwater.engine.errors import InvalidArgument, NotFound
+from branchwater.engine.graveler.committed import EMPTY_METARANGE_ID, CommittedStore
 from branchwater.engine.graveler.model import Commit, RepositoryRecord
 from branchwater.engine.graveler.refs import RefStore
 
@@ -61,6 +62,47 @@ def check_where(where: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
                 "(and the key non-empty)"
             )
     return pairs
+
+
+def touching(
+    committed: CommittedStore,
+    refs: RefStore,
+    repo: RepositoryRecord,
+    commits: Iterable[Commit],
+    paths: Sequence[str],
+) -> Iterator[Commit]:
+    """The commits that change a path starting with one of `paths` (a path, or a folder such
+    as `orders/`) against their first parent (a root commit, against the empty tree), as they
+    come. Each commit costs a diff started at each prefix and stopped at its first change:
+    unchanged ranges are never read."""
+    prefixes = check_paths(paths)
+    for commit in commits:
+        parent = refs.get_commit(repo, commit.parents[0]).metarange_id if commit.parents else None
+        before = parent or EMPTY_METARANGE_ID
+        if before != commit.metarange_id and any(
+            _changes_under(committed, before, commit.metarange_id, p) for p in prefixes
+        ):
+            yield commit
+
+
+def _changes_under(committed: CommittedStore, left: str, right: str, prefix: str) -> bool:
+    """True when a path under `prefix` differs. Changes come in path order from just before
+    `prefix`, so the first one at or past it decides."""
+    for change in committed.diff(left, right, after=prefix[:-1]):
+        if change.path >= prefix:
+            return change.path.startswith(prefix)
+    return False
+
+
+def check_paths(paths: Sequence[str]) -> tuple[str, ...]:
+    """Path prefixes as non-empty strings; `InvalidArgument` for anything else (a bare string
+    would be taken letter by letter)."""
+    if isinstance(paths, (str, bytes)) or not isinstance(paths, Sequence):
+        raise InvalidArgument(f"paths must be a list of path prefixes, not {paths!r}")
+    for path in paths:
+        if not isinstance(path, str) or not path:
+            raise InvalidArgument(f"paths holds non-empty strings, not {path!r}")
+    return tuple(paths)
 
 
 def find_merge_base(refs: RefStore, repo: RepositoryRecord, left: str, right: str) -> Commit:

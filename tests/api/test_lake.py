@@ -117,6 +117,52 @@ def test_log_depth_bounds_the_walk_before_the_filter(repo) -> None:
     assert repo.log("main", where={"even": "True"}, depth=1) == []
 
 
+def test_log_paths_keeps_commits_that_change_a_path_under_a_prefix(repo) -> None:
+    main = repo.branch("main")
+    for path in ("orders/1", "customers/1", "orders/2", "orders-archive/1", "orders"):
+        main.upload(path, b"x")
+        main.commit(f"add {path}")
+    main.delete("orders/1")
+    main.commit("drop orders/1")
+    feature = repo.create_branch("feature")
+    feature.upload("customers/2", b"y")
+    feature.commit("add customers/2")
+    main.upload("orders/3", b"z")
+    main.commit("add orders/3")
+    repo.merge("feature", into="main", message="merge customers")
+
+    def messages(**kwargs: object) -> list[str]:
+        return [c.message for c in repo.log("main", **kwargs)]  # type: ignore[arg-type]
+
+    assert messages(paths=["orders/"]) == [
+        "add orders/3",
+        "drop orders/1",
+        "add orders/2",
+        "add orders/1",
+    ]
+    assert messages(paths=["customers/"]) == [
+        "merge customers",
+        "add customers/2",
+        "add customers/1",
+    ]
+    assert messages(paths=["orders"]) == [  # a prefix, not a folder: orders-archive too
+        "add orders/3",
+        "drop orders/1",
+        "add orders",
+        "add orders-archive/1",
+        "add orders/2",
+        "add orders/1",
+    ]
+    assert messages(paths=["orders/2", "customers/1"]) == ["add orders/2", "add customers/1"]
+    assert messages(paths=["orders/"], limit=1) == ["add orders/3"]
+    assert messages(paths=["nothing/"]) == []
+    assert messages(paths=["customers/"], where={"none": "such"}) == []
+    with pytest.raises(InvalidArgument, match="list of path prefixes"):
+        repo.log("main", paths="orders/")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match="non-empty strings"):
+        repo.log("main", paths=[""])
+
+
 def test_log_where_is_text_to_text(repo) -> None:
     with pytest.raises(InvalidArgument, match="where filters on text"):
         repo.log("main", where={"day": 2})  # type: ignore[dict-item]

@@ -190,4 +190,7 @@ def test_merge_no_ff_writes_a_merge_commit_that_log_where_finds(bw: Bw, lake: Cl
         merged["id"]
     ]
     assert ok(bw("log", "sales", "main", "--where", "run=2")).out == ""
+    by_path = ["--json", "log", "sales", "main", "--path", "p", "--path", "q/"]
+    assert [c["message"] for c in json.loads(ok(bw(*by_path)).out)] == ["merge p", "p"]
+    assert ok(bw("log", "sales", "main", "--path", "q/")).out == ""
     assert_user_error(bw("log", "sales", "main", "--where", "run"), 1, "expected KEY=VALUE")
