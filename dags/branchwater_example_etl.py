@@ -16,7 +16,6 @@ before its commit and leaves its branch for inspection.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 from datetime import timedelta
@@ -24,11 +23,12 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Param, dag, task, task_group
 
-from branchwater.engine import REPOSITORY_NAME_PATTERN, AlreadyExists, NotFound
+from branchwater.engine import REPOSITORY_NAME_PATTERN
 from branchwater.plugin.hooks import BranchwaterHook
 from branchwater.plugin.operators import (
     BranchwaterCommitOperator,
     BranchwaterCreateBranchOperator,
+    BranchwaterCreateRepositoryOperator,
     BranchwaterDeleteBranchOperator,
     BranchwaterMergeOperator,
 )
@@ -38,20 +38,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 REPOSITORY = "{{ params.repository }}"
-
-
-@task
-def ensure_repository(params: dict[str, Any]) -> str:
-    """Create the repository on the first run."""
-    hook = BranchwaterHook()
-    try:
-        hook.repository(params["repository"])
-    except NotFound:
-        with contextlib.suppress(AlreadyExists):  # another run created it meanwhile
-            hook.create_repository(params["repository"])
-    finally:
-        hook.close()
-    return str(params["repository"])
 
 
 @task
@@ -225,7 +211,10 @@ def report(params: dict[str, Any]) -> dict[str, Any]:
 )
 def branchwater_example_etl() -> None:
     loaded = load.expand_kwargs(plan())
-    ensure_repository() >> loaded >> report()
+    ensure_repository = BranchwaterCreateRepositoryOperator(
+        task_id="ensure_repository", repository=REPOSITORY
+    )
+    ensure_repository >> loaded >> report()
 
 
 branchwater_example_etl()

@@ -237,7 +237,7 @@ def print_summary(repo: Repository, summary: dict[str, Any], root: Path) -> None
     print("Summary")
     print(
         f"  main: {len(commits)} commits, {len(merges)} of them merge commits "
-        "(a merge into a main that has not moved since branching fast-forwards)"
+        "(the merge operator writes one even where main could fast-forward)"
     )
     if attempts:
         raced = sum(1 for a in attempts if a > 1)

@@ -76,17 +76,13 @@ def made_by(commit: Commit, context: Context, keys: Sequence[str] = IDENTITY_KEY
 
 
 def made_earlier(
-    repo: Repository, refs: Sequence[str], context: Context, depth: int = LOOKUP_DEPTH
+    repo: Repository, ref: str, context: Context, depth: int = LOOKUP_DEPTH
 ) -> Commit | None:
-    """The newest commit this task instance made in the history of one of `refs`: an earlier
-    try's, or an earlier run's of this DAG run (cleared since, as a backfill does). Each
-    history is read newest first up to `depth` commits, and no further than the match."""
-    where = identity(context)
-    for ref in refs:
-        found = repo.log(ref, where=where, limit=1, depth=depth)
-        if found:
-            return found[0]
-    return None
+    """The newest commit this task instance made in `ref`'s history: an earlier try's, or an
+    earlier run's of this DAG run (cleared since, as a backfill does). The history is read
+    newest first, up to `depth` commits and no further than the match."""
+    found = repo.log(ref, where=identity(context), limit=1, depth=depth)
+    return found[0] if found else None
 
 
 def branch_or_skip(repo: Repository, name: str, missing_ok: bool) -> Branch:

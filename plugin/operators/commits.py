@@ -48,10 +48,16 @@ class RecordingOperator(BranchwaterOperator):
         self, *, on_no_changes: str = "skip", lookup_depth: int = LOOKUP_DEPTH, **kwargs: Any
     ) -> None:
         super().__init__(**kwargs)
+        task = kwargs.get("task_id")
         if on_no_changes not in ON_NO_CHANGES:
             raise InvalidArgument(
-                f"task {kwargs.get('task_id')!r}: on_no_changes must be one of "
-                f"{', '.join(ON_NO_CHANGES)}, not {on_no_changes!r}"
+                f"task {task!r}: on_no_changes must be one of {', '.join(ON_NO_CHANGES)}, "
+                f"not {on_no_changes!r}"
+            )
+        if isinstance(lookup_depth, bool) or not isinstance(lookup_depth, int) or lookup_depth < 1:
+            raise InvalidArgument(
+                f"task {task!r}: lookup_depth must be a positive number of commits, "
+                f"not {lookup_depth!r}"
             )
         self.on_no_changes = on_no_changes
         self.lookup_depth = lookup_depth
@@ -62,7 +68,7 @@ class RecordingOperator(BranchwaterOperator):
         """The commit standing for this task's work when there is nothing new to record: the
         one this task instance made earlier in `ref`'s history, else (`on_no_changes="skip"`)
         `ref`'s HEAD, which holds the content already; `nothing` is raised otherwise."""
-        earlier = made_earlier(repo, (ref,), context, self.lookup_depth)
+        earlier = made_earlier(repo, ref, context, self.lookup_depth)
         if earlier is not None:
             self.log.info("This task instance made this already, in %s: %s", ref, earlier.id)
             return earlier

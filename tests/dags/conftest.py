@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from tests.plugin.conftest import kv_url, lake_conn, run_dag
+from tests.plugin.conftest import kv_url, lake_conn, no_aws_credentials, run_dag
 
-__all__ = ["kv_url", "lake_conn", "run_dag"]
+__all__ = ["kv_url", "lake_conn", "no_aws_credentials", "run_dag"]

@@ -81,6 +81,9 @@ def test_the_readme_dag_creates_the_repository_and_records_its_merge(
     assert [b.name for b in repo.branches()] == ["main"]
 
 
+@pytest.mark.parametrize(
+    "kv_url", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
 def test_reruns_of_a_day_and_of_an_earlier_day_after_later_ones_add_nothing(
     run_dag: RunDag, lake_conn: LakeConnection, tmp_path: Path
 ) -> None:
@@ -120,6 +123,7 @@ def test_a_local_lake_runs_with_an_undefined_aws_connection_named(
     lake_conn: LakeConnection,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    no_aws_credentials: None,
 ) -> None:
     """The README's connection variable names `aws_default`; no task of a lake whose
     namespaces are all local asks for it."""
@@ -129,7 +133,6 @@ def test_a_local_lake_runs_with_an_undefined_aws_connection_named(
     set_connection(
         monkeypatch, "branchwater_default", "branchwater", password=lake_conn.kv_url, extra=extra
     )
-    monkeypatch.delenv("AIRFLOW_CONN_AWS_DEFAULT", raising=False)
     dag = readme_dag(tmp_path)
     export(tmp_path, DAYS[0])
 

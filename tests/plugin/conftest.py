@@ -55,10 +55,12 @@ def set_connection(
 @pytest.fixture
 def kv_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """SQLite by default; `@pytest.mark.parametrize("kv_url", [...], indirect=True)` with
-    "sqlite" and "postgres" runs a test on both."""
+    "sqlite" and "postgres" runs a test on both. Each test has a lake of its own (on
+    PostgreSQL, a table of the session's database), so fixed names like the README's `sales`
+    meet no other test's."""
     kind = getattr(request, "param", "sqlite")
     if kind == "postgres":
-        return str(request.getfixturevalue("postgres_url"))
+        return f"{request.getfixturevalue('postgres_url')}?table={unique_name('lake_')}"
     return f"sqlite:///{tmp_path / 'lake.db'}"
 
 
@@ -83,6 +85,18 @@ def repo(lake_conn: LakeConnection) -> Repository:
     main.upload("base.csv", b"id\n0\n")
     main.commit("base")
     return repository
+
+
+@pytest.fixture
+def no_aws_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    """boto3's default chain finds nothing: no keys in the environment or in files, no
+    instance metadata service, no `aws_default` connection."""
+    for variable in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/credentials")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/config")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.delenv("AIRFLOW_CONN_AWS_DEFAULT", raising=False)
 
 
 RunDag = Callable[..., RunResult]

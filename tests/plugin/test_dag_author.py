@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from airflow.sdk import DAG
 
-from branchwater.engine import Lake, Repository
+from branchwater.engine import InvalidArgument, Lake, Repository
 from branchwater.plugin.operators import (
     BranchwaterCommitOperator,
     BranchwaterCreateBranchOperator,
@@ -142,13 +142,8 @@ def test_a_local_lake_never_asks_for_aws_credentials_and_an_s3_one_names_the_con
     repo: Repository,
     monkeypatch: pytest.MonkeyPatch,
     capfd: pytest.CaptureFixture[str],
+    no_aws_credentials: None,
 ) -> None:
-    for variable in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
-        monkeypatch.delenv(variable, raising=False)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/credentials")
-    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/config")
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.delenv("AIRFLOW_CONN_AWS_DEFAULT", raising=False)
     local = {**lake_conn.extra, "aws_conn_id": "aws_default"}
     set_connection(
         monkeypatch, "branchwater_default", "branchwater", password=lake_conn.kv_url, extra=local
@@ -225,3 +220,12 @@ def test_the_knobs_the_readme_did_not_name(
         assert repo.branch("main").head().message == "heartbeat"
         assert result.value("empty") == repo.branch("main").commit_id
         assert other.branch("main").head().message == "other"
+
+
+def test_impossible_options_fail_when_the_dag_file_is_parsed() -> None:
+    with pytest.raises(InvalidArgument, match="on_no_changes must be one of skip, fail"):
+        BranchwaterCommitOperator(
+            task_id="c", repository="r", branch="b", message="m", on_no_changes="ignore"
+        )
+    with pytest.raises(InvalidArgument, match="lookup_depth must be a positive number"):
+        BranchwaterMergeOperator(task_id="m", repository="r", source_ref="b", lookup_depth=0)

@@ -129,6 +129,27 @@ def test_commit_urls_follow_the_connections_template(
     assert BranchwaterHook("bw_bad_link").commit_url("sales", "main", "c1") == ""
 
 
+def test_aws_credentials_are_read_for_s3_namespaces_only_and_their_absence_is_named(
+    lake_conn: LakeConnection, monkeypatch: pytest.MonkeyPatch, no_aws_credentials: None
+) -> None:
+    extra = {**lake_conn.extra, "aws_conn_id": "aws_lake"}
+    set_connection(monkeypatch, "bw_aws", "branchwater", password=lake_conn.kv_url, extra=extra)
+    hook = BranchwaterHook("bw_aws")
+    try:
+        assert hook.s3_options_for(f"{lake_conn.namespace}/local") is None
+        main = hook.create_repository("local-only").branch("main")
+        main.upload("a.csv", b"a")
+        main.commit("a")
+        for _ in range(2):  # the lake asks again, and fails again, on each S3 namespace
+            with pytest.raises(ConfigurationError) as failed:
+                hook.get_conn().create_repository("remote", "s3://bucket/remote")
+            assert "'bw_aws' reaches S3 through the AWS connection 'aws_lake'" in str(failed.value)
+        with pytest.raises(ConfigurationError, match="define 'aws_lake'"):
+            hook.s3_options_for("s3://bucket/remote")
+    finally:
+        hook.close()
+
+
 @pytest.mark.s3
 def test_s3_namespaces_use_the_aws_connections_credentials(
     s3_server: S3Server, s3_bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
