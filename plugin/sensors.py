@@ -12,7 +12,7 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowException
 
 from branchwater.plugin.hooks import DEFAULT_CONN_ID, BranchwaterHook, compaction_policy
-from branchwater.plugin.operators.base import branch_or_skip
+from branchwater.plugin.operators.base import branch_or_skip, failing_at_once
 from branchwater.plugin.triggers import (
     DEFAULT_POLL_INTERVAL,
     BranchwaterBranchTrigger,
@@ -32,7 +32,8 @@ class BranchwaterBranchSensor(BaseSensorOperator):
 
     With `deferrable=True` the sensor pokes once on the worker; if it is not done, the wait
     moves to the trigger `trigger()` builds, paced by `poke_interval`, and the trigger's
-    event ends it. Subclasses implement `poke`, `trigger` and `event_value`.
+    event ends it. Subclasses implement `poke`, `trigger` and `event_value`. A missing
+    repository or branch fails the task at once, as it does an operator.
 
     :param repository: the repository's name (templated)
     :param branch: the branch to watch (templated)
@@ -69,9 +70,10 @@ class BranchwaterBranchSensor(BaseSensorOperator):
 
     def execute(self, context: Context) -> Any:
         try:
-            if not self.deferrable:
-                return super().execute(context)
-            found = self.poke(context)
+            with failing_at_once():
+                if not self.deferrable:
+                    return super().execute(context)
+                found = self.poke(context)
             if found.is_done:
                 return found.xcom_value
             self.defer(

@@ -3,7 +3,8 @@ and lineage."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -47,6 +48,15 @@ RUN_KEYS = ("dag_id", "run_id")
 """The metadata naming one DAG run."""
 LOOKUP_DEPTH = 1_000
 """How many of a ref's newest commits a task looks through for one it made earlier."""
+
+
+@contextmanager
+def failing_at_once() -> Iterator[None]:
+    """Errors a retry cannot fix (`FINAL_ERRORS`) fail the task without its retries."""
+    try:
+        yield
+    except FINAL_ERRORS as exc:
+        raise AirflowFailException(f"{type(exc).__name__}: {exc}") from exc
 
 
 def run_metadata(context: Context) -> dict[str, str]:
@@ -144,9 +154,8 @@ class BranchwaterOperator(BaseOperator):
 
     def execute(self, context: Context) -> Any:
         try:
-            return self.run(context)
-        except FINAL_ERRORS as exc:
-            raise AirflowFailException(f"{type(exc).__name__}: {exc}") from exc
+            with failing_at_once():
+                return self.run(context)
         finally:
             self.hook.close()
 

@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -136,21 +137,26 @@ def test_a_commit_after_the_given_one_ends_the_wait_at_once(
     assert result.value("wait") == head
 
 
-def test_an_unknown_branch_fails_the_sensor(
+def test_an_unknown_branch_or_repository_fails_the_sensor_without_retries(
     run_dag: RunDag,
     lake_conn: LakeConnection,
     repo: Repository,
     capfd: pytest.CaptureFixture[str],
 ) -> None:
+    retried = {"retries": 2, "retry_delay": timedelta(seconds=0), "timeout": 5}
     with DAG("bw_sensor_unknown", schedule=None) as dag:
         BranchwaterCommitSensor(
-            task_id="wait", repository=repo.name, branch="nowhere", deferrable=True, timeout=5
+            task_id="wait", repository=repo.name, branch="nowhere", deferrable=True, **retried
         )
+        BranchwaterCommitSensor(task_id="poke", repository="no-repo", branch="main", **retried)
 
     result = run_dag(dag)
 
-    assert result.states == {"wait": "failed"}
-    assert f"branch 'nowhere' not found in repository '{repo.name}'" in capfd.readouterr().out
+    assert result.states == {"wait": "failed", "poke": "failed"}
+    assert result.tries == {"wait": 1, "poke": 1}
+    output = capfd.readouterr().out
+    assert f"branch 'nowhere' not found in repository '{repo.name}'" in output
+    assert "repository 'no-repo' not found" in output
 
 
 @MODES
