@@ -38,7 +38,9 @@ _OBJECT_ID_PATTERN = r"[0-9A-Za-z][0-9A-Za-z_.-]*"
 _ID = re.compile(rf"^{_ID_PATTERN}$")
 _OBJECT_ID = re.compile(rf"^{_OBJECT_ID_PATTERN}$")
 DATA_ADDRESS_PATTERN = rf"^{DATA_PREFIX}{_ID_PATTERN}/{_OBJECT_ID_PATTERN}$"
-"""What `check_data_address` accepts, as a regular expression Java (Spark) and Python share."""
+"""What `check_data_address` accepts, as a regular expression Java (Spark), RE2 (Arrow) and
+Python share. Java's and Python's `$` also match before a final newline: match it whole
+(`re.fullmatch`, Java's `matches`) where the text may hold one."""
 
 
 def newest_first_id(created: datetime) -> str:
@@ -49,10 +51,17 @@ def newest_first_id(created: datetime) -> str:
 
 def newest_first_time(name: str) -> datetime:
     """The creation time encoded in an id from `newest_first_id`."""
-    if not isinstance(name, str) or not _ID.match(name):
-        raise InvalidArgument(f"{name!r} is not a time-ordered id such as a slice name")
+    malformed = InvalidArgument(
+        f"{name!r} is not a time-ordered id such as a slice name or a GC run id "
+        "(12 hex digits of a time, '-', 6 hex digits)"
+    )
+    if not isinstance(name, str) or not _ID.fullmatch(name):
+        raise malformed
     inverted = int(name.split("-", 1)[0], 16)
-    return datetime.fromtimestamp((_MAX_MILLIS - inverted) / 1000, timezone.utc)
+    try:
+        return datetime.fromtimestamp((_MAX_MILLIS - inverted) / 1000, timezone.utc)
+    except (ValueError, OverflowError, OSError):
+        raise malformed from None
 
 
 slice_name = newest_first_id
@@ -73,8 +82,8 @@ def check_data_address(address: object) -> str:
     if (
         len(parts) != 3
         or f"{parts[0]}/" != DATA_PREFIX
-        or not _ID.match(parts[1])
-        or not _OBJECT_ID.match(parts[2])
+        or not _ID.fullmatch(parts[1])
+        or not _OBJECT_ID.fullmatch(parts[2])
     ):
         raise InvalidAddress(
             f"physical address {address!r} is not of the form data/<slice>/<object id>; "

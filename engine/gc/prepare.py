@@ -169,10 +169,11 @@ def prepare_uncommitted_for_gc(
 ) -> PreparedRun:
     """Write a run and return its id and location; `run_id` resumes an unfinished run (a
     finished one is returned as it is, once its manifest reads)."""
-    run = _Run(g, gc, repo, run_id or newest_first_id(gc.clock()))
+    run = _Run(g, gc, repo, newest_first_id(gc.clock()) if run_id is None else run_id)
     if run.finished():
         read_manifest(run.objects, run.run_id)
     else:
+        run._check_duration()
         run.resume()
         run.scan_branches(progress)
         copies, records = run.write_copies()

@@ -1,6 +1,6 @@
 """Hostile input through the command line: arguments that are not UTF-8 (Python hands them
-over with lone surrogates) and forged refs dumps. Every verb answers with one line naming
-the problem and exit 1, and writes nothing."""
+over with lone surrogates), forged refs dumps and malformed GC ids. Every verb answers with
+one line naming the problem and exit 1, and writes nothing."""
 
 from __future__ import annotations
 
@@ -8,10 +8,13 @@ import json
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from branchwater.engine.gc.addresses import newest_first_id
 from tests.helpers import (
     Bw,
     CliLake,
@@ -116,3 +119,25 @@ def test_restoring_a_hostile_dump_is_one_line_exit_1_and_writes_nothing(
     assert stored(lake.kv, lake.root / "ns") == before
     ok(bw("refs", "restore", "sales", str(genuine)))
     assert "load" in ok(bw("log", "sales", "main")).out
+
+
+@pytest.mark.parametrize(
+    "run_id", ["0123456789ab-abcdef\n", "000000000000-abcdef", "../../x", "caf\udce9"]
+)
+def test_gc_prepare_with_a_malformed_run_id_is_one_line_and_writes_nothing(
+    bw: Bw, lake: CliLake, run_id: str
+) -> None:
+    prepared(bw, lake)
+    before = stored(lake.kv, lake.root / "ns")
+    assert_user_error(bw("gc", "prepare", "sales", "--run", run_id), 1, repr(run_id))
+    assert stored(lake.kv, lake.root / "ns") == before
+
+
+def test_gc_prepare_with_an_expired_run_id_is_one_line_and_writes_nothing(
+    bw: Bw, lake: CliLake
+) -> None:
+    prepared(bw, lake)
+    before = stored(lake.kv, lake.root / "ns")
+    expired = newest_first_id(datetime(2026, 1, 1, tzinfo=UTC))
+    assert_user_error(bw("gc", "prepare", "sales", "--run", expired), 1, "start a new run")
+    assert stored(lake.kv, lake.root / "ns") == before

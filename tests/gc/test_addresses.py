@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from branchwater.engine import InvalidAddress, InvalidArgument
 from branchwater.engine.gc.addresses import (
@@ -12,9 +15,11 @@ from branchwater.engine.gc.addresses import (
     AddressAllocator,
     check_data_address,
     newest_first_id,
+    newest_first_time,
     slice_created,
     slice_name,
 )
+from tests.helpers import any_text, not_text
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 
@@ -87,3 +92,41 @@ def test_allocated_addresses_are_valid_data_addresses() -> None:
 def test_foreign_absolute_or_malformed_addresses_are_refused(address: object) -> None:
     with pytest.raises(InvalidAddress):
         check_data_address(address)
+
+
+LINE_ENDS = st.sampled_from(["\n", "\r\n", "\r", "\x85", "\u2028", "\x00"])
+
+
+@settings(max_examples=100, deadline=None)
+@given(name=any_text(24) | not_text())
+def test_a_time_ordered_id_is_checked_whole(name: object) -> None:
+    try:
+        created = newest_first_time(name)  # type: ignore[arg-type]
+    except InvalidArgument as refused:
+        assert repr(name) in str(refused)
+    else:
+        assert isinstance(name, str) and re.fullmatch(r"[0-9a-f]{12}-[0-9a-f]{6}", name)
+        assert created.tzinfo is timezone.utc
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    when=st.datetimes(datetime(2000, 1, 1), datetime(2200, 1, 1), timezones=st.just(timezone.utc)),
+    end=LINE_ENDS,
+)
+def test_an_id_or_address_with_a_line_end_is_refused(when: datetime, end: str) -> None:
+    name = newest_first_id(when)
+    assert newest_first_time(name) == when.replace(microsecond=when.microsecond // 1000 * 1000)
+    for text, check in (
+        (f"{name}{end}", newest_first_time),
+        (f"data/{name}/object{end}", check_data_address),
+        (f"data/{name}{end}/object", check_data_address),
+    ):
+        with pytest.raises(InvalidArgument, match=re.escape(repr(text))):
+            check(text)
+
+
+@pytest.mark.parametrize("name", ["000000000000-abcdef", "000000000001-000000"])
+def test_an_id_of_a_time_past_any_date_is_refused_not_a_crash(name: str) -> None:
+    with pytest.raises(InvalidArgument, match="time-ordered id"):
+        newest_first_time(name)

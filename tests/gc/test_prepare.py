@@ -4,11 +4,15 @@ while it runs (copies, deletes, compactions, branch deletes, crashes)."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from branchwater.engine import (
     CorruptedData,
@@ -20,11 +24,24 @@ from branchwater.engine import (
 )
 from branchwater.engine.api import Repository
 from branchwater.engine.gc import prepare
-from branchwater.engine.gc.addresses import newest_first_time
+from branchwater.engine.gc.addresses import newest_first_id, newest_first_time
 from branchwater.engine.gc.prepare import MANIFEST, PROGRESS, RETENTION_PREFIX, read_manifest
 from branchwater.engine.gc.settings import GCSettings
 from branchwater.engine.graveler import commit as commit_ops
-from tests.helpers import FakeClock, compact, run_addresses, run_rows, run_table, use_clock
+from tests.helpers import (
+    FakeClock,
+    any_text,
+    compact,
+    not_text,
+    run_addresses,
+    run_rows,
+    run_table,
+    stored,
+    use_clock,
+)
+
+LINE = st.sampled_from(["\n", "\r\n", "\x00", " "])
+"""What may trail a run id pasted from a terminal or a file."""
 
 
 def objects(repo: Repository):
@@ -435,3 +452,46 @@ def test_progress_counts_the_entries_written(repo: Repository, small_chunks: Non
     seen: list[int] = []
     repo.prepare_uncommitted_for_gc(progress=seen.append)
     assert seen == sorted(seen) and seen[-1] == 5
+
+
+@pytest.fixture
+def staged(repo: Repository) -> Repository:
+    """`repo` with an uncommitted object: a run of it writes files."""
+    repo.branch("main").upload("p/0", b"x")
+    return repo
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    run_id=any_text(24)
+    | not_text()
+    | st.builds("{}{}".format, st.from_regex(r"[0-9a-f]{12}-[0-9a-f]{6}", fullmatch=True), LINE)
+    | st.sampled_from(["000000000000-abcdef", "../../elsewhere", "0123456789ab-abcdef/x"])
+)
+def test_a_malformed_run_id_is_refused_before_anything_is_written(
+    lake: Lake, staged: Repository, tmp_path: Path, run_id: object
+) -> None:
+    assume(run_id is not None)  # a new run
+    before = stored(lake.graveler.kv, tmp_path)
+    with pytest.raises(InvalidArgument, match=re.escape(repr(run_id))):
+        staged.prepare_uncommitted_for_gc(run_id)  # type: ignore[arg-type]
+    assert stored(lake.graveler.kv, tmp_path) == before
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(beyond=st.timedeltas(timedelta(0), timedelta(days=20_000)))
+def test_an_expired_run_id_fails_before_anything_is_written(
+    lake: Lake, staged: Repository, tmp_path: Path, beyond: timedelta
+) -> None:
+    clock = FakeClock()
+    use_clock(lake, clock)
+    ttl = lake.gc.settings.copy_record_ttl
+    run_id = newest_first_id(clock.now - ttl + prepare.CLOCK_SKEW_MARGIN - beyond)
+    before = stored(lake.graveler.kv, tmp_path)
+    with pytest.raises(RunExpired, match=re.escape(run_id)):
+        staged.prepare_uncommitted_for_gc(run_id)
+    assert stored(lake.graveler.kv, tmp_path) == before
