@@ -33,7 +33,7 @@ from branchwater.engine.errors import (
     TooManyTries,
     Unavailable,
 )
-from branchwater.engine.urls import redact_url
+from branchwater.engine.urls import redact_url, url_secrets
 
 _LAZY = {
     "Lake": "branchwater.engine.api",
@@ -98,5 +98,6 @@ __all__ = [
     "TooManyTries",
     "Unavailable",
     "redact_url",
+    "url_secrets",
     *_LAZY,
 ]

@@ -44,7 +44,8 @@ def cmd_upload(lake: Lake, args: argparse.Namespace, out: Output) -> None:
 
 
 def cmd_cat(lake: Lake, args: argparse.Namespace, out: Output) -> None:
-    out.raw(open_ref(lake.repository(args.repo), args.ref).read(args.path))
+    ref = open_ref(lake.repository(args.repo), args.ref)
+    out.raw(ref.read(args.path, verify=not args.no_verify))
 
 
 def cmd_ls(lake: Lake, args: argparse.Namespace, out: Output) -> None:
@@ -80,6 +81,11 @@ def register(sub: Subparsers) -> None:
     cat.add_argument("repo", metavar="REPO")
     cat.add_argument("ref", metavar="REF")
     cat.add_argument("path", metavar="PATH")
+    cat.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="write the bytes as stored even if their size or checksum is not the entry's",
+    )
     ls = verb(sub, "ls", cmd_ls, "list objects (size, mtime, path) under PREFIX")
     ls.add_argument("repo", metavar="REPO")
     ls.add_argument("ref", metavar="REF")

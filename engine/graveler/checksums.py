@@ -19,8 +19,12 @@ import re
 from branchwater.engine.errors import InvalidArgument
 from branchwater.engine.graveler.model import Entry, Metadata, metadata_json
 
+SHA256_LENGTH = 64
 LEGACY_MD5_LENGTH = 32
 """Hex digits of the MD5 checksums uploads carried before SHA-256."""
+_LOWER_HEX = re.compile(r"[0-9a-f]+")
+_ALGORITHMS = {SHA256_LENGTH: "sha256", LEGACY_MD5_LENGTH: "md5"}
+"""The checksums a read can recompute, by length (of lowercase hex)."""
 CHECKSUM_ALPHABET = "0-9 A-Z a-z + / = . _ : -"
 CHECKSUM_MAX_LENGTH = 128
 _CHECKSUM = re.compile(rf"[0-9A-Za-z+/=._:-]{{1,{CHECKSUM_MAX_LENGTH}}}", re.ASCII)
@@ -42,6 +46,20 @@ def check_checksum(checksum: object) -> str:
 def content_checksum(data: bytes) -> str:
     """The checksum the engine gives the content it writes."""
     return hashlib.sha256(data).hexdigest()
+
+
+def content_mismatch(entry: Entry, data: bytes) -> str | None:
+    """How `data` differs from the content `entry` records, None if it does not: the size
+    always, and the checksum when it is one the engine can recompute (its SHA-256, or a
+    legacy MD5). A linked object's other checksums (an ETag) are taken on trust."""
+    if len(data) != entry.size:
+        return f"it has {len(data)} bytes where its entry records {entry.size}"
+    algorithm = _ALGORITHMS.get(len(entry.checksum))
+    if algorithm is None or not _LOWER_HEX.fullmatch(entry.checksum):
+        return None
+    if hashlib.new(algorithm, data, usedforsecurity=False).hexdigest() != entry.checksum:
+        return f"its {algorithm} is not the {entry.checksum} its entry records"
+    return None
 
 
 def holds(entry: Entry, data: bytes, checksum: str, metadata: Metadata) -> bool:

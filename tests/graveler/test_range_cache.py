@@ -249,3 +249,37 @@ def test_processes_writing_and_dropping_the_same_range_never_read_a_partial_file
     assert [wrong for wrong, _ in results] == [0] * workers
     assert [ids for _, ids in results] == [[shared_id, own] for own in own_ids]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([shared_id, *own_ids])
+
+
+def test_the_cache_directory_is_made_private(cache: RangeCache) -> None:
+    cache.put(*a_range(0))
+    assert cache.directory.stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.parametrize("mode", [0o770, 0o707, 0o777])
+def test_in_a_directory_others_can_write_a_forged_file_is_hashed_and_dropped(
+    tmp_path: Path, mode: int
+) -> None:
+    """A file under the right id holding another range is what someone who can write to the
+    directory could plant: outside a private directory every hit is hashed."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(mode)
+    genuine_id, genuine = a_range(0)
+    _, forged = a_range(500)
+    RangeCache(shared).put(genuine_id, forged)
+
+    assert RangeCache(shared).get(genuine_id) is None
+    assert not (shared / genuine_id).exists()
+    RangeCache(shared).put(genuine_id, genuine)
+    served = RangeCache(shared).get(genuine_id)
+    assert served is not None and range_id(served) == genuine_id
+
+
+def test_a_private_directory_is_trusted_by_the_id_in_the_file(cache: RangeCache) -> None:
+    """Only this user can write there, and this user could change the process itself."""
+    genuine_id, _ = a_range(0)
+    _, forged = a_range(500)
+    cache.put(genuine_id, forged)
+    served = cache.get(genuine_id)
+    assert served is not None and served.equals(forged)
