@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -236,9 +237,15 @@ def test_log_diff_and_refs_see_commits_not_compactions(lake: Lake, repo, tmp_pat
     repo.dump_refs(dump)
     head = main.head().id
     fresh = lake.create_repository("copy", storage_namespace=repo.storage_namespace + "-copy")
+    committed = ("_branchwater/ranges", "_branchwater/metaranges")
+    for folder in committed:  # a copy of the namespace, as restoring needs
+        shutil.copytree(
+            tmp_path / "sales" / folder, tmp_path / "sales-copy" / folder, dirs_exist_ok=True
+        )
     fresh.restore_refs(dump)
     assert fresh.branch("main").commit_id == head
     assert changes(fresh.branch("main")) == []
+    assert "d/000" in paths(fresh.ref("main"))
     with pytest.raises(InvalidArgument, match="not bare"):
         repo.restore_refs(dump)
 
