@@ -35,12 +35,12 @@ SPECIAL_PREFIX = "_branchwater/"
 _MAX_MILLIS = 16**12 - 1
 _ID_PATTERN = r"[0-9a-f]{12}-[0-9a-f]{6}"
 _OBJECT_ID_PATTERN = r"[0-9A-Za-z][0-9A-Za-z_.-]*"
-_ID = re.compile(rf"^{_ID_PATTERN}$")
-_OBJECT_ID = re.compile(rf"^{_OBJECT_ID_PATTERN}$")
+_ID = re.compile(_ID_PATTERN)
 DATA_ADDRESS_PATTERN = rf"^{DATA_PREFIX}{_ID_PATTERN}/{_OBJECT_ID_PATTERN}$"
 """What `check_data_address` accepts, as a regular expression Java (Spark), RE2 (Arrow) and
 Python share. Java's and Python's `$` also match before a final newline: match it whole
-(`re.fullmatch`, Java's `matches`) where the text may hold one."""
+(`is_data_address`, Java's `matches`) where the text may hold one."""
+_DATA_ADDRESS = re.compile(DATA_ADDRESS_PATTERN)
 
 
 def newest_first_id(created: datetime) -> str:
@@ -68,6 +68,11 @@ slice_name = newest_first_id
 slice_created = newest_first_time
 
 
+def is_data_address(text: object) -> bool:
+    """Whether `text` is a data address, end to end (`DATA_ADDRESS_PATTERN` matched whole)."""
+    return isinstance(text, str) and _DATA_ADDRESS.fullmatch(text) is not None
+
+
 def check_data_address(address: object) -> str:
     """Accept only `data/<slice>/<object id>` relative to the namespace; anything else would
     be an object GC cannot account for (or one it might delete under another repository)."""
@@ -78,13 +83,7 @@ def check_data_address(address: object) -> str:
             f"physical address {address!r} is absolute; Branchwater links only addresses it "
             "handed out, relative to the repository's namespace (data/<slice>/<object id>)"
         )
-    parts = address.split("/")
-    if (
-        len(parts) != 3
-        or f"{parts[0]}/" != DATA_PREFIX
-        or not _ID.fullmatch(parts[1])
-        or not _OBJECT_ID.fullmatch(parts[2])
-    ):
+    if not is_data_address(address):
         raise InvalidAddress(
             f"physical address {address!r} is not of the form data/<slice>/<object id>; "
             "get one from get_physical_address()"

@@ -14,6 +14,7 @@ from branchwater.engine.gc.addresses import (
     DATA_PREFIX,
     AddressAllocator,
     check_data_address,
+    is_data_address,
     newest_first_id,
     newest_first_time,
     slice_created,
@@ -124,6 +125,8 @@ def test_an_id_or_address_with_a_line_end_is_refused(when: datetime, end: str) -
     ):
         with pytest.raises(InvalidArgument, match=re.escape(repr(text))):
             check(text)
+    assert is_data_address(f"data/{name}/object")
+    assert not is_data_address(f"data/{name}/object{end}")
 
 
 @pytest.mark.parametrize("name", ["000000000000-abcdef", "000000000001-000000"])
