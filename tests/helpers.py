@@ -26,7 +26,7 @@ import pyarrow as pa
 import pytest
 
 from branchwater.engine import failpoints
-from branchwater.engine.api import Lake, Ref, Repository
+from branchwater.engine.api import Branch, Lake, Ref, Repository
 from branchwater.engine.errors import NotFound
 from branchwater.engine.gc.context import GCContext
 from branchwater.engine.gc.prepare import PreparedRun, read_run
@@ -306,6 +306,16 @@ class FakeClock:
 
     def advance(self, delta: timedelta) -> None:
         self.now += delta
+
+
+def upload_to(branch: Branch, address: str, data: bytes) -> None:
+    """Write `data` at `address` as another tool would before linking it."""
+    repo = branch.repository
+    repo.lake.graveler.objects(repo.storage_namespace).put(address, data)
+
+
+def staged_paths(branch: Branch) -> list[str]:
+    return [c.path for c in branch.uncommitted()]
 
 
 def use_clock(lake: Lake, clock: FakeClock, settings: GCSettings | None = None) -> None:

@@ -25,16 +25,7 @@ from branchwater.engine.gc.settings import DEFAULT_TOKEN_EXPIRY, OPERATION_MARGI
 from branchwater.engine.gc.tokens import USED_TOKENS_PREFIX, LinkTokens
 from branchwater.engine.graveler import writes
 from branchwater.engine.kv import open_store
-from tests.helpers import FakeClock, use_clock
-
-
-def upload_to(branch: Branch, address: str, data: bytes) -> None:
-    repo = branch.repository
-    repo.lake.graveler.objects(repo.storage_namespace).put(address, data)
-
-
-def staged_paths(branch: Branch) -> list[str]:
-    return [c.path for c in branch.uncommitted()]
+from tests.helpers import FakeClock, staged_paths, upload_to, use_clock
 
 
 def test_link_stages_the_object_written_at_the_address(repo: Repository) -> None:

@@ -11,8 +11,7 @@ from hypothesis import strategies as st
 
 from branchwater.engine import InvalidToken, TokenAlreadyUsed
 from branchwater.engine.api import Repository
-from tests.gc.test_links import staged_paths, upload_to
-from tests.helpers import stored
+from tests.helpers import staged_paths, stored, upload_to
 
 ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 HYPOTHESIS = settings(
