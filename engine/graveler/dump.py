@@ -2,12 +2,11 @@
 
 Committed data (ranges, metaranges) stays in the storage namespace; a dump restores into a
 repository over the same namespace (or a copy of it), which must still be bare and, as the
-namespace's marker names its repository, have the same name. A dump is read and checked
-whole (every commit's id against its content, every parent and ref target present) before
-anything is written: every id's form (a metarange id becomes an object key), every field's
-type, each commit's id and generation against its content, no name twice, every parent and
-ref target present, and every metarange in the namespace. A dump is input like any other: a
-hostile one is refused whole, never half restored.
+namespace's marker names its repository, have the same name. A dump is input like any other,
+read and checked whole before anything is written, so a damaged or hostile one is refused,
+never half restored: every id's form (a metarange id becomes an object key), every field's
+type, each commit's id and generation against its content, no branch or tag twice, every
+parent and ref target present, and every metarange in the namespace.
 """
 
 from __future__ import annotations
