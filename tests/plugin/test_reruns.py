@@ -207,3 +207,29 @@ def test_a_run_rerun_after_another_runs_merge_merges_once(
     one_good_run(repo, rerun.run_id)
     rerun_adds_nothing(run_dag, exports, repo, DAY1)
     rerun_adds_nothing(run_dag, exports, repo, DAY2)
+
+
+def test_the_search_for_an_earlier_commit_is_bounded_and_on_no_changes_fail_says_so(
+    run_dag: RunDag, lake_conn: LakeConnection, exports: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Looking one commit deep, a rerun of day 1 after day 2 does not reach its own commit,
+    and `on_no_changes="fail"` fails it at once; looking as deep as by default, it does."""
+    for day in (DAY1, DAY2):
+        assert run_dag(daily_orders(exports), logical_date=day).state == "success"
+    repo = lake_conn.lake.repository(REPOSITORY)
+    before = history(repo)
+    strict = {"lookup_depth": 1, "on_no_changes": "fail", "retries": 2}
+
+    class StrictCommit(BranchwaterCommitOperator):
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**{**kwargs, **strict})
+
+    failed = run_dag(daily_orders(exports, commit=StrictCommit), logical_date=DAY1)
+
+    assert failed.states["commit"] == "failed"
+    assert failed.tries["commit"] == 1
+    assert "NoChanges: nothing to commit on branch 'orders-20261120'" in capfd.readouterr().out
+    shallow = run_dag(daily_orders(exports), logical_date=DAY1)
+    assert shallow.state == "success", shallow.states
+    assert history(repo) == before
+    assert [b.name for b in repo.branches()] == ["main"]
