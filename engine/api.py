@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
-from itertools import islice
 from pathlib import Path
 
 from branchwater.engine.errors import CorruptedData, InvalidArgument, NotFound
@@ -208,8 +207,7 @@ class Repository:
         """
         start = self._g.refs.resolve(self.record, ref).commit_id
         commits = history.log(self._g.refs, self.record, start, first_parent=first_parent)
-        if depth is not None:
-            commits = islice(commits, depth)
+        commits = history.bounded(commits, depth, "depth")
         if after:
             commits = _after(commits, after)
         if where is not None:
@@ -217,7 +215,7 @@ class Repository:
         if paths is not None:
             committed = self._g.committed(self.record)
             commits = history.touching(committed, self._g.refs, self.record, commits, paths)
-        return list(islice(commits, limit))
+        return list(history.bounded(commits, limit, "limit"))
 
     def diff(self, left: str, right: str) -> Iterator[Change]:
         """Changes that turn `left`'s commit into `right`'s, whole equal ranges skipped."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import islice
 
 from branchwater.engine.errors import InvalidArgument, NotFound
 from branchwater.engine.graveler.committed import EMPTY_METARANGE_ID, CommittedStore
@@ -38,6 +39,14 @@ def log(
             if parent_id not in seen:
                 seen.add(parent_id)
                 heapq.heappush(heap, _rank(refs.get_commit(repo, parent_id)))
+
+
+def bounded(commits: Iterable[Commit], count: int | None, name: str) -> Iterator[Commit]:
+    """The first `count` commits (all of them for None); `InvalidArgument` naming the
+    argument for anything but a whole number of at least 0."""
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
+        raise InvalidArgument(f"{name} must be a number of commits (0 or more), not {count!r}")
+    return islice(commits, count)
 
 
 def matching(commits: Iterable[Commit], where: Mapping[str, str]) -> Iterator[Commit]:

@@ -115,6 +115,11 @@ def test_log_depth_bounds_the_walk_before_the_filter(repo) -> None:
     assert [c.message for c in repo.log("main", depth=3)] == ["c5", "c4", "c3"]
     assert [c.message for c in repo.log("main", where={"even": "True"}, depth=3)] == ["c4"]
     assert repo.log("main", where={"even": "True"}, depth=1) == []
+    for bad in (-1, 1.5, True, "3"):
+        with pytest.raises(InvalidArgument, match="depth must be a number of commits"):
+            repo.log("main", depth=bad)  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgument, match="limit must be a number of commits"):
+            repo.log("main", limit=bad)  # type: ignore[arg-type]
 
 
 def test_log_paths_keeps_commits_that_change_a_path_under_a_prefix(repo) -> None:
