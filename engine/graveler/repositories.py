@@ -15,6 +15,7 @@ from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord
 from branchwater.engine.graveler.names import check_ref_name, check_repository_name
 from branchwater.engine.graveler.staging import new_staging_token
+from branchwater.engine.urls import redact_url
 
 NAMESPACE_MARKER = "_branchwater/repository"
 
@@ -25,8 +26,11 @@ def create_repository(
     check_repository_name(name)
     check_ref_name(default_branch)
     if not isinstance(storage_namespace, str) or "://" not in storage_namespace:
+        shown: object = storage_namespace
+        if isinstance(storage_namespace, str):
+            shown = redact_url(storage_namespace)
         raise ConfigurationError(
-            f"storage namespace {storage_namespace!r} must be a URL such as file:///data/{name} "
+            f"storage namespace {shown!r} must be a URL such as file:///data/{name} "
             f"or s3://bucket/{name}"
         )
     if any(True for _ in _named(g, name)):

@@ -16,6 +16,7 @@ from urllib.parse import unquote, urlsplit
 
 from branchwater.engine.errors import ConfigurationError, NotFound, Unavailable
 from branchwater.engine.objects.store import ObjectInfo, ObjectStore, check_object_key
+from branchwater.engine.urls import redact_url
 
 _TMP_PREFIX = ".tmp-"
 
@@ -33,7 +34,7 @@ class LocalObjectStore(ObjectStore):
             or not parts.path
         ):
             raise ConfigurationError(
-                f"local object store URL {url!r} must look like file:///absolute/path"
+                f"local object store URL {redact_url(url)!r} must look like file:///absolute/path"
             )
         self.root = Path(unquote(parts.path))
         self.url = f"file://{self.root.as_posix()}"

@@ -38,6 +38,7 @@ from branchwater.engine.errors import (
     Unavailable,
 )
 from branchwater.engine.objects.store import ObjectInfo, ObjectStore, check_object_key
+from branchwater.engine.urls import redact_url
 
 DELETE_BATCH = 1000
 """S3's DeleteObjects accepts at most this many keys per request."""
@@ -277,21 +278,22 @@ class S3ObjectStore(ObjectStore):
 
 def _parse_url(url: str) -> tuple[str, str]:
     """Split `s3://bucket/a/b` into the bucket and a key prefix ending in `/` (or empty)."""
+    shown = redact_url(url) if isinstance(url, str) else repr(url)
     try:
         parts = urlsplit(url) if isinstance(url, str) else None
     except ValueError:
         parts = None
     if parts is None or parts.scheme != "s3" or parts.query or parts.fragment:
-        raise ConfigurationError(f"S3 object store URL {url!r} must look like s3://bucket/prefix")
+        raise ConfigurationError(f"S3 object store URL {shown!r} must look like s3://bucket/prefix")
     if not _BUCKET_NAME.match(parts.netloc):
-        raise ConfigurationError(f"S3 object store URL {url!r} does not name a valid bucket")
+        raise ConfigurationError(f"S3 object store URL {shown!r} does not name a valid bucket")
     prefix = parts.path.strip("/")
     if prefix:
         try:
             check_object_key(prefix)
         except InvalidArgument:
             raise ConfigurationError(
-                f"S3 object store URL {url!r} has a malformed key prefix {prefix!r}"
+                f"S3 object store URL {shown!r} has a malformed key prefix {prefix!r}"
             ) from None
         prefix += "/"
     return parts.netloc, prefix
