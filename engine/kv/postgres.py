@@ -130,8 +130,8 @@ def _problem(parsed: URL, url: str) -> str | None:
     host = parsed.host or ""
     if parsed.password != url_password(url) or any(c in host for c in "@/?#"):
         return (
-            "percent-encode '@', ':', '/', '?' and '#' in the user name and password "
-            "(%40, %3A, %2F, %3F, %23)"
+            "percent-encode '@', ':', '/', '?' and '#' in the user name and password, and "
+            "'@' anywhere else (%40, %3A, %2F, %3F, %23)"
         )
     if parsed.port is not None and not 1 <= parsed.port <= 65535:
         return f"port {parsed.port} is not between 1 and 65535"

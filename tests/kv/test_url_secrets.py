@@ -4,6 +4,7 @@ password, for every scheme (hypothesis), and malformed URLs raise typed errors."
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -13,11 +14,13 @@ from branchwater.engine.errors import BranchwaterError, ConfigurationError
 from branchwater.engine.kv import open_store
 from branchwater.engine.urls import redact_url, scrub, url_secrets
 from tests.helpers import (
+    PG_USER,
     Credentials,
     assert_no_secret,
     credentials,
     error_chain,
     free_port,
+    unique_name,
 )
 
 SCHEMES = ["postgresql", "postgres", "dynamodb", "sqlite", "redis", "s3", "x-unknown"]
@@ -93,3 +96,13 @@ def test_malformed_urls_are_configuration_errors_naming_the_problem(url: str, na
     with pytest.raises(ConfigurationError, match=names) as caught:
         open_store(url)
     assert "secret" not in error_chain(caught.value)
+
+
+@pytest.mark.postgres
+def test_a_percent_encoded_password_of_reserved_characters_connects(postgres_url: str) -> None:
+    """The way out every refusal names works (the server trusts any password)."""
+    password = quote("p@ss:w/o?r#d[]%", safe="")
+    url = postgres_url.replace(f"{PG_USER}@", f"{PG_USER}:{password}@", 1)
+    with open_store(f"{url}?table={unique_name('kv_')}&application_name=a%40b") as store:
+        store.set(b"p", b"k", b"v")
+        assert "p@ss" not in store.url and password not in store.url
