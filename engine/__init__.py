@@ -59,7 +59,7 @@ _LAZY = {
     "slice_created": "branchwater.engine.gc.addresses",
     "DATA_ADDRESS_PATTERN": "branchwater.engine.gc.addresses",
     "REPOSITORY_NAME_PATTERN": "branchwater.engine.graveler.names",
-    "human_size": "branchwater.engine.cli.output",
+    "human_size": "branchwater.engine.units",
     "timestamp": "branchwater.engine.cli.output",
 }
 

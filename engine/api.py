@@ -21,6 +21,7 @@ from branchwater.engine.gc.inputs import (
     uncommitted_run,
 )
 from branchwater.engine.gc.prepare import PreparedRun, prepare_uncommitted_for_gc
+from branchwater.engine.gc.provenance import Provenance, provenance
 from branchwater.engine.gc.runlock import DEFAULT_LEASE, GCRunLease, acquire_run_lease
 from branchwater.engine.gc.settings import GCSettings
 from branchwater.engine.gc.tokens import PhysicalAddress
@@ -314,6 +315,10 @@ class Repository:
     def uncommitted_gc_run(self, run_id: str) -> UncommittedRun:
         """A finished `prepare_uncommitted_for_gc` run: its start, files and time limits."""
         return uncommitted_run(self._g.objects(self.storage_namespace), run_id)
+
+    def provenance(self, address: str) -> list[Provenance]:
+        """The shallow copies and links GC's records remember for `address`, oldest first."""
+        return provenance(self.lake.gc, self.record, address)
 
 
 class Ref:

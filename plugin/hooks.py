@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Connection
 
     from branchwater.engine import CompactionPolicy, Lake, Repository
-    from branchwater.spark_jobs.gc.runs import RunSummary
+    from branchwater.engine.gc.runs.files import RunSummary
 
 CONN_TYPE = "branchwater"
 DEFAULT_CONN_ID = "branchwater_default"
@@ -227,8 +227,8 @@ class BranchwaterHook(BaseHook):
 
     def gc_run(self, repository: str, run_id: str) -> RunSummary:
         """The saved summary of a GC run whose mark finished; `NotFound` otherwise."""
-        from branchwater.spark_jobs.gc.runs import read_summary
-        from branchwater.spark_jobs.gc.storage import Namespace
+        from branchwater.engine.gc.runs.files import read_summary
+        from branchwater.engine.gc.runs.storage import Namespace
 
         namespace = self.repository(repository).storage_namespace
         return read_summary(Namespace.of(namespace, self.s3_options_for(namespace)), run_id)

@@ -385,7 +385,7 @@ class GCLake:
 
     def run(self, events: Callable[[dict[str, Any]], None] | None = None, **settings: Any) -> Any:
         """Run the GC job in this process; returns its `RunSummary`."""
-        from branchwater.spark_jobs.gc.config import JobConfig
+        from branchwater.engine.gc.runs.config import JobConfig
         from branchwater.spark_jobs.gc.job import GCJob
 
         settings.setdefault("min_age", timedelta(0))

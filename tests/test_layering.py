@@ -22,6 +22,7 @@ ENGINE = "branchwater.engine"
 LAYERS: dict[str, int] = {
     "errors": 0,
     "failpoints": 0,
+    "units": 0,
     "urls": 0,
     "kv": 1,
     "objects": 2,
@@ -32,6 +33,10 @@ LAYERS: dict[str, int] = {
     "demo": 6,
 }
 """The layer of each top-level engine module or package; a higher number sits above."""
+
+PUBLIC_PACKAGES = ("branchwater.engine.gc.runs",)
+"""Engine packages clients may import beside the facade: the GC run-files library is the
+seam between the engine and the Spark job (and the provider's view of runs)."""
 
 CLIENT_FOLDERS = {
     "plugin": "branchwater.plugin",
@@ -75,6 +80,9 @@ def engine_violations(module: str, source: str, package: str) -> list[str]:
         return []
     found = []
     for imp in imports_of(source, package):
+        client = next((c for c in CLIENT_FOLDERS.values() if _within(imp.module, c)), None)
+        if client is not None:
+            found.append(f"{module}:{imp.line} imports {imp.module}: the engine imports no client")
         targets = [imp.module]
         if imp.module == ENGINE:
             targets = [f"{ENGINE}.{name}" for name in imp.names]
@@ -90,6 +98,8 @@ def client_violations(module: str, source: str, package: str) -> list[str]:
     exports = set(branchwater.engine.__all__)
     found = []
     for imp in imports_of(source, package):
+        if any(_within(imp.module, public) for public in PUBLIC_PACKAGES):
+            continue
         if imp.module.startswith(ENGINE + "."):
             found.append(f"{module}:{imp.line} imports {imp.module}, not the public API")
         elif imp.module == ENGINE:
@@ -97,6 +107,10 @@ def client_violations(module: str, source: str, package: str) -> list[str]:
             if hidden or not imp.names:
                 found.append(f"{module}:{imp.line} imports {hidden or ENGINE}, not exports")
     return found
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
 
 
 def modules_under(folder: Path, package: str) -> Iterator[tuple[str, str, Path]]:
@@ -135,7 +149,8 @@ def test_every_engine_folder_has_a_layer() -> None:
 
 
 def test_the_checks_catch_violations() -> None:
-    """The checker itself: an upward import, a relative one, and a private import by a client."""
+    """The checker itself: an upward import, a relative one, a private import by a client, a
+    public one, and a lazy import of a client by the engine."""
     upward = "from branchwater.engine.graveler.model import Entry\n"
     assert engine_violations("branchwater.engine.kv.sql", upward, "branchwater.engine.kv")
     relative = "def f():\n    from ..api import Lake\n"
@@ -146,3 +161,7 @@ def test_the_checks_catch_violations() -> None:
     assert client_violations("dag", private, "")
     assert client_violations("dag", "from branchwater.engine import _LAZY\n", "")
     assert not client_violations("dag", "from branchwater.engine import Lake\n", "")
+    public = "from branchwater.engine.gc.runs.files import RunSummary\n"
+    assert not client_violations("dag", public, "")
+    lazy_client = "def f():\n    from branchwater.spark_jobs.gc.job import GCJob\n"
+    assert engine_violations("branchwater.engine.cli.gc", lazy_client, "branchwater.engine.cli")

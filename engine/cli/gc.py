@@ -18,13 +18,16 @@ import tempfile
 from pathlib import Path
 from typing import IO, Any
 
-from branchwater.engine.api import Lake
-from branchwater.engine.cli.output import Output, human_size
+import branchwater
+from branchwater.engine.api import Lake, Repository
+from branchwater.engine.cli.output import Output
 from branchwater.engine.cli.verbs import Subparsers, fraction, group, verb
 from branchwater.engine.errors import ConfigurationError, GateFailed, Unavailable
 from branchwater.engine.gc.prepare import read_manifest
+from branchwater.engine.units import human_size
 
-JOB_MODULE = "branchwater.spark_jobs.gc.__main__"
+JOB_FILE = ("spark_jobs", "gc", "__main__.py")
+"""The job `spark-submit` runs, relative to the `branchwater` package."""
 DEFAULT_MASTER = "local[*]"
 PHASES = {
     "prepare": "Marking uncommitted objects",
@@ -85,7 +88,7 @@ def spark_submit(home: str | None) -> str:
 def submit_env(home: str | None, kv_url: str) -> dict[str, str]:
     """The job's environment: this interpreter for Spark's Python, its Spark distribution, and
     the KV URL (`--kv-env`), whose password a command line would show to every user."""
-    from branchwater.spark_jobs.gc.config import KV_ENV
+    from branchwater.engine.gc.runs.config import KV_ENV
 
     env = {**os.environ, KV_ENV: kv_url}
     env.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -96,15 +99,16 @@ def submit_env(home: str | None, kv_url: str) -> dict[str, str]:
 
 
 def job_file() -> str:
-    spec = importlib.util.find_spec(JOB_MODULE)
-    if spec is None or spec.origin is None:
-        raise ConfigurationError(f"the GC job ({JOB_MODULE}) is not installed")
-    return spec.origin
+    """The job's script, found beside this package: the engine never imports the job."""
+    found = Path(branchwater.__file__).parent.joinpath(*JOB_FILE)
+    if not found.is_file():
+        raise ConfigurationError(f"the GC job ({found}) is not installed")
+    return str(found)
 
 
 def submit_command(args: argparse.Namespace) -> list[str]:
     """The `spark-submit` command line of one `gc run`."""
-    from branchwater.spark_jobs.gc.config import KV_ENV
+    from branchwater.engine.gc.runs.config import KV_ENV
 
     command = [
         spark_submit(spark_home()),
@@ -138,17 +142,21 @@ def submit_command(args: argparse.Namespace) -> list[str]:
 
 def cmd_gc_run(lake: Lake, args: argparse.Namespace, out: Output) -> None:
     from branchwater.engine.cli.app import kv_url
-    from branchwater.spark_jobs.gc.runs import RunSummary
+    from branchwater.engine.gc.runs.files import RunSummary
 
     repo = lake.repository(args.repo)
     if args.sweep is not None:
-        from branchwater.spark_jobs.gc.runs import check_sweepable, nothing_to_delete, read_summary
-        from branchwater.spark_jobs.gc.storage import Namespace
+        from branchwater.engine.gc.runs.files import (
+            check_sweepable,
+            nothing_to_delete,
+            read_summary,
+        )
+        from branchwater.engine.gc.runs.storage import Namespace
 
         mark = read_summary(Namespace.of(repo.storage_namespace), args.sweep)
         check_sweepable(mark)
         if nothing_to_delete(mark):
-            swept = _sweep_without_spark(args, kv_url(args.kv))
+            swept = _sweep_without_spark(repo, args, kv_url(args.kv))
             out.document(swept.to_json(), summary_text(swept))
             return
     with tempfile.NamedTemporaryFile(prefix="branchwater-gc-", suffix=".log", delete=False) as log:
@@ -166,21 +174,21 @@ def cmd_gc_run(lake: Lake, args: argparse.Namespace, out: Output) -> None:
     _raise_failure(events, code, log.name)
 
 
-def _sweep_without_spark(args: argparse.Namespace, kv_url: str) -> Any:
+def _sweep_without_spark(repo: Repository, args: argparse.Namespace, kv_url: str) -> Any:
     """The sweep of a mark with no candidates, here: no Spark application to wait for."""
-    from branchwater.spark_jobs.gc.config import JobConfig, parse_duration
-    from branchwater.spark_jobs.gc.job import sweep_without_spark
+    from branchwater.engine.gc.runs.config import JobConfig, parse_duration
+    from branchwater.engine.gc.runs.sweeps import sweep_without_spark
 
     lock_ttl = parse_duration(args.lock_ttl) if args.lock_ttl is not None else None
     config = JobConfig(kv_url, args.repo, sweep=args.sweep, lock_ttl=lock_ttl)
-    return sweep_without_spark(config)
+    return sweep_without_spark(repo, config)
 
 
 def _submit(
     command: list[str], kv_url: str, log: IO[bytes], out: Output
 ) -> tuple[int, list[dict[str, Any]]]:
     """Run the job, its stderr (Spark's log) to `log`; returns its exit code and events."""
-    from branchwater.spark_jobs.gc.events import parse
+    from branchwater.engine.gc.runs.events import parse
 
     events: list[dict[str, Any]] = []
     env = submit_env(spark_home(), kv_url)
@@ -201,7 +209,7 @@ def _submit(
 
 
 def _raise_failure(events: list[dict[str, Any]], code: int, log: str) -> None:
-    from branchwater.spark_jobs.gc.events import error_class
+    from branchwater.engine.gc.runs.events import error_class
 
     error = next((e for e in events if e["event"] == "error"), None)
     if error is not None:
@@ -241,8 +249,8 @@ def summary_text(summary: Any) -> str:
 
 
 def cmd_gc_explain(lake: Lake, args: argparse.Namespace, out: Output) -> None:
-    from branchwater.spark_jobs.gc.config import parse_duration
-    from branchwater.spark_jobs.gc.explain import explain
+    from branchwater.engine.gc.runs.config import parse_duration
+    from branchwater.engine.gc.runs.explain import explain
 
     repo = lake.repository(args.repo)
     min_age = lake.gc.settings.default_min_age
@@ -255,7 +263,7 @@ def cmd_gc_explain(lake: Lake, args: argparse.Namespace, out: Output) -> None:
 def duration(text: str) -> str:
     """A duration the job will accept (`6h`, `30m`), checked here rather than after Spark
     has started; the job is given the text as written."""
-    from branchwater.spark_jobs.gc.config import duration_argument
+    from branchwater.engine.gc.runs.config import duration_argument
 
     duration_argument(text)
     return text

@@ -9,10 +9,11 @@ from itertools import islice
 from pathlib import Path
 
 from branchwater.engine.api import Lake, Ref, Repository
-from branchwater.engine.cli.output import Output, entry_line, entry_to_json, human_size
+from branchwater.engine.cli.output import Output, entry_line, entry_to_json
 from branchwater.engine.cli.verbs import Subparsers, UserError, add_meta, positive_int, verb
 from branchwater.engine.errors import NotFound
 from branchwater.engine.graveler.model import Entry
+from branchwater.engine.units import human_size
 
 
 def open_ref(repo: Repository, ref: str) -> Ref:

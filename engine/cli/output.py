@@ -18,6 +18,7 @@ from branchwater.engine.cli.progress import Progress
 from branchwater.engine.graveler.compaction import CompactionResult, CompactionStatus
 from branchwater.engine.graveler.merge import MergeResult
 from branchwater.engine.graveler.model import Change, Commit, Entry, Tag
+from branchwater.engine.units import human_size
 
 SHORT_ID = 12
 """Abbreviated commit ids in tables; `Repository.ref` resolves any unique prefix."""
@@ -83,16 +84,6 @@ def align(rows: Sequence[Sequence[str]]) -> list[str]:
         "  ".join([*(cell.ljust(w) for cell, w in zip(row, widths, strict=False)), row[-1]])
         for row in rows
     ]
-
-
-def human_size(size: int) -> str:
-    """Sizes as `ls -lh` and lakectl show them: exact bytes below 1 KiB, one decimal above."""
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
 
 
 def timestamp(when: datetime) -> str:

@@ -28,17 +28,17 @@ from airflow.sdk.exceptions import (
 )
 
 from branchwater.engine import ConfigurationError, NotFound
+from branchwater.engine.gc.runs.config import KV_ENV
 from branchwater.plugin.hooks import DEFAULT_CONN_ID, BranchwaterHook
 from branchwater.plugin.links import BranchwaterGCReportLink
 from branchwater.plugin.operators.base import BranchwaterOperator
-from branchwater.spark_jobs.gc.config import KV_ENV
 
 if TYPE_CHECKING:
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
     from airflow.sdk import Context
 
     from branchwater.engine import Repository
-    from branchwater.spark_jobs.gc.runs import Expectation, RunSummary
+    from branchwater.engine.gc.runs.files import Expectation, RunSummary
 
 PROGRESS_EVERY = 100_000
 """Entries between two progress lines in the task log."""
@@ -46,7 +46,7 @@ DEFAULT_MASTER = "local[*]"
 SPARK_CONN_ID = "spark_default"
 GATE_FAILED = "gate_failed"
 FAILED = "failed"
-"""`RunSummary.status` values (`spark_jobs.gc.runs`), named here so that parsing a DAG file
+"""`RunSummary.status` values (`engine.gc.runs.files`), named here so that parsing a DAG file
 never imports the job's modules."""
 
 
@@ -338,7 +338,7 @@ class BranchwaterGCSweepOperator(BranchwaterGCJobOperator):
     def execute(self, context: Context) -> Any:
         if as_flag(self.skip_sweep):
             raise AirflowSkipException(f"dry run: GC run {self.sweep_run} is marked, not swept")
-        from branchwater.spark_jobs.gc.runs import nothing_to_delete
+        from branchwater.engine.gc.runs.files import nothing_to_delete
 
         hook = BranchwaterHook(self.branchwater_conn_id)
         try:
@@ -349,11 +349,12 @@ class BranchwaterGCSweepOperator(BranchwaterGCJobOperator):
         return super().execute(context)
 
     def _sweep_here(self, hook: BranchwaterHook) -> RunSummary:
-        from branchwater.spark_jobs.gc.config import JobConfig
-        from branchwater.spark_jobs.gc.job import sweep_without_spark
+        from branchwater.engine.gc.runs.config import JobConfig
+        from branchwater.engine.gc.runs.sweeps import sweep_without_spark
 
         self.log.info("GC run %s marked no candidates: sweeping it without Spark", self.sweep_run)
-        namespace = hook.repository(self.repository).storage_namespace
+        repository = hook.repository(self.repository)
+        namespace = repository.storage_namespace
         s3 = {k: v for k, v in (hook.s3_options_for(namespace) or {}).items() if v}
         config = JobConfig(
             kv_url=hook.settings.kv_url,
@@ -361,7 +362,9 @@ class BranchwaterGCSweepOperator(BranchwaterGCJobOperator):
             sweep=self.sweep_run,
             s3_options=s3,
         )
-        return sweep_without_spark(config, lambda event: self.log.info("GC job: %s", event))
+        return sweep_without_spark(
+            repository, config, lambda event: self.log.info("GC job: %s", event)
+        )
 
 
 class BranchwaterGCGateOperator(BranchwaterOperator):

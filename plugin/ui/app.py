@@ -31,7 +31,7 @@ from branchwater.engine import (
     human_size,
     timestamp,
 )
-from branchwater.plugin.ui import gc_runs
+from branchwater.engine.gc.runs import history
 from branchwater.plugin.ui.auth import LoginRequired, NotAllowed, airflow_user_may_view
 from branchwater.plugin.ui.lake import LakeAccess
 
@@ -134,8 +134,8 @@ def _add_pages(app: FastAPI, lake_access: LakeAccess, page: _Renderer) -> None:
     @app.get("/repositories/{repository}/gc", name="gc_runs", response_class=HTMLResponse)
     def runs(request: Request, repository: str) -> Response:
         repo = lake_access.lake().repository(repository)
-        found = gc_runs.list_runs(lake_access.objects(repo))
-        return page(request, "gc_runs.html", repo=repo, runs=found, limit=gc_runs.MAX_RUNS)
+        found = history.list_runs(lake_access.objects(repo))
+        return page(request, "gc_runs.html", repo=repo, runs=found, limit=history.MAX_RUNS)
 
     @app.get(
         "/repositories/{repository}/gc/{run_id}/report.html",
@@ -145,14 +145,14 @@ def _add_pages(app: FastAPI, lake_access: LakeAccess, page: _Renderer) -> None:
     def report(repository: str, run_id: str) -> Response:
         repo = lake_access.lake().repository(repository)
         return HTMLResponse(
-            gc_runs.read_report(lake_access.objects(repo), run_id),
+            history.read_report(lake_access.objects(repo), run_id),
             headers={"Content-Security-Policy": f"{CONTENT_SECURITY_POLICY}; sandbox"},
         )
 
     @app.get("/repositories/{repository}/gc/{run_id}/summary.json", name="gc_summary")
     def summary(repository: str, run_id: str) -> Response:
         repo = lake_access.lake().repository(repository)
-        return JSONResponse(gc_runs.read_summary(lake_access.objects(repo), run_id))
+        return JSONResponse(history.read_summary(lake_access.objects(repo), run_id))
 
 
 def _add_error_pages(app: FastAPI, page: _Renderer) -> None:

@@ -19,10 +19,10 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from branchwater.engine import CommittedLayout
+from branchwater.engine.gc.runs.plan import NEW_COMMITTED
+from branchwater.engine.gc.runs.storage import Namespace
 from branchwater.spark_jobs.gc.frames import ShareTask, map_shares
 from branchwater.spark_jobs.gc.packing import PACKED_DDL, pack, packed_files
-from branchwater.spark_jobs.gc.plan import NEW_COMMITTED
-from branchwater.spark_jobs.gc.storage import Namespace
 
 
 @dataclass

@@ -19,9 +19,9 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
 from branchwater.engine import BranchwaterError, Unavailable
-from branchwater.spark_jobs.gc.events import error_class
-from branchwater.spark_jobs.gc.plan import MTIME_TYPE
-from branchwater.spark_jobs.gc.storage import Namespace
+from branchwater.engine.gc.runs.events import error_class
+from branchwater.engine.gc.runs.plan import MTIME_TYPE
+from branchwater.engine.gc.runs.storage import Namespace
 
 ADAPTIVE = "spark.sql.adaptive.enabled"
 S3A_CONF = "spark.branchwater.gc.s3a"

@@ -24,10 +24,10 @@ from pyspark import Broadcast, InheritableThread
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from branchwater.engine.gc.runs.files import Expectation
+from branchwater.engine.gc.runs.layout import ADDRESS_PATTERN, DATA_DIR
+from branchwater.engine.gc.runs.storage import Namespace
 from branchwater.spark_jobs.gc.frames import ADAPTIVE, cores, map_shares, session_conf
-from branchwater.spark_jobs.gc.layout import ADDRESS_PATTERN, DATA_DIR
-from branchwater.spark_jobs.gc.runs import Expectation
-from branchwater.spark_jobs.gc.storage import Namespace
 
 LIMIT_PARTITIONS = "spark.sql.limit.initialNumPartitions"
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"

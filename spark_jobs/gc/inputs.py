@@ -16,13 +16,13 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from branchwater.engine import UncommittedRun
-from branchwater.spark_jobs.gc import plan
+from branchwater.engine.gc.runs import plan
+from branchwater.engine.gc.runs.files import RunSummary
+from branchwater.engine.gc.runs.storage import Namespace
 from branchwater.spark_jobs.gc.committed import CommittedInput
 from branchwater.spark_jobs.gc.frames import arrow_schema, read_parquet
 from branchwater.spark_jobs.gc.marking import SET_DDL, arrow_addresses_read
 from branchwater.spark_jobs.gc.packing import packed_files
-from branchwater.spark_jobs.gc.runs import RunSummary
-from branchwater.spark_jobs.gc.storage import Namespace
 
 REFERENCED = (plan.UNCOMMITTED, plan.CARRIED)
 """The sets read from files whose addresses a branch or a commit references (the base

@@ -1,6 +1,6 @@
 """The uncommitted-GC job: mark (prepare, committed metaranges, the choice of slices, the
 mark itself slice by slice on the executors, the quality gate), then sweep; see `plan` for
-the clean and optimized runs and their safety, and `marking` for how the mark runs.
+the clean and optimized runs and their safety, and `marking` for how the mark files.
 
 Run it with `spark-submit spark_jobs/gc/__main__.py --kv URL --repo NAME [--mode optimized]
 [--dry-run | --sweep MARK_ID] [--min-age 6h]` (the `branchwater gc run` verb does), or call
@@ -34,9 +34,8 @@ from branchwater.engine import (
     Repository,
     UncommittedRun,
 )
-from branchwater.spark_jobs.gc import plan, report, runs
-from branchwater.spark_jobs.gc.committed import CommittedInput, read_committed
-from branchwater.spark_jobs.gc.config import (
+from branchwater.engine.gc.runs import files, plan
+from branchwater.engine.gc.runs.config import (
     CANDIDATES_PER_FILE,
     CLEAN,
     CLOCK_SKEW,
@@ -48,7 +47,12 @@ from branchwater.spark_jobs.gc.config import (
     JobConfig,
     duration_argument,
 )
-from branchwater.spark_jobs.gc.events import emit
+from branchwater.engine.gc.runs.events import Events, emit
+from branchwater.engine.gc.runs.files import RunSummary
+from branchwater.engine.gc.runs.layout import choose_slices
+from branchwater.engine.gc.runs.storage import Namespace
+from branchwater.engine.gc.runs.sweeps import finish_sweep, save_run, saved_validations, take_lease
+from branchwater.spark_jobs.gc.committed import CommittedInput, read_committed
 from branchwater.spark_jobs.gc.frames import cores, executor_errors, read_parquet
 from branchwater.spark_jobs.gc.gate import (
     Gate,
@@ -60,11 +64,8 @@ from branchwater.spark_jobs.gc.gate import (
     with_age,
 )
 from branchwater.spark_jobs.gc.inputs import SetsRead
-from branchwater.spark_jobs.gc.layout import choose_slices
 from branchwater.spark_jobs.gc.listing import data_slices
 from branchwater.spark_jobs.gc.marking import SET_DDL, SET_SCHEMA, Marked, mark, mark_on_driver
-from branchwater.spark_jobs.gc.runs import RunSummary, Volume, run_prefix
-from branchwater.spark_jobs.gc.storage import Namespace
 from branchwater.spark_jobs.gc.sweep import sweep
 
 ID_COLUMNS = {"ranges": "range_id", "metaranges": "metarange_id"}
@@ -78,8 +79,6 @@ SESSION_CONF: dict[str, bool | float | int | str | None] = {
 4) records the Python call site of every DataFrame and Column call, a stack walk and four
 Py4J round trips each; the driver makes hundreds a run (GX's suites most of them: a seventh
 of the candidates' suite), and the job's errors name their phase already."""
-
-Events = Callable[[dict[str, Any]], None]
 
 
 def utc_now() -> datetime:
@@ -122,7 +121,7 @@ class GCJob:
         with Lake.connect(self.config.kv_url, s3_options=dict(self.config.s3_options)) as lake:
             repo = lake.repository(self.config.repository)
             ns = Namespace.of(repo.storage_namespace, self.config.s3_options)
-            with self._lease(repo) as lease:
+            with take_lease(repo, self.config) as lease:
                 self.events({"event": "notice", "message": f"GC run lease held: {lease.holder}"})
                 if self.config.sweep is not None:
                     summary = self.sweep_mark(ns, self.config.sweep, lease=lease)
@@ -132,13 +131,6 @@ class GCJob:
                         summary = self.sweep_mark(ns, summary.run_id, summary, lease)
         self.events({"event": "summary", "summary": summary.to_json()})
         return summary
-
-    def _lease(self, repo: Repository) -> GCRunLease:
-        """One GC run per repository: raises `GCRunLocked` naming the run that holds it."""
-        holder = self.config.lease_holder()
-        if self.config.lock_ttl is None:
-            return repo.lock_gc_run(holder)
-        return repo.lock_gc_run(holder, self.config.lock_ttl)
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -189,11 +181,11 @@ class GCJob:
             with executor_errors(f"mark of GC run {summary.run_id}"):
                 self._mark(ns, repo, prepared, base, window, summary)
         except BaseException as exc:
-            summary.status = runs.FAILED
+            summary.status = files.FAILED
             summary.error = str(exc) if isinstance(exc, BranchwaterError) else repr(exc)
-            self._save(ns, summary, None)
+            save_run(ns, summary, None)
             with contextlib.suppress(BranchwaterError, OSError):
-                for folder in runs.set_folders(summary.run_id):
+                for folder in files.set_folders(summary.run_id):
                     ns.delete_folder(folder)
             raise
         return summary
@@ -210,7 +202,7 @@ class GCJob:
     def _base(self, repo: Repository, ns: Namespace) -> tuple[RunSummary | None, str | None]:
         if self.config.mode != OPTIMIZED:
             return None, None
-        base = runs.latest_base(ns, repo.record.unique_id)
+        base = files.latest_base(ns, repo.record.unique_id)
         if base is None:
             return None, (
                 "optimized run requested, but no previous run of this repository passed its "
@@ -231,7 +223,7 @@ class GCJob:
         read = SetsRead(self.spark, ns, prepared, base, self.cores)
         gate = Gate(self.spark)
         gate.start_prepare_output(read.frame(plan.UNCOMMITTED), read.rows(plan.UNCOMMITTED))
-        scratch = runs.scratch_prefix(run_id, "committed")
+        scratch = files.scratch_prefix(run_id, "committed")
         try:
             with self.phase("committed"):
                 read.committed = committed = self._committed(repo, ns, base, scratch)
@@ -244,7 +236,7 @@ class GCJob:
                 marked = self._marked(run_id, slices, read, window, late, on_driver)
                 self._refuse_malformed(marked)
                 counts = marked.counts
-                counts["namespace"] = runs.namespace_volume(base, counts["new"])
+                counts["namespace"] = files.namespace_volume(base, counts["new"])
                 summary.counts = {k: v for k, v in counts.items() if k != "malformed"}
                 summary.ranges = {
                     "metaranges_read": committed.new_metaranges,
@@ -268,8 +260,8 @@ class GCJob:
             ns.delete_folder(scratch)
         summary.gate = checked.expectations
         summary.gate_success = checked.success
-        summary.status = runs.MARKED if checked.success else runs.GATE_FAILED
-        self._save(ns, summary, checked.validations)
+        summary.status = files.MARKED if checked.success else files.GATE_FAILED
+        save_run(ns, summary, checked.validations)
 
     def _marked(
         self,
@@ -280,7 +272,7 @@ class GCJob:
         late: timedelta,
         on_driver: bool,
     ) -> Marked:
-        prefixes = {name: runs.set_prefix(run_id, name) for name in plan.SETS}
+        prefixes = {name: files.set_prefix(run_id, name) for name in plan.SETS}
         per_file = self.config.candidates_per_file
         late += CLOCK_SKEW
         if on_driver:
@@ -361,19 +353,12 @@ class GCJob:
         self, ns: Namespace, run_id: str, committed: CommittedInput
     ) -> dict[str, list[str]]:
         """The range and metarange ids the next optimized run need not read again."""
-        files = {}
+        written: dict[str, list[str]] = {}
         for name, ids in (("ranges", committed.range_ids), ("metaranges", committed.metarange_ids)):
-            key = f"{runs.set_prefix(run_id, name)}/{runs.part_name(0)}"
+            key = f"{files.set_prefix(run_id, name)}/{files.part_name(0)}"
             ns.write_parquet(key, pa.table({ID_COLUMNS[name]: pa.array(ids, pa.string())}))
-            files[name] = [key]
-        return files
-
-    def _save(self, ns: Namespace, summary: RunSummary, validations: dict[str, Any] | None) -> None:
-        prefix = run_prefix(summary.run_id)
-        if validations is not None:
-            ns.put_json(prefix + runs.VALIDATION, validations)
-        runs.write_summary(ns, summary)
-        ns.store.put(prefix + runs.REPORT, report.render(summary, validations).encode())
+            written[name] = [key]
+        return written
 
     # -- sweep ------------------------------------------------------------------------------
 
@@ -385,32 +370,22 @@ class GCJob:
         lease: GCRunLease | None = None,
     ) -> RunSummary:
         if summary is None:
-            summary = runs.read_summary(ns, run_id)
-        runs.check_sweepable(summary)
+            summary = files.read_summary(ns, run_id)
+        files.check_sweepable(summary)
         if lease is not None:
             lease.check()
-        spark = None if runs.nothing_to_delete(summary) else self.spark
+        spark = None if files.nothing_to_delete(summary) else self.spark
         try:
             with self.phase("sweep"):
                 recorded, per_slice = (
-                    sweep(spark, ns, run_id, summary.files[runs.CANDIDATES]) if spark else ([], [])
+                    sweep(spark, ns, run_id, summary.files[files.CANDIDATES]) if spark else ([], [])
                 )
         except BaseException as exc:
             summary.error = f"sweep unfinished, run it again with --sweep {run_id}: {exc}"
             summary.phases = {**summary.phases, **self._phases}
-            self._save(ns, summary, _validations(ns, run_id))
+            save_run(ns, summary, saved_validations(ns, run_id))
             raise
-        summary.files["deleted"] = recorded
-        summary.reclaimed_by_slice = per_slice
-        summary.counts["deleted"] = Volume(
-            sum(v.objects for v in per_slice), sum(v.bytes for v in per_slice)
-        )
-        summary.status = runs.SWEPT
-        summary.error = None
-        summary.swept_at = utc_now().isoformat()
-        summary.phases = {**summary.phases, **self._phases}
-        self._save(ns, summary, _validations(ns, run_id))
-        return summary
+        return finish_sweep(ns, summary, recorded, per_slice, self._phases)
 
 
 def _time(text: str | None) -> datetime:
@@ -421,12 +396,6 @@ def _time(text: str | None) -> datetime:
 def _ids(ns: Namespace, keys: list[str]) -> set[str]:
     """A saved set of ids, read on the driver: small next to what is read from them."""
     return {i for key in keys for i in ns.read_parquet(key).column(0).to_pylist()}
-
-
-def _validations(ns: Namespace, run_id: str) -> dict[str, Any] | None:
-    from branchwater.spark_jobs.gc.storage import missing_ok_json
-
-    return missing_ok_json(ns, run_prefix(run_id) + runs.VALIDATION)
 
 
 # -- command line ---------------------------------------------------------------------------
@@ -494,19 +463,6 @@ def _environment_value(name: str) -> str:
     if not value:
         raise InvalidArgument(f"--kv-env {name}: the environment variable {name} is not set")
     return value
-
-
-def sweep_without_spark(config: JobConfig, events: Events | None = None) -> RunSummary:
-    """Sweep the mark `config.sweep` in this process, when it holds no candidates: there is
-    nothing to delete, so no Spark application is started, and the run is recorded as swept
-    (a base for the next optimized run) under the repository's GC run lease, as on Spark."""
-
-    def no_session() -> SparkSession:
-        raise InvalidArgument(f"GC run {config.sweep} has candidates: sweep it on Spark")
-
-    if config.sweep is None:
-        raise InvalidArgument("only a sweep of a saved mark runs without Spark")
-    return GCJob(no_session, config, events).run()
 
 
 def start_session(config: JobConfig) -> SparkSession:

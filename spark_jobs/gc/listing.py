@@ -11,9 +11,9 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from branchwater.spark_jobs.gc.layout import ADDRESS_PATTERN, DATA_DIR
-from branchwater.spark_jobs.gc.plan import MTIME_TYPE
-from branchwater.spark_jobs.gc.storage import Namespace
+from branchwater.engine.gc.runs.layout import ADDRESS_PATTERN, DATA_DIR
+from branchwater.engine.gc.runs.plan import MTIME_TYPE
+from branchwater.engine.gc.runs.storage import Namespace
 
 LISTED_SCHEMA = pa.schema(
     [

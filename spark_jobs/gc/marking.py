@@ -27,13 +27,13 @@ import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.sql import DataFrame, SparkSession
 
-from branchwater.spark_jobs.gc import plan
+from branchwater.engine.gc.runs import plan
+from branchwater.engine.gc.runs.files import SliceVolume, Volume, part_name
+from branchwater.engine.gc.runs.layout import slice_time
+from branchwater.engine.gc.runs.storage import Namespace
 from branchwater.spark_jobs.gc.frames import ADAPTIVE, arrow_schema, session_conf
-from branchwater.spark_jobs.gc.layout import slice_time
 from branchwater.spark_jobs.gc.listing import LISTED_SCHEMA, fill_metadata, list_slice
 from branchwater.spark_jobs.gc.packing import PACKED_DDL, unpacked
-from branchwater.spark_jobs.gc.runs import SliceVolume, Volume, part_name
-from branchwater.spark_jobs.gc.storage import Namespace
 
 READ_DDL = "address string, sources int, size long, mtime timestamp"
 READ_SCHEMA = arrow_schema(READ_DDL)

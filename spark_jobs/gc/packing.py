@@ -19,9 +19,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 
+from branchwater.engine.gc.runs.layout import named_slices
+from branchwater.engine.gc.runs.storage import Namespace
 from branchwater.spark_jobs.gc.frames import arrow_schema, map_shares
-from branchwater.spark_jobs.gc.layout import named_slices
-from branchwater.spark_jobs.gc.storage import Namespace
 
 PACKED_DDL = "slice string, sources int, rows binary"
 """The key of the mark's shuffle (a slice), the bit of the set the rows were read from,

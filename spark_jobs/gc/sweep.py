@@ -19,10 +19,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from branchwater.engine import InvalidAddress, InvalidArgument
+from branchwater.engine.gc.runs.files import CANDIDATES, DELETED, SliceVolume, run_prefix
+from branchwater.engine.gc.runs.layout import ADDRESS_PATTERN
+from branchwater.engine.gc.runs.storage import Namespace
 from branchwater.spark_jobs.gc.frames import executor_errors, map_shares, read_parquet
-from branchwater.spark_jobs.gc.layout import ADDRESS_PATTERN
-from branchwater.spark_jobs.gc.runs import CANDIDATES, DELETED, SliceVolume, run_prefix
-from branchwater.spark_jobs.gc.storage import Namespace
 
 SWEPT_DDL = "key string, slice string, objects long, bytes long"
 _ADDRESS = re.compile(ADDRESS_PATTERN)

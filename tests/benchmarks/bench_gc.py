@@ -217,7 +217,7 @@ def spark_session() -> Any:
 def run_gc(spark: Any, gen: Generated, **settings: Any) -> tuple[float, Any]:
     """One run's seconds and summary; `summary.spark_jobs` is how many Spark jobs it ran
     (a figure a busy machine does not change)."""
-    from branchwater.spark_jobs.gc.config import JobConfig
+    from branchwater.engine.gc.runs.config import JobConfig
     from branchwater.spark_jobs.gc.job import GCJob
 
     settings.setdefault("min_age", timedelta(0))

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from branchwater.spark_jobs.gc.config import JobConfig
+from branchwater.engine.gc.runs.config import JobConfig
 from branchwater.spark_jobs.gc.job import GCJob
 from tests.helpers import Bw, CliLake, assert_user_error, local_file, make_repo, ok
 

@@ -12,6 +12,7 @@ import pytest
 from airflow.sdk import DAG, TaskGroup
 
 from branchwater.engine import MergeRaceLost, MergeResult, Repository
+from branchwater.engine.gc.runs.config import JobConfig
 from branchwater.plugin.operators import (
     BranchwaterCommitOperator,
     BranchwaterCompactOperator,
@@ -26,7 +27,6 @@ from branchwater.plugin.operators import (
 )
 from branchwater.plugin.operators.base import Lineage, LineageDataset
 from branchwater.plugin.operators.commits import ATTEMPTS_KEY, HINT_KEY
-from branchwater.spark_jobs.gc.config import JobConfig
 from branchwater.spark_jobs.gc.job import GCJob
 from tests.plugin.conftest import LINK_TEMPLATE, LakeConnection, RunDag, set_connection
 

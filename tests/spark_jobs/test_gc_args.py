@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from branchwater.engine import InvalidArgument
-from branchwater.spark_jobs.gc.events import parse
+from branchwater.engine.gc.runs.events import parse
 from branchwater.spark_jobs.gc.job import main, parse_args
 
 URL = "postgresql://gc:secret@db/lake"

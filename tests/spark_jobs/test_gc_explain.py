@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from branchwater.engine import InvalidAddress
-from branchwater.spark_jobs.gc.explain import explain
+from branchwater.engine.gc.runs.explain import explain
 from tests.helpers import GCLake
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

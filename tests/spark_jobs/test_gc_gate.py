@@ -13,6 +13,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from branchwater.engine.gc.addresses import slice_name
+from branchwater.engine.gc.runs.storage import Namespace
 from branchwater.spark_jobs.gc.gate import (
     ROWS_PER_PARTITION,
     Gate,
@@ -23,7 +24,6 @@ from branchwater.spark_jobs.gc.gate import (
     referenced_hits,
     validation_partitions,
 )
-from branchwater.spark_jobs.gc.storage import Namespace
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

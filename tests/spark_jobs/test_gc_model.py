@@ -26,8 +26,9 @@ from typing import Any
 import pytest
 
 from branchwater.engine import Conflict, GCSettings, NoChanges
-from branchwater.spark_jobs.gc import committed, runs
-from branchwater.spark_jobs.gc.config import DRIVER_ROWS
+from branchwater.engine.gc.runs import files
+from branchwater.engine.gc.runs.config import DRIVER_ROWS
+from branchwater.spark_jobs.gc import committed
 from tests.gc_model import BranchSteps, Chosen, LakeModel
 from tests.helpers import FakeClock, GCLake, use_clock
 
@@ -162,7 +163,7 @@ class History(BranchSteps[Model]):
 
 def check_run(
     gc: GCLake, history: History, mode: str, min_age: timedelta, **settings: Any
-) -> runs.RunSummary:
+) -> files.RunSummary:
     before = gc.data_objects()
     assert set(before) == history.model.written
     referenced = history.model.referenced()
@@ -171,7 +172,7 @@ def check_run(
 
     cutoff = datetime.fromisoformat(summary.cutoff)
     garbage = {k for k, info in before.items() if k not in referenced and info.mtime <= cutoff}
-    assert summary.status == runs.SWEPT and summary.mode == mode
+    assert summary.status == files.SWEPT and summary.mode == mode
     assert set(gc.data_objects()) == set(before) - garbage
     assert summary.volume("deleted").objects == len(garbage)
     history.model.written -= garbage
@@ -180,7 +181,7 @@ def check_run(
 
 def play(
     gc: GCLake, seed: int, rounds: int, steps: int, min_age: timedelta = MIN_AGE, **settings: Any
-) -> list[runs.RunSummary]:
+) -> list[files.RunSummary]:
     """Each round: steps, a wait past the minimum age, more steps ending with a write and a
     commit on one branch (so every run sees a young committed object), then a run; the
     runs' summaries."""

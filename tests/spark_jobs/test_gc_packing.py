@@ -9,8 +9,8 @@ import pyarrow as pa
 import pytest
 
 from branchwater.engine.gc.addresses import slice_name
+from branchwater.engine.gc.runs.plan import MTIME_TYPE
 from branchwater.spark_jobs.gc import packing
-from branchwater.spark_jobs.gc.plan import MTIME_TYPE
 
 SLICES = [slice_name(datetime(2026, 11, day, tzinfo=UTC)) for day in (1, 2, 3)]
 

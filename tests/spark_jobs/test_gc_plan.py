@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pyarrow as pa
 
-from branchwater.spark_jobs.gc import plan
+from branchwater.engine.gc.runs import plan
 from branchwater.spark_jobs.gc.marking import READ_SCHEMA
 
 EARLY = datetime(2026, 11, 1, tzinfo=UTC)

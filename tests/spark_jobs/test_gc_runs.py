@@ -12,11 +12,11 @@ import pytest
 
 from branchwater.engine import GateFailed, InvalidArgument, NotFound
 from branchwater.engine.gc.addresses import AddressAllocator
-from branchwater.spark_jobs.gc import runs
+from branchwater.engine.gc.runs import files
+from branchwater.engine.gc.runs.config import JobConfig
+from branchwater.engine.gc.runs.storage import Namespace
+from branchwater.engine.gc.runs.sweeps import sweep_without_spark
 from branchwater.spark_jobs.gc.committed import read_committed
-from branchwater.spark_jobs.gc.config import JobConfig
-from branchwater.spark_jobs.gc.job import sweep_without_spark
-from branchwater.spark_jobs.gc.storage import Namespace
 from tests.helpers import FakeClock, GCLake, unique_name, use_clock
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -46,7 +46,7 @@ def test_a_clean_run_deletes_exactly_the_unreferenced_objects(
     summary = gc.run()
 
     assert set(gc.data_objects()) == keep
-    assert summary.status == runs.SWEPT and summary.gate_success
+    assert summary.status == files.SWEPT and summary.gate_success
     assert summary.mode == "clean" and summary.fallback is None
     assert summary.volume("candidates").objects == len(garbage)
     assert summary.volume("deleted").objects == len(garbage)
@@ -54,24 +54,24 @@ def test_a_clean_run_deletes_exactly_the_unreferenced_objects(
     assert summary.min_age_override
     assert sum(v.objects for v in summary.reclaimed_by_slice) == len(garbage)
     ns = Namespace.of(gc.repo.storage_namespace, gc.s3_options)
-    saved = runs.read_summary(ns, summary.run_id)
-    assert saved.status == runs.SWEPT and saved.counts == summary.counts
+    saved = files.read_summary(ns, summary.run_id)
+    assert saved.status == files.SWEPT and saved.counts == summary.counts
     assert set(addresses(ns, summary.files["deleted"][0])) <= garbage
     check_report(gc, summary)
 
 
-def check_report(gc: GCLake, summary: runs.RunSummary) -> None:
+def check_report(gc: GCLake, summary: files.RunSummary) -> None:
     """One offline page with the summary, the chart and GX's own results."""
-    prefix = runs.run_prefix(summary.run_id)
-    page = gc.objects.get(prefix + runs.REPORT).decode()
-    assert summary.report_uri.endswith(prefix + runs.REPORT)
+    prefix = files.run_prefix(summary.run_id)
+    page = gc.objects.get(prefix + files.REPORT).decode()
+    assert summary.report_uri.endswith(prefix + files.REPORT)
     assert "<svg" in page and "reclaimed bytes per slice" in page
     assert "expect_column_values_to_be_null" in page and "Minimum age overridden" in page
     assert f"<th>marked on</th><td>the {summary.slices['marked_on']}</td>" in page
     assert "none kept for a suite that passed" in page
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
     assert "<script" not in page
-    validation = json.loads(gc.objects.get(prefix + runs.VALIDATION))
+    validation = json.loads(gc.objects.get(prefix + files.VALIDATION))
     assert set(validation) == {"gc-candidates", "gc-prepare-output"}
     assert all(v["success"] for v in validation.values())
 
@@ -95,9 +95,9 @@ def test_in_slices_opened_long_before_the_cutoff_each_object_still_counts_by_its
     summary = local_gc.run(min_age=timedelta(hours=1))
 
     assert set(local_gc.data_objects()) == keep | {late}
-    assert summary.volume("listed") == runs.Volume(len(sizes), sum(sizes.values()))
-    assert summary.volume("young") == runs.Volume(1, sizes[late])
-    assert summary.volume("deleted") == runs.Volume(len(garbage), sum(sizes[a] for a in garbage))
+    assert summary.volume("listed") == files.Volume(len(sizes), sum(sizes.values()))
+    assert summary.volume("young") == files.Volume(1, sizes[late])
+    assert summary.volume("deleted") == files.Volume(len(garbage), sum(sizes[a] for a in garbage))
     in_commit = keep & committed_addresses(local_gc)
     assert in_commit and summary.volume("committed").bytes == sum(sizes[a] for a in in_commit)
 
@@ -116,7 +116,7 @@ def test_a_dry_run_marks_and_a_sweep_of_its_mark_deletes(local_gc: GCLake) -> No
     keep, garbage = history(local_gc)
 
     mark = local_gc.run(dry_run=True)
-    assert mark.status == runs.MARKED and mark.volume("candidates").objects == len(garbage)
+    assert mark.status == files.MARKED and mark.volume("candidates").objects == len(garbage)
     assert set(local_gc.data_objects()) == keep | garbage
     fallback = local_gc.run(mode="optimized", dry_run=True)
     assert fallback.mode == "clean" and fallback.requested_mode == "optimized"
@@ -124,7 +124,7 @@ def test_a_dry_run_marks_and_a_sweep_of_its_mark_deletes(local_gc: GCLake) -> No
     assert fallback.volume("candidates").objects == len(garbage)
 
     swept = local_gc.run(sweep=mark.run_id)
-    assert swept.run_id == mark.run_id and swept.status == runs.SWEPT
+    assert swept.run_id == mark.run_id and swept.status == files.SWEPT
     assert set(local_gc.data_objects()) == keep
     assert swept.volume("deleted").objects == len(garbage)
 
@@ -137,24 +137,26 @@ def test_a_mark_with_no_candidates_is_swept_without_spark(local_gc: GCLake) -> N
     main.upload("a", b"one")
     main.commit("one")
     empty = local_gc.run(dry_run=True)
-    assert empty.volume("candidates").objects == 0 and runs.nothing_to_delete(empty)
+    assert empty.volume("candidates").objects == 0 and files.nothing_to_delete(empty)
     config = JobConfig(local_gc.kv_url, local_gc.repo.name, sweep=empty.run_id)
 
-    swept = sweep_without_spark(config)
+    swept = sweep_without_spark(local_gc.repo, config)
 
-    assert swept.status == runs.SWEPT and swept.volume("deleted").objects == 0
+    assert swept.status == files.SWEPT and swept.volume("deleted").objects == 0
     ns = Namespace.of(local_gc.repo.storage_namespace)
-    assert runs.read_summary(ns, empty.run_id).status == runs.SWEPT
+    assert files.read_summary(ns, empty.run_id).status == files.SWEPT
     assert local_gc.run(mode="optimized", dry_run=True).base_run == empty.run_id
 
     garbage = set(local_gc.put_garbage(2))
     marked = local_gc.run(dry_run=True)
-    assert not runs.nothing_to_delete(marked)
+    assert not files.nothing_to_delete(marked)
     with pytest.raises(InvalidArgument, match="has candidates: sweep it on Spark"):
-        sweep_without_spark(JobConfig(local_gc.kv_url, local_gc.repo.name, sweep=marked.run_id))
+        sweep_without_spark(
+            local_gc.repo, JobConfig(local_gc.kv_url, local_gc.repo.name, sweep=marked.run_id)
+        )
     assert garbage <= set(local_gc.data_objects())
-    unswept = runs.read_summary(ns, marked.run_id)
-    assert (unswept.status, unswept.error) == (runs.MARKED, None)
+    unswept = files.read_summary(ns, marked.run_id)
+    assert (unswept.status, unswept.error) == (files.MARKED, None)
 
 
 def test_a_failed_gate_deletes_nothing_and_its_mark_cannot_be_swept(local_gc: GCLake) -> None:
@@ -162,7 +164,7 @@ def test_a_failed_gate_deletes_nothing_and_its_mark_cannot_be_swept(local_gc: GC
 
     summary = local_gc.run(max_share=0.1)
 
-    assert summary.status == runs.GATE_FAILED and not summary.gate_success
+    assert summary.status == files.GATE_FAILED and not summary.gate_success
     assert set(local_gc.data_objects()) == keep | garbage
     [failed] = summary.failed_expectations()
     assert failed.type == "expect_table_row_count_to_be_between"

@@ -22,12 +22,13 @@ from pyspark.sql import functions as F
 
 from branchwater.engine import GCRunLocked, InvalidAddress, InvalidArgument, NotFound
 from branchwater.engine.gc.runlock import GCRunLease
+from branchwater.engine.gc.runs import files, plan
+from branchwater.engine.gc.runs.storage import Namespace
 from branchwater.engine.gc.tokens import utc_now
 from branchwater.engine.graveler import writes
 from branchwater.engine.graveler.model import Entry
-from branchwater.spark_jobs.gc import inputs, job, packing, plan, runs
+from branchwater.spark_jobs.gc import inputs, job, packing
 from branchwater.spark_jobs.gc.committed import CommittedInput
-from branchwater.spark_jobs.gc.storage import Namespace
 from tests.helpers import GCLake
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -121,7 +122,7 @@ def test_a_run_while_another_process_holds_the_repository_fails_naming_it(
         holder.kill()
         holder.wait(KILL_TIMEOUT)
     assert set(local_gc.data_objects()) == garbage
-    assert not list(runs.summaries(Namespace.of(local_gc.repo.storage_namespace)))
+    assert not list(files.summaries(Namespace.of(local_gc.repo.storage_namespace)))
 
 
 # Boundaries --------------------------------------------------------------------------------
@@ -208,12 +209,12 @@ def test_a_mark_that_missed_a_committed_address_fails_the_gate_and_deletes_nothi
     summary = local_gc.run(mode="clean" if marked_on == "executors" else "optimized")
 
     assert summary.slices["marked_on"] == marked_on
-    assert summary.status == runs.GATE_FAILED and summary.volume("candidates").objects == 3
+    assert summary.status == files.GATE_FAILED and summary.volume("candidates").objects == 3
     [failed] = summary.failed_expectations()
     assert failed.type == "expect_column_values_to_be_in_set"
     assert failed.kwargs["column"] == "referenced" and failed.observed["unexpected_count"] == 1
     assert set(local_gc.data_objects()) == {lost} | garbage
-    scratch = runs.run_prefix(summary.run_id) + "scratch/"
+    scratch = files.run_prefix(summary.run_id) + "scratch/"
     assert list(local_gc.objects.list_objects(scratch)) == []
 
 
@@ -233,7 +234,7 @@ def test_a_candidate_of_unknown_age_fails_the_gate_and_deletes_nothing(
     monkeypatch.setattr(job, "with_age", ageless)
     summary = local_gc.run()
 
-    assert summary.status == runs.GATE_FAILED
+    assert summary.status == files.GATE_FAILED
     [failed] = summary.failed_expectations()
     assert failed.type == "expect_column_values_to_not_be_null"
     assert failed.kwargs["column"] == "age_seconds" and failed.observed["unexpected_count"] == 1
@@ -259,10 +260,10 @@ def test_malformed_addresses_in_the_inputs_are_refused_before_anything_is_delete
     for address in MALFORMED:
         assert repr(address) in str(refused.value)
     assert garbage <= set(local_gc.data_objects())
-    [failed] = runs.summaries(Namespace.of(local_gc.repo.storage_namespace))
-    assert failed.status == runs.FAILED and "refuses" in (failed.error or "")
-    left = {info.key for info in local_gc.objects.list_objects(runs.run_prefix(failed.run_id))}
-    assert {key.rsplit("/", 1)[-1] for key in left} == {runs.SUMMARY, runs.REPORT}
+    [failed] = files.summaries(Namespace.of(local_gc.repo.storage_namespace))
+    assert failed.status == files.FAILED and "refuses" in (failed.error or "")
+    left = {info.key for info in local_gc.objects.list_objects(files.run_prefix(failed.run_id))}
+    assert {key.rsplit("/", 1)[-1] for key in left} == {files.SUMMARY, files.REPORT}
     with pytest.raises(InvalidArgument, match="did not finish marking"):
         local_gc.run(sweep=failed.run_id)
     with pytest.raises(NotFound, match="no summary"):
@@ -286,7 +287,7 @@ def test_a_tampered_mark_is_refused_before_any_delete(local_gc: GCLake) -> None:
     garbage = set(local_gc.put_garbage(3))
     mark = local_gc.run(dry_run=True)
     ns = Namespace.of(local_gc.repo.storage_namespace)
-    key = mark.files[runs.CANDIDATES][0]
+    key = mark.files[files.CANDIDATES][0]
     table = ns.read_parquet(key)
     extra = pa.table(
         {
@@ -337,12 +338,12 @@ def test_a_sweep_killed_midway_finishes_when_run_again_with_its_mark_id(
     same mark id then finishes the job, skipping the files already recorded."""
     garbage = set(local_gc.put_garbage(KILLED_FILES))
     mark = local_gc.run(dry_run=True, candidates_per_file=1, partitions=KILLED_FILES)
-    assert len(mark.files[runs.CANDIDATES]) > KILLED_FILES // 3
+    assert len(mark.files[files.CANDIDATES]) > KILLED_FILES // 3
     ns = Namespace.of(local_gc.repo.storage_namespace)
     deleted_dir = (
         Path(urlsplit(local_gc.repo.storage_namespace).path)
-        / runs.run_prefix(mark.run_id)
-        / runs.DELETED
+        / files.run_prefix(mark.run_id)
+        / files.DELETED
     )
 
     job = start_sweep(local_gc, mark.run_id, tmp_path)
@@ -353,8 +354,8 @@ def test_a_sweep_killed_midway_finishes_when_run_again_with_its_mark_id(
         job.wait(KILL_TIMEOUT)
     assert job.returncode == -signal.SIGKILL
     recorded_before = len(list(deleted_dir.glob("part-*")))
-    unfinished = runs.read_summary(ns, mark.run_id)
-    assert unfinished.status == runs.MARKED and recorded_before > 0
+    unfinished = files.read_summary(ns, mark.run_id)
+    assert unfinished.status == files.MARKED and recorded_before > 0
     lease = GCRunLease(local_gc.lake.graveler.kv, local_gc.repo.record, utc_now, LEASE)
     held = lease.current()
     assert held is not None and not held.released
@@ -362,7 +363,7 @@ def test_a_sweep_killed_midway_finishes_when_run_again_with_its_mark_id(
 
     swept = retry_while_locked(lambda: local_gc.run(sweep=mark.run_id))
 
-    assert swept.status == runs.SWEPT and swept.error is None
+    assert swept.status == files.SWEPT and swept.error is None
     assert local_gc.data_objects() == {}
     assert swept.volume("deleted").objects == len(garbage)
     recorded = {
@@ -373,7 +374,7 @@ def test_a_sweep_killed_midway_finishes_when_run_again_with_its_mark_id(
     assert recorded == garbage
 
 
-def retry_while_locked(run: Callable[[], runs.RunSummary]) -> runs.RunSummary:
+def retry_while_locked(run: Callable[[], files.RunSummary]) -> files.RunSummary:
     """Run once the killed run's lease has expired (it lasts `KILLED_LEASE` seconds)."""
     deadline = time.monotonic() + KILLED_LEASE * 4
     while True:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from branchwater.spark_jobs.gc.storage import Namespace, _s3_filesystem
+from branchwater.engine.gc.runs.storage import Namespace, _s3_filesystem
 from tests.fixtures.s3 import S3Server
 
 ENVIRONMENT = {

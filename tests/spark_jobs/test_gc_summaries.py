@@ -8,16 +8,16 @@ from pathlib import Path
 import pytest
 
 from branchwater.engine import CorruptedData, NotFound
-from branchwater.spark_jobs.gc import runs
-from branchwater.spark_jobs.gc.config import CLEAN
-from branchwater.spark_jobs.gc.storage import Namespace
+from branchwater.engine.gc.runs import files
+from branchwater.engine.gc.runs.config import CLEAN
+from branchwater.engine.gc.runs.storage import Namespace
 
 OLDER, NEWER = "18f2a9c3b7d2-a1b2c3", "18f2a9c3b7d1-d4e5f6"
 """Run ids begin with an inverted time: the newer run's sorts first."""
 
 
-def swept(run_id: str) -> runs.RunSummary:
-    return runs.RunSummary(
+def swept(run_id: str) -> files.RunSummary:
+    return files.RunSummary(
         run_id=run_id,
         repository="sales",
         repository_id="0123456789abcdef",
@@ -30,7 +30,7 @@ def swept(run_id: str) -> runs.RunSummary:
         cutoff="2026-11-24T00:00:01+00:00",
         min_age_seconds=21600.0,
         default_min_age_seconds=21600.0,
-        status=runs.SWEPT,
+        status=files.SWEPT,
         gate_success=True,
         considered_through="2026-11-24T00:00:01+00:00",
     )
@@ -47,28 +47,28 @@ def ns(tmp_path: Path) -> Namespace:
     ids=["not JSON", "a list", "a wrong field"],
 )
 def test_a_damaged_summary_is_corrupted_data_naming_the_run(ns: Namespace, damage: bytes) -> None:
-    ns.store.put(runs.run_prefix(OLDER) + runs.SUMMARY, damage)
+    ns.store.put(files.run_prefix(OLDER) + files.SUMMARY, damage)
 
     with pytest.raises(CorruptedData, match=f"GC run '{OLDER}' has a damaged summary.*clean run"):
-        runs.read_summary(ns, OLDER)
+        files.read_summary(ns, OLDER)
     with pytest.raises(CorruptedData, match=OLDER):
-        list(runs.summaries(ns))
+        list(files.summaries(ns))
     with pytest.raises(CorruptedData, match=OLDER):
-        runs.latest_base(ns, "0123456789abcdef")
+        files.latest_base(ns, "0123456789abcdef")
 
 
 def test_a_newer_run_is_the_base_and_the_damaged_summary_is_not_read(ns: Namespace) -> None:
     """What the error advises: after a clean run, optimized runs start from it."""
-    ns.store.put(runs.run_prefix(OLDER) + runs.SUMMARY, b"{not json")
-    runs.write_summary(ns, swept(NEWER))
+    ns.store.put(files.run_prefix(OLDER) + files.SUMMARY, b"{not json")
+    files.write_summary(ns, swept(NEWER))
 
-    base = runs.latest_base(ns, "0123456789abcdef")
+    base = files.latest_base(ns, "0123456789abcdef")
 
     assert base is not None and base.run_id == NEWER
-    assert runs.read_summary(ns, NEWER).status == runs.SWEPT
+    assert files.read_summary(ns, NEWER).status == files.SWEPT
 
 
 def test_a_run_without_a_summary_is_not_found(ns: Namespace) -> None:
     with pytest.raises(NotFound, match="has no summary"):
-        runs.read_summary(ns, OLDER)
-    assert runs.latest_base(ns, "0123456789abcdef") is None
+        files.read_summary(ns, OLDER)
+    assert files.latest_base(ns, "0123456789abcdef") is None

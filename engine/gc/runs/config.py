@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from branchwater.engine import InvalidArgument
+from branchwater.engine.errors import InvalidArgument
 
 CLEAN = "clean"
 OPTIMIZED = "optimized"

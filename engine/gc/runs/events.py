@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
-from branchwater.engine import BranchwaterError
+from branchwater.engine.errors import BranchwaterError
 
 EVENT_PREFIX = "BRANCHWATER-GC "
+
+Events = Callable[[dict[str, Any]], None]
+"""Whoever hears a run's events: `emit` in a `spark-submit` process, a callback in-process."""
 
 
 def emit(event: dict[str, Any]) -> None:

@@ -10,25 +10,49 @@ garbage the next run collects, or why an optimized run did not reach it.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow.compute as pc
 
-from branchwater.engine import (
-    DATA_ADDRESS_PATTERN,
-    InvalidAddress,
-    NotFound,
-    Repository,
-)
-from branchwater.spark_jobs.gc import runs
-from branchwater.spark_jobs.gc.layout import slice_time
-from branchwater.spark_jobs.gc.storage import Namespace
+from branchwater.engine.errors import InvalidAddress, NotFound
+from branchwater.engine.gc.addresses import DATA_ADDRESS_PATTERN
+from branchwater.engine.gc.inputs import CommittedLayout, UncommittedRun
+from branchwater.engine.gc.provenance import Provenance
+from branchwater.engine.gc.runs import files
+from branchwater.engine.gc.runs.layout import slice_time
+from branchwater.engine.gc.runs.storage import Namespace
+from branchwater.engine.graveler.model import Change, Commit
 
 MAX_COMMITS = 5
 """Commits named in an answer; the count says how many more hold the address."""
+
+
+class UncommittedBranch(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    def uncommitted(self) -> Iterator[Change]: ...
+
+
+class ExplainedRepository(Protocol):
+    """What `explain` reads of a repository: `branchwater.engine.Repository` has it all
+    (a protocol, as this layer sits below the public API)."""
+
+    @property
+    def storage_namespace(self) -> str: ...
+
+    def committed_layout(self) -> CommittedLayout: ...
+
+    def commit(self, commit_id: str) -> Commit: ...
+
+    def branches(self) -> Sequence[UncommittedBranch]: ...
+
+    def uncommitted_gc_run(self, run_id: str) -> UncommittedRun: ...
+
+    def provenance(self, address: str) -> list[Provenance]: ...
 
 
 @dataclass
@@ -81,7 +105,7 @@ def normalize_address(ns: Namespace, address: str) -> str:
 
 
 def explain(
-    repo: Repository,
+    repo: ExplainedRepository,
     address: str,
     run_id: str | None = None,
     *,
@@ -110,7 +134,7 @@ def explain(
             )
             _dangling(answer)
             return answer
-        if _in_files(ns, summary.files.get(runs.CANDIDATES, []), key):
+        if _in_files(ns, summary.files.get(files.CANDIDATES, []), key):
             answer.run_id = summary.run_id
             answer.verdict = f"marked by GC run {summary.run_id}, not deleted yet"
             answer.reasons.append(_unswept(summary))
@@ -119,10 +143,10 @@ def explain(
     return answer
 
 
-def _summaries(ns: Namespace, run_id: str | None) -> list[runs.RunSummary]:
+def _summaries(ns: Namespace, run_id: str | None) -> list[files.RunSummary]:
     if run_id is not None:
-        return [runs.read_summary(ns, run_id)]
-    return list(runs.summaries(ns))
+        return [files.read_summary(ns, run_id)]
+    return list(files.summaries(ns))
 
 
 def _object(ns: Namespace, key: str, answer: Explanation) -> None:
@@ -133,7 +157,7 @@ def _object(ns: Namespace, key: str, answer: Explanation) -> None:
     answer.exists, answer.mtime, answer.size = True, info.mtime.isoformat(), info.size
 
 
-def _commits(repo: Repository, ns: Namespace, key: str) -> list[Reference]:
+def _commits(repo: ExplainedRepository, ns: Namespace, key: str) -> list[Reference]:
     """Every commit whose tree holds the address, newest first (each range read once)."""
     layout = repo.committed_layout()
     holding: dict[str, str] = {}
@@ -167,7 +191,7 @@ def _path_in_range(ns: Namespace, range_key: str, key: str) -> str | None:
     return hits.column("path")[0].as_py() if hits.num_rows else None
 
 
-def _branches(repo: Repository, key: str) -> list[Reference]:
+def _branches(repo: ExplainedRepository, key: str) -> list[Reference]:
     found = []
     for branch in repo.branches():
         for change in branch.uncommitted():
@@ -184,7 +208,7 @@ def _in_files(ns: Namespace, keys: list[str], address: str) -> bool:
     return False
 
 
-def _prepared(repo: Repository, ns: Namespace, run_id: str, key: str) -> list[Reference]:
+def _prepared(repo: ExplainedRepository, ns: Namespace, run_id: str, key: str) -> list[Reference]:
     """How a run's prepare output saw the address: branch and source of each row."""
     try:
         prepared = repo.uncommitted_gc_run(run_id)
@@ -215,18 +239,18 @@ def _made_by(answer: Explanation) -> None:
         answer.reasons.append(f"referenced by {made}")
 
 
-def _unswept(summary: runs.RunSummary) -> str:
-    if summary.status == runs.GATE_FAILED:
+def _unswept(summary: files.RunSummary) -> str:
+    if summary.status == files.GATE_FAILED:
         return "the run's quality gate failed, so its mark will never be swept"
-    if summary.dry_run and summary.status == runs.MARKED:
+    if summary.dry_run and summary.status == files.MARKED:
         return f"a dry run: sweep it with --sweep {summary.run_id}"
     return f"its sweep did not finish: run it again with --sweep {summary.run_id}"
 
 
 def _kept(
-    repo: Repository,
+    repo: ExplainedRepository,
     answer: Explanation,
-    summaries: list[runs.RunSummary],
+    summaries: list[files.RunSummary],
     ns: Namespace,
     min_age: timedelta,
     now: datetime,
@@ -259,7 +283,7 @@ def _kept(
 
 
 def _last_run(
-    repo: Repository, answer: Explanation, summary: runs.RunSummary, ns: Namespace
+    repo: ExplainedRepository, answer: Explanation, summary: files.RunSummary, ns: Namespace
 ) -> None:
     """Why the latest (or the named) run left it alone."""
     mtime = datetime.fromisoformat(answer.mtime) if answer.mtime else None

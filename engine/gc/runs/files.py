@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from branchwater.engine import CorruptedData, GateFailed, InvalidArgument, NotFound
-from branchwater.spark_jobs.gc.storage import Namespace, missing_ok_json
+from branchwater.engine.errors import CorruptedData, GateFailed, InvalidArgument, NotFound
+from branchwater.engine.gc.runs.storage import Namespace, missing_ok_json
 
 RUNS_PREFIX = "_branchwater/retention/gc/"
 FORMAT = "branchwater-gc-run/1"

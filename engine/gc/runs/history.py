@@ -1,37 +1,23 @@
-"""GC runs as the view lists them, read from what the GC job saves in a namespace.
-
-The job (`branchwater.spark_jobs.gc.runs`) writes `summary.json` and a self-contained
-`report.html` under `_branchwater/retention/gc/<run_id>/`; the view reads them through the
-engine's object store, without Spark or the job's modules (a test keeps the layout in step).
-"""
+"""GC runs as people list them: newest first, each with its figures, read through the
+engine's object store (the Branchwater view in Airflow's UI shows these). A damaged summary is
+a line that says so, not a failed page."""
 
 from __future__ import annotations
 
 import json
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from branchwater.engine import CorruptedData, NotFound
+from branchwater.engine.errors import CorruptedData, NotFound
+from branchwater.engine.gc.runs.files import REPORT, RUN_ID, RUNS_PREFIX, SUMMARY, Volume
+from branchwater.engine.objects import ObjectStore
 
-if TYPE_CHECKING:
-    from branchwater.engine import ObjectStore
-
-RUNS_PREFIX = "_branchwater/retention/gc/"
-SUMMARY = "summary.json"
-REPORT = "report.html"
-RUN_ID = re.compile(r"^[0-9a-f]{12}-[0-9a-f]{6}$")
 RUN_FILE = re.compile(
     rf"^{re.escape(RUNS_PREFIX)}(?P<run_id>[0-9a-f]{{12}}-[0-9a-f]{{6}})/(?P<name>[^/]+)$"
 )
 MAX_RUNS = 100
 """Runs listed, newest first."""
-
-
-@dataclass(frozen=True)
-class Volume:
-    objects: int
-    bytes: int
 
 
 @dataclass(frozen=True)

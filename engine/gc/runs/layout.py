@@ -12,7 +12,8 @@ from datetime import datetime, timedelta
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from branchwater.engine import DATA_ADDRESS_PATTERN, InvalidArgument, slice_created
+from branchwater.engine.errors import InvalidArgument
+from branchwater.engine.gc.addresses import DATA_ADDRESS_PATTERN, slice_created
 
 DATA_DIR = "data"
 ADDRESS_PATTERN = DATA_ADDRESS_PATTERN

@@ -61,7 +61,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from branchwater.spark_jobs.gc.layout import ADDRESS_PATTERN, named_slices
+from branchwater.engine.gc.runs.layout import ADDRESS_PATTERN, named_slices
 
 LISTED = 1
 WINDOW = 2

@@ -7,8 +7,8 @@ import json
 from html import escape
 from typing import Any
 
-from branchwater.engine import human_size
-from branchwater.spark_jobs.gc.runs import RunSummary, SliceVolume
+from branchwater.engine.gc.runs.files import RunSummary, SliceVolume
+from branchwater.engine.units import human_size
 
 CHART_SLICES = 40
 """Slices shown in the chart, those reclaiming the most bytes; the table lists them all."""

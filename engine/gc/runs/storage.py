@@ -25,7 +25,8 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from branchwater.engine import ConfigurationError, NotFound, ObjectStore, open_object_store
+from branchwater.engine.errors import ConfigurationError, NotFound
+from branchwater.engine.objects import ObjectStore, open_object_store
 
 _CLIENTS: dict[Namespace, tuple[pafs.FileSystem, str, ObjectStore]] = {}
 _CLIENTS_LOCK = threading.Lock()

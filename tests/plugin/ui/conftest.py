@@ -59,12 +59,12 @@ def fill_lake(lake_conn: LakeConnection) -> ViewLake:
 
 def save_gc_run(repo: Repository, s3_options: dict[str, str]) -> str:
     """A finished dry run's summary and report, as the GC job saves them."""
-    from branchwater.spark_jobs.gc import report, runs
-    from branchwater.spark_jobs.gc.storage import Namespace
+    from branchwater.engine.gc.runs import files, report
+    from branchwater.engine.gc.runs.storage import Namespace
 
     run_id, _ = repo.prepare_uncommitted_for_gc()
     now = datetime.now(UTC).isoformat()
-    summary = runs.RunSummary(
+    summary = files.RunSummary(
         run_id=run_id,
         repository=repo.name,
         repository_id="test",
@@ -77,10 +77,10 @@ def save_gc_run(repo: Repository, s3_options: dict[str, str]) -> str:
         cutoff=now,
         min_age_seconds=0.0,
         default_min_age_seconds=6 * 3600.0,
-        counts={"candidates": runs.Volume(3, 3_072), "listed": runs.Volume(9, 9_000)},
+        counts={"candidates": files.Volume(3, 3_072), "listed": files.Volume(9, 9_000)},
         gate_success=True,
     )
     ns = Namespace.of(repo.storage_namespace, s3_options)
-    runs.write_summary(ns, summary)
-    ns.store.put(runs.run_prefix(run_id) + runs.REPORT, report.render(summary, None).encode())
+    files.write_summary(ns, summary)
+    ns.store.put(files.run_prefix(run_id) + files.REPORT, report.render(summary, None).encode())
     return run_id

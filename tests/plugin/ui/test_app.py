@@ -14,9 +14,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from branchwater.engine import Lake, open_object_store
+from branchwater.engine.gc.runs import files
 from branchwater.plugin.hooks import BranchwaterHook
 from branchwater.plugin.ui import app as view
-from branchwater.plugin.ui import gc_runs
 from branchwater.plugin.ui.lake import LakeAccess
 from branchwater.plugin.ui.paths import URL_PREFIX
 from tests.plugin.conftest import LakeConnection, set_connection
@@ -198,7 +198,7 @@ def test_gc_runs_are_listed_with_their_figures_and_reports(
     report = client.get(page.links[run_id])
     assert report.status_code == 200
     saved = open_object_store(repo.storage_namespace).get(
-        f"{gc_runs.RUNS_PREFIX}{run_id}/report.html"
+        f"{files.RUNS_PREFIX}{run_id}/report.html"
     )
     assert report.content == saved
     assert "sandbox" in report.headers["content-security-policy"]
@@ -214,7 +214,7 @@ def test_a_damaged_summary_is_named_not_a_failed_page(
     repo = view_lake.repo
     damaged = "000000000000-abcdef"
     store = open_object_store(repo.storage_namespace)
-    store.put(f"{gc_runs.RUNS_PREFIX}{damaged}/{gc_runs.SUMMARY}", b"{not json")
+    store.put(f"{files.RUNS_PREFIX}{damaged}/{files.SUMMARY}", b"{not json")
     table = get(client, f"/repositories/{repo.name}/gc").tables["gc-runs"]
     assert f"{damaged} unreadable" in table
     assert "has a damaged summary" in table
@@ -299,14 +299,6 @@ def test_extra_links_open_the_commits_page_by_default(
     page = get(client, local)
     assert feature.id in page.tables["commit"]
     assert f"Branch {BRANCH}" in page.tables["commit"]
-
-
-def test_the_view_reads_the_gc_layout_the_job_writes() -> None:
-    from branchwater.spark_jobs.gc import runs
-
-    assert gc_runs.RUNS_PREFIX == runs.RUNS_PREFIX
-    assert (gc_runs.SUMMARY, gc_runs.REPORT) == (runs.SUMMARY, runs.REPORT)
-    assert gc_runs.RUN_ID.pattern == runs.RUN_ID.pattern
 
 
 def test_the_plugin_serves_the_app_and_links_it_from_the_ui() -> None:
