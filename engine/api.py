@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 
-from branchwater.engine.errors import CorruptedData, InvalidArgument, NotFound
+from branchwater.engine.errors import InvalidArgument, NotFound
 from branchwater.engine.gc import copies, links
 from branchwater.engine.gc.context import GCContext
 from branchwater.engine.gc.inputs import (
@@ -29,7 +29,7 @@ from branchwater.engine.graveler import branches as branch_ops
 from branchwater.engine.graveler import commit as commit_ops
 from branchwater.engine.graveler import compaction, history, reads, repositories, writes
 from branchwater.engine.graveler import merge as merge_ops
-from branchwater.engine.graveler.checksums import content_checksum, content_mismatch
+from branchwater.engine.graveler.checksums import content_checksum
 from branchwater.engine.graveler.committed import (
     DEFAULT_MAX_BYTES,
     RangeCache,
@@ -356,7 +356,7 @@ class Ref:
         """The object's bytes, checked against its entry: the size, and the checksum where
         it can be recomputed (`CorruptedData` naming path and address if they differ).
         `verify=False` returns what storage holds, unchecked."""
-        return _read_object(self._g, self._record, self.stat(path), verify)
+        return reads.read_object(self._g, self._record, self.stat(path), verify)
 
     def list(self, prefix: str = "", after: str = "") -> Iterator[Entry]:
         prefix, after = _listing_bounds(prefix, after)
@@ -508,20 +508,3 @@ def _after(commits: Iterator[Commit], commit_id: str) -> Iterator[Commit]:
 
 def _listing_bounds(prefix: object, after: object) -> tuple[str, str]:
     return check_path(prefix, "prefix", empty=True), check_path(after, "listing start", empty=True)
-
-
-def _read_object(g: Graveler, repo: RepositoryRecord, entry: Entry, verify: bool) -> bytes:
-    try:
-        data = g.objects(repo.storage_namespace).get(entry.address)
-    except NotFound:
-        raise NotFound(
-            f"object {entry.path!r} is staged or committed but its data at {entry.address} "
-            f"is missing from {repo.storage_namespace}"
-        ) from None
-    mismatch = content_mismatch(entry, data) if verify else None
-    if mismatch is not None:
-        raise CorruptedData(
-            f"object {entry.path!r} at {entry.address} in {repo.storage_namespace} was "
-            f"truncated or rewritten in storage: {mismatch}"
-        )
-    return data

@@ -36,7 +36,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from branchwater.engine import failpoints
-from branchwater.engine.errors import NotFound, too_many_tries
+from branchwater.engine.errors import too_many_tries
 from branchwater.engine.gc.records import ExpiringRecords, from_millis, to_millis
 from branchwater.engine.gc.tokens import Clock, utc_now
 from branchwater.engine.graveler import reads, writes
@@ -139,13 +139,6 @@ def _is_uncommitted(g: Graveler, repo: RepositoryRecord, branch_name: str, entry
 
 
 def _deep_copy(g: Graveler, repo: RepositoryRecord, source: Entry, dst: str, address: str) -> Entry:
-    objects = g.objects(repo.storage_namespace)
-    try:
-        data = objects.get(source.address)
-    except NotFound:
-        raise NotFound(
-            f"cannot copy {source.path!r}: its data at {source.address} is missing from "
-            f"{repo.storage_namespace}"
-        ) from None
-    info = objects.put(address, data)
+    data = reads.read_object(g, repo, source)
+    info = g.objects(repo.storage_namespace).put(address, data)
     return source._replace(path=dst, address=address, mtime=info.mtime)

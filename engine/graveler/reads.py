@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from itertools import islice, takewhile
 from typing import TypeVar
 
-from branchwater.engine.errors import NotFound, too_many_tries
+from branchwater.engine.errors import CorruptedData, NotFound, too_many_tries
+from branchwater.engine.graveler.checksums import content_mismatch
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.iterators import Layer, combine, committed_layer, visible
 from branchwater.engine.graveler.model import BranchRecord, Change, Entry, RepositoryRecord
@@ -277,3 +278,22 @@ def _validated_pages(
         if bound is None:
             return
         after = bound
+
+
+def read_object(g: Graveler, repo: RepositoryRecord, entry: Entry, verify: bool = True) -> bytes:
+    """The object an entry names, checked against it unless `verify` is off: a read, a deep
+    copy, never returns or copies bytes its entry does not describe."""
+    try:
+        data = g.objects(repo.storage_namespace).get(entry.address)
+    except NotFound:
+        raise NotFound(
+            f"object {entry.path!r} is staged or committed but its data at {entry.address} "
+            f"is missing from {repo.storage_namespace}"
+        ) from None
+    mismatch = content_mismatch(entry, data) if verify else None
+    if mismatch is not None:
+        raise CorruptedData(
+            f"object {entry.path!r} at {entry.address} in {repo.storage_namespace} was "
+            f"truncated or rewritten in storage: {mismatch}"
+        )
+    return data

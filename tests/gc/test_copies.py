@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from branchwater.engine import Lake, NotFound
+from branchwater.engine import CorruptedData, Lake, NotFound
 from branchwater.engine.api import Repository
 from branchwater.engine.gc.settings import GCSettings
 from branchwater.engine.graveler import commit as commit_ops
@@ -118,3 +118,15 @@ def test_copy_records_expire_and_are_swept_in_the_background(lake: Lake, repo: R
         clock.now - timedelta(hours=1, seconds=1),
         clock.now,
     ]
+
+
+def test_a_deep_copy_of_a_rewritten_object_refuses_rather_than_copy_it(repo: Repository) -> None:
+    """A deep copy reads its source as a read does: bytes its entry does not describe are
+    `CorruptedData`, never copied under the source's checksum."""
+    main = repo.branch("main")
+    source = main.upload("a/x", b"data")
+    main.commit("add")
+    repo.lake.graveler.objects(repo.storage_namespace).put(source.address, b"DATA")
+    with pytest.raises(CorruptedData, match="a/x"):
+        main.copy("a/x", "b/x")
+    assert list(main.uncommitted()) == []
