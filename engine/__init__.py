@@ -60,7 +60,7 @@ _LAZY = {
     "DATA_ADDRESS_PATTERN": "branchwater.engine.gc.addresses",
     "REPOSITORY_NAME_PATTERN": "branchwater.engine.graveler.names",
     "human_size": "branchwater.engine.units",
-    "timestamp": "branchwater.engine.cli.output",
+    "timestamp": "branchwater.engine.units",
 }
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 
 def human_size(size: int) -> str:
     """Sizes as `ls -lh` and lakectl show them: exact bytes below 1 KiB, one decimal above."""
@@ -11,3 +13,8 @@ def human_size(size: int) -> str:
             return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     raise AssertionError("unreachable")
+
+
+def timestamp(when: datetime) -> str:
+    """UTC, second precision: fixed width keeps streamed `ls` columns aligned."""
+    return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -31,6 +31,7 @@ LAYERS: dict[str, int] = {
     "api": 5,
     "cli": 6,
     "demo": 6,
+    "walkthrough": 6,
 }
 """The layer of each top-level engine module or package; a higher number sits above."""
 

@@ -1,6 +1,6 @@
 """The walk-throughs a new user runs first: the README's Python tour, as written but with its
 namespace under a temporary folder, its Airflow DAG examples, parsed as a DAG processor
-parses them, and `python -m branchwater.engine.demo`."""
+parses them, and `python -m branchwater.engine.walkthrough`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from branchwater.engine import demo
+from branchwater.engine import walkthrough
 
 README = Path(__file__).parents[1] / "README.md"
 TOUR_NAMESPACE = "file:///data/sales"
@@ -39,12 +39,12 @@ def test_the_readme_tour_runs_as_written(
     assert (tmp_path / "lake.db").is_file()
 
 
-def test_the_engine_demo_walks_from_upload_to_merge(
+def test_the_engine_walkthrough_goes_from_upload_to_merge(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     root = tmp_path / "demo"
     (root / "left-over").mkdir(parents=True)
-    demo.main(["--root", str(root)])
+    walkthrough.main(["--root", str(root)])
     printed = capsys.readouterr().out
     assert "merge etl into main:" in printed and "(1 attempt)" in printed
     shown = printed.split("ls main:\n", 1)[1].split()
@@ -66,3 +66,13 @@ def test_the_readme_dag_examples_parse(tmp_path: Path) -> None:
     bag = DagBag(dag_folder=tmp_path)
     assert bag.import_errors == {}
     assert set(bag.dags) == {"daily_orders", "on_sales_commit", "compact_sales_etl"}
+
+
+def test_the_old_name_of_the_walkthrough_still_runs_it_and_says_it_moved() -> None:
+    import importlib
+    import sys
+
+    sys.modules.pop("branchwater.engine.demo", None)
+    with pytest.warns(DeprecationWarning, match="branchwater.engine.walkthrough"):
+        old = importlib.import_module("branchwater.engine.demo")
+    assert old.main is walkthrough.main

@@ -88,9 +88,9 @@ def spark_submit(home: str | None) -> str:
 def submit_env(home: str | None, kv_url: str) -> dict[str, str]:
     """The job's environment: this interpreter for Spark's Python, its Spark distribution, and
     the KV URL (`--kv-env`), whose password a command line would show to every user."""
-    from branchwater.engine.gc.runs.config import KV_ENV
+    from branchwater.engine.gc.runs.config import JOB_KV_ENV
 
-    env = {**os.environ, KV_ENV: kv_url}
+    env = {**os.environ, JOB_KV_ENV: kv_url}
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if home:
@@ -108,7 +108,7 @@ def job_file() -> str:
 
 def submit_command(args: argparse.Namespace) -> list[str]:
     """The `spark-submit` command line of one `gc run`."""
-    from branchwater.engine.gc.runs.config import KV_ENV
+    from branchwater.engine.gc.runs.config import JOB_KV_ENV
 
     command = [
         spark_submit(spark_home()),
@@ -125,7 +125,7 @@ def submit_command(args: argparse.Namespace) -> list[str]:
         *[part for conf in args.conf for part in ("--conf", conf)],
         job_file(),
         "--kv-env",
-        KV_ENV,
+        JOB_KV_ENV,
         "--repo",
         args.repo,
         "--mode",

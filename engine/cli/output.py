@@ -10,7 +10,7 @@ import dataclasses
 import json
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC
 from typing import TypeVar
 
 from branchwater.engine.api import Repository
@@ -18,7 +18,7 @@ from branchwater.engine.cli.progress import Progress
 from branchwater.engine.graveler.compaction import CompactionResult, CompactionStatus
 from branchwater.engine.graveler.merge import MergeResult
 from branchwater.engine.graveler.model import Change, Commit, Entry, Tag
-from branchwater.engine.units import human_size
+from branchwater.engine.units import human_size, timestamp
 
 SHORT_ID = 12
 """Abbreviated commit ids in tables; `Repository.ref` resolves any unique prefix."""
@@ -84,11 +84,6 @@ def align(rows: Sequence[Sequence[str]]) -> list[str]:
         "  ".join([*(cell.ljust(w) for cell, w in zip(row, widths, strict=False)), row[-1]])
         for row in rows
     ]
-
-
-def timestamp(when: datetime) -> str:
-    """UTC, second precision: fixed width keeps streamed `ls` columns aligned."""
-    return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def short(commit_id: str) -> str:

@@ -33,10 +33,11 @@ from branchwater.engine.errors import InvalidAddress, InvalidArgument
 DATA_PREFIX = "data/"
 SPECIAL_PREFIX = "_branchwater/"
 _MAX_MILLIS = 16**12 - 1
-_ID_PATTERN = r"[0-9a-f]{12}-[0-9a-f]{6}"
+ID_PATTERN = r"[0-9a-f]{12}-[0-9a-f]{6}"
+"""A time-ordered id (`newest_first_id`): slice names and GC run ids alike."""
 _OBJECT_ID_PATTERN = r"[0-9A-Za-z][0-9A-Za-z_.-]*"
-_ID = re.compile(_ID_PATTERN)
-DATA_ADDRESS_PATTERN = rf"^{DATA_PREFIX}{_ID_PATTERN}/{_OBJECT_ID_PATTERN}$"
+_ID = re.compile(ID_PATTERN)
+DATA_ADDRESS_PATTERN = rf"^{DATA_PREFIX}{ID_PATTERN}/{_OBJECT_ID_PATTERN}$"
 """What `check_data_address` accepts, as a regular expression Java (Spark), RE2 (Arrow) and
 Python share. Java's and Python's `$` also match before a final newline: match it whole
 (`is_data_address`, Java's `matches`) where the text may hold one."""

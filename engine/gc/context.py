@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from branchwater.engine.gc.addresses import AddressAllocator
 from branchwater.engine.gc.copies import CopyTracker
-from branchwater.engine.gc.housekeeping import Sweeper
+from branchwater.engine.gc.housekeeping import Housekeeper
 from branchwater.engine.gc.settings import GCSettings
 from branchwater.engine.gc.tokens import Clock, LinkTokens, utc_now
 from branchwater.engine.graveler.model import RepositoryRecord
@@ -25,13 +25,13 @@ class GCContext:
         self.addresses = addresses or AddressAllocator()
         self.tokens = LinkTokens(kv, self.settings.token_expiry, clock)
         self.copies = CopyTracker(kv, self.settings.copy_record_ttl, clock)
-        self.sweeper = Sweeper()
+        self.housekeeper = Housekeeper()
 
     def sweep_later(self, repo: RepositoryRecord) -> None:
         """Remove the repository's expired copy records and used tokens in the background."""
         partition = repo.partition.decode()
-        self.sweeper.maybe_run(f"copies/{partition}", lambda: self.copies.sweep(repo))
-        self.sweeper.maybe_run(f"tokens/{partition}", lambda: self.tokens.sweep(repo))
+        self.housekeeper.maybe_run(f"copies/{partition}", lambda: self.copies.sweep(repo))
+        self.housekeeper.maybe_run(f"tokens/{partition}", lambda: self.tokens.sweep(repo))
 
     def close(self) -> None:
-        self.sweeper.close()
+        self.housekeeper.close()

@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 SWEEP_INTERVAL_S = 600.0
 
 
-class Sweeper:
+class Housekeeper:
     """Runs each named job in one background thread, at most once per `interval` seconds."""
 
     def __init__(self, interval: float = SWEEP_INTERVAL_S) -> None:
@@ -37,7 +37,9 @@ class Sweeper:
                 return
             self._last[name] = now
             if self._executor is None:
-                self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bw-sweep")
+                self._executor = ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="bw-housekeeping"
+                )
             self._pending = [f for f in self._pending if not f.done()]
             self._pending.append(self._executor.submit(_quietly, name, job))
 

@@ -28,7 +28,8 @@ from airflow.sdk.exceptions import (
 )
 
 from branchwater.engine import ConfigurationError, NotFound
-from branchwater.engine.gc.runs.config import KV_ENV
+from branchwater.engine.gc.runs.config import JOB_KV_ENV
+from branchwater.engine.gc.runs.statuses import FAILED, GATE_FAILED
 from branchwater.plugin.hooks import DEFAULT_CONN_ID, BranchwaterHook
 from branchwater.plugin.links import BranchwaterGCReportLink
 from branchwater.plugin.operators.base import BranchwaterOperator
@@ -44,10 +45,6 @@ PROGRESS_EVERY = 100_000
 """Entries between two progress lines in the task log."""
 DEFAULT_MASTER = "local[*]"
 SPARK_CONN_ID = "spark_default"
-GATE_FAILED = "gate_failed"
-FAILED = "failed"
-"""`RunSummary.status` values (`engine.gc.runs.files`), named here so that parsing a DAG file
-never imports the job's modules."""
 
 
 class BranchwaterPrepareUncommittedOperator(BranchwaterOperator):
@@ -169,7 +166,7 @@ class BranchwaterGCJobOperator(SparkSubmitOperator):
             self.name = f"{self.name}-{self.repository}"
             self.application_args = [
                 "--kv-env",
-                KV_ENV,
+                JOB_KV_ENV,
                 "--repo",
                 self.repository,
                 *self.job_arguments(),
@@ -196,7 +193,11 @@ class BranchwaterGCJobOperator(SparkSubmitOperator):
                 "GC job's environment, with the KV URL, on its command line; use a standalone "
                 "master (spark://…) or local mode"
             )
-        hook._env_vars = {**self.job_env, **(self.env_vars or {}), KV_ENV: self.job_env[KV_ENV]}
+        hook._env_vars = {
+            **self.job_env,
+            **(self.env_vars or {}),
+            JOB_KV_ENV: self.job_env[JOB_KV_ENV],
+        }
         return hook
 
 
@@ -213,7 +214,7 @@ def job_environment(hook: BranchwaterHook, repository: str) -> dict[str, str]:
     """What the job needs in its environment: the KV URL, its Python and `spark-submit`,
     and, for a repository on S3, credentials from the connection's AWS connection."""
     env = {
-        KV_ENV: hook.settings.kv_url,
+        JOB_KV_ENV: hook.settings.kv_url,
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
     }

@@ -20,7 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from branchwater.engine import BranchwaterError, Unavailable
 from branchwater.engine.gc.runs.events import error_class
-from branchwater.engine.gc.runs.plan import MTIME_TYPE
+from branchwater.engine.gc.runs.plan import UTC_MICROS
 from branchwater.engine.gc.runs.storage import Namespace
 
 ADAPTIVE = "spark.sql.adaptive.enabled"
@@ -109,7 +109,7 @@ def arrow_schema(ddl: str) -> pa.Schema:
         "string": pa.string(),
         "int": pa.int32(),
         "long": pa.int64(),
-        "timestamp": MTIME_TYPE,
+        "timestamp": UTC_MICROS,
         "binary": pa.binary(),
     }
     fields = [part.split() for part in ddl.split(",")]

@@ -25,7 +25,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from branchwater.engine.gc.runs.files import Expectation
-from branchwater.engine.gc.runs.layout import ADDRESS_PATTERN, DATA_DIR
+from branchwater.engine.gc.runs.layout import ADDRESS_PATTERN, DATA_PREFIX
 from branchwater.engine.gc.runs.storage import Namespace
 from branchwater.spark_jobs.gc.frames import ADAPTIVE, cores, map_shares, session_conf
 
@@ -310,7 +310,7 @@ def _prepare_checks() -> list[Any]:
 
     return [
         gxe.ExpectColumnValuesToNotBeNull(column="address"),
-        gxe.ExpectColumnValuesToMatchRegex(column="address", regex=f"^{DATA_DIR}/"),
+        gxe.ExpectColumnValuesToMatchRegex(column="address", regex=f"^{DATA_PREFIX}"),
     ]
 
 

@@ -34,7 +34,7 @@ from branchwater.engine import (
     Repository,
     UncommittedRun,
 )
-from branchwater.engine.gc.runs import files, plan
+from branchwater.engine.gc.runs import files, plan, statuses
 from branchwater.engine.gc.runs.config import (
     CANDIDATES_PER_FILE,
     CLEAN,
@@ -181,7 +181,7 @@ class GCJob:
             with executor_errors(f"mark of GC run {summary.run_id}"):
                 self._mark(ns, repo, prepared, base, window, summary)
         except BaseException as exc:
-            summary.status = files.FAILED
+            summary.status = statuses.FAILED
             summary.error = str(exc) if isinstance(exc, BranchwaterError) else repr(exc)
             save_run(ns, summary, None)
             with contextlib.suppress(BranchwaterError, OSError):
@@ -260,7 +260,7 @@ class GCJob:
             ns.delete_folder(scratch)
         summary.gate = checked.expectations
         summary.gate_success = checked.success
-        summary.status = files.MARKED if checked.success else files.GATE_FAILED
+        summary.status = statuses.MARKED if checked.success else statuses.GATE_FAILED
         save_run(ns, summary, checked.validations)
 
     def _marked(

@@ -11,15 +11,15 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from branchwater.engine.gc.runs.layout import ADDRESS_PATTERN, DATA_DIR
-from branchwater.engine.gc.runs.plan import MTIME_TYPE
+from branchwater.engine.gc.runs.layout import ADDRESS_PATTERN, DATA_PREFIX
+from branchwater.engine.gc.runs.plan import UTC_MICROS
 from branchwater.engine.gc.runs.storage import Namespace
 
 LISTED_SCHEMA = pa.schema(
     [
         pa.field("address", pa.string()),
         pa.field("size", pa.int64()),
-        pa.field("mtime", MTIME_TYPE),
+        pa.field("mtime", UTC_MICROS),
         pa.field("slice", pa.string()),
         pa.field("well_formed", pa.bool_()),
     ]
@@ -28,15 +28,15 @@ LISTED_SCHEMA = pa.schema(
 
 def data_slices(ns: Namespace) -> list[str]:
     """Every folder directly under `data/` (slices, and whatever else is there)."""
-    return ns.list_dir(DATA_DIR).directories
+    return ns.list_dir(DATA_PREFIX.rstrip("/")).directories
 
 
 def list_slice(ns: Namespace, name: str, *, metadata: bool = True) -> pa.Table:
     """One slice as columns, built and checked in Arrow rather than object by object.
     Without `metadata`, a local listing leaves the files' size and mtime null (see
     `fill_metadata`)."""
-    listing = ns.list_dir(f"{DATA_DIR}/{name}", metadata=metadata)
-    prefix = f"{DATA_DIR}/{name}/"
+    listing = ns.list_dir(f"{DATA_PREFIX}{name}", metadata=metadata)
+    prefix = f"{DATA_PREFIX}{name}/"
     files = pc.binary_join_element_wise(pa.scalar(prefix), pa.array(listing.names, pa.string()), "")
     folders = len(listing.directories)
     addresses = pa.concat_arrays(
@@ -47,7 +47,7 @@ def list_slice(ns: Namespace, name: str, *, metadata: bool = True) -> pa.Table:
         [
             addresses,
             pa.concat_arrays([sizes, pa.array([0] * folders, pa.int64())]),
-            pa.concat_arrays([mtimes, pa.nulls(folders, MTIME_TYPE)]),
+            pa.concat_arrays([mtimes, pa.nulls(folders, UTC_MICROS)]),
             pa.repeat(pa.scalar(name), len(addresses)),
             pa.concat_arrays(
                 [
@@ -87,9 +87,9 @@ def _metadata(
     count: int, sizes: list[int] | None, mtimes_ns: list[int] | None
 ) -> tuple[pa.Array, pa.Array]:
     if sizes is None or mtimes_ns is None:
-        return pa.nulls(count, pa.int64()), pa.nulls(count, MTIME_TYPE)
+        return pa.nulls(count, pa.int64()), pa.nulls(count, UTC_MICROS)
     return pa.array(sizes, pa.int64()), _mtimes(pa.array(mtimes_ns, pa.int64()))
 
 
 def _mtimes(nanoseconds: pa.Array) -> pa.Array:
-    return pc.divide(nanoseconds, 1000).cast(MTIME_TYPE)
+    return pc.divide(nanoseconds, 1000).cast(UTC_MICROS)

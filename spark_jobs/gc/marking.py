@@ -205,10 +205,10 @@ def _listed(
         bound = settled_bound(name, window, late)
         table = list_slice(ns, name, metadata=bound is None)
         tables.append(table)
-        bounds.append(pa.repeat(pa.scalar(bound, plan.MTIME_TYPE), table.num_rows))
+        bounds.append(pa.repeat(pa.scalar(bound, plan.UTC_MICROS), table.num_rows))
     listed = pa.concat_tables(tables) if tables else LISTED_SCHEMA.empty_table()
     position = plan.lookup(listed.column("address"), found)
-    bound_column = pa.chunked_array(bounds, plan.MTIME_TYPE)
+    bound_column = pa.chunked_array(bounds, plan.UTC_MICROS)
     matched = found.select(["sources", "size"]).take(position)
     known = pc.and_(plan.referenced(matched), pc.is_valid(matched.column("size")))
     settled = pc.and_(pc.is_valid(bound_column), pc.fill_null(known, False))
@@ -288,7 +288,7 @@ def _mark_batch(kind: str, **columns: object) -> pa.RecordBatch:
         "name": pa.string(),
         "address": pa.string(),
         "size": pa.int64(),
-        "mtime": plan.MTIME_TYPE,
+        "mtime": plan.UTC_MICROS,
         "slice": pa.string(),
         "number": pa.int64(),
     }

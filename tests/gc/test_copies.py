@@ -108,9 +108,9 @@ def test_copy_records_expire_and_are_swept_in_the_background(lake: Lake, repo: R
     main.copy("a", "c")
     assert len(records(repo)) == 2
     clock.advance(timedelta(hours=1, seconds=1))
-    lake.gc.sweeper.interval = 0
+    lake.gc.housekeeper.interval = 0
     main.copy("a", "d")
-    assert lake.gc.sweeper.wait(10)
+    assert lake.gc.housekeeper.wait(10)
     remaining = list(lake.gc.copies.records(repo.record))
     assert len(remaining) == 2
     assert all(r.expires > clock.now for r in remaining)

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from branchwater.engine import Conflict, GCSettings, NoChanges
-from branchwater.engine.gc.runs import files
+from branchwater.engine.gc.runs import files, statuses
 from branchwater.engine.gc.runs.config import DRIVER_ROWS
 from branchwater.spark_jobs.gc import committed
 from tests.gc_model import BranchSteps, Chosen, LakeModel
@@ -172,7 +172,7 @@ def check_run(
 
     cutoff = datetime.fromisoformat(summary.cutoff)
     garbage = {k for k, info in before.items() if k not in referenced and info.mtime <= cutoff}
-    assert summary.status == files.SWEPT and summary.mode == mode
+    assert summary.status == statuses.SWEPT and summary.mode == mode
     assert set(gc.data_objects()) == set(before) - garbage
     assert summary.volume("deleted").objects == len(garbage)
     history.model.written -= garbage

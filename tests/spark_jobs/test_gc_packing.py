@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from branchwater.engine.gc.addresses import slice_name
-from branchwater.engine.gc.runs.plan import MTIME_TYPE
+from branchwater.engine.gc.runs.plan import UTC_MICROS
 from branchwater.spark_jobs.gc import packing
 
 SLICES = [slice_name(datetime(2026, 11, day, tzinfo=UTC)) for day in (1, 2, 3)]
@@ -26,7 +26,7 @@ def test_each_packed_row_holds_the_addresses_of_its_slice_with_their_columns() -
         {
             "address": addresses,
             "size": pa.array(range(len(addresses)), pa.int64()),
-            "mtime": pa.array([when] * len(addresses), MTIME_TYPE),
+            "mtime": pa.array([when] * len(addresses), UTC_MICROS),
         }
     )
 

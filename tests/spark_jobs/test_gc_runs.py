@@ -12,7 +12,7 @@ import pytest
 
 from branchwater.engine import GateFailed, InvalidArgument, NotFound
 from branchwater.engine.gc.addresses import AddressAllocator
-from branchwater.engine.gc.runs import files
+from branchwater.engine.gc.runs import files, statuses
 from branchwater.engine.gc.runs.config import JobConfig
 from branchwater.engine.gc.runs.storage import Namespace
 from branchwater.engine.gc.runs.sweeps import sweep_without_spark
@@ -46,7 +46,7 @@ def test_a_clean_run_deletes_exactly_the_unreferenced_objects(
     summary = gc.run()
 
     assert set(gc.data_objects()) == keep
-    assert summary.status == files.SWEPT and summary.gate_success
+    assert summary.status == statuses.SWEPT and summary.gate_success
     assert summary.mode == "clean" and summary.fallback is None
     assert summary.volume("candidates").objects == len(garbage)
     assert summary.volume("deleted").objects == len(garbage)
@@ -55,7 +55,7 @@ def test_a_clean_run_deletes_exactly_the_unreferenced_objects(
     assert sum(v.objects for v in summary.reclaimed_by_slice) == len(garbage)
     ns = Namespace.of(gc.repo.storage_namespace, gc.s3_options)
     saved = files.read_summary(ns, summary.run_id)
-    assert saved.status == files.SWEPT and saved.counts == summary.counts
+    assert saved.status == statuses.SWEPT and saved.counts == summary.counts
     assert set(addresses(ns, summary.files["deleted"][0])) <= garbage
     check_report(gc, summary)
 
@@ -116,7 +116,7 @@ def test_a_dry_run_marks_and_a_sweep_of_its_mark_deletes(local_gc: GCLake) -> No
     keep, garbage = history(local_gc)
 
     mark = local_gc.run(dry_run=True)
-    assert mark.status == files.MARKED and mark.volume("candidates").objects == len(garbage)
+    assert mark.status == statuses.MARKED and mark.volume("candidates").objects == len(garbage)
     assert set(local_gc.data_objects()) == keep | garbage
     fallback = local_gc.run(mode="optimized", dry_run=True)
     assert fallback.mode == "clean" and fallback.requested_mode == "optimized"
@@ -124,7 +124,7 @@ def test_a_dry_run_marks_and_a_sweep_of_its_mark_deletes(local_gc: GCLake) -> No
     assert fallback.volume("candidates").objects == len(garbage)
 
     swept = local_gc.run(sweep=mark.run_id)
-    assert swept.run_id == mark.run_id and swept.status == files.SWEPT
+    assert swept.run_id == mark.run_id and swept.status == statuses.SWEPT
     assert set(local_gc.data_objects()) == keep
     assert swept.volume("deleted").objects == len(garbage)
 
@@ -142,9 +142,9 @@ def test_a_mark_with_no_candidates_is_swept_without_spark(local_gc: GCLake) -> N
 
     swept = sweep_without_spark(local_gc.repo, config)
 
-    assert swept.status == files.SWEPT and swept.volume("deleted").objects == 0
+    assert swept.status == statuses.SWEPT and swept.volume("deleted").objects == 0
     ns = Namespace.of(local_gc.repo.storage_namespace)
-    assert files.read_summary(ns, empty.run_id).status == files.SWEPT
+    assert files.read_summary(ns, empty.run_id).status == statuses.SWEPT
     assert local_gc.run(mode="optimized", dry_run=True).base_run == empty.run_id
 
     garbage = set(local_gc.put_garbage(2))
@@ -156,7 +156,7 @@ def test_a_mark_with_no_candidates_is_swept_without_spark(local_gc: GCLake) -> N
         )
     assert garbage <= set(local_gc.data_objects())
     unswept = files.read_summary(ns, marked.run_id)
-    assert (unswept.status, unswept.error) == (files.MARKED, None)
+    assert (unswept.status, unswept.error) == (statuses.MARKED, None)
 
 
 def test_a_failed_gate_deletes_nothing_and_its_mark_cannot_be_swept(local_gc: GCLake) -> None:
@@ -164,7 +164,7 @@ def test_a_failed_gate_deletes_nothing_and_its_mark_cannot_be_swept(local_gc: GC
 
     summary = local_gc.run(max_share=0.1)
 
-    assert summary.status == files.GATE_FAILED and not summary.gate_success
+    assert summary.status == statuses.GATE_FAILED and not summary.gate_success
     assert set(local_gc.data_objects()) == keep | garbage
     [failed] = summary.failed_expectations()
     assert failed.type == "expect_table_row_count_to_be_between"

@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 
 from branchwater.engine import GCRunLocked, InvalidAddress, InvalidArgument, NotFound
 from branchwater.engine.gc.runlock import GCRunLease
-from branchwater.engine.gc.runs import files, plan
+from branchwater.engine.gc.runs import files, plan, statuses
 from branchwater.engine.gc.runs.storage import Namespace
 from branchwater.engine.gc.tokens import utc_now
 from branchwater.engine.graveler import writes
@@ -209,7 +209,7 @@ def test_a_mark_that_missed_a_committed_address_fails_the_gate_and_deletes_nothi
     summary = local_gc.run(mode="clean" if marked_on == "executors" else "optimized")
 
     assert summary.slices["marked_on"] == marked_on
-    assert summary.status == files.GATE_FAILED and summary.volume("candidates").objects == 3
+    assert summary.status == statuses.GATE_FAILED and summary.volume("candidates").objects == 3
     [failed] = summary.failed_expectations()
     assert failed.type == "expect_column_values_to_be_in_set"
     assert failed.kwargs["column"] == "referenced" and failed.observed["unexpected_count"] == 1
@@ -234,7 +234,7 @@ def test_a_candidate_of_unknown_age_fails_the_gate_and_deletes_nothing(
     monkeypatch.setattr(job, "with_age", ageless)
     summary = local_gc.run()
 
-    assert summary.status == files.GATE_FAILED
+    assert summary.status == statuses.GATE_FAILED
     [failed] = summary.failed_expectations()
     assert failed.type == "expect_column_values_to_not_be_null"
     assert failed.kwargs["column"] == "age_seconds" and failed.observed["unexpected_count"] == 1
@@ -261,7 +261,7 @@ def test_malformed_addresses_in_the_inputs_are_refused_before_anything_is_delete
         assert repr(address) in str(refused.value)
     assert garbage <= set(local_gc.data_objects())
     [failed] = files.summaries(Namespace.of(local_gc.repo.storage_namespace))
-    assert failed.status == files.FAILED and "refuses" in (failed.error or "")
+    assert failed.status == statuses.FAILED and "refuses" in (failed.error or "")
     left = {info.key for info in local_gc.objects.list_objects(files.run_prefix(failed.run_id))}
     assert {key.rsplit("/", 1)[-1] for key in left} == {files.SUMMARY, files.REPORT}
     with pytest.raises(InvalidArgument, match="did not finish marking"):
@@ -355,7 +355,7 @@ def test_a_sweep_killed_midway_finishes_when_run_again_with_its_mark_id(
     assert job.returncode == -signal.SIGKILL
     recorded_before = len(list(deleted_dir.glob("part-*")))
     unfinished = files.read_summary(ns, mark.run_id)
-    assert unfinished.status == files.MARKED and recorded_before > 0
+    assert unfinished.status == statuses.MARKED and recorded_before > 0
     lease = GCRunLease(local_gc.lake.graveler.kv, local_gc.repo.record, utc_now, LEASE)
     held = lease.current()
     assert held is not None and not held.released
@@ -363,7 +363,7 @@ def test_a_sweep_killed_midway_finishes_when_run_again_with_its_mark_id(
 
     swept = retry_while_locked(lambda: local_gc.run(sweep=mark.run_id))
 
-    assert swept.status == files.SWEPT and swept.error is None
+    assert swept.status == statuses.SWEPT and swept.error is None
     assert local_gc.data_objects() == {}
     assert swept.volume("deleted").objects == len(garbage)
     recorded = {

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from branchwater.engine import CorruptedData, NotFound
-from branchwater.engine.gc.runs import files
+from branchwater.engine.gc.runs import files, statuses
 from branchwater.engine.gc.runs.config import CLEAN
 from branchwater.engine.gc.runs.storage import Namespace
 
@@ -30,7 +30,7 @@ def swept(run_id: str) -> files.RunSummary:
         cutoff="2026-11-24T00:00:01+00:00",
         min_age_seconds=21600.0,
         default_min_age_seconds=21600.0,
-        status=files.SWEPT,
+        status=statuses.SWEPT,
         gate_success=True,
         considered_through="2026-11-24T00:00:01+00:00",
     )
@@ -65,7 +65,7 @@ def test_a_newer_run_is_the_base_and_the_damaged_summary_is_not_read(ns: Namespa
     base = files.latest_base(ns, "0123456789abcdef")
 
     assert base is not None and base.run_id == NEWER
-    assert files.read_summary(ns, NEWER).status == files.SWEPT
+    assert files.read_summary(ns, NEWER).status == statuses.SWEPT
 
 
 def test_a_run_without_a_summary_is_not_found(ns: Namespace) -> None:

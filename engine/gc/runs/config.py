@@ -28,7 +28,7 @@ index lists on the driver before it lists in parallel)."""
 SLICE_LIFETIME = timedelta(hours=1)
 """How long a writer keeps a slice current (the engine's default)."""
 CLOCK_SKEW = timedelta(minutes=5)
-KV_ENV = "BRANCHWATER_GC_KV_URL"
+JOB_KV_ENV = "BRANCHWATER_GC_KV_URL"
 """Where launchers (`gc run`, the Airflow GC operators) put the KV URL for `--kv-env`: in the
 job's environment, its password is on no command line."""
 

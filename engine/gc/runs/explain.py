@@ -21,7 +21,7 @@ from branchwater.engine.errors import InvalidAddress, NotFound
 from branchwater.engine.gc.addresses import DATA_ADDRESS_PATTERN
 from branchwater.engine.gc.inputs import CommittedLayout, UncommittedRun
 from branchwater.engine.gc.provenance import Provenance
-from branchwater.engine.gc.runs import files
+from branchwater.engine.gc.runs import files, statuses
 from branchwater.engine.gc.runs.layout import slice_time
 from branchwater.engine.gc.runs.storage import Namespace
 from branchwater.engine.graveler.model import Change, Commit
@@ -240,9 +240,9 @@ def _made_by(answer: Explanation) -> None:
 
 
 def _unswept(summary: files.RunSummary) -> str:
-    if summary.status == files.GATE_FAILED:
+    if summary.status == statuses.GATE_FAILED:
         return "the run's quality gate failed, so its mark will never be swept"
-    if summary.dry_run and summary.status == files.MARKED:
+    if summary.dry_run and summary.status == statuses.MARKED:
         return f"a dry run: sweep it with --sweep {summary.run_id}"
     return f"its sweep did not finish: run it again with --sweep {summary.run_id}"
 

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from branchwater.engine.errors import CorruptedData, GateFailed, InvalidArgument, NotFound
+from branchwater.engine.gc.addresses import ID_PATTERN
+from branchwater.engine.gc.runs.statuses import GATE_FAILED, MARKED, SWEPT
 from branchwater.engine.gc.runs.storage import Namespace, missing_ok_json
 
 RUNS_PREFIX = "_branchwater/retention/gc/"
@@ -36,12 +38,7 @@ DELETED = "deleted"
 STATE = "state"
 SCRATCH = "scratch"
 STATE_SETS = ("pending", "carry", "ranges", "metaranges")
-RUN_ID = re.compile(r"^[0-9a-f]{12}-[0-9a-f]{6}$")
-
-MARKED = "marked"
-GATE_FAILED = "gate_failed"
-SWEPT = "swept"
-FAILED = "failed"
+RUN_ID = re.compile(rf"^{ID_PATTERN}\Z")
 
 
 def run_prefix(run_id: str) -> str:

@@ -10,12 +10,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from branchwater.engine.errors import CorruptedData, NotFound
+from branchwater.engine.gc.addresses import ID_PATTERN
 from branchwater.engine.gc.runs.files import REPORT, RUN_ID, RUNS_PREFIX, SUMMARY, Volume
 from branchwater.engine.objects import ObjectStore
 
-RUN_FILE = re.compile(
-    rf"^{re.escape(RUNS_PREFIX)}(?P<run_id>[0-9a-f]{{12}}-[0-9a-f]{{6}})/(?P<name>[^/]+)$"
-)
+RUN_FILE = re.compile(rf"^{re.escape(RUNS_PREFIX)}(?P<run_id>{ID_PATTERN})/(?P<name>[^/]+)\Z")
 MAX_RUNS = 100
 """Runs listed, newest first."""
 

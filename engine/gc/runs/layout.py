@@ -13,12 +13,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from branchwater.engine.errors import InvalidArgument
-from branchwater.engine.gc.addresses import DATA_ADDRESS_PATTERN, slice_created
+from branchwater.engine.gc.addresses import DATA_ADDRESS_PATTERN, DATA_PREFIX, slice_created
 
-DATA_DIR = "data"
 ADDRESS_PATTERN = DATA_ADDRESS_PATTERN
 """A well-formed data address, relative to the namespace (Java and Python regex alike)."""
-SLICE_NAMED = rf"^{DATA_DIR}/(?P<slice>[^/]+)/"
+SLICE_NAMED = rf"^{DATA_PREFIX}(?P<slice>[^/]+)/"
 """The slice an address names, as the named group `slice` (Arrow's `extract_regex`)."""
 
 

@@ -62,6 +62,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from branchwater.engine.gc.runs.layout import ADDRESS_PATTERN, named_slices
+from branchwater.engine.graveler.committed.format import UTC_MICROS
 
 LISTED = 1
 WINDOW = 2
@@ -101,8 +102,6 @@ COUNTS = (
 """What the summary counts (`count_masks`), objects and bytes each; addresses read are
 counted without bytes (`ADDRESS_COUNTS`)."""
 ADDRESS_COUNTS = ("committed_addresses", "uncommitted_addresses")
-
-MTIME_TYPE = pa.timestamp("us", tz="UTC")
 
 
 @dataclass(frozen=True)
@@ -178,7 +177,7 @@ def lookup(addresses: pa.ChunkedArray | pa.Array, found: pa.Table) -> pa.Array:
 def _later(left: pa.ChunkedArray, right: pa.ChunkedArray) -> pa.ChunkedArray:
     """The later of two times, row by row (Arrow has no element-wise max for them)."""
     later = pc.max_element_wise(left.cast(pa.int64()), right.cast(pa.int64()))
-    return later.cast(MTIME_TYPE)
+    return later.cast(UTC_MICROS)
 
 
 def union_by_address(refs: pa.Table) -> pa.Table:
@@ -303,4 +302,4 @@ def _true(mask: pa.ChunkedArray) -> pa.ChunkedArray:
 
 
 def _time(value: datetime) -> pa.Scalar:
-    return pa.scalar(value, MTIME_TYPE)
+    return pa.scalar(value, UTC_MICROS)

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from branchwater.engine.errors import InvalidArgument
 from branchwater.engine.gc.runlock import GCRunLease
-from branchwater.engine.gc.runs import files, report
+from branchwater.engine.gc.runs import files, report, statuses
 from branchwater.engine.gc.runs.config import JobConfig
 from branchwater.engine.gc.runs.events import Events
 from branchwater.engine.gc.runs.storage import Namespace, missing_ok_json
@@ -63,7 +63,7 @@ def finish_sweep(
     summary.counts["deleted"] = files.Volume(
         sum(v.objects for v in per_slice), sum(v.bytes for v in per_slice)
     )
-    summary.status = files.SWEPT
+    summary.status = statuses.SWEPT
     summary.error = None
     summary.swept_at = datetime.now(timezone.utc).isoformat()
     summary.phases = {**summary.phases, **phases}
