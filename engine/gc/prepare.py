@@ -44,11 +44,9 @@ from branchwater.engine.errors import (
 from branchwater.engine.gc.addresses import newest_first_id, newest_first_time
 from branchwater.engine.gc.context import GCContext
 from branchwater.engine.graveler.commit import Progress
-from branchwater.engine.graveler.committed.format import UTC_MICROS
+from branchwater.engine.graveler.committed.format import UTC_MICROS, split_staged
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import (
-    STAGED_FIELDS,
-    STAGED_SEPARATOR,
     BranchRecord,
     Entry,
     RepositoryRecord,
@@ -78,11 +76,6 @@ files and records): each is read once or twice, soon, so a fast codec pays over 
 MAX_COMPACTIONS_FOLLOWED = 10
 CLOCK_SKEW_MARGIN = timedelta(minutes=5)
 """Other processes sweep expired copy records by their own clocks."""
-
-_ADDRESS = STAGED_FIELDS.index("address")
-_SIZE = STAGED_FIELDS.index("size")
-_MTIME = STAGED_FIELDS.index("mtime_us")
-_SEPARATOR = STAGED_SEPARATOR.encode()
 
 
 LayerKind = Literal["staged", "sealed", "compacted"]
@@ -459,19 +452,16 @@ class Columns(NamedTuple):
 
 
 def staged_batch(values: list[bytes], branches: pa.Array, sources: pa.Array) -> pa.RecordBatch:
-    """Rows of staged `values` (with their `branches` and `sources`), split by Arrow kernels;
-    tombstones dropped."""
-    column = pa.array(values, pa.binary())
-    live = pc.greater(pc.binary_length(column), 0)
-    fields = pc.split_pattern(
-        column.filter(live), pattern=_SEPARATOR, max_splits=len(STAGED_FIELDS) - 1
+    """Rows of staged `values` (with their `branches` and `sources`), split by Arrow kernels
+    as commits split them; tombstones dropped."""
+    try:
+        fields = split_staged(pa.array(values, pa.binary()))
+    except (pa.ArrowException, ValueError) as exc:
+        raise CorruptedData(f"staged entries of GC's prepare cannot be decoded: {exc}") from exc
+    live = pc.invert(fields.deleted)
+    columns = Columns(
+        fields.address.filter(live), fields.mtime.filter(live), fields.size.filter(live)
     )
-
-    def number(index: int) -> pa.Array:
-        return pc.list_element(fields, index).cast(pa.string()).cast(pa.int64())
-
-    addresses = pc.list_element(fields, _ADDRESS).cast(pa.string())
-    columns = Columns(addresses, number(_MTIME).cast(UTC_MICROS), number(_SIZE))
     return _batch(columns, branches.filter(live), sources.filter(live))
 
 

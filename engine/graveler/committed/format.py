@@ -33,7 +33,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from branchwater.engine.errors import CorruptedData, InvalidArgument
-from branchwater.engine.graveler.model import EMPTY_METADATA, Entry, metadata_json
+from branchwater.engine.graveler.model import (
+    EMPTY_METADATA,
+    STAGED_FIELDS,
+    STAGED_SEPARATOR,
+    Entry,
+    metadata_json,
+)
 from branchwater.engine.graveler.names import is_hex_id
 
 RANGES_PREFIX = "_branchwater/ranges/"
@@ -334,9 +340,10 @@ CHANGE_SCHEMA = RANGE_SCHEMA.append(pa.field("deleted", pa.bool_(), nullable=Fal
 other columns are placeholders). Applying them row batch by row batch keeps per-entry
 Python out of commits and compactions."""
 
-STAGED_FIELDS = 5
-"""address, size, checksum, mtime (µs), metadata: the staged value `model.encode_entry` writes."""
-_TOMBSTONE_FIELDS = pa.scalar("\x000\x00\x000\x00", pa.string())
+_TOMBSTONE_FIELDS = pa.scalar(
+    STAGED_SEPARATOR.join("0" if name in ("size", "mtime_us") else "" for name in STAGED_FIELDS),
+    pa.string(),
+)
 """What a tombstone (an empty staged value) is split as: empty strings and zeros."""
 
 
@@ -344,25 +351,50 @@ _STAGED_ROW = pa.struct([("path", pa.binary()), ("value", pa.binary())])
 """A staged row as the KV returns it: converted to Arrow whole, never split in Python."""
 
 
+class StagedFields(NamedTuple):
+    """Staged values split in Arrow: whether each is a tombstone (its other fields then empty
+    strings and zeros), and one array per field of `model.STAGED_FIELDS`."""
+
+    deleted: pa.Array
+    address: pa.Array
+    size: pa.Array
+    checksum: pa.Array
+    mtime: pa.Array
+    metadata: pa.Array
+
+
+def split_staged(values: pa.Array) -> StagedFields:
+    """`model.decode_entry` vectorised, for commits, compactions and GC's prepare alike;
+    `ValueError` or an Arrow error for a value that is no staged entry."""
+    text = values.cast(pa.string())
+    deleted = pc.equal(pc.binary_length(text), 0)
+    fields = pc.split_pattern(pc.if_else(deleted, _TOMBSTONE_FIELDS, text), STAGED_SEPARATOR)
+    count = len(STAGED_FIELDS)
+    lengths = pc.min_max(pc.list_value_length(fields)).as_py()
+    if len(values) and lengths != {"min": count, "max": count}:
+        raise ValueError(f"a staged value has not {count} fields")
+    address, size, checksum, mtime, metadata = (pc.list_element(fields, i) for i in range(count))
+    return StagedFields(
+        deleted,
+        address,
+        size.cast(pa.int64()),
+        checksum,
+        mtime.cast(pa.int64()).cast(UTC_MICROS),
+        metadata,
+    )
+
+
 def staged_rows(pairs: Sequence[tuple[bytes, bytes]]) -> pa.Table:
     """Change rows from staged (path, value) pairs as the KV holds them, values split in
-    Arrow: the vectorised `model.decode_entry`, an empty value (a tombstone) a deleted row."""
+    Arrow (`split_staged`), an empty value (a tombstone) a deleted row."""
     try:
         staged = pa.array(pairs, _STAGED_ROW)
         path = staged.field("path").cast(pa.string())
-        text = staged.field("value").cast(pa.string())
-        deleted = pc.equal(pc.binary_length(text), 0)
-        fields = pc.split_pattern(pc.if_else(deleted, _TOMBSTONE_FIELDS, text), "\x00")
-        lengths = pc.min_max(pc.list_value_length(fields)).as_py()
-        if len(pairs) and lengths != {"min": STAGED_FIELDS, "max": STAGED_FIELDS}:
-            raise ValueError(f"a staged value has not {STAGED_FIELDS} fields")
-        columns = [pc.list_element(fields, i) for i in range(STAGED_FIELDS)]
-        size = columns[1].cast(pa.int64())
-        mtime = columns[3].cast(pa.int64()).cast(UTC_MICROS)
+        f = split_staged(staged.field("value"))
     except (pa.ArrowException, ValueError) as exc:
         where = f"{pairs[0][0]!r} to {pairs[-1][0]!r}" if len(pairs) else "a batch"
         raise CorruptedData(f"staged entries {where} cannot be decoded: {exc}") from exc
-    arrays = [path, columns[0], size, columns[2], mtime, columns[4], deleted]
+    arrays = [path, f.address, f.size, f.checksum, f.mtime, f.metadata, f.deleted]
     return pa.Table.from_arrays(arrays, schema=CHANGE_SCHEMA)
 
 
