@@ -141,3 +141,14 @@ def test_gc_prepare_with_an_expired_run_id_is_one_line_and_writes_nothing(
     expired = newest_first_id(datetime(2026, 1, 1, tzinfo=UTC))
     assert_user_error(bw("gc", "prepare", "sales", "--run", expired), 1, "start a new run")
     assert stored(lake.kv, lake.root / "ns") == before
+
+
+def test_gc_explain_of_an_address_with_a_line_end_is_one_line_and_exit_1(
+    bw: Bw, lake: CliLake
+) -> None:
+    prepared(bw, lake)
+    (listed,) = json.loads(ok(bw("ls", "sales", "main", "--json")).out)
+    assert "kept" in ok(bw("gc", "explain", "sales", listed["address"])).out
+    for end in ("\n", "\r\n", "\x00", "\udcff"):
+        address = listed["address"] + end
+        assert_user_error(bw("gc", "explain", "sales", address), 1, repr(address))

@@ -9,7 +9,6 @@ garbage the next run collects, or why an optimized run did not reach it.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -18,7 +17,7 @@ from typing import Any, Protocol
 import pyarrow.compute as pc
 
 from branchwater.engine.errors import InvalidAddress, NotFound
-from branchwater.engine.gc.addresses import DATA_ADDRESS_PATTERN
+from branchwater.engine.gc.addresses import is_data_address
 from branchwater.engine.gc.inputs import CommittedLayout, UncommittedRun
 from branchwater.engine.gc.provenance import Provenance
 from branchwater.engine.gc.runs import files, statuses
@@ -96,7 +95,7 @@ def normalize_address(ns: Namespace, address: str) -> str:
         if not address.startswith(root):
             raise InvalidAddress(f"{address!r} is outside this repository's namespace {ns.url}")
         relative = address[len(root) :]
-    if not re.match(DATA_ADDRESS_PATTERN, relative):
+    if not is_data_address(relative):
         raise InvalidAddress(
             f"{address!r} is not a data address: GC only ever collects data/<slice>/<object id>"
             f" in {ns.url}"
