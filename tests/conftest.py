@@ -68,6 +68,15 @@ def postgres_url() -> Iterator[str]:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def race_kv(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A lake's KV URL on SQLite, then on the PostgreSQL server (a table of its own): every
+    race and every forced interleaving runs on both."""
+    if request.param == "postgres":
+        return f"{request.getfixturevalue('postgres_url')}?table={unique_name('race_')}"
+    return f"sqlite:///{tmp_path}/lake.db"
+
+
 @pytest.fixture(scope="session")
 def dynamodb_endpoint() -> Iterator[str]:
     """moto's DynamoDB-compatible server on a free loopback port (S3 tests use `s3_server`).

@@ -50,16 +50,8 @@ def race(kv_url: str, namespace: str) -> None:
 
 
 @pytest.mark.slow
-def test_of_processes_racing_for_the_lease_on_sqlite_one_wins(tmp_path: Path) -> None:
-    race(f"sqlite:///{tmp_path}/lake.db", f"file://{tmp_path}/ns")
-
-
-@pytest.mark.slow
-@pytest.mark.postgres
-def test_of_processes_racing_for_the_lease_on_postgres_one_wins(
-    postgres_url: str, tmp_path: Path
-) -> None:
-    race(postgres_url, f"file://{tmp_path}/ns")
+def test_of_processes_racing_for_the_lease_one_wins(race_kv: str, tmp_path: Path) -> None:
+    race(race_kv, f"file://{tmp_path}/ns")
 
 
 @pytest.fixture

@@ -33,16 +33,9 @@ MIN_AGE = timedelta(seconds=0.25)
 """Longer than any client takes between writing an object and staging it."""
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def kv_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "postgres":
-        return request.getfixturevalue("postgres_url")
-    return f"sqlite:///{tmp_path}/lake.db"
-
-
 @pytest.fixture
-def repo(kv_url: str, tmp_path: Path) -> Iterator[Repository]:
-    with Lake.connect(kv_url) as lake:
+def repo(race_kv: str, tmp_path: Path) -> Iterator[Repository]:
+    with Lake.connect(race_kv) as lake:
         name = unique_name("concurrent-")
         repo = lake.create_repository(name, storage_namespace=f"file://{tmp_path}/{name}")
         gc_clients.start(repo)
@@ -50,7 +43,7 @@ def repo(kv_url: str, tmp_path: Path) -> Iterator[Repository]:
 
 
 def test_gc_runs_keep_every_reference_while_clients_move_them(
-    repo: Repository, kv_url: str
+    repo: Repository, race_kv: str
 ) -> None:
     swept: set[str] = set()
     races = 0
@@ -58,7 +51,7 @@ def test_gc_runs_keep_every_reference_while_clients_move_them(
         for round_ in range(ROUNDS):
             left = gc_clients.garbage(repo, run_addresses(repo, repo.prepare_uncommitted_for_gc()))
             time.sleep(MIN_AGE.total_seconds())
-            with gc_clients.working(manager, pool, kv_url, repo.name, round_) as counts:
+            with gc_clients.working(manager, pool, race_kv, repo.name, round_) as counts:
                 deadline = time.monotonic() + SECONDS
                 while time.monotonic() < deadline:
                     swept |= sweep(repo, repo.prepare_uncommitted_for_gc(), MIN_AGE)

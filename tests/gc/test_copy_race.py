@@ -71,13 +71,5 @@ def race(kv_url: str, namespace: str) -> None:
 
 
 @pytest.mark.slow
-def test_a_rename_during_prepare_keeps_the_object_on_sqlite(tmp_path: Path) -> None:
-    race(f"sqlite:///{tmp_path}/lake.db", f"file://{tmp_path}/ns")
-
-
-@pytest.mark.slow
-@pytest.mark.postgres
-def test_a_rename_during_prepare_keeps_the_object_on_postgres(
-    postgres_url: str, tmp_path: Path
-) -> None:
-    race(postgres_url, f"file://{tmp_path}/ns")
+def test_a_rename_during_prepare_keeps_the_object(race_kv: str, tmp_path: Path) -> None:
+    race(race_kv, f"file://{tmp_path}/ns")

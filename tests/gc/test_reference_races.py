@@ -26,16 +26,9 @@ from tests.gc_model import assert_references_intact, gc_candidates, sweep
 from tests.helpers import PAUSE_TIMEOUT, compact, paused_at, run_addresses, unique_name
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def kv_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "postgres":
-        return request.getfixturevalue("postgres_url")
-    return f"sqlite:///{tmp_path}/lake.db"
-
-
 @pytest.fixture
-def repo(kv_url: str, tmp_path: Path) -> Iterator[Repository]:
-    with Lake.connect(kv_url) as lake:
+def repo(race_kv: str, tmp_path: Path) -> Iterator[Repository]:
+    with Lake.connect(race_kv) as lake:
         name = unique_name("races-")
         yield lake.create_repository(name, storage_namespace=f"file://{tmp_path}/{name}")
 

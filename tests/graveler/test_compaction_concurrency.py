@@ -24,7 +24,7 @@ import pytest
 
 from branchwater.engine import Lake, NoChanges, NotFound, TooManyTries
 from branchwater.engine.graveler import compaction
-from tests.helpers import SHARED_PATH, SharedPathRace, spawned_pool, unique_name
+from tests.helpers import SHARED_PATH, SharedPathRace, spawned_pool
 
 WRITERS = 3
 WRITES_EACH = 120
@@ -133,16 +133,8 @@ def race(kv_url: str, namespace: str) -> None:
 
 
 @pytest.mark.slow
-def test_compactors_race_writers_and_a_committer_on_sqlite(tmp_path: Path) -> None:
-    race(f"sqlite:///{tmp_path}/lake.db", f"file://{tmp_path}/ns")
-
-
-@pytest.mark.slow
-@pytest.mark.postgres
-def test_compactors_race_writers_and_a_committer_on_postgres(
-    postgres_url: str, tmp_path: Path
-) -> None:
-    race(f"{postgres_url}?table={unique_name('compact_')}", f"file://{tmp_path}/ns")
+def test_compactors_race_writers_and_a_committer(race_kv: str, tmp_path: Path) -> None:
+    race(race_kv, f"file://{tmp_path}/ns")
 
 
 # --- kill -9 between steps -----------------------------------------------------------------
@@ -209,17 +201,10 @@ def kill_at(kv_url: str, namespace: str, step: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("step", compaction.STEPS)
-def test_a_killed_compactor_leaves_the_branch_whole_on_sqlite(tmp_path: Path, step: str) -> None:
-    kill_at(f"sqlite:///{tmp_path}/lake.db", f"file://{tmp_path}/ns", step)
-
-
-@pytest.mark.slow
-@pytest.mark.postgres
-@pytest.mark.parametrize("step", compaction.STEPS)
-def test_a_killed_compactor_leaves_the_branch_whole_on_postgres(
-    postgres_url: str, tmp_path: Path, step: str
+def test_a_killed_compactor_leaves_the_branch_whole(
+    race_kv: str, tmp_path: Path, step: str
 ) -> None:
-    kill_at(f"{postgres_url}?table={unique_name('kill_')}", f"file://{tmp_path}/ns", step)
+    kill_at(race_kv, f"file://{tmp_path}/ns", step)
 
 
 # --- kill -9 right after the final set_if ----------------------------------------------------
@@ -267,17 +252,7 @@ def kill_after_update(kv_url: str, namespace: str, how: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["compact", "commit"])
-def test_rows_absorbed_by_a_process_killed_after_its_update_are_dropped_later_on_sqlite(
-    tmp_path: Path, how: str
+def test_rows_absorbed_by_a_process_killed_after_its_update_are_dropped_later(
+    race_kv: str, tmp_path: Path, how: str
 ) -> None:
-    kill_after_update(f"sqlite:///{tmp_path}/lake.db", f"file://{tmp_path}/ns", how)
-
-
-@pytest.mark.slow
-@pytest.mark.postgres
-@pytest.mark.parametrize("how", ["compact", "commit"])
-def test_rows_absorbed_by_a_process_killed_after_its_update_are_dropped_later_on_postgres(
-    postgres_url: str, tmp_path: Path, how: str
-) -> None:
-    kv_url = f"{postgres_url}?table={unique_name('kill_')}"
-    kill_after_update(kv_url, f"file://{tmp_path}/ns", how)
+    kill_after_update(race_kv, f"file://{tmp_path}/ns", how)

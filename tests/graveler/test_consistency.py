@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from branchwater.engine import Lake, NoChanges
-from tests.helpers import SharedPathRace, spawned_pool, unique_name
+from tests.helpers import SharedPathRace, spawned_pool
 
 WRITERS = 3
 MIN_WRITES_EACH = 40
@@ -86,11 +86,5 @@ def race(kv_url: str, namespace: str) -> None:
 
 
 @pytest.mark.slow
-def test_writers_and_committer_race_on_sqlite(tmp_path: Path) -> None:
-    race(f"sqlite:///{tmp_path}/lake.db", f"file://{tmp_path}/ns")
-
-
-@pytest.mark.slow
-@pytest.mark.postgres
-def test_writers_and_committer_race_on_postgres(postgres_url: str, tmp_path: Path) -> None:
-    race(f"{postgres_url}?table={unique_name('race_')}", f"file://{tmp_path}/ns")
+def test_writers_and_committer_race(race_kv: str, tmp_path: Path) -> None:
+    race(race_kv, f"file://{tmp_path}/ns")

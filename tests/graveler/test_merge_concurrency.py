@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from branchwater.engine import DirtyBranch, Lake, NoChanges
-from tests.helpers import spawned_pool, unique_name
+from tests.helpers import spawned_pool
 
 FEATURES = 8
 FILES_EACH = 5
@@ -82,26 +82,8 @@ def contend(kv_url: str, namespace: str, with_committer: bool) -> None:
 
 
 @pytest.mark.slow
-def test_eight_concurrent_merges_on_sqlite(tmp_path: Path) -> None:
-    contend(f"sqlite:///{tmp_path}/lake.db", f"file://{tmp_path}/ns", with_committer=False)
-
-
-@pytest.mark.slow
-@pytest.mark.postgres
-def test_eight_concurrent_merges_on_postgres(postgres_url: str, tmp_path: Path) -> None:
-    url = f"{postgres_url}?table={unique_name('merge_')}"
-    contend(url, f"file://{tmp_path}/ns", with_committer=False)
-
-
-@pytest.mark.slow
-def test_merges_never_lose_a_concurrent_commit_on_sqlite(tmp_path: Path) -> None:
-    contend(f"sqlite:///{tmp_path}/lake.db", f"file://{tmp_path}/ns", with_committer=True)
-
-
-@pytest.mark.slow
-@pytest.mark.postgres
-def test_merges_never_lose_a_concurrent_commit_on_postgres(
-    postgres_url: str, tmp_path: Path
+@pytest.mark.parametrize("with_committer", [False, True], ids=["merges", "merges-and-a-commit"])
+def test_concurrent_merges_lose_no_merge_and_no_commit(
+    race_kv: str, tmp_path: Path, with_committer: bool
 ) -> None:
-    url = f"{postgres_url}?table={unique_name('mergec_')}"
-    contend(url, f"file://{tmp_path}/ns", with_committer=True)
+    contend(race_kv, f"file://{tmp_path}/ns", with_committer=with_committer)
