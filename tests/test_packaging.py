@@ -1,0 +1,348 @@
+"""The wheel built from this tree works installed, with nothing of the checkout around it.
+
+The editable install every other test runs against puts `src/` on `sys.path`, so it cannot
+tell whether the wheel carries what the provider, the CLI and the GC job need, or whether
+something in it still reaches for the checkout. Here the tree is copied as a fresh clone
+would have it, built into a wheel, and installed with its `airflow` and `spark` extras into
+an empty virtualenv that sees neither the project's `.venv` nor the checkout; then the console
+script, the engine, Airflow's provider discovery, every module the provider declares, the GC
+job and the `dags/` folder run from a temporary directory.
+
+The dependencies come from a wheelhouse under `~/.cache/branchwater/wheelhouse/`, made once
+per set of dependencies (pyproject's build requirements, dependencies and those extras, and
+`requirements.lock`) from the package index; later runs build and install offline from it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("packaging")]
+
+ROOT = Path(__file__).resolve().parents[1]
+LOCK = ROOT / "requirements.lock"
+EXTRAS = ("airflow", "spark")
+"""An Airflow deployment's install: the provider, and the Spark job its GC operators submit."""
+UNUSED_WHEELHOUSE_DAYS = 14
+"""A wheelhouse (about 650 MB) no run used for this long belongs to dependencies long gone."""
+SHIPPED_DAG_IDS = {
+    "branchwater_example_etl",
+    "branchwater_compaction_check",
+    "branchwater_gc_clean",
+    "branchwater_gc_optimized",
+}
+
+
+def run(
+    command: Sequence[str | Path],
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    stdin: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """`command`, failing the test with its output (not just its exit status) when it fails."""
+    done = subprocess.run(
+        [str(part) for part in command],
+        cwd=cwd,
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=420,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.fail(
+            f"{' '.join(map(str, command))} exited {done.returncode}\n"
+            f"--- stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-4000:]}"
+        )
+    return done
+
+
+def pip(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """The project's own pip: the fresh virtualenv has none, so nothing in it is preinstalled."""
+    return run([sys.executable, "-m", "pip", "--disable-pip-version-check", *args])
+
+
+def tree_files(root: Path) -> list[str]:
+    """The files a fresh clone with this working tree's changes has: tracked or new, not
+    ignored (no `.venv`, no stale `build/` or egg-info, whose leftovers setuptools packs)."""
+    listed = run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root
+    ).stdout.split("\0")
+    return sorted({name for name in listed if name and os.path.lexists(root / name)})
+
+
+def copy_tree(root: Path, dest: Path) -> Path:
+    """A copy of the tree to build from, symbolic links (`src/branchwater/*`) kept as links."""
+    for name in tree_files(root):
+        source, target = root / name, dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_symlink():
+            target.symlink_to(os.readlink(source))
+        elif source.is_file():
+            shutil.copy2(source, target)
+    return dest
+
+
+def requirement(project: Path | str) -> str:
+    """`project` (a folder or a wheel's URL) with the extras a deployment installs."""
+    extras = ",".join(EXTRAS)
+    if isinstance(project, Path):
+        return f"{project}[{extras}]"
+    return f"branchwater[{extras}] @ {project}"
+
+
+def build_requires(source: Path) -> list[str]:
+    pyproject = tomllib.loads((source / "pyproject.toml").read_text())
+    return list(pyproject["build-system"]["requires"])
+
+
+def dependency_key(source: Path) -> str:
+    """Names the wheelhouse by everything that decides its contents, so editing code reuses it
+    and changing a dependency or a pin makes a new one."""
+    project = tomllib.loads((source / "pyproject.toml").read_text())["project"]
+    decisive = {
+        "build": build_requires(source),
+        "dependencies": project["dependencies"],
+        "extras": [project["optional-dependencies"][extra] for extra in EXTRAS],
+        "lock": (source / "requirements.lock").read_text(),
+    }
+    return hashlib.sha256(json.dumps(decisive, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def cache_root() -> Path:
+    """Where wheelhouses live between runs: fetching Airflow's and Spark's 200 wheels takes
+    minutes, installing them from a folder a fraction of that."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "branchwater" / "wheelhouse"
+
+
+def prune_wheelhouses(root: Path, keep: Path) -> None:
+    """Drops wheelhouses no run has used for `UNUSED_WHEELHOUSE_DAYS` (each run touches its
+    own), so changing dependencies does not fill the disk, while another checkout's stays."""
+    keep.touch()
+    cutoff = time.time() - UNUSED_WHEELHOUSE_DAYS * 86400
+    for house in root.iterdir():
+        if house != keep and house.stat().st_mtime < cutoff:
+            shutil.rmtree(house, ignore_errors=True)
+
+
+def wheelhouse(source: Path) -> Path:
+    """Wheels of the build requirements and of the extras' dependencies at the lock's
+    versions, fetched once; written aside and renamed, so a concurrent run never installs
+    from a half-filled one."""
+    house = cache_root() / dependency_key(source)
+    if not house.is_dir():
+        partial = house.with_name(f"{house.name}.{os.getpid()}.partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        pip(
+            "wheel",
+            "--quiet",
+            "-w",
+            partial,
+            "-c",
+            LOCK,
+            requirement(source),
+            *build_requires(source),
+        )
+        for own in partial.glob("branchwater-*.whl"):
+            own.unlink()
+        try:
+            partial.rename(house)
+        except OSError:  # another run filled it first
+            shutil.rmtree(partial, ignore_errors=True)
+    prune_wheelhouses(cache_root(), house)
+    return house
+
+
+def build_wheel(source: Path, house: Path, out: Path) -> Path:
+    """The wheel, built the way an installer builds it (isolated, from pyproject's build
+    requirements), offline from the wheelhouse."""
+    pip("wheel", "--quiet", "--no-deps", "--no-index", "--find-links", house, "-w", out, source)
+    (wheel,) = out.glob("branchwater-*.whl")
+    return wheel
+
+
+def install(wheel: Path, house: Path, venv: Path) -> Path:
+    """An empty virtualenv (from the base interpreter, not the project's `.venv`) with the
+    wheel and its extras' dependencies installed offline; `pip check` proves the wheel's
+    declared dependencies are complete and consistent. Returns its `bin/`."""
+    run([sys.executable, "-m", "venv", "--without-pip", venv])
+    python = venv / "bin" / "python"
+    # --no-compile: byte-compiling Airflow takes longer than installing it; imports compile
+    # what they use.
+    offline = ["--quiet", "--no-compile", "--no-index", "--find-links", str(house)]
+    pip("--python", python, "install", *offline, "-c", LOCK, requirement(wheel.as_uri()))
+    pip("--python", python, "check")
+    return venv / "bin"
+
+
+class Installed(NamedTuple):
+    bin: Path
+    """The fresh virtualenv's `bin/`."""
+    tree: Path
+    """The copy of the tree the wheel was built from."""
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    """A fresh virtualenv holding only the built wheel and its dependencies."""
+    work = tmp_path_factory.mktemp("packaging")
+    tree = copy_tree(ROOT, work / "tree")
+    house = wheelhouse(tree)
+    wheel = build_wheel(tree, house, work / "dist")
+    return Installed(install(wheel, house, work / "venv"), tree)
+
+
+class Outside(NamedTuple):
+    """Where installed commands run: a directory outside the checkout, and an environment
+    with nothing of the project's (no `.venv` on `PATH`, no `PYTHONPATH`)."""
+
+    cwd: Path
+    env: dict[str, str]
+    bin: Path
+
+    def run(self, program: str, *args: str, stdin: str | None = None) -> str:
+        """`program` from the fresh virtualenv's `bin/`; its stdout."""
+        return run([self.bin / program, *args], cwd=self.cwd, env=self.env, stdin=stdin).stdout
+
+
+@pytest.fixture
+def outside(installed: Installed, tmp_path: Path) -> Outside:
+    """Airflow's home and the lake under `tmp_path`, the working directory too."""
+    env = {
+        "HOME": str(tmp_path),
+        "PATH": f"{installed.bin}{os.pathsep}/usr/bin{os.pathsep}/bin",
+        "LANG": "C.UTF-8",
+        "TMPDIR": str(tmp_path),
+        "AIRFLOW_HOME": str(tmp_path / "airflow"),
+        "BRANCHWATER_KV_URL": f"sqlite:///{tmp_path / 'lake.db'}",
+    }
+    return Outside(tmp_path, env, installed.bin)
+
+
+def test_wheel_leaves_out_what_needs_the_checkout(installed: Installed) -> None:
+    """The demo and the stack run on the checkout's `dags/`, so the wheel leaves them out."""
+    (site,) = (installed.bin.parent / "lib").glob("python3.*/site-packages")
+    shipped = {path.name for path in (site / "branchwater").iterdir()}
+    assert {"engine", "plugin", "spark_jobs", "py.typed"} <= shipped
+    assert not {"demo", "stack"} & shipped
+
+
+def test_cli_runs_installed(outside: Outside) -> None:
+    """The console script starts, and a lake made through it keeps what was committed."""
+    assert "Git for a data lake" in outside.run("branchwater", "--help")
+    namespace = (outside.cwd / "data").as_uri()
+    outside.run("branchwater", "repo", "create", "sales", "--namespace", namespace)
+    csv = "id,amount\n1,10\n"
+    outside.run("branchwater", "upload", "sales", "main", "orders/a.csv", "-", stdin=csv)
+    outside.run("branchwater", "commit", "sales", "main", "-m", "Load")
+    assert outside.run("branchwater", "cat", "sales", "main", "orders/a.csv") == csv
+
+
+def test_airflow_discovers_the_provider(outside: Outside) -> None:
+    """Airflow finds the provider through the wheel's entry point alone."""
+    listing = outside.run("airflow", "providers", "list", "--output", "json")
+    providers = {provider["package_name"]: provider for provider in json.loads(listing)}
+    assert providers["branchwater"]["version"] == "0.1.0"
+
+
+IMPORT_EVERYTHING = """
+import importlib, importlib.metadata as md, importlib.util, pathlib, sys
+
+import branchwater
+from branchwater.plugin import get_provider_info
+
+venv = pathlib.Path(sys.prefix).resolve()
+assert pathlib.Path(branchwater.__file__).resolve().is_relative_to(venv), branchwater.__file__
+
+
+def dotted(value):
+    if isinstance(value, str):
+        if value.startswith("branchwater."):
+            yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from dotted(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from dotted(item)
+
+
+names = sorted(set(dotted(get_provider_info())))
+for name in names:
+    try:
+        importlib.import_module(name)
+    except ModuleNotFoundError:
+        module, _, attribute = name.rpartition(".")
+        getattr(importlib.import_module(module), attribute)
+
+plugins = md.entry_points(group="airflow.plugins")
+(plugin,) = [e for e in plugins if e.value.startswith("branchwater.")]
+plugin.load()
+app = importlib.import_module("branchwater.plugin.ui.app")
+assert (pathlib.Path(app.__file__).parent / "templates" / "base.html").is_file()
+
+for absent in ("branchwater.demo", "branchwater.stack"):
+    assert importlib.util.find_spec(absent) is None, absent
+print(len(names))
+"""
+
+
+def test_provider_modules_import_installed(outside: Outside) -> None:
+    """Every module and class the provider declares to Airflow, and its UI plugin with its
+    templates, import from the virtualenv."""
+    declared = outside.run("python", "-c", IMPORT_EVERYTHING)
+    assert int(declared) >= 5
+
+
+JOB_FILES = """
+from branchwater.engine.cli.gc import job_file as cli_job_file
+from branchwater.plugin.operators.gc import job_file as operator_job_file
+
+print(cli_job_file())
+print(operator_job_file())
+"""
+
+
+def test_gc_job_runs_installed(outside: Outside) -> None:
+    """The file the CLI and the operator give `spark-submit` is the installed job's, and it
+    starts (as `python -m` does)."""
+    jobs = set(outside.run("python", "-c", JOB_FILES).split())
+    (job,) = jobs
+    assert Path(job).resolve().is_relative_to(outside.bin.parent.resolve())
+    assert "--mode" in outside.run("python", job, "--help")
+    assert "--mode" in outside.run("python", "-m", "branchwater.spark_jobs.gc", "--help")
+
+
+PARSE_DAGS = """
+import json, sys
+from airflow.dag_processing.dagbag import DagBag
+
+bag = DagBag(dag_folder=sys.argv[1])
+errors = {str(path): error for path, error in bag.import_errors.items()}
+print(json.dumps({"errors": errors, "ids": sorted(bag.dags)}))
+"""
+
+
+def test_dags_folder_parses_against_the_wheel(outside: Outside, installed: Installed) -> None:
+    """The repository's `dags/`, copied into a deployment's DAG folder, needs nothing but the
+    installed wheel (the wheel itself carries no DAG files)."""
+    folder = shutil.copytree(installed.tree / "dags", outside.cwd / "dags")
+    # Airflow logs to stdout too; the script's answer is the last line.
+    output = outside.run("python", "-c", PARSE_DAGS, str(folder))
+    parsed = json.loads(output.splitlines()[-1])
+    assert parsed["errors"] == {}
+    assert set(parsed["ids"]) == SHIPPED_DAG_IDS
