@@ -29,7 +29,9 @@ from typing import NamedTuple
 
 import pytest
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("packaging")]
+# One worker builds and installs once for the module; the first test's timeout covers that
+# (fetching the wheelhouse on a first run, installing Airflow and Spark on a loaded machine).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("packaging"), pytest.mark.timeout(1200)]
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "requirements.lock"
