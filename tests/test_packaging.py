@@ -21,7 +21,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import tomllib
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,8 +36,9 @@ ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "requirements.lock"
 EXTRAS = ("airflow", "spark")
 """An Airflow deployment's install: the provider, and the Spark job its GC operators submit."""
-UNUSED_WHEELHOUSE_DAYS = 14
-"""A wheelhouse (about 650 MB) no run used for this long belongs to dependencies long gone."""
+KEPT_WHEELHOUSES = 3
+"""Wheelhouses (about 650 MB each) kept, most recently used first: this checkout's, and a few
+for other checkouts or branches whose dependencies differ."""
 SHIPPED_DAG_IDS = {
     "branchwater_example_etl",
     "branchwater_compaction_check",
@@ -131,14 +131,14 @@ def cache_root() -> Path:
     return Path(base) / "branchwater" / "wheelhouse"
 
 
-def prune_wheelhouses(root: Path, keep: Path) -> None:
-    """Drops wheelhouses no run has used for `UNUSED_WHEELHOUSE_DAYS` (each run touches its
-    own), so changing dependencies does not fill the disk, while another checkout's stays."""
-    keep.touch()
-    cutoff = time.time() - UNUSED_WHEELHOUSE_DAYS * 86400
-    for house in root.iterdir():
-        if house != keep and house.stat().st_mtime < cutoff:
-            shutil.rmtree(house, ignore_errors=True)
+def prune_wheelhouses(root: Path, current: Path) -> None:
+    """Keeps the `KEPT_WHEELHOUSES` most recently used (each run touches its own), so every
+    change to the lock does not leave another 650 MB behind."""
+    current.touch()
+    houses = [house for house in root.iterdir() if not house.name.endswith(".partial")]
+    houses.sort(key=lambda house: house.stat().st_mtime, reverse=True)
+    for house in houses[KEPT_WHEELHOUSES:]:
+        shutil.rmtree(house, ignore_errors=True)
 
 
 def wheelhouse(source: Path) -> Path:
