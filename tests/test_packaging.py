@@ -243,6 +243,15 @@ def test_wheel_leaves_out_what_needs_the_checkout(installed: Installed) -> None:
     assert not {"demo", "stack"} & shipped
 
 
+def test_wheel_metadata_names_the_license(installed: Installed) -> None:
+    """The license is a PEP 639 SPDX expression, which the build requirement's setuptools
+    writes as `License-Expression`."""
+    (metadata,) = (installed.bin.parent / "lib").glob(
+        "python3.*/site-packages/branchwater-*/METADATA"
+    )
+    assert "License-Expression: Apache-2.0" in metadata.read_text().splitlines()
+
+
 def test_cli_runs_installed(outside: Outside) -> None:
     """The console script starts, and a lake made through it keeps what was committed."""
     assert "Git for a data lake" in outside.run("branchwater", "--help")
