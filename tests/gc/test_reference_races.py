@@ -224,6 +224,7 @@ def test_a_merge_of_a_branch_deleted_before_its_scan_is_in_the_committed_listing
         etl.commit("load")
         repo.merge("z-etl", into="main")
         repo.delete_branch("z-etl")
+        assert repo.lake.wait_for_cleanup(PAUSE_TIMEOUT)
         pause.release()
         run = result(preparing)
     assert staged not in run_addresses(repo, run)  # type: ignore[arg-type]
