@@ -25,7 +25,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from branchwater.engine.gc.runs.files import Expectation
-from branchwater.engine.gc.runs.layout import ADDRESS_PATTERN, DATA_PREFIX
+from branchwater.engine.gc.runs.layout import DATA_PREFIX, JVM_ADDRESS_PATTERN
 from branchwater.engine.gc.runs.storage import Namespace
 from branchwater.spark_jobs.gc.frames import ADAPTIVE, cores, map_shares, session_conf
 
@@ -297,7 +297,7 @@ def _candidate_checks(limits: GateLimits) -> list[Any]:
     return [
         gxe.ExpectColumnValuesToNotBeNull(column="address"),
         gxe.ExpectColumnValuesToBeNull(column="duplicate"),
-        gxe.ExpectColumnValuesToMatchRegex(column="address", regex=ADDRESS_PATTERN),
+        gxe.ExpectColumnValuesToMatchRegex(column="address", regex=JVM_ADDRESS_PATTERN),
         gxe.ExpectColumnValuesToBeInSet(column="referenced", value_set=[False]),
         gxe.ExpectColumnValuesToNotBeNull(column="age_seconds"),
         gxe.ExpectColumnValuesToBeBetween(column="age_seconds", min_value=limits.min_age_seconds),

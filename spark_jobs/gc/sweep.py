@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 
 from branchwater.engine import InvalidAddress, InvalidArgument
 from branchwater.engine.gc.runs.files import CANDIDATES, DELETED, SliceVolume, run_prefix
-from branchwater.engine.gc.runs.layout import ADDRESS_PATTERN
+from branchwater.engine.gc.runs.layout import ADDRESS_PATTERN, JVM_ADDRESS_PATTERN
 from branchwater.engine.gc.runs.storage import Namespace
 from branchwater.spark_jobs.gc.frames import executor_errors, map_shares, read_parquet
 
@@ -36,7 +36,7 @@ def deleted_key(candidates_key: str) -> str:
 
 def check_addresses(addresses: list[str], where: str) -> None:
     """Refuse the whole file when one address is not of the data-address form."""
-    bad = [a for a in addresses if not isinstance(a, str) or not _ADDRESS.match(a)]
+    bad = [a for a in addresses if not isinstance(a, str) or not _ADDRESS.fullmatch(a)]
     if bad:
         raise InvalidAddress(
             f"{where} holds {len(bad)} address(es) that are not data/<slice>/<object id> "
@@ -68,7 +68,7 @@ def _refuse_malformed(spark: SparkSession, ns: Namespace, keys: list[str]) -> No
     """Check the whole mark before the first delete (each task checks its file again)."""
     candidates = read_parquet(spark, ns, keys, "address string", len(keys))
     bad = candidates.filter(
-        F.col("address").isNull() | ~F.col("address").rlike(ADDRESS_PATTERN)
+        F.col("address").isNull() | ~F.col("address").rlike(JVM_ADDRESS_PATTERN)
     ).limit(3)
     check_addresses([row.address for row in bad.collect()], "the mark")
 

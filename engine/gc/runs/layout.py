@@ -17,6 +17,9 @@ from branchwater.engine.gc.addresses import DATA_ADDRESS_PATTERN, DATA_PREFIX, s
 
 ADDRESS_PATTERN = DATA_ADDRESS_PATTERN
 """A well-formed data address, relative to the namespace (Java and Python regex alike)."""
+JVM_ADDRESS_PATTERN = ADDRESS_PATTERN.removesuffix("$") + r"\z"
+r"""The same for Java's regular expressions (Spark's `rlike`, GX's checks on Spark), whose `$`
+also matches before a final newline, where `\z` ends the text (Python has no `\z`)."""
 SLICE_NAMED = rf"^{DATA_PREFIX}(?P<slice>[^/]+)/"
 """The slice an address names, as the named group `slice` (Arrow's `extract_regex`)."""
 
