@@ -13,12 +13,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote, urlsplit
 
 from airflow.sdk import BaseHook
 from airflow.sdk.log import mask_secret
 
-from branchwater.engine import ConfigurationError, InvalidArgument, redact_url
+from branchwater.engine import ConfigurationError, InvalidArgument, redact_url, url_secrets
 from branchwater.plugin.ui.paths import default_link_template
 
 if TYPE_CHECKING:
@@ -104,11 +104,11 @@ def api_base_url() -> str | None:
 
 
 def mask_url_password(url: str) -> None:
-    """Mask the password inside a URL on its own, as well as the whole URL."""
-    password = urlsplit(url).password
-    if password:
-        mask_secret(password)
-        mask_secret(unquote(password))
+    """Mask every form in which the URL's password may be echoed (as written, percent-decoded,
+    its pieces), as the engine redacts its own messages: a password with `/`, `#`, `?` or
+    `@` unencoded, or a URL `urlsplit` refuses, is masked too."""
+    for secret in url_secrets(url):
+        mask_secret(secret)
 
 
 class BranchwaterHook(BaseHook):

@@ -83,6 +83,21 @@ def test_the_password_inside_the_kv_url_is_masked(monkeypatch: pytest.MonkeyPatc
     assert "hunter" not in str(redact("driver said: bad password hunter%2Fsecret"))
 
 
+@pytest.mark.parametrize(
+    "password",
+    ["Zq9se/cretXw7", "Zq9se#cretXw7", "Zq9se?cretXw7", "Zq9se@cretXw7", "[Zq9secretXw7"],
+)
+def test_a_password_with_reserved_characters_is_masked_too(
+    monkeypatch: pytest.MonkeyPatch, password: str
+) -> None:
+    """Unencoded as users paste them: `urlsplit` reads another password, or refuses `[`."""
+    from branchwater.plugin.hooks import mask_url_password
+
+    mask_url_password(f"postgresql://bob:{password}@127.0.0.1:5432/lake")
+    said = str(redact(f"driver said: bad password {password} for bob"))
+    assert "Zq9se" not in said and "cretXw7" not in said
+
+
 def test_repositories_are_created_in_the_default_namespace(
     lake_conn: LakeConnection, monkeypatch: pytest.MonkeyPatch
 ) -> None:
