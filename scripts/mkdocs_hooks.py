@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 MARKER = "<!-- cli-reference -->"
-WIDTH = "96"
+WIDTH = "80"
 
 
 def commands(
