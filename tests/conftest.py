@@ -16,7 +16,7 @@ import pytest
 from branchwater.engine import Lake
 from branchwater.engine.api import Repository
 from branchwater.engine.graveler.committed import RangePolicy
-from tests.helpers import PG_HOST, PG_PORT, PG_USER, free_port, unavailable, unique_name
+from tests.helpers.servers import PG_HOST, PG_PORT, PG_USER, free_port, unavailable, unique_name
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 RANGE_CACHE_DIR = tempfile.mkdtemp(prefix="bw-range-cache-")

@@ -36,7 +36,7 @@ from branchwater.engine import (
 from branchwater.engine.api import Repository
 from branchwater.engine.graveler.checksums import content_checksum
 from tests.gc_model import referenced_entries
-from tests.helpers import data_objects
+from tests.helpers.gc import data_objects
 
 PATHS = [f"p/{i:02d}" for i in range(24)]
 STABLE = "stable"

@@ -23,7 +23,7 @@ from branchwater.engine.gc.addresses import newest_first_time
 from branchwater.engine.gc.prepare import PreparedRun
 from branchwater.engine.graveler.checksums import content_checksum
 from branchwater.engine.graveler.model import Entry
-from tests.helpers import compact, data_objects, run_addresses
+from tests.helpers.gc import compact, data_objects, run_addresses
 
 
 @dataclass

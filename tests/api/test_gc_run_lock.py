@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from branchwater.engine import GCRunLocked, InvalidArgument, Lake
-from tests.helpers import FakeClock, unique_name, use_clock
+from tests.helpers.gc import FakeClock, use_clock
+from tests.helpers.servers import unique_name
 
 RACE_TIMEOUT = 60
 RACERS = 4

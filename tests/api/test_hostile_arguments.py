@@ -16,7 +16,7 @@ from branchwater.engine import InvalidArgument, NotFound
 from branchwater.engine.api import Branch, Repository
 from branchwater.engine.graveler.checksums import CHECKSUM_MAX_LENGTH
 from branchwater.engine.graveler.model import METADATA_RULE
-from tests.helpers import stored
+from tests.helpers.hostile import stored
 
 HYPOTHESIS = settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]

@@ -27,7 +27,7 @@ from branchwater.engine.graveler.iterators import reporting
 from branchwater.engine.graveler.model import Entry
 from branchwater.engine.graveler.refs import BranchGuard
 from branchwater.engine.graveler.writes import stage_entry
-from tests.helpers import dumped_and_recreated
+from tests.helpers.hostile import dumped_and_recreated
 
 
 def paths(ref) -> list[str]:

@@ -15,7 +15,7 @@ from branchwater.engine import InvalidArgument, InvalidName, Lake
 from branchwater.engine.api import Repository
 from branchwater.engine.graveler.model import BranchRecord, Tag
 from branchwater.engine.graveler.staging import new_staging_token
-from tests.helpers import not_text, stored, unencodable_texts
+from tests.helpers.hostile import not_text, stored, unencodable_texts
 
 EXAMPLES = settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]

@@ -29,7 +29,7 @@ from branchwater.engine.gc.addresses import slice_name
 from branchwater.engine.gc.prepare import ROW_GROUP_ROWS, read_manifest
 from branchwater.engine.graveler.model import Entry, encode_entry
 from branchwater.engine.kv.sql import DEFAULT_TABLE
-from tests.helpers import rowid_sqlite_file
+from tests.helpers.gc import rowid_sqlite_file
 
 SEED_OBJECTS, SEED_BRANCHES = 5_000_000, 1_000
 MTIME = datetime(2026, 11, 1, tzinfo=timezone.utc)

@@ -23,7 +23,7 @@ from typing import Any
 
 from branchwater.engine.kv import Store, open_store
 from branchwater.engine.kv.sql import SQLStore, Statements
-from tests.helpers import PG_HOST, PG_PORT, PG_USER, unique_name
+from tests.helpers.servers import PG_HOST, PG_PORT, PG_USER, unique_name
 
 POINT, SCAN = b"point", b"scan"
 VALUE, OTHER_VALUE = b"v" * 64, b"w" * 64

@@ -1,4 +1,4 @@
-"""The in-process CLI runner fixtures of the `branchwater` tests (helpers: `tests.helpers`).
+"""The in-process CLI runner fixtures of the `branchwater` tests (helpers: `tests.helpers.cli`).
 
 Most tests drive `main([...])` in-process (fast, and capsys sees exactly what a user would);
 the subprocess tests prove the installed entry points exit with the same codes.
@@ -13,7 +13,7 @@ import pytest
 from branchwater.engine.cli import main
 from branchwater.engine.cli.commits import COMMITTER_ENV
 from branchwater.engine.cli.verbs import KV_ENV
-from tests.helpers import Bw, CliLake, Run
+from tests.helpers.cli import Bw, CliLake, Run
 
 
 @pytest.fixture

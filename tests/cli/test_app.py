@@ -13,7 +13,7 @@ import pytest
 from branchwater.engine import api
 from branchwater.engine.cli.verbs import KV_ENV
 from branchwater.engine.errors import Conflict, TooManyTries
-from tests.helpers import Bw, CliLake, Run, assert_user_error, local_file, make_repo, ok
+from tests.helpers.cli import Bw, CliLake, Run, assert_user_error, local_file, make_repo, ok
 
 # ----------------------------------------------------------------------------------- errors
 

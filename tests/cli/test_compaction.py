@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tests.helpers import Bw, CliLake, assert_user_error, local_file, make_repo, ok
+from tests.helpers.cli import Bw, CliLake, assert_user_error, local_file, make_repo, ok
 
 
 def staged_tombstones(bw: Bw, lake: CliLake, count: int) -> None:

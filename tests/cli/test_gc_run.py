@@ -13,7 +13,7 @@ import pytest
 
 from branchwater.engine.gc.runs.config import JobConfig
 from branchwater.spark_jobs.gc.job import GCJob
-from tests.helpers import Bw, CliLake, assert_user_error, local_file, make_repo, ok
+from tests.helpers.cli import Bw, CliLake, assert_user_error, local_file, make_repo, ok
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.helpers import Bw, CliLake, assert_user_error, local_file, make_repo, ok
+from tests.helpers.cli import Bw, CliLake, assert_user_error, local_file, make_repo, ok
 
 
 def test_cp_copies_within_a_branch(bw: Bw, lake: CliLake) -> None:

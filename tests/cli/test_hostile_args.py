@@ -15,16 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from branchwater.engine.gc.addresses import newest_first_id
-from tests.helpers import (
-    Bw,
-    CliLake,
-    assert_user_error,
-    hostile_dump,
-    local_file,
-    make_repo,
-    ok,
-    stored,
-)
+from tests.helpers.cli import Bw, CliLake, assert_user_error, local_file, make_repo, ok
+from tests.helpers.hostile import hostile_dump, stored
 
 WORD = st.text(st.characters(min_codepoint=ord("a"), max_codepoint=ord("z")), max_size=4)
 NOT_UTF8 = st.builds(

@@ -8,7 +8,7 @@ import pytest
 
 from branchwater.engine.cli import app
 from branchwater.engine.cli.progress import Progress
-from tests.helpers import Bw, CliLake, local_file, make_repo, ok
+from tests.helpers.cli import Bw, CliLake, local_file, make_repo, ok
 
 # --------------------------------------------------------------------------------- progress
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import Bw, CliLake, assert_user_error, local_file, make_repo, ok
+from tests.helpers.cli import Bw, CliLake, assert_user_error, local_file, make_repo, ok
 
 
 @pytest.mark.parametrize("committed", [False, True])

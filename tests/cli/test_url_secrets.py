@@ -7,7 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers import Bw, Credentials, assert_no_secret, assert_user_error, credentials
+from tests.helpers.cli import Bw, assert_user_error
+from tests.helpers.hostile import Credentials, assert_no_secret, credentials
 
 HOSTS = ["127.0.0.1:1", "127.0.0.1:abc", "127.0.0.1:99999", "[::1", "[::1]:1", "h/x@y"]
 

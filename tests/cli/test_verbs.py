@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from branchwater.engine.cli import main
-from tests.helpers import Bw, CliLake, assert_user_error, local_file, make_repo, ok
+from tests.helpers.cli import Bw, CliLake, assert_user_error, local_file, make_repo, ok
 
 # ------------------------------------------------------------------------------ walk-through
 

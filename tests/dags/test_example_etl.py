@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from branchwater.demo.airflow_home import DAGS_FOLDER
-from tests.helpers import unique_name
+from tests.helpers.servers import unique_name
 from tests.plugin.conftest import LakeConnection, RunDag
 
 if TYPE_CHECKING:

@@ -18,7 +18,8 @@ import pytest
 from branchwater.demo.airflow_home import DAGS_FOLDER
 from branchwater.demo.main_job import gc_task
 from branchwater.engine import Lake, NotFound, Repository
-from tests.helpers import GC_TASKS, data_objects, put_garbage
+from tests.helpers.airflow import GC_TASKS
+from tests.helpers.gc import data_objects, put_garbage
 from tests.plugin.conftest import LakeConnection, RunDag, RunResult, set_connection
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ import pytest
 from branchwater.demo.dag_run import RunResult
 from branchwater.demo.main_job import REPOSITORY, DemoConfig, DemoLake, gc_task, run
 from branchwater.engine import Lake
-from tests.helpers import GC_TASKS
+from tests.helpers.airflow import GC_TASKS
 
 pytestmark = [
     pytest.mark.slow,

@@ -20,7 +20,7 @@ from branchwater.engine.gc.addresses import (
     slice_created,
     slice_name,
 )
-from tests.helpers import any_text, not_text
+from tests.helpers.hostile import any_text, not_text
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 

@@ -21,7 +21,8 @@ from branchwater.engine import Lake
 from branchwater.engine.api import Repository
 from tests import gc_clients
 from tests.gc_model import assert_references_intact, sweep
-from tests.helpers import data_objects, run_addresses, spawned_pool, unique_name
+from tests.helpers.gc import data_objects, run_addresses
+from tests.helpers.servers import spawned_pool, unique_name
 
 pytestmark = pytest.mark.slow
 

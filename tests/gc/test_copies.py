@@ -10,7 +10,7 @@ from branchwater.engine import CorruptedData, Lake, NotFound
 from branchwater.engine.api import Repository
 from branchwater.engine.gc.settings import GCSettings
 from branchwater.engine.graveler import commit as commit_ops
-from tests.helpers import FakeClock, compact, use_clock
+from tests.helpers.gc import FakeClock, compact, use_clock
 
 
 def records(repo: Repository) -> list[tuple[str, str]]:

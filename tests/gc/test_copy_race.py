@@ -14,7 +14,7 @@ import pytest
 from branchwater.engine import Lake
 from branchwater.engine.gc import prepare
 from branchwater.engine.gc.prepare import read_run
-from tests.helpers import spawned_pool, unique_name
+from tests.helpers.servers import spawned_pool, unique_name
 
 PAUSE_TIMEOUT = 60
 

@@ -25,7 +25,7 @@ from branchwater.engine.gc.settings import DEFAULT_TOKEN_EXPIRY, OPERATION_MARGI
 from branchwater.engine.gc.tokens import USED_TOKENS_PREFIX, LinkTokens
 from branchwater.engine.graveler import writes
 from branchwater.engine.kv import open_store
-from tests.helpers import FakeClock, staged_paths, upload_to, use_clock
+from tests.helpers.gc import FakeClock, staged_paths, upload_to, use_clock
 
 
 def test_link_stages_the_object_written_at_the_address(repo: Repository) -> None:

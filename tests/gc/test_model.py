@@ -22,7 +22,8 @@ from branchwater.engine import Lake
 from branchwater.engine.api import Repository
 from tests.fixtures.s3 import S3Server
 from tests.gc_model import BranchModel, BranchSteps, LakeModel
-from tests.helpers import run_rows, unique_name
+from tests.helpers.gc import run_rows
+from tests.helpers.servers import unique_name
 
 PATHS = [f"t/{name}" for name in "abcdefghij"]
 

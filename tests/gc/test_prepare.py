@@ -28,17 +28,8 @@ from branchwater.engine.gc.addresses import newest_first_id, newest_first_time
 from branchwater.engine.gc.prepare import MANIFEST, PROGRESS, RETENTION_PREFIX, read_manifest
 from branchwater.engine.gc.settings import GCSettings
 from branchwater.engine.graveler import commit as commit_ops
-from tests.helpers import (
-    FakeClock,
-    any_text,
-    compact,
-    not_text,
-    run_addresses,
-    run_rows,
-    run_table,
-    stored,
-    use_clock,
-)
+from tests.helpers.gc import FakeClock, compact, run_addresses, run_rows, run_table, use_clock
+from tests.helpers.hostile import any_text, not_text, stored
 
 LINE = st.sampled_from(["\n", "\r\n", "\x00", " "])
 """What may trail a run id pasted from a terminal or a file."""

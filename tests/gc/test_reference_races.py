@@ -23,7 +23,9 @@ from branchwater.engine.api import Repository
 from branchwater.engine.gc.settings import GCSettings
 from branchwater.engine.graveler.checksums import content_checksum
 from tests.gc_model import assert_references_intact, gc_candidates, sweep
-from tests.helpers import PAUSE_TIMEOUT, compact, paused_at, run_addresses, unique_name
+from tests.helpers.failpoints import PAUSE_TIMEOUT, paused_at
+from tests.helpers.gc import compact, run_addresses
+from tests.helpers.servers import unique_name
 
 
 @pytest.fixture

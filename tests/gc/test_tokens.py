@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from branchwater.engine import InvalidToken, TokenAlreadyUsed
 from branchwater.engine.api import Repository
-from tests.helpers import staged_paths, stored, upload_to
+from tests.helpers.gc import staged_paths, upload_to
+from tests.helpers.hostile import stored
 
 ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 HYPOTHESIS = settings(

@@ -32,7 +32,7 @@ from branchwater.engine.graveler.committed.format import (
 )
 from branchwater.engine.graveler.model import Change, Entry
 from branchwater.engine.objects import ObjectInfo
-from tests.helpers import POLICIES, T0, SpyStore, entry, random_entries
+from tests.helpers.committed import POLICIES, T0, SpyStore, entry, random_entries
 
 
 @pytest.fixture

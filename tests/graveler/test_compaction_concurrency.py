@@ -24,7 +24,8 @@ import pytest
 
 from branchwater.engine import Lake, NoChanges, NotFound, TooManyTries
 from branchwater.engine.graveler import compaction
-from tests.helpers import SHARED_PATH, SharedPathRace, spawned_pool
+from tests.helpers.races import SHARED_PATH, SharedPathRace
+from tests.helpers.servers import spawned_pool
 
 WRITERS = 3
 WRITES_EACH = 120

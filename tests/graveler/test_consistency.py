@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from branchwater.engine import Lake, NoChanges
-from tests.helpers import SharedPathRace, spawned_pool
+from tests.helpers.races import SharedPathRace
+from tests.helpers.servers import spawned_pool
 
 WRITERS = 3
 MIN_WRITES_EACH = 40

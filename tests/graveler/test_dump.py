@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from branchwater.engine import CorruptedData, Lake
 from branchwater.engine.api import Repository
-from tests.helpers import REF_FIELDS, any_text, dumped_and_recreated, hostile_dump, stored
+from tests.helpers.hostile import REF_FIELDS, any_text, dumped_and_recreated, hostile_dump, stored
 
 HOSTILE_VALUES = st.one_of(
     st.sampled_from(["../../../../etc/passwd", "/etc/passwd", "", "main", "0" * 63]),

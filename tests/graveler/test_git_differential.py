@@ -32,7 +32,7 @@ from branchwater.engine import DirtyBranch, Lake, MergeConflict, NoChanges
 from branchwater.engine.api import Repository
 from branchwater.engine.graveler.committed import RangePolicy
 from branchwater.engine.graveler.merge import BASES_KEY
-from tests.helpers import compact
+from tests.helpers.gc import compact
 
 PATHS = ("a", "b", "c", "d", "e")
 CONTENTS = tuple(f"{n}\n".encode() for n in range(1, 4))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from branchwater.engine import DirtyBranch, Lake, NoChanges
-from tests.helpers import spawned_pool
+from tests.helpers.servers import spawned_pool
 
 FEATURES = 8
 FILES_EACH = 5

@@ -16,7 +16,7 @@ from branchwater.engine.graveler.names import (
     is_hex_id,
     name_key,
 )
-from tests.helpers import any_text, not_text, unencodable_texts
+from tests.helpers.hostile import any_text, not_text, unencodable_texts
 
 EXAMPLES = settings(max_examples=150, deadline=None)
 REPOSITORY_NAMES = st.from_regex(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]", fullmatch=True)

@@ -30,7 +30,7 @@ from branchwater.engine.graveler.committed.format import (
     range_id,
     range_key,
 )
-from tests.helpers import POLICIES, SpyStore, entry, random_entries
+from tests.helpers.committed import POLICIES, SpyStore, entry, random_entries
 
 POLICY = POLICIES["hash"]
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tests.fixtures.s3 import S3Server
-from tests.helpers import unique_name
+from tests.helpers.servers import unique_name
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

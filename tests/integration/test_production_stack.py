@@ -6,7 +6,7 @@ import pytest
 
 from branchwater.engine import Lake, NotFound
 from tests.fixtures.s3 import S3Server
-from tests.helpers import unique_name
+from tests.helpers.servers import unique_name
 
 
 def walk_through(lake: Lake, namespace: str) -> None:

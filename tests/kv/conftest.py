@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from branchwater.engine.kv import Store, open_store
-from tests.helpers import rowid_sqlite_file, unique_name
+from tests.helpers.gc import rowid_sqlite_file
+from tests.helpers.servers import unique_name
 
 DRIVERS = [
     pytest.param("memory", id="memory"),

@@ -16,7 +16,7 @@ import pytest
 
 from branchwater.engine.errors import PredicateFailed
 from branchwater.engine.kv import Store, open_store
-from tests.helpers import unique_name
+from tests.helpers.servers import unique_name
 
 PROCESSES = 6
 INCREMENTS = 25

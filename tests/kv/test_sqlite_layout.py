@@ -12,7 +12,7 @@ import pytest
 
 from branchwater.engine.kv import open_store
 from branchwater.engine.kv.sqlite import SQLiteStore
-from tests.helpers import rowid_sqlite_file
+from tests.helpers.gc import rowid_sqlite_file
 
 WRITERS = 3
 KEYS_PER_WRITER = 300

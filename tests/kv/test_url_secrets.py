@@ -13,15 +13,8 @@ from hypothesis import strategies as st
 from branchwater.engine.errors import BranchwaterError, ConfigurationError
 from branchwater.engine.kv import open_store
 from branchwater.engine.urls import redact_url, scrub, url_secrets
-from tests.helpers import (
-    PG_USER,
-    Credentials,
-    assert_no_secret,
-    credentials,
-    error_chain,
-    free_port,
-    unique_name,
-)
+from tests.helpers.hostile import Credentials, assert_no_secret, credentials, error_chain
+from tests.helpers.servers import PG_USER, free_port, unique_name
 
 SCHEMES = ["postgresql", "postgres", "dynamodb", "sqlite", "redis", "s3", "x-unknown"]
 AFTER_HOST = ["", "/lake", "/lake?table=t&x=a@b", "#frag", "?endpoint_url=http://h:1"]

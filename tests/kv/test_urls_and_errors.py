@@ -11,7 +11,7 @@ from branchwater.engine.errors import ConfigurationError, InvalidArgument, Unava
 from branchwater.engine.kv import open_store
 from branchwater.engine.kv.memory import MemoryStore
 from branchwater.engine.kv.sqlite import SQLiteStore
-from tests.helpers import PG_HOST, PG_PORT, PG_USER, free_port, unique_name
+from tests.helpers.servers import PG_HOST, PG_PORT, PG_USER, free_port, unique_name
 
 SECRET = "s3cr3t-pass"
 

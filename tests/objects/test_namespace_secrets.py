@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from branchwater.engine import ConfigurationError, Lake
 from branchwater.engine.objects import open_object_store
-from tests.helpers import Credentials, assert_no_secret, credentials, error_chain
+from tests.helpers.hostile import Credentials, assert_no_secret, credentials, error_chain
 
 
 @settings(max_examples=80, deadline=None)

@@ -22,7 +22,7 @@ from branchwater.engine.objects import s3 as s3_module
 from branchwater.engine.objects.local import LocalObjectStore
 from branchwater.engine.objects.s3 import S3ObjectStore
 from tests.fixtures.s3 import S3Server
-from tests.helpers import free_port, unique_name
+from tests.helpers.servers import free_port, unique_name
 
 INVALID_KEYS = ["", "/abs", "a/../b", "a//b", "a/", "./a"]
 ORDERED_KEYS = ["a-c", "a.d", "a/b", "a/b-x", "a0", "b/x"]

@@ -19,7 +19,7 @@ from branchwater.demo.airflow_home import connection_variable
 from branchwater.demo.dag_run import RunResult
 from branchwater.demo.dag_run import run_dag as run_dag_once
 from branchwater.engine import Lake, Repository
-from tests.helpers import unique_name
+from tests.helpers.servers import unique_name
 
 if TYPE_CHECKING:
     pass

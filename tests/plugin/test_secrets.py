@@ -20,7 +20,7 @@ import pytest
 from branchwater.demo.airflow_home import connection_env
 from branchwater.demo.dag_run import collect
 from branchwater.engine import Lake
-from tests.helpers import unique_name
+from tests.helpers.servers import unique_name
 from tests.plugin.conftest import LINK_TEMPLATE
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.postgres]

@@ -12,7 +12,8 @@ import pytest
 
 from branchwater.engine import Lake
 from tests.fixtures.s3 import S3Server
-from tests.helpers import GCLake, unique_name
+from tests.helpers.gc import GCLake
+from tests.helpers.servers import unique_name
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

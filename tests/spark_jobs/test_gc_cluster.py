@@ -20,7 +20,7 @@ import pytest
 
 from branchwater.engine.cli import main
 from branchwater.engine.cli.gc import spark_home
-from tests.helpers import unavailable
+from tests.helpers.servers import unavailable
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

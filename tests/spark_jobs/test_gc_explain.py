@@ -8,7 +8,7 @@ import pytest
 
 from branchwater.engine import InvalidAddress
 from branchwater.engine.gc.runs.explain import explain
-from tests.helpers import GCLake
+from tests.helpers.gc import GCLake
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -18,12 +18,10 @@ from branchwater.spark_jobs.gc.gate import (
     ROWS_PER_PARTITION,
     Gate,
     GateLimits,
-    duplicates,
-    flag_candidates,
-    flag_candidates_on_driver,
-    referenced_hits,
     validation_partitions,
 )
+from branchwater.spark_jobs.gc.mark_on_driver import duplicates, flag_candidates_on_driver
+from branchwater.spark_jobs.gc.mark_on_executors import flag_candidates, referenced_hits
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

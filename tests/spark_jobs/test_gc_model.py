@@ -30,7 +30,7 @@ from branchwater.engine.gc.runs import files, statuses
 from branchwater.engine.gc.runs.config import DRIVER_ROWS
 from branchwater.spark_jobs.gc import committed
 from tests.gc_model import BranchSteps, Chosen, LakeModel
-from tests.helpers import FakeClock, GCLake, use_clock
+from tests.helpers.gc import FakeClock, GCLake, use_clock
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -22,7 +22,9 @@ import pytest
 from branchwater.engine import NotFound
 from tests import gc_clients
 from tests.gc_model import assert_references_intact
-from tests.helpers import GCLake, paused_at, run_addresses, spawned_pool
+from tests.helpers.failpoints import paused_at
+from tests.helpers.gc import GCLake, run_addresses
+from tests.helpers.servers import spawned_pool
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -17,7 +17,8 @@ from branchwater.engine.gc.runs.config import JobConfig
 from branchwater.engine.gc.runs.storage import Namespace
 from branchwater.engine.gc.runs.sweeps import sweep_without_spark
 from branchwater.spark_jobs.gc.committed import read_committed
-from tests.helpers import FakeClock, GCLake, unique_name, use_clock
+from tests.helpers.gc import FakeClock, GCLake, use_clock
+from tests.helpers.servers import unique_name
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

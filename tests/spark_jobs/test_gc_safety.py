@@ -29,7 +29,7 @@ from branchwater.engine.graveler import writes
 from branchwater.engine.graveler.model import Entry
 from branchwater.spark_jobs.gc import inputs, job, packing
 from branchwater.spark_jobs.gc.committed import CommittedInput
-from tests.helpers import GCLake
+from tests.helpers.gc import GCLake
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -17,7 +17,7 @@ from branchwater.demo.main_job import gc_task
 from branchwater.engine import Lake
 from branchwater.stack import StackHandle
 from tests.fixtures.stack import stack_log, task_errors
-from tests.helpers import GC_TASKS, AirflowClient
+from tests.helpers.airflow import GC_TASKS, AirflowClient
 
 pytestmark = [
     pytest.mark.slow,

@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from branchwater.stack import processes
-from tests.helpers import unique_name
+from tests.helpers.servers import unique_name
 
 ESCAPE = (
     "import subprocess, sys, time\n"

@@ -1,0 +1,51 @@
+"""Failpoints held from tests: the first thread to reach one waits for the test."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from branchwater.engine import failpoints
+
+if TYPE_CHECKING:
+    pass
+
+
+PAUSE_TIMEOUT = 60
+
+
+class Pause:
+    """Holds the first thread that reaches a failpoint until `release`; later ones pass."""
+
+    def __init__(self) -> None:
+        self.reached = threading.Event()
+        self._go = threading.Event()
+        self._lock = threading.Lock()
+        self._taken = False
+
+    def hold(self) -> None:
+        with self._lock:
+            if self._taken:
+                return
+            self._taken = True
+        self.reached.set()
+        assert self._go.wait(PAUSE_TIMEOUT), "a paused operation was never released"
+
+    def wait(self) -> None:
+        assert self.reached.wait(PAUSE_TIMEOUT), "the operation never reached its failpoint"
+
+    def release(self) -> None:
+        self._go.set()
+
+
+@contextmanager
+def paused_at(point: str) -> Iterator[Pause]:
+    """Arm `point` to hold the first thread that reaches it; released on the way out too."""
+    pause = Pause()
+    try:
+        with failpoints.armed(point, pause.hold):
+            yield pause
+    finally:
+        pause.release()

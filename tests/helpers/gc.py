@@ -1,0 +1,138 @@
+"""Uncommitted GC: clocks, prepare runs read back, garbage, and the GC job run in-process."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from branchwater.engine.api import Branch, Lake, Repository
+from branchwater.engine.gc.context import GCContext
+from branchwater.engine.gc.prepare import PreparedRun, read_run
+from branchwater.engine.gc.settings import GCSettings
+from branchwater.engine.objects import ObjectInfo, ObjectStore
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+class FakeClock:
+    """Wall time that moves only when a test says so."""
+
+    def __init__(self, now: datetime = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, delta: timedelta) -> None:
+        self.now += delta
+
+
+def upload_to(branch: Branch, address: str, data: bytes) -> None:
+    """Write `data` at `address` as another tool would before linking it."""
+    repo = branch.repository
+    repo.lake.graveler.objects(repo.storage_namespace).put(address, data)
+
+
+def staged_paths(branch: Branch) -> list[str]:
+    return [c.path for c in branch.uncommitted()]
+
+
+def use_clock(lake: Lake, clock: FakeClock, settings: GCSettings | None = None) -> None:
+    """Give the lake's GC a fake clock (and settings)."""
+    lake.gc.close()
+    lake.gc = GCContext(lake.graveler.kv, settings, clock=clock)
+
+
+def compact(repo: Repository, branch_name: str) -> str | None:
+    """Staging compaction through `Branch.compact()`; the compacted metarange, or None when
+    nothing was staged (the branch is left as it was)."""
+    result = repo.branch(branch_name).compact()
+    assert result.outcome in ("compacted", "nothing-staged"), result
+    return result.metarange_id
+
+
+def run_table(repo: Repository, run: PreparedRun) -> pa.Table:
+    return read_run(repo.lake.graveler.objects(repo.storage_namespace), run.run_id)
+
+
+def run_rows(repo: Repository, run: PreparedRun) -> set[tuple[str, str, str]]:
+    """(address, branch, source) of every row of a finished run."""
+    table = run_table(repo, run)
+    columns = [table.column(name).to_pylist() for name in ("address", "branch", "source")]
+    return set(zip(*columns, strict=True))
+
+
+def run_addresses(repo: Repository, run: PreparedRun) -> set[str]:
+    return {address for address, _, _ in run_rows(repo, run)}
+
+
+def put_garbage(lake: Lake, repo: Repository, count: int = 1) -> list[str]:
+    """Objects written at fresh addresses that no entry will ever name."""
+    objects = lake.graveler.objects(repo.storage_namespace)
+    keys = [lake.addresses.next_address() for _ in range(count)]
+    for key in keys:
+        objects.put(key, b"garbage")
+    return keys
+
+
+def data_objects(lake: Lake, repo: Repository) -> dict[str, ObjectInfo]:
+    """Every object under the repository's `data/`, by key."""
+    objects = lake.graveler.objects(repo.storage_namespace)
+    return {info.key: info for info in objects.list_objects("data/")}
+
+
+@dataclasses.dataclass
+class GCLake:
+    """A lake on SQLite with one repository, and the job run on the test session's Spark.
+
+    Runs default to a zero minimum age (objects written before the run count) and no bound
+    on the candidates' share, since test histories are mostly garbage.
+    """
+
+    spark: SparkSession
+    lake: Lake
+    repo: Repository
+    kv_url: str
+    s3_options: dict[str, str]
+
+    @property
+    def objects(self) -> ObjectStore:
+        return self.lake.graveler.objects(self.repo.storage_namespace)
+
+    def run(self, events: Callable[[dict[str, Any]], None] | None = None, **settings: Any) -> Any:
+        """Run the GC job in this process; returns its `RunSummary`."""
+        from branchwater.engine.gc.runs.config import JobConfig
+        from branchwater.spark_jobs.gc.job import GCJob
+
+        settings.setdefault("min_age", timedelta(0))
+        settings.setdefault("max_share", 1.0)
+        config = JobConfig(self.kv_url, self.repo.name, s3_options=self.s3_options, **settings)
+        return GCJob(self.spark, config, events).run()
+
+    def data_objects(self) -> dict[str, ObjectInfo]:
+        return data_objects(self.lake, self.repo)
+
+    def put_garbage(self, count: int = 1) -> list[str]:
+        return put_garbage(self.lake, self.repo, count)
+
+
+ROWID_KV_TABLE = (
+    "CREATE TABLE branchwater_kv (partition_key BLOB NOT NULL, key BLOB NOT NULL, "
+    "value BLOB NOT NULL, PRIMARY KEY (partition_key, key))"
+)
+"""The SQLite table as stores made before the `WITHOUT ROWID` layout created it."""
+
+
+def rowid_sqlite_file(path: Path) -> str:
+    """A SQLite KV file in the older rowid layout; returns its URL."""
+    import sqlite3
+
+    with sqlite3.connect(path) as conn:
+        conn.execute(ROWID_KV_TABLE)
+    return f"sqlite:///{path}"

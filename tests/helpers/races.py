@@ -1,0 +1,96 @@
+"""Read-after-write across processes: a shared path overwritten in one process and read in
+others."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from branchwater.engine.api import Lake, Ref
+from branchwater.engine.errors import NotFound
+from branchwater.engine.graveler.checksums import content_checksum
+
+if TYPE_CHECKING:
+    from multiprocessing.managers import SyncManager
+    from multiprocessing.pool import Pool
+
+
+SHARED_PATH = "shared"
+OVERWRITES = 300
+DELETE_EVERY = 7
+"""Version `v` of the shared path is a delete where `v % DELETE_EVERY == 0`, else an upload
+of `str(v)`; the last version is an upload."""
+
+
+def overwrite(kv_url: str, repository: str, start, announced) -> None:
+    """Write versions 1 to OVERWRITES of the shared path on main, announcing each once it is
+    acknowledged: what another process reads after an announcement must be that new."""
+    with Lake.connect(kv_url) as lake:
+        main = lake.repository(repository).branch("main")
+        start.wait(60)
+        for version in range(1, OVERWRITES + 1):
+            if version % DELETE_EVERY:
+                main.upload(SHARED_PATH, str(version).encode())
+            else:
+                main.delete(SHARED_PATH)
+            announced.value = version
+
+
+def read_back(kv_url: str, repository: str, start, stop, announced) -> tuple[int, list[str]]:
+    """Read the shared path until `stop`, by a lookup and by a listing in turn; returns the
+    reads and the stale ones. A read must show a version from the one announced before it
+    began to the one in flight after it ended: a value, or a delete among those versions when
+    the path is absent."""
+    versions = {content_checksum(str(v).encode()): v for v in range(1, OVERWRITES + 1)}
+    reads, stale = 0, []
+    with Lake.connect(kv_url) as lake:
+        main = lake.repository(repository).branch("main")
+        start.wait(60)
+        while not stop.is_set():
+            floor = announced.value
+            if floor == 0:
+                continue
+            seen: int | None
+            if reads % 2:
+                listed = [e for e in main.list(prefix=SHARED_PATH) if e.path == SHARED_PATH]
+                seen = versions[listed[0].checksum] if listed else None
+            else:
+                try:
+                    seen = int(main.read(SHARED_PATH))
+                except NotFound:
+                    seen = None
+            ceiling = announced.value + 1
+            reads += 1
+            if seen is None:
+                if not any(v % DELETE_EVERY == 0 for v in range(floor, ceiling + 1)):
+                    stale.append(f"absent, but versions {floor}-{ceiling} delete nothing")
+            elif not floor <= seen <= ceiling:
+                stale.append(f"read version {seen} after version {floor} was acknowledged")
+    return reads, stale
+
+
+class SharedPathRace:
+    """`overwrite` and `read_back` started in a race's pool: one process overwriting the
+    shared path of `repository`'s main, another reading it back until `stop`."""
+
+    PROCESSES = 2
+
+    def __init__(
+        self, manager: SyncManager, pool: Pool, kv_url: str, repository: str, start, stop
+    ) -> None:
+        self._announced = manager.Value("i", 0)
+        """Held here: the manager frees a shared value once the parent drops its proxy."""
+        args = (kv_url, repository, start)
+        self._writes = pool.apply_async(overwrite, (*args, self._announced))
+        self._reads = pool.apply_async(read_back, (*args, stop, self._announced))
+
+    def wait_for_writes(self, timeout: float) -> None:
+        self._writes.get(timeout)
+
+    def check_reads(self, timeout: float) -> None:
+        """Once `stop` is set: the reader read, and never saw the path older than it was."""
+        reads, stale = self._reads.get(timeout)
+        assert reads >= 1 and stale == []
+
+    @staticmethod
+    def check_committed(ref: Ref) -> None:
+        assert ref.read(SHARED_PATH) == str(OVERWRITES).encode()

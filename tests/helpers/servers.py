@@ -1,0 +1,66 @@
+"""Names, ports and processes: the servers tests need, skipped locally and failing in CI when
+absent."""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing as mp
+import os
+import socket
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from typing import TYPE_CHECKING, NoReturn
+
+import pytest
+
+from branchwater.stack.config import Ports
+
+if TYPE_CHECKING:
+    from multiprocessing.managers import SyncManager
+    from multiprocessing.pool import Pool
+
+
+PG_HOST = os.environ.get("BRANCHWATER_PG_HOST", "127.0.0.1")
+PG_PORT = int(os.environ.get("BRANCHWATER_PG_PORT", "5432"))
+PG_USER = os.environ.get("BRANCHWATER_PG_USER", "postgres")
+
+
+def unavailable(reason: str) -> NoReturn:
+    """Skip locally, fail in CI: a test that needs a server must never vanish silently there."""
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(f"{reason} (CI requires it)", pytrace=False)
+    pytest.skip(reason)
+
+
+def free_port() -> int:
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free loopback ports: all are held open until every one is chosen."""
+    with ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+
+
+def free_stack_ports() -> Ports:
+    """A stack's every port free on loopback, so a test's stack never meets `make stack`'s."""
+    names = [f.name for f in dataclasses.fields(Ports)]
+    return Ports(**dict(zip(names, free_ports(len(names)), strict=True)))
+
+
+@contextmanager
+def spawned_pool(processes: int) -> Iterator[tuple[SyncManager, Pool]]:
+    """Race workers: spawned, so each has its own interpreter and connections, with a
+    manager for the events and counters they share. Both are stopped on the way out, a
+    failed assertion included: read shared values inside the block."""
+    ctx = mp.get_context("spawn")
+    with ctx.Manager() as manager, ctx.Pool(processes) as pool:
+        yield manager, pool
+
+
+def unique_name(prefix: str) -> str:
+    return f"{prefix}{uuid.uuid4().hex[:12]}"
