@@ -12,22 +12,17 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from functools import partial
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
-from pyspark import Broadcast, InheritableThread
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark import InheritableThread
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from branchwater.engine.gc.runs.files import Expectation
 from branchwater.engine.gc.runs.layout import DATA_PREFIX, JVM_ADDRESS_PATTERN
-from branchwater.engine.gc.runs.storage import Namespace
-from branchwater.spark_jobs.gc.frames import ADAPTIVE, cores, map_shares, session_conf
+from branchwater.spark_jobs.gc.frames import ADAPTIVE, cores, session_conf
 
 LIMIT_PARTITIONS = "spark.sql.limit.initialNumPartitions"
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
@@ -41,7 +36,6 @@ ROWS_PER_PARTITION = 200_000
 partition needs no shuffle for GX's aggregates (one stage, one task a query): a fifth off
 the candidates' suite of an optimized run (500 rows); a million rows in one partition took
 1.4 times as long as in two."""
-ADDRESSES = pa.schema([("address", pa.string())])
 CANDIDATES_SUITE = "gc-candidates"
 PREPARE_SUITE = "gc-prepare-output"
 _FIGURES = (
@@ -110,7 +104,7 @@ class Gate:
         self._background.start()
 
     def check_candidates(self, candidates: DataFrame, rows: int, limits: GateLimits) -> GateResult:
-        """Validate `candidates` (address, age_seconds and the flags of `flag_candidates`;
+        """Validate `candidates` (address, age_seconds and the flags `MarkPath.flagged` adds;
         `rows` of them) once the prepare output's suite is done; the result of both.
 
         GX computes each suite's figures in a few aggregations plus one `limit` query per
@@ -183,85 +177,6 @@ def validation_partitions(rows: int, cores: int) -> int:
     """The partitions a frame of `rows` is validated in: `ROWS_PER_PARTITION` each, at least
     one, at most one per core."""
     return max(1, min(cores, math.ceil(rows / ROWS_PER_PARTITION)))
-
-
-def referenced_hits(
-    spark: SparkSession, ns: Namespace, candidates: list[str], sets: list[str], readers: int
-) -> pa.Array:
-    """Which addresses of the Parquet files `candidates` the files `sets` hold too, each once.
-    The candidates' addresses are read here and broadcast; the sets' files are read and
-    probed by the executors' Python, in at most `readers` tasks. A candidate a set holds is
-    a mark gone wrong, so the hits are normally none, and only they come back: a Spark join
-    of the sets with the candidates would shuffle its hits to make them distinct, and cost
-    more planning than its work."""
-    wanted = ns.read_table(candidates, ADDRESSES).column("address").combine_chunks()
-    if not sets or not len(wanted):
-        return pa.array([], pa.string())
-    shared = spark.sparkContext.broadcast(wanted)
-    try:
-        task = partial(_probe_files, ns, shared)
-        found = map_shares(spark, sets, task, "address string", readers).toArrow()
-    finally:
-        shared.destroy()
-    return pc.unique(found.column("address").combine_chunks())
-
-
-def flag_candidates(spark: SparkSession, candidates: DataFrame, hits: pa.Array) -> DataFrame:
-    """Candidates with the flags the gate expects unset: `referenced`, true for the `hits`
-    (see `referenced_hits`), which reach Spark as a local relation, and `duplicate` (see
-    `duplicates`), counted by address in Spark."""
-    flags = spark.createDataFrame(
-        pa.table({"address": hits, "referenced": pa.repeat(True, len(hits))}),
-        "address string, referenced boolean",
-    )
-    copies = F.count(F.lit(1)).over(Window.partitionBy("address"))
-    flagged = candidates.join(F.broadcast(flags), "address", "left")
-    return flagged.withColumns(
-        {
-            "referenced": F.coalesce(F.col("referenced"), F.lit(False)),
-            "duplicate": F.when(copies > 1, F.col("address")),
-        }
-    )
-
-
-def flag_candidates_on_driver(
-    spark: SparkSession, candidates: pa.Table, refs: list[pa.Table]
-) -> DataFrame:
-    """`flag_candidates` in Arrow, for a mark that ran on the driver and read the sets
-    there: `referenced` from the sets as read, and `duplicate`; the candidates and their
-    flags reach Spark as a local relation, and no Spark job computes them."""
-    wanted = candidates.column("address").combine_chunks()
-    found = pa.chunked_array([_probe(t.column("address"), wanted) for t in refs], pa.string())
-    flags = {
-        "referenced": pc.is_in(wanted, found.combine_chunks()),
-        "duplicate": duplicates(wanted),
-    }
-    for name, flag in flags.items():
-        candidates = candidates.append_column(name, flag)
-    return spark.createDataFrame(candidates)
-
-
-def duplicates(addresses: pa.Array) -> pa.Array:
-    """Each address that occurs more than once, null elsewhere: the gate expects it null, and
-    GX's figures of a failure then name the repeated addresses. Counted here rather than by
-    GX's uniqueness check, which runs a Spark job of its own (a third of the candidates'
-    suite after a mark on the driver)."""
-    counted = addresses.value_counts()
-    repeated = counted.field("values").filter(pc.greater(counted.field("counts"), 1))
-    return pc.if_else(pc.is_in(addresses, repeated), addresses, pa.scalar(None, pa.string()))
-
-
-def _probe(addresses: pa.ChunkedArray | pa.Array, wanted: pa.Array) -> pa.ChunkedArray | pa.Array:
-    """The `addresses` that are `wanted`; the sets are probed against the candidates, the
-    smaller side."""
-    return addresses.filter(pc.is_in(addresses, wanted))
-
-
-def _probe_files(ns: Namespace, wanted: Broadcast, keys: list[str]) -> Iterator[pa.RecordBatch]:
-    for batch in ns.read_parquet_files(keys, ADDRESSES.names):
-        hits = _probe(batch.column(0), wanted.value)
-        if len(hits):
-            yield pa.record_batch([hits], schema=ADDRESSES)
 
 
 def with_age(candidates: DataFrame, start: datetime) -> DataFrame:

@@ -2,7 +2,7 @@
 the uncommitted addresses (the prepare output) and the base run's carry and pending sets.
 
 A mark on the executors has them read and packed there (see `packing`), one on the driver
-reads them as Arrow tables (see `marking.mark_on_driver`). The gate reads the committed,
+reads them as Arrow tables (see `mark_on_driver`). The gate reads the committed,
 uncommitted and carried sets again to check that no candidate is referenced (after a mark on
 the executors: the range readers' scratch files and the sets' own files; after one on the
 driver: the tables it read), and validates the uncommitted set as a DataFrame either way.

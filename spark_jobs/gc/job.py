@@ -41,7 +41,6 @@ from branchwater.engine.gc.runs.config import (
     CLOCK_SKEW,
     DEFAULT_MAX_SHARE,
     DRIVER_ROWS,
-    DRIVER_SLICES,
     OPTIMIZED,
     SLICE_LIFETIME,
     JobConfig,
@@ -57,15 +56,13 @@ from branchwater.spark_jobs.gc.frames import cores, executor_errors, read_parque
 from branchwater.spark_jobs.gc.gate import (
     Gate,
     GateLimits,
-    flag_candidates,
-    flag_candidates_on_driver,
     max_candidates,
-    referenced_hits,
     with_age,
 )
 from branchwater.spark_jobs.gc.inputs import SetsRead
 from branchwater.spark_jobs.gc.listing import data_slices
-from branchwater.spark_jobs.gc.marking import SET_DDL, SET_SCHEMA, Marked, mark, mark_on_driver
+from branchwater.spark_jobs.gc.mark_paths import MarkPath, choose
+from branchwater.spark_jobs.gc.marking import Marked
 from branchwater.spark_jobs.gc.sweep import sweep
 
 ID_COLUMNS = {"ranges": "range_id", "metaranges": "metarange_id"}
@@ -231,9 +228,11 @@ class GCJob:
                 late = self._late_writes(prepared)
                 slices, summary.slices = self._slices(ns, late, window)
             with self.phase("mark"):
-                on_driver = len(slices) <= DRIVER_SLICES and read.small(self.config.driver_rows)
-                summary.slices["marked_on"] = "driver" if on_driver else "executors"
-                marked = self._marked(run_id, slices, read, window, late, on_driver)
+                path = choose(
+                    self.spark, slices, read, self.config.driver_rows, self.partitions, self.cores
+                )
+                summary.slices["marked_on"] = path.where
+                marked = self._marked(path, run_id, slices, read, window, late)
                 self._refuse_malformed(marked)
                 counts = marked.counts
                 counts["namespace"] = files.namespace_volume(base, counts["new"])
@@ -251,7 +250,7 @@ class GCJob:
                     (prepared.started_at - window.cutoff).total_seconds(),
                     max_candidates(summary.volume("namespace").objects, self.config.max_share),
                 )
-                flagged = self._flagged(marked.files["candidates"], read, scratch, on_driver)
+                flagged = path.flagged(marked.files["candidates"], read, scratch)
                 candidates = with_age(flagged, prepared.started_at)
                 rows = counts["candidates"].objects
                 checked = gate.check_candidates(candidates, rows, limits)
@@ -265,36 +264,16 @@ class GCJob:
 
     def _marked(
         self,
+        path: MarkPath,
         run_id: str,
         slices: list[str],
         read: SetsRead,
         window: plan.Window,
         late: timedelta,
-        on_driver: bool,
     ) -> Marked:
         prefixes = {name: files.set_prefix(run_id, name) for name in plan.SETS}
         per_file = self.config.candidates_per_file
-        late += CLOCK_SKEW
-        if on_driver:
-            tables = read.tables()
-            return mark_on_driver(read.ns, slices, tables, window, late, prefixes, per_file)
-        frames = read.frames_read()
-        return mark(
-            self.spark, read.ns, slices, frames, window, late, prefixes, per_file, self.partitions
-        )
-
-    def _flagged(self, keys: list[str], read: SetsRead, scratch: str, on_driver: bool) -> DataFrame:
-        """The candidates files read back, each flagged if a set it was subtracted from holds
-        it (the committed addresses as the ranges gave them: the tasks' scratch files, or
-        the table the driver read; the uncommitted and the carried sets) and if it occurs
-        twice."""
-        ns = read.ns
-        if on_driver:
-            candidates = ns.read_table(keys, SET_SCHEMA)
-            return flag_candidates_on_driver(self.spark, candidates, read.referenced_tables())
-        sets = [*ns.folder_keys(scratch), *read.referenced_keys()]
-        hits = referenced_hits(self.spark, ns, keys, sets, self.cores)
-        return flag_candidates(self.spark, self._read(ns, keys, SET_DDL), hits)
+        return path.mark(slices, read, window, late + CLOCK_SKEW, prefixes, per_file)
 
     def _committed(
         self, repo: Repository, ns: Namespace, base: RunSummary | None, copies: str

@@ -10,8 +10,8 @@ writes its candidates and the next run's pending and carry sets as Parquet files
 `per_file` rows, and yields the counts, the reclaimable volume per slice, examples of
 malformed inputs, and the files.
 
-An optimized run whose inputs are small runs that same task on the driver instead
-(`mark_on_driver`): it reads little, and a Spark job's start and shuffle would cost more.
+The task is shared by the two ways to run it (`mark_paths`): on the executors, or, for an
+optimized run whose inputs are small, in the driver's process.
 """
 
 from __future__ import annotations
@@ -20,20 +20,18 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from functools import partial
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import TaskContext
-from pyspark.sql import DataFrame, SparkSession
 
 from branchwater.engine.gc.runs import plan
 from branchwater.engine.gc.runs.files import SliceVolume, Volume, part_name
 from branchwater.engine.gc.runs.layout import slice_time
 from branchwater.engine.gc.runs.storage import Namespace
-from branchwater.spark_jobs.gc.frames import ADAPTIVE, arrow_schema, session_conf
+from branchwater.spark_jobs.gc.frames import arrow_schema
 from branchwater.spark_jobs.gc.listing import LISTED_SCHEMA, fill_metadata, list_slice
-from branchwater.spark_jobs.gc.packing import PACKED_DDL, unpacked
+from branchwater.spark_jobs.gc.packing import unpacked
 
 READ_DDL = "address string, sources int, size long, mtime timestamp"
 READ_SCHEMA = arrow_schema(READ_DDL)
@@ -49,6 +47,7 @@ SET_DDL = "address string, size long, mtime timestamp, slice string"
 """The columns of the files of each of `plan.SETS`."""
 SET_SCHEMA = arrow_schema(SET_DDL)
 SET_COLUMNS = SET_SCHEMA.names
+ADDRESSES = pa.schema([("address", pa.string())])
 
 
 @dataclass
@@ -76,48 +75,7 @@ def arrow_addresses_read(table: pa.Table, bit: int) -> pa.Table:
     return pa.table(columns, schema=READ_SCHEMA)
 
 
-def mark(
-    spark: SparkSession,
-    ns: Namespace,
-    slices: list[str],
-    read: list[DataFrame],
-    window: plan.Window,
-    late: timedelta,
-    prefixes: dict[str, str],
-    per_file: int,
-    partitions: int,
-) -> Marked:
-    """Mark with one Spark job. `read` holds the sets read, packed (see `packing`); `late`
-    is how long after a slice is opened objects may land in it (clock skew included);
-    `prefixes` names the folder of each of `plan.SETS`. Adaptive execution is off for it: it
-    has nothing to re-plan in one shuffle of a set number of partitions, and re-planning
-    took time."""
-    to_list = spark.createDataFrame([(name, TO_LIST, None) for name in slices], PACKED_DDL)
-    keyed = to_list
-    for frame in read:
-        keyed = keyed.unionByName(frame)
-    task = partial(_mark_task, ns, window, late, prefixes, per_file)
-    marked = keyed.repartition(max(1, partitions), "slice").mapInArrow(task, MARK_DDL)
-    with session_conf(spark, {ADAPTIVE: "false"}):
-        rows = marked.toArrow()
-    return _marked(rows.to_pylist())
-
-
-def mark_on_driver(
-    ns: Namespace,
-    slices: list[str],
-    read: list[pa.Table],
-    window: plan.Window,
-    late: timedelta,
-    prefixes: dict[str, str],
-    per_file: int,
-) -> Marked:
-    """`mark` as one task in this process, on `arrow_addresses_read` tables."""
-    task = _mark_slices(ns, window, late, prefixes, per_file, slices, read)
-    return _marked([row for batch in task for row in batch.to_pylist()])
-
-
-def _marked(rows: list[dict]) -> Marked:
+def marked_from(rows: list[dict]) -> Marked:
     counts = {name: Volume() for name in plan.COUNTS}
     per_slice: dict[str, SliceVolume] = {}
     files: dict[str, list[str]] = {name: [] for name in plan.SETS}
@@ -142,7 +100,7 @@ def _marked(rows: list[dict]) -> Marked:
     )
 
 
-def _mark_task(
+def mark_task(
     ns: Namespace,
     window: plan.Window,
     late: timedelta,
@@ -160,10 +118,10 @@ def _mark_task(
                 tables.append(arrow_addresses_read(rows, bit))
     if not slices and not tables:
         return
-    yield from _mark_slices(ns, window, late, prefixes, per_file, slices, tables)
+    yield from mark_slices(ns, window, late, prefixes, per_file, slices, tables)
 
 
-def _mark_slices(
+def mark_slices(
     ns: Namespace,
     window: plan.Window,
     late: timedelta,
@@ -302,3 +260,9 @@ def _mark_batch(kind: str, **columns: object) -> pa.RecordBatch:
         else:
             arrays.append(pa.array(value, kind_type))
     return pa.record_batch(arrays, names=["kind", *types])
+
+
+def probe(addresses: pa.ChunkedArray | pa.Array, wanted: pa.Array) -> pa.ChunkedArray | pa.Array:
+    """The `addresses` that are `wanted`; the sets are probed against the candidates, the
+    smaller side."""
+    return addresses.filter(pc.is_in(addresses, wanted))

@@ -20,7 +20,7 @@ DEFAULT_MAX_SHARE = 0.5
 CANDIDATES_PER_FILE = 50_000
 DRIVER_ROWS = 1_000_000
 """The most addresses an optimized run reads (uncommitted, pending, carried and new committed)
-for its mark to run on the driver (see `marking.mark_on_driver`): a few hundred MB of Arrow at
+for its mark to run on the driver (see `spark_jobs/gc/mark_paths.py`): a few hundred MB of Arrow at
 most."""
 DRIVER_SLICES = 32
 """The most slices an optimized run lists on the driver (as many paths as Spark's own file
