@@ -66,8 +66,7 @@ def read_committed(
 
     At most `readers` tasks read either kind (one per core): Arrow's threads read a task's
     files side by side, and a task more costs its start, sends on the addresses that two
-    tasks share twice, and adds a scratch file (with four tasks on two cores instead of
-    two, a clean run of 1M objects took 5.3 s instead of 4.6 s, the median of seven pairs).
+    tasks share twice, and adds a scratch file (`gc-clean` measures it).
 
     The new ranges are handed to tasks in key order, so the versions of one key range
     (commits rewrite the ranges they change, and keep the id of the others) mostly meet in
