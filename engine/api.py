@@ -27,8 +27,9 @@ from branchwater.engine.gc.settings import GCSettings
 from branchwater.engine.gc.tokens import PhysicalAddress
 from branchwater.engine.graveler import branches as branch_ops
 from branchwater.engine.graveler import commit as commit_ops
-from branchwater.engine.graveler import compaction, history, reads, repositories, writes
+from branchwater.engine.graveler import compaction, history, picks, reads, repositories, writes
 from branchwater.engine.graveler import merge as merge_ops
+from branchwater.engine.graveler import restore as restore_ops
 from branchwater.engine.graveler.checksums import content_checksum
 from branchwater.engine.graveler.committed import (
     DEFAULT_MAX_BYTES,
@@ -258,6 +259,63 @@ class Repository:
             fast_forward=fast_forward,
         )
 
+    def revert(
+        self,
+        branch: str,
+        commit: str,
+        parent: int | None = None,
+        *,
+        message: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        committer: str = "",
+        allow_dirty: bool = False,
+    ) -> MergeResult:
+        """A new commit on `branch` undoing what `commit` (any ref) changed against its
+        parent, merged three-way onto HEAD like a merge (and retried like one), so later
+        changes to other paths survive; `MergeConflict` lists the paths HEAD changed since.
+        A merge commit needs `parent` (1 or 2, git's `-m`). The commit records
+        `branchwater.revert` (the reverted id); `NoChanges` if there is nothing to undo.
+        A branch with uncommitted changes raises `DirtyBranch` unless `allow_dirty`, which
+        keeps them staged above the new commit (where they touch a reverted path, they win)."""
+        return picks.pick(
+            self._g,
+            self.record,
+            "revert",
+            branch,
+            commit,
+            parent=parent,
+            message=message,
+            metadata=check_metadata(metadata),
+            committer=committer,
+            allow_dirty=allow_dirty,
+        )
+
+    def cherry_pick(
+        self,
+        branch: str,
+        commit: str,
+        parent: int | None = None,
+        *,
+        message: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        committer: str = "",
+        allow_dirty: bool = False,
+    ) -> MergeResult:
+        """A new commit on `branch` applying what `commit` changed against its parent, as
+        `revert` undoes it (same arguments and errors); records `branchwater.cherry_pick`."""
+        return picks.pick(
+            self._g,
+            self.record,
+            "cherry-pick",
+            branch,
+            commit,
+            parent=parent,
+            message=message,
+            metadata=check_metadata(metadata),
+            committer=committer,
+            allow_dirty=allow_dirty,
+        )
+
     def merge_base(self, left: str, right: str) -> Commit:
         """The commit a merge of `left` and `right` would start from."""
         left_id = self._g.refs.resolve(self.record, left).commit_id
@@ -438,8 +496,18 @@ class Branch(Ref):
             progress=progress,
         )
 
-    def reset(self) -> None:
-        branch_ops.reset_branch(self._g, self._record, self.name)
+    def reset(self, to: str | None = None) -> None:
+        """Drop every uncommitted change. With `to` (any ref; a branch means its HEAD), also
+        point the branch at that commit, in one step, as `git reset --hard`: the commit it
+        leaves is not recorded anywhere else but stays readable by its id."""
+        branch_ops.reset_branch(self._g, self._record, self.name, to)
+
+    def restore(self, paths: str | Sequence[str], source: str) -> int:
+        """Stage `source`'s (any ref's) version of `paths`, as `git restore --source`: each
+        path with everything under it as a folder (`orders` is `orders` and `orders/…`; a
+        name ending in `/` is a prefix), a path `source` lacks becoming a delete. Returns how
+        many paths it staged; those the branch already shows as `source` has them are left."""
+        return restore_ops.restore(self._g, self._record, self.name, paths, source)
 
     def get_physical_address(self) -> PhysicalAddress:
         """An address to write an object to (with Spark, aws cli, ...) and the token that lets

@@ -29,13 +29,24 @@ class Conflict(BranchwaterError):
 class MergeConflict(Conflict):
     """Paths both sides changed differently; `paths` holds the first few, `count` all."""
 
-    def __init__(self, paths: list[str], count: int, source: str, destination: str) -> None:
+    def __init__(
+        self,
+        paths: list[str],
+        count: int,
+        source: str,
+        destination: str,
+        *,
+        operation: str | None = None,
+    ) -> None:
         shown = ", ".join(paths)
         more = f" and {count - len(paths)} more" if count > len(paths) else ""
-        super().__init__(
-            f"merging {source!r} into {destination!r} conflicts on {count} path(s): {shown}{more}; "
+        what = f"merging {source!r} into {destination!r}" if operation is None else operation
+        advice = (
             "resolve them, or merge with strategy 'source-wins' or 'dest-wins'"
+            if operation is None
+            else f"change or restore those paths on {destination!r} first, then try again"
         )
+        super().__init__(f"{what} conflicts on {count} path(s): {shown}{more}; {advice}")
         self.paths = paths
         self.count = count
 

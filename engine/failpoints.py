@@ -26,6 +26,7 @@ POINTS = frozenset(
         "copy.before_stage",
         "link.before_stage",
         "prepare.branch_scan",
+        "restore.before_stage",
     }
 )
 """Every named point, by operation: `<operation>.<where>`."""

@@ -15,7 +15,17 @@ from typing import NoReturn
 from urllib.parse import urlsplit
 
 from branchwater.engine.api import DEFAULT_KV_URL, Lake
-from branchwater.engine.cli import branches, commits, compaction, gc, objects, refs, repos, tags
+from branchwater.engine.cli import (
+    branches,
+    commits,
+    compaction,
+    gc,
+    objects,
+    refs,
+    repos,
+    tags,
+    undo,
+)
 from branchwater.engine.cli.output import Output
 from branchwater.engine.cli.progress import PROGRESS_DELAY, Progress
 from branchwater.engine.cli.verbs import KV_ENV, Subparsers, UserError, global_options
@@ -43,6 +53,7 @@ VERB_GROUPS: tuple[Callable[[Subparsers], None], ...] = (
     branches.register,
     objects.register,
     commits.register,
+    undo.register,
     tags.register,
     refs.register,
     compaction.register,

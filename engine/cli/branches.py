@@ -38,10 +38,16 @@ def cmd_branch_delete(lake: Lake, args: argparse.Namespace, out: Output) -> None
 
 
 def cmd_branch_reset(lake: Lake, args: argparse.Namespace, out: Output) -> None:
-    lake.repository(args.repo).branch(args.name).reset()
+    branch = lake.repository(args.repo).branch(args.name)
+    branch.reset(to=args.to)
+    if args.to is None:
+        text = f"Branch {args.name!r} reset: uncommitted changes dropped"
+    else:
+        text = f"Branch {args.name!r} reset to {args.to!r} ({short(branch.commit_id)})"
+        text += ": uncommitted changes dropped"
     out.document(
-        {"repository": args.repo, "name": args.name, "reset": True},
-        f"Branch {args.name!r} reset: uncommitted changes dropped",
+        {"repository": args.repo, "name": args.name, "reset": True, "commit": branch.commit_id},
+        text,
     )
 
 
@@ -52,10 +58,17 @@ def register(sub: Subparsers) -> None:
     create.add_argument("name", metavar="NAME")
     create.add_argument("--source", required=True, metavar="REF")
     verb(branch, "list", cmd_branch_list, "list branches").add_argument("repo", metavar="REPO")
+    parsers = {}
     for name, handler, help_text in (
         ("delete", cmd_branch_delete, "delete a branch and its uncommitted changes"),
-        ("reset", cmd_branch_reset, "drop a branch's uncommitted changes"),
+        ("reset", cmd_branch_reset, "drop a branch's uncommitted changes (--to: and move it)"),
     ):
-        parser = verb(branch, name, handler, help_text)
-        parser.add_argument("repo", metavar="REPO")
-        parser.add_argument("name", metavar="NAME")
+        parsers[name] = verb(branch, name, handler, help_text)
+        parsers[name].add_argument("repo", metavar="REPO")
+        parsers[name].add_argument("name", metavar="NAME")
+    parsers["reset"].add_argument(
+        "--to",
+        default=None,
+        metavar="REF",
+        help="point the branch at REF's commit too, as git reset --hard",
+    )

@@ -1,4 +1,5 @@
-"""Branch lifecycle: create from any ref, delete, and reset (drop uncommitted changes)."""
+"""Branch lifecycle: create from any ref, delete, and reset (drop uncommitted changes, and
+optionally move to another commit)."""
 
 from __future__ import annotations
 
@@ -29,12 +30,19 @@ def delete_branch(g: Graveler, repo: RepositoryRecord, name: str) -> None:
     g.remove_branch_dropping(repo, branch)
 
 
-def reset_branch(g: Graveler, repo: RepositoryRecord, name: str) -> BranchRecord:
-    """Drop every uncommitted change: a new empty staging token, no sealed tokens, no compaction."""
+def reset_branch(
+    g: Graveler, repo: RepositoryRecord, name: str, to: str | None = None
+) -> BranchRecord:
+    """Drop every uncommitted change: a new empty staging token, no sealed tokens, no
+    compaction. With `to` (any ref; a branch means its HEAD) the branch also points at that
+    commit, in the same `set_if`, as `git reset --hard`; the commit it leaves stays readable
+    by id, as commits are never deleted."""
+    target = None if to is None else g.refs.resolve(repo, to).commit_id
     for _ in g.retry:
         branch, predicate = g.refs.get_branch(repo, name)
         reset = dataclasses.replace(
             branch,
+            commit_id=target or branch.commit_id,
             staging_token=new_staging_token(repo, name),
             sealed_tokens=(),
             compacted_metarange_id=None,

@@ -31,7 +31,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from itertools import islice
-from typing import Literal
+from typing import Literal, Protocol
 
 from branchwater.engine.errors import (
     DirtyBranch,
@@ -82,7 +82,7 @@ class MergeResult:
 
 
 @dataclass(frozen=True)
-class _Attempt:
+class Attempt:
     """What one attempt produced: the merged metarange, the destination it merged onto, and
     the merge bases it used."""
 
@@ -114,35 +114,121 @@ def merge(
         raise InvalidArgument(f"unknown merge strategy {strategy!r}: use one of {STRATEGIES}")
     source = g.refs.get_commit(repo, g.refs.resolve(repo, source_ref).commit_id)
     previous = _parse_hint(g, repo, hint, source) if hint else None
-    sides = (source_ref, destination)
+    plan = _MergePlan(
+        source_ref, destination, strategy, source, fast_forward, message, metadata, committer
+    )
+    return land(g, repo, destination, plan, previous)
+
+
+class Plan(Protocol):
+    """What `land` needs to know of one kind of three-way merge onto a branch (a merge, a
+    revert, a cherry-pick): its first attempt, its commit record, and how it gives up."""
+
+    @property
+    def sides(self) -> tuple[str, str]:
+        """(what is merged, the branch), for messages."""
+
+    @property
+    def strategy(self) -> str | None: ...
+
+    @property
+    def allow_dirty(self) -> bool:
+        """Keep the branch's uncommitted changes above the new commit, rather than refuse."""
+
+    @property
+    def verb(self) -> str:
+        """What `DirtyBranch` says the branch must be clean before."""
+
+    def first(self, g: Graveler, repo: RepositoryRecord, head: Commit) -> Attempt | Commit:
+        """The first attempt onto `head`, or the commit to fast-forward the branch to."""
+
+    def record(self, g: Graveler, repo: RepositoryRecord, head: Commit, at: Attempt) -> Commit:
+        """The commit holding `at`'s metarange on `head`."""
+
+    def gave_up(self, repo: RepositoryRecord, attempts: int, last: Attempt | None) -> Exception:
+        """The error once every attempt lost its race."""
+
+
+def land(
+    g: Graveler,
+    repo: RepositoryRecord,
+    destination: str,
+    plan: Plan,
+    previous: Attempt | None = None,
+) -> MergeResult:
+    """The retry loop every three-way merge onto a branch shares: ready the destination,
+    merge onto its HEAD (after a lost race, what the previous attempt merged, onto the new
+    HEAD), record the commit and `set_if` the branch to it."""
     for attempt in g.retry:
-        ready = _ready_destination(g, repo, destination)
+        ready = _ready_destination(g, repo, destination, plan.verb, plan.allow_dirty)
         if ready is None:
             continue
         branch, predicate = ready
         head = g.refs.get_commit(repo, branch.commit_id)
         if previous is None:
-            bases = _merge_bases(g, repo, head, source)
-            if bases[0].id == source.id:
-                raise NoChanges(f"{destination!r} already contains {source_ref!r}")
-            if bases[0].id == head.id and fast_forward:
-                moved = _moved_to(branch, source.id)
+            first = plan.first(g, repo, head)
+            if isinstance(first, Commit):
+                moved = _moved_to(branch, first.id)
                 if g.update_branch_dropping(repo, moved, predicate, branch.sealed_tokens):
-                    return MergeResult(source, attempt, fast_forward=True)
+                    return MergeResult(first, attempt, fast_forward=True)
                 continue
-            previous = _first_attempt(g, repo, head, source, bases, strategy, sides)
+            previous = first
         else:
-            previous = _next_attempt(g, repo, head, previous, strategy, sides)
-        new_commit = _record(
-            g, repo, head, source, previous, message, metadata, committer, strategy
-        )
-        moved = _moved_to(branch, new_commit.id)
-        if g.update_branch_dropping(repo, moved, predicate, branch.sealed_tokens):
+            previous = _next_attempt(g, repo, head, previous, plan.strategy, plan.sides)
+        new_commit = plan.record(g, repo, head, previous)
+        dropped: tuple[str, ...] = ()
+        if plan.allow_dirty:
+            moved = _kept_above(g, repo, branch, head, new_commit)
+        else:
+            moved, dropped = _moved_to(branch, new_commit.id), branch.sealed_tokens
+        if g.update_branch_dropping(repo, moved, predicate, dropped):
             return MergeResult(new_commit, attempt)
-    what = f"merge of {source_ref!r} into {destination!r} of {repo.name!r}"
-    if previous is None:
-        raise too_many_tries(what, g.retry.attempts)
-    raise MergeRaceLost(what, g.retry.attempts, previous.hint)
+    raise plan.gave_up(repo, g.retry.attempts, previous)
+
+
+@dataclass(frozen=True)
+class _MergePlan:
+    source_ref: str
+    destination: str
+    strategy: str | None
+    source: Commit
+    fast_forward: bool
+    message: str | None
+    metadata: dict[str, str]
+    committer: str
+    allow_dirty: bool = False
+    verb: str = "merging into it"
+
+    @property
+    def sides(self) -> tuple[str, str]:
+        return (self.source_ref, self.destination)
+
+    def first(self, g: Graveler, repo: RepositoryRecord, head: Commit) -> Attempt | Commit:
+        bases = _merge_bases(g, repo, head, self.source)
+        if bases[0].id == self.source.id:
+            raise NoChanges(f"{self.destination!r} already contains {self.source_ref!r}")
+        if bases[0].id == head.id and self.fast_forward:
+            return self.source
+        return _first_attempt(g, repo, head, self.source, bases, self.strategy, self.sides)
+
+    def record(self, g: Graveler, repo: RepositoryRecord, head: Commit, at: Attempt) -> Commit:
+        return _record(
+            g,
+            repo,
+            head,
+            self.source,
+            at,
+            self.message,
+            self.metadata,
+            self.committer,
+            self.strategy,
+        )
+
+    def gave_up(self, repo: RepositoryRecord, attempts: int, last: Attempt | None) -> Exception:
+        what = f"merge of {self.source_ref!r} into {self.destination!r} of {repo.name!r}"
+        if last is None:
+            return too_many_tries(what, attempts)
+        return MergeRaceLost(what, attempts, last.hint)
 
 
 def _first_attempt(
@@ -153,32 +239,32 @@ def _first_attempt(
     bases: list[Commit],
     strategy: str | None,
     sides: tuple[str, str],
-) -> _Attempt:
+) -> Attempt:
     """The source merged onto the destination's HEAD; when HEAD is the merge base (a merge
     that does not fast-forward), the merged tree is the source's own metarange."""
     if bases[0].id == head.id:
-        return _Attempt(source.metarange_id, head.id, (head.id,))
+        return Attempt(source.metarange_id, head.id, (head.id,))
     base_mr = base_metarange(g, repo, bases)
-    merged = _merged_or_conflict(g, repo, base_mr, source.metarange_id, head, strategy, sides)
-    return _Attempt(merged, head.id, tuple(base.id for base in bases))
+    merged = merged_or_conflict(g, repo, base_mr, source.metarange_id, head, strategy, sides)
+    return Attempt(merged, head.id, tuple(base.id for base in bases))
 
 
 def _next_attempt(
     g: Graveler,
     repo: RepositoryRecord,
     head: Commit,
-    previous: _Attempt,
+    previous: Attempt,
     strategy: str | None,
     sides: tuple[str, str],
-) -> _Attempt:
+) -> Attempt:
     """What the previous attempt merged, merged again onto the destination's new HEAD with
     the commit it merged onto as base: only what this merge brought in is applied."""
     base_mr = g.refs.get_commit(repo, previous.onto_commit_id).metarange_id
-    merged = _merged_or_conflict(g, repo, base_mr, previous.metarange_id, head, strategy, sides)
-    return _Attempt(merged, head.id, previous.bases)
+    merged = merged_or_conflict(g, repo, base_mr, previous.metarange_id, head, strategy, sides)
+    return Attempt(merged, head.id, previous.bases)
 
 
-def _merged_or_conflict(
+def merged_or_conflict(
     g: Graveler,
     repo: RepositoryRecord,
     base_mr: str,
@@ -226,7 +312,7 @@ def _age(commit: Commit) -> tuple[datetime, str]:
 
 
 def _ready_destination(
-    g: Graveler, repo: RepositoryRecord, name: str
+    g: Graveler, repo: RepositoryRecord, name: str, verb: str, allow_dirty: bool = False
 ) -> tuple[BranchRecord, bytes] | None:
     """The destination and its predicate once nothing is uncommitted on it; `None` if it
     moved meanwhile (try again).
@@ -236,9 +322,9 @@ def _ready_destination(
     checked again (a write may have landed before the seal), and the merge drops them.
     """
     branch, predicate = g.refs.get_branch(repo, name)
-    if not g.has_uncommitted(branch):
+    if allow_dirty or not g.has_uncommitted(branch):
         return branch, predicate
-    _check_clean(g, repo, name)
+    _check_clean(g, repo, name, verb)
     if g.staging.is_empty(branch.staging_token):
         return branch, predicate
     sealed = dataclasses.replace(
@@ -248,16 +334,16 @@ def _ready_destination(
     )
     if not g.try_update_branch(repo, sealed, predicate):
         return None
-    _check_clean(g, repo, name)
+    _check_clean(g, repo, name, verb)
     current, predicate = g.refs.get_branch(repo, name)
     return (current, predicate) if current == sealed else None
 
 
-def _check_clean(g: Graveler, repo: RepositoryRecord, name: str) -> None:
+def _check_clean(g: Graveler, repo: RepositoryRecord, name: str, verb: str) -> None:
     if next(iter(uncommitted_changes(g, repo, name)), None) is not None:
         raise DirtyBranch(
             f"branch {name!r} of {repo.name!r} has uncommitted changes: commit or reset it "
-            "before merging into it"
+            f"before {verb}"
         )
 
 
@@ -273,6 +359,20 @@ def _moved_to(branch: BranchRecord, commit_id: str) -> BranchRecord:
         compacted_metarange_id=None,
         compaction_start_time=None,
     )
+
+
+def _kept_above(
+    g: Graveler, repo: RepositoryRecord, branch: BranchRecord, head: Commit, commit: Commit
+) -> BranchRecord:
+    """The branch on `commit` with its uncommitted changes kept above it (`allow_dirty`): the
+    staged tokens as they are, a compacted metarange rebased onto `commit`, its changes from
+    the old HEAD winning as staged changes win."""
+    compacted = branch.compacted_metarange_id
+    if compacted:
+        compacted, _ = _merge_metaranges(
+            g, repo, head.metarange_id, compacted, commit.metarange_id, "source-wins"
+        )
+    return dataclasses.replace(branch, commit_id=commit.id, compacted_metarange_id=compacted)
 
 
 class _Conflicts:
@@ -385,7 +485,7 @@ def _record(
     repo: RepositoryRecord,
     head: Commit,
     source: Commit,
-    attempt: _Attempt,
+    attempt: Attempt,
     message: str | None,
     metadata: dict[str, str] | None,
     committer: str,
@@ -403,7 +503,7 @@ def _record(
     )
 
 
-def _parse_hint(g: Graveler, repo: RepositoryRecord, hint: str, source: Commit) -> _Attempt:
+def _parse_hint(g: Graveler, repo: RepositoryRecord, hint: str, source: Commit) -> Attempt:
     """The attempt a hint names; its bases are those of the source and the commit it merged
     onto, as that attempt found them."""
     metarange_id, sep, onto = hint.partition("@")
@@ -412,4 +512,4 @@ def _parse_hint(g: Graveler, repo: RepositoryRecord, hint: str, source: Commit) 
     onto_commit = g.refs.get_commit(repo, onto)
     g.committed(repo).ranges(metarange_id)
     bases = find_merge_bases(g.refs, repo, (onto_commit.id,), (source.id,))
-    return _Attempt(metarange_id, onto_commit.id, tuple(base.id for base in bases))
+    return Attempt(metarange_id, onto_commit.id, tuple(base.id for base in bases))

@@ -245,3 +245,33 @@ def test_a_branch_made_from_a_branch_takes_its_head_not_its_staged_entries(
     main.upload("staged", b"s")
     child = repo.create_branch("child", source="main")
     assert [e.path for e in child.list()] == ["committed"]
+
+
+# Restore, revert, cherry-pick, reset to a ref ----------------------------------------------
+
+
+def test_a_restore_of_an_old_commits_entry_staged_after_the_run_is_in_the_committed_listing(
+    repo: Repository, other_client: ThreadPoolExecutor
+) -> None:
+    """The restore read an entry of a commit whose branch is gone and whose path `main`
+    deleted, then the run went through before it staged it: the run never scanned the staged
+    entry, but the commit holding it is read by the committed listing (revert, cherry-pick
+    and reset to a ref read from commits in the same way)."""
+    etl = repo.create_branch("etl", source="main")
+    precious = etl.upload("x", b"precious").address
+    old = etl.commit("load").id
+    repo.merge("etl", into="main")
+    repo.delete_branch("etl")
+    main = repo.branch("main")
+    main.delete("x")
+    main.commit("drop x")
+    with paused_at("restore.before_stage") as pause:
+        restoring = other_client.submit(main.restore, "x", old)
+        pause.wait()
+        run = repo.prepare_uncommitted_for_gc()
+        pause.release()
+        assert result(restoring) == 1
+    assert precious not in run_addresses(repo, run)
+    assert precious not in sweep(repo, run)
+    assert_references_intact(repo)
+    assert main.read("x") == b"precious"

@@ -2,11 +2,13 @@
 
 Each step (write from a small alphabet of contents, delete, commit, reset, branch creation,
 merge with or without a strategy, of a branch or of its previous commit, cross merges that
-make criss-cross histories, and staging compaction, which git does not have) runs on a lake
-and on a git repository with one worktree per branch; rewrites of equal content are
-frequent, and git compares content. After every step the outcome (committed or nothing to
-commit; merged, fast-forwarded, up to date, conflicted on the same paths, or refused on a
-dirty destination) and every branch's files, staged and committed, must agree.
+make criss-cross histories, reverts and cherry-picks of plain and merge commits (on either
+parent, as `-m`), hard resets to another ref, and staging compaction, which git does not
+have) runs on a lake and on a git repository with one worktree per branch; rewrites of equal
+content are frequent, and git compares content. After every step the outcome (committed or
+nothing to commit; merged, fast-forwarded, up to date, conflicted on the same paths, or
+refused on a dirty destination, for merges, reverts and cherry-picks alike) and every
+branch's files, staged and committed, must agree.
 
 git runs its `recursive` strategy without rename detection (`ort` in git 2.39 ignores
 `no-renames`). Contents are one line of text, so git's line merge conflicts wherever both
@@ -23,6 +25,7 @@ import hashlib
 import os
 import random
 import subprocess
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,6 +49,9 @@ WEIGHTS = {
     "merge": 28,
     "cross": 8,
     "compact": 6,
+    "revert": 8,
+    "pick": 8,
+    "hard_reset": 3,
 }
 """How often each step is taken."""
 PREVIOUS = 0.2
@@ -134,7 +140,8 @@ class Run:
     git: Git
     rng: random.Random
     log: list[str] = field(default_factory=list)
-    multi_base_merges: int = 0
+    seen: Counter[str] = field(default_factory=Counter)
+    """Notable steps taken: multi-base merges, and picks by kind, outcome and merge parent."""
 
     @property
     def branches(self) -> list[str]:
@@ -247,7 +254,7 @@ class Run:
         if result.fast_forward:
             return "fast-forward"
         if "," in result.commit.metadata[BASES_KEY]:
-            self.multi_base_merges += 1
+            self.seen["multi-base merge"] += 1
         return "merged"
 
     def _git_merge(self, source: str, into: str, strategy: str | None) -> object:
@@ -296,6 +303,84 @@ class Run:
             else:
                 self.git.run(branch, "rm", "-q", "--", path)
 
+    def revert(self, branch: str) -> tuple[object, object]:
+        """Revert one of the branch's last commits (a merge on either parent)."""
+        return self._pick("revert", branch, branch)
+
+    def pick(self, branch: str) -> tuple[object, object]:
+        """Cherry-pick one of any branch's last commits (a merge on either parent)."""
+        return self._pick("cherry-pick", self.rng.choice(self.branches), branch)
+
+    def hard_reset(self, branch: str) -> tuple[object, object]:
+        """Point the branch at another branch's HEAD or one of its own earlier commits."""
+        source = self.rng.choice(self.branches)
+        depth = len(self.repo.log(source, first_parent=True, limit=3))
+        target = f"{source}~{self.rng.randrange(depth)}"
+        self.log.append(f"reset {branch} --hard {target}")
+        self.repo.branch(branch).reset(to=target)
+        self.git.run(branch, "reset", "-q", "--hard", target)
+        self.git.run(branch, "clean", "-q", "-fd")
+        return None, None
+
+    def _pick(self, kind: str, source: str, into: str) -> tuple[object, object]:
+        """Mostly after committing the branch, so there is something to revert or pick onto."""
+        outcomes = [self.commit(into)] if self.rng.random() < 0.8 else []
+        commits = self.repo.log(source, first_parent=True, limit=4)
+        choices = [k for k, commit in enumerate(commits) if commit.parents]
+        if not choices:
+            return self.commit(into)
+        depth = self.rng.choice(choices)
+        merge = len(commits[depth].parents) > 1
+        parent = self.rng.choice([1, 2]) if merge else None
+        target = f"{source}~{depth}"
+        self.log.append(f"{kind} {target} parent={parent} onto {into}")
+        engine = self._engine_pick(kind, target, into, parent)
+        self.seen[f"{kind} {engine[0] if isinstance(engine, tuple) else engine}"] += 1
+        if parent:
+            self.seen[f"{kind} of a merge"] += 1
+            self.seen[f"a merge on parent {parent}"] += 1
+        outcomes.append((engine, self._git_pick(kind, target, into, parent)))
+        return tuple(e for e, _ in outcomes), tuple(g for _, g in outcomes)
+
+    def _engine_pick(self, kind: str, target: str, into: str, parent: int | None) -> object:
+        operation = self.repo.revert if kind == "revert" else self.repo.cherry_pick
+        try:
+            operation(into, target, parent)
+        except NoChanges:
+            return "nothing to commit"
+        except DirtyBranch:
+            return "refused: dirty"
+        except MergeConflict as conflict:
+            return ("conflict", sorted(conflict.paths))
+        return "committed"
+
+    def _git_pick(self, kind: str, target: str, into: str, parent: int | None) -> object:
+        if self.git.dirty(into):
+            return "refused: dirty"
+        mainline = ("-m", str(parent)) if parent else ()
+        edit = ("--no-edit",) if kind == "revert" else ()
+        done = self.git.run(
+            into,
+            kind,
+            *edit,
+            "--strategy=recursive",
+            "-Xno-renames",
+            *mainline,
+            target,
+            check=False,
+        )
+        if not done.returncode:
+            return "committed"
+        unmerged = self.git.run(into, "diff", "--name-only", "--diff-filter=U").stdout.split()
+        self.git.run(into, kind, "--abort", check=False)
+        if self.git.dirty(into):
+            raise AssertionError(f"git {kind} left changes: {done.stdout}{done.stderr}")
+        if unmerged:
+            return ("conflict", sorted(unmerged))
+        if "nothing to commit" in done.stdout + done.stderr or "empty" in done.stderr:
+            return "nothing to commit"
+        raise AssertionError(f"git {kind} failed: {done.stdout}{done.stderr}")
+
     # --- the loop -----------------------------------------------------------------------
 
     def step(self) -> None:
@@ -317,32 +402,39 @@ class Run:
 
 
 SEEDS = range(6)
-_MULTI_BASE_MERGES: dict[int, int] = {}
-"""Merges with several merge bases per seed of the quick runs, for the coverage check."""
+_SEEN: dict[int, Counter[str]] = {}
+"""Notable steps per seed of the quick runs, for the coverage check."""
 
 
-def play(tmp_path: Path, seed: int, steps: int) -> int:
-    """Play `steps` random steps on a fresh lake and git repository; the multi-base merges."""
+def play(tmp_path: Path, seed: int, steps: int) -> Counter[str]:
+    """Play `steps` random steps on a fresh lake and git repository; the notable ones."""
     policy = RangePolicy(target_entries=2, max_entries=4)
     with Lake.connect("memory://", range_policy=policy) as lake:
         repo = lake.create_repository("diff", storage_namespace=f"file://{tmp_path}/lake")
         run = Run(repo, Git(tmp_path / "git"), random.Random(seed))
         for _ in range(steps):
             run.step()
-        return run.multi_base_merges
+        return run.seen
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_random_histories_agree_with_git(tmp_path: Path, seed: int) -> None:
-    _MULTI_BASE_MERGES[seed] = play(tmp_path, seed, 60)
+    _SEEN[seed] = play(tmp_path, seed, 60)
 
 
-def test_the_random_histories_include_criss_cross_merges(tmp_path: Path) -> None:
-    """The quick runs reach merges with several merge bases, not only simple ones."""
+def test_the_random_histories_include_criss_cross_merges_and_every_pick(tmp_path: Path) -> None:
+    """The quick runs reach merges with several merge bases, and reverts and cherry-picks of
+    every outcome, of merge commits on either parent, not only simple ones."""
     for seed in SEEDS:
-        if seed not in _MULTI_BASE_MERGES:
-            _MULTI_BASE_MERGES[seed] = play(tmp_path / str(seed), seed, 60)
-    assert sum(_MULTI_BASE_MERGES.values()) > 0
+        if seed not in _SEEN:
+            _SEEN[seed] = play(tmp_path / str(seed), seed, 60)
+    seen = sum(_SEEN.values(), Counter[str]())
+    expected = {"multi-base merge", "a merge on parent 1", "a merge on parent 2"} | {
+        f"{kind} {what}"
+        for kind in ("revert", "cherry-pick")
+        for what in ("committed", "conflict", "nothing to commit", "of a merge")
+    }
+    assert expected <= set(seen), f"missing {expected - set(seen)} in {dict(seen)}"
 
 
 @pytest.mark.slow

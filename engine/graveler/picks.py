@@ -1,0 +1,133 @@
+"""Revert and cherry-pick: one commit's changes against a parent, undone or applied again on
+a branch, as git does.
+
+Both are a three-way merge onto the branch's HEAD through `merge.land` (its retry loop,
+lost-race reuse and `set_if`): a revert merges the parent's tree with the reverted commit as
+base, a cherry-pick the commit's tree with the parent as base. So later unrelated changes
+survive, a path both sides changed differently conflicts, and entries are read from commits
+only (never from a branch's uncommitted layers), which keeps them in GC's merge row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from branchwater.engine.errors import InvalidArgument, MergeConflict, NoChanges, too_many_tries
+from branchwater.engine.graveler.committed import EMPTY_METARANGE_ID
+from branchwater.engine.graveler.graveler import Graveler
+from branchwater.engine.graveler.merge import Attempt, MergeResult, land, merged_or_conflict
+from branchwater.engine.graveler.model import Commit, RepositoryRecord, check_commit_arguments
+
+Kind = Literal["revert", "cherry-pick"]
+REVERT_KEY = "branchwater.revert"
+"""Revert commit metadata: the id of the commit reverted."""
+CHERRY_PICK_KEY = "branchwater.cherry_pick"
+"""Cherry-pick commit metadata: the id of the commit picked."""
+PARENT_KEY = "branchwater.parent"
+"""Set beside either key for a merge commit: the parent number (1 or 2) changes were taken
+against, as git's `-m`."""
+_KEYS: dict[Kind, str] = {"revert": REVERT_KEY, "cherry-pick": CHERRY_PICK_KEY}
+
+
+def pick(
+    g: Graveler,
+    repo: RepositoryRecord,
+    kind: Kind,
+    branch: str,
+    commit_ref: str,
+    *,
+    parent: int | None = None,
+    message: str | None = None,
+    metadata: dict[str, str] | None = None,
+    committer: str = "",
+    allow_dirty: bool = False,
+) -> MergeResult:
+    """Revert or cherry-pick the commit `commit_ref` names onto the branch `branch`."""
+    meta = check_commit_arguments(message or "", metadata, committer)
+    commit = g.refs.get_commit(repo, g.refs.resolve(repo, commit_ref).commit_id)
+    parent_tree = _parent_tree(g, repo, commit, parent)
+    if kind == "revert":
+        base, theirs = commit.metarange_id, parent_tree
+        default = f"Revert {commit.id[:12]}: {_first_line(commit.message)}"
+    else:
+        base, theirs = parent_tree, commit.metarange_id
+        default = f"{_first_line(commit.message)} (cherry picked from {commit.id[:12]})"
+    meta[_KEYS[kind]] = commit.id
+    if parent is not None:
+        meta[PARENT_KEY] = str(parent)
+    plan = _PickPlan(
+        kind, (commit_ref, branch), base, theirs, message or default, meta, committer, allow_dirty
+    )
+    try:
+        return land(g, repo, branch, plan)
+    except MergeConflict as conflict:
+        doing = "reverting" if kind == "revert" else "cherry-picking"
+        what = f"{doing} {commit_ref!r} on {branch!r}"
+        raise MergeConflict(
+            conflict.paths, conflict.count, commit_ref, branch, operation=what
+        ) from None
+
+
+def _parent_tree(g: Graveler, repo: RepositoryRecord, commit: Commit, parent: int | None) -> str:
+    """The metarange of the parent changes are taken against: a merge commit's needs naming
+    (1 or 2, as git's `-m`); a first commit's is the empty tree."""
+    count = len(commit.parents)
+    if count > 1 and parent is None:
+        raise InvalidArgument(
+            f"commit {commit.id[:12]} is a merge of {count} parents: pass parent=1..{count} "
+            "to say which side's changes to take"
+        )
+    if count <= 1 and parent is not None:
+        raise InvalidArgument(
+            f"commit {commit.id[:12]} is not a merge: pass no parent (got parent={parent!r})"
+        )
+    if parent is None:
+        if not commit.parents:
+            return EMPTY_METARANGE_ID
+        return g.refs.get_commit(repo, commit.parents[0]).metarange_id
+    if isinstance(parent, bool) or not isinstance(parent, int) or not 1 <= parent <= count:
+        raise InvalidArgument(f"parent must be a number from 1 to {count}, not {parent!r}")
+    return g.refs.get_commit(repo, commit.parents[parent - 1]).metarange_id
+
+
+def _first_line(message: str) -> str:
+    return (message.splitlines() or [""])[0]
+
+
+@dataclass(frozen=True)
+class _PickPlan:
+    """A revert or cherry-pick for `land`: never a fast-forward, a commit on HEAD alone."""
+
+    kind: Kind
+    sides: tuple[str, str]
+    base: str
+    theirs: str
+    message: str
+    metadata: dict[str, str]
+    committer: str
+    allow_dirty: bool
+    strategy: str | None = None
+
+    @property
+    def verb(self) -> str:
+        return f"a {self.kind} onto it (or allow_dirty)"
+
+    def first(self, g: Graveler, repo: RepositoryRecord, head: Commit) -> Attempt:
+        merged = merged_or_conflict(g, repo, self.base, self.theirs, head, None, self.sides)
+        return Attempt(merged, head.id, ())
+
+    def record(self, g: Graveler, repo: RepositoryRecord, head: Commit, at: Attempt) -> Commit:
+        """The commit on HEAD; `NoChanges` when HEAD already holds the result (the changes
+        were undone, or picked, before)."""
+        if at.metarange_id == head.metarange_id:
+            raise NoChanges(
+                f"{self.kind} of {self.sides[0]!r} changes nothing on {self.sides[1]!r}"
+            )
+        return g.refs.add_commit(
+            repo, (head,), at.metarange_id, self.message, self.metadata, committer=self.committer
+        )
+
+    def gave_up(self, repo: RepositoryRecord, attempts: int, last: Attempt | None) -> Exception:
+        what = f"{self.kind} of {self.sides[0]!r} onto {self.sides[1]!r} of {repo.name!r}"
+        return too_many_tries(what, attempts)
