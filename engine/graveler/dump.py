@@ -106,6 +106,8 @@ def _commit(raw: object) -> Commit:
     """A commit record whose every field has the type and form a commit made here has."""
     commit = Commit.decode(json.dumps(raw).encode())
     check_id("commit", commit.id)
+    if not isinstance(commit.metadata, dict):
+        raise InvalidArgument(f"commit {commit.id[:12]}'s metadata must be an object")
     check_commit_arguments(commit.message, commit.metadata, commit.committer)
     check_id(f"commit {commit.id[:12]}'s metarange", commit.metarange_id)
     for parent in commit.parents:

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from branchwater.engine import CorruptedData, Lake
@@ -71,6 +71,7 @@ PLACES = st.sampled_from(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(where=PLACES, value=HOSTILE_VALUES)
+@example(where="metadata", value=None)
 def test_a_hostile_dump_is_refused_whole_or_restores_a_readable_repository(
     restored: Restored, where: str, value: object
 ) -> None:
