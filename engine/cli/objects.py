@@ -6,13 +6,14 @@ import argparse
 import sys
 from collections.abc import Iterator
 from itertools import islice
-from pathlib import Path
+from typing import BinaryIO
 
 from branchwater.engine.api import Lake, Ref, Repository
 from branchwater.engine.cli.output import Output, entry_line, entry_to_json
 from branchwater.engine.cli.verbs import Subparsers, UserError, add_meta, positive_int, verb
 from branchwater.engine.errors import NotFound
 from branchwater.engine.graveler.model import Entry
+from branchwater.engine.objects.store import CHUNK_SIZE
 from branchwater.engine.units import human_size
 
 
@@ -24,29 +25,43 @@ def open_ref(repo: Repository, ref: str) -> Ref:
         return repo.ref(ref)
 
 
-def read_local(file: str) -> bytes:
-    """The upload source: a local file, or stdin for `-`."""
+def open_local(file: str) -> BinaryIO:
+    """The upload source: a local file, or stdin for `-`, streamed."""
     if file == "-":
-        return sys.stdin.buffer.read()
+        return sys.stdin.buffer
     try:
-        return Path(file).read_bytes()
+        return open(file, "rb")
     except OSError as exc:
         raise UserError(f"cannot read {file!r}: {exc.strerror or exc}") from exc
 
 
 def cmd_upload(lake: Lake, args: argparse.Namespace, out: Output) -> None:
-    data = read_local(args.file)
     branch = lake.repository(args.repo).branch(args.branch)
-    entry = branch.upload(args.path, data, dict(args.meta))
+    source = open_local(args.file)
+    try:
+        entry = branch.upload(args.path, source, dict(args.meta))
+    finally:
+        if source is not sys.stdin.buffer:
+            source.close()
     out.document(
         entry_to_json(entry),
         f"Uploaded {entry.path} ({human_size(entry.size)}) to {args.repo}/{args.branch}",
     )
 
 
+CAT_HOLD_BACK = 8 << 20
+"""Bytes `cat` holds back before it writes any: an object no larger is verified before the
+first byte goes out, so a damaged one prints nothing; a larger one streams, and a damage
+found at its end fails the command after its bytes."""
+
+
 def cmd_cat(lake: Lake, args: argparse.Namespace, out: Output) -> None:
     ref = open_ref(lake.repository(args.repo), args.ref)
-    out.raw(ref.read(args.path, verify=not args.no_verify))
+    with ref.open(args.path, verify=not args.no_verify) as f:
+        chunk = f.read(CAT_HOLD_BACK)
+        while chunk:
+            out.raw(chunk)
+            chunk = f.read(CHUNK_SIZE)
 
 
 def cmd_ls(lake: Lake, args: argparse.Namespace, out: Output) -> None:

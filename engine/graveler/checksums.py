@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
+from typing import Any
 
 from branchwater.engine.errors import InvalidArgument
 from branchwater.engine.graveler.model import Entry, Metadata, metadata_json
@@ -45,27 +47,74 @@ def check_checksum(checksum: object) -> str:
 
 def content_checksum(data: bytes) -> str:
     """The checksum the engine gives the content it writes."""
-    return hashlib.sha256(data).hexdigest()
+    return ContentHasher().update(data).hexdigest()
 
 
-def content_mismatch(entry: Entry, data: bytes) -> str | None:
-    """How `data` differs from the content `entry` records, None if it does not: the size
-    always, and the checksum when it is one the engine can recompute (its SHA-256, or a
-    legacy MD5). A linked object's other checksums (an ETag) are taken on trust."""
-    if len(data) != entry.size:
-        return f"it has {len(data)} bytes where its entry records {entry.size}"
+class ContentHasher:
+    """`content_checksum` computed chunk by chunk, with the size, for content that streams."""
+
+    def __init__(self) -> None:
+        self._sha256 = hashlib.sha256()
+        self.size = 0
+
+    def update(self, chunk: bytes) -> ContentHasher:
+        self._sha256.update(chunk)
+        self.size += len(chunk)
+        return self
+
+    def hexdigest(self) -> str:
+        return self._sha256.hexdigest()
+
+
+def size_mismatch(entry: Entry, size: int) -> str | None:
+    """How an object of `size` bytes differs from the content `entry` records, if it does."""
+    if size != entry.size:
+        return f"it has {size} bytes where its entry records {entry.size}"
+    return None
+
+
+def recomputable_hash(entry: Entry) -> Any | None:
+    """A hash object for `entry`'s checksum, when it is one the engine can recompute (its
+    SHA-256, or a legacy MD5); None for a linked object's other checksums (an ETag), which
+    are taken on trust."""
     algorithm = _ALGORITHMS.get(len(entry.checksum))
     if algorithm is None or not _LOWER_HEX.fullmatch(entry.checksum):
         return None
-    if hashlib.new(algorithm, data, usedforsecurity=False).hexdigest() != entry.checksum:
+    return hashlib.new(algorithm, usedforsecurity=False)
+
+
+def digest_mismatch(entry: Entry, hexdigest: str) -> str | None:
+    """How content whose `recomputable_hash` came to `hexdigest` differs from `entry`'s."""
+    if hexdigest != entry.checksum:
+        algorithm = _ALGORITHMS[len(entry.checksum)]
         return f"its {algorithm} is not the {entry.checksum} its entry records"
     return None
 
 
-def holds(entry: Entry, data: bytes, checksum: str, metadata: Metadata) -> bool:
-    """Whether `entry` is `data` (whose `content_checksum` is `checksum`) with `metadata`."""
-    if entry.size != len(data) or metadata_json(entry.metadata) != metadata_json(metadata):
+def content_mismatch(entry: Entry, data: bytes) -> str | None:
+    """How `data` differs from the content `entry` records, None if it does not: the size
+    always, and the checksum when `recomputable_hash` can recompute it."""
+    mismatch = size_mismatch(entry, len(data))
+    hasher = recomputable_hash(entry)
+    if mismatch is not None or hasher is None:
+        return mismatch
+    hasher.update(data)
+    return digest_mismatch(entry, hasher.hexdigest())
+
+
+def holds(
+    entry: Entry,
+    size: int,
+    checksum: str,
+    metadata: Metadata,
+    legacy_md5: Callable[[], str] | None = None,
+) -> bool:
+    """Whether `entry` is content of `size` bytes whose `content_checksum` is `checksum`,
+    with `metadata`. An entry with a legacy MD5 holds it only if `legacy_md5` computes the
+    content's MD5 and it matches; a stream, which cannot compute it after the fact, passes
+    None and writes such content anew (under its SHA-256)."""
+    if entry.size != size or metadata_json(entry.metadata) != metadata_json(metadata):
         return False
     if len(entry.checksum) == LEGACY_MD5_LENGTH:
-        return entry.checksum == hashlib.md5(data, usedforsecurity=False).hexdigest()
+        return legacy_md5 is not None and entry.checksum == legacy_md5()
     return entry.checksum == checksum

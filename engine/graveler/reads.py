@@ -13,14 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import islice, takewhile
-from typing import TypeVar
+from typing import BinaryIO, TypeVar
 
 from branchwater.engine.errors import CorruptedData, NotFound, too_many_tries
-from branchwater.engine.graveler.checksums import content_mismatch
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.iterators import Layer, combine, committed_layer, visible
 from branchwater.engine.graveler.model import BranchRecord, Change, Entry, RepositoryRecord
 from branchwater.engine.graveler.uncommitted import uncommitted_from
+from branchwater.engine.graveler.verified import verified
 
 PAGE_SIZE = 1000
 CHANGES_PAGE_SIZE = 8192
@@ -283,17 +283,28 @@ def _validated_pages(
 def read_object(g: Graveler, repo: RepositoryRecord, entry: Entry, verify: bool = True) -> bytes:
     """The object an entry names, checked against it unless `verify` is off: a read, a deep
     copy, never returns or copies bytes its entry does not describe."""
+    with open_object(g, repo, entry, verify) as f:
+        return f.read()
+
+
+def open_object(g: Graveler, repo: RepositoryRecord, entry: Entry, verify: bool = True) -> BinaryIO:
+    """A seekable file object over the object an entry names; with `verify`, its size is
+    checked now and its checksum once a read reaches its end (`verified`), raising
+    `CorruptedData` naming path and address."""
     try:
-        data = g.objects(repo.storage_namespace).get(entry.address)
+        f = g.objects(repo.storage_namespace).open(entry.address)
     except NotFound:
         raise NotFound(
             f"object {entry.path!r} is staged or committed but its data at {entry.address} "
             f"is missing from {repo.storage_namespace}"
         ) from None
-    mismatch = content_mismatch(entry, data) if verify else None
-    if mismatch is not None:
-        raise CorruptedData(
+    if not verify:
+        return f
+
+    def corrupted(mismatch: str) -> CorruptedData:
+        return CorruptedData(
             f"object {entry.path!r} at {entry.address} in {repo.storage_namespace} was "
             f"truncated or rewritten in storage: {mismatch}"
         )
-    return data
+
+    return verified(f, entry, corrupted)

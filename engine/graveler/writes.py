@@ -26,14 +26,16 @@ def unchanged_entry(
     repo: RepositoryRecord,
     branch_name: str,
     path: str,
-    data: bytes,
+    size: int,
     checksum: str,
     metadata: Metadata,
+    legacy_md5: Callable[[], str] | None = None,
 ) -> Entry | None:
-    """The entry the branch shows at `path` if it already is `data` with `metadata`: then a
-    write would change nothing, so a retried task writes no object and stages nothing."""
+    """The entry the branch shows at `path` if it already is that content (`size` bytes,
+    `checksum`, see `holds`) with `metadata`: then a write would change nothing, so a retried
+    task writes no object and stages nothing."""
     current = _kept_entry(g, repo, branch_name, path)
-    if current is not None and holds(current, data, checksum, metadata):
+    if current is not None and holds(current, size, checksum, metadata, legacy_md5):
         return current
     return None
 

@@ -1,7 +1,7 @@
 """Local-filesystem `ObjectStore` (`file:///root`), the embedded default.
 
-Writes go to a hidden temporary file in the target directory and are renamed into place,
-so a reader never sees a half-written object.
+Writes stream to a hidden temporary file in the target directory and are renamed into
+place, so a reader never sees a half-written object and a failed write leaves none.
 """
 
 from __future__ import annotations
@@ -12,10 +12,17 @@ import uuid
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import BinaryIO
 from urllib.parse import unquote, urlsplit
 
 from branchwater.engine.errors import ConfigurationError, NotFound, Unavailable
-from branchwater.engine.objects.store import ObjectInfo, ObjectStore, check_object_key
+from branchwater.engine.objects.store import (
+    ObjectInfo,
+    ObjectStore,
+    StreamSource,
+    check_object_key,
+    iter_chunks,
+)
 from branchwater.engine.urls import redact_url
 
 _TMP_PREFIX = ".tmp-"
@@ -48,22 +55,25 @@ class LocalObjectStore(ObjectStore):
     def _path(self, key: str) -> Path:
         return self.root / check_object_key(key)
 
-    def put(self, key: str, data: bytes) -> ObjectInfo:
+    def put_stream(self, key: str, source: StreamSource) -> ObjectInfo:
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{_TMP_PREFIX}{path.name}.{uuid.uuid4().hex}")
         try:
             with open(tmp, "wb") as f:
-                f.write(data)
+                for chunk in iter_chunks(source):
+                    f.write(chunk)
             os.replace(tmp, path)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
         return self._info(key, path.stat())
 
-    def get(self, key: str) -> bytes:
+    def open(self, key: str) -> BinaryIO:
+        """The file itself, buffered: the OS reads only what is asked (and its read-ahead)."""
+        path = self._path(key)
         try:
-            return self._path(key).read_bytes()
+            return open(path, "rb")
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             raise NotFound(f"object {key!r} not found in {self.url}") from None
 

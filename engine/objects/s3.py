@@ -1,20 +1,24 @@
 """S3 `ObjectStore` (`s3://bucket/optional/prefix`), for AWS and S3-compatible servers.
 
-Keys are relative to the URL's prefix. A single PutObject is atomic on S3 (readers see the
-old object or the whole new one), so writes need no temporary objects. Constructing a store
+Keys are relative to the URL's prefix. A PutObject, and a completed multipart upload, are
+atomic on S3 (readers see the old object or the whole new one), so writes need no temporary
+objects; a multipart upload that fails is aborted. Constructing a store
 makes no request: a missing bucket or an unreachable endpoint shows on first use, as a typed
 error that names the URL.
 """
 
 from __future__ import annotations
 
+import contextlib
 import heapq
+import io
 import re
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from itertools import chain, islice
-from typing import Any, NoReturn, TypeVar
+from typing import Any, BinaryIO, NoReturn, TypeVar
 from urllib.parse import urlsplit
 
 import boto3
@@ -37,11 +41,26 @@ from branchwater.engine.errors import (
     NotFound,
     Unavailable,
 )
-from branchwater.engine.objects.store import ObjectInfo, ObjectStore, check_object_key
+from branchwater.engine.objects.store import (
+    ObjectInfo,
+    ObjectStore,
+    StreamSource,
+    check_object_key,
+    iter_chunks,
+)
 from branchwater.engine.urls import redact_url
 
 DELETE_BATCH = 1000
 """S3's DeleteObjects accepts at most this many keys per request."""
+PART_SIZE = 8 << 20
+"""A multipart upload's first parts (S3 wants 5 MiB at least, but for the last)."""
+PARTS_PER_SIZE = 2000
+"""Parts of one size before the size doubles: S3 allows 10,000 parts per upload."""
+PARTS_IN_FLIGHT = 4
+"""Parts uploaded at once; boto3's default pool of 10 connections serves them."""
+READ_AHEAD = 4 << 20
+"""Bytes a small read fetches ahead: one GET per 4 MiB read sequentially, while a seek to
+read a Parquet footer fetches no more than that."""
 
 _BUCKET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,253}[A-Za-z0-9]$")
 _BODYLESS_NOT_FOUND = frozenset({"404", "NotFound"})
@@ -105,27 +124,94 @@ class S3ObjectStore(ObjectStore):
         )
         self.endpoint_url: str = self._client.meta.endpoint_url
 
-    def put(self, key: str, data: bytes) -> ObjectInfo:
-        """Write with one PutObject; the mtime is the server's `Date` header.
-
-        Reading it from the response saves a HEAD per write; S3 stamps `LastModified`
-        within the same request, so the two agree to S3's one-second resolution.
-        """
-        if not isinstance(data, bytes | bytearray):
-            raise InvalidArgument(f"object data must be bytes, not {type(data).__name__}")
+    def put_stream(self, key: str, source: StreamSource) -> ObjectInfo:
+        """One PutObject when `source` fits in a part, else a multipart upload: parts of
+        `PART_SIZE` (doubling every `PARTS_PER_SIZE` parts, so a stream of unknown length
+        fits S3's 10,000 parts up to ~480 GiB), `PARTS_IN_FLIGHT` at once, so memory stays
+        about `PARTS_IN_FLIGHT + 1` parts. A failed upload is aborted after its parts in
+        flight end: no object, no pending upload. The mtime is the server's `Date` header,
+        which saves a HEAD per write; S3 stamps `LastModified` within the same request, so
+        the two agree to S3's one-second resolution."""
         full = self._full_key(key)
+        parts = _parts(iter_chunks(source, PART_SIZE))
+        first = next(parts, b"")
+        second = next(parts, None)
+        if second is None:
+            response = self._call(
+                key, lambda: self._client.put_object(Bucket=self.bucket, Key=full, Body=first)
+            )
+            return ObjectInfo(key, len(first), _response_time(response))
+        return self._multipart(key, full, chain([first, second], parts))
+
+    def open(self, key: str) -> BinaryIO:
+        """Ranged GETs behind a `READ_AHEAD` buffer; a read to the end is one GET. The HEAD
+        this starts with gives the size (for `seek` from the end) and `NotFound` early."""
+        size = self.stat(key).size
+        return io.BufferedReader(_RangeReader(self, key, size), buffer_size=READ_AHEAD)
+
+    def _multipart(self, key: str, full: str, parts: Iterator[bytes]) -> ObjectInfo:
+        upload_id = self._call(
+            key,
+            lambda: self._client.create_multipart_upload(Bucket=self.bucket, Key=full),
+        )["UploadId"]
+        size = 0
+        done: list[dict[str, Any]] = []
+        in_flight: set[Future[dict[str, Any]]] = set()
+        with ThreadPoolExecutor(PARTS_IN_FLIGHT, thread_name_prefix="bw-s3-part") as pool:
+            try:
+                for number, part in enumerate(parts, start=1):
+                    if len(in_flight) >= PARTS_IN_FLIGHT:
+                        finished, in_flight = wait(in_flight, return_when=FIRST_COMPLETED)
+                        done.extend(f.result() for f in finished)
+                    size += len(part)
+                    in_flight.add(pool.submit(self._part, key, full, upload_id, number, part))
+                done.extend(f.result() for f in in_flight)
+                in_flight = set()
+                done.sort(key=lambda p: int(p["PartNumber"]))
+                response = self._call(
+                    key,
+                    lambda: self._client.complete_multipart_upload(
+                        Bucket=self.bucket,
+                        Key=full,
+                        UploadId=upload_id,
+                        MultipartUpload={"Parts": done},
+                    ),
+                )
+            except BaseException:
+                for future in in_flight:
+                    future.cancel()
+                wait(in_flight)
+                self._abort(full, upload_id)
+                raise
+        return ObjectInfo(key, size, _response_time(response))
+
+    def _part(
+        self, key: str, full: str, upload_id: str, number: int, data: bytes
+    ) -> dict[str, Any]:
         response = self._call(
-            key, lambda: self._client.put_object(Bucket=self.bucket, Key=full, Body=data)
+            key,
+            lambda: self._client.upload_part(
+                Bucket=self.bucket, Key=full, UploadId=upload_id, PartNumber=number, Body=data
+            ),
         )
-        return ObjectInfo(key, len(data), _response_time(response))
+        return {"PartNumber": number, "ETag": response["ETag"]}
 
-    def get(self, key: str) -> bytes:
+    def _abort(self, full: str, upload_id: str) -> None:
+        """Best effort: the error that made us abort is the one to report. An upload left
+        pending is what a bucket lifecycle rule (AbortIncompleteMultipartUpload) is for."""
+        with contextlib.suppress(ClientError, BotoCoreError):
+            self._client.abort_multipart_upload(Bucket=self.bucket, Key=full, UploadId=upload_id)
+
+    def _get_range(self, key: str, start: int, stop: int | None) -> bytes:
+        """Bytes `start` up to `stop` (exclusive; None: to the end) of `key`."""
         full = self._full_key(key)
+        wanted = f"bytes={start}-" if stop is None else f"bytes={start}-{stop - 1}"
 
         def read() -> bytes:
-            body = self._client.get_object(Bucket=self.bucket, Key=full)["Body"]
+            body = self._client.get_object(Bucket=self.bucket, Key=full, Range=wanted)["Body"]
             with body:
-                return body.read()
+                data: bytes = body.read()
+                return data
 
         return self._call(key, read)
 
@@ -347,3 +433,71 @@ def _response_time(response: dict[str, Any]) -> datetime:
 
 def _utc(moment: datetime) -> datetime:
     return moment.astimezone(UTC)
+
+
+def _parts(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """`chunks` regrouped into parts of the sizes `_part_size` says; the last may be short.
+    A chunk of exactly a part's size (a file read a part at a time) passes uncopied."""
+    buffer = bytearray()
+    number = 1
+    for chunk in chunks:
+        if not buffer and len(chunk) == _part_size(number):
+            yield chunk
+            number += 1
+            continue
+        buffer += chunk
+        while len(buffer) >= (size := _part_size(number)):
+            with memoryview(buffer) as view:
+                part = view[:size].tobytes()
+            del buffer[:size]
+            yield part
+            number += 1
+    if buffer or number == 1:
+        yield bytes(buffer)
+
+
+def _part_size(number: int) -> int:
+    return PART_SIZE << min((number - 1) // PARTS_PER_SIZE, 4)
+
+
+class _RangeReader(io.RawIOBase):
+    """The raw side of `S3ObjectStore.open`: each read is one ranged GET of what it asks."""
+
+    def __init__(self, store: S3ObjectStore, key: str, size: int) -> None:
+        self._store = store
+        self._key = key
+        self._size = size
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}.get(whence)
+        if base is None or base + offset < 0:
+            raise InvalidArgument(f"cannot seek to {offset} from {whence} in {self._key!r}")
+        self._pos = base + offset
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        stop = min(self._pos + len(view), self._size)
+        if stop <= self._pos:
+            return 0
+        data = self._store._get_range(self._key, self._pos, stop)
+        view[: len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+    def readall(self) -> bytes:
+        if self._pos >= self._size:
+            return b""
+        data = self._store._get_range(self._key, self._pos, None)
+        self._pos += len(data)
+        return data

@@ -2,6 +2,8 @@
 
 Keys are `/`-separated strings relative to the store's root (a directory or an S3 prefix).
 Graveler writes data objects, ranges and metaranges through this; GC lists and deletes.
+Objects stream both ways (`put_stream`, `open`), so their size is never bounded by memory;
+`put` and `get` of bytes are conveniences over the same code path.
 """
 
 from __future__ import annotations
@@ -10,8 +12,15 @@ import abc
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from typing import BinaryIO
 
 from branchwater.engine.errors import InvalidArgument, NotFound
+
+CHUNK_SIZE = 1 << 20
+"""Bytes read from a file object per call while streaming it."""
+
+StreamSource = Iterable[bytes] | BinaryIO
+"""What `put_stream` writes: an iterable of byte chunks, or a binary file object read to EOF."""
 
 
 @dataclass(frozen=True)
@@ -25,12 +34,25 @@ class ObjectStore(abc.ABC):
     url: str
 
     @abc.abstractmethod
-    def put(self, key: str, data: bytes) -> ObjectInfo:
-        """Write atomically: a reader sees the old object, the whole new one, or nothing."""
+    def put_stream(self, key: str, source: StreamSource) -> ObjectInfo:
+        """Write `source` without holding it whole, atomically: a reader sees the old object,
+        the whole new one, or nothing; a failed write leaves nothing behind."""
 
     @abc.abstractmethod
+    def open(self, key: str) -> BinaryIO:
+        """A readable, seekable file object; reads fetch only what is asked (plus a bounded
+        read-ahead). `NotFound` names the key and the store URL."""
+
+    def put(self, key: str, data: bytes) -> ObjectInfo:
+        """Write `data` (bytes) atomically."""
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise InvalidArgument(f"object data must be bytes, not {type(data).__name__}")
+        return self.put_stream(key, [bytes(data)])
+
     def get(self, key: str) -> bytes:
         """Return the object's bytes; `NotFound` names the key and the store URL."""
+        with self.open(key) as f:
+            return f.read()
 
     @abc.abstractmethod
     def stat(self, key: str) -> ObjectInfo: ...
@@ -56,6 +78,39 @@ class ObjectStore(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook; stores without clients keep it
         """Release clients; the store must not be used afterwards."""
+
+
+def iter_chunks(source: StreamSource, chunk_size: int = CHUNK_SIZE) -> Iterator[bytes]:
+    """The chunks of `source`, each checked to be bytes as it comes, so a text file or a
+    stream of strings is refused (`InvalidArgument`) before anything is written from it."""
+    if isinstance(source, str | bytes | bytearray | memoryview):
+        raise InvalidArgument(
+            f"stream source must be an iterable of bytes or a binary file object, "
+            f"not {type(source).__name__}"
+        )
+    read = getattr(source, "read", None)
+    if callable(read):
+        while chunk := read(chunk_size):
+            yield _checked_chunk(chunk)
+        return
+    if not isinstance(source, Iterable):
+        raise InvalidArgument(
+            f"stream source must be an iterable of bytes or a binary file object, "
+            f"not {type(source).__name__}"
+        )
+    for chunk in source:
+        if chunk:
+            yield _checked_chunk(chunk)
+
+
+def _checked_chunk(chunk: object) -> bytes:
+    if isinstance(chunk, bytes):
+        return chunk
+    if isinstance(chunk, bytearray | memoryview):
+        return bytes(chunk)
+    raise InvalidArgument(
+        f"stream chunks must be bytes, not {type(chunk).__name__} (open files in binary mode)"
+    )
 
 
 def check_object_key(key: object) -> str:

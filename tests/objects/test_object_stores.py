@@ -17,7 +17,7 @@ import pytest
 from botocore.config import Config
 
 from branchwater.engine.errors import ConfigurationError, InvalidArgument, NotFound, Unavailable
-from branchwater.engine.objects import ObjectInfo, ObjectStore, open_object_store
+from branchwater.engine.objects import ObjectInfo, ObjectStore
 from branchwater.engine.objects import s3 as s3_module
 from branchwater.engine.objects.local import LocalObjectStore
 from branchwater.engine.objects.s3 import S3ObjectStore
@@ -30,26 +30,6 @@ ORDERED_KEYS = ["a-c", "a.d", "a/b", "a/b-x", "a0", "b/x"]
 
 CLOCK_SLACK = timedelta(seconds=2)
 """S3 HEAD reports whole seconds, and put's time comes from a different header."""
-
-
-@pytest.fixture(
-    params=[
-        "local",
-        pytest.param("s3", marks=pytest.mark.s3),
-        pytest.param("s3-prefix", marks=pytest.mark.s3),
-    ]
-)
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ObjectStore]:
-    """Each driver, empty; the S3 variants only start SeaweedFS when selected."""
-    if request.param == "local":
-        opened: ObjectStore = open_object_store(f"file://{tmp_path / 'root'}")
-    else:
-        server: S3Server = request.getfixturevalue("s3_server")
-        bucket = request.getfixturevalue("s3_bucket")
-        prefix = "/lake/ns-1" if request.param == "s3-prefix" else ""
-        opened = open_object_store(f"s3://{bucket}{prefix}", **server.options)
-    yield opened
-    opened.close()
 
 
 def keys_of(store: ObjectStore, prefix: str = "") -> list[str]:

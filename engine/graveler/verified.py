@@ -1,0 +1,91 @@
+"""A file object over a stored object that checks it against its entry as it is read.
+
+The size is checked when it opens; the checksum, where the engine can recompute it, once the
+bytes from the first to the last have all been read, in any number of reads: reads that go
+back over bytes already hashed, or seek, are served as asked, and hashing goes on from where
+it stopped when a read covers that point again. A reader that never reads some byte is
+never told about the checksum, only about the size.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from typing import Any, BinaryIO
+
+from branchwater.engine.errors import CorruptedData
+from branchwater.engine.graveler.checksums import digest_mismatch, recomputable_hash, size_mismatch
+from branchwater.engine.graveler.model import Entry
+
+Corrupted = Callable[[str], CorruptedData]
+"""Builds the error for a mismatch, naming what the reader knows (path, address, store)."""
+
+
+def verified(f: BinaryIO, entry: Entry, corrupted: Corrupted) -> BinaryIO:
+    """`f` (at its start) checked against `entry`; `CorruptedData` from `corrupted` at once
+    for a wrong size, else from the read that completes the content."""
+    try:
+        size = f.seek(0, io.SEEK_END)
+        f.seek(0)
+        mismatch = size_mismatch(entry, size)
+        if mismatch is not None:
+            raise corrupted(mismatch)
+        return io.BufferedReader(_VerifiedReader(f, entry, corrupted))
+    except BaseException:
+        f.close()
+        raise
+
+
+class _VerifiedReader(io.RawIOBase):
+    def __init__(self, f: BinaryIO, entry: Entry, corrupted: Corrupted) -> None:
+        self._f = f
+        self._entry = entry
+        self._corrupted = corrupted
+        self._hasher = recomputable_hash(entry)
+        self._hashed = 0
+        self._pos = 0
+        self._check_if_complete()
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self._pos = self._f.seek(offset, whence)
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        n = self._f.readinto(view)  # type: ignore[attr-defined]
+        self._read(view[:n])
+        return int(n)
+
+    def readall(self) -> bytes:
+        data = self._f.read()
+        self._read(memoryview(data))
+        return data
+
+    def close(self) -> None:
+        if not self.closed:
+            self._f.close()
+        super().close()
+
+    def _read(self, data: memoryview) -> None:
+        start, self._pos = self._pos, self._pos + len(data)
+        if self._hasher is not None and start <= self._hashed < self._pos:
+            self._hasher.update(data[self._hashed - start :])
+            self._hashed = self._pos
+            self._check_if_complete()
+
+    def _check_if_complete(self) -> None:
+        if self._hasher is None or self._hashed != self._entry.size:
+            return
+        mismatch = digest_mismatch(self._entry, self._hasher.hexdigest())
+        self._hasher = None
+        if mismatch is not None:
+            raise self._corrupted(mismatch)

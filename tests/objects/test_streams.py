@@ -1,0 +1,188 @@
+"""The streaming half of the `ObjectStore` contract, on every driver: `put_stream` from chunks
+and from file objects, `open` with ranged reads, and failed writes that leave nothing."""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from branchwater.engine.errors import InvalidArgument, NotFound
+from branchwater.engine.objects import ObjectStore
+from branchwater.engine.objects import s3 as s3_module
+from branchwater.engine.objects.local import LocalObjectStore
+from branchwater.engine.objects.s3 import S3ObjectStore
+
+MULTIPART = 2 * s3_module.PART_SIZE + 12345
+"""Bytes that take three parts on S3."""
+
+
+class Boom(Exception):
+    """What a source fails with midway."""
+
+
+def chunks_of(data: bytes, seed: int = 0) -> Iterator[bytes]:
+    """`data` in chunks of uneven sizes, empty ones among them."""
+    rng = random.Random(seed)
+    at = 0
+    while at < len(data):
+        size = rng.choice([0, 1, 1000, 65536, 3 << 20])
+        yield data[at : at + size]
+        at += size
+
+
+def failing_after(data: bytes) -> Iterator[bytes]:
+    yield from chunks_of(data)
+    raise Boom("the source broke")
+
+
+def leftovers(store: ObjectStore) -> list[str]:
+    """Anything a failed write could leave: objects, temporary files, pending uploads."""
+    keys = [info.key for info in store.list_objects()]
+    if isinstance(store, LocalObjectStore):
+        return keys + [str(p) for p in store.root.rglob("*") if p.is_file()]
+    assert isinstance(store, S3ObjectStore)
+    client: Any = store._client
+    pending = client.list_multipart_uploads(Bucket=store.bucket).get("Uploads", [])
+    return keys + [u["Key"] for u in pending]
+
+
+@pytest.mark.parametrize("size", [0, 1, 5000, MULTIPART])
+def test_put_stream_from_chunks_round_trips(store: ObjectStore, size: int) -> None:
+    data = os.urandom(size)
+    info = store.put_stream("big/object", chunks_of(data, size))
+    assert (info.key, info.size) == ("big/object", size)
+    assert store.stat("big/object").size == size
+    assert store.get("big/object") == data
+
+
+def test_put_stream_from_a_file_object_round_trips(store: ObjectStore, tmp_path: Path) -> None:
+    data = os.urandom(MULTIPART)
+    source = tmp_path / "source.bin"
+    source.write_bytes(data)
+    with open(source, "rb") as f:
+        assert store.put_stream("from/file", f).size == len(data)
+    assert store.put_stream("from/bytesio", io.BytesIO(data)).size == len(data)
+    assert store.get("from/file") == store.get("from/bytesio") == data
+
+
+def test_put_and_get_of_bytes_are_the_same_path(store: ObjectStore) -> None:
+    store.put("k", b"small")
+    with store.open("k") as f:
+        assert f.read() == b"small"
+    with pytest.raises(InvalidArgument, match="bytes"):
+        store.put("k", "text")  # type: ignore[arg-type]
+
+
+def test_ranged_reads_return_exactly_the_asked_bytes(store: ObjectStore) -> None:
+    data = os.urandom(3 * s3_module.READ_AHEAD + 17)
+    store.put_stream("ranged", chunks_of(data))
+    rng = random.Random(7)
+    with store.open("ranged") as f:
+        assert f.readable() and f.seekable()
+        assert f.seek(0, io.SEEK_END) == len(data)
+        assert f.seek(-8, io.SEEK_END) == len(data) - 8
+        assert f.read(8) == data[-8:]
+        assert f.read(8) == b""
+        for _ in range(40):
+            start = rng.randrange(len(data))
+            size = rng.choice([1, 100, 70000, s3_module.READ_AHEAD + 5])
+            assert f.seek(start) == start
+            assert f.read(size) == data[start : start + size]
+            assert f.tell() == min(start + size, len(data))
+        f.seek(10)
+        f.seek(5, io.SEEK_CUR)
+        assert f.read(3) == data[15:18]
+        f.seek(0)
+        assert f.read() == data
+
+
+def test_open_of_a_missing_object_is_not_found(store: ObjectStore) -> None:
+    with pytest.raises(NotFound, match="absent"):
+        store.open("absent")
+
+
+def test_a_stream_that_fails_midway_leaves_nothing(store: ObjectStore) -> None:
+    with pytest.raises(Boom):
+        store.put_stream("half", failing_after(os.urandom(MULTIPART)))
+    assert leftovers(store) == []
+    with pytest.raises(NotFound):
+        store.stat("half")
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        lambda: b"bytes",
+        lambda: "text",
+        lambda: [b"ok", "text"],
+        lambda: io.StringIO("text"),
+        lambda: 42,
+    ],
+    ids=["bytes", "str", "str-chunk", "text-file", "int"],
+)
+def test_a_source_that_is_not_binary_is_refused_before_writing(
+    store: ObjectStore, source: Callable[[], Any]
+) -> None:
+    with pytest.raises(InvalidArgument, match=r"bytes|binary"):
+        store.put_stream("refused", source())
+    assert leftovers(store) == []
+
+
+@pytest.mark.s3
+def test_s3_ranged_read_fetches_what_is_asked(
+    store: ObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not isinstance(store, S3ObjectStore):
+        pytest.skip("S3 only")
+    data = os.urandom(4 * s3_module.READ_AHEAD)
+    store.put_stream("ranged", chunks_of(data))
+    fetched: list[tuple[int, int | None]] = []
+    original = S3ObjectStore._get_range
+
+    def spy(self: S3ObjectStore, key: str, start: int, stop: int | None) -> bytes:
+        fetched.append((start, stop))
+        return original(self, key, start, stop)
+
+    monkeypatch.setattr(S3ObjectStore, "_get_range", spy)
+    with store.open("ranged") as f:
+        f.seek(-8, io.SEEK_END)
+        assert f.read(8) == data[-8:]
+        f.seek(1000)
+        assert f.read(10) == data[1000:1010]
+        assert f.read(10) == data[1010:1020]
+    assert fetched == [(len(data) - 8, len(data)), (1000, 1000 + s3_module.READ_AHEAD)]
+    fetched.clear()
+    assert store.get("ranged") == data
+    assert fetched == [(0, None)]
+
+
+@pytest.mark.s3
+def test_s3_upload_part_that_fails_aborts_the_upload(
+    store: ObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not isinstance(store, S3ObjectStore):
+        pytest.skip("S3 only")
+    original = S3ObjectStore._part
+
+    def third_fails(self: S3ObjectStore, key: str, full: str, uid: str, n: int, b: bytes) -> Any:
+        if n == 3:
+            raise Boom("part 3 lost")
+        return original(self, key, full, uid, n, b)
+
+    monkeypatch.setattr(S3ObjectStore, "_part", third_fails)
+    with pytest.raises(Boom):
+        store.put_stream("half", chunks_of(os.urandom(MULTIPART + s3_module.PART_SIZE)))
+    assert leftovers(store) == []
+
+
+def test_s3_part_sizes_grow_so_an_unbounded_stream_fits() -> None:
+    sizes = [s3_module._part_size(n) for n in (1, 2000, 2001, 4001, 10000)]
+    assert sizes == [8 << 20, 8 << 20, 16 << 20, 32 << 20, 128 << 20]
+    total = sum(s3_module._part_size(n) for n in range(1, 10001))
+    assert total > 450 << 30
