@@ -37,6 +37,7 @@ from branchwater.engine.errors import (
     BranchwaterError,
     BucketNotFound,
     ConfigurationError,
+    CorruptedData,
     InvalidArgument,
     NotFound,
     Unavailable,
@@ -145,9 +146,13 @@ class S3ObjectStore(ObjectStore):
 
     def open(self, key: str) -> BinaryIO:
         """Ranged GETs behind a `READ_AHEAD` buffer; a read to the end is one GET. The HEAD
-        this starts with gives the size (for `seek` from the end) and `NotFound` early."""
-        size = self.stat(key).size
-        return io.BufferedReader(_RangeReader(self, key, size), buffer_size=READ_AHEAD)
+        this starts with gives the size (for `seek` from the end), `NotFound` early, and the
+        ETag every GET must match, so an object replaced meanwhile fails the read
+        (`CorruptedData`) instead of mixing two versions."""
+        full = self._full_key(key)
+        head = self._call(key, lambda: self._client.head_object(Bucket=self.bucket, Key=full))
+        reader = _RangeReader(self, key, head["ContentLength"], head["ETag"])
+        return io.BufferedReader(reader, buffer_size=READ_AHEAD)
 
     def _multipart(self, key: str, full: str, parts: Iterator[bytes]) -> ObjectInfo:
         upload_id = self._call(
@@ -202,13 +207,16 @@ class S3ObjectStore(ObjectStore):
         with contextlib.suppress(ClientError, BotoCoreError):
             self._client.abort_multipart_upload(Bucket=self.bucket, Key=full, UploadId=upload_id)
 
-    def _get_range(self, key: str, start: int, stop: int | None) -> bytes:
-        """Bytes `start` up to `stop` (exclusive; None: to the end) of `key`."""
+    def _get_range(self, key: str, etag: str, start: int, stop: int | None) -> bytes:
+        """Bytes `start` up to `stop` (exclusive; None: to the end) of `key`, if its ETag
+        still is `etag`."""
         full = self._full_key(key)
         wanted = f"bytes={start}-" if stop is None else f"bytes={start}-{stop - 1}"
 
         def read() -> bytes:
-            body = self._client.get_object(Bucket=self.bucket, Key=full, Range=wanted)["Body"]
+            body = self._client.get_object(
+                Bucket=self.bucket, Key=full, Range=wanted, IfMatch=etag
+            )["Body"]
             with body:
                 data: bytes = body.read()
                 return data
@@ -318,6 +326,11 @@ class S3ObjectStore(ObjectStore):
             if not self._bucket_seen and not self._bucket_exists():
                 raise self._missing_bucket() from None
             raise NotFound(f"object {key!r} not found in {self.url}") from None
+        if code == "PreconditionFailed" and key is not None:
+            raise CorruptedData(
+                f"object {key!r} in {self.url} was replaced while it was being read; "
+                "objects are written once, so something outside Branchwater rewrote it"
+            ) from None
         if code in _CREDENTIAL_CODES:
             raise Unavailable(
                 f"S3 object store {self.url} refused our credentials or access ({detail})"
@@ -463,10 +476,11 @@ def _part_size(number: int) -> int:
 class _RangeReader(io.RawIOBase):
     """The raw side of `S3ObjectStore.open`: each read is one ranged GET of what it asks."""
 
-    def __init__(self, store: S3ObjectStore, key: str, size: int) -> None:
+    def __init__(self, store: S3ObjectStore, key: str, size: int, etag: str) -> None:
         self._store = store
         self._key = key
         self._size = size
+        self._etag = etag
         self._pos = 0
 
     def readable(self) -> bool:
@@ -490,7 +504,7 @@ class _RangeReader(io.RawIOBase):
         stop = min(self._pos + len(view), self._size)
         if stop <= self._pos:
             return 0
-        data = self._store._get_range(self._key, self._pos, stop)
+        data = self._store._get_range(self._key, self._etag, self._pos, stop)
         view[: len(data)] = data
         self._pos += len(data)
         return len(data)
@@ -498,6 +512,6 @@ class _RangeReader(io.RawIOBase):
     def readall(self) -> bytes:
         if self._pos >= self._size:
             return b""
-        data = self._store._get_range(self._key, self._pos, None)
+        data = self._store._get_range(self._key, self._etag, self._pos, None)
         self._pos += len(data)
         return data

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from branchwater.engine.errors import InvalidArgument, NotFound
+from branchwater.engine.errors import CorruptedData, InvalidArgument, NotFound
 from branchwater.engine.objects import ObjectStore
 from branchwater.engine.objects import s3 as s3_module
 from branchwater.engine.objects.local import LocalObjectStore
@@ -145,9 +145,9 @@ def test_s3_ranged_read_fetches_what_is_asked(
     fetched: list[tuple[int, int | None]] = []
     original = S3ObjectStore._get_range
 
-    def spy(self: S3ObjectStore, key: str, start: int, stop: int | None) -> bytes:
+    def spy(self: S3ObjectStore, key: str, etag: str, start: int, stop: int | None) -> bytes:
         fetched.append((start, stop))
-        return original(self, key, start, stop)
+        return original(self, key, etag, start, stop)
 
     monkeypatch.setattr(S3ObjectStore, "_get_range", spy)
     with store.open("ranged") as f:
@@ -160,6 +160,20 @@ def test_s3_ranged_read_fetches_what_is_asked(
     fetched.clear()
     assert store.get("ranged") == data
     assert fetched == [(0, None)]
+
+
+@pytest.mark.s3
+def test_s3_object_replaced_during_a_read_fails_it(store: ObjectStore) -> None:
+    if not isinstance(store, S3ObjectStore):
+        pytest.skip("S3 only")
+    data = os.urandom(2 * s3_module.READ_AHEAD)
+    store.put("k", data)
+    with store.open("k") as f:
+        assert f.read(10) == data[:10]
+        store.put("k", os.urandom(len(data)))
+        f.seek(s3_module.READ_AHEAD + 1)
+        with pytest.raises(CorruptedData, match="replaced while it was being read"):
+            f.read(10)
 
 
 @pytest.mark.s3
