@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from branchwater.engine.objects import ObjectStore, open_object_store
+from branchwater.engine.objects.s3 import S3ObjectStore
 from tests.fixtures.s3 import S3Server
 
 
@@ -27,5 +28,13 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ObjectStor
         bucket = request.getfixturevalue("s3_bucket")
         prefix = "/lake/ns-1" if request.param == "s3-prefix" else ""
         opened = open_object_store(f"s3://{bucket}{prefix}", **server.options)
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def s3_store(s3_server: S3Server, s3_bucket: str) -> Iterator[S3ObjectStore]:
+    """The S3 driver alone, on a fresh bucket, for S3-only guarantees."""
+    opened = S3ObjectStore(f"s3://{s3_bucket}", **s3_server.options)
     yield opened
     opened.close()

@@ -136,12 +136,10 @@ def test_a_source_that_is_not_binary_is_refused_before_writing(
 
 @pytest.mark.s3
 def test_s3_ranged_read_fetches_what_is_asked(
-    store: ObjectStore, monkeypatch: pytest.MonkeyPatch
+    s3_store: S3ObjectStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if not isinstance(store, S3ObjectStore):
-        pytest.skip("S3 only")
     data = os.urandom(4 * s3_module.READ_AHEAD)
-    store.put_stream("ranged", chunks_of(data))
+    s3_store.put_stream("ranged", chunks_of(data))
     fetched: list[tuple[int, int | None]] = []
     original = S3ObjectStore._get_range
 
@@ -150,7 +148,7 @@ def test_s3_ranged_read_fetches_what_is_asked(
         return original(self, key, etag, start, stop)
 
     monkeypatch.setattr(S3ObjectStore, "_get_range", spy)
-    with store.open("ranged") as f:
+    with s3_store.open("ranged") as f:
         f.seek(-8, io.SEEK_END)
         assert f.read(8) == data[-8:]
         f.seek(1000)
@@ -158,19 +156,17 @@ def test_s3_ranged_read_fetches_what_is_asked(
         assert f.read(10) == data[1010:1020]
     assert fetched == [(len(data) - 8, len(data)), (1000, 1000 + s3_module.READ_AHEAD)]
     fetched.clear()
-    assert store.get("ranged") == data
+    assert s3_store.get("ranged") == data
     assert fetched == [(0, None)]
 
 
 @pytest.mark.s3
-def test_s3_object_replaced_during_a_read_fails_it(store: ObjectStore) -> None:
-    if not isinstance(store, S3ObjectStore):
-        pytest.skip("S3 only")
+def test_s3_object_replaced_during_a_read_fails_it(s3_store: S3ObjectStore) -> None:
     data = os.urandom(2 * s3_module.READ_AHEAD)
-    store.put("k", data)
-    with store.open("k") as f:
+    s3_store.put("k", data)
+    with s3_store.open("k") as f:
         assert f.read(10) == data[:10]
-        store.put("k", os.urandom(len(data)))
+        s3_store.put("k", os.urandom(len(data)))
         f.seek(s3_module.READ_AHEAD + 1)
         with pytest.raises(CorruptedData, match="replaced while it was being read"):
             f.read(10)
@@ -178,10 +174,8 @@ def test_s3_object_replaced_during_a_read_fails_it(store: ObjectStore) -> None:
 
 @pytest.mark.s3
 def test_s3_upload_part_that_fails_aborts_the_upload(
-    store: ObjectStore, monkeypatch: pytest.MonkeyPatch
+    s3_store: S3ObjectStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if not isinstance(store, S3ObjectStore):
-        pytest.skip("S3 only")
     original = S3ObjectStore._part
 
     def third_fails(self: S3ObjectStore, key: str, full: str, uid: str, n: int, b: bytes) -> Any:
@@ -191,8 +185,8 @@ def test_s3_upload_part_that_fails_aborts_the_upload(
 
     monkeypatch.setattr(S3ObjectStore, "_part", third_fails)
     with pytest.raises(Boom):
-        store.put_stream("half", chunks_of(os.urandom(MULTIPART + s3_module.PART_SIZE)))
-    assert leftovers(store) == []
+        s3_store.put_stream("half", chunks_of(os.urandom(MULTIPART + s3_module.PART_SIZE)))
+    assert leftovers(s3_store) == []
 
 
 def test_s3_part_sizes_grow_so_an_unbounded_stream_fits() -> None:
