@@ -245,11 +245,15 @@ def test_wheel_leaves_out_what_needs_the_checkout(installed: Installed) -> None:
 
 def test_wheel_metadata_names_the_license(installed: Installed) -> None:
     """The license is a PEP 639 SPDX expression, which the build requirement's setuptools
-    writes as `License-Expression`."""
+    writes as `License-Expression`, and its text ships beside the metadata."""
     (metadata,) = (installed.bin.parent / "lib").glob(
         "python3.*/site-packages/branchwater-*/METADATA"
     )
-    assert "License-Expression: Apache-2.0" in metadata.read_text().splitlines()
+    lines = metadata.read_text().splitlines()
+    assert "License-Expression: Apache-2.0" in lines
+    assert "License-File: LICENSE" in lines
+    shipped = metadata.parent / "licenses" / "LICENSE"
+    assert "Apache License" in shipped.read_text()
 
 
 def test_cli_runs_installed(outside: Outside) -> None:
