@@ -36,7 +36,7 @@ from branchwater.engine import (
 from branchwater.engine.api import Repository
 from branchwater.engine.graveler.checksums import content_checksum
 from tests.gc_model import referenced_entries
-from tests.helpers.gc import data_objects
+from tests.helpers.gc import data_objects, run_addresses
 
 PATHS = [f"p/{i:02d}" for i in range(24)]
 STABLE = "stable"
@@ -224,10 +224,11 @@ def working(
             counts.append(in_thread.result(MAX_SECONDS))
 
 
-def garbage(repo: Repository, uncommitted: set[str]) -> set[str]:
+def garbage(repo: Repository) -> set[str]:
     """Objects nothing holds, with the clients stopped: no branch, commit, copy record, nor
-    `uncommitted` (a prepare run's addresses, hidden layers included). No client can refer
-    to them again, so the next run must collect them."""
-    held = {entry.address for _, entry in referenced_entries(repo)}
+    the uncommitted addresses a prepare run now reads (hidden layers included). No client
+    can refer to them again, so the next run must collect them."""
+    held = run_addresses(repo, repo.prepare_uncommitted_for_gc())
+    held |= {entry.address for _, entry in referenced_entries(repo)}
     held |= {record.address for record in repo.lake.gc.copies.records(repo.record)}
-    return set(data_objects(repo.lake, repo)) - held - uncommitted
+    return set(data_objects(repo.lake, repo)) - held

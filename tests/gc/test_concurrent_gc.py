@@ -21,7 +21,7 @@ from branchwater.engine import Lake
 from branchwater.engine.api import Repository
 from tests import gc_clients
 from tests.gc_model import assert_references_intact, sweep
-from tests.helpers.gc import data_objects, run_addresses
+from tests.helpers.gc import data_objects
 from tests.helpers.servers import spawned_pool, unique_name
 
 pytestmark = pytest.mark.slow
@@ -50,7 +50,7 @@ def test_gc_runs_keep_every_reference_while_clients_move_them(
     races = 0
     with spawned_pool(PROCESSES) as (manager, pool):
         for round_ in range(ROUNDS):
-            left = gc_clients.garbage(repo, run_addresses(repo, repo.prepare_uncommitted_for_gc()))
+            left = gc_clients.garbage(repo)
             time.sleep(MIN_AGE.total_seconds())
             with gc_clients.working(manager, pool, race_kv, repo.name, round_) as counts:
                 deadline = time.monotonic() + SECONDS

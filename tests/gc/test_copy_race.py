@@ -14,9 +14,8 @@ import pytest
 from branchwater.engine import Lake
 from branchwater.engine.gc import prepare
 from branchwater.engine.gc.prepare import read_run
+from tests.helpers.failpoints import PAUSE_TIMEOUT
 from tests.helpers.servers import spawned_pool, unique_name
-
-PAUSE_TIMEOUT = 60
 
 
 def _prepare_paused(kv_url: str, repo_name: str, scanning, go) -> list[tuple[str, str, str]]:

@@ -23,7 +23,7 @@ from branchwater.engine import NotFound
 from tests import gc_clients
 from tests.gc_model import assert_references_intact
 from tests.helpers.failpoints import paused_at
-from tests.helpers.gc import GCLake, run_addresses
+from tests.helpers.gc import GCLake
 from tests.helpers.servers import spawned_pool
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -73,7 +73,7 @@ def test_clean_and_optimized_runs_keep_every_reference_while_clients_move_them(
     deleted = 0
     with spawned_pool(PROCESSES) as (manager, pool):
         for round_, mode in enumerate(modes):
-            left = gc_clients.garbage(repo, run_addresses(repo, repo.prepare_uncommitted_for_gc()))
+            left = gc_clients.garbage(repo)
             time.sleep(MIN_AGE.total_seconds())
             with gc_clients.working(manager, pool, local_gc.kv_url, repo.name, round_):
                 summary = local_gc.run(mode=mode, min_age=MIN_AGE)
