@@ -23,6 +23,8 @@ from branchwater.engine.gc.inputs import (
 )
 from branchwater.engine.gc.prepare import PreparedRun, prepare_uncommitted_for_gc
 from branchwater.engine.gc.provenance import Provenance, provenance
+from branchwater.engine.gc.retention import rules as retention_rules
+from branchwater.engine.gc.retention.rules import GCRules
 from branchwater.engine.gc.runlock import DEFAULT_LEASE, GCRunLease, acquire_run_lease
 from branchwater.engine.gc.settings import GCSettings
 from branchwater.engine.gc.tokens import PhysicalAddress
@@ -364,6 +366,21 @@ class Repository:
         """Every commit's metarange and where the Parquet files are, for a GC job that reads
         committed addresses straight from storage."""
         return committed_layout(self._g, self.record)
+
+    def set_gc_rules(self, rules: Mapping[str, object] | str | GCRules) -> GCRules:
+        """Store the repository's retention rules (lakeFS's JSON shape: `default_retention_days`,
+        `branches: [{branch_id, retention_days}]`, plus an optional `keep_tags` pattern; a
+        `branch_id` may be a glob), replacing any; `InvalidGCRules` stores nothing. GC then
+        also deletes objects only expired commits hold (docs/gc.md)."""
+        return retention_rules.set_rules(self._g.kv, self.record, rules)
+
+    def gc_rules(self) -> GCRules | None:
+        """The repository's retention rules; `None` when it has none (every commit is kept)."""
+        return retention_rules.get_rules(self._g.kv, self.record)
+
+    def delete_gc_rules(self) -> None:
+        """Drop the retention rules: GC keeps every commit's objects again."""
+        retention_rules.delete_rules(self._g.kv, self.record)
 
     def lock_gc_run(self, holder: str, ttl: timedelta = DEFAULT_LEASE) -> GCRunLease:
         """Take the repository's GC run lease (`with` renews it meanwhile and releases it);

@@ -133,3 +133,20 @@ class GateFailed(BranchwaterError):
 
 class GCRunLocked(Conflict):
     """Another GC run holds the repository's run lease; its holder is named in the message."""
+
+
+class InvalidGCRules(InvalidArgument):
+    """A GC retention rules document breaks the schema; nothing was stored."""
+
+
+class CommitExpired(NotFound):
+    """Retention deleted the objects of this commit; `commit_id` and `expired` (when its
+    objects were deleted) say which and when."""
+
+    def __init__(self, commit_id: str, expired: str) -> None:
+        super().__init__(
+            f"commit {commit_id!r} expired under the repository's GC retention rules: its "
+            f"objects were deleted on {expired}; use a newer commit, or a tag to keep one"
+        )
+        self.commit_id = commit_id
+        self.expired = expired

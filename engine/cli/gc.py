@@ -1,4 +1,4 @@
-"""`gc prepare`, `gc run` and `gc explain`: garbage collection of uncommitted objects.
+"""`gc prepare`, `gc run`, `gc explain` and `gc rules get|set`: garbage collection.
 
 `gc prepare` is the engine's side alone. `gc run` submits the Spark job
 (`branchwater.spark_jobs.gc`) with `spark-submit`, shows its phases from the events it prints,
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -21,7 +22,7 @@ from typing import IO, Any
 import branchwater
 from branchwater.engine.api import Lake, Repository
 from branchwater.engine.cli.output import Output
-from branchwater.engine.cli.verbs import Subparsers, fraction, group, verb
+from branchwater.engine.cli.verbs import Subparsers, UserError, fraction, group, verb
 from branchwater.engine.errors import ConfigurationError, GateFailed, Unavailable
 from branchwater.engine.gc.prepare import read_manifest
 from branchwater.engine.units import human_size
@@ -260,6 +261,27 @@ def cmd_gc_explain(lake: Lake, args: argparse.Namespace, out: Output) -> None:
     out.document(answer.to_json(), answer.text())
 
 
+def cmd_gc_rules_get(lake: Lake, args: argparse.Namespace, out: Output) -> None:
+    rules = lake.repository(args.repo).gc_rules()
+    if rules is None:
+        out.document(None, f"{args.repo!r} has no GC rules: every commit's objects are kept")
+        return
+    document = rules.to_json()
+    out.document(document, json.dumps(document, indent=2))
+
+
+def cmd_gc_rules_set(lake: Lake, args: argparse.Namespace, out: Output) -> None:
+    try:
+        text = Path(args.file).read_text() if args.file != "-" else sys.stdin.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(
+            f"cannot read {args.file!r}: {getattr(exc, 'strerror', None) or exc}"
+        ) from exc
+    rules = lake.repository(args.repo).set_gc_rules(text)
+    document = rules.to_json()
+    out.document(document, f"GC rules of {args.repo!r} set:\n{json.dumps(document, indent=2)}")
+
+
 def duration(text: str) -> str:
     """A duration the job will accept (`6h`, `30m`), checked here rather than after Spark
     has started; the job is given the text as written."""
@@ -270,7 +292,7 @@ def duration(text: str) -> str:
 
 
 def register(sub: Subparsers) -> None:
-    gc = group(sub, "gc", "garbage collection of uncommitted objects")
+    gc = group(sub, "gc", "garbage collection of uncommitted objects and expired commits")
     prepare = verb(
         gc,
         "prepare",
@@ -308,6 +330,19 @@ def register(sub: Subparsers) -> None:
     run.add_argument("--master", default=DEFAULT_MASTER, metavar="URL", help="Spark master")
     run.add_argument(
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting"
+    )
+
+    rules = group(gc, "rules", "the repository's retention rules for committed data")
+    get = verb(rules, "get", cmd_gc_rules_get, "print the repository's GC rules as JSON")
+    get.add_argument("repo", metavar="REPO")
+    put = verb(rules, "set", cmd_gc_rules_set, "replace the repository's GC rules")
+    put.add_argument("repo", metavar="REPO")
+    put.add_argument(
+        "--file",
+        default="-",
+        metavar="FILE",
+        help='rules as JSON ({"default_retention_days": 30, "branches": [{"branch_id": '
+        '"main", "retention_days": 90}], "keep_tags": "v*"}); default: stdin',
     )
 
     explain = verb(gc, "explain", cmd_gc_explain, "say why an object was or was not collected")

@@ -1,0 +1,141 @@
+"""Retention rules: lakeFS's JSON shape, glob patterns, validation that stores nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from branchwater.engine import InvalidGCRules, Lake
+from branchwater.engine.api import Repository
+from branchwater.engine.gc.retention.rules import BranchRule, GCRules
+
+LAKEFS_RULES = {
+    "default_retention_days": 30,
+    "branches": [{"branch_id": "main", "retention_days": 90}],
+}
+
+
+def test_a_repository_has_no_rules_until_set(repo: Repository) -> None:
+    assert repo.gc_rules() is None
+
+
+def test_rules_round_trip_in_lakefs_shape(repo: Repository) -> None:
+    stored = repo.set_gc_rules(LAKEFS_RULES)
+    assert stored == GCRules(30, (BranchRule("main", 90),))
+    assert repo.gc_rules() == stored
+    assert stored.to_json() == LAKEFS_RULES
+
+
+def test_rules_survive_a_new_connection(tmp_path: Any) -> None:
+    url = f"sqlite:///{tmp_path}/lake.db"
+    with Lake.connect(url) as lake:
+        lake.create_repository("sales", f"file://{tmp_path}/ns").set_gc_rules(
+            {**LAKEFS_RULES, "keep_tags": "release-*"}
+        )
+    with Lake.connect(url) as lake:
+        rules = lake.repository("sales").gc_rules()
+    assert rules is not None and rules.keep_tags == "release-*"
+
+
+def test_rules_replace_and_delete(repo: Repository) -> None:
+    repo.set_gc_rules(LAKEFS_RULES)
+    repo.set_gc_rules('{"default_retention_days": 7}')
+    assert repo.gc_rules() == GCRules(7)
+    repo.delete_gc_rules()
+    assert repo.gc_rules() is None
+
+
+def test_the_longest_matching_retention_wins() -> None:
+    rules = GCRules.from_json(
+        {
+            "default_retention_days": 30,
+            "branches": [
+                {"branch_id": "*", "retention_days": 7},
+                {"branch_id": "main", "retention_days": 90},
+                {"branch_id": "tmp-?", "retention_days": 1},
+                {"branch_id": "etl/[ab]*", "retention_days": 45},
+            ],
+        }
+    )
+    assert rules.retention_days("main") == 90
+    assert rules.retention_days("tmp-1") == 7
+    assert rules.retention_days("etl/a1") == 45
+    assert rules.retention_days("etl/c1") == 7
+
+
+def test_a_branch_no_pattern_matches_gets_the_default() -> None:
+    rules = GCRules.from_json(
+        {"default_retention_days": 30, "branches": [{"branch_id": "tmp-*", "retention_days": 1}]}
+    )
+    assert rules.retention_days("main") == 30
+    assert rules.retention_days("tmp-x") == 1
+
+
+def test_keep_tags_matches_tag_names() -> None:
+    rules = GCRules.from_json({"default_retention_days": 1, "keep_tags": "v[0-9]*"})
+    assert rules.keeps_history("v1.2")
+    assert not rules.keeps_history("nightly")
+    assert not GCRules(1).keeps_history("v1")
+
+
+BAD_RULES: list[tuple[object, str]] = [
+    ({"default_retention_days": -1}, "between 0 and"),
+    ({"default_retention_days": 1.5}, "whole number"),
+    ({"default_retention_days": True}, "whole number"),
+    ({"default_retention_days": "30"}, "whole number"),
+    ({}, "need default_retention_days"),
+    ({"default_retention_days": 1, "retention": 3}, "unknown key(s) retention"),
+    ({"default_retention_days": 1, "branches": {"main": 3}}, "must be a list"),
+    ({"default_retention_days": 1, "branches": ["main"]}, "branches[0] must be an object"),
+    (
+        {"default_retention_days": 1, "branches": [{"branch_id": "main"}]},
+        "lacks retention_days",
+    ),
+    (
+        {"default_retention_days": 1, "branches": [{"branch_id": "a", "retention_days": -2}]},
+        "branches[0].retention_days",
+    ),
+    (
+        {
+            "default_retention_days": 1,
+            "branches": [{"branch_id": "a", "retention_days": 2, "days": 2}],
+        },
+        "unknown key(s) days",
+    ),
+    (
+        {"default_retention_days": 1, "branches": [{"branch_id": "feat[", "retention_days": 2}]},
+        "matches no valid branch name",
+    ),
+    (
+        {"default_retention_days": 1, "branches": [{"branch_id": "a..b", "retention_days": 2}]},
+        "matches no valid branch name",
+    ),
+    (
+        {"default_retention_days": 1, "branches": [{"branch_id": "", "retention_days": 2}]},
+        "non-empty",
+    ),
+    ({"default_retention_days": 1, "keep_tags": "v~*"}, "matches no valid tag name"),
+    ({"default_retention_days": 1, "keep_tags": 3}, "non-empty tag"),
+    ("{not json", "not valid JSON"),
+    ([1, 2], "must be a JSON object"),
+]
+
+
+@pytest.mark.parametrize(("rules", "fragment"), BAD_RULES)
+def test_bad_rules_are_a_typed_error_and_store_nothing(
+    repo: Repository, rules: object, fragment: str
+) -> None:
+    repo.set_gc_rules(LAKEFS_RULES)
+    with pytest.raises(InvalidGCRules) as raised:
+        repo.set_gc_rules(rules)  # type: ignore[arg-type]
+    assert fragment in str(raised.value)
+    assert repo.gc_rules() == GCRules.from_json(LAKEFS_RULES)
+
+
+def test_rules_go_with_their_repository(lake: Lake, tmp_path: Any) -> None:
+    repo = lake.create_repository("sales", f"file://{tmp_path}/a")
+    repo.set_gc_rules(LAKEFS_RULES)
+    lake.delete_repository("sales")
+    again = lake.create_repository("sales", f"file://{tmp_path}/b")
+    assert again.gc_rules() is None
