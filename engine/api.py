@@ -32,6 +32,7 @@ from branchwater.engine.graveler import branches as branch_ops
 from branchwater.engine.graveler import commit as commit_ops
 from branchwater.engine.graveler import compaction, history, picks, reads, repositories, writes
 from branchwater.engine.graveler import merge as merge_ops
+from branchwater.engine.graveler import publish as publish_ops
 from branchwater.engine.graveler import restore as restore_ops
 from branchwater.engine.graveler.committed import (
     DEFAULT_MAX_BYTES,
@@ -239,6 +240,7 @@ class Repository:
         committer: str = "",
         hint: str | None = None,
         fast_forward: bool = True,
+        preview: bool = False,
     ) -> MergeResult:
         """Merge a ref into a branch, retrying lost races on the work already done.
 
@@ -248,6 +250,10 @@ class Repository:
         destination that has not moved since the source branched is fast-forwarded (no
         commit, `message` and `metadata` unused) unless `fast_forward=False`, which always
         writes a merge commit.
+
+        `preview=True` builds that merge commit (always one, never a fast-forward) on the
+        destination's HEAD without moving the destination: it is readable by its id, checks
+        can be recorded on it, and `publish` lands it if the destination has not moved.
         """
         return merge_ops.merge(
             self._g,
@@ -260,7 +266,15 @@ class Repository:
             committer=committer,
             hint=hint,
             fast_forward=fast_forward,
+            preview=preview,
         )
+
+    def publish(self, commit_id: str, into: str) -> MergeResult:
+        """Move the branch `into` to a merge preview (`merge(..., preview=True)`'s commit),
+        only if its HEAD is still the one the preview was built on: otherwise nothing changes
+        and `MergeRaceLost` says to preview again (its `hint` reuses the preview's work). A
+        branch already at the preview is left as it is, so publishing twice is safe."""
+        return publish_ops.publish(self._g, self.record, commit_id, into)
 
     def revert(
         self,

@@ -79,9 +79,10 @@ def _gave_up(what: str, attempts: int, advice: str) -> str:
 class MergeRaceLost(TooManyTries):
     """Every attempt lost the race for the destination; `hint` lets a caller resume the work."""
 
-    def __init__(self, what: str, attempts: int, hint: str) -> None:
+    def __init__(self, what: str, attempts: int, hint: str, *, message: str | None = None) -> None:
         super().__init__(
-            _gave_up(what, attempts, f"retry with hint={hint!r} to reuse this merge's work")
+            message
+            or _gave_up(what, attempts, f"retry with hint={hint!r} to reuse this merge's work")
         )
         self.hint = hint
 

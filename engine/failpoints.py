@@ -26,6 +26,7 @@ POINTS = frozenset(
         "copy.before_stage",
         "link.before_stage",
         "prepare.branch_scan",
+        "publish.before_set",
         "restore.before_stage",
     }
 )

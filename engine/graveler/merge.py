@@ -66,6 +66,8 @@ VIRTUAL_BASE = "virtual-base"
 """The resolution of merges that build a virtual base: conflicts become entries of neither side."""
 BASES_KEY = "branchwater.merge.bases"
 """Merge commit metadata: the ids of the merge bases used, comma-separated."""
+PREVIEW_KEY = "branchwater.merge.preview"
+"""Merge preview metadata: the branch the preview was built for (`publish` checks it)."""
 CONFLICTS_SHOWN = 20
 RESOLVE_BATCH = 4096
 """Changes resolved together: bounds memory, and amortises each range lookup over many."""
@@ -107,17 +109,51 @@ def merge(
     committer: str = "",
     hint: str | None = None,
     fast_forward: bool = True,
+    preview: bool = False,
 ) -> MergeResult:
-    """Merge `source_ref` into the branch `destination`; see the module docstring."""
+    """Merge `source_ref` into the branch `destination`; see the module docstring. With
+    `preview`, build the merge commit without moving the destination (`publish.py`)."""
     metadata = check_commit_arguments(message or "", metadata, committer)
+    if preview:
+        metadata[PREVIEW_KEY] = destination
     if strategy is not None and strategy not in STRATEGIES:
         raise InvalidArgument(f"unknown merge strategy {strategy!r}: use one of {STRATEGIES}")
     source = g.refs.get_commit(repo, g.refs.resolve(repo, source_ref).commit_id)
     previous = _parse_hint(g, repo, hint, source) if hint else None
     plan = _MergePlan(
-        source_ref, destination, strategy, source, fast_forward, message, metadata, committer
+        source_ref,
+        destination,
+        strategy,
+        source,
+        fast_forward and not preview,
+        message,
+        metadata,
+        committer,
     )
+    if preview:
+        return _preview(g, repo, destination, plan, previous)
     return land(g, repo, destination, plan, previous)
+
+
+def _preview(
+    g: Graveler,
+    repo: RepositoryRecord,
+    destination: str,
+    plan: _MergePlan,
+    previous: Attempt | None,
+) -> MergeResult:
+    """The merge commit on the destination's HEAD, recorded but not landed: nothing of the
+    branch is written, so a dirty destination is refused rather than sealed."""
+    branch, _ = g.refs.get_branch(repo, destination)
+    if g.has_uncommitted(branch):
+        _check_clean(g, repo, destination, plan.verb)
+    head = g.refs.get_commit(repo, branch.commit_id)
+    if previous is None:
+        attempt = plan.first(g, repo, head)
+        assert isinstance(attempt, Attempt), "a preview never fast-forwards"
+    else:
+        attempt = _next_attempt(g, repo, head, previous, plan.strategy, plan.sides)
+    return MergeResult(plan.record(g, repo, head, attempt), 1)
 
 
 class Plan(Protocol):
@@ -160,7 +196,7 @@ def land(
     merge onto its HEAD (after a lost race, what the previous attempt merged, onto the new
     HEAD), record the commit and `set_if` the branch to it."""
     for attempt in g.retry:
-        ready = _ready_destination(g, repo, destination, plan.verb, plan.allow_dirty)
+        ready = ready_destination(g, repo, destination, plan.verb, plan.allow_dirty)
         if ready is None:
             continue
         branch, predicate = ready
@@ -168,7 +204,7 @@ def land(
         if previous is None:
             first = plan.first(g, repo, head)
             if isinstance(first, Commit):
-                moved = _moved_to(branch, first.id)
+                moved = moved_to(branch, first.id)
                 if g.update_branch_dropping(repo, moved, predicate, branch.sealed_tokens):
                     return MergeResult(first, attempt, fast_forward=True)
                 continue
@@ -180,7 +216,7 @@ def land(
         if plan.allow_dirty:
             moved = _kept_above(g, repo, branch, head, new_commit)
         else:
-            moved, dropped = _moved_to(branch, new_commit.id), branch.sealed_tokens
+            moved, dropped = moved_to(branch, new_commit.id), branch.sealed_tokens
         if g.update_branch_dropping(repo, moved, predicate, dropped):
             return MergeResult(new_commit, attempt)
     raise plan.gave_up(repo, g.retry.attempts, previous)
@@ -311,7 +347,7 @@ def _age(commit: Commit) -> tuple[datetime, str]:
     return commit.creation_date, commit.id
 
 
-def _ready_destination(
+def ready_destination(
     g: Graveler, repo: RepositoryRecord, name: str, verb: str, allow_dirty: bool = False
 ) -> tuple[BranchRecord, bytes] | None:
     """The destination and its predicate once nothing is uncommitted on it; `None` if it
@@ -347,8 +383,8 @@ def _check_clean(g: Graveler, repo: RepositoryRecord, name: str, verb: str) -> N
         )
 
 
-def _moved_to(branch: BranchRecord, commit_id: str) -> BranchRecord:
-    """The destination on its new commit, without what `_ready_destination` found to be no
+def moved_to(branch: BranchRecord, commit_id: str) -> BranchRecord:
+    """The destination on its new commit, without what `ready_destination` found to be no
     change (sealed rewrites, a compaction of them)."""
     if not branch.sealed_tokens and not branch.compacted_metarange_id:
         return dataclasses.replace(branch, commit_id=commit_id)
