@@ -11,19 +11,23 @@ whose content HEAD already holds (`settle` on HEAD), whether the branch was comp
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Generic, TypeVar
 
-from branchwater.engine import NoChanges, NotFound
+from branchwater.engine import DirtyBranch, NoChanges, NotFound
 from branchwater.engine.api import Branch, Repository
 from branchwater.engine.gc.addresses import newest_first_time
 from branchwater.engine.gc.prepare import PreparedRun
+from branchwater.engine.gc.retention.rules import GCRules
 from branchwater.engine.graveler.checksums import content_checksum
+from branchwater.engine.graveler.external import is_external
 from branchwater.engine.graveler.model import Entry
-from tests.helpers.gc import compact, data_objects, run_addresses
+from branchwater.engine.graveler.reads import object_location
+from tests.helpers.gc import FakeClock, compact, data_objects, run_addresses
 
 
 @dataclass
@@ -178,14 +182,176 @@ def referenced_entries(repo: Repository) -> Iterator[tuple[str, Entry]]:
 
 def assert_references_intact(repo: Repository) -> None:
     """Every object a branch or commit references exists and reads with its checksum."""
-    objects = repo.lake.graveler.objects(repo.storage_namespace)
     broken = []
     for where, entry in referenced_entries(repo):
+        store, key = object_location(repo.record, entry.address)
         try:
-            data = objects.get(entry.address)
+            data = repo.lake.graveler.objects(store).get(key)
         except NotFound:
             broken.append(f"{where}: {entry.path} -> {entry.address} is gone")
             continue
-        if content_checksum(data) != entry.checksum:
+        if not _holds(entry, data):
             broken.append(f"{where}: {entry.path} -> {entry.address} reads other content")
     assert broken == []
+
+
+def _holds(entry: Entry, data: bytes) -> bool:
+    """An imported object's checksum is its ETag: its size is what can be checked."""
+    if is_external(entry.address):
+        return len(data) == entry.size
+    return content_checksum(data) == entry.checksum
+
+
+def active_commits(repo: Repository, rules: GCRules, now: datetime) -> set[str]:
+    """The committed rule, written as a fixpoint over sets from the public API (unlike the
+    engine's walk): per branch, HEAD and the parents newer than its cutoff of commits already
+    in; tags' commits, `keep_tags` tags' whole logs; commits no ref reaches at all while
+    newer than the default retention."""
+    commits = {c.id: c for c in repo.lake.graveler.refs.list_commits(repo.record)}
+    active: set[str] = set()
+    for branch in repo.branches():
+        cutoff = now - timedelta(days=rules.retention_days(branch.name))
+        kept = {branch.commit_id}
+        while True:
+            grown = kept | {
+                p
+                for c in kept
+                for p in commits[c].parents
+                if p in commits and commits[p].creation_date > cutoff
+            }
+            if grown == kept:
+                break
+            kept = grown
+        active |= kept
+    reached = {c.id for b in repo.branches() for c in repo.log(b.name)}
+    for tag in repo.tags():
+        logged = {c.id for c in repo.log(tag.name)}
+        reached |= logged
+        active |= logged if rules.keeps_history(tag.name) else {tag.commit_id}
+    default_cutoff = now - timedelta(days=rules.default_retention_days)
+    active |= {
+        c.id for c in commits.values() if c.id not in reached and c.creation_date > default_cutoff
+    }
+    return active
+
+
+def commit_addresses(repo: Repository, commit_ids: set[str]) -> set[str]:
+    return {entry.address for c in commit_ids for entry in repo.ref(c).list()}
+
+
+def retention_candidates(
+    repo: Repository, run: PreparedRun, min_age: timedelta, rules: GCRules, now: datetime
+) -> set[str]:
+    """What a run with retention deletes, by the rule: objects under `data/` modified at or
+    before the cutoff that neither the run's uncommitted addresses nor an active commit hold
+    (every commit's record is read after the run, as the job reads them)."""
+    uncommitted = run_addresses(repo, run)
+    active = commit_addresses(repo, active_commits(repo, rules, now))
+    cutoff = newest_first_time(run.run_id) - min_age
+    old = {key for key, info in data_objects(repo.lake, repo).items() if info.mtime <= cutoff}
+    return old - uncommitted - active
+
+
+def assert_retention_holds(
+    repo: Repository,
+    rules: GCRules,
+    now: datetime,
+    run: PreparedRun,
+    before: set[str],
+    deleted: set[str],
+) -> None:
+    """After a run: every object a branch, a tag or an active commit references exists and
+    reads; every object of `before` (the listing before the run) that only expired commits
+    held, and no uncommitted entry of `run`, is gone; nothing deleted was outside `data/`."""
+    active = active_commits(repo, rules, now)
+    objects = repo.lake.graveler.objects(repo.storage_namespace)
+    broken = []
+    reachable = [(f"branch {b.name}", b) for b in repo.branches()]
+    reachable += [(f"tag {t.name}", repo.ref(t.name)) for t in repo.tags()]
+    reachable += [(f"commit {c[:12]}", repo.ref(c)) for c in sorted(active)]
+    for where, ref in reachable:
+        for entry in ref.list():
+            try:
+                data = objects.get(entry.address)
+            except NotFound:
+                broken.append(f"{where}: {entry.path} -> {entry.address} is gone")
+                continue
+            if content_checksum(data) != entry.checksum:
+                broken.append(f"{where}: {entry.path} -> {entry.address} reads other content")
+    assert broken == []
+    every = {c.id for c in repo.lake.graveler.refs.list_commits(repo.record)}
+    expired_only = commit_addresses(repo, every - active) - commit_addresses(repo, active)
+    expired_only -= run_addresses(repo, run)
+    left = set(data_objects(repo.lake, repo))
+    assert not (expired_only & before & left), "objects only expired commits held remain"
+    assert all(address.startswith("data/") for address in deleted)
+
+
+class RetentionHistory:
+    """Random histories with commit dates spread over months: uploads, deletes, commits,
+    branches created from branches or old commits, resets to old commits, deletes of
+    branches, tags on old commits and merges, each a few days after the last (the repository's
+    commit clock is `clock`). The committed rule needs no branch model: its oracle reads
+    the lake's refs (`active_commits`)."""
+
+    def __init__(self, repo: Repository, seed: int, clock: FakeClock) -> None:
+        self.repo = repo
+        self.random = random.Random(seed)
+        self.clock = clock
+        repo.lake.graveler.refs.clock = clock
+        self.created = 0
+
+    def play(self, steps: int) -> None:
+        actions = [self.upload] * 6 + [self.delete, self.commit, self.commit, self.commit]
+        actions += [self.create, self.reset_to_old, self.drop, self.tag, self.merge]
+        for _ in range(steps):
+            self.clock.advance(timedelta(hours=self.random.randint(0, 24 * 6)))
+            self.random.choice(actions)()
+
+    def _branch(self) -> Branch:
+        return self.random.choice(self.repo.branches())
+
+    def _old_commit(self) -> str:
+        commits = sorted(c.id for c in self.repo.lake.graveler.refs.list_commits(self.repo.record))
+        return self.random.choice(commits)
+
+    def upload(self) -> None:
+        path = f"t/{self.random.randint(0, 12)}"
+        self._branch().upload(path, f"v{self.random.randint(0, 40)}".encode())
+
+    def delete(self) -> None:
+        branch = self._branch()
+        paths = [e.path for e in branch.list()]
+        if paths:
+            branch.delete(self.random.choice(paths))
+
+    def commit(self) -> None:
+        with contextlib.suppress(NoChanges):
+            self._branch().commit("step")
+
+    def create(self) -> None:
+        self.created += 1
+        source = self._branch().name if self.random.random() < 0.6 else self._old_commit()
+        self.repo.create_branch(f"b{self.created}", source=source)
+
+    def reset_to_old(self) -> None:
+        self._branch().reset(to=self._old_commit())
+
+    def drop(self) -> None:
+        branch = self._branch()
+        if branch.name != "main":
+            self.repo.delete_branch(branch.name)
+
+    def tag(self) -> None:
+        self.created += 1
+        name = f"{self.random.choice(['v', 'nightly-'])}{self.created}"
+        self.repo.tag(name, self._old_commit())
+
+    def merge(self) -> None:
+        source, into = self._branch(), self._branch()
+        if source.name == into.name:
+            return
+        with contextlib.suppress(NoChanges):
+            into.commit("before merge")
+        with contextlib.suppress(NoChanges, DirtyBranch):
+            self.repo.merge(source.name, into.name, strategy="source-wins")

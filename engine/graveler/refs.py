@@ -11,7 +11,7 @@ import dataclasses
 import hashlib
 import json
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import NamedTuple
@@ -90,9 +90,16 @@ def scan_prefix(
         yield key[len(prefix) :], value
 
 
+def _utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
 class RefStore:
     def __init__(self, kv: Store) -> None:
         self.kv = kv
+        self.clock: Callable[[], datetime] = _utc_now
+        """What dates new commits: tests set a fixed clock to spread histories over months
+        (retention decides on commit dates)."""
 
     # repositories
 
@@ -215,7 +222,7 @@ class RefStore:
             metarange_id=metarange_id,
             parents=tuple(parent.id for parent in parents),
             metadata=dict(metadata or {}),
-            creation_date=creation_date or datetime.now(timezone.utc),
+            creation_date=creation_date or self.clock(),
             committer=committer,
             generation=max((parent.generation for parent in parents), default=0) + 1,
         )
