@@ -10,8 +10,10 @@ from typing import Any
 
 from branchwater.engine.errors import (
     AlreadyExists,
+    BranchProtected,
     BranchwaterError,
     BucketNotFound,
+    ChecksMissing,
     CommitExpired,
     ConfigurationError,
     Conflict,
@@ -47,6 +49,9 @@ _LAZY = {
     "Commit": "branchwater.engine.graveler.model",
     "Tag": "branchwater.engine.graveler.model",
     "MergeResult": "branchwater.engine.graveler.merge",
+    "ProtectionRule": "branchwater.engine.graveler.protection",
+    "ProtectionChange": "branchwater.engine.graveler.protection",
+    "CheckResult": "branchwater.engine.graveler.checks",
     "CompactionPolicy": "branchwater.engine.graveler.compaction",
     "CompactionResult": "branchwater.engine.graveler.compaction",
     "CompactionStatus": "branchwater.engine.graveler.compaction",
@@ -79,8 +84,10 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "AlreadyExists",
+    "BranchProtected",
     "BranchwaterError",
     "BucketNotFound",
+    "ChecksMissing",
     "CommitExpired",
     "ConfigurationError",
     "Conflict",

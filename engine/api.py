@@ -29,11 +29,21 @@ from branchwater.engine.gc.runlock import DEFAULT_LEASE, GCRunLease, acquire_run
 from branchwater.engine.gc.settings import GCSettings
 from branchwater.engine.gc.tokens import PhysicalAddress
 from branchwater.engine.graveler import branches as branch_ops
+from branchwater.engine.graveler import checks as check_ops
 from branchwater.engine.graveler import commit as commit_ops
-from branchwater.engine.graveler import compaction, history, picks, reads, repositories, writes
+from branchwater.engine.graveler import (
+    compaction,
+    history,
+    picks,
+    protection,
+    reads,
+    repositories,
+    writes,
+)
 from branchwater.engine.graveler import merge as merge_ops
 from branchwater.engine.graveler import publish as publish_ops
 from branchwater.engine.graveler import restore as restore_ops
+from branchwater.engine.graveler.checks import CheckResult
 from branchwater.engine.graveler.committed import (
     DEFAULT_MAX_BYTES,
     RangeCache,
@@ -57,6 +67,7 @@ from branchwater.engine.graveler.model import (
     check_metadata,
 )
 from branchwater.engine.graveler.names import check_path, check_ref_name
+from branchwater.engine.graveler.protection import ProtectionChange, ProtectionRule
 from branchwater.engine.graveler.uploads import Upload, UploadSource
 from branchwater.engine.kv import open_store
 
@@ -332,6 +343,67 @@ class Repository:
             committer=committer,
             allow_dirty=allow_dirty,
         )
+
+    def protect(
+        self,
+        pattern: str,
+        *,
+        no_direct_writes: bool = False,
+        required_checks: Sequence[str] = (),
+        no_delete: bool = False,
+        no_reset: bool = False,
+        by: str = "",
+    ) -> ProtectionRule:
+        """Protect the branches `pattern` names (a branch name, or a glob: `*` within one
+        `/`-separated part, `**` across them, `?` one character), replacing the pattern's
+        rule if it has one. Every write path then refuses what the rule forbids with
+        `BranchProtected` naming the rule, in every process, from the moment this returns
+        (the rules travel in each branch's record, read under its compare-and-swap).
+        `required_checks`: merges into the branch need each check recorded as passed on the
+        commit merged, else `ChecksMissing`. The change is logged with `by` (default: the
+        OS user) and the time: `protection_log()`. Running it again finishes a protect that
+        was killed midway."""
+        rule = ProtectionRule.checked(
+            pattern,
+            no_direct_writes=no_direct_writes,
+            required_checks=required_checks,
+            no_delete=no_delete,
+            no_reset=no_reset,
+        )
+        protection.protect(self._g, self.record, rule, by)
+        return rule
+
+    def protections(self) -> list[ProtectionRule]:
+        """The protection rules, by pattern."""
+        return list(protection.read_book(self._g.kv, self.record)[0].rules)
+
+    def unprotect(self, pattern: str, *, by: str = "") -> None:
+        """Remove `pattern`'s rule (logged like `protect`); `NotFound` if it has none."""
+        protection.unprotect(self._g, self.record, pattern, by)
+
+    def protection_log(self) -> list[ProtectionChange]:
+        """Every change of the protection rules, oldest first: who, when, what."""
+        return list(protection.log_entries(self._g, self.record))
+
+    def record_check(
+        self,
+        commit_id: str,
+        name: str,
+        passed: bool,
+        details: Mapping[str, object] | None = None,
+        *,
+        by: str = "",
+    ) -> CheckResult:
+        """Record check `name` (a validation, a review) on a commit (any ref resolves to
+        one), with `details`: a JSON object of at most 16 KiB (figures, a link). Immutable:
+        recording a different result again raises `AlreadyExists`; the same result returns
+        the stored one, so a retried task succeeds. Merges into a branch whose rules
+        require the check pass only if the commit merged carries it as passed."""
+        return check_ops.record_check(self._g, self.record, commit_id, name, passed, details, by)
+
+    def checks(self, commit_id: str) -> list[CheckResult]:
+        """The checks recorded on a commit (any ref resolves to one), by name."""
+        return check_ops.checks(self._g, self.record, commit_id)
 
     def merge_base(self, left: str, right: str) -> Commit:
         """The commit a merge of `left` and `right` would start from."""

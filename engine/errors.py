@@ -95,6 +95,36 @@ class InvalidArgument(BranchwaterError, ValueError):
     """An argument has the wrong type or an impossible value."""
 
 
+class BranchProtected(BranchwaterError):
+    """A branch's protection rule refuses the operation; `rule` names the rule
+    (`no_direct_writes`, `no_delete`, `no_reset`, `required_checks`) and `pattern` the
+    branch pattern it was set on (`Repository.protections()`)."""
+
+    def __init__(self, message: str, *, branch: str, rule: str, pattern: str) -> None:
+        super().__init__(message)
+        self.branch = branch
+        self.rule = rule
+        self.pattern = pattern
+
+
+class ChecksMissing(BranchProtected):
+    """A merge into a branch whose rules require checks, from a commit that does not carry
+    each as passed: `missing` were never recorded on it, `failed` were recorded as failed."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        branch: str,
+        pattern: str,
+        missing: tuple[str, ...],
+        failed: tuple[str, ...],
+    ) -> None:
+        super().__init__(message, branch=branch, rule="required_checks", pattern=pattern)
+        self.missing = missing
+        self.failed = failed
+
+
 class ConfigurationError(BranchwaterError):
     """A URL or setting cannot be used (unknown scheme, malformed, missing part)."""
 

@@ -205,13 +205,20 @@ class BranchRecord:
     sealed_tokens: tuple[str, ...] = ()
     compacted_metarange_id: str | None = None
     compaction_start_time: datetime | None = None
+    protection: str = ""
+    """The protection rules matching this branch, as `graveler.protection` stamps them: in
+    the record, so every write reads them under the branch's own compare-and-swap."""
 
     def base(self, head_metarange_id: str) -> str:
         """What the staging sits on, given HEAD's metarange: the compacted one, else HEAD's."""
         return self.compacted_metarange_id or head_metarange_id
 
     def encode(self) -> bytes:
-        return _dumps(self)
+        """A branch no rule ever matched is stored without the field, as before it existed."""
+        raw = asdict(self)
+        if not self.protection:
+            del raw["protection"]
+        return json.dumps(raw, sort_keys=True, separators=(",", ":"), default=str).encode()
 
     @classmethod
     def decode(cls, value: bytes) -> BranchRecord:

@@ -1,0 +1,428 @@
+"""Protected branches: rules per branch pattern, kept with the repository in the KV and
+stamped on the record of every branch they match.
+
+The rule book (`protection/rules` in the repository's partition) is the source of truth: the
+rules, their version, and the log of every change (who, when, what). Writes do not read it.
+Each branch record carries a *stamp*, the rules matching it and the book version they come
+from, so an operation that moves a branch checks the rules in the very record its `set_if`
+is conditioned on: a process that loaded the repository before a rule was added still
+refuses, as its `set_if` fails once the stamp changes and the retry reads the new one.
+
+`protect` and `unprotect` change the book (one `set_if`), then *fence* every branch the
+pattern matches: each record is re-stamped by `set_if` from the book read after it. A stamp
+only ever moves to a newer book version, so concurrent rule changes cannot leave an older
+stamp behind. Per branch, the fence's `set_if` is the linearization point: an operation
+whose own `set_if` on the record comes before it ran under the old rules, one after it under
+the new. A staged write, which writes its row before re-reading the branch (the writer flow),
+is judged by that validating read; finding the branch newly protected there, it takes its
+row back and refuses (`writes._write_validated`). A `protect` killed after its book change
+leaves branches it had not fenced yet unprotected: running it again finishes the fence.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import getpass
+import json
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Literal
+
+from branchwater.engine.errors import (
+    BranchProtected,
+    InvalidArgument,
+    InvalidName,
+    NotFound,
+    PredicateFailed,
+    too_many_tries,
+)
+from branchwater.engine.graveler.graveler import Graveler
+from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord
+from branchwater.engine.graveler.names import check_ref_name
+from branchwater.engine.kv import Store
+
+RULES_KEY = b"protection/rules"
+RULE_NAMES = ("no_direct_writes", "required_checks", "no_delete", "no_reset")
+MAX_RULES = 1000
+"""Patterns one repository may protect: every branch create reads them all."""
+
+Operation = Literal["write", "commit", "reset", "delete"]
+"""What a write path asks the rules about (merges ask `checks.check_merge`)."""
+
+CHECK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+"""A check's name: what `record_check` and `required_checks` accept."""
+
+
+def check_check_name(name: object) -> str:
+    """A check name, or `InvalidName`."""
+    if not isinstance(name, str) or CHECK_NAME.fullmatch(name) is None:
+        raise InvalidName(
+            f"invalid check name {name!r}: use 1 to 64 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+def check_pattern(pattern: object) -> str:
+    """A branch pattern: a branch name in which `*` matches within one `/`-separated part,
+    `**` across parts and `?` one character (GitHub's branch protection globs)."""
+    if not isinstance(pattern, str) or not pattern:
+        raise InvalidName(f"invalid branch pattern {pattern!r}: it must be a non-empty string")
+    try:
+        check_ref_name(re.sub(r"[*?]", "x", pattern), "branch")
+    except InvalidName as error:
+        raise InvalidName(f"branch pattern {pattern!r} matches no valid branch: {error}") from None
+    return pattern
+
+
+@functools.lru_cache(maxsize=256)
+def _glob(pattern: str) -> re.Pattern[str]:
+    parts = re.split(r"(\*\*|\*|\?)", pattern)
+    wild = {"**": ".*", "*": "[^/]*", "?": "[^/]"}
+    return re.compile("".join(wild.get(part, re.escape(part)) for part in parts))
+
+
+def pattern_matches(pattern: str, branch: str) -> bool:
+    return _glob(pattern).fullmatch(branch) is not None
+
+
+@dataclass(frozen=True)
+class ProtectionRule:
+    """What a branch pattern forbids. `no_direct_writes`: no upload, delete, copy, link,
+    restore, commit, revert or cherry-pick: only merges (and publishing a merge preview)
+    change the branch. `required_checks`: a merge into it needs each named check recorded
+    as passed on the commit merged (`Repository.record_check`). `no_delete`: the branch
+    cannot be deleted. `no_reset`: it cannot be reset to another commit (dropping its
+    uncommitted changes, `reset()` without `to`, stays allowed: it changes no history)."""
+
+    pattern: str
+    no_direct_writes: bool = False
+    required_checks: tuple[str, ...] = ()
+    no_delete: bool = False
+    no_reset: bool = False
+
+    @classmethod
+    def checked(
+        cls,
+        pattern: object,
+        *,
+        no_direct_writes: object = False,
+        required_checks: object = (),
+        no_delete: object = False,
+        no_reset: object = False,
+    ) -> ProtectionRule:
+        """The rule, every argument checked; `InvalidArgument` for one that protects nothing."""
+        flags = {"no_direct_writes": no_direct_writes, "no_delete": no_delete, "no_reset": no_reset}
+        for name, value in flags.items():
+            if not isinstance(value, bool):
+                raise InvalidArgument(f"{name} must be True or False, not {value!r}")
+        if isinstance(required_checks, str) or not isinstance(required_checks, Iterable):
+            raise InvalidArgument(
+                f"required_checks must be a list of check names, not {required_checks!r}"
+            )
+        checks = tuple(sorted({check_check_name(name) for name in required_checks}))
+        rule = cls(check_pattern(pattern), no_direct_writes, checks, no_delete, no_reset)  # type: ignore[arg-type]
+        if not rule.rule_names:
+            raise InvalidArgument(
+                f"a protection of {pattern!r} must set at least one of {', '.join(RULE_NAMES)}"
+            )
+        return rule
+
+    @property
+    def rule_names(self) -> tuple[str, ...]:
+        """The rules this pattern sets, by name."""
+        return tuple(name for name in RULE_NAMES if getattr(self, name))
+
+    def matches(self, branch: str) -> bool:
+        return pattern_matches(self.pattern, branch)
+
+    def to_json(self) -> dict[str, object]:
+        return {**dataclasses.asdict(self), "required_checks": list(self.required_checks)}
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, object]) -> ProtectionRule:
+        checks = raw.get("required_checks") or ()
+        assert isinstance(checks, list | tuple)
+        return cls(
+            str(raw["pattern"]),
+            bool(raw.get("no_direct_writes")),
+            tuple(str(c) for c in checks),
+            bool(raw.get("no_delete")),
+            bool(raw.get("no_reset")),
+        )
+
+
+@dataclass(frozen=True)
+class ProtectionChange:
+    """One change of the rule book: `action` on `pattern`, by whom and when; `rule` is the
+    rule set (`None` for an unprotect)."""
+
+    version: int
+    action: Literal["protect", "unprotect"]
+    pattern: str
+    rule: ProtectionRule | None
+    by: str
+    at: datetime
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "version": self.version,
+            "action": self.action,
+            "pattern": self.pattern,
+            "rule": None if self.rule is None else self.rule.to_json(),
+            "by": self.by,
+            "at": self.at.isoformat(),
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, object]) -> ProtectionChange:
+        rule = raw.get("rule")
+        action = raw["action"]
+        assert action in ("protect", "unprotect")
+        return cls(
+            int(str(raw["version"])),
+            action,
+            str(raw["pattern"]),
+            None if rule is None else ProtectionRule.from_json(rule),  # type: ignore[arg-type]
+            str(raw["by"]),
+            datetime.fromisoformat(str(raw["at"])),
+        )
+
+
+@dataclass(frozen=True)
+class RuleBook:
+    """The repository's rules, their version, and every change that made them."""
+
+    version: int = 0
+    rules: tuple[ProtectionRule, ...] = ()
+    log: tuple[ProtectionChange, ...] = ()
+
+    def rule(self, pattern: str) -> ProtectionRule | None:
+        return next((rule for rule in self.rules if rule.pattern == pattern), None)
+
+    def matching(self, branch: str) -> tuple[ProtectionRule, ...]:
+        return tuple(rule for rule in self.rules if rule.matches(branch))
+
+    def changed(self, pattern: str, rule: ProtectionRule | None, by: str) -> RuleBook:
+        """The book with `pattern`'s rule set to `rule` (removed for `None`), logged."""
+        version = self.version + 1
+        action: Literal["protect", "unprotect"] = "unprotect" if rule is None else "protect"
+        change = ProtectionChange(version, action, pattern, rule, by, datetime.now(timezone.utc))
+        kept = [r for r in self.rules if r.pattern != pattern]
+        rules = tuple(sorted([*kept, *([rule] if rule else [])], key=lambda r: r.pattern))
+        return RuleBook(version, rules, (*self.log, change))
+
+    def encode(self) -> bytes:
+        document = {
+            "version": self.version,
+            "rules": [rule.to_json() for rule in self.rules],
+            "log": [change.to_json() for change in self.log],
+        }
+        return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, value: bytes) -> RuleBook:
+        raw = json.loads(value)
+        return cls(
+            int(raw["version"]),
+            tuple(ProtectionRule.from_json(r) for r in raw["rules"]),
+            tuple(ProtectionChange.from_json(c) for c in raw["log"]),
+        )
+
+
+def read_book(kv: Store, repo: RepositoryRecord) -> tuple[RuleBook, bytes | None]:
+    """The rule book and the predicate that changes it (`None`: none yet)."""
+    try:
+        value, predicate = kv.get(repo.partition, RULES_KEY)
+    except NotFound:
+        return RuleBook(), None
+    return RuleBook.decode(value), predicate
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """The rules matching one branch, as of a book version: what its record carries."""
+
+    version: int
+    rules: tuple[ProtectionRule, ...]
+
+    def encode(self) -> str:
+        if not self.version:
+            return ""
+        rules = [rule.to_json() for rule in self.rules]
+        return json.dumps({"version": self.version, "rules": rules}, sort_keys=True)
+
+    def first(self, rule_name: str) -> ProtectionRule | None:
+        """The first rule (by pattern) that sets `rule_name`."""
+        return next((rule for rule in self.rules if getattr(rule, rule_name)), None)
+
+    @property
+    def required_checks(self) -> dict[str, str]:
+        """Each required check and the pattern requiring it."""
+        required: dict[str, str] = {}
+        for rule in self.rules:
+            for name in rule.required_checks:
+                required.setdefault(name, rule.pattern)
+        return required
+
+
+@functools.lru_cache(maxsize=1024)
+def decode_stamp(text: str) -> Stamp:
+    """A record's stamp; decoded once per distinct text, as every write reads one."""
+    if not text:
+        return Stamp(0, ())
+    raw = json.loads(text)
+    return Stamp(int(raw["version"]), tuple(ProtectionRule.from_json(r) for r in raw["rules"]))
+
+
+def stamp_for(book: RuleBook, branch: str) -> str:
+    """The stamp a branch gets from `book`: empty where nothing matches a fresh branch."""
+    matching = book.matching(branch)
+    return Stamp(book.version, matching).encode() if matching else ""
+
+
+# enforcement
+
+
+def check(
+    repo: RepositoryRecord,
+    branch: BranchRecord,
+    operation: Operation,
+    what: str,
+    *,
+    to_commit: str | None = None,
+) -> None:
+    """Refuse `operation` (`what`, in words) if the rules stamped on `branch` forbid it.
+    Callers pass the record their `set_if` (or, for staged writes, their validating read)
+    is judged on. `to_commit` is where a reset moves the branch."""
+    stamp = decode_stamp(branch.protection)
+    if not stamp.rules:
+        return
+    if operation in ("write", "commit"):
+        rule, name = stamp.first("no_direct_writes"), "no_direct_writes"
+        advice = "write to another branch and merge it in"
+    elif operation == "delete":
+        rule, name = stamp.first("no_delete"), "no_delete"
+        advice = "unprotect it first if it really must go"
+    else:
+        moves = to_commit is not None and to_commit != branch.commit_id
+        rule, name = (stamp.first("no_reset") if moves else None), "no_reset"
+        advice = "revert the commits instead (through a merge, if direct writes are refused)"
+    if rule is not None:
+        raise refusal(repo, branch.name, name, rule.pattern, what, advice)
+
+
+def refusal(
+    repo: RepositoryRecord, branch: str, rule: str, pattern: str, what: str, advice: str
+) -> BranchProtected:
+    return BranchProtected(
+        f"{what} refused: branch {branch!r} of {repo.name!r} is protected by rule {rule} "
+        f"(pattern {pattern!r}); {advice}",
+        branch=branch,
+        rule=rule,
+        pattern=pattern,
+    )
+
+
+# changing the rules
+
+
+def current_user() -> str:
+    """Who changes rules, when the caller does not say: the OS user."""
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return ""
+
+
+def protect(g: Graveler, repo: RepositoryRecord, rule: ProtectionRule, by: str) -> RuleBook:
+    """Set `rule` for its pattern (replacing any), logged, then fence the branches it
+    matches. Setting the rule a pattern has already logs nothing but fences again, which
+    finishes a protect that was killed midway."""
+    book = _change(g, repo, rule.pattern, rule, by)
+    fence(g, repo, rule.pattern)
+    return book
+
+
+def unprotect(g: Graveler, repo: RepositoryRecord, pattern: str, by: str) -> RuleBook:
+    """Remove `pattern`'s rule, logged, then fence the branches it matches; `NotFound` if it
+    has none (after fencing them anyway, to finish an unprotect killed midway)."""
+    check_pattern(pattern)
+    book, _ = read_book(g.kv, repo)
+    if book.rule(pattern) is None:
+        fence(g, repo, pattern)
+        known = ", ".join(repr(r.pattern) for r in book.rules) or "none"
+        raise NotFound(
+            f"no protection rule for pattern {pattern!r} in {repo.name!r} (patterns: {known})"
+        )
+    book = _change(g, repo, pattern, None, by)
+    fence(g, repo, pattern)
+    return book
+
+
+def _change(
+    g: Graveler, repo: RepositoryRecord, pattern: str, rule: ProtectionRule | None, by: str
+) -> RuleBook:
+    if not isinstance(by, str):
+        raise InvalidArgument(f"by must be a string, not {type(by).__name__}")
+    for _ in g.retry:
+        book, predicate = read_book(g.kv, repo)
+        if book.rule(pattern) == rule:
+            return book
+        if rule is not None and book.rule(pattern) is None and len(book.rules) >= MAX_RULES:
+            raise InvalidArgument(f"{repo.name!r} has {MAX_RULES} protected patterns already")
+        changed = book.changed(pattern, rule, by or current_user())
+        try:
+            g.kv.set_if(repo.partition, RULES_KEY, changed.encode(), predicate)
+        except PredicateFailed:
+            continue
+        return changed
+    raise too_many_tries(
+        f"changing the protection of {pattern!r} in {repo.name!r}", g.retry.attempts
+    )
+
+
+def fence(g: Graveler, repo: RepositoryRecord, pattern: str) -> None:
+    """Re-stamp every branch `pattern` matches from the current book."""
+    for branch in list(g.refs.branches(repo)):
+        if pattern_matches(pattern, branch.name):
+            stamp_branch(g, repo, branch.name)
+
+
+def stamp_branch(g: Graveler, repo: RepositoryRecord, name: str) -> None:
+    """Stamp one branch from the book, read after the branch so that the `set_if` fails
+    if another fence stamped it in between; a newer stamp is left as it is."""
+    for _ in g.retry:
+        try:
+            branch, predicate = g.refs.get_branch(repo, name)
+        except NotFound:
+            return
+        book, _ = read_book(g.kv, repo)
+        if decode_stamp(branch.protection).version >= book.version:
+            return
+        stamp = Stamp(book.version, book.matching(name)).encode()
+        if g.try_update_branch(repo, dataclasses.replace(branch, protection=stamp), predicate):
+            return
+    raise too_many_tries(f"protecting branch {name!r} of {repo.name!r}", g.retry.attempts)
+
+
+def stamped_new_branch(g: Graveler, repo: RepositoryRecord, branch: BranchRecord) -> BranchRecord:
+    """A branch about to be created, stamped from the current book."""
+    book, _ = read_book(g.kv, repo)
+    return dataclasses.replace(branch, protection=stamp_for(book, branch.name))
+
+
+def after_create(g: Graveler, repo: RepositoryRecord, branch: BranchRecord) -> None:
+    """A rule change that listed the branches before this one existed did not fence it:
+    stamp it from the newer book. (A change listing them after sees it.)"""
+    book, _ = read_book(g.kv, repo)
+    stamp = decode_stamp(branch.protection)
+    if book.version > stamp.version and (stamp.rules or book.matching(branch.name)):
+        stamp_branch(g, repo, branch.name)
+
+
+def log_entries(g: Graveler, repo: RepositoryRecord) -> Iterator[ProtectionChange]:
+    return iter(read_book(g.kv, repo)[0].log)
