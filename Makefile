@@ -51,7 +51,7 @@ coverage: $(STAMP)
 
 bench: $(STAMP)
 	@scripts/check-env java postgres
-	$(BIN)/python -m tests.benchmarks $(BENCH_ARGS)
+	$(BIN)/python -m tests.benchmarks $(if $(BACKEND),--backend $(BACKEND)) $(BENCH_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,19 +1,25 @@
-"""MkDocs hooks (`mkdocs.yml`'s `hooks:`): the CLI reference, generated at build time.
+"""MkDocs hooks (`mkdocs.yml`'s `hooks:`): pages generated at build time.
 
 `docs/reference/cli.md` holds a `<!-- cli-reference -->` marker; the build replaces it with
 what `branchwater --help` and every verb's `--help` print, so the page cannot drift from the
-parser (`branchwater.engine.cli.app.build_parser`).
+parser (`branchwater.engine.cli.app.build_parser`). `docs/benchmarks.md` holds a
+`<!-- benchmarks -->` marker; the build replaces it with the tables `tests/benchmarks/page.py`
+renders from the results file `make bench` writes and the benchmark modules' declarations.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 MARKER = "<!-- cli-reference -->"
 WIDTH = "80"
+BENCHMARKS = "<!-- benchmarks -->"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def commands(
@@ -49,7 +55,19 @@ def cli_reference() -> str:
             os.environ["COLUMNS"] = before
 
 
+def benchmarks() -> str:
+    """The benchmarks page's tables (the `tests` package is the checkout's, which the
+    `mkdocs` command's own path does not hold)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from tests.benchmarks import declarations, page, results
+
+    return page.render(results.load(), declarations.suites())
+
+
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     if MARKER in markdown:
-        return markdown.replace(MARKER, cli_reference())
+        markdown = markdown.replace(MARKER, cli_reference())
+    if BENCHMARKS in markdown:
+        markdown = markdown.replace(BENCHMARKS, benchmarks())
     return markdown

@@ -1,7 +1,8 @@
 """The documentation: `mkdocs build --strict` passes (every docs link and anchor resolves, the
-API reference renders from the docstrings, the CLI reference from `--help`), the README stays
-a ten-minute read whose links all stay inside the repository, and its code examples (which
-`tests/test_walkthroughs.py` runs) are the ones the docs show."""
+API reference renders from the docstrings, the CLI reference from `--help`, the benchmarks'
+tables from the results file), the README stays a ten-minute read whose links all stay
+inside the repository, and its code examples (which `tests/test_walkthroughs.py` runs) are
+the ones the docs show."""
 
 from __future__ import annotations
 
@@ -40,6 +41,9 @@ def test_the_site_builds_strictly_without_a_warning(tmp_path: Path) -> None:
     assert "MergeRaceLost" in errors and "GCRunLocked" in errors
     cli = (site / "reference" / "cli" / "index.html").read_text()
     assert "usage: branchwater gc run" in cli and "<!-- cli-reference -->" not in cli
+    benchmarks = (site / "benchmarks" / "index.html").read_text()
+    assert "<code>gc-clean</code>" in benchmarks and "<!-- benchmarks -->" not in benchmarks
+    assert (site / "benchmarks" / "results.json").exists()
 
 
 def test_the_readme_is_short_and_its_links_stay_in_the_repository() -> None:

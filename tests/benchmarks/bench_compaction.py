@@ -39,6 +39,39 @@ from branchwater.engine.graveler.model import Entry, encode_entry
 from branchwater.engine.graveler.reads import committed_lookup
 from branchwater.engine.kv.sql import DEFAULT_TABLE
 from tests.benchmarks.bench_graveler import MTIME, bulk_stage, entry
+from tests.benchmarks.declarations import Benchmark, Suite
+
+BENCHMARKS = Suite(
+    section="Engine",
+    benchmarks=(
+        Benchmark(
+            "compaction-tombstones",
+            measures="the first 1,000 entries of a branch with 1M staged tombstones over its "
+            "tree, after compaction",
+            reference="the same listing before compaction",
+            target=0.01,
+        ),
+        Benchmark(
+            "uncommitted",
+            measures="`uncommitted()` over 200k staged changes on 1M committed entries",
+            reference="scanning the staged rows and iterating the committed tree "
+            "(`speedup_vs_point_lookup`: against a committed lookup per staged path)",
+            target=2,
+        ),
+        Benchmark(
+            "compaction-vs-commit",
+            measures="compaction of 1M staged entries",
+            reference="a commit of the same entries in a twin repository",
+            target=1.1,
+        ),
+        Benchmark(
+            "commit-compacted",
+            measures="on 1M committed entries, 100k changes staged and compacted, 100k more "
+            "staged, then the commit",
+            reference="a commit of the same changes on an uncompacted twin",
+        ),
+    ),
+)
 
 PAGE = 1000
 

@@ -11,6 +11,12 @@ alternating, after five untimed clean runs that warm the JVM.
   same three address sets (listed, committed, uncommitted) cached beforehand. Target ≤ 2.
 - `gc-optimized`: after a swept clean run and 1% new writes (new slices, commits, staged
   objects and garbage), an optimized run against a clean run of the same state. Target ≤ 0.2.
+- `gc-clean-mark`: the clean run's mark phase alone (on the executors, where a clean run
+  marks) against the same floor.
+- `gc-mark-driver`: the optimized run of `gc-optimized`, marking on the driver as
+  `mark_paths.choose` picks for it, against the same run marking on the executors
+  (`driver_rows=0`), the two alternating on the same state: whether the driver path earns
+  its keep.
 - `gc-gate-floor`: the candidates' suite of the quality gate alone, on a cached frame as
   large as the optimized run's candidates, against the same clean run: a part of every
   optimized run that reading less cannot shrink, as a ratio.
@@ -55,6 +61,73 @@ from branchwater.engine.gc.addresses import slice_name
 from branchwater.engine.graveler.committed import RangePolicy
 from branchwater.engine.graveler.model import Entry, encode_entry
 from branchwater.engine.kv.sql import DEFAULT_TABLE
+from tests.benchmarks.declarations import Benchmark, Suite
+
+BENCHMARKS = Suite(
+    section="Garbage collection",
+    about="Over 1M objects in 200 slices, 100 branches, 1,000 commits, 100k uncommitted and "
+    "50k garbage; the clean, optimized and floor figures are each the best of three runs, "
+    "the two sides of a ratio alternating, after untimed clean runs that warm the JVM.",
+    benchmarks=(
+        Benchmark(
+            "gc-clean",
+            measures="the clean run (mark only)",
+            reference="the anti-join (`left_anti`) of the same three address sets (listed, "
+            "committed, uncommitted), cached beforehand, in the same Spark session",
+            target=2,
+        ),
+        Benchmark(
+            "gc-clean-mark",
+            measures="the clean run's mark phase alone, on the executors",
+            reference="the same anti-join",
+        ),
+        Benchmark(
+            "gc-optimized",
+            measures="an optimized run after a swept clean run and 1% new writes",
+            reference="a clean run of the same state",
+            target=0.2,
+        ),
+        Benchmark(
+            "gc-mark-driver",
+            measures="that optimized run marking and flagging on the driver, as "
+            "`mark_paths.choose` picks for it",
+            reference="the same run marking and flagging on the executors (`driver_rows=0`)",
+            target=1,
+        ),
+        Benchmark(
+            "gc-optimized-idle",
+            measures="an optimized run with nothing written since its swept base run",
+            reference="a clean run of the same state",
+        ),
+        Benchmark(
+            "gc-gate-floor",
+            measures="the gate's candidates suite alone on as many candidates as the "
+            "optimized run's",
+            reference="that clean run",
+        ),
+        Benchmark(
+            "gc-vacuum",
+            measures="an optimized run with its sweep",
+            reference="`deltalake`'s full `vacuum` of a Delta table of as many files, as many "
+            "unreferenced, on the same disk",
+            target=1,
+        ),
+        Benchmark(
+            "gc-scaling",
+            measures="clean runs at a quarter, half and all of the size, seconds per million "
+            "objects",
+            reference="the same per million at a quarter of the size",
+        ),
+        Benchmark(
+            "gc-seed-projection",
+            measures="lakeFS's GC design's 20M objects, 5M uncommitted, 1M stale, projected "
+            "from this run's per-object costs on 16 executors of this machine's cores; "
+            "listing and deleting local files is far faster than S3, so a floor, not a "
+            "promise",
+            reference='that design\'s "about 3 hours"',
+        ),
+    ),
+)
 
 SEED = {"objects": 20e6, "uncommitted": 5e6, "stale": 1e6, "executors": 16}
 SEED_HOURS = 3.0
@@ -288,6 +361,24 @@ def clean_against_floor(spark: Any, gen: Generated) -> tuple[float, Any, float]:
     return clean_s, summary, floor_s
 
 
+def driver_against_executors(spark: Any, gen: Generated) -> None:
+    """The optimized run on each mark path, best of each, alternating, on one state (dry
+    runs leave it unchanged), printed as `gc-mark-driver`."""
+    (driver_s, driver), (executors_s, executors) = best_alternating(
+        lambda: run_gc(spark, gen, mode="optimized"),
+        lambda: run_gc(spark, gen, mode="optimized", driver_rows=0),
+    )
+    print(
+        f"BENCH gc-mark-driver ratio={driver_s / executors_s:.2f} "
+        f"driver_s={driver_s:.2f} executors_s={executors_s:.2f} "
+        f"marked_on={driver.slices['marked_on']}/{executors.slices['marked_on']} "
+        f"driver_spark_jobs={driver.spark_jobs} executors_spark_jobs={executors.spark_jobs} "
+        f"driver_phases={json.dumps(driver.phases)} "
+        f"executors_phases={json.dumps(executors.phases)}",
+        flush=True,
+    )
+
+
 def gate_seconds(spark: Any, addresses: list[str]) -> float:
     """The candidates' suite of the quality gate alone, on a small cached frame: the least
     any run that deletes pays, however little it reads (the prepare output's suite, which
@@ -399,11 +490,18 @@ def main(argv: list[str]) -> None:
             f"phases={json.dumps(first.phases)}",
             flush=True,
         )
+        print(
+            f"BENCH gc-clean-mark ratio={first.phases['mark'] / floor_s:.2f} "
+            f"mark_s={first.phases['mark']:.2f} floor_s={floor_s:.2f} "
+            f"marked_on={first.slices['marked_on']}",
+            flush=True,
+        )
         _, swept = run_gc(spark, gen, dry_run=False)
         sweep_s = swept.phases.get("sweep", 0.0)
         deleted = swept.volume("deleted").objects
         timed("1% new writes", lambda: add_writes(gen, size, 0.01))
         optimized, clean_again_s = optimized_against_clean(spark, gen, "gc-optimized")
+        driver_against_executors(spark, gen)
         gate_s = gate_seconds(spark, gen.garbage[: optimized.volume("candidates").objects])
         print(
             f"BENCH gc-gate-floor ratio={gate_s / clean_again_s:.2f} gate_s={gate_s:.2f} "

@@ -2,7 +2,8 @@
 
 `gc-prepare`: a run over N uncommitted objects spread over B branches (default 1M on 200;
 `--seed-size` for the 5M on 1K of lakeFS's GC design, `--quick` for a smoke run,
-`--rowid-table` on a KV file in the layout SQLite stores had before `WITHOUT ROWID`) against
+`--rowid-table`, printed as `gc-prepare-rowid`, on a KV file in the layout SQLite stores had
+before `WITHOUT ROWID`) against
 the floor in the same run: scanning the same staged rows through the KV store, a driver's
 batch at a time with no Python per row, and writing their values as one Parquet file. Rows
 are staged interleaved across branches, as concurrent jobs write them. `projected_seed_s`
@@ -29,7 +30,29 @@ from branchwater.engine.gc.addresses import slice_name
 from branchwater.engine.gc.prepare import ROW_GROUP_ROWS, read_manifest
 from branchwater.engine.graveler.model import Entry, encode_entry
 from branchwater.engine.kv.sql import DEFAULT_TABLE
+from tests.benchmarks.declarations import Benchmark, Suite
 from tests.helpers.gc import rowid_sqlite_file
+
+BENCHMARKS = Suite(
+    section="Garbage collection",
+    benchmarks=(
+        Benchmark(
+            "gc-prepare",
+            measures="`prepare_uncommitted_for_gc` over 1M staged objects on 200 branches",
+            reference="scanning the same staged rows and writing them as one Parquet file "
+            "(`projected_seed_s`: the run scaled to lakeFS's GC design's 5M objects on 1K "
+            "branches)",
+            target=2,
+            limits={"projected_seed_s": 30},
+        ),
+        Benchmark(
+            "gc-prepare-rowid",
+            measures="`gc-prepare` on a KV file in the older rowid table layout "
+            "(`--rowid-table`, not run by default)",
+            reference="the same floor on that file",
+        ),
+    ),
+)
 
 SEED_OBJECTS, SEED_BRANCHES = 5_000_000, 1_000
 MTIME = datetime(2026, 11, 1, tzinfo=timezone.utc)
@@ -110,7 +133,8 @@ def bench_prepare(objects: int, branches: int, repeats: int, rowid: bool) -> Non
     assert written == objects, (written, objects)
     projected = ours * SEED_OBJECTS / objects
     print(
-        f"BENCH gc-prepare ratio={ours / floor:.2f} prepare_s={ours:.2f} floor_s={floor:.2f} "
+        f"BENCH gc-prepare{'-rowid' if rowid else ''} ratio={ours / floor:.2f} "
+        f"prepare_s={ours:.2f} floor_s={floor:.2f} "
         f"projected_seed_s={projected:.1f} files={len(manifest['files'])} "
         f"objects={objects} branches={branches} table={'rowid' if rowid else 'without-rowid'}",
         flush=True,

@@ -31,6 +31,32 @@ from branchwater.engine.api import Lake
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import Entry, decode_entry, encode_entry
 from branchwater.engine.kv.sql import DEFAULT_TABLE
+from tests.benchmarks.declarations import Benchmark, Suite
+
+BENCHMARKS = Suite(
+    section="Engine",
+    benchmarks=(
+        Benchmark(
+            "commit",
+            measures="a commit of 1M staged entries on SQLite",
+            reference="the physical floor: sqlite3's raw scan of the staged rows into Arrow, "
+            "split vectorised, one Parquet write (`decode_ratio`: against the floor that "
+            "decodes each row in Python)",
+            target=1.5,
+        ),
+        Benchmark(
+            "long-commit-multiple-staging",
+            measures="p99 of another process's single-object writes while a 1M-entry commit runs",
+            reference="the same writes with no commit running",
+            target=3,
+        ),
+        Benchmark(
+            "list",
+            measures="the first 1,000 entries of 1M committed and 10k staged, range cache off",
+            reference="reading 1,000 rows of one range and scanning 1,000 staged keys",
+        ),
+    ),
+)
 
 MTIME = datetime(2026, 11, 1, tzinfo=timezone.utc)
 

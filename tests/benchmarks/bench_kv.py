@@ -23,7 +23,30 @@ from typing import Any
 
 from branchwater.engine.kv import Store, open_store
 from branchwater.engine.kv.sql import SQLStore, Statements
+from tests.benchmarks.declarations import Benchmark, Suite
 from tests.helpers.servers import PG_HOST, PG_PORT, PG_USER, unique_name
+
+BENCHMARKS = Suite(
+    section="Engine",
+    benchmarks=tuple(
+        Benchmark(
+            f"kv-{driver}-{op}",
+            measures=f"{what} through the {label} driver",
+            reference=f"the same statements through `{dbapi}` on the same connection",
+            target=1.3,
+        )
+        for driver, label, dbapi in (
+            ("sqlite", "SQLite", "sqlite3"),
+            ("postgres", "PostgreSQL", "psycopg"),
+        )
+        for op, what in (
+            ("get", "a get per key"),
+            ("set", "a set per key"),
+            ("set_if", "a conditional set per key"),
+            ("scan", "a scan of every key, a batch at a time"),
+        )
+    ),
+)
 
 POINT, SCAN = b"point", b"scan"
 VALUE, OTHER_VALUE = b"v" * 64, b"w" * 64
@@ -165,7 +188,7 @@ def fill(store: Store, ops: int, scan_keys: int) -> list[bytes]:
 def run(driver: str, store: SQLStore, ops: int, args: argparse.Namespace) -> None:
     keys = fill(store, ops, args.scan_keys)
     sql = store._sql
-    cursor = store._local.conn.dbapi.cursor()
+    cursor = store._idle[-1].dbapi.cursor()
     mine, theirs = [], []
     for start in range(0, len(keys), CHUNK):
         chunk, values = keys[start : start + CHUNK], [VALUE, OTHER_VALUE]
@@ -218,3 +241,9 @@ def main(argv: list[str]) -> None:
     benches = {"sqlite": bench_sqlite, "postgres": bench_postgres}
     for driver in args.drivers.split(","):
         benches[driver](args)
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])

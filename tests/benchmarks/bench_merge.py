@@ -50,6 +50,37 @@ from branchwater.engine.graveler.committed.format import decode_entries
 from branchwater.engine.graveler.graveler import RetryPolicy
 from branchwater.engine.graveler.model import Entry
 from tests.benchmarks.bench_graveler import bulk_stage
+from tests.benchmarks.declarations import Benchmark, Suite
+
+BENCHMARKS = Suite(
+    section="Engine",
+    benchmarks=(
+        Benchmark(
+            "merge",
+            measures="8 merges into 1M entries racing in lockstep, each touching 3 ranges the "
+            "destination also changed, retries reusing their lost attempt's ranges",
+            reference="the naive retry that redoes the merge from the merge base "
+            "(`built_ratio`: ranges built, against the naive retry's)",
+            target=0.7,
+            limits={"built_ratio": 0.5},
+        ),
+        Benchmark(
+            "merge-free",
+            measures="`merge` with the processes running unsynchronised",
+            reference="the naive retry",
+        ),
+        Benchmark(
+            "merge-fresh",
+            measures="`merge` with the destination unchanged since branching",
+            reference="the naive retry",
+        ),
+        Benchmark(
+            "merge-cold",
+            measures="`merge` with the range cache off",
+            reference="the naive retry",
+        ),
+    ),
+)
 
 FEATURES = 8
 MODES = ("reuse", "naive")
