@@ -34,6 +34,7 @@ from branchwater.engine.graveler import commit as commit_ops
 from branchwater.engine.graveler import (
     compaction,
     history,
+    imports,
     picks,
     protection,
     reads,
@@ -56,6 +57,7 @@ from branchwater.engine.graveler.compaction import (
     CompactionStatus,
 )
 from branchwater.engine.graveler.graveler import Graveler, RetryPolicy, S3Options
+from branchwater.engine.graveler.imports import ImportResult
 from branchwater.engine.graveler.merge import MergeResult
 from branchwater.engine.graveler.metrics import CompactionMetrics
 from branchwater.engine.graveler.model import (
@@ -583,6 +585,35 @@ class Branch(Ref):
             self.repository.lake.addresses.next_address,
         )
         return upload.run(data)
+
+    def import_objects(
+        self,
+        source_uri: str,
+        prefix: str = "",
+        commit_message: str | None = None,
+        *,
+        metadata: Mapping[str, str] | None = None,
+        committer: str = "",
+        progress: Callable[[int], None] | None = None,
+    ) -> ImportResult:
+        """Import every object under `source_uri` (`s3://bucket/prefix/` or
+        `file:///dir/`, outside every repository's namespace) without copying it: each
+        becomes the entry `prefix` + its key below the source, pointing at the object where
+        it is, all in one commit on this branch. Uncommitted changes stay staged above it.
+        `progress(n)` is called after each batch with the objects listed so far. Running it
+        again converges: unchanged objects are no change (`commit` is then None). Reads go
+        to the source; GC never deletes it (docs/python.md, "Importing objects")."""
+        return imports.import_objects(
+            self._g,
+            self._record,
+            self.name,
+            source_uri,
+            prefix,
+            message=commit_message,
+            metadata=metadata,
+            committer=committer,
+            progress=progress,
+        )
 
     def delete(self, path: str) -> None:
         writes.stage_delete(self._g, self._record, self.name, check_path(path))

@@ -181,3 +181,8 @@ class CommitExpired(NotFound):
         )
         self.commit_id = commit_id
         self.expired = expired
+
+
+class InvalidImportSource(InvalidArgument):
+    """An import's source is not an `s3://` or `file://` prefix outside every repository's
+    namespace (GC would collect objects imported from inside one)."""

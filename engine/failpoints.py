@@ -24,6 +24,8 @@ POINTS = frozenset(
         "copy.after_read",
         "copy.after_record",
         "copy.before_stage",
+        "import.after_batch",
+        "import.after_record",
         "link.before_stage",
         "prepare.branch_scan",
         "publish.before_set",

@@ -11,6 +11,9 @@ Layout of a repository's storage namespace:
   `objects_per_slice` objects, and only that process writes to it.
 - `_branchwater/` (`SPECIAL_PREFIX`): the engine's own state (repository marker, ranges,
   metaranges, GC runs). GC never deletes anything under it, nor anything outside `data/`.
+- Imported objects stay where they were: their entries hold the object's full URI
+  (`graveler/external.py`), outside every namespace. GC reads such addresses and skips them
+  (`external_mask`); an absolute URI into the namespace itself is malformed.
 
 What a GC job may assume: an object younger than the link-token expiry may still be linked,
 so it must never be deleted; a slice created after the cutoff holds only such objects and

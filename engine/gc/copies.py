@@ -4,6 +4,7 @@
 Copying an uncommitted object is shallow: the new entry shares the physical address. Copies
 of committed objects are deep: the object is copied to a new address, which the copy's entry
 alone keeps alive (a commit is never deleted, so its objects are never uncommitted garbage).
+A copy of an imported object shares its external address: GC never collects such objects.
 
 Why a shallow copy is safe against a GC run that started at any moment. The run scans every
 branch, then reads the copy records, then every commit. A copy reads `src` (entry e, address
@@ -40,6 +41,7 @@ from branchwater.engine.errors import too_many_tries
 from branchwater.engine.gc.records import ExpiringRecords, from_millis, to_millis
 from branchwater.engine.gc.tokens import Clock, utc_now
 from branchwater.engine.graveler import reads, writes
+from branchwater.engine.graveler.external import is_external
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import Entry, RepositoryRecord
 from branchwater.engine.kv import Store
@@ -104,7 +106,9 @@ def copy_entry(
         current = writes.shown_entry(g, repo, branch_name, dst, source)
         if current is not None:
             return current
-        if _is_uncommitted(g, repo, branch_name, source):
+        if is_external(source.address):
+            copied = source._replace(path=dst)
+        elif _is_uncommitted(g, repo, branch_name, source):
             record = gc.copies.record(repo, branch_name, source.address)
             failpoints.hit("copy.after_record")
             if not _still_shown(g, repo, branch_name, source):

@@ -17,6 +17,8 @@ cutoff: an entry this run missed was staged after it started, so its object is y
 the start (or its address is in a copy record). Entries that move while a branch is scanned
 stay covered: committed ones are in the committed listing GC reads after this run, and a
 compaction is followed by scanning its metarange too. A branch deleted meanwhile is skipped.
+Imported entries (external addresses, outside the namespace) are left out: GC never
+collects them.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from branchwater.engine.gc.addresses import newest_first_id, newest_first_time
 from branchwater.engine.gc.context import GCContext
 from branchwater.engine.graveler.commit import Progress
 from branchwater.engine.graveler.committed.format import UTC_MICROS, split_staged
+from branchwater.engine.graveler.external import external_mask
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import (
     BranchRecord,
@@ -512,6 +515,7 @@ class _PartWriter:
         self._writer: pq.ParquetWriter | None = None
 
     def add(self, batch: pa.RecordBatch) -> None:
+        batch = batch.filter(pc.invert(external_mask(batch.column("address"), self.objects.url)))
         if not batch.num_rows:
             return
         self._pending.append(batch)

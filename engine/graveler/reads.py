@@ -16,6 +16,7 @@ from itertools import islice, takewhile
 from typing import BinaryIO, TypeVar
 
 from branchwater.engine.errors import CorruptedData, NotFound, too_many_tries
+from branchwater.engine.graveler.external import external_location, is_external
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.iterators import Layer, combine, committed_layer, visible
 from branchwater.engine.graveler.model import BranchRecord, Change, Entry, RepositoryRecord
@@ -280,6 +281,14 @@ def _validated_pages(
         after = bound
 
 
+def object_location(repo: RepositoryRecord, address: str) -> tuple[str, str]:
+    """The store URL and key an entry's address names: its namespace and the address, or for
+    an imported object the bucket or file system it lives in (`external`)."""
+    if is_external(address):
+        return external_location(address)
+    return repo.storage_namespace, address
+
+
 def read_object(g: Graveler, repo: RepositoryRecord, entry: Entry, verify: bool = True) -> bytes:
     """The object an entry names, checked against it unless `verify` is off: a read, a deep
     copy, never returns or copies bytes its entry does not describe."""
@@ -291,19 +300,20 @@ def open_object(g: Graveler, repo: RepositoryRecord, entry: Entry, verify: bool 
     """A seekable file object over the object an entry names; with `verify`, its size is
     checked now and its checksum once a read reaches its end (`verified`), raising
     `CorruptedData` naming path and address."""
+    store_url, key = object_location(repo, entry.address)
     try:
-        f = g.objects(repo.storage_namespace).open(entry.address)
+        f = g.objects(store_url).open(key)
     except NotFound:
         raise NotFound(
             f"object {entry.path!r} is staged or committed but its data at {entry.address} "
-            f"is missing from {repo.storage_namespace}"
+            f"is missing from {store_url}"
         ) from None
     if not verify:
         return f
 
     def corrupted(mismatch: str) -> CorruptedData:
         return CorruptedData(
-            f"object {entry.path!r} at {entry.address} in {repo.storage_namespace} was "
+            f"object {entry.path!r} at {entry.address} in {store_url} was "
             f"truncated or rewritten in storage: {mismatch}"
         )
 

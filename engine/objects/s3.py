@@ -277,7 +277,8 @@ class S3ObjectStore(ObjectStore):
             check_object_key(key)
         except InvalidArgument:
             return None
-        return ObjectInfo(key, obj["Size"], _utc(obj["LastModified"]))
+        etag = obj.get("ETag", "").strip('"') or None
+        return ObjectInfo(key, obj["Size"], _utc(obj["LastModified"]), etag)
 
     def _delete_batch(self, full_keys: list[str]) -> None:
         request = {"Objects": [{"Key": k} for k in full_keys], "Quiet": True}

@@ -28,6 +28,8 @@ class ObjectInfo:
     key: str
     size: int
     mtime: datetime
+    etag: str | None = None
+    """The store's version tag where its listing gives one (S3's ETag, unquoted)."""
 
 
 class ObjectStore(abc.ABC):

@@ -16,9 +16,11 @@ from dataclasses import dataclass
 from functools import partial
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 
 from branchwater.engine import CommittedLayout
+from branchwater.engine.gc.runs.layout import external_mask
 from branchwater.engine.gc.runs.plan import NEW_COMMITTED
 from branchwater.engine.gc.runs.storage import Namespace
 from branchwater.spark_jobs.gc.frames import ShareTask, map_shares
@@ -142,9 +144,11 @@ def _written_addresses(
     ns: Namespace, columns: list[str], copy_prefix: str, keys: list[str]
 ) -> pa.Table:
     """Each address of the ranges `keys` once, with the size its entries record (what the
-    summary counts for a committed object the listing did not stat); written first to a
+    summary counts for a committed object the listing did not stat), imported objects'
+    addresses outside the namespace left out (GC never collects them); written first to a
     file named after the first range (a retried task writes the same file again)."""
     rows = _distinct(ns, columns, ADDRESS_ROWS, "max", keys)
+    rows = rows.filter(pc.invert(external_mask(rows.column("address"), ns.store.url)))
     if keys:
         ns.write_parquet(_copy_key(copy_prefix, keys), rows)
     return rows

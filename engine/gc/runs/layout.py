@@ -2,7 +2,8 @@
 
 Only keys of exactly that form are ever candidates; anything else under `data/` (a temporary
 file of a write in progress, a folder another tool made) is counted and left alone, and an
-address of any other form in an input the job reads is refused.
+address of any other form in an input the job reads is refused, except an imported object's
+full URI outside the namespace (`external_mask`), which the job skips as it reads it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pyarrow.compute as pc
 
 from branchwater.engine.errors import InvalidArgument
 from branchwater.engine.gc.addresses import DATA_ADDRESS_PATTERN, DATA_PREFIX, slice_created
+from branchwater.engine.graveler.external import external_mask as external_mask
 
 ADDRESS_PATTERN = DATA_ADDRESS_PATTERN
 """A well-formed data address, relative to the namespace (Java and Python regex alike)."""

@@ -1,0 +1,306 @@
+"""Zero-copy import: objects under an existing `s3://` or `file://` prefix become entries
+that point at them where they are, in one commit.
+
+**Addresses.** An imported entry's address is the object's full URI (`external`); reads
+open it there. The source must lie outside every repository's namespace in the lake: GC
+lists and deletes only `<namespace>/data/`, so it can never collect an imported object,
+and no other repository's GC can either (`InvalidImportSource` otherwise).
+
+**Identity.** An imported entry's checksum is `etag:<ETag>`: S3's ETag from the listing, or
+for a local file its modification time and size in hex, as web servers make their ETags.
+Identity is (size, checksum, metadata), so importing an unchanged object again is no change,
+and an object rewritten at the source is a change once imported again. An import never
+reads the objects' bytes: the checksum is no content hash, so reads check the size only
+(`recomputable_hash` takes such checksums on trust), and the same bytes uploaded are a
+different object.
+
+**Flow.** The listing (in key order, as S3 and the local store list) streams, a batch at a
+time, into `CommittedStore.apply_rows` onto the branch's HEAD, which writes ranges as a
+commit does from staged rows; the commit is then landed on the branch through the merge's
+retry loop (`merge.land`): a lost race applies what the import brought in onto the new HEAD,
+and the branch's uncommitted changes stay staged above it. Nothing reaches the KV store
+before that one commit, so an import that fails or is killed part way leaves the branch as
+it was (and unreferenced ranges, as a failed commit does). Ranges are content-addressed:
+running the import again lists the same objects, writes the same ranges and lands the same
+tree, or finds HEAD already holds it (`commit` is then `None`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from itertools import islice
+from urllib.parse import unquote, urlsplit
+
+import pyarrow as pa
+
+from branchwater.engine import failpoints
+from branchwater.engine.errors import (
+    InvalidArgument,
+    InvalidImportSource,
+    NoChanges,
+    NotFound,
+    Unavailable,
+    too_many_tries,
+)
+from branchwater.engine.graveler.checksums import check_checksum
+from branchwater.engine.graveler.committed.format import CHANGE_SCHEMA, UTC_MICROS
+from branchwater.engine.graveler.external import FILE_SCHEME, S3_SCHEME
+from branchwater.engine.graveler.graveler import Graveler
+from branchwater.engine.graveler.merge import Attempt, land
+from branchwater.engine.graveler.model import Commit, RepositoryRecord, check_commit_arguments
+from branchwater.engine.graveler.names import check_path
+from branchwater.engine.objects import ObjectInfo
+
+BATCH = 10_000
+"""Objects listed, checked and handed to the range writer at once."""
+SOURCE_KEY = "branchwater.import.source"
+"""Import commit metadata: the source prefix, as a URI ending in `/`."""
+PREFIX_KEY = "branchwater.import.prefix"
+"""Import commit metadata: the path prefix the objects were imported under."""
+CHECKSUM_PREFIX = "etag:"
+
+Progress = Callable[[int], None]
+"""Called after each batch with the number of objects listed so far."""
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    """What an import listed (`count` objects, `bytes` in all) and the commit holding them;
+    `commit` is None when the branch already held every one as imported (a re-run)."""
+
+    count: int
+    bytes: int
+    commit: Commit | None
+
+
+@dataclass(frozen=True)
+class Source:
+    """An import source: the store its objects are read through (a bucket, or the file
+    system's root), the key prefix under it, and its canonical URI."""
+
+    scheme: str
+    store_url: str
+    key_prefix: str
+
+    @property
+    def root(self) -> str:
+        """The store's URL ending in `/`: an object's address is this and its key."""
+        return self.store_url if self.store_url.endswith("/") else self.store_url + "/"
+
+    @property
+    def uri(self) -> str:
+        return self.root + self.key_prefix
+
+    @property
+    def location(self) -> str:
+        """What overlap is judged on: the bucket and prefix, or the real directory."""
+        return self.uri[len(self.scheme) :]
+
+
+def parse_source(uri: object) -> Source:
+    """`s3://bucket[/prefix]` or `file:///absolute/dir` as a prefix: a trailing `/` is
+    implied, a local directory resolved through symbolic links and checked to exist."""
+    if not isinstance(uri, str):
+        raise InvalidImportSource(f"an import source must be a string, not {type(uri).__name__}")
+    if uri.startswith(S3_SCHEME):
+        bucket, _, prefix = uri[len(S3_SCHEME) :].partition("/")
+        if not bucket or "\x00" in prefix:
+            raise InvalidImportSource(f"import source {uri!r} must look like s3://bucket/prefix/")
+        return Source(S3_SCHEME, f"{S3_SCHEME}{bucket}", _as_folder(prefix))
+    if uri.startswith(FILE_SCHEME + "/") and "\x00" not in uri:
+        directory = os.path.realpath(unquote(uri[len(FILE_SCHEME) :]))
+        if not os.path.isdir(directory):
+            raise NotFound(f"import source {uri!r} is not a directory")
+        return Source(FILE_SCHEME, f"{FILE_SCHEME}/", _as_folder(directory.lstrip("/")))
+    raise InvalidImportSource(
+        f"import source {uri!r} must be an s3://bucket/prefix/ or file:///absolute/dir/ URI"
+    )
+
+
+def _as_folder(prefix: str) -> str:
+    return prefix if not prefix or prefix.endswith("/") else prefix + "/"
+
+
+def namespace_location(namespace: str) -> tuple[str, str] | None:
+    """(scheme, location) of a storage namespace, comparable with `Source.location`."""
+    try:
+        parts = urlsplit(namespace)
+    except ValueError:
+        return None
+    if parts.scheme == "s3":
+        return S3_SCHEME, _as_folder(f"{parts.netloc}/{parts.path.strip('/')}".rstrip("/"))
+    if parts.scheme == "file":
+        return FILE_SCHEME, _as_folder(os.path.realpath(unquote(parts.path)))
+    return None
+
+
+def check_outside_namespaces(g: Graveler, source: Source) -> None:
+    """`InvalidImportSource` when the source and any repository's namespace overlap: one
+    holds the other, so some repository's GC could delete an imported object (or the import
+    would take in a repository's own data and ranges)."""
+    here = source.location
+    for repo in g.refs.list_repositories():
+        found = namespace_location(repo.storage_namespace)
+        if found is None or found[0] != source.scheme:
+            continue
+        there = found[1]
+        if here.startswith(there) or there.startswith(here):
+            raise InvalidImportSource(
+                f"import source {source.uri!r} overlaps the storage namespace "
+                f"{repo.storage_namespace!r} of repository {repo.name!r}: import only objects "
+                "outside every namespace, which GC never deletes"
+            )
+
+
+def destination_prefix(prefix: object) -> str:
+    """The path prefix objects are imported under, as a folder (`raw` is `raw/`)."""
+    return _as_folder(check_path(prefix, "import prefix", empty=True))
+
+
+def import_objects(
+    g: Graveler,
+    repo: RepositoryRecord,
+    branch: str,
+    source_uri: str,
+    prefix: str = "",
+    *,
+    message: str | None = None,
+    metadata: Mapping[str, str] | None = None,
+    committer: str = "",
+    progress: Progress | None = None,
+) -> ImportResult:
+    """Import every object under `source_uri` as `prefix` + its key below the source, in
+    one commit on `branch` (see the module docstring)."""
+    dest = destination_prefix(prefix)
+    source = parse_source(source_uri)
+    meta = check_commit_arguments(message or "", metadata, committer)
+    meta.update({SOURCE_KEY: source.uri, PREFIX_KEY: dest})
+    check_outside_namespaces(g, source)
+    g.refs.get_branch(repo, branch)
+    listing = _Listing(g, source, dest, progress)
+    plan = _ImportPlan(
+        (source.uri, branch),
+        listing,
+        message or f"Import {source.uri} into {dest or '/'}",
+        meta,
+        committer,
+    )
+    try:
+        commit: Commit | None = land(g, repo, branch, plan).commit
+    except NoChanges:
+        commit = None
+    return ImportResult(listing.count, listing.bytes, commit)
+
+
+@dataclass
+class _Listing:
+    """The source's objects as change rows, batch by batch, counted as they go."""
+
+    g: Graveler
+    source: Source
+    dest: str
+    progress: Progress | None
+    count: int = 0
+    bytes: int = 0
+    _last: str = field(default="", repr=False)
+
+    def batches(self) -> Iterator[pa.Table]:
+        self.count = self.bytes = 0
+        self._last = ""
+        infos = iter(self.g.objects(self.source.store_url).list_objects(self.source.key_prefix))
+        while chunk := list(islice(infos, BATCH)):
+            yield self._rows(chunk)
+            self.count += len(chunk)
+            self.bytes += sum(info.size for info in chunk)
+            if self.progress is not None:
+                self.progress(self.count)
+            failpoints.hit("import.after_batch")
+        if not self.count:
+            raise NotFound(f"no objects to import under {self.source.uri!r}")
+
+    def _rows(self, chunk: list[ObjectInfo]) -> pa.Table:
+        paths, addresses, checksums = [], [], []
+        skip = len(self.source.key_prefix)
+        base = self.source.root
+        for info in chunk:
+            path = self._path(info.key[skip:], base + info.key)
+            paths.append(path)
+            addresses.append(base + info.key)
+            checksums.append(identity_checksum(info))
+        rows = len(chunk)
+        arrays = [
+            pa.array(paths, pa.string()),
+            pa.array(addresses, pa.string()),
+            pa.array([info.size for info in chunk], pa.int64()),
+            pa.array(checksums, pa.string()),
+            pa.array([info.mtime for info in chunk], UTC_MICROS),
+            pa.repeat(pa.scalar("", pa.string()), rows),
+            pa.repeat(pa.scalar(False), rows),
+        ]
+        return pa.Table.from_arrays(arrays, schema=CHANGE_SCHEMA)
+
+    def _path(self, relative: str, address: str) -> str:
+        path = self.dest + relative
+        try:
+            check_path(path)
+        except InvalidArgument as exc:
+            raise InvalidArgument(
+                f"object {address!r} cannot be imported ({exc}); nothing was committed: "
+                "import a prefix without it"
+            ) from None
+        if path <= self._last:
+            raise Unavailable(
+                f"the listing of {self.source.uri!r} is not in key order at {address!r}; "
+                "nothing was committed"
+            )
+        self._last = path
+        return path
+
+
+def identity_checksum(info: ObjectInfo) -> str:
+    """`etag:` and the store's ETag, or for a local file (no ETag) its modification time in
+    microseconds and size, in hex; an ETag no record could hold is itself hex-encoded."""
+    etag = info.etag
+    if etag is None:
+        micros = int(info.mtime.timestamp()) * 1_000_000 + info.mtime.microsecond
+        etag = f"{micros:x}-{info.size:x}"
+    checksum = CHECKSUM_PREFIX + etag
+    try:
+        return check_checksum(checksum)
+    except InvalidArgument:
+        return CHECKSUM_PREFIX + etag.encode().hex()[:100]
+
+
+@dataclass(frozen=True)
+class _ImportPlan:
+    """An import for `merge.land`: the listing applied onto HEAD, a commit on HEAD alone;
+    uncommitted changes stay staged above it."""
+
+    sides: tuple[str, str]
+    listing: _Listing
+    message: str
+    metadata: dict[str, str]
+    committer: str
+    strategy: str | None = None
+    allow_dirty: bool = True
+    verb: str = "importing into it"
+
+    def first(self, g: Graveler, repo: RepositoryRecord, head: Commit) -> Attempt:
+        rows: Iterable[pa.Table] = self.listing.batches()
+        merged = g.committed(repo).apply_rows(head.metarange_id, rows, head.metarange_id)
+        return Attempt(merged, head.id, ())
+
+    def record(self, g: Graveler, repo: RepositoryRecord, head: Commit, at: Attempt) -> Commit:
+        if at.metarange_id == head.metarange_id:
+            raise NoChanges(f"{self.sides[1]!r} already holds every object of {self.sides[0]!r}")
+        commit = g.refs.add_commit(
+            repo, (head,), at.metarange_id, self.message, self.metadata, committer=self.committer
+        )
+        failpoints.hit("import.after_record")
+        return commit
+
+    def gave_up(self, repo: RepositoryRecord, attempts: int, last: Attempt | None) -> Exception:
+        what = f"import of {self.sides[0]!r} into {self.sides[1]!r} of {repo.name!r}"
+        return too_many_tries(what, attempts)

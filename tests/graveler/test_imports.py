@@ -1,0 +1,296 @@
+"""`Branch.import_objects` on local files and on the S3 server: objects under a prefix outside
+the namespace become entries pointing at them, in one commit; reads go to them; re-running
+converges; hostile sources and keys are refused with nothing committed; a process killed
+mid-import and run again ends where one uninterrupted import ends."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from botocore.exceptions import ClientError
+
+from branchwater.engine import InvalidArgument, Lake, NotFound
+from branchwater.engine.api import Repository
+from branchwater.engine.errors import InvalidImportSource
+from branchwater.engine.graveler import imports
+from branchwater.engine.objects import ObjectStore
+from tests.fixtures.s3 import S3Server
+from tests.helpers.failpoints import paused_at
+from tests.helpers.servers import unique_name
+
+OBJECTS = {
+    "a.csv": b"x,y\n1,2\n",
+    "dir/b.parquet": b"PAR1" * 100,
+    "dir/sub/c.txt": b"deep",
+    "weird name %20 #frag ?q=1 \u00e9\u6f22.bin": b"weird",
+}
+
+
+@dataclass
+class ImportLake:
+    lake: Lake
+    repo: Repository
+    source: ObjectStore
+    """The store of the source prefix, to put objects there as another tool would."""
+    source_uri: str
+    kv_url: str
+    s3_options: dict[str, str]
+
+
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
+def lake_with_source(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ImportLake]:
+    """A lake on SQLite with repository `sales`, and a source prefix outside its namespace
+    holding `OBJECTS`: a local folder, or a prefix of the S3 bucket."""
+    kv_url = f"sqlite:///{tmp_path}/lake.db"
+    options: dict[str, str] = {}
+    if request.param == "local":
+        namespace, source_uri = f"file://{tmp_path}/ns", f"file://{tmp_path}/existing/"
+    else:
+        server: S3Server = request.getfixturevalue("s3_server")
+        bucket = request.getfixturevalue("s3_bucket")
+        options = server.options
+        namespace = f"s3://{bucket}/{unique_name('ns-')}"
+        source_uri = f"s3://{bucket}/{unique_name('existing-')}/"
+    with Lake.connect(kv_url, s3_options=options, range_cache_dir="") as lake:
+        repo = lake.create_repository("sales", namespace)
+        source = lake.graveler.objects(source_uri.rstrip("/"))
+        for key, data in OBJECTS.items():
+            source.put(key, data)
+        yield ImportLake(lake, repo, source, source_uri, kv_url, options)
+
+
+def test_objects_become_entries_pointing_at_them_in_one_commit(
+    lake_with_source: ImportLake,
+) -> None:
+    t = lake_with_source
+    main = t.repo.branch("main")
+    before = main.head()
+    seen: list[int] = []
+
+    result = main.import_objects(t.source_uri, prefix="raw/", progress=seen.append)
+
+    assert (result.count, result.bytes) == (len(OBJECTS), sum(map(len, OBJECTS.values())))
+    assert result.commit is not None and result.commit.parents == (before.id,)
+    assert main.head().id == result.commit.id and seen == [len(OBJECTS)]
+    assert result.commit.metadata[imports.SOURCE_KEY] == t.source_uri
+    assert result.commit.metadata[imports.PREFIX_KEY] == "raw/"
+    entries = {e.path: e for e in main.list()}
+    assert set(entries) == {f"raw/{key}" for key in OBJECTS}
+    for key, data in OBJECTS.items():
+        entry = entries[f"raw/{key}"]
+        assert entry.address == t.source_uri + key
+        assert entry.size == len(data) and entry.checksum.startswith("etag:")
+        assert t.repo.ref(result.commit.id).read(f"raw/{key}") == data
+        with t.repo.ref("main").open(f"raw/{key}") as f:
+            f.seek(1)
+            assert f.read() == data[1:]
+    namespace = t.lake.graveler.objects(t.repo.storage_namespace)
+    assert list(namespace.list_objects("data/")) == []
+    assert list(main.uncommitted()) == []
+
+
+def test_running_it_again_converges_and_a_rewritten_object_is_one_change(
+    lake_with_source: ImportLake,
+) -> None:
+    t = lake_with_source
+    main = t.repo.branch("main")
+    first = main.import_objects(t.source_uri, prefix="raw")
+    assert first.commit is not None
+
+    again = main.import_objects(t.source_uri, prefix="raw/")
+    assert again.commit is None and again.count == len(OBJECTS)
+    assert main.head().id == first.commit.id
+
+    t.source.put("a.csv", b"x,y\n3,4\n5,6\n")
+    third = main.import_objects(t.source_uri, prefix="raw/")
+    assert third.commit is not None
+    changes = list(t.repo.diff(first.commit.id, third.commit.id))
+    assert [(c.path, c.type) for c in changes] == [("raw/a.csv", "changed")]
+    assert t.repo.ref("main").read("raw/a.csv") == b"x,y\n3,4\n5,6\n"
+
+
+def test_uncommitted_changes_stay_staged_above_the_import(lake_with_source: ImportLake) -> None:
+    t = lake_with_source
+    main = t.repo.branch("main")
+    main.upload("mine.txt", b"mine")
+    main.upload("raw/a.csv", b"staged wins")
+
+    result = main.import_objects(t.source_uri, prefix="raw/")
+
+    assert result.commit is not None
+    assert {c.path for c in main.uncommitted()} == {"mine.txt", "raw/a.csv"}
+    assert main.read("raw/a.csv") == b"staged wins"
+    assert t.repo.ref(result.commit.id).read("raw/a.csv") == OBJECTS["a.csv"]
+    assert [e.path for e in t.repo.ref(result.commit.id).list("mine")] == []
+
+
+def test_a_copy_of_an_imported_object_shares_its_address(lake_with_source: ImportLake) -> None:
+    t = lake_with_source
+    main = t.repo.branch("main")
+    main.import_objects(t.source_uri, prefix="raw/")
+
+    copied = main.copy("raw/a.csv", "copy.csv")
+
+    assert copied.address == t.source_uri + "a.csv"
+    assert main.read("copy.csv") == OBJECTS["a.csv"]
+
+
+def test_sources_overlapping_a_namespace_are_refused_and_nothing_changes(
+    lake_with_source: ImportLake, tmp_path: Path
+) -> None:
+    t = lake_with_source
+    main = t.repo.branch("main")
+    ns = t.repo.storage_namespace
+    other = t.lake.create_repository("other", f"{t.source_uri}inner-ns")
+    head = main.head().id
+    t.lake.graveler.objects(ns).put("data/x/y", b"z")
+
+    for source in (ns, f"{ns}/data/", ns.rsplit("/", 1)[0], t.source_uri):
+        with pytest.raises(InvalidImportSource, match="overlaps the storage namespace"):
+            main.import_objects(source)
+    t.lake.delete_repository(other.name)
+    hostile: list[object] = ["http://example.com/x/", "s3://", "file:relative/", 42]
+    for bad in hostile:
+        with pytest.raises(InvalidImportSource):
+            main.import_objects(bad)  # type: ignore[arg-type]
+    assert main.head().id == head and list(main.uncommitted()) == []
+
+
+def test_a_missing_or_empty_prefix_is_not_found(
+    lake_with_source: ImportLake, tmp_path: Path
+) -> None:
+    t = lake_with_source
+    main = t.repo.branch("main")
+    head = main.head().id
+    empty = t.source_uri + "nothing-here/"
+    if empty.startswith("file://"):
+        (tmp_path / "existing" / "nothing-here").mkdir()
+    for source in (empty, t.source_uri + "absent/", f"file://{tmp_path}/absent/"):
+        with pytest.raises(NotFound):
+            main.import_objects(source)
+    gone = t.repo.create_branch("gone")
+    t.repo.delete_branch("gone")
+    with pytest.raises(NotFound, match="gone"):
+        gone.import_objects(t.source_uri)
+    assert main.head().id == head
+
+
+def test_invalid_prefixes_and_metadata_are_refused_before_listing(
+    lake_with_source: ImportLake,
+) -> None:
+    main = lake_with_source.repo.branch("main")
+    head = main.head().id
+    for prefix in ("a\x00b", "\udcff", 7):
+        with pytest.raises(InvalidArgument):
+            main.import_objects(lake_with_source.source_uri, prefix=prefix)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match="metadata"):
+        main.import_objects(lake_with_source.source_uri, metadata={"k": 1})  # type: ignore[dict-item]
+    assert main.head().id == head
+
+
+@pytest.mark.s3
+def test_hostile_s3_keys(s3_server: S3Server, s3_bucket: str, tmp_path: Path) -> None:
+    """Keys with control characters and of 800 characters import and read back; keys no
+    Branchwater listing can address (`..` or empty segments, folder markers) are left out."""
+    with Lake.connect(f"sqlite:///{tmp_path}/lake.db", s3_options=s3_server.options) as lake:
+        repo = lake.create_repository("sales", f"s3://{s3_bucket}/ns")
+        bucket = lake.graveler.objects(f"s3://{s3_bucket}")
+        client = bucket._client
+        long_key = "src/" + "/".join(["k" * 200] * 4)
+        keys = {long_key: b"long", "src/tab\tnew\nline": b"ctl", "src/ok": b"ok"}
+        for key, data in keys.items():
+            client.put_object(Bucket=s3_bucket, Key=key, Body=data)
+        for key in ("src/../escape", "src/a//b", "src/folder/"):
+            with contextlib.suppress(ClientError):  # SeaweedFS refuses some of them itself
+                client.put_object(Bucket=s3_bucket, Key=key, Body=b"left out")
+
+        result = repo.branch("main").import_objects(f"s3://{s3_bucket}/src/", prefix="in/")
+
+        listed = {info.key for info in bucket.list_objects("src/")}
+        assert result.count == len(listed) and set(keys) <= listed
+        for key, data in keys.items():
+            assert repo.ref("main").read("in/" + key.removeprefix("src/")) == data
+        paths = [entry.path for entry in repo.ref("main").list()]
+        assert not [p for p in paths if "/../" in p or "//" in p or p.endswith("/")]
+
+
+def test_a_local_file_name_that_is_no_path_fails_the_import_with_nothing_committed(
+    tmp_path: Path,
+) -> None:
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "good").write_bytes(b"good")
+    os.close(os.open(bytes(source) + b"/bad-\xff", os.O_CREAT | os.O_WRONLY))
+    with Lake.connect(f"sqlite:///{tmp_path}/lake.db", range_cache_dir="") as lake:
+        repo = lake.create_repository("sales", f"file://{tmp_path}/ns")
+        main = repo.branch("main")
+        head = main.head().id
+        with pytest.raises(InvalidArgument, match="cannot be imported"):
+            main.import_objects(source.as_uri())
+        assert main.head().id == head
+
+
+def test_a_lost_race_lands_the_import_on_the_new_head(lake_with_source: ImportLake) -> None:
+    t = lake_with_source
+    main = t.repo.branch("main")
+    results: list[imports.ImportResult] = []
+    with paused_at("import.after_record") as pause:
+        worker = threading.Thread(
+            target=lambda: results.append(main.import_objects(t.source_uri, prefix="raw/"))
+        )
+        worker.start()
+        pause.wait()
+        main.upload("other.txt", b"other")
+        other = main.commit("meanwhile")
+        pause.release()
+        worker.join()
+
+    commit = results[0].commit
+    assert commit is not None and commit.parents == (other.id,)
+    assert main.head().id == commit.id
+    assert {e.path for e in main.list()} == {"other.txt", *(f"raw/{k}" for k in OBJECTS)}
+
+
+CHILD = """
+import sys
+from branchwater.engine import Lake
+from branchwater.engine.graveler import imports
+imports.BATCH = 1
+kv, options, source = sys.argv[1], eval(sys.argv[2]), sys.argv[3]
+with Lake.connect(kv, s3_options=options, range_cache_dir="") as lake:
+    result = lake.repository("sales").branch("main").import_objects(source, prefix="raw/")
+    print(result.commit.id if result.commit else "none")
+"""
+
+
+@pytest.mark.parametrize("point", ["import.after_batch", "import.after_record"])
+def test_a_killed_import_run_again_ends_as_one_uninterrupted_import(
+    lake_with_source: ImportLake, point: str
+) -> None:
+    t = lake_with_source
+    main = t.repo.branch("main")
+    base = main.head().id
+    t.repo.create_branch("twin", source="main")
+    expected = t.repo.branch("twin").import_objects(t.source_uri, prefix="raw/").commit
+    assert expected is not None
+    args = [sys.executable, "-c", CHILD, t.kv_url, repr(t.s3_options), t.source_uri]
+    env = {**os.environ, "BRANCHWATER_FAILPOINTS": f"{point}=kill"}
+
+    killed = subprocess.run(args, env=env, capture_output=True, timeout=120)
+    assert killed.returncode == -9, killed.stderr.decode()
+    assert main.head().id == base
+
+    rerun = subprocess.run(args, capture_output=True, text=True, timeout=120, check=True)
+
+    head = main.head()
+    assert rerun.stdout.strip() == head.id and head.parents == (base,)
+    assert head.metarange_id == expected.metarange_id
+    assert list(main.uncommitted()) == []
