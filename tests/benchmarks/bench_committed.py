@@ -85,14 +85,18 @@ def make_entries(count: int, seed: int) -> list[Entry]:
 
 def make_changes(entries: list[Entry], count: int, seed: int, spread: str) -> list[ChangeItem]:
     """`scattered`: uniformly random rows, the worst case for reuse (most ranges get one);
-    `clustered`: consecutive rows, as when a job rewrites one partition."""
+    `clustered`: consecutive rows, as when a job rewrites one partition. Each change is new
+    content (a new checksum): a new address alone is the same object, which `apply` keeps."""
     rng = random.Random(seed)
     if spread == "clustered":
         first = rng.randrange(len(entries) - count + 1)
         picked = list(range(first, first + count))
     else:
         picked = sorted(rng.sample(range(len(entries)), count))
-    return [(entries[i].path, entries[i]._replace(address=f"data/new/{i:012d}")) for i in picked]
+    return [
+        (entries[i].path, entries[i]._replace(address=f"data/new/{i:012d}", checksum=f"{i:032x}"))
+        for i in picked
+    ]
 
 
 def merged(base: Iterator[Entry], changes: list[ChangeItem]) -> Iterator[Entry]:
