@@ -95,6 +95,10 @@ class InvalidArgument(BranchwaterError, ValueError):
     """An argument has the wrong type or an impossible value."""
 
 
+class ReadOnlyRef(BranchwaterError, PermissionError):
+    """A write names a tag, a commit id or `ref~N`: only branches take writes."""
+
+
 class BranchProtected(BranchwaterError):
     """A branch's protection rule refuses the operation; `rule` names the rule
     (`no_direct_writes`, `no_delete`, `no_reset`, `required_checks`) and `pattern` the

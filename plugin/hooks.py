@@ -24,7 +24,7 @@ from branchwater.plugin.ui.paths import default_link_template
 if TYPE_CHECKING:
     from airflow.sdk import Connection
 
-    from branchwater.engine import CompactionPolicy, Lake, Repository
+    from branchwater.engine import BranchwaterFileSystem, CompactionPolicy, Lake, Repository
     from branchwater.engine.gc.runs.files import RunSummary
 
 CONN_TYPE = "branchwater"
@@ -196,6 +196,14 @@ class BranchwaterHook(BaseHook):
         lake, self._lake = self._lake, None
         if lake is not None:
             lake.close()
+
+    def filesystem(self) -> BranchwaterFileSystem:
+        """The `branchwater://` fsspec filesystem on this hook's lake (and S3 credentials):
+        pandas, Polars, pyarrow and DuckDB read any ref through it, and write to branches.
+        Not kept in fsspec's instance cache, which would hold the lake past `close`."""
+        from branchwater.engine import BranchwaterFileSystem
+
+        return BranchwaterFileSystem(lake=self.get_conn(), skip_instance_cache=True)
 
     def repository(self, name: str) -> Repository:
         return self.get_conn().repository(name)

@@ -32,6 +32,7 @@ LAYERS: dict[str, int] = {
     "cli": 6,
     "demo": 6,
     "walkthrough": 6,
+    "filesystem": 6,
 }
 """The layer of each top-level engine module or package; a higher number sits above."""
 

@@ -1,8 +1,15 @@
 """What the SQLite and PostgreSQL drivers share: the table, the statements, the connections.
 
 SQLModel/SQLAlchemy own the schema and the connecting; the hot paths run precompiled SQL
-strings straight on a per-thread DBAPI cursor, because a metadata operation is a single
+strings straight on a pooled DBAPI cursor, because a metadata operation is a single
 statement and any per-call ORM or Core work would cost more than the statement itself.
+
+Connections are pooled per store, not kept per thread: each statement takes an idle one
+and gives it back. pyarrow and DuckDB call Python (a `branchwater://` filesystem) from
+native threads with a thread state made and torn down around every call; anything a
+`threading.local` held would be released inside that teardown, where closing a connection
+crashes the interpreter. A pooled connection is only ever closed by ordinary code: `close`,
+a lost session replaced, or a return to a pool that holds `MAX_IDLE` already.
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ CHUNKS_PER_HOUSEKEEPING = 16
 BUSY_TIMEOUT_SECONDS = 30.0
 BUSY_FIRST_DELAY = 0.0001
 BUSY_MAX_DELAY = 0.002
+MAX_IDLE = 32
+"""Idle connections a store keeps after a burst of threads; more are closed as they return."""
 
 T = TypeVar("T")
 
@@ -104,11 +113,11 @@ class Cursor(Protocol):
     def fetchall(self) -> list[Any]: ...
 
 
-class _ThreadConnection:
-    """A thread's own DBAPI connection and reusable cursor.
+class _Connection:
+    """A pooled DBAPI connection and its reusable cursor, used by one statement at a time.
 
-    A finalizer closes the connection when the owning thread ends and drops its
-    `threading.local`, so short-lived threads do not leak connections.
+    The finalizer closes it when it is dropped (at `close`, or with its store); `alive`
+    says it has not been closed.
     """
 
     __slots__ = ("__weakref__", "cursor", "dbapi", "finalizer", "pooled")
@@ -140,8 +149,8 @@ class SQLStore(Store):
         """The store's URL with any password masked: it ends up in logs and reprs."""
         self._engine = engine
         self._sql = sql
-        self._local = threading.local()
-        self._connections: weakref.WeakSet[_ThreadConnection] = weakref.WeakSet()
+        self._idle: list[_Connection] = []
+        self._connections: weakref.WeakSet[_Connection] = weakref.WeakSet()
         self._lock = threading.Lock()
         _LIVE_STORES.add(self)
 
@@ -161,37 +170,53 @@ class SQLStore(Store):
         """In a forked child, make sure closing an inherited connection cannot reach the
         parent's session (drivers with a network session override this)."""
 
-    def _cursor(self) -> Cursor:
+    def _take(self) -> _Connection:
+        """An idle connection (list pops are atomic), else a new one."""
         try:
-            return self._local.conn.cursor
-        except AttributeError:
-            return self._connect().cursor
+            return self._idle.pop()
+        except IndexError:
+            return self._connect()
 
-    def _connect(self) -> _ThreadConnection:
+    def _give(self, conn: _Connection) -> None:
+        if not conn.finalizer.alive:
+            return
+        if len(self._idle) < MAX_IDLE:
+            self._idle.append(conn)
+        else:
+            conn.finalizer()
+
+    def _connect(self) -> _Connection:
         try:
             pooled = self._engine.raw_connection()
-            conn = _ThreadConnection(pooled, self._open_cursor(pooled.driver_connection))
+            conn = _Connection(pooled, self._open_cursor(pooled.driver_connection))
         except Exception as exc:
             raise self._failure(exc) from exc
         with self._lock:
             self._connections.add(conn)
-        self._local.conn = conn
         return conn
 
-    def _recover(self, exc: Exception, idempotent: bool) -> Cursor:
-        """After a failure, a fresh cursor to retry on, or the typed error if retrying is wrong.
+    def _drop_if_broken(self, conn: _Connection, exc: Exception) -> None:
+        """Close a lost connection so a retry gets a fresh one; any other failure is the
+        statement's own and raises its typed error.
 
         Only a lost connection is worth retrying, and only for statements that may run
         twice: a conditional write whose reply was lost may have been applied already.
         """
-        conn = getattr(self._local, "conn", None)
-        if conn is None or not self._is_broken(conn.dbapi):
+        if not self._is_broken(conn.dbapi):
             raise self._failure(exc) from exc
-        del self._local.conn
         conn.finalizer()
-        if not idempotent:
+
+    def _once(self, sql: str, params: Sequence[Any], fetch: Callable[[Cursor], T]) -> T:
+        """The statement on a fresh try, its failure final."""
+        conn = self._take()
+        try:
+            return fetch(conn.cursor.execute(sql, params))
+        except self._errors as exc:
+            with contextlib.suppress(BranchwaterError):
+                self._drop_if_broken(conn, exc)
             raise self._failure(exc) from exc
-        return self._cursor()
+        finally:
+            self._give(conn)
 
     def _is_busy(self, exc: Exception) -> bool:
         """Whether the database refused a statement only because another writer holds the
@@ -199,30 +224,32 @@ class SQLStore(Store):
         return False
 
     def _fetch(self, sql: str, params: Sequence[Any], fetch: Callable[[Cursor], T]) -> T:
+        conn = self._take()
         try:
-            return fetch(self._cursor().execute(sql, params))
+            return fetch(conn.cursor.execute(sql, params))
         except self._errors as exc:
             if self._is_busy(exc):
-                return fetch(self._when_free(sql, params))
-            cursor = self._recover(exc, idempotent=True)
-        try:
-            return fetch(cursor.execute(sql, params))
-        except self._errors as exc:
-            raise self._failure(exc) from exc
+                return fetch(self._when_free(conn.cursor, sql, params))
+            self._drop_if_broken(conn, exc)
+        finally:
+            self._give(conn)
+        return self._once(sql, params, fetch)
 
     def _write(self, sql: str, params: Sequence[Any], idempotent: bool) -> int:
+        conn = self._take()
         try:
-            return self._cursor().execute(sql, params).rowcount
+            return conn.cursor.execute(sql, params).rowcount
         except self._errors as exc:
             if self._is_busy(exc):
-                return self._when_free(sql, params).rowcount
-            cursor = self._recover(exc, idempotent)
-        try:
-            return cursor.execute(sql, params).rowcount
-        except self._errors as exc:
-            raise self._failure(exc) from exc
+                return self._when_free(conn.cursor, sql, params).rowcount
+            self._drop_if_broken(conn, exc)
+            if not idempotent:
+                raise self._failure(exc) from exc
+        finally:
+            self._give(conn)
+        return self._once(sql, params, _rowcount)
 
-    def _when_free(self, sql: str, params: Sequence[Any]) -> Cursor:
+    def _when_free(self, cursor: Cursor, sql: str, params: Sequence[Any]) -> Cursor:
         """Run a statement refused as busy again, backing off from a tenth of a millisecond.
 
         SQLite's own busy handler sleeps 1, 2, 5, 10 ms and more between tries, so a writer
@@ -231,7 +258,6 @@ class SQLStore(Store):
         """
         deadline = time.monotonic() + BUSY_TIMEOUT_SECONDS
         delay = BUSY_FIRST_DELAY
-        cursor = self._cursor()
         while True:
             time.sleep(delay)
             try:
@@ -300,7 +326,7 @@ class SQLStore(Store):
     def close(self) -> None:
         with self._lock:
             connections, self._connections = list(self._connections), weakref.WeakSet()
-        self._local = threading.local()
+        self._idle = []
         for conn in connections:
             conn.finalizer()
         self._engine.dispose()
@@ -316,7 +342,7 @@ class SQLStore(Store):
             self._disown(conn.dbapi)
             _INHERITED.append(conn)
         self._connections = weakref.WeakSet()
-        self._local = threading.local()
+        self._idle = []
         self._lock = threading.Lock()
         self._engine.dispose(close=False)
 
@@ -333,8 +359,12 @@ def _fetchall(cursor: Cursor) -> list[Any]:
     return cursor.fetchall()
 
 
+def _rowcount(cursor: Cursor) -> int:
+    return cursor.rowcount
+
+
 _LIVE_STORES: weakref.WeakSet[SQLStore] = weakref.WeakSet()
-_INHERITED: list[_ThreadConnection] = []
+_INHERITED: list[_Connection] = []
 
 
 def _after_fork_in_child() -> None:

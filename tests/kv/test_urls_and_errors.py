@@ -131,13 +131,13 @@ def test_postgres_reconnects_after_its_session_is_killed(postgres_url: str) -> N
 
     with open_store(f"{postgres_url}?table={unique_name('kv_')}") as store:
         store.set(b"p", b"k", b"v")
-        backend = store._local.conn.dbapi.info.backend_pid  # type: ignore[attr-defined]
+        backend = store._idle[-1].dbapi.info.backend_pid  # type: ignore[attr-defined]
         with psycopg.connect(postgres_url, autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
         assert store.get(b"p", b"k").value == b"v"
         store.set(b"p", b"k", b"after")
         assert store.get(b"p", b"k").value == b"after"
-        assert store._local.conn.dbapi.info.backend_pid != backend  # type: ignore[attr-defined]
+        assert store._idle[-1].dbapi.info.backend_pid != backend  # type: ignore[attr-defined]
 
 
 def test_dynamodb_unreachable_endpoint_is_unavailable_quickly() -> None:
@@ -187,7 +187,7 @@ def test_postgres_conditional_write_on_a_lost_session_is_not_retried(postgres_ur
 
     with open_store(f"{postgres_url}?table={unique_name('kv_')}") as store:
         store.set(b"p", b"k", b"v")
-        backend = store._local.conn.dbapi.info.backend_pid  # type: ignore[attr-defined]
+        backend = store._idle[-1].dbapi.info.backend_pid  # type: ignore[attr-defined]
         with psycopg.connect(postgres_url, autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
         with pytest.raises(Unavailable) as caught:

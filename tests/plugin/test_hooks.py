@@ -55,6 +55,29 @@ def test_the_lake_opens_on_first_use_once_per_hook(lake_conn: LakeConnection) ->
     hook.close()
 
 
+def test_the_filesystem_reads_and_writes_the_connections_lake(
+    lake_conn: LakeConnection, repo: Repository
+) -> None:
+    """What a task does with the commit an upstream merge pushed: pandas reads `main` at it
+    through `branchwater://`, and writes to a branch stage there."""
+    import pandas as pd
+
+    hook = BranchwaterHook()
+    try:
+        fs = hook.filesystem()
+        assert fs.lake is hook.get_conn()
+        fs.pipe(f"{repo.name}/main/orders.csv", b"id\n1\n2\n")
+        merged = repo.branch("main").commit("orders").id
+        fs.pipe(f"{repo.name}/main/orders.csv", b"id\n3\n")
+        with fs.open(f"{repo.name}/{merged}/orders.csv") as f:
+            assert pd.read_csv(f)["id"].tolist() == [1, 2]
+        assert fs.cat(f"{repo.name}/main/orders.csv") == b"id\n3\n"
+        hook.close()
+        assert hook.filesystem().lake is not fs.lake
+    finally:
+        hook.close()
+
+
 def test_the_connection_test_lists_repositories(
     lake_conn: LakeConnection, repo: Repository
 ) -> None:
@@ -198,6 +221,7 @@ def test_s3_namespaces_use_the_aws_connections_credentials(
     main.upload("a.csv", b"a")
     main.commit("a")
     assert hook.repository("on-s3").ref("main").read("a.csv") == b"a"
+    assert hook.filesystem().cat("on-s3/main/a.csv") == b"a"
     hook.close()
     keys = [o["Key"] for o in s3_server.client().list_objects_v2(Bucket=s3_bucket)["Contents"]]
     assert any(key.startswith("lakes/on-s3/data/") for key in keys)

@@ -1,0 +1,561 @@
+"""`branchwater://REPO/REF/PATH`: the lake as an fsspec filesystem, over the public API.
+
+pandas, Polars, pyarrow datasets and DuckDB read any ref through it (REF: a branch, a tag, a
+commit id, `main~2`; a branch whose name holds `/` is written with `%2F`); reads at a branch
+see its uncommitted changes, and on a branch `open(…, "wb")`, `pipe`, `put`, `rm` and `cp`
+stage changes. Every read goes from the KV store straight to the physical object (`Ref.open`:
+ranged reads, no copy), so it costs what reading that object costs.
+
+`fs.transaction` writes to a branch of its own per branch it touches, made from that branch's
+HEAD, and on success commits it and merges it in (a fast-forward: one commit); on failure it
+deletes it, so the branch was never staged on. The filesystem is safe to call from any thread,
+native reader threads included: it keeps no per-thread state of its own, and the KV store's
+connections outlive the thread states that used them (see `branchwater.engine.kv.sql`).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+import threading
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import suppress
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, BinaryIO
+from urllib.parse import quote, unquote
+
+from fsspec.spec import AbstractFileSystem
+from fsspec.transaction import Transaction
+from fsspec.utils import tokenize
+
+from branchwater.engine.api import DEFAULT_KV_URL, Branch, Lake, Ref, Repository
+from branchwater.engine.errors import (
+    DirtyBranch,
+    InvalidArgument,
+    InvalidName,
+    NotFound,
+    ReadOnlyRef,
+)
+from branchwater.engine.graveler.model import Commit, Entry
+
+PROTOCOL = "branchwater"
+KV_URL_ENV = "BRANCHWATER_KV_URL"
+SPOOL_BYTES = 8 << 20
+"""What a file written through `open(…, "wb")` holds in memory before spilling to a
+temporary file; it is uploaded, streamed, when closed."""
+TRANSACTION_PREFIX = "fsspec-tx/"
+"""Branches a transaction writes to are named `fsspec-tx/<hex>`; one left behind belongs to a
+process killed mid-transaction and can be deleted."""
+LAST = "\U0010ffff"
+"""Sorts after every character a path can hold: listing after `dir/` + LAST skips `dir/`."""
+
+Info = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Location:
+    """A `REPO/REF/PATH` split: `ref` as the path spells it (quoted), `key` the object path."""
+
+    repository: str
+    ref: str = ""
+    key: str = ""
+
+    @property
+    def ref_name(self) -> str:
+        return unquote(self.ref)
+
+    def name(self, key: str) -> str:
+        return "/".join(part for part in (self.repository, self.ref, key) if part)
+
+
+def parse(path: str) -> Location:
+    """`REPO[/REF[/PATH]]` (protocol already stripped) into its parts."""
+    repository, _, rest = path.strip("/").partition("/")
+    ref, _, key = rest.partition("/")
+    return Location(repository, ref, key)
+
+
+_LAKES: dict[tuple[int, str, str], Lake] = {}
+_LAKES_LOCK = threading.Lock()
+
+
+def shared_lake(kv_url: str, s3_options: Mapping[str, str | None] | None) -> Lake:
+    """One lake per KV URL and S3 options in a process: fsspec caches a filesystem per thread,
+    and each must not open connections of its own."""
+    key = (os.getpid(), kv_url, tokenize(dict(s3_options or {})))
+    with _LAKES_LOCK:
+        lake = _LAKES.get(key)
+        if lake is None:
+            lake = _LAKES[key] = Lake.connect(kv_url, s3_options=s3_options)
+        return lake
+
+
+class BranchwaterFileSystem(AbstractFileSystem):
+    """fsspec's filesystem for `branchwater://REPO/REF/PATH`.
+
+    `kv_url` (default `$BRANCHWATER_KV_URL`, else the CLI's default lake) and `s3_options`
+    open a lake shared by every filesystem with the same ones in the process; `lake=` uses an
+    open `Lake` instead. Missing paths raise `FileNotFoundError`; writes to a ref that is not
+    a branch raise `ReadOnlyRef` (a `PermissionError`).
+    """
+
+    protocol = PROTOCOL
+    root_marker = ""
+
+    def __init__(
+        self,
+        kv_url: str | None = None,
+        *,
+        lake: Lake | None = None,
+        s3_options: Mapping[str, str | None] | None = None,
+        **storage_options: Any,
+    ) -> None:
+        super().__init__(**storage_options)
+        if lake is not None and (kv_url is not None or s3_options is not None):
+            raise InvalidArgument("pass either lake= or kv_url=/s3_options=, not both")
+        if lake is None:
+            url = kv_url or os.environ.get(KV_URL_ENV) or DEFAULT_KV_URL
+            lake = shared_lake(url, s3_options)
+        self.lake = lake
+
+    @classmethod
+    def clear_instance_cache(cls) -> None:
+        """Forget the cached filesystems and close the lakes they share (`kv_url=` ones; a
+        `lake=` passed in stays its owner's to close)."""
+        super().clear_instance_cache()
+        with _LAKES_LOCK:
+            lakes = list(_LAKES.values())
+            _LAKES.clear()
+        for lake in lakes:
+            lake.close()
+
+    @property
+    def fsid(self) -> str:
+        return f"{PROTOCOL}-{self._fs_token}"
+
+    # Resolving paths
+
+    def _repository(self, name: str) -> Repository:
+        try:
+            return self.lake.repository(name)
+        except (NotFound, InvalidName) as exc:
+            raise FileNotFoundError(f"{PROTOCOL}://{name}: {exc}") from exc
+
+    def _ref(self, loc: Location) -> Ref:
+        """The ref a location reads at; inside a transaction, a branch it wrote to is read at
+        the transaction's branch, so its writes are visible to it."""
+        repo = self._repository(loc.repository)
+        name = self._transaction_branch(repo.name, loc.ref_name) or loc.ref_name
+        try:
+            return repo.branch(name)
+        except (NotFound, InvalidName):
+            pass
+        try:
+            return repo.ref(name)
+        except (NotFound, InvalidName) as exc:
+            raise FileNotFoundError(f"{PROTOCOL}://{loc.name('')}: {exc}") from exc
+
+    def _branch(self, path: str) -> tuple[Branch, str]:
+        """The branch a write stages on (inside a transaction, its own) and the object path."""
+        loc = parse(self._strip_protocol(path))
+        if not loc.key:
+            raise InvalidArgument(f"{PROTOCOL}://{loc.name('')} is not an object path")
+        repo = self._repository(loc.repository)
+        try:
+            branch = repo.branch(loc.ref_name)
+        except (NotFound, InvalidName):
+            self._ref(loc)
+            raise ReadOnlyRef(
+                f"{loc.ref_name!r} of repository {repo.name!r} is not a branch: tags, commit "
+                "ids and ref~N are read-only; write to a branch"
+            ) from None
+        if self._intrans and isinstance(self.transaction, BranchwaterTransaction):
+            branch = self.transaction.branch_for(branch)
+        return branch, loc.key
+
+    def _transaction_branch(self, repository: str, branch: str) -> str | None:
+        tx = self._transaction
+        if not self._intrans or not isinstance(tx, BranchwaterTransaction):
+            return None
+        return tx.started.get((repository, branch))
+
+    def _entry(self, path: str) -> tuple[Location, Ref, Entry]:
+        loc = parse(self._strip_protocol(path))
+        if not loc.key:
+            raise IsADirectoryError(f"{PROTOCOL}://{loc.name('')} is a directory")
+        ref = self._ref(loc)
+        try:
+            return loc, ref, ref.stat(loc.key)
+        except NotFound as exc:
+            raise FileNotFoundError(f"{PROTOCOL}://{loc.name(loc.key)}: {exc}") from exc
+
+    # Reading
+
+    def info(self, path: str, **kwargs: Any) -> Info:
+        loc = parse(self._strip_protocol(path))
+        if not loc.repository:
+            return _directory("")
+        if not loc.ref:
+            return _directory(self._repository(loc.repository).name)
+        ref = self._ref(loc)
+        if not loc.key:
+            return _directory(loc.name(""))
+        with suppress(NotFound):
+            return _file_info(loc, ref.stat(loc.key))
+        if next(iter(ref.list(loc.key.rstrip("/") + "/")), None) is not None:
+            return _directory(loc.name(loc.key.rstrip("/")))
+        raise FileNotFoundError(f"{PROTOCOL}://{loc.name(loc.key)}: no such object or folder")
+
+    def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Info] | list[str]:
+        loc = parse(self._strip_protocol(path))
+        infos = self._ls(loc)
+        infos.sort(key=lambda info: info["name"])
+        return infos if detail else [info["name"] for info in infos]
+
+    def _ls(self, loc: Location) -> list[Info]:
+        if not loc.repository:
+            return [_directory(r.name) for r in self.lake.repositories()]
+        if not loc.ref:
+            repo = self._repository(loc.repository)
+            refs = [b.name for b in repo.branches()] + [t.name for t in repo.tags()]
+            return [_directory(f"{repo.name}/{quote(name, safe='~^')}") for name in set(refs)]
+        ref = self._ref(loc)
+        folder = loc.key.rstrip("/")
+        if folder:
+            with suppress(NotFound):
+                return [_file_info(loc, ref.stat(folder))]
+        children = list(_children(ref, folder + "/" if folder else "", loc))
+        if not children and folder:
+            raise FileNotFoundError(f"{PROTOCOL}://{loc.name(folder)}: no such object or folder")
+        return children
+
+    def find(
+        self,
+        path: str,
+        maxdepth: int | None = None,
+        withdirs: bool = False,
+        detail: bool = False,
+        **kwargs: Any,
+    ) -> list[str] | dict[str, Info]:
+        """Every object under `path` from one flat listing (folders derived from it)."""
+        if maxdepth is not None and maxdepth < 1:
+            raise ValueError("maxdepth must be at least 1")
+        loc = parse(self._strip_protocol(path))
+        if not loc.ref:
+            return super().find(path, maxdepth, withdirs, detail, **kwargs)
+        ref = self._ref(loc)
+        folder = loc.key.rstrip("/")
+        found: dict[str, Info] = {}
+        if folder:
+            with suppress(NotFound):
+                entry = ref.stat(folder)
+                found[loc.name(folder)] = _file_info(loc, entry)
+        prefix = folder + "/" if folder else ""
+        for entry in ref.list(prefix):
+            rest = entry.path[len(prefix) :].split("/")
+            if maxdepth is not None and len(rest) > maxdepth:
+                if withdirs:
+                    rest = rest[:maxdepth]
+                    _add_folders(found, loc, prefix, rest, len(rest))
+                continue
+            if withdirs:
+                _add_folders(found, loc, prefix, rest, len(rest) - 1)
+            found[loc.name(entry.path)] = _file_info(loc, entry)
+        if withdirs and folder and found and loc.name(folder) not in found:
+            found[loc.name(folder)] = _directory(loc.name(folder))
+        names = sorted(found)
+        if detail:
+            return {name: found[name] for name in names}
+        return names
+
+    def _open(
+        self,
+        path: str,
+        mode: str = "rb",
+        block_size: int | None = None,
+        autocommit: bool = True,
+        cache_options: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        if mode == "rb":
+            loc, ref, entry = self._entry(path)
+            return _reader(ref.open(entry.path), loc.name(entry.path), entry.size)
+        if mode in ("wb", "xb"):
+            if mode == "xb" and self.exists(path):
+                raise FileExistsError(f"{PROTOCOL}://{self._strip_protocol(path)} exists")
+            branch, key = self._branch(path)
+            return WriteFile(branch, key, self._strip_protocol(path))
+        raise InvalidArgument(f"mode {mode!r} is not supported: use 'rb', 'wb' or 'xb'")
+
+    def cat_file(
+        self, path: str, start: int | None = None, end: int | None = None, **kwargs: Any
+    ) -> bytes:
+        _, ref, entry = self._entry(path)
+        begin, stop = _bounds(start, end, entry.size)
+        with ref.open(entry.path) as f:
+            f.seek(begin)
+            return f.read(max(0, stop - begin))
+
+    def checksum(self, path: str) -> int:
+        """The content identity (size, SHA-256, metadata): equal for equal objects."""
+        return int(self.ukey(path), 16)
+
+    def ukey(self, path: str) -> str:
+        """A key that changes exactly when the object's content or metadata does; at a commit
+        id it never changes, so a cache keyed on it (fsspec's `filecache::`) stays valid."""
+        _, _, entry = self._entry(path)
+        return tokenize(*entry.identity())
+
+    def modified(self, path: str) -> datetime:
+        return self._entry(path)[2].mtime
+
+    # Writing (on branches)
+
+    def pipe_file(self, path: str, value: bytes, mode: str = "overwrite", **kwargs: Any) -> None:
+        if mode == "create" and self.exists(path):
+            raise FileExistsError(f"{PROTOCOL}://{self._strip_protocol(path)} exists")
+        branch, key = self._branch(path)
+        branch.upload(key, value)
+
+    def put_file(
+        self, lpath: str, rpath: str, callback: Any = None, mode: str = "overwrite", **kwargs: Any
+    ) -> None:
+        if os.path.isdir(lpath):
+            return
+        if mode == "create" and self.exists(rpath):
+            raise FileExistsError(f"{PROTOCOL}://{self._strip_protocol(rpath)} exists")
+        branch, key = self._branch(rpath)
+        branch.upload(key, Path(lpath))
+
+    def cp_file(self, path1: str, path2: str, **kwargs: Any) -> None:
+        """Within one branch a copy of the entry (`Branch.copy`); from another ref or
+        repository, the object streamed to a new one."""
+        src, dst = parse(self._strip_protocol(path1)), parse(self._strip_protocol(path2))
+        branch, key = self._branch(path2)
+        if src.repository == dst.repository and src.ref == dst.ref:
+            try:
+                branch.copy(src.key, key)
+                return
+            except NotFound as exc:
+                raise FileNotFoundError(f"{PROTOCOL}://{src.name(src.key)}: {exc}") from exc
+        _, ref, entry = self._entry(path1)
+        with ref.open(entry.path) as f:
+            branch.upload(key, f, metadata=entry.metadata)
+
+    def rm_file(self, path: str) -> None:
+        branch, key = self._branch(path)
+        branch.delete(key)
+
+    def rm(self, path: Any, recursive: bool = False, maxdepth: int | None = None) -> None:
+        """Stage a delete of every object `path` expands to (folders are implicit)."""
+        paths = path if isinstance(path, list) else [path]
+        for name in self.expand_path(paths, recursive=recursive, maxdepth=maxdepth):
+            if self.info(name)["type"] == "file":
+                self.rm_file(name)
+
+    def mkdir(self, path: str, create_parents: bool = True, **kwargs: Any) -> None:
+        """Folders exist through the objects under them: nothing to do."""
+
+    def makedirs(self, path: str, exist_ok: bool = False) -> None:
+        """Folders exist through the objects under them: nothing to do."""
+
+    def rmdir(self, path: str) -> None:
+        """Folders vanish with their last object: nothing to do."""
+
+
+def _bounds(start: int | None, end: int | None, size: int) -> tuple[int, int]:
+    """fsspec's byte range: `end` exclusive, negative values from the end, clipped."""
+    begin = 0 if start is None else (max(0, size + start) if start < 0 else start)
+    stop = size if end is None else (max(0, size + end) if end < 0 else min(end, size))
+    return min(begin, size), stop
+
+
+def _directory(name: str) -> Info:
+    return {"name": name, "size": 0, "type": "directory"}
+
+
+def _file_info(loc: Location, entry: Entry) -> Info:
+    return {
+        "name": loc.name(entry.path),
+        "size": entry.size,
+        "type": "file",
+        "checksum": entry.checksum,
+        "mtime": entry.mtime,
+        "LastModified": entry.mtime,
+        "metadata": dict(entry.metadata),
+    }
+
+
+def _children(ref: Ref, prefix: str, loc: Location) -> Iterator[Info]:
+    """The objects and folders right under `prefix`: the listing skips over each folder."""
+    after = ""
+    last_folder = None
+    while True:
+        for entry in ref.list(prefix, after=after):
+            head, slash, _ = entry.path[len(prefix) :].partition("/")
+            if not slash:
+                yield _file_info(loc, entry)
+                continue
+            folder = prefix + head
+            if folder != last_folder:
+                last_folder = folder
+                yield _directory(loc.name(folder))
+            after = folder + "/" + LAST
+            break
+        else:
+            return
+
+
+def _add_folders(
+    found: dict[str, Info], loc: Location, prefix: str, parts: list[str], n: int
+) -> None:
+    for depth in range(1, n + 1):
+        folder = loc.name(prefix + "/".join(parts[:depth]))
+        if folder not in found:
+            found[folder] = _directory(folder)
+
+
+def _reader(f: BinaryIO, name: str, size: int) -> BinaryIO:
+    """`Ref.open`'s file with the attributes fsspec readers look for."""
+    f.path = name  # type: ignore[attr-defined]
+    f.size = size  # type: ignore[attr-defined]
+    return f
+
+
+class WriteFile(io.RawIOBase):
+    """A file written to a branch: spooled (memory, then a temporary file) and uploaded,
+    streamed, when closed; an error inside `with`, or a file never closed, uploads nothing."""
+
+    def __init__(self, branch: Branch, key: str, name: str) -> None:
+        super().__init__()
+        self.branch = branch
+        self.key = key
+        self.path = name
+        self.entry: Entry | None = None
+        self._spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)  # noqa: SIM115
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        return self._spool.write(data)
+
+    def tell(self) -> int:
+        return self._spool.tell()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            self._spool.seek(0)
+            self.entry = self.branch.upload(self.key, self._spool)  # type: ignore[arg-type]
+        finally:
+            self._spool.close()
+            super().close()
+
+    def discard(self) -> None:
+        """Close without uploading."""
+        self._spool.close()
+        super().close()
+
+    def commit(self) -> None:
+        """Uploaded when closed; fsspec's transaction calls this afterwards."""
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.discard()
+
+    def __del__(self) -> None:
+        """A file dropped unclosed uploads nothing (a write cut short by an error)."""
+        if not self.closed:
+            self.discard()
+
+
+@dataclass
+class Landed:
+    """What a transaction did to one branch: the commit it landed there."""
+
+    repository: str
+    branch: str
+    commit: Commit
+
+
+@dataclass
+class _Started:
+    repository: Repository
+    target: str
+    branch: Branch
+
+
+class BranchwaterTransaction(Transaction):
+    """`with fs.transaction as tx:`: writes to a branch go to `fsspec-tx/<hex>`, made from
+    its HEAD when the transaction first writes to it (the branch must have nothing
+    uncommitted: `DirtyBranch`). On success each is committed (`tx.message`, `tx.metadata`)
+    and merged into its branch, a fast-forward unless the branch moved meanwhile (then a
+    merge commit; a conflict fails it); `tx.landed` lists the commits. On failure they are
+    deleted: the branches were never staged on. Reads inside see the transaction's writes."""
+
+    def __init__(self, fs: BranchwaterFileSystem, **kwargs: Any) -> None:
+        super().__init__(fs, **kwargs)
+        self.message = "fsspec transaction"
+        self.metadata: dict[str, str] = {}
+        self.landed: list[Landed] = []
+        self._branches: dict[tuple[str, str], _Started] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def started(self) -> dict[tuple[str, str], str]:
+        return {key: s.branch.name for key, s in self._branches.items()}
+
+    def start(self) -> None:
+        super().start()
+        self._branches = {}
+        self.landed = []
+
+    def branch_for(self, target: Branch) -> Branch:
+        repo = target.repository
+        key = (repo.name, target.name)
+        with self._lock:
+            started = self._branches.get(key)
+            if started is None:
+                if next(iter(target.uncommitted()), None) is not None:
+                    raise DirtyBranch(
+                        f"branch {target.name!r} of {repo.name!r} has uncommitted changes: a "
+                        "transaction commits only its own writes, so commit or reset it first"
+                    )
+                name = f"{TRANSACTION_PREFIX}{uuid.uuid4().hex}"
+                branch = repo.create_branch(name, source=target.head().id)
+                started = self._branches[key] = _Started(repo, target.name, branch)
+            return started.branch
+
+    def complete(self, commit: bool = True) -> None:
+        try:
+            super().complete(commit)
+        finally:
+            started, self._branches = list(self._branches.values()), {}
+        try:
+            if commit:
+                for s in started:
+                    self._land(s)
+        finally:
+            for s in started:
+                with suppress(NotFound):
+                    s.repository.delete_branch(s.branch.name)
+
+    def _land(self, s: _Started) -> None:
+        if next(iter(s.branch.uncommitted()), None) is None:
+            return
+        s.branch.commit(self.message, self.metadata)
+        result = s.repository.merge(
+            s.branch.name, into=s.target, message=self.message, metadata=self.metadata
+        )
+        self.landed.append(Landed(s.repository.name, s.target, result.commit))
+
+
+BranchwaterFileSystem.transaction_type = BranchwaterTransaction

@@ -1,0 +1,318 @@
+"""`branchwater://REPO/REF/PATH` follows fsspec's conventions for an object store (`ls`,
+`info`, `find`, `glob`, `open`, `cat`, `put`, `get`, `cp`, `rm`), on SQLite + local files and
+on PostgreSQL + SeaweedFS: reads at any ref, branch reads with their uncommitted changes,
+writes staged on branches only, and transactions that land once or not at all."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import fsspec
+import pytest
+
+from branchwater.engine import (
+    BranchwaterFileSystem,
+    DirtyBranch,
+    InvalidArgument,
+    MergeConflict,
+    ReadOnlyRef,
+)
+from branchwater.engine.filesystem import TRANSACTION_PREFIX
+from tests.filesystem.conftest import FsLake
+
+ROOT = Path(__file__).resolve().parents[2]
+FILES = {
+    "a/x.txt": b"x" * 100,
+    "a/b/y.txt": b"y-content",
+    "a/b/z.txt": b"z-content",
+    "c.txt": b"0123456789",
+}
+
+
+@pytest.fixture
+def tree(fs_lake: FsLake) -> str:
+    """FILES committed on main; returns the commit id."""
+    main = fs_lake.repo.branch("main")
+    for path, data in FILES.items():
+        main.upload(path, data)
+    return main.commit("tree").id
+
+
+def staged(fs_lake: FsLake, branch: str = "main") -> dict[str, str]:
+    return {c.path: c.type for c in fs_lake.repo.branch(branch).uncommitted()}
+
+
+def test_the_protocol_is_declared_as_an_fsspec_entry_point() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    target = project["project"]["entry-points"]["fsspec.specs"]["branchwater"]
+    module, _, name = target.partition(":")
+    assert getattr(__import__(module, fromlist=[name]), name) is BranchwaterFileSystem
+    assert fsspec.get_filesystem_class("branchwater") is BranchwaterFileSystem
+
+
+def test_ls_lists_one_level_of_objects_and_folders(fs_lake: FsLake, tree: str) -> None:
+    fs = fs_lake.fs
+    assert fs.ls("sales/main", detail=False) == ["sales/main/a", "sales/main/c.txt"]
+    assert fs.ls("branchwater://sales/main/a/", detail=False) == [
+        "sales/main/a/b",
+        "sales/main/a/x.txt",
+    ]
+    detailed = {info["name"]: info for info in fs.ls(f"sales/{tree}/a/b")}
+    assert set(detailed) == {f"sales/{tree}/a/b/y.txt", f"sales/{tree}/a/b/z.txt"}
+    assert detailed[f"sales/{tree}/a/b/y.txt"]["size"] == len(FILES["a/b/y.txt"])
+    assert [i["type"] for i in fs.ls("sales/main")] == ["directory", "file"]
+    assert fs.ls("sales/main/c.txt", detail=False) == ["sales/main/c.txt"]
+    assert "sales/main" in fs.ls("sales", detail=False)
+    assert "sales" in fs.ls("", detail=False)
+    with pytest.raises(FileNotFoundError):
+        fs.ls("sales/main/nothing")
+    with pytest.raises(FileNotFoundError, match="no-such-branch"):
+        fs.ls("sales/no-such-branch")
+    with pytest.raises(FileNotFoundError):
+        fs.ls("no-such-repo/main")
+
+
+def test_info_exists_and_kinds(fs_lake: FsLake, tree: str) -> None:
+    fs = fs_lake.fs
+    entry = fs_lake.repo.ref(tree).stat("a/b/y.txt")
+    info = fs.info(f"sales/{tree}/a/b/y.txt")
+    assert info["type"] == "file" and info["size"] == entry.size
+    assert info["checksum"] == entry.checksum and info["mtime"] == entry.mtime
+    assert fs.modified(f"sales/{tree}/a/b/y.txt") == entry.mtime
+    assert fs.info("sales/main/a/b") == {"name": "sales/main/a/b", "size": 0, "type": "directory"}
+    assert fs.info("sales/main")["type"] == "directory"
+    assert fs.isdir("sales/main/a") and not fs.isfile("sales/main/a")
+    assert fs.isfile("sales/main/c.txt") and fs.exists("sales/main/c.txt")
+    assert not fs.exists("sales/main/a/missing") and not fs.exists("sales/nope/c.txt")
+    with pytest.raises(FileNotFoundError):
+        fs.info("sales/main/a/missing")
+    assert fs.size("sales/main/a/x.txt") == 100
+    assert fs.du("sales/main") == sum(len(d) for d in FILES.values())
+
+
+def test_find_and_glob(fs_lake: FsLake, tree: str) -> None:
+    fs = fs_lake.fs
+    every = [f"sales/main/{path}" for path in sorted(FILES)]
+    assert fs.find("sales/main") == every
+    assert fs.find("sales/main/a", maxdepth=1) == ["sales/main/a/x.txt"]
+    assert fs.find("sales/main/a", withdirs=True) == [
+        "sales/main/a",
+        "sales/main/a/b",
+        "sales/main/a/b/y.txt",
+        "sales/main/a/b/z.txt",
+        "sales/main/a/x.txt",
+    ]
+    assert fs.find("sales/main/c.txt") == ["sales/main/c.txt"]
+    assert fs.find("sales/main/nothing") == []
+    detail = fs.find("sales/main/a/b", detail=True)
+    assert isinstance(detail, dict) and detail["sales/main/a/b/z.txt"]["size"] == 9
+    assert fs.glob("sales/main/a/b/*.txt") == ["sales/main/a/b/y.txt", "sales/main/a/b/z.txt"]
+    assert fs.glob("sales/main/**/*.txt") == every
+    assert fs.glob(f"branchwater://sales/{tree}/*") == [f"sales/{tree}/a", f"sales/{tree}/c.txt"]
+    assert fs.walk("sales/main").__next__() == ("sales/main", ["a"], ["c.txt"])
+
+
+def test_open_and_cat_read_ranges(fs_lake: FsLake, tree: str) -> None:
+    fs = fs_lake.fs
+    with fs.open("sales/main/c.txt", "rb") as f:
+        assert f.size == 10
+        f.seek(3)
+        assert f.read(4) == b"3456"
+        f.seek(-2, 2)
+        assert f.read() == b"89"
+    with fs.open("sales/main/c.txt", "r") as text:
+        assert text.read() == "0123456789"
+    assert fs.cat_file("sales/main/c.txt", start=2, end=5) == b"234"
+    assert fs.cat_file("sales/main/c.txt", start=-3) == b"789"
+    assert fs.cat_file("sales/main/c.txt", end=-8) == b"01"
+    assert fs.cat_file("sales/main/c.txt", start=20) == b""
+    assert fs.cat("sales/main/a/b/*") == {
+        "sales/main/a/b/y.txt": b"y-content",
+        "sales/main/a/b/z.txt": b"z-content",
+    }
+    assert fs.read_block("sales/main/c.txt", 4, 3) == b"456"
+    with pytest.raises(FileNotFoundError):
+        fs.cat_file("sales/main/missing")
+    with pytest.raises(IsADirectoryError):
+        fs.open("sales/main")
+
+
+def test_branch_reads_see_uncommitted_changes_commit_ids_do_not(fs_lake: FsLake, tree: str) -> None:
+    fs, main = fs_lake.fs, fs_lake.repo.branch("main")
+    main.upload("c.txt", b"changed")
+    main.delete("a/x.txt")
+    assert fs.cat("sales/main/c.txt") == b"changed"
+    assert not fs.exists("sales/main/a/x.txt")
+    assert fs.cat(f"sales/{tree}/c.txt") == FILES["c.txt"]
+    assert fs.cat("sales/main~0/c.txt") == FILES["c.txt"]
+    fs_lake.repo.tag("v1", tree)
+    assert fs.cat("sales/v1/a/x.txt") == FILES["a/x.txt"]
+
+
+def test_ukey_and_checksum_are_the_content_identity(fs_lake: FsLake, tree: str) -> None:
+    fs, main = fs_lake.fs, fs_lake.repo.branch("main")
+    main.upload("copy-of-y.txt", FILES["a/b/y.txt"])
+    assert fs.ukey("sales/main/copy-of-y.txt") == fs.ukey("sales/main/a/b/y.txt")
+    assert fs.checksum("sales/main/copy-of-y.txt") == fs.checksum("sales/main/a/b/y.txt")
+    assert fs.ukey("sales/main/a/b/z.txt") != fs.ukey("sales/main/a/b/y.txt")
+    at_commit = fs.ukey(f"sales/{tree}/a/b/y.txt")
+    main.upload("a/b/y.txt", b"rewritten")
+    assert fs.ukey("sales/main/a/b/y.txt") != at_commit
+    assert fs.ukey(f"sales/{tree}/a/b/y.txt") == at_commit
+
+
+def test_writes_stage_on_the_branch(fs_lake: FsLake, tree: str, tmp_path: Path) -> None:
+    fs = fs_lake.fs
+    with fs.open("sales/main/new/opened.bin", "wb") as f:
+        f.write(b"opened ")
+        f.write(b"and written")
+    fs.pipe("sales/main/new/piped.bin", b"piped")
+    local = tmp_path / "local"
+    (local / "sub").mkdir(parents=True)
+    (local / "one.txt").write_bytes(b"one")
+    (local / "sub" / "two.txt").write_bytes(b"two")
+    fs.put(str(local), "sales/main/uploaded", recursive=True)
+    fs.put_file(str(local / "one.txt"), "sales/main/single.txt")
+    fs.cp("sales/main/c.txt", "sales/main/copied/c.txt")
+    fs_lake.repo.tag("v1", tree)
+    fs.cp("sales/v1/a/x.txt", "sales/main/from-tag.txt")
+    fs.rm("sales/main/a/b", recursive=True)
+    fs.rm("sales/main/a/x.txt")
+    assert staged(fs_lake) == {
+        "a/b/y.txt": "removed",
+        "a/b/z.txt": "removed",
+        "a/x.txt": "removed",
+        "copied/c.txt": "added",
+        "from-tag.txt": "added",
+        "new/opened.bin": "added",
+        "new/piped.bin": "added",
+        "single.txt": "added",
+        "uploaded/one.txt": "added",
+        "uploaded/sub/two.txt": "added",
+    }
+    main = fs_lake.repo.branch("main")
+    assert main.commit_id == tree
+    assert main.read("new/opened.bin") == b"opened and written"
+    assert main.read("uploaded/sub/two.txt") == b"two"
+    assert main.read("copied/c.txt") == FILES["c.txt"]
+    assert main.read("from-tag.txt") == FILES["a/x.txt"]
+    fetched = tmp_path / "fetched"
+    fs.get("sales/main/uploaded", str(fetched), recursive=True)
+    assert (fetched / "sub" / "two.txt").read_bytes() == b"two"
+    fs.get_file("sales/main/new/piped.bin", str(tmp_path / "piped"))
+    assert (tmp_path / "piped").read_bytes() == b"piped"
+    with pytest.raises(FileExistsError):
+        fs.open("sales/main/c.txt", "xb")
+
+
+def test_a_write_cut_short_uploads_nothing(fs_lake: FsLake, tree: str) -> None:
+    with pytest.raises(RuntimeError), fs_lake.fs.open("sales/main/half.bin", "wb") as f:
+        f.write(b"half")
+        raise RuntimeError("the task failed mid-write")
+    assert staged(fs_lake) == {}
+
+
+@pytest.mark.parametrize("ref", ["v1", "commit", "main~1"])
+def test_writes_at_a_ref_that_is_not_a_branch_are_refused(
+    fs_lake: FsLake, tree: str, ref: str
+) -> None:
+    fs, repo = fs_lake.fs, fs_lake.repo
+    repo.tag("v1", tree)
+    repo.branch("main").upload("more.txt", b"more")
+    repo.branch("main").commit("more")
+    name = tree if ref == "commit" else ref
+    writes = [
+        lambda: fs.pipe(f"sales/{name}/x.txt", b"x"),
+        lambda: fs.open(f"sales/{name}/x.txt", "wb"),
+        lambda: fs.rm(f"sales/{name}/c.txt"),
+        lambda: fs.cp("sales/main/c.txt", f"sales/{name}/c2.txt"),
+    ]
+    for write in writes:
+        with pytest.raises(ReadOnlyRef, match=f"'{name}' of repository 'sales' is not a branch"):
+            write()
+    assert isinstance(ReadOnlyRef("x"), PermissionError)
+    assert staged(fs_lake) == {}
+    with pytest.raises(FileNotFoundError, match="no-such"):
+        fs.pipe("sales/no-such/x.txt", b"x")
+    with pytest.raises(InvalidArgument):
+        fs.pipe("sales/main", b"x")
+
+
+def test_a_transaction_commits_once_and_reads_its_own_writes(fs_lake: FsLake, tree: str) -> None:
+    fs, repo = fs_lake.fs, fs_lake.repo
+    with fs.transaction as tx:
+        tx.message = "load orders"
+        tx.metadata = {"airflow.dag_id": "orders"}
+        fs.pipe("sales/main/orders/1.csv", b"id\n1\n")
+        with fs.open("sales/main/orders/2.csv", "wb") as f:
+            f.write(b"id\n2\n")
+        fs.rm("sales/main/c.txt")
+        assert fs.cat("sales/main/orders/1.csv") == b"id\n1\n"
+        assert not fs.exists("sales/main/c.txt")
+        assert repo.branch("main").commit_id == tree
+        assert staged(fs_lake) == {}
+    head = repo.branch("main").head()
+    assert [landed.commit.id for landed in tx.landed] == [head.id]
+    assert head.parents == (tree,)
+    assert head.message == "load orders" and head.metadata["airflow.dag_id"] == "orders"
+    assert repo.branch("main").read("orders/2.csv") == b"id\n2\n"
+    assert staged(fs_lake) == {}
+    assert [b.name for b in repo.branches()] == ["main"]
+    assert not fs._intrans
+
+
+def test_a_failed_transaction_commits_and_stages_nothing(fs_lake: FsLake, tree: str) -> None:
+    fs, repo = fs_lake.fs, fs_lake.repo
+    with pytest.raises(RuntimeError), fs.transaction:
+        fs.pipe("sales/main/orders/1.csv", b"id\n1\n")
+        fs.rm("sales/main/c.txt")
+        raise RuntimeError("validation failed")
+    assert repo.branch("main").commit_id == tree
+    assert staged(fs_lake) == {}
+    assert [b.name for b in repo.branches()] == ["main"]
+    assert fs.cat("sales/main/c.txt") == FILES["c.txt"]
+    fs.pipe("sales/main/after.txt", b"outside any transaction")
+    assert staged(fs_lake) == {"after.txt": "added"}
+
+
+def test_a_transaction_that_writes_nothing_commits_nothing(fs_lake: FsLake, tree: str) -> None:
+    with fs_lake.fs.transaction as tx:
+        assert fs_lake.fs.cat("sales/main/c.txt") == FILES["c.txt"]
+    assert tx.landed == [] and fs_lake.repo.branch("main").commit_id == tree
+
+
+def test_a_transaction_on_a_branch_with_uncommitted_changes_is_refused(
+    fs_lake: FsLake, tree: str
+) -> None:
+    fs_lake.repo.branch("main").upload("pending.txt", b"someone else's")
+    with pytest.raises(DirtyBranch, match="'main'"), fs_lake.fs.transaction:
+        fs_lake.fs.pipe("sales/main/mine.txt", b"mine")
+    assert staged(fs_lake) == {"pending.txt": "added"}
+    assert [b.name for b in fs_lake.repo.branches()] == ["main"]
+
+
+def test_a_branch_moved_during_the_transaction_gets_a_merge_commit(
+    fs_lake: FsLake, tree: str
+) -> None:
+    """The worst interleavings, forced: another writer commits to the branch between the
+    transaction's first write and its end; to other paths (merged), then to the same one
+    (a conflict: nothing lands, the transaction's branch is gone)."""
+    fs, repo = fs_lake.fs, fs_lake.repo
+    main = repo.branch("main")
+    with fs.transaction as tx:
+        fs.pipe("sales/main/mine.txt", b"mine")
+        main.upload("theirs.txt", b"theirs")
+        theirs = main.commit("concurrent").id
+    head = main.head()
+    assert head.id == tx.landed[0].commit.id
+    assert len(head.parents) == 2 and head.parents[0] == theirs
+    assert main.read("mine.txt") == b"mine" and main.read("theirs.txt") == b"theirs"
+    before = main.commit_id
+    with pytest.raises(MergeConflict), fs.transaction:
+        fs.pipe("sales/main/c.txt", b"mine")
+        main.upload("c.txt", b"theirs")
+        main.commit("concurrent, same path")
+    assert main.read("c.txt") == b"theirs"
+    assert main.head().parents == (before,)
+    assert not [b for b in repo.branches() if b.name.startswith(TRANSACTION_PREFIX)]
