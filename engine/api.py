@@ -12,7 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import BinaryIO
 
-from branchwater.engine.errors import InvalidArgument, NotFound
+from branchwater.engine.errors import InvalidArgument
 from branchwater.engine.gc import copies, links
 from branchwater.engine.gc.context import GCContext
 from branchwater.engine.gc.inputs import (
@@ -215,26 +215,26 @@ class Repository:
         where: Mapping[str, str] | None = None,
         paths: Sequence[str] | None = None,
         depth: int | None = None,
-    ) -> list[Commit]:
-        """Commits reachable from `ref`, newest first; `after` (a commit id) pages on.
+    ) -> Iterator[Commit]:
+        """Commits reachable from `ref`, newest first, streamed: each commit is read as the
+        iterator reaches it, so the first match costs only the walk to it (`list(...)` for
+        all of them). `after` (a commit id) pages on.
 
         `where` keeps the commits whose metadata has every key with that value
         (`{"airflow.dag_id": "daily_orders"}`), `paths` those that change a path starting
         with one of them against their first parent (`["orders/"]`); the walk stops at the
         `limit`-th match. `depth` bounds the walk itself: only the newest `depth` commits are
-        looked at, so a search that finds nothing stays cheap on a long history.
+        looked at, so a search that finds nothing stays cheap on a long history. The ref and
+        every argument are checked when called, before anything is iterated.
         """
         start = self._g.refs.resolve(self.record, ref).commit_id
-        commits = history.log(self._g.refs, self.record, start, first_parent=first_parent)
-        commits = history.bounded(commits, depth, "depth")
-        if after:
-            commits = _after(commits, after)
-        if where is not None:
-            commits = history.matching(commits, where)
-        if paths is not None:
-            committed = self._g.committed(self.record)
-            commits = history.touching(committed, self._g.refs, self.record, commits, paths)
-        return list(history.bounded(commits, limit, "limit"))
+        return history.filtered_log(
+            self._g.refs,
+            self._g.committed(self.record) if paths is not None else None,
+            self.record,
+            start,
+            history.LogFilter(first_parent, limit, after, where, paths, depth),
+        )
 
     def diff(self, left: str, right: str) -> Iterator[Change]:
         """Changes that turn `left`'s commit into `right`'s, whole equal ranges skipped."""
@@ -714,13 +714,6 @@ class Branch(Ref):
         return compaction.compact(
             self._g, self._record, self.name, if_needed=if_needed, policy=policy
         )
-
-
-def _after(commits: Iterator[Commit], commit_id: str) -> Iterator[Commit]:
-    for commit in commits:
-        if commit.id == commit_id:
-            return commits
-    raise NotFound(f"commit {commit_id!r} is not in that history")
 
 
 def _listing_bounds(prefix: object, after: object) -> tuple[str, str]:

@@ -18,6 +18,7 @@ from branchwater.engine.cli.output import (
 )
 from branchwater.engine.cli.verbs import Subparsers, add_meta, key_value, positive_int, verb
 from branchwater.engine.graveler.merge import STRATEGIES
+from branchwater.engine.graveler.model import Commit
 
 COMMITTER_ENV = "BRANCHWATER_COMMITTER"
 
@@ -61,6 +62,8 @@ def cmd_merge(lake: Lake, args: argparse.Namespace, out: Output) -> None:
 
 
 def cmd_log(lake: Lake, args: argparse.Namespace, out: Output) -> None:
+    """Commits print as the walk finds them, a blank line between two (as git log), so a
+    filtered search shows its first match at once; nothing matched prints nothing."""
     commits = lake.repository(args.repo).log(
         args.ref,
         first_parent=args.first_parent,
@@ -68,12 +71,14 @@ def cmd_log(lake: Lake, args: argparse.Namespace, out: Output) -> None:
         after=args.after,
         where=dict(args.where) or None,
         paths=args.path or None,
+        depth=args.depth,
     )
-    if commits or out.as_json:  # a filter that matched nothing prints nothing, as git log
-        out.document(
-            [commit_to_json(c) for c in commits],
-            "\n".join(commit_block(c) for c in commits).rstrip("\n"),
-        )
+    out.stream(enumerate(commits), lambda item: commit_to_json(item[1]), _numbered_block)
+
+
+def _numbered_block(item: tuple[int, Commit]) -> str:
+    index, commit = item
+    return ("\n" if index else "") + commit_block(commit).rstrip("\n")
 
 
 def cmd_diff(lake: Lake, args: argparse.Namespace, out: Output) -> None:
@@ -116,6 +121,13 @@ def register(sub: Subparsers) -> None:
     log.add_argument("--limit", type=positive_int, default=None, metavar="N")
     log.add_argument("--first-parent", action="store_true")
     log.add_argument("--after", default=None, metavar="COMMIT", help="page on after this commit")
+    log.add_argument(
+        "--depth",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="look at the newest N commits only (the filters apply to those)",
+    )
     log.add_argument(
         "--where",
         action="append",

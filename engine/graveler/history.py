@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from itertools import islice
 
 from branchwater.engine.errors import InvalidArgument, NotFound
@@ -21,6 +22,52 @@ Ranked = tuple[int, float, str, Commit]
 """A commit as a heap item: the smallest comes first in history order."""
 _LEFT, _RIGHT, _STALE = 1, 2, 4
 _BOTH = _LEFT | _RIGHT
+
+
+@dataclass(frozen=True)
+class LogFilter:
+    """What `Repository.log` keeps of a history walk, in the order it applies them: the
+    walk (`first_parent`, bounded to `depth` commits), paging (`after`), the filters
+    (`where`, `paths`) and at most `limit` matches."""
+
+    first_parent: bool = False
+    limit: int | None = None
+    after: str | None = None
+    where: Mapping[str, str] | None = None
+    paths: Sequence[str] | None = None
+    depth: int | None = None
+
+
+def filtered_log(
+    refs: RefStore,
+    committed: CommittedStore | None,
+    repo: RepositoryRecord,
+    commit_id: str,
+    spec: LogFilter,
+) -> Iterator[Commit]:
+    """The commits of `commit_id`'s history `spec` keeps, read as they are consumed. Every
+    argument is checked now (`InvalidArgument`), not at the first `next`; `committed` is
+    needed only to filter by `paths`."""
+    commits = bounded(
+        log(refs, repo, commit_id, first_parent=spec.first_parent), spec.depth, "depth"
+    )
+    if spec.after:
+        commits = _after(commits, spec.after)
+    if spec.where is not None:
+        commits = matching(commits, spec.where)
+    if spec.paths is not None:
+        assert committed is not None, "a paths filter reads the commits' ranges"
+        commits = touching(committed, refs, repo, commits, spec.paths)
+    return bounded(commits, spec.limit, "limit")
+
+
+def _after(commits: Iterator[Commit], commit_id: str) -> Iterator[Commit]:
+    """The commits after `commit_id`; `NotFound` (when reached) if it is not among them."""
+    for commit in commits:
+        if commit.id == commit_id:
+            yield from commits
+            return
+    raise NotFound(f"commit {commit_id!r} is not in that history")
 
 
 def log(
@@ -50,12 +97,11 @@ def bounded(commits: Iterable[Commit], count: int | None, name: str) -> Iterator
 
 
 def matching(commits: Iterable[Commit], where: Mapping[str, str]) -> Iterator[Commit]:
-    """The commits whose metadata holds every key of `where` with that value, as they come:
-    a caller that wants the first match reads no further (git log --grep, on metadata)."""
+    """The commits whose metadata holds every key of `where` (checked now) with that value,
+    as they come: a caller that wants the first match reads no further (git log --grep, on
+    metadata)."""
     wanted = check_where(where)
-    for commit in commits:
-        if all(commit.metadata.get(key) == value for key, value in wanted):
-            yield commit
+    return (c for c in commits if all(c.metadata.get(k) == v for k, v in wanted))
 
 
 def check_where(where: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
@@ -81,10 +127,19 @@ def touching(
     paths: Sequence[str],
 ) -> Iterator[Commit]:
     """The commits that change a path starting with one of `paths` (a path, or a folder such
-    as `orders/`) against their first parent (a root commit, against the empty tree), as they
-    come. Each commit costs a diff started at each prefix and stopped at its first change:
-    unchanged ranges are never read."""
-    prefixes = check_paths(paths)
+    as `orders/`, checked now) against their first parent (a root commit, against the empty
+    tree), as they come. Each commit costs a diff started at each prefix and stopped at its
+    first change: unchanged ranges are never read."""
+    return _touching(committed, refs, repo, commits, check_paths(paths))
+
+
+def _touching(
+    committed: CommittedStore,
+    refs: RefStore,
+    repo: RepositoryRecord,
+    commits: Iterable[Commit],
+    prefixes: tuple[str, ...],
+) -> Iterator[Commit]:
     for commit in commits:
         parent = refs.get_commit(repo, commit.parents[0]).metarange_id if commit.parents else None
         before = parent or EMPTY_METARANGE_ID

@@ -91,8 +91,7 @@ def made_earlier(
     """The newest commit this task instance made in `ref`'s history: an earlier try's, or an
     earlier run's of this DAG run (cleared since, as a backfill does). The history is read
     newest first, up to `depth` commits and no further than the match."""
-    found = repo.log(ref, where=identity(context), limit=1, depth=depth)
-    return found[0] if found else None
+    return next(repo.log(ref, where=identity(context), limit=1, depth=depth), None)
 
 
 def branch_or_skip(repo: Repository, name: str, missing_ok: bool) -> Branch:

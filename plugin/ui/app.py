@@ -101,7 +101,7 @@ def _add_pages(app: FastAPI, lake_access: LakeAccess, page: _Renderer) -> None:
         request: Request, repository: str, ref: str, after: str | None = None
     ) -> Response:
         repo = lake_access.lake().repository(repository)
-        commits = repo.log(ref, limit=LOG_PAGE + 1, after=after)
+        commits = list(repo.log(ref, limit=LOG_PAGE + 1, after=after))
         more = len(commits) > LOG_PAGE
         return page(request, "log.html", repo=repo, ref=ref, commits=commits[:LOG_PAGE], more=more)
 

@@ -84,12 +84,12 @@ def test_log_pages_with_limit_and_after(repo) -> None:
     for i in range(5):
         main.upload("f", str(i).encode())
         main.commit(f"c{i}")
-    first = repo.log("main", limit=2)
+    first = list(repo.log("main", limit=2))
     assert [c.message for c in first] == ["c4", "c3"]
-    rest = repo.log("main", limit=2, after=first[-1].id)
+    rest = list(repo.log("main", limit=2, after=first[-1].id))
     assert [c.message for c in rest] == ["c2", "c1"]
     with pytest.raises(NotFound):
-        repo.log("main", after="0" * 64)
+        list(repo.log("main", after="0" * 64))
 
 
 def test_log_where_keeps_commits_whose_metadata_matches(repo) -> None:
@@ -98,13 +98,13 @@ def test_log_where_keeps_commits_whose_metadata_matches(repo) -> None:
         for task in ("load", "check"):
             main.upload(f"{day}/{task}", b"x")
             main.commit(f"{task} {day}", {"dag": "daily", "task": task, "day": day})
-    loads = repo.log("main", where={"task": "load"})
+    loads = list(repo.log("main", where={"task": "load"}))
     assert [c.message for c in loads] == ["load 03", "load 02", "load 01"]
     assert [c.message for c in repo.log("main", where={"task": "load", "day": "02"})] == ["load 02"]
-    assert repo.log("main", where={"task": "load"}, limit=1) == loads[:1]
-    assert repo.log("main", where={"task": "load"}, after=loads[0].id) == loads[1:]
-    assert repo.log("main", where={"task": "nope"}) == []
-    assert repo.log("main", where={}) == repo.log("main")
+    assert list(repo.log("main", where={"task": "load"}, limit=1)) == loads[:1]
+    assert list(repo.log("main", where={"task": "load"}, after=loads[0].id)) == loads[1:]
+    assert list(repo.log("main", where={"task": "nope"})) == []
+    assert list(repo.log("main", where={})) == list(repo.log("main"))
 
 
 def test_log_depth_bounds_the_walk_before_the_filter(repo) -> None:
@@ -114,7 +114,7 @@ def test_log_depth_bounds_the_walk_before_the_filter(repo) -> None:
         main.commit(f"c{i}", {"even": str(i % 2 == 0)})
     assert [c.message for c in repo.log("main", depth=3)] == ["c5", "c4", "c3"]
     assert [c.message for c in repo.log("main", where={"even": "True"}, depth=3)] == ["c4"]
-    assert repo.log("main", where={"even": "True"}, depth=1) == []
+    assert list(repo.log("main", where={"even": "True"}, depth=1)) == []
     for bad in (-1, 1.5, True, "3"):
         with pytest.raises(InvalidArgument, match="depth must be a number of commits"):
             repo.log("main", depth=bad)  # type: ignore[arg-type]

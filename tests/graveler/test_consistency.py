@@ -80,8 +80,8 @@ def race(kv_url: str, namespace: str) -> None:
         assert len(acknowledged) >= WRITERS * MIN_WRITES_EACH
         missing = [(p, a) for p, a in acknowledged if head.get(p) != a]
         assert missing == []
-        history = repo.log("main", first_parent=True)
-        assert len(history) == len(repo.log("main"))
+        history = list(repo.log("main", first_parent=True))
+        assert len(history) == len(list(repo.log("main")))
         assert history[-1].message == "Repository created"
         assert list(main.uncommitted()) == []
 

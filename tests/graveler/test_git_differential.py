@@ -219,7 +219,7 @@ class Run:
         outcomes = [self.commit(b) for b in (into, source) if self.rng.random() < 0.8]
         if (
             self.rng.random() < PREVIOUS
-            and len(self.repo.log(source, first_parent=True, limit=2)) == 2
+            and len(list(self.repo.log(source, first_parent=True, limit=2))) == 2
         ):
             source += "~1"
         outcomes.append(self._merge(source, into))
@@ -314,7 +314,7 @@ class Run:
     def hard_reset(self, branch: str) -> tuple[object, object]:
         """Point the branch at another branch's HEAD or one of its own earlier commits."""
         source = self.rng.choice(self.branches)
-        depth = len(self.repo.log(source, first_parent=True, limit=3))
+        depth = len(list(self.repo.log(source, first_parent=True, limit=3)))
         target = f"{source}~{self.rng.randrange(depth)}"
         self.log.append(f"reset {branch} --hard {target}")
         self.repo.branch(branch).reset(to=target)
@@ -325,7 +325,7 @@ class Run:
     def _pick(self, kind: str, source: str, into: str) -> tuple[object, object]:
         """Mostly after committing the branch, so there is something to revert or pick onto."""
         outcomes = [self.commit(into)] if self.rng.random() < 0.8 else []
-        commits = self.repo.log(source, first_parent=True, limit=4)
+        commits = list(self.repo.log(source, first_parent=True, limit=4))
         choices = [k for k, commit in enumerate(commits) if commit.parents]
         if not choices:
             return self.commit(into)

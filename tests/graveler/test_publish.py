@@ -67,7 +67,7 @@ def test_a_preview_never_fast_forwards(repo: Repository) -> None:
     assert not r.fast_forward
     assert r.commit.parents == (head, source)
     repo.publish(r.commit.id, into="main")
-    assert repo.log("main", limit=1)[0].id == r.commit.id
+    assert next(repo.log("main")).id == r.commit.id
 
 
 def test_a_destination_that_moved_since_the_preview_is_never_overwritten(

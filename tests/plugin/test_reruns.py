@@ -136,7 +136,7 @@ def exports(tmp_path: Path) -> Path:
 def one_good_run(repo: Repository, run_id: str) -> None:
     """What `main` and the branches hold of run `run_id`: its commit and its merge, once,
     and no branch of its own left."""
-    made = repo.log("main", where={"airflow.run_id": run_id})
+    made = list(repo.log("main", where={"airflow.run_id": run_id}))
     assert [c.metadata["airflow.task_id"] for c in made] == ["merge", "commit"]
     assert made[0].parents[1] == made[1].id
     assert [b.name for b in repo.branches()] == ["main"]

@@ -169,7 +169,7 @@ def test_the_first_commit_has_nothing_to_compare_with(
     view_lake: ViewLake, client: TestClient
 ) -> None:
     repo = view_lake.repo
-    root = repo.log("main")[-1]
+    root = list(repo.log("main"))[-1]
     assert not root.parents
     page = get(client, f"/repositories/{repo.name}/commits/{root.id}")
     assert "first commit" in page.text
