@@ -21,6 +21,7 @@ ENV = "BRANCHWATER_FAILPOINTS"
 
 POINTS = frozenset(
     {
+        "commit.before_set",
         "copy.after_read",
         "copy.after_record",
         "copy.before_stage",
@@ -28,8 +29,10 @@ POINTS = frozenset(
         "import.after_record",
         "link.before_stage",
         "prepare.branch_scan",
+        "protect.before_fence",
         "publish.before_set",
         "restore.before_stage",
+        "write.before_validate",
     }
 )
 """Every named point, by operation: `<operation>.<where>`."""

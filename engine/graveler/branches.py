@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from branchwater.engine.errors import InvalidArgument, too_many_tries
+from branchwater.engine.graveler import protection
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord
 from branchwater.engine.graveler.names import check_ref_name
@@ -16,8 +17,10 @@ def create_branch(g: Graveler, repo: RepositoryRecord, name: str, source: str) -
     """Branch off the commit `source` resolves to (a branch's HEAD, as in lakeFS and git)."""
     check_ref_name(name)
     commit_id = g.refs.resolve(repo, source).commit_id
-    branch = BranchRecord(name, commit_id, new_staging_token(repo, name))
+    fresh = BranchRecord(name, commit_id, new_staging_token(repo, name))
+    branch = protection.stamped_new_branch(g, repo, fresh)
     g.refs.insert_branch(repo, branch)
+    protection.after_create(g, repo, branch)
     return branch
 
 
@@ -27,6 +30,7 @@ def delete_branch(g: Graveler, repo: RepositoryRecord, name: str) -> None:
             f"cannot delete {name!r}: it is the default branch of repository {repo.name!r}"
         )
     branch, _ = g.refs.get_branch(repo, name)
+    protection.check(repo, branch, "delete", f"deleting branch {name!r}")
     g.remove_branch_dropping(repo, branch)
 
 
@@ -40,6 +44,8 @@ def reset_branch(
     target = None if to is None else g.refs.resolve(repo, to).commit_id
     for _ in g.retry:
         branch, predicate = g.refs.get_branch(repo, name)
+        what = "reset" if to is None else f"reset to {to!r}"
+        protection.check(repo, branch, "reset", what, to_commit=target)
         reset = dataclasses.replace(
             branch,
             commit_id=target or branch.commit_id,

@@ -22,7 +22,9 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from branchwater.engine import failpoints
 from branchwater.engine.errors import NoChanges, too_many_tries
+from branchwater.engine.graveler import protection
 from branchwater.engine.graveler.committed.format import staged_rows
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.iterators import reporting
@@ -63,6 +65,7 @@ def seal(
     """Seal the staging token; returns every token this commit is to absorb, newest first."""
     for _ in g.retry:
         branch, predicate = g.refs.get_branch(repo, branch_name)
+        protection.check(repo, branch, "commit", "commit")
         if not allow_empty and not g.has_uncommitted(branch):
             raise NoChanges(f"nothing to commit on branch {branch_name!r} of {repo.name!r}")
         sealed = sealing(repo, branch)
@@ -209,6 +212,7 @@ def _finish(
             compacted_metarange_id=None,
             compaction_start_time=None,
         )
+        failpoints.hit("commit.before_set")
         if g.update_branch_dropping(repo, updated, at.predicate, at.remaining):
             return recorded
     raise too_many_tries(f"commit on branch {branch_name!r} of {repo.name!r}", g.retry.attempts)
@@ -218,6 +222,7 @@ def _read(
     g: Graveler, repo: RepositoryRecord, branch_name: str, tokens: tuple[str, ...]
 ) -> _Reading:
     branch, predicate = g.refs.get_branch(repo, branch_name)
+    protection.check(repo, branch, "commit", "commit")
     remaining = tuple(t for t in tokens if t in branch.sealed_tokens)
     if not remaining and not branch.compacted_metarange_id:
         raise NoChanges(

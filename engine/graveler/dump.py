@@ -23,6 +23,7 @@ from branchwater.engine.errors import (
     NotFound,
     PredicateFailed,
 )
+from branchwater.engine.graveler import protection
 from branchwater.engine.graveler.committed.format import METARANGES_PREFIX, check_id, metarange_key
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import (
@@ -201,7 +202,8 @@ def _check_bare(g: Graveler, repo: RepositoryRecord) -> None:
 
 def _restore_branch(g: Graveler, repo: RepositoryRecord, name: str, commit_id: str) -> None:
     try:
-        g.refs.insert_branch(repo, BranchRecord(name, commit_id, new_staging_token(repo, name)))
+        fresh = BranchRecord(name, commit_id, new_staging_token(repo, name))
+        g.refs.insert_branch(repo, protection.stamped_new_branch(g, repo, fresh))
         return
     except AlreadyExists:
         pass

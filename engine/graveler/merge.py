@@ -42,6 +42,8 @@ from branchwater.engine.errors import (
     NotFound,
     too_many_tries,
 )
+from branchwater.engine.graveler import protection
+from branchwater.engine.graveler.checks import check_merge
 from branchwater.engine.graveler.committed import (
     EMPTY_METARANGE_ID,
     CommittedStore,
@@ -200,6 +202,7 @@ def land(
         if ready is None:
             continue
         branch, predicate = ready
+        _guard(g, repo, branch, plan)
         head = g.refs.get_commit(repo, branch.commit_id)
         if previous is None:
             first = plan.first(g, repo, head)
@@ -222,6 +225,17 @@ def land(
     raise plan.gave_up(repo, g.retry.attempts, previous)
 
 
+def _guard(g: Graveler, repo: RepositoryRecord, branch: BranchRecord, plan: Plan) -> None:
+    """Refuse what the branch's protection rules forbid, judged on the record the `set_if`
+    is conditioned on (`graveler.protection`): a plan's own `guard` (a merge's checks), and
+    for a plan without one (an import, say) the rule on direct commits."""
+    guard = getattr(plan, "guard", None)
+    if guard is not None:
+        guard(g, repo, branch)
+    else:
+        protection.check(repo, branch, "commit", f"{plan.sides[0]!r} onto {plan.sides[1]!r}")
+
+
 @dataclass(frozen=True)
 class _MergePlan:
     source_ref: str
@@ -238,6 +252,11 @@ class _MergePlan:
     @property
     def sides(self) -> tuple[str, str]:
         return (self.source_ref, self.destination)
+
+    def guard(self, g: Graveler, repo: RepositoryRecord, branch: BranchRecord) -> None:
+        """Merges pass `no_direct_writes`; required checks must be on the source commit."""
+        what = f"merge of {self.source_ref!r} into {self.destination!r}"
+        check_merge(g, repo, branch, (self.source.id,), what)
 
     def first(self, g: Graveler, repo: RepositoryRecord, head: Commit) -> Attempt | Commit:
         bases = _merge_bases(g, repo, head, self.source)

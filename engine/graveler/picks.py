@@ -14,10 +14,16 @@ from dataclasses import dataclass
 from typing import Literal
 
 from branchwater.engine.errors import InvalidArgument, MergeConflict, NoChanges, too_many_tries
+from branchwater.engine.graveler import protection
 from branchwater.engine.graveler.committed import EMPTY_METARANGE_ID
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.merge import Attempt, MergeResult, land, merged_or_conflict
-from branchwater.engine.graveler.model import Commit, RepositoryRecord, check_commit_arguments
+from branchwater.engine.graveler.model import (
+    BranchRecord,
+    Commit,
+    RepositoryRecord,
+    check_commit_arguments,
+)
 
 Kind = Literal["revert", "cherry-pick"]
 REVERT_KEY = "branchwater.revert"
@@ -112,6 +118,13 @@ class _PickPlan:
     @property
     def verb(self) -> str:
         return f"a {self.kind} onto it (or allow_dirty)"
+
+    def guard(self, g: Graveler, repo: RepositoryRecord, branch: BranchRecord) -> None:
+        """A revert or cherry-pick is a direct commit: a protected branch takes it only
+        through a merge (revert on another branch, then merge it in), as lakeFS's revert
+        bypassing protection (its issues 8617, 10029) showed it must."""
+        what = f"{self.kind} of {self.sides[0]!r} on {self.sides[1]!r}"
+        protection.check(repo, branch, "commit", what)
 
     def first(self, g: Graveler, repo: RepositoryRecord, head: Commit) -> Attempt:
         merged = merged_or_conflict(g, repo, self.base, self.theirs, head, None, self.sides)

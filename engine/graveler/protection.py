@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Literal
 
+from branchwater.engine import failpoints
 from branchwater.engine.errors import (
     BranchProtected,
     InvalidArgument,
@@ -343,6 +344,7 @@ def protect(g: Graveler, repo: RepositoryRecord, rule: ProtectionRule, by: str) 
     matches. Setting the rule a pattern has already logs nothing but fences again, which
     finishes a protect that was killed midway."""
     book = _change(g, repo, rule.pattern, rule, by)
+    failpoints.hit("protect.before_fence")
     fence(g, repo, rule.pattern)
     return book
 
@@ -359,6 +361,7 @@ def unprotect(g: Graveler, repo: RepositoryRecord, pattern: str, by: str) -> Rul
             f"no protection rule for pattern {pattern!r} in {repo.name!r} (patterns: {known})"
         )
     book = _change(g, repo, pattern, None, by)
+    failpoints.hit("protect.before_fence")
     fence(g, repo, pattern)
     return book
 

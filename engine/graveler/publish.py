@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from branchwater.engine import failpoints
 from branchwater.engine.errors import InvalidArgument, MergeRaceLost, too_many_tries
+from branchwater.engine.graveler.checks import check_merge
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.merge import (
     PREVIEW_KEY,
@@ -39,6 +40,8 @@ def publish(g: Graveler, repo: RepositoryRecord, commit_ref: str, destination: s
         if ready is None:
             continue
         branch, predicate = ready
+        what = f"publishing {preview.id[:12]} into {destination!r}"
+        check_merge(g, repo, branch, (preview.id, preview.parents[1]), what)
         if branch.commit_id != preview.parents[0]:
             raise _stale(repo, preview, destination, branch.commit_id, attempt)
         failpoints.hit("publish.before_set")

@@ -8,11 +8,20 @@ that made it into the sealed token as well is harmless. No step waits on a commi
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
-from branchwater.engine.errors import too_many_tries
+from branchwater.engine import failpoints
+from branchwater.engine.errors import BranchProtected, NotFound, too_many_tries
+from branchwater.engine.graveler import protection
 from branchwater.engine.graveler.checksums import holds
 from branchwater.engine.graveler.graveler import Graveler
-from branchwater.engine.graveler.model import BranchRecord, Entry, Metadata, RepositoryRecord
+from branchwater.engine.graveler.model import (
+    BranchRecord,
+    Entry,
+    Metadata,
+    RepositoryRecord,
+    encode_entry,
+)
 from branchwater.engine.graveler.reads import (
     find_branch_look,
     get_branch_entry,
@@ -62,11 +71,23 @@ def _kept_entry(g: Graveler, repo: RepositoryRecord, branch_name: str, path: str
 def stage_entry(g: Graveler, repo: RepositoryRecord, branch_name: str, entry: Entry) -> None:
     """Stage `entry` at its path; acknowledged only once it is in the current token."""
 
+    value = encode_entry(entry)
+
     def write(branch: BranchRecord) -> bool:
         g.staging.put(branch.staging_token, entry.path, entry)
         return True
 
-    _write_validated(g, repo, branch_name, write, f"write of {entry.path!r}")
+    def undo(token: str) -> None:
+        _take_back(g, token, entry.path, value)
+
+    def shown() -> bool:
+        look = find_branch_look(g, repo, branch_name, entry.path).value
+        return look is not None and (look.address, look.identity()) == (
+            entry.address,
+            entry.identity(),
+        )
+
+    _write_validated(g, repo, branch_name, write, f"write of {entry.path!r}", _Undo(undo, shown))
 
 
 def stage_delete(g: Graveler, repo: RepositoryRecord, branch_name: str, path: str) -> None:
@@ -82,8 +103,9 @@ def stage_delete(g: Graveler, repo: RepositoryRecord, branch_name: str, path: st
     branch with a commit in flight gets one instead of a retry. Once this delete wrote to a
     token that got sealed meanwhile, the retry writes a tombstone too.
     """
-    get_branch_entry(g, repo, branch_name, path)
+    before = get_branch_entry(g, repo, branch_name, path)
     wrote = False
+    removed: set[str] = set()
 
     def write(branch: BranchRecord) -> bool:
         nonlocal wrote
@@ -94,12 +116,44 @@ def stage_delete(g: Graveler, repo: RepositoryRecord, branch_name: str, path: st
         )
         if alone and not wrote:
             g.staging.remove(branch.staging_token, path)
+            removed.add(branch.staging_token)
         else:
             g.staging.put(branch.staging_token, path, None)
         wrote = True
         return True
 
-    _write_validated(g, repo, branch_name, write, f"delete of {path!r}")
+    def undo(token: str) -> None:
+        if token not in removed:
+            _take_back(g, token, path, b"")
+        elif not g.staging.get(token, path)[0]:
+            g.staging.put(token, path, before)
+
+    def shown() -> bool:
+        return find_branch_look(g, repo, branch_name, path).value is None
+
+    _write_validated(g, repo, branch_name, write, f"delete of {path!r}", _Undo(undo, shown))
+
+
+class _Undo(NamedTuple):
+    """How a staged write that raced a `protect` takes itself back: `take_back(token)` for
+    each token it wrote to, then `shown()`: whether the branch shows its result anyway (a
+    commit that landed before the protect absorbed it), which makes it a success."""
+
+    take_back: Callable[[str], None]
+    shown: Callable[[], bool]
+
+
+def _take_back(g: Graveler, token: str, path: str, value: bytes) -> None:
+    """Remove the staged row at `path` if it still holds `value`, what this write put there
+    (a later writer's row is theirs: any such writer raced the protect too and takes back
+    its own). A row this write replaced within the same token is not brought back: the path
+    then shows what lies below the token."""
+    try:
+        current, _ = g.kv.get(token.encode(), path.encode())
+    except NotFound:
+        return
+    if current == value:
+        g.kv.delete(token.encode(), path.encode())
 
 
 def _write_validated(
@@ -108,14 +162,36 @@ def _write_validated(
     branch_name: str,
     write: Callable[[BranchRecord], bool],
     what: str,
+    undo: _Undo,
 ) -> None:
     """Run `write` until it lands in the branch's current staging token; `write` returns
     False when it saw the branch change before writing anything. Unpaced, as a lookup is: a
-    pause before writing to the token just read would only give a commit longer to seal it."""
+    pause before writing to the token just read would only give a commit longer to seal it.
+
+    Protection rules are read from the same records, so a staged write costs no extra
+    round trip: the first read (perhaps cached; a cached record that refuses is read again)
+    refuses early, and the validating read after the row is written decides. That read is
+    the write's linearization point: a `protect` whose fence of the branch comes before it
+    wins, and the write takes its rows back and raises `BranchProtected`."""
     branch = g.read_branch(repo, branch_name, cached=True)
+    if branch.protection:
+        branch = g.read_branch(repo, branch_name)
+    protection.check(repo, branch, "write", what)
+    tokens: list[str] = []
     for _ in range(g.retry.attempts):
         written = write(branch)
+        if written:
+            tokens.append(branch.staging_token)
+        failpoints.hit("write.before_validate")
         current = g.read_branch(repo, branch_name)
+        try:
+            protection.check(repo, current, "write", what)
+        except BranchProtected:
+            for token in tokens:
+                undo.take_back(token)
+            if tokens and current.staging_token != tokens[-1] and undo.shown():
+                return
+            raise
         if written and current.staging_token == branch.staging_token:
             return
         branch = current

@@ -1,0 +1,389 @@
+"""Protected branches (issue 39, item 3) and merges gated on checks (item 4).
+
+Every write path into a protected branch refuses with the rule's name and changes nothing,
+merges still land (when the source commit carries the required checks as passed), and the
+rules hold for handles opened before they were set, in this process and in others: they
+travel in the branch record each write reads. Forced interleavings put a `protect` between
+a write's first read and the read (or `set_if`) that decides it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from branchwater.engine import (
+    BranchProtected,
+    ChecksMissing,
+    Lake,
+    NotFound,
+)
+from branchwater.engine.api import Repository
+from branchwater.engine.failpoints import FailpointHit, armed
+from branchwater.engine.graveler.graveler import RetryPolicy
+from branchwater.engine.graveler.protection import decode_stamp, read_book
+from tests.helpers.servers import spawned_pool
+
+Write = Callable[[Repository], object]
+
+
+def _link(repo: Repository) -> object:
+    main = repo.branch("main")
+    physical = main.get_physical_address()
+    repo.lake.graveler.objects(repo.storage_namespace).put(physical.address, b"linked")
+    return main.link_physical_address("linked", physical.token, size=6, checksum="c")
+
+
+WRITES: dict[str, Write] = {
+    "upload": lambda repo: repo.branch("main").upload("new", b"new"),
+    "delete": lambda repo: repo.branch("main").delete("a"),
+    "copy": lambda repo: repo.branch("main").copy("a", "a-copy"),
+    "link": _link,
+    "restore": lambda repo: repo.branch("main").restore(["a"], source="main~1"),
+    "commit": lambda repo: repo.branch("main").commit("direct", allow_empty=True),
+    "revert": lambda repo: repo.revert("main", "main"),
+    "cherry-pick": lambda repo: repo.cherry_pick("main", "dev"),
+    "reset --to": lambda repo: repo.branch("main").reset(to="main~1"),
+    "delete branch": lambda repo: repo.delete_branch("dev"),
+}
+"""Every path that changes a branch, each refused by one rule (`RULE_OF`)."""
+
+RULE_OF = {name: ("no_direct_writes", "main") for name in WRITES} | {
+    "reset --to": ("no_reset", "main"),
+    "delete branch": ("no_delete", "dev"),
+}
+RULES = ("no_direct_writes", "no_reset", "no_delete")
+
+
+def seeded(repo: Repository) -> None:
+    """`main` two commits deep (holding `a`, `b`); `dev` off it one commit ahead."""
+    main = repo.branch("main")
+    main.upload("a", b"a1")
+    main.commit("first")
+    main.upload("b", b"b1")
+    main.upload("a", b"a2")
+    main.commit("second")
+    dev = repo.create_branch("dev", source="main")
+    dev.upload("c", b"c1")
+    dev.commit("dev work")
+
+
+def snapshot(repo: Repository) -> tuple[str, list[tuple[str, str]], int]:
+    """What readers of `main` see: its HEAD, its entries, its uncommitted changes."""
+    main = repo.branch("main")
+    entries = [(e.path, e.checksum) for e in main.list()]
+    return main.head().id, entries, len(list(main.uncommitted()))
+
+
+def protect_all(repo: Repository) -> None:
+    repo.protect("main", no_direct_writes=True, no_delete=True, no_reset=True, by="test")
+    repo.protect("dev", no_delete=True, by="test")
+
+
+@pytest.fixture
+def repo(tmp_path: Path):
+    with Lake.connect("memory://", retry=RetryPolicy(base_delay=0)) as lake:
+        repository = lake.create_repository("guarded", storage_namespace=f"file://{tmp_path}/ns")
+        seeded(repository)
+        yield repository
+
+
+@pytest.mark.parametrize("name", WRITES)
+def test_every_write_path_refuses_with_the_rule_and_changes_nothing(
+    repo: Repository, name: str
+) -> None:
+    protect_all(repo)
+    before = snapshot(repo)
+    with pytest.raises(BranchProtected) as refused:
+        WRITES[name](repo)
+    rule, pattern = RULE_OF[name]
+    assert (refused.value.rule, refused.value.pattern, refused.value.branch) == (
+        rule,
+        pattern,
+        pattern,
+    )
+    assert f"rule {rule} (pattern {pattern!r})" in str(refused.value)
+    assert snapshot(repo) == before
+    repo.branch("dev")
+
+
+@pytest.mark.parametrize("name", WRITES)
+def test_the_other_rules_let_each_write_through(repo: Repository, name: str) -> None:
+    rule, pattern = RULE_OF[name]
+    repo.protect(pattern, **{other: True for other in RULES if other != rule})
+    WRITES[name](repo)
+
+
+def test_merges_and_fast_forwards_land_on_a_branch_that_refuses_direct_writes(
+    repo: Repository,
+) -> None:
+    protect_all(repo)
+    result = repo.merge("dev", into="main")
+    assert result.fast_forward and repo.branch("main").head().id == result.commit.id
+    dev = repo.branch("dev")
+    dev.upload("d", b"d1")
+    dev.commit("more")
+    repo.branch("main")  # the same handle kind a DAG holds
+    merged = repo.merge("dev", into="main", fast_forward=False)
+    assert repo.branch("main").stat("d").checksum == dev.stat("d").checksum
+    assert merged.commit.parents[1] == dev.head().id
+
+
+def test_revert_lands_on_a_protected_branch_through_a_merge(repo: Repository) -> None:
+    """The way to undo on a protected branch (lakeFS's revert bypassed protection)."""
+    protect_all(repo)
+    bad = repo.branch("main").head().id
+    repo.create_branch("fix", source="main")
+    repo.revert("fix", bad)
+    repo.merge("fix", into="main")
+    assert repo.branch("main").stat("a").checksum == repo.ref(f"{bad}~1").stat("a").checksum
+
+
+def test_dropping_staged_changes_is_allowed_under_every_rule(repo: Repository) -> None:
+    main = repo.branch("main")
+    main.upload("staged-before", b"x")
+    protect_all(repo)
+    head = main.head().id
+    main.reset()
+    assert main.head().id == head and list(main.uncommitted()) == []
+    main.reset(to="main")
+
+
+def test_compaction_is_allowed_and_keeps_the_rules(repo: Repository) -> None:
+    main = repo.branch("main")
+    main.delete("b")
+    protect_all(repo)
+    main.compact()
+    with pytest.raises(BranchProtected):
+        main.upload("x", b"x")
+    assert [c.path for c in main.uncommitted()] == ["b"]
+
+
+def test_branches_created_later_take_their_pattern_rules(repo: Repository) -> None:
+    repo.protect("release/*", no_direct_writes=True, no_delete=True)
+    release = repo.create_branch("release/1.0", source="main")
+    with pytest.raises(BranchProtected, match="release/\\*"):
+        release.upload("x", b"x")
+    with pytest.raises(BranchProtected, match="no_delete"):
+        repo.delete_branch("release/1.0")
+    repo.create_branch("release/1.0/hotfix", source="main").upload("x", b"x")
+
+
+def test_unprotect_lifts_the_rules_from_every_handle(repo: Repository) -> None:
+    main = repo.branch("main")
+    protect_all(repo)
+    with pytest.raises(BranchProtected):
+        main.upload("x", b"x")
+    repo.unprotect("main")
+    main.upload("x", b"x")
+    main.commit("allowed again")
+    assert decode_stamp(repo.lake.graveler.read_branch(repo.record, "main").protection).rules == ()
+
+
+def test_overlapping_patterns_all_apply(repo: Repository) -> None:
+    repo.protect("*", no_delete=True)
+    repo.protect("ma*", no_reset=True)
+    with pytest.raises(BranchProtected) as refused:
+        repo.branch("main").reset(to="main~1")
+    assert refused.value.pattern == "ma*"
+    with pytest.raises(BranchProtected) as refused:
+        repo.delete_branch("dev")
+    assert (refused.value.rule, refused.value.pattern) == ("no_delete", "*")
+
+
+# checks
+
+
+def test_merge_refuses_without_the_required_checks_passed_on_the_source(
+    repo: Repository,
+) -> None:
+    repo.protect("main", no_direct_writes=True, required_checks=["quality", "review"])
+    source = repo.branch("dev").head().id
+    before = snapshot(repo)
+    with pytest.raises(ChecksMissing) as refused:
+        repo.merge("dev", into="main")
+    assert (refused.value.missing, refused.value.failed) == (("quality", "review"), ())
+    assert refused.value.rule == "required_checks" and "quality, review" in str(refused.value)
+    repo.record_check(source, "quality", False, {"unexpected": 3})
+    repo.record_check(source, "review", True)
+    with pytest.raises(ChecksMissing) as refused:
+        repo.merge("dev", into="main", fast_forward=False)
+    assert (refused.value.missing, refused.value.failed) == ((), ("quality",))
+    assert "failed quality" in str(refused.value)
+    assert snapshot(repo) == before
+
+
+def test_the_same_merge_passes_once_the_checks_are_recorded(repo: Repository) -> None:
+    repo.protect("main", no_direct_writes=True, required_checks=["quality"])
+    with pytest.raises(ChecksMissing):
+        repo.merge("dev", into="main")
+    repo.record_check("dev", "quality", True, {"success_percent": 100.0})
+    assert repo.merge("dev", into="main").commit.id == repo.branch("dev").head().id
+
+
+def test_checks_on_another_commit_do_not_count(repo: Repository) -> None:
+    repo.protect("main", required_checks=["quality"])
+    repo.record_check("dev~1", "quality", True)
+    with pytest.raises(ChecksMissing):
+        repo.merge("dev", into="main")
+
+
+def test_a_preview_publishes_with_the_checks_on_itself_or_on_its_source(
+    repo: Repository,
+) -> None:
+    repo.protect("main", no_direct_writes=True, required_checks=["quality"])
+    repo.branch("main")
+    preview = repo.merge("dev", into="main", preview=True).commit
+    with pytest.raises(ChecksMissing):
+        repo.publish(preview.id, into="main")
+    repo.record_check(preview.id, "quality", True)
+    assert repo.publish(preview.id, into="main").commit.id == preview.id
+
+
+def test_direct_commits_are_not_gated_by_checks(repo: Repository) -> None:
+    """Required checks gate merges; direct writes are `no_direct_writes`'s business."""
+    repo.protect("main", required_checks=["quality"])
+    main = repo.branch("main")
+    main.upload("x", b"x")
+    main.commit("direct")
+
+
+# forced interleavings
+
+
+@pytest.fixture
+def shared(race_kv: str, tmp_path: Path):
+    """Two lakes on one KV (a writer's and a rule-changer's), `main` seeded."""
+    retry = RetryPolicy(base_delay=0)
+    with Lake.connect(race_kv, retry=retry) as one, Lake.connect(race_kv, retry=retry) as two:
+        repo = one.create_repository("guarded", storage_namespace=f"file://{tmp_path}/ns")
+        seeded(repo)
+        yield repo, two.repository("guarded")
+
+
+def test_a_staged_write_racing_protect_is_taken_back(shared) -> None:
+    """The protect's fence lands after the row is written, before the write's validating
+    read: the write refuses and its row is gone."""
+    writer, admin = shared
+    main = writer.branch("main")
+    before = snapshot(writer)
+    raced = armed("write.before_validate", lambda: protect_all(admin))
+    with raced, pytest.raises(BranchProtected, match="no_direct_writes"):
+        main.upload("raced", b"raced")
+    assert snapshot(writer) == before
+    with pytest.raises(NotFound):
+        main.stat("raced")
+
+
+def test_a_delete_racing_protect_is_taken_back(shared) -> None:
+    writer, admin = shared
+    main = writer.branch("main")
+    main.upload("staged", b"s")
+    before = snapshot(writer)
+    with armed("write.before_validate", lambda: protect_all(admin)):
+        with pytest.raises(BranchProtected):
+            main.delete("a")
+        with pytest.raises(BranchProtected):
+            main.delete("staged")
+    assert snapshot(writer) == before
+
+
+def test_a_commit_racing_protect_refuses_at_its_set_if(shared) -> None:
+    writer, admin = shared
+    main = writer.branch("main")
+    main.upload("x", b"x")
+    head = main.head().id
+    raced = armed("commit.before_set", lambda: protect_all(admin))
+    with raced, pytest.raises(BranchProtected, match="no_direct_writes"):
+        main.commit("raced")
+    assert main.head().id == head
+    assert [c.path for c in main.uncommitted()] == ["x"]
+
+
+def test_a_protect_killed_before_its_fence_is_finished_by_running_it_again(shared) -> None:
+    writer, admin = shared
+
+    def die() -> None:
+        raise FailpointHit("killed")
+
+    with armed("protect.before_fence", die), pytest.raises(FailpointHit):
+        protect_all(admin)
+    assert [r.pattern for r in admin.protections()] == ["main"]
+    protect_all(admin)
+    with pytest.raises(BranchProtected):
+        writer.branch("main").upload("x", b"x")
+
+
+# several processes
+
+
+def _writes_after_protect(kv_url: str, ready, protected) -> dict[str, tuple[str, str]]:
+    """Open the lake and every handle first, then try every write once the parent protected
+    `main`: what each raised."""
+    with Lake.connect(kv_url) as lake:
+        repo = lake.repository("guarded")
+        repo.branch("main").head()
+        ready.set()
+        assert protected.wait(120)
+        outcome: dict[str, tuple[str, str]] = {}
+        for name, write in WRITES.items():
+            try:
+                write(repo)
+                outcome[name] = ("done", "")
+            except BranchProtected as refused:
+                outcome[name] = (refused.rule, refused.pattern)
+        return outcome
+
+
+def test_processes_that_loaded_the_repository_before_protect_refuse(
+    race_kv: str, tmp_path: Path
+) -> None:
+    with Lake.connect(race_kv) as lake:
+        repo = lake.create_repository("guarded", storage_namespace=f"file://{tmp_path}/ns")
+        seeded(repo)
+        before = snapshot(repo)
+        with spawned_pool(2) as (manager, pool):
+            ready, protected = manager.Event(), manager.Event()
+            children = [
+                pool.apply_async(_writes_after_protect, (race_kv, ready, protected))
+                for _ in range(2)
+            ]
+            assert ready.wait(120)
+            protect_all(repo)
+            protected.set()
+            outcomes = [child.get(300) for child in children]
+        assert outcomes == [RULE_OF, RULE_OF]
+        assert snapshot(repo) == before
+
+
+def _toggle(kv_url: str, pattern: str, rounds: int) -> None:
+    with Lake.connect(kv_url, retry=RetryPolicy(attempts=50)) as lake:
+        repo = lake.repository("guarded")
+        for i in range(rounds):
+            if i % 2:
+                repo.unprotect(pattern)
+            else:
+                repo.protect(pattern, no_direct_writes=True, required_checks=[f"c{i}"])
+
+
+def test_concurrent_rule_changes_leave_every_branch_stamped_from_the_latest_rules(
+    race_kv: str, tmp_path: Path
+) -> None:
+    """Fences of overlapping patterns race: a stamp only moves to a newer book, so none is
+    left behind by an older one."""
+    with Lake.connect(race_kv) as lake:
+        repo = lake.create_repository("guarded", storage_namespace=f"file://{tmp_path}/ns")
+        for name in ("release/1", "release/2", "main-x"):
+            repo.create_branch(name, source="main")
+        patterns = ["release/*", "*", "release/1", "ma*"]
+        with spawned_pool(len(patterns)) as (_, pool):
+            runs = [pool.apply_async(_toggle, (race_kv, p, 5)) for p in patterns]
+            for run in runs:
+                run.get(600)
+        book, _ = read_book(lake.graveler.kv, repo.record)
+        assert book.version == len(patterns) * 5
+        for branch in lake.graveler.refs.branches(repo.record):
+            assert decode_stamp(branch.protection).rules == book.matching(branch.name)
+        assert {r.pattern for r in book.rules} == set(patterns)
