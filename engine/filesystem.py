@@ -20,6 +20,7 @@ import os
 import tempfile
 import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
@@ -41,6 +42,8 @@ from branchwater.engine.errors import (
     ReadOnlyRef,
 )
 from branchwater.engine.graveler.model import Commit, Entry
+from branchwater.engine.graveler.names import is_hex_id
+from branchwater.engine.graveler.reads import open_object
 
 PROTOCOL = "branchwater"
 KV_URL_ENV = "BRANCHWATER_KV_URL"
@@ -50,6 +53,9 @@ temporary file; it is uploaded, streamed, when closed."""
 TRANSACTION_PREFIX = "fsspec-tx/"
 """Branches a transaction writes to are named `fsspec-tx/<hex>`; one left behind belongs to a
 process killed mid-transaction and can be deleted."""
+IMMUTABLE_ENTRIES = 100_000
+"""Entries at commit ids a filesystem remembers (least recently used dropped first): a
+commit never changes, so a dataset listed once is opened without looking each file up."""
 LAST = "\U0010ffff"
 """Sorts after every character a path can hold: listing after `dir/` + LAST skips `dir/`."""
 
@@ -121,6 +127,9 @@ class BranchwaterFileSystem(AbstractFileSystem):
             url = kv_url or os.environ.get(KV_URL_ENV) or DEFAULT_KV_URL
             lake = shared_lake(url, s3_options)
         self.lake = lake
+        self._commits: dict[tuple[str, str], Ref] = {}
+        self._entries: OrderedDict[tuple[str, str, str], Entry] = OrderedDict()
+        self._cache_lock = threading.Lock()
 
     @classmethod
     def clear_instance_cache(cls) -> None:
@@ -147,17 +156,47 @@ class BranchwaterFileSystem(AbstractFileSystem):
 
     def _ref(self, loc: Location) -> Ref:
         """The ref a location reads at; inside a transaction, a branch it wrote to is read at
-        the transaction's branch, so its writes are visible to it."""
+        the transaction's branch, so its writes are visible to it. A commit id is resolved
+        once: no branch can be named like one, and a commit never changes."""
+        if is_hex_id(loc.ref):
+            known = self._commits.get((loc.repository, loc.ref))
+            if known is not None:
+                return known
         repo = self._repository(loc.repository)
         name = self._transaction_branch(repo.name, loc.ref_name) or loc.ref_name
+        if not is_hex_id(name) and not any(c in name for c in "~^"):
+            with suppress(NotFound, InvalidName):
+                return repo.branch(name)
         try:
-            return repo.branch(name)
-        except (NotFound, InvalidName):
-            pass
-        try:
-            return repo.ref(name)
+            ref = repo.ref(name)
         except (NotFound, InvalidName) as exc:
             raise FileNotFoundError(f"{PROTOCOL}://{loc.name('')}: {exc}") from exc
+        if is_hex_id(name):
+            self._commits[(loc.repository, name)] = ref
+        return ref
+
+    def _stat(self, loc: Location, ref: Ref, path: str) -> Entry:
+        """`ref.stat(path)`, remembered at a commit id (`NotFound` if absent)."""
+        if not is_hex_id(loc.ref):
+            return ref.stat(path)
+        key = (loc.repository, loc.ref, path)
+        with self._cache_lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+                return entry
+        entry = ref.stat(path)
+        self._remember(loc, [entry])
+        return entry
+
+    def _remember(self, loc: Location, entries: list[Entry]) -> None:
+        if not is_hex_id(loc.ref):
+            return
+        with self._cache_lock:
+            for entry in entries:
+                self._entries[(loc.repository, loc.ref, entry.path)] = entry
+            while len(self._entries) > IMMUTABLE_ENTRIES:
+                self._entries.popitem(last=False)
 
     def _branch(self, path: str) -> tuple[Branch, str]:
         """The branch a write stages on (inside a transaction, its own) and the object path."""
@@ -189,7 +228,7 @@ class BranchwaterFileSystem(AbstractFileSystem):
             raise IsADirectoryError(f"{PROTOCOL}://{loc.name('')} is a directory")
         ref = self._ref(loc)
         try:
-            return loc, ref, ref.stat(loc.key)
+            return loc, ref, self._stat(loc, ref, loc.key)
         except NotFound as exc:
             raise FileNotFoundError(f"{PROTOCOL}://{loc.name(loc.key)}: {exc}") from exc
 
@@ -205,7 +244,7 @@ class BranchwaterFileSystem(AbstractFileSystem):
         if not loc.key:
             return _directory(loc.name(""))
         with suppress(NotFound):
-            return _file_info(loc, ref.stat(loc.key))
+            return _file_info(loc, self._stat(loc, ref, loc.key))
         if next(iter(ref.list(loc.key.rstrip("/") + "/")), None) is not None:
             return _directory(loc.name(loc.key.rstrip("/")))
         raise FileNotFoundError(f"{PROTOCOL}://{loc.name(loc.key)}: no such object or folder")
@@ -255,7 +294,9 @@ class BranchwaterFileSystem(AbstractFileSystem):
                 entry = ref.stat(folder)
                 found[loc.name(folder)] = _file_info(loc, entry)
         prefix = folder + "/" if folder else ""
-        for entry in ref.list(prefix):
+        entries = list(ref.list(prefix))
+        self._remember(loc, entries)
+        for entry in entries:
             rest = entry.path[len(prefix) :].split("/")
             if maxdepth is not None and len(rest) > maxdepth:
                 if withdirs:
@@ -283,7 +324,7 @@ class BranchwaterFileSystem(AbstractFileSystem):
     ) -> Any:
         if mode == "rb":
             loc, ref, entry = self._entry(path)
-            return _reader(ref.open(entry.path), loc.name(entry.path), entry.size)
+            return _reader(_open_entry(ref, entry), loc.name(entry.path), entry.size)
         if mode in ("wb", "xb"):
             if mode == "xb" and self.exists(path):
                 raise FileExistsError(f"{PROTOCOL}://{self._strip_protocol(path)} exists")
@@ -296,7 +337,7 @@ class BranchwaterFileSystem(AbstractFileSystem):
     ) -> bytes:
         _, ref, entry = self._entry(path)
         begin, stop = _bounds(start, end, entry.size)
-        with ref.open(entry.path) as f:
+        with _open_entry(ref, entry) as f:
             f.seek(begin)
             return f.read(max(0, stop - begin))
 
@@ -343,7 +384,7 @@ class BranchwaterFileSystem(AbstractFileSystem):
             except NotFound as exc:
                 raise FileNotFoundError(f"{PROTOCOL}://{src.name(src.key)}: {exc}") from exc
         _, ref, entry = self._entry(path1)
-        with ref.open(entry.path) as f:
+        with _open_entry(ref, entry) as f:
             branch.upload(key, f, metadata=entry.metadata)
 
     def rm_file(self, path: str) -> None:
@@ -365,6 +406,11 @@ class BranchwaterFileSystem(AbstractFileSystem):
 
     def rmdir(self, path: str) -> None:
         """Folders vanish with their last object: nothing to do."""
+
+
+def _open_entry(ref: Ref, entry: Entry) -> BinaryIO:
+    """`Ref.open` of an entry already looked up: verified as it is, without a second lookup."""
+    return open_object(ref.repository.lake.graveler, ref.repository.record, entry)
 
 
 def _bounds(start: int | None, end: int | None, size: int) -> tuple[int, int]:
