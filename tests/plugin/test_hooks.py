@@ -58,20 +58,28 @@ def test_the_lake_opens_on_first_use_once_per_hook(lake_conn: LakeConnection) ->
 def test_the_filesystem_reads_and_writes_the_connections_lake(
     lake_conn: LakeConnection, repo: Repository
 ) -> None:
-    """What a task does with the commit an upstream merge pushed: pandas reads `main` at it
-    through `branchwater://`, and writes to a branch stage there."""
+    """The task docs/airflow.md shows: pandas reads `main` at the commit an upstream merge
+    pushed, through the hook's `branchwater://` filesystem, whatever lands on `main` since."""
+    import io
+
     import pandas as pd
+
+    def parquet(ids: list[int]) -> bytes:
+        buffer = io.BytesIO()
+        pd.DataFrame({"id": ids}).to_parquet(buffer)
+        return buffer.getvalue()
 
     hook = BranchwaterHook()
     try:
         fs = hook.filesystem()
         assert fs.lake is hook.get_conn()
-        fs.pipe(f"{repo.name}/main/orders.csv", b"id\n1\n2\n")
+        fs.pipe(f"{repo.name}/main/tables/orders/part-0.parquet", parquet([1, 2]))
         merged = repo.branch("main").commit("orders").id
-        fs.pipe(f"{repo.name}/main/orders.csv", b"id\n3\n")
-        with fs.open(f"{repo.name}/{merged}/orders.csv") as f:
-            assert pd.read_csv(f)["id"].tolist() == [1, 2]
-        assert fs.cat(f"{repo.name}/main/orders.csv") == b"id\n3\n"
+        fs.pipe(f"{repo.name}/main/tables/orders/part-1.parquet", parquet([3]))
+        orders = pd.read_parquet(f"{repo.name}/{merged}/tables/orders/", filesystem=fs)
+        assert orders["id"].tolist() == [1, 2]
+        now = pd.read_parquet(f"{repo.name}/main/tables/orders/", filesystem=fs)
+        assert sorted(now["id"].tolist()) == [1, 2, 3]
         hook.close()
         assert hook.filesystem().lake is not fs.lake
     finally:
