@@ -21,10 +21,12 @@ ENV = "BRANCHWATER_FAILPOINTS"
 
 POINTS = frozenset(
     {
+        "branch.before_delete",
         "commit.before_set",
         "copy.after_read",
         "copy.after_record",
         "copy.before_stage",
+        "gc.retention.before_recheck",
         "import.after_batch",
         "import.after_record",
         "link.before_stage",

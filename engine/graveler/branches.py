@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from branchwater.engine import failpoints
 from branchwater.engine.errors import InvalidArgument, too_many_tries
 from branchwater.engine.graveler import protection
 from branchwater.engine.graveler.graveler import Graveler
@@ -29,9 +30,13 @@ def delete_branch(g: Graveler, repo: RepositoryRecord, name: str) -> None:
         raise InvalidArgument(
             f"cannot delete {name!r}: it is the default branch of repository {repo.name!r}"
         )
-    branch, _ = g.refs.get_branch(repo, name)
-    protection.check(repo, branch, "delete", f"deleting branch {name!r}")
-    g.remove_branch_dropping(repo, branch)
+    for _ in g.retry:
+        branch, predicate = g.refs.get_branch(repo, name)
+        protection.check(repo, branch, "delete", f"deleting branch {name!r}")
+        failpoints.hit("branch.before_delete")
+        if g.remove_branch_dropping(repo, branch, predicate):
+            return
+    raise too_many_tries(f"delete of branch {name!r} of {repo.name!r}", g.retry.attempts)
 
 
 def reset_branch(

@@ -196,13 +196,22 @@ class Graveler:
         self.drop_listed_later(mark, partitions)
         return True
 
-    def remove_branch_dropping(self, repo: RepositoryRecord, branch: BranchRecord) -> None:
-        """Delete the branch record and drop every token it had, listed first as above."""
+    def remove_branch_dropping(
+        self, repo: RepositoryRecord, branch: BranchRecord, predicate: bytes
+    ) -> bool:
+        """Delete the branch record if unchanged since read, as a `set_if` would replace it
+        (False when another process changed it first), and drop every token it had, listed
+        first as above."""
         tokens = (branch.staging_token, *branch.sealed_tokens)
         mark, partitions = self._list_tokens(repo, branch.name, tokens)
-        self.refs.remove_branch(repo, branch.name)
+        try:
+            self.refs.remove_branch_if(repo, branch.name, predicate)
+        except PredicateFailed:
+            self.refs.unmark_partitions(mark)
+            return False
         self.branch_cache.forget(repo, branch.name)
         self.drop_listed_later(mark, partitions)
+        return True
 
     def _list_tokens(
         self, repo: RepositoryRecord, branch: str, tokens: Sequence[str]

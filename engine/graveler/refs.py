@@ -193,8 +193,9 @@ class RefStore:
         self.kv.set_if(repo.partition, BRANCHES + branch.name.encode(), value, predicate)
         return value
 
-    def remove_branch(self, repo: RepositoryRecord, name: str) -> None:
-        self.kv.delete(repo.partition, BRANCHES + name_key(name, "branch name"))
+    def remove_branch_if(self, repo: RepositoryRecord, name: str, predicate: bytes) -> None:
+        """Delete the branch record if unchanged since read (`PredicateFailed` otherwise)."""
+        self.kv.delete_if(repo.partition, BRANCHES + name_key(name, "branch name"), predicate)
 
     def branches(self, repo: RepositoryRecord) -> Iterator[BranchRecord]:
         """Every branch record, by name, from one scan: listing costs no read per branch."""

@@ -178,6 +178,21 @@ class DynamoDBStore(Store):
             Key=self._item_key(partition, key),
         )
 
+    def _delete_if(self, partition: bytes, key: bytes, expected: bytes) -> None:
+        try:
+            self._call(
+                "delete",
+                self._client.delete_item,
+                TableName=self.table,
+                Key=self._item_key(partition, key),
+                ConditionExpression=_MUST_EQUAL,
+                ExpressionAttributeValues={":expected": {"B": expected}},
+            )
+        except PredicateFailed:
+            raise PredicateFailed(
+                f"key {key!r} in partition {partition!r} changed since read"
+            ) from None
+
     def _scan_batch(
         self, partition: bytes, start: bytes, inclusive: bool, limit: int
     ) -> list[tuple[bytes, bytes]]:

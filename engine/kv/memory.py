@@ -64,11 +64,20 @@ class MemoryStore(Store):
 
     def _delete(self, partition: bytes, key: bytes) -> None:
         with self._lock:
-            part = self._partitions.get(partition)
-            if part is None or key not in part.values:
-                return
-            del part.values[key]
-            del part.keys[bisect.bisect_left(part.keys, key)]
+            self._remove(partition, key)
+
+    def _remove(self, partition: bytes, key: bytes) -> None:
+        part = self._partitions.get(partition)
+        if part is None or key not in part.values:
+            return
+        del part.values[key]
+        del part.keys[bisect.bisect_left(part.keys, key)]
+
+    def _delete_if(self, partition: bytes, key: bytes, expected: bytes) -> None:
+        with self._lock:
+            if self._current(partition, key) != expected:
+                raise PredicateFailed(f"key {key!r} in partition {partition!r} changed since read")
+            self._remove(partition, key)
 
     def _scan_batch(
         self, partition: bytes, start: bytes, inclusive: bool, limit: int

@@ -69,13 +69,14 @@ class Statements(NamedTuple):
     replace: str
     swap: str
     delete: str
+    delete_if: str
     scan_from: str
     scan_after: str
     drop_chunk: str
 
 
 def statements(table: str, quote: Callable[[str], str], mark: str) -> Statements:
-    """The eight statements every operation needs, for a dialect's quoting and placeholder.
+    """The statements every operation needs, for a dialect's quoting and placeholder.
 
     Conditional writes are single statements judged by their row count, so they are atomic
     without an explicit transaction: `ON CONFLICT DO NOTHING` creates only if absent, and an
@@ -92,6 +93,7 @@ def statements(table: str, quote: Callable[[str], str], mark: str) -> Statements
         replace=f"UPDATE {t} SET {v} = {mark} WHERE {where}",
         swap=f"UPDATE {t} SET {v} = {mark} WHERE {where} AND {v} = {mark}",
         delete=f"DELETE FROM {t} WHERE {where}",
+        delete_if=f"DELETE FROM {t} WHERE {where} AND {v} = {mark}",
         scan_from=f"{scan.format('>=')} LIMIT {mark}",
         scan_after=f"{scan.format('>')} LIMIT {mark}",
         drop_chunk=(
@@ -290,6 +292,10 @@ class SQLStore(Store):
 
     def _delete(self, partition: bytes, key: bytes) -> None:
         self._write(self._sql.delete, (partition, key), idempotent=True)
+
+    def _delete_if(self, partition: bytes, key: bytes, expected: bytes) -> None:
+        if not self._write(self._sql.delete_if, (partition, key, expected), idempotent=False):
+            raise PredicateFailed(f"key {key!r} in partition {partition!r} changed since read")
 
     def drop_partition(self, partition: bytes, *, pause: float = 0.0) -> None:
         """Delete in chunks: one statement per chunk keeps each write lock short, and the

@@ -85,6 +85,15 @@ class Store(abc.ABC):
         check_key(partition, key)
         self._delete(partition, key)
 
+    def delete_if(self, partition: bytes, key: bytes, predicate: bytes) -> None:
+        """Remove the key only if it still holds `predicate` (the value last read), else
+        `PredicateFailed`: a removal ordered after every `set_if` it did not see."""
+        check_key(partition, key)
+        if not isinstance(predicate, bytes):
+            kind = type(predicate).__name__
+            raise InvalidArgument(f"predicate must be bytes from get(), not {kind}")
+        self._delete_if(partition, key, predicate)
+
     def scan(
         self, partition: bytes, start: bytes = b"", batch_size: int = DEFAULT_BATCH_SIZE
     ) -> Iterator[KeyValue]:
@@ -161,6 +170,10 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def _delete(self, partition: bytes, key: bytes) -> None: ...
+
+    @abc.abstractmethod
+    def _delete_if(self, partition: bytes, key: bytes, expected: bytes) -> None:
+        """Delete only if the stored value equals `expected`, else `PredicateFailed`."""
 
     @abc.abstractmethod
     def _scan_batch(

@@ -302,6 +302,15 @@ def test_a_commit_racing_protect_refuses_at_its_set_if(shared) -> None:
     assert [c.path for c in main.uncommitted()] == ["x"]
 
 
+def test_a_branch_delete_racing_protect_refuses(shared) -> None:
+    """The delete removes the record only if it is still the one it checked."""
+    writer, admin = shared
+    raced = armed("branch.before_delete", lambda: protect_all(admin))
+    with raced, pytest.raises(BranchProtected, match="no_delete"):
+        writer.delete_branch("dev")
+    assert writer.branch("dev").head().id
+
+
 def test_a_protect_killed_before_its_fence_is_finished_by_running_it_again(shared) -> None:
     writer, admin = shared
 

@@ -99,6 +99,20 @@ def test_stale_predicate_fails_and_keeps_value(store: Store) -> None:
     assert store.get(P, b"key").value == b"v2"
 
 
+def test_delete_if_removes_only_the_value_read(store: Store) -> None:
+    store.set(P, b"key", b"v1")
+    _, read = store.get(P, b"key")
+    store.set(P, b"key", b"v2")
+    with pytest.raises(PredicateFailed):
+        store.delete_if(P, b"key", read)
+    assert store.get(P, b"key").value == b"v2"
+    store.delete_if(P, b"key", store.get(P, b"key").predicate)
+    with pytest.raises(NotFound):
+        store.get(P, b"key")
+    with pytest.raises(PredicateFailed):
+        store.delete_if(P, b"key", b"v2")
+
+
 def test_compare_and_swap_on_absent_key_fails(store: Store) -> None:
     with pytest.raises(PredicateFailed):
         store.set_if(P, b"key", b"new", b"imagined")
