@@ -3,8 +3,10 @@
 Each partition gets its own branch, in a mapped task group: create the branch from `main`,
 write the partition with PySpark through the link flow (each Spark task writes a Parquet
 file at an address the branch handed out, then the files are linked), validate what the
-branch now holds with Great Expectations, commit, merge into `main`, delete the branch.
-Nothing reaches `main` before its validation passed, and the partitions of one run merge
+branch now holds with Great Expectations, commit, record the validation as the `quality`
+check on that commit, merge into `main`, delete the branch. Nothing reaches `main` before
+its validation passed; where `main` is protected with `quality` required (as the demo and
+the stack set it up), the lake itself refuses any other merge. The partitions of one run merge
 into `main` at the same time: a merge retries the races it loses on the work it already
 did, and a task retry resumes from where the failed try stopped.
 
@@ -38,6 +40,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 REPOSITORY = "{{ params.repository }}"
+QUALITY_CHECK = "quality"
+"""The check merges into a protected `main` require (`Repository.protect`)."""
 
 
 @task
@@ -111,9 +115,10 @@ def read_partition(branch: str, prefix: str, repository: str) -> pd.DataFrame:
 
 
 @task
-def validate(branch: str, partition: str, prefix: str, params: dict[str, Any]) -> int:
+def validate(branch: str, partition: str, prefix: str, params: dict[str, Any]) -> dict[str, Any]:
     """Great Expectations on what the branch holds, before anything is committed: the row
-    count, unique non-null ids, no negative amount. Returns the number of rows."""
+    count, unique non-null ids, no negative amount. Returns the number of rows and GX's
+    statistics: the `quality` check's details."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     import great_expectations as gx
 
@@ -142,7 +147,19 @@ def validate(branch: str, partition: str, prefix: str, params: dict[str, Any]) -
     ]
     if failed:
         raise ValueError(f"partition {partition!r} on {branch!r} failed: {', '.join(failed)}")
-    return len(frame)
+    return {"rows": len(frame), "suite": suite.name, **result.statistics}
+
+
+@task
+def record_quality(commit_id: str, validation: dict[str, Any], params: dict[str, Any]) -> None:
+    """The validation, as the `quality` check on the commit the merge brings to `main`. A
+    retry records the same result again, which the lake accepts."""
+    hook = BranchwaterHook()
+    try:
+        repo = hook.repository(params["repository"])
+        repo.record_check(commit_id, QUALITY_CHECK, True, validation, by="branchwater_example_etl")
+    finally:
+        hook.close()
 
 
 @task_group
@@ -170,7 +187,8 @@ def load(branch: str, partition: str, prefix: str, message: str) -> None:
     )
     written = write(branch, partition, prefix)
     checked = validate(branch, partition, prefix)
-    create >> written >> checked >> commit >> merge >> delete
+    recorded = record_quality(commit.output, checked)
+    create >> written >> checked >> commit >> recorded >> merge >> delete
 
 
 @task

@@ -1,6 +1,7 @@
 """`branchwater_example_etl`, run for real by `dag.test()` with Spark local and Great
-Expectations: partitions load on their own branches and all land on `main`; failed
-validation stops a partition before its commit.
+Expectations: partitions load on their own branches and all land on a `main` protected
+with the `quality` check required (each commit carries its validation as that check);
+failed validation stops a partition before its commit.
 
 `dag.test()` runs tasks in this process, so the DAG's writers use the session's Spark."""
 
@@ -36,6 +37,9 @@ def test_four_partitions_load_and_merge_into_main(
 ) -> None:
     repository = unique_name("etl-")
     partitions = ["north", "south", "east", "west"]
+    namespace = f"{lake_conn.namespace}/{repository}"
+    protected = lake_conn.lake.create_repository(repository, storage_namespace=namespace)
+    protected.protect("main", no_direct_writes=True, required_checks=["quality"])
 
     result = run_dag(
         example_etl(), {"repository": repository, "partitions": partitions, "rows": 25}
@@ -56,7 +60,11 @@ def test_four_partitions_load_and_merge_into_main(
     assert sorted(c.metadata["airflow.map_index"] for c in loads) == ["0", "1", "2", "3"]
     for i in range(4):
         assert result.states[f"load.merge[{i}]"] == "success"
-        assert result.value(f"load.validate[{i}]") == 25
+        validation = result.value(f"load.validate[{i}]")
+        assert (validation["rows"], validation["success_percent"]) == (25, 100.0)
+    for commit in loads:
+        (check,) = repo.checks(commit.id)
+        assert (check.name, check.passed, check.details["rows"]) == ("quality", True, 25)
 
 
 def test_failed_validation_stops_the_partition_before_its_commit(
