@@ -22,8 +22,9 @@ from branchwater.engine import (
 )
 from branchwater.engine.api import Repository
 from branchwater.engine.failpoints import FailpointHit, armed
-from branchwater.engine.graveler.graveler import RetryPolicy
+from branchwater.engine.graveler.graveler import Graveler, RetryPolicy
 from branchwater.engine.graveler.protection import decode_stamp, read_book
+from tests.graveler.test_refs import CountingStore
 from tests.helpers.servers import spawned_pool
 
 Write = Callable[[Repository], object]
@@ -191,6 +192,32 @@ def test_overlapping_patterns_all_apply(repo: Repository) -> None:
     with pytest.raises(BranchProtected) as refused:
         repo.delete_branch("dev")
     assert (refused.value.rule, refused.value.pattern) == ("no_delete", "*")
+
+
+def test_staged_writes_read_the_rules_from_the_records_they_read_anyway(tmp_path: Path) -> None:
+    """No extra round trip for a branch no rule matches, however many rules the repository
+    has; one at most (the cached record is read again) for a branch whose rules allow it."""
+    kv = CountingStore()
+    with Lake(Graveler(kv, branch_cache_ttl=600)) as lake:
+        repo = lake.create_repository("guarded", storage_namespace=f"file://{tmp_path}/ns")
+        seeded(repo)
+        dev = repo.branch("dev")
+
+        def trips(path: str) -> int:
+            kv.calls.clear()
+            dev.upload(path, path.encode())
+            return len(kv.calls)
+
+        trips("warm")
+        unprotected = trips("one")
+        assert trips("one more") == unprotected
+        repo.protect("main", no_direct_writes=True, required_checks=["quality"])
+        repo.protect("release/*", no_direct_writes=True)
+        trips("warm again")
+        assert trips("two") == unprotected
+        repo.protect("dev", no_delete=True)
+        trips("warm once more")
+        assert trips("three") == unprotected + 1
 
 
 # checks
