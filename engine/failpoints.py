@@ -34,6 +34,8 @@ POINTS = frozenset(
         "protect.before_fence",
         "publish.before_set",
         "restore.before_stage",
+        "transaction.before_commit",
+        "transaction.before_merge",
         "write.before_validate",
     }
 )

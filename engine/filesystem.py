@@ -33,6 +33,7 @@ from fsspec.spec import AbstractFileSystem
 from fsspec.transaction import Transaction
 from fsspec.utils import tokenize
 
+from branchwater.engine import failpoints
 from branchwater.engine.api import DEFAULT_KV_URL, Branch, Lake, Ref, Repository
 from branchwater.engine.errors import (
     DirtyBranch,
@@ -597,7 +598,9 @@ class BranchwaterTransaction(Transaction):
     def _land(self, s: _Started) -> None:
         if next(iter(s.branch.uncommitted()), None) is None:
             return
+        failpoints.hit("transaction.before_commit")
         s.branch.commit(self.message, self.metadata)
+        failpoints.hit("transaction.before_merge")
         result = s.repository.merge(
             s.branch.name, into=s.target, message=self.message, metadata=self.metadata
         )

@@ -316,3 +316,18 @@ def test_a_branch_moved_during_the_transaction_gets_a_merge_commit(
     assert main.read("c.txt") == b"theirs"
     assert main.head().parents == (before,)
     assert not [b for b in repo.branches() if b.name.startswith(TRANSACTION_PREFIX)]
+
+
+def test_hostile_input_is_a_typed_error_and_stages_nothing(fs_lake: FsLake, tree: str) -> None:
+    fs = fs_lake.fs
+    with pytest.raises(InvalidArgument, match="NUL"):
+        fs.pipe("sales/main/bad\x00name", b"x")
+    with pytest.raises(InvalidArgument, match="bytes"):
+        fs.pipe("sales/main/text.txt", "not bytes")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match="'ab'"):
+        fs.open("sales/main/c.txt", "ab")
+    with pytest.raises(InvalidArgument, match="either lake= or kv_url="):
+        BranchwaterFileSystem(kv_url="memory://", lake=fs_lake.lake, skip_instance_cache=True)
+    with pytest.raises(FileNotFoundError):
+        fs.cat("sales/main/../c.txt")
+    assert staged(fs_lake) == {}
