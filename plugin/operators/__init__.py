@@ -21,6 +21,7 @@ from branchwater.plugin.operators.gc import (
     BranchwaterGCSweepOperator,
     BranchwaterPrepareUncommittedOperator,
 )
+from branchwater.plugin.operators.imports import BranchwaterImportOperator
 from branchwater.plugin.operators.objects import BranchwaterUploadOperator
 from branchwater.plugin.operators.repositories import BranchwaterCreateRepositoryOperator
 
@@ -35,6 +36,7 @@ __all__ = [
     "BranchwaterGCMarkOperator",
     "BranchwaterGCReportOperator",
     "BranchwaterGCSweepOperator",
+    "BranchwaterImportOperator",
     "BranchwaterMergeOperator",
     "BranchwaterOperator",
     "BranchwaterPrepareUncommittedOperator",

@@ -47,6 +47,7 @@ def test_everything_the_provider_info_names_exists() -> None:
     for family, name in [
         ("operators", "BranchwaterCompactOperator"),
         ("operators", "BranchwaterGCMarkOperator"),
+        ("operators", "BranchwaterImportOperator"),
         ("sensors", "BranchwaterCompactionSensor"),
         ("triggers", "BranchwaterCompactionTrigger"),
     ]:
