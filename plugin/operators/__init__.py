@@ -7,6 +7,7 @@ from branchwater.plugin.operators.branches import (
     BranchwaterCreateBranchOperator,
     BranchwaterDeleteBranchOperator,
 )
+from branchwater.plugin.operators.checks import BranchwaterRecordCheckOperator
 from branchwater.plugin.operators.commits import (
     BranchwaterCommitOperator,
     BranchwaterMergeOperator,
@@ -24,8 +25,14 @@ from branchwater.plugin.operators.gc import (
 from branchwater.plugin.operators.imports import BranchwaterImportOperator
 from branchwater.plugin.operators.objects import BranchwaterUploadOperator
 from branchwater.plugin.operators.repositories import BranchwaterCreateRepositoryOperator
+from branchwater.plugin.operators.undo import (
+    BranchwaterCherryPickOperator,
+    BranchwaterResetOperator,
+    BranchwaterRevertOperator,
+)
 
 __all__ = [
+    "BranchwaterCherryPickOperator",
     "BranchwaterCommitOperator",
     "BranchwaterCompactOperator",
     "BranchwaterCreateBranchOperator",
@@ -40,6 +47,9 @@ __all__ = [
     "BranchwaterMergeOperator",
     "BranchwaterOperator",
     "BranchwaterPrepareUncommittedOperator",
+    "BranchwaterRecordCheckOperator",
+    "BranchwaterResetOperator",
+    "BranchwaterRevertOperator",
     "BranchwaterTagOperator",
     "BranchwaterUploadOperator",
 ]

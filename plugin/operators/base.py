@@ -14,6 +14,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from branchwater.engine import (
     AlreadyExists,
+    BranchProtected,
     ConfigurationError,
     Conflict,
     InvalidArgument,
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 
 FINAL_ERRORS = (
     AlreadyExists,
+    BranchProtected,
     Conflict,
     NoChanges,
     NotFound,
@@ -39,7 +41,9 @@ FINAL_ERRORS = (
 )
 """Engine errors a task retry cannot fix: the task fails at once instead of retrying. A
 repository, branch or ref that is not there (`NotFound`) is a DAG's mistake or an upstream
-task that did not run; waiting does not make it appear."""
+task that did not run; waiting does not make it appear. A protected branch (`BranchProtected`,
+`ChecksMissing`) refuses again until its rules or the checks change, which a retry does not
+do."""
 
 METADATA_PREFIX = "airflow."
 IDENTITY_KEYS = ("dag_id", "run_id", "task_id", "map_index")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,9 @@ the try (XCom does not: Airflow clears a task's XCom when its next try starts), 
 for people reading the failed try."""
 ATTEMPTS_KEY = "merge_attempts"
 """XCom key of how many tries the engine's merge took (1: it lost no race)."""
+PUBLISH_ATTEMPTS = 5
+"""How many previews a `preview_then_publish` merge publishes before it fails with the last
+lost publish's hint (a destination moving that often is better waited out by a task retry)."""
 ON_NO_CHANGES = ("skip", "fail")
 """What a commit or merge that has nothing to record, and that this task did not make
 earlier, does: succeed without a commit, or fail at once."""
@@ -72,6 +76,11 @@ class RecordingOperator(BranchwaterOperator):
         if earlier is not None:
             self.log.info("This task instance made this already, in %s: %s", ref, earlier.id)
             return earlier
+        return self.without_commit(repo, ref, nothing)
+
+    def without_commit(self, repo: Repository, ref: str, nothing: NoChanges) -> Commit:
+        """`ref`'s HEAD, which holds the content already (`on_no_changes="skip"`), when this
+        task instance made no commit for it; `nothing` is raised otherwise."""
         if self.on_no_changes == "fail":
             raise nothing
         head = repo.ref(ref).head()
@@ -164,6 +173,11 @@ class BranchwaterMergeOperator(RecordingOperator):
     :param committer: who the merge commit names (templated; default "airflow")
     :param fast_forward: fast-forward the destination when it has not moved since the source
         branched, writing no merge commit (default False)
+    :param preview_then_publish: build the merge as a preview and publish it (default
+        False): the destination moves only if it has not moved since the preview, else the
+        merge is previewed again from the lost publish's hint, up to `PUBLISH_ATTEMPTS`
+        times, then the task fails keeping that hint, as a merge that lost every race does;
+        with required checks on the destination, the preview's or the source's must pass
     """
 
     template_fields: Sequence[str] = (
@@ -187,9 +201,16 @@ class BranchwaterMergeOperator(RecordingOperator):
         metadata: dict[str, str] | None = None,
         committer: str = "airflow",
         fast_forward: bool = False,
+        preview_then_publish: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if preview_then_publish and fast_forward:
+            raise InvalidArgument(
+                f"task {kwargs.get('task_id')!r}: a preview is always a merge commit; "
+                "preview_then_publish takes no fast_forward"
+            )
+        self.preview_then_publish = preview_then_publish
         self.source_ref = source_ref
         self.destination_branch = destination_branch
         self.strategy = strategy
@@ -228,7 +249,27 @@ class BranchwaterMergeOperator(RecordingOperator):
         return commit.id
 
     def merge(self, repo: Repository, into: str, hint: str | None, context: Context) -> MergeResult:
-        """One merge through the engine, which retries lost races itself."""
+        """One merge through the engine, which retries lost races itself; with
+        `preview_then_publish`, previews published, each lost publish's hint passed on."""
+        if not self.preview_then_publish:
+            return self._merge(repo, into, hint, context, preview=False)
+        attempt = 1
+        while True:
+            preview = self._merge(repo, into, hint, context, preview=True)
+            try:
+                published = repo.publish(preview.commit.id, into)
+            except MergeRaceLost as lost:
+                if attempt >= PUBLISH_ATTEMPTS:
+                    raise
+                self.log.info("%s moved since the preview: previewing again", into)
+                attempt, hint = attempt + 1, lost.hint
+                continue
+            self.log.info("Published the preview %s", published.commit.id)
+            return dataclasses.replace(published, attempts=attempt)
+
+    def _merge(
+        self, repo: Repository, into: str, hint: str | None, context: Context, *, preview: bool
+    ) -> MergeResult:
         return repo.merge(
             self.source_ref,
             into,
@@ -238,6 +279,7 @@ class BranchwaterMergeOperator(RecordingOperator):
             committer=self.committer,
             hint=hint,
             fast_forward=self.fast_forward,
+            preview=preview,
         )
 
     def _saved_hint(self, context: Context, source_id: str, into: str) -> str | None:
