@@ -390,7 +390,10 @@ class BranchwaterFileSystem(AbstractFileSystem):
 
     def rm_file(self, path: str) -> None:
         branch, key = self._branch(path)
-        branch.delete(key)
+        try:
+            branch.delete(key)
+        except NotFound as exc:
+            raise FileNotFoundError(f"{PROTOCOL}://{self._strip_protocol(path)}: {exc}") from exc
 
     def rm(self, path: Any, recursive: bool = False, maxdepth: int | None = None) -> None:
         """Stage a delete of every object `path` expands to (folders are implicit)."""

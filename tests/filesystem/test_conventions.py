@@ -204,6 +204,10 @@ def test_writes_stage_on_the_branch(fs_lake: FsLake, tree: str, tmp_path: Path) 
     assert (tmp_path / "piped").read_bytes() == b"piped"
     with pytest.raises(FileExistsError):
         fs.open("sales/main/c.txt", "xb")
+    with pytest.raises(FileNotFoundError):
+        fs.rm_file("sales/main/never-there.txt")
+    with pytest.raises(FileNotFoundError):
+        fs.rm("sales/main/never-there/", recursive=True)
 
 
 def test_a_write_cut_short_uploads_nothing(fs_lake: FsLake, tree: str) -> None:
