@@ -67,3 +67,25 @@ def test_native_reader_threads_read_many_times_and_the_process_exits_cleanly(
     )
     assert child.returncode == 0, child.stderr[-3000:]
     assert child.stdout.strip() == "ok"
+
+
+def test_one_filesystem_serves_many_python_threads_at_once(fs_lake: FsLake) -> None:
+    """Threads share the filesystem and its lake's pooled connections: every write lands,
+    every read sees its own thread's writes, and the pool holds at most one connection per
+    thread that was ever running a statement at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    fs, threads, files = fs_lake.fs, 8, 10
+
+    def work(n: int) -> list[bytes]:
+        for i in range(files):
+            fs.pipe(f"sales/main/t{n}/{i}.bin", f"{n}-{i}".encode())
+        return [fs.cat(f"sales/main/t{n}/{i}.bin") for i in range(files)]
+
+    with ThreadPoolExecutor(threads) as pool:
+        results = list(pool.map(work, range(threads)))
+    assert results == [[f"{n}-{i}".encode() for i in range(files)] for n in range(threads)]
+    assert len(fs.find("sales/main")) == threads * files
+    kv = fs.lake.graveler.kv
+    if hasattr(kv, "_idle"):
+        assert 1 <= len(kv._connections) <= threads + 2
