@@ -94,7 +94,14 @@ def _add_pages(app: FastAPI, lake_access: LakeAccess, page: _Renderer) -> None:
         repo = lake_access.lake().repository(repository)
         statuses = {s.branch: s for s in repo.compaction_status()}
         branches = [(b, b.head(), statuses.get(b.name)) for b in repo.branches()]
-        return page(request, "repository.html", repo=repo, branches=branches, tags=repo.tags())
+        return page(
+            request,
+            "repository.html",
+            repo=repo,
+            branches=branches,
+            tags=repo.tags(),
+            protections=repo.protections(),
+        )
 
     @app.get("/repositories/{repository}/log/{ref:path}", name="log", response_class=HTMLResponse)
     def commit_log(
@@ -125,6 +132,7 @@ def _add_pages(app: FastAPI, lake_access: LakeAccess, page: _Renderer) -> None:
             "commit.html",
             repo=repo,
             commit=found,
+            checks=repo.checks(found.id),
             branch=branch,
             parent=parent,
             changes=changes,
