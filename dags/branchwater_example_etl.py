@@ -95,23 +95,20 @@ def write(branch: str, partition: str, prefix: str, params: dict[str, Any]) -> l
     return [entry.path for entry in entries]
 
 
-def read_partition(branch: str, prefix: str, repository: str) -> pd.DataFrame:
-    """What the branch holds under `prefix`, read through Branchwater as one table."""
-    import io
+def read_partition(branch: str, prefix: str, params: dict[str, Any]) -> pd.DataFrame:
+    """What the branch holds under `prefix`, uncommitted files included, read by Spark's
+    executors straight from the object store through Branchwater's reader."""
+    from branchwater.spark_jobs.reader import read_parquet
 
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
+    spark = spark_session(params["spark_master"])
     hook = BranchwaterHook()
     try:
-        source = hook.repository(repository).branch(branch)
-        tables = [
-            pq.read_table(io.BytesIO(source.read(entry.path)))
-            for entry in source.list(prefix=f"{prefix}/")
-        ]
+        repo = hook.repository(params["repository"])
+        s3_options = hook.s3_options_for(repo.storage_namespace)
+        frame = read_parquet(spark, repo.branch(branch), f"{prefix}/", s3_options=s3_options)
     finally:
         hook.close()
-    return pa.concat_tables(tables).to_pandas()
+    return frame.toPandas()
 
 
 @task
@@ -122,7 +119,7 @@ def validate(branch: str, partition: str, prefix: str, params: dict[str, Any]) -
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     import great_expectations as gx
 
-    frame = read_partition(branch, prefix, params["repository"])
+    frame = read_partition(branch, prefix, params)
     context = gx.get_context(mode="ephemeral")
     batch = (
         context.data_sources.add_pandas("branch")

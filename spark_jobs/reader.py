@@ -1,0 +1,550 @@
+"""Read a ref's objects with Spark: the ref resolved on the driver, the files read on executors.
+
+The driver streams the ref's entries under a prefix into manifest files of `MANIFEST_ROWS`
+entries each, handed to the executors with `SparkContext.addFile`, so a ref with millions of
+entries never sits in the driver's memory at once; it keeps only the files' sizes, a part at
+a time, to pack them into Spark partitions as `spark.read` does (`maxPartitionBytes`,
+`openCostInBytes`). Each Spark task reads its slice of a manifest and the physical files it
+names with pyarrow, straight from the object store, as the writer writes them: executors
+need no `s3a` jars and no access to the KV store. Partition columns come from Hive-style
+folders (`k=v/`) under the prefix, typed as Spark's partition discovery types them.
+
+The frame is the ref as it was when `read_files` listed it: a branch's uncommitted objects
+included, later changes to the branch not.
+"""
+
+from __future__ import annotations
+
+import atexit
+import datetime
+import re
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, unquote, urlsplit
+
+from branchwater.engine import CorruptedData, InvalidArgument, NotFound
+from branchwater.spark_jobs.writer import filesystem_for
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+    from branchwater.engine import Entry, Ref
+
+MANIFEST_ROWS = 50_000
+"""Entries per manifest file: what the driver holds at once while it lists a ref."""
+MANIFEST_ROW_GROUP = 1_024
+"""Rows per manifest row group: a task reads only the groups its slice covers."""
+EXTERNAL_SCHEMES = ("s3://", "file://")
+"""An imported object's address is its full URI; every other address is relative to the
+repository's namespace (the engine's convention, `engine/graveler/external.py`)."""
+DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+FORMATS = ("parquet", "csv", "json", "orc", "ipc", "arrow", "feather")
+_PARTITION_DIR = re.compile(r"([^=/]+)=([^/]*)")
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_WIDER = ("int", "long", "double")
+
+
+@dataclass(frozen=True)
+class Slice:
+    """Rows `start` to `stop` of one manifest file: one Spark partition's files."""
+
+    manifest: str
+    start: int
+    stop: int
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    """What every task needs besides its slice: how to read a file and what to yield."""
+
+    file_format: ds.FileFormat
+    data_schema: pa.Schema
+    partition_types: tuple[tuple[str, str], ...]
+    output_schema: pa.Schema
+    s3_options: Mapping[str, str | None]
+    where: str
+    slices: tuple[Slice, ...] = field(default=())
+
+
+def read_parquet(
+    spark: SparkSession,
+    ref: Ref,
+    prefix: str = "",
+    *,
+    s3_options: Mapping[str, str | None] | None = None,
+    schema: StructType | str | None = None,
+) -> DataFrame:
+    """The Parquet dataset under `prefix` at `ref` (a `Branch`, or `repo.ref(tag or commit)`),
+    as `spark.read.parquet` would read it from a file system. See `read_files`."""
+    return read_files(spark, ref, prefix, format="parquet", s3_options=s3_options, schema=schema)
+
+
+def read_files(
+    spark: SparkSession,
+    ref: Ref,
+    prefix: str = "",
+    *,
+    format: str | ds.FileFormat = "parquet",
+    s3_options: Mapping[str, str | None] | None = None,
+    schema: StructType | str | None = None,
+) -> DataFrame:
+    """The files under `prefix` at `ref` in any format pyarrow reads, as one DataFrame.
+
+    `prefix` names a folder (`tables/orders/`, the whole ref when empty) or one object.
+    `format` is a name in `FORMATS` or a `pyarrow.dataset.FileFormat` (CSV parse options,
+    say). Files whose name, or a folder's, starts with `_` or `.` are skipped, as Spark skips
+    them. `schema` (a `StructType` or DDL string) gives the data columns; without it, the
+    first file's schema is used. `s3_options` (as `Lake.connect` takes them) let executors
+    read an `s3://` namespace. `NotFound` when no file lies under the prefix;
+    `InvalidArgument` for an unknown format or folders that disagree on partition columns.
+    """
+    file_format = _file_format(format)
+    base, exact = _base(ref, prefix)
+    where = f"{base or '(the whole ref)'!r} at {_ref_label(ref)}"
+    options = dict(s3_options or {})
+    directory = Path(tempfile.mkdtemp(prefix="branchwater-read-"))
+    _REMOVE_AT_EXIT.append(directory)
+    listed = _write_manifests(spark, ref, base, exact, directory)
+    if listed.first is None:
+        raise NotFound(
+            f"no files under {where} in repository {ref.repository.name!r}: "
+            "check the prefix and the ref (`branchwater ls` lists what it holds)"
+        )
+    data_schema = _data_schema(spark, ref, listed.first, file_format, schema)
+    partitions = tuple(listed.partitions.types())
+    output = _output_schema(spark, data_schema, partitions)
+    plan = ReadPlan(
+        file_format,
+        data_schema,
+        partitions,
+        output,
+        options,
+        where,
+        tuple(_slices(spark, directory, listed.manifests)),
+    )
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    ids = spark.range(0, len(plan.slices), 1, numPartitions=len(plan.slices))
+    return ids.mapInArrow(partial(_read_slices, plan=plan), from_arrow_schema(output))
+
+
+def _file_format(format: str | ds.FileFormat) -> ds.FileFormat:
+    import pyarrow.dataset as ds
+
+    if isinstance(format, ds.FileFormat):
+        return format
+    if not isinstance(format, str) or format.lower() not in FORMATS:
+        raise InvalidArgument(
+            f"format {format!r} is not one pyarrow reads: use one of {', '.join(FORMATS)} "
+            "or a pyarrow.dataset.FileFormat"
+        )
+    formats: dict[str, type[ds.FileFormat]] = {
+        "parquet": ds.ParquetFileFormat,
+        "csv": ds.CsvFileFormat,
+        "json": ds.JsonFileFormat,
+        "orc": ds.OrcFileFormat,
+    }
+    return formats.get(format.lower(), ds.IpcFileFormat)()
+
+
+def _base(ref: Ref, prefix: str) -> tuple[str, Entry | None]:
+    """The folder partition columns are relative to, and the object `prefix` names if it
+    names one exactly (as `spark.read` reads a file path as that file)."""
+    if not isinstance(prefix, str):
+        raise InvalidArgument(f"prefix must be a string, not {type(prefix).__name__}")
+    if prefix and not prefix.endswith("/"):
+        try:
+            return prefix.rsplit("/", 1)[0] + "/" if "/" in prefix else "", ref.stat(prefix)
+        except NotFound:
+            return prefix + "/", None
+    return prefix, None
+
+
+def _ref_label(ref: Ref) -> str:
+    commit_id = ref.commit_id
+    return ref.name if ref.name == commit_id else f"{ref.name!r} (commit {commit_id[:12]})"
+
+
+@dataclass
+class _Listed:
+    manifests: list[str]
+    partitions: _PartitionColumns
+    first: Entry | None = None
+
+
+def _write_manifests(
+    spark: SparkSession, ref: Ref, base: str, exact: Entry | None, directory: Path
+) -> _Listed:
+    """Stream the ref's entries into manifest files, `MANIFEST_ROWS` at a time, each added
+    to the Spark context; partition columns and their types are worked out on the way."""
+    listed = _Listed([], _PartitionColumns())
+    namespace = ref.repository.storage_namespace
+    entries = iter([exact]) if exact is not None else ref.list(prefix=base)
+    rows = _ManifestRows()
+    for entry in entries:
+        relative = entry.path[len(base) :]
+        if _hidden(relative):
+            continue
+        values = listed.partitions.add(relative, entry.path)
+        listed.first = listed.first or entry
+        rows.add(entry, _location(namespace, entry.address), values)
+        if len(rows) == MANIFEST_ROWS:
+            listed.manifests.append(rows.write(spark, directory))
+            rows = _ManifestRows()
+    if len(rows):
+        listed.manifests.append(rows.write(spark, directory))
+    return listed
+
+
+def _hidden(relative: str) -> bool:
+    """Spark's rule for files and folders it does not read (`_SUCCESS`, `.crc` files)."""
+    return any(
+        (part.startswith("_") and "=" not in part) or part.startswith(".")
+        for part in relative.split("/")
+    )
+
+
+def _location(namespace: str, address: str) -> tuple[str, str]:
+    """The scheme and pyarrow path of an entry's object (an imported object's address is its
+    own URI, kept verbatim; a namespace URL is percent-encoded)."""
+    if address.startswith("file://"):
+        return "file", address[len("file://") :]
+    if address.startswith("s3://"):
+        return "s3", address[len("s3://") :]
+    parts = urlsplit(namespace.rstrip("/"))
+    if parts.scheme == "file":
+        return "file", f"{unquote(parts.path)}/{address}"
+    return parts.scheme, f"{parts.netloc}{parts.path}/{address}"
+
+
+class _ManifestRows:
+    def __init__(self) -> None:
+        self.columns: dict[str, list[Any]] = {
+            "path": [],
+            "scheme": [],
+            "location": [],
+            "size": [],
+            "values": [],
+        }
+
+    def __len__(self) -> int:
+        return len(self.columns["path"])
+
+    def add(self, entry: Entry, location: tuple[str, str], values: list[str | None]) -> None:
+        for name, value in zip(
+            self.columns, (entry.path, *location, entry.size, values), strict=True
+        ):
+            self.columns[name].append(value)
+
+    def write(self, spark: SparkSession, directory: Path) -> str:
+        """Write the rows as one manifest file, add it to the Spark context, return its name."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        name = f"branchwater-manifest-{uuid.uuid4().hex}.parquet"
+        table = pa.table(
+            {
+                "path": pa.array(self.columns["path"], pa.string()),
+                "scheme": pa.array(self.columns["scheme"], pa.string()),
+                "location": pa.array(self.columns["location"], pa.string()),
+                "size": pa.array(self.columns["size"], pa.int64()),
+                "values": pa.array(self.columns["values"], pa.list_(pa.string())),
+            }
+        )
+        pq.write_table(table, directory / name, row_group_size=MANIFEST_ROW_GROUP)
+        spark.sparkContext.addFile(str(directory / name))
+        return name
+
+
+class _PartitionColumns:
+    """Hive-style partition columns of the files seen so far, and each column's type."""
+
+    def __init__(self) -> None:
+        self.names: tuple[str, ...] | None = None
+        self.example = ""
+        self.kinds: list[str] = []
+
+    def add(self, relative: str, path: str) -> list[str | None]:
+        folders = relative.split("/")[:-1]
+        pairs: list[tuple[str, str]] = []
+        for folder in reversed(folders):
+            match = _PARTITION_DIR.fullmatch(folder)
+            if match is None:
+                break
+            pairs.insert(0, (unquote(match[1]), unquote(match[2])))
+        names = tuple(name for name, _ in pairs)
+        if self.names is None:
+            self.names, self.example = names, path
+            self.kinds = ["null"] * len(names)
+        elif names != self.names:
+            raise InvalidArgument(
+                f"conflicting partition folders: {self.example!r} has partition columns "
+                f"{list(self.names)}, {path!r} has {list(names)}; read a prefix whose files "
+                "all lie at the same depth of k=v folders"
+            )
+        values = [None if value == DEFAULT_PARTITION else value for _, value in pairs]
+        self.kinds = [_wider(kind, _kind(v)) for kind, v in zip(self.kinds, values, strict=True)]
+        return values
+
+    def types(self) -> Iterator[tuple[str, str]]:
+        for name, kind in zip(self.names or (), self.kinds, strict=True):
+            yield name, "string" if kind == "null" else kind
+
+
+def _kind(value: str | None) -> str:
+    """The type Spark's partition discovery gives one value: int, long, double, date,
+    string (or none yet, for a null)."""
+    if value is None:
+        return "null"
+    try:
+        number = int(value)
+        return (
+            "int"
+            if -(2**31) <= number < 2**31
+            else "long"
+            if -(2**63) <= number < 2**63
+            else "string"
+        )
+    except ValueError:
+        pass
+    try:
+        float(value)
+        return (
+            "double"
+            if value.strip().lower() not in ("nan", "inf", "-inf", "infinity")
+            else "string"
+        )
+    except ValueError:
+        pass
+    if _DATE.fullmatch(value):
+        try:
+            datetime.date.fromisoformat(value)
+            return "date"
+        except ValueError:
+            pass
+    return "string"
+
+
+def _wider(left: str, right: str) -> str:
+    if left == "null" or left == right:
+        return right
+    if right == "null":
+        return left
+    if left in _WIDER and right in _WIDER:
+        return _WIDER[max(_WIDER.index(left), _WIDER.index(right))]
+    return "string"
+
+
+def _data_schema(
+    spark: SparkSession,
+    ref: Ref,
+    first: Entry,
+    file_format: ds.FileFormat,
+    schema: StructType | str | None,
+) -> pa.Schema:
+    """The given schema, else the first file's, read through `Ref.open` (a Parquet footer
+    costs ranged reads of its end only)."""
+    if schema is not None:
+        return _arrow_schema(spark, schema)
+    with ref.open(first.path, verify=False) as f:
+        try:
+            found = file_format.inspect(f)
+        except Exception as exc:
+            raise CorruptedData(
+                f"cannot read the schema of {first.path!r} at {_ref_label(ref)} as "
+                f"{file_format.default_extname or 'the given format'}: {exc}"
+            ) from None
+    return _spark_compatible(found)
+
+
+def _arrow_schema(spark: SparkSession, schema: StructType | str) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    try:
+        struct = schema if isinstance(schema, StructType) else StructType.fromDDL(schema)
+    except Exception as exc:
+        raise InvalidArgument(
+            f"schema {schema!r} is not a DDL string Spark parses: {exc}"
+        ) from None
+    if not isinstance(struct, StructType):
+        raise InvalidArgument(f"schema {schema!r} is not a struct of columns")
+    return to_arrow_schema(struct, timezone="UTC")
+
+
+def _spark_compatible(schema: pa.Schema) -> pa.Schema:
+    """A file's schema in types Spark has: unsigned integers widened as Spark's Parquet
+    reader widens them, dictionaries decoded, large variants made plain."""
+    import pyarrow as pa
+
+    return pa.schema([field.with_type(_compatible(field.type)) for field in schema])
+
+
+def _compatible(t: pa.DataType) -> pa.DataType:
+    import pyarrow as pa
+
+    widened = {pa.uint8(): pa.int16(), pa.uint16(): pa.int32(), pa.uint32(): pa.int64()}
+    if t in widened:
+        return widened[t]
+    if t == pa.uint64():
+        return pa.decimal128(20, 0)
+    if pa.types.is_dictionary(t):
+        return _compatible(t.value_type)
+    if pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return pa.string()
+    if pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
+        return pa.binary()
+    if pa.types.is_large_list(t) or pa.types.is_list(t):
+        return pa.list_(_compatible(t.value_type))
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(_compatible(f.type)) for f in t])
+    if pa.types.is_timestamp(t) and t.unit == "ns":
+        return pa.timestamp("us", t.tz)
+    return t
+
+
+def _output_schema(
+    spark: SparkSession, data: pa.Schema, partitions: Sequence[tuple[str, str]]
+) -> pa.Schema:
+    """The rows' Arrow schema as Spark expects them back from `mapInArrow`: data columns,
+    then partition columns (a partition column replaces a data column of its name)."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+
+    names = {name for name, _ in partitions}
+    fields = [f for f in data if f.name not in names]
+    fields += [pa.field(name, _partition_type(kind)) for name, kind in partitions]
+    struct = from_arrow_schema(pa.schema(fields))
+    large = spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false") == "true"
+    return to_arrow_schema(struct, timezone="UTC", prefers_large_types=large)
+
+
+def _partition_type(kind: str) -> pa.DataType:
+    import pyarrow as pa
+
+    types = {"int": pa.int32(), "long": pa.int64(), "double": pa.float64(), "date": pa.date32()}
+    return types.get(kind, pa.string())
+
+
+def _slices(spark: SparkSession, directory: Path, manifests: Sequence[str]) -> Iterator[Slice]:
+    """Pack the files into Spark partitions in listing order, as `spark.read` sizes them:
+    up to `maxSplitBytes`, each file counting `openCostInBytes` more than its size. Reads
+    the manifests' size column back, one file at a time."""
+    import pyarrow.parquet as pq
+
+    sizes = [pq.read_table(directory / m, columns=["size"]).column(0) for m in manifests]
+    max_bytes, open_cost = _split_settings(spark)
+    total = sum(int(s.to_numpy().sum()) + open_cost * len(s) for s in sizes)
+    per_core = total // max(1, spark.sparkContext.defaultParallelism)
+    limit = min(max_bytes, max(open_cost, per_core))
+    for name, column in zip(manifests, sizes, strict=True):
+        start, filled = 0, 0
+        for row, size in enumerate(column.to_numpy()):
+            cost = int(size) + open_cost
+            if filled and filled + cost > limit:
+                yield Slice(name, start, row)
+                start, filled = row, 0
+            filled += cost
+        yield Slice(name, start, len(column))
+
+
+def _split_settings(spark: SparkSession) -> tuple[int, int]:
+    def size(key: str, default: str) -> int:
+        value = str(spark.conf.get(key, default)).strip().lower()
+        units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+        unit = value[-2] if value.endswith("b") and len(value) > 1 else value[-1]
+        if unit in units:
+            return int(float(value.rstrip("b")[:-1]) * units[unit])
+        return int(value.rstrip("b"))
+
+    return (
+        size("spark.sql.files.maxPartitionBytes", "128m"),
+        size("spark.sql.files.openCostInBytes", "4m"),
+    )
+
+
+def _read_slices(batches: Iterator[pa.RecordBatch], *, plan: ReadPlan) -> Iterator[pa.RecordBatch]:
+    """Runs in a Spark task: read the files of the slices whose numbers come in."""
+    for batch in batches:
+        for number in batch.column(0).to_pylist():
+            yield from _read_slice(plan, plan.slices[number])
+
+
+def _read_slice(plan: ReadPlan, part: Slice) -> Iterator[pa.RecordBatch]:
+    import pyarrow.parquet as pq
+    from pyspark import SparkFiles
+
+    manifest = pq.ParquetFile(SparkFiles.get(part.manifest))
+    groups: list[int] = []
+    first = offset = 0
+    for group in range(manifest.num_row_groups):
+        stop = first + manifest.metadata.row_group(group).num_rows
+        if first < part.stop and stop > part.start:
+            offset = offset if groups else part.start - first
+            groups.append(group)
+        first = stop
+    rows = manifest.read_row_groups(groups).slice(offset, part.stop - part.start)
+    filesystems: dict[str, Any] = {}
+    for row in rows.to_pylist():
+        scheme = row["scheme"]
+        if scheme not in filesystems:
+            url = f"{scheme}://{quote(row['location'])}"
+            filesystems[scheme] = filesystem_for(url, plan.s3_options)[0]
+        yield from _read_file(plan, filesystems[scheme], row)
+
+
+def _read_file(plan: ReadPlan, filesystem: Any, row: Mapping[str, Any]) -> Iterator[pa.RecordBatch]:
+    """One file's rows in the output schema, its partition values as constant columns; a
+    missing or unreadable object fails the task naming the path and the ref."""
+    import pyarrow as pa
+
+    try:
+        fragment = plan.file_format.make_fragment(
+            row["location"], filesystem, file_size=row["size"]
+        )
+        names = [f.name for f in plan.data_schema]
+        for batch in fragment.to_batches(schema=plan.data_schema, columns=names):
+            columns = {name: batch.column(name) for name in names}
+            for (name, _), value in zip(plan.partition_types, row["values"], strict=True):
+                kind = plan.output_schema.field(name).type
+                columns[name] = _constant(value, kind, batch.num_rows)
+            arrays = [columns[f.name].cast(f.type) for f in plan.output_schema]
+            yield pa.RecordBatch.from_arrays(arrays, schema=plan.output_schema)
+    except FileNotFoundError:
+        raise NotFound(
+            f"object {row['path']!r} under {plan.where} is missing from storage at "
+            f"{row['location']}: deleted since the read was planned (a branch's object "
+            "removed and collected by GC)"
+        ) from None
+    except (OSError, pa.ArrowException) as exc:
+        raise CorruptedData(
+            f"cannot read object {row['path']!r} under {plan.where} at {row['location']}: {exc}"
+        ) from None
+
+
+def _constant(value: str | None, kind: pa.DataType, rows: int) -> pa.Array:
+    import pyarrow as pa
+
+    if value is None:
+        return pa.nulls(rows, kind)
+    typed = pa.scalar(value).cast(kind)
+    return pa.nulls(rows, kind).fill_null(typed)
+
+
+_REMOVE_AT_EXIT: list[Path] = []
+
+
+@atexit.register
+def _remove_manifests() -> None:
+    """Manifests live as long as the process, as long as a frame may be evaluated again."""
+    for directory in _REMOVE_AT_EXIT:
+        shutil.rmtree(directory, ignore_errors=True)

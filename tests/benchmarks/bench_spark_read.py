@@ -1,0 +1,142 @@
+"""`spark-read`: `read_parquet` of a Parquet dataset at a commit id against the floor,
+`spark.read.parquet` of the same physical files (the entries' addresses in the namespace).
+
+Both sides build the frame from nothing and read every column of every row (a `noop` write,
+so nothing is skipped or collected to the driver) on the same local Spark session. The
+candidate pays for what the reader adds: resolving the commit, streaming the listing into
+manifests, the first file's footer read through `Ref.open`, and rows read by pyarrow in
+Python workers and handed to the JVM as Arrow. The files lie in one folder (no partition
+columns), so both sides return the same rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from branchwater.engine import Lake
+from tests.benchmarks.declarations import Benchmark, Suite
+
+BENCHMARKS = Suite(
+    section="Readers",
+    benchmarks=(
+        Benchmark(
+            "spark-read",
+            measures="`read_parquet` of a 200-file Parquet dataset at a commit id on local "
+            "Spark (SQLite, local files), every column read",
+            reference="`spark.read.parquet` of the same physical files",
+            target=1.2,
+        ),
+    ),
+)
+
+
+def write_dataset(lake: Lake, files: int, rows: int) -> tuple[str, list[str]]:
+    """`files` Parquet files under `tables/orders/` committed on main: the commit id and the
+    physical paths of the files."""
+    repo = lake.repository("bench")
+    main = repo.branch("main")
+    for n in range(files):
+        table = pa.table(
+            {
+                "id": pa.array(range(n * rows, (n + 1) * rows), pa.int64()),
+                "amount": pa.array([float(i % 997) for i in range(rows)]),
+                "customer": pa.array([f"c{i % 5003:05d}" for i in range(rows)]),
+            }
+        )
+        buffer = io.BytesIO()
+        pq.write_table(table, buffer)
+        main.upload(f"tables/orders/part-{n:04d}.parquet", buffer.getvalue())
+    commit = main.commit("orders").id
+    root = repo.storage_namespace.removeprefix("file://")
+    physical = [f"{root}/{entry.address}" for entry in repo.ref(commit).list("tables/orders/")]
+    return commit, physical
+
+
+def session(tmp: str) -> object:
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    return (
+        SparkSession.builder.master("local[2]")
+        .appName("bench-spark-read")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.local.dir", f"{tmp}/spark")
+        .config("spark.sql.warehouse.dir", f"{tmp}/warehouse")
+        .getOrCreate()
+    )
+
+
+def best_of(repeats: int, ours: Callable[[], int], floor: Callable[[], int]) -> list[float]:
+    """The best time of each side over `repeats` alternating rounds, after one warm-up round
+    each (Python workers and JIT start once for both)."""
+    best = [float("inf"), float("inf")]
+    for read in (ours, floor):
+        read()
+    for _ in range(repeats):
+        for i, read in enumerate((ours, floor)):
+            t0 = time.perf_counter()
+            read()
+            best[i] = min(best[i], time.perf_counter() - t0)
+    return best
+
+
+def bench_read(files: int, rows: int, repeats: int) -> None:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from branchwater.spark_jobs.reader import read_parquet
+
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["BRANCHWATER_CACHE_DIR"] = f"{tmp}/cache"
+        spark = session(tmp)
+        assert isinstance(spark, SparkSession)
+        with Lake.connect(f"sqlite:///{tmp}/lake.db") as lake:
+            lake.create_repository("bench", f"file://{tmp}/ns")
+            commit, physical = write_dataset(lake, files, rows)
+            ref = lake.repository("bench").ref(commit)
+
+            def scan(frame: DataFrame) -> int:
+                frame.write.format("noop").mode("overwrite").save()
+                return len(frame.columns)
+
+            def ours() -> int:
+                return scan(read_parquet(spark, ref, "tables/orders/"))
+
+            def floor() -> int:
+                return scan(spark.read.parquet(*physical))
+
+            candidate, reference = best_of(repeats, ours, floor)
+            counted = read_parquet(spark, ref, "tables/orders/").count()
+        spark.stop()
+    assert counted == files * rows
+    print(
+        f"BENCH spark-read ratio={candidate / reference:.2f} "
+        f"branchwater_ms={candidate * 1e3:.0f} spark_ms={reference * 1e3:.0f} "
+        f"files={files} rows={files * rows}",
+        flush=True,
+    )
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="bench_spark_read")
+    parser.add_argument("--files", type=int, default=200)
+    parser.add_argument("--rows", type=int, default=20_000)
+    parser.add_argument("--repeats", type=int, default=5)
+    args, _ = parser.parse_known_args(argv)
+    bench_read(args.files, args.rows, args.repeats)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

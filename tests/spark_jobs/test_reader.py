@@ -1,0 +1,228 @@
+"""The Spark reader: a ref's files read on executors with Hive-style partition columns, at a
+branch (uncommitted changes included), a tag and a commit id, on local files and on S3; the
+listing streamed into manifests; typed errors for bad input and for objects GC collected."""
+
+from __future__ import annotations
+
+import datetime
+import io
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from branchwater.engine import CorruptedData, InvalidArgument, NotFound
+from branchwater.spark_jobs import reader
+from branchwater.spark_jobs.reader import read_files, read_parquet
+from tests.helpers.gc import GCLake
+from tests.spark_jobs.conftest import ReaderLake
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from branchwater.engine import Branch
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def parquet(rows: list[dict[str, Any]]) -> bytes:
+    out = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows), out)
+    return out.getvalue()
+
+
+def orders(first: int, count: int) -> list[dict[str, Any]]:
+    return [
+        {"id": i, "amount": i * 10 % 97, "note": f"order {i}"} for i in range(first, first + count)
+    ]
+
+
+def collected(frame: DataFrame) -> list[tuple[Any, ...]]:
+    return sorted(tuple(row) for row in frame.collect())
+
+
+def load_v1(branch: Branch) -> None:
+    """Two dates, two regions; Spark's marker and checksum files, which readers skip."""
+    branch.upload("tables/orders/day=2026-11-01/region=north/part-0.parquet", parquet(orders(0, 5)))
+    branch.upload("tables/orders/day=2026-11-01/region=south/part-0.parquet", parquet(orders(5, 3)))
+    branch.upload("tables/orders/day=2026-11-02/region=north/part-0.parquet", parquet(orders(8, 4)))
+    branch.upload("tables/orders/_SUCCESS", b"")
+    branch.upload("tables/orders/day=2026-11-02/region=north/.part-0.parquet.crc", b"crc")
+    branch.upload("tables/other/part-0.parquet", parquet(orders(100, 2)))
+
+
+def expected(*parts: tuple[int, int, str, str]) -> list[tuple[Any, ...]]:
+    return sorted(
+        (row["id"], row["amount"], row["note"], datetime.date.fromisoformat(day), region)
+        for first, count, day, region in parts
+        for row in orders(first, count)
+    )
+
+
+V1 = [(0, 5, "2026-11-01", "north"), (5, 3, "2026-11-01", "south"), (8, 4, "2026-11-02", "north")]
+
+
+def test_a_partitioned_dataset_reads_at_a_branch_a_tag_and_a_commit(
+    spark: SparkSession, reader_lake: ReaderLake
+) -> None:
+    repo, options = reader_lake.repo, reader_lake.s3_options
+    main = repo.branch("main")
+    load_v1(main)
+    v1 = main.commit("v1")
+    repo.tag("v1", v1.id)
+    main.upload("tables/orders/day=2026-11-03/region=west/part-0.parquet", parquet(orders(20, 6)))
+    main.delete("tables/orders/day=2026-11-01/region=south/part-0.parquet")
+
+    at_tag = read_parquet(spark, repo.ref("v1"), "tables/orders/", s3_options=options)
+    at_commit = read_parquet(spark, repo.ref(v1.id), "tables/orders", s3_options=options)
+    at_branch = read_parquet(spark, main, "tables/orders/", s3_options=options)
+
+    assert at_tag.schema.simpleString() == (
+        "struct<id:bigint,amount:bigint,note:string,day:date,region:string>"
+    )
+    assert collected(at_tag) == expected(*V1)
+    assert collected(at_commit) == expected(*V1)
+    changed = [V1[0], V1[2], (20, 6, "2026-11-03", "west")]
+    assert collected(at_branch) == expected(*changed)
+    assert collected(at_branch.where("region = 'west'").select("id")) == [
+        (i,) for i in range(20, 26)
+    ]
+
+
+def test_a_prefix_with_no_files_is_not_found(spark: SparkSession, reader_lake: ReaderLake) -> None:
+    main = reader_lake.repo.branch("main")
+    load_v1(main)
+    with pytest.raises(NotFound, match=r"no files under 'tables/none/' at 'main'"):
+        read_parquet(spark, main, "tables/none")
+    main.upload("tables/hidden/_SUCCESS", b"")
+    with pytest.raises(NotFound, match="tables/hidden/"):
+        read_parquet(spark, main, "tables/hidden/")
+    with pytest.raises(NotFound, match="tables/orders"):
+        read_parquet(spark, reader_lake.repo.ref(main.commit("v1").id), "tables/orders/x/")
+
+
+def test_a_prefix_naming_one_object_reads_that_object(
+    spark: SparkSession, reader_lake: ReaderLake
+) -> None:
+    main = reader_lake.repo.branch("main")
+    load_v1(main)
+    frame = read_parquet(
+        spark, main, "tables/other/part-0.parquet", s3_options=reader_lake.s3_options
+    )
+    assert frame.columns == ["id", "amount", "note"]
+    assert collected(frame) == sorted(tuple(r.values()) for r in orders(100, 2))
+
+
+def test_a_listing_streams_into_manifests_and_spreads_over_partitions(
+    spark: SparkSession, reader_lake: ReaderLake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Small manifests and small splits: many of each, and every row read exactly once."""
+    monkeypatch.setattr(reader, "MANIFEST_ROWS", 5)
+    monkeypatch.setattr(reader, "MANIFEST_ROW_GROUP", 3)
+    added: list[str] = []
+    add_file = spark.sparkContext.addFile
+
+    def adding(path: str) -> None:
+        added.append(path)
+        add_file(path)
+
+    monkeypatch.setattr(spark.sparkContext, "addFile", adding)
+    main = reader_lake.repo.branch("main")
+    for i in range(16):
+        main.upload(f"t/n={i % 4}/part-{i:03d}.parquet", parquet(orders(i * 10, 3)))
+    spark.conf.set("spark.sql.files.maxPartitionBytes", "12k")
+    spark.conf.set("spark.sql.files.openCostInBytes", "4k")
+    try:
+        frame = read_parquet(spark, main, "t/", s3_options=reader_lake.s3_options)
+    finally:
+        spark.conf.unset("spark.sql.files.maxPartitionBytes")
+        spark.conf.unset("spark.sql.files.openCostInBytes")
+
+    assert len(added) == 4
+    assert frame.rdd.getNumPartitions() >= 8
+    rows = collected(frame)
+    assert [r[0] for r in rows] == sorted(i * 10 + k for i in range(16) for k in range(3))
+    assert {(r[0] // 10) % 4 for r in rows if r[3] == 1} == {1}
+
+
+def test_any_format_pyarrow_reads(spark: SparkSession, reader_lake: ReaderLake) -> None:
+    import pyarrow.csv
+    import pyarrow.dataset as ds
+
+    main = reader_lake.repo.branch("main")
+    main.upload("csv/k=1/a.csv", b"id,name\n1,one\n2,two\n")
+    main.upload("csv/k=2/b.csv", b"id,name\n3,three\n")
+    main.upload("semi/a.csv", b"id;name\n4;four\n")
+    main.upload("json/a.json", b'{"id": 5, "name": "five"}\n{"id": 6, "name": "six"}\n')
+    options = reader_lake.s3_options
+
+    csv = read_files(spark, main, "csv/", format="csv", s3_options=options)
+    assert csv.schema.simpleString() == "struct<id:bigint,name:string,k:int>"
+    assert collected(csv) == [(1, "one", 1), (2, "two", 1), (3, "three", 2)]
+    semi = ds.CsvFileFormat(parse_options=pyarrow.csv.ParseOptions(delimiter=";"))
+    assert collected(read_files(spark, main, "semi", format=semi, s3_options=options)) == [
+        (4, "four")
+    ]
+    json = read_files(
+        spark, main, "json/", format="json", schema="id long, name string", s3_options=options
+    )
+    assert collected(json) == [(5, "five"), (6, "six")]
+
+
+def test_partition_values_are_typed_as_spark_types_them(
+    spark: SparkSession, reader_lake: ReaderLake
+) -> None:
+    main = reader_lake.repo.branch("main")
+    data = parquet([{"x": 1}])
+    for folder in (
+        "i=1/l=3000000000/d=1.5/s=a%2Fb",
+        "i=2/l=4/d=2/s=__HIVE_DEFAULT_PARTITION__",
+    ):
+        main.upload(f"p/{folder}/part.parquet", data)
+    frame = read_parquet(spark, main, "p/", s3_options=reader_lake.s3_options)
+    assert frame.schema.simpleString() == "struct<x:bigint,i:int,l:bigint,d:double,s:string>"
+    assert collected(frame) == [(1, 1, 3_000_000_000, 1.5, "a/b"), (1, 2, 4, 2.0, None)]
+
+
+def test_bad_input_raises_typed_errors(spark: SparkSession, reader_lake: ReaderLake) -> None:
+    main = reader_lake.repo.branch("main")
+    main.upload("mixed/k=1/a.parquet", parquet([{"x": 1}]))
+    main.upload("mixed/b.parquet", parquet([{"x": 2}]))
+    main.upload("broken/a.parquet", b"not parquet")
+    with pytest.raises(
+        InvalidArgument,
+        match=r"'mixed/b.parquet' has partition columns \[\], 'mixed/k=1/a.parquet' has \['k'\]",
+    ):
+        read_parquet(spark, main, "mixed/")
+    with pytest.raises(InvalidArgument, match="format 'xlsx'"):
+        read_files(spark, main, "mixed/", format="xlsx")
+    with pytest.raises(InvalidArgument, match="prefix must be a string"):
+        read_parquet(spark, main, 3)  # type: ignore[arg-type]
+    with pytest.raises(CorruptedData, match=r"schema of 'broken/a.parquet' at 'main'"):
+        read_parquet(spark, main, "broken/")
+
+
+def test_an_object_collected_after_the_read_was_planned_fails_the_read_by_name(
+    spark: SparkSession, local_gc: GCLake
+) -> None:
+    """The worst interleaving: the frame is planned at a branch, its object deleted from the
+    branch and collected by a GC run, then the frame evaluated: a clear error, no wrong rows."""
+    main = local_gc.repo.branch("main")
+    main.upload("t/keep.parquet", parquet(orders(0, 2)))
+    main.commit("keep")
+    main.upload("t/staged.parquet", parquet(orders(10, 2)))
+    frame = read_parquet(spark, main, "t/")
+    main.delete("t/staged.parquet")
+    local_gc.lake.wait_for_cleanup()
+
+    summary = local_gc.run()
+
+    assert summary.counts["deleted"].objects == 1
+    with pytest.raises(
+        Exception, match=r"object 't/staged.parquet' under 't/' at 'main'.* missing"
+    ):
+        frame.collect()
+    assert collected(read_parquet(spark, main, "t/")) == sorted(
+        tuple(r.values()) for r in orders(0, 2)
+    )
