@@ -1,8 +1,9 @@
 """The Branchwater view: server-rendered pages of a lake, a FastAPI app the API server mounts.
 
 Pages: repositories; a repository's branches with their compaction figures, and its tags;
-a ref's commit log; a commit with its diff from its first parent; the GC runs saved in the
-repository's namespace and each run's own report. Bad input (an unknown repository, ref,
+a ref's commit log; a commit with its diff from its first parent; a ref's objects and one
+object's page with a preview (`browser`); the GC runs saved in the repository's namespace and
+each run's own report. Bad input (an unknown repository, ref,
 commit or run) is a 404 page with the engine's message; no page ever shows a traceback.
 """
 
@@ -33,6 +34,7 @@ from branchwater.engine import (
 )
 from branchwater.engine.gc.runs import history
 from branchwater.plugin.ui.auth import LoginRequired, NotAllowed, airflow_user_may_view
+from branchwater.plugin.ui.browser import add_browser_pages
 from branchwater.plugin.ui.lake import LakeAccess
 
 log = logging.getLogger(__name__)
@@ -79,6 +81,7 @@ def create_app(access: LakeAccess | None = None, *, airflow_login: bool = False)
         return response
 
     _add_pages(app, lake_access, page)
+    add_browser_pages(app, lake_access, page)
     _add_error_pages(app, page)
     return app
 

@@ -1,17 +1,24 @@
 """A lake with something on every page of the Branchwater view, behind `branchwater_default`.
 
 Its GC run is saved by the GC job's own writers (summary and report), without running Spark:
-the view reads what the job writes, and the job's tests cover how it decides.
+the view reads what the job writes, and the job's tests cover how it decides. `client`
+serves the view through FastAPI's test client; `get` reads a page as a `Page`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from html.parser import HTMLParser
+from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 
 from branchwater.engine import Commit, Repository
+from branchwater.plugin.ui import app as view
+from branchwater.plugin.ui.lake import LakeAccess
 from tests.plugin.conftest import LakeConnection
 
 BRANCH = "feature/orders"
@@ -84,3 +91,54 @@ def save_gc_run(repo: Repository, s3_options: dict[str, str]) -> str:
     files.write_summary(ns, summary)
     ns.store.put(files.run_prefix(run_id) + files.REPORT, report.render(summary, None).encode())
     return run_id
+
+
+class Page(HTMLParser):
+    """A page's text, its links by text, and the text of its tables by id."""
+
+    def __init__(self, html: str) -> None:
+        super().__init__()
+        self.links: dict[str, str] = {}
+        self.tables: dict[str, str] = {}
+        self.chunks: list[str] = []
+        self._href: str | None = None
+        self._table: str | None = None
+        self.feed(html)
+        self.text = " ".join(" ".join(self.chunks).split())
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = dict(attrs)
+        if tag == "a":
+            self._href = values.get("href")
+        elif tag == "table" and values.get("id"):
+            self._table = values["id"]
+            self.tables[self._table] = ""
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "a":
+            self._href = None
+        elif tag == "table":
+            self._table = None
+
+    def handle_data(self, data: str) -> None:
+        self.chunks.append(data)
+        if self._href is not None and data.strip():
+            self.links.setdefault(data.strip(), self._href)
+        if self._table is not None:
+            self.tables[self._table] += f" {data.strip()}" if data.strip() else ""
+
+
+@pytest.fixture
+def client(lake_conn: LakeConnection) -> Iterator[TestClient]:
+    access = LakeAccess()
+    with TestClient(view.create_app(access)) as test_client:
+        yield test_client
+    access.close()
+
+
+def get(client: TestClient, url: str, status: int = 200, **kwargs: Any) -> Page:
+    response = client.get(url, **kwargs)
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("text/html")
+    assert "Traceback" not in response.text
+    return Page(response.text)

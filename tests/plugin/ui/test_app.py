@@ -4,8 +4,6 @@ links lead on, and the 404 and 503 pages."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -20,58 +18,7 @@ from branchwater.plugin.ui import app as view
 from branchwater.plugin.ui.lake import LakeAccess
 from branchwater.plugin.ui.paths import URL_PREFIX
 from tests.plugin.conftest import LakeConnection, set_connection
-from tests.plugin.ui.conftest import BRANCH, ViewLake
-
-
-class Page(HTMLParser):
-    """A page's text, its links by text, and the text of its tables by id."""
-
-    def __init__(self, html: str) -> None:
-        super().__init__()
-        self.links: dict[str, str] = {}
-        self.tables: dict[str, str] = {}
-        self.chunks: list[str] = []
-        self._href: str | None = None
-        self._table: str | None = None
-        self.feed(html)
-        self.text = " ".join(" ".join(self.chunks).split())
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        values = dict(attrs)
-        if tag == "a":
-            self._href = values.get("href")
-        elif tag == "table" and values.get("id"):
-            self._table = values["id"]
-            self.tables[self._table] = ""
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "a":
-            self._href = None
-        elif tag == "table":
-            self._table = None
-
-    def handle_data(self, data: str) -> None:
-        self.chunks.append(data)
-        if self._href is not None and data.strip():
-            self.links.setdefault(data.strip(), self._href)
-        if self._table is not None:
-            self.tables[self._table] += f" {data.strip()}" if data.strip() else ""
-
-
-@pytest.fixture
-def client(lake_conn: LakeConnection) -> Iterator[TestClient]:
-    access = LakeAccess()
-    with TestClient(view.create_app(access)) as test_client:
-        yield test_client
-    access.close()
-
-
-def get(client: TestClient, url: str, status: int = 200, **kwargs: Any) -> Page:
-    response = client.get(url, **kwargs)
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].startswith("text/html")
-    assert "Traceback" not in response.text
-    return Page(response.text)
+from tests.plugin.ui.conftest import BRANCH, Page, ViewLake, get
 
 
 def test_the_repositories_page_lists_every_repository(
