@@ -34,6 +34,7 @@ from itertools import islice
 from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from branchwater.engine import failpoints
 from branchwater.engine.errors import (
@@ -44,7 +45,7 @@ from branchwater.engine.errors import (
     Unavailable,
     too_many_tries,
 )
-from branchwater.engine.graveler.checksums import check_checksum
+from branchwater.engine.graveler.checksums import CHECKSUM_MAX_LENGTH, check_checksum
 from branchwater.engine.graveler.committed.format import CHANGE_SCHEMA, UTC_MICROS
 from branchwater.engine.graveler.external import FILE_SCHEME, S3_SCHEME
 from branchwater.engine.graveler.graveler import Graveler
@@ -60,6 +61,8 @@ SOURCE_KEY = "branchwater.import.source"
 PREFIX_KEY = "branchwater.import.prefix"
 """Import commit metadata: the path prefix the objects were imported under."""
 CHECKSUM_PREFIX = "etag:"
+CHECKSUM_PATTERN = rf"[0-9A-Za-z+/=._:-]{{1,{CHECKSUM_MAX_LENGTH}}}"
+"""What `checksums.check_checksum` accepts, for Arrow's regular expressions."""
 
 Progress = Callable[[int], None]
 """Called after each batch with the number of objects listed so far."""
@@ -221,52 +224,78 @@ class _Listing:
             raise NotFound(f"no objects to import under {self.source.uri!r}")
 
     def _rows(self, chunk: list[ObjectInfo]) -> pa.Table:
-        paths, addresses, checksums = [], [], []
+        """Change rows of a batch, checked in Arrow: paths that can be keys, in key order
+        (after the previous batch's last), checksums a record can hold."""
         skip = len(self.source.key_prefix)
         base = self.source.root
-        for info in chunk:
-            path = self._path(info.key[skip:], base + info.key)
-            paths.append(path)
-            addresses.append(base + info.key)
-            checksums.append(identity_checksum(info))
+        paths = self._paths([self.dest + info.key[skip:] for info in chunk], chunk)
         rows = len(chunk)
         arrays = [
-            pa.array(paths, pa.string()),
-            pa.array(addresses, pa.string()),
+            paths,
+            pa.array([base + info.key for info in chunk], pa.string()),
             pa.array([info.size for info in chunk], pa.int64()),
-            pa.array(checksums, pa.string()),
+            _checksums(chunk),
             pa.array([info.mtime for info in chunk], UTC_MICROS),
             pa.repeat(pa.scalar("", pa.string()), rows),
             pa.repeat(pa.scalar(False), rows),
         ]
         return pa.Table.from_arrays(arrays, schema=CHANGE_SCHEMA)
 
-    def _path(self, relative: str, address: str) -> str:
-        path = self.dest + relative
+    def _paths(self, texts: list[str], chunk: list[ObjectInfo]) -> pa.Array:
+        try:
+            paths = pa.array(texts, pa.string())
+        except (UnicodeEncodeError, pa.ArrowException):
+            paths = None
+        if paths is None or pc.any(pc.match_substring(paths, "\x00")).as_py():
+            for text, info in zip(texts, chunk, strict=True):
+                self._check(text, info)
+        if paths is None:
+            raise InvalidArgument(f"paths under {self.source.uri!r} cannot be stored as text")
+        before = [self._last] if self._last else []
+        compared = pa.concat_arrays([pa.array(before, pa.string()), paths])
+        out_of_order = pc.less_equal(compared[1:], compared[:-1])
+        if pc.any(out_of_order).as_py():
+            row = pc.index(out_of_order, True).as_py() + (0 if before else 1)
+            raise Unavailable(
+                f"the listing of {self.source.uri!r} is not in key order at "
+                f"{self.source.root + chunk[row].key!r}; nothing was committed"
+            )
+        if len(paths):
+            self._last = texts[-1]
+        return paths
+
+    def _check(self, path: str, info: ObjectInfo) -> None:
         try:
             check_path(path)
         except InvalidArgument as exc:
             raise InvalidArgument(
-                f"object {address!r} cannot be imported ({exc}); nothing was committed: "
-                "import a prefix without it"
+                f"object {self.source.root + info.key!r} cannot be imported ({exc}); nothing "
+                "was committed: import a prefix without it"
             ) from None
-        if path <= self._last:
-            raise Unavailable(
-                f"the listing of {self.source.uri!r} is not in key order at {address!r}; "
-                "nothing was committed"
-            )
-        self._last = path
-        return path
 
 
-def identity_checksum(info: ObjectInfo) -> str:
+def _checksums(chunk: list[ObjectInfo]) -> pa.Array:
+    """`identity_checksum` of a batch: local files' checksums are hex by construction, and
+    ETags are checked in Arrow, only those that fail one at a time."""
+    texts = [identity_checksum(info, checked=False) for info in chunk]
+    checksums = pa.array(texts, pa.string())
+    if any(info.etag is not None for info in chunk):
+        valid = pc.match_substring_regex(checksums, f"^{CHECKSUM_PATTERN}$")
+        if not pc.all(valid).as_py():
+            checksums = pa.array([identity_checksum(info) for info in chunk], pa.string())
+    return checksums
+
+
+def identity_checksum(info: ObjectInfo, *, checked: bool = True) -> str:
     """`etag:` and the store's ETag, or for a local file (no ETag) its modification time in
     microseconds and size, in hex; an ETag no record could hold is itself hex-encoded."""
     etag = info.etag
     if etag is None:
         micros = int(info.mtime.timestamp()) * 1_000_000 + info.mtime.microsecond
-        etag = f"{micros:x}-{info.size:x}"
+        return f"{CHECKSUM_PREFIX}{micros:x}-{info.size:x}"
     checksum = CHECKSUM_PREFIX + etag
+    if not checked:
+        return checksum
     try:
         return check_checksum(checksum)
     except InvalidArgument:

@@ -1,0 +1,183 @@
+"""Zero-copy import (issue 38): `Branch.import_objects` of a prefix against listing the same
+objects with the object layer's base library alone.
+
+- `import-<backend>`: `--objects` objects (100,000 by default: making the issue's 1M files
+  or S3 objects takes longer than the benchmark's budget; `--objects 1000000` runs it) in
+  folders of 1,000 under a prefix outside the namespace, imported into a fresh repository
+  on SQLite each round (listing, ranges, one commit). The reference lists them with what
+  an import needs of each, its size and modification time: `os.scandir` walked with a
+  `stat` per file (local files), boto3's `list_objects_v2` paginator (S3, which returns
+  them with the keys). The best of `--rounds`, the two sides alternating.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from branchwater.engine import Lake
+from tests.benchmarks.declarations import Benchmark, Suite
+from tests.fixtures.s3 import S3Server
+from tests.helpers.servers import unique_name
+
+BENCHMARKS = Suite(
+    section="Object layer",
+    benchmarks=tuple(
+        Benchmark(
+            f"import-{backend}",
+            measures=f"`Branch.import_objects` of a prefix of objects on {where}",
+            reference=f"listing them (size and time) with {base} alone",
+            target=1.5,
+        )
+        for backend, where, base in (
+            ("local", "local files", "`os.scandir` and `stat`"),
+            ("s3", "S3 (SeaweedFS)", "boto3's `list_objects_v2`"),
+        )
+    ),
+    about="100,000 objects in folders of 1,000 by default (the issue's 1M: `--objects`).",
+)
+PER_FOLDER = 1_000
+
+
+def keys(count: int) -> Iterator[str]:
+    for i in range(count):
+        yield f"day={i // PER_FOLDER:05d}/part-{i % PER_FOLDER:05d}.parquet"
+
+
+def scandir_listing(root: str) -> int:
+    """Objects under `root`, each `stat`-ed: what a local import reads of every file."""
+    found = 0
+    stack = [root]
+    while stack:
+        with os.scandir(stack.pop()) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                else:
+                    entry.stat()
+                    found += 1
+    return found
+
+
+def best(rounds: int, sides: dict[str, Callable[[int], int]], count: int) -> dict[str, float]:
+    """The best time of each side over `rounds`, sides alternating; each must see `count`."""
+    times: dict[str, list[float]] = {name: [] for name in sides}
+    for round_ in range(rounds):
+        order = list(sides) if round_ % 2 == 0 else list(reversed(sides))
+        for name in order:
+            started = time.perf_counter()
+            seen = sides[name](round_)
+            times[name].append(time.perf_counter() - started)
+            assert seen == count, (name, seen, count)
+    return {name: min(values) for name, values in times.items()}
+
+
+def importer(tmp: Path, source: str, options: dict[str, str]) -> Callable[[int], int]:
+    def run(round_: int) -> int:
+        kv = f"sqlite:///{tmp}/lake-{round_}.db"
+        with Lake.connect(kv, s3_options=options, range_cache_dir="") as lake:
+            namespace = (tmp / f"ns-{round_}").as_uri()
+            branch = lake.create_repository("bench", namespace).branch("main")
+            result = branch.import_objects(source, prefix="raw/")
+            assert result.commit is not None
+            return result.count
+
+    return run
+
+
+def report(backend: str, times: dict[str, float], count: int, rounds: int) -> None:
+    ratio = times["import"] / times["list"]
+    print(
+        f"BENCH import-{backend} ratio={ratio:.2f} import_s={times['import']:.3f} "
+        f"list_s={times['list']:.3f} objects={count} rounds={rounds}",
+        flush=True,
+    )
+
+
+def bench_local(tmp: Path, count: int, rounds: int) -> None:
+    source = tmp / "existing"
+    for key in keys(count):
+        path = source / key
+        if not path.parent.is_dir():
+            path.parent.mkdir(parents=True)
+        path.write_bytes(b"x" * 64)
+    sides = {
+        "import": importer(tmp, source.as_uri(), {}),
+        "list": lambda _: scandir_listing(str(source)),
+    }
+    report("local", best(rounds, sides, count), count, rounds)
+
+
+@contextmanager
+def running_seaweedfs() -> Iterator[S3Server]:
+    """A SeaweedFS server of this benchmark's own, stopped by its pid on the way out."""
+    from branchwater.stack import processes, seaweedfs
+    from tests.fixtures.s3 import READY_TIMEOUT, start_seaweedfs
+
+    seaweed = start_seaweedfs(seaweedfs.require_weed())
+    try:
+        seaweedfs.wait_ready(
+            seaweed.server,
+            lambda: processes.running(seaweed.process),
+            seaweed.log_path,
+            READY_TIMEOUT,
+        )
+        yield seaweed.server
+    finally:
+        seaweed.stop()
+
+
+def bench_s3(tmp: Path, count: int, rounds: int) -> None:
+    import boto3
+
+    with running_seaweedfs() as server:
+        client: Any = boto3.session.Session().client("s3", **server.options)
+        bucket = unique_name("bench-import-")
+        client.create_bucket(Bucket=bucket)
+        with ThreadPoolExecutor(8) as pool:
+            list(
+                pool.map(
+                    lambda k: client.put_object(Bucket=bucket, Key=k, Body=b"x" * 64),
+                    (f"existing/{key}" for key in keys(count)),
+                )
+            )
+
+        def listing(_: int) -> int:
+            pages = client.get_paginator("list_objects_v2").paginate(
+                Bucket=bucket, Prefix="existing/"
+            )
+            return sum(len(page.get("Contents", ())) for page in pages)
+
+        sides = {
+            "import": importer(tmp, f"s3://{bucket}/existing/", server.options),
+            "list": listing,
+        }
+        report("s3", best(rounds, sides, count), count, rounds)
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="bench_import", description=__doc__)
+    parser.add_argument("--objects", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--backends", default="local,s3", help="comma-separated")
+    args, _ = parser.parse_known_args(argv)
+    backends = args.backends.split(",")
+    if "local" in backends:
+        with tempfile.TemporaryDirectory() as tmp:
+            bench_local(Path(tmp), args.objects, args.rounds)
+    if "s3" in backends:
+        with tempfile.TemporaryDirectory() as tmp:
+            bench_s3(Path(tmp), args.objects, args.rounds)
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])
