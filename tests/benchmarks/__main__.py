@@ -3,10 +3,10 @@
 
 Each module runs in a process of its own (`python -m tests.benchmarks.bench_x OPTIONS`),
 takes the options it knows (sizes) and ignores the rest, and prints its own `BENCH` lines;
-this runner passes its output through and, after each module, writes the lines it printed
-to `docs/benchmarks/results.json` (see `results`), replacing those benchmarks' rows on that
-back end and keeping every other row. A module that fails keeps the lines it printed
-before failing; the runner goes on to the next and exits non-zero at the end.
+this runner passes its output through and writes each line as it is printed to
+`docs/benchmarks/results.json` (see `results`), replacing that benchmark's row on that back
+end and keeping every other row, so a run stopped or failing part way keeps what it
+measured. After a module fails the runner goes on to the next and exits non-zero at the end.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import argparse
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from tests.benchmarks import declarations, results
@@ -22,13 +23,14 @@ from tests.benchmarks import declarations, results
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_module(module: str, options: list[str], backend: str) -> tuple[list[results.Result], int]:
-    """Run one module, echoing its output, and return the results it printed and its exit
-    status."""
+def run_module(
+    module: str, options: list[str], backend: str, record: Callable[[results.Result], None]
+) -> int:
+    """Run one module, echoing its output and passing each result it prints to `record` as
+    soon as it is printed; its exit status."""
     machine = results.Machine.this()
     env = {**os.environ, results.BACKEND_ENV: backend}
     command = [sys.executable, "-m", f"{declarations.PACKAGE}.{module}", *options]
-    found = []
     with subprocess.Popen(
         command, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True, bufsize=1
     ) as child:
@@ -38,12 +40,11 @@ def run_module(module: str, options: list[str], backend: str) -> tuple[list[resu
             parsed = results.parse(line)
             if parsed is not None:
                 name, ratio, figures = parsed
-                found.append(
-                    results.Result(
-                        name, backend, module, ratio, figures, results.now(), machine, options
-                    )
+                when = results.now()
+                record(
+                    results.Result(name, backend, module, ratio, figures, when, machine, options)
                 )
-    return found, child.returncode
+    return child.returncode
 
 
 def main(argv: list[str]) -> int:
@@ -57,19 +58,20 @@ def main(argv: list[str]) -> int:
     wanted = {arg.removeprefix("bench_") for arg in rest if arg.removeprefix("bench_") in names}
     options = [arg for arg in rest if arg.removeprefix("bench_") not in names]
     declared = {b.name for s in declarations.suites().values() for b in s.benchmarks}
+
+    def record(result: results.Result) -> None:
+        if result.name not in declared:
+            print(f"== not recorded, declared by no module: {result.name}", flush=True)
+        elif not args.no_record:
+            results.update([result], declared, args.results)
+
     failed = []
     for module in modules:
         if wanted and module.removeprefix("bench_") not in wanted:
             continue
         print(f"== {module}", flush=True)
-        found, status = run_module(module, options, args.backend)
-        if status:
+        if run_module(module, options, args.backend, record):
             failed.append(module)
-        undeclared = sorted({r.name for r in found} - declared)
-        if undeclared:
-            print(f"== not recorded, declared by no module: {', '.join(undeclared)}", flush=True)
-        if found and not args.no_record:
-            results.save(results.merged(results.load(args.results), found, declared), args.results)
     for problem in declarations.problems():
         print(f"== {problem}", file=sys.stderr)
     if failed:

@@ -5,6 +5,7 @@ the benchmarks page renders it (`tests/benchmarks/page.py`); history lives in gi
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -119,3 +120,15 @@ def merged(old: Iterable[Result], new: Iterable[Result], declared: set[str]) -> 
     rows = {r.key: r for r in old}
     rows.update((r.key, r) for r in new)
     return [r for r in rows.values() if r.name in declared]
+
+
+def update(new: Iterable[Result], declared: set[str], path: Path = RESULTS) -> None:
+    """`merged` into the file at `path`, holding an exclusive lock on its folder from the
+    read to the rename, so that runs of different modules at once each keep their rows."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)
+        save(merged(load(path), new, declared), path)
+    finally:
+        os.close(folder)

@@ -5,6 +5,7 @@ rest, and the page renders a results file as per-back-end tables with misses mar
 from __future__ import annotations
 
 import json
+import multiprocessing
 import shutil
 from pathlib import Path
 
@@ -129,3 +130,28 @@ def test_a_run_of_one_module_updates_only_its_rows(tmp_path: Path) -> None:
     assert rows["embedded", "kv-postgres-get"].date == "2026-11"
     assert rows["embedded", "gc-clean"].figures == gc["figures"]
     assert rows["stack", "kv-sqlite-get"].date == "2026-11"
+
+
+UPDATES = 40
+
+
+def update_rows(path: str, writer: str) -> None:
+    """One writer's rows, one update each, as a runner records its module's lines."""
+    row = results.load(FIXTURE)[0]
+    names = {f"{w}-{i}" for w in ("a", "b") for i in range(UPDATES)}
+    for i in range(UPDATES):
+        new = results.Result(**{**row.__dict__, "name": f"{writer}-{i}"})
+        results.update([new], names, Path(path))
+
+
+def test_runs_recording_at_once_keep_each_others_rows(tmp_path: Path) -> None:
+    path = tmp_path / "results.json"
+    spawn = multiprocessing.get_context("spawn")
+    writers = [spawn.Process(target=update_rows, args=(str(path), w)) for w in ("a", "b")]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(timeout=120)
+        assert writer.exitcode == 0, writer.exitcode
+    names = {r.name for r in results.load(path)}
+    assert names == {f"{w}-{i}" for w in ("a", "b") for i in range(UPDATES)}
