@@ -38,6 +38,8 @@ PREVIEW_ROWS = 20
 CELL_CHARS = 200
 CSV_BLOCK = 1 << 20
 """A CSV preview reads (and infers its types from) this much of the object at most."""
+WHOLE_BYTES = 1 << 20
+"""An object this small is fetched once, whole (checksum verified), and previewed from memory."""
 _PAST_FOLDER = "\U0010ffff"
 """Appended to a folder, a listing start past everything in it."""
 PARQUET_SUFFIXES = (".parquet", ".parq", ".pq")
@@ -221,14 +223,17 @@ def preview(ref: Ref, entry: Entry) -> Preview | None:
     result = Preview(kind)
     try:
         with ref.open(entry.path) as f:
-            bounded = Bounded(f, PREVIEW_BYTES)
+            fetched = Bounded(f, PREVIEW_BYTES)
+            source = fetched
+            if entry.size <= min(WHOLE_BYTES, PREVIEW_BYTES):
+                source = Bounded(io.BytesIO(fetched.read()), PREVIEW_BYTES)
             try:
                 if kind == "Parquet":
-                    _parquet(bounded, result)
+                    _parquet(source, result)
                 else:
-                    _csv(bounded, delimiter or ",", result)
+                    _csv(source, delimiter or ",", result)
             finally:
-                result.bytes_read = bounded.read_bytes
+                result.bytes_read = fetched.read_bytes
     except TooLarge:
         result.note = (
             f"rows not shown: they lie beyond the first {human_size(PREVIEW_BYTES)} a preview reads"

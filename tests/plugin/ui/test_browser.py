@@ -189,3 +189,47 @@ def test_a_commit_tasks_default_extra_link_opens_the_commit(
     details = table(browser, "commit")
     assert feature.id in details
     assert f"Branch {BRANCH}" in details
+
+
+def test_the_object_browser_lists_a_ref_and_previews_its_objects_in_a_browser(
+    view_lake: ViewLake, site: Site, browser: WebDriver
+) -> None:
+    """From the repository page to a folder, a Parquet object's preview, a CSV whose cell
+    holds markup (shown as text, not run), and a hostile path's 404 page."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from selenium.webdriver.common.by import By
+
+    repo = view_lake.conn.create_repository("browse-")
+    main = repo.branch("main")
+    data = io.BytesIO()
+    pq.write_table(pa.table({"id": [1, 2], "amount": [1.5, 2.5]}), data)
+    main.upload("tables/orders/day=1/part-0.parquet", data.getvalue())
+    main.upload("raw/notes.csv", b"id,note\n1,<b>bold</b>\n")
+    loaded = main.commit("Load for the browser")
+
+    open_page(browser, site, f"/branchwater/repositories/{repo.name}")
+    browser.find_element(By.CSS_SELECTOR, "#branches a[href$='/objects/main']").click()
+    listing = table(browser, "objects")
+    assert listing.split()[:6] == ["Name", "Size", "Checksum", "Modified", "raw/", "folder"]
+    assert f"{loaded.id[:12]} Load for the browser" in table(browser, "ref")
+    follow(browser, "tables/")
+    follow(browser, "orders/")
+    follow(browser, "day=1/")
+    follow(browser, "part-0.parquet")
+    assert table(browser, "schema").split() == ["Column", "Type", "id", "int64", "amount", "double"]
+    assert table(browser, "rows").split() == ["id", "amount", "1", "1.5", "2", "2.5"]
+    assert f"{loaded.id[:12]} Load for the browser" in table(browser, "object")
+    screenshot(browser, "object-preview")
+
+    follow(browser, repo.name)
+    open_page(
+        browser, site, f"/branchwater/repositories/{repo.name}/object/main?path=raw%2Fnotes.csv"
+    )
+    assert table(browser, "rows").split("\n")[1] == "1 <b>bold</b>"
+    assert browser.find_elements(By.CSS_SELECTOR, "#rows b") == []
+    open_page(browser, site, f"/branchwater/repositories/{repo.name}/object/main?path=%3Cscript%3E")
+    message = browser.find_element(By.ID, "error-message").text
+    assert "<script>" in message and "Not found" in browser.title
