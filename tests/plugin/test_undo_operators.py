@@ -230,3 +230,41 @@ def test_preview_then_publish_takes_no_fast_forward() -> None:
             preview_then_publish=True,
             fast_forward=True,
         )
+
+
+def test_a_protected_main_takes_a_preview_then_publish_merge_only_once_its_check_passed(
+    run_dag: RunDag,
+    lake_conn: LakeConnection,
+    repo: Repository,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    repo.create_branch("etl")
+    commit(repo, "etl", "etl load", **{"etl.csv": b"etl"})
+    repo.protect("main", no_direct_writes=True, required_checks=["quality"], no_reset=True)
+    before = repo.branch("main").commit_id
+    names = {"repository": repo.name, **RETRY}
+
+    with DAG("bw_unchecked", schedule=None) as unchecked:
+        BranchwaterMergeOperator(
+            task_id="merge", source_ref="etl", preview_then_publish=True, **names
+        )
+        BranchwaterResetOperator(task_id="reset", branch="main", to="main~1", **names)
+    refused = run_dag(unchecked)
+    assert refused.states == {"merge": "failed", "reset": "failed"}
+    assert refused.tries == {"merge": 1, "reset": 1}
+    output = capfd.readouterr().out
+    assert "ChecksMissing" in output and "missing quality" in output
+    assert "BranchProtected" in output
+    assert repo.branch("main").commit_id == before
+
+    with DAG("bw_checked", schedule=None) as checked:
+        BranchwaterRecordCheckOperator(
+            task_id="quality", commit="etl", name="quality", passed=True, **names
+        ) >> BranchwaterMergeOperator(
+            task_id="merge", source_ref="etl", preview_then_publish=True, **names
+        )
+    result = run_dag(checked)
+    assert result.state == "success", result.states
+    merged = repo.branch("main").head()
+    assert result.value("merge") == merged.id
+    assert merged.parents == (before, repo.branch("etl").commit_id)
