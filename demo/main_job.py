@@ -21,6 +21,8 @@ from branchwater.demo.dag_run import RunResult
 from branchwater.engine import Lake, Repository
 
 REPOSITORY = "sales"
+QUALITY_CHECK = "quality"
+"""What `main` requires of every merge: the example ETL's Great Expectations validation."""
 ETL_DAG = "branchwater_example_etl"
 COMPACTION_DAG = "branchwater_compaction_check"
 GC_CLEAN_DAG = "branchwater_gc_clean"
@@ -161,6 +163,30 @@ def stage_tombstones(repo: Repository, count: int) -> None:
         ingest.delete(f"staging/{i:06d}.json")
 
 
+def protect_main(repo: Repository) -> None:
+    """`main` takes merges only, each of a commit whose `quality` check passed, and is
+    neither deleted nor reset: write-audit-publish as a rule of the lake."""
+    repo.protect(
+        "main",
+        no_direct_writes=True,
+        required_checks=[QUALITY_CHECK],
+        no_delete=True,
+        no_reset=True,
+        by="demo",
+    )
+
+
+def checked_merges(repo: Repository) -> tuple[int, int]:
+    """Merge commits on `main`, and how many of them merged a commit whose quality passed."""
+    merges = [c for c in repo.log("main") if len(c.parents) > 1]
+    passed = sum(
+        1
+        for merge in merges
+        if any(c.name == QUALITY_CHECK and c.passed for c in repo.checks(merge.parents[1]))
+    )
+    return len(merges), passed
+
+
 def run(config: DemoConfig) -> dict[str, Any]:
     """The main job; what each step's DAG runs returned, as the summary printed it."""
     root = config.root.resolve()
@@ -177,6 +203,7 @@ def run(config: DemoConfig) -> dict[str, Any]:
 
     with Lake.connect(lake_place.kv_url) as lake:
         repo = lake.create_repository(REPOSITORY, (lake_place.namespace_root / REPOSITORY).as_uri())
+        protect_main(repo)
         with progress.step("Migrating Airflow's metadata DB (SQLite)"):
             family.prepare()
         with progress.step(
@@ -246,6 +273,11 @@ def print_summary(repo: Repository, summary: dict[str, Any], root: Path) -> None
             f"{len(summary['etl']) - 1} at once; {raced} lost a race and retried on their own "
             f"work (attempts {sorted(attempts)})"
         )
+    merged, passed = checked_merges(repo)
+    print(
+        f"  protection: main takes merges only, each needing {QUALITY_CHECK!r} passed on the "
+        f"commit merged; {passed} of {merged} merges carried it"
+    )
     for record in compacted:
         print(
             f"  compaction: {record['tombstones_removed']} tombstones folded away, "

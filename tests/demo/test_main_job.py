@@ -70,6 +70,7 @@ def test_the_main_job_runs_every_dag_and_says_what_it_did(
     assert not (root / "left-over").exists(), "a demo starts from a clean folder"
     assert "[6/6]" in out and "[7/" not in out
     assert "merges: 3 from 3 ETL DAG runs" in out, out
+    assert "'quality' passed on the commit merged; 3 of 3 merges carried it" in out, out
     assert "compaction: 1100 tombstones folded away" in out, out
     assert re.search(r"GC clean run \S+: gate passed", out), out
     assert re.search(r"GC optimized run \S+: gate passed", out), out
@@ -83,6 +84,10 @@ def test_the_main_job_runs_every_dag_and_says_what_it_did(
     assert optimized["deleted"] == config.later_garbage_objects + 1
 
     with Lake.connect(DemoLake(root).kv_url) as lake:
-        main = lake.repository(REPOSITORY).branch("main")
+        repo = lake.repository(REPOSITORY)
+        assert [(r.pattern, r.required_checks) for r in repo.protections()] == [
+            ("main", ("quality",))
+        ]
+        main = repo.branch("main")
         loaded = {entry.path.split("/")[1] for entry in main.list(prefix="sales/")}
         assert loaded == {"partition=r0-p0", "partition=r1-p0", "partition=r2-p0"}
