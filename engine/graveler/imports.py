@@ -30,7 +30,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from itertools import islice
+from operator import itemgetter
+from stat import S_ISREG
 from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
@@ -198,6 +201,81 @@ def import_objects(
 
 
 @dataclass
+class Objects:
+    """A batch of listed objects as columns: keys below the store's root, sizes,
+    modification times in microseconds since the epoch, and ETags where the store has them."""
+
+    keys: list[str]
+    sizes: list[int]
+    mtimes_us: list[int]
+    etags: list[str] | None = None
+
+    @classmethod
+    def of(cls, infos: list[ObjectInfo]) -> Objects:
+        return cls(
+            [info.key for info in infos],
+            [info.size for info in infos],
+            [_micros(info.mtime) for info in infos],
+            [info.etag or "" for info in infos],
+        )
+
+
+def _micros(moment: datetime) -> int:
+    return int(moment.timestamp()) * 1_000_000 + moment.microsecond
+
+
+def list_local(directory: str, key_prefix: str) -> Iterator[Objects]:
+    """Regular files under `directory` (whose key below the root is `key_prefix`), in key
+    order, `BATCH` at a time, without an object per file: sorting a folder's names with `/`
+    after those of folders is key order. A file gone before its `stat`, or that is no regular
+    file (a socket, a link to a folder), is left out."""
+    batch = Objects([], [], [])
+    stack: list[Iterator[tuple[str, os.DirEntry[str]]]] = [_sorted_folder(directory)]
+    prefixes = [key_prefix]
+    while stack:
+        item = next(stack[-1], None)
+        if item is None:
+            stack.pop()
+            prefixes.pop()
+            continue
+        sort_name, entry = item
+        if sort_name.endswith("/"):
+            stack.append(_sorted_folder(entry.path))
+            prefixes.append(f"{prefixes[-1]}{sort_name}")
+            continue
+        try:
+            st = entry.stat()
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        if not S_ISREG(st.st_mode):
+            continue
+        batch.keys.append(prefixes[-1] + entry.name)
+        batch.sizes.append(st.st_size)
+        batch.mtimes_us.append(st.st_mtime_ns // 1000)
+        if len(batch.keys) >= BATCH:
+            yield batch
+            batch = Objects([], [], [])
+    if batch.keys:
+        yield batch
+
+
+def _sorted_folder(directory: str) -> Iterator[tuple[str, os.DirEntry[str]]]:
+    try:
+        with os.scandir(directory) as entries:
+            named = [
+                (e.name + "/" if e.is_dir(follow_symlinks=False) else e.name, e) for e in entries
+            ]
+    except (FileNotFoundError, NotADirectoryError):
+        return iter(())
+    named.sort(key=itemgetter(0))
+    return iter(named)
+
+
+def _sort_name(entry: os.DirEntry[str]) -> str:
+    return entry.name + "/" if entry.is_dir(follow_symlinks=False) else entry.name
+
+
+@dataclass
 class _Listing:
     """The source's objects as change rows, batch by batch, counted as they go."""
 
@@ -209,46 +287,53 @@ class _Listing:
     bytes: int = 0
     _last: str = field(default="", repr=False)
 
+    def objects(self) -> Iterator[Objects]:
+        if self.source.scheme == FILE_SCHEME:
+            return list_local("/" + self.source.key_prefix, self.source.key_prefix)
+        store = self.g.objects(self.source.store_url)
+        infos = iter(store.list_objects(self.source.key_prefix))
+        return (Objects.of(chunk) for chunk in iter(lambda: list(islice(infos, BATCH)), []))
+
     def batches(self) -> Iterator[pa.Table]:
         self.count = self.bytes = 0
         self._last = ""
-        infos = iter(self.g.objects(self.source.store_url).list_objects(self.source.key_prefix))
-        while chunk := list(islice(infos, BATCH)):
-            yield self._rows(chunk)
-            self.count += len(chunk)
-            self.bytes += sum(info.size for info in chunk)
+        for objects in self.objects():
+            yield self._rows(objects)
+            self.count += len(objects.keys)
+            self.bytes += sum(objects.sizes)
             if self.progress is not None:
                 self.progress(self.count)
             failpoints.hit("import.after_batch")
         if not self.count:
             raise NotFound(f"no objects to import under {self.source.uri!r}")
 
-    def _rows(self, chunk: list[ObjectInfo]) -> pa.Table:
+    def _rows(self, objects: Objects) -> pa.Table:
         """Change rows of a batch, checked in Arrow: paths that can be keys, in key order
         (after the previous batch's last), checksums a record can hold."""
         skip = len(self.source.key_prefix)
         base = self.source.root
-        paths = self._paths([self.dest + info.key[skip:] for info in chunk], chunk)
-        rows = len(chunk)
+        dest = self.dest
+        paths = self._paths([dest + key[skip:] for key in objects.keys], objects.keys)
+        rows = len(objects.keys)
         arrays = [
             paths,
-            pa.array([base + info.key for info in chunk], pa.string()),
-            pa.array([info.size for info in chunk], pa.int64()),
-            _checksums(chunk),
-            pa.array([info.mtime for info in chunk], UTC_MICROS),
+            pa.array([base + key for key in objects.keys], pa.string()),
+            pa.array(objects.sizes, pa.int64()),
+            _checksums(objects),
+            pa.array(objects.mtimes_us, UTC_MICROS),
             pa.repeat(pa.scalar("", pa.string()), rows),
             pa.repeat(pa.scalar(False), rows),
         ]
         return pa.Table.from_arrays(arrays, schema=CHANGE_SCHEMA)
 
-    def _paths(self, texts: list[str], chunk: list[ObjectInfo]) -> pa.Array:
+    def _paths(self, texts: list[str], keys: list[str]) -> pa.Array:
         try:
             paths = pa.array(texts, pa.string())
         except (UnicodeEncodeError, pa.ArrowException):
             paths = None
         if paths is None or pc.any(pc.match_substring(paths, "\x00")).as_py():
-            for text, info in zip(texts, chunk, strict=True):
-                self._check(text, info)
+            for text, key in zip(texts, keys, strict=True):
+                self._check(text, key)
         if paths is None:
             raise InvalidArgument(f"paths under {self.source.uri!r} cannot be stored as text")
         before = [self._last] if self._last else []
@@ -258,48 +343,42 @@ class _Listing:
             row = pc.index(out_of_order, True).as_py() + (0 if before else 1)
             raise Unavailable(
                 f"the listing of {self.source.uri!r} is not in key order at "
-                f"{self.source.root + chunk[row].key!r}; nothing was committed"
+                f"{self.source.root + keys[row]!r}; nothing was committed"
             )
         if len(paths):
             self._last = texts[-1]
         return paths
 
-    def _check(self, path: str, info: ObjectInfo) -> None:
+    def _check(self, path: str, key: str) -> None:
         try:
             check_path(path)
         except InvalidArgument as exc:
             raise InvalidArgument(
-                f"object {self.source.root + info.key!r} cannot be imported ({exc}); nothing "
+                f"object {self.source.root + key!r} cannot be imported ({exc}); nothing "
                 "was committed: import a prefix without it"
             ) from None
 
 
-def _checksums(chunk: list[ObjectInfo]) -> pa.Array:
-    """`identity_checksum` of a batch: local files' checksums are hex by construction, and
-    ETags are checked in Arrow, only those that fail one at a time."""
-    texts = [identity_checksum(info, checked=False) for info in chunk]
+def _checksums(objects: Objects) -> pa.Array:
+    """`etag:` and each object's ETag, or for a local file (no ETag) its modification time in
+    microseconds and size, in hex, as web servers make ETags. ETags are checked in Arrow; one
+    no record could hold (`check_checksum`) is itself hex-encoded."""
+    if objects.etags is None:
+        pairs = zip(objects.mtimes_us, objects.sizes, strict=True)
+        return pa.array([f"{CHECKSUM_PREFIX}{us:x}-{size:x}" for us, size in pairs], pa.string())
+    texts = [CHECKSUM_PREFIX + etag for etag in objects.etags]
     checksums = pa.array(texts, pa.string())
-    if any(info.etag is not None for info in chunk):
-        valid = pc.match_substring_regex(checksums, f"^{CHECKSUM_PATTERN}$")
-        if not pc.all(valid).as_py():
-            checksums = pa.array([identity_checksum(info) for info in chunk], pa.string())
+    if not pc.all(pc.match_substring_regex(checksums, f"^{CHECKSUM_PATTERN}$")).as_py():
+        texts = [_held(text) for text in texts]
+        checksums = pa.array(texts, pa.string())
     return checksums
 
 
-def identity_checksum(info: ObjectInfo, *, checked: bool = True) -> str:
-    """`etag:` and the store's ETag, or for a local file (no ETag) its modification time in
-    microseconds and size, in hex; an ETag no record could hold is itself hex-encoded."""
-    etag = info.etag
-    if etag is None:
-        micros = int(info.mtime.timestamp()) * 1_000_000 + info.mtime.microsecond
-        return f"{CHECKSUM_PREFIX}{micros:x}-{info.size:x}"
-    checksum = CHECKSUM_PREFIX + etag
-    if not checked:
-        return checksum
+def _held(checksum: str) -> str:
     try:
         return check_checksum(checksum)
     except InvalidArgument:
-        return CHECKSUM_PREFIX + etag.encode().hex()[:100]
+        return CHECKSUM_PREFIX + checksum.removeprefix(CHECKSUM_PREFIX).encode().hex()[:100]
 
 
 @dataclass(frozen=True)
