@@ -14,11 +14,12 @@ reads the objects' bytes: the checksum is no content hash, so reads check the si
 (`recomputable_hash` takes such checksums on trust), and the same bytes uploaded are a
 different object.
 
-**Flow.** The listing (in key order, as S3 and the local store list) streams, a batch at a
-time, into `CommittedStore.apply_rows` onto the branch's HEAD, which writes ranges as a
-commit does from staged rows; the commit is then landed on the branch through the merge's
-retry loop (`merge.land`): a lost race applies what the import brought in onto the new HEAD,
-and the branch's uncommitted changes stay staged above it. Nothing reaches the KV store
+**Flow.** The listing (in key order: S3's, or a walk of local folders that sorts each as
+keys sort) streams as columns, a batch at a time, into `CommittedStore.apply_rows` onto the
+branch's HEAD, which writes ranges as a commit does from staged rows; the commit is then
+landed on the branch through the merge's retry loop (`merge.land`): a lost race applies
+what the import brought in onto the new HEAD, and the branch's uncommitted changes stay
+staged above it. Nothing reaches the KV store
 before that one commit, so an import that fails or is killed part way leaves the branch as
 it was (and unreferenced ranges, as a failed commit does). Ranges are content-addressed:
 running the import again lists the same objects, writes the same ranges and lands the same
