@@ -118,17 +118,22 @@ class Cursor(Protocol):
 class _Connection:
     """A pooled DBAPI connection and its reusable cursor, used by one statement at a time.
 
-    The finalizer closes it when it is dropped (at `close`, or with its store); `alive`
+    The finalizer closes it when it is dropped (at `close`, or with its store); `usable`
     says it has not been closed.
     """
 
-    __slots__ = ("__weakref__", "cursor", "dbapi", "finalizer", "pooled")
+    __slots__ = ("__weakref__", "cursor", "dbapi", "finalizer", "pooled", "usable")
 
     def __init__(self, pooled: Any, cursor: Cursor) -> None:
         self.pooled = pooled
         self.dbapi = pooled.driver_connection
         self.cursor = cursor
         self.finalizer = weakref.finalize(self, _close_quietly, pooled)
+        self.usable = True
+
+    def close(self) -> None:
+        self.usable = False
+        self.finalizer()
 
 
 def _close_quietly(pooled: Any) -> None:
@@ -180,12 +185,12 @@ class SQLStore(Store):
             return self._connect()
 
     def _give(self, conn: _Connection) -> None:
-        if not conn.finalizer.alive:
+        if not conn.usable:
             return
         if len(self._idle) < MAX_IDLE:
             self._idle.append(conn)
         else:
-            conn.finalizer()
+            conn.close()
 
     def _connect(self) -> _Connection:
         try:
@@ -206,7 +211,7 @@ class SQLStore(Store):
         """
         if not self._is_broken(conn.dbapi):
             raise self._failure(exc) from exc
-        conn.finalizer()
+        conn.close()
 
     def _once(self, sql: str, params: Sequence[Any], fetch: Callable[[Cursor], T]) -> T:
         """The statement on a fresh try, its failure final."""
@@ -226,7 +231,12 @@ class SQLStore(Store):
         return False
 
     def _fetch(self, sql: str, params: Sequence[Any], fetch: Callable[[Cursor], T]) -> T:
-        conn = self._take()
+        """The hot path: `_take` and `_give` inlined (an idle connection popped and given back)."""
+        idle = self._idle
+        try:
+            conn = idle.pop()
+        except IndexError:
+            conn = self._connect()
         try:
             return fetch(conn.cursor.execute(sql, params))
         except self._errors as exc:
@@ -234,11 +244,18 @@ class SQLStore(Store):
                 return fetch(self._when_free(conn.cursor, sql, params))
             self._drop_if_broken(conn, exc)
         finally:
-            self._give(conn)
+            if conn.usable and len(idle) < MAX_IDLE:
+                idle.append(conn)
+            else:
+                self._give(conn)
         return self._once(sql, params, fetch)
 
     def _write(self, sql: str, params: Sequence[Any], idempotent: bool) -> int:
-        conn = self._take()
+        idle = self._idle
+        try:
+            conn = idle.pop()
+        except IndexError:
+            conn = self._connect()
         try:
             return conn.cursor.execute(sql, params).rowcount
         except self._errors as exc:
@@ -248,7 +265,10 @@ class SQLStore(Store):
             if not idempotent:
                 raise self._failure(exc) from exc
         finally:
-            self._give(conn)
+            if conn.usable and len(idle) < MAX_IDLE:
+                idle.append(conn)
+            else:
+                self._give(conn)
         return self._once(sql, params, _rowcount)
 
     def _when_free(self, cursor: Cursor, sql: str, params: Sequence[Any]) -> Cursor:
@@ -334,7 +354,7 @@ class SQLStore(Store):
             connections, self._connections = list(self._connections), weakref.WeakSet()
         self._idle = []
         for conn in connections:
-            conn.finalizer()
+            conn.close()
         self._engine.dispose()
 
     def _forget_connections(self) -> None:
@@ -345,6 +365,7 @@ class SQLStore(Store):
         """
         for conn in list(self._connections):
             conn.finalizer.detach()
+            conn.usable = False
             self._disown(conn.dbapi)
             _INHERITED.append(conn)
         self._connections = weakref.WeakSet()
