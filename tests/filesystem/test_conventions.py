@@ -335,3 +335,17 @@ def test_hostile_input_is_a_typed_error_and_stages_nothing(fs_lake: FsLake, tree
     with pytest.raises(FileNotFoundError):
         fs.cat("sales/main/../c.txt")
     assert staged(fs_lake) == {}
+
+
+def test_recursive_copy_and_move_within_a_branch(fs_lake: FsLake, tree: str) -> None:
+    fs = fs_lake.fs
+    fs.cp("sales/main/a", "sales/main/copy", recursive=True)
+    assert fs.find("sales/main/copy") == [
+        "sales/main/copy/b/y.txt",
+        "sales/main/copy/b/z.txt",
+        "sales/main/copy/x.txt",
+    ]
+    fs.mv("sales/main/copy/x.txt", "sales/main/moved.txt")
+    assert fs.cat("sales/main/moved.txt") == FILES["a/x.txt"]
+    assert not fs.exists("sales/main/copy/x.txt")
+    assert fs.cat(f"sales/{tree}/a/x.txt") == FILES["a/x.txt"]
