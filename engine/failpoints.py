@@ -22,6 +22,7 @@ ENV = "BRANCHWATER_FAILPOINTS"
 POINTS = frozenset(
     {
         "branch.before_delete",
+        "branch.before_insert",
         "commit.before_set",
         "copy.after_read",
         "copy.after_record",

@@ -20,6 +20,7 @@ def create_branch(g: Graveler, repo: RepositoryRecord, name: str, source: str) -
     commit_id = g.refs.resolve(repo, source).commit_id
     fresh = BranchRecord(name, commit_id, new_staging_token(repo, name))
     branch = protection.stamped_new_branch(g, repo, fresh)
+    failpoints.hit("branch.before_insert")
     g.refs.insert_branch(repo, branch)
     protection.after_create(g, repo, branch)
     return branch

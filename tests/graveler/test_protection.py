@@ -338,6 +338,20 @@ def test_a_branch_delete_racing_protect_refuses(shared) -> None:
     assert writer.branch("dev").head().id
 
 
+def test_a_branch_created_while_a_protect_fences_gets_its_rules(shared) -> None:
+    """The protect changes the book and fences after the new branch read the book and
+    before it exists: the create stamps it again from the newer book."""
+    writer, admin = shared
+
+    def protect_releases() -> None:
+        admin.protect("release/*", no_direct_writes=True)
+
+    with armed("branch.before_insert", protect_releases):
+        release = writer.create_branch("release/1", source="main")
+    with pytest.raises(BranchProtected, match="release/\\*"):
+        release.upload("x", b"x")
+
+
 def test_a_protect_killed_before_its_fence_is_finished_by_running_it_again(shared) -> None:
     writer, admin = shared
 
