@@ -5,8 +5,10 @@ Both sides build the frame from nothing and read every column of every row (a `n
 so nothing is skipped or collected to the driver) on the same local Spark session. The
 candidate pays for what the reader adds: resolving the commit, streaming the listing into
 manifests, the first file's footer read through `Ref.open`, and rows read by pyarrow in
-Python workers and handed to the JVM as Arrow. The files lie in one folder (no partition
-columns), so both sides return the same rows.
+Python workers and handed to the JVM as Arrow. The reference pays for what Spark does with
+a list of paths: more than `parallelPartitionDiscovery.threshold` (32) of them are listed by
+a Spark job of their own, and footers are read to infer the schema. The files lie in one
+folder (no partition columns), so both sides return the same rows.
 """
 
 from __future__ import annotations

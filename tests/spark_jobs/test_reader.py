@@ -226,3 +226,18 @@ def test_an_object_collected_after_the_read_was_planned_fails_the_read_by_name(
     assert collected(read_parquet(spark, main, "t/")) == sorted(
         tuple(r.values()) for r in orders(0, 2)
     )
+
+
+def test_files_missing_a_column_of_the_schema_give_nulls(
+    spark: SparkSession, reader_lake: ReaderLake
+) -> None:
+    main = reader_lake.repo.branch("main")
+    main.upload("e/a.parquet", parquet([{"id": 1}]))
+    main.upload("e/b.parquet", parquet([{"id": 2, "extra": "x"}]))
+    options = reader_lake.s3_options
+    first = read_parquet(spark, main, "e/", s3_options=options)
+    assert first.columns == ["id"]
+    assert collected(first) == [(1,), (2,)]
+    given = read_parquet(spark, main, "e/", schema="id int, extra string", s3_options=options)
+    assert given.schema.simpleString() == "struct<id:int,extra:string>"
+    assert collected(given.fillna("none")) == [(1, "none"), (2, "x")]
