@@ -6,11 +6,15 @@ independent model; `tests/spark_jobs/test_gc_gate.py` checks their flags agree):
 
 - `OnExecutors` (`mark_on_executors`): one Spark job, each task listing its own slices; the
   clean run's way, since its listing is the largest input and must stay on the executors.
+  The `gc-clean-mark` benchmark compares its mark with Spark's `left_anti` join of the same
+  sets.
 - `OnDriver` (`mark_on_driver`): the task in the driver's process, for an optimized run
-  that reads little (at most `DRIVER_SLICES` slices and `driver_rows` addresses): a Spark
-  job's start, its shuffle and the gate's flag job cost more than such a run's work, which
-  is what the `gc-optimized` benchmark (`bench_gc`, whose summaries say where each run
-  marked) measures. Marking there on the executors is what `driver_rows=0` does.
+  that reads little (at most `DRIVER_SLICES` slices and `driver_rows` addresses).
+
+Both are kept because they were measured: the `gc-mark-driver` benchmark (`bench_gc`) runs
+the same optimized run on each path, and the run marking on the driver is the faster: a
+Spark job's start, its shuffle and the gate's flag job cost more than such a run's work.
+Marking there on the executors is what `driver_rows=0` does.
 """
 
 from __future__ import annotations
