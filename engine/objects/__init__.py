@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from branchwater.engine.errors import ConfigurationError, InvalidArgument
-from branchwater.engine.objects.store import ObjectInfo, ObjectStore, check_object_key
+from branchwater.engine.objects.store import (
+    Listing,
+    ObjectInfo,
+    ObjectStore,
+    Stats,
+    check_object_key,
+)
 from branchwater.engine.urls import redact_url, url_scheme
 
 
@@ -30,4 +36,11 @@ def open_object_store(url: str, **s3_options: str | None) -> ObjectStore:
     )
 
 
-__all__ = ["ObjectInfo", "ObjectStore", "check_object_key", "open_object_store"]
+__all__ = [
+    "Listing",
+    "ObjectInfo",
+    "ObjectStore",
+    "Stats",
+    "check_object_key",
+    "open_object_store",
+]

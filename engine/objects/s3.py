@@ -13,9 +13,9 @@ import contextlib
 import heapq
 import io
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from itertools import chain, islice
 from typing import Any, BinaryIO, NoReturn, TypeVar
@@ -43,9 +43,12 @@ from branchwater.engine.errors import (
     Unavailable,
 )
 from branchwater.engine.objects.store import (
+    Listing,
     ObjectInfo,
     ObjectStore,
+    Stats,
     StreamSource,
+    check_folder,
     check_object_key,
     iter_chunks,
 )
@@ -53,6 +56,8 @@ from branchwater.engine.urls import redact_url
 
 DELETE_BATCH = 1000
 """S3's DeleteObjects accepts at most this many keys per request."""
+REQUESTS_IN_FLIGHT = 8
+"""DeleteObjects batches and HEADs sent at once: below boto3's pool of 10 connections."""
 PART_SIZE = 8 << 20
 """A multipart upload's first parts (S3 wants 5 MiB at least, but for the last)."""
 PARTS_PER_SIZE = 2000
@@ -90,6 +95,7 @@ _DEFAULT_CONFIG = Config(
 )
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 
 class S3ObjectStore(ObjectStore):
@@ -135,14 +141,14 @@ class S3ObjectStore(ObjectStore):
         the two agree to S3's one-second resolution."""
         full = self._full_key(key)
         parts = _parts(iter_chunks(source, PART_SIZE))
-        first = next(parts, b"")
-        second = next(parts, None)
-        if second is None:
+        head = list(islice(parts, 2))
+        if len(head) < 2:
+            body = head[0] if head else b""
             response = self._call(
-                key, lambda: self._client.put_object(Bucket=self.bucket, Key=full, Body=first)
+                key, lambda: self._client.put_object(Bucket=self.bucket, Key=full, Body=body)
             )
-            return ObjectInfo(key, len(first), _response_time(response))
-        return self._multipart(key, full, chain([first, second], parts))
+            return ObjectInfo(key, len(body), _response_time(response))
+        return self._multipart(key, full, _handed_on(head, parts))
 
     def open(self, key: str) -> BinaryIO:
         """Ranged GETs behind a `READ_AHEAD` buffer; a read to the end is one GET. The HEAD
@@ -154,7 +160,7 @@ class S3ObjectStore(ObjectStore):
         reader = _RangeReader(self, key, head["ContentLength"], head["ETag"])
         return io.BufferedReader(reader, buffer_size=READ_AHEAD)
 
-    def _multipart(self, key: str, full: str, parts: Iterator[bytes]) -> ObjectInfo:
+    def _multipart(self, key: str, full: str, parts: Iterator[bytes | bytearray]) -> ObjectInfo:
         upload_id = self._call(
             key,
             lambda: self._client.create_multipart_upload(Bucket=self.bucket, Key=full),
@@ -191,7 +197,7 @@ class S3ObjectStore(ObjectStore):
         return ObjectInfo(key, size, _response_time(response))
 
     def _part(
-        self, key: str, full: str, upload_id: str, number: int, data: bytes
+        self, key: str, full: str, upload_id: str, number: int, data: bytes | bytearray
     ) -> dict[str, Any]:
         response = self._call(
             key,
@@ -229,10 +235,50 @@ class S3ObjectStore(ObjectStore):
         return ObjectInfo(key, head["ContentLength"], _utc(head["LastModified"]))
 
     def delete(self, keys: Iterable[str]) -> None:
-        """Delete with DeleteObjects, 1000 keys per request; S3 ignores absent keys itself."""
+        """Delete with DeleteObjects, 1000 keys per request, `REQUESTS_IN_FLIGHT` requests
+        at once (keys are drawn as batches are sent, so memory stays a few batches); S3
+        ignores absent keys itself. Every key is checked before its batch is sent, and the
+        first failure stops further batches."""
         full_keys = (self._full_key(key) for key in keys)
-        while batch := list(islice(full_keys, DELETE_BATCH)):
-            self._delete_batch(sorted(set(batch)))
+        batches = iter(lambda: sorted(set(islice(full_keys, DELETE_BATCH))), [])
+        _bounded_map(self._delete_batch, batches)
+
+    def list_folder(self, folder: str, *, metadata: bool = True) -> Listing:
+        """ListObjectsV2 with a `/` delimiter: one request per 1,000 names however deep the
+        folder's tree. Names this API could not address (a folder marker, `a//b`) are left
+        out, as `list_objects` does."""
+        full = self.prefix + (f"{check_folder(folder)}/" if folder else "")
+        names: list[str] = []
+        sizes: list[int] = []
+        mtimes: list[int] = []
+        directories: list[str] = []
+        for page in self._pages(full, delimiter="/"):
+            for obj in page.get("Contents", ()):
+                name = obj["Key"][len(full) :]
+                if name and "/" not in name:
+                    names.append(name)
+                    sizes.append(obj["Size"])
+                    mtimes.append(_epoch_ns(obj["LastModified"]))
+            for common in page.get("CommonPrefixes", ()):
+                name = common["Prefix"][len(full) :].rstrip("/")
+                if name and "/" not in name:
+                    directories.append(name)
+        return Listing(names, sizes, mtimes, directories)
+
+    def stat_many(self, keys: Sequence[str]) -> Stats:
+        """HEADs, `REQUESTS_IN_FLIGHT` at once; a missing bucket is an error, not None."""
+
+        def one(key: str) -> tuple[int | None, int | None]:
+            try:
+                info = self.stat(key)
+            except BucketNotFound:
+                raise
+            except NotFound:
+                return None, None
+            return info.size, _epoch_ns(info.mtime)
+
+        found = _bounded_map(one, iter(keys))
+        return Stats([size for size, _ in found], [mtime for _, mtime in found])
 
     def list_objects(self, prefix: str = "") -> Iterator[ObjectInfo]:
         """Page through ListObjectsV2, which returns keys in ascending UTF-8 byte order.
@@ -259,9 +305,10 @@ class S3ObjectStore(ObjectStore):
             infos = _in_key_order(infos, len(full_prefix) - len(self.prefix))
         yield from infos
 
-    def _pages(self, full_prefix: str) -> Iterator[dict[str, Any]]:
+    def _pages(self, full_prefix: str, delimiter: str = "") -> Iterator[dict[str, Any]]:
         paginator = self._client.get_paginator("list_objects_v2")
-        pages = iter(paginator.paginate(Bucket=self.bucket, Prefix=full_prefix))
+        extra = {"Delimiter": delimiter} if delimiter else {}
+        pages = iter(paginator.paginate(Bucket=self.bucket, Prefix=full_prefix, **extra))
         while (page := self._call(None, lambda: next(pages, None))) is not None:
             yield page
 
@@ -435,6 +482,35 @@ def _settled(key: str, latest: str, shared: int) -> bool:
     return not (at_fork and latest[common] < "/")
 
 
+def _bounded_map(function: Callable[[T], U], items: Iterator[T]) -> list[U]:
+    """`function` over `items` in order, `REQUESTS_IN_FLIGHT` calls at once, items drawn
+    only as calls start; the first error is raised once the calls in flight end, and no
+    further call starts after it."""
+    results: dict[int, U] = {}
+    in_flight: dict[Future[U], int] = {}
+    with ThreadPoolExecutor(REQUESTS_IN_FLIGHT, thread_name_prefix="bw-s3") as pool:
+        try:
+            for index, item in enumerate(items):
+                if len(in_flight) >= REQUESTS_IN_FLIGHT:
+                    finished, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+                    for future in finished:
+                        results[in_flight.pop(future)] = future.result()
+                in_flight[pool.submit(function, item)] = index
+            for future in list(in_flight):
+                results[in_flight.pop(future)] = future.result()
+        finally:
+            for future in in_flight:
+                future.cancel()
+    return [results[i] for i in range(len(results))]
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _epoch_ns(moment: datetime) -> int:
+    return (moment - _EPOCH) // timedelta(microseconds=1) * 1000
+
+
 def _response_time(response: dict[str, Any]) -> datetime:
     header = response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
     if header:
@@ -449,9 +525,10 @@ def _utc(moment: datetime) -> datetime:
     return moment.astimezone(UTC)
 
 
-def _parts(chunks: Iterator[bytes]) -> Iterator[bytes]:
+def _parts(chunks: Iterator[bytes]) -> Iterator[bytes | bytearray]:
     """`chunks` regrouped into parts of the sizes `_part_size` says; the last may be short.
-    A chunk of exactly a part's size (a file read a part at a time) passes uncopied."""
+    A chunk of exactly a part's size (a file read a part at a time) passes uncopied, and so
+    does a buffer that chunks filled exactly (chunks of a size dividing the part's)."""
     buffer = bytearray()
     number = 1
     for chunk in chunks:
@@ -461,13 +538,27 @@ def _parts(chunks: Iterator[bytes]) -> Iterator[bytes]:
             continue
         buffer += chunk
         while len(buffer) >= (size := _part_size(number)):
-            with memoryview(buffer) as view:
-                part = view[:size].tobytes()
-            del buffer[:size]
+            if len(buffer) == size:
+                part: bytes | bytearray = buffer
+                buffer = bytearray()
+            else:
+                with memoryview(buffer) as view:
+                    part = view[:size].tobytes()
+                del buffer[:size]
             yield part
             number += 1
     if buffer or number == 1:
         yield bytes(buffer)
+
+
+def _handed_on(
+    head: list[bytes | bytearray], rest: Iterator[bytes | bytearray]
+) -> Iterator[bytes | bytearray]:
+    """`head` then `rest`, each part of `head` let go as it is handed on, so the first two
+    parts are not held for the whole upload."""
+    while head:
+        yield head.pop(0)
+    yield from rest
 
 
 def _part_size(number: int) -> int:

@@ -9,7 +9,7 @@ Objects stream both ways (`put_stream`, `open`), so their size is never bounded 
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import BinaryIO
@@ -30,6 +30,27 @@ class ObjectInfo:
     mtime: datetime
     etag: str | None = None
     """The store's version tag where its listing gives one (S3's ETag, unquoted)."""
+
+
+@dataclass(frozen=True)
+class Listing:
+    """One folder level: its objects as columns (names relative to the folder, sizes, and
+    modification times in epoch nanoseconds: no datetime per object, for listings of
+    millions) and its subfolders' names. Without metadata, sizes and times are None."""
+
+    names: list[str]
+    sizes: list[int] | None
+    mtimes_ns: list[int] | None
+    directories: list[str]
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Sizes and modification times (epoch nanoseconds) of keys, in the keys' order; None
+    where the object is gone or the key names no object (a folder, say)."""
+
+    sizes: list[int | None]
+    mtimes_ns: list[int | None]
 
 
 class ObjectStore(abc.ABC):
@@ -66,6 +87,16 @@ class ObjectStore(abc.ABC):
     @abc.abstractmethod
     def list_objects(self, prefix: str = "") -> Iterator[ObjectInfo]:
         """Objects whose key starts with `prefix`, in ascending key order."""
+
+    @abc.abstractmethod
+    def list_folder(self, folder: str, *, metadata: bool = True) -> Listing:
+        """Objects and subfolders directly under `folder` (a key without its trailing `/`;
+        "" is the root), in no particular order. `metadata=False` lets a store that needs a
+        call per object for sizes and times (local files) skip them; S3 lists them anyway."""
+
+    @abc.abstractmethod
+    def stat_many(self, keys: Sequence[str]) -> Stats:
+        """`stat` of many keys at once (S3: HEADs in parallel), None for absent ones."""
 
     def exists(self, key: str) -> bool:
         try:
@@ -113,6 +144,13 @@ def _checked_chunk(chunk: object) -> bytes:
     raise InvalidArgument(
         f"stream chunks must be bytes, not {type(chunk).__name__} (open files in binary mode)"
     )
+
+
+def check_folder(folder: object) -> str:
+    """A folder argument: "" (the root) or a key, given without its trailing `/`."""
+    if not isinstance(folder, str):
+        raise InvalidArgument(f"folder must be a string, not {type(folder).__name__}")
+    return check_object_key(folder) if folder else folder
 
 
 def check_object_key(key: object) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from branchwater.engine.gc.runs.storage import Namespace, _s3_filesystem
+from branchwater.engine.gc.runs.storage import Namespace
 from tests.fixtures.s3 import S3Server
 
 ENVIRONMENT = {
@@ -26,7 +26,9 @@ def test_without_options_the_endpoint_comes_from_aws_endpoint_url(
     monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
     for variable, option in ENVIRONMENT.items():
         monkeypatch.setenv(variable, s3_server.options[option])
-    assert _s3_filesystem({}).get_file_info(f"{s3_bucket}/data/x").size == 5
+    ns = Namespace.of(f"s3://{s3_bucket}")
+    assert ns.stat(["data/x"])[0] == [5]
+    assert ns.list_dir("data").names == ["x"]
 
 
 def test_stat_gives_a_local_file_its_size_and_no_size_to_a_folder_or_a_missing_key(
