@@ -7,6 +7,7 @@ docs/architecture.md document them).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -585,6 +586,22 @@ class Branch(Ref):
             self.repository.lake.addresses.next_address,
         )
         return upload.run(data)
+
+    def upload_file(
+        self,
+        path: str,
+        local_path: str | os.PathLike[str],
+        metadata: Mapping[str, str] | None = None,
+    ) -> Entry:
+        """`upload` of a local file by its path, streamed (multipart on S3) in bounded memory;
+        anything but a path (bytes, a file object) is `InvalidArgument`, so content is never
+        taken for a file name or the reverse."""
+        if not isinstance(local_path, str | os.PathLike):
+            raise InvalidArgument(
+                f"upload_file takes a local file's path, not {type(local_path).__name__}; "
+                "use upload() for bytes or a file object"
+            )
+        return self.upload(path, Path(local_path), metadata)
 
     def import_objects(
         self,
