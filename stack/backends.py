@@ -4,6 +4,9 @@ Run as `python -m branchwater.stack init` with the environment every Airflow ser
 natively and in compose alike: it creates the metadata and KV databases on the PostgreSQL
 server they name and the bucket of the Branchwater connection's default namespace on the
 AWS connection's S3 endpoint. Each is created only when missing, so a restart is a no-op.
+Then it creates the example ETL's repository there and protects its `main` as the demo does
+(merges only, each of a commit whose `quality` check passed), so no run ever lands on an
+unprotected `main`; protecting again changes nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from branchwater.demo.airflow_home import connection_env
 from branchwater.engine import ConfigurationError, Unavailable
 
 WAIT = 60.0
+EXAMPLE_REPOSITORY = "etl-example"
+"""The example ETL's default repository (its `repository` param)."""
 """Seconds the servers may take to accept connections (compose starts them together)."""
 
 
@@ -103,7 +108,32 @@ def init(env: Mapping[str, str]) -> list[str]:
         if create_database(url)
     ]
     done.append(f"bucket {create_bucket(env)}")
+    done.append(protect_example(env))
     return done
+
+
+def protect_example(env: Mapping[str, str]) -> str:
+    """Create the example ETL's repository (where the connection's default namespace puts
+    it) unless it exists, and protect its `main`; returns what it did, as a line."""
+    from branchwater.demo.main_job import protect_main
+    from branchwater.engine import AlreadyExists, Lake
+
+    lake_conn = connection(env, "branchwater_default")
+    namespace = str(lake_conn.get("extra", {}).get("default_namespace", "")).rstrip("/")
+    aws = connection(env, "aws_default")
+    s3_options = {
+        "endpoint_url": aws.get("extra", {}).get("endpoint_url"),
+        "aws_access_key_id": aws.get("login"),
+        "aws_secret_access_key": aws.get("password"),
+        "region_name": aws.get("extra", {}).get("region_name"),
+    }
+    with Lake.connect(str(lake_conn.get("password", "")), s3_options=s3_options) as lake:
+        try:
+            repo = lake.create_repository(EXAMPLE_REPOSITORY, f"{namespace}/{EXAMPLE_REPOSITORY}")
+        except AlreadyExists:
+            repo = lake.repository(EXAMPLE_REPOSITORY)
+        protect_main(repo)
+    return f"repository {EXAMPLE_REPOSITORY}: main protected, merges need 'quality' passed"
 
 
 def _connect(url: str) -> Any:

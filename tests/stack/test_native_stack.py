@@ -16,6 +16,7 @@ import pytest
 from branchwater.demo.main_job import gc_task
 from branchwater.engine import Lake
 from branchwater.stack import StackHandle
+from branchwater.stack.backends import EXAMPLE_REPOSITORY
 from tests.fixtures.stack import stack_log, task_errors
 from tests.helpers.airflow import GC_TASKS, AirflowClient
 
@@ -31,7 +32,8 @@ pytestmark = [
 PARSE_TIMEOUT = 120.0
 RUN_TIMEOUT = 900.0
 """A safety net for a stuck run, far above what a run takes."""
-REPOSITORY = "stack-etl"
+REPOSITORY = EXAMPLE_REPOSITORY
+"""The one the init step created with `main` protected: the run must pass its checks."""
 PARTITIONS = ["north", "south"]
 ROWS = 40
 
@@ -76,6 +78,18 @@ def test_example_etl_lands_every_partition_on_main(stack: StackHandle, etl_repos
             rows = sum(pq.read_table(io.BytesIO(main.read(e.path))).num_rows for e in entries)
             assert rows == ROWS
         assert [b.name for b in repo.branches()] == ["main"]
+        (rule,) = repo.protections()
+        assert (rule.pattern, rule.no_direct_writes, rule.required_checks) == (
+            "main",
+            True,
+            ("quality",),
+        )
+        merges = [c for c in repo.log("main") if len(c.parents) > 1]
+        assert len(merges) == len(PARTITIONS)
+        for merge in merges:
+            assert [(c.name, c.passed) for c in repo.checks(merge.parents[1])] == [
+                ("quality", True)
+            ]
     prefix = f"{stack.config.namespace_prefix}/{etl_repository}/data/"
     listed = stack.s3.client().list_objects_v2(Bucket=stack.config.bucket, Prefix=prefix)
     assert listed["KeyCount"] >= len(PARTITIONS)
