@@ -1,4 +1,4 @@
-"""`commit | merge | log | diff | uncommitted`: making history and reading it."""
+"""`commit | merge | publish | log | diff | uncommitted`: making history and reading it."""
 
 from __future__ import annotations
 
@@ -55,9 +55,23 @@ def cmd_merge(lake: Lake, args: argparse.Namespace, out: Output) -> None:
         committer=args.committer if args.committer is not None else default_committer(),
         hint=args.hint,
         fast_forward=args.fast_forward,
+        preview=args.preview,
     )
-    how = "fast-forward" if result.fast_forward else f"{result.attempts} attempt(s)"
-    text = f"[{args.destination} {short(result.commit.id)}] merged {args.source} ({how})"
+    if args.preview:
+        text = (
+            f"Preview {result.commit.id} of merging {args.source} into {args.destination} "
+            f"({args.destination} not moved): publish it with "
+            f"'branchwater publish {args.repo} {short(result.commit.id)} {args.destination}'"
+        )
+    else:
+        how = "fast-forward" if result.fast_forward else f"{result.attempts} attempt(s)"
+        text = f"[{args.destination} {short(result.commit.id)}] merged {args.source} ({how})"
+    out.document(merge_to_json(result), text)
+
+
+def cmd_publish(lake: Lake, args: argparse.Namespace, out: Output) -> None:
+    result = lake.repository(args.repo).publish(args.commit, into=args.destination)
+    text = f"[{args.destination} {short(result.commit.id)}] published the merge preview"
     out.document(merge_to_json(result), text)
 
 
@@ -115,6 +129,20 @@ def register(sub: Subparsers) -> None:
         action="store_false",
         help="write a merge commit even when DEST could be fast-forwarded to SOURCE",
     )
+    merge.add_argument(
+        "--preview",
+        action="store_true",
+        help="build the merge commit without moving DEST; print its id for publish",
+    )
+    publish = verb(
+        sub,
+        "publish",
+        cmd_publish,
+        "move DEST to a merge preview (merge --preview) if DEST has not moved since",
+    )
+    publish.add_argument("repo", metavar="REPO")
+    publish.add_argument("commit", metavar="PREVIEW", help="the preview's commit id")
+    publish.add_argument("destination", metavar="DEST")
     log = verb(sub, "log", cmd_log, "show commits reachable from REF, newest first")
     log.add_argument("repo", metavar="REPO")
     log.add_argument("ref", metavar="REF")
