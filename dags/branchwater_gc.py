@@ -8,8 +8,9 @@ lake), a mapped task group `collect`:
 
 - `prepare` lists every branch's uncommitted addresses (the GC run's id is this run's);
 - `mark` runs the Spark GC job through `spark-submit` on that prepare run: it finds what no
-  commit and no branch holds, older than the minimum age, saves it and runs its Great
-  Expectations gate. It deletes nothing;
+  commit and no branch holds, older than the minimum age, and, where the repository has GC
+  rules, what only expired commits hold (`branchwater_gc_retention`), saves it and runs its
+  Great Expectations gate. It deletes nothing;
 - `gate` reads the mark's saved gate results and fails, naming each failed expectation
   with GX's figures, when one did not hold: that repository's sweep does not run;
 - `sweep` deletes what the mark holds (skipped when `dry_run` is true);
@@ -71,6 +72,14 @@ PARAMS = {
         "objects old enough to be considered",
     ),
     "dry_run": Param(False, type="boolean", description="Mark and gate only: the sweep is skipped"),
+    "branchwater_gc_retention": Param(
+        "rules",
+        type="string",
+        enum=["rules", "uncommitted", "committed"],
+        description="rules: each repository's GC rules (`branchwater gc rules get REPO`) decide, "
+        "both parts when it has some; uncommitted or committed: that part only. The mark's "
+        "XCom and the report show the rules the run used",
+    ),
 }
 
 
@@ -99,6 +108,7 @@ def gc_dag(dag_id: str, mode: str, schedule: str, doc: str) -> DAG:
                 mode=mode,
                 min_age="{{ params.min_age }}",
                 max_share="{{ params.max_share }}",
+                retention="{{ params.branchwater_gc_retention }}",
                 name=f"{dag_id}-mark",
                 max_active_tis_per_dagrun=SPARK_JOBS_AT_ONCE,
             )

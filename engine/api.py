@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import BinaryIO
 
@@ -25,6 +25,8 @@ from branchwater.engine.gc.inputs import (
 from branchwater.engine.gc.prepare import PreparedRun, prepare_uncommitted_for_gc
 from branchwater.engine.gc.provenance import Provenance, provenance
 from branchwater.engine.gc.retention import rules as retention_rules
+from branchwater.engine.gc.retention.expired import check_live
+from branchwater.engine.gc.retention.expiry import Retention, repository_retention
 from branchwater.engine.gc.retention.rules import GCRules
 from branchwater.engine.gc.runlock import DEFAULT_LEASE, GCRunLease, acquire_run_lease
 from branchwater.engine.gc.settings import GCSettings
@@ -184,6 +186,7 @@ class Repository:
 
     def create_branch(self, name: str, source: str | None = None) -> Branch:
         source = self.default_branch if source is None else source
+        self._live(source)
         branch_ops.create_branch(self._g, self.record, name, source)
         return Branch(self, name)
 
@@ -198,8 +201,17 @@ class Repository:
         branch_ops.delete_branch(self._g, self.record, name)
 
     def ref(self, ref: str) -> Ref:
-        """Any branch, tag, commit id (full or abbreviated) or `ref~N`, read-only at its commit."""
-        return Ref(self, ref, self._g.refs.resolve(self.record, ref).commit_id)
+        """Any branch, tag, commit id (full or abbreviated) or `ref~N`, read-only at its commit;
+        `CommitExpired` when GC retention deleted that commit's objects."""
+        return Ref(self, ref, self._live(ref))
+
+    def _live(self, ref: str) -> str:
+        """The commit `ref` names, unless retention deleted its objects (`CommitExpired`): a
+        branch's HEAD is never expired, so only other refs cost the extra read."""
+        resolved = self._g.refs.resolve(self.record, ref)
+        if resolved.branch is not None:
+            return resolved.commit_id
+        return check_live(self._g.kv, self.record, resolved.commit_id)
 
     def commit(self, commit_id: str) -> Commit:
         return self._g.refs.get_commit(
@@ -416,7 +428,7 @@ class Repository:
 
     def tag(self, name: str, ref: str) -> Tag:
         check_ref_name(name, "tag")
-        tag = Tag(name, self._g.refs.resolve(self.record, ref).commit_id)
+        tag = Tag(name, self._live(ref))
         self._g.refs.insert_tag(self.record, tag)
         return tag
 
@@ -470,6 +482,14 @@ class Repository:
     def delete_gc_rules(self) -> None:
         """Drop the retention rules: GC keeps every commit's objects again."""
         retention_rules.delete_rules(self._g.kv, self.record)
+
+    def retention(self, now: datetime | None = None) -> Retention | None:
+        """Every commit, active or expired under the rules at `now` (default: the GC clock's
+        time); `None` without rules. `engine/gc/retention/expiry.py` states the rule."""
+        rules = self.gc_rules()
+        if rules is None:
+            return None
+        return repository_retention(self._g, self.record, rules, now or self.lake.gc.clock())
 
     def lock_gc_run(self, holder: str, ttl: timedelta = DEFAULT_LEASE) -> GCRunLease:
         """Take the repository's GC run lease (`with` renews it meanwhile and releases it);
@@ -666,6 +686,8 @@ class Branch(Ref):
         """Drop every uncommitted change. With `to` (any ref; a branch means its HEAD), also
         point the branch at that commit, in one step, as `git reset --hard`: the commit it
         leaves is not recorded anywhere else but stays readable by its id."""
+        if to is not None:
+            self.repository._live(to)
         branch_ops.reset_branch(self._g, self._record, self.name, to)
 
     def restore(self, paths: str | Sequence[str], source: str) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Generic, TypeVar
@@ -23,10 +23,12 @@ from branchwater.engine.api import Branch, Repository
 from branchwater.engine.gc.addresses import newest_first_time
 from branchwater.engine.gc.prepare import PreparedRun
 from branchwater.engine.gc.retention.rules import GCRules
+from branchwater.engine.graveler import reads
 from branchwater.engine.graveler.checksums import content_checksum
 from branchwater.engine.graveler.external import is_external
 from branchwater.engine.graveler.model import Entry
 from branchwater.engine.graveler.reads import object_location
+from branchwater.engine.objects import ObjectInfo
 from tests.helpers.gc import FakeClock, compact, data_objects, run_addresses
 
 
@@ -236,19 +238,29 @@ def active_commits(repo: Repository, rules: GCRules, now: datetime) -> set[str]:
 
 
 def commit_addresses(repo: Repository, commit_ids: set[str]) -> set[str]:
-    return {entry.address for c in commit_ids for entry in repo.ref(c).list()}
+    """Every address the commits' trees hold, read past `CommitExpired` (records stay)."""
+    g = repo.lake.graveler
+    return {entry.address for c in commit_ids for entry in reads.list_commit(g, repo.record, c)}
 
 
 def retention_candidates(
-    repo: Repository, run: PreparedRun, min_age: timedelta, rules: GCRules, now: datetime
+    repo: Repository,
+    run: PreparedRun,
+    min_age: timedelta,
+    rules: GCRules,
+    now: datetime,
+    listed: Mapping[str, ObjectInfo] | None = None,
 ) -> set[str]:
-    """What a run with retention deletes, by the rule: objects under `data/` modified at or
-    before the cutoff that neither the run's uncommitted addresses nor an active commit hold
-    (every commit's record is read after the run, as the job reads them)."""
+    """What a run with retention deletes, by the rule: objects under `data/` (`listed`, by
+    default listed now) modified at or before the cutoff that neither the run's uncommitted
+    addresses nor an active commit hold (every commit's record is read after the run, as
+    the job reads them)."""
     uncommitted = run_addresses(repo, run)
     active = commit_addresses(repo, active_commits(repo, rules, now))
     cutoff = newest_first_time(run.run_id) - min_age
-    old = {key for key, info in data_objects(repo.lake, repo).items() if info.mtime <= cutoff}
+    if listed is None:
+        listed = data_objects(repo.lake, repo)
+    old = {key for key, info in listed.items() if info.mtime <= cutoff}
     return old - uncommitted - active
 
 

@@ -134,7 +134,7 @@ def submit_command(args: argparse.Namespace) -> list[str]:
     ]
     if args.dry_run:
         command.append("--dry-run")
-    for option in ("sweep", "min_age", "max_share", "lock_ttl"):
+    for option in ("sweep", "min_age", "max_share", "lock_ttl", "only"):
         value = getattr(args, option)
         if value is not None:
             command += [f"--{option.replace('_', '-')}", str(value)]
@@ -238,6 +238,13 @@ def summary_text(summary: Any) -> str:
         f"{counts['uncommitted'].objects:,}, candidates {counts['candidates'].objects:,} "
         f"({human_size(counts['candidates'].bytes)})"
     )
+    if summary.retention.get("rules"):
+        retention = summary.retention
+        expired = summary.volume("expired")
+        lines.append(
+            f"  retention: {retention['expired_commits']:,} expired commits, "
+            f"{expired.objects:,} objects only they hold ({human_size(expired.bytes)})"
+        )
     if "deleted" in counts:
         deleted = counts["deleted"]
         lines.append(f"  deleted {deleted.objects:,} objects ({human_size(deleted.bytes)})")
@@ -326,6 +333,12 @@ def register(sub: Subparsers) -> None:
         type=duration,
         metavar="DURATION",
         help="how long the repository's GC run lease outlives a crashed run (default 5m)",
+    )
+    run.add_argument(
+        "--only",
+        choices=["uncommitted", "committed"],
+        help="collect one kind only (default: both when the repository has GC rules, see "
+        "`gc rules`)",
     )
     run.add_argument("--master", default=DEFAULT_MASTER, metavar="URL", help="Spark master")
     run.add_argument(

@@ -90,6 +90,13 @@ def summary_record(summary: RunSummary) -> dict[str, Any]:
         "candidate_bytes": candidates.bytes,
         "deleted": deleted.objects,
         "deleted_bytes": deleted.bytes,
+        "expired": summary.volume("expired").objects,
+        "expired_bytes": summary.volume("expired").bytes,
+        "retention": {
+            k: v
+            for k, v in summary.retention.items()
+            if k in ("parts", "rules", "active_commits", "expired_commits")
+        },
         "summary": summary.summary_uri,
         "report": summary.report_uri,
     }
@@ -251,6 +258,8 @@ class BranchwaterGCMarkOperator(BranchwaterGCJobOperator):
         default: the lake's)
     :param max_share: the gate's bound on the candidates' share of the namespace's objects
         (templated; default 0.5)
+    :param retention: "rules" (both parts when the repository has GC rules, the default),
+        "uncommitted" or "committed" (one part only; templated)
     """
 
     template_fields: Sequence[str] = (
@@ -259,6 +268,7 @@ class BranchwaterGCMarkOperator(BranchwaterGCJobOperator):
         "mode",
         "min_age",
         "max_share",
+        "retention",
     )
 
     def __init__(
@@ -268,6 +278,7 @@ class BranchwaterGCMarkOperator(BranchwaterGCJobOperator):
         mode: str = "clean",
         min_age: str | None = None,
         max_share: str | float | None = None,
+        retention: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -275,6 +286,7 @@ class BranchwaterGCMarkOperator(BranchwaterGCJobOperator):
         self.mode = mode
         self.min_age = min_age
         self.max_share = max_share
+        self.retention = retention
 
     def run_id(self) -> str:
         return self.prepare_run
@@ -285,6 +297,8 @@ class BranchwaterGCMarkOperator(BranchwaterGCJobOperator):
             arguments += ["--min-age", str(self.min_age)]
         if self.max_share not in (None, "", "None"):
             arguments += ["--max-share", str(self.max_share)]
+        if self.retention in ("uncommitted", "committed"):
+            arguments += ["--only", str(self.retention)]
         return arguments
 
     def execute(self, context: Context) -> Any:

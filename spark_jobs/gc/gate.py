@@ -37,7 +37,10 @@ partition needs no shuffle for GX's aggregates (one stage, one task a query): a 
 the candidates' suite of an optimized run (500 rows); a million rows in one partition took
 1.4 times as long as in two."""
 CANDIDATES_SUITE = "gc-candidates"
+EXPIRED_SUITE = "gc-expired"
+"""The committed part's candidates (objects only expired commits hold)."""
 PREPARE_SUITE = "gc-prepare-output"
+_SUITE_ORDER = {CANDIDATES_SUITE: 0, EXPIRED_SUITE: 1}
 _FIGURES = (
     "observed_value",
     "element_count",
@@ -126,9 +129,18 @@ class Gate:
         }
         checks = _candidate_checks(limits)
         self._validate(CANDIDATES_SUITE, candidates, partitions, checks, small_queries)
-        expectations = sorted(self._expectations, key=lambda e: e.suite != CANDIDATES_SUITE)
+        expectations = sorted(self._expectations, key=lambda e: _SUITE_ORDER.get(e.suite, 2))
         success = all(e.success for e in expectations)
         return GateResult(success, expectations, dict(self._validations))
+
+    def check_expired(self, expired: DataFrame, rows: int, limits: GateLimits) -> None:
+        """Validate the committed part's candidates (`retention.flagged`): its expectations
+        join the result `check_candidates` returns, which must come after."""
+        self.wait()
+        if self._failure is not None:
+            raise self._failure
+        partitions = validation_partitions(rows, self.cores)
+        self._validate(EXPIRED_SUITE, expired, partitions, _expired_checks(limits), {})
 
     def wait(self) -> None:
         """Until the background suite is done (also when the mark failed)."""
@@ -216,6 +228,17 @@ def _candidate_checks(limits: GateLimits) -> list[Any]:
         gxe.ExpectColumnValuesToNotBeNull(column="age_seconds"),
         gxe.ExpectColumnValuesToBeBetween(column="age_seconds", min_value=limits.min_age_seconds),
         gxe.ExpectTableRowCountToBeBetween(min_value=0, max_value=limits.max_candidates),
+    ]
+
+
+def _expired_checks(limits: GateLimits) -> list[Any]:
+    """The candidates' checks, and no expired candidate staged on a branch: the flag
+    `referenced` here means held by an active commit."""
+    import great_expectations.expectations as gxe
+
+    return [
+        *_candidate_checks(limits),
+        gxe.ExpectColumnValuesToBeInSet(column="uncommitted", value_set=[False]),
     ]
 
 

@@ -49,6 +49,14 @@ from branchwater.engine.gc.runs.config import (
 from branchwater.engine.gc.runs.events import Events, emit
 from branchwater.engine.gc.runs.files import RunSummary
 from branchwater.engine.gc.runs.layout import choose_slices
+from branchwater.engine.gc.runs.retention import (
+    EXPIRED_COMMITS,
+    ONLY_COMMITTED,
+    ONLY_UNCOMMITTED,
+    record_swept,
+    retention_input,
+    write_expiring,
+)
 from branchwater.engine.gc.runs.storage import Namespace
 from branchwater.engine.gc.runs.sweeps import finish_sweep, save_run, saved_validations, take_lease
 from branchwater.spark_jobs.gc.committed import CommittedInput, read_committed
@@ -63,6 +71,7 @@ from branchwater.spark_jobs.gc.inputs import SetsRead
 from branchwater.spark_jobs.gc.listing import data_slices
 from branchwater.spark_jobs.gc.mark_paths import MarkPath, choose
 from branchwater.spark_jobs.gc.marking import Marked
+from branchwater.spark_jobs.gc.retention import ExpiredMark, active_addresses, flagged, mark_expired
 from branchwater.spark_jobs.gc.sweep import sweep
 
 ID_COLUMNS = {"ranges": "range_id", "metaranges": "metarange_id"}
@@ -126,6 +135,10 @@ class GCJob:
                     summary = self.mark(repo, ns)
                     if summary.gate_success and not self.config.dry_run:
                         summary = self.sweep_mark(ns, summary.run_id, summary, lease)
+                expired = record_swept(repo.lake.graveler, repo.record, ns, summary)
+                if expired:
+                    message = f"{expired} commits recorded as expired"
+                    self.events({"event": "notice", "message": message})
         self.events({"event": "summary", "summary": summary.to_json()})
         return summary
 
@@ -176,7 +189,7 @@ class GCJob:
             self.events({"event": "notice", "message": fallback})
         try:
             with executor_errors(f"mark of GC run {summary.run_id}"):
-                self._mark(ns, repo, prepared, base, window, summary)
+                self._mark(ns, repo, prepared, base, window, summary, started)
         except BaseException as exc:
             summary.status = statuses.FAILED
             summary.error = str(exc) if isinstance(exc, BranchwaterError) else repr(exc)
@@ -215,6 +228,7 @@ class GCJob:
         base: RunSummary | None,
         window: plan.Window,
         summary: RunSummary,
+        started: datetime,
     ) -> None:
         run_id = summary.run_id
         read = SetsRead(self.spark, ns, prepared, base, self.cores)
@@ -245,11 +259,12 @@ class GCJob:
                 summary.reclaimed_by_slice = marked.per_slice
             with self.phase("state"):
                 summary.files = {**marked.files, **self._write_ids(ns, run_id, committed)}
+            limits = GateLimits(
+                (prepared.started_at - window.cutoff).total_seconds(),
+                max_candidates(summary.volume("namespace").objects, self.config.max_share),
+            )
+            self._committed_part(repo, ns, read, gate, summary, started, window, late, limits)
             with self.phase("gate"):
-                limits = GateLimits(
-                    (prepared.started_at - window.cutoff).total_seconds(),
-                    max_candidates(summary.volume("namespace").objects, self.config.max_share),
-                )
                 flagged = path.flagged(marked.files["candidates"], read, scratch)
                 candidates = with_age(flagged, prepared.started_at)
                 rows = counts["candidates"].objects
@@ -261,6 +276,66 @@ class GCJob:
         summary.gate_success = checked.success
         summary.status = statuses.MARKED if checked.success else statuses.GATE_FAILED
         save_run(ns, summary, checked.validations)
+
+    def _committed_part(
+        self,
+        repo: Repository,
+        ns: Namespace,
+        read: SetsRead,
+        gate: Gate,
+        summary: RunSummary,
+        started: datetime,
+        window: plan.Window,
+        late: timedelta,
+        limits: GateLimits,
+    ) -> None:
+        """Retention's part of the run (see `retention`), when the repository has rules and
+        the run is not `--only uncommitted`: its candidates join the run's candidates files,
+        its suite the gate. `--only committed` sweeps its candidates alone."""
+        if self.config.only == ONLY_UNCOMMITTED:
+            return
+        rules = retention_input(repo.lake.graveler, repo.record, started)
+        if rules is None:
+            if self.config.only == ONLY_COMMITTED:
+                summary.files[files.CANDIDATES] = []
+                summary.retention = {"parts": [ONLY_COMMITTED], "rules": None}
+            return
+        with self.phase("retention"):
+            layout = repo.committed_layout()
+            uncommitted = read.frame(plan.UNCOMMITTED)
+            expired = mark_expired(
+                self.spark,
+                ns,
+                repo,
+                layout,
+                rules,
+                uncommitted,
+                summary.run_id,
+                window.cutoff,
+                late,
+                self.cores,
+                self.config.candidates_per_file,
+            )
+            active = active_addresses(self.spark, ns, layout, rules, self.cores)
+            frame = flagged(self.spark, ns, expired.keys, active, uncommitted, started)
+            gate.check_expired(frame, expired.volume.objects, limits)
+        self._record_expired(ns, summary, rules.summary(), expired)
+
+    def _record_expired(
+        self, ns: Namespace, summary: RunSummary, commits: dict[str, Any], expired: ExpiredMark
+    ) -> None:
+        summary.files[EXPIRED_COMMITS] = write_expiring(ns, summary.run_id, expired.expiring)
+        uncommitted = summary.files.get(files.CANDIDATES, [])
+        if self.config.only == ONLY_COMMITTED:
+            uncommitted = []
+        summary.files[files.CANDIDATES] = [*uncommitted, *expired.keys]
+        summary.counts["expired"] = expired.volume
+        parts = (
+            [ONLY_COMMITTED]
+            if self.config.only == ONLY_COMMITTED
+            else ["uncommitted", ONLY_COMMITTED]
+        )
+        summary.retention = {"parts": parts, **commits, **expired.to_json()}
 
     def _marked(
         self,
@@ -418,6 +493,11 @@ def parse_args(argv: list[str]) -> JobConfig:
     )
     parser.add_argument("--holder", help="who runs this, as other runs are told")
     parser.add_argument("--lock-ttl", type=duration_argument, metavar="DURATION")
+    parser.add_argument(
+        "--only",
+        choices=[ONLY_UNCOMMITTED, ONLY_COMMITTED],
+        help="one part of the run (default: both when the repository has GC rules)",
+    )
     args = parser.parse_args(argv)
     return JobConfig(
         kv_url=args.kv or _environment_value(args.kv_env),
@@ -434,6 +514,7 @@ def parse_args(argv: list[str]) -> JobConfig:
         prepare_run=args.prepare_run,
         holder=args.holder,
         lock_ttl=args.lock_ttl,
+        only=args.only,
     )
 
 

@@ -75,3 +75,24 @@ def test_a_missing_file_is_a_user_error(bw: Bw, lake: CliLake) -> None:
 
 def test_an_unknown_repository_is_a_user_error(bw: Bw) -> None:
     assert_user_error(bw("gc", "rules", "get", "nosuch"), 1, "nosuch")
+
+
+def test_gc_run_passes_only_to_the_job() -> None:
+    import argparse
+
+    from branchwater.engine.cli.gc import submit_command
+
+    args = argparse.Namespace(
+        master="local[1]",
+        repo="sales",
+        conf=[],
+        mode="clean",
+        dry_run=False,
+        sweep=None,
+        min_age=None,
+        max_share=None,
+        lock_ttl=None,
+        only="committed",
+    )
+    command = submit_command(args)
+    assert command[command.index("--only") + 1] == "committed"

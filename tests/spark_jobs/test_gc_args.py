@@ -55,3 +55,10 @@ def test_a_usage_error_is_an_error_event_for_the_launcher(capsys: pytest.Capture
             "'abc' is not a duration such as 90s, 30m, 6h or 2d",
         }
     ]
+
+
+def test_only_one_part_of_a_run() -> None:
+    assert parse_args(["--kv", URL, "--repo", "s"]).only is None
+    assert parse_args(["--kv", URL, "--repo", "s", "--only", "committed"]).only == "committed"
+    with pytest.raises(InvalidArgument, match="invalid choice"):
+        parse_args(["--kv", URL, "--repo", "s", "--only", "everything"])

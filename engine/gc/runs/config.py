@@ -28,6 +28,7 @@ index lists on the driver before it lists in parallel)."""
 SLICE_LIFETIME = timedelta(hours=1)
 """How long a writer keeps a slice current (the engine's default)."""
 CLOCK_SKEW = timedelta(minutes=5)
+ONLY_PARTS = ("uncommitted", "committed")
 JOB_KV_ENV = "BRANCHWATER_GC_KV_URL"
 """Where launchers (`gc run`, the Airflow GC operators) put the KV URL for `--kv-env`: in the
 job's environment, its password is on no command line."""
@@ -85,8 +86,13 @@ class JobConfig:
     s3_options: Mapping[str, str] = field(default_factory=dict)
     holder: str | None = None
     lock_ttl: timedelta | None = None
+    only: str | None = None
+    """`uncommitted` or `committed`: one part of the run; None: both when the repository
+    has retention rules, else the uncommitted part."""
 
     def __post_init__(self) -> None:
+        if self.only is not None and self.only not in ONLY_PARTS:
+            raise InvalidArgument(f"--only takes uncommitted or committed, not {self.only!r}")
         if self.mode not in MODES:
             raise InvalidArgument(f"GC mode must be clean or optimized, not {self.mode!r}")
         if self.min_age is not None and self.min_age < timedelta(0):

@@ -25,6 +25,8 @@ from branchwater.engine.gc.runs.layout import slice_time
 from branchwater.engine.gc.runs.storage import Namespace
 from branchwater.engine.graveler.model import Change, Commit
 
+EXPIRED_FILE_PREFIX = "expired-"
+"""How the committed part's candidates files are named (`spark_jobs/gc/retention.py`)."""
 MAX_COMMITS = 5
 """Commits named in an answer; the count says how many more hold the address."""
 
@@ -124,18 +126,25 @@ def explain(
     answer.references += _branches(repo, key)
     answer.made_by = [made.text() for made in repo.provenance(key)]
     for summary in summaries:
-        if _in_files(ns, summary.files.get("deleted", []), key):
+        deleted = _file_holding(ns, summary.files.get("deleted", []), key)
+        if deleted is not None:
             answer.run_id = summary.run_id
             answer.verdict = f"deleted by GC run {summary.run_id}"
+            if _expired_file(deleted):
+                answer.reasons.append(f"swept {summary.swept_at}: {_expired_reason(answer)}")
+                return answer
             answer.reasons.append(
                 f"swept {summary.swept_at}: unreferenced and modified before the cutoff "
                 f"{summary.cutoff}"
             )
             _dangling(answer)
             return answer
-        if _in_files(ns, summary.files.get(files.CANDIDATES, []), key):
+        marked = _file_holding(ns, summary.files.get(files.CANDIDATES, []), key)
+        if marked is not None:
             answer.run_id = summary.run_id
             answer.verdict = f"marked by GC run {summary.run_id}, not deleted yet"
+            if _expired_file(marked):
+                answer.reasons.append(_expired_reason(answer))
             answer.reasons.append(_unswept(summary))
             return answer
     _kept(repo, answer, summaries, ns, min_age, now)
@@ -199,12 +208,30 @@ def _branches(repo: ExplainedRepository, key: str) -> list[Reference]:
     return found
 
 
-def _in_files(ns: Namespace, keys: list[str], address: str) -> bool:
+def _file_holding(ns: Namespace, keys: list[str], address: str) -> str | None:
+    """The first of the files `keys` that lists `address`."""
     for file_key in keys:
         table = ns.read_parquet(file_key, ["address"])
         if pc.any(pc.equal(table.column(0), address)).as_py():
-            return True
-    return False
+            return file_key
+    return None
+
+
+def _expired_file(key: str) -> bool:
+    """Whether a candidates (or deleted) file is the committed part's (retention)."""
+    return key.rsplit("/", 1)[-1].startswith(EXPIRED_FILE_PREFIX)
+
+
+def _expired_reason(answer: Explanation) -> str:
+    """Retention's reason, naming the expired commits that held the address."""
+    commits = [r for r in answer.references if r.kind == "commit"]
+    if not commits:
+        return "retention: only expired commits held it"
+    more = answer.commits_holding - len(commits)
+    named = ", ".join(f"{r.name[:12]} ({r.detail}) as {r.path}" for r in commits)
+    return f"retention: only expired commits held it: {named}" + (
+        f" and {more} more" if more else ""
+    )
 
 
 def _prepared(repo: ExplainedRepository, ns: Namespace, run_id: str, key: str) -> list[Reference]:

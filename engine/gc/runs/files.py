@@ -125,6 +125,9 @@ class RunSummary:
     phases: dict[str, float] = field(default_factory=dict)
     files: dict[str, list[str]] = field(default_factory=dict)
     reclaimed_by_slice: list[SliceVolume] = field(default_factory=list)
+    retention: dict[str, Any] = field(default_factory=dict)
+    """The committed part: rules, commit counts, expired candidates by branch and month
+    (empty when the run had none)."""
     swept_at: str | None = None
     error: str | None = None
     summary_uri: str = ""

@@ -50,6 +50,18 @@ the late-write window (how long after a slice is opened objects may still land i
 when every run is swept, a clean run followed by optimized runs deletes exactly what clean
 runs would. The base run must have passed its gate and finished its sweep; without one the
 run is clean, and says so.
+
+**With retention** (`engine/gc/runs/retention.py`) a run also has a committed part, which
+deletes objects only expired commits hold. The argument above still holds, because its one
+assumption is about commit *records*: retention never deletes a commit record, a range or a
+metarange, so `C_j` still contains `C_{j-1}` and `N_j` is still what is new. Expired objects
+deleted by run `j-1`'s committed part stay in `C_{j-1}` (their ranges still list them) and
+in `T` wherever they were: an address in `C` or `T` is only ever subtracted, never a reason
+to delete, so a deleted object there only keeps run `j` from deleting it a second time. The
+counts (`namespace`) subtract what each sweep deleted, both parts' candidates alike. The
+committed part reads its own inputs every run (every active commit's ranges, and the ranges
+only expired commits list), never the chain's state, so an optimized base cannot make it
+delete an address an active commit holds.
 """
 
 from __future__ import annotations

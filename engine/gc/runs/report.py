@@ -56,6 +56,8 @@ def render(summary: RunSummary, validations: dict[str, Any] | None) -> str:
         "<h2>Reclaimed bytes per slice</h2>",
         _chart(summary.reclaimed_by_slice),
         _slice_table(summary.reclaimed_by_slice),
+        "<h2>Retention: objects only expired commits held</h2>",
+        _retention(summary.retention),
         "<h2>Quality gate</h2>",
         _gate(summary),
         "<h2>Phases</h2>",
@@ -159,6 +161,40 @@ def _chart(volumes: list[SliceVolume]) -> str:
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{total}" height="{height}" '
         f'role="img" aria-label="reclaimed bytes per slice">{"".join(rows)}</svg>'
     )
+
+
+def _retention(retention: dict[str, Any]) -> str:
+    """The committed part: its rules, commit counts, and what it reclaims per branch and per
+    month of commit date (the newest expired commit holding each object)."""
+    if not retention.get("rules"):
+        return "<p>No retention rules: every commit's objects are kept.</p>"
+    candidates = retention.get("candidates", {})
+    rows = [
+        ("parts", ", ".join(retention.get("parts", []))),
+        ("rules", json.dumps(retention["rules"], sort_keys=True)),
+        ("measured at", retention.get("now", "")),
+        ("active commits", f"{retention.get('active_commits', 0):,}"),
+        ("expired commits", f"{retention.get('expired_commits', 0):,}"),
+        (
+            "candidates",
+            f"{candidates.get('objects', 0):,} objects, {human_size(candidates.get('bytes', 0))}",
+        ),
+        ("dropped by the re-check", f"{retention.get('dropped_by_recheck', 0):,}"),
+        ("left as possibly too young", f"{retention.get('too_young', 0):,}"),
+    ]
+    parts = [_table(rows)]
+    for key, title in (("by_branch", "per branch"), ("by_month", "per month of commit date")):
+        volumes = [
+            SliceVolume(name, v["objects"], v["bytes"])
+            for name, v in sorted(retention.get(key, {}).items())
+        ]
+        parts += [f"<h3>Reclaimed bytes {title}</h3>", _chart(volumes)]
+    shown = retention.get("expired_shown", [])
+    if shown:
+        parts.append("<details><summary>expired commits (newest shown)</summary>")
+        parts.append(_table([(c["commit"][:12], f"{c['date']} on {c['branch']}") for c in shown]))
+        parts.append("</details>")
+    return "".join(parts)
 
 
 def _slice_table(volumes: list[SliceVolume]) -> str:

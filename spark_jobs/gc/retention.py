@@ -1,0 +1,330 @@
+"""The committed part of a GC run (retention): objects only expired commits hold.
+
+Unlike the uncommitted part, it lists nothing: the addresses it may delete are those of the
+ranges only expired commits' metaranges list, less every address of the active commits'
+ranges and of the prepare output, less what is not a data address of this namespace, less
+what may be younger than the minimum age (the slice an address names was opened late enough
+for an object in it to be younger: objects land in a slice while it is current, or within
+`late_writes` through a link token). Ranges an active commit also lists are never read on the
+expired side: content-defined ranges make unchanged files share them, so most of an expired
+commit's ranges are skipped whole. The anti-joins run in Spark; the commit sets and range ids
+are small and stay on the driver (`engine/gc/runs/retention.py`).
+
+The candidates are written as candidates files of the run (`candidates/expired-*.parquet`,
+swept with the others), after the re-check under the run's lease took out the addresses of
+commits that became active or were recorded meanwhile. The gate validates them in a suite of
+their own (`gc-expired`): among the expectations, the flag "referenced by an active commit",
+computed by joining the written files with the active addresses read again, must be false.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from functools import partial
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from branchwater.engine import CommittedLayout, Repository
+from branchwater.engine.gc.runs.explain import EXPIRED_FILE_PREFIX
+from branchwater.engine.gc.runs.files import CANDIDATES, Volume, part_name, run_prefix
+from branchwater.engine.gc.runs.layout import JVM_ADDRESS_PATTERN, external_mask, slice_time
+from branchwater.engine.gc.runs.retention import (
+    RetentionInput,
+    commits_expiring,
+    metaranges_now_held,
+)
+from branchwater.engine.gc.runs.storage import Namespace
+from branchwater.spark_jobs.gc.frames import map_shares
+
+EXPIRED_DDL = "address string, size long, metarange_id string"
+CANDIDATE_SCHEMA = pa.schema(
+    [
+        ("address", pa.string()),
+        ("size", pa.int64()),
+        ("slice", pa.string()),
+        ("old_since", pa.timestamp("us", tz="UTC")),
+        ("commit", pa.string()),
+        ("month", pa.string()),
+        ("branch", pa.string()),
+    ]
+)
+"""An expired candidate: what the sweep reads (address, size, slice), the lower bound of the
+object's age (`old_since`: its slice's opening plus the late-writes allowance) and the
+expired commit, month and branch the report attributes it to."""
+FILES_PER_TASK = 64
+
+
+@dataclass
+class ExpiredMark:
+    """What the committed part marked: its candidates files, volumes and what it dropped."""
+
+    keys: list[str]
+    volume: Volume
+    by_branch: dict[str, Volume] = field(default_factory=dict)
+    by_month: dict[str, Volume] = field(default_factory=dict)
+    dropped: int = 0
+    young: int = 0
+    expiring: list[str] = field(default_factory=list)
+    """The commits the sweep records as expired (`CommitExpired` from then on)."""
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "candidates": vars(self.volume),
+            "by_branch": {k: vars(v) for k, v in sorted(self.by_branch.items())},
+            "by_month": {k: vars(v) for k, v in sorted(self.by_month.items())},
+            "dropped_by_recheck": self.dropped,
+            "too_young": self.young,
+        }
+
+
+def expired_candidates(
+    spark: SparkSession,
+    ns: Namespace,
+    layout: CommittedLayout,
+    plan: RetentionInput,
+    uncommitted: DataFrame,
+    readers: int,
+) -> DataFrame:
+    """(address, size, metarange_id) of every data address only expired commits hold and no
+    prepare output names, one row per address (the newest expired metarange attributed)."""
+    active = active_addresses(spark, ns, layout, plan, readers)
+    expired_ranges = _ranges_of(spark, ns, layout, plan.expired_metaranges(), readers)
+    active_ranges = set(_ranges_of(spark, ns, layout, plan.active_metaranges(), readers))
+    only_expired = {r: m for r, m in expired_ranges.items() if r not in active_ranges}
+    keys = [layout.range_key(r) for r in sorted(only_expired)]
+    task = partial(
+        _range_addresses, ns, layout, {layout.range_key(r): m for r, m in only_expired.items()}
+    )
+    held = map_shares(spark, keys, task, EXPIRED_DDL, _tasks(keys, readers))
+    dates = plan.attribution()
+    newest = spark.createDataFrame(
+        [(m, a.date) for m, a in dates.items()], "metarange_id string, date timestamp"
+    )
+    ranked = held.join(F.broadcast(newest), "metarange_id", "left")
+    per_address = ranked.groupBy("address").agg(
+        F.max("size").alias("size"),
+        F.max_by("metarange_id", "date").alias("metarange_id"),
+    )
+    return (
+        per_address.filter(F.col("address").rlike(JVM_ADDRESS_PATTERN))
+        .join(active, "address", "left_anti")
+        .join(uncommitted.select("address"), "address", "left_anti")
+    )
+
+
+def active_addresses(
+    spark: SparkSession,
+    ns: Namespace,
+    layout: CommittedLayout,
+    plan: RetentionInput,
+    readers: int,
+) -> DataFrame:
+    """Every address an active commit holds (one column, `address`, not distinct)."""
+    ranges = sorted(_ranges_of(spark, ns, layout, plan.active_metaranges(), readers))
+    keys = [layout.range_key(r) for r in ranges]
+    task = partial(_range_addresses, ns, layout, {})
+    return map_shares(spark, keys, task, EXPIRED_DDL, _tasks(keys, readers)).select("address")
+
+
+def mark_expired(
+    spark: SparkSession,
+    ns: Namespace,
+    repo: Repository,
+    layout: CommittedLayout,
+    plan: RetentionInput,
+    uncommitted: DataFrame,
+    run_id: str,
+    cutoff: datetime,
+    late_writes: timedelta,
+    readers: int,
+    per_file: int,
+) -> ExpiredMark:
+    """Compute the expired candidates, re-check the refs, write the candidates files."""
+    rows = expired_candidates(spark, ns, layout, plan, uncommitted, readers).toArrow()
+    held_now = metaranges_now_held(repo.lake.graveler, repo.record, plan)
+    dropped_addresses = _addresses_of(ns, layout, held_now)
+    if rows.num_rows:
+        dropped_addresses |= staged_now(ns, repo)
+    keep = pc.invert(
+        pc.is_in(rows.column("address"), pa.array(sorted(dropped_addresses), pa.string()))
+    )
+    before = rows.num_rows
+    rows = rows.filter(keep)
+    dropped = before - rows.num_rows
+    table, young = _aged(rows, plan, cutoff, late_writes)
+    keys = _write(ns, run_id, table, per_file)
+    mark = ExpiredMark(
+        keys, Volume(table.num_rows, _sum(table.column("size"))), dropped=dropped, young=young
+    )
+    mark.expiring = commits_expiring(plan, held_now)
+    for name, target in (("branch", mark.by_branch), ("month", mark.by_month)):
+        grouped = table.group_by(name).aggregate([("address", "count"), ("size", "sum")])
+        for key, count, size in zip(
+            *(grouped.column(i).to_pylist() for i in (name, "address_count", "size_sum")),
+            strict=True,
+        ):
+            target[key] = Volume(count, size or 0)
+    return mark
+
+
+def staged_now(ns: Namespace, repo: Repository) -> set[str]:
+    """Every uncommitted address now, from a second prepare run: a restore that staged an
+    expired commit's entry after the run's first prepare."""
+    run = repo.prepare_uncommitted_for_gc()
+    keys = list(repo.uncommitted_gc_run(run.run_id).keys)
+    table = ns.read_table(keys, pa.schema([("address", pa.string())]))
+    return set(table.column("address").to_pylist())
+
+
+def flagged(
+    spark: SparkSession,
+    ns: Namespace,
+    keys: list[str],
+    active: DataFrame,
+    uncommitted: DataFrame,
+    started: datetime,
+) -> DataFrame:
+    """The written candidates with the gate's columns: `referenced` (an active commit holds
+    the address), `uncommitted` (the prepare output names it), `duplicate` (null unless the
+    address is marked twice) and `age_seconds` (at least, at the run's start)."""
+    schema = "address string, size long, old_since timestamp"
+    if keys:
+        read = map_shares(spark, keys, partial(_read_candidates, ns), schema)
+    else:
+        read = spark.createDataFrame([], schema)
+    held = active.select("address").distinct().withColumn("held", F.lit(True))
+    staged = uncommitted.select("address").distinct().withColumn("staged", F.lit(True))
+    counts = read.groupBy("address").count()
+    return (
+        read.join(held, "address", "left")
+        .join(staged, "address", "left")
+        .join(counts, "address", "left")
+        .select(
+            "address",
+            F.coalesce(F.col("held"), F.lit(False)).alias("referenced"),
+            F.coalesce(F.col("staged"), F.lit(False)).alias("uncommitted"),
+            F.when(F.col("count") > 1, F.lit(True)).alias("duplicate"),
+            (F.lit(started).cast("double") - F.col("old_since").cast("double")).alias(
+                "age_seconds"
+            ),
+        )
+    )
+
+
+def _read_candidates(ns: Namespace, keys: list[str]) -> Iterator[pa.RecordBatch]:
+    for key in keys:
+        yield from ns.read_parquet(key, ["address", "size", "old_since"]).to_batches()
+
+
+def _aged(
+    rows: pa.Table, plan: RetentionInput, cutoff: datetime, late_writes: timedelta
+) -> tuple[pa.Table, int]:
+    """Rows whose slice was opened `late_writes` before the cutoff, with their attribution;
+    and how many were left as possibly too young."""
+    addresses = rows.column("address").to_pylist()
+    slices = [a.split("/", 2)[1] for a in addresses]
+    opened = {s: slice_time(s) for s in set(slices)}
+    old_since = [_plus(opened[s], late_writes) for s in slices]
+    keep = [t is not None and t <= cutoff for t in old_since]
+    who = plan.attribution()
+    attributed = [who.get(m) for m in rows.column("metarange_id").to_pylist()]
+    table = pa.table(
+        {
+            "address": addresses,
+            "size": rows.column("size").to_pylist(),
+            "slice": slices,
+            "old_since": old_since,
+            "commit": [a.commit_id if a else None for a in attributed],
+            "month": [a.month if a else None for a in attributed],
+            "branch": [a.branch if a else None for a in attributed],
+        },
+        schema=CANDIDATE_SCHEMA,
+    )
+    kept = table.filter(pa.array(keep, pa.bool_()))
+    return kept, table.num_rows - kept.num_rows
+
+
+def _plus(opened: datetime | None, late_writes: timedelta) -> datetime | None:
+    return None if opened is None else opened + late_writes
+
+
+def _write(ns: Namespace, run_id: str, table: pa.Table, per_file: int) -> list[str]:
+    keys = []
+    for number, start in enumerate(range(0, table.num_rows, per_file)):
+        key = f"{run_prefix(run_id)}{CANDIDATES}/{EXPIRED_FILE_PREFIX}{part_name(number)}"
+        ns.write_parquet(key, table.slice(start, per_file))
+        keys.append(key)
+    return keys
+
+
+def _ranges_of(
+    spark: SparkSession, ns: Namespace, layout: CommittedLayout, metaranges: set[str], readers: int
+) -> dict[str, str]:
+    """Range id → one metarange (of `metaranges`) listing it: the newest expired one when
+    several do is decided per address later, so any will do here."""
+    if not metaranges:
+        return {}
+    named = {layout.metarange_key(m): m for m in sorted(metaranges)}
+    keys = list(named)
+    task = partial(_metarange_ranges, ns, layout, named)
+    pairs = map_shares(
+        spark, keys, task, "range_id string, metarange_id string", _tasks(keys, readers)
+    )
+    return {row.range_id: row.metarange_id for row in pairs.collect()}
+
+
+def _metarange_ranges(
+    ns: Namespace, layout: CommittedLayout, named: dict[str, str], keys: list[str]
+) -> Iterator[pa.RecordBatch]:
+    for key in keys:
+        metarange = named[key]
+        table = ns.read_parquet(key, [layout.metarange_range_column])
+        ranges = table.column(0).combine_chunks()
+        yield pa.record_batch(
+            [ranges, pa.repeat(pa.scalar(metarange), len(ranges))],
+            names=["range_id", "metarange_id"],
+        )
+
+
+def _range_addresses(
+    ns: Namespace, layout: CommittedLayout, owner: dict[str, str], keys: list[str]
+) -> Iterator[pa.RecordBatch]:
+    """Each range's internal addresses with their size and the metarange `owner` names."""
+    columns = [layout.range_address_column, layout.range_size_column]
+    for key in keys:
+        table = ns.read_parquet(key, columns)
+        addresses = table.column(0)
+        inside = table.filter(pc.invert(external_mask(addresses, ns.store.url)))
+        yield pa.record_batch(
+            [
+                inside.column(0).combine_chunks(),
+                pc.cast(inside.column(1), pa.int64()).combine_chunks(),
+                pa.repeat(pa.scalar(owner.get(key), pa.string()), inside.num_rows),
+            ],
+            names=["address", "size", "metarange_id"],
+        )
+
+
+def _addresses_of(ns: Namespace, layout: CommittedLayout, metaranges: set[str]) -> set[str]:
+    """Every address of `metaranges`, read on the driver: the re-check's few commits."""
+    found: set[str] = set()
+    for metarange in sorted(metaranges):
+        ranges = ns.read_parquet(layout.metarange_key(metarange), [layout.metarange_range_column])
+        for range_id in set(ranges.column(0).to_pylist()):
+            table = ns.read_parquet(layout.range_key(range_id), [layout.range_address_column])
+            found.update(table.column(0).to_pylist())
+    return found
+
+
+def _tasks(keys: list[str], readers: int) -> int:
+    return max(1, min(readers, -(-len(keys) // FILES_PER_TASK)))
+
+
+def _sum(column: pa.ChunkedArray) -> int:
+    total = pc.sum(column).as_py()
+    return int(total or 0)

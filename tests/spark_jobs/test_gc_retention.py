@@ -1,0 +1,190 @@
+"""The GC job's committed part (retention) on real Spark: random histories spread over months
+swept by one job with both parts, checked against the model's rule (tests/gc_model.py) on
+local files and on the S3 server; `--only`, the gate's flag, the summary's figures."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from branchwater.engine import CommitExpired, NoChanges, failpoints
+from branchwater.engine.gc.retention.expired import expired_at
+from branchwater.engine.gc.retention.expiry import repository_retention
+from branchwater.engine.gc.runs import files
+from branchwater.engine.gc.runs.explain import explain
+from branchwater.engine.gc.runs.files import CANDIDATES
+from tests.gc_model import (
+    RetentionHistory,
+    active_commits,
+    assert_retention_holds,
+    commit_addresses,
+    retention_candidates,
+)
+from tests.helpers.gc import FakeClock, GCLake, run_addresses
+
+LATE = timedelta(microseconds=1)
+"""Objects written by the test are in slices opened seconds ago: no late-writes allowance."""
+MONTHS_AGO = timedelta(days=300)
+
+
+def months_of_history(gc: GCLake, seed: int, steps: int = 60) -> FakeClock:
+    clock = FakeClock(datetime.now(UTC) - MONTHS_AGO)
+    RetentionHistory(gc.repo, seed, clock).play(steps)
+    return clock
+
+
+def lakefs_rules(rng: random.Random) -> dict[str, Any]:
+    return {
+        "default_retention_days": rng.choice([0, 20, 60]),
+        "branches": [
+            {"branch_id": "main", "retention_days": rng.choice([30, 120])},
+            {"branch_id": "b*", "retention_days": rng.choice([1, 40])},
+        ],
+    }
+
+
+def run_both(gc: GCLake, **settings: Any) -> Any:
+    return gc.run(late_writes=LATE, **settings)
+
+
+def test_one_job_collects_both_parts_by_the_rule(local_gc: GCLake) -> None:
+    seed = 1
+    months_of_history(local_gc, seed)
+    repo = local_gc.repo
+    rules = repo.set_gc_rules(lakefs_rules(random.Random(seed)))
+    listed = local_gc.data_objects()
+    before = set(listed)
+    summary = run_both(local_gc)
+    assert summary.gate_success, summary.failed_expectations()
+    now = datetime.fromisoformat(summary.retention["now"])
+    after = set(local_gc.data_objects())
+    deleted = before - after
+    run = _prepared(local_gc, summary.run_id)
+    assert deleted == retention_candidates(repo, run, timedelta(0), rules, now, listed)
+    assert_retention_holds(repo, rules, now, run, before, deleted)
+    expired_only = _expired_only(local_gc, rules, now) - run_addresses(repo, run)
+    assert summary.volume("expired").objects == len(expired_only & before)
+    assert summary.retention["expired_commits"] > 0
+    assert sum(v["objects"] for v in summary.retention["by_month"].values()) == len(
+        expired_only & before
+    )
+
+
+def test_without_rules_or_with_only_uncommitted_commits_keep_their_objects(
+    local_gc: GCLake,
+) -> None:
+    months_of_history(local_gc, 8)
+    every = {c.id for c in local_gc.lake.graveler.refs.list_commits(local_gc.repo.record)}
+    committed = commit_addresses(local_gc.repo, every)
+    assert run_both(local_gc).retention == {}
+    rules = local_gc.repo.set_gc_rules({"default_retention_days": 0})
+    assert _expired_only(local_gc, rules, datetime.now(UTC)), "the history expires something"
+    assert run_both(local_gc, only="uncommitted").retention == {}
+    assert committed <= set(local_gc.data_objects())
+
+
+def test_only_committed_deletes_expired_objects_alone(local_gc: GCLake) -> None:
+    clock = months_of_history(local_gc, 6)
+    repo = local_gc.repo
+    oldest = min(repo.lake.graveler.refs.list_commits(repo.record), key=lambda c: c.creation_date)
+    clock.advance(timedelta(days=1))
+    repo.tag("keep-me", oldest.id)
+    garbage = set(local_gc.put_garbage(3))
+    rules = repo.set_gc_rules({"default_retention_days": 0})
+    summary = run_both(local_gc, only="committed")
+    assert summary.gate_success
+    assert all("/expired-" in key for key in summary.files[CANDIDATES])
+    left = set(local_gc.data_objects())
+    assert garbage <= left
+    now = datetime.fromisoformat(summary.retention["now"])
+    run = _prepared(local_gc, summary.run_id)
+    assert not (_expired_only(local_gc, rules, now) - run_addresses(local_gc.repo, run)) & left
+    tagged = repo.ref("keep-me")
+    for entry in tagged.list():
+        tagged.read(entry.path)
+    swept = sorted(set(_expired_only(local_gc, rules, now)) - left)
+    assert swept, "the run deleted objects only expired commits held"
+    answer = explain(repo, swept[0], min_age=timedelta(0))
+    assert answer.verdict == f"deleted by GC run {summary.run_id}"
+    assert "only expired commits held it" in answer.reasons[0]
+    assert answer.references[0].name[:12] in answer.reasons[0]
+    report = local_gc.objects.get(files.run_prefix(summary.run_id) + files.REPORT).decode()
+    assert "per month of commit date" in report and "Retention" in report
+    kv = repo.lake.graveler.kv
+    recorded = [c.id for c in kv_commits(local_gc) if expired_at(kv, repo.record, c.id) is not None]
+    assert recorded, "the sweep records the commits whose objects it deleted"
+    with pytest.raises(CommitExpired, match=recorded[0]):
+        repo.ref(recorded[0])
+    with pytest.raises(CommitExpired):
+        repo.create_branch("from-expired", source=recorded[0])
+    assert all(expired_at(kv, repo.record, c) is None for c in active_commits(repo, rules, now))
+
+
+@pytest.mark.s3
+def test_retention_on_the_s3_server(s3_gc: GCLake) -> None:
+    months_of_history(s3_gc, 8, steps=40)
+    rules = s3_gc.repo.set_gc_rules({"default_retention_days": 0, "branches": []})
+    before = set(s3_gc.data_objects())
+    summary = run_both(s3_gc)
+    assert summary.gate_success, summary.failed_expectations()
+    now = datetime.fromisoformat(summary.retention["now"])
+    deleted = before - set(s3_gc.data_objects())
+    run = _prepared(s3_gc, summary.run_id)
+    assert_retention_holds(s3_gc.repo, rules, now, run, before, deleted)
+
+
+def kv_commits(gc: GCLake) -> list[Any]:
+    return list(gc.lake.graveler.refs.list_commits(gc.repo.record))
+
+
+def _expired_only(gc: GCLake, rules: Any, now: datetime) -> set[str]:
+    every = {c.id for c in gc.lake.graveler.refs.list_commits(gc.repo.record)}
+    active = active_commits(gc.repo, rules, now)
+    return commit_addresses(gc.repo, every - active) - commit_addresses(gc.repo, active)
+
+
+def _prepared(gc: GCLake, run_id: str) -> Any:
+    from branchwater.engine.gc.prepare import PreparedRun
+
+    return PreparedRun(run_id, "")
+
+
+def test_refs_moved_onto_expired_commits_before_the_recheck_keep_their_objects(
+    local_gc: GCLake,
+) -> None:
+    """Forced at `gc.retention.before_recheck`: after the run computed its candidates, a
+    branch is created from one expired commit, a tag put on another, a third's tree restored
+    and committed on main, a fourth's restored and left staged. The re-check keeps them all."""
+    months_of_history(local_gc, 9)
+    repo = local_gc.repo
+    rules = repo.set_gc_rules({"default_retention_days": 0})
+    retention = repository_retention(repo.lake.graveler, repo.record, rules, datetime.now(UTC))
+    expired = sorted(
+        (c for c in retention.expired if any(True for _ in repo.ref(c).list())),
+        key=lambda c: retention.dates[c],
+    )
+    assert len(expired) >= 4, "the history expires commits holding objects"
+
+    def move() -> None:
+        repo.create_branch("late-branch", source=expired[0])
+        repo.tag("late-tag", expired[1])
+        main = repo.branch("main")
+        main.reset()
+        main.restore(["t/"], source=expired[2])
+        with contextlib.suppress(NoChanges):
+            main.commit("bring old files back")
+        staged = repo.create_branch("late-restore", source="main")
+        staged.restore(["t/"], source=expired[3])
+
+    with failpoints.armed("gc.retention.before_recheck", move):
+        summary = run_both(local_gc)
+    assert summary.gate_success, summary.failed_expectations()
+    assert summary.retention["dropped_by_recheck"] > 0
+    for name in ("late-branch", "late-tag", "main", "late-restore"):
+        ref = repo.branch(name) if name != "late-tag" else repo.ref(name)
+        for entry in ref.list():
+            ref.read(entry.path)
