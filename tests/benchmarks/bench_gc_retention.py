@@ -1,0 +1,188 @@
+"""GC retention's committed part (issue 40) on a generated history, local files, local Spark.
+
+A table of `objects / 4` paths rewritten in chunks by `commits` commits spread over 365 days
+(a daily ETL that replaces a share of its files), `branches` branches made from commits
+across the year, 1% of the objects staged; rules: 30 days by default and on main. Commits
+are written straight through the committed layer (no object files: the committed part lists
+nothing). Default 200,000 objects, 1,000 commits, a branch per 30 commits, sized to run in a
+few minutes on this two-core machine (the issue's 1M objects, 30k commits and 1k branches
+are `--objects 1000000 --commits 30000`); the line says its scale.
+
+- `gc-retention`: the committed part (the commit classes from the KV, then in Spark: the
+  active and expired-only metaranges' ranges, their addresses, the anti-joins and the
+  attribution) against the floor in the same Spark session: an anti-join of the same
+  expired-only, active and uncommitted address sets, cached and counted beforehand. Target
+  ≤ 2. Each side the best of three, alternating, after two untimed warm-up runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import random
+import sys
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from branchwater.engine.api import Lake
+from branchwater.engine.gc.addresses import slice_name
+from branchwater.engine.gc.retention.rules import GCRules, set_rules
+from branchwater.engine.gc.runs.retention import RetentionInput, retention_input
+from branchwater.engine.gc.runs.storage import Namespace
+from branchwater.engine.graveler.model import Entry
+from tests.benchmarks.bench_gc import MTIME, RANGES, best_alternating, spark_session, stage
+from tests.benchmarks.declarations import Benchmark, Suite
+
+BENCHMARKS = Suite(
+    section="Garbage collection: retention",
+    about="A year of commits rewriting a table's files in chunks, branches made from commits "
+    "across the year, 1% staged, 30 days' retention; each side the best of three, "
+    "alternating, after warm-up runs. The line says its scale.",
+    benchmarks=(
+        Benchmark(
+            "gc-retention",
+            measures="the committed part of a run: commit classes from the KV, then the "
+            "active and expired-only ranges' addresses, anti-joined and attributed in Spark",
+            reference="the anti-join (`left_anti`) of the same expired-only, active and "
+            "uncommitted address sets, cached beforehand, in the same Spark session",
+            target=2,
+        ),
+    ),
+)
+RULES = GCRules.from_json(
+    {"default_retention_days": 30, "branches": [{"branch_id": "main", "retention_days": 30}]}
+)
+WARM_UP = 2
+
+
+def generate(root: Path, objects: int, commits: int, branches: int) -> tuple[Lake, Any, str]:
+    """The history; returns the lake, the repository and the staged addresses' Parquet."""
+    rng = random.Random(17)
+    db = root / "lake.db"
+    lake = Lake.connect(f"sqlite:///{db}?synchronous=normal", range_policy=RANGES)
+    repo = lake.create_repository("bench", storage_namespace=f"file://{root}/ns")
+    g, record = lake.graveler, repo.record
+    committed = g.committed(record)
+    now = datetime.now(UTC)
+    start = now - timedelta(days=365)
+    slices = [slice_name(start + timedelta(days=d)) for d in range(0, 366, 7)]
+
+    def address(day: float) -> str:
+        folder = slices[min(len(slices) - 1, int(day // 7))]
+        return f"data/{folder}/{uuid.UUID(int=rng.getrandbits(128)).hex}"
+
+    paths = max(1, objects // 4)
+    chunk = max(1, (objects - paths) // commits)
+    head = g.refs.get_commit(record, g.refs.get_branch(record, "main")[0].commit_id)
+    first = [(f"t/{i:08d}", Entry(f"t/{i:08d}", address(0), 1, "c", MTIME)) for i in range(paths)]
+    head = g.refs.add_commit(
+        record, [head], committed.apply(head.metarange_id, first), "load", creation_date=start
+    )
+    history = [head.id]
+    for number in range(commits):
+        day = 365 * (number + 1) / (commits + 1)
+        changed = sorted(rng.sample(range(paths), min(chunk, paths)))
+        changes = [
+            (f"t/{i:08d}", Entry(f"t/{i:08d}", address(day), 1, "c", MTIME)) for i in changed
+        ]
+        metarange = committed.apply(head.metarange_id, changes)
+        when = start + timedelta(days=day)
+        head = g.refs.add_commit(record, [head], metarange, f"etl {number}", creation_date=when)
+        history.append(head.id)
+    branch, predicate = g.refs.get_branch(record, "main")
+    g.refs.set_branch_if(record, dataclasses.replace(branch, commit_id=head.id), predicate)
+    for b in range(1, branches):
+        repo.create_branch(f"branch-{b:04d}", source=history[rng.randrange(len(history))])
+    staged = [address(365) for _ in range(max(1, objects // 100))]
+    tokens = [b.staging_token for b in g.refs.branches(record)]
+    stage(db, tokens, staged, "s")
+    staged_file = str(root / "staged.parquet")
+    pq.write_table(pa.table({"address": pa.array(staged, pa.string())}), staged_file)
+    set_rules(g.kv, record, RULES)
+    return lake, repo, staged_file
+
+
+def main(argv: list[str]) -> None:
+    from branchwater.spark_jobs.gc.retention import active_addresses, expired_candidates
+
+    parser = argparse.ArgumentParser(prog="bench_gc_retention")
+    parser.add_argument("--objects", type=int, default=200_000)
+    parser.add_argument("--commits", type=int, default=1_000)
+    parser.add_argument(
+        "--branches", type=int, default=None, help="default: one per 30 commits, as the issue's"
+    )
+    parser.add_argument("--quick", action="store_true", help="20,000 objects, 100 commits")
+    args, _ = parser.parse_known_args(argv)
+    objects, commits = (20_000, 100) if args.quick else (args.objects, args.commits)
+    branches = args.branches if args.branches is not None else max(1, commits // 30)
+    root = Path(tempfile.mkdtemp(prefix="bench-gc-retention-"))
+    start = time.perf_counter()
+    lake, repo, staged_file = generate(root, objects, commits, branches)
+    print(f"  generate: {time.perf_counter() - start:.1f} s", flush=True)
+    spark = spark_session()
+    ns = Namespace.of(repo.storage_namespace)
+    layout = repo.committed_layout()
+    readers = max(1, spark.sparkContext.defaultParallelism)
+    now = datetime.now(UTC)
+
+    def plan() -> RetentionInput:
+        found = retention_input(lake.graveler, repo.record, now)
+        assert found is not None
+        return found
+
+    def candidate() -> tuple[float, Any]:
+        begin = time.perf_counter()
+        uncommitted = spark.read.parquet(staged_file)
+        count = expired_candidates(spark, ns, layout, plan(), uncommitted, readers).count()
+        return time.perf_counter() - begin, count
+
+    fixed = plan()
+    sets = {
+        "active": active_addresses(spark, ns, layout, fixed, readers),
+        "expired": expired_candidates(
+            spark, ns, layout, fixed, spark.createDataFrame([], "address string"), readers
+        ).select("address"),
+        "uncommitted": spark.read.parquet(staged_file),
+    }
+    frames = {}
+    for name, frame in sets.items():
+        path = str(root / f"floor-{name}.parquet")
+        frame.write.parquet(path)
+        frames[name] = spark.read.parquet(path).cache()
+        frames[name].count()
+
+    def floor() -> tuple[float, Any]:
+        begin = time.perf_counter()
+        count = (
+            frames["expired"]
+            .join(frames["active"], "address", "left_anti")
+            .join(frames["uncommitted"], "address", "left_anti")
+            .count()
+        )
+        return time.perf_counter() - begin, count
+
+    for _ in range(WARM_UP):
+        candidate()
+        floor()
+    (candidate_s, found), (floor_s, expected) = best_alternating(candidate, floor)
+    assert found == expected, (found, expected)
+    print(
+        f"BENCH gc-retention ratio={candidate_s / floor_s:.2f} committed_s={candidate_s:.2f} "
+        f"floor_s={floor_s:.2f} objects={objects} commits={commits + 1} "
+        f"branches={branches} expired_commits={len(fixed.retention.expired)} "
+        f"candidates={found} scale=issue/{1_000_000 // max(1, objects)}",
+        flush=True,
+    )
+    spark.stop()
+    lake.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
