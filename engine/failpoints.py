@@ -4,7 +4,9 @@ A test arms a point with a callable (`armed`), or a process is started with
 `BRANCHWATER_FAILPOINTS=copy.after_record=sleep(500),commit.after_seal=kill`: `kill` is
 SIGKILL of the process itself, `raise` raises `FailpointHit`, `sleep(MS)` widens a race.
 Unarmed, a point costs one lookup in an empty dict. Every point is declared in `POINTS`, so
-a typo in a test or in the variable fails instead of arming nothing.
+a typo in a test or in the variable fails instead of arming nothing. With
+`BRANCHWATER_FAILPOINT_LOG=<dir>` set when a point is armed, each firing appends its name to
+a file of that directory first (the test suite's check that every point is hit by some test).
 """
 
 from __future__ import annotations
@@ -18,12 +20,18 @@ from contextlib import contextmanager
 from branchwater.engine.errors import InvalidArgument
 
 ENV = "BRANCHWATER_FAILPOINTS"
+LOG_ENV = "BRANCHWATER_FAILPOINT_LOG"
 
 POINTS = frozenset(
     {
         "branch.before_delete",
         "branch.before_insert",
+        "commit.after_ranges",
+        "commit.after_seal",
+        "commit.after_set",
         "commit.before_set",
+        "compaction.after_ranges",
+        "compaction.before_install",
         "copy.after_read",
         "copy.after_record",
         "copy.before_stage",
@@ -31,9 +39,12 @@ POINTS = frozenset(
         "import.after_batch",
         "import.after_record",
         "link.before_stage",
+        "merge.after_ranges",
+        "merge.before_set",
         "prepare.branch_scan",
         "protect.before_fence",
         "publish.before_set",
+        "repository.before_drop",
         "restore.before_stage",
         "transaction.before_commit",
         "transaction.before_merge",
@@ -60,7 +71,7 @@ def armed(name: str, action: Callable[[], None]) -> Iterator[None]:
     """Run `action` whenever this process reaches `name`, inside the block."""
     _check(name)
     previous = _armed.get(name)
-    _armed[name] = action
+    _armed[name] = _logged(name, action)
     try:
         yield
     finally:
@@ -76,7 +87,32 @@ def arm_from_env(value: str | None = None) -> None:
     for item in filter(None, (part.strip() for part in spec.split(","))):
         name, _, action = item.partition("=")
         _check(name)
-        _armed[name] = _action(name, action)
+        _armed[name] = _logged(name, _action(name, action))
+
+
+def _logged(name: str, action: Callable[[], None]) -> Callable[[], None]:
+    """`action`, first appending `name` to this process's file in `LOG_ENV`'s directory."""
+    directory = os.environ.get(LOG_ENV)
+    if not directory:
+        return action
+    path = os.path.join(directory, f"{os.getpid()}.log")
+
+    def logged() -> None:
+        with open(path, "a", encoding="utf-8") as log:
+            log.write(name + "\n")
+        action()
+
+    return logged
+
+
+def hit_names(directory: str) -> set[str]:
+    """The names of the points that fired in any process logging to `directory`."""
+    names: set[str] = set()
+    for entry in os.scandir(directory):
+        if entry.name.endswith(".log"):
+            with open(entry.path, encoding="utf-8") as log:
+                names.update(filter(None, log.read().split()))
+    return names
 
 
 def _check(name: str) -> None:

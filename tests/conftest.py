@@ -29,6 +29,7 @@ pytest_plugins = [
     "tests.fixtures.s3",
     "tests.fixtures.stack",
     "tests.fixtures.browser",
+    "tests.fixtures.failpoints",
 ]
 
 

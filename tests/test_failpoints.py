@@ -4,13 +4,16 @@ not know, and doing nothing when unarmed."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from branchwater.engine import InvalidArgument, failpoints
 from branchwater.engine.failpoints import FailpointHit
+from tests.fixtures.failpoints import never_hit
 
 
 def test_an_armed_point_runs_its_action_inside_the_block_only() -> None:
@@ -44,3 +47,27 @@ def test_the_environment_arms_raise_and_kill_in_a_process_of_its_own() -> None:
     env[failpoints.ENV] = "copy.after_read=kill"
     killed = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True)
     assert killed.returncode == -9 and killed.stdout == b"survived\n"
+
+
+def test_fired_points_are_logged_in_process_and_in_subprocesses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(failpoints.LOG_ENV, str(tmp_path))
+    with failpoints.armed("copy.after_read", lambda: None):
+        failpoints.hit("copy.after_record")
+        failpoints.hit("copy.after_read")
+    script = "from branchwater.engine import failpoints\nfailpoints.hit('link.before_stage')\n"
+    env = {**os.environ, failpoints.ENV: "link.before_stage=kill"}
+    killed = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True)
+    assert killed.returncode == -9
+    assert failpoints.hit_names(str(tmp_path)) == {"copy.after_read", "link.before_stage"}
+    assert "copy.after_read" not in never_hit(str(tmp_path))
+    assert "copy.after_record" in never_hit(str(tmp_path))
+
+
+def test_the_architecture_table_lists_every_point() -> None:
+    text = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text()
+    table = text.split("### Failpoints", 1)[1]
+    assert set(re.findall(r"`([a-z_]+(?:\.[a-z_]+)+)`", table.split("\n| ", 1)[1])) == set(
+        failpoints.POINTS
+    )

@@ -54,6 +54,7 @@ def commit(
 ) -> Commit:
     meta = check_commit_arguments(message, metadata, committer)
     sealed = seal(g, repo, branch_name, allow_empty=allow_empty)
+    failpoints.hit("commit.after_seal")
     return _finish(
         g, repo, branch_name, sealed, message, meta, committer, allow_empty, progress=progress
     )
@@ -189,6 +190,7 @@ def _finish(
         at = _read(g, repo, branch_name, tokens)
         if built is None or built[0] != at.plan:
             built = (at.plan, _build(g, repo, at, progress))
+            failpoints.hit("commit.after_ranges")
             at = _read(g, repo, branch_name, tokens)
             if at.plan != built[0]:
                 continue
@@ -214,6 +216,7 @@ def _finish(
         )
         failpoints.hit("commit.before_set")
         if g.update_branch_dropping(repo, updated, at.predicate, at.remaining):
+            failpoints.hit("commit.after_set")
             return recorded
     raise too_many_tries(f"commit on branch {branch_name!r} of {repo.name!r}", g.retry.attempts)
 

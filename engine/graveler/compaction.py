@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Literal
 
+from branchwater.engine import failpoints
 from branchwater.engine.errors import InvalidArgument, too_many_tries
 from branchwater.engine.graveler.commit import Applied, apply_sealed, sealing
 from branchwater.engine.graveler.graveler import Graveler
@@ -269,6 +270,7 @@ def compact(
     _reached(on_step, "sealed")
     head = g.refs.get_commit(repo, sealed.commit_id).metarange_id
     applied = apply_sealed(g, repo, sealed.base(head), head, sealed.sealed_tokens)
+    failpoints.hit("compaction.after_ranges")
     _reached(on_step, "applied")
     above = _install(g, repo, sealed, applied)
     if above is None:
@@ -323,6 +325,7 @@ def _install(
         updated = dataclasses.replace(
             branch, sealed_tokens=above, compacted_metarange_id=applied.metarange_id
         )
+        failpoints.hit("compaction.before_install")
         if g.update_branch_dropping(repo, updated, predicate, sealed.sealed_tokens):
             return above
     raise too_many_tries(f"compaction of branch {sealed.name!r} of {repo.name!r}", g.retry.attempts)

@@ -33,6 +33,7 @@ from datetime import datetime, timezone
 from itertools import islice
 from typing import Literal, Protocol
 
+from branchwater.engine import failpoints
 from branchwater.engine.errors import (
     DirtyBranch,
     InvalidArgument,
@@ -214,12 +215,14 @@ def land(
             previous = first
         else:
             previous = _next_attempt(g, repo, head, previous, plan.strategy, plan.sides)
+        failpoints.hit("merge.after_ranges")
         new_commit = plan.record(g, repo, head, previous)
         dropped: tuple[str, ...] = ()
         if plan.allow_dirty:
             moved = _kept_above(g, repo, branch, head, new_commit)
         else:
             moved, dropped = moved_to(branch, new_commit.id), branch.sealed_tokens
+        failpoints.hit("merge.before_set")
         if g.update_branch_dropping(repo, moved, predicate, dropped):
             return MergeResult(new_commit, attempt)
     raise plan.gave_up(repo, g.retry.attempts, previous)

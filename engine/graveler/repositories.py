@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime, timezone
 
+from branchwater.engine import failpoints
 from branchwater.engine.errors import AlreadyExists, ConfigurationError, NotFound
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord
@@ -89,4 +90,5 @@ def delete_repository(g: Graveler, name: str) -> None:
     mark = f"repo/{repo.partition.decode()}"
     g.refs.mark_partitions_for_deletion(mark, partitions)
     g.refs.remove_repository(name)
+    failpoints.hit("repository.before_drop")
     g.drop_listed_later(mark, partitions)

@@ -1,0 +1,180 @@
+"""Commit, merge, compaction and repository deletion stopped at each of their named steps:
+killed there (SIGKILL, in a process of its own, armed by the environment), the lake shows
+nothing half-done and the next operation converges; raised there, the branch is unchanged."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from branchwater.engine import Lake, NotFound, failpoints
+from branchwater.engine.api import Repository
+from branchwater.engine.failpoints import FailpointHit
+
+ROOT = Path(__file__).resolve().parents[2]
+COMMIT_POINTS = (
+    "commit.after_seal",
+    "commit.after_ranges",
+    "commit.before_set",
+    "commit.after_set",
+)
+MERGE_POINTS = ("merge.after_ranges", "merge.before_set")
+COMPACTION_POINTS = ("compaction.after_ranges", "compaction.before_install")
+
+
+def prepare(kv_url: str, namespace: str) -> None:
+    """`main` with `a` committed and `b` staged; `feature` and `target` branched from it, each
+    with one commit of its own, so merging `feature` into `target` writes a merge commit."""
+    with Lake.connect(kv_url) as lake:
+        repo = lake.create_repository("failpoints", storage_namespace=namespace)
+        main = repo.branch("main")
+        main.upload("a", b"a")
+        main.commit("a")
+        for name in ("feature", "target"):
+            branch = repo.create_branch(name, "main")
+            branch.upload(name, name.encode())
+            branch.commit(name)
+        main.upload("b", b"b")
+
+
+def operate(kv_url: str, operation: str) -> None:
+    """Run one operation on the prepared repository (in the killed process)."""
+    with Lake.connect(kv_url) as lake:
+        if operation == "delete":
+            lake.delete_repository("failpoints")
+            return
+        repo = lake.repository("failpoints")
+        if operation == "commit":
+            repo.branch("main").commit("b")
+        elif operation == "compact":
+            repo.branch("main").compact()
+        else:
+            repo.merge("feature", "target", message="merge")
+
+
+def paths(repo: Repository, ref: str) -> dict[str, bytes]:
+    """What a branch shows, staged changes included, or what a commit holds."""
+    view = repo.branch(ref) if ref in {b.name for b in repo.branches()} else repo.ref(ref)
+    return {e.path: view.read(e.path) for e in view.list()}
+
+
+def killed_at(kv_url: str, point: str, operation: str) -> None:
+    script = (
+        "import sys\n"
+        "from tests.graveler.test_failpoint_steps import operate\n"
+        "operate(*sys.argv[1:])\n"
+    )
+    env = {**os.environ, failpoints.ENV: f"{point}=kill"}
+    done = subprocess.run(
+        [sys.executable, "-c", script, kv_url, operation],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        timeout=120,
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr.decode()
+
+
+MAIN_AFTER = {"a": b"a", "b": b"b"}
+TARGET_AFTER = {"a": b"a", "feature": b"feature", "target": b"target"}
+
+
+@pytest.mark.parametrize("point", COMMIT_POINTS)
+def test_a_commit_killed_at_each_step_is_finished_by_the_next(tmp_path: Path, point: str) -> None:
+    kv_url = f"sqlite:///{tmp_path}/lake.db"
+    prepare(kv_url, f"file://{tmp_path}/ns")
+    killed_at(kv_url, point, "commit")
+    with Lake.connect(kv_url) as lake:
+        repo = lake.repository("failpoints")
+        main = repo.branch("main")
+        assert paths(repo, "main") == MAIN_AFTER
+        landed = main.head().message == "b"
+        assert landed == (point == "commit.after_set")
+        if not landed:
+            main.commit("b again")
+        assert paths(repo, main.head().id) == MAIN_AFTER
+        assert list(main.uncommitted()) == []
+        main.upload("c", b"c")
+        assert paths(repo, main.commit("c").id) == {**MAIN_AFTER, "c": b"c"}
+
+
+@pytest.mark.parametrize("point", MERGE_POINTS)
+def test_a_merge_killed_before_its_branch_moves_leaves_it_and_is_redone(
+    tmp_path: Path, point: str
+) -> None:
+    kv_url = f"sqlite:///{tmp_path}/lake.db"
+    prepare(kv_url, f"file://{tmp_path}/ns")
+    with Lake.connect(kv_url) as lake:
+        before = lake.repository("failpoints").branch("target").head().id
+    killed_at(kv_url, point, "merge")
+    with Lake.connect(kv_url) as lake:
+        repo = lake.repository("failpoints")
+        assert repo.branch("target").head().id == before
+        result = repo.merge("feature", "target", message="merge")
+        assert result.commit.id == repo.branch("target").head().id
+        assert paths(repo, "target") == TARGET_AFTER
+
+
+@pytest.mark.parametrize("point", COMPACTION_POINTS)
+def test_a_compaction_killed_before_it_installs_changes_nothing_visible(
+    tmp_path: Path, point: str
+) -> None:
+    kv_url = f"sqlite:///{tmp_path}/lake.db"
+    prepare(kv_url, f"file://{tmp_path}/ns")
+    killed_at(kv_url, point, "compact")
+    with Lake.connect(kv_url) as lake:
+        repo = lake.repository("failpoints")
+        main = repo.branch("main")
+        assert paths(repo, "main") == MAIN_AFTER
+        assert main.compact().compacted
+        assert paths(repo, main.commit("b").id) == MAIN_AFTER
+
+
+def test_a_repository_deletion_killed_before_its_drops_is_finished_later(tmp_path: Path) -> None:
+    kv_url = f"sqlite:///{tmp_path}/lake.db"
+    prepare(kv_url, f"file://{tmp_path}/ns")
+    killed_at(kv_url, "repository.before_drop", "delete")
+    with Lake.connect(kv_url) as lake:
+        g = lake.graveler
+        with pytest.raises(NotFound):
+            lake.repository("failpoints")
+        listed = [p for mark in g.refs.partitions_to_delete() for p in mark.partitions]
+        assert listed and all(list(g.kv.scan(p)) for p in listed[:1])
+        assert g.collect_dropped_partitions() >= 1
+        assert list(g.refs.partitions_to_delete()) == []
+        assert all(list(g.kv.scan(p)) == [] for p in listed)
+        again = lake.create_repository("failpoints", storage_namespace=f"file://{tmp_path}/ns2")
+        assert list(again.branch("main").list()) == []
+
+
+def _raise() -> None:
+    raise FailpointHit("forced")
+
+
+@pytest.mark.parametrize(
+    ("point", "operation", "branch"),
+    [
+        *((p, "commit", "main") for p in COMMIT_POINTS[:-1]),
+        *((p, "merge", "target") for p in MERGE_POINTS),
+        *((p, "compact", "main") for p in COMPACTION_POINTS),
+    ],
+)
+def test_an_operation_raised_out_of_at_a_step_leaves_the_branch_as_it_was(
+    tmp_path: Path, point: str, operation: str, branch: str
+) -> None:
+    kv_url = f"sqlite:///{tmp_path}/lake.db"
+    prepare(kv_url, f"file://{tmp_path}/ns")
+    with Lake.connect(kv_url) as lake:
+        repo = lake.repository("failpoints")
+        head, shown = repo.branch(branch).head().id, paths(repo, branch)
+    with failpoints.armed(point, _raise), pytest.raises(FailpointHit):
+        operate(kv_url, operation)
+    with Lake.connect(kv_url) as lake:
+        repo = lake.repository("failpoints")
+        assert repo.branch(branch).head().id == head
+        assert paths(repo, branch) == shown
