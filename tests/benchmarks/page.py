@@ -112,8 +112,8 @@ def cell(text: str) -> str:
 
 
 def number(value: float) -> str:
-    if float(value).is_integer() and abs(value) >= 1:
-        return f"{int(value):,}"
+    if (float(value).is_integer() and abs(value) >= 1) or abs(value) >= 1000:
+        return f"{value:,.0f}"
     return f"{value:.3g}"
 
 

@@ -22,7 +22,7 @@ DEFAULT_BACKEND = "embedded"
 BACKEND_ENV = "BENCH_BACKEND"
 """The variable a benchmark module reads its back end from (`backend()`); the runner sets
 it from `--backend`."""
-FIGURE = re.compile(r"(?:^|\s)([A-Za-z_][\w]*)=")
+FIGURE = re.compile(r"(?:^|\s)([A-Za-z_][\w.]*)=")
 NUMBER = re.compile(r"-?\d{1,3}(,\d{3})+(\.\d+)?")
 
 

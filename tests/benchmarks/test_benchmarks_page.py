@@ -43,7 +43,7 @@ print(f"not BENCH {x}")
 def test_a_bench_line_parses_with_json_and_separated_figures() -> None:
     line = (
         "BENCH gc-clean ratio=1.63 clean_s=2.9 entries_per_s=1,234,567 built_ratio=n/a "
-        'phases={"prepare": 0.09, "mark": 1.82} table=rowid\n'
+        'phases={"prepare": 0.09, "mark": 1.82} table=rowid s_at_0.25=15.3\n'
     )
     assert results.parse(line) == (
         "gc-clean",
@@ -54,6 +54,7 @@ def test_a_bench_line_parses_with_json_and_separated_figures() -> None:
             "built_ratio": "n/a",
             "phases": {"prepare": 0.09, "mark": 1.82},
             "table": "rowid",
+            "s_at_0.25": 15.3,
         },
     )
     assert results.parse("== bench_gc\n") is None
@@ -93,6 +94,7 @@ def test_the_page_renders_one_column_per_back_end_and_marks_misses() -> None:
         "| **0.6 ✗** (built_ratio > 0.5) | — |"
     ) in lines
     assert "| `plain` | a \\| b | c |  | 1,234,567 | — |" in lines
+    assert page.number(19888.9) == "19,889" and page.number(0.00051) == "0.00051"
     assert "| `fast` | embedded | ours_s 1.25 · floor_s 2.5 · phases (mark 0.75) |" in lines
     assert "| `fast` | stack | ours_s 3 · floor_s 2 |" in lines
     assert "| stack | `bench_a` | 2026-11-27 09:30 UTC | 8 | 64 | 0.25 | `--quick` |" in lines
