@@ -158,9 +158,14 @@ def test_refs_moved_onto_expired_commits_before_the_recheck_keep_their_objects(
 ) -> None:
     """Forced at `gc.retention.before_recheck`: after the run computed its candidates, a
     branch is created from one expired commit, a tag put on another, a third's tree restored
-    and committed on main, a fourth's restored and left staged. The re-check keeps them all."""
+    and committed on main, a fourth's restored and left staged, and every other branch is
+    deleted (lakeFS 9772). The re-check keeps the moved-to commits' objects; the deleted
+    branches' commits stay as the run first classified them."""
     months_of_history(local_gc, 9)
     repo = local_gc.repo
+    doomed_branches = [b.name for b in repo.branches() if b.name != "main"]
+    assert doomed_branches, "the history made branches"
+    kept_heads = {name: repo.branch(name).commit_id for name in doomed_branches}
     rules = repo.set_gc_rules({"default_retention_days": 0})
     retention = repository_retention(repo.lake.graveler, repo.record, rules, datetime.now(UTC))
     expired = sorted(
@@ -179,6 +184,8 @@ def test_refs_moved_onto_expired_commits_before_the_recheck_keep_their_objects(
             main.commit("bring old files back")
         staged = repo.create_branch("late-restore", source="main")
         staged.restore(["t/"], source=expired[3])
+        for name in doomed_branches:
+            repo.delete_branch(name)
 
     with failpoints.armed("gc.retention.before_recheck", move):
         summary = run_both(local_gc)
@@ -186,5 +193,9 @@ def test_refs_moved_onto_expired_commits_before_the_recheck_keep_their_objects(
     assert summary.retention["dropped_by_recheck"] > 0
     for name in ("late-branch", "late-tag", "main", "late-restore"):
         ref = repo.branch(name) if name != "late-tag" else repo.ref(name)
+        for entry in ref.list():
+            ref.read(entry.path)
+    for head in kept_heads.values():
+        ref = repo.ref(head)
         for entry in ref.list():
             ref.read(entry.path)
