@@ -17,8 +17,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from branchwater.engine import Commit, Repository
-from branchwater.plugin.ui import app as view
-from branchwater.plugin.ui.lake import LakeAccess
 from tests.plugin.conftest import LakeConnection
 
 BRANCH = "feature/orders"
@@ -130,6 +128,9 @@ class Page(HTMLParser):
 
 @pytest.fixture
 def client(lake_conn: LakeConnection) -> Iterator[TestClient]:
+    from branchwater.plugin.ui import app as view
+    from branchwater.plugin.ui.lake import LakeAccess
+
     access = LakeAccess()
     with TestClient(view.create_app(access)) as test_client:
         yield test_client
