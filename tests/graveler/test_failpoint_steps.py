@@ -1,6 +1,7 @@
 """Commit, merge, compaction and repository deletion stopped at each of their named steps:
 killed there (SIGKILL, in a process of its own, armed by the environment), the lake shows
-nothing half-done and the next operation converges; raised there, the branch is unchanged."""
+nothing half-done and the next operation converges; raised there, the branch is unchanged.
+On SQLite and on PostgreSQL; revert and cherry-pick land through the merge's steps."""
 
 from __future__ import annotations
 
@@ -53,6 +54,8 @@ def operate(kv_url: str, operation: str) -> None:
             repo.branch("main").commit("b")
         elif operation == "compact":
             repo.branch("main").compact()
+        elif operation == "revert":
+            repo.revert("target", repo.branch("target").head().id)
         else:
             repo.merge("feature", "target", message="merge")
 
@@ -85,8 +88,10 @@ TARGET_AFTER = {"a": b"a", "feature": b"feature", "target": b"target"}
 
 
 @pytest.mark.parametrize("point", COMMIT_POINTS)
-def test_a_commit_killed_at_each_step_is_finished_by_the_next(tmp_path: Path, point: str) -> None:
-    kv_url = f"sqlite:///{tmp_path}/lake.db"
+def test_a_commit_killed_at_each_step_is_finished_by_the_next(
+    race_kv: str, tmp_path: Path, point: str
+) -> None:
+    kv_url = race_kv
     prepare(kv_url, f"file://{tmp_path}/ns")
     killed_at(kv_url, point, "commit")
     with Lake.connect(kv_url) as lake:
@@ -105,9 +110,9 @@ def test_a_commit_killed_at_each_step_is_finished_by_the_next(tmp_path: Path, po
 
 @pytest.mark.parametrize("point", MERGE_POINTS)
 def test_a_merge_killed_before_its_branch_moves_leaves_it_and_is_redone(
-    tmp_path: Path, point: str
+    race_kv: str, tmp_path: Path, point: str
 ) -> None:
-    kv_url = f"sqlite:///{tmp_path}/lake.db"
+    kv_url = race_kv
     prepare(kv_url, f"file://{tmp_path}/ns")
     with Lake.connect(kv_url) as lake:
         before = lake.repository("failpoints").branch("target").head().id
@@ -122,9 +127,9 @@ def test_a_merge_killed_before_its_branch_moves_leaves_it_and_is_redone(
 
 @pytest.mark.parametrize("point", COMPACTION_POINTS)
 def test_a_compaction_killed_before_it_installs_changes_nothing_visible(
-    tmp_path: Path, point: str
+    race_kv: str, tmp_path: Path, point: str
 ) -> None:
-    kv_url = f"sqlite:///{tmp_path}/lake.db"
+    kv_url = race_kv
     prepare(kv_url, f"file://{tmp_path}/ns")
     killed_at(kv_url, point, "compact")
     with Lake.connect(kv_url) as lake:
@@ -135,8 +140,10 @@ def test_a_compaction_killed_before_it_installs_changes_nothing_visible(
         assert paths(repo, main.commit("b").id) == MAIN_AFTER
 
 
-def test_a_repository_deletion_killed_before_its_drops_is_finished_later(tmp_path: Path) -> None:
-    kv_url = f"sqlite:///{tmp_path}/lake.db"
+def test_a_repository_deletion_killed_before_its_drops_is_finished_later(
+    race_kv: str, tmp_path: Path
+) -> None:
+    kv_url = race_kv
     prepare(kv_url, f"file://{tmp_path}/ns")
     killed_at(kv_url, "repository.before_drop", "delete")
     with Lake.connect(kv_url) as lake:
@@ -161,13 +168,14 @@ def _raise() -> None:
     [
         *((p, "commit", "main") for p in COMMIT_POINTS[:-1]),
         *((p, "merge", "target") for p in MERGE_POINTS),
+        *((p, "revert", "target") for p in MERGE_POINTS),
         *((p, "compact", "main") for p in COMPACTION_POINTS),
     ],
 )
 def test_an_operation_raised_out_of_at_a_step_leaves_the_branch_as_it_was(
-    tmp_path: Path, point: str, operation: str, branch: str
+    race_kv: str, tmp_path: Path, point: str, operation: str, branch: str
 ) -> None:
-    kv_url = f"sqlite:///{tmp_path}/lake.db"
+    kv_url = race_kv
     prepare(kv_url, f"file://{tmp_path}/ns")
     with Lake.connect(kv_url) as lake:
         repo = lake.repository("failpoints")
