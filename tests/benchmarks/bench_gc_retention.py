@@ -62,6 +62,12 @@ RULES = GCRules.from_json(
 WARM_UP = 2
 
 
+def entry(path: str, address: str) -> tuple[str, Entry]:
+    """A change to `path`: new content (its checksum is the object's id), so a commit keeps
+    it (identity is content: an equal checksum would be no change)."""
+    return path, Entry(path, address, 1, address.rsplit("/", 1)[1], MTIME)
+
+
 def generate(root: Path, objects: int, commits: int, branches: int) -> tuple[Lake, Any, str]:
     """The history; returns the lake, the repository and the staged addresses' Parquet."""
     rng = random.Random(17)
@@ -81,7 +87,7 @@ def generate(root: Path, objects: int, commits: int, branches: int) -> tuple[Lak
     paths = max(1, objects // 4)
     chunk = max(1, (objects - paths) // commits)
     head = g.refs.get_commit(record, g.refs.get_branch(record, "main")[0].commit_id)
-    first = [(f"t/{i:08d}", Entry(f"t/{i:08d}", address(0), 1, "c", MTIME)) for i in range(paths)]
+    first = [entry(f"t/{i:08d}", address(0)) for i in range(paths)]
     head = g.refs.add_commit(
         record, [head], committed.apply(head.metarange_id, first), "load", creation_date=start
     )
@@ -89,9 +95,7 @@ def generate(root: Path, objects: int, commits: int, branches: int) -> tuple[Lak
     for number in range(commits):
         day = 365 * (number + 1) / (commits + 1)
         changed = sorted(rng.sample(range(paths), min(chunk, paths)))
-        changes = [
-            (f"t/{i:08d}", Entry(f"t/{i:08d}", address(day), 1, "c", MTIME)) for i in changed
-        ]
+        changes = [entry(f"t/{i:08d}", address(day)) for i in changed]
         metarange = committed.apply(head.metarange_id, changes)
         when = start + timedelta(days=day)
         head = g.refs.add_commit(record, [head], metarange, f"etl {number}", creation_date=when)
