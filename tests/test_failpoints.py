@@ -71,3 +71,30 @@ def test_the_architecture_table_lists_every_point() -> None:
     assert set(re.findall(r"`([a-z_]+(?:\.[a-z_]+)+)`", table.split("\n| ", 1)[1])) == set(
         failpoints.POINTS
     )
+
+
+def _inner_pytest(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """A pytest session of its own in `folder`, with the coverage plugin and no log inherited."""
+    env = {k: v for k, v in os.environ.items() if k != failpoints.LOG_ENV}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    command = [sys.executable, "-m", "pytest", "-p", "tests.fixtures.failpoints"]
+    command += ["-p", "no:cacheprovider", "-q", *args]
+    return subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
+
+
+def test_a_full_run_fails_naming_the_points_no_test_fired(tmp_path: Path) -> None:
+    (tmp_path / "test_some.py").write_text(
+        "from branchwater.engine import failpoints\n"
+        "def test_one():\n"
+        "    with failpoints.armed('copy.after_read', lambda: None):\n"
+        "        failpoints.hit('copy.after_read')\n"
+        "def test_all():\n"
+        "    for name in failpoints.POINTS - {'copy.after_read', 'link.before_stage'}:\n"
+        "        with failpoints.armed(name, lambda: None):\n"
+        "            failpoints.hit(name)\n"
+    )
+    full = _inner_pytest(tmp_path)
+    assert full.returncode == 1, full.stdout
+    assert "failpoints never hit by any test (1): link.before_stage;" in full.stdout
+    assert _inner_pytest(tmp_path, "-k", "one").returncode == 0
+    assert _inner_pytest(tmp_path, "test_some.py").returncode == 0
