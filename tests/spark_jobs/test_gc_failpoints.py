@@ -1,17 +1,33 @@
 """The GC job stopped at each named step of its driver: before the gate, nothing is deleted;
-before or after the sweep's deletes, a sweep of the same mark run again finishes it. Each
-time the run's lease is let go, so the next run goes ahead."""
+before or after the sweep's deletes, a sweep of the same mark run again finishes it. Raised
+out of, the run lets its lease go, so the next run goes ahead; killed (the whole job, by
+`BRANCHWATER_FAILPOINTS`), the next run goes ahead once the dead run's lease expires."""
 
 from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from branchwater.engine import failpoints
 from branchwater.engine.failpoints import FailpointHit
+from branchwater.engine.gc.runlock import GCRunLease
 from branchwater.engine.gc.runs import files, statuses
 from branchwater.engine.gc.runs.storage import Namespace
+from branchwater.engine.gc.tokens import utc_now
 from tests.helpers.gc import GCLake
 from tests.spark_jobs.test_gc_runs import history
+from tests.spark_jobs.test_gc_safety import (
+    KILL_TIMEOUT,
+    KILLED_LEASE,
+    LEASE,
+    retry_while_locked,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -53,3 +69,48 @@ def test_a_sweep_stopped_at_each_step_is_finished_by_sweeping_again(
     assert set(local_gc.data_objects()) == keep
     for entry in local_gc.repo.branch("main").list():
         local_gc.repo.branch("main").read(entry.path)
+
+
+def killed_job(gc: GCLake, point: str, scratch: Path, *args: str) -> None:
+    """`branchwater gc run` (CLI, spark-submit, driver) in a session of its own, its driver
+    killed at `point`; whatever of it is left is killed by its process group after."""
+    command = [
+        *(sys.executable, "-m", "branchwater.engine.cli", "--kv", gc.kv_url, "gc", "run"),
+        *(gc.repo.name, "--lock-ttl", f"{KILLED_LEASE}s", "--min-age", "0s", "--max-share", "1"),
+        *("--master", "local[1]", "--conf", "spark.ui.enabled=false", *args),
+    ]
+    env = {**os.environ, failpoints.ENV: f"{point}=kill", "PYSPARK_PYTHON": sys.executable}
+    with open(scratch / "job.log", "wb") as log:
+        job = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        try:
+            job.wait(KILL_TIMEOUT)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(job.pid, signal.SIGKILL)
+            job.wait(KILL_TIMEOUT)
+    assert job.returncode != 0, (scratch / "job.log").read_text()
+    lease = GCRunLease(gc.lake.graveler.kv, gc.repo.record, utc_now, LEASE).current()
+    assert lease is not None and not lease.released, "the job died before it held its lease"
+
+
+@pytest.mark.usefixtures("spark_submit_conf")
+@pytest.mark.parametrize("point", ["gc.mark.before_gate", "gc.sweep.after_delete"])
+def test_a_job_killed_at_a_step_is_finished_by_the_next_run(
+    local_gc: GCLake, tmp_path: Path, point: str
+) -> None:
+    keep, garbage = history(local_gc)
+    if point == "gc.mark.before_gate":
+        killed_job(local_gc, point, tmp_path)
+        assert set(local_gc.data_objects()) == keep | garbage
+        summary = retry_while_locked(lambda: local_gc.run())
+    else:
+        mark = local_gc.run(dry_run=True)
+        killed_job(local_gc, point, tmp_path, "--sweep", mark.run_id)
+        assert set(local_gc.data_objects()) == keep
+        ns = Namespace.of(local_gc.repo.storage_namespace, local_gc.s3_options)
+        assert files.read_summary(ns, mark.run_id).status == statuses.MARKED
+        summary = retry_while_locked(lambda: local_gc.run(sweep=mark.run_id))
+    assert summary.status == statuses.SWEPT and summary.gate_success
+    assert set(local_gc.data_objects()) == keep
