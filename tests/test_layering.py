@@ -36,9 +36,10 @@ LAYERS: dict[str, int] = {
 }
 """The layer of each top-level engine module or package; a higher number sits above."""
 
-PUBLIC_PACKAGES = ("branchwater.engine.gc.runs",)
+PUBLIC_PACKAGES = ("branchwater.engine.gc.runs", "branchwater.engine.failpoints")
 """Engine packages clients may import beside the facade: the GC run-files library is the
-seam between the engine and the Spark job (and the provider's view of runs)."""
+seam between the engine and the Spark job (and the provider's view of runs); failpoints
+are named in the Spark job's driver too."""
 
 CLIENT_FOLDERS = {
     "plugin": "branchwater.plugin",

@@ -33,8 +33,8 @@ from branchwater.engine import (
     Lake,
     Repository,
     UncommittedRun,
-    failpoints,
 )
+from branchwater.engine.failpoints import hit
 from branchwater.engine.gc.runs import files, plan, statuses
 from branchwater.engine.gc.runs.config import (
     CANDIDATES_PER_FILE,
@@ -265,7 +265,7 @@ class GCJob:
                 max_candidates(summary.volume("namespace").objects, self.config.max_share),
             )
             self._committed_part(repo, ns, read, gate, summary, started, window, late, limits)
-            failpoints.hit("gc.mark.before_gate")
+            hit("gc.mark.before_gate")
             with self.phase("gate"):
                 flagged = path.flagged(marked.files["candidates"], read, scratch)
                 candidates = with_age(flagged, prepared.started_at)
@@ -431,13 +431,13 @@ class GCJob:
         if lease is not None:
             lease.check()
         spark = None if files.nothing_to_delete(summary) else self.spark
-        failpoints.hit("gc.sweep.before_delete")
+        hit("gc.sweep.before_delete")
         try:
             with self.phase("sweep"):
                 recorded, per_slice = (
                     sweep(spark, ns, run_id, summary.files[files.CANDIDATES]) if spark else ([], [])
                 )
-            failpoints.hit("gc.sweep.after_delete")
+            hit("gc.sweep.after_delete")
         except BaseException as exc:
             summary.error = f"sweep unfinished, run it again with --sweep {run_id}: {exc}"
             summary.phases = {**summary.phases, **self._phases}
