@@ -14,17 +14,14 @@ folder (no partition columns), so both sides return the same rows.
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from branchwater.engine import Lake
+from tests.benchmarks.bench_fsspec import write_dataset
 from tests.benchmarks.declarations import Benchmark, Suite
 
 BENCHMARKS = Suite(
@@ -39,28 +36,6 @@ BENCHMARKS = Suite(
         ),
     ),
 )
-
-
-def write_dataset(lake: Lake, files: int, rows: int) -> tuple[str, list[str]]:
-    """`files` Parquet files under `tables/orders/` committed on main: the commit id and the
-    physical paths of the files."""
-    repo = lake.repository("bench")
-    main = repo.branch("main")
-    for n in range(files):
-        table = pa.table(
-            {
-                "id": pa.array(range(n * rows, (n + 1) * rows), pa.int64()),
-                "amount": pa.array([float(i % 997) for i in range(rows)]),
-                "customer": pa.array([f"c{i % 5003:05d}" for i in range(rows)]),
-            }
-        )
-        buffer = io.BytesIO()
-        pq.write_table(table, buffer)
-        main.upload(f"tables/orders/part-{n:04d}.parquet", buffer.getvalue())
-    commit = main.commit("orders").id
-    root = repo.storage_namespace.removeprefix("file://")
-    physical = [f"{root}/{entry.address}" for entry in repo.ref(commit).list("tables/orders/")]
-    return commit, physical
 
 
 def session(tmp: str) -> object:
