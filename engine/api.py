@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import BinaryIO
 
-from branchwater.engine.errors import InvalidArgument
+from branchwater.engine.errors import CommitExpired, InvalidArgument
 from branchwater.engine.gc import copies, links
 from branchwater.engine.gc.context import GCContext
 from branchwater.engine.gc.inputs import (
@@ -430,6 +430,11 @@ class Repository:
         check_ref_name(name, "tag")
         tag = Tag(name, self._live(ref))
         self._g.refs.insert_tag(self.record, tag)
+        try:
+            check_live(self._g.kv, self.record, tag.commit_id)
+        except CommitExpired:
+            self._g.refs.remove_tag(self.record, name)
+            raise
         return tag
 
     def tags(self) -> list[Tag]:

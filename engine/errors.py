@@ -166,6 +166,11 @@ class GateFailed(BranchwaterError):
     """A GC run's quality gate refused its candidates: nothing is deleted."""
 
 
+class StaleGCMark(BranchwaterError):
+    """A GC run's mark can no longer be swept safely (its retention fence lapsed or a later
+    run took it over): nothing is deleted."""
+
+
 class GCRunLocked(Conflict):
     """Another GC run holds the repository's run lease; its holder is named in the message."""
 
@@ -178,13 +183,22 @@ class CommitExpired(NotFound):
     """Retention deleted the objects of this commit; `commit_id` and `expired` (when its
     objects were deleted) say which and when."""
 
-    def __init__(self, commit_id: str, expired: str) -> None:
+    def __init__(self, commit_id: str, expired: str, collecting: str | None = None) -> None:
+        if collecting is None:
+            said = (
+                f"its objects were deleted on {expired}; use a newer commit, or a tag to keep one"
+            )
+        else:
+            said = (
+                f"GC run {collecting} is collecting its objects now; use a newer commit (set a "
+                "tag on a commit before it expires to keep it)"
+            )
         super().__init__(
-            f"commit {commit_id!r} expired under the repository's GC retention rules: its "
-            f"objects were deleted on {expired}; use a newer commit, or a tag to keep one"
+            f"commit {commit_id!r} expired under the repository's GC retention rules: {said}"
         )
         self.commit_id = commit_id
         self.expired = expired
+        self.collecting = collecting
 
 
 class InvalidImportSource(InvalidArgument):

@@ -37,6 +37,7 @@ POINTS = frozenset(
         "copy.before_stage",
         "gc.mark.before_gate",
         "gc.retention.before_recheck",
+        "gc.retention.before_sweep",
         "gc.sweep.after_delete",
         "gc.sweep.before_delete",
         "import.after_batch",

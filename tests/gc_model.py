@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Generic, TypeVar
 
-from branchwater.engine import DirtyBranch, NoChanges, NotFound
+from branchwater.engine import CommitExpired, DirtyBranch, NoChanges, NotFound
 from branchwater.engine.api import Branch, Repository
 from branchwater.engine.gc.addresses import newest_first_time
 from branchwater.engine.gc.prepare import PreparedRun
@@ -172,13 +172,21 @@ def committed_addresses(repo: Repository) -> set[str]:
 
 
 def referenced_entries(repo: Repository) -> Iterator[tuple[str, Entry]]:
-    """(where, entry) of everything a reader can reach: every branch as it shows now, and
-    every commit, reachable or not."""
+    """(where, entry) of everything a reader can reach: every branch as it shows now, every
+    tag, and every commit, reachable or not, that retention has not expired (reading one
+    that it has raises `CommitExpired`, which a tag's commit must never do)."""
     for branch in repo.branches():
         for entry in branch.list():
             yield f"branch {branch.name}", entry
+    for tag in repo.tags():
+        for entry in repo.ref(tag.name).list():
+            yield f"tag {tag.name}", entry
     for commit_id in repo.committed_layout().metaranges:
-        for entry in repo.ref(commit_id).list():
+        try:
+            ref = repo.ref(commit_id)
+        except CommitExpired:
+            continue
+        for entry in ref.list():
             yield f"commit {commit_id[:12]}", entry
 
 

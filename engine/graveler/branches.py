@@ -3,11 +3,18 @@ optionally move to another commit)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 from branchwater.engine import failpoints
-from branchwater.engine.errors import InvalidArgument, too_many_tries
+from branchwater.engine.errors import (
+    CommitExpired,
+    InvalidArgument,
+    PredicateFailed,
+    too_many_tries,
+)
 from branchwater.engine.graveler import protection
+from branchwater.engine.graveler.fence import check_unfenced
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord
 from branchwater.engine.graveler.names import check_ref_name
@@ -23,6 +30,13 @@ def create_branch(g: Graveler, repo: RepositoryRecord, name: str, source: str) -
     failpoints.hit("branch.before_insert")
     g.refs.insert_branch(repo, branch)
     protection.after_create(g, repo, branch)
+    try:
+        check_unfenced(g.kv, repo, commit_id)
+    except CommitExpired:
+        now, predicate = g.refs.get_branch(repo, name)
+        if now.commit_id == commit_id:
+            g.remove_branch_dropping(repo, now, predicate)
+        raise
     return branch
 
 
@@ -63,5 +77,20 @@ def reset_branch(
         if g.update_branch_dropping(
             repo, reset, predicate, (branch.staging_token, *branch.sealed_tokens)
         ):
+            if target is not None:
+                _fenced_reset(g, repo, reset, branch.commit_id)
             return reset
     raise too_many_tries(f"reset of branch {name!r} of {repo.name!r}", g.retry.attempts)
+
+
+def _fenced_reset(g: Graveler, repo: RepositoryRecord, reset: BranchRecord, left: str) -> None:
+    """After a reset to another commit (`graveler.fence`): when a GC run is collecting it,
+    point the branch back at the commit it left (its changes stay dropped, as asked)."""
+    try:
+        check_unfenced(g.kv, repo, reset.commit_id)
+    except CommitExpired:
+        back = dataclasses.replace(reset, commit_id=left)
+        with contextlib.suppress(PredicateFailed):
+            g.refs.set_branch_if(repo, back, reset.encode())
+        g.branch_cache.forget(repo, reset.name)
+        raise

@@ -50,6 +50,7 @@ from branchwater.engine.graveler.committed import (
     CommittedStore,
     Replacements,
 )
+from branchwater.engine.graveler.fence import check_unfenced
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.history import find_merge_bases
 from branchwater.engine.graveler.model import (
@@ -556,9 +557,11 @@ def _record(
     if strategy:
         meta["branchwater.merge.strategy"] = strategy
     message = message or f"Merge {source.id[:12]} into {head.id[:12]}"
-    return g.refs.add_commit(
+    recorded = g.refs.add_commit(
         repo, (head, source), attempt.metarange_id, message, meta, committer=committer
     )
+    check_unfenced(g.kv, repo, source.id)
+    return recorded
 
 
 def _parse_hint(g: Graveler, repo: RepositoryRecord, hint: str, source: Commit) -> Attempt:

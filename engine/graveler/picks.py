@@ -16,6 +16,7 @@ from typing import Literal
 from branchwater.engine.errors import InvalidArgument, MergeConflict, NoChanges, too_many_tries
 from branchwater.engine.graveler import protection
 from branchwater.engine.graveler.committed import EMPTY_METARANGE_ID
+from branchwater.engine.graveler.fence import check_unfenced
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.merge import Attempt, MergeResult, land, merged_or_conflict
 from branchwater.engine.graveler.model import (
@@ -137,9 +138,11 @@ class _PickPlan:
             raise NoChanges(
                 f"{self.kind} of {self.sides[0]!r} changes nothing on {self.sides[1]!r}"
             )
-        return g.refs.add_commit(
+        recorded = g.refs.add_commit(
             repo, (head,), at.metarange_id, self.message, self.metadata, committer=self.committer
         )
+        check_unfenced(g.kv, repo, self.metadata[_KEYS[self.kind]])
+        return recorded
 
     def gave_up(self, repo: RepositoryRecord, attempts: int, last: Attempt | None) -> Exception:
         what = f"{self.kind} of {self.sides[0]!r} onto {self.sides[1]!r} of {repo.name!r}"

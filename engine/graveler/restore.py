@@ -14,7 +14,8 @@ import contextlib
 from collections.abc import Iterable, Iterator, Sequence
 
 from branchwater.engine import failpoints
-from branchwater.engine.errors import InvalidArgument, NotFound
+from branchwater.engine.errors import CommitExpired, InvalidArgument, NotFound
+from branchwater.engine.graveler.fence import check_unfenced
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import Entry, RepositoryRecord
 from branchwater.engine.graveler.names import check_path
@@ -32,17 +33,30 @@ def restore(
     """Stage `source`'s version of `paths` on the branch; returns how many paths changed."""
     specs = _specs(paths)
     commit_id = g.refs.resolve(repo, source).commit_id
-    staged = 0
+    staged: list[tuple[str, Entry | None]] = []
     for spec in specs:
-        for path, wanted, _shown in _differences(g, repo, branch_name, commit_id, spec):
+        for path, wanted, shown in _differences(g, repo, branch_name, commit_id, spec):
             failpoints.hit("restore.before_stage")
-            if wanted is not None:
-                stage_entry(g, repo, branch_name, wanted)
-            else:
-                with contextlib.suppress(NotFound):  # deleted meanwhile: as restored
-                    stage_delete(g, repo, branch_name, path)
-            staged += 1
-    return staged
+            _stage(g, repo, branch_name, path, wanted)
+            staged.append((path, shown))
+    try:
+        check_unfenced(g.kv, repo, commit_id)
+    except CommitExpired:
+        for path, shown in staged:
+            _stage(g, repo, branch_name, path, shown)
+        raise
+    return len(staged)
+
+
+def _stage(
+    g: Graveler, repo: RepositoryRecord, branch_name: str, path: str, entry: Entry | None
+) -> None:
+    """Stage `entry` at `path`, or a delete when None."""
+    if entry is not None:
+        stage_entry(g, repo, branch_name, entry)
+    else:
+        with contextlib.suppress(NotFound):  # deleted meanwhile: as restored
+            stage_delete(g, repo, branch_name, path)
 
 
 def _specs(paths: object) -> list[str]:

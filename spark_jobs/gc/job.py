@@ -54,7 +54,9 @@ from branchwater.engine.gc.runs.retention import (
     EXPIRED_COMMITS,
     ONLY_COMMITTED,
     ONLY_UNCOMMITTED,
+    rearm_before_sweep,
     record_swept,
+    release_unswept,
     retention_input,
     write_expiring,
 )
@@ -130,11 +132,18 @@ class GCJob:
             ns = Namespace.of(repo.storage_namespace, self.config.s3_options)
             with take_lease(repo, self.config) as lease:
                 self.events({"event": "notice", "message": f"GC run lease held: {lease.holder}"})
+                graveler, record = repo.lake.graveler, repo.record
                 if self.config.sweep is not None:
-                    summary = self.sweep_mark(ns, self.config.sweep, lease=lease)
+                    summary = files.read_summary(ns, self.config.sweep)
+                    files.check_sweepable(summary)
+                    rearm_before_sweep(graveler, record, ns, summary)
+                    summary = self.sweep_mark(ns, summary.run_id, summary, lease)
                 else:
                     summary = self.mark(repo, ns)
-                    if summary.gate_success and not self.config.dry_run:
+                    if not summary.gate_success:
+                        release_unswept(graveler, record, ns, summary)
+                    elif not self.config.dry_run:
+                        rearm_before_sweep(graveler, record, ns, summary)
                         summary = self.sweep_mark(ns, summary.run_id, summary, lease)
                 expired = record_swept(repo.lake.graveler, repo.record, ns, summary)
                 if expired:

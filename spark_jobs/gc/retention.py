@@ -35,8 +35,8 @@ from branchwater.engine.gc.runs.files import CANDIDATES, Volume, part_name, run_
 from branchwater.engine.gc.runs.layout import JVM_ADDRESS_PATTERN, external_mask, slice_time
 from branchwater.engine.gc.runs.retention import (
     RetentionInput,
-    commits_expiring,
     metaranges_now_held,
+    settle_expiring,
 )
 from branchwater.engine.gc.runs.storage import Namespace
 from branchwater.spark_jobs.gc.frames import map_shares
@@ -146,7 +146,7 @@ def mark_expired(
 ) -> ExpiredMark:
     """Compute the expired candidates, re-check the refs, write the candidates files."""
     rows = expired_candidates(spark, ns, layout, plan, uncommitted, readers).toArrow()
-    held_now = metaranges_now_held(repo.lake.graveler, repo.record, plan)
+    held_now = metaranges_now_held(repo.lake.graveler, repo.record, plan, run_id)
     dropped_addresses = _addresses_of(ns, layout, held_now)
     if rows.num_rows:
         dropped_addresses |= staged_now(ns, repo)
@@ -161,7 +161,7 @@ def mark_expired(
     mark = ExpiredMark(
         keys, Volume(table.num_rows, _sum(table.column("size"))), dropped=dropped, young=young
     )
-    mark.expiring = commits_expiring(plan, held_now)
+    mark.expiring = settle_expiring(repo.lake.graveler, repo.record, plan, held_now, run_id)
     for name, target in (("branch", mark.by_branch), ("month", mark.by_month)):
         grouped = table.group_by(name).aggregate([("address", "count"), ("size", "sum")])
         for key, count, size in zip(

@@ -7,19 +7,22 @@ from __future__ import annotations
 import contextlib
 import random
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import pytest
 
-from branchwater.engine import CommitExpired, NoChanges, failpoints
+from branchwater.engine import CommitExpired, NoChanges, NotFound, failpoints
 from branchwater.engine.gc.retention.expired import expired_at
 from branchwater.engine.gc.retention.expiry import repository_retention
-from branchwater.engine.gc.runs import files
+from branchwater.engine.gc.runs import files, statuses
 from branchwater.engine.gc.runs.explain import explain
 from branchwater.engine.gc.runs.files import CANDIDATES
+from branchwater.engine.graveler.fence import FenceRecord, fence_key
 from tests.gc_model import (
     RetentionHistory,
     active_commits,
+    assert_references_intact,
     assert_retention_holds,
     commit_addresses,
     retention_candidates,
@@ -199,3 +202,55 @@ def test_refs_moved_onto_expired_commits_before_the_recheck_keep_their_objects(
         ref = repo.ref(head)
         for entry in ref.list():
             ref.read(entry.path)
+
+
+def test_moves_onto_expiring_commits_after_the_recheck_are_refused(local_gc: GCLake) -> None:
+    """Forced at `gc.retention.before_sweep` (after the re-check, before any delete): a
+    branch created from, a tag put on, a branch reset to and a restore from each commit the
+    run is collecting all refuse naming the run and leave nothing behind; a branch from an
+    active commit is made. The sweep deletes, and every object a branch, tag or commit then
+    references is intact."""
+    months_of_history(local_gc, 9)
+    repo = local_gc.repo
+    kv = repo.lake.graveler.kv
+    repo.set_gc_rules({"default_retention_days": 0})
+    fenced: list[str] = []
+
+    def expiring(commit_id: str) -> FenceRecord | None:
+        with contextlib.suppress(NotFound):
+            record = FenceRecord.decode(kv.get(repo.record.partition, fence_key(commit_id))[0])
+            return record if record.expired is None else None
+        return None
+
+    def move() -> None:
+        fenced.extend(c.id for c in kv_commits(local_gc) if expiring(c.id) is not None)
+        assert fenced, "the run is collecting some commits"
+        late = repo.create_branch("late-restore", source="main")
+        for commit_id in fenced:
+            run = expiring(commit_id)
+            assert run is not None
+            attempts = [
+                partial(repo.create_branch, "late-branch", source=commit_id),
+                partial(repo.tag, "late-tag", commit_id),
+                partial(late.reset, to=commit_id),
+                partial(late.restore, [""], source=commit_id),
+            ]
+            for attempt in attempts:
+                with pytest.raises(CommitExpired) as raised:
+                    attempt()
+                assert (raised.value.commit_id, raised.value.collecting) == (commit_id, run.run)
+        repo.create_branch("late-active", source="main")
+
+    main_head = repo.branch("main").commit_id
+    with failpoints.armed("gc.retention.before_sweep", move):
+        summary = run_both(local_gc)
+    assert summary.status == statuses.SWEPT, summary.error
+    assert summary.counts["deleted"].objects > 0
+    names = {b.name for b in repo.branches()}
+    assert {"late-active", "late-restore"} <= names and "late-branch" not in names
+    assert "late-tag" not in {t.name for t in repo.tags()}
+    assert repo.branch("late-restore").commit_id == main_head
+    shown = [e.identity() for e in repo.branch("late-restore").list()]
+    assert shown == [e.identity() for e in repo.ref(main_head).list()]
+    assert all(expired_at(kv, repo.record, c) is not None for c in fenced)
+    assert_references_intact(repo)

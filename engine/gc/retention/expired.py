@@ -1,25 +1,34 @@
-"""Commits whose objects retention deleted, recorded in the KV when a sweep finishes, so
-reading, branching from, resetting to or tagging one raises `CommitExpired` naming it and
-when it expired, instead of a missing-object error deep in a read.
+"""Commits a GC run is collecting (*expiring*) and whose objects retention deleted
+(*expired*), recorded in the KV (`engine/graveler/fence.py` says why moves onto them refuse,
+and proves the order), so reading, branching from, resetting to or tagging one raises
+`CommitExpired` instead of a missing-object error deep in a read.
 
-A record is written for every commit of the sweep's run whose metarange only expired commits
-held (`engine/gc/runs/retention.py`): the run deleted what of its tree no active commit
-shares. Records are written after the objects are deleted, so a client that checked a
-commit just before reads an object that is gone at worst: the same outcome, later. The
-commit records themselves stay (history, `repo.commit`, `log` and merge bases still work).
+A run records as expiring every commit whose metarange only expired commits hold, before
+its re-check, and releases those the re-check found held again. Its sweep re-arms them
+before deleting and records them as expired after: the run deleted what of their trees no
+active commit shares. The commit records themselves stay (history, `repo.commit`, `log` and
+merge bases still work). An expiring record of a run that died fences for `EXPIRING_HOLD` at
+most; a sweep that finds one of its records lapsed, or taken by a later run, deletes nothing.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
-from branchwater.engine.errors import CommitExpired, NotFound
+from branchwater.engine.errors import NotFound, PredicateFailed, StaleGCMark
+from branchwater.engine.graveler.fence import (
+    FenceRecord,
+    check_unfenced,
+    fence_key,
+    read_fence,
+)
 from branchwater.engine.graveler.model import RepositoryRecord
 from branchwater.engine.kv import Store
 
-EXPIRED_PREFIX = b"gc/expired/"
+EXPIRING_HOLD = timedelta(days=1)
+"""How long an expiring record fences moves unless its run's sweep re-arms it: a run's mark
+must be swept within it (a scheduled run sweeps right after its gate)."""
 
 
 def record_expired(
@@ -27,27 +36,87 @@ def record_expired(
 ) -> int:
     """Record `commit_ids` as expired by run `run_id` at `when`; returns how many. Writing
     one again (a sweep resumed) keeps it expired, with the later time."""
-    value = json.dumps({"expired": when.isoformat(), "run": run_id}).encode()
+    value = FenceRecord(run_id, expired=when.isoformat()).encode()
     count = 0
     for commit_id in commit_ids:
-        kv.set(repo.partition, EXPIRED_PREFIX + commit_id.encode(), value)
+        kv.set(repo.partition, fence_key(commit_id), value)
         count += 1
     return count
+
+
+def mark_expiring(
+    kv: Store, repo: RepositoryRecord, commit_ids: Iterable[str], run_id: str
+) -> list[str]:
+    """Fence `commit_ids` for run `run_id` (those already expired stay so); returns them."""
+    until = datetime.now(UTC) + EXPIRING_HOLD
+    value = FenceRecord(run_id, until=until).encode()
+    fenced = []
+    for commit_id in commit_ids:
+        if expired_at(kv, repo, commit_id) is None:
+            kv.set(repo.partition, fence_key(commit_id), value)
+        fenced.append(commit_id)
+    return fenced
+
+
+def release_expiring(
+    kv: Store, repo: RepositoryRecord, commit_ids: Iterable[str], run_id: str
+) -> None:
+    """Drop run `run_id`'s expiring records of `commit_ids` (the re-check kept them)."""
+    for commit_id in commit_ids:
+        try:
+            record, predicate = read_fence(kv, repo, commit_id)
+        except NotFound:
+            continue
+        if record.expired is None and record.run == run_id:
+            try:
+                kv.delete_if(repo.partition, fence_key(commit_id), predicate)
+            except PredicateFailed:
+                continue
+
+
+def rearm_expiring(
+    kv: Store, repo: RepositoryRecord, commit_ids: Iterable[str], run_id: str
+) -> None:
+    """Before a sweep deletes: push each of run `run_id`'s records `EXPIRING_HOLD` ahead,
+    each only while it still fences for this run (so it fenced without a gap since the
+    re-check); else `StaleGCMark`, nothing deleted."""
+    for commit_id in commit_ids:
+        now = datetime.now(UTC)
+        try:
+            record, predicate = read_fence(kv, repo, commit_id)
+        except NotFound:
+            raise _stale(run_id, commit_id, "no longer recorded as expiring") from None
+        if record.expired is not None:
+            continue
+        if record.run != run_id:
+            raise _stale(run_id, commit_id, f"taken by the later GC run {record.run}")
+        if not record.fences(now):
+            raise _stale(run_id, commit_id, f"fenced only until {record.until}")
+        value = FenceRecord(run_id, until=now + EXPIRING_HOLD).encode()
+        try:
+            kv.set_if(repo.partition, fence_key(commit_id), value, predicate)
+        except PredicateFailed:
+            raise _stale(run_id, commit_id, "changed while the sweep re-armed it") from None
+
+
+def _stale(run_id: str, commit_id: str, why: str) -> StaleGCMark:
+    return StaleGCMark(
+        f"GC run {run_id} cannot sweep: its expiring commit {commit_id[:12]} is {why}, so a "
+        "branch, tag or restore may have reached it since the run's re-check; nothing was "
+        "deleted, run GC again"
+    )
 
 
 def expired_at(kv: Store, repo: RepositoryRecord, commit_id: str) -> str | None:
     """When retention deleted the commit's objects, or None while they are kept."""
     try:
-        value, _ = kv.get(repo.partition, EXPIRED_PREFIX + commit_id.encode())
+        record, _ = read_fence(kv, repo, commit_id)
     except NotFound:
         return None
-    expired: str = json.loads(value)["expired"]
-    return expired
+    return record.expired
 
 
 def check_live(kv: Store, repo: RepositoryRecord, commit_id: str) -> str:
-    """`commit_id`, or `CommitExpired` when retention deleted its objects."""
-    expired = expired_at(kv, repo, commit_id)
-    if expired is not None:
-        raise CommitExpired(commit_id, expired)
-    return commit_id
+    """`commit_id`, or `CommitExpired` when retention deleted its objects or a GC run is
+    collecting them."""
+    return check_unfenced(kv, repo, commit_id)

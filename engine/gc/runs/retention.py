@@ -10,8 +10,10 @@ that is now active and was not (a branch created from or reset to an old commit,
 on one, a branch deleted and so rule 4's default retention applying) or that is new since
 the first read (a merge or commit that committed old objects again, a revert or
 cherry-pick). It also prepares the uncommitted entries again, which catches a restore that
-staged an expired commit's entry. What the re-check cannot see is a move made after it and
-before the sweep deletes: docs/architecture.md lists that window per operation.
+staged an expired commit's entry. A move made after the re-check and before the sweep
+deletes is refused instead: the run records its expiring commits in the KV before it
+re-checks, and every move onto a commit checks that record after its own write
+(`engine/graveler/fence.py` proves the order).
 """
 
 from __future__ import annotations
@@ -23,7 +25,12 @@ from datetime import UTC, datetime
 import pyarrow as pa
 
 from branchwater.engine import failpoints
-from branchwater.engine.gc.retention.expired import record_expired
+from branchwater.engine.gc.retention.expired import (
+    mark_expiring,
+    rearm_expiring,
+    record_expired,
+    release_expiring,
+)
 from branchwater.engine.gc.retention.expiry import (
     DANGLING,
     CommitNode,
@@ -118,12 +125,15 @@ def retention_input(g: Graveler, repo: RepositoryRecord, now: datetime) -> Reten
     return RetentionInput(rules, retention, metaranges)
 
 
-def metaranges_now_held(g: Graveler, repo: RepositoryRecord, first: RetentionInput) -> set[str]:
+def metaranges_now_held(
+    g: Graveler, repo: RepositoryRecord, first: RetentionInput, run_id: str
+) -> set[str]:
     """The re-check: metaranges of commits that are active now (by the run's rules, and by
     the rules stored now if they changed meanwhile: whichever keeps a commit keeps it, at
     the run's time) and of every commit recorded since `first`, less those `first` already
-    counted as active."""
+    counted as active. The commits the run may expire are fenced first."""
     failpoints.hit("gc.retention.before_recheck")
+    mark_expiring(g.kv, repo, commits_expiring(first, set()), run_id)
     heads = read_heads(g, repo)
     commits = list(g.refs.list_commits(repo))
     history = {c.id: CommitNode.of(c) for c in commits}
@@ -146,10 +156,42 @@ def commits_expiring(plan: RetentionInput, held_now: set[str]) -> list[str]:
     return sorted(c for c in plan.retention.expired if plan.metaranges.get(c) in gone)
 
 
+def settle_expiring(
+    g: Graveler, repo: RepositoryRecord, plan: RetentionInput, held_now: set[str], run_id: str
+) -> list[str]:
+    """`commits_expiring`, after releasing the fence of the commits the re-check kept."""
+    expiring = commits_expiring(plan, held_now)
+    kept = set(commits_expiring(plan, set())) - set(expiring)
+    release_expiring(g.kv, repo, sorted(kept), run_id)
+    return expiring
+
+
 def write_expiring(ns: Namespace, run_id: str, commit_ids: list[str]) -> list[str]:
     key = f"{files.set_prefix(run_id, EXPIRED_COMMITS)}/{files.part_name(0)}"
     ns.write_parquet(key, pa.table({"commit_id": pa.array(commit_ids, pa.string())}))
     return [key]
+
+
+def expiring_ids(ns: Namespace, summary: files.RunSummary) -> list[str]:
+    """The commits the run's sweep expires, as its mark wrote them."""
+    keys = summary.files.get(EXPIRED_COMMITS, [])
+    return [i for key in keys for i in ns.read_parquet(key).column(0).to_pylist()]
+
+
+def rearm_before_sweep(
+    g: Graveler, repo: RepositoryRecord, ns: Namespace, summary: files.RunSummary
+) -> None:
+    """Before a sweep deletes: its expiring commits must still be fenced for its run
+    (`StaleGCMark` otherwise, nothing deleted), and stay so while it deletes."""
+    failpoints.hit("gc.retention.before_sweep")
+    rearm_expiring(g.kv, repo, expiring_ids(ns, summary), summary.run_id)
+
+
+def release_unswept(
+    g: Graveler, repo: RepositoryRecord, ns: Namespace, summary: files.RunSummary
+) -> None:
+    """A mark that can never be swept (its gate failed) stops fencing its commits."""
+    release_expiring(g.kv, repo, expiring_ids(ns, summary), summary.run_id)
 
 
 def record_swept(
@@ -157,9 +199,10 @@ def record_swept(
 ) -> int:
     """After a finished sweep: record its run's expiring commits as expired (`CommitExpired`
     from then on); returns how many."""
-    keys = summary.files.get(EXPIRED_COMMITS, [])
-    if summary.status != statuses.SWEPT or not keys:
+    if summary.status != statuses.SWEPT:
         return 0
-    ids = [i for key in keys for i in ns.read_parquet(key).column(0).to_pylist()]
+    ids = expiring_ids(ns, summary)
+    if not ids:
+        return 0
     when = datetime.fromisoformat(summary.swept_at) if summary.swept_at else datetime.now(UTC)
     return record_expired(g.kv, repo, ids, when, summary.run_id)

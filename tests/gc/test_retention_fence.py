@@ -1,0 +1,132 @@
+"""The retention fence (engine/graveler/fence.py) on SQLite and PostgreSQL: a move onto a
+commit a GC run is collecting refuses naming the run, and a move whose own write landed
+before the run's expiring record but whose check came after takes that write back; a dead
+run's record stops fencing once it lapses, and a sweep whose record lapsed or was taken over
+deletes nothing (`StaleGCMark`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from branchwater.engine import CommitExpired, Lake, failpoints
+from branchwater.engine.api import Repository
+from branchwater.engine.errors import StaleGCMark
+from branchwater.engine.gc.retention.expired import (
+    expired_at,
+    mark_expiring,
+    rearm_expiring,
+    record_expired,
+    release_expiring,
+)
+from branchwater.engine.graveler.fence import FenceRecord, fence_key, read_fence
+
+RUN = "18f2a9c3b7d1-fence"
+
+
+@pytest.fixture
+def fenced_repo(race_kv: str, tmp_path: Path) -> Iterator[Repository]:
+    with Lake.connect(race_kv) as lake:
+        yield lake.create_repository("sales", storage_namespace=f"file://{tmp_path}/ns")
+
+
+def history(repo: Repository) -> tuple[str, str, str]:
+    """(root, old, new) on main: the root holds `a`, old adds `b`, new adds `c`."""
+    main = repo.branch("main")
+    main.upload("a", b"1")
+    root = main.commit("root").id
+    main.upload("b", b"old")
+    old = main.commit("old").id
+    main.upload("c", b"new")
+    new = main.commit("new").id
+    return root, old, new
+
+
+def fence(repo: Repository, commit_id: str, run: str = RUN) -> None:
+    mark_expiring(repo.lake.graveler.kv, repo.record, [commit_id], run)
+
+
+def refused(move: Callable[[], object], commit_id: str) -> None:
+    with pytest.raises(CommitExpired) as raised:
+        move()
+    assert raised.value.commit_id == commit_id
+    assert raised.value.collecting == RUN and RUN in str(raised.value)
+
+
+def test_every_move_onto_an_expiring_commit_refuses(fenced_repo: Repository) -> None:
+    repo = fenced_repo
+    root, old, new = history(repo)
+    side = repo.create_branch("side", source=new)
+    repo.create_branch("pick", source=root)
+    fence(repo, old)
+    refused(lambda: repo.create_branch("again", source=old), old)
+    refused(lambda: repo.tag("again", old), old)
+    refused(lambda: side.reset(to=old), old)
+    refused(lambda: repo.revert("side", old), old)
+    refused(lambda: repo.cherry_pick("pick", old), old)
+    refused(lambda: repo.merge(old, "pick", fast_forward=False), old)
+    refused(lambda: repo.ref(old), old)
+    side.upload("b", b"edited")
+    refused(lambda: side.restore(["b"], source=old), old)
+    assert [b.name for b in repo.branches()] == ["main", "pick", "side"]
+    assert repo.tags() == []
+    assert (repo.branch("side").commit_id, repo.branch("pick").commit_id) == (new, root)
+    assert repo.branch("side").read("b") == b"edited"
+    assert repo.ref(new).read("b") == b"old"
+
+
+def test_a_move_whose_write_preceded_the_record_takes_it_back(fenced_repo: Repository) -> None:
+    """The record lands between the move's first check and its write (the worst order the
+    pre-check allows): the check after the write sees it and removes what the move wrote."""
+    repo = fenced_repo
+    _, old, new = history(repo)
+    side = repo.create_branch("side", source=new)
+    side.upload("b", b"edited")
+    with failpoints.armed("branch.before_insert", lambda: fence(repo, old)):
+        refused(lambda: repo.create_branch("again", source=old), old)
+    assert [b.name for b in repo.branches()] == ["main", "side"]
+    release_expiring(repo.lake.graveler.kv, repo.record, [old], RUN)
+    with failpoints.armed("restore.before_stage", lambda: fence(repo, old)):
+        refused(lambda: side.restore(["b"], source=old), old)
+    assert repo.branch("side").read("b") == b"edited"
+
+
+def test_a_dead_runs_record_lapses_and_its_sweep_deletes_nothing(
+    fenced_repo: Repository,
+) -> None:
+    repo = fenced_repo
+    kv = repo.lake.graveler.kv
+    _, old, _ = history(repo)
+    lapsed = FenceRecord(RUN, until=datetime.now(UTC) - timedelta(seconds=1))
+    kv.set(repo.record.partition, fence_key(old), lapsed.encode())
+    with pytest.raises(StaleGCMark, match="fenced only until"):
+        rearm_expiring(kv, repo.record, [old], RUN)
+    assert repo.create_branch("again", source=old).commit_id == old
+    fence(repo, old, "later-run")
+    with pytest.raises(StaleGCMark, match="later-run"):
+        rearm_expiring(kv, repo.record, [old], RUN)
+    release_expiring(kv, repo.record, [old], RUN)
+    assert read_fence(kv, repo.record, old)[0].run == "later-run"
+
+
+def test_a_sweep_rearms_its_records_then_records_them_expired(fenced_repo: Repository) -> None:
+    repo = fenced_repo
+    kv = repo.lake.graveler.kv
+    _, old, new = history(repo)
+    fence(repo, old)
+    before = read_fence(kv, repo.record, old)[0].until
+    rearm_expiring(kv, repo.record, [old], RUN)
+    after = read_fence(kv, repo.record, old)[0].until
+    assert before is not None and after is not None and after >= before
+    assert expired_at(kv, repo.record, old) is None
+    when = datetime(2026, 5, 1, tzinfo=UTC)
+    record_expired(kv, repo.record, [old], when, RUN)
+    mark_expiring(kv, repo.record, [old], "next-run")
+    assert expired_at(kv, repo.record, old) == when.isoformat()
+    rearm_expiring(kv, repo.record, [old], "next-run")
+    with pytest.raises(CommitExpired, match="deleted on"):
+        repo.create_branch("again", source=old)
+    assert repo.create_branch("fine", source=new).commit_id == new
