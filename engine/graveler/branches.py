@@ -3,18 +3,16 @@ optionally move to another commit)."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 
 from branchwater.engine import failpoints
 from branchwater.engine.errors import (
     CommitExpired,
     InvalidArgument,
-    PredicateFailed,
     too_many_tries,
 )
 from branchwater.engine.graveler import protection
-from branchwater.engine.graveler.fence import check_unfenced
+from branchwater.engine.graveler.fence import check_moved, check_unfenced
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord
 from branchwater.engine.graveler.names import check_ref_name
@@ -78,19 +76,6 @@ def reset_branch(
             repo, reset, predicate, (branch.staging_token, *branch.sealed_tokens)
         ):
             if target is not None:
-                _fenced_reset(g, repo, reset, branch.commit_id)
+                check_moved(g, repo, reset, branch.commit_id)
             return reset
     raise too_many_tries(f"reset of branch {name!r} of {repo.name!r}", g.retry.attempts)
-
-
-def _fenced_reset(g: Graveler, repo: RepositoryRecord, reset: BranchRecord, left: str) -> None:
-    """After a reset to another commit (`graveler.fence`): when a GC run is collecting it,
-    point the branch back at the commit it left (its changes stay dropped, as asked)."""
-    try:
-        check_unfenced(g.kv, repo, reset.commit_id)
-    except CommitExpired:
-        back = dataclasses.replace(reset, commit_id=left)
-        with contextlib.suppress(PredicateFailed):
-            g.refs.set_branch_if(repo, back, reset.encode())
-        g.branch_cache.forget(repo, reset.name)
-        raise

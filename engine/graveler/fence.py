@@ -6,10 +6,11 @@ treat as expired (`engine/gc/retention/expired.py`), before its re-check reads t
 commit records and the staging again; its sweep turns each into an *expired* record once
 the objects are deleted. Both live under one key per commit, so a move pays one KV get.
 
-The moves: branch creation from a commit, reset to one, a tag on one (after the ref is
-written), a restore from one (after its entries are staged), and a revert, cherry-pick or
-merge of one (after the new commit record is written, before the branch moves). Each calls
-`check_unfenced` after its own write and, when it raises, takes that write back.
+The moves: branch creation from a commit, reset to one or a fast-forward onto one, a tag on
+one (after the ref is written), a restore from one (after its entries are staged), and a
+revert, cherry-pick or merge of one (after the new commit record is written, before the
+branch moves). Each calls `check_unfenced` (or `check_moved`) after its own write and, when
+it raises, takes that write back.
 
 Why no object a ref then references is deleted. Let W be the move's write and K its check,
 R the run's expiring record and Q its re-check, with W before K and R before Q in the KV's
@@ -23,12 +24,15 @@ before deleting, and refuses to delete when it lapsed, so a lapse is only ever a
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from branchwater.engine.errors import CommitExpired, NotFound
-from branchwater.engine.graveler.model import RepositoryRecord
+from branchwater.engine.errors import CommitExpired, NotFound, PredicateFailed
+from branchwater.engine.graveler.graveler import Graveler
+from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord
 from branchwater.engine.kv import Store
 
 FENCE_PREFIX = b"gc/expired/"
@@ -83,3 +87,16 @@ def check_unfenced(kv: Store, repo: RepositoryRecord, commit_id: str) -> str:
     if record.fences(datetime.now(UTC)):
         raise CommitExpired(commit_id, "", collecting=record.run)
     return commit_id
+
+
+def check_moved(g: Graveler, repo: RepositoryRecord, moved: BranchRecord, left: str) -> None:
+    """After a branch was moved onto another commit (a reset to it, a fast-forward): when
+    that commit is fenced, point the branch back at `left` (unless it moved on since)."""
+    try:
+        check_unfenced(g.kv, repo, moved.commit_id)
+    except CommitExpired:
+        back = dataclasses.replace(moved, commit_id=left)
+        with contextlib.suppress(PredicateFailed):
+            g.refs.set_branch_if(repo, back, moved.encode())
+        g.branch_cache.forget(repo, moved.name)
+        raise

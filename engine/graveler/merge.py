@@ -50,7 +50,7 @@ from branchwater.engine.graveler.committed import (
     CommittedStore,
     Replacements,
 )
-from branchwater.engine.graveler.fence import check_unfenced
+from branchwater.engine.graveler.fence import check_moved, check_unfenced
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.history import find_merge_bases
 from branchwater.engine.graveler.model import (
@@ -211,6 +211,7 @@ def land(
             if isinstance(first, Commit):
                 moved = moved_to(branch, first.id)
                 if g.update_branch_dropping(repo, moved, predicate, branch.sealed_tokens):
+                    check_moved(g, repo, moved, branch.commit_id)
                     return MergeResult(first, attempt, fast_forward=True)
                 continue
             previous = first

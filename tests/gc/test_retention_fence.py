@@ -68,6 +68,7 @@ def test_every_move_onto_an_expiring_commit_refuses(fenced_repo: Repository) -> 
     refused(lambda: repo.revert("side", old), old)
     refused(lambda: repo.cherry_pick("pick", old), old)
     refused(lambda: repo.merge(old, "pick", fast_forward=False), old)
+    refused(lambda: repo.merge(old, "pick"), old)
     refused(lambda: repo.ref(old), old)
     side.upload("b", b"edited")
     refused(lambda: side.restore(["b"], source=old), old)
