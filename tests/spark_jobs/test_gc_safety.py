@@ -161,7 +161,9 @@ def test_nothing_outside_the_data_objects_of_the_namespace_is_touched(
         assert gc.objects.exists(key), key
     for ns in neighbours:
         assert ns.exists(garbage)
-    assert summary.volume("ignored").objects == 2
+    # The nested folder, and the temporary-looking key where it is an object: a local store
+    # does not list its own temporary files.
+    assert summary.volume("ignored").objects == (2 if where == "s3" else 1)
     assert summary.slices["ignored_folders"] == 1
 
 
@@ -241,7 +243,7 @@ def test_a_candidate_of_unknown_age_fails_the_gate_and_deletes_nothing(
     assert garbage <= set(local_gc.data_objects())
 
 
-MALFORMED = ["s3://another-bucket/data/x", "/etc/passwd", "data/../_branchwater/ranges", "tables/a"]
+MALFORMED = ["/etc/passwd", "data/../_branchwater/ranges", "tables/a", "data/x"]
 
 
 def test_malformed_addresses_in_the_inputs_are_refused_before_anything_is_deleted(
@@ -272,7 +274,9 @@ def test_malformed_addresses_in_the_inputs_are_refused_before_anything_is_delete
 
 def test_a_committed_malformed_address_is_refused_too(local_gc: GCLake) -> None:
     garbage = set(local_gc.put_garbage(2))
-    stage_raw(local_gc, "t/foreign", "file:///elsewhere/data/x")
+    """A full URI outside every namespace is an imported object, skipped; one into the
+    namespace itself is malformed."""
+    stage_raw(local_gc, "t/foreign", f"{local_gc.repo.storage_namespace}/data/x")
     local_gc.repo.branch("main").commit("a foreign address")
 
     with pytest.raises(InvalidAddress, match="committed"):
