@@ -198,12 +198,14 @@ def test_staged_writes_read_the_rules_from_the_records_they_read_anyway(tmp_path
     """No extra round trip for a branch no rule matches, however many rules the repository
     has; one at most (the cached record is read again) for a branch whose rules allow it."""
     kv = CountingStore()
-    with Lake(Graveler(kv, branch_cache_ttl=600)) as lake:
+    graveler = Graveler(kv, branch_cache_ttl=600)
+    with Lake(graveler) as lake:
         repo = lake.create_repository("guarded", storage_namespace=f"file://{tmp_path}/ns")
         seeded(repo)
         dev = repo.branch("dev")
 
         def trips(path: str) -> int:
+            assert graveler.wait_for_background(timeout=60), "a staging drop is still running"
             kv.calls.clear()
             dev.upload(path, path.encode())
             return len(kv.calls)
