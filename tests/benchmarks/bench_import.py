@@ -18,13 +18,12 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from branchwater.engine import Lake
 from tests.benchmarks.declarations import Benchmark, Suite
-from tests.fixtures.s3 import S3Server
+from tests.fixtures.s3 import running_seaweedfs
 from tests.helpers.servers import unique_name
 
 BENCHMARKS = Suite(
@@ -113,25 +112,6 @@ def bench_local(tmp: Path, count: int, rounds: int) -> None:
         "list": lambda _: scandir_listing(str(source)),
     }
     report("local", best(rounds, sides, count), count, rounds)
-
-
-@contextmanager
-def running_seaweedfs() -> Iterator[S3Server]:
-    """A SeaweedFS server of this benchmark's own, stopped by its pid on the way out."""
-    from branchwater.stack import processes, seaweedfs
-    from tests.fixtures.s3 import READY_TIMEOUT, start_seaweedfs
-
-    seaweed = start_seaweedfs(seaweedfs.require_weed())
-    try:
-        seaweedfs.wait_ready(
-            seaweed.server,
-            lambda: processes.running(seaweed.process),
-            seaweed.log_path,
-            READY_TIMEOUT,
-        )
-        yield seaweed.server
-    finally:
-        seaweed.stop()
 
 
 def bench_s3(tmp: Path, count: int, rounds: int) -> None:

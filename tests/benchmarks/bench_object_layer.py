@@ -32,15 +32,14 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import Any, Protocol
 
-from branchwater.stack import processes, seaweedfs
 from branchwater.stack.seaweedfs import S3Server
 from tests.benchmarks.declarations import Benchmark, Suite
+from tests.fixtures.s3 import running_seaweedfs
 from tests.helpers.servers import unique_name
 
 _WHAT = {
@@ -101,24 +100,6 @@ class Target:
     @property
     def base(self) -> str:
         return "boto3" if self.backend == "s3" else "os"
-
-
-@contextmanager
-def running_seaweedfs() -> Iterator[S3Server]:
-    """A SeaweedFS server of this benchmark's own, stopped by its pid on the way out."""
-    from tests.fixtures.s3 import READY_TIMEOUT, start_seaweedfs
-
-    seaweed = start_seaweedfs(seaweedfs.require_weed())
-    try:
-        seaweedfs.wait_ready(
-            seaweed.server,
-            lambda: processes.running(seaweed.process),
-            seaweed.log_path,
-            READY_TIMEOUT,
-        )
-        yield seaweed.server
-    finally:
-        seaweed.stop()
 
 
 class Boto3Driver:

@@ -21,8 +21,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tests.benchmarks.bench_object_layer import running_seaweedfs
 from tests.benchmarks.declarations import Benchmark, Suite
+from tests.fixtures.s3 import running_seaweedfs
 from tests.helpers.servers import unique_name
 
 BENCHMARKS = Suite(
