@@ -228,16 +228,21 @@ def summary_text(summary: Any) -> str:
         lines.append(f"  {summary.fallback}")
     override = " (override)" if summary.min_age_override else ""
     lines.append(f"  cutoff {summary.cutoff}, minimum age {summary.min_age_seconds:g} s{override}")
-    slices = summary.slices
-    lines.append(
-        f"  listed {counts['listed'].objects:,} objects ({human_size(counts['listed'].bytes)}) "
-        f"in {slices.get('read', 0)} slices; {counts['young'].objects:,} too young"
-    )
-    lines.append(
-        f"  committed {counts['committed'].objects:,}, uncommitted "
-        f"{counts['uncommitted'].objects:,}, candidates {counts['candidates'].objects:,} "
-        f"({human_size(counts['candidates'].bytes)})"
-    )
+    parts = summary.retention.get("parts", ["uncommitted"])
+    lines.append(f"  parts: {', '.join(parts) or 'none'}")
+    if "uncommitted" in parts:
+        slices = summary.slices
+        listed, young = summary.volume("listed"), summary.volume("young")
+        lines.append(
+            f"  listed {listed.objects:,} objects ({human_size(listed.bytes)}) "
+            f"in {slices.get('read', 0)} slices; {young.objects:,} too young"
+        )
+        candidates = summary.volume("candidates")
+        lines.append(
+            f"  committed {summary.volume('committed').objects:,}, uncommitted "
+            f"{summary.volume('uncommitted').objects:,}, candidates {candidates.objects:,} "
+            f"({human_size(candidates.bytes)})"
+        )
     if summary.retention.get("rules"):
         retention = summary.retention
         expired = summary.volume("expired")

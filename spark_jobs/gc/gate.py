@@ -129,6 +129,15 @@ class Gate:
         }
         checks = _candidate_checks(limits)
         self._validate(CANDIDATES_SUITE, candidates, partitions, checks, small_queries)
+        return self.result()
+
+    def result(self) -> GateResult:
+        """Every suite validated so far, once the prepare output's is done: a committed-only
+        run's gate is the prepare output's and `gc-expired`, with no uncommitted
+        candidates to check."""
+        self.wait()
+        if self._failure is not None:
+            raise self._failure
         expectations = sorted(self._expectations, key=lambda e: _SUITE_ORDER.get(e.suite, 2))
         success = all(e.success for e in expectations)
         return GateResult(success, expectations, dict(self._validations))

@@ -54,6 +54,7 @@ from branchwater.engine.gc.runs.retention import (
     EXPIRED_COMMITS,
     ONLY_COMMITTED,
     ONLY_UNCOMMITTED,
+    PARTS,
     rearm_before_sweep,
     record_swept,
     release_unswept,
@@ -165,6 +166,12 @@ class GCJob:
 
     # -- mark -------------------------------------------------------------------------------
 
+    @property
+    def parts(self) -> list[str]:
+        """The parts this run does: one with `--only`, else both (the committed one only
+        when the repository has rules, which the run finds out when it reads them)."""
+        return [self.config.only] if self.config.only else list(PARTS)
+
     def mark(self, repo: Repository, ns: Namespace) -> RunSummary:
         started = utc_now()
         base, fallback = self._base(repo, ns)
@@ -192,8 +199,9 @@ class GCJob:
             fallback=fallback,
             base_run=base.run_id if base else None,
             considered_after=after.isoformat() if after else None,
-            considered_through=window.through.isoformat(),
+            considered_through=window.through.isoformat() if self._lists else None,
             phases=self._phases,
+            retention={"parts": [p for p in self.parts if p == ONLY_UNCOMMITTED]},
         )
         if fallback:
             self.events({"event": "notice", "message": fallback})
@@ -219,8 +227,14 @@ class GCJob:
         run = repo.prepare_uncommitted_for_gc(self.config.prepare_run, progress=progress)
         return repo.uncommitted_gc_run(run.run_id)
 
+    @property
+    def _lists(self) -> bool:
+        """Whether the run does the uncommitted part, listing the namespace. A committed-only
+        run does not, so it is never an optimized run's base (`considered_through` unset)."""
+        return ONLY_UNCOMMITTED in self.parts
+
     def _base(self, repo: Repository, ns: Namespace) -> tuple[RunSummary | None, str | None]:
-        if self.config.mode != OPTIMIZED:
+        if self.config.mode != OPTIMIZED or not self._lists:
             return None, None
         base = files.latest_base(ns, repo.record.unique_id)
         if base is None:
@@ -240,35 +254,17 @@ class GCJob:
         summary: RunSummary,
         started: datetime,
     ) -> None:
-        run_id = summary.run_id
         read = SetsRead(self.spark, ns, prepared, base, self.cores)
         gate = Gate(self.spark)
         gate.start_prepare_output(read.frame(plan.UNCOMMITTED), read.rows(plan.UNCOMMITTED))
-        scratch = files.scratch_prefix(run_id, "committed")
+        scratch = files.scratch_prefix(summary.run_id, "committed")
+        late = self._late_writes(prepared)
         try:
-            with self.phase("committed"):
-                read.committed = committed = self._committed(repo, ns, base, scratch)
-            with self.phase("slices"):
-                late = self._late_writes(prepared)
-                slices, summary.slices = self._slices(ns, late, window)
-            with self.phase("mark"):
-                path = choose(
-                    self.spark, slices, read, self.config.driver_rows, self.partitions, self.cores
-                )
-                summary.slices["marked_on"] = path.where
-                marked = self._marked(path, run_id, slices, read, window, late)
-                self._refuse_malformed(marked)
-                counts = marked.counts
-                counts["namespace"] = files.namespace_volume(base, counts["new"])
-                summary.counts = {k: v for k, v in counts.items() if k != "malformed"}
-                summary.ranges = {
-                    "metaranges_read": committed.new_metaranges,
-                    "ranges_read": committed.new_ranges,
-                    "ranges_known": len(committed.range_ids),
-                }
-                summary.reclaimed_by_slice = marked.per_slice
-            with self.phase("state"):
-                summary.files = {**marked.files, **self._write_ids(ns, run_id, committed)}
+            marked = (
+                self._uncommitted_part(ns, repo, base, window, late, summary, read, scratch)
+                if self._lists
+                else None
+            )
             limits = GateLimits(
                 (prepared.started_at - window.cutoff).total_seconds(),
                 max_candidates(summary.volume("namespace").objects, self.config.max_share),
@@ -276,10 +272,14 @@ class GCJob:
             self._committed_part(repo, ns, read, gate, summary, started, window, late, limits)
             hit("gc.mark.before_gate")
             with self.phase("gate"):
-                flagged = path.flagged(marked.files["candidates"], read, scratch)
-                candidates = with_age(flagged, prepared.started_at)
-                rows = counts["candidates"].objects
-                checked = gate.check_candidates(candidates, rows, limits)
+                if marked is None:
+                    checked = gate.result()
+                else:
+                    path, keys = marked
+                    flagged = path.flagged(keys, read, scratch)
+                    candidates = with_age(flagged, prepared.started_at)
+                    rows = summary.volume("candidates").objects
+                    checked = gate.check_candidates(candidates, rows, limits)
         finally:
             gate.wait()
             ns.delete_folder(scratch)
@@ -287,6 +287,44 @@ class GCJob:
         summary.gate_success = checked.success
         summary.status = statuses.MARKED if checked.success else statuses.GATE_FAILED
         save_run(ns, summary, checked.validations)
+
+    def _uncommitted_part(
+        self,
+        ns: Namespace,
+        repo: Repository,
+        base: RunSummary | None,
+        window: plan.Window,
+        late: timedelta,
+        summary: RunSummary,
+        read: SetsRead,
+        scratch: str,
+    ) -> tuple[MarkPath, list[str]]:
+        """The uncommitted mark: committed addresses, the slices listed and marked, the
+        state an optimized run builds on; returns the mark path and its candidates files."""
+        run_id = summary.run_id
+        with self.phase("committed"):
+            read.committed = committed = self._committed(repo, ns, base, scratch)
+        with self.phase("slices"):
+            slices, summary.slices = self._slices(ns, late, window)
+        with self.phase("mark"):
+            path = choose(
+                self.spark, slices, read, self.config.driver_rows, self.partitions, self.cores
+            )
+            summary.slices["marked_on"] = path.where
+            marked = self._marked(path, run_id, slices, read, window, late)
+            self._refuse_malformed(marked)
+            counts = marked.counts
+            counts["namespace"] = files.namespace_volume(base, counts["new"])
+            summary.counts = {k: v for k, v in counts.items() if k != "malformed"}
+            summary.ranges = {
+                "metaranges_read": committed.new_metaranges,
+                "ranges_read": committed.new_ranges,
+                "ranges_known": len(committed.range_ids),
+            }
+            summary.reclaimed_by_slice = marked.per_slice
+        with self.phase("state"):
+            summary.files = {**marked.files, **self._write_ids(ns, run_id, committed)}
+        return path, marked.files["candidates"]
 
     def _committed_part(
         self,
@@ -302,14 +340,15 @@ class GCJob:
     ) -> None:
         """Retention's part of the run (see `retention`), when the repository has rules and
         the run is not `--only uncommitted`: its candidates join the run's candidates files,
-        its suite the gate. `--only committed` sweeps its candidates alone."""
-        if self.config.only == ONLY_UNCOMMITTED:
+        its suite (`gc-expired`) the gate. `--only committed` lists nothing, so its share of
+        the namespace is bounded by the objects the commits it read hold: the active
+        commits' addresses and its candidates."""
+        if ONLY_COMMITTED not in self.parts:
             return
         rules = retention_input(repo.lake.graveler, repo.record, started)
         if rules is None:
-            if self.config.only == ONLY_COMMITTED:
-                summary.files[files.CANDIDATES] = []
-                summary.retention = {"parts": [ONLY_COMMITTED], "rules": None}
+            summary.files.setdefault(files.CANDIDATES, [])
+            summary.retention = {"parts": summary.retention["parts"], "rules": None}
             return
         with self.phase("retention"):
             layout = repo.committed_layout()
@@ -327,7 +366,11 @@ class GCJob:
                 self.cores,
                 self.config.candidates_per_file,
             )
-            active = active_addresses(self.spark, ns, layout, rules, self.cores)
+            active = active_addresses(self.spark, ns, layout, rules, self.cores).distinct()
+            if not self._lists:
+                held = active.count() + expired.volume.objects
+                bound = max_candidates(held, self.config.max_share)
+                limits = GateLimits(limits.min_age_seconds, bound)
             frame = flagged(self.spark, ns, expired.keys, active, uncommitted, started)
             gate.check_expired(frame, expired.volume.objects, limits)
         self._record_expired(ns, summary, rules.summary(), expired)
@@ -337,15 +380,9 @@ class GCJob:
     ) -> None:
         summary.files[EXPIRED_COMMITS] = write_expiring(ns, summary.run_id, expired.expiring)
         uncommitted = summary.files.get(files.CANDIDATES, [])
-        if self.config.only == ONLY_COMMITTED:
-            uncommitted = []
         summary.files[files.CANDIDATES] = [*uncommitted, *expired.keys]
         summary.counts["expired"] = expired.volume
-        parts = (
-            [ONLY_COMMITTED]
-            if self.config.only == ONLY_COMMITTED
-            else ["uncommitted", ONLY_COMMITTED]
-        )
+        parts = [*summary.retention["parts"], ONLY_COMMITTED]
         summary.retention = {"parts": parts, **commits, **expired.to_json()}
 
     def _marked(

@@ -18,7 +18,9 @@ from branchwater.engine.gc.retention.expiry import repository_retention
 from branchwater.engine.gc.runs import files, statuses
 from branchwater.engine.gc.runs.explain import explain
 from branchwater.engine.gc.runs.files import CANDIDATES
+from branchwater.engine.gc.runs.retention import EXPIRED_COMMITS
 from branchwater.engine.graveler.fence import FenceRecord, fence_key
+from branchwater.spark_jobs.gc.gate import CANDIDATES_SUITE, EXPIRED_SUITE, PREPARE_SUITE
 from tests.gc_model import (
     RetentionHistory,
     active_commits,
@@ -83,10 +85,10 @@ def test_without_rules_or_with_only_uncommitted_commits_keep_their_objects(
     months_of_history(local_gc, 8)
     every = {c.id for c in local_gc.lake.graveler.refs.list_commits(local_gc.repo.record)}
     committed = commit_addresses(local_gc.repo, every)
-    assert run_both(local_gc).retention == {}
+    assert run_both(local_gc).retention == {"parts": ["uncommitted"], "rules": None}
     rules = local_gc.repo.set_gc_rules({"default_retention_days": 0})
     assert _expired_only(local_gc, rules, datetime.now(UTC)), "the history expires something"
-    assert run_both(local_gc, only="uncommitted").retention == {}
+    assert run_both(local_gc, only="uncommitted").retention == {"parts": ["uncommitted"]}
     assert committed <= set(local_gc.data_objects())
 
 
@@ -101,6 +103,7 @@ def test_only_committed_deletes_expired_objects_alone(local_gc: GCLake) -> None:
     summary = run_both(local_gc, only="committed")
     assert summary.gate_success
     assert all("/expired-" in key for key in summary.files[CANDIDATES])
+    assert_committed_work_only(local_gc, summary)
     left = set(local_gc.data_objects())
     assert garbage <= left
     now = datetime.fromisoformat(summary.retention["now"])
@@ -117,6 +120,7 @@ def test_only_committed_deletes_expired_objects_alone(local_gc: GCLake) -> None:
     assert answer.references[0].name[:12] in answer.reasons[0]
     report = local_gc.objects.get(files.run_prefix(summary.run_id) + files.REPORT).decode()
     assert "per month of commit date" in report and "Retention" in report
+    assert "<th>parts</th><td>committed</td>" in report
     kv = repo.lake.graveler.kv
     recorded = [c.id for c in kv_commits(local_gc) if expired_at(kv, repo.record, c.id) is not None]
     assert recorded, "the sweep records the commits whose objects it deleted"
@@ -138,6 +142,35 @@ def test_retention_on_the_s3_server(s3_gc: GCLake) -> None:
     deleted = before - set(s3_gc.data_objects())
     run = _prepared(s3_gc, summary.run_id)
     assert_retention_holds(s3_gc.repo, rules, now, run, before, deleted)
+
+
+def assert_committed_work_only(gc: GCLake, summary: Any) -> None:
+    """A committed-only run's record: its phases, files, counts and gate suites are the
+    committed part's (and the prepare output it anti-joins), nothing of the uncommitted
+    mark's listing, marking or state; and it is no optimized run's base."""
+    assert summary.retention["parts"] == ["committed"]
+    assert set(summary.phases) == {"prepare", "retention", "gate", "sweep"}
+    assert set(summary.files) == {CANDIDATES, EXPIRED_COMMITS, files.DELETED}
+    assert set(summary.counts) == {"expired", "deleted"}
+    assert summary.slices == {} and summary.ranges == {}
+    assert summary.considered_through is None
+    assert {e.suite for e in summary.gate} == {PREPARE_SUITE, EXPIRED_SUITE}
+    prefix = files.run_prefix(summary.run_id)
+    saved = {info.key.removeprefix(prefix) for info in gc.objects.list_objects(prefix)}
+    state = {key.split("/")[1] for key in saved if key.startswith(f"{files.STATE}/")}
+    assert state == {EXPIRED_COMMITS}, saved
+    assert not any(key.startswith(files.SCRATCH) for key in saved)
+
+
+def test_both_parts_record_both(local_gc: GCLake) -> None:
+    months_of_history(local_gc, 3, steps=30)
+    local_gc.repo.set_gc_rules({"default_retention_days": 0})
+    summary = run_both(local_gc, dry_run=True)
+    assert summary.retention["parts"] == ["uncommitted", "committed"]
+    assert {"committed", "slices", "mark", "state", "retention"} <= set(summary.phases)
+    suites = {e.suite for e in summary.gate}
+    assert suites == {CANDIDATES_SUITE, PREPARE_SUITE, EXPIRED_SUITE}
+    assert summary.considered_through is not None
 
 
 def kv_commits(gc: GCLake) -> list[Any]:

@@ -102,6 +102,7 @@ def _run_rows(summary: RunSummary) -> list[tuple[str, str]]:
     return [
         ("repository", f"{summary.repository} ({summary.storage_namespace})"),
         ("mode", summary.mode + ("" if summary.mode == summary.requested_mode else " (fallback)")),
+        ("parts", ", ".join(summary.retention.get("parts", ["uncommitted"])) or "none"),
         ("base run", summary.base_run or "none"),
         ("started", summary.started_at),
         ("prepare started", summary.prepare_started_at),
