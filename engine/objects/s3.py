@@ -1,37 +1,38 @@
 """S3 `ObjectStore` (`s3://bucket/optional/prefix`), for AWS and S3-compatible servers.
 
+Built on obstore (Rust's `object_store` behind a Python API), which the object-layer
+measurement chose over boto3 and `pyarrow.fs` (docs/architecture.md, "One object layer").
 Keys are relative to the URL's prefix. A PutObject, and a completed multipart upload, are
 atomic on S3 (readers see the old object or the whole new one), so writes need no temporary
-objects; a multipart upload that fails is aborted. Constructing a store
-makes no request: a missing bucket or an unreachable endpoint shows on first use, as a typed
-error that names the URL.
+objects; a multipart upload that fails is aborted. Constructing a store makes no request:
+a missing bucket, an unreachable endpoint or missing credentials show on first use, as a
+typed error that names the URL (never a credential).
 """
 
 from __future__ import annotations
 
-import contextlib
 import heapq
 import io
+import os
 import re
+import threading
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from datetime import UTC, datetime, timedelta
-from email.utils import parsedate_to_datetime
 from itertools import chain, islice
-from typing import Any, BinaryIO, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn, TypeVar
 from urllib.parse import urlsplit
 
-import boto3
-from botocore.config import Config
-from botocore.exceptions import (
-    BotoCoreError,
-    ClientError,
-    ConnectionError,
-    CredentialRetrievalError,
-    HTTPClientError,
-    NoCredentialsError,
-    PartialCredentialsError,
+import obstore
+from obstore.exceptions import (
+    BaseError,
+    PermissionDeniedError,
+    PreconditionError,
+    UnauthenticatedError,
 )
+from obstore.store import S3Store
 
 from branchwater.engine.errors import (
     BranchwaterError,
@@ -54,45 +55,49 @@ from branchwater.engine.objects.store import (
 )
 from branchwater.engine.urls import redact_url
 
+if TYPE_CHECKING:
+    from obstore import ObjectMeta
+    from obstore.store import ClientConfig, RetryConfig
+
 DELETE_BATCH = 1000
 """S3's DeleteObjects accepts at most this many keys per request."""
 REQUESTS_IN_FLIGHT = 8
-"""DeleteObjects batches and HEADs sent at once: below boto3's pool of 10 connections."""
+"""DeleteObjects batches and HEADs sent at once."""
 PART_SIZE = 8 << 20
-"""A multipart upload's first parts (S3 wants 5 MiB at least, but for the last)."""
-PARTS_PER_SIZE = 2000
-"""Parts of one size before the size doubles: S3 allows 10,000 parts per upload."""
+"""A multipart upload's part size (S3 wants 5 MiB at least, but for the last)."""
+MAX_PARTS = 10_000
+"""S3's limit of parts per upload: a stream may hold up to `MAX_PARTS * PART_SIZE` bytes."""
 PARTS_IN_FLIGHT = 4
-"""Parts uploaded at once; boto3's default pool of 10 connections serves them."""
+"""Parts uploaded at once."""
 READ_AHEAD = 4 << 20
 """Bytes a small read fetches ahead: one GET per 4 MiB read sequentially, while a seek to
 read a Parquet footer fetches no more than that."""
+LIST_PAGE = 1000
+"""Objects per listing page, as S3 returns them."""
 
 _BUCKET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,253}[A-Za-z0-9]$")
-_BODYLESS_NOT_FOUND = frozenset({"404", "NotFound"})
-"""What HEAD requests report for a missing key and for a missing bucket alike."""
-_CREDENTIAL_CODES = frozenset(
-    {
-        "AccessDenied",
-        "InvalidAccessKeyId",
-        "SignatureDoesNotMatch",
-        "ExpiredToken",
-        "InvalidToken",
-        "TokenRefreshRequired",
-        "AllAccessDisabled",
-        "403",
-        "Forbidden",
-    }
-)
+_STATUS = re.compile(r"non-2xx status code: (\d{3})")
+_CODE = re.compile(r"<Code>([^<]+)</Code>")
 _PATH_ORDER_SERVERS = ("SeaweedFS",)
 """`Server` headers of S3-compatible stores that list path by path (`a/b` before `a-c`)."""
-_NETWORK_ERRORS = (ConnectionError, HTTPClientError)
-_CREDENTIAL_ERRORS = (NoCredentialsError, PartialCredentialsError, CredentialRetrievalError)
-_DEFAULT_CONFIG = Config(
-    connect_timeout=10,
-    read_timeout=60,
-    retries={"mode": "standard", "max_attempts": 5},
-)
+_UNREACHABLE = ("HTTP error", "error sending request", "timed out", "connection")
+"""What obstore's messages say when no HTTP response came back."""
+_CLIENT_OPTIONS: ClientConfig = {
+    "connect_timeout": timedelta(seconds=10),
+    "read_timeout": timedelta(seconds=60),
+    "timeout": timedelta(hours=1),
+}
+"""Bound how long a stalled endpoint can hold a caller (`read_timeout`), not how long a
+large transfer may take (`timeout`)."""
+_RETRIES: RetryConfig = {
+    "max_retries": 4,
+    "retry_timeout": timedelta(seconds=60),
+    "backoff": {
+        "init_backoff": timedelta(milliseconds=100),
+        "max_backoff": timedelta(seconds=5),
+        "base": 2,
+    },
+}
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -101,9 +106,10 @@ U = TypeVar("U")
 class S3ObjectStore(ObjectStore):
     """An object store on one S3 bucket, optionally below a key prefix.
 
-    Options given here override boto3's usual chain (environment, config files, instance
-    roles); `AWS_ENDPOINT_URL` works as boto3 defines it. `config` merges over defaults
-    that bound how long an unreachable endpoint can stall a caller.
+    Options given here override the usual AWS chain; without keys, credentials come from
+    boto3's chain (environment, config files and profiles, instance roles), read on first
+    use. `AWS_ENDPOINT_URL` works as boto3 defines it. A custom endpoint (SeaweedFS, MinIO)
+    is addressed path-style, over `http://` if it says so.
     """
 
     def __init__(
@@ -114,155 +120,114 @@ class S3ObjectStore(ObjectStore):
         aws_secret_access_key: str | None = None,
         aws_session_token: str | None = None,
         region_name: str | None = None,
-        *,
-        config: Config | None = None,
     ) -> None:
         self.bucket, self.prefix = _parse_url(url)
         self.url = f"s3://{self.bucket}/{self.prefix}".rstrip("/")
+        self.endpoint_url: str | None = endpoint_url or os.environ.get("AWS_ENDPOINT_URL")
+        self._keys = (aws_access_key_id, aws_secret_access_key, aws_session_token)
+        self._region = region_name
+        self._store: S3Store | None = None
+        self._opening = threading.Lock()
         self._bucket_seen = False
-        self._client: Any = boto3.session.Session().client(
-            "s3",
-            endpoint_url=endpoint_url,
-            aws_access_key_id=aws_access_key_id,
-            aws_secret_access_key=aws_secret_access_key,
-            aws_session_token=aws_session_token,
-            region_name=region_name,
-            config=_DEFAULT_CONFIG.merge(config) if config else _DEFAULT_CONFIG,
-        )
-        self.endpoint_url: str = self._client.meta.endpoint_url
+        self._path_order: bool | None = None
 
     def put_stream(self, key: str, source: StreamSource) -> ObjectInfo:
-        """One PutObject when `source` fits in a part, else a multipart upload: parts of
-        `PART_SIZE` (doubling every `PARTS_PER_SIZE` parts, so a stream of unknown length
-        fits S3's 10,000 parts up to ~480 GiB), `PARTS_IN_FLIGHT` at once, so memory stays
-        about `PARTS_IN_FLIGHT + 1` parts. A failed upload is aborted after its parts in
-        flight end: no object, no pending upload. The mtime is the server's `Date` header,
-        which saves a HEAD per write; S3 stamps `LastModified` within the same request, so
-        the two agree to S3's one-second resolution."""
-        full = self._full_key(key)
-        parts = _parts(iter_chunks(source, PART_SIZE))
-        head = list(islice(parts, 2))
-        if len(head) < 2:
-            body = head[0] if head else b""
-            response = self._call(
-                key, lambda: self._client.put_object(Bucket=self.bucket, Key=full, Body=body)
-            )
-            return ObjectInfo(key, len(body), _response_time(response))
-        return self._multipart(key, full, _handed_on(head, parts))
+        """One PutObject when `source` fits in a part, else a multipart upload of
+        `PART_SIZE` parts, `PARTS_IN_FLIGHT` at once, so memory stays about
+        `PARTS_IN_FLIGHT + 1` parts. A failed upload is aborted: no object, no pending
+        upload. The mtime is this machine's clock when the write ends, which saves a HEAD
+        per write; S3 stamps `LastModified` within the same request."""
+        check_object_key(key)
+        chunks = iter_chunks(source, PART_SIZE)
+        head: list[bytes] = []
+        size = 0
+        while size <= PART_SIZE and (chunk := next(chunks, None)) is not None:
+            head.append(chunk)
+            size += len(chunk)
+        if size <= PART_SIZE:
+            body = b"".join(head)
+            self._call(key, lambda: obstore.put(self._s3, key, body, use_multipart=False))
+            return ObjectInfo(key, size, datetime.now(UTC))
+        counted = _Counted(chain(head, chunks), MAX_PARTS * PART_SIZE, self.url, key)
+        self._call(
+            key,
+            lambda: obstore.put(
+                self._s3,
+                key,
+                counted,
+                use_multipart=True,
+                chunk_size=PART_SIZE,
+                max_concurrency=PARTS_IN_FLIGHT,
+            ),
+        )
+        return ObjectInfo(key, counted.size, datetime.now(UTC))
 
     def open(self, key: str) -> BinaryIO:
         """Ranged GETs behind a `READ_AHEAD` buffer; a read to the end is one GET. The HEAD
         this starts with gives the size (for `seek` from the end), `NotFound` early, and the
         ETag every GET must match, so an object replaced meanwhile fails the read
         (`CorruptedData`) instead of mixing two versions."""
-        full = self._full_key(key)
-        head = self._call(key, lambda: self._client.head_object(Bucket=self.bucket, Key=full))
-        reader = _RangeReader(self, key, head["ContentLength"], head["ETag"])
+        check_object_key(key)
+        meta = self._call(key, lambda: obstore.head(self._s3, key))
+        reader = _RangeReader(self, key, meta["size"], meta["e_tag"] or "*")
         return io.BufferedReader(reader, buffer_size=READ_AHEAD)
 
-    def _multipart(self, key: str, full: str, parts: Iterator[bytes | bytearray]) -> ObjectInfo:
-        upload_id = self._call(
+    def _get_range(self, key: str, etag: str, start: int, stop: int | None) -> Any:
+        """Bytes `start` to `stop` (the end when None) of `key`, if it still has `etag`."""
+        wanted: Any = {"offset": start} if stop is None else (start, stop)
+        result = self._call(
             key,
-            lambda: self._client.create_multipart_upload(Bucket=self.bucket, Key=full),
-        )["UploadId"]
-        size = 0
-        done: list[dict[str, Any]] = []
-        in_flight: set[Future[dict[str, Any]]] = set()
-        with ThreadPoolExecutor(PARTS_IN_FLIGHT, thread_name_prefix="bw-s3-part") as pool:
-            try:
-                for number, part in enumerate(parts, start=1):
-                    if len(in_flight) >= PARTS_IN_FLIGHT:
-                        finished, in_flight = wait(in_flight, return_when=FIRST_COMPLETED)
-                        done.extend(f.result() for f in finished)
-                    size += len(part)
-                    in_flight.add(pool.submit(self._part, key, full, upload_id, number, part))
-                done.extend(f.result() for f in in_flight)
-                in_flight = set()
-                done.sort(key=lambda p: int(p["PartNumber"]))
-                response = self._call(
-                    key,
-                    lambda: self._client.complete_multipart_upload(
-                        Bucket=self.bucket,
-                        Key=full,
-                        UploadId=upload_id,
-                        MultipartUpload={"Parts": done},
-                    ),
-                )
-            except BaseException:
-                for future in in_flight:
-                    future.cancel()
-                wait(in_flight)
-                self._abort(full, upload_id)
-                raise
-        return ObjectInfo(key, size, _response_time(response))
-
-    def _part(
-        self, key: str, full: str, upload_id: str, number: int, data: bytes | bytearray
-    ) -> dict[str, Any]:
-        response = self._call(
-            key,
-            lambda: self._client.upload_part(
-                Bucket=self.bucket, Key=full, UploadId=upload_id, PartNumber=number, Body=data
-            ),
+            lambda: obstore.get(self._s3, key, options={"range": wanted, "if_match": etag}),
         )
-        return {"PartNumber": number, "ETag": response["ETag"]}
-
-    def _abort(self, full: str, upload_id: str) -> None:
-        """Best effort: the error that made us abort is the one to report. An upload left
-        pending is what a bucket lifecycle rule (AbortIncompleteMultipartUpload) is for."""
-        with contextlib.suppress(ClientError, BotoCoreError):
-            self._client.abort_multipart_upload(Bucket=self.bucket, Key=full, UploadId=upload_id)
-
-    def _get_range(self, key: str, etag: str, start: int, stop: int | None) -> bytes:
-        """Bytes `start` up to `stop` (exclusive; None: to the end) of `key`, if its ETag
-        still is `etag`."""
-        full = self._full_key(key)
-        wanted = f"bytes={start}-" if stop is None else f"bytes={start}-{stop - 1}"
-
-        def read() -> bytes:
-            body = self._client.get_object(
-                Bucket=self.bucket, Key=full, Range=wanted, IfMatch=etag
-            )["Body"]
-            with body:
-                data: bytes = body.read()
-                return data
-
-        return self._call(key, read)
+        return self._call(key, result.bytes)
 
     def stat(self, key: str) -> ObjectInfo:
-        full = self._full_key(key)
-        head = self._call(key, lambda: self._client.head_object(Bucket=self.bucket, Key=full))
-        return ObjectInfo(key, head["ContentLength"], _utc(head["LastModified"]))
+        check_object_key(key)
+        meta = self._call(key, lambda: obstore.head(self._s3, key))
+        return ObjectInfo(key, meta["size"], _utc(meta["last_modified"]), _etag(meta))
+
+    def exists(self, key: str) -> bool:
+        """Like `ObjectStore.exists`, but a missing bucket is an error, never plain `False`."""
+        try:
+            self.stat(key)
+        except BucketNotFound:
+            raise
+        except NotFound:
+            return False
+        return True
 
     def delete(self, keys: Iterable[str]) -> None:
-        """Delete with DeleteObjects, 1000 keys per request, `REQUESTS_IN_FLIGHT` requests
-        at once (keys are drawn as batches are sent, so memory stays a few batches); S3
-        ignores absent keys itself. Every key is checked before its batch is sent, and the
-        first failure stops further batches."""
-        full_keys = (self._full_key(key) for key in keys)
-        batches = iter(lambda: sorted(set(islice(full_keys, DELETE_BATCH))), [])
-        _bounded_map(self._delete_batch, batches)
+        """DeleteObjects of `DELETE_BATCH` keys, `REQUESTS_IN_FLIGHT` batches at once, keys
+        drawn as batches go; the first failed batch ends it (batches in flight finish)."""
+        checked = (check_object_key(key) for key in keys)
+        batches = iter(lambda: list(islice(checked, DELETE_BATCH)), [])
+        _bounded_map(lambda batch: self._delete_batch(batch), batches)
+
+    def list_objects(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        """Keys in ascending UTF-8 byte order. obstore lists folders (`prefix` up to its
+        last `/`), so the keys of that folder that do not start with `prefix` are passed
+        over. A folder marker (`a/`, written by other tools) is left out: obstore reads it
+        as `a`, so an empty object is looked up to tell which it is."""
+        if not isinstance(prefix, str):
+            raise InvalidArgument(f"list prefix must be a string, not {type(prefix).__name__}")
+        return self._list(prefix)
 
     def list_folder(self, folder: str, *, metadata: bool = True) -> Listing:
         """ListObjectsV2 with a `/` delimiter: one request per 1,000 names however deep the
-        folder's tree. Names this API could not address (a folder marker, `a//b`) are left
-        out, as `list_objects` does."""
-        full = self.prefix + (f"{check_folder(folder)}/" if folder else "")
+        folder's tree."""
+        folder = check_folder(folder)
+        result = self._call(None, lambda: obstore.list_with_delimiter(self._s3, folder or None))
+        start = len(folder) + 1 if folder else 0
         names: list[str] = []
         sizes: list[int] = []
         mtimes: list[int] = []
-        directories: list[str] = []
-        for page in self._pages(full, delimiter="/"):
-            for obj in page.get("Contents", ()):
-                name = obj["Key"][len(full) :]
-                if name and "/" not in name:
-                    names.append(name)
-                    sizes.append(obj["Size"])
-                    mtimes.append(_epoch_ns(obj["LastModified"]))
-            for common in page.get("CommonPrefixes", ()):
-                name = common["Prefix"][len(full) :].rstrip("/")
-                if name and "/" not in name:
-                    directories.append(name)
+        for meta in result["objects"]:
+            name = meta["path"][start:]
+            if name and "/" not in name:
+                names.append(name)
+                sizes.append(meta["size"])
+                mtimes.append(_epoch_ns(meta["last_modified"]))
+        directories = [p[start:] for p in result["common_prefixes"] if "/" not in p[start:]]
         return Listing(names, sizes, mtimes, directories)
 
     def stat_many(self, keys: Sequence[str]) -> Stats:
@@ -280,134 +245,89 @@ class S3ObjectStore(ObjectStore):
         found = _bounded_map(one, iter(keys))
         return Stats([size for size, _ in found], [mtime for _, mtime in found])
 
-    def list_objects(self, prefix: str = "") -> Iterator[ObjectInfo]:
-        """Page through ListObjectsV2, which returns keys in ascending UTF-8 byte order.
-
-        Keys this API could not address (folder markers ending in `/`, `a//b` written by
-        other tools) are left out, since a caller could neither read nor delete them here.
-        """
-        if not isinstance(prefix, str):
-            raise InvalidArgument(f"list prefix must be a string, not {type(prefix).__name__}")
-        return self._list(self.prefix + prefix)
-
     def close(self) -> None:
-        self._client.close()
+        self._store = None
 
-    def _list(self, full_prefix: str) -> Iterator[ObjectInfo]:
-        pages = self._pages(full_prefix)
-        first = next(pages, None)
-        if first is None:
-            return
-        infos: Iterator[ObjectInfo] = (
-            info for page in chain([first], pages) for info in self._infos(page)
-        )
-        if _lists_path_by_path(first):
-            infos = _in_key_order(infos, len(full_prefix) - len(self.prefix))
-        yield from infos
+    @property
+    def _s3(self) -> S3Store:
+        """The obstore client, made on first use: finding credentials may take a request."""
+        with self._opening:
+            if self._store is None:
+                self._store = self._open()
+            return self._store
 
-    def _pages(self, full_prefix: str, delimiter: str = "") -> Iterator[dict[str, Any]]:
-        paginator = self._client.get_paginator("list_objects_v2")
-        extra = {"Delimiter": delimiter} if delimiter else {}
-        pages = iter(paginator.paginate(Bucket=self.bucket, Prefix=full_prefix, **extra))
-        while (page := self._call(None, lambda: next(pages, None))) is not None:
-            yield page
-
-    def _infos(self, page: dict[str, Any]) -> Iterator[ObjectInfo]:
-        for obj in page.get("Contents", ()):
-            info = self._info(obj)
-            if info is not None:
-                yield info
-
-    def _info(self, obj: dict[str, Any]) -> ObjectInfo | None:
-        key = obj["Key"][len(self.prefix) :]
+    def _open(self) -> S3Store:
+        access_key, secret_key, token = self._keys
+        options: dict[str, Any] = {}
+        if access_key or secret_key:
+            options.update(access_key_id=access_key, secret_access_key=secret_key)
+            if token:
+                options["token"] = token
+        else:
+            options["credential_provider"] = self._boto3_credentials()
+        if self._region:
+            options["region"] = self._region
+        client = dict(_CLIENT_OPTIONS)
+        if self.endpoint_url:
+            options.update(endpoint=self.endpoint_url, virtual_hosted_style_request=False)
+            client["allow_http"] = self.endpoint_url.startswith("http://")
         try:
-            check_object_key(key)
-        except InvalidArgument:
-            return None
-        etag = obj.get("ETag", "").strip('"') or None
-        return ObjectInfo(key, obj["Size"], _utc(obj["LastModified"]), etag)
-
-    def _delete_batch(self, full_keys: list[str]) -> None:
-        request = {"Objects": [{"Key": k} for k in full_keys], "Quiet": True}
-        response = self._call(
-            None, lambda: self._client.delete_objects(Bucket=self.bucket, Delete=request)
-        )
-        failures = [e for e in response.get("Errors", ()) if e.get("Code") != "NoSuchKey"]
-        if failures:
-            first = failures[0]
-            raise Unavailable(
-                f"S3 object store {self.url} could not delete {len(failures)} object(s); "
-                f"first: {first.get('Key')!r}: {first.get('Code')} {first.get('Message', '')}"
+            return S3Store(
+                self.bucket,
+                prefix=self.prefix.rstrip("/") or None,
+                client_options=client,  # type: ignore[arg-type]
+                retry_config=_RETRIES,
+                **options,
             )
+        except BaseError as exc:
+            raise ConfigurationError(f"S3 object store {self.url}: {_message(exc)}") from None
 
-    def _full_key(self, key: str) -> str:
-        return self.prefix + check_object_key(key)
+    def _boto3_credentials(self) -> Any:
+        """boto3's credential chain, which obstore's own lacks parts of (profiles, SSO)."""
+        import boto3
+        from obstore.auth.boto3 import Boto3CredentialProvider
 
-    def _call(self, key: str | None, request: Callable[[], T]) -> T:
-        """Run one S3 request, turning boto errors into typed errors that name the URL."""
+        session = boto3.session.Session()
         try:
-            result = request()
-        except ClientError as exc:
-            self._raise_client_error(key, exc)
-        except _NETWORK_ERRORS as exc:
+            provider = Boto3CredentialProvider(session)
+        except ValueError:
             raise Unavailable(
-                f"cannot reach S3 object store {self.url} at {self.endpoint_url}: {exc}"
-            ) from exc
-        except _CREDENTIAL_ERRORS as exc:
-            raise Unavailable(
-                f"no usable AWS credentials for S3 object store {self.url}: {exc}"
-            ) from exc
-        except BotoCoreError as exc:
-            raise BranchwaterError(f"S3 object store {self.url}: {exc}") from exc
-        self._bucket_seen = True
-        return result
-
-    def _raise_client_error(self, key: str | None, exc: ClientError) -> NoReturn:
-        error = exc.response.get("Error", {})
-        code = str(error.get("Code", ""))
-        detail = f"{code} {error.get('Message', '')}".strip()
-        if code == "NoSuchBucket":
-            raise self._missing_bucket() from None
-        if code == "NoSuchKey":
-            raise NotFound(f"object {key!r} not found in {self.url}") from None
-        if code in _BODYLESS_NOT_FOUND and key is not None:
-            if not self._bucket_seen and not self._bucket_exists():
-                raise self._missing_bucket() from None
-            raise NotFound(f"object {key!r} not found in {self.url}") from None
-        if code == "PreconditionFailed" and key is not None:
-            raise CorruptedData(
-                f"object {key!r} in {self.url} was replaced while it was being read; "
-                "objects are written once, so something outside Branchwater rewrote it"
+                f"no usable AWS credentials for S3 object store {self.url}: none given, "
+                "and none in the environment, the AWS config files or an instance role"
             ) from None
-        if code in _CREDENTIAL_CODES:
-            raise Unavailable(
-                f"S3 object store {self.url} refused our credentials or access ({detail})"
-            ) from exc
-        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-        if status >= 500 or code in ("SlowDown", "RequestTimeout", "Throttling"):
-            raise Unavailable(f"S3 object store {self.url} is unavailable ({detail})") from exc
-        raise BranchwaterError(
-            f"S3 object store {self.url} rejected the request ({detail})"
-        ) from exc
+        if not self._region and session.region_name:
+            self._region = session.region_name
+        return provider
 
-    def _bucket_exists(self) -> bool:
-        """Tell a missing bucket from a missing key: HEAD errors carry no body to say which.
+    def _list(self, prefix: str) -> Iterator[ObjectInfo]:
+        folder = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+        if folder:
+            try:
+                check_folder(folder)
+            except InvalidArgument:
+                return
+        pages = self._call(
+            None, lambda: obstore.list(self._s3, folder or None, chunk_size=LIST_PAGE)
+        )
+        metas = (
+            meta
+            for page in _called(self, pages)
+            for meta in page
+            if meta["path"].startswith(prefix)
+        )
+        infos: Iterator[ObjectInfo] = (
+            ObjectInfo(m["path"], m["size"], _utc(m["last_modified"]), _etag(m)) for m in metas
+        )
+        if self._lists_path_by_path():
+            infos = _in_key_order(infos, len(prefix))
+        previous = None
+        for info in infos:
+            if info.key == previous or (info.size == 0 and not self._is_object(info.key)):
+                continue
+            previous = info.key
+            yield info
 
-        Anything but a clear "no such bucket" counts as existing: a policy may allow object
-        reads yet deny HeadBucket, and then the missing key is the honest answer.
-        """
-        try:
-            self._client.head_bucket(Bucket=self.bucket)
-        except ClientError as exc:
-            code = str(exc.response.get("Error", {}).get("Code", ""))
-            return code not in ("404", "NoSuchBucket", "NotFound")
-        except BotoCoreError:
-            return True
-        self._bucket_seen = True
-        return True
-
-    def exists(self, key: str) -> bool:
-        """Like `ObjectStore.exists`, but a missing bucket is an error, never plain `False`."""
+    def _is_object(self, key: str) -> bool:
         try:
             self.stat(key)
         except BucketNotFound:
@@ -416,11 +336,148 @@ class S3ObjectStore(ObjectStore):
             return False
         return True
 
+    def _lists_path_by_path(self) -> bool:
+        """Whether the endpoint is a server that lists path by path, by its `Server` header
+        (AWS itself lists in byte order). One unsigned HEAD of the bucket, the first time it
+        matters (the endpoint's root answers without the header)."""
+        if self._path_order is None:
+            self._path_order = False
+            if self.endpoint_url:
+                bucket = f"{self.endpoint_url.rstrip('/')}/{self.bucket}"
+                request = urllib.request.Request(bucket, method="HEAD")
+                try:
+                    with urllib.request.urlopen(request, timeout=10) as response:
+                        server = response.headers.get("Server", "")
+                except urllib.error.HTTPError as exc:
+                    server = exc.headers.get("Server", "")
+                except (OSError, ValueError):
+                    server = ""
+                self._path_order = server.startswith(_PATH_ORDER_SERVERS)
+        return self._path_order
+
+    def _delete_batch(self, keys: list[str]) -> None:
+        self._call(None, lambda: obstore.delete(self._s3, keys))
+
+    def _call(self, key: str | None, request: Callable[[], T]) -> T:
+        """Run one S3 request, turning obstore's errors into typed errors that name the URL."""
+        try:
+            result = request()
+        except BranchwaterError:
+            raise
+        except FileNotFoundError as exc:
+            self._raise_not_found(key, exc)
+        except PreconditionError:
+            raise CorruptedData(
+                f"object {key!r} in {self.url} was replaced while it was being read; "
+                "objects are written once, so something outside Branchwater rewrote it"
+            ) from None
+        except (PermissionDeniedError, UnauthenticatedError) as exc:
+            raise Unavailable(
+                f"S3 object store {self.url} refused our credentials or access "
+                f"({_status(exc) or 'denied'})"
+            ) from None
+        except BaseError as exc:
+            self._raise_error(exc)
+        self._bucket_seen = True
+        return result
+
+    def _raise_not_found(self, key: str | None, exc: Exception) -> NoReturn:
+        code = _code(exc)
+        if code == "NoSuchBucket":
+            raise self._missing_bucket() from None
+        unsure = key is not None and code != "NoSuchKey" and not self._bucket_seen
+        if unsure and not self._bucket_exists():
+            raise self._missing_bucket() from None
+        raise NotFound(f"object {key!r} not found in {self.url}") from None
+
+    def _raise_error(self, exc: BaseException) -> NoReturn:
+        code = _code(exc)
+        if code == "NoSuchBucket":
+            raise self._missing_bucket() from None
+        status = _status(exc)
+        if status is None and any(s in _message(exc) for s in _UNREACHABLE):
+            raise Unavailable(
+                f"cannot reach S3 object store {self.url} at "
+                f"{redact_url(self.endpoint_url or 'AWS')}: {_message(exc)}"
+            ) from None
+        detail = " ".join(filter(None, (status, code)))
+        if status in ("401", "403"):
+            raise Unavailable(
+                f"S3 object store {self.url} refused our credentials or access ({detail})"
+            ) from None
+        if (status or "").startswith("5") or code in ("SlowDown", "RequestTimeout"):
+            raise Unavailable(f"S3 object store {self.url} is unavailable ({detail})") from None
+        raise BranchwaterError(
+            f"S3 object store {self.url} rejected the request ({detail or _message(exc)})"
+        ) from None
+
+    def _bucket_exists(self) -> bool:
+        """Tell a missing bucket from a missing key: HEAD errors carry no body to say which.
+
+        Anything but a clear "no such bucket" counts as existing: a policy may allow object
+        reads yet deny listing, and then the missing key is the honest answer.
+        """
+        try:
+            next(iter(obstore.list(self._s3, None, chunk_size=1)), None)
+        except BaseError as exc:
+            return _code(exc) != "NoSuchBucket"
+        self._bucket_seen = True
+        return True
+
     def _missing_bucket(self) -> BucketNotFound:
         return BucketNotFound(
             f"S3 bucket {self.bucket!r} of object store {self.url} does not exist; "
             "create it or fix the URL"
         )
+
+
+class _Counted:
+    """The chunks of a stream, counted as obstore draws them; a stream longer than S3's
+    parts can hold is refused (`InvalidArgument`) before its upload completes."""
+
+    def __init__(self, chunks: Iterator[bytes], limit: int, url: str, key: str) -> None:
+        self._chunks = chunks
+        self._limit = limit
+        self._where = f"{key!r} in {url}"
+        self.size = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self
+
+    def __next__(self) -> bytes:
+        chunk = next(self._chunks)
+        self.size += len(chunk)
+        if self.size > self._limit:
+            raise InvalidArgument(
+                f"object {self._where} is larger than the {self._limit >> 30} GiB a streamed "
+                "S3 upload holds; split it into several objects"
+            )
+        return chunk
+
+
+def _called(store: S3ObjectStore, pages: Iterator[T]) -> Iterator[T]:
+    """`pages`, each drawn through `store._call`: listing requests go page by page."""
+    while (page := store._call(None, lambda: next(pages, None))) is not None:
+        yield page
+
+
+def _message(exc: BaseException) -> str:
+    """obstore's message without its debug dump (which repeats it at length)."""
+    return str(exc).split("\n\nDebug source", 1)[0].split("\n", 1)[0].strip()
+
+
+def _status(exc: BaseException) -> str | None:
+    found = _STATUS.search(str(exc))
+    return found[1] if found else None
+
+
+def _code(exc: BaseException) -> str | None:
+    found = _CODE.search(str(exc))
+    return found[1] if found else None
+
+
+def _etag(meta: ObjectMeta) -> str | None:
+    return (meta.get("e_tag") or "").strip('"') or None
 
 
 def _parse_url(url: str) -> tuple[str, str]:
@@ -444,11 +501,6 @@ def _parse_url(url: str) -> tuple[str, str]:
             ) from None
         prefix += "/"
     return parts.netloc, prefix
-
-
-def _lists_path_by_path(page: dict[str, Any]) -> bool:
-    server = page.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("server", "")
-    return server.startswith(_PATH_ORDER_SERVERS)
 
 
 def _in_key_order(infos: Iterable[ObjectInfo], shared: int) -> Iterator[ObjectInfo]:
@@ -511,58 +563,8 @@ def _epoch_ns(moment: datetime) -> int:
     return (moment - _EPOCH) // timedelta(microseconds=1) * 1000
 
 
-def _response_time(response: dict[str, Any]) -> datetime:
-    header = response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
-    if header:
-        try:
-            return _utc(parsedate_to_datetime(header))
-        except (TypeError, ValueError):
-            pass
-    return datetime.now(UTC)
-
-
 def _utc(moment: datetime) -> datetime:
     return moment.astimezone(UTC)
-
-
-def _parts(chunks: Iterator[bytes]) -> Iterator[bytes | bytearray]:
-    """`chunks` regrouped into parts of the sizes `_part_size` says; the last may be short.
-    A chunk of exactly a part's size (a file read a part at a time) passes uncopied, and so
-    does a buffer that chunks filled exactly (chunks of a size dividing the part's)."""
-    buffer = bytearray()
-    number = 1
-    for chunk in chunks:
-        if not buffer and len(chunk) == _part_size(number):
-            yield chunk
-            number += 1
-            continue
-        buffer += chunk
-        while len(buffer) >= (size := _part_size(number)):
-            if len(buffer) == size:
-                part: bytes | bytearray = buffer
-                buffer = bytearray()
-            else:
-                with memoryview(buffer) as view:
-                    part = view[:size].tobytes()
-                del buffer[:size]
-            yield part
-            number += 1
-    if buffer or number == 1:
-        yield bytes(buffer)
-
-
-def _handed_on(
-    head: list[bytes | bytearray], rest: Iterator[bytes | bytearray]
-) -> Iterator[bytes | bytearray]:
-    """`head` then `rest`, each part of `head` let go as it is handed on, so the first two
-    parts are not held for the whole upload."""
-    while head:
-        yield head.pop(0)
-    yield from rest
-
-
-def _part_size(number: int) -> int:
-    return PART_SIZE << min((number - 1) // PARTS_PER_SIZE, 4)
 
 
 class _RangeReader(io.RawIOBase):
@@ -596,7 +598,7 @@ class _RangeReader(io.RawIOBase):
         stop = min(self._pos + len(view), self._size)
         if stop <= self._pos:
             return 0
-        data = self._store._get_range(self._key, self._etag, self._pos, stop)
+        data = memoryview(self._store._get_range(self._key, self._etag, self._pos, stop))
         view[: len(data)] = data
         self._pos += len(data)
         return len(data)
@@ -604,6 +606,6 @@ class _RangeReader(io.RawIOBase):
     def readall(self) -> bytes:
         if self._pos >= self._size:
             return b""
-        data = self._store._get_range(self._key, self._etag, self._pos, None)
+        data = bytes(self._store._get_range(self._key, self._etag, self._pos, None))
         self._pos += len(data)
         return data

@@ -14,7 +14,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from botocore.config import Config
 
 from branchwater.engine.errors import ConfigurationError, InvalidArgument, NotFound, Unavailable
 from branchwater.engine.objects import ObjectInfo, ObjectStore
@@ -238,7 +237,8 @@ def test_s3_unreachable_endpoint_is_unavailable() -> None:
     store = S3ObjectStore(
         url,
         endpoint_url=f"http://127.0.0.1:{free_port()}",
-        config=Config(connect_timeout=1, read_timeout=1, retries={"max_attempts": 1}),
+        aws_access_key_id="AKIDEXAMPLE",
+        aws_secret_access_key="not-a-secret",
     )
     started = time.monotonic()
     for call in (
