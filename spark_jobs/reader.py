@@ -4,10 +4,12 @@ The driver streams the ref's entries under a prefix into manifest files of `MANI
 entries each, handed to the executors with `SparkContext.addFile`, so a ref with millions of
 entries never sits in the driver's memory at once; it keeps only the files' sizes, a part at
 a time, to pack them into Spark partitions as `spark.read` does (`maxPartitionBytes`,
-`openCostInBytes`). Each Spark task reads its slice of a manifest and the physical files it
-names with pyarrow, straight from the object store, as the writer writes them: executors
-need no `s3a` jars and no access to the KV store. Partition columns come from Hive-style
-folders (`k=v/`) under the prefix, typed as Spark's partition discovery types them.
+`openCostInBytes`). Each Spark task reads its slice of a manifest and the physical files
+it names with pyarrow, from file objects the engine's object store opens (ranged reads: a
+Parquet file's footer and the column chunks asked for, nothing more), as the writer writes
+them: executors need no `s3a` jars and no access to the KV store. Partition columns come
+from Hive-style folders (`k=v/`) under the prefix, typed as Spark's partition discovery
+types them.
 
 The frame is the ref as it was when `read_files` listed it: a branch's uncommitted objects
 included, later changes to the branch not.
@@ -26,10 +28,16 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import unquote
 
-from branchwater.engine import CorruptedData, InvalidArgument, NotFound
-from branchwater.spark_jobs.writer import filesystem_for
+from branchwater.engine import (
+    BranchwaterError,
+    CorruptedData,
+    InvalidArgument,
+    NotFound,
+    ObjectStore,
+    open_object_store,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -214,24 +222,23 @@ def _hidden(relative: str) -> bool:
 
 
 def _location(namespace: str, address: str) -> tuple[str, str]:
-    """The scheme and pyarrow path of an entry's object (an imported object's address is its
-    own URI, kept verbatim; a namespace URL is percent-encoded)."""
-    if address.startswith("file://"):
-        return "file", address[len("file://") :]
+    """The object store URL and key of an entry's object: the namespace and the address,
+    or for an imported object (whose address is its own URI) its bucket, or the file
+    system's root, and the rest."""
+    if address.startswith("file:///"):
+        return "file:///", address[len("file:///") :]
     if address.startswith("s3://"):
-        return "s3", address[len("s3://") :]
-    parts = urlsplit(namespace.rstrip("/"))
-    if parts.scheme == "file":
-        return "file", f"{unquote(parts.path)}/{address}"
-    return parts.scheme, f"{parts.netloc}{parts.path}/{address}"
+        bucket, _, key = address[len("s3://") :].partition("/")
+        return f"s3://{bucket}", key
+    return namespace.rstrip("/"), address
 
 
 class _ManifestRows:
     def __init__(self) -> None:
         self.columns: dict[str, list[Any]] = {
             "path": [],
-            "scheme": [],
-            "location": [],
+            "store": [],
+            "key": [],
             "size": [],
             "values": [],
         }
@@ -254,8 +261,8 @@ class _ManifestRows:
         table = pa.table(
             {
                 "path": pa.array(self.columns["path"], pa.string()),
-                "scheme": pa.array(self.columns["scheme"], pa.string()),
-                "location": pa.array(self.columns["location"], pa.string()),
+                "store": pa.array(self.columns["store"], pa.string()),
+                "key": pa.array(self.columns["key"], pa.string()),
                 "size": pa.array(self.columns["size"], pa.int64()),
                 "values": pa.array(self.columns["values"], pa.list_(pa.string())),
             }
@@ -493,41 +500,52 @@ def _read_slice(plan: ReadPlan, part: Slice) -> Iterator[pa.RecordBatch]:
             groups.append(group)
         first = stop
     rows = manifest.read_row_groups(groups).slice(offset, part.stop - part.start)
-    filesystems: dict[str, Any] = {}
-    for row in rows.to_pylist():
-        scheme = row["scheme"]
-        if scheme not in filesystems:
-            url = f"{scheme}://{quote(row['location'])}"
-            filesystems[scheme] = filesystem_for(url, plan.s3_options)[0]
-        yield from _read_file(plan, filesystems[scheme], row)
+    stores: dict[str, ObjectStore] = {}
+    try:
+        for row in rows.to_pylist():
+            if row["store"] not in stores:
+                stores[row["store"]] = open_object_store(row["store"], **plan.s3_options)
+            yield from _read_file(plan, stores[row["store"]], row)
+    finally:
+        for store in stores.values():
+            store.close()
 
 
-def _read_file(plan: ReadPlan, filesystem: Any, row: Mapping[str, Any]) -> Iterator[pa.RecordBatch]:
+def _read_file(
+    plan: ReadPlan, store: ObjectStore, row: Mapping[str, Any]
+) -> Iterator[pa.RecordBatch]:
     """One file's rows in the output schema, its partition values as constant columns; a
     missing or unreadable object fails the task naming the path and the ref."""
     import pyarrow as pa
 
+    where = store.uri(row["key"])
     try:
-        fragment = plan.file_format.make_fragment(
-            row["location"], filesystem, file_size=row["size"]
-        )
-        names = [f.name for f in plan.data_schema]
-        for batch in fragment.to_batches(schema=plan.data_schema, columns=names):
-            columns = {name: batch.column(name) for name in names}
-            for (name, _), value in zip(plan.partition_types, row["values"], strict=True):
-                kind = plan.output_schema.field(name).type
-                columns[name] = _constant(value, kind, batch.num_rows)
-            arrays = [columns[f.name].cast(f.type) for f in plan.output_schema]
-            yield pa.RecordBatch.from_arrays(arrays, schema=plan.output_schema)
-    except FileNotFoundError:
+        with store.open(row["key"]) as f:
+            source = pa.PythonFile(f, mode="r")
+            fragment = plan.file_format.make_fragment(source)
+            names = [f.name for f in plan.data_schema]
+            for batch in fragment.to_batches(schema=plan.data_schema, columns=names):
+                columns = {name: batch.column(name) for name in names}
+                for (name, _), value in zip(plan.partition_types, row["values"], strict=True):
+                    kind = plan.output_schema.field(name).type
+                    columns[name] = _constant(value, kind, batch.num_rows)
+                arrays = [columns[f.name].cast(f.type) for f in plan.output_schema]
+                yield pa.RecordBatch.from_arrays(arrays, schema=plan.output_schema)
+    except NotFound:
         raise NotFound(
             f"object {row['path']!r} under {plan.where} is missing from storage at "
-            f"{row['location']}: deleted since the read was planned (a branch's object "
+            f"{where}: deleted since the read was planned (a branch's object "
             "removed and collected by GC)"
         ) from None
+    except CorruptedData as exc:
+        raise CorruptedData(
+            f"cannot read object {row['path']!r} under {plan.where} at {where}: {exc}"
+        ) from None
+    except BranchwaterError:
+        raise
     except (OSError, pa.ArrowException) as exc:
         raise CorruptedData(
-            f"cannot read object {row['path']!r} under {plan.where} at {row['location']}: {exc}"
+            f"cannot read object {row['path']!r} under {plan.where} at {where}: {exc}"
         ) from None
 
 

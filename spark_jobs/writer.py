@@ -2,10 +2,12 @@
 
 The driver asks the branch for one physical address per partition; each Spark task writes
 its partition as one Parquet file straight to its address in the repository's storage
-namespace, and reports the file's size and SHA-256 (the engine's own checksum, so the same
-bytes uploaded and linked are one object); the driver then links every file at
-`<prefix>/part-NNNNN.parquet`. Data never passes through the driver, and executors need
-no access to the KV store: only to the object store.
+namespace, through the engine's object store (the one object layer: atomic on local files,
+a single PUT or an aborted-on-failure multipart upload on S3), and reports the file's size
+and SHA-256 (the engine's own checksum, so the same bytes uploaded and linked are one
+object); the driver then links every file at `<prefix>/part-NNNNN.parquet`. Data never
+passes through the driver, and executors need no access to the KV store: only to the
+object store.
 """
 
 from __future__ import annotations
@@ -13,12 +15,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlsplit
+from typing import TYPE_CHECKING
+
+from branchwater.engine import open_object_store
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyarrow import fs
     from pyspark.sql import DataFrame
 
     from branchwater.engine import Branch, Entry
@@ -39,10 +41,14 @@ def write_parquet(
     `s3_options` (as `Lake.connect` takes them) let executors write to an `s3://` namespace.
     Addresses handed out for empty partitions stay unused; their tokens expire.
     """
-    namespace = branch.repository.storage_namespace.rstrip("/")
+    namespace = branch.repository.storage_namespace
     addresses = {i: branch.get_physical_address() for i in range(frame.rdd.getNumPartitions())}
-    targets = {i: f"{namespace}/{a.address}" for i, a in addresses.items()}
-    writer = partial(_write_partition, targets=targets, s3_options=dict(s3_options or {}))
+    writer = partial(
+        _write_partition,
+        namespace=namespace,
+        keys={i: a.address for i, a in addresses.items()},
+        s3_options=dict(s3_options or {}),
+    )
     reports = frame.mapInArrow(writer, REPORT_SCHEMA).collect()
     entries = []
     for report in sorted(reports, key=lambda r: int(r["partition"])):
@@ -63,10 +69,12 @@ def write_parquet(
 def _write_partition(
     batches: Iterator[pa.RecordBatch],
     *,
-    targets: Mapping[int, str],
+    namespace: str,
+    keys: Mapping[int, str],
     s3_options: Mapping[str, str | None],
 ) -> Iterator[pa.RecordBatch]:
-    """Runs in a Spark task: write this partition's rows to its address, report the file."""
+    """Runs in a Spark task: write this partition's rows to its address, report the file.
+    A task killed midway leaves no object at the address (the store writes atomically)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     from pyspark import TaskContext
@@ -78,45 +86,18 @@ def _write_partition(
     if context is None:
         raise RuntimeError("_write_partition runs inside a Spark task only")
     partition = context.partitionId()
-    table = pa.Table.from_batches(rows)
     buffer = pa.BufferOutputStream()
-    pq.write_table(table, buffer)
+    pq.write_table(pa.Table.from_batches(rows), buffer)
     data = buffer.getvalue().to_pybytes()
-    filesystem, path = filesystem_for(targets[partition], s3_options)
-    filesystem.create_dir(path.rsplit("/", 1)[0], recursive=True)
-    with filesystem.open_output_stream(path) as out:
-        out.write(data)
+    store = open_object_store(namespace, **s3_options)
+    try:
+        store.put_stream(keys[partition], [data])
+    finally:
+        store.close()
     yield pa.RecordBatch.from_pydict(
         {
             "partition": pa.array([partition], pa.int32()),
             "size": pa.array([len(data)], pa.int64()),
             "checksum": [hashlib.sha256(data).hexdigest()],
         }
-    )
-
-
-def filesystem_for(url: str, s3_options: Mapping[str, str | None]) -> tuple[fs.FileSystem, str]:
-    """A pyarrow filesystem and path for a `file://` or `s3://` object URL."""
-    from pyarrow import fs
-
-    parts = urlsplit(url)
-    if parts.scheme == "file":
-        return fs.LocalFileSystem(), unquote(parts.path)
-    if parts.scheme == "s3":
-        return _s3(s3_options), f"{parts.netloc}{parts.path}"
-    raise ValueError(f"cannot write to {url!r}: use a file:// or s3:// namespace")
-
-
-def _s3(options: Mapping[str, str | None]) -> Any:
-    from pyarrow import fs
-
-    endpoint = options.get("endpoint_url")
-    parsed = urlsplit(endpoint) if endpoint else None
-    return fs.S3FileSystem(
-        access_key=options.get("aws_access_key_id"),
-        secret_key=options.get("aws_secret_access_key"),
-        session_token=options.get("aws_session_token"),
-        region=options.get("region_name") or "us-east-1",
-        endpoint_override=parsed.netloc if parsed else None,
-        scheme=parsed.scheme if parsed else "https",
     )
