@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import os
 import re
+import select as sockets
 from typing import Any
 
 import psycopg
@@ -104,6 +105,25 @@ class PostgresStore(SQLStore):
 
     def _is_broken(self, dbapi: Any) -> bool:
         return bool(dbapi.closed or dbapi.broken)
+
+    def _is_live(self, dbapi: Any) -> bool:
+        """Not lost, and nothing to read: an idle session hears from the server unasked only
+        when it is being closed (a terminated backend's FATAL message, a restart's EOF)."""
+        if dbapi.closed or dbapi.broken:
+            return False
+        try:
+            poll = sockets.poll()
+            poll.register(dbapi.pgconn.socket, sockets.POLLIN)
+            return not poll.poll(0)
+        except (OSError, psycopg.Error):
+            return False
+
+    def _unknown_outcome(self, exc: Exception) -> BranchwaterError:
+        reason = self._failure(exc)
+        return Unavailable(
+            f"{reason}; the session was lost while a conditional write was under way, so it "
+            "may or may not have been applied: read the key again before retrying"
+        )
 
     def _disown(self, dbapi: Any) -> None:
         """Point the inherited socket at /dev/null: a later close, even one at interpreter

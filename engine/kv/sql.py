@@ -10,6 +10,24 @@ native threads with a thread state made and torn down around every call; anythin
 `threading.local` held would be released inside that teardown, where closing a connection
 crashes the interpreter. A pooled connection is only ever closed by ordinary code: `close`,
 a lost session replaced, or a return to a pool that holds `MAX_IDLE` already.
+
+A server that goes away (restarted, or its sessions terminated) leaves the idle connections
+dead with it. The first statement to meet a lost session closes every idle connection too,
+so the next calls connect afresh instead of failing once per dead connection, and:
+
+- a statement that may run twice (a read, a scan, an unconditional `set` or `delete`, a
+  drop chunk) is run again once, on a new connection;
+- a conditional write (`set_if`, `delete_if`) is never run twice. Before sending one, the
+  driver checks its connection is still alive (`_is_live`: for PostgreSQL, the socket has
+  nothing unsolicited to read, which is how a terminated or restarted backend's goodbye
+  arrives), so a session lost while idle costs a new connection, not an error. A session
+  lost while the statement was under way is ambiguous: the server may have applied it and
+  lost only the reply. Running it again would then report a false `PredicateFailed` (the
+  key already holds our value) or, after another writer moved the key on and back, apply
+  it twice; reading the key back cannot tell those apart either. So it raises
+  `Unavailable` saying the write may have been applied, and the caller, who knows what
+  the value means, reads the key before deciding (graveler operations re-read the branch
+  on their next call and finish or redo what is left).
 """
 
 from __future__ import annotations
@@ -135,6 +153,14 @@ class _Connection:
         self.usable = False
         self.finalizer()
 
+    def discard(self) -> None:
+        """Close a connection whose session is, or may be, lost: invalidated, so nothing
+        (no rollback on return) is sent to a server that is gone."""
+        self.usable = False
+        if self.finalizer.detach() is not None:
+            with contextlib.suppress(Exception):
+                self.pooled.invalidate()
+
 
 def _close_quietly(pooled: Any) -> None:
     """Closing is best effort: the server may already be gone, and there is no one to tell."""
@@ -173,6 +199,15 @@ class SQLStore(Store):
         """Whether a failed connection must be replaced (a lost PostgreSQL session)."""
         return False
 
+    def _is_live(self, dbapi: Any) -> bool:
+        """Whether an idle connection can take a statement that must not run twice (drivers
+        with a network session override this)."""
+        return True
+
+    def _unknown_outcome(self, exc: Exception) -> BranchwaterError:
+        """The error of a conditional write whose session was lost under way."""
+        return self._failure(exc)
+
     def _disown(self, dbapi: Any) -> None:
         """In a forked child, make sure closing an inherited connection cannot reach the
         parent's session (drivers with a network session override this)."""
@@ -203,19 +238,36 @@ class SQLStore(Store):
         return conn
 
     def _drop_if_broken(self, conn: _Connection, exc: Exception) -> None:
-        """Close a lost connection so a retry gets a fresh one; any other failure is the
-        statement's own and raises its typed error.
+        """Close a lost connection, and every idle one with it, so a retry gets a fresh one;
+        any other failure is the statement's own and raises its typed error.
 
         Only a lost connection is worth retrying, and only for statements that may run
         twice: a conditional write whose reply was lost may have been applied already.
         """
         if not self._is_broken(conn.dbapi):
             raise self._failure(exc) from exc
-        conn.close()
+        conn.discard()
+        self._drop_idle()
+
+    def _drop_idle(self) -> None:
+        """Close the idle connections: one session lost means the server restarted or cut
+        its sessions, and the others went with it (a live one costs only a reconnect)."""
+        idle = self._idle
+        while idle:
+            with contextlib.suppress(IndexError):
+                idle.pop().discard()
+
+    def _alive(self, conn: _Connection) -> _Connection:
+        """`conn` if it can take a conditional write, else a new connection."""
+        if self._is_live(conn.dbapi):
+            return conn
+        conn.discard()
+        self._drop_idle()
+        return self._connect()
 
     def _once(self, sql: str, params: Sequence[Any], fetch: Callable[[Cursor], T]) -> T:
-        """The statement on a fresh try, its failure final."""
-        conn = self._take()
+        """The statement again, after a lost session, on a new connection; its failure final."""
+        conn = self._connect()
         try:
             return fetch(conn.cursor.execute(sql, params))
         except self._errors as exc:
@@ -256,6 +308,8 @@ class SQLStore(Store):
             conn = idle.pop()
         except IndexError:
             conn = self._connect()
+        if not idempotent:
+            conn = self._alive(conn)
         try:
             return conn.cursor.execute(sql, params).rowcount
         except self._errors as exc:
@@ -263,7 +317,7 @@ class SQLStore(Store):
                 return self._when_free(conn.cursor, sql, params).rowcount
             self._drop_if_broken(conn, exc)
             if not idempotent:
-                raise self._failure(exc) from exc
+                raise self._unknown_outcome(exc) from exc
         finally:
             if conn.usable and len(idle) < MAX_IDLE:
                 idle.append(conn)
