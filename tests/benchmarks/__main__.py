@@ -5,8 +5,9 @@ Each module runs in a process of its own (`python -m tests.benchmarks.bench_x OP
 takes the options it knows (sizes) and ignores the rest, and prints its own `BENCH` lines;
 this runner passes its output through and writes each line as it is printed to
 `docs/benchmarks/results.json` (see `results`), replacing that benchmark's row on that back
-end and keeping every other row, so a run stopped or failing part way keeps what it
-measured. After a module fails the runner goes on to the next and exits non-zero at the end.
+end (the line's `backend=<name>`, see `backends`; else `--backend`) and keeping every other
+row, so a run stopped or failing part way keeps what it measured. After a module fails the
+runner goes on to the next and exits non-zero at the end.
 """
 
 from __future__ import annotations
@@ -40,16 +41,19 @@ def run_module(
             parsed = results.parse(line)
             if parsed is not None:
                 name, ratio, figures = parsed
+                measured_on = str(figures.pop("backend", backend))
                 when = results.now()
                 record(
-                    results.Result(name, backend, module, ratio, figures, when, machine, options)
+                    results.Result(
+                        name, measured_on, module, ratio, figures, when, machine, options
+                    )
                 )
     return child.returncode
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.benchmarks", add_help=False)
-    parser.add_argument("--backend", default=results.backend())
+    parser.add_argument("--backend", default=results.backend(), choices=results.BACKENDS)
     parser.add_argument("--no-record", action="store_true")
     parser.add_argument("--results", type=Path, default=results.RESULTS)
     args, rest = parser.parse_known_args(argv)

@@ -5,7 +5,8 @@ read nor written) against the naive method: read every entry, merge the changes 
 write the whole result into an empty namespace. Both start from a cold cache.
 
 `committed-write`: `write_metarange` of the same entries against the floor, pyarrow turning
-the same `Entry` rows into one table and writing one Parquet file to the same disk.
+the same `Entry` rows into one table and writing one Parquet file to the same disk (on the
+stack, to memory and one PUT to the same S3 server; see `backends`).
 """
 
 from __future__ import annotations
@@ -20,13 +21,12 @@ from pathlib import Path
 from typing import ParamSpec, TypeVar
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from branchwater.engine.graveler.committed import CommittedStore, RangePolicy
 from branchwater.engine.graveler.committed.format import RANGE_SCHEMA, RANGES_PREFIX
 from branchwater.engine.graveler.model import Entry, metadata_json
-from branchwater.engine.objects import ObjectInfo
-from branchwater.engine.objects.local import LocalObjectStore
+from branchwater.engine.objects import ObjectInfo, ObjectStore
+from tests.benchmarks.backends import Backend, open_backend
 from tests.benchmarks.declarations import Benchmark, Suite
 
 BENCHMARKS = Suite(
@@ -51,16 +51,18 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-class CountingStore(LocalObjectStore):
-    """Counts the ranges actually written, the figure range reuse is meant to keep small."""
+def counting_range_puts(store: ObjectStore) -> list[int]:
+    """Count the ranges `store` writes from now on, the figure range reuse is meant to keep
+    small."""
+    count = [0]
+    put = store.put
 
-    def __init__(self, url: str) -> None:
-        super().__init__(url)
-        self.range_puts = 0
+    def counted(key: str, data: bytes) -> ObjectInfo:
+        count[0] += key.startswith(RANGES_PREFIX)
+        return put(key, data)
 
-    def put(self, key: str, data: bytes) -> ObjectInfo:
-        self.range_puts += key.startswith(RANGES_PREFIX)
-        return super().put(key, data)
+    store.put = counted  # type: ignore[method-assign]
+    return count
 
 
 def make_entries(count: int, seed: int) -> list[Entry]:
@@ -108,12 +110,12 @@ def merged(base: Iterator[Entry], changes: list[ChangeItem]) -> Iterator[Entry]:
             yield new
 
 
-def floor_write(entries: list[Entry], path: Path) -> None:
+def floor_write(entries: list[Entry], backend: Backend) -> None:
     """What pyarrow alone needs to put the same rows into one Parquet file."""
     paths, addresses, sizes, checksums, mtimes, metadata = zip(*entries, strict=True)
     values = (paths, addresses, sizes, checksums, mtimes, [metadata_json(m) for m in metadata])
     arrays = [pa.array(v, f.type) for v, f in zip(values, RANGE_SCHEMA, strict=True)]
-    pq.write_table(pa.Table.from_arrays(arrays, schema=RANGE_SCHEMA), path)
+    backend.write_parquet("floor.parquet", pa.Table.from_arrays(arrays, schema=RANGE_SCHEMA))
 
 
 def timed(fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> tuple[R, float]:
@@ -122,27 +124,28 @@ def timed(fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> tuple[R, flo
     return result, time.perf_counter() - start
 
 
-def bench_write(root: Path, entries: list[Entry], policy: RangePolicy) -> str:
-    store = CommittedStore(LocalObjectStore(f"file://{root}/write"), policy)
+def bench_write(backend: Backend, entries: list[Entry], policy: RangePolicy) -> str:
+    store = CommittedStore(backend.objects("write"), policy)
     metarange_id, write_s = timed(store.write_metarange, entries)
-    _, floor_s = timed(floor_write, entries, root / "floor.parquet")
+    _, floor_s = timed(floor_write, entries, backend)
     ranges = len(store.ranges(metarange_id))
     print(
         f"BENCH committed-write ratio={write_s / floor_s:.2f} "
         f"entries_per_s={len(entries) / write_s:,.0f} write_s={write_s:.2f} "
-        f"floor_s={floor_s:.2f} entries={len(entries)} ranges={ranges}",
+        f"floor_s={floor_s:.2f} entries={len(entries)} ranges={ranges} {backend.label}",
         flush=True,
     )
     return metarange_id
 
 
 def bench_apply(
-    root: Path, base_id: str, changes: list[ChangeItem], policy: RangePolicy, spread: str
+    backend: Backend, base_id: str, changes: list[ChangeItem], policy: RangePolicy, spread: str
 ) -> None:
-    objects = CountingStore(f"file://{root}/write")
+    objects = backend.objects("write")
+    range_puts = counting_range_puts(objects)
     result_id, apply_s = timed(CommittedStore(objects, policy).apply, base_id, changes)
-    naive = CommittedStore(LocalObjectStore(f"file://{root}/write"), policy)
-    rewrite = CommittedStore(LocalObjectStore(f"file://{root}/naive"), policy)
+    naive = CommittedStore(backend.objects("write"), policy)
+    rewrite = CommittedStore(backend.objects("naive"), policy)
     naive_id, naive_s = timed(
         lambda: rewrite.write_metarange(merged(naive.iterate(base_id), changes))
     )
@@ -150,8 +153,9 @@ def bench_apply(
         raise AssertionError(f"apply gave {result_id}, a full rewrite {naive_id}")
     print(
         f"BENCH committed-apply ratio={apply_s / naive_s:.4f} apply_s={apply_s:.3f} "
-        f"naive_s={naive_s:.2f} ranges_written={objects.range_puts} "
-        f"ranges={len(naive.ranges(base_id))} changes={len(changes)} spread={spread}",
+        f"naive_s={naive_s:.2f} ranges_written={range_puts[0]} "
+        f"ranges={len(naive.ranges(base_id))} changes={len(changes)} spread={spread} "
+        f"{backend.label}",
         flush=True,
     )
 
@@ -163,13 +167,16 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--target-entries", type=int, default=RangePolicy().target_entries)
     parser.add_argument("--spread", choices=("scattered", "clustered"), default="scattered")
     parser.add_argument("--seed", type=int, default=7)
-    args = parser.parse_args(argv)
+    args, _ = parser.parse_known_args(argv)
     policy = RangePolicy(target_entries=args.target_entries)
     entries = make_entries(args.entries, args.seed)
     changes = make_changes(entries, min(args.changes, len(entries)), args.seed, args.spread)
-    with tempfile.TemporaryDirectory(prefix="bw-bench-committed-") as tmp:
-        base_id = bench_write(Path(tmp), entries, policy)
-        bench_apply(Path(tmp), base_id, changes, policy, args.spread)
+    with (
+        tempfile.TemporaryDirectory(prefix="bw-bench-committed-") as tmp,
+        open_backend(Path(tmp)) as backend,
+    ):
+        base_id = bench_write(backend, entries, policy)
+        bench_apply(backend, base_id, changes, policy, args.spread)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Staging-compaction benchmarks on the embedded default (SQLite + local files), issue 11.
+"""Staging-compaction benchmarks, issue 11, on the selected back end (`backends`).
 
 - `compaction-tombstones`: a branch with T staged tombstones over its committed tree plus L
   live entries: the first listing page (and `stat` of a missing path) after compaction vs
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import sqlite3
 import tempfile
 import time
 from collections import Counter
@@ -37,7 +36,7 @@ from branchwater.engine.errors import NotFound
 from branchwater.engine.graveler.iterators import combine
 from branchwater.engine.graveler.model import Entry, encode_entry
 from branchwater.engine.graveler.reads import committed_lookup
-from branchwater.engine.kv.sql import DEFAULT_TABLE
+from tests.benchmarks.backends import Backend, open_backend
 from tests.benchmarks.bench_graveler import MTIME, bulk_stage, entry
 from tests.benchmarks.declarations import Benchmark, Suite
 
@@ -76,28 +75,18 @@ BENCHMARKS = Suite(
 PAGE = 1000
 
 
-def bulk_rows(db: Path, token: str, rows: Iterable[tuple[str, bytes]]) -> None:
-    """Staged (path, value) rows straight through sqlite3: the benchmark is not the staging."""
-    with sqlite3.connect(db) as conn:
-        conn.executemany(
-            f"INSERT OR REPLACE INTO {DEFAULT_TABLE} VALUES (?, ?, ?)",
-            ((token.encode(), path.encode(), value) for path, value in rows),
-        )
-        conn.commit()
-    checkpoint(db)
+def bulk_rows(backend: Backend, token: str, rows: Iterable[tuple[str, bytes]]) -> None:
+    """Staged (path, value) rows straight through the driver: the benchmark is not the
+    staging."""
+    backend.stage_rows((token.encode(), path.encode(), value) for path, value in rows)
+    backend.checkpoint()
 
 
-def checkpoint(db: Path) -> None:
-    with sqlite3.connect(db) as conn:
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-
-
-def new_lake(root: Path, *names: str) -> tuple[Lake, Path]:
-    db = root / "lake.db"
-    lake = Lake.connect(f"sqlite:///{db}?synchronous=normal", range_cache_dir=root / "cache")
+def new_lake(backend: Backend, *names: str) -> Lake:
+    lake = backend.connect(range_cache_dir=backend.root / "cache")
     for name in names:
-        lake.create_repository(name, storage_namespace=f"file://{root}/{name}")
-    return lake, db
+        lake.create_repository(name, storage_namespace=backend.namespace(name))
+    return lake
 
 
 def token_of(lake: Lake, repo: str, branch: str = "main") -> str:
@@ -120,19 +109,19 @@ def first_page(branch: Branch) -> list[Entry]:
 
 
 def bench_tombstones(tombstones: int, live: int) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        lake, db = new_lake(root, "bench")
-        bulk_stage(db, token_of(lake, "bench"), tombstones)
+    with tempfile.TemporaryDirectory() as tmp, open_backend(Path(tmp)) as backend:
+        lake = new_lake(backend, "bench")
+        bulk_stage(backend, token_of(lake, "bench"), tombstones)
         bulk_rows(
-            db,
+            backend,
             token_of(lake, "bench"),
             ((e.path, encode_entry(e)) for e in map(live_entry, range(live))),
         )
         main = lake.repository("bench").branch("main")
         main.commit("tree")
         lake.wait_for_cleanup()
-        bulk_rows(db, token_of(lake, "bench"), ((entry(i).path, b"") for i in range(tombstones)))
+        tombstone_rows = ((entry(i).path, b"") for i in range(tombstones))
+        bulk_rows(backend, token_of(lake, "bench"), tombstone_rows)
         missing = "tables/t00/part-missing.parquet"
 
         before_s, page = timed(lambda: first_page(main))
@@ -149,7 +138,8 @@ def bench_tombstones(tombstones: int, live: int) -> None:
         f"first_page_before_ms={before_s * 1e3:.1f} first_page_after_ms={after_s * 1e3:.1f} "
         f"stat_missing_before_ms={stat_before_s * 1e3:.2f} "
         f"stat_missing_after_ms={stat_after_s * 1e3:.2f} compact_s={compact_s:.2f} "
-        f"tombstones_removed={result.tombstones_removed} tombstones={tombstones} live={live}",
+        f"tombstones_removed={result.tombstones_removed} tombstones={tombstones} live={live} "
+        f"{backend.label}",
         flush=True,
     )
 
@@ -194,15 +184,14 @@ def naive_uncommitted(lake: Lake, branch: Branch) -> int:
 
 
 def bench_uncommitted(committed: int, changes: int) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        lake, db = new_lake(root, "bench")
-        bulk_stage(db, token_of(lake, "bench"), committed)
+    with tempfile.TemporaryDirectory() as tmp, open_backend(Path(tmp)) as backend:
+        lake = new_lake(backend, "bench")
+        bulk_stage(backend, token_of(lake, "bench"), committed)
         main = lake.repository("bench").branch("main")
         head = main.commit("tree").metarange_id
         lake.wait_for_cleanup()
         rows = list(staged_changes_rows(committed, changes))
-        bulk_rows(db, token_of(lake, "bench"), rows)
+        bulk_rows(backend, token_of(lake, "bench"), rows)
         token = token_of(lake, "bench")
         store = lake.graveler.committed(main.repository.record)
 
@@ -221,31 +210,31 @@ def bench_uncommitted(committed: int, changes: int) -> None:
         f"BENCH uncommitted ratio={ours_s / floor_s:.2f} uncommitted_s={ours_s:.2f} "
         f"floor_s={floor_s:.2f} point_lookup_s={naive_s:.2f} "
         f"speedup_vs_point_lookup={naive_s / ours_s:.1f} changes={found.total()} "
-        f"committed={committed}",
+        f"committed={committed} {backend.label}",
         flush=True,
     )
 
 
 def bench_compaction_vs_commit(entries: int) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        lake, db = new_lake(root, "compacted", "committed")
+    with tempfile.TemporaryDirectory() as tmp, open_backend(Path(tmp)) as backend:
+        lake = new_lake(backend, "compacted", "committed")
         for name in ("compacted", "committed"):
-            bulk_stage(db, token_of(lake, name), entries)
+            bulk_stage(backend, token_of(lake, name), entries)
         compacted = lake.repository("compacted").branch("main")
         committed = lake.repository("committed").branch("main")
         for name in ("compacted", "committed"):  # both start from a warm page cache
             sum(1 for _ in lake.graveler.kv.scan(token_of(lake, name).encode()))
         compact_s, result = timed(compacted.compact)
         lake.wait_for_cleanup()
-        checkpoint(db)  # the commit must not pay for the compacted rows' drop in the WAL
-        shutil.rmtree(root / "cache")  # nor skip caching the ranges the compaction cached
+        backend.checkpoint()  # the commit must not pay for the compacted rows' drop in the WAL
+        shutil.rmtree(backend.root / "cache")  # nor skip caching the ranges the compaction cached
         commit_s, commit = timed(lambda: committed.commit("same entries"))
         assert result.metarange_id == commit.metarange_id
         lake.close()
     print(
         f"BENCH compaction-vs-commit ratio={compact_s / commit_s:.2f} compact_s={compact_s:.2f} "
-        f"commit_s={commit_s:.2f} ranges_written={result.ranges_written} entries={entries}",
+        f"commit_s={commit_s:.2f} ranges_written={result.ranges_written} entries={entries} "
+        f"{backend.label}",
         flush=True,
     )
 
@@ -260,18 +249,17 @@ def changed_rows(indexes: range, version: int) -> Iterator[tuple[str, bytes]]:
 
 def bench_commit_compacted(committed: int, changes: int) -> None:
     stride = max(1, committed // changes)
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        lake, db = new_lake(root, "compacted", "plain")
+    with tempfile.TemporaryDirectory() as tmp, open_backend(Path(tmp)) as backend:
+        lake = new_lake(backend, "compacted", "plain")
         branches = {name: lake.repository(name).branch("main") for name in ("compacted", "plain")}
         for name, branch in branches.items():
-            bulk_stage(db, token_of(lake, name), committed)
+            bulk_stage(backend, token_of(lake, name), committed)
             branch.commit("tree")
-            bulk_rows(db, token_of(lake, name), changed_rows(range(0, committed, stride), 1))
+            bulk_rows(backend, token_of(lake, name), changed_rows(range(0, committed, stride), 1))
         branches["compacted"].compact()
         for name in branches:
             later = range(stride // 2, committed, stride)
-            bulk_rows(db, token_of(lake, name), changed_rows(later, 2))
+            bulk_rows(backend, token_of(lake, name), changed_rows(later, 2))
         compacted_s, compacted = timed(lambda: branches["compacted"].commit("changes"))
         plain_s, plain = timed(lambda: branches["plain"].commit("changes"))
         assert compacted.metarange_id == plain.metarange_id
@@ -279,7 +267,7 @@ def bench_commit_compacted(committed: int, changes: int) -> None:
     print(
         f"BENCH commit-compacted ratio={compacted_s / plain_s:.2f} "
         f"compacted_commit_s={compacted_s:.2f} plain_commit_s={plain_s:.2f} "
-        f"committed={committed} changes={2 * changes}",
+        f"committed={committed} changes={2 * changes} {backend.label}",
         flush=True,
     )
 

@@ -1,10 +1,11 @@
 """Failpoints unarmed (issue 43): what a point costs a hot operation when nothing arms it.
 
 - `failpoints-unarmed`: `--writes` staged writes (`stage_entry`, which passes the point
-  `write.before_validate` once per write) into `main` of a SQLite lake, with `failpoints.hit`
+  `write.before_validate` once per write) into `main` of a lake, with `failpoints.hit`
   as shipped against the same loop with `hit` replaced by a function that does nothing. Each
   round writes fresh paths on both sides and alternates which goes first; each side's fastest
-  round counts, so the machine's other work weighs on neither.
+  round counts, so the machine's other work weighs on neither. On the selected back end
+  (`backends`): SQLite, or PostgreSQL on the stack.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from branchwater.engine import failpoints
 from branchwater.engine.api import Lake
 from branchwater.engine.graveler.writes import stage_entry
+from tests.benchmarks.backends import Backend, open_backend
 from tests.benchmarks.bench_graveler import entry, new_lake
 from tests.benchmarks.declarations import Benchmark, Suite
 
@@ -57,9 +59,8 @@ def timed_side(lake: Lake, first: int, writes: int, noop: bool) -> float:
         failpoints.hit = shipped
 
 
-def bench_unarmed(root: Path, writes: int, rounds: int) -> None:
-    lake, _, _ = new_lake(root)
-    with lake:
+def bench_unarmed(backend: Backend, writes: int, rounds: int) -> None:
+    with new_lake(backend) as lake:
         write_loop(lake, 0, writes // 10)
         best = {True: float("inf"), False: float("inf")}
         for k in range(rounds):
@@ -70,7 +71,7 @@ def bench_unarmed(root: Path, writes: int, rounds: int) -> None:
     shipped_s, noop_s = best[False], best[True]
     print(
         f"BENCH failpoints-unarmed ratio={shipped_s / noop_s:.3f} shipped_s={shipped_s:.3f} "
-        f"noop_s={noop_s:.3f} writes={writes} rounds={rounds}",
+        f"noop_s={noop_s:.3f} writes={writes} rounds={rounds} {backend.label}",
         flush=True,
     )
 
@@ -80,8 +81,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--writes", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=9)
     args, _ = parser.parse_known_args(argv)
-    with tempfile.TemporaryDirectory() as tmp:
-        bench_unarmed(Path(tmp) / "unarmed", args.writes, args.rounds)
+    with tempfile.TemporaryDirectory() as tmp, open_backend(Path(tmp) / "unarmed") as backend:
+        bench_unarmed(backend, args.writes, args.rounds)
 
 
 if __name__ == "__main__":

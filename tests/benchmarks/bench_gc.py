@@ -1,4 +1,6 @@
-"""The uncommitted-GC Spark job on a generated namespace (issue 13), local files, local Spark.
+"""The uncommitted-GC Spark job on a generated namespace (issue 13), local Spark, on the
+selected back end (`backends`): SQLite and local files, or PostgreSQL and SeaweedFS's S3
+(the objects PUT there, the job given the server's S3 options).
 
 Default: 1,000,000 objects in 200 slices, 100 branches, 1,000 commits, 100,000 uncommitted,
 50,000 garbage (`--objects N` scales every count; `--quick` is a smoke run). Slices are named
@@ -22,7 +24,7 @@ alternating, after five untimed clean runs that warm the JVM.
   optimized run that reading less cannot shrink, as a ratio.
 - `gc-vacuum`: the optimized run (with its sweep) against `deltalake`'s full
   `DeltaTable.vacuum` of a Delta table with as many files and the same share unreferenced, on
-  the same disk. Target ≤ 1.
+  the same disk (the same S3 server on the stack). Target ≤ 1.
 - `gc-optimized-idle`: an optimized run with nothing written since its (swept) base run,
   against a clean run of the same state: the least an optimized run costs at this size
   (prepare, the previous run's sets, the gate), which no pruning of new ranges and slices
@@ -42,7 +44,6 @@ import json
 import os
 import random
 import shutil
-import sqlite3
 import sys
 import tempfile
 import time
@@ -60,7 +61,7 @@ from branchwater.engine.api import Lake, Repository
 from branchwater.engine.gc.addresses import slice_name
 from branchwater.engine.graveler.committed import RangePolicy
 from branchwater.engine.graveler.model import Entry, encode_entry
-from branchwater.engine.kv.sql import DEFAULT_TABLE
+from tests.benchmarks.backends import Backend, open_backend
 from tests.benchmarks.declarations import Benchmark, Suite
 
 BENCHMARKS = Suite(
@@ -109,7 +110,7 @@ BENCHMARKS = Suite(
             "gc-vacuum",
             measures="an optimized run with its sweep",
             reference="`deltalake`'s full `vacuum` of a Delta table of as many files, as many "
-            "unreferenced, on the same disk",
+            "unreferenced, on the same disk or S3 server",
             target=1,
         ),
         Benchmark(
@@ -121,9 +122,8 @@ BENCHMARKS = Suite(
         Benchmark(
             "gc-seed-projection",
             measures="lakeFS's GC design's 20M objects, 5M uncommitted, 1M stale, projected "
-            "from this run's per-object costs on 16 executors of this machine's cores; "
-            "listing and deleting local files is far faster than S3, so a floor, not a "
-            "promise",
+            "from this run's per-object costs on 16 executors of this machine's cores; on "
+            "local files (far faster to list and delete than S3) a floor, not a promise",
             reference='that design\'s "about 3 hours"',
         ),
     ),
@@ -167,10 +167,9 @@ class Size:
 
 @dataclass
 class Generated:
-    root: Path
+    backend: Backend
     lake: Lake
     repo: Repository
-    kv_url: str
     committed: list[str]
     uncommitted: list[str]
     garbage: list[str]
@@ -179,15 +178,6 @@ class Generated:
 def old_slices(count: int, now: datetime) -> list[str]:
     span = timedelta(hours=200)
     return [slice_name(now - timedelta(hours=14) - span * i / count) for i in range(count)]
-
-
-def write_objects(ns: Path, addresses: list[str]) -> None:
-    """Empty files: listing and deleting cost the same whatever their size."""
-    for directory in {a.rsplit("/", 1)[0] for a in addresses}:
-        (ns / directory).mkdir(parents=True, exist_ok=True)
-    flags = os.O_CREAT | os.O_WRONLY
-    for address in addresses:
-        os.close(os.open(ns / address, flags, 0o644))
 
 
 def addresses_in(slices: list[str], count: int, rng: random.Random) -> list[str]:
@@ -218,26 +208,27 @@ def commit_all(lake: Lake, repo: Repository, addresses: list[str], commits: int,
     g.refs.set_branch_if(record, dataclasses.replace(branch, commit_id=head.id), predicate)
 
 
-def stage(db: Path, tokens: list[str], addresses: list[str], tag: str) -> None:
-    with sqlite3.connect(db) as conn:
-        rows = (
-            (
-                tokens[i % len(tokens)].encode(),
-                f"u/{tag}{i:08d}".encode(),
-                encode_entry(Entry(f"u/{tag}{i:08d}", a, 0, "c", MTIME)),
-            )
-            for i, a in enumerate(addresses)
+def stage(backend: Backend, tokens: list[str], addresses: list[str], tag: str) -> None:
+    backend.stage_rows(
+        (
+            tokens[i % len(tokens)].encode(),
+            f"u/{tag}{i:08d}".encode(),
+            encode_entry(Entry(f"u/{tag}{i:08d}", a, 0, "c", MTIME)),
         )
-        conn.executemany(f"INSERT OR REPLACE INTO {DEFAULT_TABLE} VALUES (?, ?, ?)", rows)
-        conn.commit()
+        for i, a in enumerate(addresses)
+    )
 
 
-def generate(root: Path, size: Size, seed: int = 7) -> Generated:
+def write_objects(backend: Backend, addresses: list[str]) -> None:
+    """Empty objects in namespace `ns`: listing and deleting cost the same whatever their
+    size."""
+    backend.put_empty([f"ns/{a}" for a in addresses])
+
+
+def generate(backend: Backend, size: Size, seed: int = 7) -> Generated:
     rng = random.Random(seed)
-    db = root / "lake.db"
-    kv_url = f"sqlite:///{db}?synchronous=normal"
-    lake = Lake.connect(kv_url, range_cache_dir=root / "cache", range_policy=RANGES)
-    repo = lake.create_repository("bench", storage_namespace=f"file://{root}/ns")
+    lake = backend.connect(range_cache_dir=backend.root / "cache", range_policy=RANGES)
+    repo = lake.create_repository("bench", storage_namespace=backend.namespace("ns"))
     for b in range(1, size.branches):
         repo.create_branch(f"branch-{b:04d}")
     slices = old_slices(size.slices, datetime.now(UTC))
@@ -245,11 +236,11 @@ def generate(root: Path, size: Size, seed: int = 7) -> Generated:
     committed = addresses_in(slices, committed_count, rng)
     uncommitted = addresses_in(slices, size.uncommitted, rng)
     garbage = addresses_in(slices, size.garbage, rng)
-    write_objects(root / "ns", committed + uncommitted + garbage)
+    write_objects(backend, committed + uncommitted + garbage)
     commit_all(lake, repo, committed, size.commits, "a")
     tokens = [b.staging_token for b in lake.graveler.refs.branches(repo.record)]
-    stage(db, tokens, uncommitted, "a")
-    return Generated(root, lake, repo, kv_url, committed, uncommitted, garbage)
+    stage(backend, tokens, uncommitted, "a")
+    return Generated(backend, lake, repo, committed, uncommitted, garbage)
 
 
 def add_writes(gen: Generated, size: Size, share: float) -> None:
@@ -260,10 +251,10 @@ def add_writes(gen: Generated, size: Size, share: float) -> None:
     committed = addresses_in(fresh, new.objects - new.uncommitted - new.garbage, rng)
     uncommitted = addresses_in(fresh, new.uncommitted, rng)
     garbage = addresses_in(fresh, new.garbage, rng)
-    write_objects(gen.root / "ns", committed + uncommitted + garbage)
+    write_objects(gen.backend, committed + uncommitted + garbage)
     commit_all(gen.lake, gen.repo, committed, max(1, new.commits), "b")
     tokens = [b.staging_token for b in gen.lake.graveler.refs.branches(gen.repo.record)]
-    stage(gen.root / "lake.db", tokens, uncommitted, "b")
+    stage(gen.backend, tokens, uncommitted, "b")
 
 
 def spark_session() -> Any:
@@ -296,7 +287,8 @@ def run_gc(spark: Any, gen: Generated, **settings: Any) -> tuple[float, Any]:
     settings.setdefault("min_age", timedelta(0))
     settings.setdefault("max_share", 1.0)
     settings.setdefault("dry_run", True)
-    config = JobConfig(gen.kv_url, gen.repo.name, **settings)
+    settings.setdefault("s3_options", gen.backend.s3_options)
+    config = JobConfig(gen.backend.kv_url, gen.repo.name, **settings)
     group = f"bench-{uuid.uuid4().hex}"
     spark.sparkContext.setJobGroup(group, "bench_gc run")
     start = time.perf_counter()
@@ -330,7 +322,8 @@ def optimized_against_clean(spark: Any, gen: Generated, name: str) -> tuple[Any,
         f"BENCH {name} ratio={optimized_s / clean_s:.3f} "
         f"optimized_s={optimized_s:.1f} clean_s={clean_s:.1f} "
         f"slices_read={optimized.slices['read']} ranges_read={optimized.ranges['ranges_read']} "
-        f"spark_jobs={optimized.spark_jobs} phases={json.dumps(optimized.phases)}",
+        f"spark_jobs={optimized.spark_jobs} phases={json.dumps(optimized.phases)} "
+        f"{gen.backend.label}",
         flush=True,
     )
     return optimized, clean_s
@@ -342,7 +335,7 @@ def clean_against_floor(spark: Any, gen: Generated) -> tuple[float, Any, float]:
     listed = [*gen.committed, *gen.uncommitted, *gen.garbage]
     frames = []
     for name, values in (("l", listed), ("c", gen.committed), ("u", gen.uncommitted)):
-        path = gen.root / f"floor-{name}.parquet"
+        path = gen.backend.root / f"floor-{name}.parquet"
         pq.write_table(pa.table({"address": pa.array(values, pa.string())}), path)
         frame = spark.read.parquet(str(path)).cache()
         frame.count()
@@ -374,7 +367,7 @@ def driver_against_executors(spark: Any, gen: Generated) -> None:
         f"marked_on={driver.slices['marked_on']}/{executors.slices['marked_on']} "
         f"driver_spark_jobs={driver.spark_jobs} executors_spark_jobs={executors.spark_jobs} "
         f"driver_phases={json.dumps(driver.phases)} "
-        f"executors_phases={json.dumps(executors.phases)}",
+        f"executors_phases={json.dumps(executors.phases)} {gen.backend.label}",
         flush=True,
     )
 
@@ -399,12 +392,11 @@ def gate_seconds(spark: Any, addresses: list[str]) -> float:
     return best
 
 
-def delta_table(root: Path, files: int, partitions: int, unreferenced: float) -> Path:
-    """A Delta table of `files` empty data files, `unreferenced` of them not in its log."""
-    table = root / "delta"
-    (table / "_delta_log").mkdir(parents=True)
+def delta_table(backend: Backend, files: int, partitions: int, unreferenced: float) -> str:
+    """A Delta table of `files` empty data files, `unreferenced` of them not in its log, at
+    object folder `delta`; its URI."""
     names = [f"p={i % partitions:04d}/part-{i:09d}.parquet" for i in range(files)]
-    write_objects(table, names)
+    backend.put_empty([f"delta/{name}" for name in names])
     cut = int(files * (1 - unreferenced))
     now_ms = int(time.time() * 1000)
     schema = {
@@ -414,41 +406,41 @@ def delta_table(root: Path, files: int, partitions: int, unreferenced: float) ->
             {"name": "p", "type": "string", "nullable": True, "metadata": {}},
         ],
     }
-    with open(table / "_delta_log" / f"{0:020d}.json", "w") as log:
-        log.write(json.dumps({"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}) + "\n")
-        log.write(
-            json.dumps(
-                {
-                    "metaData": {
-                        "id": str(uuid.uuid4()),
-                        "format": {"provider": "parquet", "options": {}},
-                        "schemaString": json.dumps(schema),
-                        "partitionColumns": ["p"],
-                        "configuration": {},
-                        "createdTime": now_ms,
-                    }
+    log = [json.dumps({"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}) + "\n"]
+    log.append(
+        json.dumps(
+            {
+                "metaData": {
+                    "id": str(uuid.uuid4()),
+                    "format": {"provider": "parquet", "options": {}},
+                    "schemaString": json.dumps(schema),
+                    "partitionColumns": ["p"],
+                    "configuration": {},
+                    "createdTime": now_ms,
                 }
-            )
-            + "\n"
-        )
-        for name in names[:cut]:
-            part = name.split("/", 1)[0].split("=", 1)[1]
-            add = {
-                "path": name,
-                "partitionValues": {"p": part},
-                "size": 0,
-                "modificationTime": now_ms,
-                "dataChange": True,
             }
-            log.write(json.dumps({"add": add}) + "\n")
-    return table
+        )
+        + "\n"
+    )
+    for name in names[:cut]:
+        part = name.split("/", 1)[0].split("=", 1)[1]
+        add = {
+            "path": name,
+            "partitionValues": {"p": part},
+            "size": 0,
+            "modificationTime": now_ms,
+            "dataChange": True,
+        }
+        log.append(json.dumps({"add": add}) + "\n")
+    backend.put_bytes(f"delta/_delta_log/{0:020d}.json", "".join(log).encode())
+    return backend.uri("delta")
 
 
-def vacuum_seconds(table: Path) -> tuple[float, int]:
+def vacuum_seconds(backend: Backend, table: str) -> tuple[float, int]:
     from deltalake import DeltaTable
 
     start = time.perf_counter()
-    deleted = DeltaTable(str(table)).vacuum(
+    deleted = DeltaTable(table, storage_options=backend.delta_options()).vacuum(
         retention_hours=0, dry_run=False, enforce_retention_duration=False, full=True
     )
     return time.perf_counter() - start, len(deleted)
@@ -466,6 +458,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--objects", type=int, default=1_000_000)
     parser.add_argument("--quick", action="store_true", help="100,000 objects, no scaling")
     parser.add_argument("--no-scaling", action="store_true")
+    parser.add_argument("--warm-up", type=int, default=WARM_UP, help="untimed clean runs")
     args, _ = parser.parse_known_args(argv)
     objects = 100_000 if args.quick else args.objects
     factor = objects / 1_000_000
@@ -480,85 +473,96 @@ def main(argv: list[str]) -> None:
     scratch = Path(tempfile.mkdtemp(prefix="bench-gc-"))
     spark = spark_session()
     try:
-        gen = timed("generate", lambda: generate(scratch / "full", size))
-        for _ in range(WARM_UP):
-            run_gc(spark, gen)
-        clean_s, first, floor_s = clean_against_floor(spark, gen)
-        print(
-            f"BENCH gc-clean ratio={clean_s / floor_s:.2f} clean_s={clean_s:.1f} "
-            f"floor_s={floor_s:.2f} objects={objects} spark_jobs={first.spark_jobs} "
-            f"phases={json.dumps(first.phases)}",
-            flush=True,
-        )
-        print(
-            f"BENCH gc-clean-mark ratio={first.phases['mark'] / floor_s:.2f} "
-            f"mark_s={first.phases['mark']:.2f} floor_s={floor_s:.2f} "
-            f"marked_on={first.slices['marked_on']}",
-            flush=True,
-        )
-        _, swept = run_gc(spark, gen, dry_run=False)
-        sweep_s = swept.phases.get("sweep", 0.0)
-        deleted = swept.volume("deleted").objects
-        timed("1% new writes", lambda: add_writes(gen, size, 0.01))
-        optimized, clean_again_s = optimized_against_clean(spark, gen, "gc-optimized")
-        driver_against_executors(spark, gen)
-        gate_s = gate_seconds(spark, gen.garbage[: optimized.volume("candidates").objects])
-        print(
-            f"BENCH gc-gate-floor ratio={gate_s / clean_again_s:.2f} gate_s={gate_s:.2f} "
-            f"clean_s={clean_again_s:.1f} rows={optimized.volume('candidates').objects}",
-            flush=True,
-        )
-        table = timed(
-            "delta table",
-            lambda: delta_table(scratch, objects, size.slices, size.garbage / objects),
-        )
-        vacuum_s, vacuumed = vacuum_seconds(table)
-        add_writes(gen, size, 0.01)
-        optimized_swept_s, _ = run_gc(spark, gen, mode="optimized", dry_run=False)
-        print(
-            f"BENCH gc-vacuum ratio={optimized_swept_s / vacuum_s:.2f} "
-            f"optimized_s={optimized_swept_s:.1f} vacuum_s={vacuum_s:.1f} "
-            f"vacuum_deleted={vacuumed} files={objects}",
-            flush=True,
-        )
-        optimized_against_clean(spark, gen, "gc-optimized-idle")
-        times = {1.0: clean_s}
-        if not (args.quick or args.no_scaling):
-            for share in (0.25, 0.5):
-                part = generate(scratch / f"scale-{share}", size.scaled(share))
-                times[share] = run_gc(spark, part)[0]
-                part.lake.close()
-        per_million = {s: t / (objects * s / 1e6) for s, t in sorted(times.items())}
-        growth = per_million[1.0] / per_million[min(per_million)]
-        print(
-            "BENCH gc-scaling ratio="
-            f"{growth:.2f} "
-            + " ".join(f"s_at_{s:g}={t:.1f}" for s, t in sorted(times.items()))
-            + " "
-            + " ".join(f"s_per_million_at_{s:g}={v:.1f}" for s, v in per_million.items()),
-            flush=True,
-        )
-        cores = os.cpu_count() or 2
-        prepare_s = first.phases["prepare"]
-        parallel_s = clean_s - prepare_s
-        per_delete = sweep_s / max(1, deleted)
-        projected = (
-            prepare_s * SEED["uncommitted"] / size.uncommitted
-            + parallel_s * SEED["objects"] / objects / SEED["executors"]
-            + per_delete * SEED["stale"] / SEED["executors"]
-        )
-        print(
-            f"BENCH gc-seed-projection ratio={projected / 3600 / SEED_HOURS:.3f} "
-            f"projected_s={projected:.0f} seed_s={SEED_HOURS * 3600:.0f} executors=16 "
-            f"cores_per_executor={cores} "
-            f"prepare_s_per_million={prepare_s / size.uncommitted * 1e6:.1f} "
-            f"delete_ms_per_object={per_delete * 1000:.3f}",
-            flush=True,
-        )
-        gen.lake.close()
+        with open_backend(scratch / "full") as backend:
+            measure(spark, backend, size, args.warm_up, not (args.quick or args.no_scaling))
     finally:
         spark.stop()
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def measure(spark: Any, backend: Backend, size: Size, warm_up: int, scaling: bool) -> None:
+    """Every benchmark of the module, on one generated lake (and, for `gc-scaling`, two
+    smaller ones beside it)."""
+    objects, label = size.objects, backend.label
+    gen = timed("generate", lambda: generate(backend, size))
+    for _ in range(warm_up):
+        run_gc(spark, gen)
+    clean_s, first, floor_s = clean_against_floor(spark, gen)
+    print(
+        f"BENCH gc-clean ratio={clean_s / floor_s:.2f} clean_s={clean_s:.1f} "
+        f"floor_s={floor_s:.2f} objects={objects} spark_jobs={first.spark_jobs} "
+        f"phases={json.dumps(first.phases)} {label}",
+        flush=True,
+    )
+    print(
+        f"BENCH gc-clean-mark ratio={first.phases['mark'] / floor_s:.2f} "
+        f"mark_s={first.phases['mark']:.2f} floor_s={floor_s:.2f} "
+        f"marked_on={first.slices['marked_on']} {label}",
+        flush=True,
+    )
+    _, swept = run_gc(spark, gen, dry_run=False)
+    sweep_s = swept.phases.get("sweep", 0.0)
+    deleted = swept.volume("deleted").objects
+    timed("1% new writes", lambda: add_writes(gen, size, 0.01))
+    optimized, clean_again_s = optimized_against_clean(spark, gen, "gc-optimized")
+    driver_against_executors(spark, gen)
+    gate_s = gate_seconds(spark, gen.garbage[: optimized.volume("candidates").objects])
+    print(
+        f"BENCH gc-gate-floor ratio={gate_s / clean_again_s:.2f} gate_s={gate_s:.2f} "
+        f"clean_s={clean_again_s:.1f} rows={optimized.volume('candidates').objects} {label}",
+        flush=True,
+    )
+    table = timed(
+        "delta table",
+        lambda: delta_table(backend, objects, size.slices, size.garbage / objects),
+    )
+    vacuum_s, vacuumed = vacuum_seconds(backend, table)
+    add_writes(gen, size, 0.01)
+    optimized_swept_s, _ = run_gc(spark, gen, mode="optimized", dry_run=False)
+    print(
+        f"BENCH gc-vacuum ratio={optimized_swept_s / vacuum_s:.2f} "
+        f"optimized_s={optimized_swept_s:.1f} vacuum_s={vacuum_s:.1f} "
+        f"vacuum_deleted={vacuumed} files={objects} {label}",
+        flush=True,
+    )
+    optimized_against_clean(spark, gen, "gc-optimized-idle")
+    times = {1.0: clean_s}
+    if scaling:
+        for share in (0.25, 0.5):
+            root = backend.root.parent / f"scale-{share}"
+            with open_backend(root, backend.server) as smaller:
+                part = generate(smaller, size.scaled(share))
+                times[share] = run_gc(spark, part)[0]
+                part.lake.close()
+    per_million = {s: t / (objects * s / 1e6) for s, t in sorted(times.items())}
+    growth = per_million[1.0] / per_million[min(per_million)]
+    print(
+        "BENCH gc-scaling ratio="
+        f"{growth:.2f} "
+        + " ".join(f"s_at_{s:g}={t:.1f}" for s, t in sorted(times.items()))
+        + " "
+        + " ".join(f"s_per_million_at_{s:g}={v:.1f}" for s, v in per_million.items())
+        + f" objects={objects} {label}",
+        flush=True,
+    )
+    cores = os.cpu_count() or 2
+    prepare_s = first.phases["prepare"]
+    parallel_s = clean_s - prepare_s
+    per_delete = sweep_s / max(1, deleted)
+    projected = (
+        prepare_s * SEED["uncommitted"] / size.uncommitted
+        + parallel_s * SEED["objects"] / objects / SEED["executors"]
+        + per_delete * SEED["stale"] / SEED["executors"]
+    )
+    print(
+        f"BENCH gc-seed-projection ratio={projected / 3600 / SEED_HOURS:.3f} "
+        f"projected_s={projected:.0f} seed_s={SEED_HOURS * 3600:.0f} executors=16 "
+        f"cores_per_executor={cores} "
+        f"prepare_s_per_million={prepare_s / size.uncommitted * 1e6:.1f} "
+        f"delete_ms_per_object={per_delete * 1000:.3f} objects={objects} {label}",
+        flush=True,
+    )
+    gen.lake.close()
 
 
 if __name__ == "__main__":

@@ -1,11 +1,12 @@
-"""`prepare_uncommitted_for_gc` on the embedded default (SQLite + local files), issue 12.
+"""`prepare_uncommitted_for_gc`, issue 12, on the selected back end (`backends`).
 
 `gc-prepare`: a run over N uncommitted objects spread over B branches (default 1M on 200;
 `--seed-size` for the 5M on 1K of lakeFS's GC design, `--quick` for a smoke run,
 `--rowid-table`, printed as `gc-prepare-rowid`, on a KV file in the layout SQLite stores had
 before `WITHOUT ROWID`) against
 the floor in the same run: scanning the same staged rows through the KV store, a driver's
-batch at a time with no Python per row, and writing their values as one Parquet file. Rows
+batch at a time with no Python per row, and writing their values as one Parquet file (on
+the stack: to memory and one PUT to S3, where the run writes its files too). Rows
 are staged interleaved across branches, as concurrent jobs write them. `projected_seed_s`
 scales the run's time linearly to that design's 5M/1K (its figure: about 30 s to write the
 files).
@@ -14,7 +15,6 @@ files).
 from __future__ import annotations
 
 import argparse
-import sqlite3
 import tempfile
 import time
 import uuid
@@ -23,13 +23,12 @@ from operator import itemgetter
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from branchwater.engine.api import Lake, Repository
 from branchwater.engine.gc.addresses import slice_name
 from branchwater.engine.gc.prepare import ROW_GROUP_ROWS, read_manifest
 from branchwater.engine.graveler.model import Entry, encode_entry
-from branchwater.engine.kv.sql import DEFAULT_TABLE
+from tests.benchmarks.backends import EMBEDDED, Backend, open_backend, selected
 from tests.benchmarks.declarations import Benchmark, Suite
 from tests.helpers.gc import rowid_sqlite_file
 
@@ -69,42 +68,39 @@ def entry(i: int, slice_: str) -> Entry:
     )
 
 
-def stage(db: Path, tokens: list[str], objects: int) -> None:
-    """Fill the branches' staging tokens straight through sqlite3: the benchmark is the run."""
+def stage(backend: Backend, tokens: list[str], objects: int) -> None:
+    """Fill the branches' staging tokens straight through the driver: the benchmark is the
+    run."""
     slices = [slice_name(MTIME) for _ in range(objects // OBJECTS_PER_SLICE + 1)]
-    with sqlite3.connect(db) as conn:
-        rows = (
-            (tokens[i % len(tokens)].encode(), e.path.encode(), encode_entry(e))
-            for i, e in ((i, entry(i, slices[i // OBJECTS_PER_SLICE])) for i in range(objects))
-        )
-        conn.executemany(f"INSERT OR REPLACE INTO {DEFAULT_TABLE} VALUES (?, ?, ?)", rows)
-        conn.commit()
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    backend.stage_rows(
+        (tokens[i % len(tokens)].encode(), e.path.encode(), encode_entry(e))
+        for i, e in ((i, entry(i, slices[i // OBJECTS_PER_SLICE])) for i in range(objects))
+    )
+    backend.checkpoint()
 
 
 def setup(
-    root: Path, objects: int, branches: int, rowid: bool = False
+    backend: Backend, objects: int, branches: int, rowid: bool = False
 ) -> tuple[Lake, Repository, list[str]]:
-    db = root / "lake.db"
     if rowid:
-        rowid_sqlite_file(db)
-    lake = Lake.connect(f"sqlite:///{db}?synchronous=normal", range_cache_dir=root / "cache")
-    repo = lake.create_repository("bench", storage_namespace=f"file://{root}/ns")
+        rowid_sqlite_file(backend.db)
+    lake = backend.connect(range_cache_dir=backend.root / "cache")
+    repo = lake.create_repository("bench", storage_namespace=backend.namespace("ns"))
     for b in range(1, branches):
         repo.create_branch(f"branch-{b:04d}")
     g = lake.graveler
     tokens = [branch.staging_token for branch in g.refs.branches(repo.record)]
-    stage(db, tokens, objects)
+    stage(backend, tokens, objects)
     return lake, repo, tokens
 
 
-def floor_seconds(lake: Lake, tokens: list[str], out: Path) -> float:
+def floor_seconds(backend: Backend, lake: Lake, tokens: list[str], name: str) -> float:
     start = time.perf_counter()
     values: list[bytes] = []
     for token in tokens:
         for batch in lake.graveler.kv.scan_batches(token.encode(), b"", ROW_GROUP_ROWS):
             values.extend(map(itemgetter(1), batch))
-    pq.write_table(pa.table({"value": pa.array(values, pa.binary())}), out)
+    backend.write_parquet(name, pa.table({"value": pa.array(values, pa.binary())}))
     return time.perf_counter() - start
 
 
@@ -117,13 +113,12 @@ def prepare_seconds(repo: Repository) -> tuple[float, str]:
 def bench_prepare(objects: int, branches: int, repeats: int, rowid: bool) -> None:
     """Alternate floor and run `repeats` times after a warm-up scan, and keep the best of
     each: on a shared machine the page cache and neighbours move single timings a lot."""
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        lake, repo, tokens = setup(root, objects, branches, rowid)
-        floor_seconds(lake, tokens, root / "warm-up.parquet")
+    with tempfile.TemporaryDirectory() as tmp, open_backend(Path(tmp)) as backend:
+        lake, repo, tokens = setup(backend, objects, branches, rowid)
+        floor_seconds(backend, lake, tokens, "warm-up.parquet")
         floors, runs = [], []
         for _ in range(repeats):
-            floors.append(floor_seconds(lake, tokens, root / "floor.parquet"))
+            floors.append(floor_seconds(backend, lake, tokens, "floor.parquet"))
             runs.append(prepare_seconds(repo))
         floor = min(floors)
         ours, run_id = min(runs)
@@ -136,7 +131,8 @@ def bench_prepare(objects: int, branches: int, repeats: int, rowid: bool) -> Non
         f"BENCH gc-prepare{'-rowid' if rowid else ''} ratio={ours / floor:.2f} "
         f"prepare_s={ours:.2f} floor_s={floor:.2f} "
         f"projected_seed_s={projected:.1f} files={len(manifest['files'])} "
-        f"objects={objects} branches={branches} table={'rowid' if rowid else 'without-rowid'}",
+        f"objects={objects} branches={branches} table={'rowid' if rowid else 'without-rowid'} "
+        f"{backend.label}",
         flush=True,
     )
 
@@ -159,6 +155,8 @@ def main(argv: list[str]) -> None:
         objects, branches = SEED_OBJECTS, SEED_BRANCHES
     if args.quick:
         objects, branches = 20_000, 20
+    if args.rowid_table and selected() != EMBEDDED:
+        raise SystemExit("--rowid-table is a SQLite file layout: run it on the embedded back end")
     bench_prepare(objects, branches, args.gc_repeats, args.rowid_table)
 
 

@@ -1,10 +1,11 @@
-"""Graveler benchmarks on the embedded default (SQLite + local files), issue 3's protocol.
+"""Graveler benchmarks, issue 3's protocol, on the selected back end (`backends`).
 
 - `commit`: commit N staged entries vs two floors measured in the same run. The physical
   floor (`ratio`): the database driver's raw scan of the staged rows into Arrow columns,
-  values split vectorised, one Parquet write. The decoding floor (`decode_ratio`): the KV
-  scan with each staged row decoded in Python, then one Parquet write; it flatters the
-  commit, since decoding a row in Python is most of what both cost.
+  values split vectorised, one Parquet write (to a file, or one PUT to S3). The decoding
+  floor (`decode_ratio`): the KV scan with each staged row decoded in Python, then one
+  Parquet write; it flatters the commit, since decoding a row in Python is most of what both
+  cost.
 - `long-commit-multiple-staging`: p50/p99 of single-object writes from another process while
   an N-entry commit runs, vs the same writes with no commit running.
 - `list`: first page (1,000 entries) of a branch with N committed and M staged entries, vs the
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
-import sqlite3
 import statistics
 import tempfile
 import time
@@ -25,12 +25,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from branchwater.engine.api import Lake
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import Entry, decode_entry, encode_entry
-from branchwater.engine.kv.sql import DEFAULT_TABLE
+from tests.benchmarks.backends import Backend, open_backend
 from tests.benchmarks.declarations import Benchmark, Suite
 
 BENCHMARKS = Suite(
@@ -38,10 +37,10 @@ BENCHMARKS = Suite(
     benchmarks=(
         Benchmark(
             "commit",
-            measures="a commit of 1M staged entries on SQLite",
-            reference="the physical floor: sqlite3's raw scan of the staged rows into Arrow, "
-            "split vectorised, one Parquet write (`decode_ratio`: against the floor that "
-            "decodes each row in Python)",
+            measures="a commit of 1M staged entries",
+            reference="the physical floor: the driver's raw scan (sqlite3, psycopg) of the "
+            "staged rows into Arrow, split vectorised, one Parquet write (one PUT on S3) "
+            "(`decode_ratio`: against the floor that decodes each row in Python)",
             target=1.5,
         ),
         Benchmark(
@@ -71,24 +70,21 @@ def entry(i: int) -> Entry:
     )
 
 
-def bulk_stage(db: Path, token: str, count: int, offset: int = 0) -> None:
-    """Fill a staging token straight through sqlite3: the benchmark is the commit, not this."""
-    with sqlite3.connect(db) as conn:
-        rows = (
-            (token.encode(), e.path.encode(), encode_entry(e))
-            for e in (entry(i) for i in range(offset, offset + count))
-        )
-        conn.executemany(f"INSERT OR REPLACE INTO {DEFAULT_TABLE} VALUES (?, ?, ?)", rows)
-        conn.commit()
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+def bulk_stage(backend: Backend, token: str, count: int, offset: int = 0) -> None:
+    """Fill a staging token straight through the driver: the benchmark is the commit, not
+    this."""
+    backend.stage_rows(
+        (token.encode(), e.path.encode(), encode_entry(e))
+        for e in (entry(i) for i in range(offset, offset + count))
+    )
+    backend.checkpoint()
 
 
-def new_lake(root: Path) -> tuple[Lake, str, Path]:
-    db = root / "lake.db"
-    kv_url = f"sqlite:///{db}?synchronous=normal"
-    lake = Lake.connect(kv_url, range_cache_dir=root / "range-cache")
-    lake.create_repository("bench", storage_namespace=f"file://{root}/ns")
-    return lake, kv_url, db
+def new_lake(backend: Backend) -> Lake:
+    """A lake with repository `bench` on namespace `ns`."""
+    lake = backend.connect(range_cache_dir=backend.root / "range-cache")
+    lake.create_repository("bench", storage_namespace=backend.namespace("ns"))
+    return lake
 
 
 def staging_token(lake: Lake) -> str:
@@ -96,14 +92,10 @@ def staging_token(lake: Lake) -> str:
     return lake.graveler.read_branch(repo.record, "main").staging_token
 
 
-def physical_floor_seconds(db: Path, token: str, out: Path) -> float:
-    """Raw rows from sqlite3 into Arrow, NUL-split in Arrow, one zstd Parquet write."""
+def physical_floor_seconds(backend: Backend, token: str) -> float:
+    """Raw rows from the driver into Arrow, NUL-split in Arrow, one zstd Parquet write."""
     start = time.perf_counter()
-    with sqlite3.connect(db) as conn:
-        rows = conn.execute(
-            f"SELECT key, value FROM {DEFAULT_TABLE} WHERE partition_key = ? ORDER BY key",
-            (token.encode(),),
-        ).fetchall()
+    rows = backend.scan_rows(token.encode())
     paths = pa.array([row[0] for row in rows], pa.binary()).cast(pa.string())
     values = pa.array([row[1] for row in rows], pa.binary()).cast(pa.string())
     fields = pc.split_pattern(values, "\x00")
@@ -118,11 +110,11 @@ def physical_floor_seconds(db: Path, token: str, out: Path) -> float:
             "metadata": part[4],
         }
     )
-    pq.write_table(table, out, compression="zstd")
+    backend.write_parquet("physical.parquet", table, compression="zstd")
     return time.perf_counter() - start
 
 
-def floor_seconds(lake: Lake, token: str, out: Path) -> float:
+def floor_seconds(backend: Backend, lake: Lake, token: str) -> float:
     start = time.perf_counter()
     columns: dict[str, list] = {
         k: [] for k in ("path", "address", "size", "checksum", "mtime", "metadata")
@@ -135,18 +127,17 @@ def floor_seconds(lake: Lake, token: str, out: Path) -> float:
         columns["checksum"].append(e.checksum)
         columns["mtime"].append(e.mtime)
         columns["metadata"].append("")
-    pq.write_table(pa.table(columns), out)
+    backend.write_parquet("floor.parquet", pa.table(columns))
     return time.perf_counter() - start
 
 
 def bench_commit(entries: int) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        lake, _, db = new_lake(root)
+    with tempfile.TemporaryDirectory() as tmp, open_backend(Path(tmp)) as backend:
+        lake = new_lake(backend)
         token = staging_token(lake)
-        bulk_stage(db, token, entries)
-        physical = physical_floor_seconds(db, token, root / "physical.parquet")
-        floor = floor_seconds(lake, token, root / "floor.parquet")
+        bulk_stage(backend, token, entries)
+        physical = physical_floor_seconds(backend, token)
+        floor = floor_seconds(backend, lake, token)
         start = time.perf_counter()
         lake.repository("bench").branch("main").commit("bench")
         ours = time.perf_counter() - start
@@ -154,7 +145,7 @@ def bench_commit(entries: int) -> None:
     print(
         f"BENCH commit ratio={ours / physical:.2f} commit_s={ours:.2f} "
         f"physical_floor_s={physical:.2f} decode_ratio={ours / floor:.2f} "
-        f"decode_floor_s={floor:.2f} entries={entries}",
+        f"decode_floor_s={floor:.2f} entries={entries} {backend.label}",
         flush=True,
     )
 
@@ -165,10 +156,10 @@ def _timed_upload(main, path: str) -> float:
     return time.perf_counter() - started
 
 
-def _writer(kv_url: str, quiet_count: int, ready, done) -> tuple[list[float], list[tuple]]:
+def _writer(backend: Backend, quiet_count: int, ready, done) -> tuple[list[float], list[tuple]]:
     """Warm up, time `quiet_count` writes with nothing else running, then time writes (with
     their start time) until the commit and its background cleanup are done."""
-    with Lake.connect(kv_url) as lake:
+    with backend.connect() as lake:
         main = lake.repository("bench").branch("main")
         for i in range(200):
             _timed_upload(main, f"warm/{i:06d}")
@@ -189,13 +180,12 @@ def bench_long_commit(entries: int, writes: int) -> None:
     """Writes are timed in two windows: while the commit call runs (the target), and while
     the committed staging token is dropped in the background afterwards."""
     ctx = mp.get_context("spawn")
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        lake, kv_url, db = new_lake(root)
-        bulk_stage(db, staging_token(lake), entries)
+    with tempfile.TemporaryDirectory() as tmp, open_backend(Path(tmp)) as backend:
+        lake = new_lake(backend)
+        bulk_stage(backend, staging_token(lake), entries)
         with ctx.Manager() as manager, ctx.Pool(1) as pool:
             ready, done = manager.Event(), manager.Event()
-            writer = pool.apply_async(_writer, (kv_url, writes, ready, done))
+            writer = pool.apply_async(_writer, (backend, writes, ready, done))
             ready.wait(600)
             started = time.time()
             lake.repository("bench").branch("main").commit("long")
@@ -213,7 +203,7 @@ def bench_long_commit(entries: int, writes: int) -> None:
         f"p99_ms={c99 * 1e3:.2f} quiet_p50_ms={q50 * 1e3:.2f} quiet_p99_ms={q99 * 1e3:.2f} "
         f"commit_s={committed - started:.1f} cleanup_ratio={d99 / q99:.2f} "
         f"cleanup_p99_ms={d99 * 1e3:.2f} cleanup_s={cleaned - committed:.1f} "
-        f"writes={len(loaded)} entries={entries}",
+        f"writes={len(loaded)} entries={entries} {backend.label}",
         flush=True,
     )
 
@@ -237,31 +227,32 @@ class _CountingKV:
 
 
 def bench_list(committed: int, staged: int) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        lake, _, db = new_lake(root)
-        bulk_stage(db, staging_token(lake), committed)
+    with tempfile.TemporaryDirectory() as tmp, open_backend(Path(tmp)) as backend:
+        lake = new_lake(backend)
+        bulk_stage(backend, staging_token(lake), committed)
         lake.repository("bench").branch("main").commit("base")
-        bulk_stage(db, staging_token(lake), staged, offset=committed // 2)
+        bulk_stage(backend, staging_token(lake), staged, offset=committed // 2)
         lake.graveler.wait_for_background()
         counting = _CountingKV(lake.graveler.kv)
-        fresh = Lake(Graveler(counting))  # type: ignore[arg-type]
+        options = backend.s3_options or None
+        fresh = Lake(Graveler(counting, object_store_options=options))  # type: ignore[arg-type]
         main = fresh.repository("bench").branch("main")
         t0 = time.perf_counter()
         page = list(islice(main.list(), 1000))
         ours = time.perf_counter() - t0
         calls = counting.calls
-        range_file = next((root / "ns" / "_branchwater" / "ranges").iterdir())
+        range_key = backend.keys("ns/_branchwater/ranges")[0]
         token = staging_token(fresh)
         t0 = time.perf_counter()
-        pq.read_table(range_file).slice(0, 1000).to_pylist()
+        backend.read_parquet(range_key).slice(0, 1000).to_pylist()
         list(islice(counting.inner.scan(token.encode(), batch_size=1000), 1000))
         floor = time.perf_counter() - t0
         lake.close()
     assert len(page) == 1000
     print(
         f"BENCH list ratio={ours / floor:.2f} first_page_ms={ours * 1e3:.1f} "
-        f"floor_ms={floor * 1e3:.1f} kv_calls={calls} committed={committed} staged={staged}",
+        f"floor_ms={floor * 1e3:.1f} kv_calls={calls} committed={committed} staged={staged} "
+        f"{backend.label}",
         flush=True,
     )
 

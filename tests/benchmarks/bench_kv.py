@@ -6,6 +6,9 @@ the ratio is exactly the cost our layer adds: argument checks, the per-thread co
 lookup, error mapping and result wrapping. Separate connections were tried first; on a
 shared machine one PostgreSQL backend process can be scheduled 30-50% worse than another
 for a whole run, which buried the few microseconds being measured.
+
+The embedded run (`make bench`) measures both drivers; on the stack (`BACKEND=stack`) the
+default is the PostgreSQL driver alone, on a database of the run's own (`backends`).
 """
 
 from __future__ import annotations
@@ -16,15 +19,14 @@ import random
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from branchwater.engine.kv import Store, open_store
 from branchwater.engine.kv.sql import SQLStore, Statements
+from tests.benchmarks.backends import EMBEDDED, postgres_database, selected
 from tests.benchmarks.declarations import Benchmark, Suite
-from tests.helpers.servers import PG_HOST, PG_PORT, PG_USER, unique_name
 
 BENCHMARKS = Suite(
     section="Engine",
@@ -56,7 +58,11 @@ Op = Callable[[], None]
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="bench_kv", description=__doc__)
-    parser.add_argument("--drivers", default="sqlite,postgres", help="comma-separated")
+    parser.add_argument(
+        "--drivers",
+        default="sqlite,postgres" if selected() == EMBEDDED else "postgres",
+        help="comma-separated",
+    )
     parser.add_argument("--sqlite-ops", type=int, default=20_000, help="point ops per timing")
     parser.add_argument("--postgres-ops", type=int, default=2_000, help="point ops per timing")
     parser.add_argument("--scan-keys", type=int, default=10_000, help="keys in the scan")
@@ -108,7 +114,7 @@ def compare(name: str, ours: list[Op], raw: list[Op], per_op: int, repeats: int)
     mine_us, theirs_us = statistics.median(ours_us), statistics.median(raw_us)
     print(
         f"BENCH kv-{name} ratio={mine_us / theirs_us:.2f} "
-        f"ours_us={mine_us:.2f} raw_us={theirs_us:.2f}",
+        f"ours_us={mine_us:.2f} raw_us={theirs_us:.2f} backend={selected()}",
         flush=True,
     )
 
@@ -215,23 +221,8 @@ def bench_sqlite(args: argparse.Namespace) -> None:
             run("sqlite", store, args.sqlite_ops, args)
 
 
-@contextmanager
-def fresh_postgres_database() -> Iterator[str]:
-    import psycopg
-
-    admin = f"postgresql://{PG_USER}@{PG_HOST}:{PG_PORT}/postgres"
-    name = unique_name("bw_bench_")
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"postgresql://{PG_USER}@{PG_HOST}:{PG_PORT}/{name}"
-    finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
 def bench_postgres(args: argparse.Namespace) -> None:
-    with fresh_postgres_database() as url, open_store(url) as store:
+    with postgres_database() as url, open_store(url) as store:
         assert isinstance(store, SQLStore)
         run("postgres", store, args.postgres_ops, args)
 

@@ -26,6 +26,7 @@ and earlier rounds' ranges are in it, as on a machine that committed them.
 Each mode has its own repository and namespace, so neither finds the other's ranges. A first
 round of each mode runs unmeasured: merges right after the 1M-entry setup run about twice as
 slow whichever mode goes first.
+On the stack (`backends`) the processes share a PostgreSQL database and ranges on S3.
 Reported: ranges built by the merges (`built`: every range a merge's writer produced, stored
 or found already stored), range objects uploaded, attempts, and wall time (first merge start
 to last merge end, summed over rounds).
@@ -49,6 +50,7 @@ from branchwater.engine.graveler import merge as merge_ops
 from branchwater.engine.graveler.committed.format import decode_entries
 from branchwater.engine.graveler.graveler import RetryPolicy
 from branchwater.engine.graveler.model import Entry
+from tests.benchmarks.backends import Backend, open_backend
 from tests.benchmarks.bench_graveler import bulk_stage
 from tests.benchmarks.declarations import Benchmark, Suite
 
@@ -108,17 +110,17 @@ class Tally:
         self.wall_s += other.wall_s
 
 
-def connect(kv_url: str, cache: str | None, **options) -> Lake:
+def connect(backend: Backend, cache: str | None, **options) -> Lake:
     """A lake with the given range cache directory, or none."""
     if cache is None:
-        return Lake.connect(kv_url, range_cache_bytes=0, **options)
-    return Lake.connect(kv_url, range_cache_dir=cache, **options)
+        return backend.connect(range_cache_bytes=0, **options)
+    return backend.connect(range_cache_dir=cache, **options)
 
 
-def create_repository(lake: Lake, db: Path, name: str, root: Path, entries: int) -> None:
-    repo = lake.create_repository(name, storage_namespace=f"file://{root}/{name}")
+def create_repository(lake: Lake, backend: Backend, name: str, entries: int) -> None:
+    repo = lake.create_repository(name, storage_namespace=backend.namespace(name))
     token = lake.graveler.read_branch(repo.record, "main").staging_token
-    bulk_stage(db, token, entries)
+    bulk_stage(backend, token, entries)
     repo.branch("main").commit("base")
 
 
@@ -202,12 +204,18 @@ def _install(gate: Gate | None) -> None:
 
 
 def _merge(
-    kv_url: str, cache: str | None, name: str, source: str, destination: str, reuse: bool, start
+    backend: Backend,
+    cache: str | None,
+    name: str,
+    source: str,
+    destination: str,
+    reuse: bool,
+    start,
 ):
     """One contender: (attempts, ranges built, ranges uploaded, start, end)."""
     gate = _GATE
     retry = RetryPolicy(base_delay=0) if gate else RetryPolicy()
-    with connect(kv_url, cache, retry=retry) as lake:
+    with connect(backend, cache, retry=retry) as lake:
         repo = lake.repository(name)
         committed = lake.graveler.committed(repo.record)
         counts = {"built": 0, "uploaded": 0}
@@ -263,7 +271,7 @@ def naive_merge(lake: Lake, repo: Repository, source: str, destination: str) -> 
 
 
 def contend(
-    kv_url: str,
+    backend: Backend,
     cache: str | None,
     name: str,
     label: str,
@@ -278,7 +286,7 @@ def contend(
         with ctx.Pool(FEATURES, initializer=_install, initargs=(gate,)) as pool:
             jobs = [
                 pool.apply_async(
-                    _merge, (kv_url, cache, name, f"{label}-f{i}", destination, reuse, start)
+                    _merge, (backend, cache, name, f"{label}-f{i}", destination, reuse, start)
                 )
                 for i in range(FEATURES)
             ]
@@ -292,7 +300,7 @@ def contend(
 
 
 def run_scenario(
-    kv_url: str,
+    backend: Backend,
     cache: str | None,
     scenario: str,
     rounds: int,
@@ -305,15 +313,17 @@ def run_scenario(
         order = MODES if round_ % 2 == 0 else MODES[::-1]
         for mode in order:
             label = f"{scenario}-{round_}"
-            with connect(kv_url, cache) as lake:
+            with connect(backend, cache) as lake:
                 destination = prepare_round(lake.repository(mode), label, touched, diverged)
             reuse = mode == "reuse"
-            tally = contend(kv_url, cache, mode, label, destination, reuse, lockstep)
+            tally = contend(backend, cache, mode, label, destination, reuse, lockstep)
             tallies[mode].add(tally)
     return tallies
 
 
-def report(scenario: str, tallies: dict[str, Tally], entries: int, touched: int) -> None:
+def report(
+    scenario: str, tallies: dict[str, Tally], entries: int, touched: int, backend: Backend
+) -> None:
     reuse, naive = tallies["reuse"], tallies["naive"]
     built_ratio = f"{reuse.built / naive.built:.2f}" if naive.built else "n/a"
     print(
@@ -321,7 +331,8 @@ def report(scenario: str, tallies: dict[str, Tally], entries: int, touched: int)
         f"naive_wall_s={naive.wall_s:.2f} built_ratio={built_ratio} ranges_built={reuse.built} "
         f"naive_ranges_built={naive.built} uploaded={reuse.uploaded} "
         f"naive_uploaded={naive.uploaded} attempts={reuse.attempts} "
-        f"naive_attempts={naive.attempts} entries={entries} touched={touched}",
+        f"naive_attempts={naive.attempts} entries={entries} touched={touched} "
+        f"{backend.label}",
         flush=True,
     )
 
@@ -332,18 +343,15 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--touched", type=int, default=3, help="ranges each feature touches")
     parser.add_argument("--rounds", type=int, default=4)
     args, _ = parser.parse_known_args(argv)
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        db = root / "lake.db"
-        kv_url = f"sqlite:///{db}?synchronous=normal"
-        cache = str(root / "range-cache")
-        with connect(kv_url, cache) as lake:
+    with tempfile.TemporaryDirectory() as tmp, open_backend(Path(tmp)) as backend:
+        cache = str(backend.root / "range-cache")
+        with connect(backend, cache) as lake:
             for mode in MODES:
-                create_repository(lake, db, mode, root, args.entries)
-        run_scenario(kv_url, cache, "warm-up", 1, args.touched, diverged=True, lockstep=False)
+                create_repository(lake, backend, mode, args.entries)
+        run_scenario(backend, cache, "warm-up", 1, args.touched, diverged=True, lockstep=False)
         for scenario, (diverged, lockstep, cached) in SCENARIOS.items():
             tallies = run_scenario(
-                kv_url,
+                backend,
                 cache if cached else None,
                 scenario,
                 args.rounds,
@@ -351,7 +359,7 @@ def main(argv: list[str]) -> None:
                 diverged,
                 lockstep,
             )
-            report(scenario, tallies, args.entries, args.touched)
+            report(scenario, tallies, args.entries, args.touched, backend)
 
 
 if __name__ == "__main__":

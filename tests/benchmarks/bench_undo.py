@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sqlite3
 import tempfile
 import time
 from collections.abc import Callable
@@ -31,7 +30,7 @@ from pathlib import Path
 from branchwater.engine.api import Lake, Repository
 from branchwater.engine.graveler.committed import EMPTY_METARANGE_ID
 from branchwater.engine.graveler.model import Commit, Entry, encode_entry
-from branchwater.engine.kv.sql import DEFAULT_TABLE
+from tests.benchmarks.backends import Backend, open_backend
 from tests.benchmarks.bench_graveler import bulk_stage, entry, new_lake, staging_token
 from tests.benchmarks.declarations import Benchmark, Suite
 
@@ -85,23 +84,20 @@ def changed(i: int) -> Entry:
     )
 
 
-def stage_entries(db: Path, token: str, rows: list[Entry]) -> None:
-    """Stage `rows` into `token` straight through sqlite3 (`bulk_stage`, for chosen rows)."""
-    with sqlite3.connect(db) as conn:
-        conn.executemany(
-            f"INSERT OR REPLACE INTO {DEFAULT_TABLE} VALUES (?, ?, ?)",
-            ((token.encode(), e.path.encode(), encode_entry(e)) for e in rows),
-        )
-        conn.commit()
+def stage_entries(backend: Backend, token: str, rows: list[Entry]) -> None:
+    """Stage `rows` into `token` straight through the driver (`bulk_stage`, for chosen rows)."""
+    backend.stage_rows((token.encode(), e.path.encode(), encode_entry(e)) for e in rows)
 
 
-def revert_round(lake: Lake, db: Path, bad: str, indexes: list[int], k: int) -> tuple[float, float]:
+def revert_round(
+    lake: Lake, backend: Backend, bad: str, indexes: list[int], k: int
+) -> tuple[float, float]:
     """One revert and one commit by hand of the same changes, on fresh branches."""
     repo = lake.repository("bench")
     repo.create_branch(f"revert-{k}", source="main")
     hand = repo.create_branch(f"hand-{k}", source="main")
     token = lake.graveler.read_branch(repo.record, hand.name).staging_token
-    stage_entries(db, token, [entry(i) for i in indexes])
+    stage_entries(backend, token, [entry(i) for i in indexes])
     steps = [
         ("revert", lambda: repo.revert(f"revert-{k}", bad)),
         ("hand", lambda: hand.commit("undo by hand")),
@@ -115,25 +111,24 @@ def revert_round(lake: Lake, db: Path, bad: str, indexes: list[int], k: int) -> 
     return times["revert"], times["hand"]
 
 
-def bench_revert(root: Path, entries: int, changes: int, rounds: int) -> None:
-    root.mkdir()
-    lake, _, db = new_lake(root)
-    with lake:
-        bulk_stage(db, staging_token(lake), entries)
+def bench_revert(backend: Backend, entries: int, changes: int, rounds: int) -> None:
+    with new_lake(backend) as lake:
+        bulk_stage(backend, staging_token(lake), entries)
         main = lake.repository("bench").branch("main")
         main.commit("base")
         indexes = changed_indexes(entries, changes)
-        stage_entries(db, staging_token(lake), [changed(i) for i in indexes])
+        stage_entries(backend, staging_token(lake), [changed(i) for i in indexes])
         bad = main.commit(f"{changes} changes").id
-        revert_round(lake, db, bad, indexes, -1)  # warm-up: both read the trees once
+        revert_round(lake, backend, bad, indexes, -1)  # warm-up: both read the trees once
         revert_s = hand_s = 0.0
         for k in range(rounds):
-            ours, theirs = revert_round(lake, db, bad, indexes, k)
+            ours, theirs = revert_round(lake, backend, bad, indexes, k)
             revert_s += ours
             hand_s += theirs
     print(
         f"BENCH revert ratio={revert_s / hand_s:.2f} revert_s={revert_s:.3f} "
-        f"hand_s={hand_s:.3f} entries={entries} changes={changes} rounds={rounds}",
+        f"hand_s={hand_s:.3f} entries={entries} changes={changes} rounds={rounds} "
+        f"{backend.label}",
         flush=True,
     )
 
@@ -173,10 +168,8 @@ def counting_reads(repo: Repository) -> list[int]:
     return count
 
 
-def bench_log_where(root: Path, commits: int, rounds: int) -> None:
-    root.mkdir()
-    lake, _, _ = new_lake(root)
-    with lake:
+def bench_log_where(backend: Backend, commits: int, rounds: int) -> None:
+    with new_lake(backend) as lake:
         repo = write_history(lake, commits)
         wanted = run_metadata(commits // 2)
         found: list[Commit] = []
@@ -203,7 +196,8 @@ def bench_log_where(root: Path, commits: int, rounds: int) -> None:
     print(
         f"BENCH log-where ratio={where_s / walk_s:.2f} where_s={where_s:.3f} "
         f"walk_s={walk_s:.3f} first_s={first_s:.4f} first_reads={reads[0]} "
-        f"first_share={reads[0] / commits:.5f} commits={commits} rounds={rounds}",
+        f"first_share={reads[0] / commits:.5f} commits={commits} rounds={rounds} "
+        f"{backend.label}",
         flush=True,
     )
 
@@ -215,10 +209,10 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--commits", type=int, default=30_000)
     parser.add_argument("--rounds", type=int, default=4)
     args, _ = parser.parse_known_args(argv)
-    with tempfile.TemporaryDirectory() as tmp:
-        bench_revert(Path(tmp) / "revert", args.entries, args.changes, args.rounds)
-    with tempfile.TemporaryDirectory() as tmp:
-        bench_log_where(Path(tmp) / "log", args.commits, args.rounds)
+    with tempfile.TemporaryDirectory() as tmp, open_backend(Path(tmp) / "revert") as backend:
+        bench_revert(backend, args.entries, args.changes, args.rounds)
+    with tempfile.TemporaryDirectory() as tmp, open_backend(Path(tmp) / "log") as backend:
+        bench_log_where(backend, args.commits, args.rounds)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tests.benchmarks.declarations import Benchmark, Suite
-from tests.benchmarks.results import DEFAULT_BACKEND, Result
+from tests.benchmarks.results import BACKENDS, DEFAULT_BACKEND, Result
 
 MISSED = "✗"
 NONE = "—"
@@ -25,7 +25,9 @@ def render(results: list[Result], suites: Mapping[str, Suite]) -> str:
         sections.setdefault(suites[module].section, []).append(suites[module])
     out = [
         f"Each cell is the latest ratio (candidate / reference) on that back end; "
-        f"{MISSED} marks one that misses its target.\n"
+        f"{MISSED} marks one that misses its target. Back ends: "
+        + "; ".join(f"`{b}`, {BACKENDS[b]}" for b in backends if b in BACKENDS)
+        + ".\n"
     ]
     for section, members in sections.items():
         out.append(f"## {section}\n")

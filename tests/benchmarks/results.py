@@ -22,6 +22,13 @@ DEFAULT_BACKEND = "embedded"
 BACKEND_ENV = "BENCH_BACKEND"
 """The variable a benchmark module reads its back end from (`backend()`); the runner sets
 it from `--backend`."""
+BACKENDS = {
+    DEFAULT_BACKEND: "SQLite and local files (`make bench`)",
+    "stack": "PostgreSQL and SeaweedFS's S3 server, as `make stack` runs them, Spark local "
+    "(`make bench BACKEND=stack`)",
+}
+"""The back ends a benchmark runs on (`tests/benchmarks/backends.py`), as the page names
+them."""
 FIGURE = re.compile(r"(?:^|\s)([A-Za-z_][\w.]*)=")
 NUMBER = re.compile(r"-?\d{1,3}(,\d{3})+(\.\d+)?")
 
