@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import BinaryIO
@@ -42,6 +43,7 @@ from branchwater.engine.graveler import (
     protection,
     reads,
     repositories,
+    transactions,
     writes,
 )
 from branchwater.engine.graveler import merge as merge_ops
@@ -657,6 +659,31 @@ class Branch(Ref):
             progress=progress,
         )
 
+    @contextmanager
+    def transaction(
+        self,
+        message: str = transactions.DEFAULT_MESSAGE,
+        metadata: Mapping[str, str] | None = None,
+        *,
+        committer: str = "",
+    ) -> Iterator[Transaction]:
+        """`with main.transaction("Load orders") as tx:` writes through `tx` (a `Branch` on
+        `tx/<hex>`, made from this branch's HEAD) and, when the block ends normally, lands
+        them on this branch as one commit (`tx.landed`; None if they change nothing); an
+        exception in the block lands nothing and deletes `tx`'s branch. Commits others land
+        meanwhile are merged with, changes staged here stay staged above it, and a path
+        both changed differently raises `MergeConflict` with nothing landed. Message,
+        metadata and protection are checked before anything is written. Crashes, GC and
+        retries: `graveler/transactions.py`."""
+        started = transactions.begin(self._g, self._record, self.name, message, metadata, committer)
+        tx = Transaction(self.repository, started)
+        try:
+            yield tx
+        except BaseException:
+            transactions.abort(self._g, started)
+            raise
+        tx.landed = transactions.land(self._g, started)
+
     def delete(self, path: str) -> None:
         writes.stage_delete(self._g, self._record, self.name, check_path(path))
 
@@ -758,6 +785,36 @@ class Branch(Ref):
         return compaction.compact(
             self._g, self._record, self.name, if_needed=if_needed, policy=policy
         )
+
+
+class Transaction(Branch):
+    """The branch a `Branch.transaction` writes to. `message` and `metadata` may be changed
+    inside the block; once it ends, `landed` is the commit it landed (None: no change)."""
+
+    def __init__(self, repository: Repository, started: transactions.Transaction) -> None:
+        super().__init__(repository, started.branch)
+        self.started = started
+        self.landed: Commit | None = None
+
+    @property
+    def target(self) -> str:
+        return self.started.target
+
+    @property
+    def message(self) -> str:
+        return self.started.message
+
+    @message.setter
+    def message(self, value: str) -> None:
+        self.started.message = value
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return self.started.metadata
+
+    @metadata.setter
+    def metadata(self, value: Mapping[str, str]) -> None:
+        self.started.metadata = check_metadata(value)
 
 
 def _listing_bounds(prefix: object, after: object) -> tuple[str, str]:

@@ -6,9 +6,9 @@ see its uncommitted changes, and on a branch `open(…, "wb")`, `pipe`, `put`, `
 stage changes. Every read goes from the KV store straight to the physical object (`Ref.open`:
 ranged reads, no copy), so it costs what reading that object costs.
 
-`fs.transaction` writes to a branch of its own per branch it touches, made from that branch's
-HEAD, and on success commits it and merges it in (a fast-forward: one commit); on failure it
-deletes it, so the branch was never staged on. The filesystem is safe to call from any thread,
+`fs.transaction` opens a `Branch.transaction` per branch it writes to: the writes go to a
+branch of its own made from that branch's HEAD, and on success land as one commit; on
+failure nothing lands and its branch is deleted. The filesystem is safe to call from any thread,
 native reader threads included: it keeps no per-thread state of its own, and the KV store's
 connections outlive the thread states that used them (see `branchwater.engine.kv.sql`).
 """
@@ -19,10 +19,9 @@ import io
 import os
 import tempfile
 import threading
-import uuid
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
-from contextlib import suppress
+from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -30,13 +29,11 @@ from typing import Any, BinaryIO
 from urllib.parse import quote, unquote
 
 from fsspec.spec import AbstractFileSystem
-from fsspec.transaction import Transaction
+from fsspec.transaction import Transaction as FsspecTransaction
 from fsspec.utils import tokenize
 
-from branchwater.engine import failpoints
-from branchwater.engine.api import DEFAULT_KV_URL, Branch, Lake, Ref, Repository
+from branchwater.engine.api import DEFAULT_KV_URL, Branch, Lake, Ref, Repository, Transaction
 from branchwater.engine.errors import (
-    DirtyBranch,
     InvalidArgument,
     InvalidName,
     NotFound,
@@ -51,9 +48,6 @@ KV_URL_ENV = "BRANCHWATER_KV_URL"
 SPOOL_BYTES = 8 << 20
 """What a file written through `open(…, "wb")` holds in memory before spilling to a
 temporary file; it is uploaded, streamed, when closed."""
-TRANSACTION_PREFIX = "fsspec-tx/"
-"""Branches a transaction writes to are named `fsspec-tx/<hex>`; one left behind belongs to a
-process killed mid-transaction and can be deleted."""
 IMMUTABLE_ENTRIES = 100_000
 """Entries at commit ids a filesystem remembers (least recently used dropped first): a
 commit never changes, so a dataset listed once is opened without looking each file up."""
@@ -536,20 +530,24 @@ class Landed:
     commit: Commit
 
 
+class _Discarded(Exception):
+    """Ends a transaction's branch contexts without landing them (fsspec's discard)."""
+
+
 @dataclass
 class _Started:
-    repository: Repository
-    target: str
-    branch: Branch
+    repository: str
+    context: AbstractContextManager[Transaction]
+    branch: Transaction
 
 
-class BranchwaterTransaction(Transaction):
-    """`with fs.transaction as tx:`: writes to a branch go to `fsspec-tx/<hex>`, made from
-    its HEAD when the transaction first writes to it (the branch must have nothing
-    uncommitted: `DirtyBranch`). On success each is committed (`tx.message`, `tx.metadata`)
-    and merged into its branch, a fast-forward unless the branch moved meanwhile (then a
-    merge commit; a conflict fails it); `tx.landed` lists the commits. On failure they are
-    deleted: the branches were never staged on. Reads inside see the transaction's writes."""
+class BranchwaterTransaction(FsspecTransaction):
+    """`with fs.transaction as tx:`: each branch it writes to gets a `Branch.transaction`
+    when first written (one mechanism: `graveler/transactions.py`), so its writes go to a
+    `tx/<hex>` branch made from that HEAD, and reads inside see them. On success each lands
+    as one commit on its branch (`tx.message`, `tx.metadata`; `tx.landed` lists them), in
+    the order first written; a conflict fails it and ends the rest unlanded. On failure
+    none lands and the transactions' branches are deleted."""
 
     def __init__(self, fs: BranchwaterFileSystem, **kwargs: Any) -> None:
         super().__init__(fs, **kwargs)
@@ -569,19 +567,13 @@ class BranchwaterTransaction(Transaction):
         self.landed = []
 
     def branch_for(self, target: Branch) -> Branch:
-        repo = target.repository
-        key = (repo.name, target.name)
+        key = (target.repository.name, target.name)
         with self._lock:
             started = self._branches.get(key)
             if started is None:
-                if next(iter(target.uncommitted()), None) is not None:
-                    raise DirtyBranch(
-                        f"branch {target.name!r} of {repo.name!r} has uncommitted changes: a "
-                        "transaction commits only its own writes, so commit or reset it first"
-                    )
-                name = f"{TRANSACTION_PREFIX}{uuid.uuid4().hex}"
-                branch = repo.create_branch(name, source=target.head().id)
-                started = self._branches[key] = _Started(repo, target.name, branch)
+                context = target.transaction(self.message, self.metadata)
+                started = _Started(key[0], context, context.__enter__())
+                self._branches[key] = started
             return started.branch
 
     def complete(self, commit: bool = True) -> None:
@@ -589,25 +581,21 @@ class BranchwaterTransaction(Transaction):
             super().complete(commit)
         finally:
             started, self._branches = list(self._branches.values()), {}
-        try:
-            if commit:
-                for s in started:
-                    self._land(s)
-        finally:
-            for s in started:
-                with suppress(NotFound):
-                    s.repository.delete_branch(s.branch.name)
-
-    def _land(self, s: _Started) -> None:
-        if next(iter(s.branch.uncommitted()), None) is None:
-            return
-        failpoints.hit("transaction.before_commit")
-        s.branch.commit(self.message, self.metadata)
-        failpoints.hit("transaction.before_merge")
-        result = s.repository.merge(
-            s.branch.name, into=s.target, message=self.message, metadata=self.metadata
-        )
-        self.landed.append(Landed(s.repository.name, s.target, result.commit))
+        failure: BaseException | None = None if commit else _Discarded()
+        for s in started:
+            if failure is not None:
+                s.context.__exit__(type(failure), failure, None)
+                continue
+            s.branch.message, s.branch.metadata = self.message, self.metadata
+            try:
+                s.context.__exit__(None, None, None)
+            except BaseException as exc:
+                failure = exc
+                continue
+            if s.branch.landed is not None:
+                self.landed.append(Landed(s.repository, s.branch.target, s.branch.landed))
+        if commit and failure is not None:
+            raise failure
 
 
 BranchwaterFileSystem.transaction_type = BranchwaterTransaction

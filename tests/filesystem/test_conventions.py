@@ -13,12 +13,11 @@ import pytest
 
 from branchwater.engine import (
     BranchwaterFileSystem,
-    DirtyBranch,
     InvalidArgument,
     MergeConflict,
     ReadOnlyRef,
 )
-from branchwater.engine.filesystem import TRANSACTION_PREFIX
+from branchwater.engine.graveler.transactions import PREFIX as TRANSACTION_PREFIX
 from tests.filesystem.conftest import FsLake
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -286,22 +285,34 @@ def test_a_transaction_that_writes_nothing_commits_nothing(fs_lake: FsLake, tree
     assert tx.landed == [] and fs_lake.repo.branch("main").commit_id == tree
 
 
-def test_a_transaction_on_a_branch_with_uncommitted_changes_is_refused(
+def test_changes_staged_on_the_branch_stay_staged_above_the_transaction(
     fs_lake: FsLake, tree: str
 ) -> None:
-    fs_lake.repo.branch("main").upload("pending.txt", b"someone else's")
-    with pytest.raises(DirtyBranch, match="'main'"), fs_lake.fs.transaction:
-        fs_lake.fs.pipe("sales/main/mine.txt", b"mine")
+    """Another writer's uncommitted changes are not the transaction's: they stay staged; one
+    at a path the transaction also wrote, to other content, fails it with nothing landed."""
+    fs, main = fs_lake.fs, fs_lake.repo.branch("main")
+    main.upload("pending.txt", b"someone else's")
+    with fs.transaction as tx:
+        fs.pipe("sales/main/mine.txt", b"mine")
+    assert main.head().id == tx.landed[0].commit.id and main.head().parents == (tree,)
+    assert [e.path for e in fs_lake.repo.ref(main.commit_id).list()] == [*sorted(FILES), "mine.txt"]
     assert staged(fs_lake) == {"pending.txt": "added"}
+    before = main.commit_id
+    with pytest.raises(MergeConflict, match=r"1 path\(s\): c\.txt"), fs.transaction:
+        fs.pipe("sales/main/c.txt", b"mine")
+        main.upload("c.txt", b"theirs, staged")
+    assert main.commit_id == before and main.read("c.txt") == b"theirs, staged"
+    assert staged(fs_lake) == {"pending.txt": "added", "c.txt": "changed"}
     assert [b.name for b in fs_lake.repo.branches()] == ["main"]
 
 
-def test_a_branch_moved_during_the_transaction_gets_a_merge_commit(
+def test_a_branch_moved_during_the_transaction_gets_one_commit_on_its_head(
     fs_lake: FsLake, tree: str
 ) -> None:
     """The worst interleavings, forced: another writer commits to the branch between the
-    transaction's first write and its end; to other paths (merged), then to the same one
-    (a conflict: nothing lands, the transaction's branch is gone)."""
+    transaction's first write and its end; to other paths (merged into one commit on the
+    new HEAD), then to the same one (a conflict: nothing lands, the transaction's branch is
+    gone)."""
     fs, repo = fs_lake.fs, fs_lake.repo
     main = repo.branch("main")
     with fs.transaction as tx:
@@ -310,7 +321,7 @@ def test_a_branch_moved_during_the_transaction_gets_a_merge_commit(
         theirs = main.commit("concurrent").id
     head = main.head()
     assert head.id == tx.landed[0].commit.id
-    assert len(head.parents) == 2 and head.parents[0] == theirs
+    assert head.parents == (theirs,)
     assert main.read("mine.txt") == b"mine" and main.read("theirs.txt") == b"theirs"
     before = main.commit_id
     with pytest.raises(MergeConflict), fs.transaction:

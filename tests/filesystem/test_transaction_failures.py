@@ -15,7 +15,7 @@ import pytest
 
 from branchwater.engine import failpoints
 from branchwater.engine.failpoints import FailpointHit
-from branchwater.engine.filesystem import TRANSACTION_PREFIX
+from branchwater.engine.graveler.transactions import PREFIX as TRANSACTION_PREFIX
 from tests.filesystem.conftest import FsLake
 
 POINTS = ["transaction.before_commit", "transaction.before_merge"]
