@@ -55,14 +55,12 @@ from branchwater.engine.gc.runs.retention import (
     ONLY_COMMITTED,
     ONLY_UNCOMMITTED,
     PARTS,
-    rearm_before_sweep,
-    record_swept,
     release_unswept,
     retention_input,
     write_expiring,
 )
 from branchwater.engine.gc.runs.storage import Namespace
-from branchwater.engine.gc.runs.sweeps import finish_sweep, save_run, saved_validations, take_lease
+from branchwater.engine.gc.runs.sweeps import save_run, saved_validations, sweep_mark, take_lease
 from branchwater.spark_jobs.gc.committed import CommittedInput, read_committed
 from branchwater.spark_jobs.gc.frames import cores, executor_errors, read_parquet
 from branchwater.spark_jobs.gc.gate import (
@@ -133,23 +131,15 @@ class GCJob:
             ns = Namespace.of(repo.storage_namespace, self.config.s3_options)
             with take_lease(repo, self.config) as lease:
                 self.events({"event": "notice", "message": f"GC run lease held: {lease.holder}"})
-                graveler, record = repo.lake.graveler, repo.record
                 if self.config.sweep is not None:
                     summary = files.read_summary(ns, self.config.sweep)
-                    files.check_sweepable(summary)
-                    rearm_before_sweep(graveler, record, ns, summary)
-                    summary = self.sweep_mark(ns, summary.run_id, summary, lease)
+                    summary = self.sweep_mark(repo, ns, summary, lease)
                 else:
                     summary = self.mark(repo, ns)
                     if not summary.gate_success:
-                        release_unswept(graveler, record, ns, summary)
+                        release_unswept(repo.lake.graveler, repo.record, ns, summary)
                     elif not self.config.dry_run:
-                        rearm_before_sweep(graveler, record, ns, summary)
-                        summary = self.sweep_mark(ns, summary.run_id, summary, lease)
-                expired = record_swept(repo.lake.graveler, repo.record, ns, summary)
-                if expired:
-                    message = f"{expired} commits recorded as expired"
-                    self.events({"event": "notice", "message": message})
+                        summary = self.sweep_mark(repo, ns, summary, lease)
         self.events({"event": "summary", "summary": summary.to_json()})
         return summary
 
@@ -465,22 +455,22 @@ class GCJob:
     # -- sweep ------------------------------------------------------------------------------
 
     def sweep_mark(
-        self,
-        ns: Namespace,
-        run_id: str,
-        summary: RunSummary | None = None,
-        lease: GCRunLease | None = None,
+        self, repo: Repository, ns: Namespace, summary: RunSummary, lease: GCRunLease
     ) -> RunSummary:
-        if summary is None:
-            summary = files.read_summary(ns, run_id)
-        files.check_sweepable(summary)
-        if lease is not None:
-            lease.check()
+        """`sweeps.sweep_mark`, deleting on the executors (in this process when the mark
+        has no candidates)."""
+        delete = partial(self._delete, ns)
+        return sweep_mark(repo, ns, summary, lease, delete, self._phases, self.events)
+
+    def _delete(
+        self, ns: Namespace, summary: RunSummary
+    ) -> tuple[list[str], list[files.SliceVolume]]:
+        run_id = summary.run_id
         spark = None if files.nothing_to_delete(summary) else self.spark
         hit("gc.sweep.before_delete")
         try:
             with self.phase("sweep"):
-                recorded, per_slice = (
+                deleted = (
                     sweep(spark, ns, run_id, summary.files[files.CANDIDATES]) if spark else ([], [])
                 )
             hit("gc.sweep.after_delete")
@@ -489,7 +479,7 @@ class GCJob:
             summary.phases = {**summary.phases, **self._phases}
             save_run(ns, summary, saved_validations(ns, run_id))
             raise
-        return finish_sweep(ns, summary, recorded, per_slice, self._phases)
+        return deleted
 
 
 def _time(text: str | None) -> datetime:

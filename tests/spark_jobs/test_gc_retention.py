@@ -6,21 +6,27 @@ from __future__ import annotations
 
 import contextlib
 import random
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from branchwater.engine import CommitExpired, NoChanges, NotFound, failpoints
+from branchwater.engine import CommitExpired, Lake, NoChanges, NotFound, StaleGCMark, failpoints
 from branchwater.engine.gc.retention.expired import expired_at
 from branchwater.engine.gc.retention.expiry import repository_retention
 from branchwater.engine.gc.runs import files, statuses
+from branchwater.engine.gc.runs.config import JobConfig
 from branchwater.engine.gc.runs.explain import explain
 from branchwater.engine.gc.runs.files import CANDIDATES
-from branchwater.engine.gc.runs.retention import EXPIRED_COMMITS
+from branchwater.engine.gc.runs.retention import EXPIRED_COMMITS, expiring_ids
+from branchwater.engine.gc.runs.storage import Namespace
+from branchwater.engine.gc.runs.sweeps import sweep_without_spark
 from branchwater.engine.graveler.fence import FenceRecord, fence_key
 from branchwater.spark_jobs.gc.gate import CANDIDATES_SUITE, EXPIRED_SUITE, PREPARE_SUITE
+from tests.fixtures.s3 import S3Server
 from tests.gc_model import (
     RetentionHistory,
     active_commits,
@@ -30,6 +36,12 @@ from tests.gc_model import (
     retention_candidates,
 )
 from tests.helpers.gc import FakeClock, GCLake, run_addresses
+from tests.helpers.servers import unique_name
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 LATE = timedelta(microseconds=1)
 """Objects written by the test are in slices opened seconds ago: no late-writes allowance."""
@@ -237,14 +249,36 @@ def test_refs_moved_onto_expired_commits_before_the_recheck_keep_their_objects(
             ref.read(entry.path)
 
 
-def test_moves_onto_expiring_commits_after_the_recheck_are_refused(local_gc: GCLake) -> None:
+@pytest.fixture(
+    params=[
+        "sqlite-local",
+        pytest.param("postgres-s3", marks=[pytest.mark.postgres, pytest.mark.s3]),
+    ]
+)
+def window_gc(
+    request: pytest.FixtureRequest, tmp_path: Path, spark: SparkSession
+) -> Iterator[GCLake]:
+    """A lake on SQLite with its repository on local files, then one on the PostgreSQL
+    server (a table of its own) with its repository on the S3 server."""
+    if request.param == "sqlite-local":
+        yield request.getfixturevalue("local_gc")
+        return
+    server: S3Server = request.getfixturevalue("s3_server")
+    kv_url = f"{request.getfixturevalue('postgres_url')}?table={unique_name('gc_')}"
+    namespace = f"s3://{request.getfixturevalue('s3_bucket')}/{unique_name('ns-')}"
+    with Lake.connect(kv_url, s3_options=server.options) as lake:
+        repo = lake.create_repository("sales", storage_namespace=namespace)
+        yield GCLake(spark, lake, repo, kv_url, server.options)
+
+
+def test_moves_onto_expiring_commits_after_the_recheck_are_refused(window_gc: GCLake) -> None:
     """Forced at `gc.retention.before_sweep` (after the re-check, before any delete): a
     branch created from, a tag put on, a branch reset to and a restore from each commit the
     run is collecting all refuse naming the run and leave nothing behind; a branch from an
     active commit is made. The sweep deletes, and every object a branch, tag or commit then
     references is intact."""
-    months_of_history(local_gc, 9)
-    repo = local_gc.repo
+    months_of_history(window_gc, 9, steps=40)
+    repo = window_gc.repo
     kv = repo.lake.graveler.kv
     repo.set_gc_rules({"default_retention_days": 0})
     fenced: list[str] = []
@@ -256,7 +290,7 @@ def test_moves_onto_expiring_commits_after_the_recheck_are_refused(local_gc: GCL
         return None
 
     def move() -> None:
-        fenced.extend(c.id for c in kv_commits(local_gc) if expiring(c.id) is not None)
+        fenced.extend(c.id for c in kv_commits(window_gc) if expiring(c.id) is not None)
         assert fenced, "the run is collecting some commits"
         late = repo.create_branch("late-restore", source="main")
         for commit_id in fenced:
@@ -276,7 +310,7 @@ def test_moves_onto_expiring_commits_after_the_recheck_are_refused(local_gc: GCL
 
     main_head = repo.branch("main").commit_id
     with failpoints.armed("gc.retention.before_sweep", move):
-        summary = run_both(local_gc)
+        summary = run_both(window_gc)
     assert summary.status == statuses.SWEPT, summary.error
     assert summary.counts["deleted"].objects > 0
     names = {b.name for b in repo.branches()}
@@ -287,3 +321,54 @@ def test_moves_onto_expiring_commits_after_the_recheck_are_refused(local_gc: GCL
     assert shown == [e.identity() for e in repo.ref(main_head).list()]
     assert all(expired_at(kv, repo.record, c) is not None for c in fenced)
     assert_references_intact(repo)
+
+
+@pytest.fixture
+def kv_gc(race_kv: str, tmp_path: Path, spark: SparkSession) -> Iterator[GCLake]:
+    """A lake on SQLite, then on the PostgreSQL server, its repository on local files."""
+    with Lake.connect(race_kv) as lake:
+        repo = lake.create_repository("sales", storage_namespace=f"file://{tmp_path}/ns")
+        yield GCLake(spark, lake, repo, race_kv, {})
+
+
+def append_only_history(gc: GCLake) -> str:
+    """Two commits on main months ago, the second adding a file to the first's: the first
+    is expired (30 days' retention) and the second, main's HEAD, holds all its objects.
+    Returns the first's id."""
+    clock = FakeClock(datetime.now(UTC) - MONTHS_AGO)
+    gc.lake.graveler.refs.clock = clock
+    main = gc.repo.branch("main")
+    main.upload("t/a", b"a")
+    first = main.commit("a").id
+    clock.advance(timedelta(days=1))
+    main.upload("t/b", b"b")
+    main.commit("b")
+    gc.repo.set_gc_rules({"default_retention_days": 30})
+    return first
+
+
+def test_a_sweep_without_spark_re_arms_and_records_expired_commits(kv_gc: GCLake) -> None:
+    """The sweep of a mark with nothing to delete (the CLI's and the provider's, in their
+    own process) is the Spark sweep's `sweep_mark`: a mark whose records a later run took
+    over is refused with `StaleGCMark`, and the later one's sweep records its expiring
+    commits as expired, so `CommitExpired` follows."""
+    repo, kv = kv_gc.repo, kv_gc.lake.graveler.kv
+    first = append_only_history(kv_gc)
+    earlier = run_both(kv_gc, dry_run=True)
+    later = run_both(kv_gc, dry_run=True)
+    ns = Namespace.of(repo.storage_namespace)
+    for mark in (earlier, later):
+        assert files.nothing_to_delete(mark) and expiring_ids(ns, mark) == [first]
+
+    def sweep(mark: Any) -> Any:
+        return sweep_without_spark(repo, JobConfig(kv_gc.kv_url, repo.name, sweep=mark.run_id))
+
+    with pytest.raises(StaleGCMark, match=f"taken by the later GC run {later.run_id}"):
+        sweep(earlier)
+    assert files.read_summary(ns, earlier.run_id).status == statuses.MARKED
+    assert expired_at(kv, repo.record, first) is None
+    swept = sweep(later)
+    assert swept.status == statuses.SWEPT
+    assert expired_at(kv, repo.record, first) == swept.swept_at
+    with pytest.raises(CommitExpired, match=first):
+        repo.ref(first)

@@ -1,13 +1,17 @@
-"""Recording a sweep, and sweeping a mark with nothing to delete without Spark.
+"""Sweeping a mark: the one sweep every path runs (the Spark job's, and the one that needs no
+Spark when a mark has nothing to delete), and recording it.
 
 A mark with no candidates needs no Spark application: the CLI, the provider and the job
-alike record its sweep here, under the repository's GC run lease, so a quiet repository's
-scheduled run starts one Spark application, not two. The job records its own sweeps with
-the same `finish_sweep`.
+alike sweep it here, under the repository's GC run lease, so a quiet repository's scheduled
+run starts one Spark application, not two. Either way `sweep_mark` does the same steps: it
+refuses a mark that cannot be swept, re-arms the run's expiring commits (`StaleGCMark`,
+nothing deleted, when one lapsed or was taken over), deletes, records the sweep, and then
+records the expiring commits as expired, so `CommitExpired` follows either sweep.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any, Protocol
 
@@ -16,7 +20,18 @@ from branchwater.engine.gc.runlock import GCRunLease
 from branchwater.engine.gc.runs import files, report, statuses
 from branchwater.engine.gc.runs.config import JobConfig
 from branchwater.engine.gc.runs.events import Events
+from branchwater.engine.gc.runs.retention import rearm_before_sweep, record_swept
 from branchwater.engine.gc.runs.storage import Namespace, missing_ok_json
+from branchwater.engine.graveler.graveler import Graveler
+from branchwater.engine.graveler.model import RepositoryRecord
+
+Deletion = Callable[[files.RunSummary], tuple[list[str], list[files.SliceVolume]]]
+"""Deletes a mark's candidates: the files recording what it deleted, and volumes per slice."""
+
+
+class HasGraveler(Protocol):
+    @property
+    def graveler(self) -> Graveler: ...
 
 
 class LeasingRepository(Protocol):
@@ -24,6 +39,12 @@ class LeasingRepository(Protocol):
 
     @property
     def storage_namespace(self) -> str: ...
+
+    @property
+    def record(self) -> RepositoryRecord: ...
+
+    @property
+    def lake(self) -> HasGraveler: ...
 
     def lock_gc_run(self, holder: str, ttl: timedelta = ...) -> GCRunLease: ...
 
@@ -70,11 +91,36 @@ def finish_sweep(
     return summary
 
 
+def sweep_mark(
+    repo: LeasingRepository,
+    ns: Namespace,
+    summary: files.RunSummary,
+    lease: GCRunLease,
+    delete: Deletion,
+    phases: dict[str, float],
+    events: Events | None = None,
+) -> files.RunSummary:
+    """Sweep the saved mark `summary` under `lease`, deleting with `delete`; `phases` (the
+    seconds `delete` measured, read after it) go into the summary. Its expiring commits are
+    re-armed before anything is deleted and recorded as expired once the sweep is recorded."""
+    emit = events or (lambda event: None)
+    g, record = repo.lake.graveler, repo.record
+    files.check_sweepable(summary)
+    rearm_before_sweep(g, record, ns, summary)
+    lease.check()
+    recorded, per_slice = delete(summary)
+    summary = finish_sweep(ns, summary, recorded, per_slice, phases)
+    expired = record_swept(g, record, ns, summary)
+    if expired:
+        emit({"event": "notice", "message": f"{expired} commits recorded as expired"})
+    return summary
+
+
 def sweep_without_spark(
     repo: LeasingRepository, config: JobConfig, events: Events | None = None
 ) -> files.RunSummary:
-    """Sweep the mark `config.sweep` in this process when it holds no candidates: there is
-    nothing to delete, so the run is only recorded as swept, under the run lease."""
+    """Sweep the mark `config.sweep` in this process when it holds no candidates: nothing
+    is deleted, and the sweep is recorded (its expiring commits as expired too)."""
     if config.sweep is None:
         raise InvalidArgument("only a sweep of a saved mark runs without Spark")
     emit = events or (lambda event: None)
@@ -85,9 +131,12 @@ def sweep_without_spark(
         files.check_sweepable(summary)
         if not files.nothing_to_delete(summary):
             raise InvalidArgument(f"GC run {config.sweep} has candidates: sweep it on Spark")
-        lease.check()
-        emit({"event": "phase", "phase": "sweep", "state": "start"})
-        summary = finish_sweep(ns, summary, [], [], {"sweep": 0.0})
-        emit({"event": "phase", "phase": "sweep", "state": "end", "seconds": 0.0})
+
+        def delete_nothing(_: files.RunSummary) -> tuple[list[str], list[files.SliceVolume]]:
+            emit({"event": "phase", "phase": "sweep", "state": "start"})
+            emit({"event": "phase", "phase": "sweep", "state": "end", "seconds": 0.0})
+            return [], []
+
+        summary = sweep_mark(repo, ns, summary, lease, delete_nothing, {"sweep": 0.0}, emit)
     emit({"event": "summary", "summary": summary.to_json()})
     return summary
