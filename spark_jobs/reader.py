@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import datetime
+import io
 import re
 import shutil
 import tempfile
@@ -27,7 +28,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 from urllib.parse import unquote
 
 from branchwater.engine import (
@@ -521,7 +522,7 @@ def _read_file(
     where = store.uri(row["key"])
     try:
         with store.open(row["key"]) as f:
-            source = pa.PythonFile(f, mode="r")
+            source = pa.PythonFile(_unbuffered(f), mode="r")
             fragment = plan.file_format.make_fragment(source)
             names = [f.name for f in plan.data_schema]
             for batch in fragment.to_batches(schema=plan.data_schema, columns=names):
@@ -547,6 +548,13 @@ def _read_file(
         raise CorruptedData(
             f"cannot read object {row['path']!r} under {plan.where} at {where}: {exc}"
         ) from None
+
+
+def _unbuffered(f: BinaryIO) -> BinaryIO:
+    """The store's file object without its read-ahead: pyarrow asks for whole footers and
+    column chunks (coalesced), so a read-ahead would only fetch columns it skips."""
+    raw = getattr(f, "raw", None)
+    return raw if isinstance(raw, io.RawIOBase) else f
 
 
 def _constant(value: str | None, kind: pa.DataType, rows: int) -> pa.Array:

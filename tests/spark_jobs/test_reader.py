@@ -6,15 +6,20 @@ from __future__ import annotations
 
 import datetime
 import io
+import os
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.dataset
 import pyarrow.parquet as pq
 import pytest
 
-from branchwater.engine import CorruptedData, InvalidArgument, NotFound
+from branchwater.engine import CorruptedData, InvalidArgument, NotFound, open_object_store
+from branchwater.engine.objects import s3 as s3_module
+from branchwater.engine.objects.s3 import S3ObjectStore
 from branchwater.spark_jobs import reader
 from branchwater.spark_jobs.reader import read_files, read_parquet
+from tests.fixtures.s3 import S3Server
 from tests.helpers.gc import GCLake
 from tests.spark_jobs.conftest import ReaderLake
 
@@ -241,3 +246,37 @@ def test_files_missing_a_column_of_the_schema_give_nulls(
     given = read_parquet(spark, main, "e/", schema="id int, extra string", s3_options=options)
     assert given.schema.simpleString() == "struct<id:int,extra:string>"
     assert collected(given.fillna("none")) == [(1, "none"), (2, "x")]
+
+
+@pytest.mark.s3
+def test_a_task_reads_only_the_columns_it_needs_from_s3(
+    s3_server: S3Server, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task's file object is the store's, without its read-ahead: pyarrow's reads of a
+    footer and one small column fetch a few small ranges, not the large column beside it."""
+    store = open_object_store(f"s3://{s3_bucket}/ns", **s3_server.options)
+    large = 6 * s3_module.READ_AHEAD
+    table = pa.table({"id": [1, 2], "blob": [os.urandom(large // 2), os.urandom(large // 2)]})
+    out = io.BytesIO()
+    pq.write_table(table, out, compression="none")
+    store.put("data/file", out.getvalue())
+    fetched: list[int] = []
+    original = S3ObjectStore._get_range
+
+    def spy(self: S3ObjectStore, key: str, etag: str, start: int, stop: int | None) -> Any:
+        data = original(self, key, etag, start, stop)
+        fetched.append(len(data))
+        return data
+
+    monkeypatch.setattr(S3ObjectStore, "_get_range", spy)
+    schema = pa.schema([("id", pa.int64())])
+    plan = reader.ReadPlan(
+        pa.dataset.ParquetFileFormat(), schema, (), schema, s3_server.options, "'data/'"
+    )
+    row = {"path": "t/file", "key": "data/file", "values": []}
+
+    batches = list(reader._read_file(plan, store, row))
+
+    assert pa.Table.from_batches(batches).column("id").to_pylist() == [1, 2]
+    assert 0 < sum(fetched) < s3_module.READ_AHEAD
+    store.close()
