@@ -550,7 +550,7 @@ def _read_file(
         ) from None
 
 
-def _unbuffered(f: BinaryIO) -> BinaryIO:
+def _unbuffered(f: BinaryIO) -> io.RawIOBase | BinaryIO:
     """The store's file object without its read-ahead: pyarrow asks for whole footers and
     column chunks (coalesced), so a read-ahead would only fetch columns it skips."""
     raw = getattr(f, "raw", None)
