@@ -593,11 +593,11 @@ class Branch(Ref):
         from where it stands to its end); a file streams in bounded memory (multipart on
         S3), its SHA-256 computed on the way. Content the branch already shows at `path`
         (same bytes, same metadata) is neither written nor staged: its entry is returned, so
-        a retried task changes nothing. A seekable file is hashed before it is written: the
-        extra read (measured on 512 MB) costs less than the write it saves even on local
-        files and a small part of a multipart upload to S3, and the retry this rule serves
-        then writes nothing at all. A stream that cannot seek is written, and the new object
-        deleted if the branch turns out to show its content. Path, metadata and the type of
+        a retried task changes nothing. Content is hashed while it is written, in one pass;
+        only a seekable file the branch may already show (an entry at `path` of its size and
+        metadata: a retry, most likely) is hashed first, so that a retry writes nothing at
+        all. A stream is written, and the new object deleted if the branch turns out to show
+        its content. Path, metadata and the type of
         `data` are checked before anything is written. The object is written before it is
         staged, so until then it is younger than any GC cutoff (the "upload" row of GC's
         promises in docs/architecture.md).

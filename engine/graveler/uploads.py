@@ -8,7 +8,9 @@ does meanwhile. Content the branch already shows at the path is neither written 
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO
 
@@ -16,7 +18,8 @@ from branchwater.engine.errors import InvalidArgument
 from branchwater.engine.graveler import writes
 from branchwater.engine.graveler.checksums import ContentHasher
 from branchwater.engine.graveler.graveler import Graveler
-from branchwater.engine.graveler.model import Entry, Metadata, RepositoryRecord
+from branchwater.engine.graveler.model import Entry, Metadata, RepositoryRecord, metadata_json
+from branchwater.engine.graveler.reads import find_branch_look
 from branchwater.engine.objects.store import StreamSource, iter_chunks
 
 UploadSource = bytes | bytearray | memoryview | str | Path | BinaryIO
@@ -66,11 +69,14 @@ class Upload:
         return existing or self._write([data], (len(data), checksum))
 
     def _from_file(self, f: BinaryIO) -> Entry:
-        """A seekable file is hashed first: the branch may show its content already, and a
-        read of a local file costs far less than writing it (to S3 above all). A stream is
-        written, then dropped if the branch turns out to show its content."""
+        """Content is hashed as it is written, in one pass. Only a seekable file the branch
+        may already show (an entry at the path with its size and metadata: a retry, most
+        likely) is hashed first, so that a retry writes nothing; a stream, or a file that
+        changed meanwhile, is checked after its write, its object dropped if unchanged."""
         if not f.seekable():
             return self._write(f, None)
+        if not self._may_be_unchanged(_remaining(f)):
+            return self._write(f, None, recheck=False)
         start = f.tell()
         hasher = ContentHasher()
         for chunk in iter_chunks(f):
@@ -79,16 +85,27 @@ class Upload:
         existing = self._unchanged(hasher.size, hasher.hexdigest())
         return existing or self._write(f, (hasher.size, hasher.hexdigest()))
 
-    def _write(self, source: StreamSource, checked: tuple[int, str] | None) -> Entry:
+    def _may_be_unchanged(self, size: int) -> bool:
+        shown = find_branch_look(self._g, self._repo, self._branch, self._path).value
+        return (
+            shown is not None
+            and shown.size == size
+            and metadata_json(shown.metadata) == metadata_json(self._metadata)
+        )
+
+    def _write(
+        self, source: StreamSource, checked: tuple[int, str] | None, *, recheck: bool = True
+    ) -> Entry:
         """Write to a fresh address, hashing on the way, then stage. Content other than what
         was `checked` (a stream, or a file that changed since) is checked against the branch
-        now, and its object deleted if the branch shows it already."""
+        now, and its object deleted if the branch shows it already; unless `recheck` is
+        off, when the branch was seen to show nothing of its size at the path."""
         hasher = ContentHasher()
         address = self._next_address()
         store = self._g.objects(self._repo.storage_namespace)
         info = store.put_stream(address, _hashed(iter_chunks(source), hasher))
         content = (hasher.size, hasher.hexdigest())
-        if content != checked:
+        if recheck and content != checked:
             existing = self._unchanged(*content)
             if existing is not None:
                 store.delete([address])
@@ -113,9 +130,28 @@ class Upload:
 
 
 def _hashed(chunks: Iterator[bytes], hasher: ContentHasher) -> Iterator[bytes]:
-    for chunk in chunks:
-        hasher.update(chunk)
-        yield chunk
+    """`chunks`, the first hashed here (content of one chunk starts no thread), each later
+    one on a thread of its own while the store writes it (hashlib and file or socket writes
+    release the GIL), so hashing a large stream adds little time where writing takes as
+    long. Chunks are hashed in order, one at a time."""
+    first = next(chunks, None)
+    if first is None:
+        return
+    hasher.update(first)
+    yield first
+    with ThreadPoolExecutor(1, thread_name_prefix="upload-hash") as pool:
+        for chunk in chunks:
+            hashing = pool.submit(hasher.update, chunk)
+            yield chunk
+            hashing.result()
+
+
+def _remaining(f: BinaryIO) -> int:
+    """The bytes of a seekable file from where it stands to its end."""
+    start = f.tell()
+    end = f.seek(0, os.SEEK_END)
+    f.seek(start)
+    return max(0, end - start)
 
 
 def _open_local(path: str | Path) -> BinaryIO:
