@@ -1,0 +1,60 @@
+"""How often an upload reads its file: new content once (hashed while written); content the
+branch may already show (an entry of its size and metadata) hashed first, so a retry reads
+it once and writes nothing, and other content of that size is then written."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from pathlib import Path
+
+from branchwater.engine.api import Repository
+
+DATA = os.urandom(3 << 20)
+
+
+class CountingFile(io.BytesIO):
+    """A seekable binary file that counts the bytes read from it."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(data)
+        self.bytes_read = 0
+
+    def read(self, size: int | None = -1) -> bytes:
+        chunk = super().read(size)
+        self.bytes_read += len(chunk)
+        return chunk
+
+
+def objects(repo: Repository) -> list[Path]:
+    root = Path(repo.storage_namespace.removeprefix("file://")) / "data"
+    return [p for p in root.rglob("*") if p.is_file()] if root.exists() else []
+
+
+def test_new_content_is_read_once_and_hashed_on_the_way(repo: Repository) -> None:
+    f = CountingFile(DATA)
+    entry = repo.branch("main").upload("big.bin", f)
+    assert f.bytes_read == len(DATA)
+    assert entry.checksum == hashlib.sha256(DATA).hexdigest() and entry.size == len(DATA)
+    assert repo.branch("main").read("big.bin") == DATA
+
+
+def test_a_retry_is_hashed_first_and_writes_nothing(repo: Repository) -> None:
+    main = repo.branch("main")
+    first = main.upload("big.bin", CountingFile(DATA))
+    written = objects(repo)
+    retry = CountingFile(DATA)
+    assert main.upload("big.bin", retry) == first
+    assert retry.bytes_read == len(DATA) and objects(repo) == written
+
+
+def test_other_content_of_the_same_size_is_written(repo: Repository) -> None:
+    main = repo.branch("main")
+    main.upload("big.bin", CountingFile(DATA))
+    other = DATA[::-1]
+    f = CountingFile(other)
+    entry = main.upload("big.bin", f)
+    assert f.bytes_read == 2 * len(other)
+    assert entry.checksum == hashlib.sha256(other).hexdigest()
+    assert main.read("big.bin") == other and len(objects(repo)) == 2
