@@ -1,0 +1,416 @@
+"""The checker: a pure function of a history (every worker's log records) and the final
+state read back, returning what the model says went wrong.
+
+What the model knows, by branch:
+
+- A worker's own branch (`w<N>`) is changed by that worker alone, one operation after
+  another, so its model is exact: each staged write, delete, copy and link changes the view,
+  each read and listing must show the view, a commit's tree (the branch's HEAD after the
+  commit, whichever attempt landed it) must equal the view, a reset, revert or merge into it
+  makes its view the tree of the commit it lands on, and refusals must be right (a delete
+  or copy `NotFound` where the view lacks the path, `DirtyBranch` where the view differs
+  from HEAD's tree).
+- `shared` is written by every worker at once, so the model bounds what a read may show.
+  A read of a path over [start, end] may show the value of a change acknowledged before
+  it started that no later change acknowledged before it started overwrote, the value of
+  any change running at some point of the read, or the initial value when no change was
+  acknowledged before it started. A commit of `shared` is such a read of every path over
+  the commit's span (its tree is the branch's view at one moment of it). An operation that
+  did not finish, and an attempt of a copy a failpoint cut short (what it copied is not in
+  the log), may have shown anything from its start to its end.
+- `main` takes merges only: every merge acknowledged into it stays in its history.
+
+Merges, syncs (`main` into a worker's branch) and reverts must equal the model's three-way
+merge of the trees their commit's parents name, with the merge base the engine finds for
+those parents (and records in the commit); fast-forwards must land on the source's HEAD.
+Every acknowledged commit exists afterwards; branches and tags made and not deleted name
+what they were made on; after the final GC run every object a branch, tag or commit
+references reads with its checksum, and every branch shows what it showed before the run.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from branchwater.engine.graveler.checksums import content_checksum
+from tests.history.operations import MAIN, PATHS, SHARED
+
+Tree = dict[str, str]
+STAGED = ("write", "link", "delete", "copy")
+ANY = "*"
+"""A change whose value the log cannot tell."""
+
+
+@dataclass
+class CommitState:
+    parents: list[str]
+    metadata: dict[str, str]
+    tree: Tree
+
+
+@dataclass
+class FinalState:
+    initial: str
+    """`main`'s first commit, which every branch starts from."""
+    commits: dict[str, CommitState]
+    bases: dict[str, list[str]]
+    """The engine's merge bases of each two-parent commit's parents."""
+    branches: dict[str, str]
+    views: dict[str, Tree]
+    views_after_gc: dict[str, Tree]
+    tags: dict[str, str]
+    broken: list[str]
+    """What `assert_references_intact` found after the final GC run."""
+    gc_deleted: int
+
+
+@dataclass
+class Op:
+    worker: int
+    k: int
+    kind: str
+    args: dict[str, Any]
+    start: float
+    end: float | None = None
+    status: str | None = None
+    """ok, refused or error once finished; None if no attempt finished."""
+    result: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    attempts: int = 0
+    cut: bool = False
+    """Some attempt was stopped by a failpoint (raised or killed)."""
+
+    def name(self) -> str:
+        return f"w{self.worker}#{self.k} {self.kind}({self.args})"
+
+
+def operations(records: list[dict[str, Any]]) -> list[Op]:
+    """One `Op` per planned operation, from its first invocation to its final completion."""
+    ops: dict[tuple[int, int], Op] = {}
+    open_attempt: dict[tuple[int, int], bool] = {}
+    for record in sorted(records, key=lambda r: r["t"]):
+        key = (record["w"], record["k"])
+        if record["event"] == "invoke":
+            op = ops.setdefault(
+                key, Op(record["w"], record["k"], record["op"], record["args"], record["t"])
+            )
+            if open_attempt.get(key):
+                op.cut = True
+            op.attempts += 1
+            open_attempt[key] = True
+            continue
+        op = ops[key]
+        open_attempt[key] = False
+        if record["status"] == "fault":
+            op.cut = True
+            continue
+        op.end, op.status = record["t"], record["status"]
+        op.result = record.get("result") or {}
+        op.error = record.get("error")
+    return sorted(ops.values(), key=lambda op: (op.worker, op.k))
+
+
+def three_way(base: Tree, ours: Tree, theirs: Tree, strategy: str | None) -> Tree | None:
+    """The merge of `theirs` into `ours` from `base`, by identity (content); None on a
+    conflict the strategy does not resolve."""
+    merged: Tree = {}
+    for path in sorted(set(base) | set(ours) | set(theirs)):
+        b, o, t = base.get(path), ours.get(path), theirs.get(path)
+        if t == b or o == t:
+            value = o
+        elif o == b or strategy == "source-wins":
+            value = t
+        elif strategy == "dest-wins":
+            value = o
+        else:
+            return None
+        if value is not None:
+            merged[path] = value
+    return merged
+
+
+class Checker:
+    def __init__(self, ops: list[Op], state: FinalState) -> None:
+        self.ops = ops
+        self.state = state
+        self.found: list[str] = []
+
+    def fail(self, message: str) -> None:
+        self.found.append(message)
+
+    def tree(self, commit_id: str) -> Tree:
+        commit = self.state.commits.get(commit_id)
+        if commit is None:
+            self.fail(f"commit {commit_id} is gone")
+            return {}
+        return commit.tree
+
+    def run(self) -> list[str]:
+        for op in self.ops:
+            if op.status is None:
+                self.fail(f"{op.name()} never finished after {op.attempts} attempts")
+            elif op.status == "error":
+                self.fail(f"{op.name()} raised {op.error}")
+        self.acknowledged_commits_exist()
+        by_worker: dict[int, list[Op]] = defaultdict(list)
+        for op in self.ops:
+            by_worker[op.worker].append(op)
+        for worker, ops in sorted(by_worker.items()):
+            PrivateModel(self, worker).play(ops)
+        SharedModel(self).check()
+        self.merges()
+        self.main_keeps_its_merges()
+        self.names()
+        self.gc()
+        return self.found
+
+    def acknowledged_commits_exist(self) -> None:
+        for op in self.ops:
+            if op.status == "ok":
+                for key in ("commit", "head"):
+                    commit_id = op.result.get(key)
+                    if commit_id and commit_id not in self.state.commits:
+                        self.fail(f"{op.name()} acknowledged commit {commit_id}, which is gone")
+
+    def merges(self) -> None:
+        """Each landed merge, sync and revert against the model's three-way merge."""
+        for op in self.ops:
+            if op.status != "ok" or op.kind not in ("merge", "sync", "revert"):
+                continue
+            result = op.result["commit"]
+            commit = self.state.commits.get(result)
+            if commit is None or op.result.get("fast_forward"):
+                continue
+            if op.kind == "revert":
+                reverted = self.state.commits.get(op.args["head"])
+                if reverted is None or len(commit.parents) != 1:
+                    self.fail(f"{op.name()}: revert commit {result} has parents {commit.parents}")
+                    continue
+                parent = reverted.parents[0]
+                expected = three_way(
+                    reverted.tree, self.tree(commit.parents[0]), self.tree(parent), None
+                )
+                what = f"revert of {op.args['head'][:12]}"
+            else:
+                if len(commit.parents) != 2:
+                    self.fail(f"{op.name()}: merge commit {result} has parents {commit.parents}")
+                    continue
+                bases = self.state.bases.get(result, [])
+                recorded = commit.metadata.get("branchwater.merge.bases", "")
+                if set(filter(None, recorded.split(","))) != set(bases):
+                    self.fail(f"{op.name()}: records bases {recorded}, the engine finds {bases}")
+                if len(bases) != 1:
+                    continue
+                ours, theirs = commit.parents
+                expected = three_way(
+                    self.tree(bases[0]), self.tree(ours), self.tree(theirs), op.args["strategy"]
+                )
+                what = f"merge of {theirs[:12]} into {ours[:12]} from {bases[0][:12]}"
+            if expected is None:
+                self.fail(f"{op.name()}: {what} landed, but the model finds a conflict")
+            elif commit.tree != expected:
+                self.fail(f"{op.name()}: {what} is {commit.tree}, the model's is {expected}")
+
+    def main_keeps_its_merges(self) -> None:
+        head = self.state.branches.get(MAIN)
+        reached = set()
+        todo = [head] if head else []
+        while todo:
+            commit_id = todo.pop()
+            if commit_id in reached or commit_id not in self.state.commits:
+                continue
+            reached.add(commit_id)
+            todo.extend(self.state.commits[commit_id].parents)
+        for op in self.ops:
+            if op.kind == "merge" and op.status == "ok" and op.result["commit"] not in reached:
+                self.fail(f"{op.name()}: merge {op.result['commit']} is lost from {MAIN}")
+
+    def names(self) -> None:
+        """A branch or tag made and not deleted names what it was made on; a deleted one is
+        gone."""
+        last: dict[str, Op] = {}
+        for op in self.ops:
+            if op.kind not in ("branch_create", "branch_delete", "tag_create", "tag_delete"):
+                continue
+            if op.status == "ok" or (op.kind.endswith("delete") and op.cut):
+                last[op.args["name"]] = op
+        for name, op in sorted(last.items()):
+            refs = self.state.branches if op.kind.startswith("branch") else self.state.tags
+            if op.kind.endswith("delete"):
+                if name in refs:
+                    self.fail(f"{op.name()}: {name} is still there")
+            elif refs.get(name) != op.args["head"]:
+                self.fail(f"{op.name()}: {name} names {refs.get(name)}, not {op.args['head']}")
+
+    def gc(self) -> None:
+        for broken in self.state.broken:
+            self.fail(f"after the final GC run: {broken}")
+        for name, view in self.state.views.items():
+            if self.state.views_after_gc.get(name) != view:
+                self.fail(f"the final GC run changed what {name} shows")
+
+
+class PrivateModel:
+    """A worker's own branch, exactly: see the module's docstring."""
+
+    def __init__(self, checker: Checker, worker: int) -> None:
+        self.checker = checker
+        self.branch = f"w{worker}"
+        self.head = checker.state.initial
+        self.view = dict(checker.tree(self.head))
+
+    def fail(self, op: Op, message: str) -> None:
+        self.checker.fail(f"{op.name()}: {message}")
+
+    def dirty(self) -> bool:
+        return self.view != self.checker.tree(self.head)
+
+    def land(self, op: Op, commit_id: str) -> None:
+        self.head = commit_id
+        self.view = dict(self.checker.tree(commit_id))
+
+    def play(self, ops: list[Op]) -> None:
+        for op in ops:
+            if op.status in ("ok", "refused"):
+                self.step(op)
+        state = self.checker.state
+        if state.branches.get(self.branch) != self.head:
+            ended = state.branches.get(self.branch)
+            self.checker.fail(f"{self.branch} ends at {ended}, the model at {self.head}")
+        if state.views.get(self.branch) != self.view:
+            shown = state.views.get(self.branch)
+            self.checker.fail(f"{self.branch} ends showing {shown}, the model {self.view}")
+
+    def step(self, op: Op) -> None:
+        args, result, ok = op.args, op.result, op.status == "ok"
+        kind = op.kind
+        if args.get("branch", self.branch) != self.branch and kind != "merge" and kind != "sync":
+            return
+        if "head" in args and kind != "branch_delete" and args["head"] != self.head:
+            self.fail(op, f"started on HEAD {args['head']}, the model's is {self.head}")
+        if kind in ("write", "link"):
+            expected = content_checksum(args["data"].encode())
+            if result["value"] != expected:
+                self.fail(op, f"staged {result['value']}, not its content's {expected}")
+            self.view[args["path"]] = expected
+        elif kind == "delete":
+            if ok or op.cut:
+                self.view.pop(args["path"], None)
+            elif args["path"] in self.view:
+                self.fail(op, f"NotFound, but the branch shows {args['path']}")
+        elif kind == "copy":
+            src = self.view.get(args["src"])
+            if not ok:
+                if src is not None:
+                    self.fail(op, f"NotFound, but the branch shows {args['src']}")
+            elif result["value"] != src:
+                self.fail(op, f"copied {result['value']}, the source holds {src}")
+            else:
+                self.view[args["dst"]] = src
+        elif kind == "read":
+            value = result["value"] if ok else None
+            if value != self.view.get(args["path"]):
+                self.fail(op, f"read {value}, the model shows {self.view.get(args['path'])}")
+        elif kind == "list":
+            if ok and result["tree"] != self.view:
+                self.fail(op, f"listed {result['tree']}, the model shows {self.view}")
+        elif kind == "commit" and ok:
+            if result["commit"] is None and not op.cut and result["head"] != self.head:
+                self.fail(op, f"NoChanges, but HEAD moved to {result['head']}")
+            self.head = result["head"]
+            held = self.checker.tree(self.head)
+            if held != self.view:
+                self.fail(op, f"commit {self.head} holds {held}, the model's view is {self.view}")
+        elif kind == "reset" and ok:
+            target = args["parents"][0] if args["back"] and args["parents"] else self.head
+            if result["head"] != target:
+                self.fail(op, f"reset to {result['head']}, not {target}")
+            self.land(op, target)
+        elif kind in ("revert", "sync"):
+            if kind == "sync" and op.args["into"] != self.branch:
+                return
+            if ok:
+                commit = self.checker.state.commits.get(result["commit"])
+                moved = commit is not None and not result.get("fast_forward")
+                if moved and commit.parents[0] != self.head:
+                    self.fail(op, f"landed on {commit.parents[0]}, not HEAD {self.head}")
+                self.land(op, result["commit"])
+            elif op.error == "DirtyBranch" and not self.dirty():
+                self.fail(op, "DirtyBranch, but the branch shows HEAD's tree")
+        elif kind == "merge" and ok and op.args["source"] == self.branch:
+            commit = self.checker.state.commits.get(result["commit"])
+            source = (
+                result["commit"]
+                if result.get("fast_forward")
+                else (commit.parents[1] if commit and len(commit.parents) == 2 else None)
+            )
+            if source != self.head:
+                self.fail(op, f"merged {source}, the source's HEAD is {self.head}")
+
+
+class SharedModel:
+    """`shared`: what each read and commit may show, by the bounds in the module's docstring."""
+
+    def __init__(self, checker: Checker) -> None:
+        self.checker = checker
+        self.initial = checker.tree(checker.state.initial)
+        self.changes: dict[str, list[tuple[float, float | None, str | None]]] = defaultdict(list)
+        for op in checker.ops:
+            if op.args.get("branch") != SHARED or op.kind not in STAGED:
+                continue
+            path = op.args["dst"] if op.kind == "copy" else op.args["path"]
+            if op.status in (None, "error"):
+                self.changes[path].append((op.start, None, ANY))
+                continue
+            if op.kind == "copy" and op.cut:
+                self.changes[path].append((op.start, op.end, ANY))
+            if op.status == "ok" or (op.kind == "delete" and op.cut):
+                value = op.result.get("value")
+                self.changes[path].append((op.start, op.end, value))
+
+    def allowed(self, path: str, start: float, end: float) -> set[str | None] | None:
+        """The values a read of `path` over [start, end] may show; None for any."""
+        changes = self.changes[path]
+        before = [c for c in changes if c[1] is not None and c[1] < start]
+        values: set[str | None] = set()
+        if not before:
+            values.add(self.initial.get(path))
+        for _, e, v in before:
+            assert e is not None
+            if not any(d[0] > e and d[1] is not None and d[1] < start for d in before):
+                values.add(v)
+        for s, e, v in changes:
+            if s < end and (e is None or e >= start):
+                values.add(v)
+        return None if ANY in values else values
+
+    def read(self, what: str, shown: Tree, paths: list[str], start: float, end: float) -> None:
+        for path in paths:
+            allowed = self.allowed(path, start, end)
+            if allowed is not None and shown.get(path) not in allowed:
+                self.checker.fail(
+                    f"{what} shows {path} as {shown.get(path)}; the model allows {allowed}"
+                )
+
+    def check(self) -> None:
+        for op in self.checker.ops:
+            if op.args.get("branch") != SHARED or op.end is None or op.status == "error":
+                continue
+            if op.kind == "read":
+                shown = {op.args["path"]: op.result["value"]} if op.status == "ok" else {}
+                self.read(op.name(), shown, [op.args["path"]], op.start, op.end)
+            elif op.kind == "list" and op.status == "ok":
+                self.read(op.name(), op.result["tree"], PATHS, op.start, op.end)
+            elif op.kind == "commit" and op.status == "ok" and op.result["commit"]:
+                commit_tree = self.checker.tree(op.result["commit"])
+                self.read(op.name(), commit_tree, PATHS, op.start, op.end)
+        last = max((op.end or op.start for op in self.checker.ops), default=0.0) + 1.0
+        shown = self.checker.state.views.get(SHARED, {})
+        self.read(f"{SHARED} at the end", shown, PATHS, last, last)
+
+
+def check(records: list[dict[str, Any]], state: FinalState) -> list[str]:
+    """Everything the history and the final state break of the model; empty when none."""
+    return Checker(operations(records), state).run()

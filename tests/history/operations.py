@@ -1,0 +1,409 @@
+"""What one worker of a history does: a plan of random operations drawn from the seed, each
+run against the lake and logged to the worker's own JSONL file, invocation and completion.
+
+A worker owns a private branch (`w<N>`: only it writes, commits, resets, reverts or merges
+into it, so the model of it is exact), writes to the branch every worker shares
+(`shared`), merges its branch into `main` (which takes nothing but merges) and `main` into
+its branch, makes and deletes branches and tags of its own, and runs uncommitted GC
+(prepare, then the GC rule's sweep). A planned failpoint is armed for the first attempt
+only: `raise` is retried at once, `kill` by the process the supervisor starts in its place,
+which finds the unfinished operation in the log and runs it again with the same arguments.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from branchwater.engine import (
+    AlreadyExists,
+    DirtyBranch,
+    Lake,
+    MergeConflict,
+    NoChanges,
+    NotFound,
+    TooManyTries,
+    failpoints,
+)
+from branchwater.engine.api import Repository
+from branchwater.engine.graveler.checksums import content_checksum
+
+MAIN = "main"
+SHARED = "shared"
+PATHS = [f"p/{i:02d}" for i in range(8)]
+REFUSALS = (NotFound, NoChanges, DirtyBranch, MergeConflict, TooManyTries, AlreadyExists)
+"""Clean refusals: the operation changed nothing. Any other error is a finding."""
+MAX_ATTEMPTS = 4
+FAULT_POINTS: dict[str, tuple[str, ...]] = {
+    "write": ("write.before_validate",),
+    "delete": ("write.before_validate",),
+    "copy": ("copy.after_read", "copy.after_record", "copy.before_stage"),
+    "link": ("link.before_stage",),
+    "commit": ("commit.after_seal", "commit.after_ranges", "commit.before_set", "commit.after_set"),
+    "compact": ("compaction.after_ranges", "compaction.before_install"),
+    "merge": ("merge.after_ranges", "merge.before_set"),
+    "sync": ("merge.after_ranges", "merge.before_set"),
+    "revert": ("merge.after_ranges", "merge.before_set"),
+    "branch_create": ("branch.before_insert",),
+    "branch_delete": ("branch.before_delete",),
+    "gc": ("prepare.branch_scan",),
+}
+"""The failpoints each kind of operation passes, one of which a faulty operation arms."""
+
+
+def private(worker: int) -> str:
+    return f"w{worker}"
+
+
+@dataclass(frozen=True)
+class Task:
+    """One worker's part of one history."""
+
+    kv_url: str
+    s3_options: dict[str, str] | None
+    repository: str
+    seed: int
+    worker: int
+    operations: int
+    log_path: str
+    fault: str = "raise"
+    """`raise` or `kill`: what an armed failpoint does."""
+    fault_rate: float = 0.15
+    gc_min_age: float = 2.0
+    """Seconds: the concurrent runs' minimum age, above any step between a write of an
+    object and its staging."""
+
+
+@dataclass
+class Planned:
+    kind: str
+    args: dict[str, Any]
+    fault: str | None = None
+
+
+@dataclass
+class Plan:
+    """The operations of one worker, drawn from (seed, worker) alone: a restarted worker
+    draws the same plan and skips what its log shows finished."""
+
+    task: Task
+    steps: list[Planned] = field(default_factory=list)
+    pending: list[tuple[int, Planned]] = field(default_factory=list)
+    """Deletes of a branch or tag made earlier, with the step they are due at."""
+
+    @classmethod
+    def draw(cls, task: Task) -> Plan:
+        rng = random.Random(f"{task.seed}/{task.worker}")
+        plan = cls(task)
+        own = private(task.worker)
+        weights: dict[str, float] = {
+            "write": 8,
+            "delete": 2,
+            "copy": 2,
+            "link": 1,
+            "read": 6,
+            "list": 1,
+            "commit": 3,
+            "compact": 1,
+            "reset": 0.5,
+            "revert": 0.7,
+            "merge": 1,
+            "sync": 0.7,
+            "branch": 0.5,
+            "tag": 0.5,
+            "gc": 0.3,
+        }
+        kinds, odds = list(weights), list(weights.values())
+        while len(plan.steps) < task.operations:
+            due = [item for item in plan.pending if item[0] <= len(plan.steps)]
+            if due:
+                plan.pending.remove(due[0])
+                plan.steps.append(due[0][1])
+                continue
+            kind = rng.choices(kinds, odds)[0]
+            staged = kind in ("write", "delete", "copy", "link", "read", "list", "commit")
+            branch = SHARED if (staged or kind == "compact") and rng.random() < 0.4 else own
+            path = rng.choice(PATHS)
+            k = len(plan.steps)
+            if kind in ("write", "delete", "read", "link"):
+                plan.add(rng, kind, branch=branch, path=path)
+            elif kind == "copy":
+                plan.add(rng, kind, branch=branch, src=path, dst=rng.choice(PATHS))
+            elif kind in ("list", "commit", "compact"):
+                plan.add(rng, kind, branch=branch)
+            elif kind == "reset":
+                plan.add(rng, kind, branch=own, back=rng.random() < 0.5)
+            elif kind == "revert":
+                plan.add(rng, "commit", branch=own)
+                plan.add(rng, kind, branch=own)
+            elif kind == "sync":
+                plan.add(rng, "commit", branch=own)
+                plan.add(rng, kind, source=MAIN, into=own, strategy=_strategy(rng))
+            elif kind == "merge":
+                plan.add(rng, "commit", branch=own)
+                plan.add(rng, kind, source=own, into=MAIN, strategy=_strategy(rng))
+            elif kind in ("branch", "tag"):
+                name = f"{'e' if kind == 'branch' else 't'}{task.worker}-{k}"
+                plan.add(rng, f"{kind}_create", name=name, source=own)
+                if rng.random() < 0.5:
+                    plan.add(rng, f"{kind}_delete", name=name)
+                    plan.pending.append((k + rng.randint(2, 8), plan.steps.pop()))
+            else:
+                plan.add(rng, kind)
+        del plan.steps[task.operations :]
+        return plan
+
+    def add(self, rng: random.Random, kind: str, **args: Any) -> None:
+        fault = None
+        points = FAULT_POINTS.get(kind)
+        if points and rng.random() < self.task.fault_rate:
+            fault = rng.choice(points)
+        self.steps.append(Planned(kind, args, fault))
+
+
+def _strategy(rng: random.Random) -> str | None:
+    return rng.choice([None, "source-wins", "dest-wins"])
+
+
+class Log:
+    """A worker's JSONL log: each record flushed as written, so a SIGKILL loses none."""
+
+    def __init__(self, path: str, worker: int) -> None:
+        self.worker = worker
+        self.file = open(path, "a", encoding="utf-8")  # noqa: SIM115
+
+    def write(self, record: dict[str, Any]) -> None:
+        record = {"w": self.worker, "t": time.monotonic(), "wall": time.time(), **record}
+        self.file.write(json.dumps(record, sort_keys=True) + "\n")
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def read_log(path: str) -> list[dict[str, Any]]:
+    """The records of one log; a line a kill cut short is dropped."""
+    if not os.path.exists(path):
+        return []
+    records = []
+    with open(path, encoding="utf-8") as lines:
+        for line in lines:
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return records
+
+
+_LAKES: dict[tuple[str, str], Lake] = {}
+"""A worker process's open lakes, one per back end, kept across histories."""
+
+
+def lake_for(task: Task) -> Lake:
+    key = (task.kv_url, json.dumps(task.s3_options, sort_keys=True))
+    if key not in _LAKES:
+        _LAKES[key] = Lake.connect(task.kv_url, s3_options=task.s3_options)
+    return _LAKES[key]
+
+
+def run_task(task: Task) -> None:
+    """Run the worker's plan, resuming after the last operation its log shows finished."""
+    plan = Plan.draw(task)
+    done: set[int] = set()
+    started: dict[int, dict[str, Any]] = {}
+    attempts: dict[int, int] = {}
+    for record in read_log(task.log_path):
+        k = record["k"]
+        if record["event"] == "invoke":
+            started.setdefault(k, record)
+            attempts[k] = attempts.get(k, 0) + 1
+        elif record["status"] != "fault":
+            done.add(k)
+    repo = lake_for(task).repository(task.repository)
+    log = Log(task.log_path, task.worker)
+    try:
+        for k, step in enumerate(plan.steps):
+            if k in done:
+                continue
+            args = started[k]["args"] if k in started else None
+            Runner(repo, task, log).run(k, step, args, attempts.get(k, 0))
+    finally:
+        log.close()
+
+
+class Runner:
+    def __init__(self, repo: Repository, task: Task, log: Log) -> None:
+        self.repo = repo
+        self.task = task
+        self.log = log
+
+    def run(self, k: int, step: Planned, args: dict[str, Any] | None, attempt: int) -> None:
+        """Attempts until one finishes; the planned failpoint armed on the first only."""
+        while True:
+            resolved = args if args is not None else self.resolve(k, step)
+            args = resolved
+            fault = step.fault if attempt == 0 else None
+            self.log.write(
+                {
+                    "event": "invoke",
+                    "k": k,
+                    "op": step.kind,
+                    "args": resolved,
+                    "attempt": attempt,
+                    "fault": fault,
+                }
+            )
+            try:
+                with self.armed(fault):
+                    result = self.perform(step.kind, resolved)
+            except failpoints.FailpointHit:
+                self.log.write({"event": "complete", "k": k, "status": "fault"})
+                attempt += 1
+                if attempt < MAX_ATTEMPTS:
+                    continue
+                return
+            except REFUSALS as exc:
+                self.log.write(
+                    {"event": "complete", "k": k, "status": "refused", "error": type(exc).__name__}
+                )
+            except Exception as exc:  # a finding: logged for the checker, the history goes on
+                self.log.write(
+                    {
+                        "event": "complete",
+                        "k": k,
+                        "status": "error",
+                        "error": f"{type(exc).__name__}: {exc}",
+                    }
+                )
+            else:
+                self.log.write({"event": "complete", "k": k, "status": "ok", "result": result})
+            return
+
+    @contextmanager
+    def armed(self, point: str | None) -> Iterator[None]:
+        if point is None:
+            yield
+            return
+        action: Callable[[], None]
+        if self.task.fault == "kill":
+
+            def action() -> None:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        else:
+
+            def action() -> None:
+                raise failpoints.FailpointHit(f"failpoint {point} fired")
+
+        with failpoints.armed(point, action):
+            yield
+
+    def resolve(self, k: int, step: Planned) -> dict[str, Any]:
+        """The arguments the state decides, fixed at the first attempt: the commit a revert,
+        reset or tag names is the private branch's HEAD then."""
+        args = dict(step.args)
+        own = private(self.task.worker)
+        if step.kind in ("write", "link"):
+            args["data"] = f"{step.kind} {self.task.seed}:{self.task.worker}:{k}"
+        if step.kind in ("revert", "reset", "tag_create", "branch_create"):
+            head = self.repo.branch(own).head()
+            args["head"] = head.id
+            args["parents"] = list(head.parents)
+        return args
+
+    def perform(self, kind: str, args: dict[str, Any]) -> dict[str, Any]:
+        repo = self.repo
+        if kind == "read":
+            return {"value": content_checksum(repo.branch(args["branch"]).read(args["path"]))}
+        if kind == "list":
+            return {"tree": {e.path: e.checksum for e in repo.branch(args["branch"]).list()}}
+        if kind == "write":
+            entry = repo.branch(args["branch"]).upload(args["path"], args["data"].encode())
+            return {"value": entry.checksum}
+        if kind == "delete":
+            repo.branch(args["branch"]).delete(args["path"])
+            return {"value": None}
+        if kind == "copy":
+            return {"value": repo.branch(args["branch"]).copy(args["src"], args["dst"]).checksum}
+        if kind == "link":
+            return self.link(args)
+        if kind == "commit":
+            branch = repo.branch(args["branch"])
+            try:
+                commit_id: str | None = branch.commit(f"by w{self.task.worker}").id
+            except NoChanges:
+                commit_id = None
+            return {"commit": commit_id, "head": branch.commit_id}
+        if kind == "compact":
+            return {"outcome": repo.branch(args["branch"]).compact().outcome}
+        if kind == "reset":
+            branch = repo.branch(args["branch"])
+            back = args["back"] and args["parents"]
+            branch.reset(to=args["parents"][0] if back else None)
+            return {"head": branch.commit_id}
+        if kind == "revert":
+            if not args["parents"]:
+                raise NoChanges("the root commit has nothing to revert")
+            parent = 1 if len(args["parents"]) > 1 else None
+            result = repo.revert(args["branch"], args["head"], parent)
+            return {"commit": result.commit.id}
+        if kind in ("merge", "sync"):
+            result = repo.merge(args["source"], args["into"], strategy=args["strategy"])
+            return {"commit": result.commit.id, "fast_forward": result.fast_forward}
+        if kind == "branch_create":
+            try:
+                return {"head": repo.create_branch(args["name"], source=args["head"]).commit_id}
+            except AlreadyExists:
+                return {"head": repo.branch(args["name"]).commit_id}
+        if kind == "branch_delete":
+            repo.delete_branch(args["name"])
+            return {}
+        if kind == "tag_create":
+            return {"commit": repo.tag(args["name"], args["head"]).commit_id}
+        if kind == "tag_delete":
+            repo.delete_tag(args["name"])
+            return {}
+        if kind == "gc":
+            return self.gc()
+        raise AssertionError(f"unknown operation {kind}")
+
+    def link(self, args: dict[str, Any]) -> dict[str, Any]:
+        branch = self.repo.branch(args["branch"])
+        data = args["data"].encode()
+        physical = branch.get_physical_address()
+        self.repo.lake.graveler.objects(self.repo.storage_namespace).put(physical.address, data)
+        entry = branch.link_physical_address(
+            args["path"], physical.token, size=len(data), checksum=content_checksum(data)
+        )
+        return {"value": entry.checksum}
+
+    def gc(self) -> dict[str, Any]:
+        from tests.gc_model import sweep
+
+        run = self.repo.prepare_uncommitted_for_gc()
+        deleted = sweep(self.repo, run, timedelta(seconds=self.task.gc_min_age))
+        return {"run": run.run_id, "deleted": len(deleted)}
+
+
+def serve(slot: int, tasks: Any, done: Any) -> None:
+    """A worker process: run each task the supervisor sends until it sends `None`."""
+    while (task := tasks.get()) is not None:
+        try:
+            run_task(task)
+        except BaseException as exc:  # reported to the supervisor, which fails the history
+            done.put((slot, f"{type(exc).__name__}: {exc}"))
+        else:
+            done.put((slot, None))
+
+
+def log_path(directory: Path, seed: int, worker: int) -> str:
+    return str(directory / f"history-{seed}-w{worker}.jsonl")

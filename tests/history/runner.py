@@ -1,0 +1,155 @@
+"""One history from a seed: a fresh repository, the workers' run, a final GC run with every
+worker stopped, and the final state read back for the checker.
+
+The GC in this suite runs without Spark: the engine's `prepare_uncommitted_for_gc`, then the
+GC rule's sweep (`tests.gc_model.sweep`, the rule the Spark job is tested against in
+`tests/spark_jobs`), during the history (each worker now and then, with a minimum age) and
+once more at its end with none, when nothing moves and everything unreferenced must go.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from branchwater.engine import Lake
+from branchwater.engine.api import Repository
+from branchwater.engine.graveler import history as history_ops
+from tests.gc_model import assert_references_intact, sweep
+from tests.helpers.servers import unique_name
+from tests.history import operations
+from tests.history.checker import CommitState, FinalState, check
+from tests.history.operations import MAIN, PATHS, SHARED, Task, private, read_log
+from tests.history.workers import Workers
+
+SEED_ENV = "BRANCHWATER_HISTORY_SEED"
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Where histories run: a lake's KV URL, its S3 options, and a namespace per repository."""
+
+    name: str
+    kv_url: str
+    namespace: Callable[[str], str]
+    s3_options: dict[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class Settings:
+    workers: int = 6
+    operations: int = 12
+    """Per worker."""
+    fault: str = "raise"
+    fault_rate: float = 0.15
+    gc_min_age: float = 2.0
+    timeout: float = 120.0
+
+
+@dataclass
+class Outcome:
+    seed: int
+    records: list[dict[str, Any]]
+    state: FinalState
+    restarts: int
+    violations: list[str] = field(default_factory=list)
+
+
+def run_history(
+    lake: Lake, workers: Workers, backend: Backend, seed: int, settings: Settings, logs: Path
+) -> Outcome:
+    name = unique_name(f"h{seed}-")
+    repo = lake.create_repository(name, storage_namespace=backend.namespace(name))
+    initial = set_up(repo, seed, settings.workers)
+    tasks = [
+        Task(
+            backend.kv_url,
+            backend.s3_options,
+            name,
+            seed,
+            worker,
+            settings.operations,
+            operations.log_path(logs, seed, worker),
+            settings.fault,
+            settings.fault_rate,
+            settings.gc_min_age,
+        )
+        for worker in range(settings.workers)
+    ]
+    for task in tasks:
+        if os.path.exists(task.log_path):
+            os.remove(task.log_path)
+    restarts = workers.run(tasks, settings.timeout)
+    records = [record for task in tasks for record in read_log(task.log_path)]
+    state = final_state(repo, initial)
+    outcome = Outcome(seed, records, state, restarts)
+    outcome.violations = check(records, state)
+    return outcome
+
+
+def set_up(repo: Repository, seed: int, workers: int) -> str:
+    """`main` with half the paths committed, `shared` and each worker's branch from it."""
+    main = repo.branch(MAIN)
+    for path in PATHS[::2]:
+        main.upload(path, f"initial {seed} {path}".encode())
+    initial = main.commit("initial").id
+    for branch in [SHARED, *(private(w) for w in range(workers))]:
+        repo.create_branch(branch, source=MAIN)
+    return initial
+
+
+def tree(repo: Repository, commit_id: str) -> dict[str, str]:
+    return {entry.path: entry.checksum for entry in repo.ref(commit_id).list()}
+
+
+def view(repo: Repository, branch: str) -> dict[str, str]:
+    """What the branch shows, uncommitted changes included."""
+    return {entry.path: entry.checksum for entry in repo.branch(branch).list()}
+
+
+def final_state(repo: Repository, initial: str) -> FinalState:
+    """Everything the checker compares with the model: every commit (tree, parents,
+    metadata, the engine's merge bases of a merge's parents), the refs, each branch's view,
+    and after a final GC run the views again and what no longer reads."""
+    g = repo.lake.graveler
+    commits = {}
+    bases = {}
+    for commit in g.refs.list_commits(repo.record):
+        commits[commit.id] = CommitState(
+            list(commit.parents), dict(commit.metadata), tree(repo, commit.id)
+        )
+        if len(commit.parents) == 2:
+            found = history_ops.find_merge_bases(
+                g.refs, repo.record, [commit.parents[0]], [commit.parents[1]]
+            )
+            bases[commit.id] = [c.id for c in found]
+    branches = {b.name: b.commit_id for b in repo.branches()}
+    views = {name: view(repo, name) for name in branches}
+    deleted = sweep(repo, repo.prepare_uncommitted_for_gc(), timedelta(0))
+    broken: list[str] = []
+    try:
+        assert_references_intact(repo)
+    except AssertionError as exc:
+        broken.append(str(exc))
+    return FinalState(
+        initial=initial,
+        commits=commits,
+        bases=bases,
+        branches=branches,
+        views=views,
+        views_after_gc={name: view(repo, name) for name in branches},
+        tags={t.name: t.commit_id for t in repo.tags()},
+        broken=broken,
+        gc_deleted=len(deleted),
+    )
+
+
+def reproduce(seed: int, backend: str, test: str) -> str:
+    return (
+        f"{SEED_ENV}={seed} .venv/bin/python -m pytest -p no:cacheprovider "
+        f"'tests/history/test_histories.py::{test}' -k {backend}"
+    )

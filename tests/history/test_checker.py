@@ -1,0 +1,150 @@
+"""The checker fails the histories it must: hand-written logs and final states, each breaking
+one guarantee (and its twin that keeps it, which must pass)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from branchwater.engine.graveler.checksums import content_checksum
+from tests.history.checker import CommitState, FinalState, check, three_way
+from tests.history.operations import MAIN, SHARED
+
+ROOT = "c0"
+
+
+class Log:
+    """Records as workers write them, one operation at a time, at the times given."""
+
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = []
+        self.k = 0
+
+    def op(
+        self,
+        kind: str,
+        args: dict[str, Any],
+        start: float,
+        end: float,
+        result: dict[str, Any] | None = None,
+        *,
+        worker: int = 0,
+        error: str | None = None,
+    ) -> None:
+        self.k += 1
+        self.records.append(
+            {"w": worker, "k": self.k, "t": start, "event": "invoke", "op": kind, "args": args}
+        )
+        status = "refused" if error else "ok"
+        self.records.append(
+            {"w": worker, "k": self.k, "t": end, "event": "complete", "status": status,
+             "result": result, "error": error}
+        )  # fmt: skip
+
+
+def written(data: str) -> str:
+    return content_checksum(data.encode())
+
+
+def state(**changes: Any) -> FinalState:
+    base: dict[str, Any] = {
+        "initial": ROOT,
+        "commits": {ROOT: CommitState([], {}, {})},
+        "bases": {},
+        "branches": {MAIN: ROOT, SHARED: ROOT, "w0": ROOT, "w1": ROOT},
+        "views": {MAIN: {}, SHARED: {}, "w0": {}, "w1": {}},
+        "views_after_gc": None,
+        "tags": {},
+        "broken": [],
+        "gc_deleted": 0,
+    }
+    base.update(changes)
+    if base["views_after_gc"] is None:
+        base["views_after_gc"] = base["views"]
+    return FinalState(**base)
+
+
+def shared_write(log: Log, data: str, start: float, end: float, worker: int = 1) -> str:
+    value = written(data)
+    args = {"branch": SHARED, "path": "p/00", "data": data}
+    log.op("write", args, start, end, {"value": value}, worker=worker)
+    return value
+
+
+@pytest.mark.parametrize(("read_at", "stale"), [(3.0, True), (1.5, False)])
+def test_a_read_after_an_acknowledged_write_must_see_it(read_at: float, stale: bool) -> None:
+    """Read started after the write's acknowledgement (3.0) must see it; one overlapping
+    the write (1.5) may see the old value."""
+    log = Log()
+    value = shared_write(log, "v1", 1.0, 2.0)
+    log.op("read", {"branch": SHARED, "path": "p/00"}, read_at, read_at + 1, error="NotFound")
+    views = {MAIN: {}, SHARED: {"p/00": value}, "w0": {}, "w1": {}}
+    found = check(log.records, state(views=views))
+    assert bool(found) == stale, found
+
+
+def test_a_later_acknowledged_write_replaces_what_reads_may_see() -> None:
+    log = Log()
+    shared_write(log, "v1", 1.0, 2.0)
+    second = shared_write(log, "v2", 3.0, 4.0, worker=0)
+    log.op("read", {"branch": SHARED, "path": "p/00"}, 5.0, 6.0, {"value": written("v1")})
+    views = {MAIN: {}, SHARED: {"p/00": second}, "w0": {}, "w1": {}}
+    assert any("shows p/00" in found for found in check(log.records, state(views=views)))
+
+
+def test_a_commit_of_a_private_branch_must_hold_what_was_staged() -> None:
+    log = Log()
+    log.op("write", {"branch": "w0", "path": "p/01", "data": "x"}, 1, 2, {"value": written("x")})
+    log.op("commit", {"branch": "w0"}, 3, 4, {"commit": "c1", "head": "c1"})
+    views = {MAIN: {}, SHARED: {}, "w0": {"p/01": written("x")}, "w1": {}}
+    branches = {MAIN: ROOT, SHARED: ROOT, "w0": "c1", "w1": ROOT}
+    good = {ROOT: CommitState([], {}, {}), "c1": CommitState([ROOT], {}, {"p/01": written("x")})}
+    assert check(log.records, state(commits=good, views=views, branches=branches)) == []
+    bad = {ROOT: good[ROOT], "c1": CommitState([ROOT], {}, {})}
+    found = check(log.records, state(commits=bad, views=views, branches=branches))
+    assert any("commit c1 holds {}" in message for message in found)
+    lost = {ROOT: good[ROOT]}
+    found = check(log.records, state(commits=lost, views=views, branches=branches))
+    assert any("acknowledged commit c1, which is gone" in message for message in found)
+
+
+def test_a_merge_must_equal_the_three_way_merge_of_its_parents() -> None:
+    ours, theirs = {"a": "1", "b": "2"}, {"a": "9", "b": "2", "c": "3"}
+    expected = three_way({"a": "1"}, ours, theirs, None)
+    assert expected == {"a": "9", "b": "2", "c": "3"}
+    commits = {
+        ROOT: CommitState([], {}, {"a": "1"}),
+        "d": CommitState([ROOT], {}, ours),
+        "s": CommitState([ROOT], {}, theirs),
+        "m": CommitState(["d", "s"], {"branchwater.merge.bases": ROOT}, {"a": "1", "b": "2"}),
+    }
+    log = Log()
+    log.op("merge", {"source": "w1", "into": MAIN, "strategy": None}, 1, 2,
+           {"commit": "m", "fast_forward": False}, worker=1)  # fmt: skip
+    found = check(log.records, state(commits=commits, bases={"m": [ROOT]}))
+    assert any("the model's is" in message for message in found), found
+
+
+def test_every_acknowledged_merge_stays_in_mains_history() -> None:
+    commits = {ROOT: CommitState([], {}, {}), "s": CommitState([ROOT], {}, {})}
+    log = Log()
+    log.op("merge", {"source": "w1", "into": MAIN, "strategy": None}, 1, 2,
+           {"commit": "s", "fast_forward": True}, worker=1)  # fmt: skip
+    found = check(log.records, state(commits=commits))
+    assert any("is lost from main" in message for message in found), found
+
+
+def test_gc_must_leave_every_reference_reading_and_every_view_as_it_was() -> None:
+    assert check([], state()) == []
+    assert check([], state(broken=["branch w0: p/00 -> data/x is gone"]))
+    changed = {MAIN: {}, SHARED: {}, "w0": {"p/00": "x"}, "w1": {}}
+    assert check([], state(views_after_gc=changed))
+
+
+def test_an_operation_that_never_finished_or_raised_is_reported() -> None:
+    log = Log()
+    log.op("write", {"branch": "w0", "path": "p/00", "data": "x"}, 1, 2, {"value": written("x")})
+    log.records[-1].update(status="error", error="CorruptedData: bad range")
+    found = check(log.records, state(views={MAIN: {}, SHARED: {}, "w0": {}, "w1": {}}))
+    assert any("raised CorruptedData" in message for message in found)
