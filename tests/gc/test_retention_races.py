@@ -130,6 +130,8 @@ HOLDS = {
 }
 """Where a move holds after its first check and before its write: the API's check of the
 target (`gc.fence.after_read`), or, for those that check only after writing, just before it."""
+KEPT_ELSEWHERE = {"restore", "restore-commit", "cherry-pick"}
+"""Moves that keep `old`'s object under another tree (staged, or a commit with t/c too)."""
 ORPHANING = {"merge", "cherry-pick", "revert"}
 """Moves that record a commit before their check: refused, they leave it dangling."""
 
@@ -311,9 +313,20 @@ def address_of(repo: Repository, commit_id: str, path: str) -> str:
 
 KNOWN_REVERT_HOLE = pytest.mark.xfail(
     strict=True,
+    raises=AssertionError,
     reason="a revert checks the fence of the commit it reverts, but commits its parent's tree: "
     "reverting an active commit whose parent is expiring brings the parent's objects back "
     "unfenced (engine/graveler/picks.py; docs/gc.md)",
+)
+
+
+KEPT_BUT_RECORDED_EXPIRED = pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="the re-check releases an expiring commit only when a commit sharing its metarange "
+    "is held again; one whose objects a restore staged or a commit with another tree holds "
+    "is still recorded expired, though nothing of it was deleted "
+    "(engine/gc/runs/retention.py settle_expiring; docs/gc.md)",
 )
 
 
@@ -321,7 +334,8 @@ def moment_cases() -> Iterator[Any]:
     """Every move before the re-check; after it, those the API checks before writing (the
     others write first: holding them over the re-check is the same order, and worse)."""
     for kind in MOVES:
-        yield pytest.param(kind, BEFORE_RECHECK, id=f"{kind}-before-recheck")
+        marks = [KEPT_BUT_RECORDED_EXPIRED] if kind in KEPT_ELSEWHERE else []
+        yield pytest.param(kind, BEFORE_RECHECK, id=f"{kind}-before-recheck", marks=marks)
         if HOLDS.get(kind, FENCE_READ) == FENCE_READ:
             yield pytest.param(kind, BEFORE_SWEEP, id=f"{kind}-after-recheck")
         if kind in HOLDS:
@@ -374,6 +388,8 @@ def test_a_move_onto_the_commit_a_run_collects(
     elif moment == BEFORE_RECHECK:
         assert outcomes == ["done"]
         assert run.deleted == set() and objects.exists(b_old)
+        assert_intact_but(repo, set())
+        assert expired_at(repo.lake.graveler.kv, repo.record, history.old) is None
     else:
         assert outcomes == [f"refused {history.old} {run.run_id}"]
         assert Refs.of(repo) == refs_before
