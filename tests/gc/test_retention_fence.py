@@ -2,7 +2,8 @@
 commit a GC run is collecting refuses naming the run, and a move whose own write landed
 before the run's expiring record but whose check came after takes that write back; a dead
 run's record stops fencing once it lapses, and a sweep whose record lapsed or was taken over
-deletes nothing (`StaleGCMark`)."""
+deletes nothing (`StaleGCMark`). The same moves in another process, against a run held at its
+worst moments: `tests/gc/test_retention_races.py`."""
 
 from __future__ import annotations
 

@@ -393,6 +393,7 @@ def test_a_move_onto_the_commit_a_run_collects(
     else:
         assert outcomes == [f"refused {history.old} {run.run_id}"]
         assert Refs.of(repo) == refs_before
+        assert b_old not in run_addresses(repo, repo.prepare_uncommitted_for_gc())
         assert run.deleted == {b_old} and run.expiring == [history.old]
         assert expired_at(repo.lake.graveler.kv, repo.record, history.old) is not None
         assert bool(kept) == (kind in ORPHANING)
