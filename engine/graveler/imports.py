@@ -229,51 +229,48 @@ def list_local(directory: str, key_prefix: str) -> Iterator[Objects]:
     """Regular files under `directory` (whose key below the root is `key_prefix`), in key
     order, `BATCH` at a time, without an object per file: sorting a folder's names with `/`
     after those of folders is key order. A file gone before its `stat`, or that is no regular
-    file (a socket, a link to a folder), is left out."""
-    batch = Objects([], [], [])
-    stack: list[Iterator[tuple[str, os.DirEntry[str]]]] = [_sorted_folder(directory)]
-    prefixes = [key_prefix]
+    file (a socket, a link to a folder), is left out. Folders are a stack, not recursion (any
+    depth), and a folder's files one plain loop, so a file costs little beyond its `stat`."""
+    keys: list[str] = []
+    sizes: list[int] = []
+    mtimes_us: list[int] = []
+    add_key, add_size, add_mtime = keys.append, sizes.append, mtimes_us.append
+    stack = [(iter(_sorted_folder(directory)), key_prefix)]
     while stack:
-        item = next(stack[-1], None)
-        if item is None:
+        items, prefix = stack[-1]
+        for name, entry in items:
+            if name[-1] == "/":
+                stack.append((iter(_sorted_folder(entry.path)), prefix + name))
+                break
+            try:
+                st = entry.stat()
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            if not S_ISREG(st.st_mode):
+                continue
+            add_key(prefix + name)
+            add_size(st.st_size)
+            add_mtime(st.st_mtime_ns // 1000)
+            if len(keys) >= BATCH:
+                yield Objects(keys, sizes, mtimes_us)
+                keys, sizes, mtimes_us = [], [], []
+                add_key, add_size, add_mtime = keys.append, sizes.append, mtimes_us.append
+        else:
             stack.pop()
-            prefixes.pop()
-            continue
-        sort_name, entry = item
-        if sort_name.endswith("/"):
-            stack.append(_sorted_folder(entry.path))
-            prefixes.append(f"{prefixes[-1]}{sort_name}")
-            continue
-        try:
-            st = entry.stat()
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        if not S_ISREG(st.st_mode):
-            continue
-        batch.keys.append(prefixes[-1] + entry.name)
-        batch.sizes.append(st.st_size)
-        batch.mtimes_us.append(st.st_mtime_ns // 1000)
-        if len(batch.keys) >= BATCH:
-            yield batch
-            batch = Objects([], [], [])
-    if batch.keys:
-        yield batch
+    if keys:
+        yield Objects(keys, sizes, mtimes_us)
 
 
-def _sorted_folder(directory: str) -> Iterator[tuple[str, os.DirEntry[str]]]:
+def _sorted_folder(directory: str) -> list[tuple[str, os.DirEntry[str]]]:
     try:
         with os.scandir(directory) as entries:
             named = [
                 (e.name + "/" if e.is_dir(follow_symlinks=False) else e.name, e) for e in entries
             ]
     except (FileNotFoundError, NotADirectoryError):
-        return iter(())
+        return []
     named.sort(key=itemgetter(0))
-    return iter(named)
-
-
-def _sort_name(entry: os.DirEntry[str]) -> str:
-    return entry.name + "/" if entry.is_dir(follow_symlinks=False) else entry.name
+    return named
 
 
 @dataclass
@@ -309,16 +306,15 @@ class _Listing:
             raise NotFound(f"no objects to import under {self.source.uri!r}")
 
     def _rows(self, objects: Objects) -> pa.Table:
-        """Change rows of a batch, checked in Arrow: paths that can be keys, in key order
-        (after the previous batch's last), checksums a record can hold."""
-        skip = len(self.source.key_prefix)
-        base = self.source.root
-        dest = self.dest
-        paths = self._paths([dest + key[skip:] for key in objects.keys], objects.keys)
+        """Change rows of a batch, built and checked in Arrow: paths that can be keys, in key
+        order (after the previous batch's last), checksums a record can hold."""
+        keys = self._keys(objects.keys)
+        below = pc.utf8_slice_codeunits(keys, len(self.source.key_prefix))
+        paths = self._paths(pc.binary_join_element_wise(self.dest, below, ""), objects.keys)
         rows = len(objects.keys)
         arrays = [
             paths,
-            pa.array([base + key for key in objects.keys], pa.string()),
+            pc.binary_join_element_wise(self.source.root, keys, ""),
             pa.array(objects.sizes, pa.int64()),
             _checksums(objects),
             pa.array(objects.mtimes_us, UTC_MICROS),
@@ -327,16 +323,23 @@ class _Listing:
         ]
         return pa.Table.from_arrays(arrays, schema=CHANGE_SCHEMA)
 
-    def _paths(self, texts: list[str], keys: list[str]) -> pa.Array:
+    def _keys(self, keys: list[str]) -> pa.Array:
+        """The keys as text; a key UTF-8 cannot hold (a local file name that is no text) is
+        refused naming it."""
         try:
-            paths = pa.array(texts, pa.string())
+            return pa.array(keys, pa.string())
         except (UnicodeEncodeError, pa.ArrowException):
-            paths = None
-        if paths is None or pc.any(pc.match_substring(paths, "\x00")).as_py():
-            for text, key in zip(texts, keys, strict=True):
-                self._check(text, key)
-        if paths is None:
-            raise InvalidArgument(f"paths under {self.source.uri!r} cannot be stored as text")
+            for key in keys:
+                self._check(self._path_of(key), key)
+        raise InvalidArgument(f"paths under {self.source.uri!r} cannot be stored as text")
+
+    def _path_of(self, key: str) -> str:
+        return self.dest + key[len(self.source.key_prefix) :]
+
+    def _paths(self, paths: pa.Array, keys: list[str]) -> pa.Array:
+        if pc.any(pc.match_substring(paths, "\x00")).as_py():
+            for key in keys:
+                self._check(self._path_of(key), key)
         before = [self._last] if self._last else []
         compared = pa.concat_arrays([pa.array(before, pa.string()), paths])
         out_of_order = pc.less_equal(compared[1:], compared[:-1])
@@ -347,7 +350,7 @@ class _Listing:
                 f"{self.source.root + keys[row]!r}; nothing was committed"
             )
         if len(paths):
-            self._last = texts[-1]
+            self._last = paths[-1].as_py()
         return paths
 
     def _check(self, path: str, key: str) -> None:
@@ -366,7 +369,7 @@ def _checksums(objects: Objects) -> pa.Array:
     no record could hold (`check_checksum`) is itself hex-encoded."""
     if objects.etags is None:
         pairs = zip(objects.mtimes_us, objects.sizes, strict=True)
-        return pa.array([f"{CHECKSUM_PREFIX}{us:x}-{size:x}" for us, size in pairs], pa.string())
+        return pa.array(list(map(f"{CHECKSUM_PREFIX}%x-%x".__mod__, pairs)), pa.string())
     texts = [CHECKSUM_PREFIX + etag for etag in objects.etags]
     checksums = pa.array(texts, pa.string())
     if not pc.all(pc.match_substring_regex(checksums, f"^{CHECKSUM_PATTERN}$")).as_py():

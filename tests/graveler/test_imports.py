@@ -203,7 +203,7 @@ def test_hostile_s3_keys(s3_server: S3Server, s3_bucket: str, tmp_path: Path) ->
     with Lake.connect(f"sqlite:///{tmp_path}/lake.db", s3_options=s3_server.options) as lake:
         repo = lake.create_repository("sales", f"s3://{s3_bucket}/ns")
         bucket = lake.graveler.objects(f"s3://{s3_bucket}")
-        client = bucket._client
+        client = s3_server.client()
         long_key = "src/" + "/".join(["k" * 200] * 4)
         keys = {long_key: b"long", "src/tab\tnew\nline": b"ctl", "src/ok": b"ok"}
         for key, data in keys.items():
