@@ -28,7 +28,8 @@ then names a commit the sweep collects. Closing that needs a claim, written by t
 before W, that R cannot overwrite. A merge, revert or cherry-pick that K refuses keeps its
 new commit record, dangling: no ref reaches it, and expiry treats it as any other dangling
 commit. A revert checks the commit it reverts but commits that commit's parent's tree, so
-the parent is not fenced: a known hole of `picks.py`.
+the parent is not fenced, and a publish checks nothing: known holes of `picks.py` and
+`publish.py`.
 """
 
 from __future__ import annotations

@@ -74,9 +74,11 @@ class History:
     old: str
     new: str
     feature: str
+    preview: str = ""
+    """With `preview`: a merge preview of `old` into `dest`, never published (dangling)."""
 
 
-def make_history(repo: Repository) -> History:
+def make_history(repo: Repository, preview: bool = False) -> History:
     clock = FakeClock(datetime.now(UTC) - timedelta(days=200))
     repo.lake.graveler.refs.clock = clock
     main = repo.branch("main")
@@ -91,12 +93,13 @@ def make_history(repo: Repository) -> History:
     new = main.commit("new").id
     repo.create_branch("side", source=new)
     repo.create_branch("dest", source=root)
+    previewed = repo.merge(old, "dest", preview=True).commit.id if preview else ""
     feature = repo.create_branch("feature", source=new)
     feature.upload("t/f", b"f-old")
     clock.advance(timedelta(days=1))
     head = feature.commit("feature").id
     repo.set_gc_rules(RULES)
-    return History(root, old, new, head)
+    return History(root, old, new, head, previewed)
 
 
 # -- the moves, in the worker ----------------------------------------------------------------
@@ -115,9 +118,11 @@ MOVES: dict[str, Callable[[Repository, History], object]] = {
     "revert": lambda repo, h: repo.revert("side", h.new),
     "cherry-pick": lambda repo, h: repo.cherry_pick("side", h.old),
     "delete": lambda repo, h: repo.delete_branch("feature"),
+    "publish": lambda repo, h: repo.publish(h.preview, "dest"),
 }
-"""Each brings `old`'s t/b back (a revert of `new` takes `new`'s parent's tree), except
-`delete`, which drops the only ref holding `feature`'s t/f (lakeFS 9772)."""
+"""Each brings `old`'s t/b back (a revert of `new` takes `new`'s parent's tree, a publish
+lands the preview holding it), except `delete`, which drops the only ref holding `feature`'s
+t/f (lakeFS 9772)."""
 HOLDS = {
     "branch": FENCE_READ,
     "reset": FENCE_READ,
@@ -311,6 +316,35 @@ def address_of(repo: Repository, commit_id: str, path: str) -> str:
 
 # -- the races --------------------------------------------------------------------------------
 
+
+def run_racing(
+    repo: Repository,
+    history: History,
+    kv_url: str,
+    workers: tuple[SyncManager, Pool],
+    kind: str,
+    moment: str,
+) -> tuple[Run, list[str]]:
+    """A retention run with the move made in the worker at `moment`; the run and what the
+    move returned."""
+    manager, pool = workers
+    outcomes: list[str] = []
+    args = (kv_url, repo.name, kind, history)
+    if moment == HELD_MOVE:
+        reached, go = manager.Event(), manager.Event()
+        pending = pool.apply_async(move, (*args, reached, go))
+        assert reached.wait(WAIT), f"the {kind} never reached {HOLDS[kind]}"
+
+        def release() -> None:
+            go.set()
+            outcomes.append(pending.get(WAIT))
+
+        with failpoints.armed(BEFORE_SWEEP, release):
+            return retention_run(repo), outcomes
+    with failpoints.armed(moment, lambda: outcomes.append(pool.apply(move, args))):
+        return retention_run(repo), outcomes
+
+
 KNOWN_REVERT_HOLE = pytest.mark.xfail(
     strict=True,
     raises=AssertionError,
@@ -333,7 +367,7 @@ KEPT_BUT_RECORDED_EXPIRED = pytest.mark.xfail(
 def moment_cases() -> Iterator[Any]:
     """Every move before the re-check; after it, those the API checks before writing (the
     others write first: holding them over the re-check is the same order, and worse)."""
-    for kind in MOVES:
+    for kind in MOVES.keys() - {"publish"}:
         marks = [KEPT_BUT_RECORDED_EXPIRED] if kind in KEPT_ELSEWHERE else []
         yield pytest.param(kind, BEFORE_RECHECK, id=f"{kind}-before-recheck", marks=marks)
         if HOLDS.get(kind, FENCE_READ) == FENCE_READ:
@@ -356,26 +390,10 @@ def test_a_move_onto_the_commit_a_run_collects(
     deleted mid-run only loses protection: the run deletes nothing it held, a later run
     collects it."""
     repo, history, kv_url = raced
-    manager, pool = workers
     b_old = address_of(repo, history.old, "t/b")
     f_old = address_of(repo, history.feature, "t/f")
     refs_before, commits_before = Refs.of(repo), commit_ids(repo)
-    outcomes: list[str] = []
-    args = (kv_url, repo.name, kind, history)
-    if moment == HELD_MOVE:
-        reached, go = manager.Event(), manager.Event()
-        pending = pool.apply_async(move, (*args, reached, go))
-        assert reached.wait(WAIT), f"the {kind} never reached {HOLDS[kind]}"
-
-        def release() -> None:
-            go.set()
-            outcomes.append(pending.get(WAIT))
-
-        with failpoints.armed(BEFORE_SWEEP, release):
-            run = retention_run(repo)
-    else:
-        with failpoints.armed(moment, lambda: outcomes.append(pool.apply(move, args))):
-            run = retention_run(repo)
+    run, outcomes = run_racing(repo, history, kv_url, workers, kind, moment)
     kept = commit_ids(repo) - commits_before
     objects = repo.lake.graveler.objects(repo.storage_namespace)
     if kind == "delete":
@@ -455,3 +473,42 @@ def test_a_move_killed_between_its_write_and_its_check(
     orphans = commit_ids(repo) - commits_before
     assert bool(orphans) == (kind in ORPHANING)
     assert_intact_but(repo, orphans)
+
+
+PUBLISH_HOLE = pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="publish moves a branch onto a merge preview without the fence check: a preview "
+    "the run is collecting, published after the re-check, loses its objects "
+    "(engine/graveler/publish.py; docs/gc.md)",
+)
+
+
+@pytest.mark.parametrize(
+    "moment",
+    [
+        pytest.param(BEFORE_RECHECK, id="before-recheck"),
+        pytest.param(BEFORE_SWEEP, id="after-recheck", marks=PUBLISH_HOLE),
+    ],
+)
+def test_a_publish_of_a_preview_the_run_collects(
+    race_kv: str, tmp_path: Path, workers: tuple[SyncManager, Pool], moment: str
+) -> None:
+    """A merge preview left unpublished longer than the default retention is a dangling
+    commit, expired. Published before the re-check, the run keeps its objects; after it, the
+    publish must be refused, as a fast-forward onto it is."""
+    with Lake.connect(race_kv) as lake:
+        name = unique_name("publish-")
+        repo = lake.create_repository(name, storage_namespace=f"file://{tmp_path}/{name}")
+        history = make_history(repo, preview=True)
+        b_old = address_of(repo, history.old, "t/b")
+        refs_before = Refs.of(repo)
+        run, outcomes = run_racing(repo, history, race_kv, workers, "publish", moment)
+        if moment == BEFORE_RECHECK:
+            assert outcomes == ["done"] and repo.branch("dest").commit_id == history.preview
+            assert run.deleted == set()
+        else:
+            assert outcomes == [f"refused {history.preview} {run.run_id}"]
+            assert Refs.of(repo) == refs_before
+            assert run.deleted == {b_old}
+        assert_references_intact(repo)
