@@ -5,10 +5,10 @@ objects with the object layer's base library alone.
   or S3 objects takes longer than the benchmark's budget; `--objects 1000000` runs it) in
   folders of 1,000 under a prefix outside the namespace, imported into a fresh repository
   on SQLite each round (listing, ranges, one commit; the lake is opened and the repository
-  created before the clock starts). The reference lists them with what
-  an import needs of each, its size and modification time: `os.scandir` walked with a
-  `stat` per file (local files), boto3's `list_objects_v2` paginator (S3, which returns
-  them with the keys). The best of `--rounds`, the two sides alternating.
+  created before the clock starts). The reference lists them with what an import needs of
+  each, its size and modification time: `os.scandir` walked with a `stat` per file (local
+  files), obstore's `list`, the object layer's base (S3, which returns them with the keys).
+  The best of `--rounds`, the two sides alternating.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from branchwater.engine import Lake
+from tests.benchmarks.backends import STACK, Backend
 from tests.benchmarks.declarations import Benchmark, Suite
 from tests.fixtures.s3 import running_seaweedfs
 from tests.helpers.servers import unique_name
@@ -39,7 +40,7 @@ BENCHMARKS = Suite(
         )
         for backend, where, base in (
             ("local", "local files", "`os.scandir` and `stat`"),
-            ("s3", "S3 (SeaweedFS)", "boto3's `list_objects_v2`"),
+            ("s3", "S3 (SeaweedFS)", "obstore's `list`"),
         )
     ),
     about="100,000 objects in folders of 1,000 by default (the issue's 1M: `--objects`).",
@@ -136,6 +137,7 @@ def bench_local(tmp: Path, count: int, rounds: int) -> None:
 
 def bench_s3(tmp: Path, count: int, rounds: int) -> None:
     import boto3
+    import obstore
 
     with running_seaweedfs() as server:
         client: Any = boto3.session.Session().client("s3", **server.options)
@@ -149,11 +151,10 @@ def bench_s3(tmp: Path, count: int, rounds: int) -> None:
                 )
             )
 
+        store = Backend(STACK, tmp, "", server, bucket).library()
+
         def listing() -> int:
-            pages = client.get_paginator("list_objects_v2").paginate(
-                Bucket=bucket, Prefix="existing/"
-            )
-            return sum(len(page.get("Contents", ())) for page in pages)
+            return sum(len(page) for page in obstore.list(store, prefix="existing/"))
 
         with ExitStack() as lakes:
             sides = {

@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -64,23 +65,15 @@ if args["side"] == "branchwater":
 elif args["s3"]:
     from pathlib import Path
     import obstore
-    from obstore.store import S3Store
-    s3 = args["s3"]
-    store = S3Store(
-        args["bucket"],
-        endpoint=s3["endpoint_url"],
-        access_key_id=s3["aws_access_key_id"],
-        secret_access_key=s3["aws_secret_access_key"],
-        region=s3.get("region_name") or "us-east-1",
-        virtual_hosted_style_request=False,
-        client_options={"allow_http": s3["endpoint_url"].startswith("http://")},
-    )
+    from branchwater.stack.seaweedfs import S3Server
+    from tests.benchmarks.backends import STACK, Backend
+    server = S3Server(**args["server"])
+    store = Backend(STACK, Path("."), "", server, args["bucket"]).library()
     obstore.put(store, "warm", b"opens the store's client")
     started = time.perf_counter()
     obstore.put(store, args["key"], Path(args["file"]))
     seconds = time.perf_counter() - started
-    size = obstore.head(store, args["key"])["size"]
-    assert size == args["size"]
+    assert obstore.head(store, args["key"])["size"] == args["size"]
 else:
     import os, shutil
     target = args["namespace"].removeprefix("file://") + "/" + args["key"]
@@ -170,7 +163,7 @@ def main(argv: list[str]) -> None:
             with running_seaweedfs() as server:
                 bucket = unique_name("bench-")
                 server.client().create_bucket(Bucket=bucket)
-                s3 = {**common, "s3": server.options, "bucket": bucket}
+                s3 = {**common, "s3": server.options, "server": asdict(server), "bucket": bucket}
                 compare("s3", {**s3, "namespace": f"s3://{bucket}"}, args.rounds, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
