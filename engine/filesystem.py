@@ -583,10 +583,14 @@ class BranchwaterTransaction(FsspecTransaction):
             started, self._branches = list(self._branches.values()), {}
         failure: BaseException | None = None if commit else _Discarded()
         for s in started:
+            if failure is None:
+                try:
+                    s.branch.message, s.branch.metadata = self.message, self.metadata
+                except BaseException as exc:
+                    failure = exc
             if failure is not None:
                 s.context.__exit__(type(failure), failure, None)
                 continue
-            s.branch.message, s.branch.metadata = self.message, self.metadata
             try:
                 s.context.__exit__(None, None, None)
             except BaseException as exc:

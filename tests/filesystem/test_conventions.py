@@ -333,6 +333,17 @@ def test_a_branch_moved_during_the_transaction_gets_one_commit_on_its_head(
     assert not [b for b in repo.branches() if b.name.startswith(TRANSACTION_PREFIX)]
 
 
+def test_bad_transaction_metadata_lands_nothing_and_leaves_no_branch(
+    fs_lake: FsLake, tree: str
+) -> None:
+    fs, repo = fs_lake.fs, fs_lake.repo
+    with pytest.raises(InvalidArgument, match="metadata"), fs.transaction as tx:
+        fs.pipe("sales/main/mine.txt", b"mine")
+        tx.metadata = {"key": 1}
+    assert repo.branch("main").commit_id == tree and staged(fs_lake) == {}
+    assert [b.name for b in repo.branches()] == ["main"]
+
+
 def test_hostile_input_is_a_typed_error_and_stages_nothing(fs_lake: FsLake, tree: str) -> None:
     fs = fs_lake.fs
     with pytest.raises(InvalidArgument, match="NUL"):
