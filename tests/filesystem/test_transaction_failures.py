@@ -1,6 +1,6 @@
 """A transaction that fails, or whose process is killed, between its writes and the merge
 that lands them: the branch it wrote to is never changed and never staged on. A failure
-deletes the transaction's branch; a kill leaves it (`fsspec-tx/…`), which can be deleted."""
+deletes the transaction's branch; a kill leaves it (`tx/…`), which can be deleted."""
 
 from __future__ import annotations
 
