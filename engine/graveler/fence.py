@@ -6,11 +6,12 @@ treat as expired (`engine/gc/retention/expired.py`), before its re-check reads t
 commit records and the staging again; its sweep turns each into an *expired* record once
 the objects are deleted. Both live under one key per commit, so a move pays one KV get.
 
-The moves: branch creation from a commit, reset to one or a fast-forward onto one, a tag on
-one (after the ref is written), a restore from one (after its entries are staged), and a
-revert, cherry-pick or merge of one (after the new commit record is written, before the
-branch moves). Each calls `check_unfenced` (or `check_moved`) after its own write and, when
-it raises, takes that write back.
+The moves: branch creation from a commit, reset to one, a fast-forward or a publish onto one,
+a tag on one (after the ref is written), a restore from one (after its entries are staged),
+and a revert (of one, or of its child: a revert brings the parent's tree back), cherry-pick
+or merge of one (after the new commit record is written, before the branch moves). Each
+calls `check_unfenced` (or `check_moved`) after its own write and, when it raises, takes
+that write back.
 
 Why no object a ref then references is deleted. Let W be the move's write and K its check,
 R the run's expiring record and Q its re-check, with W before K and R before Q in the KV's
@@ -27,9 +28,7 @@ never runs. If the move's first check came before R and W came after Q, a ref or
 then names a commit the sweep collects. Closing that needs a claim, written by the move
 before W, that R cannot overwrite. A merge, revert or cherry-pick that K refuses keeps its
 new commit record, dangling: no ref reaches it, and expiry treats it as any other dangling
-commit. A revert checks the commit it reverts but commits that commit's parent's tree, so
-the parent is not fenced, and a publish checks nothing: known holes of `picks.py` and
-`publish.py`.
+commit.
 """
 
 from __future__ import annotations

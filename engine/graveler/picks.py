@@ -53,18 +53,29 @@ def pick(
     """Revert or cherry-pick the commit `commit_ref` names onto the branch `branch`."""
     meta = check_commit_arguments(message or "", metadata, committer)
     commit = g.refs.get_commit(repo, g.refs.resolve(repo, commit_ref).commit_id)
-    parent_tree = _parent_tree(g, repo, commit, parent)
+    taken_against = _parent(g, repo, commit, parent)
+    parent_tree = EMPTY_METARANGE_ID if taken_against is None else taken_against.metarange_id
     if kind == "revert":
         base, theirs = commit.metarange_id, parent_tree
         default = f"Revert {commit.id[:12]}: {_first_line(commit.message)}"
+        sources = (commit.id,) if taken_against is None else (commit.id, taken_against.id)
     else:
         base, theirs = parent_tree, commit.metarange_id
         default = f"{_first_line(commit.message)} (cherry picked from {commit.id[:12]})"
+        sources = (commit.id,)
     meta[_KEYS[kind]] = commit.id
     if parent is not None:
         meta[PARENT_KEY] = str(parent)
     plan = _PickPlan(
-        kind, (commit_ref, branch), base, theirs, message or default, meta, committer, allow_dirty
+        kind,
+        (commit_ref, branch),
+        base,
+        theirs,
+        sources,
+        message or default,
+        meta,
+        committer,
+        allow_dirty,
     )
     try:
         return land(g, repo, branch, plan)
@@ -76,9 +87,11 @@ def pick(
         ) from None
 
 
-def _parent_tree(g: Graveler, repo: RepositoryRecord, commit: Commit, parent: int | None) -> str:
-    """The metarange of the parent changes are taken against: a merge commit's needs naming
-    (1 or 2, as git's `-m`); a first commit's is the empty tree."""
+def _parent(
+    g: Graveler, repo: RepositoryRecord, commit: Commit, parent: int | None
+) -> Commit | None:
+    """The parent changes are taken against: a merge commit's needs naming (1 or 2, as git's
+    `-m`); a first commit has none (its changes are taken against the empty tree)."""
     count = len(commit.parents)
     if count > 1 and parent is None:
         raise InvalidArgument(
@@ -91,11 +104,11 @@ def _parent_tree(g: Graveler, repo: RepositoryRecord, commit: Commit, parent: in
         )
     if parent is None:
         if not commit.parents:
-            return EMPTY_METARANGE_ID
-        return g.refs.get_commit(repo, commit.parents[0]).metarange_id
+            return None
+        return g.refs.get_commit(repo, commit.parents[0])
     if isinstance(parent, bool) or not isinstance(parent, int) or not 1 <= parent <= count:
         raise InvalidArgument(f"parent must be a number from 1 to {count}, not {parent!r}")
-    return g.refs.get_commit(repo, commit.parents[parent - 1]).metarange_id
+    return g.refs.get_commit(repo, commit.parents[parent - 1])
 
 
 def _first_line(message: str) -> str:
@@ -110,6 +123,9 @@ class _PickPlan:
     sides: tuple[str, str]
     base: str
     theirs: str
+    sources: tuple[str, ...]
+    """The commits whose entries the result may take, fenced after it is recorded: a
+    revert's parent (whose tree it brings back) as well as the commit reverted."""
     message: str
     metadata: dict[str, str]
     committer: str
@@ -141,7 +157,8 @@ class _PickPlan:
         recorded = g.refs.add_commit(
             repo, (head,), at.metarange_id, self.message, self.metadata, committer=self.committer
         )
-        check_unfenced(g.kv, repo, self.metadata[_KEYS[self.kind]])
+        for source in self.sources:
+            check_unfenced(g.kv, repo, source)
         return recorded
 
     def gave_up(self, repo: RepositoryRecord, attempts: int, last: Attempt | None) -> Exception:

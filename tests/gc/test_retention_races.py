@@ -345,15 +345,6 @@ def run_racing(
         return retention_run(repo), outcomes
 
 
-KNOWN_REVERT_HOLE = pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="a revert checks the fence of the commit it reverts, but commits its parent's tree: "
-    "reverting an active commit whose parent is expiring brings the parent's objects back "
-    "unfenced (engine/graveler/picks.py; docs/gc.md)",
-)
-
-
 KEPT_BUT_RECORDED_EXPIRED = pytest.mark.xfail(
     strict=True,
     raises=AssertionError,
@@ -373,8 +364,7 @@ def moment_cases() -> Iterator[Any]:
         if HOLDS.get(kind, FENCE_READ) == FENCE_READ:
             yield pytest.param(kind, BEFORE_SWEEP, id=f"{kind}-after-recheck")
         if kind in HOLDS:
-            marks = [KNOWN_REVERT_HOLE] if kind == "revert" else []
-            yield pytest.param(kind, HELD_MOVE, id=f"{kind}-held-over-recheck", marks=marks)
+            yield pytest.param(kind, HELD_MOVE, id=f"{kind}-held-over-recheck")
 
 
 @pytest.mark.parametrize(("kind", "moment"), list(moment_cases()))
@@ -475,20 +465,11 @@ def test_a_move_killed_between_its_write_and_its_check(
     assert_intact_but(repo, orphans)
 
 
-PUBLISH_HOLE = pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="publish moves a branch onto a merge preview without the fence check: a preview "
-    "the run is collecting, published after the re-check, loses its objects "
-    "(engine/graveler/publish.py; docs/gc.md)",
-)
-
-
 @pytest.mark.parametrize(
     "moment",
     [
         pytest.param(BEFORE_RECHECK, id="before-recheck"),
-        pytest.param(BEFORE_SWEEP, id="after-recheck", marks=PUBLISH_HOLE),
+        pytest.param(BEFORE_SWEEP, id="after-recheck"),
     ],
 )
 def test_a_publish_of_a_preview_the_run_collects(
