@@ -24,7 +24,6 @@ from branchwater.engine.graveler.model import (
 )
 from branchwater.engine.graveler.reads import (
     find_branch_look,
-    get_branch_entry,
     lookup_below_staging,
     same_layers,
 )
@@ -101,9 +100,16 @@ def stage_delete(g: Graveler, repo: RepositoryRecord, branch_name: str, path: st
     commit lands. The base is trusted only if the branch still has it after the look, as a
     commit or compaction replaces it. A tombstone is right whatever the layers hold, so a
     branch with a commit in flight gets one instead of a retry. Once this delete wrote to a
-    token that got sealed meanwhile, the retry writes a tombstone too.
+    token that got sealed meanwhile, the retry writes a tombstone too. Nor is a sealed
+    token's tombstone taken to mean the path is gone (`NotFound`): it may be such a late
+    write, of a delete stopped before its validating read, whose retry would otherwise
+    report the path gone and leave it to show again once the commit lands; this delete
+    writes its own tombstone instead.
     """
-    before = get_branch_entry(g, repo, branch_name, path)
+    look = find_branch_look(g, repo, branch_name, path)
+    before = look.value
+    if before is None and not look.from_sealed_token:
+        raise NotFound(f"path {path!r} not found on branch {branch_name!r} of {repo.name!r}")
     wrote = False
     removed: set[str] = set()
 

@@ -27,6 +27,7 @@ from tests.history.operations import MAIN, PATHS, SHARED, Task, private, read_lo
 from tests.history.workers import Workers
 
 SEED_ENV = "BRANCHWATER_HISTORY_SEED"
+COUNT_ENV = "BRANCHWATER_HISTORY_SEEDS"
 
 
 @dataclass(frozen=True)

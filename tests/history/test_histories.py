@@ -20,18 +20,25 @@ import pytest
 from branchwater.engine import Lake
 from tests.fixtures.s3 import S3Server
 from tests.helpers.servers import unique_name
-from tests.history.runner import SEED_ENV, Backend, Settings, reproduce, run_history
+from tests.history.runner import COUNT_ENV, SEED_ENV, Backend, Settings, reproduce, run_history
 from tests.history.workers import Workers
 
 pytestmark = pytest.mark.xdist_group("history")
 
+REGRESSION_SEEDS = [36, 41]
+"""Seeds whose histories found a bug (`test_regressions.py` forces it): run on every back
+end besides the 20, so the histories that found it run again."""
 FAST = Settings(workers=6, operations=12, fault="raise")
 SLOW = Settings(workers=16, operations=30, fault="kill", fault_rate=0.1, gc_min_age=1.0)
 
 
 def seeds(count: int) -> list[int]:
+    """`count` seeds, as many as `BRANCHWATER_HISTORY_SEEDS` says, or the one
+    `BRANCHWATER_HISTORY_SEED` names."""
     chosen = os.environ.get(SEED_ENV)
-    return [int(chosen)] if chosen else list(range(count))
+    if chosen:
+        return [int(chosen)]
+    return list(range(int(os.environ.get(COUNT_ENV, count))))
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +118,7 @@ def run_and_check(
     )
 
 
-@pytest.mark.parametrize("seed", seeds(20))
+@pytest.mark.parametrize("seed", sorted(set(seeds(20)) | set(REGRESSION_SEEDS)))
 @pytest.mark.parametrize("backend_name", BACKENDS)
 def test_history_keeps_the_model(
     request: pytest.FixtureRequest,
