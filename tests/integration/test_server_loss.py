@@ -8,8 +8,10 @@ does not hand out the dead sessions.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
+import socket
 import sys
 import threading
 import time
@@ -27,7 +29,14 @@ from branchwater.stack.config import native
 from tests.fixtures.s3 import READY_TIMEOUT, SeaweedFS, start_seaweedfs
 from tests.helpers.failpoints import paused_at
 from tests.helpers.gc import run_addresses
-from tests.helpers.servers import PG_HOST, PG_PORT, PG_USER, unavailable, unique_name
+from tests.helpers.servers import (
+    PG_HOST,
+    PG_PORT,
+    PG_USER,
+    free_port,
+    unavailable,
+    unique_name,
+)
 
 pytestmark = [pytest.mark.slow]
 
@@ -170,6 +179,89 @@ def test_a_conditional_write_cut_under_way_is_reported_not_retried(
             store.set_if(b"p", b"k", b"x", b"w")
         store.set_if(b"p", b"k", b"w", b"v")
         assert store.get(b"p", b"k").value == b"w"
+
+
+class Proxy:
+    """A TCP relay to PostgreSQL that the test stops and starts on the same port: from the
+    engine's side, a server restart (every session dropped, connections refused while down)
+    without touching the PostgreSQL server other tests share."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self._listener: socket.socket | None = None
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        listener = socket.create_server(("127.0.0.1", self.port), reuse_port=False)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def stop(self) -> None:
+        """Close the listener and every relayed connection, both ends."""
+        assert self._listener is not None
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
+        self._listener.close()
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection((PG_HOST, PG_PORT))
+            with self._lock:
+                self._sockets += [client, server]
+            for source, sink in ((client, server), (server, client)):
+                threading.Thread(target=_pump, args=(source, sink), daemon=True).start()
+
+
+def _pump(source: socket.socket, sink: socket.socket) -> None:
+    """Copy bytes one way until either end closes, then close the other way too."""
+    with contextlib.suppress(OSError):
+        while data := source.recv(65536):
+            sink.sendall(data)
+    with contextlib.suppress(OSError):
+        sink.shutdown(socket.SHUT_WR)
+
+
+@pytest.mark.postgres
+def test_a_restarted_server_is_unavailable_while_down_and_used_again_after(
+    database: str, tmp_path: Path
+) -> None:
+    """Through a relay stopped and started again on its port: while it is down every call
+    (a read, a conditional write, a commit) fails `Unavailable`; once it is back, the same
+    store and lake serve the next calls, the commit among them, with no dead session reused."""
+    proxy = Proxy(free_port())
+    proxy.start()
+    url = f"postgresql://{PG_USER}@127.0.0.1:{proxy.port}/{database}?table={unique_name('kv_')}"
+    try:
+        with Lake.connect(url) as lake:
+            repo = prepared(lake, tmp_path)
+            kv = lake.graveler.kv
+            kv.set(b"p", b"k", b"v")
+            fill_pool(kv, POOLED)
+            proxy.stop()
+            with pytest.raises(Unavailable):
+                kv.get(b"p", b"k")
+            with pytest.raises(Unavailable):
+                kv.set_if(b"p", b"k", b"w", b"v")
+            with pytest.raises(Unavailable):
+                repo.branch("main").commit("b")
+            proxy.start()
+            assert kv.get(b"p", b"k").value == b"v"
+            kv.set_if(b"p", b"k", b"w", b"v")
+            repo.branch("main").commit("b")
+            assert committed_paths(repo, "main") == {"a", "b"}
+    finally:
+        proxy.stop()
 
 
 def prepared(lake: Lake, tmp_path: Path) -> Repository:
