@@ -35,13 +35,14 @@ from branchwater.engine.gc.runs.files import CANDIDATES, Volume, part_name, run_
 from branchwater.engine.gc.runs.layout import JVM_ADDRESS_PATTERN, external_mask, slice_time
 from branchwater.engine.gc.runs.retention import (
     RetentionInput,
+    commits_holding,
     metaranges_now_held,
     settle_expiring,
 )
 from branchwater.engine.gc.runs.storage import Namespace
 from branchwater.spark_jobs.gc.frames import map_shares
 
-EXPIRED_DDL = "address string, size long, metarange_id string"
+EXPIRED_DDL = "address string, size long, metarange_id string, range_id string"
 CANDIDATE_SCHEMA = pa.schema(
     [
         ("address", pa.string()),
@@ -82,6 +83,16 @@ class ExpiredMark:
         }
 
 
+@dataclass(frozen=True)
+class ExpiredCandidates:
+    """The expired candidates (`rows`: address, size, metarange_id, and `ranges`, the
+    expired-only ranges holding the address) and every expired-only metarange's ranges
+    (`trees`), which say which commits hold a candidate."""
+
+    rows: DataFrame
+    trees: dict[str, set[str]]
+
+
 def expired_candidates(
     spark: SparkSession,
     ns: Namespace,
@@ -89,16 +100,26 @@ def expired_candidates(
     plan: RetentionInput,
     uncommitted: DataFrame,
     readers: int,
-) -> DataFrame:
-    """(address, size, metarange_id) of every data address only expired commits hold and no
-    prepare output names, one row per address (the newest expired metarange attributed)."""
+) -> ExpiredCandidates:
+    """Every data address only expired commits hold and no prepare output names, one row per
+    address (the newest expired metarange attributed, and the ranges holding it)."""
     active = active_addresses(spark, ns, layout, plan, readers)
-    expired_ranges = _ranges_of(spark, ns, layout, plan.expired_metaranges(), readers)
-    active_ranges = set(_ranges_of(spark, ns, layout, plan.active_metaranges(), readers))
-    only_expired = {r: m for r, m in expired_ranges.items() if r not in active_ranges}
+    expired_pairs = _range_pairs(spark, ns, layout, plan.expired_metaranges(), readers)
+    active_ranges = {
+        r for r, _ in _range_pairs(spark, ns, layout, plan.active_metaranges(), readers)
+    }
+    trees: dict[str, set[str]] = {}
+    only_expired: dict[str, str] = {}
+    for range_id, metarange in expired_pairs:
+        if range_id not in active_ranges:
+            trees.setdefault(metarange, set()).add(range_id)
+            only_expired[range_id] = metarange
     keys = [layout.range_key(r) for r in sorted(only_expired)]
     task = partial(
-        _range_addresses, ns, layout, {layout.range_key(r): m for r, m in only_expired.items()}
+        _range_addresses,
+        ns,
+        layout,
+        {layout.range_key(r): (r, m) for r, m in only_expired.items()},
     )
     held = map_shares(spark, keys, task, EXPIRED_DDL, _tasks(keys, readers))
     dates = plan.attribution()
@@ -109,12 +130,14 @@ def expired_candidates(
     per_address = ranked.groupBy("address").agg(
         F.max("size").alias("size"),
         F.max_by("metarange_id", "date").alias("metarange_id"),
+        F.collect_set("range_id").alias("ranges"),
     )
-    return (
+    rows = (
         per_address.filter(F.col("address").rlike(JVM_ADDRESS_PATTERN))
         .join(active, "address", "left_anti")
         .join(uncommitted.select("address"), "address", "left_anti")
     )
+    return ExpiredCandidates(rows, trees)
 
 
 def active_addresses(
@@ -125,7 +148,9 @@ def active_addresses(
     readers: int,
 ) -> DataFrame:
     """Every address an active commit holds (one column, `address`, not distinct)."""
-    ranges = sorted(_ranges_of(spark, ns, layout, plan.active_metaranges(), readers))
+    ranges = sorted(
+        {r for r, _ in _range_pairs(spark, ns, layout, plan.active_metaranges(), readers)}
+    )
     keys = [layout.range_key(r) for r in ranges]
     task = partial(_range_addresses, ns, layout, {})
     return map_shares(spark, keys, task, EXPIRED_DDL, _tasks(keys, readers)).select("address")
@@ -144,9 +169,14 @@ def mark_expired(
     readers: int,
     per_file: int,
 ) -> ExpiredMark:
-    """Compute the expired candidates, re-check the refs, write the candidates files."""
-    rows = expired_candidates(spark, ns, layout, plan, uncommitted, readers).toArrow()
-    held_now = metaranges_now_held(repo.lake.graveler, repo.record, plan, run_id)
+    """Compute the expired candidates, re-check the refs, write the candidates files. Only
+    the commits whose trees hold a candidate are fenced, and only those still holding one
+    after the re-check's drops and the age filter are recorded as expired."""
+    g, record = repo.lake.graveler, repo.record
+    found = expired_candidates(spark, ns, layout, plan, uncommitted, readers)
+    rows = found.rows.toArrow()
+    holding = commits_holding(plan, found.trees, _ranges_in(rows))
+    held_now = metaranges_now_held(g, record, plan, run_id, holding)
     dropped_addresses = _addresses_of(ns, layout, held_now)
     if rows.num_rows:
         dropped_addresses |= staged_now(ns, repo)
@@ -156,12 +186,16 @@ def mark_expired(
     before = rows.num_rows
     rows = rows.filter(keep)
     dropped = before - rows.num_rows
-    table, young = _aged(rows, plan, cutoff, late_writes)
+    table, kept = _aged(rows, plan, cutoff, late_writes)
     keys = _write(ns, run_id, table, per_file)
     mark = ExpiredMark(
-        keys, Volume(table.num_rows, _sum(table.column("size"))), dropped=dropped, young=young
+        keys,
+        Volume(table.num_rows, _sum(table.column("size"))),
+        dropped=dropped,
+        young=rows.num_rows - table.num_rows,
     )
-    mark.expiring = settle_expiring(repo.lake.graveler, repo.record, plan, held_now, run_id)
+    holding = commits_holding(plan, found.trees, _ranges_in(rows.filter(kept)))
+    mark.expiring = settle_expiring(g, record, plan, held_now, run_id, holding)
     for name, target in (("branch", mark.by_branch), ("month", mark.by_month)):
         grouped = table.group_by(name).aggregate([("address", "count"), ("size", "sum")])
         for key, count, size in zip(
@@ -170,6 +204,13 @@ def mark_expired(
         ):
             target[key] = Volume(count, size or 0)
     return mark
+
+
+def _ranges_in(rows: pa.Table) -> set[str]:
+    """The ranges holding any of `rows`' addresses."""
+    if not rows.num_rows:
+        return set()
+    return set(pc.unique(pc.list_flatten(rows.column("ranges"))).to_pylist())
 
 
 def staged_now(ns: Namespace, repo: Repository) -> set[str]:
@@ -223,9 +264,9 @@ def _read_candidates(ns: Namespace, keys: list[str]) -> Iterator[pa.RecordBatch]
 
 def _aged(
     rows: pa.Table, plan: RetentionInput, cutoff: datetime, late_writes: timedelta
-) -> tuple[pa.Table, int]:
+) -> tuple[pa.Table, pa.Array]:
     """Rows whose slice was opened `late_writes` before the cutoff, with their attribution;
-    and how many were left as possibly too young."""
+    and the mask of `rows` they are (the rest may be too young)."""
     addresses = rows.column("address").to_pylist()
     slices = [a.split("/", 2)[1] for a in addresses]
     opened = {s: slice_time(s) for s in set(slices)}
@@ -245,8 +286,8 @@ def _aged(
         },
         schema=CANDIDATE_SCHEMA,
     )
-    kept = table.filter(pa.array(keep, pa.bool_()))
-    return kept, table.num_rows - kept.num_rows
+    mask = pa.array(keep, pa.bool_())
+    return table.filter(mask), mask
 
 
 def _plus(opened: datetime | None, late_writes: timedelta) -> datetime | None:
@@ -262,20 +303,19 @@ def _write(ns: Namespace, run_id: str, table: pa.Table, per_file: int) -> list[s
     return keys
 
 
-def _ranges_of(
+def _range_pairs(
     spark: SparkSession, ns: Namespace, layout: CommittedLayout, metaranges: set[str], readers: int
-) -> dict[str, str]:
-    """Range id → one metarange (of `metaranges`) listing it: the newest expired one when
-    several do is decided per address later, so any will do here."""
+) -> list[tuple[str, str]]:
+    """(range id, metarange id) for every range each of `metaranges` lists."""
     if not metaranges:
-        return {}
+        return []
     named = {layout.metarange_key(m): m for m in sorted(metaranges)}
     keys = list(named)
     task = partial(_metarange_ranges, ns, layout, named)
     pairs = map_shares(
         spark, keys, task, "range_id string, metarange_id string", _tasks(keys, readers)
     )
-    return {row.range_id: row.metarange_id for row in pairs.collect()}
+    return [(row.range_id, row.metarange_id) for row in pairs.collect()]
 
 
 def _metarange_ranges(
@@ -292,21 +332,24 @@ def _metarange_ranges(
 
 
 def _range_addresses(
-    ns: Namespace, layout: CommittedLayout, owner: dict[str, str], keys: list[str]
+    ns: Namespace, layout: CommittedLayout, owner: dict[str, tuple[str, str]], keys: list[str]
 ) -> Iterator[pa.RecordBatch]:
-    """Each range's internal addresses with their size and the metarange `owner` names."""
+    """Each range's internal addresses with their size, and the range and metarange `owner`
+    names for its key (nulls where it names none)."""
     columns = [layout.range_address_column, layout.range_size_column]
     for key in keys:
         table = ns.read_parquet(key, columns)
         addresses = table.column(0)
         inside = table.filter(pc.invert(external_mask(addresses, ns.store.url)))
+        range_id, metarange = owner.get(key, (None, None))
         yield pa.record_batch(
             [
                 inside.column(0).combine_chunks(),
                 pc.cast(inside.column(1), pa.int64()).combine_chunks(),
-                pa.repeat(pa.scalar(owner.get(key), pa.string()), inside.num_rows),
+                pa.repeat(pa.scalar(metarange, pa.string()), inside.num_rows),
+                pa.repeat(pa.scalar(range_id, pa.string()), inside.num_rows),
             ],
-            names=["address", "size", "metarange_id"],
+            names=["address", "size", "metarange_id", "range_id"],
         )
 
 

@@ -144,7 +144,8 @@ def main(argv: list[str]) -> None:
     def candidate() -> tuple[float, Any]:
         begin = time.perf_counter()
         uncommitted = spark.read.parquet(staged_file)
-        count = expired_candidates(spark, ns, layout, plan(), uncommitted, readers).count()
+        found = expired_candidates(spark, ns, layout, plan(), uncommitted, readers)
+        count = found.rows.count()
         return time.perf_counter() - begin, count
 
     fixed = plan()
@@ -152,7 +153,7 @@ def main(argv: list[str]) -> None:
         "active": active_addresses(spark, ns, layout, fixed, readers),
         "expired": expired_candidates(
             spark, ns, layout, fixed, spark.createDataFrame([], "address string"), readers
-        ).select("address"),
+        ).rows.select("address"),
         "uncommitted": spark.read.parquet(staged_file),
     }
     frames = {}

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from branchwater.engine import CommitExpired, Lake, NoChanges, NotFound, StaleGCMark, failpoints
+from branchwater.engine import CommitExpired, Lake, NoChanges, NotFound, failpoints
 from branchwater.engine.gc.retention.expired import expired_at
 from branchwater.engine.gc.retention.expiry import repository_retention
 from branchwater.engine.gc.runs import files, statuses
@@ -347,28 +347,59 @@ def append_only_history(gc: GCLake) -> str:
     return first
 
 
-def test_a_sweep_without_spark_re_arms_and_records_expired_commits(kv_gc: GCLake) -> None:
+def test_a_sweep_without_spark_is_the_spark_sweep(kv_gc: GCLake) -> None:
     """The sweep of a mark with nothing to delete (the CLI's and the provider's, in their
-    own process) is the Spark sweep's `sweep_mark`: a mark whose records a later run took
-    over is refused with `StaleGCMark`, and the later one's sweep records its expiring
-    commits as expired, so `CommitExpired` follows."""
+    own process) is the Spark sweep's `sweep_mark`. Such a mark fences and records no
+    commit: an append-only history's older commit keeps every object (HEAD holds them), so
+    it is not recorded expired and reads."""
     repo, kv = kv_gc.repo, kv_gc.lake.graveler.kv
     first = append_only_history(kv_gc)
-    earlier = run_both(kv_gc, dry_run=True)
-    later = run_both(kv_gc, dry_run=True)
+    mark = run_both(kv_gc, dry_run=True)
     ns = Namespace.of(repo.storage_namespace)
-    for mark in (earlier, later):
-        assert files.nothing_to_delete(mark) and expiring_ids(ns, mark) == [first]
+    assert files.nothing_to_delete(mark) and expiring_ids(ns, mark) == []
+    assert first in {c["commit"] for c in mark.retention["expired_shown"]}
+    with pytest.raises(NotFound):
+        kv.get(repo.record.partition, fence_key(first))
 
-    def sweep(mark: Any) -> Any:
-        return sweep_without_spark(repo, JobConfig(kv_gc.kv_url, repo.name, sweep=mark.run_id))
+    config = JobConfig(kv_gc.kv_url, repo.name, sweep=mark.run_id)
+    swept = sweep_without_spark(repo, config)
 
-    with pytest.raises(StaleGCMark, match=f"taken by the later GC run {later.run_id}"):
-        sweep(earlier)
-    assert files.read_summary(ns, earlier.run_id).status == statuses.MARKED
-    assert expired_at(kv, repo.record, first) is None
-    swept = sweep(later)
     assert swept.status == statuses.SWEPT
-    assert expired_at(kv, repo.record, first) == swept.swept_at
-    with pytest.raises(CommitExpired, match=first):
-        repo.ref(first)
+    assert files.read_summary(ns, mark.run_id).status == statuses.SWEPT
+    assert expired_at(kv, repo.record, first) is None
+    assert repo.ref(first).read("t/a") == b"a"
+
+
+def test_commits_recorded_as_expired_are_those_that_lost_an_object(
+    local_gc: GCLake,
+) -> None:
+    """The rule `engine/gc/retention/expired.py` states: a sweep records exactly the
+    commits that held an object it deleted. On main months ago: `a` committed (c1), `b`
+    added (c2), `b` rewritten twice (c3, c4), then c4 reverted (c5, the HEAD, c3's tree
+    again). c2's and c4's own versions of `b` are deleted and both say `CommitExpired`; c1,
+    every object of which the HEAD still holds, and c3, whose tree the HEAD shares, read."""
+    clock = FakeClock(datetime.now(UTC) - MONTHS_AGO)
+    local_gc.lake.graveler.refs.clock = clock
+    repo, kv = local_gc.repo, local_gc.lake.graveler.kv
+    main = repo.branch("main")
+    commits, own = [], []
+    for path, data in (("t/a", b"1"), ("t/b", b"1"), ("t/b", b"2"), ("t/b", b"3")):
+        own.append(main.upload(path, data).address)
+        commits.append(main.commit(f"{path}={data.decode()}").id)
+        clock.advance(timedelta(days=1))
+    c1, c2, c3, c4 = commits
+    head = repo.revert("main", c4).commit.id
+    assert repo.commit(head).metarange_id == repo.commit(c3).metarange_id
+    repo.set_gc_rules({"default_retention_days": 30})
+
+    summary = run_both(local_gc)
+
+    assert summary.status == statuses.SWEPT, summary.error
+    left = set(local_gc.data_objects())
+    assert own[1] not in left and own[3] not in left and {own[0], own[2]} <= left
+    recorded = {c for c in commits if expired_at(kv, repo.record, c) is not None}
+    assert recorded == {c2, c4}
+    with pytest.raises(CommitExpired, match=c2):
+        repo.ref(c2)
+    assert repo.ref(c1).read("t/a") == b"1"
+    assert [repo.ref(c3).read(p) for p in ("t/a", "t/b")] == [b"1", b"2"]

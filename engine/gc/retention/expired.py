@@ -3,12 +3,26 @@
 and proves the order), so reading, branching from, resetting to or tagging one raises
 `CommitExpired` instead of a missing-object error deep in a read.
 
-A run records as expiring every commit whose metarange only expired commits hold, before
-its re-check, and releases those the re-check found held again. Its sweep re-arms them
+A run records as expiring, before its re-check, the commits whose objects it may delete, and
+releases those it no longer deletes from after it. Its sweep re-arms them
 before deleting and records them as expired after: the run deleted what of their trees no
 active commit shares. The commit records themselves stay (history, `repo.commit`, `log` and
 merge bases still work). An expiring record of a run that died fences for `EXPIRING_HOLD` at
 most; a sweep that finds one of its records lapsed, or taken by a later run, deletes nothing.
+
+Which commits are recorded is exact: those that held an object the sweep deleted, no more
+and no fewer. The run fences, before its re-check, the expired commits whose metarange no
+active commit shares and whose tree lists a range holding one of its candidates; after the
+re-check's drops and the age filter it keeps fenced, and its sweep records, only those whose
+tree still lists a range holding a candidate left (`commits_holding`), and releases the
+rest. No commit holding a deleted address escapes: the address is in no active commit's
+range, so every range holding it is read on the expired side and names it, and a commit the
+re-check found held had all its addresses dropped. None is recorded that lost nothing: a
+commit whose objects are all also held by an active commit (an append-only table's older
+commits), staged or copied on a branch, too young or imported, or whose tree an active
+commit shares (a revert back to it), keeps reading.
+`tests/spark_jobs/test_gc_retention.py::test_commits_recorded_as_expired_are_those_that_…`
+walks the boundary.
 """
 
 from __future__ import annotations

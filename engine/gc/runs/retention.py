@@ -18,7 +18,7 @@ re-checks, and every move onto a commit checks that record after its own write
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -125,15 +125,33 @@ def retention_input(g: Graveler, repo: RepositoryRecord, now: datetime) -> Reten
     return RetentionInput(rules, retention, metaranges)
 
 
+def commits_holding(
+    plan: RetentionInput, trees: Mapping[str, Collection[str]], ranges: Collection[str]
+) -> set[str]:
+    """The expired commits whose tree lists one of `ranges` (the ranges holding a
+    candidate); `trees` maps each expired-only metarange to its ranges."""
+    hit = set(ranges)
+    return {
+        c
+        for c in plan.retention.expired
+        if (m := plan.metaranges.get(c)) is not None and not hit.isdisjoint(trees.get(m, ()))
+    }
+
+
 def metaranges_now_held(
-    g: Graveler, repo: RepositoryRecord, first: RetentionInput, run_id: str
+    g: Graveler,
+    repo: RepositoryRecord,
+    first: RetentionInput,
+    run_id: str,
+    holding: Collection[str] | None = None,
 ) -> set[str]:
     """The re-check: metaranges of commits that are active now (by the run's rules, and by
     the rules stored now if they changed meanwhile: whichever keeps a commit keeps it, at
     the run's time) and of every commit recorded since `first`, less those `first` already
-    counted as active. The commits the run may expire are fenced first."""
+    counted as active. The commits the run may expire are fenced first: of them, those
+    `holding` names (the commits whose trees hold a candidate) when given."""
     failpoints.hit("gc.retention.before_recheck")
-    mark_expiring(g.kv, repo, commits_expiring(first, set()), run_id)
+    mark_expiring(g.kv, repo, commits_expiring(first, set(), holding), run_id)
     heads = read_heads(g, repo)
     commits = list(g.refs.list_commits(repo))
     history = {c.id: CommitNode.of(c) for c in commits}
@@ -149,18 +167,29 @@ EXPIRED_COMMITS = "expired_commits"
 """The run's file set listing the commits its sweep expires (`summary.files`)."""
 
 
-def commits_expiring(plan: RetentionInput, held_now: set[str]) -> list[str]:
+def commits_expiring(
+    plan: RetentionInput, held_now: set[str], holding: Collection[str] | None = None
+) -> list[str]:
     """The expired commits whose metarange only expired commits hold, less those the
-    re-check found held again: what the sweep records as expired."""
+    re-check found held again, and, when `holding` is given, less those whose trees hold no
+    candidate: what the sweep records as expired (`expired.py` states what that covers)."""
     gone = plan.expired_metaranges() - held_now
-    return sorted(c for c in plan.retention.expired if plan.metaranges.get(c) in gone)
+    found = (c for c in plan.retention.expired if plan.metaranges.get(c) in gone)
+    return sorted(found if holding is None else set(found) & set(holding))
 
 
 def settle_expiring(
-    g: Graveler, repo: RepositoryRecord, plan: RetentionInput, held_now: set[str], run_id: str
+    g: Graveler,
+    repo: RepositoryRecord,
+    plan: RetentionInput,
+    held_now: set[str],
+    run_id: str,
+    holding: Collection[str] | None = None,
 ) -> list[str]:
-    """`commits_expiring`, after releasing the fence of the commits the re-check kept."""
-    expiring = commits_expiring(plan, held_now)
+    """`commits_expiring`, after releasing the fence of every other commit fenced before
+    the re-check (`holding`: the commits whose trees still hold a candidate after the
+    re-check's drops and the age filter; a commit kept whole is released)."""
+    expiring = commits_expiring(plan, held_now, holding)
     kept = set(commits_expiring(plan, set())) - set(expiring)
     release_expiring(g.kv, repo, sorted(kept), run_id)
     return expiring
