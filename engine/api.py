@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import BinaryIO
 
-from branchwater.engine.errors import CommitExpired, InvalidArgument
+from branchwater.engine.errors import InvalidArgument
 from branchwater.engine.gc import copies, links
 from branchwater.engine.gc.context import GCContext
 from branchwater.engine.gc.inputs import (
@@ -61,6 +61,7 @@ from branchwater.engine.graveler.compaction import (
     CompactionResult,
     CompactionStatus,
 )
+from branchwater.engine.graveler.fence import claim
 from branchwater.engine.graveler.graveler import Graveler, RetryPolicy, S3Options
 from branchwater.engine.graveler.imports import ImportResult
 from branchwater.engine.graveler.merge import MergeResult
@@ -430,13 +431,9 @@ class Repository:
 
     def tag(self, name: str, ref: str) -> Tag:
         check_ref_name(name, "tag")
-        tag = Tag(name, self._live(ref))
+        tag = Tag(name, self._g.refs.resolve(self.record, ref).commit_id)
+        claim(self._g, self.record, tag.commit_id)
         self._g.refs.insert_tag(self.record, tag)
-        try:
-            check_live(self._g.kv, self.record, tag.commit_id)
-        except CommitExpired:
-            self._g.refs.remove_tag(self.record, name)
-            raise
         return tag
 
     def tags(self) -> list[Tag]:

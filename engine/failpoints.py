@@ -35,7 +35,7 @@ POINTS = frozenset(
         "copy.after_read",
         "copy.after_record",
         "copy.before_stage",
-        "gc.fence.after_read",
+        "gc.fence.after_claim",
         "gc.mark.before_gate",
         "gc.retention.before_recheck",
         "gc.retention.before_sweep",

@@ -6,13 +6,9 @@ from __future__ import annotations
 import dataclasses
 
 from branchwater.engine import failpoints
-from branchwater.engine.errors import (
-    CommitExpired,
-    InvalidArgument,
-    too_many_tries,
-)
+from branchwater.engine.errors import InvalidArgument, too_many_tries
 from branchwater.engine.graveler import protection
-from branchwater.engine.graveler.fence import check_moved, check_unfenced
+from branchwater.engine.graveler.fence import claim
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord
 from branchwater.engine.graveler.names import check_ref_name
@@ -25,16 +21,10 @@ def create_branch(g: Graveler, repo: RepositoryRecord, name: str, source: str) -
     commit_id = g.refs.resolve(repo, source).commit_id
     fresh = BranchRecord(name, commit_id, new_staging_token(repo, name))
     branch = protection.stamped_new_branch(g, repo, fresh)
+    claim(g, repo, commit_id)
     failpoints.hit("branch.before_insert")
     g.refs.insert_branch(repo, branch)
     protection.after_create(g, repo, branch)
-    try:
-        check_unfenced(g.kv, repo, commit_id)
-    except CommitExpired:
-        now, predicate = g.refs.get_branch(repo, name)
-        if now.commit_id == commit_id:
-            g.remove_branch_dropping(repo, now, predicate)
-        raise
     return branch
 
 
@@ -60,6 +50,8 @@ def reset_branch(
     commit, in the same `set_if`, as `git reset --hard`; the commit it leaves stays readable
     by id, as commits are never deleted."""
     target = None if to is None else g.refs.resolve(repo, to).commit_id
+    if target is not None:
+        claim(g, repo, target)
     for _ in g.retry:
         branch, predicate = g.refs.get_branch(repo, name)
         what = "reset" if to is None else f"reset to {to!r}"
@@ -75,7 +67,5 @@ def reset_branch(
         if g.update_branch_dropping(
             repo, reset, predicate, (branch.staging_token, *branch.sealed_tokens)
         ):
-            if target is not None:
-                check_moved(g, repo, reset, branch.commit_id)
             return reset
     raise too_many_tries(f"reset of branch {name!r} of {repo.name!r}", g.retry.attempts)

@@ -1,49 +1,59 @@
 """The retention fence: a move that makes an old commit (or its entries) reachable again
-refuses, and takes its write back, when a GC run is collecting that commit or collected it.
+claims the commit first, and refuses, writing nothing, when a GC run is collecting that
+commit or collected it.
 
 A GC run with retention rules writes an *expiring* record for every commit it is about to
 treat as expired (`engine/gc/retention/expired.py`), before its re-check reads the refs, the
 commit records and the staging again; its sweep turns each into an *expired* record once
-the objects are deleted. Both live under one key per commit, so a move pays one KV get.
+the objects are deleted. A move's *claim* lives under the same key, one per commit, so a
+move pays one KV get and one `set_if`; a read (`repo.ref`) only gets it.
 
 The moves: branch creation from a commit, reset to one, a fast-forward or a publish onto one,
-a tag on one (after the ref is written), a restore from one (after its entries are staged),
-and a revert (of one, or of its child: a revert brings the parent's tree back), cherry-pick
-or merge of one (after the new commit record is written, before the branch moves). Each
-calls `check_unfenced` (or `check_moved`) after its own write and, when it raises, takes
-that write back.
+a tag on one, a restore from one (before its entries are staged), and a revert (of one, and
+of its parent, whose tree a revert brings back), cherry-pick or merge of one (before the new
+commit record is written). Each calls `claim` before its first write: it reads the key,
+refuses with `CommitExpired` on a live expiring record or an expired one, and otherwise
+replaces what it read (nothing, a claim, a lapsed record) by a claim stamped with the
+mover's clock, by compare-and-swap. The run writes its record by compare-and-swap too
+(`write_expiring_unless_claimed`), and not where a claim younger than the operation margin
+(`OPERATION_MARGIN`, 5 minutes) is: that commit is not fenced this run, so a sweep that
+would expire it refuses (`StaleGCMark`, nothing deleted) and a later run decides.
 
-Why no object a ref then references is deleted. Let W be the move's write and K its check,
-R the run's expiring record and Q its re-check, with W before K and R before Q in the KV's
-order. If K does not see R, K read before R was written, so W < K < R < Q: the re-check sees
-W (a ref on the commit makes it active; a new commit record or a staged entry holds its
-addresses) and drops them from the candidates. If K sees R, the move refuses and removes W,
-so nothing it wrote references the commit. A record stops fencing once its `until` passed:
-the sweep re-arms it (compare-and-swap, only while it is still live and the run's own)
-before deleting, and refuses to delete when it lapsed, so a lapse is only ever a dead run's.
+Why no object a ref then references is deleted. Let C be the move's claim and W its first
+write (within the margin of C: the assumption every GC argument here makes, clock skew
+included), R the run's record and Q its re-check (R before Q). C and R are swaps of one key,
+so one comes first.
+- R before C: the claim reads R (or loses its swap to it and reads it on the retry) and
+  refuses; nothing was written. A record that lapsed (its run died) can be replaced by a
+  claim: the sweep re-arms its records only while each is still its own and live, and
+  deletes nothing otherwise.
+- C before R, the claim fresh when R reads it: no record; the sweep finds the commit
+  unfenced and deletes nothing.
+- C before R, the claim older than the margin: W landed before R, so before Q. The re-check
+  sees W (a ref on the commit makes it active; a new commit record or a staged entry holds
+  its addresses) and drops them from the candidates; R may replace the claim.
+So the move needs no check after W: a move killed anywhere leaves at most a claim, or a W
+the re-check or the sweep's refusal covers, and nothing to take back. A refused merge,
+revert or cherry-pick has written nothing, no commit record either.
 
-What this does not cover (docs/gc.md, "Moves racing a run"; tests hold a move after a check,
-or kill it, at `gc.fence.after_read`). A move killed between W and K keeps W, and K
-never runs. If the move's first check came before R and W came after Q, a ref or staged entry
-then names a commit the sweep collects. Closing that needs a claim, written by the move
-before W, that R cannot overwrite. A merge, revert or cherry-pick that K refuses keeps its
-new commit record, dangling: no ref reaches it, and expiry treats it as any other dangling
-commit.
+Claims do not accumulate per move: a commit has one key, which each claim overwrites. A
+run replaces a stale claim on a commit it expires by its record; a claim on a commit that
+stays active stays, one small value beside the commit's record, until a run expires it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from branchwater.engine import failpoints
-from branchwater.engine.errors import CommitExpired, NotFound, PredicateFailed
+from branchwater.engine.errors import CommitExpired, NotFound, PredicateFailed, too_many_tries
 from branchwater.engine.graveler.graveler import Graveler
-from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord
+from branchwater.engine.graveler.model import RepositoryRecord
 from branchwater.engine.kv import Store
+from branchwater.engine.kv.store import Predicate
 
 FENCE_PREFIX = b"gc/expired/"
 
@@ -74,42 +84,122 @@ class FenceRecord:
         """Whether a move onto the commit must refuse at `now`."""
         return self.expired is not None or (self.until is not None and now < self.until)
 
+    def refusal(self, commit_id: str) -> CommitExpired:
+        if self.expired is not None:
+            return CommitExpired(commit_id, self.expired)
+        return CommitExpired(commit_id, "", collecting=self.run)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A move's claim on the commit, written at `at` (the mover's clock) before its write."""
+
+    at: datetime
+
+    def encode(self) -> bytes:
+        return json.dumps({"claimed": self.at.isoformat()}).encode()
+
+    def fresh(self, now: datetime, margin: timedelta) -> bool:
+        """Whether the claiming move may still be about to write (the margin not yet past)."""
+        return now - self.at < margin
+
 
 def fence_key(commit_id: str) -> bytes:
     return FENCE_PREFIX + commit_id.encode()
 
 
+def _decode(value: bytes) -> FenceRecord | Claim:
+    raw = json.loads(value)
+    if "claimed" in raw:
+        return Claim(datetime.fromisoformat(raw["claimed"]))
+    return FenceRecord.decode(value)
+
+
+def _read(
+    kv: Store, repo: RepositoryRecord, commit_id: str
+) -> tuple[FenceRecord | Claim | None, Predicate]:
+    """What the commit's key holds and the predicate to replace it (None: absent)."""
+    try:
+        value, predicate = kv.get(repo.partition, fence_key(commit_id))
+    except NotFound:
+        return None, None
+    return _decode(value), predicate
+
+
 def read_fence(kv: Store, repo: RepositoryRecord, commit_id: str) -> tuple[FenceRecord, bytes]:
-    """The commit's record and its stored value (for `set_if`); `NotFound` when none."""
-    value, predicate = kv.get(repo.partition, fence_key(commit_id))
-    return FenceRecord.decode(value), predicate
+    """The commit's GC record and its stored value (for `set_if`); `NotFound` when none (no
+    key, or only a move's claim)."""
+    state, predicate = _read(kv, repo, commit_id)
+    if not isinstance(state, FenceRecord) or not isinstance(predicate, bytes):
+        raise NotFound(f"commit {commit_id!r} has no GC retention record")
+    return state, predicate
 
 
 def check_unfenced(kv: Store, repo: RepositoryRecord, commit_id: str) -> str:
     """`commit_id`, or `CommitExpired` when retention collected it or a live GC run is
-    collecting it (one KV get)."""
-    try:
-        record, _ = read_fence(kv, repo, commit_id)
-    except NotFound:
-        record = None
-    failpoints.hit("gc.fence.after_read")
-    if record is None:
-        return commit_id
-    if record.expired is not None:
-        raise CommitExpired(commit_id, record.expired)
-    if record.fences(datetime.now(UTC)):
-        raise CommitExpired(commit_id, "", collecting=record.run)
+    collecting it (one KV get): the check of a read, which references nothing."""
+    state, _ = _read(kv, repo, commit_id)
+    if isinstance(state, FenceRecord) and state.fences(datetime.now(UTC)):
+        raise state.refusal(commit_id)
     return commit_id
 
 
-def check_moved(g: Graveler, repo: RepositoryRecord, moved: BranchRecord, left: str) -> None:
-    """After a branch was moved onto another commit (a reset to it, a fast-forward): when
-    that commit is fenced, point the branch back at `left` (unless it moved on since)."""
-    try:
-        check_unfenced(g.kv, repo, moved.commit_id)
-    except CommitExpired:
-        back = dataclasses.replace(moved, commit_id=left)
-        with contextlib.suppress(PredicateFailed):
-            g.refs.set_branch_if(repo, back, moved.encode())
-        g.branch_cache.forget(repo, moved.name)
-        raise
+def claim(g: Graveler, repo: RepositoryRecord, *commit_ids: str) -> None:
+    """Before a move writes anything referencing `commit_ids` (or their entries): claim each
+    in its fence key, or `CommitExpired` when retention collected it or a live GC run is
+    collecting it (one get and one `set_if` per commit; again only when another claim or
+    a run's record landed in between)."""
+    for commit_id in commit_ids:
+        _claim(g, repo, commit_id)
+    failpoints.hit("gc.fence.after_claim")
+
+
+def _claim(g: Graveler, repo: RepositoryRecord, commit_id: str) -> None:
+    for _ in g.retry:
+        state, predicate = _read(g.kv, repo, commit_id)
+        now = datetime.now(UTC)
+        if isinstance(state, FenceRecord) and state.fences(now):
+            raise state.refusal(commit_id)
+        try:
+            g.kv.set_if(repo.partition, fence_key(commit_id), Claim(now).encode(), predicate)
+            return
+        except PredicateFailed:
+            continue
+    raise too_many_tries(f"claim of commit {commit_id[:12]} in {repo.name!r}", g.retry.attempts)
+
+
+def write_expiring_unless_claimed(
+    kv: Store,
+    repo: RepositoryRecord,
+    commit_ids: Iterable[str],
+    record: FenceRecord,
+    margin: timedelta,
+) -> list[str]:
+    """A run's expiring `record` for each of `commit_ids`, written only where no move's
+    claim is younger than `margin` (a stale claim, or another run's record, is replaced;
+    an expired record stays); returns the commits fenced, the expired ones included. A
+    commit left out stays unfenced, so a sweep expiring it refuses (`StaleGCMark`)."""
+    value = record.encode()
+    fenced = []
+    for commit_id in commit_ids:
+        if _write_unless_claimed(kv, repo, commit_id, value, margin):
+            fenced.append(commit_id)
+    return fenced
+
+
+def _write_unless_claimed(
+    kv: Store, repo: RepositoryRecord, commit_id: str, value: bytes, margin: timedelta
+) -> bool:
+    """Whether the commit is fenced: its record written, or expired already. Terminates:
+    a `set_if` lost only to a move's claim, which is then fresh."""
+    while True:
+        state, predicate = _read(kv, repo, commit_id)
+        if isinstance(state, FenceRecord) and state.expired is not None:
+            return True
+        if isinstance(state, Claim) and state.fresh(datetime.now(UTC), margin):
+            return False
+        try:
+            kv.set_if(repo.partition, fence_key(commit_id), value, predicate)
+            return True
+        except PredicateFailed:
+            continue

@@ -50,7 +50,7 @@ from branchwater.engine.graveler.committed import (
     CommittedStore,
     Replacements,
 )
-from branchwater.engine.graveler.fence import check_moved, check_unfenced
+from branchwater.engine.graveler.fence import claim
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.history import find_merge_bases
 from branchwater.engine.graveler.model import (
@@ -209,9 +209,9 @@ def land(
         if previous is None:
             first = plan.first(g, repo, head)
             if isinstance(first, Commit):
+                claim(g, repo, first.id)
                 moved = moved_to(branch, first.id)
                 if g.update_branch_dropping(repo, moved, predicate, branch.sealed_tokens):
-                    check_moved(g, repo, moved, branch.commit_id)
                     return MergeResult(first, attempt, fast_forward=True)
                 continue
             previous = first
@@ -558,11 +558,10 @@ def _record(
     if strategy:
         meta["branchwater.merge.strategy"] = strategy
     message = message or f"Merge {source.id[:12]} into {head.id[:12]}"
-    recorded = g.refs.add_commit(
+    claim(g, repo, source.id)
+    return g.refs.add_commit(
         repo, (head, source), attempt.metarange_id, message, meta, committer=committer
     )
-    check_unfenced(g.kv, repo, source.id)
-    return recorded
 
 
 def _parse_hint(g: Graveler, repo: RepositoryRecord, hint: str, source: Commit) -> Attempt:

@@ -16,7 +16,7 @@ from typing import Literal
 from branchwater.engine.errors import InvalidArgument, MergeConflict, NoChanges, too_many_tries
 from branchwater.engine.graveler import protection
 from branchwater.engine.graveler.committed import EMPTY_METARANGE_ID
-from branchwater.engine.graveler.fence import check_unfenced
+from branchwater.engine.graveler.fence import claim
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.merge import Attempt, MergeResult, land, merged_or_conflict
 from branchwater.engine.graveler.model import (
@@ -124,7 +124,7 @@ class _PickPlan:
     base: str
     theirs: str
     sources: tuple[str, ...]
-    """The commits whose entries the result may take, fenced after it is recorded: a
+    """The commits whose entries the result may take, claimed before it is recorded: a
     revert's parent (whose tree it brings back) as well as the commit reverted."""
     message: str
     metadata: dict[str, str]
@@ -154,12 +154,10 @@ class _PickPlan:
             raise NoChanges(
                 f"{self.kind} of {self.sides[0]!r} changes nothing on {self.sides[1]!r}"
             )
-        recorded = g.refs.add_commit(
+        claim(g, repo, *self.sources)
+        return g.refs.add_commit(
             repo, (head,), at.metarange_id, self.message, self.metadata, committer=self.committer
         )
-        for source in self.sources:
-            check_unfenced(g.kv, repo, source)
-        return recorded
 
     def gave_up(self, repo: RepositoryRecord, attempts: int, last: Attempt | None) -> Exception:
         what = f"{self.kind} of {self.sides[0]!r} onto {self.sides[1]!r} of {repo.name!r}"

@@ -8,7 +8,7 @@ is one `set_if` of the branch record whose HEAD is still that parent. A destinat
 moved in between is never overwritten: the preview is stale, and previewing again (with the
 `MergeRaceLost.hint`, merging only what this preview brought in onto the new HEAD) is the
 way on. A preview older than the retention can expire unpublished: publishing moves the
-branch onto it, so it is fenced as a fast-forward is (`check_moved`).
+branch onto it, so it is claimed as a fast-forward's target is (`fence.claim`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 from branchwater.engine import failpoints
 from branchwater.engine.errors import InvalidArgument, MergeRaceLost, too_many_tries
 from branchwater.engine.graveler.checks import check_merge
-from branchwater.engine.graveler.fence import check_moved
+from branchwater.engine.graveler.fence import claim
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.merge import (
     PREVIEW_KEY,
@@ -46,10 +46,10 @@ def publish(g: Graveler, repo: RepositoryRecord, commit_ref: str, destination: s
         check_merge(g, repo, branch, (preview.id, preview.parents[1]), what)
         if branch.commit_id != preview.parents[0]:
             raise _stale(repo, preview, destination, branch.commit_id, attempt)
+        claim(g, repo, preview.id)
         failpoints.hit("publish.before_set")
         moved = moved_to(branch, preview.id)
         if g.update_branch_dropping(repo, moved, predicate, branch.sealed_tokens):
-            check_moved(g, repo, moved, branch.commit_id)
             return MergeResult(preview, attempt)
     what = f"publishing {preview.id[:12]} into {destination!r} of {repo.name!r}"
     raise too_many_tries(what, g.retry.attempts)

@@ -14,8 +14,8 @@ import contextlib
 from collections.abc import Iterable, Iterator, Sequence
 
 from branchwater.engine import failpoints
-from branchwater.engine.errors import CommitExpired, InvalidArgument, NotFound
-from branchwater.engine.graveler.fence import check_unfenced
+from branchwater.engine.errors import InvalidArgument, NotFound
+from branchwater.engine.graveler.fence import claim
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import Entry, RepositoryRecord
 from branchwater.engine.graveler.names import check_path
@@ -33,19 +33,14 @@ def restore(
     """Stage `source`'s version of `paths` on the branch; returns how many paths changed."""
     specs = _specs(paths)
     commit_id = g.refs.resolve(repo, source).commit_id
-    staged: list[tuple[str, Entry | None]] = []
+    claim(g, repo, commit_id)
+    staged = 0
     for spec in specs:
-        for path, wanted, shown in _differences(g, repo, branch_name, commit_id, spec):
+        for path, wanted, _ in _differences(g, repo, branch_name, commit_id, spec):
             failpoints.hit("restore.before_stage")
             _stage(g, repo, branch_name, path, wanted)
-            staged.append((path, shown))
-    try:
-        check_unfenced(g.kv, repo, commit_id)
-    except CommitExpired:
-        for path, shown in staged:
-            _stage(g, repo, branch_name, path, shown)
-        raise
-    return len(staged)
+            staged += 1
+    return staged
 
 
 def _stage(

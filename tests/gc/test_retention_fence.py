@@ -1,9 +1,10 @@
 """The retention fence (engine/graveler/fence.py) on SQLite and PostgreSQL: a move onto a
-commit a GC run is collecting refuses naming the run, and a move whose own write landed
-before the run's expiring record but whose check came after takes that write back; a dead
-run's record stops fencing once it lapses, and a sweep whose record lapsed or was taken over
-deletes nothing (`StaleGCMark`). The same moves in another process, against a run held at its
-worst moments: `tests/gc/test_retention_races.py`."""
+commit a GC run is collecting refuses naming the run and writes nothing; a run leaves a
+commit a move claimed within the operation margin unfenced, so its sweep deletes nothing,
+and replaces an older claim; a dead run's record stops fencing once it lapses, and a sweep
+whose record lapsed, was replaced by a claim or taken over deletes nothing (`StaleGCMark`).
+The same moves in another process, against a run held at its worst moments:
+`tests/gc/test_retention_races.py`."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from branchwater.engine import CommitExpired, Lake, failpoints
+from branchwater.engine import CommitExpired, Lake
 from branchwater.engine.api import Repository
-from branchwater.engine.errors import StaleGCMark
+from branchwater.engine.errors import NotFound, StaleGCMark
 from branchwater.engine.gc.retention.expired import (
     expired_at,
     mark_expiring,
@@ -23,7 +24,15 @@ from branchwater.engine.gc.retention.expired import (
     record_expired,
     release_expiring,
 )
-from branchwater.engine.graveler.fence import FenceRecord, fence_key, read_fence
+from branchwater.engine.gc.settings import OPERATION_MARGIN
+from branchwater.engine.graveler.fence import (
+    FENCE_PREFIX,
+    Claim,
+    FenceRecord,
+    fence_key,
+    read_fence,
+)
+from branchwater.engine.kv import Store
 
 RUN = "18f2a9c3b7d1-fence"
 
@@ -50,6 +59,18 @@ def fence(repo: Repository, commit_id: str, run: str = RUN) -> None:
     mark_expiring(repo.lake.graveler.kv, repo.record, [commit_id], run)
 
 
+def age_claims(repo: Repository) -> None:
+    """Let the operation margin pass for every move's claim in the repository (a move's
+    write, if it was going to make one, has landed by then)."""
+    kv: Store = repo.lake.graveler.kv
+    aged = Claim(datetime.now(UTC) - OPERATION_MARGIN).encode()
+    for item in kv.scan(repo.record.partition, FENCE_PREFIX):
+        if not item.key.startswith(FENCE_PREFIX):
+            break
+        if b"claimed" in item.value:
+            kv.set_if(repo.record.partition, item.key, aged, item.value)
+
+
 def refused(move: Callable[[], object], commit_id: str) -> None:
     with pytest.raises(CommitExpired) as raised:
         move()
@@ -58,10 +79,13 @@ def refused(move: Callable[[], object], commit_id: str) -> None:
 
 
 def test_every_move_onto_an_expiring_commit_refuses(fenced_repo: Repository) -> None:
+    """Each move claims before it writes, so a refused one leaves nothing: no ref, no staged
+    entry, and no commit record either (a merge, revert or cherry-pick included)."""
     repo = fenced_repo
     root, old, new = history(repo)
     side = repo.create_branch("side", source=new)
     repo.create_branch("pick", source=root)
+    commits = {c.id for c in repo.lake.graveler.refs.list_commits(repo.record)}
     fence(repo, old)
     refused(lambda: repo.create_branch("again", source=old), old)
     refused(lambda: repo.tag("again", old), old)
@@ -78,27 +102,39 @@ def test_every_move_onto_an_expiring_commit_refuses(fenced_repo: Repository) -> 
     assert (repo.branch("side").commit_id, repo.branch("pick").commit_id) == (new, root)
     assert repo.branch("side").read("b") == b"edited"
     assert repo.ref(new).read("b") == b"old"
+    assert {c.id for c in repo.lake.graveler.refs.list_commits(repo.record)} == commits
 
 
-def test_a_move_whose_write_preceded_the_record_takes_it_back(fenced_repo: Repository) -> None:
-    """The record lands between the move's first check and its write (the worst order the
-    pre-check allows): the check after the write sees it and removes what the move wrote."""
+def test_a_fresh_claim_keeps_the_record_out_and_the_sweep_from_deleting(
+    fenced_repo: Repository,
+) -> None:
+    """A claim before the record, still within the margin: its move may be about to write,
+    so the run writes no record and a sweep expiring the commit refuses. Once the margin
+    passed, the move's write (here: the branch) landed before the record, and the record
+    replaces the claim."""
     repo = fenced_repo
-    _, old, new = history(repo)
-    side = repo.create_branch("side", source=new)
-    side.upload("b", b"edited")
-    with failpoints.armed("branch.before_insert", lambda: fence(repo, old)):
-        refused(lambda: repo.create_branch("again", source=old), old)
-    assert [b.name for b in repo.branches()] == ["main", "side"]
-    release_expiring(repo.lake.graveler.kv, repo.record, [old], RUN)
-    with failpoints.armed("restore.before_stage", lambda: fence(repo, old)):
-        refused(lambda: side.restore(["b"], source=old), old)
-    assert repo.branch("side").read("b") == b"edited"
+    kv = repo.lake.graveler.kv
+    _, old, _ = history(repo)
+    repo.create_branch("late", source=old)
+    assert mark_expiring(kv, repo.record, [old], RUN) == []
+    with pytest.raises(NotFound):
+        read_fence(kv, repo.record, old)
+    assert repo.ref(old).read("b") == b"old"
+    with pytest.raises(StaleGCMark, match="no longer recorded as expiring"):
+        rearm_expiring(kv, repo.record, [old], RUN)
+    release_expiring(kv, repo.record, [old], RUN)
+    assert expired_at(kv, repo.record, old) is None
+    age_claims(repo)
+    assert mark_expiring(kv, repo.record, [old], RUN) == [old]
+    assert read_fence(kv, repo.record, old)[0].run == RUN
+    refused(lambda: repo.create_branch("later", source=old), old)
 
 
 def test_a_dead_runs_record_lapses_and_its_sweep_deletes_nothing(
     fenced_repo: Repository,
 ) -> None:
+    """A lapsed record fences nothing: a move claims over it, and the dead run's sweep,
+    finding its record gone, deletes nothing; a later run's record is not the first's."""
     repo = fenced_repo
     kv = repo.lake.graveler.kv
     _, old, _ = history(repo)
@@ -107,6 +143,9 @@ def test_a_dead_runs_record_lapses_and_its_sweep_deletes_nothing(
     with pytest.raises(StaleGCMark, match="fenced only until"):
         rearm_expiring(kv, repo.record, [old], RUN)
     assert repo.create_branch("again", source=old).commit_id == old
+    with pytest.raises(StaleGCMark, match="no longer recorded as expiring"):
+        rearm_expiring(kv, repo.record, [old], RUN)
+    age_claims(repo)
     fence(repo, old, "later-run")
     with pytest.raises(StaleGCMark, match="later-run"):
         rearm_expiring(kv, repo.record, [old], RUN)

@@ -8,11 +8,14 @@ the fence settled, re-armed before the deletes and recorded after), with the job
 anti-joins replaced by the model's address sets (`tests.gc_model.commit_addresses`): the
 races are between the driver's KV reads and writes and the moves, which this keeps whole.
 
-Each move runs in a spawned worker at one of three moments: before the re-check (the run
-sees it and keeps the objects), after it (the move is refused before writing), or held in
-the mover after its own first check until the run has re-checked (its write lands after
-the re-check; the check after the write refuses and takes the write back). A move killed
-between its write and that check is the known gap the last tests pin down.
+Each move runs in a spawned worker at one of four moments: before the re-check (the run
+sees it and keeps the objects, or, when the re-check cannot see what it holds, leaves the
+commit unfenced within the operation margin of its claim, so its sweep deletes nothing),
+before it with its claim older than the margin (the run replaces the claim), after it (the
+move's claim reads the run's record and refuses, writing nothing), or held in the mover
+after its claim until the run has re-checked (its write lands after the re-check; the claim
+was fresh, so the sweep deletes nothing). A move SIGKILLed after its claim, before or after
+its write, leaves nothing referencing a collected commit, and the next run converges.
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from branchwater.engine import CommitExpired, Lake, NotFound, failpoints
+from branchwater.engine import CommitExpired, Lake, failpoints
 from branchwater.engine.api import Repository
+from branchwater.engine.errors import StaleGCMark
 from branchwater.engine.gc.retention.expired import expired_at
 from branchwater.engine.gc.runs import statuses
 from branchwater.engine.gc.runs.files import RunSummary
@@ -43,8 +47,8 @@ from branchwater.engine.gc.runs.retention import (
     write_expiring,
 )
 from branchwater.engine.gc.runs.storage import Namespace
-from branchwater.engine.graveler.checksums import content_checksum
-from tests.gc_model import assert_references_intact, commit_addresses, referenced_entries
+from tests.gc.test_retention_fence import age_claims
+from tests.gc_model import assert_references_intact, commit_addresses
 from tests.helpers.gc import FakeClock, run_addresses
 from tests.helpers.servers import spawned_pool, unique_name
 
@@ -58,9 +62,11 @@ RULES = {"default_retention_days": 30}
 WAIT = 60
 BEFORE_RECHECK = "gc.retention.before_recheck"
 BEFORE_SWEEP = "gc.retention.before_sweep"
-FENCE_READ = "gc.fence.after_read"
+CLAIMED = "gc.fence.after_claim"
+AGED_CLAIM = "aged"
+"""The second moment: the move done before the re-check, its claim older than the margin."""
 HELD_MOVE = "held"
-"""The third moment: the mover passed its first check, then holds until the run re-checked."""
+"""The fourth moment: the mover claimed, then holds until the run re-checked."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +105,7 @@ def make_history(repo: Repository, preview: bool = False) -> History:
     clock.advance(timedelta(days=1))
     head = feature.commit("feature").id
     repo.set_gc_rules(RULES)
+    age_claims(repo)
     return History(root, old, new, head, previewed)
 
 
@@ -123,22 +130,9 @@ MOVES: dict[str, Callable[[Repository, History], object]] = {
 """Each brings `old`'s t/b back (a revert of `new` takes `new`'s parent's tree, a publish
 lands the preview holding it), except `delete`, which drops the only ref holding `feature`'s
 t/f (lakeFS 9772)."""
-HOLDS = {
-    "branch": FENCE_READ,
-    "reset": FENCE_READ,
-    "tag": FENCE_READ,
-    "merge": "merge.after_ranges",
-    "revert": "merge.after_ranges",
-    "cherry-pick": "merge.after_ranges",
-    "restore": "restore.before_stage",
-    "restore-commit": "restore.before_stage",
-}
-"""Where a move holds after its first check and before its write: the API's check of the
-target (`gc.fence.after_read`), or, for those that check only after writing, just before it."""
 KEPT_ELSEWHERE = {"restore", "restore-commit", "cherry-pick"}
-"""Moves that keep `old`'s object under another tree (staged, or a commit with t/c too)."""
-ORPHANING = {"merge", "cherry-pick", "revert"}
-"""Moves that record a commit before their check: refused, they leave it dangling."""
+"""Moves that keep `old`'s object under another tree (staged, or a commit with t/c too): the
+re-check finds `old`'s tree held by nothing."""
 
 
 def first_hit(reached: Any, go: Any) -> Callable[[], None]:
@@ -157,7 +151,7 @@ def first_hit(reached: Any, go: Any) -> Callable[[], None]:
 def move(
     kv_url: str, name: str, kind: str, history: History, reached: Any = None, go: Any = None
 ) -> str:
-    """Do the move in this (worker) process, held at `HOLDS[kind]` when `reached` is given:
+    """Do the move in this (worker) process, held after its claim when `reached` is given:
     "done", or "refused <commit> <collecting run>"."""
     with Lake.connect(kv_url) as lake:
         repo = lake.repository(name)
@@ -165,39 +159,30 @@ def move(
             if reached is None:
                 MOVES[kind](repo, history)
             else:
-                with failpoints.armed(HOLDS[kind], first_hit(reached, go)):
+                with failpoints.armed(CLAIMED, first_hit(reached, go)):
                     MOVES[kind](repo, history)
         except CommitExpired as refused:
             return f"refused {refused.commit_id} {refused.collecting}"
     return "done"
 
 
-def killed_move(kv_url: str, name: str, kind: str, history: History, reached: Any, go: Any) -> None:
-    """Hold as `move` does, then die by SIGKILL at the check after the write (the first
-    fence read once released)."""
-    released: list[None] = []
+def killed_move(
+    kv_url: str, name: str, kind: str, history: History, reached: Any, go: Any, wrote: bool
+) -> None:
+    """Hold after the claim as `move` does, then die by SIGKILL: before the write, or, when
+    `wrote`, right after it (where a check after the write used to be)."""
     hold = first_hit(reached, go)
 
     def held() -> None:
         hold()
-        released.append(None)
-
-    def kill() -> None:
-        if released:
+        if not wrote:
             os.kill(os.getpid(), signal.SIGKILL)
-        held()
 
     with Lake.connect(kv_url) as lake:
         repo = lake.repository(name)
-        if HOLDS[kind] == FENCE_READ:
-            with failpoints.armed(FENCE_READ, kill):
-                MOVES[kind](repo, history)
-        else:
-            with (
-                failpoints.armed(HOLDS[kind], held),
-                failpoints.armed(FENCE_READ, kill),
-            ):
-                MOVES[kind](repo, history)
+        with failpoints.armed(CLAIMED, held):
+            MOVES[kind](repo, history)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 # -- the run, in the test's process -----------------------------------------------------------
@@ -269,28 +254,13 @@ def commit_ids(repo: Repository) -> set[str]:
     return {c.id for c in repo.lake.graveler.refs.list_commits(repo.record)}
 
 
-def assert_intact_but(repo: Repository, orphans: set[str]) -> None:
-    """`assert_references_intact`, except for `orphans`: commits a refused merge, revert or
-    cherry-pick recorded before its check (no ref reaches them, their ids were never
-    returned); their objects the run deleted are gone, which is the gap docs/gc.md states."""
-    if not orphans:
-        assert_references_intact(repo)
-        return
-    skipped = {f"commit {o[:12]}" for o in orphans}
-    objects = repo.lake.graveler.objects(repo.storage_namespace)
-    broken = []
-    for where, entry in referenced_entries(repo):
-        if where in skipped:
-            continue
-        try:
-            if content_checksum(objects.get(entry.address)) != entry.checksum:
-                broken.append(f"{where}: {entry.path} reads other content")
-        except NotFound:
-            broken.append(f"{where}: {entry.path} -> {entry.address} is gone")
-    assert broken == []
-    reached = {c.id for b in repo.branches() for c in repo.log(b.name)}
-    reached |= {c.id for t in repo.tags() for c in repo.log(t.name)}
-    assert not orphans & reached
+def refs_reach_nothing_expired(repo: Repository) -> None:
+    """No branch or tag names a commit retention recorded expired, and every object a ref,
+    a staged entry or an unexpired commit names reads."""
+    kv = repo.lake.graveler.kv
+    named = [b.commit_id for b in repo.branches()] + [t.commit_id for t in repo.tags()]
+    assert [c for c in named if expired_at(kv, repo.record, c) is not None] == []
+    assert_references_intact(repo)
 
 
 # -- fixtures ---------------------------------------------------------------------------------
@@ -324,25 +294,42 @@ def run_racing(
     workers: tuple[SyncManager, Pool],
     kind: str,
     moment: str,
-) -> tuple[Run, list[str]]:
-    """A retention run with the move made in the worker at `moment`; the run and what the
-    move returned."""
+) -> tuple[Run | None, list[str]]:
+    """A retention run with the move made in the worker at `moment`; the run (None when its
+    sweep refused) and what the move returned."""
     manager, pool = workers
     outcomes: list[str] = []
     args = (kv_url, repo.name, kind, history)
     if moment == HELD_MOVE:
         reached, go = manager.Event(), manager.Event()
         pending = pool.apply_async(move, (*args, reached, go))
-        assert reached.wait(WAIT), f"the {kind} never reached {HOLDS[kind]}"
+        assert reached.wait(WAIT), f"the {kind} never reached {CLAIMED}"
 
         def release() -> None:
             go.set()
             outcomes.append(pending.get(WAIT))
 
         with failpoints.armed(BEFORE_SWEEP, release):
-            return retention_run(repo), outcomes
-    with failpoints.armed(moment, lambda: outcomes.append(pool.apply(move, args))):
-        return retention_run(repo), outcomes
+            return run_or_refusal(repo), outcomes
+
+    def racing() -> None:
+        outcomes.append(pool.apply(move, args))
+        if moment == AGED_CLAIM:
+            age_claims(repo)
+
+    at = BEFORE_RECHECK if moment == AGED_CLAIM else moment
+    with failpoints.armed(at, racing):
+        return run_or_refusal(repo), outcomes
+
+
+def run_or_refusal(repo: Repository) -> Run | None:
+    """`retention_run`, or None when its sweep refused because a commit it would expire was
+    claimed by a move within the margin, so never fenced (nothing deleted)."""
+    try:
+        return retention_run(repo)
+    except StaleGCMark as stale:
+        assert "no longer recorded as expiring" in str(stale)
+        return None
 
 
 KEPT_BUT_RECORDED_EXPIRED = pytest.mark.xfail(
@@ -356,15 +343,18 @@ KEPT_BUT_RECORDED_EXPIRED = pytest.mark.xfail(
 
 
 def moment_cases() -> Iterator[Any]:
-    """Every move before the re-check; after it, those the API checks before writing (the
-    others write first: holding them over the re-check is the same order, and worse)."""
-    for kind in MOVES.keys() - {"publish"}:
-        marks = [KEPT_BUT_RECORDED_EXPIRED] if kind in KEPT_ELSEWHERE else []
-        yield pytest.param(kind, BEFORE_RECHECK, id=f"{kind}-before-recheck", marks=marks)
-        if HOLDS.get(kind, FENCE_READ) == FENCE_READ:
-            yield pytest.param(kind, BEFORE_SWEEP, id=f"{kind}-after-recheck")
-        if kind in HOLDS:
-            yield pytest.param(kind, HELD_MOVE, id=f"{kind}-held-over-recheck")
+    """Every move before the re-check, after it and held over it from its claim; with its
+    claim aged before the run's record, a branch and the moves the re-check cannot see as
+    holding `old`'s tree. A delete claims nothing: before and after the re-check."""
+    for kind in sorted(MOVES.keys() - {"publish"}):
+        yield pytest.param(kind, BEFORE_RECHECK, id=f"{kind}-before-recheck")
+        yield pytest.param(kind, BEFORE_SWEEP, id=f"{kind}-after-recheck")
+        if kind == "delete":
+            continue
+        yield pytest.param(kind, HELD_MOVE, id=f"{kind}-held-over-recheck")
+        if kind in KEPT_ELSEWHERE | {"branch"}:
+            marks = [KEPT_BUT_RECORDED_EXPIRED] if kind in KEPT_ELSEWHERE else []
+            yield pytest.param(kind, AGED_CLAIM, id=f"{kind}-aged-claim", marks=marks)
 
 
 @pytest.mark.parametrize(("kind", "moment"), list(moment_cases()))
@@ -374,95 +364,98 @@ def test_a_move_onto_the_commit_a_run_collects(
     kind: str,
     moment: str,
 ) -> None:
-    """Before the re-check every move succeeds and the run keeps `old`'s object; after it,
-    or written after it by a move that checked before, every move onto `old` is refused
-    naming the run and leaves refs and staging as they were, and the object goes. A branch
-    deleted mid-run only loses protection: the run deletes nothing it held, a later run
-    collects it."""
+    """Before the re-check every move succeeds and `old`'s object stays: the run sees the
+    move, or (a restore, a cherry-pick: nothing the re-check reads holds `old`'s tree) the
+    move's fresh claim kept `old` unfenced and the sweep refused. With the claim aged, the
+    run replaces it and still sees the move. After the re-check every move onto `old` is
+    refused naming the run and writes nothing (no commit record either), and the object
+    goes. Held from its claim over the re-check, the move succeeds, the sweep refuses, and
+    the next run keeps what the move references. A branch deleted mid-run only loses
+    protection: the run deletes nothing it held, a later run collects it."""
     repo, history, kv_url = raced
+    kv = repo.lake.graveler.kv
     b_old = address_of(repo, history.old, "t/b")
     f_old = address_of(repo, history.feature, "t/f")
     refs_before, commits_before = Refs.of(repo), commit_ids(repo)
     run, outcomes = run_racing(repo, history, kv_url, workers, kind, moment)
-    kept = commit_ids(repo) - commits_before
     objects = repo.lake.graveler.objects(repo.storage_namespace)
     if kind == "delete":
         assert outcomes == ["done"] and "feature" not in Refs.of(repo).branches
         assert objects.exists(f_old), "the run deleted what the branch held at its first read"
-        assert run.deleted == {b_old} and run.expiring == [history.old]
+        assert run is not None and run.deleted == {b_old} and run.expiring == [history.old]
         again = retention_run(repo)
         assert f_old in again.deleted and history.feature in again.expiring
         assert not objects.exists(f_old)
-    elif moment == BEFORE_RECHECK:
-        assert outcomes == ["done"]
-        assert run.deleted == set() and objects.exists(b_old)
-        assert_intact_but(repo, set())
-        assert expired_at(repo.lake.graveler.kv, repo.record, history.old) is None
-    else:
-        assert outcomes == [f"refused {history.old} {run.run_id}"]
-        assert Refs.of(repo) == refs_before
+    elif moment == BEFORE_SWEEP:
+        assert outcomes == [f"refused {history.old} {run.run_id if run else None}"]
+        assert Refs.of(repo) == refs_before and commit_ids(repo) == commits_before
         assert b_old not in run_addresses(repo, repo.prepare_uncommitted_for_gc())
-        assert run.deleted == {b_old} and run.expiring == [history.old]
-        assert expired_at(repo.lake.graveler.kv, repo.record, history.old) is not None
-        assert bool(kept) == (kind in ORPHANING)
-    assert_intact_but(repo, kept if moment != BEFORE_RECHECK else set())
+        assert run is not None and run.deleted == {b_old} and run.expiring == [history.old]
+        assert expired_at(kv, repo.record, history.old) is not None
+    else:
+        assert outcomes == ["done"]
+        refused = moment == HELD_MOVE or (moment == BEFORE_RECHECK and kind in KEPT_ELSEWHERE)
+        assert (run is None) == refused
+        assert run is None or run.deleted == set()
+        assert objects.exists(b_old)
+        assert expired_at(kv, repo.record, history.old) is None
+        if moment == HELD_MOVE:
+            age_claims(repo)
+            assert b_old not in retention_run(repo).deleted
+    refs_reach_nothing_expired(repo)
 
 
-# -- a move killed between its write and its check (the known gap) ---------------------------
-
-KILL_LEAVES_A_REF = pytest.mark.xfail(
-    strict=True,
-    raises=(AssertionError, CommitExpired),
-    reason="gap: a move killed after its write and before its check, whose first check came "
-    "before the run's record, leaves a ref or a staged entry onto the collected commit "
-    "(docs/gc.md, 'A move killed between its write and its check')",
-)
+# -- a move killed after its claim -------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "kind",
-    [
-        pytest.param("branch", marks=KILL_LEAVES_A_REF),
-        "merge",
-    ],
-)
-def test_a_move_killed_between_its_write_and_its_check(
-    raced: tuple[Repository, History, str], kind: str
+@pytest.mark.parametrize("kind", ["branch", "tag", "reset", "restore"])
+@pytest.mark.parametrize("wrote", [False, True], ids=["before-write", "after-write"])
+def test_a_move_killed_after_its_claim(
+    raced: tuple[Repository, History, str], kind: str, wrote: bool
 ) -> None:
-    """The worst order: the move's first check before the run's expiring record, its write
-    after the re-check, and a SIGKILL at the check after the write. A merge (a revert, a
-    cherry-pick) has only recorded a dangling commit: its destination never moved, and a
-    retry is refused naming the expired commit. A branch, a tag or a restore leaves its
-    write in place (the xfail: what the fix docs/gc.md proposes must make true)."""
+    """The worst order: the move's claim before the run's record, its write (if it makes
+    it) after the re-check, and a SIGKILL before or right after that write, with nothing
+    acknowledged. The claim was fresh, so the sweep refuses and nothing is deleted; once the
+    margin passed, the next run collects `old` if nothing references it (and a retried move
+    is refused naming it expired), or keeps what the write references."""
     repo, history, kv_url = raced
+    b_old = address_of(repo, history.old, "t/b")
+    objects = repo.lake.graveler.objects(repo.storage_namespace)
     refs_before, commits_before = Refs.of(repo), commit_ids(repo)
     ctx = mp.get_context("spawn")
     reached, go = ctx.Event(), ctx.Event()
-    child = ctx.Process(target=killed_move, args=(kv_url, repo.name, kind, history, reached, go))
+    args = (kv_url, repo.name, kind, history, reached, go, wrote)
+    child = ctx.Process(target=killed_move, args=args)
     child.start()
     try:
-        assert reached.wait(WAIT), f"the {kind} never reached {HOLDS[kind]}"
+        assert reached.wait(WAIT), f"the {kind} never reached {CLAIMED}"
 
         def release_and_reap() -> None:
             go.set()
             child.join(WAIT)
 
         with failpoints.armed(BEFORE_SWEEP, release_and_reap):
-            run = retention_run(repo)
+            assert run_or_refusal(repo) is None
     finally:
         if child.is_alive():
             child.kill()
             child.join(WAIT)
     assert child.exitcode == -signal.SIGKILL
-    assert run.expiring == [history.old]
-    assert expired_at(repo.lake.graveler.kv, repo.record, history.old) is not None
-    with pytest.raises(CommitExpired) as retried:
-        MOVES[kind](repo, history)
-    assert retried.value.commit_id == history.old and retried.value.collecting is None
-    assert Refs.of(repo) == refs_before
-    orphans = commit_ids(repo) - commits_before
-    assert bool(orphans) == (kind in ORPHANING)
-    assert_intact_but(repo, orphans)
+    assert objects.exists(b_old)
+    assert (Refs.of(repo) != refs_before) == wrote
+    refs_reach_nothing_expired(repo)
+    age_claims(repo)
+    again = retention_run(repo)
+    if wrote:
+        assert b_old not in again.deleted and objects.exists(b_old)
+    else:
+        assert again.deleted == {b_old} and again.expiring == [history.old]
+        with pytest.raises(CommitExpired) as retried:
+            MOVES[kind](repo, history)
+        assert retried.value.commit_id == history.old and retried.value.collecting is None
+        assert Refs.of(repo) == refs_before
+    assert commit_ids(repo) == commits_before
+    refs_reach_nothing_expired(repo)
 
 
 @pytest.mark.parametrize(
@@ -485,6 +478,7 @@ def test_a_publish_of_a_preview_the_run_collects(
         b_old = address_of(repo, history.old, "t/b")
         refs_before = Refs.of(repo)
         run, outcomes = run_racing(repo, history, race_kv, workers, "publish", moment)
+        assert run is not None
         if moment == BEFORE_RECHECK:
             assert outcomes == ["done"] and repo.branch("dest").commit_id == history.preview
             assert run.deleted == set()

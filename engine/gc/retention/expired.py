@@ -31,11 +31,13 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
 from branchwater.engine.errors import NotFound, PredicateFailed, StaleGCMark
+from branchwater.engine.gc.settings import OPERATION_MARGIN
 from branchwater.engine.graveler.fence import (
     FenceRecord,
     check_unfenced,
     fence_key,
     read_fence,
+    write_expiring_unless_claimed,
 )
 from branchwater.engine.graveler.model import RepositoryRecord
 from branchwater.engine.kv import Store
@@ -61,15 +63,10 @@ def record_expired(
 def mark_expiring(
     kv: Store, repo: RepositoryRecord, commit_ids: Iterable[str], run_id: str
 ) -> list[str]:
-    """Fence `commit_ids` for run `run_id` (those already expired stay so); returns them."""
-    until = datetime.now(UTC) + EXPIRING_HOLD
-    value = FenceRecord(run_id, until=until).encode()
-    fenced = []
-    for commit_id in commit_ids:
-        if expired_at(kv, repo, commit_id) is None:
-            kv.set(repo.partition, fence_key(commit_id), value)
-        fenced.append(commit_id)
-    return fenced
+    """Fence `commit_ids` for run `run_id` (those already expired stay so), except those a
+    move claimed within `OPERATION_MARGIN` (`fence.py` says why); returns those fenced."""
+    record = FenceRecord(run_id, until=datetime.now(UTC) + EXPIRING_HOLD)
+    return write_expiring_unless_claimed(kv, repo, commit_ids, record, OPERATION_MARGIN)
 
 
 def release_expiring(
