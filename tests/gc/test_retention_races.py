@@ -4,14 +4,14 @@ is collecting (`engine/graveler/fence.py` has the argument).
 
 The run is the committed part as the Spark job's driver does it (`spark_jobs/gc/
 retention.py`: the classes read under the run's lease, the re-check, the second prepare,
-the fence settled, re-armed before the deletes and recorded after), with the job's Spark
-anti-joins replaced by the model's address sets (`tests.gc_model.commit_addresses`): the
-races are between the driver's KV reads and writes and the moves, which this keeps whole.
+the fence settled on the commits still holding a candidate, re-armed before the deletes and
+recorded after), with the job's Spark anti-joins replaced by the model's address sets
+(`tests.gc_model.commit_addresses`): the races are between the driver's KV reads and writes
+and the moves, which this keeps whole.
 
 Each move runs in a spawned worker at one of four moments: before the re-check (the run
-sees it and keeps the objects, or, when the re-check cannot see what it holds, leaves the
-commit unfenced within the operation margin of its claim, so its sweep deletes nothing),
-before it with its claim older than the margin (the run replaces the claim), after it (the
+sees it and keeps the objects), before it with its claim older than the margin (the run's
+record replaces the claim, and the re-check still sees the move), after it (the
 move's claim reads the run's record and refuses, writing nothing), or held in the mover
 after its claim until the run has re-checked (its write lands after the re-check; the claim
 was fresh, so the sweep deletes nothing). A move SIGKILLed after its claim, before or after
@@ -39,6 +39,7 @@ from branchwater.engine.gc.runs import statuses
 from branchwater.engine.gc.runs.files import RunSummary
 from branchwater.engine.gc.runs.retention import (
     EXPIRED_COMMITS,
+    RetentionInput,
     metaranges_now_held,
     rearm_before_sweep,
     record_swept,
@@ -132,7 +133,8 @@ lands the preview holding it), except `delete`, which drops the only ref holding
 t/f (lakeFS 9772)."""
 KEPT_ELSEWHERE = {"restore", "restore-commit", "cherry-pick"}
 """Moves that keep `old`'s object under another tree (staged, or a commit with t/c too): the
-re-check finds `old`'s tree held by nothing."""
+re-check finds `old`'s tree held by nothing, so with an aged claim `old` is fenced, then
+released as holding no candidate."""
 
 
 def first_hit(reached: Any, go: Any) -> Callable[[], None]:
@@ -209,12 +211,13 @@ def retention_run(repo: Repository) -> Run:
         candidates = commit_addresses(repo, set(plan.retention.expired))
         candidates -= commit_addresses(repo, set(plan.retention.active))
         candidates -= run_addresses(repo, prepared)
-        held_now = metaranges_now_held(g, record, plan, run_id)
+        held_now = metaranges_now_held(g, record, plan, run_id, holding(repo, plan, candidates))
         held = {c.id for c in g.refs.list_commits(record) if c.metarange_id in held_now}
         candidates -= commit_addresses(repo, held)
         if candidates:
             candidates -= run_addresses(repo, repo.prepare_uncommitted_for_gc())
-        expiring = settle_expiring(g, record, plan, held_now, run_id)
+        still = holding(repo, plan, candidates)
+        expiring = settle_expiring(g, record, plan, held_now, run_id, still)
         summary = marked(repo, run_id, started)
         summary.files[EXPIRED_COMMITS] = write_expiring(ns, run_id, expiring)
         rearm_before_sweep(g, record, ns, summary)
@@ -222,6 +225,13 @@ def retention_run(repo: Repository) -> Run:
         summary.status, summary.swept_at = statuses.SWEPT, datetime.now(UTC).isoformat()
         record_swept(g, record, ns, summary)
     return Run(run_id, candidates, expiring)
+
+
+def holding(repo: Repository, plan: RetentionInput, candidates: set[str]) -> set[str]:
+    """The expired commits whose trees hold a candidate (the driver's `commits_holding`,
+    by address rather than by range)."""
+    expired = plan.retention.expired
+    return {c for c in expired if not commit_addresses(repo, {c}).isdisjoint(candidates)}
 
 
 def marked(repo: Repository, run_id: str, started: datetime) -> RunSummary:
@@ -332,16 +342,6 @@ def run_or_refusal(repo: Repository) -> Run | None:
         return None
 
 
-KEPT_BUT_RECORDED_EXPIRED = pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="the re-check releases an expiring commit only when a commit sharing its metarange "
-    "is held again; one whose objects a restore staged or a commit with another tree holds "
-    "is still recorded expired, though nothing of it was deleted "
-    "(engine/gc/runs/retention.py settle_expiring; docs/gc.md)",
-)
-
-
 def moment_cases() -> Iterator[Any]:
     """Every move before the re-check, after it and held over it from its claim; with its
     claim aged before the run's record, a branch and the moves the re-check cannot see as
@@ -353,8 +353,7 @@ def moment_cases() -> Iterator[Any]:
             continue
         yield pytest.param(kind, HELD_MOVE, id=f"{kind}-held-over-recheck")
         if kind in KEPT_ELSEWHERE | {"branch"}:
-            marks = [KEPT_BUT_RECORDED_EXPIRED] if kind in KEPT_ELSEWHERE else []
-            yield pytest.param(kind, AGED_CLAIM, id=f"{kind}-aged-claim", marks=marks)
+            yield pytest.param(kind, AGED_CLAIM, id=f"{kind}-aged-claim")
 
 
 @pytest.mark.parametrize(("kind", "moment"), list(moment_cases()))
@@ -364,10 +363,9 @@ def test_a_move_onto_the_commit_a_run_collects(
     kind: str,
     moment: str,
 ) -> None:
-    """Before the re-check every move succeeds and `old`'s object stays: the run sees the
-    move, or (a restore, a cherry-pick: nothing the re-check reads holds `old`'s tree) the
-    move's fresh claim kept `old` unfenced and the sweep refused. With the claim aged, the
-    run replaces it and still sees the move. After the re-check every move onto `old` is
+    """Before the re-check every move succeeds, the run sees it, and `old`'s object stays
+    and `old` is not recorded expired, whether the move's claim is fresh (no record) or aged
+    (the record replaced it, then was released). After the re-check every move onto `old` is
     refused naming the run and writes nothing (no commit record either), and the object
     goes. Held from its claim over the re-check, the move succeeds, the sweep refuses, and
     the next run keeps what the move references. A branch deleted mid-run only loses
@@ -394,8 +392,7 @@ def test_a_move_onto_the_commit_a_run_collects(
         assert expired_at(kv, repo.record, history.old) is not None
     else:
         assert outcomes == ["done"]
-        refused = moment == HELD_MOVE or (moment == BEFORE_RECHECK and kind in KEPT_ELSEWHERE)
-        assert (run is None) == refused
+        assert (run is None) == (moment == HELD_MOVE)
         assert run is None or run.deleted == set()
         assert objects.exists(b_old)
         assert expired_at(kv, repo.record, history.old) is None
