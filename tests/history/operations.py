@@ -355,10 +355,14 @@ class Runner:
                 raise NoChanges("the root commit has nothing to revert")
             parent = 1 if len(args["parents"]) > 1 else None
             result = repo.revert(args["branch"], args["head"], parent)
-            return {"commit": result.commit.id}
+            return {"commit": result.commit.id, "attempts": result.attempts}
         if kind in ("merge", "sync"):
             result = repo.merge(args["source"], args["into"], strategy=args["strategy"])
-            return {"commit": result.commit.id, "fast_forward": result.fast_forward}
+            return {
+                "commit": result.commit.id,
+                "fast_forward": result.fast_forward,
+                "attempts": result.attempts,
+            }
         if kind == "branch_create":
             try:
                 return {"head": repo.create_branch(args["name"], source=args["head"]).commit_id}

@@ -148,3 +148,22 @@ def test_an_operation_that_never_finished_or_raised_is_reported() -> None:
     log.records[-1].update(status="error", error="CorruptedData: bad range")
     found = check(log.records, state(views={MAIN: {}, SHARED: {}, "w0": {}, "w1": {}}))
     assert any("raised CorruptedData" in message for message in found)
+
+
+@pytest.mark.parametrize(("held", "flagged"), [("w", False), ("q", True)])
+def test_a_retried_merge_holds_only_what_its_parents_hold(held: str, flagged: bool) -> None:
+    """After a lost race the engine merges its first attempt onto the new HEAD: where the
+    destination had taken the source's change and changed it again, the result keeps the
+    destination's (`w`) where a fresh three-way merge conflicts; a value neither parent holds
+    (`q`) is wrong either way."""
+    commits = {
+        ROOT: CommitState([], {}, {"a": "x"}),
+        "d": CommitState([ROOT], {}, {"a": "w"}),
+        "s": CommitState([ROOT], {}, {"a": "y"}),
+        "m": CommitState(["d", "s"], {"branchwater.merge.bases": ROOT}, {"a": held}),
+    }
+    log = Log()
+    log.op("merge", {"source": "w1", "into": MAIN, "strategy": None}, 1, 2,
+           {"commit": "m", "fast_forward": False, "attempts": 2}, worker=1)  # fmt: skip
+    found = check(log.records, state(commits=commits, bases={"m": [ROOT]}))
+    assert any("no parent's" in message for message in found) == flagged, found
