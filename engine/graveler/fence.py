@@ -14,7 +14,7 @@ of its parent, whose tree a revert brings back), cherry-pick or merge of one (be
 commit record is written). Each calls `claim` before its first write: it reads the key,
 refuses with `CommitExpired` on a live expiring record or an expired one, and otherwise
 replaces what it read (nothing, a claim, a lapsed record) by a claim stamped with the
-mover's clock, by compare-and-swap. The run writes its record by compare-and-swap too
+mover's wall clock, by compare-and-swap. The run writes its record by compare-and-swap too
 (`write_expiring_unless_claimed`), and not where a claim younger than the operation margin
 (`OPERATION_MARGIN`, 5 minutes) is: that commit is not fenced this run, so a sweep that
 would expire it refuses (`StaleGCMark`, nothing deleted) and a later run decides.
@@ -75,7 +75,11 @@ class FenceRecord:
 
     @classmethod
     def decode(cls, value: bytes) -> FenceRecord:
+        """The record `value` holds; `NotFound` when it is a move's claim, as in
+        `read_fence`."""
         raw = json.loads(value)
+        if "claimed" in raw:
+            raise NotFound("the fence key holds a move's claim, no GC retention record")
         if "expired" in raw:
             return cls(raw["run"], expired=raw["expired"])
         return cls(raw["expiring"], until=datetime.fromisoformat(raw["until"]))
@@ -92,7 +96,9 @@ class FenceRecord:
 
 @dataclass(frozen=True)
 class Claim:
-    """A move's claim on the commit, written at `at` (the mover's clock) before its write."""
+    """A move's claim on the commit, written before its write at `at`: the time of the
+    clock that dates commits (`refs.clock`, the wall clock but in tests that spread a
+    history over months, whose moves are then as old as its commits)."""
 
     at: datetime
 
@@ -157,11 +163,11 @@ def claim(g: Graveler, repo: RepositoryRecord, *commit_ids: str) -> None:
 def _claim(g: Graveler, repo: RepositoryRecord, commit_id: str) -> None:
     for _ in g.retry:
         state, predicate = _read(g.kv, repo, commit_id)
-        now = datetime.now(UTC)
-        if isinstance(state, FenceRecord) and state.fences(now):
+        if isinstance(state, FenceRecord) and state.fences(datetime.now(UTC)):
             raise state.refusal(commit_id)
+        value = Claim(g.refs.clock()).encode()
         try:
-            g.kv.set_if(repo.partition, fence_key(commit_id), Claim(now).encode(), predicate)
+            g.kv.set_if(repo.partition, fence_key(commit_id), value, predicate)
             return
         except PredicateFailed:
             continue

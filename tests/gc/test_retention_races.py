@@ -106,7 +106,6 @@ def make_history(repo: Repository, preview: bool = False) -> History:
     clock.advance(timedelta(days=1))
     head = feature.commit("feature").id
     repo.set_gc_rules(RULES)
-    age_claims(repo)
     return History(root, old, new, head, previewed)
 
 
