@@ -22,7 +22,10 @@ after it would.
 **GC.** Objects the transaction writes are staged on its branch, so GC protects them as any
 staged object (prepare lists every branch's staging); once committed there they are held by
 that branch's commit, and once landed by the target's, before the branch is deleted. An
-upload not yet staged is younger than any GC cutoff, as every upload is.
+upload not yet staged is younger than any GC cutoff, as every upload is. What lands is the
+tree of the transaction's own commit, its branch's HEAD until then, so retention never
+expires what the landing brings: unlike a merge of an old commit it needs no fence claim
+(`fence.py`); the branch it starts from is claimed as any branch creation claims.
 
 **A killed process.** Killed inside the block or before the landing's `set_if`, the target
 is as it was and `tx/<hex>` is left, holding the writes (staged, or in its commit): read
