@@ -125,7 +125,8 @@ class Backend:
             conn.execute(f"ANALYZE {DEFAULT_TABLE}")
 
     def scan_rows(self, partition: bytes) -> list[tuple[bytes, bytes]]:
-        """One partition's (key, value) rows in key order, by the driver alone."""
+        """One partition's (key, value) rows in key order, by the driver alone (psycopg in
+        binary format, which spares decoding `bytea`'s hex text)."""
         sql = f"SELECT key, value FROM {DEFAULT_TABLE} WHERE partition_key = {{}} ORDER BY key"
         if self.server is None:
             with sqlite3.connect(self.db) as conn:
@@ -133,7 +134,11 @@ class Backend:
         import psycopg
 
         with psycopg.connect(self.kv_url) as conn:
-            return [(bytes(k), bytes(v)) for k, v in conn.execute(sql.format("%s"), (partition,))]
+            cursor = conn.cursor(binary=True)
+            rows: list[tuple[bytes, bytes]] = cursor.execute(
+                sql.format("%s"), (partition,)
+            ).fetchall()
+            return rows
 
     # Objects, straight through the object library ----------------------------------------
 
