@@ -83,6 +83,8 @@ def run_history(
     name = unique_name(f"h{seed}-")
     repo = lake.create_repository(name, storage_namespace=backend.namespace(name))
     initial = set_up(repo, seed, settings.workers)
+    logs = logs / backend.name
+    logs.mkdir(exist_ok=True)
     tasks = [
         Task(
             backend.kv_url,
