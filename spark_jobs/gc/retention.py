@@ -42,7 +42,14 @@ from branchwater.engine.gc.runs.retention import (
 from branchwater.engine.gc.runs.storage import Namespace
 from branchwater.spark_jobs.gc.frames import map_shares
 
-EXPIRED_DDL = "address string, size long, metarange_id string, range_id string"
+EXPIRED_DDL = "address string, size long, metarange_id string, date long, ranges array<string>"
+"""An address of the expired-only ranges a task read: its size, the newest expired metarange
+holding it (by `date`, microseconds) and the ranges holding it, among those the task read."""
+ACTIVE_DDL = "address string"
+RANGES_PER_BATCH = 512
+"""Ranges a task reads before it merges their rows by address: a rewritten file's address is
+in every later version of its range until the file is rewritten again, so a batch of
+ranges holds each address many times; merged in Arrow, far fewer rows reach Spark."""
 CANDIDATE_SCHEMA = pa.schema(
     [
         ("address", pa.string()),
@@ -103,11 +110,9 @@ def expired_candidates(
 ) -> ExpiredCandidates:
     """Every data address only expired commits hold and no prepare output names, one row per
     address (the newest expired metarange attributed, and the ranges holding it)."""
-    active = active_addresses(spark, ns, layout, plan, readers)
+    active_ranges = _active_ranges(spark, ns, layout, plan, readers)
+    active = _addresses(spark, ns, layout, active_ranges, readers)
     expired_pairs = _range_pairs(spark, ns, layout, plan.expired_metaranges(), readers)
-    active_ranges = {
-        r for r, _ in _range_pairs(spark, ns, layout, plan.active_metaranges(), readers)
-    }
     trees: dict[str, set[str]] = {}
     only_expired: dict[str, str] = {}
     for range_id, metarange in expired_pairs:
@@ -115,22 +120,14 @@ def expired_candidates(
             trees.setdefault(metarange, set()).add(range_id)
             only_expired[range_id] = metarange
     keys = [layout.range_key(r) for r in sorted(only_expired)]
-    task = partial(
-        _range_addresses,
-        ns,
-        layout,
-        {layout.range_key(r): (r, m) for r, m in only_expired.items()},
-    )
+    dates = {m: _micros(a.date) for m, a in plan.attribution().items()}
+    owner = {layout.range_key(r): (r, m, dates.get(m, 0)) for r, m in only_expired.items()}
+    task = partial(_expired_addresses, ns, layout, owner)
     held = map_shares(spark, keys, task, EXPIRED_DDL, _tasks(keys, readers))
-    dates = plan.attribution()
-    newest = spark.createDataFrame(
-        [(m, a.date) for m, a in dates.items()], "metarange_id string, date timestamp"
-    )
-    ranked = held.join(F.broadcast(newest), "metarange_id", "left")
-    per_address = ranked.groupBy("address").agg(
+    per_address = held.groupBy("address").agg(
         F.max("size").alias("size"),
         F.max_by("metarange_id", "date").alias("metarange_id"),
-        F.collect_set("range_id").alias("ranges"),
+        F.array_distinct(F.flatten(F.collect_list("ranges"))).alias("ranges"),
     )
     rows = (
         per_address.filter(F.col("address").rlike(JVM_ADDRESS_PATTERN))
@@ -148,12 +145,22 @@ def active_addresses(
     readers: int,
 ) -> DataFrame:
     """Every address an active commit holds (one column, `address`, not distinct)."""
-    ranges = sorted(
-        {r for r, _ in _range_pairs(spark, ns, layout, plan.active_metaranges(), readers)}
-    )
-    keys = [layout.range_key(r) for r in ranges]
-    task = partial(_range_addresses, ns, layout, {})
-    return map_shares(spark, keys, task, EXPIRED_DDL, _tasks(keys, readers)).select("address")
+    ranges = _active_ranges(spark, ns, layout, plan, readers)
+    return _addresses(spark, ns, layout, ranges, readers)
+
+
+def _active_ranges(
+    spark: SparkSession, ns: Namespace, layout: CommittedLayout, plan: RetentionInput, readers: int
+) -> set[str]:
+    return {r for r, _ in _range_pairs(spark, ns, layout, plan.active_metaranges(), readers)}
+
+
+def _addresses(
+    spark: SparkSession, ns: Namespace, layout: CommittedLayout, ranges: set[str], readers: int
+) -> DataFrame:
+    keys = [layout.range_key(r) for r in sorted(ranges)]
+    task = partial(_range_addresses, ns, layout)
+    return map_shares(spark, keys, task, ACTIVE_DDL, _tasks(keys, readers))
 
 
 def mark_expired(
@@ -331,26 +338,73 @@ def _metarange_ranges(
         )
 
 
-def _range_addresses(
-    ns: Namespace, layout: CommittedLayout, owner: dict[str, tuple[str, str]], keys: list[str]
-) -> Iterator[pa.RecordBatch]:
-    """Each range's internal addresses with their size, and the range and metarange `owner`
-    names for its key (nulls where it names none)."""
+def _inside(ns: Namespace, layout: CommittedLayout, key: str) -> pa.Table:
+    """A range's internal addresses (address, size)."""
     columns = [layout.range_address_column, layout.range_size_column]
-    for key in keys:
-        table = ns.read_parquet(key, columns)
-        addresses = table.column(0)
-        inside = table.filter(pc.invert(external_mask(addresses, ns.store.url)))
-        range_id, metarange = owner.get(key, (None, None))
-        yield pa.record_batch(
-            [
-                inside.column(0).combine_chunks(),
-                pc.cast(inside.column(1), pa.int64()).combine_chunks(),
-                pa.repeat(pa.scalar(metarange, pa.string()), inside.num_rows),
-                pa.repeat(pa.scalar(range_id, pa.string()), inside.num_rows),
-            ],
-            names=["address", "size", "metarange_id", "range_id"],
+    table = ns.read_parquet(key, columns)
+    return table.filter(pc.invert(external_mask(table.column(0), ns.store.url)))
+
+
+def _range_addresses(
+    ns: Namespace, layout: CommittedLayout, keys: list[str]
+) -> Iterator[pa.RecordBatch]:
+    """The ranges' internal addresses, distinct within each batch of ranges."""
+    for start in range(0, len(keys), RANGES_PER_BATCH):
+        batch = keys[start : start + RANGES_PER_BATCH]
+        addresses = [_inside(ns, layout, key).column(0).cast(pa.string()) for key in batch]
+        chunks = [chunk for column in addresses for chunk in column.chunks]
+        unique = pc.unique(pa.chunked_array(chunks, pa.string()))
+        yield pa.record_batch([unique], names=["address"])
+
+
+def _expired_addresses(
+    ns: Namespace,
+    layout: CommittedLayout,
+    owner: dict[str, tuple[str, str, int]],
+    keys: list[str],
+) -> Iterator[pa.RecordBatch]:
+    """Each batch of ranges' internal addresses, one row per address (`EXPIRED_DDL`):
+    `owner` names each range key's range, metarange and that metarange's date."""
+    for start in range(0, len(keys), RANGES_PER_BATCH):
+        tables = []
+        for key in keys[start : start + RANGES_PER_BATCH]:
+            range_id, metarange, date = owner[key]
+            inside = _inside(ns, layout, key)
+            count = inside.num_rows
+            tables.append(
+                pa.table(
+                    {
+                        "address": inside.column(0).cast(pa.string()),
+                        "size": pc.cast(inside.column(1), pa.int64()),
+                        "metarange_id": pa.repeat(pa.scalar(metarange, pa.string()), count),
+                        "date": pa.repeat(pa.scalar(date, pa.int64()), count),
+                        "range_id": pa.repeat(pa.scalar(range_id, pa.string()), count),
+                    }
+                )
+            )
+        if not tables:
+            continue
+        rows = pa.concat_tables(tables).sort_by([("date", "descending")])
+        merged = rows.group_by("address", use_threads=False).aggregate(
+            [("size", "max"), ("metarange_id", "first"), ("date", "max"), ("range_id", "distinct")]
         )
+        yield from pa.table(
+            [
+                merged.column(name)
+                for name in (
+                    "address",
+                    "size_max",
+                    "metarange_id_first",
+                    "date_max",
+                    "range_id_distinct",
+                )
+            ],
+            names=["address", "size", "metarange_id", "date", "ranges"],
+        ).to_batches()
+
+
+def _micros(when: datetime) -> int:
+    return int(when.timestamp() * 1_000_000)
 
 
 def _addresses_of(ns: Namespace, layout: CommittedLayout, metaranges: set[str]) -> set[str]:

@@ -37,6 +37,7 @@ from branchwater.engine.gc.retention.rules import GCRules, set_rules
 from branchwater.engine.gc.runs.retention import RetentionInput, retention_input
 from branchwater.engine.gc.runs.storage import Namespace
 from branchwater.engine.graveler.model import Entry
+from tests.benchmarks.backends import Backend, open_backend
 from tests.benchmarks.bench_gc import MTIME, RANGES, best_alternating, spark_session, stage
 from tests.benchmarks.declarations import Benchmark, Suite
 
@@ -68,12 +69,12 @@ def entry(path: str, address: str) -> tuple[str, Entry]:
     return path, Entry(path, address, 1, address.rsplit("/", 1)[1], MTIME)
 
 
-def generate(root: Path, objects: int, commits: int, branches: int) -> tuple[Lake, Any, str]:
+def generate(backend: Backend, objects: int, commits: int, branches: int) -> tuple[Lake, Any, str]:
     """The history; returns the lake, the repository and the staged addresses' Parquet."""
     rng = random.Random(17)
-    db = root / "lake.db"
-    lake = Lake.connect(f"sqlite:///{db}?synchronous=normal", range_policy=RANGES)
-    repo = lake.create_repository("bench", storage_namespace=f"file://{root}/ns")
+    root = backend.root
+    lake = backend.connect(range_policy=RANGES)
+    repo = lake.create_repository("bench", storage_namespace=backend.namespace("ns"))
     g, record = lake.graveler, repo.record
     committed = g.committed(record)
     now = datetime.now(UTC)
@@ -106,7 +107,7 @@ def generate(root: Path, objects: int, commits: int, branches: int) -> tuple[Lak
         repo.create_branch(f"branch-{b:04d}", source=history[rng.randrange(len(history))])
     staged = [address(365) for _ in range(max(1, objects // 100))]
     tokens = [b.staging_token for b in g.refs.branches(record)]
-    stage(db, tokens, staged, "s")
+    stage(backend, tokens, staged, "s")
     staged_file = str(root / "staged.parquet")
     pq.write_table(pa.table({"address": pa.array(staged, pa.string())}), staged_file)
     set_rules(g.kv, record, RULES)
@@ -114,7 +115,6 @@ def generate(root: Path, objects: int, commits: int, branches: int) -> tuple[Lak
 
 
 def main(argv: list[str]) -> None:
-    from branchwater.spark_jobs.gc.retention import active_addresses, expired_candidates
 
     parser = argparse.ArgumentParser(prog="bench_gc_retention")
     parser.add_argument("--objects", type=int, default=200_000)
@@ -126,12 +126,22 @@ def main(argv: list[str]) -> None:
     args, _ = parser.parse_known_args(argv)
     objects, commits = (20_000, 100) if args.quick else (args.objects, args.commits)
     branches = args.branches if args.branches is not None else max(1, commits // 30)
-    root = Path(tempfile.mkdtemp(prefix="bench-gc-retention-"))
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-gc-retention-") as tmp,
+        open_backend(Path(tmp)) as backend,
+    ):
+        measure(backend, objects, commits, branches)
+
+
+def measure(backend: Backend, objects: int, commits: int, branches: int) -> None:
+    from branchwater.spark_jobs.gc.retention import active_addresses, expired_candidates
+
+    root = backend.root
     start = time.perf_counter()
-    lake, repo, staged_file = generate(root, objects, commits, branches)
+    lake, repo, staged_file = generate(backend, objects, commits, branches)
     print(f"  generate: {time.perf_counter() - start:.1f} s", flush=True)
     spark = spark_session()
-    ns = Namespace.of(repo.storage_namespace)
+    ns = Namespace.of(repo.storage_namespace, backend.s3_options)
     layout = repo.committed_layout()
     readers = max(1, spark.sparkContext.defaultParallelism)
     now = datetime.now(UTC)
@@ -182,7 +192,7 @@ def main(argv: list[str]) -> None:
         f"BENCH gc-retention ratio={candidate_s / floor_s:.2f} committed_s={candidate_s:.2f} "
         f"floor_s={floor_s:.2f} objects={objects} commits={commits + 1} "
         f"branches={branches} expired_commits={len(fixed.retention.expired)} "
-        f"candidates={found} scale=issue/{1_000_000 // max(1, objects)}",
+        f"candidates={found} scale=issue/{1_000_000 // max(1, objects)} {backend.label}",
         flush=True,
     )
     spark.stop()
