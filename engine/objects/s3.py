@@ -4,7 +4,9 @@ Built on obstore (Rust's `object_store` behind a Python API), which the object-l
 measurement chose over boto3 and `pyarrow.fs` (docs/architecture.md, "One object layer").
 Keys are relative to the URL's prefix. A PutObject, and a completed multipart upload, are
 atomic on S3 (readers see the old object or the whole new one), so writes need no temporary
-objects; a multipart upload that fails is aborted. Constructing a store makes no request:
+objects; a multipart upload that fails is aborted. Keys obstore cannot address (ASCII
+control characters, which other tools may write) go through boto3 (`s3_fallback`), and so
+does a listing that meets one. Constructing a store makes no request:
 a missing bucket, an unreachable endpoint or missing credentials show on first use, as a
 typed error that names the URL (never a credential).
 """
@@ -28,6 +30,7 @@ from urllib.parse import urlsplit
 import obstore
 from obstore.exceptions import (
     BaseError,
+    InvalidPathError,
     PermissionDeniedError,
     PreconditionError,
     UnauthenticatedError,
@@ -43,6 +46,7 @@ from branchwater.engine.errors import (
     NotFound,
     Unavailable,
 )
+from branchwater.engine.objects.s3_fallback import Boto3Keys, addressable
 from branchwater.engine.objects.store import (
     Listing,
     ObjectInfo,
@@ -130,6 +134,18 @@ class S3ObjectStore(ObjectStore):
         self._opening = threading.Lock()
         self._bucket_seen = False
         self._path_order: bool | None = None
+        self._boto3 = Boto3Keys(
+            self.url,
+            self.bucket,
+            self.prefix,
+            {
+                "endpoint_url": self.endpoint_url,
+                "aws_access_key_id": aws_access_key_id,
+                "aws_secret_access_key": aws_secret_access_key,
+                "aws_session_token": aws_session_token,
+                "region_name": region_name,
+            },
+        )
 
     def put_stream(self, key: str, source: StreamSource) -> ObjectInfo:
         """One PutObject when `source` fits in a part, else a multipart upload of
@@ -137,7 +153,11 @@ class S3ObjectStore(ObjectStore):
         `PARTS_IN_FLIGHT + 1` parts. A failed upload is aborted: no object, no pending
         upload. The mtime is this machine's clock when the write ends, which saves a HEAD
         per write; S3 stamps `LastModified` within the same request."""
-        check_object_key(key)
+        if not addressable(check_object_key(key)):
+            raise InvalidArgument(
+                f"object key {key!r} has control characters: Branchwater reads such S3 keys "
+                "(written by other tools) but does not write them"
+            )
         chunks = iter_chunks(source, PART_SIZE)
         head: list[bytes] = []
         size = 0
@@ -167,13 +187,18 @@ class S3ObjectStore(ObjectStore):
         this starts with gives the size (for `seek` from the end), `NotFound` early, and the
         ETag every GET must match, so an object replaced meanwhile fails the read
         (`CorruptedData`) instead of mixing two versions."""
-        check_object_key(key)
+        if not addressable(check_object_key(key)):
+            info = self._boto3.head(key)
+            reader = _RangeReader(self, key, info.size, info.etag or "*")
+            return io.BufferedReader(reader, buffer_size=READ_AHEAD)
         meta = self._call(key, lambda: obstore.head(self._s3, key))
         reader = _RangeReader(self, key, meta["size"], meta["e_tag"] or "*")
         return io.BufferedReader(reader, buffer_size=READ_AHEAD)
 
     def _get_range(self, key: str, etag: str, start: int, stop: int | None) -> Any:
         """Bytes `start` to `stop` (the end when None) of `key`, if it still has `etag`."""
+        if not addressable(key):
+            return self._boto3.get_range(key, etag, start, stop)
         wanted: Any = {"offset": start} if stop is None else (start, stop)
         result = self._call(
             key,
@@ -182,7 +207,8 @@ class S3ObjectStore(ObjectStore):
         return self._call(key, result.bytes)
 
     def stat(self, key: str) -> ObjectInfo:
-        check_object_key(key)
+        if not addressable(check_object_key(key)):
+            return self._boto3.head(key)
         meta = self._call(key, lambda: obstore.head(self._s3, key))
         return ObjectInfo(key, meta["size"], _utc(meta["last_modified"]), _etag(meta))
 
@@ -216,7 +242,10 @@ class S3ObjectStore(ObjectStore):
         """ListObjectsV2 with a `/` delimiter: one request per 1,000 names however deep the
         folder's tree."""
         folder = check_folder(folder)
-        result = self._call(None, lambda: obstore.list_with_delimiter(self._s3, folder or None))
+        try:
+            result = self._call(None, lambda: obstore.list_with_delimiter(self._s3, folder or None))
+        except _Unlistable:
+            return self._boto3_folder(folder)
         start = len(folder) + 1 if folder else 0
         names: list[str] = []
         sizes: list[int] = []
@@ -247,6 +276,7 @@ class S3ObjectStore(ObjectStore):
 
     def close(self) -> None:
         self._store = None
+        self._boto3.close()
 
     @property
     def _s3(self) -> S3Store:
@@ -300,6 +330,60 @@ class S3ObjectStore(ObjectStore):
         return provider
 
     def _list(self, prefix: str) -> Iterator[ObjectInfo]:
+        """obstore's listing, or boto3's from where it stopped if it met a key obstore
+        cannot address."""
+        last: str | None = None
+        try:
+            for info in self._obstore_list(prefix):
+                last = info.key
+                yield info
+        except _Unlistable:
+            for info in self._boto3_list(prefix):
+                if last is None or info.key > last:
+                    yield info
+
+    def _boto3_list(self, prefix: str) -> Iterator[ObjectInfo]:
+        """Every key below `prefix` as boto3 lists it; keys this API could not address
+        (folder markers, `a//b`) are left out."""
+        infos: Iterator[ObjectInfo] = (
+            info
+            for page in self._boto3.pages(self.prefix + prefix)
+            for obj in page.get("Contents", ())
+            if (info := self._boto3_info(obj)) is not None
+        )
+        if self._lists_path_by_path():
+            infos = _in_key_order(infos, len(prefix))
+        return infos
+
+    def _boto3_info(self, obj: dict[str, Any]) -> ObjectInfo | None:
+        key = obj["Key"][len(self.prefix) :]
+        try:
+            check_object_key(key)
+        except InvalidArgument:
+            return None
+        etag = obj.get("ETag", "").strip('"') or None
+        return ObjectInfo(key, obj["Size"], _utc(obj["LastModified"]), etag)
+
+    def _boto3_folder(self, folder: str) -> Listing:
+        full = self.prefix + (f"{folder}/" if folder else "")
+        names: list[str] = []
+        sizes: list[int] = []
+        mtimes: list[int] = []
+        directories: list[str] = []
+        for page in self._boto3.pages(full, delimiter="/"):
+            for obj in page.get("Contents", ()):
+                name = obj["Key"][len(full) :]
+                if name and "/" not in name:
+                    names.append(name)
+                    sizes.append(obj["Size"])
+                    mtimes.append(_epoch_ns(obj["LastModified"]))
+            for common in page.get("CommonPrefixes", ()):
+                name = common["Prefix"][len(full) :].rstrip("/")
+                if name and "/" not in name:
+                    directories.append(name)
+        return Listing(names, sizes, mtimes, directories)
+
+    def _obstore_list(self, prefix: str) -> Iterator[ObjectInfo]:
         folder = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
         if folder:
             try:
@@ -356,7 +440,11 @@ class S3ObjectStore(ObjectStore):
         return self._path_order
 
     def _delete_batch(self, keys: list[str]) -> None:
-        self._call(None, lambda: obstore.delete(self._s3, keys))
+        plain = [key for key in keys if addressable(key)]
+        if plain:
+            self._call(None, lambda: obstore.delete(self._s3, plain))
+        if len(plain) < len(keys):
+            self._boto3.delete([key for key in keys if not addressable(key)])
 
     def _call(self, key: str | None, request: Callable[[], T]) -> T:
         """Run one S3 request, turning obstore's errors into typed errors that name the URL."""
@@ -371,6 +459,8 @@ class S3ObjectStore(ObjectStore):
                 f"object {key!r} in {self.url} was replaced while it was being read; "
                 "objects are written once, so something outside Branchwater rewrote it"
             ) from None
+        except InvalidPathError:
+            raise _Unlistable from None
         except (PermissionDeniedError, UnauthenticatedError) as exc:
             raise Unavailable(
                 f"S3 object store {self.url} refused our credentials or access "
@@ -429,6 +519,10 @@ class S3ObjectStore(ObjectStore):
             f"S3 bucket {self.bucket!r} of object store {self.url} does not exist; "
             "create it or fix the URL"
         )
+
+
+class _Unlistable(Exception):
+    """obstore's listing met a key it cannot address: boto3 lists instead."""
 
 
 class _Counted:

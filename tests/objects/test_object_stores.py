@@ -6,6 +6,7 @@ bucket root and below a key prefix (prefix handling is where S3 drivers usually 
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -331,3 +332,33 @@ def test_s3_construction_needs_no_network() -> None:
 def test_s3_malformed_url_is_a_configuration_error(url: str) -> None:
     with pytest.raises(ConfigurationError):
         S3ObjectStore(url, region_name="us-east-1")
+
+
+@pytest.mark.s3
+def test_s3_keys_with_control_characters_are_listed_read_and_deleted(
+    s3_server: S3Server, s3_bucket: str
+) -> None:
+    """obstore refuses such keys (and fails a listing that meets one): other tools write
+    them, so the driver reads, lists and deletes them all the same, and refuses to write."""
+    raw = s3_server.client()
+    hostile = "t/tab\tnew\nline"
+    data = os.urandom(3 * s3_module.READ_AHEAD)
+    raw.put_object(Bucket=s3_bucket, Key="ns/" + hostile, Body=data)
+    raw.close()
+    store = S3ObjectStore(f"s3://{s3_bucket}/ns", **s3_server.options)
+    for key in ("a", "t/a", "t/z"):
+        store.put(key, b"v")
+
+    assert keys_of(store) == ["a", "t/a", hostile, "t/z"]
+    assert keys_of(store, "t/t") == [hostile]
+    assert sorted(store.list_folder("t").names) == ["a", hostile.removeprefix("t/"), "z"]
+    assert store.stat(hostile).size == len(data)
+    with store.open(hostile) as f:
+        f.seek(s3_module.READ_AHEAD + 5)
+        assert f.read(10) == data[s3_module.READ_AHEAD + 5 : s3_module.READ_AHEAD + 15]
+    assert store.get(hostile) == data
+    with pytest.raises(InvalidArgument, match="control characters"):
+        store.put("t/bell\x07", b"v")
+    store.delete([hostile, "t/a"])
+    assert keys_of(store) == ["a", "t/z"]
+    store.close()

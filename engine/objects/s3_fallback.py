@@ -1,0 +1,122 @@
+"""boto3 for the S3 keys obstore cannot address: keys with ASCII control characters.
+
+obstore (Rust's `object_store`) refuses such a key as a path, and fails a whole listing that
+meets one. Other tools write them, and an import reads them where they are, so the S3 driver
+reads, deletes and lists them through boto3 instead; Branchwater itself never writes one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import UTC
+from typing import Any, NoReturn, TypeVar
+
+from branchwater.engine.errors import (
+    BranchwaterError,
+    CorruptedData,
+    NotFound,
+    Unavailable,
+)
+from branchwater.engine.objects.store import ObjectInfo
+
+T = TypeVar("T")
+
+
+def addressable(key: str) -> bool:
+    """Whether obstore can address `key`: no ASCII control character in it."""
+    return not any(ord(c) < 0x20 or ord(c) == 0x7F for c in key)
+
+
+class Boto3Keys:
+    """A boto3 client on the driver's bucket and prefix, made on first use."""
+
+    def __init__(self, url: str, bucket: str, prefix: str, options: dict[str, str | None]) -> None:
+        self._url = url
+        self._bucket = bucket
+        self._prefix = prefix
+        self._options = options
+        self._client: Any = None
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            import boto3
+            from botocore.config import Config
+
+            config = Config(
+                connect_timeout=10,
+                read_timeout=60,
+                retries={"mode": "standard", "max_attempts": 5},
+            )
+            self._client = boto3.session.Session().client("s3", config=config, **self._options)
+        return self._client
+
+    def head(self, key: str) -> ObjectInfo:
+        response = self._call(
+            key, lambda: self.client.head_object(Bucket=self._bucket, Key=self._prefix + key)
+        )
+        etag = response.get("ETag", "").strip('"') or None
+        return ObjectInfo(
+            key, response["ContentLength"], response["LastModified"].astimezone(UTC), etag
+        )
+
+    def get_range(self, key: str, etag: str, start: int, stop: int | None) -> bytes:
+        wanted = f"bytes={start}-" + ("" if stop is None else str(stop - 1))
+        response = self._call(
+            key,
+            lambda: self.client.get_object(
+                Bucket=self._bucket, Key=self._prefix + key, Range=wanted, IfMatch=f'"{etag}"'
+            ),
+        )
+        return self._call(key, response["Body"].read)
+
+    def delete(self, keys: list[str]) -> None:
+        objects = [{"Key": self._prefix + key} for key in keys]
+        response = self._call(
+            None,
+            lambda: self.client.delete_objects(
+                Bucket=self._bucket, Delete={"Objects": objects, "Quiet": True}
+            ),
+        )
+        failures = [e for e in response.get("Errors", ()) if e.get("Code") != "NoSuchKey"]
+        if failures:
+            raise Unavailable(
+                f"S3 object store {self._url} could not delete {len(failures)} object(s); "
+                f"first: {failures[0].get('Key')!r}: {failures[0].get('Code')}"
+            )
+
+    def pages(self, full_prefix: str, delimiter: str = "") -> Iterator[dict[str, Any]]:
+        """ListObjectsV2 pages of `full_prefix` (below the bucket, the driver's prefix
+        included), as boto3 returns them."""
+        extra = {"Delimiter": delimiter} if delimiter else {}
+        paginator = self.client.get_paginator("list_objects_v2")
+        pages = iter(paginator.paginate(Bucket=self._bucket, Prefix=full_prefix, **extra))
+        while (page := self._call(None, lambda: next(pages, None))) is not None:
+            yield page
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+    def _call(self, key: str | None, request: Callable[[], T]) -> T:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return request()
+        except ClientError as exc:
+            self._raise(key, exc)
+        except BotoCoreError as exc:
+            raise Unavailable(f"S3 object store {self._url}: {exc}") from None
+
+    def _raise(self, key: str | None, exc: Any) -> NoReturn:
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        if code in ("NoSuchKey", "404", "NotFound"):
+            raise NotFound(f"object {key!r} not found in {self._url}") from None
+        if code == "PreconditionFailed":
+            raise CorruptedData(
+                f"object {key!r} in {self._url} was replaced while it was being read; "
+                "objects are written once, so something outside Branchwater rewrote it"
+            ) from None
+        raise BranchwaterError(
+            f"S3 object store {self._url} rejected the request ({code})"
+        ) from None
