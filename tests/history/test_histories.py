@@ -2,11 +2,12 @@
 against one repository, checked against the model (`tests.history.checker`).
 
 The fast variant runs 20 seeds on each back end (SQLite + local files; PostgreSQL +
-SeaweedFS) with failpoints raising in a share of the operations; the slow one 200 seeds of
-16 processes whose failpoints kill the worker, which the supervisor starts again to retry
-the operation it died in. A failure names its seed and the command that runs it again
-(`BRANCHWATER_HISTORY_SEED`); the interleaving is the machine's, so a race may need a few
-runs of it.
+SeaweedFS) with failpoints raising in a share of the operations; the slow one histories whose
+failpoints kill the worker, which the supervisor starts again to retry the operation it
+died in (one per back end in `make test`; 200 of 16 processes, whose last GC run is the Spark
+job, with `BRANCHWATER_LONG_TESTS=1`). A failure names its seed and the command that
+runs it again (`BRANCHWATER_HISTORY_SEED`); the interleaving is the machine's, so a race may
+need a few runs of it.
 """
 
 from __future__ import annotations
@@ -43,12 +44,18 @@ pytestmark = pytest.mark.xdist_group("history")
 REGRESSION_SEEDS = [36, 37, 41]
 """Seeds whose histories found something (`test_regressions.py` forces each): run on every
 back end besides the 20."""
+LONG = os.environ.get("BRANCHWATER_LONG_TESTS") == "1"
+"""The long run (`BRANCHWATER_LONG_TESTS=1`, hours): 200 killed histories of 16 workers on
+each back end. `make test` runs one of 6 workers per back end, on the fast variant's pool."""
 FAST = Settings(workers=6, operations=12, fault="raise")
-SLOW = Settings(workers=16, operations=20, fault="kill", fault_rate=0.1, gc_min_age=1.0)
-SLOW_SEEDS = int(os.environ.get("BRANCHWATER_HISTORY_SLOW_SEEDS", "1"))
-"""200 for the full slow run (`BRANCHWATER_HISTORY_SLOW_SEEDS=200`, hours): a killed
-history of 16 workers and its Spark GC run take minutes on two loaded cores, so `make test`
-runs one per back end."""
+SLOW = Settings(
+    workers=16 if LONG else FAST.workers,
+    operations=20 if LONG else FAST.operations,
+    fault="kill",
+    fault_rate=0.1,
+    gc_min_age=1.0,
+)
+SLOW_SEEDS = int(os.environ.get("BRANCHWATER_HISTORY_SLOW_SEEDS", "200" if LONG else "1"))
 
 
 def seeds(count: int) -> list[int]:
@@ -152,7 +159,6 @@ def test_history_keeps_the_model(
 
 
 @pytest.mark.slow
-@pytest.mark.spark
 @pytest.mark.parametrize("seed", seeds(SLOW_SEEDS))
 @pytest.mark.parametrize("backend_name", BACKENDS)
 def test_killed_histories_keep_the_model(
@@ -161,15 +167,17 @@ def test_killed_histories_keep_the_model(
     seed: int,
     pools: dict[int, Workers],
     logs: Path,
-    spark: SparkSession,
 ) -> None:
-    """Workers killed at their failpoints and started again; the final GC run is the Spark
-    job's (in this process, on the session's Spark)."""
+    """Workers killed at their failpoints and started again. In the long run the final GC
+    run is the Spark job's (in this process, on the session's Spark); `make test` sweeps by
+    the rule the Spark job is tested against, as the fast variant does."""
     lake, backend = request.getfixturevalue(f"{backend_name}_backend")
 
     def spark_job(repo: Repository) -> int:
+        spark: SparkSession = request.getfixturevalue("spark")
         gc = GCLake(spark, lake, repo, backend.kv_url, backend.s3_options or {})
         summary = gc.run()
         return summary.counts["deleted"].objects
 
-    run_and_check(request, backend_name, seed, SLOW, pools, logs, spark_job)
+    collect = spark_job if LONG else rule_sweep
+    run_and_check(request, backend_name, seed, SLOW, pools, logs, collect)
