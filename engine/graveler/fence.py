@@ -27,8 +27,9 @@ so one comes first.
   refuses; nothing was written. A record that lapsed (its run died) can be replaced by a
   claim: the sweep re-arms its records only while each is still its own and live, and
   deletes nothing otherwise.
-- C before R, the claim fresh when R reads it: no record; the sweep finds the commit
-  unfenced and deletes nothing.
+- C before R, the claim fresh when R reads it: no record. The sweep re-arms every commit
+  whose tree holds an object it deletes (those are the commits it expires) before deleting;
+  if the move's commit is one, finding it unfenced, the sweep deletes nothing.
 - C before R, the claim older than the margin: W landed before R, so before Q. The re-check
   sees W (a ref on the commit makes it active; a new commit record or a staged entry holds
   its addresses) and drops them from the candidates; R may replace the claim.
