@@ -16,8 +16,8 @@ refuses with `CommitExpired` on a live expiring record or an expired one, and ot
 replaces what it read (nothing, a claim, a lapsed record) by a claim stamped with the
 mover's wall clock, by compare-and-swap. The run writes its record by compare-and-swap too
 (`write_expiring_unless_claimed`), and not where a claim younger than the operation margin
-(`OPERATION_MARGIN`, 5 minutes) is: that commit is not fenced this run, so a sweep that
-would expire it refuses (`StaleGCMark`, nothing deleted) and a later run decides.
+(`OPERATION_MARGIN`, 5 minutes) is: that commit is not fenced this run, and the run's
+re-check counts it as active, keeping what its tree holds; a later run decides.
 
 Why no object a ref then references is deleted. Let C be the move's claim and W its first
 write (within the margin of C: the assumption every GC argument here makes, clock skew
@@ -27,9 +27,10 @@ so one comes first.
   refuses; nothing was written. A record that lapsed (its run died) can be replaced by a
   claim: the sweep re-arms its records only while each is still its own and live, and
   deletes nothing otherwise.
-- C before R, the claim fresh when R reads it: no record. The sweep re-arms every commit
-  whose tree holds an object it deletes (those are the commits it expires) before deleting;
-  if the move's commit is one, finding it unfenced, the sweep deletes nothing.
+- C before R, the claim fresh when R reads it: no record, and the re-check counts the
+  commit as active, so no object its tree holds is a candidate. Independently, the sweep
+  re-arms every commit whose tree holds an object it deletes before deleting, and finding
+  one unfenced deletes nothing.
 - C before R, the claim older than the margin: W landed before R, so before Q. The re-check
   sees W (a ref on the commit makes it active; a new commit record or a staged entry holds
   its addresses) and drops them from the candidates; R may replace the claim.

@@ -14,8 +14,9 @@ sees it and keeps the objects), before it with its claim older than the margin (
 record replaces the claim, and the re-check still sees the move), after it (the
 move's claim reads the run's record and refuses, writing nothing), or held in the mover
 after its claim until the run has re-checked (its write lands after the re-check; the claim
-was fresh, so the sweep deletes nothing). A move SIGKILLed after its claim, before or after
-its write, leaves nothing referencing a collected commit, and the next run converges.
+was fresh, so the run kept the commit active and deletes nothing of it). A move SIGKILLed
+after its claim, before or after its write, leaves nothing referencing a collected commit,
+and the next run converges.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ import pytest
 
 from branchwater.engine import CommitExpired, Lake, failpoints
 from branchwater.engine.api import Repository
-from branchwater.engine.errors import StaleGCMark
 from branchwater.engine.gc.retention.expired import expired_at
 from branchwater.engine.gc.runs import statuses
 from branchwater.engine.gc.runs.files import RunSummary
@@ -303,7 +303,7 @@ def run_racing(
     workers: tuple[SyncManager, Pool],
     kind: str,
     moment: str,
-) -> tuple[Run | None, list[str]]:
+) -> tuple[Run, list[str]]:
     """A retention run with the move made in the worker at `moment`; the run (None when its
     sweep refused) and what the move returned."""
     manager, pool = workers
@@ -319,7 +319,7 @@ def run_racing(
             outcomes.append(pending.get(WAIT))
 
         with failpoints.armed(BEFORE_SWEEP, release):
-            return run_or_refusal(repo), outcomes
+            return retention_run(repo), outcomes
 
     def racing() -> None:
         outcomes.append(pool.apply(move, args))
@@ -328,17 +328,7 @@ def run_racing(
 
     at = BEFORE_RECHECK if moment == AGED_CLAIM else moment
     with failpoints.armed(at, racing):
-        return run_or_refusal(repo), outcomes
-
-
-def run_or_refusal(repo: Repository) -> Run | None:
-    """`retention_run`, or None when its sweep refused because a commit it would expire was
-    claimed by a move within the margin, so never fenced (nothing deleted)."""
-    try:
-        return retention_run(repo)
-    except StaleGCMark as stale:
-        assert "no longer recorded as expiring" in str(stale)
-        return None
+        return retention_run(repo), outcomes
 
 
 def moment_cases() -> Iterator[Any]:
@@ -379,20 +369,19 @@ def test_a_move_onto_the_commit_a_run_collects(
     if kind == "delete":
         assert outcomes == ["done"] and "feature" not in Refs.of(repo).branches
         assert objects.exists(f_old), "the run deleted what the branch held at its first read"
-        assert run is not None and run.deleted == {b_old} and run.expiring == [history.old]
+        assert run.deleted == {b_old} and run.expiring == [history.old]
         again = retention_run(repo)
         assert f_old in again.deleted and history.feature in again.expiring
         assert not objects.exists(f_old)
     elif moment == BEFORE_SWEEP:
-        assert outcomes == [f"refused {history.old} {run.run_id if run else None}"]
+        assert outcomes == [f"refused {history.old} {run.run_id}"]
         assert Refs.of(repo) == refs_before and commit_ids(repo) == commits_before
         assert b_old not in run_addresses(repo, repo.prepare_uncommitted_for_gc())
-        assert run is not None and run.deleted == {b_old} and run.expiring == [history.old]
+        assert run.deleted == {b_old} and run.expiring == [history.old]
         assert expired_at(kv, repo.record, history.old) is not None
     else:
         assert outcomes == ["done"]
-        assert (run is None) == (moment == HELD_MOVE)
-        assert run is None or run.deleted == set()
+        assert run.deleted == set() and run.expiring == []
         assert objects.exists(b_old)
         assert expired_at(kv, repo.record, history.old) is None
         if moment == HELD_MOVE:
@@ -431,7 +420,8 @@ def test_a_move_killed_after_its_claim(
             child.join(WAIT)
 
         with failpoints.armed(BEFORE_SWEEP, release_and_reap):
-            assert run_or_refusal(repo) is None
+            held = retention_run(repo)
+            assert held.deleted == set() and held.expiring == []
     finally:
         if child.is_alive():
             child.kill()
@@ -474,7 +464,6 @@ def test_a_publish_of_a_preview_the_run_collects(
         b_old = address_of(repo, history.old, "t/b")
         refs_before = Refs.of(repo)
         run, outcomes = run_racing(repo, history, race_kv, workers, "publish", moment)
-        assert run is not None
         if moment == BEFORE_RECHECK:
             assert outcomes == ["done"] and repo.branch("dest").commit_id == history.preview
             assert run.deleted == set()

@@ -149,13 +149,16 @@ def metaranges_now_held(
     the rules stored now if they changed meanwhile: whichever keeps a commit keeps it, at
     the run's time) and of every commit recorded since `first`, less those `first` already
     counted as active. The commits the run may expire are fenced first: of them, those
-    `holding` names (the commits whose trees hold a candidate) when given."""
+    `holding` names (the commits whose trees hold a candidate) when given. One a move
+    claimed within the operation margin is not fenced and counts as active: the move may
+    still write, so this run keeps what it holds."""
     failpoints.hit("gc.retention.before_recheck")
-    mark_expiring(g.kv, repo, commits_expiring(first, set(), holding), run_id)
+    expiring = commits_expiring(first, set(), holding)
+    claimed = set(expiring) - set(mark_expiring(g.kv, repo, expiring, run_id))
     heads = read_heads(g, repo)
     commits = list(g.refs.list_commits(repo))
     history = {c.id: CommitNode.of(c) for c in commits}
-    active = set(classify(history, heads, first.rules, first.retention.now).active)
+    active = set(classify(history, heads, first.rules, first.retention.now).active) | claimed
     rules = get_rules(g.kv, repo)
     if rules is not None and rules != first.rules:
         active |= classify(history, heads, rules, first.retention.now).active
