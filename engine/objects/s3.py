@@ -406,19 +406,10 @@ class S3ObjectStore(ObjectStore):
             infos = _in_key_order(infos, len(prefix))
         previous = None
         for info in infos:
-            if info.key == previous or (info.size == 0 and not self._is_object(info.key)):
+            if info.key == previous or (info.size == 0 and not self.exists(info.key)):
                 continue
             previous = info.key
             yield info
-
-    def _is_object(self, key: str) -> bool:
-        try:
-            self.stat(key)
-        except BucketNotFound:
-            raise
-        except NotFound:
-            return False
-        return True
 
     def _lists_path_by_path(self) -> bool:
         """Whether the endpoint is a server that lists path by path, by its `Server` header
