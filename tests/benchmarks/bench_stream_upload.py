@@ -7,8 +7,8 @@ and on the SeaweedFS S3 server.
   namespace folder and a SHA-256 of the file (local files: the copy and the hash any
   content-addressed write must do, one after the other) or obstore's `put` of the file (S3,
   the object layer's base: parallel multipart), each in a child process of its own; the
-  best of `--rounds`, the two sides alternating. `peak_rss_mb` is the upload child's peak RSS (VmHWM), its
-  imports included.
+  best of `--rounds`, the two sides alternating. `peak_rss_mb` is the upload child's peak
+  RSS (VmHWM), its imports included.
 """
 
 from __future__ import annotations
