@@ -12,7 +12,7 @@ the first read (a merge or commit that committed old objects again, a revert or
 cherry-pick). It also prepares the uncommitted entries again, which catches a restore that
 staged an expired commit's entry. A move made after the re-check and before the sweep
 deletes is refused instead: the run records its expiring commits in the KV before it
-re-checks, and every move onto a commit checks that record after its own write
+re-checks, and every move onto a commit claims that key before its first write
 (`engine/graveler/fence.py` proves the order).
 """
 
