@@ -11,6 +11,7 @@ that keep working") holds the argument each test stands for.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
@@ -149,6 +150,10 @@ def test_a_copy_whose_branch_is_reset_copies_nothing(
 
 # Links -------------------------------------------------------------------------------------
 
+RUN_ID_RESOLUTION = 0.002
+"""A run id tells its time to the millisecond: an object written in the same millisecond as
+the run starts is not older than the run at a minimum age of zero."""
+
 
 def test_a_link_staged_after_the_scan_is_too_young_for_the_default_minimum_age(
     repo: Repository, other_client: ThreadPoolExecutor
@@ -160,6 +165,7 @@ def test_a_link_staged_after_the_scan_is_too_young_for_the_default_minimum_age(
     physical = main.get_physical_address()
     repo.lake.graveler.objects(repo.storage_namespace).put(physical.address, b"by spark")
     checksum = content_checksum(b"by spark")
+    time.sleep(RUN_ID_RESOLUTION)
     with paused_at("link.before_stage") as pause:
         linking = other_client.submit(
             main.link_physical_address, "t/x", physical.token, size=8, checksum=checksum
