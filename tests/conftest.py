@@ -16,7 +16,14 @@ import pytest
 from branchwater.engine import Lake
 from branchwater.engine.api import Repository
 from branchwater.engine.graveler.committed import RangePolicy
-from tests.helpers.servers import PG_HOST, PG_PORT, PG_USER, free_port, unavailable, unique_name
+from tests.helpers.servers import (
+    PG_HOST,
+    PG_PORT,
+    PG_USER,
+    free_port,
+    private_database,
+    unique_name,
+)
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 RANGE_CACHE_DIR = tempfile.mkdtemp(prefix="bw-range-cache-")
@@ -55,18 +62,8 @@ def repo(lake: Lake, tmp_path: Path) -> Repository:
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """A fresh database on the local PostgreSQL server for this test session, dropped after."""
-    import psycopg
-
-    admin = f"postgresql://{PG_USER}@{PG_HOST}:{PG_PORT}/postgres"
-    name = unique_name("bw_test_")
-    try:
-        with psycopg.connect(admin, autocommit=True, connect_timeout=5) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
-    except psycopg.OperationalError as exc:
-        unavailable(f"PostgreSQL on {PG_HOST}:{PG_PORT} is not reachable: {exc}")
-    yield f"postgresql://{PG_USER}@{PG_HOST}:{PG_PORT}/{name}"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with private_database("bw_test_") as name:
+        yield f"postgresql://{PG_USER}@{PG_HOST}:{PG_PORT}/{name}"
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

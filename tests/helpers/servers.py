@@ -64,3 +64,23 @@ def spawned_pool(processes: int) -> Iterator[tuple[SyncManager, Pool]]:
 
 def unique_name(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:12]}"
+
+
+@contextmanager
+def private_database(prefix: str) -> Iterator[str]:
+    """The name of a fresh database on the local PostgreSQL server, dropped (sessions and
+    all) after; a server that cannot be reached is `unavailable`."""
+    import psycopg
+
+    admin = f"postgresql://{PG_USER}@{PG_HOST}:{PG_PORT}/postgres"
+    name = unique_name(prefix)
+    try:
+        with psycopg.connect(admin, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.OperationalError as exc:
+        unavailable(f"PostgreSQL on {PG_HOST}:{PG_PORT} is not reachable: {exc}")
+    try:
+        yield name
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -34,6 +34,7 @@ from tests.helpers.servers import (
     PG_PORT,
     PG_USER,
     free_port,
+    private_database,
     unavailable,
     unique_name,
 )
@@ -49,17 +50,8 @@ POOLED = 4
 @pytest.fixture(scope="module")
 def database() -> Iterator[str]:
     """A database of this module's own, so terminating its sessions cuts only the lake's."""
-    import psycopg
-
-    name = unique_name("bw_loss_")
-    try:
-        with psycopg.connect(ADMIN_URL, autocommit=True, connect_timeout=5) as admin:
-            admin.execute(f'CREATE DATABASE "{name}"')
-    except psycopg.OperationalError as exc:
-        unavailable(f"PostgreSQL on {PG_HOST}:{PG_PORT} is not reachable: {exc}")
-    yield name
-    with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with private_database("bw_loss_") as name:
+        yield name
 
 
 @pytest.fixture
