@@ -33,7 +33,7 @@ from branchwater.engine.objects import ObjectStore, open_object_store
 from branchwater.stack.seaweedfs import S3Server
 from tests.benchmarks.results import BACKENDS as NAMED
 from tests.benchmarks.results import DEFAULT_BACKEND, backend
-from tests.helpers.servers import PG_HOST, PG_PORT, PG_USER, unique_name
+from tests.helpers.servers import PG_HOST, PG_PORT, PG_USER, private_database, unique_name
 
 EMBEDDED, STACK = DEFAULT_BACKEND, "stack"
 BACKENDS = tuple(NAMED)
@@ -265,14 +265,5 @@ def open_backend(root: Path, server: S3Server | None = None) -> Iterator[Backend
 @contextmanager
 def postgres_database() -> Iterator[str]:
     """A new database on the local PostgreSQL server, dropped (connections and all) after."""
-    import psycopg
-
-    admin = f"postgresql://{PG_USER}@{PG_HOST}:{PG_PORT}/postgres"
-    name = unique_name("bw_bench_")
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
+    with private_database("bw_bench_") as name:
         yield f"postgresql://{PG_USER}@{PG_HOST}:{PG_PORT}/{name}"
-    finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
