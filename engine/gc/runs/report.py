@@ -8,6 +8,7 @@ from html import escape
 from typing import Any
 
 from branchwater.engine.gc.runs.files import RunSummary, SliceVolume
+from branchwater.engine.gc.runs.retention import ONLY_COMMITTED, ONLY_UNCOMMITTED
 from branchwater.engine.units import human_size
 
 CHART_SLICES = 40
@@ -45,7 +46,7 @@ def render(summary: RunSummary, validations: dict[str, Any] | None) -> str:
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>GC run {escape(summary.run_id)} — {escape(summary.repository)}</title>",
         f"<style>{_STYLE}</style></head><body>",
-        f"<h1>Uncommitted GC of <code>{escape(summary.repository)}</code>, run "
+        f"<h1>{escape(title(summary))} of <code>{escape(summary.repository)}</code>, run "
         f"<code>{escape(summary.run_id)}</code></h1>",
         _verdict(summary),
         _notices(summary),
@@ -69,6 +70,25 @@ def render(summary: RunSummary, validations: dict[str, Any] | None) -> str:
         "</body></html>",
     ]
     return "\n".join(parts)
+
+
+TITLES = {
+    (ONLY_UNCOMMITTED,): "Uncommitted GC",
+    (ONLY_COMMITTED,): "Committed GC (retention)",
+    (ONLY_UNCOMMITTED, ONLY_COMMITTED): "Uncommitted and committed GC (retention)",
+}
+"""The report's title by the parts the run did: a committed-only run collected nothing
+uncommitted, so it must not read as an uncommitted run."""
+
+
+def parts_done(summary: RunSummary) -> list[str]:
+    """The parts the run did; a summary saved before retention existed did the uncommitted
+    one. A committed-only run of a repository without rules did none."""
+    return list(summary.retention.get("parts", [ONLY_UNCOMMITTED]))
+
+
+def title(summary: RunSummary) -> str:
+    return TITLES.get(tuple(parts_done(summary)), "GC (no part ran)")
 
 
 def _verdict(summary: RunSummary) -> str:
@@ -102,7 +122,7 @@ def _run_rows(summary: RunSummary) -> list[tuple[str, str]]:
     return [
         ("repository", f"{summary.repository} ({summary.storage_namespace})"),
         ("mode", summary.mode + ("" if summary.mode == summary.requested_mode else " (fallback)")),
-        ("parts", ", ".join(summary.retention.get("parts", ["uncommitted"])) or "none"),
+        ("parts", ", ".join(parts_done(summary)) or "none"),
         ("base run", summary.base_run or "none"),
         ("started", summary.started_at),
         ("prepare started", summary.prepare_started_at),
