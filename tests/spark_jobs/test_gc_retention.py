@@ -105,8 +105,18 @@ def test_without_rules_or_with_only_uncommitted_commits_keep_their_objects(
 
 
 def test_only_committed_deletes_expired_objects_alone(local_gc: GCLake) -> None:
+    """On a random history, then a file rewritten on main: the rewritten version is held by
+    an expired commit alone, so the run has something to delete whatever the history drew
+    (a seed does not fix the history: its old commits are picked by id, and ids hash random
+    addresses and dates; about one history in sixty leaves no such object)."""
     clock = months_of_history(local_gc, 6)
     repo = local_gc.repo
+    main = repo.branch("main")
+    rewritten = main.upload("t/rewritten", b"v1").address
+    main.commit("v1, which only an expired commit will hold")
+    clock.advance(timedelta(days=1))
+    main.upload("t/rewritten", b"v2")
+    main.commit("v2")
     oldest = min(repo.lake.graveler.refs.list_commits(repo.record), key=lambda c: c.creation_date)
     clock.advance(timedelta(days=1))
     repo.tag("keep-me", oldest.id)
@@ -125,7 +135,7 @@ def test_only_committed_deletes_expired_objects_alone(local_gc: GCLake) -> None:
     for entry in tagged.list():
         tagged.read(entry.path)
     swept = sorted(set(_expired_only(local_gc, rules, now)) - left)
-    assert swept, "the run deleted objects only expired commits held"
+    assert rewritten in swept, "the run deleted objects only expired commits held"
     answer = explain(repo, swept[0], min_age=timedelta(0))
     assert answer.verdict == f"deleted by GC run {summary.run_id}"
     assert "only expired commits held it" in answer.reasons[0]
