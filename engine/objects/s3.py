@@ -23,11 +23,14 @@ import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from datetime import UTC, datetime, timedelta
+from functools import reduce
 from itertools import chain, islice
 from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn, TypeVar
 from urllib.parse import urlsplit
 
 import obstore
+import pyarrow as pa
+import pyarrow.compute as pc
 from obstore.exceptions import (
     BaseError,
     InvalidPathError,
@@ -78,6 +81,15 @@ READ_AHEAD = 4 << 20
 read a Parquet footer fetches no more than that."""
 LIST_PAGE = 1000
 """Objects per listing page, as S3 returns them."""
+LIST_SCHEMA = pa.schema(
+    [
+        pa.field("key", pa.string(), nullable=False),
+        pa.field("size", pa.int64(), nullable=False),
+        pa.field("mtime", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("etag", pa.string()),
+    ]
+)
+"""`S3ObjectStore.list_tables`' columns: an `ObjectInfo` a row."""
 
 _BUCKET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,253}[A-Za-z0-9]$")
 _STATUS = re.compile(r"non-2xx status code: (\d{3})")
@@ -329,18 +341,30 @@ class S3ObjectStore(ObjectStore):
             self._region = session.region_name
         return provider
 
+    def list_tables(self, prefix: str = "") -> Iterator[pa.Table]:
+        """`list_objects` as Arrow tables of `LIST_SCHEMA`, a listing page at a time: the
+        same objects in the same order, without a Python object per key (an import lists
+        millions)."""
+        if not isinstance(prefix, str):
+            raise InvalidArgument(f"list prefix must be a string, not {type(prefix).__name__}")
+        return self._tables(prefix)
+
     def _list(self, prefix: str) -> Iterator[ObjectInfo]:
+        for table in self._tables(prefix):
+            yield from map(ObjectInfo, *(table[name].to_pylist() for name in LIST_SCHEMA.names))
+
+    def _tables(self, prefix: str) -> Iterator[pa.Table]:
         """obstore's listing, or boto3's from where it stopped if it met a key obstore
         cannot address."""
         last: str | None = None
         try:
-            for info in self._obstore_list(prefix):
-                last = info.key
-                yield info
+            for table in self._obstore_tables(prefix):
+                last = table["key"][-1].as_py()
+                yield table
         except _Unlistable:
-            for info in self._boto3_list(prefix):
-                if last is None or info.key > last:
-                    yield info
+            infos = (i for i in self._boto3_list(prefix) if last is None or i.key > last)
+            while chunk := list(islice(infos, LIST_PAGE)):
+                yield _table_of(chunk)
 
     def _boto3_list(self, prefix: str) -> Iterator[ObjectInfo]:
         """Every key below `prefix` as boto3 lists it; keys this API could not address
@@ -383,7 +407,7 @@ class S3ObjectStore(ObjectStore):
                     directories.append(name)
         return Listing(names, sizes, mtimes, directories)
 
-    def _obstore_list(self, prefix: str) -> Iterator[ObjectInfo]:
+    def _obstore_tables(self, prefix: str) -> Iterator[pa.Table]:
         folder = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
         if folder:
             try:
@@ -391,25 +415,34 @@ class S3ObjectStore(ObjectStore):
             except InvalidArgument:
                 return
         pages = self._call(
-            None, lambda: obstore.list(self._s3, folder or None, chunk_size=LIST_PAGE)
+            None,
+            lambda: obstore.list(self._s3, folder or None, chunk_size=LIST_PAGE, return_arrow=True),
         )
-        metas = (
-            meta
-            for page in _called(self, pages)
-            for meta in page
-            if meta["path"].startswith(prefix)
-        )
-        infos: Iterator[ObjectInfo] = (
-            ObjectInfo(m["path"], m["size"], _utc(m["last_modified"]), _etag(m)) for m in metas
+        tables: Iterator[pa.Table] = (
+            t for page in _called(self, pages) if len(t := _listed(page, prefix))
         )
         if self._lists_path_by_path():
-            infos = _in_key_order(infos, len(prefix))
-        previous = None
-        for info in infos:
-            if info.key == previous or (info.size == 0 and not self.exists(info.key)):
-                continue
-            previous = info.key
-            yield info
+            tables = _key_ordered(tables, len(prefix))
+        previous: str | None = None
+        for table in tables:
+            kept = table.filter(self._kept(table, previous))
+            if len(kept):
+                previous = kept["key"][-1].as_py()
+                yield kept
+
+    def _kept(self, table: pa.Table, previous: str | None) -> pa.Array:
+        """Which rows are objects: not a repeat of the key before, and not empty unless an
+        object of that key exists (a folder marker `a/` lists as an empty `a`)."""
+        keys = table["key"]
+        before = pa.concat_arrays([pa.array([previous], pa.string()), keys.combine_chunks()])
+        kept = pc.fill_null(pc.not_equal(keys, before[:-1]), True)
+        empty = pc.equal(table["size"], 0)
+        if pc.any(empty).as_py():
+            rows = pc.indices_nonzero(empty).to_pylist()
+            gone = {row for row in rows if not self.exists(keys[row].as_py())}
+            marker = pa.array([row in gone for row in range(len(table))])
+            kept = pc.and_(kept, pc.invert(marker))
+        return kept
 
     def _lists_path_by_path(self) -> bool:
         """Whether the endpoint is a server that lists path by path, by its `Server` header
@@ -593,30 +626,77 @@ def _in_key_order(infos: Iterable[ObjectInfo], shared: int) -> Iterator[ObjectIn
 
     Such a store lists all of `a/` where `a` sorts, before siblings like `a-c` or `a.d`
     that S3 puts first. A key is held back only while a later key could still sort before
-    it; every key shares its first `shared` characters.
+    it (`_unsettled`); every key shares its first `shared` characters.
     """
     held: list[tuple[str, ObjectInfo]] = []
     for info in infos:
         heapq.heappush(held, (info.key, info))
-        while held and _settled(held[0][0], info.key, shared):
+        waiting = _unsettled(info.key, shared)
+        while held and not held[0][0].startswith(waiting):
             yield heapq.heappop(held)[1]
     while held:
         yield heapq.heappop(held)[1]
 
 
-def _settled(key: str, latest: str, shared: int) -> bool:
-    """Whether no key listed path by path after `latest` can sort before `key`.
+def _key_ordered(tables: Iterable[pa.Table], shared: int) -> Iterator[pa.Table]:
+    """`_in_key_order` of listing pages as tables: after each page, the held keys below
+    every key a later page could still sort before are released, sorted; the rest wait."""
+    held: pa.Table | None = None
+    for table in tables:
+        held = table if held is None else pa.concat_tables([held, table])
+        keys = held["key"]
+        waiting = [pc.starts_with(keys, p) for p in _unsettled(table["key"][-1].as_py(), shared)]
+        mask = reduce(pc.or_, waiting) if waiting else None
+        if mask is not None and pc.any(mask).as_py():
+            bound = pc.min(pc.filter(keys, mask))
+            ready, held = (
+                held.filter(pc.less(keys, bound)),
+                held.filter(pc.greater_equal(keys, bound)),
+            )
+        else:
+            ready, held = held, None
+        if len(ready):
+            yield ready.sort_by("key")
+    if held is not None:
+        yield held.sort_by("key")
 
-    Only a key that matches `key` up to one of its `/` and has a character below `/` there
-    can; those are listed right after that directory, so once `latest` is past both, none
-    is left to come.
+
+def _unsettled(latest: str, shared: int) -> tuple[str, ...]:
+    """Prefixes of the keys a path-by-path listing may still list one before, once it has
+    listed `latest` (every key shares its first `shared` characters): the keys in `latest`'s
+    first folder below those, and those in a folder whose name `latest`'s first name extends
+    with a character below `/` (with `a-c` listed, `a-d` may follow and sorts before `a/b`).
     """
-    pairs = zip(key, latest, strict=False)
-    common = next((i for i, (a, b) in enumerate(pairs) if a != b), min(len(key), len(latest)))
-    if "/" in key[shared:common]:
-        return False
-    at_fork = common < len(key) and key[common] == "/" and common < len(latest)
-    return not (at_fork and latest[common] < "/")
+    slash = latest.find("/", shared)
+    end = len(latest) if slash < 0 else slash
+    found = [latest[:i] + "/" for i in range(shared, end) if latest[i] < "/"]
+    if slash >= 0:
+        found.append(latest[: slash + 1])
+    return tuple(found)
+
+
+def _listed(page: Any, prefix: str) -> pa.Table:
+    """An obstore listing page (Arrow) as `LIST_SCHEMA`, only the keys under `prefix`."""
+    batch = pa.record_batch(page)
+    etags = pc.utf8_trim(batch["e_tag"], '"')
+    columns = {
+        "key": batch["path"],
+        "size": batch["size"].cast(pa.int64()),
+        "mtime": batch["last_modified"].cast(LIST_SCHEMA.field("mtime").type),
+        "etag": pc.if_else(pc.equal(etags, ""), pa.scalar(None, pa.string()), etags),
+    }
+    table = pa.table(columns, schema=LIST_SCHEMA)
+    return table.filter(pc.starts_with(table["key"], prefix)) if prefix else table
+
+
+def _table_of(infos: list[ObjectInfo]) -> pa.Table:
+    columns = {
+        "key": [i.key for i in infos],
+        "size": [i.size for i in infos],
+        "mtime": [i.mtime for i in infos],
+        "etag": [i.etag for i in infos],
+    }
+    return pa.table(columns, schema=LIST_SCHEMA)
 
 
 def _bounded_map(function: Callable[[T], U], items: Iterator[T]) -> list[U]:
