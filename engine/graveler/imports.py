@@ -14,31 +14,33 @@ reads the objects' bytes: the checksum is no content hash, so reads check the si
 (`recomputable_hash` takes such checksums on trust), and the same bytes uploaded are a
 different object.
 
-**Flow.** The listing (in key order: S3's, or a walk of local folders that sorts each as
-keys sort) streams as columns, a batch at a time, into `CommittedStore.apply_rows` onto the
-branch's HEAD, which writes ranges as a commit does from staged rows; the commit is then
-landed on the branch through the merge's retry loop (`merge.land`): a lost race applies
-what the import brought in onto the new HEAD, and the branch's uncommitted changes stay
-staged above it. Nothing reaches the KV store
-before that one commit, so an import that fails or is killed part way leaves the branch as
-it was (and unreferenced ranges, as a failed commit does). Ranges are content-addressed:
-running the import again lists the same objects, writes the same ranges and lands the same
-tree, or finds HEAD already holds it (`commit` is then `None`).
+**Flow.** The listing, as Arrow tables in key order (S3's pages, `S3ObjectStore.
+list_tables`; or a walk of local folders, each listed natively with its `stat`s and sorted
+as keys sort, the next few listed in threads ahead of the walk), is cut into batches of
+`BATCH` rows, turned into change rows in Arrow (no Python object per object) and streamed
+into `CommittedStore.apply_rows` onto the branch's HEAD, which writes ranges as a commit
+does from staged rows; the commit is then landed on the branch through the merge's retry
+loop (`merge.land`): a lost race applies what the import brought in onto the new HEAD, and
+the branch's uncommitted changes stay staged above it. Nothing reaches the KV store before
+that one commit, so an import that fails or is killed part way leaves the branch as it was
+(and unreferenced ranges, as a failed commit does). Ranges are content-addressed: running
+the import again lists the same objects, writes the same ranges and lands the same tree,
+or finds HEAD already holds it (`commit` is then `None`).
 """
 
 from __future__ import annotations
 
 import os
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
-from itertools import islice
-from operator import itemgetter
-from stat import S_ISREG
 from urllib.parse import unquote, urlsplit
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyarrow.fs import FileSelector, FileType, LocalFileSystem
 
 from branchwater.engine import failpoints
 from branchwater.engine.errors import (
@@ -56,7 +58,7 @@ from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.merge import Attempt, land
 from branchwater.engine.graveler.model import Commit, RepositoryRecord, check_commit_arguments
 from branchwater.engine.graveler.names import check_path
-from branchwater.engine.objects import ObjectInfo
+from branchwater.engine.objects.s3 import LIST_SCHEMA, S3ObjectStore
 
 BATCH = 10_000
 """Objects listed, checked and handed to the range writer at once."""
@@ -67,6 +69,13 @@ PREFIX_KEY = "branchwater.import.prefix"
 CHECKSUM_PREFIX = "etag:"
 CHECKSUM_PATTERN = rf"[0-9A-Za-z+/=._:-]{{1,{CHECKSUM_MAX_LENGTH}}}"
 """What `checksums.check_checksum` accepts, for Arrow's regular expressions."""
+
+FOLDERS_AHEAD = 4
+"""Local folders listed ahead of the walk, at once (`list_local`)."""
+_LOCAL = LocalFileSystem()
+_HEX_DIGITS = np.frombuffer(b"0123456789abcdef", np.uint8)
+_NIBBLES = np.arange(60, -4, -4, dtype=np.uint64)
+"""A 64-bit number's hex digits' shifts, the most significant first."""
 
 Progress = Callable[[int], None]
 """Called after each batch with the number of objects listed so far."""
@@ -201,76 +210,134 @@ def import_objects(
     return ImportResult(listing.count, listing.bytes, commit)
 
 
-@dataclass
-class Objects:
-    """A batch of listed objects as columns: keys below the store's root, sizes,
-    modification times in microseconds since the epoch, and ETags where the store has them."""
-
-    keys: list[str]
-    sizes: list[int]
-    mtimes_us: list[int]
-    etags: list[str] | None = None
-
-    @classmethod
-    def of(cls, infos: list[ObjectInfo]) -> Objects:
-        return cls(
-            [info.key for info in infos],
-            [info.size for info in infos],
-            [_micros(info.mtime) for info in infos],
-            [info.etag or "" for info in infos],
-        )
-
-
-def _micros(moment: datetime) -> int:
-    return int(moment.timestamp()) * 1_000_000 + moment.microsecond
-
-
-def list_local(directory: str, key_prefix: str) -> Iterator[Objects]:
-    """Regular files under `directory` (whose key below the root is `key_prefix`), in key
-    order, `BATCH` at a time, without an object per file: sorting a folder's names with `/`
-    after those of folders is key order. A file gone before its `stat`, or that is no regular
-    file (a socket, a link to a folder), is left out. Folders are a stack, not recursion (any
-    depth), and a folder's files one plain loop, so a file costs little beyond its `stat`."""
-    keys: list[str] = []
-    sizes: list[int] = []
-    mtimes_us: list[int] = []
-    add_key, add_size, add_mtime = keys.append, sizes.append, mtimes_us.append
-    stack = [(iter(_sorted_folder(directory)), key_prefix)]
-    while stack:
-        items, prefix = stack[-1]
-        for name, entry in items:
-            if name[-1] == "/":
-                stack.append((iter(_sorted_folder(entry.path)), prefix + name))
-                break
-            try:
-                st = entry.stat()
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            if not S_ISREG(st.st_mode):
-                continue
-            add_key(prefix + name)
-            add_size(st.st_size)
-            add_mtime(st.st_mtime_ns // 1000)
-            if len(keys) >= BATCH:
-                yield Objects(keys, sizes, mtimes_us)
-                keys, sizes, mtimes_us = [], [], []
-                add_key, add_size, add_mtime = keys.append, sizes.append, mtimes_us.append
-        else:
-            stack.pop()
-    if keys:
-        yield Objects(keys, sizes, mtimes_us)
-
-
-def _sorted_folder(directory: str) -> list[tuple[str, os.DirEntry[str]]]:
+def list_local(directory: str, key_prefix: str) -> Iterator[pa.Table]:
+    """Regular files under `directory` (whose key below the root is `key_prefix`) as
+    `LIST_SCHEMA` tables in key order: a folder is one native listing with a `stat` per
+    entry (`pyarrow.fs`), its files sorted as columns and its subfolders walked where their
+    names sort with a `/` after them, as a stack of folders (any depth). The next
+    `FOLDERS_AHEAD` subfolders of each folder being walked are listed in threads while
+    the caller works on what came before. A file gone before its `stat`, or that is no
+    regular file (a socket, a link to a folder), is left out; a name that is no UTF-8 text
+    raises `_NotText`."""
+    pool = ThreadPoolExecutor(FOLDERS_AHEAD, thread_name_prefix="bw-import")
     try:
-        with os.scandir(directory) as entries:
-            named = [
-                (e.name + "/" if e.is_dir(follow_symlinks=False) else e.name, e) for e in entries
-            ]
+        stack = [_Level(pool, _folder(directory, key_prefix))]
+        while stack:
+            item = stack[-1].next()
+            if item is None:
+                stack.pop()
+            elif isinstance(item, pa.Table):
+                yield item
+            else:
+                stack.append(_Level(pool, item.result()))
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+Folder = list[pa.Table | tuple[str, str]]
+"""A folder's files as sorted runs and its subfolders (folder, key prefix), in key order."""
+
+
+class _Level:
+    """A folder being walked: its items in order, the listings of its next subfolders
+    started."""
+
+    def __init__(self, pool: ThreadPoolExecutor, items: Folder) -> None:
+        self._pool = pool
+        self._items: list[pa.Table | tuple[str, str] | Future[Folder] | None] = list(items)
+        self._at = 0
+        self._ahead = 0
+        for _ in range(FOLDERS_AHEAD):
+            self._start_next()
+
+    def next(self) -> pa.Table | Future[Folder] | None:
+        """The next run of files or subfolder's listing; None at the end."""
+        if self._at == len(self._items):
+            return None
+        item, self._items[self._at] = self._items[self._at], None
+        self._at += 1
+        self._start_next()
+        return self._pool.submit(_folder, *item) if isinstance(item, tuple) else item
+
+    def _start_next(self) -> None:
+        """Start listing the first subfolder not started yet."""
+        self._ahead = max(self._ahead, self._at)
+        while self._ahead < len(self._items):
+            item = self._items[self._ahead]
+            self._ahead += 1
+            if isinstance(item, tuple):
+                self._items[self._ahead - 1] = self._pool.submit(_folder, *item)
+                return
+
+
+class _NotText(Exception):
+    """A local file name that is no UTF-8 text, as the key it would have."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _folder(directory: str, key_prefix: str) -> Folder:
+    try:
+        infos = _LOCAL.get_file_info(FileSelector(directory, allow_not_found=True))
+        names = [info.base_name for info in infos]
     except (FileNotFoundError, NotADirectoryError):
         return []
-    named.sort(key=itemgetter(0))
-    return named
+    except UnicodeDecodeError:
+        raise _NotText(key_prefix + _not_text(directory)) from None
+    sizes = pa.array([info.size for info in infos], pa.int64())
+    mtimes_us = np.array([info.mtime_ns for info in infos], np.int64) // 1000
+    table = pa.table(
+        {
+            "key": pc.binary_join_element_wise(key_prefix, pa.array(names, pa.string()), ""),
+            "size": sizes,
+            "mtime": pa.array(mtimes_us, UTC_MICROS),
+            "etag": pa.nulls(len(infos), pa.string()),
+        }
+    )
+    folders = sorted(
+        (key_prefix + names[row] + "/", infos[row].path)
+        for row in pc.indices_nonzero(sizes.is_null()).to_pylist()
+        if infos[row].type == FileType.Directory and not os.path.islink(infos[row].path)
+    )
+    files = table.filter(sizes.is_valid()).cast(LIST_SCHEMA).sort_by("key")
+    if not folders:
+        return [files]
+    keys = files["key"].to_pylist()
+    out: Folder = []
+    start = 0
+    for prefix, path in folders:
+        end = bisect_left(keys, prefix, start)
+        out += [files.slice(start, end - start), (path, prefix)]
+        start = end
+    return [*out, files.slice(start)]
+
+
+def _not_text(directory: str) -> str:
+    """The first name in `directory` that is no UTF-8 text (with surrogates)."""
+    for name in sorted(os.listdir(directory)):
+        try:
+            name.encode()
+        except UnicodeEncodeError:
+            return name
+    return "?"
+
+
+def rebatched(tables: Iterable[pa.Table], rows: int) -> Iterator[pa.Table]:
+    """`tables`' rows again, `rows` a table (the last fewer)."""
+    held: list[pa.Table] = []
+    count = 0
+    for table in tables:
+        held.append(table)
+        count += len(table)
+        while count >= rows:
+            joined = pa.concat_tables(held)
+            yield joined.slice(0, rows)
+            held = [joined.slice(rows)]
+            count -= rows
+    if count:
+        yield pa.concat_tables(held)
 
 
 @dataclass
@@ -285,60 +352,54 @@ class _Listing:
     bytes: int = 0
     _last: str = field(default="", repr=False)
 
-    def objects(self) -> Iterator[Objects]:
+    def objects(self) -> Iterator[pa.Table]:
         if self.source.scheme == FILE_SCHEME:
             return list_local("/" + self.source.key_prefix, self.source.key_prefix)
         store = self.g.objects(self.source.store_url)
-        infos = iter(store.list_objects(self.source.key_prefix))
-        return (Objects.of(chunk) for chunk in iter(lambda: list(islice(infos, BATCH)), []))
+        assert isinstance(store, S3ObjectStore)
+        return store.list_tables(self.source.key_prefix)
 
     def batches(self) -> Iterator[pa.Table]:
         self.count = self.bytes = 0
         self._last = ""
-        for objects in self.objects():
-            yield self._rows(objects)
-            self.count += len(objects.keys)
-            self.bytes += sum(objects.sizes)
-            if self.progress is not None:
-                self.progress(self.count)
-            failpoints.hit("import.after_batch")
+        try:
+            for objects in rebatched(self.objects(), BATCH):
+                yield self._rows(objects)
+                self.count += len(objects)
+                self.bytes += pc.sum(objects["size"]).as_py() or 0
+                if self.progress is not None:
+                    self.progress(self.count)
+                failpoints.hit("import.after_batch")
+        except _NotText as exc:
+            self._check(self._path_of(exc.key), exc.key)
+            raise
         if not self.count:
             raise NotFound(f"no objects to import under {self.source.uri!r}")
 
-    def _rows(self, objects: Objects) -> pa.Table:
+    def _rows(self, objects: pa.Table) -> pa.Table:
         """Change rows of a batch, built and checked in Arrow: paths that can be keys, in key
         order (after the previous batch's last), checksums a record can hold."""
-        keys = self._keys(objects.keys)
+        keys = objects["key"].combine_chunks()
         below = pc.utf8_slice_codeunits(keys, len(self.source.key_prefix))
-        paths = self._paths(pc.binary_join_element_wise(self.dest, below, ""), objects.keys)
-        rows = len(objects.keys)
+        paths = self._paths(pc.binary_join_element_wise(self.dest, below, ""), keys)
+        rows = len(objects)
         arrays = [
             paths,
             pc.binary_join_element_wise(self.source.root, keys, ""),
-            pa.array(objects.sizes, pa.int64()),
-            _checksums(objects),
-            pa.array(objects.mtimes_us, UTC_MICROS),
+            objects["size"].combine_chunks(),
+            _checksums(objects, etags=self.source.scheme == S3_SCHEME),
+            objects["mtime"].combine_chunks(),
             pa.repeat(pa.scalar("", pa.string()), rows),
             pa.repeat(pa.scalar(False), rows),
         ]
         return pa.Table.from_arrays(arrays, schema=CHANGE_SCHEMA)
 
-    def _keys(self, keys: list[str]) -> pa.Array:
-        """The keys as text; a key UTF-8 cannot hold (a local file name that is no text) is
-        refused naming it."""
-        try:
-            return pa.array(keys, pa.string())
-        except (UnicodeEncodeError, pa.ArrowException):
-            for key in keys:
-                self._check(self._path_of(key), key)
-        raise InvalidArgument(f"paths under {self.source.uri!r} cannot be stored as text")
-
     def _path_of(self, key: str) -> str:
         return self.dest + key[len(self.source.key_prefix) :]
 
-    def _paths(self, paths: pa.Array, keys: list[str]) -> pa.Array:
+    def _paths(self, paths: pa.Array, keys: pa.Array) -> pa.Array:
         if pc.any(pc.match_substring(paths, "\x00")).as_py():
-            for key in keys:
+            for key in keys.to_pylist():
                 self._check(self._path_of(key), key)
         before = [self._last] if self._last else []
         compared = pa.concat_arrays([pa.array(before, pa.string()), paths])
@@ -347,7 +408,7 @@ class _Listing:
             row = pc.index(out_of_order, True).as_py() + (0 if before else 1)
             raise Unavailable(
                 f"the listing of {self.source.uri!r} is not in key order at "
-                f"{self.source.root + keys[row]!r}; nothing was committed"
+                f"{self.source.root + keys[row].as_py()!r}; nothing was committed"
             )
         if len(paths):
             self._last = paths[-1].as_py()
@@ -363,19 +424,33 @@ class _Listing:
             ) from None
 
 
-def _checksums(objects: Objects) -> pa.Array:
+def _checksums(objects: pa.Table, *, etags: bool) -> pa.Array:
     """`etag:` and each object's ETag, or for a local file (no ETag) its modification time in
     microseconds and size, in hex, as web servers make ETags. ETags are checked in Arrow; one
     no record could hold (`check_checksum`) is itself hex-encoded."""
-    if objects.etags is None:
-        pairs = zip(objects.mtimes_us, objects.sizes, strict=True)
-        return pa.array(list(map(f"{CHECKSUM_PREFIX}%x-%x".__mod__, pairs)), pa.string())
-    texts = [CHECKSUM_PREFIX + etag for etag in objects.etags]
-    checksums = pa.array(texts, pa.string())
+    if not etags:
+        mtimes_us = objects["mtime"].combine_chunks().cast(pa.int64())
+        sizes = objects["size"].combine_chunks()
+        return pc.binary_join_element_wise(CHECKSUM_PREFIX, _hex(mtimes_us), "-", _hex(sizes), "")
+    checksums = pc.binary_join_element_wise(
+        CHECKSUM_PREFIX, pc.fill_null(objects["etag"].combine_chunks(), ""), ""
+    )
     if not pc.all(pc.match_substring_regex(checksums, f"^{CHECKSUM_PATTERN}$")).as_py():
-        texts = [_held(text) for text in texts]
-        checksums = pa.array(texts, pa.string())
+        checksums = pa.array([_held(text) for text in checksums.to_pylist()], pa.string())
     return checksums
+
+
+def _hex(values: pa.Array) -> pa.Array:
+    """Integers in lower-case hex without leading zeros, as `%x` writes them: digit by digit
+    in numpy for the non-negative, `%x` itself for a batch with a negative one."""
+    numbers = values.to_numpy(zero_copy_only=False)
+    if (numbers < 0).any():
+        return pa.array(list(map("%x".__mod__, numbers.tolist())), pa.string())
+    digits = _HEX_DIGITS[(numbers.astype(np.uint64)[:, None] >> _NIBBLES) & np.uint64(15)]
+    data = pa.py_buffer(np.ascontiguousarray(digits))
+    fixed = pa.FixedSizeBinaryArray.from_buffers(pa.binary(16), len(numbers), [None, data])
+    trimmed = pc.utf8_ltrim(fixed.cast(pa.binary()).cast(pa.string()), "0")
+    return pc.if_else(pc.equal(trimmed, ""), "0", trimmed)
 
 
 def _held(checksum: str) -> str:

@@ -294,3 +294,35 @@ def test_a_killed_import_run_again_ends_as_one_uninterrupted_import(
     assert rerun.stdout.strip() == head.id and head.parents == (base,)
     assert head.metarange_id == expected.metarange_id
     assert list(main.uncommitted()) == []
+
+
+def test_a_local_walk_lists_regular_files_in_key_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Folders are walked where their names sort with a `/` after them (`a-c` and `a.d/e`
+    before `a/b`), at any depth, across batches; a link to a file is that file, a link to a
+    folder, a dangling link and a FIFO are left out."""
+    root = tmp_path / "src"
+    files = ["a/b", "a-c", "a.d/e", "a/f/g", "a/f/h", "a0", "b", "z/y/x/w"]
+    for name in files:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(name.encode())
+    (root / "l").symlink_to(root / "b")
+    (root / "ld").symlink_to(root / "a")
+    (root / "dangling").symlink_to(root / "nowhere")
+    os.mkfifo(root / "p")
+    expected = sorted([*files, "l"])
+    prefix = str(root).lstrip("/") + "/"
+
+    tables = list(imports.list_local(str(root), prefix))
+
+    rows = [row for table in tables for row in table.to_pylist()]
+    assert [row["key"] for row in rows] == [prefix + name for name in expected]
+    sizes = {row["key"].removeprefix(prefix): row["size"] for row in rows}
+    assert sizes == {name: len(name.encode()) for name in files} | {"l": 1}
+    monkeypatch.setattr(imports, "BATCH", 2)
+    with Lake.connect(f"sqlite:///{tmp_path}/lake.db", range_cache_dir="") as lake:
+        main = lake.create_repository("sales", f"file://{tmp_path}/ns").branch("main")
+        result = main.import_objects(root.as_uri(), prefix="in")
+        assert [e.path for e in main.list()] == [f"in/{name}" for name in expected]
+        assert result.count == len(expected) and main.read("in/l") == b"b"
