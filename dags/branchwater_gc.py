@@ -9,8 +9,11 @@ lake), a mapped task group `collect`:
 - `prepare` lists every branch's uncommitted addresses (the GC run's id is this run's);
 - `mark` runs the Spark GC job through `spark-submit` on that prepare run: it finds what no
   commit and no branch holds, older than the minimum age, and, where the repository has GC
-  rules, what only expired commits hold (`branchwater_gc_retention`), saves it and runs its
-  Great Expectations gate. It deletes nothing;
+  rules, what only expired commits hold, saves it and runs its Great Expectations gate. It
+  deletes nothing. The rules are the repository's (`branchwater gc rules set`), never the
+  DAG's: a run triggered with `branchwater_gc_retention` pins the rules it expects, and a
+  repository whose rules differ fails its mark before the job starts. The mark's rendered
+  `retention_rules`, its XCom and the report show the rules the run used;
 - `gate` reads the mark's saved gate results and fails, naming each failed expectation
   with GX's figures, when one did not hold: that repository's sweep does not run;
 - `sweep` deletes what the mark holds (skipped when `dry_run` is true);
@@ -72,13 +75,20 @@ PARAMS = {
         "objects old enough to be considered",
     ),
     "dry_run": Param(False, type="boolean", description="Mark and gate only: the sweep is skipped"),
-    "branchwater_gc_retention": Param(
-        "rules",
+    "only": Param(
+        "",
         type="string",
-        enum=["rules", "uncommitted", "committed"],
-        description="rules: each repository's GC rules (`branchwater gc rules get REPO`) decide, "
-        "both parts when it has some; uncommitted or committed: that part only. The mark's "
-        "XCom and the report show the rules the run used",
+        enum=["", "uncommitted", "committed"],
+        description="uncommitted or committed: that part of GC only; empty: both, the "
+        "committed one where the repository has GC rules",
+    ),
+    "branchwater_gc_retention": Param(
+        None,
+        type=["null", "object"],
+        description="null: each repository's GC rules decide (`branchwater gc rules get REPO`). "
+        "Rules in that JSON shape pin them: a repository whose rules differ is refused before "
+        "anything is marked; they never replace its rules. The mark's rendered retention_rules, "
+        "XCom and report show the rules the run used",
     ),
 }
 
@@ -108,7 +118,8 @@ def gc_dag(dag_id: str, mode: str, schedule: str, doc: str) -> DAG:
                 mode=mode,
                 min_age="{{ params.min_age }}",
                 max_share="{{ params.max_share }}",
-                retention="{{ params.branchwater_gc_retention }}",
+                only="{{ params.only }}",
+                retention_rules="{{ params.branchwater_gc_retention | tojson }}",
                 name=f"{dag_id}-mark",
                 max_active_tis_per_dagrun=SPARK_JOBS_AT_ONCE,
             )

@@ -11,6 +11,7 @@ rendered field.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -27,12 +28,12 @@ from airflow.sdk.exceptions import (
     AirflowSkipException,
 )
 
-from branchwater.engine import ConfigurationError, NotFound
-from branchwater.engine.gc.runs.config import JOB_KV_ENV
+from branchwater.engine import ConfigurationError, GCRules, InvalidArgument, NotFound
+from branchwater.engine.gc.runs.config import JOB_KV_ENV, ONLY_PARTS
 from branchwater.engine.gc.runs.statuses import FAILED, GATE_FAILED
 from branchwater.plugin.hooks import DEFAULT_CONN_ID, BranchwaterHook
 from branchwater.plugin.links import BranchwaterGCReportLink
-from branchwater.plugin.operators.base import BranchwaterOperator
+from branchwater.plugin.operators.base import BranchwaterOperator, failing_at_once
 
 if TYPE_CHECKING:
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
@@ -100,6 +101,44 @@ def summary_record(summary: RunSummary) -> dict[str, Any]:
         "summary": summary.summary_uri,
         "report": summary.report_uri,
     }
+
+
+class RetentionRulesMismatch(InvalidArgument):
+    """A GC run pinned retention rules (the DAG's `branchwater_gc_retention`) other than the
+    repository's: nothing is marked. A pin guards rules a person reviewed against a change
+    since; it never replaces them, the repository's rules alone decide what is deleted."""
+
+
+def pinned_rules(value: object) -> GCRules | None:
+    """The rules a run pins: the param rendered as JSON (`tojson`) or a mapping; null or
+    empty pins none. A document not of the rules' shape is `InvalidGCRules`."""
+    if value is None or (isinstance(value, str) and value.strip() in ("", "null", "None")):
+        return None
+    return GCRules.from_json(value)
+
+
+BEFORE_MARK = "Nothing was marked or deleted"
+AFTER_MARK = "The job marked with them, and nothing will be swept"
+
+
+def check_pinned(
+    repository: str, pinned: GCRules | None, rules: GCRules | None, outcome: str = BEFORE_MARK
+) -> None:
+    """`RetentionRulesMismatch` unless the run pins no rules or `rules`, the repository's
+    (`outcome` says what was done: before the job, or after it read rules changed since)."""
+    if pinned is None or pinned == rules:
+        return
+    held = _rules_text(rules) if rules else "none (every commit's objects are kept)"
+    raise RetentionRulesMismatch(
+        f"GC of {repository!r} refused: the run pins the GC rules {_rules_text(pinned)} "
+        f"(branchwater_gc_retention), but the repository's rules are {held}. {outcome}. "
+        f"Trigger again with the repository's rules (`branchwater gc "
+        f"rules get {repository}`) or null, or change them with `branchwater gc rules set`"
+    )
+
+
+def _rules_text(rules: GCRules) -> str:
+    return json.dumps(rules.to_json(), sort_keys=True)
 
 
 def job_file() -> str:
@@ -258,8 +297,14 @@ class BranchwaterGCMarkOperator(BranchwaterGCJobOperator):
         default: the lake's)
     :param max_share: the gate's bound on the candidates' share of the namespace's objects
         (templated; default 0.5)
-    :param retention: "rules" (both parts when the repository has GC rules, the default),
-        "uncommitted" or "committed" (one part only; templated)
+    :param only: "uncommitted" or "committed" to do that part only (templated; default:
+        both, the committed one when the repository has GC rules)
+    :param retention_rules: the GC rules the run expects the repository to have, lakeFS's
+        JSON shape as `branchwater gc rules get` prints it, a mapping or its JSON text
+        (templated; default none: whatever the repository's rules are). Other rules than
+        the repository's fail the task before the job starts, nothing marked
+        (`RetentionRulesMismatch`, no retries). Once the job ran, the field holds the rules
+        it used (the repository's; null: it has none), as the rendered field shows them.
     """
 
     template_fields: Sequence[str] = (
@@ -268,8 +313,11 @@ class BranchwaterGCMarkOperator(BranchwaterGCJobOperator):
         "mode",
         "min_age",
         "max_share",
-        "retention",
+        "only",
+        "retention_rules",
     )
+    template_fields_renderers = {"retention_rules": "json"}
+    overwrite_rtif_after_execution = True
 
     def __init__(
         self,
@@ -278,7 +326,8 @@ class BranchwaterGCMarkOperator(BranchwaterGCJobOperator):
         mode: str = "clean",
         min_age: str | None = None,
         max_share: str | float | None = None,
-        retention: str | None = None,
+        only: str | None = None,
+        retention_rules: str | dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -286,7 +335,8 @@ class BranchwaterGCMarkOperator(BranchwaterGCJobOperator):
         self.mode = mode
         self.min_age = min_age
         self.max_share = max_share
-        self.retention = retention
+        self.only = only
+        self.retention_rules = retention_rules
 
     def run_id(self) -> str:
         return self.prepare_run
@@ -297,13 +347,38 @@ class BranchwaterGCMarkOperator(BranchwaterGCJobOperator):
             arguments += ["--min-age", str(self.min_age)]
         if self.max_share not in (None, "", "None"):
             arguments += ["--max-share", str(self.max_share)]
-        if self.retention in ("uncommitted", "committed"):
-            arguments += ["--only", str(self.retention)]
+        if self.only in ONLY_PARTS:
+            arguments += ["--only", str(self.only)]
         return arguments
 
     def execute(self, context: Context) -> Any:
+        with failing_at_once():
+            pinned = pinned_rules(self.retention_rules)
+            self.retention_rules = self._repository_rules(pinned)
+        record = self._mark(context)
+        used = record["retention"]
+        if "rules" in used:
+            rules = GCRules.from_json(used["rules"]) if used["rules"] else None
+            with failing_at_once():
+                check_pinned(self.repository, pinned, rules, AFTER_MARK)
+            self.retention_rules = used["rules"]
+        return record
+
+    def _repository_rules(self, pinned: GCRules | None) -> dict[str, Any] | None:
+        """The repository's rules as JSON, after checking the run's pin against them."""
+        hook = BranchwaterHook(self.branchwater_conn_id)
         try:
-            return super().execute(context)
+            rules = hook.repository(self.repository).gc_rules()
+        finally:
+            hook.close()
+        check_pinned(self.repository, pinned, rules)
+        return rules.to_json() if rules else None
+
+    def _mark(self, context: Context) -> dict[str, Any]:
+        """The job's mark; a mark whose gate failed is a record too (the gate task refuses)."""
+        try:
+            record: dict[str, Any] = super().execute(context)
+            return record
         except AirflowException:
             summary = self._saved_summary()
             if summary is None or summary.status != GATE_FAILED:
