@@ -19,7 +19,13 @@ merge's message and metadata (an Airflow task's identity, say) are recorded.
 When the final `set_if` loses a race, the retry merges *the metarange this attempt produced*
 (source') on the new destination HEAD, with the destination it merged against as base'. Then
 `diff(base', source')` is only what this merge brought in, and the ranges it wrote are
-reused. That design's correctness table holds because deletion behaves like unique content.
+reused. That design's correctness table misses one case: where the old HEAD had changed a
+path the source changed too (say it took the source's change from another branch), the
+attempt's merge hid the source's change there, and a new HEAD that changed the path again
+wins it from base' where the merge of the parents conflicts (or brings the source's value
+back). So a retry reuses its attempt only where that is provably the merge of the parents
+(`_MergePlan.reuses_exactly`, proved in `reuse_is_exact`), else merges afresh from the new
+merge base.
 """
 
 from __future__ import annotations
@@ -95,6 +101,9 @@ class Attempt:
     metarange_id: str
     onto_commit_id: str
     bases: tuple[str, ...]
+    base_metarange_id: str | None = None
+    """The tree of `bases` (a virtual base's, if several), once built: a retry judging its
+    reuse (`reuse_is_exact`) needs it and should not merge the bases again."""
 
     @property
     def hint(self) -> str:
@@ -152,11 +161,12 @@ def _preview(
     if g.has_uncommitted(branch):
         _check_clean(g, repo, destination, plan.verb)
     head = g.refs.get_commit(repo, branch.commit_id)
-    if previous is None:
-        attempt = plan.first(g, repo, head)
-        assert isinstance(attempt, Attempt), "a preview never fast-forwards"
-    else:
+    if previous is not None and _reusable(g, repo, head, previous, plan):
         attempt = _next_attempt(g, repo, head, previous, plan.strategy, plan.sides)
+    else:
+        first = plan.first(g, repo, head)
+        assert isinstance(first, Attempt), "a preview never fast-forwards"
+        attempt = first
     return MergeResult(plan.record(g, repo, head, attempt), 1)
 
 
@@ -198,7 +208,8 @@ def land(
 ) -> MergeResult:
     """The retry loop every three-way merge onto a branch shares: ready the destination,
     merge onto its HEAD (after a lost race, what the previous attempt merged, onto the new
-    HEAD), record the commit and `set_if` the branch to it."""
+    HEAD, where the plan finds that exact; else afresh), record the commit and `set_if` the
+    branch to it."""
     for attempt in g.retry:
         ready = ready_destination(g, repo, destination, plan.verb, plan.allow_dirty)
         if ready is None:
@@ -206,7 +217,9 @@ def land(
         branch, predicate = ready
         _guard(g, repo, branch, plan)
         head = g.refs.get_commit(repo, branch.commit_id)
-        if previous is None:
+        if previous is not None and _reusable(g, repo, head, previous, plan):
+            previous = _next_attempt(g, repo, head, previous, plan.strategy, plan.sides)
+        else:
             first = plan.first(g, repo, head)
             if isinstance(first, Commit):
                 claim(g, repo, first.id)
@@ -215,8 +228,6 @@ def land(
                     return MergeResult(first, attempt, fast_forward=True)
                 continue
             previous = first
-        else:
-            previous = _next_attempt(g, repo, head, previous, plan.strategy, plan.sides)
         failpoints.hit("merge.after_ranges")
         new_commit = plan.record(g, repo, head, previous)
         dropped: tuple[str, ...] = ()
@@ -239,6 +250,16 @@ def _guard(g: Graveler, repo: RepositoryRecord, branch: BranchRecord, plan: Plan
         guard(g, repo, branch)
     else:
         protection.check(repo, branch, "commit", f"{plan.sides[0]!r} onto {plan.sides[1]!r}")
+
+
+def _reusable(
+    g: Graveler, repo: RepositoryRecord, head: Commit, previous: Attempt, plan: Plan
+) -> bool:
+    """Whether `previous` merged onto `head` (`_next_attempt`) is what a fresh attempt would
+    give: a plan's own `reuses_exactly` judges it (a merge's); a plan without one (an import,
+    a revert) reuses its attempt as that design does."""
+    judge = getattr(plan, "reuses_exactly", None)
+    return judge is None or bool(judge(g, repo, head, previous))
 
 
 @dataclass(frozen=True)
@@ -270,6 +291,21 @@ class _MergePlan:
         if bases[0].id == head.id and self.fast_forward:
             return self.source
         return _first_attempt(g, repo, head, self.source, bases, self.strategy, self.sides)
+
+    def reuses_exactly(
+        self, g: Graveler, repo: RepositoryRecord, head: Commit, previous: Attempt
+    ) -> bool:
+        """Whether merging `previous` onto `head` from the HEAD it merged onto is the merge of
+        `head` and the source: their merge bases are the ones `previous` merged from (so the
+        same base tree), `head` is none of them (a fresh merge would fast-forward, find
+        nothing to merge, or take the source's tree), and no path `head` changed is one
+        where reuse differs (`reuse_is_exact`)."""
+        bases = _merge_bases(g, repo, head, self.source)
+        ids = {base.id for base in bases}
+        if ids != set(previous.bases) or ids & {head.id, self.source.id}:
+            return False
+        base_mr = previous.base_metarange_id or base_metarange(g, repo, bases)
+        return reuse_is_exact(g, repo, previous, head, base_mr, self.source.metarange_id)
 
     def record(self, g: Graveler, repo: RepositoryRecord, head: Commit, at: Attempt) -> Commit:
         return _record(
@@ -303,10 +339,10 @@ def _first_attempt(
     """The source merged onto the destination's HEAD; when HEAD is the merge base (a merge
     that does not fast-forward), the merged tree is the source's own metarange."""
     if bases[0].id == head.id:
-        return Attempt(source.metarange_id, head.id, (head.id,))
+        return Attempt(source.metarange_id, head.id, (head.id,), head.metarange_id)
     base_mr = base_metarange(g, repo, bases)
     merged = merged_or_conflict(g, repo, base_mr, source.metarange_id, head, strategy, sides)
-    return Attempt(merged, head.id, tuple(base.id for base in bases))
+    return Attempt(merged, head.id, tuple(base.id for base in bases), base_mr)
 
 
 def _next_attempt(
@@ -318,10 +354,61 @@ def _next_attempt(
     sides: tuple[str, str],
 ) -> Attempt:
     """What the previous attempt merged, merged again onto the destination's new HEAD with
-    the commit it merged onto as base: only what this merge brought in is applied."""
+    the commit it merged onto as base: only what this merge brought in is applied, and the
+    ranges it wrote are reused by id. Exact only where `reuse_is_exact` holds."""
     base_mr = g.refs.get_commit(repo, previous.onto_commit_id).metarange_id
     merged = merged_or_conflict(g, repo, base_mr, previous.metarange_id, head, strategy, sides)
-    return Attempt(merged, head.id, previous.bases)
+    return Attempt(merged, head.id, previous.bases, previous.base_metarange_id)
+
+
+def reuse_is_exact(
+    g: Graveler,
+    repo: RepositoryRecord,
+    previous: Attempt,
+    head: Commit,
+    base_mr: str,
+    source_mr: str,
+) -> bool:
+    """Whether `_next_attempt` of `previous` onto `head` equals the three-way merge of
+    `source_mr` onto `head` from `base_mr`, the base `previous` was merged from (the caller
+    checks the base is unchanged): it does unless a path `head` changed since the old HEAD is
+    one the source changed (s != b) where the old HEAD differed from the base too (h1 != b).
+
+    Proof, path by path, with m(b, s, d) the merge rule (d where s is b or d; s where d is b;
+    else a conflict the strategy resolves, to s or d) and m1 = m(b, s, h1) the attempt
+    (conflict-free, or it would have raised). The retry gives r = m(h1, m1, h2), the fresh
+    merge f = m(b, s, h2).
+    - h2 = h1 (HEAD left the path alone): r = m1, as m1 = h1 gives h1 and otherwise d is the
+      base; f = m(b, s, h1) = m1. Neither conflicts there.
+    - s = b: m1 = h1, so r = h2; f = h2.
+    - h1 = b: m1 = m(b, s, b) = s, so r = m(b, s, h2) = f: the same rule on the same
+      entries, so the same value, the same conflict, the same strategy's choice.
+    Conflicts hence fall on the same paths; both walk their diffs in path order, so the same
+    paths are named and counted. The excluded case does differ: s = h1 != b (HEAD took the
+    source's change) and h2 != h1 gives m1 = h1, r = h2 cleanly, where f is s if h2 = b and
+    else a conflict (seed 37 of the history checker); with `dest-wins` and h1 outside
+    {b, s}, r = h2 where f = s if h2 = b.
+
+    Only the paths `diff(h1, h2)` names are read, in batches: the cost follows what landed
+    meanwhile, as the reuse's does. The old HEAD's entry is looked up only where the source
+    changed the path.
+    """
+    committed = g.committed(repo)
+    onto_mr = g.refs.get_commit(repo, previous.onto_commit_id).metarange_id
+    moved = committed.diff(onto_mr, head.metarange_id)
+    while batch := list(islice(moved, RESOLVE_BATCH)):
+        paths = [change.path for change in batch]
+        sources = committed.get_many(source_mr, paths)
+        bases = committed.get_many(base_mr, paths)
+        taken = [
+            (change, base)
+            for change, ours, base in zip(batch, sources, bases, strict=True)
+            if not _same(ours, base)
+        ]
+        olds = _base_entries(committed, onto_mr, [change for change, _ in taken])
+        if any(not _same(old, base) for (_, base), old in zip(taken, olds, strict=True)):
+            return False
+    return True
 
 
 def merged_or_conflict(
@@ -517,8 +604,8 @@ def _neither(
 def _base_entries(
     committed: CommittedStore, base_mr: str, batch: list[Change]
 ) -> list[Entry | None]:
-    """The base side of each change: the diff carries it for removals, an addition had none,
-    and a changed path's old entry is looked up."""
+    """The old side of each change of a diff from `base_mr`: the diff carries it for
+    removals, an addition had none, and a changed path's old entry is looked up."""
     changed = [change.path for change in batch if change.type == "changed"]
     old = dict(zip(changed, committed.get_many(base_mr, changed), strict=True))
     return [change.entry if change.type == "removed" else old.get(change.path) for change in batch]

@@ -82,6 +82,9 @@ TABLE = [
     ("A", "B", "C", None, "conflict"),
     ("A", "B", "A", "C", "conflict"),
     ("A", "A", "B", "C", "C"),
+    # Rows that design's table lacks: the destination had taken the source's change.
+    ("A", "B", "B", "C", "conflict"),
+    ("A", "B", "B", "A", "B"),
 ]
 DELETION = [None, "A", "B", "C"]
 
@@ -164,6 +167,111 @@ def test_retry_reuses_the_ranges_it_wrote(lake: Lake, repo, monkeypatch) -> None
     assert len(ranges_written) <= 1, ranges_written
     assert content(main, "d/0100a") == b"new"
     assert content(main, "zzzz") == b"race"
+
+
+# base, src, dst, dst' at `p`; whether the retry merges afresh (reusing would differ there)
+RETRIED = [
+    ("A", "B", "B", "C", True),
+    ("A", "B", "B", "A", True),
+    ("A", "B", "C", "A", True),
+    ("A", "B", "C", "D", True),
+    ("A", "B", "A", "C", False),
+    ("A", "A", "B", "C", False),
+]
+
+
+@pytest.mark.parametrize("strategy", [None, "source-wins", "dest-wins"])
+@pytest.mark.parametrize("row", RETRIED, ids=["".join(map(str, row)) for row in RETRIED])
+def test_a_retry_merges_afresh_where_head_had_changed_a_path_the_source_changed(
+    repo, monkeypatch, row, strategy
+) -> None:
+    """Seed 37's shape (`tests/history/test_regressions.py`) and its neighbours: the retried
+    merge is the fresh merge of its parents, conflicts included, and it reuses its first
+    attempt wherever the destination had left the source's paths as the base has them."""
+    base, src, dst, dst_after, afresh = row
+    main = repo.branch("main")
+    main.upload("p", base.encode())
+    main.commit("base")
+    feature = repo.create_branch("feature", source="main")
+    put(feature, "p", src.encode())
+    feature.upload("src-only", b"s")
+    feature.commit("source side")
+    put(main, "p", dst.encode())
+    main.upload("dst-only", b"d")
+    main.commit("destination side")
+    firsts = _counting_first_attempts(monkeypatch)
+
+    def concurrent_commit() -> None:
+        put(main, "p", dst_after.encode())
+        main.commit("concurrent commit")
+
+    calls = race_once(monkeypatch, repo.lake.graveler, concurrent_commit)
+    trees = [{"p": value.encode()} for value in (base, src, dst, dst_after)]
+    if _three_way(*trees[:3], strategy)[1]:
+        with pytest.raises(MergeConflict):
+            repo.merge("feature", into="main", strategy=strategy)
+        assert not calls
+        return
+    expected, conflicts = _three_way(trees[0], trees[1], trees[3], strategy)
+    if conflicts:
+        with pytest.raises(MergeConflict) as info:
+            repo.merge("feature", into="main", strategy=strategy)
+        assert info.value.paths == ["p"] and info.value.count == 1
+        assert content(main, "p") == dst_after.encode()
+    else:
+        result = repo.merge("feature", into="main", strategy=strategy)
+        assert result.attempts == 2
+        assert content(main, "p") == expected["p"]
+        assert content(main, "src-only") == b"s"
+    assert len(firsts) == (2 if afresh else 1)
+
+
+def _counting_first_attempts(monkeypatch) -> list[str]:
+    """The source commits merges merged afresh (`_first_attempt`), not reusing an attempt."""
+    sources: list[str] = []
+    first_attempt = merge_ops._first_attempt
+
+    def counting(g, repo, head, source, *args):
+        sources.append(source.id)
+        return first_attempt(g, repo, head, source, *args)
+
+    monkeypatch.setattr(merge_ops, "_first_attempt", counting)
+    return sources
+
+
+def test_a_retry_after_disjoint_merges_reuses_its_attempt(repo, monkeypatch) -> None:
+    """The common contended case (lakeFS's design): other branches merged into the
+    destination meanwhile, none touching the source's paths. Every retry reuses its attempt
+    (one `_first_attempt` in all), and the result is the merge of its parents."""
+    main = repo.branch("main")
+    for i in range(40):
+        main.upload(f"d/{i:02d}", b"base")
+    main.commit("base")
+    for name, i in (("feature", 5), ("other", 25), ("third", 35)):
+        branch = repo.create_branch(name, source="main")
+        branch.upload(f"d/{i:02d}", name.encode())
+        branch.commit(name)
+    main.upload("d/15", b"main moved")
+    main.commit("main moves on")
+    firsts = _counting_first_attempts(monkeypatch)
+    calls: list[int] = []
+    original = repo.lake.graveler.try_update_branch
+
+    def two_races(record, branch, predicate):
+        calls.append(1)
+        if len(calls) in (1, 3):
+            repo.merge("other" if len(calls) == 1 else "third", into="main")
+        return original(record, branch, predicate)
+
+    monkeypatch.setattr(repo.lake.graveler, "try_update_branch", two_races)
+    result = repo.merge("feature", into="main")
+    assert result.attempts == 3
+    assert firsts.count(result.commit.parents[1]) == 1
+    assert {e.path: content(main, e.path) for e in main.list() if e.path != "d/15"} == {
+        f"d/{i:02d}": {5: b"feature", 25: b"other", 35: b"third"}.get(i, b"base")
+        for i in range(40)
+        if i != 15
+    }
 
 
 def test_conflict_lists_paths_and_counts_them(repo) -> None:
@@ -454,3 +562,95 @@ def test_random_merges_match_a_path_by_path_reference(repo, monkeypatch, seed, s
     else:
         repo.merge("feature", into="main", strategy=strategy)
         assert {e.path: main.read(e.path) for e in main.list()} == expected
+
+
+HISTORY_PATHS = [f"h/{i}" for i in range(6)]
+HISTORY_VALUES = [None, b"1", b"2", b"3"]
+"""Few paths and values, so sides often agree by chance: a destination that took the
+source's change, then changed it again or undid it, is common."""
+
+
+def _scramble(rng: random.Random, branch, count: int, marker: str) -> None:
+    """Random values at `count` paths, and a path of its own so the commit is never empty."""
+    for path in rng.sample(HISTORY_PATHS, count):
+        put(branch, path, rng.choice(HISTORY_VALUES))
+    branch.upload(f"marker/{marker}", marker.encode())
+
+
+def _merge_outcome(repo, source: str, into: str, strategy: str | None) -> tuple:
+    """What merging `source` into `into` did, as comparable values."""
+    try:
+        result = repo.merge(source, into=into, strategy=strategy)
+    except MergeConflict as conflict:
+        return ("conflict", conflict.paths, conflict.count)
+    except NoChanges:
+        return ("no changes",)
+    tree = {e.path: content(repo.ref(into), e.path) for e in repo.ref(into).list()}
+    bases = result.commit.metadata.get(merge_ops.BASES_KEY)
+    return ("merged", result.fast_forward, result.commit.parents, bases, tree)
+
+
+def _random_history(rng: random.Random, repo) -> None:
+    """`main` and `feature` (two commits) diverged from a base; `side` took some of the
+    feature's values, and `main` merged it or moved on by itself."""
+    main = repo.branch("main")
+    for path in HISTORY_PATHS:
+        put(main, path, rng.choice(HISTORY_VALUES[1:]))
+    main.commit("base")
+    feature = repo.create_branch("feature", source="main")
+    side = repo.create_branch("side", source="main")
+    for step in ("f1", "f2"):
+        _scramble(rng, feature, 2, step)
+        feature.commit(step)
+    for path in rng.sample(HISTORY_PATHS, 3):
+        put(side, path, content(feature, path))
+    side.upload("marker/side", b"side")
+    side.commit("side takes the feature's values")
+    if rng.random() < 0.5:
+        repo.merge("side", into="main", strategy="source-wins", fast_forward=False)
+    _scramble(rng, main, rng.randrange(3), "main")
+    main.commit("main moves on")
+
+
+def _race(rng: random.Random, repo) -> None:
+    """What lands on `main` during the merge: its own changes, or a merge of the feature's
+    first commit (the merge base moves), or of a branch that took the feature's values."""
+    main = repo.branch("main")
+    kind = rng.choice(("commit", "feature~1", "takes"))
+    if kind == "feature~1":
+        with contextlib.suppress(NoChanges):
+            repo.merge("feature~1", into="main", strategy="dest-wins")
+        return
+    if kind == "takes":
+        for path in rng.sample(HISTORY_PATHS, 2):
+            put(main, path, content(repo.ref("feature"), path))
+    _scramble(rng, main, rng.randrange(1, 4), "race")
+    main.commit(f"race: {kind}")
+
+
+@pytest.mark.parametrize("strategy", [None, "source-wins", "dest-wins"])
+def test_random_retried_merges_are_the_fresh_merges_of_their_parents(
+    lake: Lake, tmp_path: Path, monkeypatch, strategy
+) -> None:
+    """For random small histories, a merge that lost one race to a random change of the
+    destination does what merging the same source afresh into the new HEAD does: the same
+    tree, parents and bases, or the same conflicts (paths and count)."""
+    raced = 0
+    for seed in range(12):
+        rng = random.Random(f"{seed}-{strategy}")
+        name = f"history-{seed}"
+        repo = lake.create_repository(name, storage_namespace=f"file://{tmp_path}/{name}")
+        _random_history(rng, repo)
+
+        def concurrent(rng: random.Random = rng, repo=repo) -> None:
+            _race(rng, repo)
+            repo.create_branch("fresh", source="main")
+
+        with monkeypatch.context() as patched:
+            calls = race_once(patched, lake.graveler, concurrent)
+            retried = _merge_outcome(repo, "feature", "main", strategy)
+        if not calls:
+            continue
+        raced += 1
+        assert retried == _merge_outcome(repo, "feature", "fresh", strategy), seed
+    assert raced >= 8

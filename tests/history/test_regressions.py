@@ -1,7 +1,5 @@
 """What the history checker found, forced so it fails every time, and the seeds that found
-it run again with the others (`test_histories.REGRESSION_SEEDS`): a bug fixed, and a
-divergence of merges from the model kept as an expected failure (the checker bounds a
-retried merge instead, see `checker.Checker.retried_merge`).
+it run again with the others (`test_histories.REGRESSION_SEEDS`): two bugs fixed.
 
 Seeds 36 and 41 (SQLite, fast settings): a delete on `shared` stopped by a failpoint between
 its tombstone and its validating read, then retried, got `NotFound`; once the concurrent
@@ -10,6 +8,9 @@ sealed the staging token, so its tombstone landed in a sealed token after the co
 read it; the retry's look found that tombstone and took the path for gone, and the commit
 dropped the token with the tombstone it never held. A retried delete (an Airflow task
 retried, say) reported the path absent and left it there.
+
+Seed 37 (PostgreSQL + SeaweedFS): a merge that lost its race reused its first attempt where
+that differs from the merge of its parents (`merge.reuse_is_exact` says where).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from branchwater.engine import Lake, NotFound, failpoints
+from branchwater.engine import Lake, MergeConflict, NotFound, failpoints
 from branchwater.engine.api import Repository
 from branchwater.engine.graveler import reads, writes
 from branchwater.engine.graveler.merge import MergeResult
@@ -87,20 +88,16 @@ def _raise() -> None:
     raise failpoints.FailpointHit("write.before_validate")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="by design (docs/architecture.md, merge with retry): a retry merges its first "
-    "attempt onto the new HEAD with the old HEAD as base, not the parents' merge base",
-)
+@pytest.mark.parametrize("strategy", [None, "source-wins"])
 def test_a_merge_that_lost_a_race_equals_the_merge_of_its_parents(
-    two_lakes: tuple[Repository, Repository],
+    two_lakes: tuple[Repository, Repository], strategy: str | None
 ) -> None:
     """Found by seed 37 on PostgreSQL + SeaweedFS: `main` took the source's change to `p`
     (x to y) from another branch (D1), the merge of the source was held before its branch
     swap, and a fast-forward moved `main` to D2, which changed `p` to w. The retry merged
     its first attempt (p = y) onto D2 from D1: p = w, clean, with parents (D2, source); a
-    merge of the same parents from their merge base (p = x) conflicts on `p`."""
+    merge of the same parents from their merge base (p = x) conflicts on `p` (and with
+    `source-wins` holds y). The retry now merges afresh there, so it does the same."""
     repo, other = two_lakes
     main = repo.branch("main")
     main.upload("p", b"x")
@@ -111,18 +108,30 @@ def test_a_merge_that_lost_a_race_equals_the_merge_of_its_parents(
     repo.merge("d1", into="main", fast_forward=False)
     d2 = repo.create_branch("d2", source="main")
     d2.upload("p", b"w")
-    d2.commit("d2: p")
-    results: list[object] = []
+    d2_head = d2.commit("d2: p")
+    outcomes: list[MergeResult | MergeConflict] = []
+
+    def merge_the_source() -> None:
+        try:
+            outcomes.append(repo.merge("source", "main", strategy=strategy))
+        except MergeConflict as conflict:
+            outcomes.append(conflict)
+
     with paused_at("merge.before_set") as pause:
-        merging = threading.Thread(target=lambda: results.append(repo.merge("source", "main")))
+        merging = threading.Thread(target=merge_the_source)
         merging.start()
         pause.wait()
         other.merge("d2", into="main")
         pause.release()
         merging.join(30)
-    (result,) = results
-    assert isinstance(result, MergeResult) and result.attempts == 2
-    ours, theirs = result.commit.parents
-    base = repo.merge_base(ours, theirs).id
-    trees = [tree(repo, commit_id) for commit_id in (base, ours, theirs)]
-    assert tree(repo, result.commit.id) == three_way(*trees, None)
+    (outcome,) = outcomes
+    source_id = repo.ref("source").commit_id
+    base = repo.merge_base(d2_head.id, source_id).id
+    expected = three_way(tree(repo, base), tree(repo, d2_head.id), tree(repo, source_id), strategy)
+    if expected is None:
+        assert isinstance(outcome, MergeConflict) and outcome.paths == ["p"]
+        assert main.commit_id == d2_head.id
+        return
+    assert isinstance(outcome, MergeResult) and outcome.attempts == 2
+    assert outcome.commit.parents == (d2_head.id, source_id)
+    assert tree(repo, outcome.commit.id) == expected
