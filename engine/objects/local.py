@@ -17,6 +17,7 @@ from typing import BinaryIO
 from urllib.parse import unquote, urlsplit
 
 from branchwater.engine.errors import ConfigurationError, NotFound, Unavailable
+from branchwater.engine.objects.native_exit import drain_native_readers_at_exit
 from branchwater.engine.objects.store import (
     Listing,
     ObjectInfo,
@@ -76,6 +77,7 @@ class LocalObjectStore(ObjectStore):
     def open(self, key: str) -> BinaryIO:
         """The file itself, buffered: the OS reads only what is asked (and its read-ahead)."""
         path = self._path(key)
+        drain_native_readers_at_exit()
         try:
             return open(path, "rb")
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):

@@ -49,6 +49,7 @@ from branchwater.engine.errors import (
     NotFound,
     Unavailable,
 )
+from branchwater.engine.objects.native_exit import drain_native_readers_at_exit
 from branchwater.engine.objects.s3_fallback import Boto3Keys, addressable
 from branchwater.engine.objects.store import (
     Listing,
@@ -199,6 +200,7 @@ class S3ObjectStore(ObjectStore):
         this starts with gives the size (for `seek` from the end), `NotFound` early, and the
         ETag every GET must match, so an object replaced meanwhile fails the read
         (`CorruptedData`) instead of mixing two versions."""
+        drain_native_readers_at_exit()
         if not addressable(check_object_key(key)):
             info = self._boto3.head(key)
             reader = _RangeReader(self, key, info.size, info.etag or "*")
