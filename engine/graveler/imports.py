@@ -35,6 +35,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from urllib.parse import unquote, urlsplit
 
 import numpy as np
@@ -210,18 +211,25 @@ def import_objects(
     return ImportResult(listing.count, listing.bytes, commit)
 
 
-def list_local(directory: str, key_prefix: str) -> Iterator[pa.Table]:
+Convert = Callable[[pa.Table], pa.Table]
+"""What `list_local` makes of each run of listed files, in the thread that listed it."""
+
+
+def list_local(
+    directory: str, key_prefix: str, convert: Convert | None = None
+) -> Iterator[pa.Table]:
     """Regular files under `directory` (whose key below the root is `key_prefix`) as
-    `LIST_SCHEMA` tables in key order: a folder is one native listing with a `stat` per
-    entry (`pyarrow.fs`), its files sorted as columns and its subfolders walked where their
-    names sort with a `/` after them, as a stack of folders (any depth). The next
-    `FOLDERS_AHEAD` subfolders of each folder being walked are listed in threads while
-    the caller works on what came before. A file gone before its `stat`, or that is no
-    regular file (a socket, a link to a folder), is left out; a name that is no UTF-8 text
-    raises `_NotText`."""
+    `LIST_SCHEMA` tables in key order, or what `convert` makes of each: a folder is one
+    native listing with a `stat` per entry (`pyarrow.fs`), its files sorted as columns and
+    its subfolders walked where their names sort with a `/` after them, as a stack of
+    folders (any depth). The next `FOLDERS_AHEAD` subfolders of each folder being walked are
+    listed (and converted) in threads while the caller works on what came before. A file
+    gone before its `stat`, or that is no regular file (a socket, a link to a folder), is
+    left out; a name that is no UTF-8 text raises `_NotText`."""
     pool = ThreadPoolExecutor(FOLDERS_AHEAD, thread_name_prefix="bw-import")
+    lister = partial(_folder, convert=convert)
     try:
-        stack = [_Level(pool, _folder(directory, key_prefix))]
+        stack = [_Level(pool, lister, lister(directory, key_prefix))]
         while stack:
             item = stack[-1].next()
             if item is None:
@@ -229,7 +237,7 @@ def list_local(directory: str, key_prefix: str) -> Iterator[pa.Table]:
             elif isinstance(item, pa.Table):
                 yield item
             else:
-                stack.append(_Level(pool, item.result()))
+                stack.append(_Level(pool, lister, item.result()))
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
@@ -242,8 +250,11 @@ class _Level:
     """A folder being walked: its items in order, the listings of its next subfolders
     started."""
 
-    def __init__(self, pool: ThreadPoolExecutor, items: Folder) -> None:
+    def __init__(
+        self, pool: ThreadPoolExecutor, lister: Callable[[str, str], Folder], items: Folder
+    ) -> None:
         self._pool = pool
+        self._lister = lister
         self._items: list[pa.Table | tuple[str, str] | Future[Folder] | None] = list(items)
         self._at = 0
         self._ahead = 0
@@ -257,7 +268,7 @@ class _Level:
         item, self._items[self._at] = self._items[self._at], None
         self._at += 1
         self._start_next()
-        return self._pool.submit(_folder, *item) if isinstance(item, tuple) else item
+        return self._pool.submit(self._lister, *item) if isinstance(item, tuple) else item
 
     def _start_next(self) -> None:
         """Start listing the first subfolder not started yet."""
@@ -266,7 +277,7 @@ class _Level:
             item = self._items[self._ahead]
             self._ahead += 1
             if isinstance(item, tuple):
-                self._items[self._ahead - 1] = self._pool.submit(_folder, *item)
+                self._items[self._ahead - 1] = self._pool.submit(self._lister, *item)
                 return
 
 
@@ -278,7 +289,7 @@ class _NotText(Exception):
         self.key = key
 
 
-def _folder(directory: str, key_prefix: str) -> Folder:
+def _folder(directory: str, key_prefix: str, convert: Convert | None) -> Folder:
     try:
         infos = _LOCAL.get_file_info(FileSelector(directory, allow_not_found=True))
         names = [info.base_name for info in infos]
@@ -302,16 +313,16 @@ def _folder(directory: str, key_prefix: str) -> Folder:
         if infos[row].type == FileType.Directory and not os.path.islink(infos[row].path)
     )
     files = table.filter(sizes.is_valid()).cast(LIST_SCHEMA).sort_by("key")
-    if not folders:
-        return [files]
-    keys = files["key"].to_pylist()
-    out: Folder = []
-    start = 0
-    for prefix, path in folders:
-        end = bisect_left(keys, prefix, start)
-        out += [files.slice(start, end - start), (path, prefix)]
-        start = end
-    return [*out, files.slice(start)]
+    cuts = [0]
+    if folders:
+        keys = files["key"].to_pylist()
+        cuts += [bisect_left(keys, prefix) for prefix, _ in folders]
+    cuts.append(len(files))
+    converted = convert(files) if convert is not None else files
+    out: Folder = [converted.slice(cuts[0], cuts[1] - cuts[0])]
+    for folder, start, end in zip(folders, cuts[1:-1], cuts[2:], strict=True):
+        out += [(folder[1], folder[0]), converted.slice(start, end - start)]
+    return out
 
 
 def _not_text(directory: str) -> str:
@@ -352,21 +363,24 @@ class _Listing:
     bytes: int = 0
     _last: str = field(default="", repr=False)
 
-    def objects(self) -> Iterator[pa.Table]:
+    def changes(self) -> Iterator[pa.Table]:
+        """The source's objects as change rows (`_rows`), in key order."""
         if self.source.scheme == FILE_SCHEME:
-            return list_local("/" + self.source.key_prefix, self.source.key_prefix)
+            directory = "/" + self.source.key_prefix
+            return list_local(directory, self.source.key_prefix, self._rows)
         store = self.g.objects(self.source.store_url)
         assert isinstance(store, S3ObjectStore)
-        return store.list_tables(self.source.key_prefix)
+        return map(self._rows, store.list_tables(self.source.key_prefix))
 
     def batches(self) -> Iterator[pa.Table]:
         self.count = self.bytes = 0
         self._last = ""
         try:
-            for objects in rebatched(self.objects(), BATCH):
-                yield self._rows(objects)
-                self.count += len(objects)
-                self.bytes += pc.sum(objects["size"]).as_py() or 0
+            for rows in rebatched(self.changes(), BATCH):
+                self._check_paths(rows)
+                yield rows
+                self.count += len(rows)
+                self.bytes += pc.sum(rows["size"]).as_py() or 0
                 if self.progress is not None:
                     self.progress(self.count)
                 failpoints.hit("import.after_batch")
@@ -377,14 +391,13 @@ class _Listing:
             raise NotFound(f"no objects to import under {self.source.uri!r}")
 
     def _rows(self, objects: pa.Table) -> pa.Table:
-        """Change rows of a batch, built and checked in Arrow: paths that can be keys, in key
-        order (after the previous batch's last), checksums a record can hold."""
+        """Change rows of listed objects, built in Arrow: the path below the destination
+        prefix, the object's URI as address, and the checksum."""
         keys = objects["key"].combine_chunks()
         below = pc.utf8_slice_codeunits(keys, len(self.source.key_prefix))
-        paths = self._paths(pc.binary_join_element_wise(self.dest, below, ""), keys)
         rows = len(objects)
         arrays = [
-            paths,
+            pc.binary_join_element_wise(self.dest, below, ""),
             pc.binary_join_element_wise(self.source.root, keys, ""),
             objects["size"].combine_chunks(),
             _checksums(objects, etags=self.source.scheme == S3_SCHEME),
@@ -397,9 +410,13 @@ class _Listing:
     def _path_of(self, key: str) -> str:
         return self.dest + key[len(self.source.key_prefix) :]
 
-    def _paths(self, paths: pa.Array, keys: pa.Array) -> pa.Array:
+    def _check_paths(self, rows: pa.Table) -> None:
+        """Paths that can be keys, in key order after the previous batch's last."""
+        paths = rows["path"].combine_chunks()
+        addresses = rows["address"]
         if pc.any(pc.match_substring(paths, "\x00")).as_py():
-            for key in keys.to_pylist():
+            for address in addresses.to_pylist():
+                key = address[len(self.source.root) :]
                 self._check(self._path_of(key), key)
         before = [self._last] if self._last else []
         compared = pa.concat_arrays([pa.array(before, pa.string()), paths])
@@ -408,11 +425,10 @@ class _Listing:
             row = pc.index(out_of_order, True).as_py() + (0 if before else 1)
             raise Unavailable(
                 f"the listing of {self.source.uri!r} is not in key order at "
-                f"{self.source.root + keys[row].as_py()!r}; nothing was committed"
+                f"{addresses[row].as_py()!r}; nothing was committed"
             )
         if len(paths):
             self._last = paths[-1].as_py()
-        return paths
 
     def _check(self, path: str, key: str) -> None:
         try:
