@@ -74,9 +74,6 @@ CHECKSUM_PATTERN = rf"[0-9A-Za-z+/=._:-]{{1,{CHECKSUM_MAX_LENGTH}}}"
 FOLDERS_AHEAD = 4
 """Local folders listed ahead of the walk, at once (`list_local`)."""
 _LOCAL = LocalFileSystem()
-_HEX_DIGITS = np.frombuffer(b"0123456789abcdef", np.uint8)
-_NIBBLES = np.arange(60, -4, -4, dtype=np.uint64)
-"""A 64-bit number's hex digits' shifts, the most significant first."""
 
 Progress = Callable[[int], None]
 """Called after each batch with the number of objects listed so far."""
@@ -445,28 +442,15 @@ def _checksums(objects: pa.Table, *, etags: bool) -> pa.Array:
     microseconds and size, in hex, as web servers make ETags. ETags are checked in Arrow; one
     no record could hold (`check_checksum`) is itself hex-encoded."""
     if not etags:
-        mtimes_us = objects["mtime"].combine_chunks().cast(pa.int64())
-        sizes = objects["size"].combine_chunks()
-        return pc.binary_join_element_wise(CHECKSUM_PREFIX, _hex(mtimes_us), "-", _hex(sizes), "")
+        mtimes_us = objects["mtime"].combine_chunks().cast(pa.int64()).to_pylist()
+        pairs = zip(mtimes_us, objects["size"].to_pylist(), strict=True)
+        return pa.array(list(map(f"{CHECKSUM_PREFIX}%x-%x".__mod__, pairs)), pa.string())
     checksums = pc.binary_join_element_wise(
         CHECKSUM_PREFIX, pc.fill_null(objects["etag"].combine_chunks(), ""), ""
     )
     if not pc.all(pc.match_substring_regex(checksums, f"^{CHECKSUM_PATTERN}$")).as_py():
         checksums = pa.array([_held(text) for text in checksums.to_pylist()], pa.string())
     return checksums
-
-
-def _hex(values: pa.Array) -> pa.Array:
-    """Integers in lower-case hex without leading zeros, as `%x` writes them: digit by digit
-    in numpy for the non-negative, `%x` itself for a batch with a negative one."""
-    numbers = values.to_numpy(zero_copy_only=False)
-    if (numbers < 0).any():
-        return pa.array(list(map("%x".__mod__, numbers.tolist())), pa.string())
-    digits = _HEX_DIGITS[(numbers.astype(np.uint64)[:, None] >> _NIBBLES) & np.uint64(15)]
-    data = pa.py_buffer(np.ascontiguousarray(digits))
-    fixed = pa.FixedSizeBinaryArray.from_buffers(pa.binary(16), len(numbers), [None, data])
-    trimmed = pc.utf8_ltrim(fixed.cast(pa.binary()).cast(pa.string()), "0")
-    return pc.if_else(pc.equal(trimmed, ""), "0", trimmed)
 
 
 def _held(checksum: str) -> str:
