@@ -20,7 +20,7 @@ from branchwater.engine.graveler.checksums import ContentHasher
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import Entry, Metadata, RepositoryRecord, metadata_json
 from branchwater.engine.graveler.reads import find_branch_look
-from branchwater.engine.objects.store import StreamSource, iter_chunks
+from branchwater.engine.objects.store import StreamSource, iter_chunks, known_size
 
 UploadSource = bytes | bytearray | memoryview | str | Path | BinaryIO
 """Content, a local file's path, or a binary file object read from where it stands to EOF."""
@@ -103,7 +103,9 @@ class Upload:
         hasher = ContentHasher()
         address = self._next_address()
         store = self._g.objects(self._repo.storage_namespace)
-        info = store.put_stream(address, _hashed(iter_chunks(source), hasher))
+        info = store.put_stream(
+            address, _hashed(iter_chunks(source), hasher), size=known_size(source)
+        )
         content = (hasher.size, hasher.hexdigest())
         if recheck and content != checked:
             existing = self._unchanged(*content)

@@ -60,7 +60,7 @@ class LocalObjectStore(ObjectStore):
     def _path(self, key: str) -> Path:
         return self.root / check_object_key(key)
 
-    def put_stream(self, key: str, source: StreamSource) -> ObjectInfo:
+    def put_stream(self, key: str, source: StreamSource, size: int | None = None) -> ObjectInfo:
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{_TMP_PREFIX}{path.name}.{uuid.uuid4().hex}")

@@ -60,6 +60,7 @@ from branchwater.engine.objects.store import (
     check_folder,
     check_object_key,
     iter_chunks,
+    known_size,
 )
 from branchwater.engine.urls import redact_url
 
@@ -72,11 +73,19 @@ DELETE_BATCH = 1000
 REQUESTS_IN_FLIGHT = 8
 """DeleteObjects batches and HEADs sent at once."""
 PART_SIZE = 8 << 20
-"""A multipart upload's part size (S3 wants 5 MiB at least, but for the last)."""
+"""A multipart upload's smallest part (S3 wants 5 MiB at least, but for the last), and the
+size of what is read ahead to tell a one-request object from a multipart one."""
 MAX_PARTS = 10_000
-"""S3's limit of parts per upload: a stream may hold up to `MAX_PARTS * PART_SIZE` bytes."""
+"""S3's limit of parts per upload."""
+MAX_OBJECT = 5 << 40
+"""S3's limit of an object's size (5 TiB)."""
+STREAM_PART = 32 << 20
+"""The part size of a stream of unknown length: such a stream holds up to 312 GiB."""
 PARTS_IN_FLIGHT = 4
-"""Parts uploaded at once."""
+"""Parts uploaded at once, at most."""
+UPLOAD_MEMORY = 128 << 20
+"""What an upload's parts may hold in memory (those in flight and the one filling), where
+parts are small enough: fewer go at once as parts grow, one at the least."""
 READ_AHEAD = 4 << 20
 """Bytes a small read fetches ahead: one GET per 4 MiB read sequentially, while a seek to
 read a Parquet footer fetches no more than that."""
@@ -160,28 +169,31 @@ class S3ObjectStore(ObjectStore):
             },
         )
 
-    def put_stream(self, key: str, source: StreamSource) -> ObjectInfo:
-        """One PutObject when `source` fits in a part, else a multipart upload of
-        `PART_SIZE` parts, `PARTS_IN_FLIGHT` at once, so memory stays about
-        `PARTS_IN_FLIGHT + 1` parts. A failed upload is aborted: no object, no pending
-        upload. The mtime is this machine's clock when the write ends, which saves a HEAD
-        per write; S3 stamps `LastModified` within the same request."""
+    def put_stream(self, key: str, source: StreamSource, size: int | None = None) -> ObjectInfo:
+        """One PutObject when `source` fits in `PART_SIZE`, else a multipart upload whose
+        parts `part_plan` sizes from the stream's length (`size`, or a seekable file's), so
+        that memory stays about `UPLOAD_MEMORY`. A failed upload is aborted: no object, no
+        pending upload. The mtime is this machine's clock when the write ends, which saves a
+        HEAD per write; S3 stamps `LastModified` within the same request."""
         if not addressable(check_object_key(key)):
             raise InvalidArgument(
                 f"object key {key!r} has control characters: Branchwater reads such S3 keys "
                 "(written by other tools) but does not write them"
             )
+        if size is None:
+            size = known_size(source)
+        part, in_flight = part_plan(size, f"{key!r} in {self.url}")
         chunks = iter_chunks(source, PART_SIZE)
         head: list[bytes] = []
-        size = 0
-        while size <= PART_SIZE and (chunk := next(chunks, None)) is not None:
+        length = 0
+        while length <= PART_SIZE and (chunk := next(chunks, None)) is not None:
             head.append(chunk)
-            size += len(chunk)
-        if size <= PART_SIZE:
+            length += len(chunk)
+        if length <= PART_SIZE:
             body = b"".join(head)
             self._call(key, lambda: obstore.put(self._s3, key, body, use_multipart=False))
-            return ObjectInfo(key, size, datetime.now(UTC))
-        counted = _Counted(chain(head, chunks), MAX_PARTS * PART_SIZE, self.url, key)
+            return ObjectInfo(key, length, datetime.now(UTC))
+        counted = _Counted(chain(head, chunks), MAX_PARTS * part, self.url, key)
         self._call(
             key,
             lambda: obstore.put(
@@ -189,8 +201,8 @@ class S3ObjectStore(ObjectStore):
                 key,
                 counted,
                 use_multipart=True,
-                chunk_size=PART_SIZE,
-                max_concurrency=PARTS_IN_FLIGHT,
+                chunk_size=part,
+                max_concurrency=in_flight,
             ),
         )
         return ObjectInfo(key, counted.size, datetime.now(UTC))
@@ -569,10 +581,31 @@ class _Counted:
         self.size += len(chunk)
         if self.size > self._limit:
             raise InvalidArgument(
-                f"object {self._where} is larger than the {self._limit >> 30} GiB a streamed "
-                "S3 upload holds; split it into several objects"
+                f"object {self._where} is larger than the {self._limit >> 30} GiB an S3 upload "
+                "of its part size holds; give its size (put_stream's size=, or a seekable "
+                "file) so parts are sized for it, or split it into several objects"
             )
         return chunk
+
+
+def part_plan(size: int | None, where: str = "the object") -> tuple[int, int]:
+    """The part size and parts in flight of a multipart upload of `size` bytes (None:
+    unknown). S3 takes at most `MAX_PARTS` parts, so parts grow past `PART_SIZE` (in whole
+    MiB) for objects above 78 GiB; obstore cannot grow them during an upload, so a stream of
+    unknown length gets `STREAM_PART`. Fewer parts go at once as they grow, one at the
+    least: a 5 TiB object holds about two 525 MiB parts in memory."""
+    if size is not None and size > MAX_OBJECT:
+        raise InvalidArgument(
+            f"object {where} has {size} bytes, more than the 5 TiB an S3 object holds; "
+            "split it into several objects"
+        )
+    if size is None:
+        part = STREAM_PART
+    else:
+        fewest = -(-size // MAX_PARTS)
+        part = max(PART_SIZE, -(-fewest // (1 << 20)) << 20)
+    in_flight = max(1, min(PARTS_IN_FLIGHT, UPLOAD_MEMORY // part - 1))
+    return part, in_flight
 
 
 def _called(store: S3ObjectStore, pages: Iterator[T]) -> Iterator[T]:

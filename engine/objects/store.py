@@ -9,10 +9,11 @@ Objects stream both ways (`put_stream`, `open`), so their size is never bounded 
 from __future__ import annotations
 
 import abc
+import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from branchwater.engine.errors import InvalidArgument, NotFound
 
@@ -57,9 +58,11 @@ class ObjectStore(abc.ABC):
     url: str
 
     @abc.abstractmethod
-    def put_stream(self, key: str, source: StreamSource) -> ObjectInfo:
+    def put_stream(self, key: str, source: StreamSource, size: int | None = None) -> ObjectInfo:
         """Write `source` without holding it whole, atomically: a reader sees the old object,
-        the whole new one, or nothing; a failed write leaves nothing behind."""
+        the whole new one, or nothing; a failed write leaves nothing behind. `size`, the
+        stream's length where the caller knows it (`known_size`), lets S3 size its parts
+        for it; a seekable file's is found without it."""
 
     @abc.abstractmethod
     def open(self, key: str) -> BinaryIO:
@@ -111,6 +114,21 @@ class ObjectStore(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook; stores without clients keep it
         """Release clients; the store must not be used afterwards."""
+
+
+def known_size(source: StreamSource) -> int | None:
+    """The bytes `source` holds, where that is known without reading it: a list or tuple of
+    chunks, or a seekable file (from where it stands); None for other streams."""
+    if isinstance(source, list | tuple):
+        return sum(len(chunk) for chunk in source)
+    seekable = getattr(source, "seekable", None)
+    if callable(seekable) and seekable():
+        f: Any = source
+        start = f.tell()
+        end = f.seek(0, os.SEEK_END)
+        f.seek(start)
+        return max(0, end - start)
+    return None
 
 
 def iter_chunks(source: StreamSource, chunk_size: int = CHUNK_SIZE) -> Iterator[bytes]:

@@ -180,9 +180,10 @@ def test_s3_object_replaced_during_a_read_fails_it(s3_store: S3ObjectStore) -> N
 
 @pytest.mark.s3
 def test_s3_a_stream_failing_after_parts_in_flight_aborts_the_upload(
-    s3_store: S3ObjectStore, request: pytest.FixtureRequest
+    s3_store: S3ObjectStore, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """More parts than are sent at once went up before the source broke: none stays."""
+    monkeypatch.setattr(s3_module, "STREAM_PART", s3_module.PART_SIZE)
     parts = s3_module.PARTS_IN_FLIGHT + 2
     with pytest.raises(Boom):
         s3_store.put_stream("half", failing_after(os.urandom(parts * s3_module.PART_SIZE)))
@@ -194,6 +195,53 @@ def test_s3_a_stream_longer_than_an_upload_holds_is_refused_and_aborted(
     s3_store: S3ObjectStore, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(s3_module, "MAX_PARTS", 2)
-    with pytest.raises(InvalidArgument, match="split it into several objects"):
+    monkeypatch.setattr(s3_module, "STREAM_PART", s3_module.PART_SIZE)
+    with pytest.raises(InvalidArgument, match="give its size"):
         s3_store.put_stream("huge", chunks_of(os.urandom(2 * s3_module.PART_SIZE + 1)))
     assert leftovers(s3_store, request) == []
+
+
+GiB = 1 << 30
+
+
+@pytest.mark.parametrize(
+    "size", [None, 0, 1, 5 << 20, 78 * GiB, 80 * GiB, 700 * GiB, s3_module.MAX_OBJECT]
+)
+def test_s3_part_plan_reaches_the_size_within_s3s_limits_and_bounded_memory(
+    size: int | None,
+) -> None:
+    """Parts of whole MiB, at least 5 MiB, no larger than needed; the parts held (those in
+    flight and the one filling) within the memory budget, or two when one part exceeds it."""
+    part, in_flight = s3_module.part_plan(size)
+    assert part >= 5 << 20 and part % (1 << 20) == 0 and in_flight >= 1
+    if size is not None:
+        assert part * s3_module.MAX_PARTS >= size
+        assert part == s3_module.PART_SIZE or part - (1 << 20) < size / s3_module.MAX_PARTS
+    assert (in_flight + 1) * part <= max(s3_module.UPLOAD_MEMORY, 2 * part)
+
+
+def test_s3_part_plan_of_more_than_an_s3_object_holds_is_refused() -> None:
+    with pytest.raises(InvalidArgument, match="5 TiB an S3 object holds"):
+        s3_module.part_plan(s3_module.MAX_OBJECT + 1)
+
+
+@pytest.mark.s3
+def test_s3_parts_are_sized_from_a_seekable_file_or_a_given_size(
+    s3_store: S3ObjectStore, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """With uploads of two parts at most, 20 MiB need 10 MiB parts: the file's size, or the
+    size given with a stream, sizes them (S3's ETag of a multipart upload counts its parts);
+    a larger size than S3 holds is refused before anything is written."""
+    monkeypatch.setattr(s3_module, "MAX_PARTS", 2)
+    data = os.urandom(20 << 20)
+    path = tmp_path / "twenty"
+    path.write_bytes(data)
+    with open(path, "rb") as f:
+        s3_store.put_stream("from-file", f)
+    s3_store.put_stream("with-size", chunks_of(data), size=len(data))
+    for key in ("from-file", "with-size"):
+        assert s3_store.get(key) == data
+        assert (s3_store.stat(key).etag or "").endswith("-2")
+    with pytest.raises(InvalidArgument, match="5 TiB"):
+        s3_store.put_stream("too-big", [b"x"], size=s3_module.MAX_OBJECT + 1)
+    assert not s3_store.exists("too-big")
