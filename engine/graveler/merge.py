@@ -256,8 +256,9 @@ def _reusable(
     g: Graveler, repo: RepositoryRecord, head: Commit, previous: Attempt, plan: Plan
 ) -> bool:
     """Whether `previous` merged onto `head` (`_next_attempt`) is what a fresh attempt would
-    give: a plan's own `reuses_exactly` judges it (a merge's); a plan without one (an import,
-    a revert) reuses its attempt as that design does."""
+    give: a plan's own `reuses_exactly` judges it (a merge's, a revert's, a transaction's);
+    a plan without one (an import, whose listing is no three-way merge) reuses its attempt
+    as that design does."""
     judge = getattr(plan, "reuses_exactly", None)
     return judge is None or bool(judge(g, repo, head, previous))
 

@@ -18,7 +18,13 @@ from branchwater.engine.graveler import protection
 from branchwater.engine.graveler.committed import EMPTY_METARANGE_ID
 from branchwater.engine.graveler.fence import claim
 from branchwater.engine.graveler.graveler import Graveler
-from branchwater.engine.graveler.merge import Attempt, MergeResult, land, merged_or_conflict
+from branchwater.engine.graveler.merge import (
+    Attempt,
+    MergeResult,
+    land,
+    merged_or_conflict,
+    reuse_is_exact,
+)
 from branchwater.engine.graveler.model import (
     BranchRecord,
     Commit,
@@ -146,6 +152,12 @@ class _PickPlan:
     def first(self, g: Graveler, repo: RepositoryRecord, head: Commit) -> Attempt:
         merged = merged_or_conflict(g, repo, self.base, self.theirs, head, None, self.sides)
         return Attempt(merged, head.id, ())
+
+    def reuses_exactly(
+        self, g: Graveler, repo: RepositoryRecord, head: Commit, previous: Attempt
+    ) -> bool:
+        """Its base and source trees do not depend on HEAD: `reuse_is_exact` alone judges."""
+        return reuse_is_exact(g, repo, previous, head, self.base, self.theirs)
 
     def record(self, g: Graveler, repo: RepositoryRecord, head: Commit, at: Attempt) -> Commit:
         """The commit on HEAD; `NoChanges` when HEAD already holds the result (the changes

@@ -54,7 +54,13 @@ from branchwater.engine.errors import (
 from branchwater.engine.graveler import branches, commit, protection
 from branchwater.engine.graveler import merge as merge_ops
 from branchwater.engine.graveler.graveler import Graveler
-from branchwater.engine.graveler.merge import CONFLICTS_SHOWN, Attempt, _same, merged_or_conflict
+from branchwater.engine.graveler.merge import (
+    CONFLICTS_SHOWN,
+    Attempt,
+    _same,
+    merged_or_conflict,
+    reuse_is_exact,
+)
 from branchwater.engine.graveler.model import (
     Change,
     Commit,
@@ -166,6 +172,15 @@ class _TransactionPlan:
             g, repo, origin.metarange_id, self.own.metarange_id, head, None, self.sides
         )
         return Attempt(merged, head.id, ())
+
+    def reuses_exactly(
+        self, g: Graveler, repo: RepositoryRecord, head: Commit, previous: Attempt
+    ) -> bool:
+        """Its changes (origin to its own commit) do not depend on HEAD: `reuse_is_exact`
+        alone judges."""
+        origin = g.refs.get_commit(repo, self.tx.origin)
+        own = self.own.metarange_id
+        return reuse_is_exact(g, repo, previous, head, origin.metarange_id, own)
 
     def record(self, g: Graveler, repo: RepositoryRecord, head: Commit, at: Attempt) -> Commit:
         """The transaction's own commit while HEAD is its origin, else a new one on HEAD;

@@ -167,6 +167,27 @@ def test_a_revert_that_lost_a_race_merges_its_result_onto_the_new_head(
     assert content(repo.ref("main~1"), "late") == b"late"
 
 
+def test_a_revert_that_lost_a_race_where_head_had_undone_it_merges_afresh(
+    repo: Repository, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HEAD had undone the bad change itself, then a commit changed `a` again before the
+    revert's `set_if`: reusing the lost attempt would land `a` = 3 cleanly; the revert onto
+    the new HEAD conflicts on `a`, so the retry does (`merge.reuse_is_exact`)."""
+    main = repo.branch("main")
+    commit(main, "base", a=b"1")
+    bad = commit(main, "bad", a=b"2", b=b"2")
+    commit(main, "undo a by hand", a=b"1")
+
+    def concurrent() -> None:
+        commit(main, "race", a=b"3")
+
+    calls = race_once(monkeypatch, repo.lake.graveler, concurrent)
+    with pytest.raises(MergeConflict) as conflict:
+        repo.revert("main", bad)
+    assert calls and conflict.value.paths == ["a"]
+    assert tree(main) == {"a": b"3", "b": b"2"}
+
+
 def test_a_revert_that_loses_every_race_gives_up(
     repo: Repository, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -251,3 +272,24 @@ def test_restore_stages_the_sources_version_or_its_absence(repo: Repository) -> 
     assert next(iter(main.uncommitted())).path == "d/new"
     with pytest.raises(InvalidArgument, match="a path, a prefix or a list"):
         main.restore([], source="main")
+
+
+def test_a_cherry_pick_that_lost_a_race_where_head_had_its_change_merges_afresh(
+    repo: Repository, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HEAD held the picked change to `p` already and changed it again before the pick's
+    `set_if`: the pick onto the new HEAD conflicts on `p`, so the retry does."""
+    main = repo.branch("main")
+    commit(main, "base", p=b"x")
+    feature = repo.create_branch("feature", source="main")
+    wanted = commit(feature, "p and q", p=b"y", q=b"q")
+    commit(main, "main takes p", p=b"y")
+
+    def concurrent() -> None:
+        commit(main, "race", p=b"w")
+
+    calls = race_once(monkeypatch, repo.lake.graveler, concurrent)
+    with pytest.raises(MergeConflict) as conflict:
+        repo.cherry_pick("main", wanted)
+    assert calls and conflict.value.paths == ["p"]
+    assert tree(main) == {"p": b"w"}

@@ -165,6 +165,31 @@ def test_a_commit_landing_between_the_merge_and_its_set_survives(tx_lake: TxLake
     assert {c.path: c.type for c in main.uncommitted()} == {"pending.txt": "added"}
 
 
+def test_a_landing_that_lost_a_race_where_main_had_its_change_conflicts(tx_lake: TxLake) -> None:
+    """Main took the transaction's value of `keep.txt` before the landing merged, and changed
+    it again before its `set_if`: a landing onto that HEAD conflicts, so the retry does
+    (reusing the lost attempt would land main's value and drop the transaction's)."""
+    main = tx_lake.repo.branch("main")
+    raced: list[str] = []
+
+    def main_changes_it_again() -> None:
+        if not raced:
+            main.upload("keep.txt", b"other")
+            raced.append(main.commit("main again").id)
+
+    with (
+        pytest.raises(MergeConflict, match=r"keep\.txt"),
+        failpoints.armed("merge.before_set", main_changes_it_again),
+        main.transaction() as tx,
+    ):
+        tx.upload("keep.txt", b"mine")
+        tx.upload("orders/1.csv", b"id\n1\n")
+        main.upload("keep.txt", b"mine")
+        main.commit("main takes the same value")
+    assert raced and main.commit_id == raced[0] and main.read("keep.txt") == b"other"
+    assert tx_lake.leftovers() == []
+
+
 def test_conflicting_writes_fail_the_landing_and_land_nothing(tx_lake: TxLake) -> None:
     main = tx_lake.repo.branch("main")
     with pytest.raises(MergeConflict, match=r"1 path\(s\): keep\.txt"), main.transaction() as tx:
