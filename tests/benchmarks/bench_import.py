@@ -1,56 +1,78 @@
 """Zero-copy import (issue 38): `Branch.import_objects` of a prefix against listing the same
-objects with the object layer's base library alone.
+objects with the object layer's base library alone, on the selected back end (`backends`):
+`import-local` on the embedded one (SQLite, a folder of local files), `import-s3` on the
+stack (PostgreSQL, a prefix of SeaweedFS's S3).
 
-- `import-<backend>`: `--objects` objects (100,000 by default: making the issue's 1M files
-  or S3 objects takes longer than the benchmark's budget; `--objects 1000000` runs it) in
-  folders of 1,000 under a prefix outside the namespace, imported into a fresh repository
-  on SQLite each round (listing, ranges, one commit; the lake is opened and the repository
-  created before the clock starts). The reference lists them with what an import needs of
-  each, its size and modification time: `os.scandir` walked with a `stat` per file (local
-  files), obstore's `list`, the object layer's base (S3, which returns them with the keys).
-  The best of `--rounds`, the two sides alternating.
+`--objects` objects (100,000 by default: making the issue's 1M files or S3 objects takes
+longer than the benchmark's budget; `--objects 1000000` runs it) of 64 bytes in folders of
+1,000 under a prefix outside the namespace are imported into a fresh repository each round
+(listing, ranges, one commit; the lake is opened and the repository created before the
+clock starts). The reference lists them with what an import needs of each, its size and
+modification time: `os.scandir` walked with a `stat` per file (local files), or obstore's
+`list` returning Arrow (S3), which gives them with the keys. The best of `--rounds`, the two
+sides alternating.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
 
-from branchwater.engine import Lake
-from tests.benchmarks.backends import STACK, Backend
+from tests.benchmarks.backends import PUTS_IN_FLIGHT, Backend, open_backend
 from tests.benchmarks.declarations import Benchmark, Suite
-from tests.fixtures.s3 import running_seaweedfs
-from tests.helpers.servers import unique_name
 
 BENCHMARKS = Suite(
     section="Object layer",
-    benchmarks=tuple(
+    benchmarks=(
         Benchmark(
-            f"import-{backend}",
-            measures=f"`Branch.import_objects` of a prefix of objects on {where}",
-            reference=f"listing them (size and time) with {base} alone",
+            "import-local",
+            measures="`Branch.import_objects` of a folder of local files (embedded)",
+            reference="listing them (size and time) with `os.scandir` and `stat` alone",
             target=1.5,
-        )
-        for backend, where, base in (
-            ("local", "local files", "`os.scandir` and `stat`"),
-            ("s3", "S3 (SeaweedFS)", "obstore's `list`"),
-        )
+        ),
+        Benchmark(
+            "import-s3",
+            measures="`Branch.import_objects` of an S3 prefix (stack: SeaweedFS)",
+            reference="listing them (size and time) with obstore's `list` (Arrow) alone",
+            target=1.5,
+        ),
     ),
     about="100,000 objects in folders of 1,000 by default (the issue's 1M: `--objects`).",
 )
 PER_FOLDER = 1_000
+SOURCE = "existing"
+"""The source prefix, below the object root: beside the namespaces, not in one."""
+BODY = b"x" * 64
+"""Each object's bytes: not empty, since an empty S3 object may be a folder marker."""
 
 
 def keys(count: int) -> Iterator[str]:
     for i in range(count):
-        yield f"day={i // PER_FOLDER:05d}/part-{i % PER_FOLDER:05d}.parquet"
+        yield f"{SOURCE}/day={i // PER_FOLDER:05d}/part-{i % PER_FOLDER:05d}.parquet"
+
+
+def seed(backend: Backend, count: int) -> None:
+    """The source objects: files, or PUTs `PUTS_IN_FLIGHT` at once through obstore."""
+    if backend.server is None:
+        for key in keys(count):
+            path = backend.root / key
+            if not path.parent.is_dir():
+                path.parent.mkdir(parents=True)
+            path.write_bytes(BODY)
+        return
+    import obstore
+
+    store = backend.library()
+    with ThreadPoolExecutor(PUTS_IN_FLIGHT) as pool:
+        for _ in pool.map(lambda k: obstore.put(store, k, BODY), keys(count), chunksize=64):
+            pass
 
 
 def scandir_listing(root: str) -> int:
@@ -66,6 +88,19 @@ def scandir_listing(root: str) -> int:
                     entry.stat()
                     found += 1
     return found
+
+
+def library_listing(backend: Backend) -> Callable[[], int]:
+    """The source listed by the object library alone: `os.scandir` and `stat`, or obstore's
+    `list` as Arrow (no Python object per key)."""
+    if backend.server is None:
+        return lambda: scandir_listing(str(backend.root / SOURCE))
+    import obstore
+
+    store = backend.library()
+    return lambda: sum(
+        page.num_rows for page in obstore.list(store, f"{SOURCE}/", return_arrow=True)
+    )
 
 
 Side = Callable[[int], Callable[[], int]]
@@ -87,15 +122,14 @@ def best(rounds: int, sides: dict[str, Side], count: int) -> dict[str, float]:
     return {name: min(values) for name, values in times.items()}
 
 
-def importer(tmp: Path, source: str, options: dict[str, str], lakes: ExitStack) -> Side:
-    """`import_objects` into a fresh repository on SQLite; opening the lake and creating the
+def importer(backend: Backend, source: str, lakes: ExitStack) -> Side:
+    """`import_objects` into a fresh repository; opening the lake and creating the
     repository is the round's setup, not the import."""
 
     def ready(round_: int) -> Callable[[], int]:
-        kv = f"sqlite:///{tmp}/lake-{round_}.db"
-        lake = lakes.enter_context(Lake.connect(kv, s3_options=options, range_cache_dir=""))
-        namespace = (tmp / f"ns-{round_}").as_uri()
-        branch = lake.create_repository("bench", namespace).branch("main")
+        lake = lakes.enter_context(backend.connect(range_cache_dir=""))
+        repo = lake.create_repository(f"bench-{round_}", backend.namespace(f"ns-{round_}"))
+        branch = repo.branch("main")
 
         def run() -> int:
             result = branch.import_objects(source, prefix="raw/")
@@ -107,79 +141,34 @@ def importer(tmp: Path, source: str, options: dict[str, str], lakes: ExitStack) 
     return ready
 
 
-def listed(listing: Callable[[], int]) -> Side:
-    return lambda _: listing
-
-
-def report(backend: str, times: dict[str, float], count: int, rounds: int) -> None:
+def measure(backend: Backend, count: int, rounds: int) -> None:
+    seed(backend, count)
+    local = backend.server is None
+    source = (backend.root / SOURCE).as_uri() if local else f"s3://{backend.bucket}/{SOURCE}/"
+    listing = library_listing(backend)
+    with ExitStack() as lakes:
+        sides = {"import": importer(backend, source, lakes), "list": lambda _: listing}
+        times = best(rounds, sides, count)
     ratio = times["import"] / times["list"]
     print(
-        f"BENCH import-{backend} ratio={ratio:.2f} import_s={times['import']:.3f} "
-        f"list_s={times['list']:.3f} objects={count} rounds={rounds}",
+        f"BENCH import-{'local' if local else 's3'} ratio={ratio:.2f} "
+        f"import_s={times['import']:.3f} list_s={times['list']:.3f} objects={count} "
+        f"rounds={rounds} {backend.label}",
         flush=True,
     )
-
-
-def bench_local(tmp: Path, count: int, rounds: int) -> None:
-    source = tmp / "existing"
-    for key in keys(count):
-        path = source / key
-        if not path.parent.is_dir():
-            path.parent.mkdir(parents=True)
-        path.write_bytes(b"x" * 64)
-    with ExitStack() as lakes:
-        sides = {
-            "import": importer(tmp, source.as_uri(), {}, lakes),
-            "list": listed(lambda: scandir_listing(str(source))),
-        }
-        report("local", best(rounds, sides, count), count, rounds)
-
-
-def bench_s3(tmp: Path, count: int, rounds: int) -> None:
-    import boto3
-    import obstore
-
-    with running_seaweedfs() as server:
-        client: Any = boto3.session.Session().client("s3", **server.options)
-        bucket = unique_name("bench-import-")
-        client.create_bucket(Bucket=bucket)
-        with ThreadPoolExecutor(8) as pool:
-            list(
-                pool.map(
-                    lambda k: client.put_object(Bucket=bucket, Key=k, Body=b"x" * 64),
-                    (f"existing/{key}" for key in keys(count)),
-                )
-            )
-
-        store = Backend(STACK, tmp, "", server, bucket).library()
-
-        def listing() -> int:
-            return sum(len(page) for page in obstore.list(store, prefix="existing/"))
-
-        with ExitStack() as lakes:
-            sides = {
-                "import": importer(tmp, f"s3://{bucket}/existing/", server.options, lakes),
-                "list": listed(listing),
-            }
-            report("s3", best(rounds, sides, count), count, rounds)
 
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="bench_import", description=__doc__)
     parser.add_argument("--objects", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--backends", default="local,s3", help="comma-separated")
     args, _ = parser.parse_known_args(argv)
-    backends = args.backends.split(",")
-    if "local" in backends:
-        with tempfile.TemporaryDirectory() as tmp:
-            bench_local(Path(tmp), args.objects, args.rounds)
-    if "s3" in backends:
-        with tempfile.TemporaryDirectory() as tmp:
-            bench_s3(Path(tmp), args.objects, args.rounds)
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-import-") as tmp,
+        open_backend(Path(tmp)) as backend,
+    ):
+        measure(backend, args.objects, args.rounds)
 
 
 if __name__ == "__main__":
-    import sys
-
     main(sys.argv[1:])
