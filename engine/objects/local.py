@@ -16,7 +16,7 @@ from stat import S_ISREG
 from typing import BinaryIO
 from urllib.parse import unquote, urlsplit
 
-from branchwater.engine.errors import ConfigurationError, NotFound, Unavailable
+from branchwater.engine.errors import ConfigurationError, InvalidArgument, NotFound, Unavailable
 from branchwater.engine.objects.native_exit import drain_native_readers_at_exit
 from branchwater.engine.objects.store import (
     Listing,
@@ -56,14 +56,32 @@ class LocalObjectStore(ObjectStore):
             raise Unavailable(
                 f"cannot create object store root {self.url}: {exc.strerror}"
             ) from exc
+        try:
+            self._name_max = os.pathconf(self.root, "PC_NAME_MAX")
+        except (OSError, ValueError):
+            self._name_max = 255
 
     def _path(self, key: str) -> Path:
-        return self.root / check_object_key(key)
+        """The file of `key`; a key this store cannot hold as a file is refused, saying why."""
+        for part in check_object_key(key).split("/"):
+            if len(os.fsencode(part)) > self._name_max:
+                raise InvalidArgument(
+                    f"object key {key!r} has a part longer than the {self._name_max} bytes a "
+                    f"file name holds in the local object store {self.url}; shorten it"
+                )
+        return self.root / key
 
     def put_stream(self, key: str, source: StreamSource, size: int | None = None) -> ObjectInfo:
+        """Refuses keys with a `.tmp-` part: listings leave those out as writes in progress,
+        so the object would be written yet never listed."""
         path = self._path(key)
+        if any(part.startswith(_TMP_PREFIX) for part in key.split("/")):
+            raise InvalidArgument(
+                f"object key {key!r} has a part starting with {_TMP_PREFIX!r}, which the "
+                f"local object store {self.url} reserves for writes in progress; rename it"
+            )
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{_TMP_PREFIX}{path.name}.{uuid.uuid4().hex}")
+        tmp = path.with_name(f"{_TMP_PREFIX}{uuid.uuid4().hex}")
         try:
             with open(tmp, "wb") as f:
                 for chunk in iter_chunks(source):
@@ -99,7 +117,16 @@ class LocalObjectStore(ObjectStore):
                 self._path(key).unlink()
 
     def list_objects(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        """A prefix whose folder has an empty, `.` or `..` part matches no key: the file
+        system would read `a//` as `a/`, and list `a/b` as `a//b`."""
+        if not isinstance(prefix, str):
+            raise InvalidArgument(f"list prefix must be a string, not {type(prefix).__name__}")
         base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+        if base:
+            try:
+                check_folder(base)
+            except InvalidArgument:
+                return iter(())
         start = self.root / base if base else self.root
         if not start.is_dir():
             return iter(())

@@ -77,6 +77,8 @@ PART_SIZE = 8 << 20
 size of what is read ahead to tell a one-request object from a multipart one."""
 MAX_PARTS = 10_000
 """S3's limit of parts per upload."""
+MAX_KEY = 1024
+"""S3's limit of a key's length in UTF-8 bytes."""
 MAX_OBJECT = 5 << 40
 """S3's limit of an object's size (5 TiB)."""
 STREAM_PART = 32 << 20
@@ -179,6 +181,11 @@ class S3ObjectStore(ObjectStore):
             raise InvalidArgument(
                 f"object key {key!r} has control characters: Branchwater reads such S3 keys "
                 "(written by other tools) but does not write them"
+            )
+        if len((self.prefix + key).encode()) > MAX_KEY:
+            raise InvalidArgument(
+                f"object key {key!r} is longer than the {MAX_KEY} bytes (UTF-8, with the "
+                f"store's prefix) an S3 key holds in {self.url}; shorten it"
             )
         if size is None:
             size = known_size(source)
@@ -522,6 +529,11 @@ class S3ObjectStore(ObjectStore):
         code = _code(exc)
         if code == "NoSuchBucket":
             raise self._missing_bucket() from None
+        if code == "KeyTooLongError":
+            raise InvalidArgument(
+                f"S3 object store {self.url} refused a key as too long (KeyTooLongError; "
+                "S3 takes 1024 bytes, some S3-compatible servers fewer); shorten it"
+            ) from None
         status = _status(exc)
         if status is None and any(s in _message(exc) for s in _UNREACHABLE):
             raise Unavailable(

@@ -151,7 +151,11 @@ def test_nothing_outside_the_data_objects_of_the_namespace_is_touched(
         f"{slice_dir}/nested/0123abcd",
     ]
     for key in inside:
-        gc.objects.put(key, b"not GC's to delete")
+        if where == "local" and "/.tmp-" in key:
+            # The local store refuses to write such a key: a write in progress leaves it.
+            (Path(gc.objects.uri(key).removeprefix("file://"))).write_bytes(b"in progress")
+        else:
+            gc.objects.put(key, b"not GC's to delete")
 
     summary = gc.run()
 
