@@ -1,4 +1,5 @@
-"""Shared fixtures: real servers on loopback, one per test session.
+"""Shared fixtures: real servers on loopback, one per test session, and the hypothesis
+profiles.
 
 In CI (`CI=true`) a server that cannot be reached fails the run instead of skipping tests.
 """
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from branchwater.engine import Lake
 from branchwater.engine.api import Repository
@@ -30,6 +32,29 @@ RANGE_CACHE_DIR = tempfile.mkdtemp(prefix="bw-range-cache-")
 os.environ["BRANCHWATER_CACHE_DIR"] = RANGE_CACHE_DIR
 """Tests share one range cache of their own, never the user's (subprocesses inherit it)."""
 
+LONG_TESTS = os.environ.get("BRANCHWATER_LONG_TESTS") == "1"
+LONG_EXAMPLES = 10
+"""The long run's factor on each hypothesis test's examples (most name their own count)."""
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    database=None,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("long", settings.get_profile("ci"), derandomize=False)
+settings.register_profile("dev", deadline=None, print_blob=True)
+settings.load_profile(
+    os.environ.get("HYPOTHESIS_PROFILE")
+    or ("long" if LONG_TESTS else "ci" if os.environ.get("CI") == "true" else "dev")
+)
+"""The profile is loaded before any test module builds its `settings(...)`, which inherit
+what they do not name: in CI the examples are the same on every run (derandomized, so its
+time does not vary) and a failure prints the blob that reproduces it; no deadline, since the
+machine is shared. The long run (`BRANCHWATER_LONG_TESTS=1`) draws fresh examples, ten times
+as many (`pytest_collection_modifyitems`)."""
+
 pytest_plugins = [
     "tests.fixtures.spark",
     "tests.fixtures.airflow",
@@ -38,6 +63,21 @@ pytest_plugins = [
     "tests.fixtures.browser",
     "tests.fixtures.failpoints",
 ]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """In the long run, each hypothesis test runs `LONG_EXAMPLES` times its examples."""
+    if settings.get_current_profile_name() != "long":
+        return
+    for item in items:
+        test = getattr(getattr(item, "obj", None), "hypothesis", None)
+        inner = getattr(test, "inner_test", None)
+        chosen = getattr(item.obj, "_hypothesis_internal_use_settings", None)
+        if inner is None or chosen is None:
+            continue
+        item.obj._hypothesis_internal_use_settings = settings(
+            chosen, max_examples=chosen.max_examples * LONG_EXAMPLES
+        )
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
