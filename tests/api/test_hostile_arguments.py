@@ -16,56 +16,17 @@ from branchwater.engine import InvalidArgument, NotFound
 from branchwater.engine.api import Branch, Repository
 from branchwater.engine.graveler.checksums import CHECKSUM_MAX_LENGTH
 from branchwater.engine.graveler.model import METADATA_RULE
-from tests.helpers.hostile import stored
+from tests.helpers.hostile import bad_metadata, stored, valid_metadata
 
 HYPOTHESIS = settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-UNICODE = st.characters(exclude_categories=["Cs"])
-VALID_METADATA = st.dictionaries(st.text(UNICODE, max_size=6), st.text(UNICODE, max_size=6))
-ANY_VALUE = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False)
-    | st.binary(max_size=4)
-    | st.text(max_size=4)
-    | st.builds(object),
-    lambda inner: (
-        st.lists(inner, max_size=3)
-        | st.tuples(inner, inner)
-        | st.dictionaries(
-            st.text(max_size=3) | st.integers() | st.binary(max_size=2), inner, max_size=3
-        )
-        | st.frozensets(st.integers(), max_size=2)
-    ),
-    max_leaves=6,
-)
+VALID_METADATA = valid_metadata()
 CHECKSUM_CHARACTERS = set("0123456789+/=._:-abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _counter = itertools.count()
 
 
-def is_valid_metadata(value: Any) -> bool:
-    return value is None or (
-        isinstance(value, dict)
-        and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
-        and all(_encodes(k) and _encodes(v) for k, v in value.items())
-    )
-
-
-def _encodes(text: str) -> bool:
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-BAD_METADATA = (
-    ANY_VALUE
-    | st.dictionaries(st.text(max_size=3), st.text(max_size=3), min_size=1, max_size=3)
-    | st.just({1: "a", "1": "b"})
-).filter(lambda value: not is_valid_metadata(value))
+BAD_METADATA = bad_metadata()
 
 
 def unique(prefix: str) -> str:

@@ -15,13 +15,13 @@ from branchwater.engine import InvalidArgument, InvalidName, Lake
 from branchwater.engine.api import Repository
 from branchwater.engine.graveler.model import BranchRecord, Tag
 from branchwater.engine.graveler.staging import new_staging_token
-from tests.helpers.hostile import not_text, stored, unencodable_texts
+from tests.helpers.hostile import hostile_names, hostile_paths, stored
 
 EXAMPLES = settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-HOSTILE_NAMES = unencodable_texts() | not_text()
-HOSTILE_PATHS = HOSTILE_NAMES | st.just("") | st.builds("{}\x00{}".format, st.text(), st.text())
+HOSTILE_NAMES = hostile_names()
+HOSTILE_PATHS = hostile_paths()
 
 
 @pytest.fixture

@@ -1,10 +1,13 @@
 """Hostile input: what was stored before and after, URLs with secrets, texts of every code
-point, forged refs dumps."""
+point, the names, paths and metadata the engine must refuse or keep exactly, forged refs
+dumps; and `draw`, which takes one value of any of these strategies from a seeded random
+outside a hypothesis test (the history checker's workers)."""
 
 from __future__ import annotations
 
 import copy
 import json
+import random
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
@@ -17,7 +20,7 @@ from branchwater.engine.kv import Store
 from branchwater.engine.kv.memory import MemoryStore
 
 if TYPE_CHECKING:
-    pass
+    from hypothesis.strategies import SearchStrategy
 
 
 class Stored(NamedTuple):
@@ -124,6 +127,132 @@ def not_text() -> Any:
     from hypothesis import strategies as st
 
     return st.none() | st.integers() | st.binary(max_size=8) | st.lists(st.text(), max_size=2)
+
+
+def hostile_names() -> Any:
+    """What no repository, branch or tag name can be, so every operation taking one refuses
+    it with `InvalidName`: not text, or text with a lone surrogate."""
+    return unencodable_texts() | not_text()
+
+
+def hostile_paths() -> Any:
+    """What no object path can be, so every operation taking one refuses it with
+    `InvalidArgument`: the hostile names, the empty path, and any text with NUL."""
+    from hypothesis import strategies as st
+
+    return hostile_names() | st.just("") | st.builds("{}\x00{}".format, st.text(), st.text())
+
+
+def object_paths(max_size: int = 12) -> Any:
+    """Paths the engine must store as given, however odd: any non-empty valid Unicode
+    without NUL (`..`, `//`, line ends, a leading `/` and the rest of Unicode included)."""
+    return any_text(max_size).filter(
+        lambda path: bool(path) and "\x00" not in path and _encodes(path)
+    )
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def valid_metadata(max_size: int = 6) -> Any:
+    """User metadata every operation stores exactly: strings of any valid Unicode."""
+    from hypothesis import strategies as st
+
+    unicode = st.characters(exclude_categories=["Cs"])
+    text = st.text(unicode, max_size=max_size)
+    return st.dictionaries(text, text)
+
+
+def any_value() -> Any:
+    """Any Python value, nested: what a caller may pass where metadata belongs."""
+    from hypothesis import strategies as st
+
+    return st.recursive(
+        st.none()
+        | st.booleans()
+        | st.integers()
+        | st.floats(allow_nan=False)
+        | st.binary(max_size=4)
+        | st.text(max_size=4)
+        | st.builds(object),
+        lambda inner: (
+            st.lists(inner, max_size=3)
+            | st.tuples(inner, inner)
+            | st.dictionaries(
+                st.text(max_size=3) | st.integers() | st.binary(max_size=2), inner, max_size=3
+            )
+            | st.frozensets(st.integers(), max_size=2)
+        ),
+        max_leaves=6,
+    )
+
+
+def is_valid_metadata(value: Any) -> bool:
+    """The metadata rule, stated apart from the engine's: None, or strings to strings of
+    valid Unicode."""
+    return value is None or (
+        isinstance(value, dict)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+        and all(_encodes(k) and _encodes(v) for k, v in value.items())
+    )
+
+
+def bad_metadata() -> Any:
+    """Metadata every operation refuses with `InvalidArgument` before any write."""
+    from hypothesis import strategies as st
+
+    return (
+        any_value()
+        | st.dictionaries(st.text(max_size=3), st.text(max_size=3), min_size=1, max_size=3)
+        | st.just({1: "a", "1": "b"})
+    ).filter(lambda value: not is_valid_metadata(value))
+
+
+def draw(strategy: SearchStrategy[Any], rng: random.Random) -> Any:
+    """One value of `strategy` from `rng`: the same for the same state of `rng` in any
+    process. Hypothesis mixes in constants it finds in the loaded modules' source, which
+    differ between processes, so the provider here draws only its fixed ones."""
+    from hypothesis.control import BuildContext
+    from hypothesis.errors import StopTest
+    from hypothesis.internal.conjecture.data import ConjectureData
+
+    for _ in range(100):
+        data = ConjectureData(random=rng, provider=_FixedConstants)
+        try:
+            with BuildContext(data, is_final=True, wrapped_test=draw):
+                return data.draw(strategy)
+        except StopTest:
+            continue
+    raise AssertionError(f"no value of {strategy!r} in 100 tries")
+
+
+def _fixed_constants() -> type:
+    from hypothesis.internal.conjecture.choice import choice_permitted
+    from hypothesis.internal.conjecture.providers import GLOBAL_CONSTANTS, HypothesisProvider
+
+    class FixedConstants(HypothesisProvider):
+        def _maybe_draw_constant(
+            self, choice_type: Any, constraints: Any, *, p: float = 0.05
+        ) -> Any:
+            assert self._random is not None
+            if self._random.random() > p:
+                return None
+            allowed = [
+                c
+                for c in GLOBAL_CONSTANTS.set_for_type(choice_type)
+                if choice_permitted(c, constraints)
+            ]
+            return self._random.choice(allowed) if allowed else None
+
+    return FixedConstants
+
+
+_FixedConstants = _fixed_constants()
 
 
 def dumped_and_recreated(lake: Lake, repo: Repository, dump: Path) -> tuple[Repository, list[str]]:
