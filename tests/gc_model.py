@@ -15,7 +15,7 @@ import contextlib
 import random
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Generic, TypeVar
 
 from branchwater.engine import CommitExpired, DirtyBranch, NoChanges, NotFound
@@ -23,6 +23,20 @@ from branchwater.engine.api import Branch, Repository
 from branchwater.engine.gc.addresses import newest_first_time
 from branchwater.engine.gc.prepare import PreparedRun
 from branchwater.engine.gc.retention.rules import GCRules
+from branchwater.engine.gc.runlock import DEFAULT_LEASE
+from branchwater.engine.gc.runs import statuses
+from branchwater.engine.gc.runs.files import RunSummary
+from branchwater.engine.gc.runs.retention import (
+    EXPIRED_COMMITS,
+    RetentionInput,
+    metaranges_now_held,
+    rearm_before_sweep,
+    record_swept,
+    retention_input,
+    settle_expiring,
+    write_expiring,
+)
+from branchwater.engine.gc.runs.storage import Namespace
 from branchwater.engine.graveler import reads
 from branchwater.engine.graveler.checksums import content_checksum
 from branchwater.engine.graveler.external import is_external
@@ -163,12 +177,9 @@ def sweep(repo: Repository, run: PreparedRun, min_age: timedelta = timedelta(0))
 
 
 def committed_addresses(repo: Repository) -> set[str]:
-    """Every address any commit holds, reachable or not, as the committed listing reads."""
-    return {
-        entry.address
-        for commit_id in repo.committed_layout().metaranges
-        for entry in repo.ref(commit_id).list()
-    }
+    """Every address any commit holds, reachable or not and expired or not, as the committed
+    listing reads."""
+    return commit_addresses(repo, set(repo.committed_layout().metaranges))
 
 
 def referenced_entries(repo: Repository) -> Iterator[tuple[str, Entry]]:
@@ -305,6 +316,68 @@ def assert_retention_holds(
     left = set(data_objects(repo.lake, repo))
     assert not (expired_only & before & left), "objects only expired commits held remain"
     assert all(address.startswith("data/") for address in deleted)
+
+
+@dataclass
+class RetentionRun:
+    run_id: str
+    deleted: set[str]
+    expiring: list[str]
+
+
+def retention_run(
+    repo: Repository,
+    now: datetime | None = None,
+    holder: str = "retention-races",
+    lease: timedelta = DEFAULT_LEASE,
+    s3_options: Mapping[str, str] | None = None,
+) -> RetentionRun:
+    """The committed part of a GC run as the Spark job's driver does it, under the
+    repository's GC lease, with the job's anti-joins replaced by the model's address sets:
+    the classes read at `now` (default: the wall clock), the re-check, the second prepare,
+    the fence settled on the commits still holding a candidate, re-armed before the deletes
+    and recorded after (its files written with `s3_options` on S3). Returns what it deleted
+    and the commits it recorded expired."""
+    g, record = repo.lake.graveler, repo.record
+    ns = Namespace.of(repo.storage_namespace, s3_options)
+    with repo.lock_gc_run(holder, lease):
+        started = datetime.now(UTC)
+        plan = retention_input(g, record, now or started)
+        assert plan is not None
+        prepared = repo.prepare_uncommitted_for_gc()
+        run_id = prepared.run_id
+        candidates = commit_addresses(repo, set(plan.retention.expired))
+        candidates -= commit_addresses(repo, set(plan.retention.active))
+        candidates -= run_addresses(repo, prepared)
+        held_now = metaranges_now_held(g, record, plan, run_id, holding(repo, plan, candidates))
+        held = {c.id for c in g.refs.list_commits(record) if c.metarange_id in held_now}
+        candidates -= commit_addresses(repo, held)
+        if candidates:
+            candidates -= run_addresses(repo, repo.prepare_uncommitted_for_gc())
+        still = holding(repo, plan, candidates)
+        expiring = settle_expiring(g, record, plan, held_now, run_id, still)
+        summary = marked(repo, run_id, started)
+        summary.files[EXPIRED_COMMITS] = write_expiring(ns, run_id, expiring)
+        rearm_before_sweep(g, record, ns, summary)
+        g.objects(repo.storage_namespace).delete(sorted(candidates))
+        summary.status, summary.swept_at = statuses.SWEPT, datetime.now(UTC).isoformat()
+        record_swept(g, record, ns, summary)
+    return RetentionRun(run_id, candidates, expiring)
+
+
+def holding(repo: Repository, plan: RetentionInput, candidates: set[str]) -> set[str]:
+    """The expired commits whose trees hold a candidate (the driver's `commits_holding`,
+    by address rather than by range)."""
+    expired = plan.retention.expired
+    return {c for c in expired if not commit_addresses(repo, {c}).isdisjoint(candidates)}
+
+
+def marked(repo: Repository, run_id: str, started: datetime) -> RunSummary:
+    at = started.isoformat()
+    return RunSummary(
+        run_id, repo.name, repo.record.unique_id, repo.storage_namespace, "clean", "clean",
+        False, at, at, at, 0.0, 0.0,
+    )  # fmt: skip
 
 
 class RetentionHistory:

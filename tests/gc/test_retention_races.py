@@ -2,12 +2,12 @@
 worst moments while another process moves a ref, a tag or staged entries onto the commit it
 is collecting (`engine/graveler/fence.py` has the argument).
 
-The run is the committed part as the Spark job's driver does it (`spark_jobs/gc/
-retention.py`: the classes read under the run's lease, the re-check, the second prepare,
-the fence settled on the commits still holding a candidate, re-armed before the deletes and
-recorded after), with the job's Spark anti-joins replaced by the model's address sets
-(`tests.gc_model.commit_addresses`): the races are between the driver's KV reads and writes
-and the moves, which this keeps whole.
+The run is the committed part as the Spark job's driver does it (`tests.gc_model.
+retention_run`, after `spark_jobs/gc/retention.py`: the classes read under the run's lease,
+the re-check, the second prepare, the fence settled on the commits still holding a
+candidate, re-armed before the deletes and recorded after), with the job's Spark anti-joins
+replaced by the model's address sets (`tests.gc_model.commit_addresses`): the races are
+between the driver's KV reads and writes and the moves, which this keeps whole.
 
 Each move runs in a spawned worker at one of four moments: before the re-check (the run
 sees it and keeps the objects), before it with its claim older than the margin (the run's
@@ -35,21 +35,8 @@ import pytest
 from branchwater.engine import CommitExpired, Lake, failpoints
 from branchwater.engine.api import Repository
 from branchwater.engine.gc.retention.expired import expired_at
-from branchwater.engine.gc.runs import statuses
-from branchwater.engine.gc.runs.files import RunSummary
-from branchwater.engine.gc.runs.retention import (
-    EXPIRED_COMMITS,
-    RetentionInput,
-    metaranges_now_held,
-    rearm_before_sweep,
-    record_swept,
-    retention_input,
-    settle_expiring,
-    write_expiring,
-)
-from branchwater.engine.gc.runs.storage import Namespace
 from tests.gc.test_retention_fence import age_claims
-from tests.gc_model import assert_references_intact, commit_addresses
+from tests.gc_model import RetentionRun, assert_references_intact, retention_run
 from tests.helpers.gc import FakeClock, run_addresses
 from tests.helpers.servers import spawned_pool, unique_name
 
@@ -186,61 +173,6 @@ def killed_move(
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-# -- the run, in the test's process -----------------------------------------------------------
-
-
-@dataclass
-class Run:
-    run_id: str
-    deleted: set[str]
-    expiring: list[str]
-
-
-def retention_run(repo: Repository) -> Run:
-    """The committed part of a GC run, under the repository's GC lease (see the module's
-    docstring); returns what it deleted and the commits it recorded expired."""
-    g, record = repo.lake.graveler, repo.record
-    ns = Namespace.of(repo.storage_namespace, {})
-    with repo.lock_gc_run("retention-races"):
-        started = datetime.now(UTC)
-        plan = retention_input(g, record, started)
-        assert plan is not None
-        prepared = repo.prepare_uncommitted_for_gc()
-        run_id = prepared.run_id
-        candidates = commit_addresses(repo, set(plan.retention.expired))
-        candidates -= commit_addresses(repo, set(plan.retention.active))
-        candidates -= run_addresses(repo, prepared)
-        held_now = metaranges_now_held(g, record, plan, run_id, holding(repo, plan, candidates))
-        held = {c.id for c in g.refs.list_commits(record) if c.metarange_id in held_now}
-        candidates -= commit_addresses(repo, held)
-        if candidates:
-            candidates -= run_addresses(repo, repo.prepare_uncommitted_for_gc())
-        still = holding(repo, plan, candidates)
-        expiring = settle_expiring(g, record, plan, held_now, run_id, still)
-        summary = marked(repo, run_id, started)
-        summary.files[EXPIRED_COMMITS] = write_expiring(ns, run_id, expiring)
-        rearm_before_sweep(g, record, ns, summary)
-        g.objects(repo.storage_namespace).delete(sorted(candidates))
-        summary.status, summary.swept_at = statuses.SWEPT, datetime.now(UTC).isoformat()
-        record_swept(g, record, ns, summary)
-    return Run(run_id, candidates, expiring)
-
-
-def holding(repo: Repository, plan: RetentionInput, candidates: set[str]) -> set[str]:
-    """The expired commits whose trees hold a candidate (the driver's `commits_holding`,
-    by address rather than by range)."""
-    expired = plan.retention.expired
-    return {c for c in expired if not commit_addresses(repo, {c}).isdisjoint(candidates)}
-
-
-def marked(repo: Repository, run_id: str, started: datetime) -> RunSummary:
-    at = started.isoformat()
-    return RunSummary(
-        run_id, repo.name, repo.record.unique_id, repo.storage_namespace, "clean", "clean",
-        False, at, at, at, 0.0, 0.0,
-    )  # fmt: skip
-
-
 # -- the state a refused move must leave as it was --------------------------------------------
 
 
@@ -303,7 +235,7 @@ def run_racing(
     workers: tuple[SyncManager, Pool],
     kind: str,
     moment: str,
-) -> tuple[Run, list[str]]:
+) -> tuple[RetentionRun, list[str]]:
     """A retention run with the move made in the worker at `moment`; the run (None when its
     sweep refused) and what the move returned."""
     manager, pool = workers
