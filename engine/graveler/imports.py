@@ -32,10 +32,12 @@ from __future__ import annotations
 
 import os
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections import deque
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
+from typing import TypeVar, cast
 from urllib.parse import unquote, urlsplit
 
 import numpy as np
@@ -71,10 +73,13 @@ CHECKSUM_PREFIX = "etag:"
 CHECKSUM_PATTERN = rf"[0-9A-Za-z+/=._:-]{{1,{CHECKSUM_MAX_LENGTH}}}"
 """What `checksums.check_checksum` accepts, for Arrow's regular expressions."""
 
+PAGES_AHEAD = 4
+"""S3 listing pages fetched (and made change rows) ahead of the range writing."""
 FOLDERS_AHEAD = 4
 """Local folders listed ahead of the walk, at once (`list_local`)."""
 _LOCAL = LocalFileSystem()
 
+T = TypeVar("T")
 Progress = Callable[[int], None]
 """Called after each batch with the number of objects listed so far."""
 
@@ -332,6 +337,21 @@ def _not_text(directory: str) -> str:
     return "?"
 
 
+def read_ahead(items: Iterator[T], depth: int) -> Generator[T, None, None]:
+    """`items`, each drawn in a thread of their own up to `depth` ahead of the caller: an S3
+    listing's requests overlap with the work on the pages they returned. An error drawing
+    one is raised here, in order; once this ends, no further one is drawn."""
+    end = object()
+    pool = ThreadPoolExecutor(1, thread_name_prefix="bw-import")
+    try:
+        pending = deque(pool.submit(next, items, end) for _ in range(depth))
+        while (item := pending.popleft().result()) is not end:
+            pending.append(pool.submit(next, items, end))
+            yield cast(T, item)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
 def rebatched(tables: Iterable[pa.Table], rows: int) -> Iterator[pa.Table]:
     """`tables`' rows again, `rows` a table (the last fewer)."""
     held: list[pa.Table] = []
@@ -367,7 +387,7 @@ class _Listing:
             return list_local(directory, self.source.key_prefix, self._rows)
         store = self.g.objects(self.source.store_url)
         assert isinstance(store, S3ObjectStore)
-        return map(self._rows, store.list_tables(self.source.key_prefix))
+        return read_ahead(map(self._rows, store.list_tables(self.source.key_prefix)), PAGES_AHEAD)
 
     def batches(self) -> Iterator[pa.Table]:
         self.count = self.bytes = 0

@@ -326,3 +326,26 @@ def test_a_local_walk_lists_regular_files_in_key_order(
         result = main.import_objects(root.as_uri(), prefix="in")
         assert [e.path for e in main.list()] == [f"in/{name}" for name in expected]
         assert result.count == len(expected) and main.read("in/l") == b"b"
+
+
+def test_read_ahead_keeps_order_raises_in_order_and_stops_drawing_once_closed() -> None:
+    drawn: list[int] = []
+
+    def items(count: int, error: bool) -> Iterator[int]:
+        for item in range(count):
+            drawn.append(item)
+            yield item
+        if error:
+            raise RuntimeError("listing failed")
+
+    got: list[int] = []
+    with pytest.raises(RuntimeError, match="listing failed"):
+        got.extend(imports.read_ahead(items(10, error=True), 3))
+    assert got == list(range(10))
+
+    drawn.clear()
+    ahead = imports.read_ahead(items(100, error=False), 3)
+    assert next(ahead) == 0
+    ahead.close()
+    assert 1 <= len(drawn) <= 5
+    assert drawn == list(range(len(drawn)))
