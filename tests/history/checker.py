@@ -24,8 +24,20 @@ Merges, syncs (`main` into a worker's branch) and reverts must equal the model's
 merge of the trees their commit's parents name, with the merge base the engine finds for
 those parents (and records in the commit); fast-forwards must land on the source's HEAD.
 Every acknowledged commit exists afterwards; branches and tags made and not deleted name
-what they were made on; after the final GC run every object a branch, tag or commit
-references reads with its checksum, and every branch shows what it showed before the run.
+what they were made on, and no other branch or tag exists; a commit acknowledged with user
+metadata holds it exactly.
+
+Hostile input (`args["expect"]`): the operation must be refused with that error type, and
+it changes no model, so every later read, listing, commit and the final state must show
+nothing of it; an operation given none must not be refused as hostile. `CommitExpired` may
+refuse only a move onto a commit.
+
+GC: after the final GC run (a retention run at the history's end, then the uncommitted one)
+every object a branch, tag, staged entry (copies and links included) or unexpired commit
+references reads with its checksum (objects only expired commits held may be gone), every
+branch shows what it showed before the run, every commit a retention run reported expiring
+is recorded expired, every commit recorded expired refuses a read with `CommitExpired`, and
+no branch or tag names a commit a read refuses.
 """
 
 from __future__ import annotations
@@ -35,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from branchwater.engine.graveler.checksums import content_checksum
-from tests.history.operations import MAIN, PATHS, SHARED
+from tests.history.operations import MAIN, MOVES, SHARED
 
 Tree = dict[str, str]
 STAGED = ("write", "link", "delete", "copy")
@@ -64,6 +76,10 @@ class FinalState:
     broken: list[str]
     """What `assert_references_intact` found after the final GC run."""
     gc_deleted: int
+    expired: set[str] = field(default_factory=set)
+    """The commits retention recorded expired."""
+    refused: set[str] = field(default_factory=set)
+    """The commits a read refuses with `CommitExpired` (expired, or fenced by a run)."""
 
 
 @dataclass
@@ -84,6 +100,11 @@ class Op:
 
     def name(self) -> str:
         return f"w{self.worker}#{self.k} {self.kind}({self.args})"
+
+    @property
+    def hostile(self) -> bool:
+        """Given input the engine must refuse (`args["expect"]` names the error)."""
+        return "expect" in self.args
 
 
 def operations(records: list[dict[str, Any]]) -> list[Op]:
@@ -153,10 +174,14 @@ class Checker:
                 self.fail(f"{op.name()} never finished after {op.attempts} attempts")
             elif op.status == "error":
                 self.fail(f"{op.name()} raised {op.error}")
+            else:
+                self.refusal(op)
         self.acknowledged_commits_exist()
+        self.metadata()
         by_worker: dict[int, list[Op]] = defaultdict(list)
         for op in self.ops:
-            by_worker[op.worker].append(op)
+            if not op.hostile:
+                by_worker[op.worker].append(op)
         for worker, ops in sorted(by_worker.items()):
             PrivateModel(self, worker).play(ops)
         SharedModel(self).check()
@@ -165,6 +190,32 @@ class Checker:
         self.names()
         self.gc()
         return self.found
+
+    def refusal(self, op: Op) -> None:
+        """Hostile input refused with its error type, and only hostile input so;
+        `CommitExpired` only for a move."""
+        expect = op.args.get("expect")
+        if expect is not None:
+            if op.status == "ok":
+                self.fail(f"{op.name()} accepted, but must refuse with {expect}")
+            elif op.error != expect:
+                self.fail(f"{op.name()} refused with {op.error}, not {expect}")
+        elif op.error in ("InvalidName", "InvalidArgument"):
+            self.fail(f"{op.name()} refused valid input with {op.error}")
+        elif op.error == "CommitExpired" and op.kind not in MOVES:
+            self.fail(f"{op.name()} refused with CommitExpired, but moves onto no commit")
+
+    def metadata(self) -> None:
+        """User metadata comes back exactly: from a write or link, and in a new commit."""
+        for op in self.ops:
+            given = op.args.get("metadata")
+            if op.hostile or op.status != "ok" or given is None:
+                continue
+            if op.kind in ("write", "link") and op.result.get("metadata") != given:
+                self.fail(f"{op.name()}: the entry holds metadata {op.result.get('metadata')}")
+            commit = self.state.commits.get(op.result.get("commit") or "")
+            if op.kind == "commit" and commit is not None and commit.metadata != given:
+                self.fail(f"{op.name()}: commit holds metadata {commit.metadata}")
 
     def acknowledged_commits_exist(self) -> None:
         for op in self.ops:
@@ -177,7 +228,7 @@ class Checker:
     def merges(self) -> None:
         """Each landed merge, sync and revert against the model's three-way merge."""
         for op in self.ops:
-            if op.status != "ok" or op.kind not in ("merge", "sync", "revert"):
+            if op.status != "ok" or op.kind not in ("merge", "sync", "revert") or op.hostile:
                 continue
             result = op.result["commit"]
             commit = self.state.commits.get(result)
@@ -243,13 +294,21 @@ class Checker:
 
     def names(self) -> None:
         """A branch or tag made and not deleted names what it was made on; a deleted one is
-        gone."""
+        gone; no other exists."""
         last: dict[str, Op] = {}
+        made = {MAIN, SHARED} | {name for name in self.state.branches if _private(name)}
         for op in self.ops:
             if op.kind not in ("branch_create", "branch_delete", "tag_create", "tag_delete"):
                 continue
+            if op.hostile:
+                continue
+            if op.kind.endswith("create") and op.status != "refused":
+                made.add(op.args["name"])
             if op.status == "ok" or (op.kind.endswith("delete") and op.cut):
                 last[op.args["name"]] = op
+        for name in sorted(set(self.state.branches) | set(self.state.tags)):
+            if name not in made:
+                self.fail(f"{name!r} is a branch or tag no operation made")
         for name, op in sorted(last.items()):
             refs = self.state.branches if op.kind.startswith("branch") else self.state.tags
             if op.kind.endswith("delete"):
@@ -259,11 +318,28 @@ class Checker:
                 self.fail(f"{op.name()}: {name} names {refs.get(name)}, not {op.args['head']}")
 
     def gc(self) -> None:
-        for broken in self.state.broken:
+        state = self.state
+        for broken in state.broken:
             self.fail(f"after the final GC run: {broken}")
-        for name, view in self.state.views.items():
-            if self.state.views_after_gc.get(name) != view:
+        for name, view in state.views.items():
+            if state.views_after_gc.get(name) != view:
                 self.fail(f"the final GC run changed what {name} shows")
+        for op in self.ops:
+            if op.kind == "retention" and op.status == "ok":
+                lost = sorted(set(op.result["expiring"]) - state.expired)
+                if lost:
+                    self.fail(f"{op.name()} expired {lost}, which are not recorded expired")
+        for commit_id in sorted(state.expired - state.refused):
+            self.fail(f"commit {commit_id} is recorded expired, but a read does not refuse it")
+        refs = [("branch", state.branches), ("tag", state.tags)]
+        for kind, named in refs:
+            for name, commit_id in sorted(named.items()):
+                if commit_id in state.refused:
+                    self.fail(f"{kind} {name} names {commit_id}, which a read refuses")
+
+
+def _private(name: str) -> bool:
+    return name[:1] == "w" and name[1:].isdigit()
 
 
 class PrivateModel:
@@ -305,6 +381,8 @@ class PrivateModel:
         if "head" in args and kind != "branch_delete" and args["head"] != self.head:
             self.fail(op, f"started on HEAD {args['head']}, the model's is {self.head}")
         if kind in ("write", "link"):
+            if not ok:
+                return
             expected = content_checksum(args["data"].encode())
             if result["value"] != expected:
                 self.fail(op, f"staged {result['value']}, not its content's {expected}")
@@ -371,8 +449,11 @@ class SharedModel:
         self.checker = checker
         self.initial = checker.tree(checker.state.initial)
         self.changes: dict[str, list[tuple[float, float | None, str | None]]] = defaultdict(list)
+        named = {op.args.get(key) for op in checker.ops for key in ("path", "src", "dst")}
+        self.paths = sorted(set(self.initial) | {p for p in named if isinstance(p, str)})
+        """Every path the history names: what a listing may show."""
         for op in checker.ops:
-            if op.args.get("branch") != SHARED or op.kind not in STAGED:
+            if op.args.get("branch") != SHARED or op.kind not in STAGED or op.hostile:
                 continue
             path = op.args["dst"] if op.kind == "copy" else op.args["path"]
             if op.status in (None, "error"):
@@ -408,21 +489,31 @@ class SharedModel:
                     f"{what} shows {path} as {shown.get(path)}; the model allows {allowed}"
                 )
 
+    def read_all(self, what: str, shown: Tree, start: float, end: float) -> None:
+        """A listing, a commit's tree or the final view: every path the history names
+        within its bounds, and no other path."""
+        unknown = sorted(set(shown) - set(self.paths))
+        if unknown:
+            self.checker.fail(f"{what} shows {unknown}, which no operation wrote")
+        self.read(what, shown, self.paths, start, end)
+
     def check(self) -> None:
         for op in self.checker.ops:
             if op.args.get("branch") != SHARED or op.end is None or op.status == "error":
+                continue
+            if op.hostile:
                 continue
             if op.kind == "read":
                 shown = {op.args["path"]: op.result["value"]} if op.status == "ok" else {}
                 self.read(op.name(), shown, [op.args["path"]], op.start, op.end)
             elif op.kind == "list" and op.status == "ok":
-                self.read(op.name(), op.result["tree"], PATHS, op.start, op.end)
+                self.read_all(op.name(), op.result["tree"], op.start, op.end)
             elif op.kind == "commit" and op.status == "ok" and op.result["commit"]:
                 commit_tree = self.checker.tree(op.result["commit"])
-                self.read(op.name(), commit_tree, PATHS, op.start, op.end)
+                self.read_all(op.name(), commit_tree, op.start, op.end)
         last = max((op.end or op.start for op in self.checker.ops), default=0.0) + 1.0
         shown = self.checker.state.views.get(SHARED, {})
-        self.read(f"{SHARED} at the end", shown, PATHS, last, last)
+        self.read_all(f"{SHARED} at the end", shown, last, last)
 
 
 def check(records: list[dict[str, Any]], state: FinalState) -> list[str]:

@@ -4,10 +4,21 @@ run against the lake and logged to the worker's own JSONL file, invocation and c
 A worker owns a private branch (`w<N>`: only it writes, commits, resets, reverts or merges
 into it, so the model of it is exact), writes to the branch every worker shares
 (`shared`), merges its branch into `main` (which takes nothing but merges) and `main` into
-its branch, makes and deletes branches and tags of its own, and runs uncommitted GC
-(prepare, then the GC rule's sweep). A planned failpoint is armed for the first attempt
-only: `raise` is retried at once, `kill` by the process the supervisor starts in its place,
-which finds the unfinished operation in the log and runs it again with the same arguments.
+its branch, makes and deletes branches and tags of its own, runs uncommitted GC (prepare,
+then the GC rule's sweep) and retention GC (`tests.gc_model.retention_run`, the Spark job's
+driver with the model's address sets), and feeds every door hostile input: names, paths and
+metadata drawn (`hostile.draw`, from the seed) from the hostile-input suites' strategies,
+which the engine must refuse with a typed error and without writing anything, and odd ones
+(any valid Unicode path, branch or tag name, user metadata) it must keep exactly. A planned
+failpoint is armed for the first attempt only: `raise` is retried at once, `kill` by the
+process the supervisor starts in its place, which finds the unfinished operation in the log
+and runs it again with the same arguments.
+
+Commits are dated by a fake clock (`refs.clock`) that moves `STEP` per operation from the
+history's start, so a history spans weeks and the repository's retention rules (`RULES`)
+expire some of it. The dates lie ahead of the wall clock, as the moves' claims (stamped by
+the same clock) must: a claim looks fresh to a run for the whole history, which is the
+order the fence's argument assumes of a move that may still write.
 """
 
 from __future__ import annotations
@@ -20,29 +31,53 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from branchwater.engine import (
     AlreadyExists,
     DirtyBranch,
+    GCRunLocked,
+    InvalidArgument,
+    InvalidName,
     Lake,
     MergeConflict,
     NoChanges,
     NotFound,
+    StaleGCMark,
     TooManyTries,
     failpoints,
 )
 from branchwater.engine.api import Repository
 from branchwater.engine.graveler.checksums import content_checksum
+from branchwater.engine.graveler.names import check_ref_name
+from tests.gc_model import retention_run, sweep
+from tests.helpers import hostile
+from tests.helpers.gc import FakeClock
 
 MAIN = "main"
 SHARED = "shared"
 PATHS = [f"p/{i:02d}" for i in range(8)]
-REFUSALS = (NotFound, NoChanges, DirtyBranch, MergeConflict, TooManyTries, AlreadyExists)
-"""Clean refusals: the operation changed nothing. Any other error is a finding."""
+ODD_PATHS = 2
+"""Paths of any valid Unicode each history adds to `PATHS` (`paths`)."""
+REFUSALS = (
+    NotFound,
+    NoChanges,
+    DirtyBranch,
+    MergeConflict,
+    TooManyTries,
+    AlreadyExists,
+    InvalidName,
+    InvalidArgument,
+    GCRunLocked,
+    StaleGCMark,
+)
+"""Clean refusals: the operation changed nothing (the checker says which fit which
+operation: `InvalidName` and `InvalidArgument` only hostile input, `CommitExpired`, a
+`NotFound`, only a move onto a commit). Any other error is a finding."""
 MAX_ATTEMPTS = 4
+MOVE_POINTS = ("gc.fence.after_claim",)
 FAULT_POINTS: dict[str, tuple[str, ...]] = {
     "write": ("write.before_validate",),
     "delete": ("write.before_validate",),
@@ -50,14 +85,45 @@ FAULT_POINTS: dict[str, tuple[str, ...]] = {
     "link": ("link.before_stage",),
     "commit": ("commit.after_seal", "commit.after_ranges", "commit.before_set", "commit.after_set"),
     "compact": ("compaction.after_ranges", "compaction.before_install"),
-    "merge": ("merge.after_ranges", "merge.before_set"),
-    "sync": ("merge.after_ranges", "merge.before_set"),
-    "revert": ("merge.after_ranges", "merge.before_set"),
-    "branch_create": ("branch.before_insert",),
+    "merge": ("merge.after_ranges", "merge.before_set", *MOVE_POINTS),
+    "sync": ("merge.after_ranges", "merge.before_set", *MOVE_POINTS),
+    "revert": ("merge.after_ranges", "merge.before_set", *MOVE_POINTS),
+    "reset": MOVE_POINTS,
+    "branch_create": ("branch.before_insert", *MOVE_POINTS),
     "branch_delete": ("branch.before_delete",),
+    "tag_create": MOVE_POINTS,
     "gc": ("prepare.branch_scan",),
+    "retention": (
+        "prepare.branch_scan",
+        "gc.retention.before_recheck",
+        "gc.retention.before_sweep",
+    ),
 }
 """The failpoints each kind of operation passes, one of which a faulty operation arms."""
+STEP = timedelta(days=3)
+"""How far each operation of a worker moves the commit clock."""
+RULES: dict[str, Any] = {
+    "default_retention_days": 9,
+    "branches": [
+        {"branch_id": MAIN, "retention_days": 24},
+        {"branch_id": "w*", "retention_days": 2},
+    ],
+    "keep_tags": "t1-*",
+}
+"""The repository's retention rules, in operations of `STEP`: a worker's commits older than
+its last operation expire unless something else keeps them, `main` keeps the merges of its
+last eight, `shared` and dangling commits those of the last three."""
+LEASE = timedelta(seconds=3)
+"""The GC run lease of a history's retention runs: one killed holding it blocks the others
+this long."""
+HOSTILE = {
+    "name": ("branch_create", "tag_create", "branch_delete", "tag_delete"),
+    "path": ("write", "read", "delete", "link", "copy"),
+    "metadata": ("write", "commit", "link"),
+}
+"""What takes hostile input, by argument."""
+MOVES = ("reset", "revert", "merge", "sync", "branch_create", "tag_create")
+"""Operations onto a commit, which retention may have collected (`CommitExpired`)."""
 
 
 def private(worker: int) -> str:
@@ -81,6 +147,38 @@ class Task:
     gc_min_age: float = 2.0
     """Seconds: the concurrent runs' minimum age, above any step between a write of an
     object and its staging."""
+    start: float = 0.0
+    """The history's start (POSIX seconds): the commit clock at operation 0."""
+
+    def clock(self, k: int) -> datetime:
+        """The commit clock at operation `k`."""
+        return datetime.fromtimestamp(self.start, UTC) + k * STEP
+
+    def end(self) -> datetime:
+        """The time every retention run classifies at: past every operation."""
+        return self.clock(self.operations)
+
+
+def paths(seed: int) -> list[str]:
+    """`PATHS` and the history's odd paths, drawn from the hostile suites' valid paths."""
+    rng = random.Random(f"{seed}/paths")
+    found = list(PATHS)
+    while len(found) < len(PATHS) + ODD_PATHS:
+        path = hostile.draw(hostile.object_paths(), rng)
+        if path not in found:
+            found.append(path)
+    return found
+
+
+def ref_name(rng: random.Random, plain: str) -> str:
+    """`plain`, or in a third of the cases `plain/<any text>` when that is a valid name."""
+    if rng.random() > 0.3:
+        return plain
+    odd = f"{plain}/{hostile.draw(hostile.any_text(8), rng)}"
+    try:
+        return check_ref_name(odd)
+    except InvalidName:
+        return plain
 
 
 @dataclass
@@ -88,6 +186,9 @@ class Planned:
     kind: str
     args: dict[str, Any]
     fault: str | None = None
+    hostile: dict[str, Any] = field(default_factory=dict)
+    """Arguments the engine must refuse, by name: Python values the log cannot hold (it
+    holds their `repr`), drawn again from the seed by a restarted worker."""
 
 
 @dataclass
@@ -105,6 +206,7 @@ class Plan:
         rng = random.Random(f"{task.seed}/{task.worker}")
         plan = cls(task)
         own = private(task.worker)
+        universe = paths(task.seed)
         weights: dict[str, float] = {
             "write": 8,
             "delete": 2,
@@ -120,7 +222,9 @@ class Plan:
             "sync": 0.7,
             "branch": 0.5,
             "tag": 0.5,
-            "gc": 0.3,
+            "gc": 0.2,
+            "retention": 0.4,
+            "hostile": 1.5,
         }
         kinds, odds = list(weights), list(weights.values())
         while len(plan.steps) < task.operations:
@@ -132,14 +236,20 @@ class Plan:
             kind = rng.choices(kinds, odds)[0]
             staged = kind in ("write", "delete", "copy", "link", "read", "list", "commit")
             branch = SHARED if (staged or kind == "compact") and rng.random() < 0.4 else own
-            path = rng.choice(PATHS)
+            path = rng.choice(universe)
             k = len(plan.steps)
-            if kind in ("write", "delete", "read", "link"):
+            if kind in ("write", "link"):
+                plan.add(rng, kind, branch=branch, path=path, metadata=_metadata(rng))
+            elif kind in ("delete", "read"):
                 plan.add(rng, kind, branch=branch, path=path)
             elif kind == "copy":
-                plan.add(rng, kind, branch=branch, src=path, dst=rng.choice(PATHS))
-            elif kind in ("list", "commit", "compact"):
+                plan.add(rng, kind, branch=branch, src=path, dst=rng.choice(universe))
+            elif kind == "commit":
+                plan.add(rng, kind, branch=branch, metadata=_metadata(rng))
+            elif kind in ("list", "compact"):
                 plan.add(rng, kind, branch=branch)
+            elif kind == "hostile":
+                plan.hostile(rng, branch, path, k)
             elif kind == "reset":
                 plan.add(rng, kind, branch=own, back=rng.random() < 0.5)
             elif kind == "revert":
@@ -152,7 +262,7 @@ class Plan:
                 plan.add(rng, "commit", branch=own)
                 plan.add(rng, kind, source=own, into=MAIN, strategy=_strategy(rng))
             elif kind in ("branch", "tag"):
-                name = f"{'e' if kind == 'branch' else 't'}{task.worker}-{k}"
+                name = ref_name(rng, f"{'e' if kind == 'branch' else 't'}{task.worker}-{k}")
                 plan.add(rng, f"{kind}_create", name=name, source=own)
                 if rng.random() < 0.5:
                     plan.add(rng, f"{kind}_delete", name=name)
@@ -169,9 +279,37 @@ class Plan:
             fault = rng.choice(points)
         self.steps.append(Planned(kind, args, fault))
 
+    def hostile(self, rng: random.Random, branch: str, path: str, k: int) -> None:
+        """One operation given a name, path or metadata it must refuse, and nothing else
+        it could refuse: its error type is `args["expect"]`."""
+        what = rng.choice(sorted(HOSTILE))
+        kind = rng.choice(HOSTILE[what])
+        args: dict[str, Any] = {"branch": branch}
+        if what == "name":
+            value, args = hostile.draw(hostile.hostile_names(), rng), {"source": branch}
+            args["expect"] = InvalidName.__name__
+        elif what == "path":
+            value = hostile.draw(hostile.hostile_paths(), rng)
+            args["expect"] = InvalidArgument.__name__
+            if kind == "copy":
+                what = rng.choice(["src", "dst"])
+                args["src" if what == "dst" else "dst"] = path
+        else:
+            value = hostile.draw(hostile.bad_metadata(), rng)
+            args["expect"] = InvalidArgument.__name__
+            if kind != "commit":
+                args["path"] = path
+        args["hostile"] = {what: repr(value)}
+        self.steps.append(Planned(kind, args, None, {what: value}))
+
 
 def _strategy(rng: random.Random) -> str | None:
     return rng.choice([None, "source-wins", "dest-wins"])
+
+
+def _metadata(rng: random.Random) -> dict[str, str] | None:
+    """User metadata of any valid Unicode in a fifth of the writes and commits."""
+    return hostile.draw(hostile.valid_metadata(), rng) if rng.random() < 0.2 else None
 
 
 class Log:
@@ -235,6 +373,7 @@ def run_task(task: Task) -> None:
             if k in done:
                 continue
             args = started[k]["args"] if k in started else None
+            repo.lake.graveler.refs.clock = FakeClock(task.clock(k))
             Runner(repo, task, log).run(k, step, args, attempts.get(k, 0))
     finally:
         log.close()
@@ -264,7 +403,7 @@ class Runner:
             )
             try:
                 with self.armed(fault):
-                    result = self.perform(step.kind, resolved)
+                    result = self.perform(step.kind, {**resolved, **step.hostile})
             except failpoints.FailpointHit:
                 self.log.write({"event": "complete", "k": k, "status": "fault"})
                 attempt += 1
@@ -327,8 +466,10 @@ class Runner:
         if kind == "list":
             return {"tree": {e.path: e.checksum for e in repo.branch(args["branch"]).list()}}
         if kind == "write":
-            entry = repo.branch(args["branch"]).upload(args["path"], args["data"].encode())
-            return {"value": entry.checksum}
+            branch = repo.branch(args["branch"])
+            data, metadata = args["data"].encode(), args.get("metadata")
+            entry = branch.upload(args["path"], data, metadata=metadata)
+            return {"value": entry.checksum, "metadata": entry.metadata}
         if kind == "delete":
             repo.branch(args["branch"]).delete(args["path"])
             return {"value": None}
@@ -338,8 +479,9 @@ class Runner:
             return self.link(args)
         if kind == "commit":
             branch = repo.branch(args["branch"])
+            message, metadata = f"by w{self.task.worker}", args.get("metadata")
             try:
-                commit_id: str | None = branch.commit(f"by w{self.task.worker}").id
+                commit_id: str | None = branch.commit(message, metadata=metadata).id
             except NoChanges:
                 commit_id = None
             return {"commit": commit_id, "head": branch.commit_id}
@@ -378,6 +520,8 @@ class Runner:
             return {}
         if kind == "gc":
             return self.gc()
+        if kind == "retention":
+            return self.retention()
         raise AssertionError(f"unknown operation {kind}")
 
     def link(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -386,16 +530,24 @@ class Runner:
         physical = branch.get_physical_address()
         self.repo.lake.graveler.objects(self.repo.storage_namespace).put(physical.address, data)
         entry = branch.link_physical_address(
-            args["path"], physical.token, size=len(data), checksum=content_checksum(data)
+            args["path"],
+            physical.token,
+            size=len(data),
+            checksum=content_checksum(data),
+            metadata=args.get("metadata"),
         )
-        return {"value": entry.checksum}
+        return {"value": entry.checksum, "metadata": entry.metadata}
 
     def gc(self) -> dict[str, Any]:
-        from tests.gc_model import sweep
-
         run = self.repo.prepare_uncommitted_for_gc()
         deleted = sweep(self.repo, run, timedelta(seconds=self.task.gc_min_age))
         return {"run": run.run_id, "deleted": len(deleted)}
+
+    def retention(self) -> dict[str, Any]:
+        """A GC run with the repository's rules, classifying at the history's end."""
+        holder = f"w{self.task.worker}"
+        run = retention_run(self.repo, self.task.end(), holder, LEASE, self.task.s3_options)
+        return {"run": run.run_id, "deleted": len(run.deleted), "expiring": run.expiring}
 
 
 def serve(slot: int, tasks: Any, done: Any) -> None:

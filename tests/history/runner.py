@@ -1,31 +1,45 @@
-"""One history from a seed: a fresh repository, the workers' run, a final GC run with every
-worker stopped, and the final state read back for the checker.
+"""One history from a seed: a fresh repository with retention rules, the workers' run, a
+final GC run with every worker stopped, and the final state read back for the checker.
 
 Only the Spark job marks GC candidates, so GC during a history runs without Spark as the
 engine tests do: the engine's `prepare_uncommitted_for_gc`, then the GC rule's sweep
 (`tests.gc_model.sweep`, the rule the Spark job is tested against in `tests/spark_jobs`),
-each worker now and then with a minimum age. Once the workers stop, a final run with none
-collects everything unreferenced: by that rule in the fast variant, by the Spark job itself
-in the slow one.
+each worker now and then with a minimum age; and retention runs (`tests.gc_model.
+retention_run`: the Spark job's driver, its anti-joins replaced by the model's address
+sets). Once the workers stop, a retention run at the history's end and a run with no
+minimum age collect everything unreferenced: by that rule in the fast variant, by the Spark
+job itself in the slow one.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from branchwater.engine import Lake
+from branchwater.engine import CommitExpired, GCRunLocked, Lake
 from branchwater.engine.api import Repository
+from branchwater.engine.gc.retention.expired import expired_at
 from branchwater.engine.graveler import history as history_ops
-from tests.gc_model import assert_references_intact, sweep
+from branchwater.engine.graveler import reads
+from tests.gc_model import assert_references_intact, retention_run, sweep
 from tests.helpers.servers import unique_name
 from tests.history import operations
 from tests.history.checker import CommitState, FinalState, check
-from tests.history.operations import MAIN, PATHS, SHARED, Task, private, read_log
+from tests.history.operations import (
+    LEASE,
+    MAIN,
+    PATHS,
+    RULES,
+    SHARED,
+    Task,
+    private,
+    read_log,
+)
 from tests.history.workers import Workers
 
 SEED_ENV = "BRANCHWATER_HISTORY_SEED"
@@ -83,6 +97,7 @@ def run_history(
     name = unique_name(f"h{seed}-")
     repo = lake.create_repository(name, storage_namespace=backend.namespace(name))
     initial = set_up(repo, seed, settings.workers)
+    start = time.time()
     logs = logs / backend.name
     logs.mkdir(exist_ok=True)
     tasks = [
@@ -97,6 +112,7 @@ def run_history(
             settings.fault,
             settings.fault_rate,
             settings.gc_min_age,
+            start,
         )
         for worker in range(settings.workers)
     ]
@@ -105,14 +121,17 @@ def run_history(
             os.remove(task.log_path)
     restarts = workers.run(tasks, settings.timeout)
     records = [record for task in tasks for record in read_log(task.log_path)]
-    state = final_state(repo, initial, collect)
+    end = tasks[0].end()
+    state = final_state(repo, initial, lambda r: final_gc(r, end, backend, collect))
     outcome = Outcome(seed, records, state, restarts)
     outcome.violations = check(records, state)
     return outcome
 
 
 def set_up(repo: Repository, seed: int, workers: int) -> str:
-    """`main` with half the paths committed, `shared` and each worker's branch from it."""
+    """`main` with half the paths committed, `shared` and each worker's branch from it, and
+    the retention rules."""
+    repo.set_gc_rules(RULES)
     main = repo.branch(MAIN)
     for path in PATHS[::2]:
         main.upload(path, f"initial {seed} {path}".encode())
@@ -123,7 +142,10 @@ def set_up(repo: Repository, seed: int, workers: int) -> str:
 
 
 def tree(repo: Repository, commit_id: str) -> dict[str, str]:
-    return {entry.path: entry.checksum for entry in repo.ref(commit_id).list()}
+    """The commit's tree, read past `CommitExpired` (the entries stay; only the objects
+    only expired commits held are gone)."""
+    g = repo.lake.graveler
+    return {entry.path: entry.checksum for entry in reads.list_commit(g, repo.record, commit_id)}
 
 
 def view(repo: Repository, branch: str) -> dict[str, str]:
@@ -131,10 +153,25 @@ def view(repo: Repository, branch: str) -> dict[str, str]:
     return {entry.path: entry.checksum for entry in repo.branch(branch).list()}
 
 
+def final_gc(repo: Repository, end: datetime, backend: Backend, collect: Collect) -> int:
+    """A retention run at the history's end (once the lease of a worker killed holding it
+    lapses), then `collect`; returns how many objects both deleted."""
+    deadline = time.monotonic() + 2 * LEASE.total_seconds()
+    while True:
+        try:
+            run = retention_run(repo, end, "final", LEASE, backend.s3_options)
+            break
+        except GCRunLocked:
+            assert time.monotonic() < deadline, "a worker's GC lease never lapsed"
+            time.sleep(0.2)
+    return len(run.deleted) + collect(repo)
+
+
 def final_state(repo: Repository, initial: str, collect: Collect) -> FinalState:
     """Everything the checker compares with the model: every commit (tree, parents,
     metadata, the engine's merge bases of a merge's parents), the refs, each branch's view,
-    and after a final GC run the views again and what no longer reads."""
+    and after a final GC run the views again, what no longer reads, which commits retention
+    recorded expired and which a read refuses (`CommitExpired`)."""
     g = repo.lake.graveler
     commits = {}
     bases = {}
@@ -153,8 +190,16 @@ def final_state(repo: Repository, initial: str, collect: Collect) -> FinalState:
     broken: list[str] = []
     try:
         assert_references_intact(repo)
-    except AssertionError as exc:
-        broken.append(str(exc))
+    except (AssertionError, CommitExpired) as exc:
+        broken.append(f"{type(exc).__name__}: {exc}")
+    kv = g.kv
+    recorded = {c for c in commits if expired_at(kv, repo.record, c) is not None}
+    refused = set()
+    for commit_id in commits:
+        try:
+            repo.ref(commit_id)
+        except CommitExpired:
+            refused.add(commit_id)
     return FinalState(
         initial=initial,
         commits=commits,
@@ -165,6 +210,8 @@ def final_state(repo: Repository, initial: str, collect: Collect) -> FinalState:
         tags={t.name: t.commit_id for t in repo.tags()},
         broken=broken,
         gc_deleted=deleted,
+        expired=recorded,
+        refused=refused,
     )
 
 

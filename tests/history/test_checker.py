@@ -167,3 +167,68 @@ def test_a_retried_merge_holds_only_what_its_parents_hold(held: str, flagged: bo
            {"commit": "m", "fast_forward": False, "attempts": 2}, worker=1)  # fmt: skip
     found = check(log.records, state(commits=commits, bases={"m": [ROOT]}))
     assert any("no parent's" in message for message in found) == flagged, found
+
+
+EMPTY_VIEWS = {MAIN: {}, SHARED: {}, "w0": {}, "w1": {}}
+
+
+@pytest.mark.parametrize(
+    ("error", "flagged"),
+    [("InvalidArgument", False), ("InvalidName", True), (None, True), ("NotFound", True)],
+)
+def test_hostile_input_must_be_refused_with_its_error_type(
+    error: str | None, flagged: bool
+) -> None:
+    """A NUL in a path is `InvalidArgument`: another refusal, or an acknowledgement, is a
+    finding; the refused write changes no model, so the branch must not show it."""
+    log = Log()
+    args = {
+        "branch": "w0",
+        "data": "x",
+        "expect": "InvalidArgument",
+        "hostile": {"path": "'a\\x00'"},
+    }
+    log.op("write", args, 1, 2, {"value": written("x")} if error is None else None, error=error)
+    found = check(log.records, state(views=EMPTY_VIEWS))
+    assert any("must refuse" in m or "not InvalidArgument" in m for m in found) == flagged, found
+
+
+def test_valid_input_refused_as_hostile_and_commit_expired_off_a_move_are_findings() -> None:
+    log = Log()
+    log.op("write", {"branch": "w0", "path": "p/00", "data": "x"}, 1, 2, error="InvalidArgument")
+    log.op("read", {"branch": "w0", "path": "p/00"}, 3, 4, error="CommitExpired")
+    log.op("reset", {"branch": "w1", "back": True, "head": ROOT, "parents": []}, 5, 6,
+           error="CommitExpired", worker=1)  # fmt: skip
+    found = check(log.records, state(views=EMPTY_VIEWS))
+    assert any("refused valid input with InvalidArgument" in m for m in found), found
+    assert any("read" in m and "moves onto no commit" in m for m in found), found
+    assert not any("reset" in m and "moves onto no commit" in m for m in found), found
+
+
+def test_a_branch_or_tag_no_operation_made_is_a_finding() -> None:
+    assert check([], state(tags={"v1": ROOT}))
+    assert check([], state(branches={MAIN: ROOT, SHARED: ROOT, "w0": ROOT, "w1": ROOT, "x": ROOT}))
+
+
+def test_commit_metadata_comes_back_exactly() -> None:
+    log = Log()
+    log.op("write", {"branch": "w0", "path": "p/01", "data": "x"}, 1, 2, {"value": written("x")})
+    metadata = {"k\u2028": "v\x00"}
+    log.op("commit", {"branch": "w0", "metadata": metadata}, 3, 4, {"commit": "c1", "head": "c1"})
+    views = {**EMPTY_VIEWS, "w0": {"p/01": written("x")}}
+    branches = {MAIN: ROOT, SHARED: ROOT, "w0": "c1", "w1": ROOT}
+    for held, flagged in ((metadata, False), ({}, True)):
+        commits = {ROOT: CommitState([], {}, {}), "c1": CommitState([ROOT], held, views["w0"])}
+        found = check(log.records, state(commits=commits, views=views, branches=branches))
+        assert any("commit holds metadata" in m for m in found) == flagged, found
+
+
+def test_retention_must_record_what_it_expired_and_reads_must_refuse_it() -> None:
+    commits = {ROOT: CommitState([], {}, {}), "old": CommitState([ROOT], {}, {})}
+    log = Log()
+    log.op("retention", {}, 1, 2, {"run": "r", "deleted": 1, "expiring": ["old"]})
+    assert check(log.records, state(commits=commits, expired={"old"}, refused={"old"})) == []
+    assert check(log.records, state(commits=commits))
+    assert check(log.records, state(commits=commits, expired={"old"}))
+    named = {MAIN: ROOT, SHARED: ROOT, "w0": ROOT, "w1": ROOT}
+    assert check([], state(commits=commits, branches=named, refused={ROOT}))

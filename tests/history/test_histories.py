@@ -1,5 +1,6 @@
-"""Random histories of every operation and uncommitted GC, run by several processes at once
-against one repository, checked against the model (`tests.history.checker`).
+"""Random histories of every operation, uncommitted and retention GC and hostile input, run
+by several processes at once against one repository, checked against the model
+(`tests.history.checker`).
 
 The fast variant runs 20 seeds on each back end (SQLite + local files; PostgreSQL +
 SeaweedFS) with failpoints raising in a share of the operations; the slow one histories whose

@@ -1,8 +1,9 @@
 """The supervisor: worker processes kept across histories (a fresh interpreter costs
 seconds, a history a fraction of one), each fed one task per history. A worker a failpoint
 killed is started again, by slot, with the same task: it resumes from its log, retrying the
-operation it died in. Workers fork from a server that imported the engine once, so a
-restart costs a fork, not an interpreter's start."""
+operation it died in. Workers fork from a server that imported the engine, the KV drivers
+and the S3 store once, so a restart costs a fork, not an interpreter's start and seconds of
+imports."""
 
 from __future__ import annotations
 
@@ -17,6 +18,14 @@ from typing import Any
 from tests.history.operations import Task, serve
 
 JOIN_TIMEOUT = 10.0
+PRELOAD = [
+    "tests.history.operations",
+    "branchwater.engine.kv.sqlite",
+    "branchwater.engine.kv.postgres",
+    "branchwater.engine.objects.s3",
+]
+"""What the fork server imports before any worker forks from it (the drivers are imported
+lazily, on first connect)."""
 
 
 @dataclass
@@ -30,7 +39,7 @@ class Workers:
 
     def __init__(self, size: int) -> None:
         self.ctx = mp.get_context("forkserver")
-        self.ctx.set_forkserver_preload(["tests.history.operations"])
+        self.ctx.set_forkserver_preload(PRELOAD)
         self.done: Any = self.ctx.Queue()
         self.slots: list[Slot] = [self._start(i) for i in range(size)]
 
