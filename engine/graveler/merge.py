@@ -372,8 +372,9 @@ def reuse_is_exact(
 ) -> bool:
     """Whether `_next_attempt` of `previous` onto `head` equals the three-way merge of
     `source_mr` onto `head` from `base_mr`, the base `previous` was merged from (the caller
-    checks the base is unchanged): it does unless a path `head` changed since the old HEAD is
-    one the source changed (s != b) where the old HEAD differed from the base too (h1 != b).
+    checks the base is unchanged). It does if no path `head` changed since the old HEAD is one
+    the source changed (s != b) where the old HEAD differed from the base too (h1 != b); where
+    one is, it may not (below), and the caller merges afresh.
 
     Proof, path by path, with m(b, s, d) the merge rule (d where s is b or d; s where d is b;
     else a conflict the strategy resolves, to s or d) and m1 = m(b, s, h1) the attempt
