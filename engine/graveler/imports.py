@@ -292,6 +292,8 @@ class _NotText(Exception):
 
 
 def _folder(directory: str, key_prefix: str, convert: Convert | None) -> Folder:
+    """One folder's `Folder`, its files converted at once and cut into runs around its
+    subfolders; a folder gone (or no longer one) is empty."""
     try:
         infos = _LOCAL.get_file_info(FileSelector(directory, allow_not_found=True))
         names = [info.base_name for info in infos]
