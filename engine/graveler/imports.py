@@ -14,18 +14,19 @@ reads the objects' bytes: the checksum is no content hash, so reads check the si
 (`recomputable_hash` takes such checksums on trust), and the same bytes uploaded are a
 different object.
 
-**Flow.** The listing, as Arrow tables in key order (S3's pages, `S3ObjectStore.
-list_tables`; or a walk of local folders, each listed natively with its `stat`s and sorted
+**Flow.** The listing, as Arrow tables in key order (S3's pages, from the store's
+`list_tables`; or a walk of local folders, each listed natively with its `stat`s and sorted
 as keys sort, the next few listed in threads ahead of the walk), is cut into batches of
-`BATCH` rows, turned into change rows in Arrow (no Python object per object) and streamed
-into `CommittedStore.apply_rows` onto the branch's HEAD, which writes ranges as a commit
-does from staged rows; the commit is then landed on the branch through the merge's retry
-loop (`merge.land`): a lost race applies what the import brought in onto the new HEAD, and
-the branch's uncommitted changes stay staged above it. Nothing reaches the KV store before
-that one commit, so an import that fails or is killed part way leaves the branch as it was
-(and unreferenced ranges, as a failed commit does). Ranges are content-addressed: running
-the import again lists the same objects, writes the same ranges and lands the same tree,
-or finds HEAD already holds it (`commit` is then `None`).
+`BATCH` rows and turned into change rows in Arrow (no Python object per object), in a
+thread a batch or two ahead (`read_ahead`), and streamed into `CommittedStore.apply_rows`
+onto the branch's HEAD, which writes ranges as a commit does from staged rows; the commit
+is then landed on the branch through the merge's retry loop (`merge.land`): a lost race
+applies what the import brought in onto the new HEAD, and the branch's uncommitted changes
+stay staged above it. Nothing reaches the KV store before that one commit, so an import
+that fails or is killed part way leaves the branch as it was (and unreferenced ranges, as a
+failed commit does). Ranges are content-addressed: running the import again lists the same
+objects, writes the same ranges and lands the same tree, or finds HEAD already holds it
+(`commit` is then `None`).
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import partial
 from typing import TypeVar, cast
 from urllib.parse import unquote, urlsplit
 
@@ -73,8 +73,8 @@ CHECKSUM_PREFIX = "etag:"
 CHECKSUM_PATTERN = rf"[0-9A-Za-z+/=._:-]{{1,{CHECKSUM_MAX_LENGTH}}}"
 """What `checksums.check_checksum` accepts, for Arrow's regular expressions."""
 
-PAGES_AHEAD = 4
-"""S3 listing pages fetched (and made change rows) ahead of the range writing."""
+BATCHES_AHEAD = 2
+"""Batches listed and made change rows ahead of the range writing, in a thread."""
 FOLDERS_AHEAD = 4
 """Local folders listed ahead of the walk, at once (`list_local`)."""
 _LOCAL = LocalFileSystem()
@@ -213,25 +213,18 @@ def import_objects(
     return ImportResult(listing.count, listing.bytes, commit)
 
 
-Convert = Callable[[pa.Table], pa.Table]
-"""What `list_local` makes of each run of listed files, in the thread that listed it."""
-
-
-def list_local(
-    directory: str, key_prefix: str, convert: Convert | None = None
-) -> Iterator[pa.Table]:
+def list_local(directory: str, key_prefix: str) -> Iterator[pa.Table]:
     """Regular files under `directory` (whose key below the root is `key_prefix`) as
-    `LIST_SCHEMA` tables in key order, or what `convert` makes of each: a folder is one
-    native listing with a `stat` per entry (`pyarrow.fs`), its files sorted as columns and
-    its subfolders walked where their names sort with a `/` after them, as a stack of
-    folders (any depth). The next `FOLDERS_AHEAD` subfolders of each folder being walked are
-    listed (and converted) in threads while the caller works on what came before. A file
-    gone before its `stat`, or that is no regular file (a socket, a link to a folder), is
-    left out; a name that is no UTF-8 text raises `_NotText`."""
+    `LIST_SCHEMA` tables in key order: a folder is one native listing with a `stat` per
+    entry (`pyarrow.fs`), its files sorted as columns and its subfolders walked where their
+    names sort with a `/` after them, as a stack of folders (any depth). The next
+    `FOLDERS_AHEAD` subfolders of each folder being walked are listed in threads while the
+    caller works on what came before. A file gone before its `stat`, or that is no regular
+    file (a socket, a link to a folder), is left out; a name that is no UTF-8 text raises
+    `_NotText`."""
     pool = ThreadPoolExecutor(FOLDERS_AHEAD, thread_name_prefix="bw-import")
-    lister = partial(_folder, convert=convert)
     try:
-        stack = [_Level(pool, lister, lister(directory, key_prefix))]
+        stack = [_Level(pool, _folder(directory, key_prefix))]
         while stack:
             item = stack[-1].next()
             if item is None:
@@ -239,7 +232,7 @@ def list_local(
             elif isinstance(item, pa.Table):
                 yield item
             else:
-                stack.append(_Level(pool, lister, item.result()))
+                stack.append(_Level(pool, item.result()))
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
@@ -252,11 +245,8 @@ class _Level:
     """A folder being walked: its items in order, the listings of its next subfolders
     started."""
 
-    def __init__(
-        self, pool: ThreadPoolExecutor, lister: Callable[[str, str], Folder], items: Folder
-    ) -> None:
+    def __init__(self, pool: ThreadPoolExecutor, items: Folder) -> None:
         self._pool = pool
-        self._lister = lister
         self._items: list[pa.Table | tuple[str, str] | Future[Folder] | None] = list(items)
         self._at = 0
         self._ahead = 0
@@ -270,7 +260,7 @@ class _Level:
         item, self._items[self._at] = self._items[self._at], None
         self._at += 1
         self._start_next()
-        return self._pool.submit(self._lister, *item) if isinstance(item, tuple) else item
+        return self._pool.submit(_folder, *item) if isinstance(item, tuple) else item
 
     def _start_next(self) -> None:
         """Start listing the first subfolder not started yet."""
@@ -279,7 +269,7 @@ class _Level:
             item = self._items[self._ahead]
             self._ahead += 1
             if isinstance(item, tuple):
-                self._items[self._ahead - 1] = self._pool.submit(self._lister, *item)
+                self._items[self._ahead - 1] = self._pool.submit(_folder, *item)
                 return
 
 
@@ -291,9 +281,9 @@ class _NotText(Exception):
         self.key = key
 
 
-def _folder(directory: str, key_prefix: str, convert: Convert | None) -> Folder:
-    """One folder's `Folder`, its files converted at once and cut into runs around its
-    subfolders; a folder gone (or no longer one) is empty."""
+def _folder(directory: str, key_prefix: str) -> Folder:
+    """One folder's `Folder`, its files cut into runs around its subfolders; a folder gone
+    (or no longer one) is empty."""
     try:
         infos = _LOCAL.get_file_info(FileSelector(directory, allow_not_found=True))
         names = [info.base_name for info in infos]
@@ -322,10 +312,9 @@ def _folder(directory: str, key_prefix: str, convert: Convert | None) -> Folder:
         keys = files["key"].to_pylist()
         cuts += [bisect_left(keys, prefix) for prefix, _ in folders]
     cuts.append(len(files))
-    converted = convert(files) if convert is not None else files
-    out: Folder = [converted.slice(cuts[0], cuts[1] - cuts[0])]
+    out: Folder = [files.slice(cuts[0], cuts[1] - cuts[0])]
     for folder, start, end in zip(folders, cuts[1:-1], cuts[2:], strict=True):
-        out += [(folder[1], folder[0]), converted.slice(start, end - start)]
+        out += [(folder[1], folder[0]), files.slice(start, end - start)]
     return out
 
 
@@ -340,9 +329,9 @@ def _not_text(directory: str) -> str:
 
 
 def read_ahead(items: Iterator[T], depth: int) -> Generator[T, None, None]:
-    """`items`, each drawn in a thread of their own up to `depth` ahead of the caller: an S3
-    listing's requests overlap with the work on the pages they returned. An error drawing
-    one is raised here, in order; once this ends, no further one is drawn."""
+    """`items`, each drawn in a thread of their own up to `depth` ahead of the caller: the
+    listing's requests and rows overlap with the ranges written of those before. An error
+    drawing one is raised here, in order; once this ends, no further one is drawn."""
     end = object()
     pool = ThreadPoolExecutor(1, thread_name_prefix="bw-import")
     try:
@@ -383,19 +372,22 @@ class _Listing:
     _last: str = field(default="", repr=False)
 
     def changes(self) -> Iterator[pa.Table]:
-        """The source's objects as change rows (`_rows`), in key order."""
+        """The source's objects as change rows (`_rows`), `BATCH` at a time in key order,
+        listed and made rows `BATCHES_AHEAD` ahead of the caller in a thread."""
+        listed: Iterator[pa.Table]
         if self.source.scheme == FILE_SCHEME:
-            directory = "/" + self.source.key_prefix
-            return list_local(directory, self.source.key_prefix, self._rows)
-        store = self.g.objects(self.source.store_url)
-        assert isinstance(store, S3ObjectStore)
-        return read_ahead(map(self._rows, store.list_tables(self.source.key_prefix)), PAGES_AHEAD)
+            listed = list_local("/" + self.source.key_prefix, self.source.key_prefix)
+        else:
+            store = self.g.objects(self.source.store_url)
+            assert isinstance(store, S3ObjectStore)
+            listed = store.list_tables(self.source.key_prefix)
+        return read_ahead(map(self._rows, rebatched(listed, BATCH)), BATCHES_AHEAD)
 
     def batches(self) -> Iterator[pa.Table]:
         self.count = self.bytes = 0
         self._last = ""
         try:
-            for rows in rebatched(self.changes(), BATCH):
+            for rows in self.changes():
                 self._check_paths(rows)
                 yield rows
                 self.count += len(rows)
