@@ -8,7 +8,6 @@ does meanwhile. Content the branch already shows at the path is neither written 
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -75,7 +74,7 @@ class Upload:
         changed meanwhile, is checked after its write, its object dropped if unchanged."""
         if not f.seekable():
             return self._write(f, None)
-        if not self._may_be_unchanged(_remaining(f)):
+        if not self._may_be_unchanged(known_size(f) or 0):
             return self._write(f, None, recheck=False)
         start = f.tell()
         hasher = ContentHasher()
@@ -146,14 +145,6 @@ def _hashed(chunks: Iterator[bytes], hasher: ContentHasher) -> Iterator[bytes]:
             hashing = pool.submit(hasher.update, chunk)
             yield chunk
             hashing.result()
-
-
-def _remaining(f: BinaryIO) -> int:
-    """The bytes of a seekable file from where it stands to its end."""
-    start = f.tell()
-    end = f.seek(0, os.SEEK_END)
-    f.seek(start)
-    return max(0, end - start)
 
 
 def _open_local(path: str | Path) -> BinaryIO:
