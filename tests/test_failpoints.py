@@ -65,6 +65,17 @@ def test_fired_points_are_logged_in_process_and_in_subprocesses(
     assert "copy.after_record" in never_hit(str(tmp_path))
 
 
+def test_the_declared_points_are_those_the_code_passes() -> None:
+    """The full run's check lists `POINTS`: a point the code passes but never declared could
+    not be armed, nor be reported unhit."""
+    root = Path(__file__).resolve().parents[1]
+    passed: set[str] = set()
+    for folder in ("engine", "spark_jobs", "plugin", "stack"):
+        for path in (root / folder).rglob("*.py"):
+            passed |= set(re.findall(r'\bhit\(\s*"([^"]+)"', path.read_text()))
+    assert passed == failpoints.POINTS
+
+
 def test_the_architecture_table_names_declared_points_and_every_operation() -> None:
     """Stale names fail; a new point of an operation the table has may land before its row."""
     text = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text()
