@@ -124,16 +124,18 @@ def create_repository(lake: Lake, backend: Backend, name: str, entries: int) -> 
     repo.branch("main").commit("base")
 
 
-def prepare_round(repo: Repository, label: str, touched: int, diverged: bool) -> str:
-    """Branch a destination and the features off `main`; the name of the destination."""
+def prepare_round(
+    repo: Repository, label: str, touched: int, diverged: bool, features: int = FEATURES
+) -> str:
+    """Branch a destination and `features` features off `main`; the destination's name."""
     committed = repo.lake.graveler.committed(repo.record)
     ranges = committed.ranges(repo.branch("main").head().metarange_id)
-    if len(ranges) < FEATURES * touched:
+    if len(ranges) < features * touched:
         raise SystemExit(f"only {len(ranges)} ranges: use more --entries or fewer --touched")
     destination = f"dest-{label}"
     repo.create_branch(destination, source="main")
     moved: list[Entry] = []
-    for i in range(FEATURES):
+    for i in range(features):
         feature = repo.create_branch(f"{label}-f{i}", source=destination)
         for k in range(touched):
             rows = decode_entries(committed.storage.range_table(ranges[i * touched + k].range_id))
@@ -278,17 +280,18 @@ def contend(
     destination: str,
     reuse: bool,
     lockstep: bool,
+    features: int = FEATURES,
 ) -> Tally:
     ctx = mp.get_context("spawn")
     with ctx.Manager() as manager:
-        start = manager.Barrier(FEATURES)
-        gate = Gate(ctx, FEATURES) if lockstep else None
-        with ctx.Pool(FEATURES, initializer=_install, initargs=(gate,)) as pool:
+        start = manager.Barrier(features)
+        gate = Gate(ctx, features) if lockstep else None
+        with ctx.Pool(features, initializer=_install, initargs=(gate,)) as pool:
             jobs = [
                 pool.apply_async(
                     _merge, (backend, cache, name, f"{label}-f{i}", destination, reuse, start)
                 )
-                for i in range(FEATURES)
+                for i in range(features)
             ]
             results = [job.get(1800) for job in jobs]
     return Tally(
