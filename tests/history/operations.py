@@ -171,7 +171,7 @@ def paths(seed: int) -> list[str]:
 
 
 def ref_name(rng: random.Random, plain: str) -> str:
-    """`plain`, or in a third of the cases `plain/<any text>` when that is a valid name."""
+    """`plain`, or in 30% of the cases `plain/<any text>` when that is a valid name."""
     if rng.random() > 0.3:
         return plain
     odd = f"{plain}/{hostile.draw(hostile.any_text(8), rng)}"
@@ -249,7 +249,7 @@ class Plan:
             elif kind in ("list", "compact"):
                 plan.add(rng, kind, branch=branch)
             elif kind == "hostile":
-                plan.hostile(rng, branch, path, k)
+                plan.add_hostile(rng, branch, path)
             elif kind == "reset":
                 plan.add(rng, kind, branch=own, back=rng.random() < 0.5)
             elif kind == "revert":
@@ -279,7 +279,7 @@ class Plan:
             fault = rng.choice(points)
         self.steps.append(Planned(kind, args, fault))
 
-    def hostile(self, rng: random.Random, branch: str, path: str, k: int) -> None:
+    def add_hostile(self, rng: random.Random, branch: str, path: str) -> None:
         """One operation given a name, path or metadata it must refuse, and nothing else
         it could refuse: its error type is `args["expect"]`."""
         what = rng.choice(sorted(HOSTILE))
