@@ -1,5 +1,5 @@
 """Peak memory of the engine's bulk operations (issue 41), each run in a fresh process of its
-own on the selected back end (`backends`): its peak resident set (`ru_maxrss`) against its
+own on the selected back end (`backends`): its peak resident set (`VmHWM`) against its
 resident set just before the operation (interpreter, imports, an open lake), and the growth
 per entry, which says whether anything holds the whole lake where a stream would do.
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
-import resource
+import os
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -97,11 +97,13 @@ def high_water(pid: int) -> int:
 
 
 def _measure(open_operation: Callable[..., Operation], *args: Any) -> Peak:
-    """In the child: open the operation (connect), then run it between the two readings."""
+    """In the child: open the operation (connect), then run it between the two readings.
+    The peak is `VmHWM`, not `ru_maxrss`: Linux carries the latter across the spawn's exec,
+    so a child would report at least its parent's size when it was started."""
     operation = open_operation(*args)
     before = resident()
     figures = operation()
-    return Peak(before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, figures)
+    return Peak(before, high_water(os.getpid()), figures)
 
 
 def in_child(open_operation: Callable[..., Operation], *args: Any) -> Peak:

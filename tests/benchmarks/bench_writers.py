@@ -62,7 +62,7 @@ TARGET_RATIO = round(1 / 0.7, 2)
 
 BENCHMARKS = Suite(
     section="Many writers",
-    about="Writers stage new entries (a path each) and commit every 1,000 of their writes; "
+    about="Writers stage new entries (a path each) and commit every 200 of their writes; "
     "the floor's writers upsert the same rows with the driver alone. The merges are "
     "`bench_merge`'s contended merge into 200k entries, one range touched per process.",
     benchmarks=(
@@ -167,7 +167,7 @@ def write_window(backend: Backend, plan: Plan, side: str, writer: int, deadline:
             window.latencies.append(time.perf_counter() - began)
             window.retries += max(0, reads.here.count - 1)
             i += 1
-            if (i - start) % plan.every == 0:
+            if i % plan.every == 0:
                 began = time.perf_counter()
                 try:
                     repo.branch(name).commit(f"writer {writer} at {i}")
@@ -334,7 +334,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--writers", default=",".join(map(str, WRITERS)))
     parser.add_argument("--layouts", default=",".join(LAYOUTS))
     parser.add_argument("--max-processes", type=int, default=16)
-    parser.add_argument("--every", type=int, default=1000, help="writes per commit per writer")
+    parser.add_argument("--every", type=int, default=200, help="writes per commit per writer")
     parser.add_argument("--seconds", type=float, default=5.0, help="window length")
     parser.add_argument("--rounds", type=int, default=3, help="measured windows per side")
     parser.add_argument("--mergers", default=",".join(map(str, MERGERS)))
