@@ -7,8 +7,11 @@ what may be younger than the minimum age (the slice an address names was opened 
 for an object in it to be younger: objects land in a slice while it is current, or within
 `late_writes` through a link token). Ranges an active commit also lists are never read on the
 expired side: content-defined ranges make unchanged files share them, so most of an expired
-commit's ranges are skipped whole. The anti-joins run in Spark; the commit sets and range ids
-are small and stay on the driver (`engine/gc/runs/retention.py`).
+commit's ranges are skipped whole. The active ranges are read first and their distinct
+addresses travel with the expired side's tasks, which drop those rows as they read (the
+anti-join with the active side, before any merge); the anti-join with the prepare output
+runs in Spark. The commit sets and range ids are small and stay on the driver
+(`engine/gc/runs/retention.py`).
 
 The candidates are written as candidates files of the run (`candidates/expired-*.parquet`,
 swept with the others), after the re-check under the run's lease took out the addresses of
@@ -26,6 +29,7 @@ from functools import partial
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -43,8 +47,9 @@ from branchwater.engine.gc.runs.storage import Namespace
 from branchwater.spark_jobs.gc.frames import map_shares
 
 EXPIRED_DDL = "address string, size long, metarange_id string, date long, ranges array<string>"
-"""An address of the expired-only ranges a task read: its size, the newest expired metarange
-holding it (by `date`, microseconds) and the ranges holding it, among those the task read."""
+"""An address of the expired-only ranges a task read that no active commit holds: its size,
+the newest expired metarange holding it (by `date`, microseconds) and the ranges holding it,
+among those the task read."""
 ACTIVE_DDL = "address string"
 RANGES_PER_BATCH = 512
 """Ranges a task reads before it merges their rows by address: a rewritten file's address is
@@ -109,32 +114,49 @@ def expired_candidates(
     readers: int,
 ) -> ExpiredCandidates:
     """Every data address only expired commits hold and no prepare output names, one row per
-    address (the newest expired metarange attributed, and the ranges holding it)."""
-    active_ranges = _active_ranges(spark, ns, layout, plan, readers)
-    active = _addresses(spark, ns, layout, active_ranges, readers)
-    expired_pairs = _range_pairs(spark, ns, layout, plan.expired_metaranges(), readers)
+    address (the newest expired metarange attributed, and the ranges holding it).
+
+    The active side is read first and its distinct addresses go to the expired side's tasks
+    with their function: each task drops the rows of active addresses as it reads, before
+    any merge, so only the rows of candidates are merged in Arrow and grouped in Spark (most
+    rows of an expired range version are addresses an active commit still holds)."""
+    active_metaranges, expired_metaranges = plan.active_metaranges(), plan.expired_metaranges()
+    pairs = _range_pairs(spark, ns, layout, active_metaranges | expired_metaranges, readers)
+    active_ranges = {r for r, m in pairs if m in active_metaranges}
     trees: dict[str, set[str]] = {}
-    only_expired: dict[str, str] = {}
-    for range_id, metarange in expired_pairs:
-        if range_id not in active_ranges:
+    for range_id, metarange in pairs:
+        if metarange in expired_metaranges and range_id not in active_ranges:
             trees.setdefault(metarange, set()).add(range_id)
-            only_expired[range_id] = metarange
-    keys = [layout.range_key(r) for r in sorted(only_expired)]
-    dates = {m: _micros(a.date) for m, a in plan.attribution().items()}
-    owner = {layout.range_key(r): (r, m, dates.get(m, 0)) for r, m in only_expired.items()}
-    task = partial(_expired_addresses, ns, layout, owner)
-    held = map_shares(spark, keys, task, EXPIRED_DDL, _tasks(keys, readers))
-    per_address = held.groupBy("address").agg(
+    held = _distinct(_addresses(spark, ns, layout, active_ranges, readers))
+    owner = _newest_owners(layout, trees, plan)
+    keys = sorted(owner)
+    task = partial(_expired_addresses, ns, layout, owner, held)
+    found = map_shares(spark, keys, task, EXPIRED_DDL, _tasks(keys, readers))
+    per_address = found.groupBy("address").agg(
         F.max("size").alias("size"),
         F.max_by("metarange_id", "date").alias("metarange_id"),
         F.array_distinct(F.flatten(F.collect_list("ranges"))).alias("ranges"),
     )
-    rows = (
-        per_address.filter(F.col("address").rlike(JVM_ADDRESS_PATTERN))
-        .join(active, "address", "left_anti")
-        .join(uncommitted.select("address"), "address", "left_anti")
+    rows = per_address.filter(F.col("address").rlike(JVM_ADDRESS_PATTERN)).join(
+        uncommitted.select("address"), "address", "left_anti"
     )
     return ExpiredCandidates(rows, trees)
+
+
+def _newest_owners(
+    layout: CommittedLayout, trees: dict[str, set[str]], plan: RetentionInput
+) -> dict[str, tuple[str, str, int]]:
+    """Each expired-only range's key → the range, the newest expired metarange listing it
+    and that metarange's date (microseconds): the attribution of the range's addresses."""
+    dates = {m: _micros(a.date) for m, a in plan.attribution().items()}
+    newest: dict[str, tuple[int, str]] = {}
+    for metarange in sorted(trees):
+        date = dates.get(metarange, 0)
+        for range_id in trees[metarange]:
+            known = newest.get(range_id)
+            if known is None or date > known[0]:
+                newest[range_id] = (date, metarange)
+    return {layout.range_key(r): (r, m, d) for r, (d, m) in newest.items()}
 
 
 def active_addresses(
@@ -145,14 +167,9 @@ def active_addresses(
     readers: int,
 ) -> DataFrame:
     """Every address an active commit holds (one column, `address`, not distinct)."""
-    ranges = _active_ranges(spark, ns, layout, plan, readers)
+    metaranges = plan.active_metaranges()
+    ranges = {r for r, _ in _range_pairs(spark, ns, layout, metaranges, readers)}
     return _addresses(spark, ns, layout, ranges, readers)
-
-
-def _active_ranges(
-    spark: SparkSession, ns: Namespace, layout: CommittedLayout, plan: RetentionInput, readers: int
-) -> set[str]:
-    return {r for r, _ in _range_pairs(spark, ns, layout, plan.active_metaranges(), readers)}
 
 
 def _addresses(
@@ -161,6 +178,12 @@ def _addresses(
     keys = [layout.range_key(r) for r in sorted(ranges)]
     task = partial(_range_addresses, ns, layout)
     return map_shares(spark, keys, task, ACTIVE_DDL, _tasks(keys, readers))
+
+
+def _distinct(addresses: DataFrame) -> pa.Array:
+    """A frame's distinct addresses on the driver, as one Arrow array."""
+    column = addresses.toArrow().column("address")
+    return pc.unique(column.combine_chunks()) if len(column) else pa.array([], pa.string())
 
 
 def mark_expired(
@@ -330,18 +353,23 @@ def _metarange_ranges(
 ) -> Iterator[pa.RecordBatch]:
     for key in keys:
         metarange = named[key]
-        table = ns.read_parquet(key, [layout.metarange_range_column])
-        ranges = table.column(0).combine_chunks()
+        ranges = _read_columns(ns, key, [layout.metarange_range_column]).column(0)
         yield pa.record_batch(
-            [ranges, pa.repeat(pa.scalar(metarange), len(ranges))],
+            [ranges.combine_chunks(), pa.repeat(pa.scalar(metarange), len(ranges))],
             names=["range_id", "metarange_id"],
         )
+
+
+def _read_columns(ns: Namespace, key: str, columns: list[str]) -> pa.Table:
+    """One whole-object GET, then the columns through `ParquetFile`: a range is small, and
+    `read_table`'s dataset layer costs as much again as the read for one."""
+    return pq.ParquetFile(pa.BufferReader(ns.store.get(key))).read(columns=columns)
 
 
 def _inside(ns: Namespace, layout: CommittedLayout, key: str) -> pa.Table:
     """A range's internal addresses (address, size)."""
     columns = [layout.range_address_column, layout.range_size_column]
-    table = ns.read_parquet(key, columns)
+    table = _read_columns(ns, key, columns)
     return table.filter(pc.invert(external_mask(table.column(0), ns.store.url)))
 
 
@@ -361,10 +389,12 @@ def _expired_addresses(
     ns: Namespace,
     layout: CommittedLayout,
     owner: dict[str, tuple[str, str, int]],
+    held: pa.Array,
     keys: list[str],
 ) -> Iterator[pa.RecordBatch]:
-    """Each batch of ranges' internal addresses, one row per address (`EXPIRED_DDL`):
-    `owner` names each range key's range, metarange and that metarange's date."""
+    """Each batch of ranges' internal addresses that `held` (the active addresses) does not
+    name, one row per address (`EXPIRED_DDL`): `owner` names each range key's range, its
+    newest metarange and that metarange's date."""
     for start in range(0, len(keys), RANGES_PER_BATCH):
         tables = []
         for key in keys[start : start + RANGES_PER_BATCH]:
@@ -384,7 +414,11 @@ def _expired_addresses(
             )
         if not tables:
             continue
-        rows = pa.concat_tables(tables).sort_by([("date", "descending")])
+        rows = pa.concat_tables(tables)
+        rows = rows.filter(pc.invert(pc.is_in(rows.column("address"), value_set=held)))
+        if not rows.num_rows:
+            continue
+        rows = rows.sort_by([("date", "descending")])
         merged = rows.group_by("address", use_threads=False).aggregate(
             [("size", "max"), ("metarange_id", "first"), ("date", "max"), ("range_id", "distinct")]
         )
