@@ -493,6 +493,19 @@ class _ImportPlan:
         merged = g.committed(repo).apply_rows(head.metarange_id, rows, head.metarange_id)
         return Attempt(merged, head.id, ())
 
+    def reuses_exactly(
+        self, g: Graveler, repo: RepositoryRecord, head: Commit, previous: Attempt
+    ) -> bool:
+        """Whether `previous` merged onto `head` from the HEAD it was applied to is the
+        listing applied to `head`: it is when `head` changed no path under the destination
+        prefix, as every listed path is there (outside it, both take `head`'s entries;
+        inside it, `head` is the old HEAD). Else the source is listed again onto `head`:
+        a reuse would take `head`'s entry at a listed path the old HEAD already held with
+        the listed value, and call a conflict what a fresh import overwrites."""
+        onto = g.refs.get_commit(repo, previous.onto_commit_id).metarange_id
+        moved = g.committed(repo).diff(onto, head.metarange_id)
+        return not any(change.path.startswith(self.listing.dest) for change in moved)
+
     def record(self, g: Graveler, repo: RepositoryRecord, head: Commit, at: Attempt) -> Commit:
         if at.metarange_id == head.metarange_id:
             raise NoChanges(f"{self.sides[1]!r} already holds every object of {self.sides[0]!r}")

@@ -259,6 +259,37 @@ def test_a_lost_race_lands_the_import_on_the_new_head(lake_with_source: ImportLa
     assert {e.path for e in main.list()} == {"other.txt", *(f"raw/{k}" for k in OBJECTS)}
 
 
+def test_a_lost_race_inside_the_prefix_lands_what_a_fresh_import_would(
+    lake_with_source: ImportLake,
+) -> None:
+    """`main` holds a listed object's entry already when the import applies its listing, then
+    changes it and another path under the prefix before the import lands: the import's
+    retry lists again onto the new HEAD, so the listed value wins and nothing conflicts, as
+    an import started after those commits would."""
+    t = lake_with_source
+    main = t.repo.branch("main")
+    main.import_objects(t.source_uri, prefix="raw/")
+    listed = main.stat("raw/a.csv")
+    results: list[imports.ImportResult] = []
+    with paused_at("import.after_record") as pause:
+        worker = threading.Thread(
+            target=lambda: results.append(main.import_objects(t.source_uri, prefix="raw/"))
+        )
+        t.source.put("dir/new.csv", b"new")
+        worker.start()
+        pause.wait()
+        main.upload("raw/a.csv", b"changed meanwhile")
+        main.upload("raw/dir/new.csv", b"written meanwhile")
+        main.commit("meanwhile")
+        pause.release()
+        worker.join()
+
+    assert results and results[0].commit is not None
+    assert main.head().id == results[0].commit.id
+    assert main.stat("raw/a.csv").address == listed.address
+    assert main.read("raw/dir/new.csv") == b"new"
+
+
 CHILD = """
 import sys
 from branchwater.engine import Lake
