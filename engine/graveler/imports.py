@@ -21,8 +21,10 @@ as keys sort, the next few listed in threads ahead of the walk), is cut into bat
 thread a batch or two ahead (`read_ahead`), and streamed into `CommittedStore.apply_rows`
 onto the branch's HEAD, which writes ranges as a commit does from staged rows; the commit
 is then landed on the branch through the merge's retry loop (`merge.land`): a lost race
-applies what the import brought in onto the new HEAD, and the branch's uncommitted changes
-stay staged above it. Nothing reaches the KV store before that one commit, so an import
+applies what the import brought in onto the new HEAD where that HEAD changed nothing under
+the destination prefix, and lists the source again onto it where it did (so a listed value
+wins as in an import started later), and the branch's uncommitted changes stay staged
+above it. Nothing reaches the KV store before that one commit, so an import
 that fails or is killed part way leaves the branch as it was (and unreferenced ranges, as a
 failed commit does). Ranges are content-addressed: running the import again lists the same
 objects, writes the same ranges and lands the same tree, or finds HEAD already holds it
