@@ -22,7 +22,9 @@ PostgreSQL is the case the issue asks about).
   PostgreSQL's default 100).
 - `writers-merge-<n>`: `bench_merge`'s contended merge (the destination moved in the ranges
   the features touch) with n processes at once, running free: wall time, attempts and ranges
-  built, against the naive retry that redoes the merge from the merge base.
+  built, against the naive retry that redoes the merge from the merge base. A contender that
+  exhausts the retry policy (`gave_up`) calls again, as a caller would: with the
+  `MergeRaceLost` hint, or the naive one from scratch; its attempts count the policy's.
 
 Where the time goes (PostgreSQL, 2 cores): a staged write is two statements, the row and the
 validating read of the branch, which is the write's linearization point against a commit's
@@ -46,8 +48,10 @@ from pathlib import Path
 from typing import Any
 
 from branchwater.engine.api import Lake
-from branchwater.engine.errors import NoChanges
+from branchwater.engine.errors import MergeRaceLost, NoChanges, TooManyTries
+from branchwater.engine.graveler import merge as merge_ops
 from branchwater.engine.graveler import writes
+from branchwater.engine.graveler.committed.format import RangePolicy
 from branchwater.engine.graveler.model import Entry, encode_entry
 from branchwater.engine.kv.sql import SQLStore
 from tests.benchmarks import bench_merge
@@ -64,7 +68,8 @@ BENCHMARKS = Suite(
     section="Many writers",
     about="Writers stage new entries (a path each) and commit every 200 of their writes; "
     "the floor's writers upsert the same rows with the driver alone. The merges are "
-    "`bench_merge`'s contended merge into 200k entries, one range touched per process.",
+    "`bench_merge`'s contended merge into 200k entries in ranges of about 4,000, one range "
+    "touched per process.",
     benchmarks=(
         *(
             Benchmark(
@@ -89,6 +94,9 @@ BENCHMARKS = Suite(
     ),
 )
 
+MERGE_RANGES = RangePolicy(target_entries=4_000)
+"""Ranges of about 4,000 entries, so 200k entries make the ~50 ranges 32 contenders each
+touch one of."""
 OURS, FLOOR = "ours", "floor"
 REPO = "bench"
 MTIME = datetime(2026, 11, 1, tzinfo=UTC)
@@ -298,11 +306,76 @@ def report_writers(plan: Plan, totals: dict[str, Window], rounds: int, backend: 
     )
 
 
+GIVE_UPS = 10
+"""Times a contender may exhaust its retry policy before the benchmark fails."""
+
+
+def _contender(
+    backend: Backend, cache: str, name: str, source: str, destination: str, reuse: bool, start: Any
+) -> tuple[int, int, int, float, float]:
+    """One merge, called again as a caller would when it gives up (`MergeRaceLost`: again
+    with its hint; the naive one from scratch): (attempts, ranges built, give-ups, start,
+    end)."""
+    with bench_merge.connect(backend, cache) as lake:
+        repo = lake.repository(name)
+        storage = lake.graveler.committed(repo.record).storage
+        built = [0]
+        put_range = storage.put_range
+
+        def counting_put_range(table: Any) -> tuple[str, bool]:
+            built[0] += 1
+            return put_range(table)
+
+        storage.put_range = counting_put_range  # type: ignore[method-assign]
+        bench_merge.warm_up()
+        start.wait(120)
+        started = time.time()
+        attempts, gave_up, hint = 0, 0, None
+        while True:
+            try:
+                if reuse:
+                    merged = merge_ops.merge(
+                        lake.graveler, repo.record, source, destination, hint=hint
+                    )
+                    attempts += merged.attempts
+                else:
+                    attempts += bench_merge.naive_merge(lake, repo, source, destination)
+                return attempts, built[0], gave_up, started, time.time()
+            except TooManyTries as exc:
+                attempts += lake.graveler.retry.attempts
+                gave_up += 1
+                hint = exc.hint if isinstance(exc, MergeRaceLost) else None
+                if gave_up >= GIVE_UPS:
+                    raise RuntimeError(f"{source}: gave up {gave_up} times") from None
+
+
+def contend(
+    backend: Backend, cache: str, name: str, label: str, destination: str, reuse: bool, n: int
+) -> tuple[bench_merge.Tally, int]:
+    ctx = mp.get_context("spawn")
+    with ctx.Manager() as manager, ctx.Pool(n) as pool:
+        start = manager.Barrier(n)
+        jobs = [
+            pool.apply_async(
+                _contender, (backend, cache, name, f"{label}-f{i}", destination, reuse, start)
+            )
+            for i in range(n)
+        ]
+        results = [job.get(1800) for job in jobs]
+    tally = bench_merge.Tally(
+        attempts=sum(r[0] for r in results),
+        built=sum(r[1] for r in results),
+        wall_s=max(r[4] for r in results) - min(r[3] for r in results),
+    )
+    return tally, sum(r[2] for r in results)
+
+
 def bench_merges(backend: Backend, processes: int, entries: int, rounds: int) -> None:
     """`bench_merge`'s free-running contended merge with `processes` contenders."""
     cache = str(backend.root / "range-cache")
     tallies = {mode: bench_merge.Tally() for mode in bench_merge.MODES}
-    with bench_merge.connect(backend, cache) as lake:
+    gave_up = {mode: 0 for mode in bench_merge.MODES}
+    with bench_merge.connect(backend, cache, range_policy=MERGE_RANGES) as lake:
         for mode in bench_merge.MODES:
             if mode not in {r.name for r in lake.repositories()}:
                 bench_merge.create_repository(lake, backend, mode, entries)
@@ -314,16 +387,18 @@ def bench_merges(backend: Backend, processes: int, entries: int, rounds: int) ->
                 destination = bench_merge.prepare_round(
                     lake.repository(mode), label, 1, True, features=processes
                 )
-            tally = bench_merge.contend(
-                backend, cache, mode, label, destination, mode == "reuse", False, processes
+            tally, gave = contend(
+                backend, cache, mode, label, destination, mode == "reuse", processes
             )
             tallies[mode].add(tally)
+            gave_up[mode] += gave
     reuse, naive = tallies["reuse"], tallies["naive"]
     print(
         f"BENCH writers-merge-{processes} ratio={reuse.wall_s / naive.wall_s:.2f} "
         f"wall_s={reuse.wall_s:.2f} naive_wall_s={naive.wall_s:.2f} "
         f"attempts={reuse.attempts} naive_attempts={naive.attempts} "
         f"ranges_built={reuse.built} naive_ranges_built={naive.built} "
+        f"gave_up={gave_up['reuse']} naive_gave_up={gave_up['naive']} "
         f"rounds={rounds} entries={entries} {backend.label}",
         flush=True,
     )
