@@ -9,6 +9,7 @@ to a full rewrite's while they touch only the ranges that change.
 from __future__ import annotations
 
 import operator
+import threading
 from collections import deque
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -201,10 +202,11 @@ class MetarangeWriter:
 
 
 class _RangeStores:
-    """Stores a writer's ranges on one background thread, at most `_IN_FLIGHT` waiting.
+    """Stores a writer's ranges on `_IN_FLIGHT` background threads, at most that many waiting.
 
     Hashing a range (SHA-256 of large buffers), encoding and compressing its Parquet file and
-    writing it out all release the GIL, so they overlap with building the next range.
+    writing it out all release the GIL, so they overlap with building the next range; on S3
+    each range also waits on two requests (HEAD, PUT), which overlap with each other's.
     """
 
     def __init__(self, storage: RangeStorage) -> None:
@@ -212,13 +214,14 @@ class _RangeStores:
         self._executor: ThreadPoolExecutor | None = None
         self._pending: deque[Future[RangeInfo]] = deque()
         self._written = 0
+        self._counting = threading.Lock()
 
     def put(self, table: pa.Table, count: int, size: int) -> Future[RangeInfo]:
         """Store the range in the background; its `RangeInfo` once it is stored."""
         while len(self._pending) >= _IN_FLIGHT:
             self._settled(self._pending.popleft())
         if self._executor is None:
-            self._executor = ThreadPoolExecutor(1, thread_name_prefix="range-store")
+            self._executor = ThreadPoolExecutor(_IN_FLIGHT, thread_name_prefix="range-store")
         stored = self._executor.submit(self._store, table, count, size)
         self._pending.append(stored)
         return stored
@@ -243,12 +246,13 @@ class _RangeStores:
 
     def _store(self, table: pa.Table, count: int, size: int) -> RangeInfo:
         range_id, written = self._storage.put_range(table)
-        self._written += written
+        with self._counting:
+            self._written += written
         first, last = path_at(table, 0), path_at(table, table.num_rows - 1)
         return RangeInfo(range_id, first, last, count, size)
 
 
-_IN_FLIGHT = 2
+_IN_FLIGHT = 4
 """Ranges stored in the background at once: the writer runs ahead of storage by at most
 this many ranges of memory."""
 
