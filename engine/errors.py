@@ -7,7 +7,23 @@ from __future__ import annotations
 
 
 class BranchwaterError(Exception):
-    """Base of every error Branchwater raises on purpose."""
+    """Base of every error Branchwater raises on purpose.
+
+    It pickles with its attributes, whatever its constructor takes: an error raised in a
+    worker process (a `multiprocessing` pool, a Spark task) must reach the caller whole, and
+    Python's default rebuilds an exception by calling its class with its message alone."""
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return _rebuilt, (type(self), self.args, self.__dict__)
+
+
+def _rebuilt(
+    cls: type[BranchwaterError], args: tuple[object, ...], state: dict[str, object]
+) -> BranchwaterError:
+    error = cls.__new__(cls, *args)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class NotFound(BranchwaterError):
