@@ -297,6 +297,29 @@ def test_cache_serves_repeated_reads_and_stays_bounded(objects: SpyStore) -> Non
     assert objects.range_reads() == 2 * ranges
 
 
+def test_ranges_in_memory_are_bounded_by_bytes_as_well(
+    objects: SpyStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process keeps recent ranges up to `RANGES_IN_MEMORY_BYTES`, however few they are:
+    with room for one range, a second pass over two ranges reads both again."""
+    from branchwater.engine.graveler.committed import storage
+
+    entries = [entry(f"k{i:05d}") for i in range(4000)]
+    metarange_id = CommittedStore(objects, POLICIES["hash"]).write_metarange(entries)
+    ranges = CommittedStore(objects, POLICIES["hash"]).ranges(metarange_id)
+    assert len(ranges) >= 2
+    largest = max(
+        CommittedStore(objects, POLICIES["hash"]).storage.range_table(r.range_id).nbytes for r in ranges
+    )
+    monkeypatch.setattr(storage, "RANGES_IN_MEMORY_BYTES", largest)
+
+    bounded = fresh(objects, POLICIES["hash"])
+    objects.reset()
+    list(bounded.iterate(metarange_id))
+    list(bounded.iterate(metarange_id))
+    assert objects.range_reads() == 2 * len(ranges)
+
+
 # --- apply ------------------------------------------------------------------------------
 
 

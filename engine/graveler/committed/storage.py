@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
 import pyarrow as pa
@@ -39,12 +39,22 @@ V = TypeVar("V")
 
 
 class _LRU(Generic[K, V]):
-    """A bounded, thread-safe LRU map: a `RangeStorage` is shared by a process's threads."""
+    """A bounded, thread-safe LRU map: a `RangeStorage` is shared by a process's threads.
+    It holds at most `capacity` items and, where `weight` is given, at most `max_weight` of
+    their weights (the newest item is kept whatever it weighs)."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(
+        self,
+        capacity: int,
+        weight: Callable[[V], int] | None = None,
+        max_weight: int = 0,
+    ) -> None:
         if capacity < 0:
             raise InvalidArgument(f"cache_size must be >= 0, not {capacity}")
         self._capacity = capacity
+        self._weight = weight
+        self._max_weight = max_weight
+        self._held = 0
         self._items: OrderedDict[K, V] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -59,10 +69,30 @@ class _LRU(Generic[K, V]):
         if not self._capacity:
             return
         with self._lock:
+            replaced = self._items.pop(key, None)
+            if replaced is not None:
+                self._held -= self._weigh(replaced)
             self._items[key] = value
-            self._items.move_to_end(key)
-            while len(self._items) > self._capacity:
-                self._items.popitem(last=False)
+            self._held += self._weigh(value)
+            while len(self._items) > 1 and (
+                len(self._items) > self._capacity
+                or (self._weight is not None and self._held > self._max_weight)
+            ):
+                _, dropped = self._items.popitem(last=False)
+                self._held -= self._weigh(dropped)
+
+    def _weigh(self, value: V) -> int:
+        return self._weight(value) if self._weight is not None else 0
+
+
+RANGES_IN_MEMORY_BYTES = 128 << 20
+"""What a process keeps of recently used ranges in memory: a commit keeps every range it
+writes, so a count alone let a commit of 1M entries hold about 50 ranges (130 MB) and one of
+larger ranges far more; the machine's range cache on disk serves what falls out."""
+
+
+def _nbytes(table: pa.Table) -> int:
+    return int(table.nbytes)
 
 
 class RangeStorage:
@@ -76,7 +106,7 @@ class RangeStorage:
     ) -> None:
         self.objects = objects
         self.disk_cache = disk_cache
-        self._ranges: _LRU[str, pa.Table] = _LRU(cache_size)
+        self._ranges: _LRU[str, pa.Table] = _LRU(cache_size, _nbytes, RANGES_IN_MEMORY_BYTES)
         self._metaranges: _LRU[str, tuple[RangeInfo, ...]] = _LRU(cache_size)
 
     def put_range(self, table: pa.Table) -> tuple[str, bool]:
