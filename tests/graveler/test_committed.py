@@ -309,7 +309,8 @@ def test_ranges_in_memory_are_bounded_by_bytes_as_well(
     ranges = CommittedStore(objects, POLICIES["hash"]).ranges(metarange_id)
     assert len(ranges) >= 2
     largest = max(
-        CommittedStore(objects, POLICIES["hash"]).storage.range_table(r.range_id).nbytes for r in ranges
+        CommittedStore(objects, POLICIES["hash"]).storage.range_table(r.range_id).nbytes
+        for r in ranges
     )
     monkeypatch.setattr(storage, "RANGES_IN_MEMORY_BYTES", largest)
 
