@@ -150,23 +150,27 @@ def test_an_operation_that_never_finished_or_raised_is_reported() -> None:
     assert any("raised CorruptedData" in message for message in found)
 
 
-@pytest.mark.parametrize(("held", "flagged"), [("w", False), ("q", True)])
-def test_a_retried_merge_holds_only_what_its_parents_hold(held: str, flagged: bool) -> None:
-    """After a lost race the engine merges its first attempt onto the new HEAD: where the
-    destination had taken the source's change and changed it again, the result keeps the
-    destination's (`w`) where a fresh three-way merge conflicts; a value neither parent holds
-    (`q`) is wrong either way."""
+@pytest.mark.parametrize(("held", "flagged"), [("w", True), ("q", True), (None, False)])
+def test_a_retried_merge_must_equal_the_merge_of_its_parents(
+    held: str | None, flagged: bool
+) -> None:
+    """A merge that lost a race is held to the same three-way merge as a first attempt: the
+    destination's change (`w`) where the parents' merge conflicts, or a value neither parent
+    holds (`q`), is wrong; where the merge is clean (the source left `a` alone), its
+    result is right whatever attempt landed it."""
+    source = {"a": "y"} if held is not None else {"a": "x", "b": "y"}
+    merged = {"a": held} if held is not None else {"a": "w", "b": "y"}
     commits = {
         ROOT: CommitState([], {}, {"a": "x"}),
         "d": CommitState([ROOT], {}, {"a": "w"}),
-        "s": CommitState([ROOT], {}, {"a": "y"}),
-        "m": CommitState(["d", "s"], {"branchwater.merge.bases": ROOT}, {"a": held}),
+        "s": CommitState([ROOT], {}, source),
+        "m": CommitState(["d", "s"], {"branchwater.merge.bases": ROOT}, merged),
     }
     log = Log()
     log.op("merge", {"source": "w1", "into": MAIN, "strategy": None}, 1, 2,
            {"commit": "m", "fast_forward": False, "attempts": 2}, worker=1)  # fmt: skip
     found = check(log.records, state(commits=commits, bases={"m": [ROOT]}))
-    assert any("no parent's" in message for message in found) == flagged, found
+    assert any("merge of s into d" in message for message in found) == flagged, found
 
 
 EMPTY_VIEWS = {MAIN: {}, SHARED: {}, "w0": {}, "w1": {}}
