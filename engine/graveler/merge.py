@@ -161,7 +161,7 @@ def _preview(
     if g.has_uncommitted(branch):
         _check_clean(g, repo, destination, plan.verb)
     head = g.refs.get_commit(repo, branch.commit_id)
-    if previous is not None and _reusable(g, repo, head, previous, plan):
+    if previous is not None and plan.reuses_exactly(g, repo, head, previous):
         attempt = _next_attempt(g, repo, head, previous, plan.strategy, plan.sides)
     else:
         first = plan.first(g, repo, head)
@@ -192,6 +192,12 @@ class Plan(Protocol):
     def first(self, g: Graveler, repo: RepositoryRecord, head: Commit) -> Attempt | Commit:
         """The first attempt onto `head`, or the commit to fast-forward the branch to."""
 
+    def reuses_exactly(
+        self, g: Graveler, repo: RepositoryRecord, head: Commit, previous: Attempt
+    ) -> bool:
+        """Whether `previous` merged onto `head` (`_next_attempt`) is what `first` onto `head`
+        would give, so a lost race may reuse its work."""
+
     def record(self, g: Graveler, repo: RepositoryRecord, head: Commit, at: Attempt) -> Commit:
         """The commit holding `at`'s metarange on `head`."""
 
@@ -217,7 +223,7 @@ def land(
         branch, predicate = ready
         _guard(g, repo, branch, plan)
         head = g.refs.get_commit(repo, branch.commit_id)
-        if previous is not None and _reusable(g, repo, head, previous, plan):
+        if previous is not None and plan.reuses_exactly(g, repo, head, previous):
             previous = _next_attempt(g, repo, head, previous, plan.strategy, plan.sides)
         else:
             first = plan.first(g, repo, head)
@@ -250,17 +256,6 @@ def _guard(g: Graveler, repo: RepositoryRecord, branch: BranchRecord, plan: Plan
         guard(g, repo, branch)
     else:
         protection.check(repo, branch, "commit", f"{plan.sides[0]!r} onto {plan.sides[1]!r}")
-
-
-def _reusable(
-    g: Graveler, repo: RepositoryRecord, head: Commit, previous: Attempt, plan: Plan
-) -> bool:
-    """Whether `previous` merged onto `head` (`_next_attempt`) is what a fresh attempt would
-    give: a plan's own `reuses_exactly` judges it (a merge's, a revert's, a transaction's);
-    a plan without one (an import, whose listing is no three-way merge) reuses its attempt
-    as that design does."""
-    judge = getattr(plan, "reuses_exactly", None)
-    return judge is None or bool(judge(g, repo, head, previous))
 
 
 @dataclass(frozen=True)
