@@ -13,7 +13,6 @@ typed error that names the URL (never a credential).
 
 from __future__ import annotations
 
-import heapq
 import io
 import os
 import re
@@ -384,21 +383,22 @@ class S3ObjectStore(ObjectStore):
                 yield table
         except _Unlistable:
             infos = (i for i in self._boto3_list(prefix) if last is None or i.key > last)
-            while chunk := list(islice(infos, LIST_PAGE)):
-                yield _table_of(chunk)
+            tables: Iterator[pa.Table] = map(
+                _table_of, iter(lambda: list(islice(infos, LIST_PAGE)), [])
+            )
+            if self._lists_path_by_path():
+                tables = _key_ordered(tables, len(prefix))
+            yield from tables
 
     def _boto3_list(self, prefix: str) -> Iterator[ObjectInfo]:
-        """Every key below `prefix` as boto3 lists it; keys this API could not address
-        (folder markers, `a//b`) are left out."""
-        infos: Iterator[ObjectInfo] = (
+        """Every key below `prefix` as boto3 lists it, in the server's order; keys this API
+        could not address (folder markers, `a//b`) are left out."""
+        return (
             info
             for page in self._boto3.pages(self.prefix + prefix)
             for obj in page.get("Contents", ())
             if (info := self._boto3_info(obj)) is not None
         )
-        if self._lists_path_by_path():
-            infos = _in_key_order(infos, len(prefix))
-        return infos
 
     def _boto3_info(self, obj: dict[str, Any]) -> ObjectInfo | None:
         key = obj["Key"][len(self.prefix) :]
@@ -668,26 +668,14 @@ def _parse_url(url: str) -> tuple[str, str]:
     return parts.netloc, prefix
 
 
-def _in_key_order(infos: Iterable[ObjectInfo], shared: int) -> Iterator[ObjectInfo]:
-    """Byte order from a listing sorted path by path, as a store built on directories lists.
+def _key_ordered(tables: Iterable[pa.Table], shared: int) -> Iterator[pa.Table]:
+    """Byte order from listing pages sorted path by path, as a store built on directories
+    lists.
 
     Such a store lists all of `a/` where `a` sorts, before siblings like `a-c` or `a.d`
-    that S3 puts first. A key is held back only while a later key could still sort before
-    it (`_unsettled`); every key shares its first `shared` characters.
-    """
-    held: list[tuple[str, ObjectInfo]] = []
-    for info in infos:
-        heapq.heappush(held, (info.key, info))
-        waiting = _unsettled(info.key, shared)
-        while held and not held[0][0].startswith(waiting):
-            yield heapq.heappop(held)[1]
-    while held:
-        yield heapq.heappop(held)[1]
-
-
-def _key_ordered(tables: Iterable[pa.Table], shared: int) -> Iterator[pa.Table]:
-    """`_in_key_order` of listing pages as tables: after each page, the held keys below
-    every key a later page could still sort before are released, sorted; the rest wait."""
+    that S3 puts first. After each page, the held keys below every key a later page could
+    still sort before (`_unsettled`) are released, sorted; the rest wait. Every key shares
+    its first `shared` characters."""
     held: pa.Table | None = None
     for table in tables:
         held = table if held is None else pa.concat_tables([held, table])

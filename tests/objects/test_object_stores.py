@@ -7,17 +7,15 @@ bucket root and below a key prefix (prefix handling is where S3 drivers usually 
 from __future__ import annotations
 
 import os
-import random
 import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from branchwater.engine.errors import ConfigurationError, InvalidArgument, NotFound, Unavailable
-from branchwater.engine.objects import ObjectInfo, ObjectStore
+from branchwater.engine.objects import ObjectStore
 from branchwater.engine.objects import s3 as s3_module
 from branchwater.engine.objects.local import LocalObjectStore
 from branchwater.engine.objects.s3 import S3ObjectStore
@@ -280,42 +278,6 @@ def test_s3_wrong_credentials_are_unavailable(s3_server: S3Server, s3_bucket: st
     ):
         with pytest.raises(Unavailable, match="refused our credentials"):
             call()
-
-
-def path_by_path(keys: list[str]) -> list[str]:
-    """How a store built on directories (SeaweedFS) lists: `a/b` before `a-c`."""
-    return sorted(keys, key=lambda key: key.split("/"))
-
-
-def infos_of(keys: Iterator[str] | list[str]) -> Iterator[ObjectInfo]:
-    return (ObjectInfo(key, 1, datetime.now(UTC)) for key in keys)
-
-
-@pytest.mark.parametrize("seed", range(30))
-@pytest.mark.parametrize("shared", ["", "a", "a/"])
-def test_s3_listing_path_by_path_comes_out_in_key_order(seed: int, shared: str) -> None:
-    rng = random.Random(seed)
-    parts = ["".join(rng.choices("a-.0", k=rng.randint(1, 3))) for _ in range(6)]
-    keys = {shared + "/".join(rng.choices(parts, k=rng.randint(1, 3))) for _ in range(40)}
-    keys = {key for key in keys if "//" not in key}
-    for listed in (path_by_path(sorted(keys)), sorted(keys)):
-        reordered = s3_module._in_key_order(infos_of(listed), len(shared))
-        assert [info.key for info in reordered] == sorted(keys)
-
-
-def test_s3_reordering_holds_back_one_directory_at_most() -> None:
-    """Slices of fixed-length names: each is released once the listing moves to the next."""
-    keys = [f"data/{s:04d}/{o:04d}" for s in range(3) for o in range(100)]
-    pulled: list[str] = []
-
-    def listing() -> Iterator[str]:
-        for key in keys:
-            pulled.append(key)
-            yield key
-
-    first = next(s3_module._in_key_order(infos_of(listing()), len("data/")))
-    assert first.key == keys[0]
-    assert len(pulled) == 101
 
 
 def test_s3_construction_needs_no_network() -> None:

@@ -5,8 +5,10 @@ key order however they are cut."""
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
+import pyarrow as pa
 import pytest
 
 from branchwater.engine.objects import ObjectInfo
@@ -26,17 +28,18 @@ def test_pages_listed_path_by_path_come_out_in_key_order(seed: int, shared: str)
     rng = random.Random(seed)
     parts = ["".join(rng.choices("a-.0", k=rng.randint(1, 3))) for _ in range(6)]
     keys = {shared + "/".join(rng.choices(parts, k=rng.randint(1, 3))) for _ in range(60)}
-    listed = path_by_path([key for key in keys if "//" not in key])
-    pages = []
-    while listed:
-        cut = rng.randint(1, 7)
-        infos = [ObjectInfo(key, 1, datetime.now(UTC)) for key in listed[:cut]]
-        pages.append(s3_module._table_of(infos))
-        listed = listed[cut:]
+    kept = sorted(key for key in keys if "//" not in key)
+    for listed in (path_by_path(kept), kept):
+        pages = []
+        while listed:
+            cut = rng.randint(1, 7)
+            infos = [ObjectInfo(key, 1, datetime.now(UTC)) for key in listed[:cut]]
+            pages.append(s3_module._table_of(infos))
+            listed = listed[cut:]
 
-    out = [key for table in s3_module._key_ordered(pages, len(shared)) for key in table["key"]]
+        out = [key for table in s3_module._key_ordered(pages, len(shared)) for key in table["key"]]
 
-    assert [key.as_py() for key in out] == sorted(k for k in keys if "//" not in k)
+        assert [key.as_py() for key in out] == kept
 
 
 def test_a_page_is_released_once_the_listing_leaves_its_folder() -> None:
@@ -47,6 +50,22 @@ def test_a_page_is_released_once_the_listing_leaves_its_folder() -> None:
     released = s3_module._key_ordered(iter(pages), len("d/"))
 
     assert next(released)["key"].to_pylist() == ["d/0/0", "d/0/1", "d/0/2"]
+
+
+def test_reordering_holds_back_one_directory_at_most() -> None:
+    """Slices of fixed-length names, a page a key: each slice is released once the listing
+    moves to the next."""
+    keys = [f"data/{s:04d}/{o:04d}" for s in range(3) for o in range(100)]
+    pulled: list[str] = []
+
+    def pages() -> Iterator[pa.Table]:
+        for key in keys:
+            pulled.append(key)
+            yield s3_module._table_of([ObjectInfo(key, 1, datetime.now(UTC))])
+
+    first = next(s3_module._key_ordered(pages(), len("data/")))
+    assert first["key"].to_pylist() == keys[:100]
+    assert len(pulled) == 101
 
 
 @pytest.mark.s3
