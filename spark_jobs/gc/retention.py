@@ -29,7 +29,6 @@ from functools import partial
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -353,23 +352,17 @@ def _metarange_ranges(
 ) -> Iterator[pa.RecordBatch]:
     for key in keys:
         metarange = named[key]
-        ranges = _read_columns(ns, key, [layout.metarange_range_column]).column(0)
+        ranges = ns.read_parquet(key, [layout.metarange_range_column]).column(0)
         yield pa.record_batch(
             [ranges.combine_chunks(), pa.repeat(pa.scalar(metarange), len(ranges))],
             names=["range_id", "metarange_id"],
         )
 
 
-def _read_columns(ns: Namespace, key: str, columns: list[str]) -> pa.Table:
-    """One whole-object GET, then the columns through `ParquetFile`: a range is small, and
-    `read_table`'s dataset layer costs as much again as the read for one."""
-    return pq.ParquetFile(pa.BufferReader(ns.store.get(key))).read(columns=columns)
-
-
 def _inside(ns: Namespace, layout: CommittedLayout, key: str) -> pa.Table:
     """A range's internal addresses (address, size)."""
     columns = [layout.range_address_column, layout.range_size_column]
-    table = _read_columns(ns, key, columns)
+    table = ns.read_parquet(key, columns)
     return table.filter(pc.invert(external_mask(table.column(0), ns.store.url)))
 
 
