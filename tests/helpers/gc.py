@@ -13,6 +13,8 @@ import pyarrow as pa
 from branchwater.engine.api import Branch, Lake, Repository
 from branchwater.engine.gc.context import GCContext
 from branchwater.engine.gc.prepare import PreparedRun, read_run
+from branchwater.engine.gc.runs.config import CLEAN
+from branchwater.engine.gc.runs.files import RunSummary
 from branchwater.engine.gc.settings import GCSettings
 from branchwater.engine.objects import ObjectInfo, ObjectStore
 
@@ -31,6 +33,27 @@ class FakeClock:
 
     def advance(self, delta: timedelta) -> None:
         self.now += delta
+
+
+def run_summary(**fields: Any) -> RunSummary:
+    """A finished clean dry run's summary of repository `sales`, as the GC job saves one;
+    `fields` replace what a test is about."""
+    now = "2026-03-01T12:00:00+00:00"
+    defaults: dict[str, Any] = {
+        "run_id": "18f2a9c3b7d1-a1b2c3",
+        "repository": "sales",
+        "repository_id": "0123456789abcdef",
+        "storage_namespace": "file:///sales",
+        "mode": CLEAN,
+        "requested_mode": CLEAN,
+        "dry_run": True,
+        "started_at": now,
+        "prepare_started_at": now,
+        "cutoff": now,
+        "min_age_seconds": 0.0,
+        "default_min_age_seconds": 0.0,
+    }
+    return RunSummary(**{**defaults, **fields})
 
 
 def upload_to(branch: Branch, address: str, data: bytes) -> None:

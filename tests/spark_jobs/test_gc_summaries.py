@@ -9,21 +9,16 @@ import pytest
 
 from branchwater.engine import CorruptedData, NotFound
 from branchwater.engine.gc.runs import files, statuses
-from branchwater.engine.gc.runs.config import CLEAN
 from branchwater.engine.gc.runs.storage import Namespace
+from tests.helpers.gc import run_summary
 
 OLDER, NEWER = "18f2a9c3b7d2-a1b2c3", "18f2a9c3b7d1-d4e5f6"
 """Run ids begin with an inverted time: the newer run's sorts first."""
 
 
 def swept(run_id: str) -> files.RunSummary:
-    return files.RunSummary(
+    return run_summary(
         run_id=run_id,
-        repository="sales",
-        repository_id="0123456789abcdef",
-        storage_namespace="file:///sales",
-        mode=CLEAN,
-        requested_mode=CLEAN,
         dry_run=False,
         started_at="2026-11-24T06:00:00+00:00",
         prepare_started_at="2026-11-24T06:00:01+00:00",

@@ -66,21 +66,18 @@ def save_gc_run(repo: Repository, s3_options: dict[str, str]) -> str:
     """A finished dry run's summary and report, as the GC job saves them."""
     from branchwater.engine.gc.runs import files, report
     from branchwater.engine.gc.runs.storage import Namespace
+    from tests.helpers.gc import run_summary
 
     run_id, _ = repo.prepare_uncommitted_for_gc()
     now = datetime.now(UTC).isoformat()
-    summary = files.RunSummary(
+    summary = run_summary(
         run_id=run_id,
         repository=repo.name,
         repository_id="test",
         storage_namespace=repo.storage_namespace,
-        mode="clean",
-        requested_mode="clean",
-        dry_run=True,
         started_at=now,
         prepare_started_at=now,
         cutoff=now,
-        min_age_seconds=0.0,
         default_min_age_seconds=6 * 3600.0,
         counts={"candidates": files.Volume(3, 3_072), "listed": files.Volume(9, 9_000)},
         gate_success=True,
