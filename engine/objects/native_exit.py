@@ -33,18 +33,17 @@ _WAIT_FOR_IDLE = "_ZN5arrow8internal10ThreadPool11WaitForIdleEv"
 """`arrow::internal::GetCpuThreadPool()`, `arrow::io::internal::GetIOThreadPool()` and
 `ThreadPool::WaitForIdle()`, as libarrow exports them (Itanium C++ ABI: Linux, macOS)."""
 
-_registered = threading.Event()
 _registering = threading.Lock()
+_registered = False
 
 
 def drain_native_readers_at_exit() -> None:
     """Have the interpreter wait for Arrow's pools when it exits (once per process)."""
-    if _registered.is_set():
-        return
+    global _registered
     with _registering:
-        if not _registered.is_set():
+        if not _registered:
             atexit.register(drain_arrow_pools)
-            _registered.set()
+            _registered = True
 
 
 def drain_arrow_pools(timeout: float = EXIT_WAIT) -> bool:
