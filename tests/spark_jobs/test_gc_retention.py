@@ -224,21 +224,26 @@ def test_refs_moved_onto_expired_commits_before_the_recheck_keep_their_objects(
     doomed_branches = [b.name for b in repo.branches() if b.name != "main"]
     assert doomed_branches, "the history made branches"
     kept_heads = {name: repo.branch(name).commit_id for name in doomed_branches}
+    main = repo.branch("main")
+    main.upload("t/held-by-one-old-commit", b"only the next commit holds this")
+    main.commit("a file")
+    main.delete("t/held-by-one-old-commit")
+    main.commit("and it is gone")
     rules = repo.set_gc_rules({"default_retention_days": 0})
     now = datetime.now(UTC)
     retention = repository_retention(repo.lake.graveler, repo.record, rules, now)
     on_branches = {entry.address for branch in repo.branches() for entry in branch.list()}
     candidates = _expired_only(local_gc, rules, now) - on_branches
-    expired = sorted(
-        (c for c in retention.expired if commit_addresses(repo, {c}) & candidates),
-        key=lambda c: retention.dates[c],
-    )
-    assert len(expired) >= 4, "the history expires commits holding expired-only objects"
+    by_date = sorted(retention.expired, key=lambda c: retention.dates[c])
+    holding = [c for c in by_date if commit_addresses(repo, {c}) & candidates]
+    assert holding, "a commit holds an object only expired commits reference"
+    others = [c for c in by_date if c not in holding and commit_addresses(repo, {c})]
+    expired = holding + others
+    assert len(expired) >= 4, "the history expires commits holding objects"
 
     def move() -> None:
         repo.create_branch("late-branch", source=expired[0])
         repo.tag("late-tag", expired[1])
-        main = repo.branch("main")
         main.reset()
         main.restore(["t/"], source=expired[2])
         with contextlib.suppress(NoChanges):
