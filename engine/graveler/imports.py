@@ -14,6 +14,15 @@ reads the objects' bytes: the checksum is no content hash, so reads check the si
 (`recomputable_hash` takes such checksums on trust), and the same bytes uploaded are a
 different object.
 
+**Keys S3 holds that no store key can be.** An empty object whose key ends in `/` is a
+folder marker (other tools write them to show a folder): it is passed over and counted
+(`ImportResult.folder_markers`), as importers conventionally do. Any other key that is no
+plain relative path (`a//b`, `a/../b`, a non-empty `a/`: AWS holds them verbatim, while
+obstore cannot address them and directory-backed servers such as SeaweedFS rewrite or
+refuse them) could not be read back as that key, so the import refuses the source
+(`InvalidImportSource`, naming them) once it is listed, with nothing committed or staged.
+Local files have no such names.
+
 **Flow.** The listing, as Arrow tables in key order (S3's pages, from the store's
 `list_tables`; or a walk of local folders, each listed natively with its `stat`s and sorted
 as keys sort, the next few listed in threads ahead of the walk), is cut into batches of
@@ -75,6 +84,8 @@ CHECKSUM_PREFIX = "etag:"
 CHECKSUM_PATTERN = rf"[0-9A-Za-z+/=._:-]{{1,{CHECKSUM_MAX_LENGTH}}}"
 """What `checksums.check_checksum` accepts, for Arrow's regular expressions."""
 
+NAMED = 10
+"""Keys an import's refusal names at most (it counts the rest)."""
 BATCHES_AHEAD = 2
 """Batches listed and made change rows ahead of the range writing, in a thread."""
 FOLDERS_AHEAD = 4
@@ -89,11 +100,14 @@ Progress = Callable[[int], None]
 @dataclass(frozen=True)
 class ImportResult:
     """What an import listed (`count` objects, `bytes` in all) and the commit holding them;
-    `commit` is None when the branch already held every one as imported (a re-run)."""
+    `commit` is None when the branch already held every one as imported (a re-run).
+    `folder_markers` counts the empty S3 objects whose key ends in `/` that it passed over:
+    other tools write them to show a folder, and a folder is its paths' prefix here."""
 
     count: int
     bytes: int
     commit: Commit | None
+    folder_markers: int = 0
 
 
 @dataclass(frozen=True)
@@ -212,7 +226,7 @@ def import_objects(
         commit: Commit | None = land(g, repo, branch, plan).commit
     except NoChanges:
         commit = None
-    return ImportResult(listing.count, listing.bytes, commit)
+    return ImportResult(listing.count, listing.bytes, commit, listing.folder_markers)
 
 
 def list_local(directory: str, key_prefix: str) -> Iterator[pa.Table]:
@@ -371,7 +385,9 @@ class _Listing:
     progress: Progress | None
     count: int = 0
     bytes: int = 0
+    folder_markers: int = 0
     _last: str = field(default="", repr=False)
+    _unreadable: list[str] = field(default_factory=list, repr=False)
 
     def changes(self) -> Iterator[pa.Table]:
         """The source's objects as change rows (`_rows`), `BATCH` at a time in key order,
@@ -382,15 +398,21 @@ class _Listing:
         else:
             store = self.g.objects(self.source.store_url)
             assert isinstance(store, S3ObjectStore)
-            listed = store.list_tables(self.source.key_prefix)
+            listed = store.list_tables(self.source.key_prefix, skipped=self._skipped)
         return read_ahead(map(self._rows, rebatched(listed, BATCH)), BATCHES_AHEAD)
 
     def batches(self) -> Iterator[pa.Table]:
-        self.count = self.bytes = 0
+        """The change rows to apply; `InvalidImportSource` once the whole source is listed
+        if it holds keys no entry can point at (`_skipped`), with no row of the batches
+        after the first of them handed on."""
+        self.count = self.bytes = self.folder_markers = 0
         self._last = ""
+        self._unreadable = []
         try:
             for rows in self.changes():
                 self._check_paths(rows)
+                if self._unreadable:
+                    continue
                 yield rows
                 self.count += len(rows)
                 self.bytes += pc.sum(rows["size"]).as_py() or 0
@@ -400,8 +422,31 @@ class _Listing:
         except _NotText as exc:
             self._check(self._path_of(exc.key), exc.key)
             raise
+        if self._unreadable:
+            raise self._refusal()
         if not self.count:
             raise NotFound(f"no objects to import under {self.source.uri!r}")
+
+    def _skipped(self, key: str, size: int) -> None:
+        """A key the S3 listing left out: an empty one ending in `/` is a folder marker,
+        passed over and counted; any other is an object no store key can address (`a//b`,
+        `a/../b`, a non-empty `a/`), which the import refuses (`_refusal`)."""
+        if key.endswith("/") and size == 0:
+            self.folder_markers += 1
+        else:
+            self._unreadable.append(key)
+
+    def _refusal(self) -> InvalidImportSource:
+        named = ", ".join(repr(self.source.root + key) for key in self._unreadable[:NAMED])
+        more = len(self._unreadable) - NAMED
+        return InvalidImportSource(
+            f"{len(self._unreadable)} object(s) under {self.source.uri!r} cannot be imported: "
+            f"{named}{f' and {more} more' if more > 0 else ''}. Their keys have empty, '.' or "
+            "'..' parts (like a//b) or end in '/' with data, which S3 holds verbatim but "
+            "Branchwater's object layer cannot read back as the same key; nothing was "
+            "committed or staged. Rename them at the source (aws s3 mv) or import prefixes "
+            "that leave them out."
+        )
 
     def _rows(self, objects: pa.Table) -> pa.Table:
         """Change rows of listed objects, built in Arrow: the path below the destination

@@ -128,6 +128,8 @@ _RETRIES: RetryConfig = {
 
 T = TypeVar("T")
 U = TypeVar("U")
+Skipped = Callable[[str, int], None]
+"""Told of each key (below the store's prefix) and size a listing leaves out."""
 
 
 class S3ObjectStore(ObjectStore):
@@ -361,28 +363,33 @@ class S3ObjectStore(ObjectStore):
             self._region = session.region_name
         return provider
 
-    def list_tables(self, prefix: str = "") -> Iterator[pa.Table]:
+    def list_tables(
+        self, prefix: str = "", *, skipped: Skipped | None = None
+    ) -> Iterator[pa.Table]:
         """`list_objects` as Arrow tables of `LIST_SCHEMA`, a listing page at a time: the
         same objects in the same order, without a Python object per key (an import lists
-        millions)."""
+        millions). `skipped(key, size)` is told of each key S3 holds that the listing leaves
+        out, as no key of a store can be: a folder marker (`a/`, written by other tools) or a
+        key with empty, `.` or `..` parts (`a//b`) that AWS holds verbatim (directory-backed
+        servers such as SeaweedFS rewrite or refuse such keys, so never list one)."""
         if not isinstance(prefix, str):
             raise InvalidArgument(f"list prefix must be a string, not {type(prefix).__name__}")
-        return self._tables(prefix)
+        return self._tables(prefix, skipped)
 
     def _list(self, prefix: str) -> Iterator[ObjectInfo]:
-        for table in self._tables(prefix):
+        for table in self._tables(prefix, None):
             yield from map(ObjectInfo, *(table[name].to_pylist() for name in LIST_SCHEMA.names))
 
-    def _tables(self, prefix: str) -> Iterator[pa.Table]:
+    def _tables(self, prefix: str, skipped: Skipped | None) -> Iterator[pa.Table]:
         """obstore's listing, or boto3's from where it stopped if it met a key obstore
         cannot address."""
         last: str | None = None
         try:
-            for table in self._obstore_tables(prefix):
+            for table in self._obstore_tables(prefix, skipped):
                 last = table["key"][-1].as_py()
                 yield table
         except _Unlistable:
-            infos = (i for i in self._boto3_list(prefix) if last is None or i.key > last)
+            infos = self._boto3_list(prefix, last, skipped)
             tables: Iterator[pa.Table] = map(
                 _table_of, iter(lambda: list(islice(infos, LIST_PAGE)), [])
             )
@@ -390,24 +397,25 @@ class S3ObjectStore(ObjectStore):
                 tables = _key_ordered(tables, len(prefix))
             yield from tables
 
-    def _boto3_list(self, prefix: str) -> Iterator[ObjectInfo]:
-        """Every key below `prefix` as boto3 lists it, in the server's order; keys this API
-        could not address (folder markers, `a//b`) are left out."""
-        return (
-            info
-            for page in self._boto3.pages(self.prefix + prefix)
-            for obj in page.get("Contents", ())
-            if (info := self._boto3_info(obj)) is not None
-        )
-
-    def _boto3_info(self, obj: dict[str, Any]) -> ObjectInfo | None:
-        key = obj["Key"][len(self.prefix) :]
-        try:
-            check_object_key(key)
-        except InvalidArgument:
-            return None
-        etag = obj.get("ETag", "").strip('"') or None
-        return ObjectInfo(key, obj["Size"], _utc(obj["LastModified"]), etag)
+    def _boto3_list(
+        self, prefix: str, after: str | None, skipped: Skipped | None
+    ) -> Iterator[ObjectInfo]:
+        """Every key below `prefix` and after `after` as boto3 lists it, in the server's
+        order; keys no store can address (folder markers, `a//b`) are left out, and told to
+        `skipped`."""
+        for page in self._boto3.pages(self.prefix + prefix):
+            for obj in page.get("Contents", ()):
+                key = obj["Key"][len(self.prefix) :]
+                if after is not None and key <= after:
+                    continue
+                try:
+                    check_object_key(key)
+                except InvalidArgument:
+                    if skipped is not None:
+                        skipped(key, obj["Size"])
+                    continue
+                etag = obj.get("ETag", "").strip('"') or None
+                yield ObjectInfo(key, obj["Size"], _utc(obj["LastModified"]), etag)
 
     def _boto3_folder(self, folder: str) -> Listing:
         full = self.prefix + (f"{folder}/" if folder else "")
@@ -428,7 +436,7 @@ class S3ObjectStore(ObjectStore):
                     directories.append(name)
         return Listing(names, sizes, mtimes, directories)
 
-    def _obstore_tables(self, prefix: str) -> Iterator[pa.Table]:
+    def _obstore_tables(self, prefix: str, skipped: Skipped | None) -> Iterator[pa.Table]:
         folder = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
         if folder:
             try:
@@ -446,23 +454,31 @@ class S3ObjectStore(ObjectStore):
             tables = _key_ordered(tables, len(prefix))
         previous: str | None = None
         for table in tables:
-            kept = table.filter(self._kept(table, previous))
+            kept = table.filter(self._kept(table, previous, skipped))
             if len(kept):
                 previous = kept["key"][-1].as_py()
                 yield kept
 
-    def _kept(self, table: pa.Table, previous: str | None) -> pa.Array:
+    def _kept(self, table: pa.Table, previous: str | None, skipped: Skipped | None) -> pa.Array:
         """Which rows are objects: not a repeat of the key before, and not empty unless an
-        object of that key exists (a folder marker `a/` lists as an empty `a`)."""
+        object of that key exists. obstore lists a key ending in `/` (a folder marker) as
+        the key without it, so such a repeat, or an empty key that does not exist, is that
+        key with its `/`, told to `skipped`. A non-empty `a/` alone lists as an object `a`,
+        which nothing in the listing tells apart (S3 writers put no data in markers)."""
         keys = table["key"]
         before = pa.concat_arrays([pa.array([previous], pa.string()), keys.combine_chunks()])
         kept = pc.fill_null(pc.not_equal(keys, before[:-1]), True)
         empty = pc.equal(table["size"], 0)
         if pc.any(empty).as_py():
-            rows = pc.indices_nonzero(empty).to_pylist()
+            rows = pc.indices_nonzero(pc.and_(empty, kept)).to_pylist()
             gone = {row for row in rows if not self.exists(keys[row].as_py())}
             marker = pa.array([row in gone for row in range(len(table))])
             kept = pc.and_(kept, pc.invert(marker))
+        if skipped is not None and not pc.all(kept).as_py():
+            left_out = table.filter(pc.invert(kept))
+            keys_out, sizes_out = left_out["key"].to_pylist(), left_out["size"].to_pylist()
+            for key, size in zip(keys_out, sizes_out, strict=True):
+                skipped(key + "/", size)
         return kept
 
     def _lists_path_by_path(self) -> bool:

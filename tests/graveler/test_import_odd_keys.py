@@ -1,0 +1,155 @@
+"""Keys S3 holds that no store key can be, in an import: folder markers (empty keys ending in
+`/`) are passed over and counted in the result; keys with empty or dot parts (`a//b`) or a
+non-empty key ending in `/` refuse the import, naming them, with nothing committed or staged
+(such a key is told only where boto3 lists: obstore lists a non-empty `a/` as an object `a`,
+with nothing to tell them apart short of a request per object).
+
+SeaweedFS (the real S3 server of the suite) holds folder markers but rewrites `a//b` as
+`a/b` and refuses `..`, so the keys AWS holds verbatim are put on moto's S3 server, which
+keeps them as AWS does. Both listing paths run: obstore's, and boto3's, which takes over
+from where obstore stopped once it meets a key obstore cannot address (a control character
+on SeaweedFS; `a//b` itself on moto). Local files have no such names: an empty folder is
+no object and no marker."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import pytest
+
+from branchwater.engine import Lake
+from branchwater.engine.errors import InvalidImportSource
+from tests.fixtures.s3 import S3Server
+from tests.helpers.servers import free_port
+
+pytestmark = pytest.mark.s3
+
+MARKERS = ["src/empty-folder/", "src/full/", "src/full/sub/"]
+OBJECTS = {"src/a.csv": b"a", "src/full/b.csv": b"bb", "src/full/sub/c.csv": b"ccc"}
+
+
+@pytest.fixture(scope="module")
+def verbatim_s3() -> Iterator[dict[str, str]]:
+    """moto's S3 server on a loopback port: `s3_options` for it. It keeps every key
+    verbatim, as AWS does."""
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    yield {
+        "endpoint_url": f"http://127.0.0.1:{port}",
+        "aws_access_key_id": "testing",
+        "aws_secret_access_key": "testing",
+        "region_name": "us-east-1",
+    }
+    server.stop()
+
+
+def _put(options: dict[str, str], bucket: str, keys: dict[str, bytes]) -> None:
+    client = boto3.session.Session().client("s3", **options)
+    try:
+        for key, data in keys.items():
+            client.put_object(Bucket=bucket, Key=key, Body=data)
+    finally:
+        client.close()
+
+
+def _bucket(options: dict[str, str], name: str) -> str:
+    client = boto3.session.Session().client("s3", **options)
+    client.create_bucket(Bucket=name)
+    client.close()
+    return name
+
+
+@pytest.mark.parametrize("path", ["obstore", "boto3"])
+def test_folder_markers_on_seaweedfs_are_passed_over_and_counted(
+    s3_server: S3Server, s3_bucket: str, tmp_path: Path, path: str
+) -> None:
+    keys = dict(OBJECTS) | dict.fromkeys(MARKERS, b"")
+    if path == "boto3":  # obstore fails its listing here; boto3 lists every key after it
+        keys["src/0\tcontrol"] = b"ctl"
+    _put(s3_server.options, s3_bucket, keys)
+    with Lake.connect(f"sqlite:///{tmp_path}/lake.db", s3_options=s3_server.options) as lake:
+        repo = lake.create_repository("sales", f"file://{tmp_path}/ns")
+        main = repo.branch("main")
+        seen: list[int] = []
+
+        result = main.import_objects(f"s3://{s3_bucket}/src/", prefix="in/", progress=seen.append)
+
+        objects = {k: v for k, v in keys.items() if not k.endswith("/")}
+        assert (result.count, result.folder_markers) == (len(objects), len(MARKERS))
+        assert seen == [len(objects)]
+        assert {e.path for e in main.list()} == {"in/" + k[len("src/") :] for k in objects}
+        for key, data in objects.items():
+            assert repo.ref("main").read("in/" + key[len("src/") :]) == data
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        ["src/a//b"],
+        ["src/x/../y", "src/x/./z"],
+        ["src//lead", "src/t//"],
+        ["src/a//b", "src/non-empty-marker/"],
+    ],
+)
+def test_keys_no_store_key_can_be_refuse_the_import_naming_them(
+    verbatim_s3: dict[str, str], tmp_path: Path, odd: list[str]
+) -> None:
+    bucket = _bucket(verbatim_s3, f"odd-{abs(hash(tuple(odd))) % 10**9}")
+    keys = dict(OBJECTS) | dict.fromkeys(MARKERS, b"") | dict.fromkeys(odd, b"data")
+    _put(verbatim_s3, bucket, keys)
+    with Lake.connect(f"sqlite:///{tmp_path}/lake.db", s3_options=verbatim_s3) as lake:
+        repo = lake.create_repository("sales", f"file://{tmp_path}/ns")
+        main = repo.branch("main")
+        main.upload("staged.txt", b"staged")
+        head = main.head().id
+
+        with pytest.raises(InvalidImportSource) as refused:
+            main.import_objects(f"s3://{bucket}/src/", prefix="in/")
+
+        message = str(refused.value)
+        assert f"{len(odd)} object(s)" in message and "nothing was committed" in message
+        assert all(repr(f"s3://{bucket}/{key}") in message for key in odd)
+        assert main.head().id == head
+        assert [c.path for c in main.uncommitted()] == ["staged.txt"]
+
+
+def test_folder_markers_on_a_verbatim_server_are_counted_on_both_paths(
+    verbatim_s3: dict[str, str], tmp_path: Path
+) -> None:
+    """obstore lists a marker `d/` as `d`: an empty `d` that does not exist, or a repeat of
+    the object `d` listed just before it. A control character sends the rest to boto3."""
+    bucket = _bucket(verbatim_s3, "markers-verbatim")
+    keys = dict(OBJECTS) | dict.fromkeys(MARKERS, b"")
+    keys |= {"src/full": b"a file beside its marker", "src/zz/\x01ctl": b"c", "src/zz/m/": b""}
+    _put(verbatim_s3, bucket, keys)
+    with Lake.connect(f"sqlite:///{tmp_path}/lake.db", s3_options=verbatim_s3) as lake:
+        repo = lake.create_repository("sales", f"file://{tmp_path}/ns")
+        main = repo.branch("main")
+
+        result = main.import_objects(f"s3://{bucket}/src/", prefix="in/")
+
+        objects = {k: v for k, v in keys.items() if not k.endswith("/")}
+        assert (result.count, result.folder_markers) == (len(objects), len(MARKERS) + 1)
+        for key, data in objects.items():
+            assert repo.ref("main").read("in/" + key[len("src/") :]) == data
+
+
+def test_local_folders_are_no_objects_and_no_markers(tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    (source / "empty").mkdir(parents=True)
+    (source / "full" / "sub").mkdir(parents=True)
+    (source / "full" / "sub" / "c.csv").write_bytes(b"ccc")
+    (source / "a.csv").write_bytes(b"")
+    with Lake.connect(f"sqlite:///{tmp_path}/lake.db", range_cache_dir="") as lake:
+        repo = lake.create_repository("sales", f"file://{tmp_path}/ns")
+        main = repo.branch("main")
+
+        result = main.import_objects(f"file://{source}/", prefix="in/")
+
+        assert (result.count, result.folder_markers) == (2, 0)
+        assert {e.path for e in main.list()} == {"in/a.csv", "in/full/sub/c.csv"}
