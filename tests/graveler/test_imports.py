@@ -382,3 +382,27 @@ def test_read_ahead_keeps_order_raises_in_order_and_stops_drawing_once_closed() 
     ahead.close()
     assert 1 <= len(drawn) <= 5
     assert drawn == list(range(len(drawn)))
+
+
+@pytest.mark.parametrize("mtime_floor", [0, -(2**40)])
+def test_local_checksums_are_mtime_and_size_in_hex_as_percent_x_writes_them(
+    mtime_floor: int,
+) -> None:
+    """Made in Arrow from each value's hex digits; an mtime before 1970 takes `%x` itself."""
+    import pyarrow as pa
+
+    from branchwater.engine.objects.s3 import LIST_SCHEMA
+
+    mtimes = [0, 1, 15, 16, 2**62, 1_700_000_000_123_456, mtime_floor, 2**63 - 1]
+    sizes = [0, 15, 16, 255, 2**40, 64, 1, 2**63 - 1]
+    table = pa.table(
+        {
+            "key": [str(i) for i in range(len(sizes))],
+            "size": sizes,
+            "mtime": pa.array(mtimes, pa.int64()).cast(LIST_SCHEMA.field("mtime").type),
+            "etag": pa.nulls(len(sizes), pa.string()),
+        },
+        schema=LIST_SCHEMA,
+    )
+    got = imports._checksums(table, etags=False).to_pylist()
+    assert got == [f"etag:{m:x}-{s:x}" for m, s in zip(mtimes, sizes, strict=True)]
