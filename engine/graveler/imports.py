@@ -86,6 +86,8 @@ CHECKSUM_PATTERN = rf"[0-9A-Za-z+/=._:-]{{1,{CHECKSUM_MAX_LENGTH}}}"
 
 NAMED = 10
 """Keys an import's refusal names at most (it counts the rest)."""
+FIRST_BATCH = 1_000
+"""The first batch's objects: later ones double up to `BATCH` (`rebatched`)."""
 BATCHES_AHEAD = 2
 """Batches listed and made change rows ahead of the range writing, in a thread."""
 FOLDERS_AHEAD = 4
@@ -359,18 +361,24 @@ def read_ahead(items: Iterator[T], depth: int) -> Generator[T, None, None]:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def rebatched(tables: Iterable[pa.Table], rows: int) -> Iterator[pa.Table]:
-    """`tables`' rows again, `rows` a table (the last fewer)."""
+def rebatched(
+    tables: Iterable[pa.Table], rows: int, first: int | None = None
+) -> Iterator[pa.Table]:
+    """`tables`' rows again, `rows` a table (the last fewer); with `first`, the first table
+    has that many and each next one twice the one before until `rows`, so the range writing
+    starts after a folder or two is listed rather than ten."""
     held: list[pa.Table] = []
     count = 0
+    size = min(rows, first or rows)
     for table in tables:
         held.append(table)
         count += len(table)
-        while count >= rows:
+        while count >= size:
             joined = pa.concat_tables(held)
-            yield joined.slice(0, rows)
-            held = [joined.slice(rows)]
-            count -= rows
+            yield joined.slice(0, size)
+            held = [joined.slice(size)]
+            count -= size
+            size = min(rows, size * 2)
     if count:
         yield pa.concat_tables(held)
 
@@ -399,7 +407,8 @@ class _Listing:
             store = self.g.objects(self.source.store_url)
             assert isinstance(store, S3ObjectStore)
             listed = store.list_tables(self.source.key_prefix, skipped=self._skipped)
-        return read_ahead(map(self._rows, rebatched(listed, BATCH)), BATCHES_AHEAD)
+        batches = rebatched(listed, BATCH, FIRST_BATCH)
+        return read_ahead(map(self._rows, batches), BATCHES_AHEAD)
 
     def batches(self) -> Iterator[pa.Table]:
         """The change rows to apply; `InvalidImportSource` once the whole source is listed

@@ -406,3 +406,12 @@ def test_local_checksums_are_mtime_and_size_in_hex_as_percent_x_writes_them(
     )
     got = imports._checksums(table, etags=False).to_pylist()
     assert got == [f"etag:{m:x}-{s:x}" for m, s in zip(mtimes, sizes, strict=True)]
+
+
+def test_rebatched_starts_small_and_doubles_up_to_the_batch() -> None:
+    import pyarrow as pa
+
+    tables = [pa.table({"n": list(range(i, i + 7))}) for i in range(0, 70, 7)]
+    batches = list(imports.rebatched(tables, 16, first=3))
+    assert [len(b) for b in batches] == [3, 6, 12, 16, 16, 16, 1]
+    assert [n for b in batches for n in b["n"].to_pylist()] == list(range(70))
