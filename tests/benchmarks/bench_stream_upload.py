@@ -1,14 +1,15 @@
 """A streamed upload (issue 38): `Branch.upload_file` of a large local file against copying
-the same file into the namespace with the object layer's base library alone, on local files
-and on the SeaweedFS S3 server.
+the same file into the namespace with the object layer's base library alone, on the selected
+back end (`backends`): local files (`embedded`) or SeaweedFS's S3 server (`stack`, the lake's
+KV on PostgreSQL).
 
-- `stream-upload-<backend>`: `--mb` (2 GB) uploaded by `upload_file` (one streamed write,
-  the SHA-256 computed on the way, then the staging) against `shutil.copyfile` into the
-  namespace folder and a SHA-256 of the file (local files: the copy and the hash any
-  content-addressed write must do, one after the other) or obstore's `put` of the file (S3,
-  the object layer's base: parallel multipart), each in a child process of its own; the
-  best of `--rounds`, the two sides alternating. `peak_rss_mb` is the upload child's peak
-  RSS (VmHWM), its imports included.
+- `stream-upload`: `--mb` (2 GB) uploaded by `upload_file` (one streamed write, the SHA-256
+  computed on the way, then the staging) against `shutil.copyfile` into the object root and
+  a SHA-256 of the file (local files: the copy and the hash any content-addressed write must
+  do, one after the other) or obstore's `put` of the file (S3, the object layer's base:
+  parallel multipart), each in a child process of its own; the best of `--rounds`, the two
+  sides alternating. `peak_rss_mb` is the upload child's peak RSS (VmHWM), its imports
+  included.
 """
 
 from __future__ import annotations
@@ -24,29 +25,31 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from tests.benchmarks.backends import Backend, open_backend
 from tests.benchmarks.declarations import Benchmark, Suite
-from tests.fixtures.s3 import running_seaweedfs
 from tests.helpers.servers import unique_name
 
 BENCHMARKS = Suite(
     section="Object layer",
-    benchmarks=tuple(
+    benchmarks=(
         Benchmark(
-            f"stream-upload-{backend}",
-            measures=f"`Branch.upload_file` of a 2 GB file on {where}, in a child process",
-            reference=f"copying it into the namespace with {base} alone",
+            "stream-upload",
+            measures="`Branch.upload_file` of a 2 GB file into the namespace (local files, or "
+            "S3 on the stack), in a child process",
+            reference="copying it there with the object layer's base alone: `shutil.copyfile` "
+            "then `hashlib.file_digest` (SHA-256) on local files, obstore's `put` of the file "
+            "on S3",
             target=1.1,
             limits={"peak_rss_mb": 256},
-        )
-        for backend, where, base in (
-            ("local", "local files", "`shutil.copyfile` then `hashlib.file_digest` (SHA-256)"),
-            ("s3", "S3 (SeaweedFS)", "obstore's `put` of the file"),
-        )
+        ),
     ),
 )
+PREFIX = "up"
+"""Where both sides write, under the object root: removed after each side."""
 
 CHILD = r"""
 import json, re, sys, time
+from pathlib import Path
 
 def peak_mb():
     status = open("/proc/self/status").read()
@@ -55,7 +58,7 @@ def peak_mb():
 args = json.loads(sys.argv[1])
 if args["side"] == "branchwater":
     from branchwater.engine import Lake
-    with Lake.connect(args["kv"], s3_options=args["s3"] or None) as lake:
+    with Lake.connect(args["kv_url"], s3_options=args["s3_options"] or None) as lake:
         repo = lake.create_repository(args["repo"], storage_namespace=args["namespace"])
         branch = repo.branch("main")
         branch.upload("warm", b"opens the store's client")
@@ -63,13 +66,15 @@ if args["side"] == "branchwater":
         entry = branch.upload_file("big.bin", args["file"])
         seconds = time.perf_counter() - started
         assert entry.size == args["size"], entry
-elif args["s3"]:
-    from pathlib import Path
+    print(json.dumps({"seconds": seconds, "peak_mb": peak_mb()}))
+    sys.exit(0)
+from branchwater.stack.seaweedfs import S3Server
+from tests.benchmarks.backends import Backend
+server = S3Server(**args["server"]) if args["server"] else None
+backend = Backend(args["name"], Path(args["root"]), args["kv_url"], server, args["bucket"])
+if server is not None:
     import obstore
-    from branchwater.stack.seaweedfs import S3Server
-    from tests.benchmarks.backends import STACK, Backend
-    server = S3Server(**args["server"])
-    store = Backend(STACK, Path("."), "", server, args["bucket"]).library()
+    store = backend.library()
     obstore.put(store, "warm", b"opens the store's client")
     started = time.perf_counter()
     obstore.put(store, args["key"], Path(args["file"]))
@@ -77,8 +82,8 @@ elif args["s3"]:
     assert obstore.head(store, args["key"])["size"] == args["size"]
 else:
     import hashlib, os, shutil
-    target = args["namespace"].removeprefix("file://") + "/" + args["key"]
-    os.makedirs(os.path.dirname(target), exist_ok=True)
+    target = backend.root / args["key"]
+    os.makedirs(target.parent, exist_ok=True)
     started = time.perf_counter()
     shutil.copyfile(args["file"], target)
     with open(args["file"], "rb") as f:
@@ -109,65 +114,61 @@ def make_file(path: Path, mb: int) -> None:
             f.write(i.to_bytes(8, "big") + block[8:])
 
 
-def compare(backend: str, base: dict[str, Any], rounds: int, scratch: Path) -> None:
+def compare(backend: Backend, file: Path, rounds: int) -> None:
+    size = file.stat().st_size
+    base: dict[str, Any] = {
+        "name": backend.name,
+        "root": str(backend.root),
+        "kv_url": backend.kv_url,
+        "server": asdict(backend.server) if backend.server else None,
+        "bucket": backend.bucket,
+        "s3_options": backend.s3_options,
+        "file": str(file),
+        "size": size,
+    }
     ours: list[dict[str, float]] = []
     floor: list[float] = []
     for number in range(rounds):
         sides = ["base", "branchwater"] if number % 2 else ["branchwater", "base"]
         for side in sides:
             if side == "base":
-                floor.append(child({**base, "side": side, "key": f"copy-{number}"})["seconds"])
+                key = f"{PREFIX}/copy-{number}"
+                floor.append(child({**base, "side": side, "key": key})["seconds"])
             else:
                 repo = unique_name("up-")
-                namespace = base["namespace"] + f"/{repo}"
-                args = {**base, "side": side, "repo": repo, "namespace": namespace}
-                args["kv"] = f"sqlite:///{scratch}/{repo}.db"
-                ours.append(child(args))
-            _clean(base)
+                namespace = backend.namespace(f"{PREFIX}/{repo}")
+                ours.append(child({**base, "side": side, "repo": repo, "namespace": namespace}))
+            clean(backend)
     best = min(r["seconds"] for r in ours)
     print(
-        f"BENCH stream-upload-{backend} ratio={best / min(floor):.2f} seconds={best:.2f} "
+        f"BENCH stream-upload ratio={best / min(floor):.2f} seconds={best:.2f} "
         f"base_s={min(floor):.2f} peak_rss_mb={max(r['peak_mb'] for r in ours):.0f} "
-        f"mb={base['size'] >> 20}",
+        f"mb={size >> 20} {backend.label}",
         flush=True,
     )
 
 
-def _clean(base: dict[str, Any]) -> None:
+def clean(backend: Backend) -> None:
     """Remove what a side wrote, so the disk holds one copy at a time."""
-    if base["s3"]:
-        import boto3
+    if backend.server is None:
+        shutil.rmtree(backend.root / PREFIX, ignore_errors=True)
+        return
+    import obstore
 
-        client = boto3.session.Session().client("s3", **base["s3"])
-        for page in client.get_paginator("list_objects_v2").paginate(Bucket=base["bucket"]):
-            keys = [{"Key": o["Key"]} for o in page.get("Contents", ())]
-            if keys:
-                client.delete_objects(Bucket=base["bucket"], Delete={"Objects": keys})
-        client.close()
-    else:
-        shutil.rmtree(base["namespace"].removeprefix("file://"), ignore_errors=True)
+    obstore.delete(backend.library(), backend.keys(PREFIX))
 
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="bench_stream_upload", description=__doc__)
     parser.add_argument("--mb", type=int, default=2048, help="the file's size in MiB")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--backends", default="local,s3", help="comma-separated")
     args, _ = parser.parse_known_args(argv)
     scratch = Path(tempfile.mkdtemp(prefix="bench-stream-upload-"))
     try:
         big = scratch / "big.bin"
         make_file(big, args.mb)
-        common = {"file": str(big), "size": args.mb << 20, "s3": None}
-        if "local" in args.backends.split(","):
-            namespace = f"file://{scratch}/lake"
-            compare("local", {**common, "namespace": namespace}, args.rounds, scratch)
-        if "s3" in args.backends.split(","):
-            with running_seaweedfs() as server:
-                bucket = unique_name("bench-")
-                server.client().create_bucket(Bucket=bucket)
-                s3 = {**common, "s3": server.options, "server": asdict(server), "bucket": bucket}
-                compare("s3", {**s3, "namespace": f"s3://{bucket}"}, args.rounds, scratch)
+        with open_backend(scratch / "lake") as backend:
+            compare(backend, big, args.rounds)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
