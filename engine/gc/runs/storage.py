@@ -91,7 +91,7 @@ class Namespace:
 
     def _batches(self, keys: list[str], columns: list[str]) -> Iterator[pa.RecordBatch]:
         schema: pa.Schema | None = None
-        for table in self._each(keys, lambda key: self.read_parquet(key, columns)):
+        for table in self.map_keys(keys, lambda key: self.read_parquet(key, columns)):
             if schema is None:
                 schema = table.schema
             elif table.schema != schema:
@@ -105,14 +105,15 @@ class Namespace:
 
     def parquet_rows(self, keys: list[str]) -> int:
         """How many rows Parquet files hold, from their footers."""
-        return sum(self._each(keys, self._rows))
+        return sum(self.map_keys(keys, self._rows))
 
     def _rows(self, key: str) -> int:
         with self.store.open(key) as f:
             return int(pq.ParquetFile(f).metadata.num_rows)
 
-    def _each(self, keys: list[str], read: Callable[[str], T]) -> Iterator[T]:
-        """`read` of each key in order, up to `READERS` at once."""
+    def map_keys(self, keys: list[str], read: Callable[[str], T]) -> Iterator[T]:
+        """`read` of each key in order, up to `READERS` at once (on S3 each is a request or
+        two, which overlap instead of waiting in turn)."""
         if len(keys) <= 1:
             yield from map(read, keys)
             return
