@@ -289,10 +289,24 @@ def make_big_file(path: Path, size: int) -> str:
     return digest.hexdigest()
 
 
+@pytest.fixture(scope="module")
+def big_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
+    """The 2 GB source and its SHA-256, written once for the local and the S3 variant (each
+    child only reads it): writing and hashing 2 GB costs seconds of the test. Removed after
+    the module, so 2 GB does not wait in the temporary folder for the session's end."""
+    source = tmp_path_factory.mktemp("big") / "big.bin"
+    try:
+        yield source, make_big_file(source, BIG)
+    finally:
+        source.unlink(missing_ok=True)
+
+
 @pytest.mark.slow
+# One worker runs both variants, so they share `big_file` (and 2 GB is on disk once).
+@pytest.mark.xdist_group("big-stream")
 @pytest.mark.parametrize("where", ["local", pytest.param("s3", marks=pytest.mark.s3)])
 def test_streaming_a_big_file_keeps_memory_bounded(
-    request: pytest.FixtureRequest, tmp_path: Path, where: str
+    request: pytest.FixtureRequest, tmp_path: Path, big_file: tuple[Path, str], where: str
 ) -> None:
     env = dict(os.environ)
     namespace = f"file://{tmp_path}/ns"
@@ -305,9 +319,8 @@ def test_streaming_a_big_file_keeps_memory_bounded(
             "AWS_SECRET_ACCESS_KEY": server.secret_key,
             "AWS_DEFAULT_REGION": "us-east-1",
         }
-    source = tmp_path / "big.bin"
+    source, checksum = big_file
     try:
-        checksum = make_big_file(source, BIG)
         child = subprocess.run(
             [sys.executable, "-c", CHILD, f"sqlite:///{tmp_path}/kv.db", namespace, str(source)],
             env=env,
@@ -326,7 +339,6 @@ def test_streaming_a_big_file_keeps_memory_bounded(
         assert peak - before < MAX_GROWTH_MB
         assert peak < MAX_RSS_MB
     finally:
-        source.unlink(missing_ok=True)
         if where == "s3":
             cleanup = request.getfixturevalue("s3_server").client()
             bucket = namespace.split("/")[2]
