@@ -30,10 +30,9 @@ alternating, after five untimed clean runs that warm the JVM.
   (prepare, the previous run's sets, the gate), which no pruning of new ranges and slices
   can lower.
 - `gc-scaling`: clean-run seconds at 1/4, 1/2 and 1 times the size, per million objects.
-- `gc-seed-projection`: the bottom line of lakeFS's GC design (20M objects, 1K branches, 30K
-  commits, 5M uncommitted, 1M stale; "about 3 hours") projected from this run's per-object
-  costs: prepare on the driver as measured, the rest divided over 16 executors of this
-  machine's cores; deletes at the sweep's measured rate.
+
+The seed's bottom line (lakeFS's GC design's 20M-object repository) is `bench_seed`'s: a run
+on a standalone cluster, projected from its per-object costs.
 """
 
 from __future__ import annotations
@@ -119,18 +118,9 @@ BENCHMARKS = Suite(
             "objects",
             reference="the same per million at a quarter of the size",
         ),
-        Benchmark(
-            "gc-seed-projection",
-            measures="lakeFS's GC design's 20M objects, 5M uncommitted, 1M stale, projected "
-            "from this run's per-object costs on 16 executors of this machine's cores; on "
-            "local files (far faster to list and delete than S3) a floor, not a promise",
-            reference='that design\'s "about 3 hours"',
-        ),
     ),
 )
 
-SEED = {"objects": 20e6, "uncommitted": 5e6, "stale": 1e6, "executors": 16}
-SEED_HOURS = 3.0
 BEST_OF = 3
 """Clean runs and floors are each the best of this many: one run in a few moves by a
 second on a shared machine."""
@@ -500,9 +490,7 @@ def measure(spark: Any, backend: Backend, size: Size, warm_up: int, scaling: boo
         f"marked_on={first.slices['marked_on']} {label}",
         flush=True,
     )
-    _, swept = run_gc(spark, gen, dry_run=False)
-    sweep_s = swept.phases.get("sweep", 0.0)
-    deleted = swept.volume("deleted").objects
+    run_gc(spark, gen, dry_run=False)
     timed("1% new writes", lambda: add_writes(gen, size, 0.01))
     optimized, clean_again_s = optimized_against_clean(spark, gen, "gc-optimized")
     driver_against_executors(spark, gen)
@@ -543,23 +531,6 @@ def measure(spark: Any, backend: Backend, size: Size, warm_up: int, scaling: boo
         + " "
         + " ".join(f"s_per_million_at_{s:g}={v:.1f}" for s, v in per_million.items())
         + f" objects={objects} {label}",
-        flush=True,
-    )
-    cores = os.cpu_count() or 2
-    prepare_s = first.phases["prepare"]
-    parallel_s = clean_s - prepare_s
-    per_delete = sweep_s / max(1, deleted)
-    projected = (
-        prepare_s * SEED["uncommitted"] / size.uncommitted
-        + parallel_s * SEED["objects"] / objects / SEED["executors"]
-        + per_delete * SEED["stale"] / SEED["executors"]
-    )
-    print(
-        f"BENCH gc-seed-projection ratio={projected / 3600 / SEED_HOURS:.3f} "
-        f"projected_s={projected:.0f} seed_s={SEED_HOURS * 3600:.0f} executors=16 "
-        f"cores_per_executor={cores} "
-        f"prepare_s_per_million={prepare_s / size.uncommitted * 1e6:.1f} "
-        f"delete_ms_per_object={per_delete * 1000:.3f} objects={objects} {label}",
         flush=True,
     )
     gen.lake.close()
