@@ -30,6 +30,7 @@ CHILD = textwrap.dedent(
     rounds, expected = int(sys.argv[2]), int(sys.argv[3])
     fs = fsspec.filesystem("branchwater", **options)
     con = duckdb.connect()
+    con.execute("SET enable_progress_bar = false")  # a slow query draws one on stdout
     con.register_filesystem(fs)
     query = (
         "SELECT count(*) FROM read_parquet("
