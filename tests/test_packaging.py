@@ -11,11 +11,16 @@ job and the `dags/` folder run from a temporary directory.
 The dependencies come from a wheelhouse under `~/.cache/branchwater/wheelhouse/`, made once
 per set of dependencies (pyproject's build requirements, dependencies and those extras, and
 `requirements.lock`) from the package index; later runs build and install offline from it.
+It is fetched wheel by wheel at the lock's pins by several pip processes at once: resolving
+against the index fetches one wheel after another, a second of round trips each, and pip's
+HTTP cache does not spare `make install`'s downloads (the index here sends no cache headers,
+so pip keeps only the wheels it built, pyspark's, which the fetch reuses).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import os
 import shutil
@@ -141,6 +146,97 @@ def prune_wheelhouses(root: Path, current: Path) -> None:
         shutil.rmtree(house, ignore_errors=True)
 
 
+FETCHERS = 8
+"""pip processes fetching the wheelhouse at once: each wheel costs about a second of index
+round trips however small it is, and pip fetches one after another, so a wheelhouse of 180
+wheels took minutes of waiting and seconds of transfer."""
+
+
+def lock_pins(lock: Path) -> dict[str, str]:
+    """`requirements.lock`'s pins by canonical name."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    pins: dict[str, str] = {}
+    for line in lock.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            requirement = Requirement(line)
+            pins[canonicalize_name(requirement.name)] = str(requirement.specifier)
+    return pins
+
+
+def wanted(source: Path) -> list[str]:
+    """What the wheelhouse must hold, without asking the index: the build requirements and
+    the closure of the project's dependencies with its extras, walked through the metadata
+    of the packages this interpreter has installed (`make install` installed the lock), each
+    at its pinned version. One the lock leaves out is fetched at its newest version, as the
+    index would give it. `fill_wheelhouse` proves the list complete."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    project = tomllib.loads((source / "pyproject.toml").read_text())["project"]
+    roots = [*project["dependencies"]]
+    for extra in EXTRAS:
+        roots += project["optional-dependencies"][extra]
+    pins = lock_pins(source / "requirements.lock")
+    todo = [Requirement(line) for line in roots]
+    extras_seen: dict[str, set[str]] = {}
+    while todo:
+        requirement = todo.pop()
+        name = canonicalize_name(requirement.name)
+        extras = set(requirement.extras)
+        if name in extras_seen and extras <= extras_seen[name]:
+            continue
+        extras_seen[name] = extras_seen.get(name, set()) | extras
+        try:
+            declared = importlib.metadata.distribution(name).requires or []
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        for line in declared:
+            child = Requirement(line)
+            marker = child.marker
+            if marker is None or any(
+                marker.evaluate({"extra": extra}) for extra in {"", *extras_seen[name]}
+            ):
+                todo.append(child)
+    listed = [f"{name}{pins.get(name, '')}" for name in sorted(extras_seen)]
+    return [*listed, *build_requires(source)]
+
+
+def fill_wheelhouse(source: Path, folder: Path) -> None:
+    """`wanted(source)` fetched by `FETCHERS` pip processes at once, each wheel pinned (no
+    resolution, which the install does offline from the folder: `install` tops the folder up
+    should the walk have missed a dependency)."""
+    folder.mkdir(parents=True)
+    names = wanted(source)
+    fetchers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                *("-m", "pip", "--disable-pip-version-check", "wheel", "--quiet"),
+                *("--no-deps", "-w", str(folder), *names[i::FETCHERS]),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(min(FETCHERS, len(names)))
+    ]
+    failed = []
+    for fetcher in fetchers:
+        output, _ = fetcher.communicate(timeout=420)
+        if fetcher.returncode != 0:
+            failed.append(output[-3000:])
+    if failed:
+        pytest.fail("fetching the wheelhouse failed:\n" + "\n".join(failed))
+
+
+def top_up(house: Path, *requirements: str) -> None:
+    """What resolving `requirements` against the index adds to the wheelhouse (the wheels it
+    already holds are taken from it): the slow path, for a dependency `wanted` missed."""
+    pip("wheel", "--quiet", "--find-links", house, "-w", house, "-c", LOCK, *requirements)
+
+
 def wheelhouse(source: Path) -> Path:
     """Wheels of the build requirements and of the extras' dependencies at the lock's
     versions, fetched once; written aside and renamed, so a concurrent run never installs
@@ -149,16 +245,7 @@ def wheelhouse(source: Path) -> Path:
     if not house.is_dir():
         partial = house.with_name(f"{house.name}.{os.getpid()}.partial")
         shutil.rmtree(partial, ignore_errors=True)
-        pip(
-            "wheel",
-            "--quiet",
-            "-w",
-            partial,
-            "-c",
-            LOCK,
-            requirement(source),
-            *build_requires(source),
-        )
+        fill_wheelhouse(source, partial)
         for own in partial.glob("branchwater-*.whl"):
             own.unlink()
         try:
@@ -186,7 +273,20 @@ def install(wheel: Path, house: Path, venv: Path) -> Path:
     # --no-compile: byte-compiling Airflow takes longer than installing it; imports compile
     # what they use.
     offline = ["--quiet", "--no-compile", "--no-index", "--find-links", str(house)]
-    pip("--python", python, "install", *offline, "-c", LOCK, requirement(wheel.as_uri()))
+    command = ["--python", str(python), "install", *offline, "-c", str(LOCK)]
+    command.append(requirement(wheel.as_uri()))
+    tried = subprocess.run(
+        [sys.executable, "-m", "pip", "--disable-pip-version-check", *command],
+        capture_output=True,
+        text=True,
+        timeout=420,
+        check=False,
+    )
+    if tried.returncode != 0:
+        if "No matching distribution found" not in tried.stderr:
+            pytest.fail(f"pip {' '.join(command)} failed:\n{tried.stderr[-4000:]}")
+        top_up(house, requirement(wheel.as_uri()))
+        pip(*command)
     pip("--python", python, "check")
     return venv / "bin"
 
