@@ -170,7 +170,8 @@ def wanted(source: Path) -> list[str]:
     the closure of the project's dependencies with its extras, walked through the metadata
     of the packages this interpreter has installed (`make install` installed the lock), each
     at its pinned version. One the lock leaves out is fetched at its newest version, as the
-    index would give it. `fill_wheelhouse` proves the list complete."""
+    index would give it. The offline install proves the list complete (`install` tops the
+    wheelhouse up from the index when it is not)."""
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
