@@ -62,6 +62,13 @@ _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _WIDER = ("int", "long", "double")
 
 
+class SparkConnectUnsupported(InvalidArgument):
+    """The reader was handed a Spark Connect session: it ships its manifests to the
+    executors with `SparkContext.addFile` and runs its tasks' Python on them, and a Connect
+    client has no `SparkContext`. Use a classic session (`SparkSession.builder.master(...)`
+    without `.remote(...)`), or read through the fsspec filesystem (`branchwater://`)."""
+
+
 @dataclass(frozen=True)
 class Slice:
     """Rows `start` to `stop` of one manifest file: one Spark partition's files."""
@@ -116,6 +123,7 @@ def read_files(
     read an `s3://` namespace. `NotFound` when no file lies under the prefix;
     `InvalidArgument` for an unknown format or folders that disagree on partition columns.
     """
+    _refuse_connect(spark)
     file_format = _file_format(format)
     base, exact = _base(ref, prefix)
     where = f"{base or '(the whole ref)'!r} at {_ref_label(ref)}"
@@ -144,6 +152,19 @@ def read_files(
 
     ids = spark.range(0, len(plan.slices), 1, numPartitions=len(plan.slices))
     return ids.mapInArrow(partial(_read_slices, plan=plan), from_arrow_schema(output))
+
+
+def _refuse_connect(spark: SparkSession) -> None:
+    """Refuse a Spark Connect session before anything is listed or written: it has no
+    `SparkContext` to ship manifests with (pyspark bundles the Connect server's jar, but a
+    Connect client can only add artifacts, not files `SparkFiles.get` finds)."""
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        raise SparkConnectUnsupported(
+            "read_files/read_parquet need a classic SparkSession, not a Spark Connect one "
+            f"({type(spark).__module__}.{type(spark).__name__}): it ships its manifests with "
+            "SparkContext.addFile, which Connect has not; build the session without "
+            ".remote(...), or read through fsspec (branchwater://REPO/REF/PATH)"
+        )
 
 
 def _file_format(format: str | ds.FileFormat) -> ds.FileFormat:

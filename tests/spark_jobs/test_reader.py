@@ -280,3 +280,17 @@ def test_a_task_reads_only_the_columns_it_needs_from_s3(
     assert pa.Table.from_batches(batches).column("id").to_pylist() == [1, 2]
     assert 0 < sum(fetched) < s3_module.READ_AHEAD
     store.close()
+
+
+def test_a_spark_connect_session_is_refused_with_a_typed_error(reader_lake: ReaderLake) -> None:
+    """A Connect client has no SparkContext to ship manifests with: the reader refuses it
+    before listing anything, naming what to do. No server is contacted: the session object
+    makes no request until used, and the reader refuses before using it."""
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    connect = ConnectSession.builder.remote("sc://127.0.0.1:1").create()
+    try:
+        with pytest.raises(reader.SparkConnectUnsupported, match=r"classic SparkSession"):
+            read_parquet(connect, reader_lake.repo.branch("main"), "tables/")  # type: ignore[arg-type]
+    finally:
+        connect.stop()
