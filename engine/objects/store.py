@@ -9,6 +9,7 @@ Objects stream both ways (`put_stream`, `open`), so their size is never bounded 
 from __future__ import annotations
 
 import abc
+import io
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -180,3 +181,102 @@ def check_object_key(key: object) -> str:
     if any(part in ("", ".", "..") for part in key.split("/")):
         raise InvalidArgument(f"object key {key!r} must not contain empty, '.' or '..' parts")
     return key
+
+
+MIN_READ_AHEAD = 64 << 10
+"""The read-ahead's first step once reads turn sequential."""
+MAX_READ_AHEAD = 4 << 20
+"""The read-ahead's ceiling: one GET per 4 MiB while a file is read front to back."""
+
+
+class AdaptiveReader(io.BufferedIOBase):
+    """A read-ahead over a seekable raw reader (one ranged GET per `readinto`) that adapts
+    as fsspec's and Arrow's readers do: after `open` or a seek out of the buffer, a read
+    fetches exactly what it asks; each read that carries on where the last one ended doubles
+    the window from `MIN_READ_AHEAD` up to `maximum`. So random small reads (a Parquet footer,
+    then column chunks) fetch what they ask, a front-to-back read soon fetches `maximum` a
+    request, and no read ever fetches more than it asks plus the window."""
+
+    def __init__(self, raw: io.RawIOBase, maximum: int = MAX_READ_AHEAD) -> None:
+        self._raw = raw
+        self._maximum = maximum
+        self._window = 0
+        self._pos = 0
+        self._buffer = b""
+        self._start = 0  # the file offset of `_buffer[0]`
+        self._last_end = -1  # where the last fetch ended: a read from there is sequential
+
+    @property
+    def raw(self) -> io.RawIOBase:
+        """The unbuffered reader, for callers that coalesce their own reads (pyarrow)."""
+        return self._raw
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_END:
+            self._pos = self._raw.seek(offset, io.SEEK_END)
+            return self._pos
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos}.get(whence)
+        if base is None or base + offset < 0:
+            raise InvalidArgument(f"cannot seek to {offset} from {whence}")
+        self._pos = base + offset
+        return self._pos
+
+    def read(self, size: int | None = -1) -> bytes:
+        if size is None or size < 0:
+            held = self._held()
+            self._raw.seek(self._pos + len(held))
+            rest = self._raw.readall() or b""
+            self._pos += len(held) + len(rest)
+            self._buffer, self._last_end = b"", -1
+            return held + rest
+        held = self._held()[:size]
+        self._pos += len(held)
+        wanted = size - len(held)
+        if wanted == 0:
+            return held
+        if self._pos == self._last_end:
+            self._window = min(self._maximum, max(MIN_READ_AHEAD, self._window * 2))
+        else:
+            self._window = 0
+        fetched = self._fetch(self._pos, wanted + self._window)
+        taken = fetched[:wanted]
+        self._pos += len(taken)
+        return held + taken
+
+    read1 = read
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        data = self.read(len(view))
+        view[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._buffer = b""
+        self._raw.close()
+        super().close()
+
+    def _held(self) -> bytes:
+        """The buffered bytes from the current position on (none if it lies outside)."""
+        offset = self._pos - self._start
+        if 0 <= offset < len(self._buffer):
+            return self._buffer[offset:]
+        return b""
+
+    def _fetch(self, start: int, length: int) -> bytes:
+        """Up to `length` bytes from `start` in one raw read, kept as the buffer."""
+        self._raw.seek(start)
+        out = bytearray(length)
+        got = self._raw.readinto(out) or 0
+        self._buffer, self._start = bytes(out[:got]), start
+        self._last_end = start + got
+        return self._buffer
