@@ -7,11 +7,12 @@ what may be younger than the minimum age (the slice an address names was opened 
 for an object in it to be younger: objects land in a slice while it is current, or within
 `late_writes` through a link token). Ranges an active commit also lists are never read on the
 expired side: content-defined ranges make unchanged files share them, so most of an expired
-commit's ranges are skipped whole. The active ranges are read first and their distinct
-addresses travel with the expired side's tasks, which drop those rows as they read (the
-anti-join with the active side, before any merge); the anti-join with the prepare output
-runs in Spark. The commit sets and range ids are small and stay on the driver
-(`engine/gc/runs/retention.py`).
+commit's ranges are skipped whole. Both sides' ranges are read by Spark tasks into address
+frames (each task merges its batch of ranges by address), and the expired-only addresses are
+the expired side `left_anti` joined with the active side and with the prepare output, in
+Spark: no address set is shipped to the tasks or held on the driver while they read, so the
+active set (about 1 GB at 20 M addresses) never has to fit in a task's closure. The commit
+sets and range ids are small and stay on the driver (`engine/gc/runs/retention.py`).
 
 The candidates are written as candidates files of the run (`candidates/expired-*.parquet`,
 swept with the others), after the re-check under the run's lease took out the addresses of
@@ -115,10 +116,10 @@ def expired_candidates(
     """Every data address only expired commits hold and no prepare output names, one row per
     address (the newest expired metarange attributed, and the ranges holding it).
 
-    The active side is read first and its distinct addresses go to the expired side's tasks
-    with their function: each task drops the rows of active addresses as it reads, before
-    any merge, so only the rows of candidates are merged in Arrow and grouped in Spark (most
-    rows of an expired range version are addresses an active commit still holds)."""
+    Both sides are address frames read by Spark tasks; the active side is removed with a
+    `left_anti` join after the expired side's rows are grouped by address (each task first
+    merges its batch of ranges in Arrow, so far fewer rows than the ranges hold reach the
+    shuffle). Nothing address-sized is shipped to a task or collected on the driver here."""
     active_metaranges, expired_metaranges = plan.active_metaranges(), plan.expired_metaranges()
     pairs = _range_pairs(spark, ns, layout, active_metaranges | expired_metaranges, readers)
     active_ranges = {r for r, m in pairs if m in active_metaranges}
@@ -126,18 +127,20 @@ def expired_candidates(
     for range_id, metarange in pairs:
         if metarange in expired_metaranges and range_id not in active_ranges:
             trees.setdefault(metarange, set()).add(range_id)
-    held = _distinct(_addresses(spark, ns, layout, active_ranges, readers))
+    active = _addresses(spark, ns, layout, active_ranges, readers)
     owner = _newest_owners(layout, trees, plan)
     keys = sorted(owner)
-    task = partial(_expired_addresses, ns, layout, owner, held)
+    task = partial(_expired_addresses, ns, layout, owner)
     found = map_shares(spark, keys, task, EXPIRED_DDL, _tasks(keys, readers))
     per_address = found.groupBy("address").agg(
         F.max("size").alias("size"),
         F.max_by("metarange_id", "date").alias("metarange_id"),
         F.array_distinct(F.flatten(F.collect_list("ranges"))).alias("ranges"),
     )
-    rows = per_address.filter(F.col("address").rlike(JVM_ADDRESS_PATTERN)).join(
-        uncommitted.select("address"), "address", "left_anti"
+    rows = (
+        per_address.filter(F.col("address").rlike(JVM_ADDRESS_PATTERN))
+        .join(active, "address", "left_anti")
+        .join(uncommitted.select("address"), "address", "left_anti")
     )
     return ExpiredCandidates(rows, trees)
 
@@ -177,12 +180,6 @@ def _addresses(
     keys = [layout.range_key(r) for r in sorted(ranges)]
     task = partial(_range_addresses, ns, layout)
     return map_shares(spark, keys, task, ACTIVE_DDL, _tasks(keys, readers))
-
-
-def _distinct(addresses: DataFrame) -> pa.Array:
-    """A frame's distinct addresses on the driver, as one Arrow array."""
-    column = addresses.toArrow().column("address")
-    return pc.unique(column.combine_chunks()) if len(column) else pa.array([], pa.string())
 
 
 def mark_expired(
@@ -382,12 +379,11 @@ def _expired_addresses(
     ns: Namespace,
     layout: CommittedLayout,
     owner: dict[str, tuple[str, str, int]],
-    held: pa.Array,
     keys: list[str],
 ) -> Iterator[pa.RecordBatch]:
-    """Each batch of ranges' internal addresses that `held` (the active addresses) does not
-    name, one row per address (`EXPIRED_DDL`): `owner` names each range key's range, its
-    newest metarange and that metarange's date."""
+    """Each batch of ranges' internal addresses, one row per address (`EXPIRED_DDL`):
+    `owner` names each range key's range, its newest metarange and that metarange's date.
+    The active side is taken out afterwards by the anti-join in Spark."""
     for start in range(0, len(keys), RANGES_PER_BATCH):
         tables = []
         for key in keys[start : start + RANGES_PER_BATCH]:
@@ -408,7 +404,6 @@ def _expired_addresses(
         if not tables:
             continue
         rows = pa.concat_tables(tables)
-        rows = rows.filter(pc.invert(pc.is_in(rows.column("address"), value_set=held)))
         if not rows.num_rows:
             continue
         rows = rows.sort_by([("date", "descending")])
