@@ -229,6 +229,15 @@ class S3ObjectStore(ObjectStore):
         reader = _RangeReader(self, key, meta["size"], meta["e_tag"] or "*")
         return io.BufferedReader(reader, buffer_size=READ_AHEAD)
 
+    def get(self, key: str) -> bytes:
+        """One GET of the whole object, where `open` would HEAD first and then GET: a
+        whole-object GET already returns a single version, so no ETag is needed to keep two
+        versions from mixing. Keys obstore cannot address read through boto3 as `open` does."""
+        if not addressable(check_object_key(key)):
+            return super().get(key)
+        result = self._call(key, lambda: obstore.get(self._s3, key))
+        return bytes(self._call(key, result.bytes))
+
     def _get_range(self, key: str, etag: str, start: int, stop: int | None) -> Any:
         """Bytes `start` to `stop` (the end when None) of `key`, if it still has `etag`."""
         if not addressable(key):

@@ -162,8 +162,10 @@ def test_s3_ranged_read_fetches_what_is_asked(
         assert f.read(10) == data[1010:1020]
     assert fetched == [(len(data) - 8, len(data)), (1000, 1000 + s3_module.READ_AHEAD)]
     fetched.clear()
+    heads: list[str] = []
+    monkeypatch.setattr(s3_module.obstore, "head", lambda *a, **k: heads.append(a[1]))
     assert s3_store.get("ranged") == data
-    assert fetched == [(0, None)]
+    assert fetched == [] and heads == []  # get is one whole-object GET, no HEAD first
 
 
 @pytest.mark.s3
