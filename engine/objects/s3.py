@@ -286,21 +286,28 @@ class S3ObjectStore(ObjectStore):
         folder's tree."""
         folder = check_folder(folder)
         try:
-            result = self._call(None, lambda: obstore.list_with_delimiter(self._s3, folder or None))
+            result = self._call(
+                None,
+                lambda: obstore.list_with_delimiter(self._s3, folder or None, return_arrow=True),
+            )
         except _Unlistable:
             return self._boto3_folder(folder)
         start = len(folder) + 1 if folder else 0
-        names: list[str] = []
-        sizes: list[int] = []
-        mtimes: list[int] = []
-        for meta in result["objects"]:
-            name = meta["path"][start:]
-            if name and "/" not in name:
-                names.append(name)
-                sizes.append(meta["size"])
-                mtimes.append(_epoch_ns(meta["last_modified"]))
         directories = [p[start:] for p in result["common_prefixes"] if "/" not in p[start:]]
-        return Listing(names, sizes, mtimes, directories)
+        objects = pa.table(result["objects"])
+        if not len(objects):
+            return Listing([], [], [], directories)
+        names = pc.utf8_slice_codeunits(objects["path"], start)
+        kept = pc.and_(pc.not_equal(names, ""), pc.invert(pc.match_substring(names, "/")))
+        mtimes = pc.cast(
+            pc.filter(objects["last_modified"], kept), pa.timestamp("us", tz="UTC"), safe=False
+        )
+        return Listing(
+            pc.filter(names, kept).to_pylist(),
+            pc.filter(objects["size"], kept).cast(pa.int64()).to_pylist(),
+            pc.multiply(mtimes.cast(pa.int64()), 1000).to_pylist(),
+            directories,
+        )
 
     def stat_many(self, keys: Sequence[str]) -> Stats:
         """HEADs, `REQUESTS_IN_FLIGHT` at once; a missing bucket is an error, not None."""
