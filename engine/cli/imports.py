@@ -27,6 +27,8 @@ def cmd_import(lake: Lake, args: argparse.Namespace, out: Output) -> None:
         text = f"{args.branch!r} already holds all {what} of {args.source}: nothing committed"
     else:
         text = f"[{args.branch} {short(result.commit.id)}] imported {what} from {args.source}"
+    if result.folder_markers:
+        text += f" ({result.folder_markers:,} S3 folder marker(s) skipped)"
     doc = {
         "repository": args.repo,
         "branch": args.branch,
@@ -34,6 +36,7 @@ def cmd_import(lake: Lake, args: argparse.Namespace, out: Output) -> None:
         "prefix": args.prefix,
         "count": result.count,
         "bytes": result.bytes,
+        "folder_markers": result.folder_markers,
         "commit": commit_to_json(result.commit) if result.commit else None,
     }
     out.document(doc, text)

@@ -21,11 +21,12 @@ class BranchwaterImportOperator(RecordingOperator):
     outside every repository's namespace) onto `branch` under `prefix`, without copying it,
     in one commit whose metadata records the DAG, run, task, map index, try and logical date.
 
-    Returns `{"commit_id", "count", "bytes"}`. The import converges: a retry (or a rerun)
-    lists the source again and lands only what changed there; when nothing did, the commit
-    this task instance made earlier is found in the branch's history and is the result
-    (without one, `on_no_changes` decides). A source inside a namespace, or one that is
-    missing or empty, fails the task without retries.
+    Returns `{"commit_id", "count", "bytes", "folder_markers"}` (the empty S3 objects
+    ending in `/` that other tools write to show a folder, skipped and counted). The import
+    converges: a retry (or a rerun) lists the source again and lands only what changed
+    there; when nothing did, the commit this task instance made earlier is found in the
+    branch's history and is the result (without one, `on_no_changes` decides). A source
+    inside a namespace, or one that is missing or empty, fails the task without retries.
 
     :param branch: the branch to import onto (templated)
     :param source_uri: the prefix to import (templated)
@@ -81,4 +82,11 @@ class BranchwaterImportOperator(RecordingOperator):
             commit = self.already_recorded(repo, self.branch, nothing, context)
         self.record_commit(self.branch, commit.id)
         self.lineage = Lineage(outputs=(LineageDataset(repo.name, self.branch),))
-        return {"commit_id": commit.id, "count": result.count, "bytes": result.bytes}
+        if result.folder_markers:
+            self.log.info("Skipped %d S3 folder marker(s)", result.folder_markers)
+        return {
+            "commit_id": commit.id,
+            "count": result.count,
+            "bytes": result.bytes,
+            "folder_markers": result.folder_markers,
+        }

@@ -31,6 +31,7 @@ def test_import_commits_and_cat_reads_the_source(bw: Bw, lake: CliLake) -> None:
     assert log[0]["metadata"]["branchwater.import.source"] == source
     again = json.loads(ok(bw("import", "sales", "main", source, "--prefix", "raw/", "--json")).out)
     assert (again["count"], again["bytes"], again["commit"]) == (2, 12, None)
+    assert again["folder_markers"] == 0
 
 
 def test_bad_sources_are_user_errors(bw: Bw, lake: CliLake, tmp_path: Path) -> None:

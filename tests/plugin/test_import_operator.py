@@ -66,7 +66,12 @@ def test_an_import_task_commits_once_and_its_retry_returns_that_commit(
     assert result.states == {"import": "success", "inside_namespace": "failed"}
     assert (result.tries["import"], result.tries["inside_namespace"]) == (2, 1)
     head = repo.branch("main").head()
-    assert result.value("import") == {"commit_id": head.id, "count": 2, "bytes": 13}
+    assert result.value("import") == {
+        "commit_id": head.id,
+        "count": 2,
+        "bytes": 13,
+        "folder_markers": 0,
+    }
     assert result.value("import", "_link_BranchwaterCommitLink") == LINK_TEMPLATE.format(
         repository=repo.name, branch="main", commit_id=head.id
     )
