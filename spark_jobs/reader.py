@@ -18,6 +18,8 @@ included, later changes to the branch not.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import contextvars
 import datetime
 import io
 import re
@@ -129,7 +131,8 @@ def read_files(
     where = f"{base or '(the whole ref)'!r} at {_ref_label(ref)}"
     options = dict(s3_options or {})
     directory = Path(tempfile.mkdtemp(prefix="branchwater-read-"))
-    _REMOVE_AT_EXIT.append(directory)
+    scope = _SCOPE.get()
+    (scope if scope is not None else _REMOVE_AT_EXIT).append(directory)
     listed = _write_manifests(spark, ref, base, exact, directory)
     if listed.first is None:
         raise NotFound(
@@ -588,6 +591,30 @@ def _constant(value: str | None, kind: pa.DataType, rows: int) -> pa.Array:
 
 
 _REMOVE_AT_EXIT: list[Path] = []
+_SCOPE: contextvars.ContextVar[list[Path] | None] = contextvars.ContextVar(
+    "branchwater_reader_scope", default=None
+)
+
+
+@contextlib.contextmanager
+def manifest_scope() -> Iterator[None]:
+    """Remove the manifests of every read made inside the block when it ends.
+
+    A frame is lazy: Spark reads its manifests whenever it (or a frame derived from it) is
+    evaluated, and an executor that joins later fetches them from the driver then. So the
+    reader cannot tell when they are no longer needed, and by default keeps them until the
+    process exits. A long-lived driver (a service, a notebook) that reads many times wraps
+    each unit of work in `with manifest_scope():` and evaluates its frames inside it; a
+    frame evaluated after its scope ended is not supported (its tasks may not find their
+    manifests). Scopes nest: each removes the reads made in it, not in an outer one."""
+    directories: list[Path] = []
+    token = _SCOPE.set(directories)
+    try:
+        yield
+    finally:
+        _SCOPE.reset(token)
+        for directory in directories:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 @atexit.register

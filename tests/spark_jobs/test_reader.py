@@ -284,13 +284,42 @@ def test_a_task_reads_only_the_columns_it_needs_from_s3(
 
 def test_a_spark_connect_session_is_refused_with_a_typed_error(reader_lake: ReaderLake) -> None:
     """A Connect client has no SparkContext to ship manifests with: the reader refuses it
-    before listing anything, naming what to do. No server is contacted: the session object
-    makes no request until used, and the reader refuses before using it."""
+    before listing anything, naming what to do. The session is an instance of pyspark's
+    Connect class made without connecting: building one with `.remote(...).create()` makes
+    it pyspark's default session, and the classic session the other tests share then hangs."""
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
-    connect = ConnectSession.builder.remote("sc://127.0.0.1:1").create()
-    try:
-        with pytest.raises(reader.SparkConnectUnsupported, match=r"classic SparkSession"):
-            read_parquet(connect, reader_lake.repo.branch("main"), "tables/")  # type: ignore[arg-type]
-    finally:
-        connect.stop()
+    connect = object.__new__(ConnectSession)
+    with pytest.raises(reader.SparkConnectUnsupported, match=r"classic SparkSession"):
+        read_parquet(connect, reader_lake.repo.branch("main"), "tables/")  # type: ignore[arg-type]
+
+
+def test_a_manifest_scope_removes_its_reads_manifests_when_it_ends(
+    spark: SparkSession, reader_lake: ReaderLake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Frames evaluated inside the scope read normally (twice, lazily); when the scope ends
+    its reads' manifest folders are gone, while a read made outside any scope keeps its
+    manifests until exit (a lazy frame may be evaluated again)."""
+    main = reader_lake.repo.branch("main")
+    main.upload("s/part-0.parquet", parquet(orders(0, 3)))
+    made: list[str] = []
+    mkdtemp = reader.tempfile.mkdtemp
+
+    def recording(**kwargs: Any) -> str:
+        made.append(mkdtemp(**kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(reader.tempfile, "mkdtemp", recording)
+    outside = read_parquet(spark, main, "s/", s3_options=reader_lake.s3_options)
+    with reader.manifest_scope():
+        inner = read_parquet(spark, main, "s/", s3_options=reader_lake.s3_options)
+        with reader.manifest_scope():
+            nested = read_parquet(spark, main, "s/", s3_options=reader_lake.s3_options)
+            assert len(collected(nested)) == 3
+        assert not os.path.exists(made[2]), "the nested scope removed its read's manifests"
+        assert os.path.exists(made[1])
+        assert len(collected(inner)) == 3
+        assert len(collected(inner.filter("id >= 1"))) == 2
+    assert not os.path.exists(made[1])
+    assert os.path.exists(made[0])
+    assert len(collected(outside)) == 3
