@@ -12,7 +12,9 @@ from Hive-style folders (`k=v/`) under the prefix, typed as Spark's partition di
 types them.
 
 The frame is the ref as it was when `read_files` listed it: a branch's uncommitted objects
-included, later changes to the branch not.
+included, later changes to the branch not. Manifests stay until the process exits, unless
+the read is made inside `manifest_scope()`, which removes them when it ends. A Spark Connect
+session is refused (`SparkConnectUnsupported`): it has no `SparkContext.addFile`.
 """
 
 from __future__ import annotations
