@@ -51,6 +51,7 @@ from branchwater.engine.errors import (
 from branchwater.engine.objects.native_exit import drain_native_readers_at_exit
 from branchwater.engine.objects.s3_fallback import Boto3Keys, addressable
 from branchwater.engine.objects.store import (
+    AdaptiveReader,
     Listing,
     ObjectInfo,
     ObjectStore,
@@ -87,9 +88,6 @@ PARTS_IN_FLIGHT = 4
 UPLOAD_MEMORY = 128 << 20
 """What an upload's parts may hold in memory (those in flight and the one filling), where
 parts are small enough: fewer go at once as parts grow, one at the least."""
-READ_AHEAD = 4 << 20
-"""Bytes a small read fetches ahead: one GET per 4 MiB read sequentially, while a seek to
-read a Parquet footer fetches no more than that."""
 LIST_PAGE = 1000
 """Objects per listing page, as S3 returns them."""
 LIST_SCHEMA = pa.schema(
@@ -216,7 +214,9 @@ class S3ObjectStore(ObjectStore):
         return ObjectInfo(key, counted.size, datetime.now(UTC))
 
     def open(self, key: str) -> BinaryIO:
-        """Ranged GETs behind a `READ_AHEAD` buffer; a read to the end is one GET. The HEAD
+        """Ranged GETs behind an adaptive read-ahead (`AdaptiveReader`: a read after a seek
+        fetches what it asks, sequential reads a growing window); a read to the end is one
+        GET. The HEAD
         this starts with gives the size (for `seek` from the end), `NotFound` early, and the
         ETag every GET must match, so an object replaced meanwhile fails the read
         (`CorruptedData`) instead of mixing two versions."""
@@ -224,10 +224,10 @@ class S3ObjectStore(ObjectStore):
         if not addressable(check_object_key(key)):
             info = self._boto3.head(key)
             reader = _RangeReader(self, key, info.size, info.etag or "*")
-            return io.BufferedReader(reader, buffer_size=READ_AHEAD)
+            return AdaptiveReader(reader)
         meta = self._call(key, lambda: obstore.head(self._s3, key))
         reader = _RangeReader(self, key, meta["size"], meta["e_tag"] or "*")
-        return io.BufferedReader(reader, buffer_size=READ_AHEAD)
+        return AdaptiveReader(reader)
 
     def get(self, key: str) -> bytes:
         """One GET of the whole object, where `open` would HEAD first and then GET: a

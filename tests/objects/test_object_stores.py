@@ -19,6 +19,7 @@ from branchwater.engine.objects import ObjectStore
 from branchwater.engine.objects import s3 as s3_module
 from branchwater.engine.objects.local import LocalObjectStore
 from branchwater.engine.objects.s3 import S3ObjectStore
+from branchwater.engine.objects.store import MAX_READ_AHEAD
 from tests.fixtures.s3 import S3Server
 from tests.helpers.servers import free_port, unique_name
 
@@ -304,7 +305,7 @@ def test_s3_keys_with_control_characters_are_listed_read_and_deleted(
     them, so the driver reads, lists and deletes them all the same, and refuses to write."""
     raw = s3_server.client()
     hostile = "t/tab\tnew\nline"
-    data = os.urandom(3 * s3_module.READ_AHEAD)
+    data = os.urandom(3 * MAX_READ_AHEAD)
     raw.put_object(Bucket=s3_bucket, Key="ns/" + hostile, Body=data)
     raw.close()
     store = S3ObjectStore(f"s3://{s3_bucket}/ns", **s3_server.options)
@@ -316,8 +317,8 @@ def test_s3_keys_with_control_characters_are_listed_read_and_deleted(
     assert sorted(store.list_folder("t").names) == ["a", hostile.removeprefix("t/"), "z"]
     assert store.stat(hostile).size == len(data)
     with store.open(hostile) as f:
-        f.seek(s3_module.READ_AHEAD + 5)
-        assert f.read(10) == data[s3_module.READ_AHEAD + 5 : s3_module.READ_AHEAD + 15]
+        f.seek(MAX_READ_AHEAD + 5)
+        assert f.read(10) == data[MAX_READ_AHEAD + 5 : MAX_READ_AHEAD + 15]
     assert store.get(hostile) == data
     with pytest.raises(InvalidArgument, match="control characters"):
         store.put("t/bell\x07", b"v")

@@ -17,6 +17,7 @@ from branchwater.engine.objects import ObjectStore
 from branchwater.engine.objects import s3 as s3_module
 from branchwater.engine.objects.local import LocalObjectStore
 from branchwater.engine.objects.s3 import S3ObjectStore
+from branchwater.engine.objects.store import MAX_READ_AHEAD, MIN_READ_AHEAD
 from tests.fixtures.s3 import S3Server
 
 MULTIPART = 2 * s3_module.PART_SIZE + 12345
@@ -84,7 +85,7 @@ def test_put_and_get_of_bytes_are_the_same_path(store: ObjectStore) -> None:
 
 
 def test_ranged_reads_return_exactly_the_asked_bytes(store: ObjectStore) -> None:
-    data = os.urandom(3 * s3_module.READ_AHEAD + 17)
+    data = os.urandom(3 * MAX_READ_AHEAD + 17)
     store.put_stream("ranged", chunks_of(data))
     rng = random.Random(7)
     with store.open("ranged") as f:
@@ -95,7 +96,7 @@ def test_ranged_reads_return_exactly_the_asked_bytes(store: ObjectStore) -> None
         assert f.read(8) == b""
         for _ in range(40):
             start = rng.randrange(len(data))
-            size = rng.choice([1, 100, 70000, s3_module.READ_AHEAD + 5])
+            size = rng.choice([1, 100, 70000, MAX_READ_AHEAD + 5])
             assert f.seek(start) == start
             assert f.read(size) == data[start : start + size]
             assert f.tell() == min(start + size, len(data))
@@ -144,7 +145,7 @@ def test_a_source_that_is_not_binary_is_refused_before_writing(
 def test_s3_ranged_read_fetches_what_is_asked(
     s3_store: S3ObjectStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    data = os.urandom(4 * s3_module.READ_AHEAD)
+    data = os.urandom(4 * MAX_READ_AHEAD)
     s3_store.put_stream("ranged", chunks_of(data))
     fetched: list[tuple[int, int | None]] = []
     original = S3ObjectStore._get_range
@@ -160,7 +161,7 @@ def test_s3_ranged_read_fetches_what_is_asked(
         f.seek(1000)
         assert f.read(10) == data[1000:1010]
         assert f.read(10) == data[1010:1020]
-    assert fetched == [(len(data) - 8, len(data)), (1000, 1000 + s3_module.READ_AHEAD)]
+    assert fetched == [(len(data) - 8, len(data)), (1000, 1010), (1010, 1020 + MIN_READ_AHEAD)]
     fetched.clear()
     heads: list[str] = []
     monkeypatch.setattr(s3_module.obstore, "head", lambda *a, **k: heads.append(a[1]))
@@ -170,12 +171,12 @@ def test_s3_ranged_read_fetches_what_is_asked(
 
 @pytest.mark.s3
 def test_s3_object_replaced_during_a_read_fails_it(s3_store: S3ObjectStore) -> None:
-    data = os.urandom(2 * s3_module.READ_AHEAD)
+    data = os.urandom(2 * MAX_READ_AHEAD)
     s3_store.put("k", data)
     with s3_store.open("k") as f:
         assert f.read(10) == data[:10]
         s3_store.put("k", os.urandom(len(data)))
-        f.seek(s3_module.READ_AHEAD + 1)
+        f.seek(MAX_READ_AHEAD + 1)
         with pytest.raises(CorruptedData, match="replaced while it was being read"):
             f.read(10)
 

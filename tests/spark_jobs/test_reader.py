@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from branchwater.engine import CorruptedData, InvalidArgument, NotFound, open_object_store
-from branchwater.engine.objects import s3 as s3_module
 from branchwater.engine.objects.s3 import S3ObjectStore
+from branchwater.engine.objects.store import MAX_READ_AHEAD
 from branchwater.spark_jobs import reader
 from branchwater.spark_jobs.reader import read_files, read_parquet
 from tests.fixtures.s3 import S3Server
@@ -255,7 +255,7 @@ def test_a_task_reads_only_the_columns_it_needs_from_s3(
     """A task's file object is the store's, without its read-ahead: pyarrow's reads of a
     footer and one small column fetch a few small ranges, not the large column beside it."""
     store = open_object_store(f"s3://{s3_bucket}/ns", **s3_server.options)
-    large = 6 * s3_module.READ_AHEAD
+    large = 6 * MAX_READ_AHEAD
     table = pa.table({"id": [1, 2], "blob": [os.urandom(large // 2), os.urandom(large // 2)]})
     out = io.BytesIO()
     pq.write_table(table, out, compression="none")
@@ -278,7 +278,7 @@ def test_a_task_reads_only_the_columns_it_needs_from_s3(
     batches = list(reader._read_file(plan, store, row))
 
     assert pa.Table.from_batches(batches).column("id").to_pylist() == [1, 2]
-    assert 0 < sum(fetched) < s3_module.READ_AHEAD
+    assert 0 < sum(fetched) < MAX_READ_AHEAD
     store.close()
 
 
