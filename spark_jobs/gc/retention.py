@@ -117,9 +117,10 @@ def expired_candidates(
     address (the newest expired metarange attributed, and the ranges holding it).
 
     Both sides are address frames read by Spark tasks; the active side is removed with a
-    `left_anti` join after the expired side's rows are grouped by address (each task first
+    `left_anti` join before the expired side's rows are grouped by address (each task first
     merges its batch of ranges in Arrow, so far fewer rows than the ranges hold reach the
-    shuffle). Nothing address-sized is shipped to a task or collected on the driver here."""
+    shuffle; the grouping, with its lists of ranges, then runs on candidates' rows only).
+    Nothing address-sized is shipped to a task or collected on the driver here."""
     active_metaranges, expired_metaranges = plan.active_metaranges(), plan.expired_metaranges()
     pairs = _range_pairs(spark, ns, layout, active_metaranges | expired_metaranges, readers)
     active_ranges = {r for r, m in pairs if m in active_metaranges}
@@ -132,15 +133,14 @@ def expired_candidates(
     keys = sorted(owner)
     task = partial(_expired_addresses, ns, layout, owner)
     found = map_shares(spark, keys, task, EXPIRED_DDL, _tasks(keys, readers))
-    per_address = found.groupBy("address").agg(
+    candidates = found.join(active, "address", "left_anti")
+    per_address = candidates.groupBy("address").agg(
         F.max("size").alias("size"),
         F.max_by("metarange_id", "date").alias("metarange_id"),
         F.array_distinct(F.flatten(F.collect_list("ranges"))).alias("ranges"),
     )
-    rows = (
-        per_address.filter(F.col("address").rlike(JVM_ADDRESS_PATTERN))
-        .join(active, "address", "left_anti")
-        .join(uncommitted.select("address"), "address", "left_anti")
+    rows = per_address.filter(F.col("address").rlike(JVM_ADDRESS_PATTERN)).join(
+        uncommitted.select("address"), "address", "left_anti"
     )
     return ExpiredCandidates(rows, trees)
 
