@@ -24,7 +24,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from datetime import UTC, datetime, timedelta
 from functools import reduce
 from itertools import chain, islice
-from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn, TypeVar, cast
 from urllib.parse import urlsplit
 
 import obstore
@@ -224,10 +224,10 @@ class S3ObjectStore(ObjectStore):
         if not addressable(check_object_key(key)):
             info = self._boto3.head(key)
             reader = _RangeReader(self, key, info.size, info.etag or "*")
-            return AdaptiveReader(reader)
+            return cast(BinaryIO, AdaptiveReader(reader))
         meta = self._call(key, lambda: obstore.head(self._s3, key))
         reader = _RangeReader(self, key, meta["size"], meta["e_tag"] or "*")
-        return AdaptiveReader(reader)
+        return cast(BinaryIO, AdaptiveReader(reader))
 
     def get(self, key: str) -> bytes:
         """One GET of the whole object, where `open` would HEAD first and then GET: a
