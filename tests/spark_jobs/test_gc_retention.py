@@ -64,6 +64,15 @@ def lakefs_rules(rng: random.Random) -> dict[str, Any]:
     }
 
 
+def commit_an_object_then_delete_it(branch: Any) -> None:
+    """Leave a commit holding an object no later commit holds: a random history does not
+    always leave one where a test needs it (an expired-only object for the run to collect)."""
+    branch.upload("t/held-by-one-old-commit", b"only the next commit holds this")
+    branch.commit("a file")
+    branch.delete("t/held-by-one-old-commit")
+    branch.commit("and it is gone")
+
+
 def run_both(gc: GCLake, **settings: Any) -> Any:
     return gc.run(late_writes=LATE, **settings)
 
@@ -225,10 +234,7 @@ def test_refs_moved_onto_expired_commits_before_the_recheck_keep_their_objects(
     assert doomed_branches, "the history made branches"
     kept_heads = {name: repo.branch(name).commit_id for name in doomed_branches}
     main = repo.branch("main")
-    main.upload("t/held-by-one-old-commit", b"only the next commit holds this")
-    main.commit("a file")
-    main.delete("t/held-by-one-old-commit")
-    main.commit("and it is gone")
+    commit_an_object_then_delete_it(main)
     rules = repo.set_gc_rules({"default_retention_days": 0})
     now = datetime.now(UTC)
     retention = repository_retention(repo.lake.graveler, repo.record, rules, now)
@@ -297,6 +303,7 @@ def test_moves_onto_expiring_commits_after_the_recheck_are_refused(window_gc: GC
     references is intact."""
     months_of_history(window_gc, 9, steps=40)
     repo = window_gc.repo
+    commit_an_object_then_delete_it(repo.branch("main"))
     kv = repo.lake.graveler.kv
     repo.set_gc_rules({"default_retention_days": 0})
     fenced: list[str] = []
