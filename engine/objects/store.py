@@ -238,7 +238,7 @@ class AdaptiveReader(io.BufferedIOBase):
             self._pos += len(held) + len(rest)
             self._buffer, self._last_end = b"", -1
             return held + rest
-        held = self._held()[:size]
+        held = self._held(size)
         self._pos += len(held)
         wanted = size - len(held)
         if wanted == 0:
@@ -265,11 +265,13 @@ class AdaptiveReader(io.BufferedIOBase):
         self._raw.close()
         super().close()
 
-    def _held(self) -> bytes:
-        """The buffered bytes from the current position on (none if it lies outside)."""
+    def _held(self, size: int | None = None) -> bytes:
+        """Up to `size` (default: all) buffered bytes from the current position on (none if
+        it lies outside): sliced once, so small reads through a large buffer copy only what
+        they return."""
         offset = self._pos - self._start
         if 0 <= offset < len(self._buffer):
-            return self._buffer[offset:]
+            return self._buffer[offset : None if size is None else offset + size]
         return b""
 
     def _fetch(self, start: int, length: int) -> bytes:
