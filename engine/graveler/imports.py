@@ -517,9 +517,7 @@ def _checksums(objects: pa.Table, *, etags: bool) -> pa.Array:
         if (pc.min(mtimes_us).as_py() or 0) < 0:
             pairs = zip(mtimes_us.to_pylist(), sizes.to_pylist(), strict=True)
             return pa.array(list(map(f"{CHECKSUM_PREFIX}%x-%x".__mod__, pairs)), pa.string())
-        return pc.binary_join_element_wise(
-            pc.binary_join_element_wise(CHECKSUM_PREFIX, _hex(mtimes_us), ""), _hex(sizes), "-"
-        )
+        return pc.binary_join_element_wise(CHECKSUM_PREFIX, _hex(mtimes_us), "-", _hex(sizes), "")
     checksums = pc.binary_join_element_wise(
         CHECKSUM_PREFIX, pc.fill_null(objects["etag"].combine_chunks(), ""), ""
     )
