@@ -51,6 +51,18 @@ def run_module(
     return child.returncode
 
 
+def _split_names(args: list[str], names: set[str]) -> tuple[set[str], list[str]]:
+    """The benchmark names that lead `args`, and the options after them: a name only counts
+    before the first option, so an option's value that is also a module's name (`--operations
+    gc`) stays the option's."""
+    wanted: set[str] = set()
+    for index, arg in enumerate(args):
+        if arg.startswith("-") or arg.removeprefix("bench_") not in names:
+            return wanted, args[index:]
+        wanted.add(arg.removeprefix("bench_"))
+    return wanted, []
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.benchmarks", add_help=False)
     parser.add_argument("--backend", default=results.backend(), choices=results.BACKENDS)
@@ -59,8 +71,7 @@ def main(argv: list[str]) -> int:
     args, rest = parser.parse_known_args(argv)
     modules = declarations.modules()
     names = {module.removeprefix("bench_") for module in modules}
-    wanted = {arg.removeprefix("bench_") for arg in rest if arg.removeprefix("bench_") in names}
-    options = [arg for arg in rest if arg.removeprefix("bench_") not in names]
+    wanted, options = _split_names(rest, names)
     declared = {b.name for s in declarations.suites().values() for b in s.benchmarks}
 
     def record(result: results.Result) -> None:

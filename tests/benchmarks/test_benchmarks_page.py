@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 from tests.benchmarks import declarations, page, results
+from tests.benchmarks.__main__ import _split_names
 from tests.benchmarks.__main__ import main as run_benchmarks
 from tests.benchmarks.declarations import Benchmark, Suite
 
@@ -132,6 +133,18 @@ def test_a_run_of_one_module_updates_only_its_rows(tmp_path: Path) -> None:
     assert rows["embedded", "kv-postgres-get"].date == "2026-11"
     assert rows["embedded", "gc-clean"].figures == gc["figures"]
     assert rows["stack", "kv-sqlite-get"].date == "2026-11"
+
+
+def test_a_name_is_a_module_only_before_the_first_option() -> None:
+    """`--operations gc` passes `gc` to the module as the option's value; it does not also
+    select `bench_gc`."""
+    names = {"gc", "gc_s3", "kv"}
+    assert _split_names(["gc", "bench_kv", "--operations", "gc"], names) == (
+        {"gc", "kv"},
+        ["--operations", "gc"],
+    )
+    assert _split_names(["--operations", "gc"], names) == (set(), ["--operations", "gc"])
+    assert _split_names(["gc_s3"], names) == ({"gc_s3"}, [])
 
 
 UPDATES = 40
