@@ -4,8 +4,11 @@ The driver streams the ref's entries under a prefix into manifest files of `MANI
 entries each, handed to the executors with `SparkContext.addFile`, so a ref with millions of
 entries never sits in the driver's memory at once; it keeps only the files' sizes, a part at
 a time, to pack them into Spark partitions as `spark.read` does (`maxPartitionBytes`,
-`openCostInBytes`). Each Spark task reads its slice of a manifest and the physical files
-it names with pyarrow, from file objects the engine's object store opens (ranged reads: a
+`openCostInBytes`). A Parquet file larger than the split size is cut into byte ranges, as
+Spark's Parquet source cuts it: the driver knows only its size, and the task of each range
+reads the footer and the row groups whose midpoint lies in its range (`_row_groups`). Each
+Spark task reads its slice of a manifest and the physical files (or ranges) it names with
+pyarrow, from file objects the engine's object store opens (ranged reads: a
 Parquet file's footer and the column chunks asked for, nothing more), as the writer writes
 them: executors need no `s3a` jars and no access to the KV store. Partition columns come
 from Hive-style folders (`k=v/`) under the prefix, typed as Spark's partition discovery
@@ -47,6 +50,7 @@ from branchwater.engine import (
 if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
@@ -75,11 +79,25 @@ class SparkConnectUnsupported(InvalidArgument):
 
 @dataclass(frozen=True)
 class Slice:
-    """Rows `start` to `stop` of one manifest file: one Spark partition's files."""
+    """Rows `start` to `stop` of one manifest file: one Spark partition's files. The first
+    file is read from byte `head` and the last up to byte `tail` (None: to its end), when
+    they are ranges of a Parquet file cut in pieces; the files between are read whole."""
 
     manifest: str
     start: int
     stop: int
+    head: int = 0
+    tail: int | None = None
+
+
+@dataclass(frozen=True)
+class _Piece:
+    """A file, or a byte range of it, as `spark.read` counts it when it packs partitions."""
+
+    row: int
+    begin: int
+    end: int | None
+    length: int
 
 
 @dataclass(frozen=True)
@@ -151,7 +169,7 @@ def read_files(
         output,
         options,
         where,
-        tuple(_slices(spark, directory, listed.manifests)),
+        tuple(_slices(spark, directory, listed.manifests, _splits(file_format))),
     )
     from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -469,26 +487,58 @@ def _partition_type(kind: str) -> pa.DataType:
     return types.get(kind, pa.string())
 
 
-def _slices(spark: SparkSession, directory: Path, manifests: Sequence[str]) -> Iterator[Slice]:
+def _splits(file_format: ds.FileFormat) -> bool:
+    """Whether a file larger than the split size is read in byte ranges: Parquet only,
+    whose row groups a range can select; other formats are read whole by one task."""
+    import pyarrow.dataset as ds
+
+    return isinstance(file_format, ds.ParquetFileFormat)
+
+
+def _slices(
+    spark: SparkSession, directory: Path, manifests: Sequence[str], split: bool = False
+) -> Iterator[Slice]:
     """Pack the files into Spark partitions in listing order, as `spark.read` sizes them:
-    up to `maxSplitBytes`, each file counting `openCostInBytes` more than its size. Reads
-    the manifests' size column back, one file at a time."""
+    up to `maxSplitBytes`, each file counting `openCostInBytes` more than its size; with
+    `split`, a file larger than `maxSplitBytes` counts as pieces of that size. Reads the
+    manifests' size column back, one file at a time."""
     import pyarrow.parquet as pq
 
     sizes = [pq.read_table(directory / m, columns=["size"]).column(0) for m in manifests]
     max_bytes, open_cost = _split_settings(spark)
     total = sum(int(s.to_numpy().sum()) + open_cost * len(s) for s in sizes)
     per_core = total // max(1, spark.sparkContext.defaultParallelism)
-    limit = min(max_bytes, max(open_cost, per_core))
+    limit = max(1, min(max_bytes, max(open_cost, per_core)))
     for name, column in zip(manifests, sizes, strict=True):
-        start, filled = 0, 0
-        for row, size in enumerate(column.to_numpy()):
-            cost = int(size) + open_cost
-            if filled and filled + cost > limit:
-                yield Slice(name, start, row)
-                start, filled = row, 0
+        first: _Piece | None = None
+        last: _Piece | None = None
+        filled = 0
+        for piece in _pieces(column.to_numpy(), limit if split else None):
+            cost = piece.length + open_cost
+            if last is not None and (filled + cost > limit or piece.row == last.row):
+                yield _slice(name, first or last, last)
+                first, filled = None, 0
+            first, last = first or piece, piece
             filled += cost
-        yield Slice(name, start, len(column))
+        if last is not None:
+            yield _slice(name, first or last, last)
+
+
+def _pieces(sizes: Sequence[int], limit: int | None) -> Iterator[_Piece]:
+    """Each file whole, or with a `limit`, cut in ranges of `limit` bytes as Spark cuts a
+    splittable file (the first range open below, the last open above: `_row_groups`)."""
+    for row, value in enumerate(sizes):
+        size = int(value)
+        if limit is None or size <= limit:
+            yield _Piece(row, 0, None, size)
+            continue
+        for begin in range(0, size, limit):
+            end = begin + limit
+            yield _Piece(row, begin, end if end < size else None, min(limit, size - begin))
+
+
+def _slice(manifest: str, first: _Piece, last: _Piece) -> Slice:
+    return Slice(manifest, first.row, last.row + 1, first.begin, last.end)
 
 
 def _split_settings(spark: SparkSession) -> tuple[int, int]:
@@ -528,21 +578,27 @@ def _read_slice(plan: ReadPlan, part: Slice) -> Iterator[pa.RecordBatch]:
         first = stop
     rows = manifest.read_row_groups(groups).slice(offset, part.stop - part.start)
     stores: dict[str, ObjectStore] = {}
+    last = part.stop - part.start - 1
     try:
-        for row in rows.to_pylist():
+        for number, row in enumerate(rows.to_pylist()):
             if row["store"] not in stores:
                 stores[row["store"]] = open_object_store(row["store"], **plan.s3_options)
-            yield from _read_file(plan, stores[row["store"]], row)
+            span = (part.head if number == 0 else 0, part.tail if number == last else None)
+            yield from _read_file(plan, stores[row["store"]], row, span)
     finally:
         for store in stores.values():
             store.close()
 
 
 def _read_file(
-    plan: ReadPlan, store: ObjectStore, row: Mapping[str, Any]
+    plan: ReadPlan,
+    store: ObjectStore,
+    row: Mapping[str, Any],
+    span: tuple[int, int | None] = (0, None),
 ) -> Iterator[pa.RecordBatch]:
     """One file's rows in the output schema, its partition values as constant columns; a
-    missing or unreadable object fails the task naming the path and the ref."""
+    missing or unreadable object fails the task naming the path and the ref. A `span`
+    other than the whole file (a range of a Parquet file) reads its row groups only."""
     import pyarrow as pa
 
     where = store.uri(row["key"])
@@ -550,6 +606,11 @@ def _read_file(
         with store.open(row["key"]) as f:
             source = pa.PythonFile(_unbuffered(f), mode="r")
             fragment = plan.file_format.make_fragment(source)
+            if span != (0, None):
+                groups = _row_groups(fragment.metadata, *span)
+                if not groups:
+                    return
+                fragment = fragment.subset(row_group_ids=groups)
             names = [f.name for f in plan.data_schema]
             for batch in fragment.to_batches(schema=plan.data_schema, columns=names):
                 columns = {name: batch.column(name) for name in names}
@@ -574,6 +635,29 @@ def _read_file(
         raise CorruptedData(
             f"cannot read object {row['path']!r} under {plan.where} at {where}: {exc}"
         ) from None
+
+
+def _row_groups(metadata: pq.FileMetaData, begin: int, end: int | None) -> list[int]:
+    """The row groups of a file range, by Spark's rule (parquet-mr's midpoint filter): a
+    group belongs to the range its bytes' midpoint lies in, so each is read by exactly one
+    of the file's ranges, and a range holding no midpoint reads nothing. The first range is
+    open below and the last open above (`_pieces`), so a group a hostile footer places
+    outside the file is still read once, and fails there."""
+    chosen = []
+    for number in range(metadata.num_row_groups):
+        group = metadata.row_group(number)
+        midpoint = 0
+        if group.num_columns:
+            chunk = group.column(0)
+            start = chunk.data_page_offset
+            dictionary = chunk.dictionary_page_offset
+            if chunk.has_dictionary_page and dictionary and 0 < dictionary < start:
+                start = dictionary
+            size = sum(group.column(c).total_compressed_size for c in range(group.num_columns))
+            midpoint = start + size // 2
+        if (begin == 0 or midpoint >= begin) and (end is None or midpoint < end):
+            chosen.append(number)
+    return chosen
 
 
 def _unbuffered(f: BinaryIO) -> io.RawIOBase | BinaryIO:

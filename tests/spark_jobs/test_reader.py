@@ -4,9 +4,13 @@ listing streamed into manifests; typed errors for bad input and for objects GC c
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import io
+import math
 import os
+from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -31,10 +35,31 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
-def parquet(rows: list[dict[str, Any]]) -> bytes:
+def parquet(rows: list[dict[str, Any]], row_group_size: int | None = None) -> bytes:
     out = io.BytesIO()
-    pq.write_table(pa.Table.from_pylist(rows), out)
+    pq.write_table(pa.Table.from_pylist(rows), out, row_group_size=row_group_size)
     return out.getvalue()
+
+
+def payload_rows(first: int, count: int) -> list[dict[str, Any]]:
+    """Rows that do not compress: a file's size grows with its rows."""
+    return [{"id": i, "blob": os.urandom(48).hex()} for i in range(first, first + count)]
+
+
+@contextlib.contextmanager
+def split_settings(spark: SparkSession, max_bytes: int, open_cost: int) -> Iterator[None]:
+    spark.conf.set("spark.sql.files.maxPartitionBytes", str(max_bytes))
+    spark.conf.set("spark.sql.files.openCostInBytes", str(open_cost))
+    try:
+        yield
+    finally:
+        spark.conf.unset("spark.sql.files.maxPartitionBytes")
+        spark.conf.unset("spark.sql.files.openCostInBytes")
+
+
+def ids_by_partition(frame: DataFrame) -> list[list[int]]:
+    """Each Spark partition's ids, in partition order."""
+    return [sorted(row[0] for row in rows) for rows in frame.select("id").rdd.glom().collect()]
 
 
 def orders(first: int, count: int) -> list[dict[str, Any]]:
@@ -323,3 +348,101 @@ def test_a_manifest_scope_removes_its_reads_manifests_when_it_ends(
     assert not os.path.exists(made[1])
     assert os.path.exists(made[0])
     assert len(collected(outside)) == 3
+
+
+def test_a_large_parquet_file_is_read_in_ranges_by_several_tasks(
+    spark: SparkSession, reader_lake: ReaderLake, tmp_path: Path
+) -> None:
+    """A file of 40 row groups, four times the split size: one task per range of the file,
+    each reading the row groups whose midpoint lies in its range, so every row once, in the
+    same partitions as Spark's own Parquet source puts them when it reads the same bytes."""
+    main = reader_lake.repo.branch("main")
+    data = parquet(payload_rows(0, 4_000), row_group_size=100)
+    main.upload("big/k=7/part-0.parquet", data)
+    (tmp_path / "same.parquet").write_bytes(data)
+    split = len(data) // 4 + 1
+    with split_settings(spark, split, 1024):
+        frame = read_parquet(spark, main, "big/", s3_options=reader_lake.s3_options)
+        spark_own = ids_by_partition(spark.read.parquet(str(tmp_path / "same.parquet")))
+
+    parts = ids_by_partition(frame)
+    assert frame.rdd.getNumPartitions() == math.ceil(len(data) / split) == 4
+    assert all(parts), "every range holds some row groups' midpoints"
+    assert sorted(i for part in parts for i in part) == list(range(4_000))
+    assert parts == spark_own
+    assert set(frame.select("k").distinct().collect()) == {(7,)}
+
+
+def test_a_huge_row_group_is_read_by_one_task_among_small_files(
+    spark: SparkSession, reader_lake: ReaderLake
+) -> None:
+    """A file of one row group larger than three splits is cut in ranges, but only the
+    range holding the group's midpoint reads it; the small files beside it are read whole,
+    with their own partition values."""
+    from pyspark.sql.functions import spark_partition_id
+
+    main = reader_lake.repo.branch("main")
+    huge = parquet(payload_rows(0, 3_000))
+    main.upload("mix/k=1/a.parquet", parquet(payload_rows(10_000, 5)))
+    main.upload("mix/k=2/huge.parquet", huge)
+    main.upload("mix/k=3/c.parquet", parquet(payload_rows(20_000, 7)))
+    split = len(huge) // 3 - 1
+    with split_settings(spark, split, 1024):
+        frame = read_parquet(spark, main, "mix/", s3_options=reader_lake.s3_options)
+
+    assert frame.rdd.getNumPartitions() >= 4
+    rows = frame.select("id", "k", spark_partition_id().alias("task")).collect()
+    assert sorted(r.id for r in rows) == [
+        *range(3_000),
+        *range(10_000, 10_005),
+        *range(20_000, 20_007),
+    ]
+    assert len({r.task for r in rows if r.k == 2}) == 1
+    assert {r.k for r in rows if r.id < 3_000} == {2}
+    assert sorted(r.id for r in rows if r.k != 2) == [
+        *range(10_000, 10_005),
+        *range(20_000, 20_007),
+    ]
+
+
+def test_a_csv_file_larger_than_a_split_is_read_whole_by_one_task(
+    spark: SparkSession, reader_lake: ReaderLake
+) -> None:
+    main = reader_lake.repo.branch("main")
+    text = "id,blob\n" + "".join(f"{i},{os.urandom(48).hex()}\n" for i in range(2_000))
+    main.upload("csv/a.csv", text.encode())
+    with split_settings(spark, len(text) // 5, 1024):
+        frame = read_files(spark, main, "csv/", format="csv", s3_options=reader_lake.s3_options)
+
+    assert frame.rdd.getNumPartitions() == 1
+    assert ids_by_partition(frame) == [list(range(2_000))]
+
+
+def corrupt_footer(data: bytes) -> bytes:
+    """The file with its footer's bytes overwritten: its length and magic kept, so the
+    footer is found and fails to parse."""
+    length = int.from_bytes(data[-8:-4], "little")
+    return data[: -8 - length] + b"\xff" * length + data[-8:]
+
+
+def test_a_large_file_with_a_corrupt_footer_fails_with_the_readers_error(
+    spark: SparkSession, reader_lake: ReaderLake
+) -> None:
+    """Read without a schema, the footer is the first file's and fails on the driver with
+    `CorruptedData`; with a schema, each range's task reads it and the action fails with
+    the task's `CorruptedData` naming the object, not a Java error."""
+    from pyspark.errors import PythonException
+
+    main = reader_lake.repo.branch("main")
+    main.upload("bad/a.parquet", corrupt_footer(parquet(payload_rows(0, 2_000), 100)))
+    options = reader_lake.s3_options
+    with split_settings(spark, 16 * 1024, 1024):
+        with pytest.raises(CorruptedData, match=r"schema of 'bad/a.parquet' at 'main'"):
+            read_parquet(spark, main, "bad/", s3_options=options)
+        frame = read_parquet(spark, main, "bad/", schema="id long, blob string", s3_options=options)
+
+    assert frame.rdd.getNumPartitions() > 1
+    with pytest.raises(
+        PythonException, match=r"CorruptedData: cannot read object 'bad/a.parquet' under 'bad/'"
+    ):
+        frame.collect()
