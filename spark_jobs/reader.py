@@ -542,17 +542,30 @@ def _slice(manifest: str, first: _Piece, last: _Piece) -> Slice:
 
 
 def _split_settings(spark: SparkSession) -> tuple[int, int]:
-    def size(key: str, default: str) -> int:
+    """`maxPartitionBytes` and `openCostInBytes` in bytes. A split size below 1 is refused:
+    it would cut a file into one piece per byte, each a slice the driver holds."""
+
+    def size(key: str, default: str, least: int) -> int:
         value = str(spark.conf.get(key, default)).strip().lower()
-        units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-        unit = value[-2] if value.endswith("b") and len(value) > 1 else value[-1]
-        if unit in units:
-            return int(float(value.rstrip("b")[:-1]) * units[unit])
-        return int(value.rstrip("b"))
+        units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+        try:
+            unit = value[-2] if value.endswith("b") and len(value) > 1 else value[-1]
+            if unit in units:
+                number = int(float(value.rstrip("b")[:-1]) * units[unit])
+            else:
+                number = int(value.rstrip("b"))
+        except (IndexError, ValueError):
+            number = least - 1
+        if number < least:
+            raise InvalidArgument(
+                f"{key}={value!r} is not a size of at least {least} byte(s) "
+                "(a number of bytes, or with a unit: 128m, 4m, 1g)"
+            )
+        return number
 
     return (
-        size("spark.sql.files.maxPartitionBytes", "128m"),
-        size("spark.sql.files.openCostInBytes", "4m"),
+        size("spark.sql.files.maxPartitionBytes", "128m", 1),
+        size("spark.sql.files.openCostInBytes", "4m", 0),
     )
 
 

@@ -446,3 +446,42 @@ def test_a_large_file_with_a_corrupt_footer_fails_with_the_readers_error(
         PythonException, match=r"CorruptedData: cannot read object 'bad/a.parquet' under 'bad/'"
     ):
         frame.collect()
+
+
+def test_negative_or_zero_split_settings_are_refused(
+    spark: SparkSession, reader_lake: ReaderLake
+) -> None:
+    main = reader_lake.repo.branch("main")
+    main.upload("t/a.parquet", parquet(orders(0, 3)))
+    for max_bytes, open_cost in (("0", "4m"), ("-1", "4m"), ("128m", "-1")):
+        spark.conf.set("spark.sql.files.maxPartitionBytes", max_bytes)
+        spark.conf.set("spark.sql.files.openCostInBytes", open_cost)
+        try:
+            with pytest.raises(InvalidArgument, match=r"spark\.sql\.files\..* is not a size"):
+                read_parquet(spark, main, "t/", s3_options=reader_lake.s3_options)
+        finally:
+            spark.conf.unset("spark.sql.files.maxPartitionBytes")
+            spark.conf.unset("spark.sql.files.openCostInBytes")
+
+
+def test_a_large_file_collected_after_the_read_was_planned_fails_its_ranges_by_name(
+    spark: SparkSession, local_gc: GCLake
+) -> None:
+    """Each range of a file cut in pieces opens the object itself: once a GC run collected
+    it, the evaluation fails naming it, and no range yields rows of it."""
+    main = local_gc.repo.branch("main")
+    main.upload("t/keep.parquet", parquet(orders(0, 2)))
+    main.commit("keep")
+    big = parquet(payload_rows(100, 2_000), 100)
+    main.upload("t/staged.parquet", big)
+    with split_settings(spark, len(big) // 3, 1024):
+        frame = read_parquet(spark, main, "t/")
+    assert frame.rdd.getNumPartitions() >= 3
+    main.delete("t/staged.parquet")
+    local_gc.lake.wait_for_cleanup()
+
+    assert local_gc.run().counts["deleted"].objects == 1
+    with pytest.raises(
+        Exception, match=r"object 't/staged.parquet' under 't/' at 'main'.* missing"
+    ):
+        frame.collect()
