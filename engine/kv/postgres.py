@@ -13,9 +13,12 @@ import hashlib
 import os
 import re
 import select as sockets
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
+from psycopg import pq
+from psycopg.errors import error_from_result
 from sqlalchemy import Engine, MetaData, create_engine, func, inspect, make_url, select
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import ArgumentError, DBAPIError
@@ -101,7 +104,7 @@ class PostgresStore(SQLStore):
 
     def _open_cursor(self, dbapi: Any) -> Cursor:
         dbapi.autocommit = True
-        return dbapi.cursor()
+        return _PreparedCursor(dbapi.pgconn)
 
     def _is_broken(self, dbapi: Any) -> bool:
         return bool(dbapi.closed or dbapi.broken)
@@ -141,6 +144,86 @@ class PostgresStore(SQLStore):
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
         reason = scrub(reason, self._secrets)
         return Unavailable(f"PostgreSQL at {self._redacted} is unavailable: {reason}")
+
+
+_DONE = (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK)
+
+
+class _PreparedCursor:
+    """The hot statements straight on libpq: each prepared once per session under a name of
+    its own, then run with binary parameters and results.
+
+    psycopg's cursor spends as much client CPU per statement as libpq and the round trip
+    together (query conversion, its prepared-statement cache, adapters, row building, its
+    wait loop): with many writers on a few cores that CPU is the throughput. The session is
+    in autocommit and runs one statement at a time (`_Connection`), so nothing psycopg
+    tracks goes stale. Failures are psycopg's own exceptions, so the store's handling of
+    lost sessions is unchanged; a lost session leaves `pgconn` BAD, hence `broken`. The
+    call blocks in libpq, as psycopg's wait loop blocks in `select`, but without the GIL
+    held; a Ctrl-C lands when the statement returns.
+    """
+
+    __slots__ = ("_pgconn", "_prepared", "_result", "rowcount")
+
+    def __init__(self, pgconn: Any) -> None:
+        self._pgconn = pgconn
+        self._prepared: dict[str, tuple[bytes, list[int] | None]] = {}
+        self._result: Any = None
+        self.rowcount = -1
+
+    def execute(self, sql: str, params: Sequence[Any], /) -> _PreparedCursor:
+        try:
+            name, formats = self._prepared[sql]
+        except KeyError:
+            name, formats = self._prepare(sql, params)
+        if formats is None:
+            result = self._pgconn.exec_prepared(name, params, _binary(len(params)), 1)
+        else:
+            values = [v if f else str(v).encode() for v, f in zip(params, formats, strict=True)]
+            result = self._pgconn.exec_prepared(name, values, formats, 1)
+        if result.status not in _DONE:
+            raise error_from_result(result, encoding=self._pgconn._encoding)
+        self._result = result
+        self.rowcount = result.command_tuples or 0
+        return self
+
+    def _prepare(self, sql: str, params: Sequence[Any]) -> tuple[bytes, list[int] | None]:
+        """Prepare `sql` on this session; integers (limits) go as text, the server's type
+        for them being whatever it inferred, bytes as bytea in binary."""
+        name = f"bw_{len(self._prepared)}".encode()
+        numbered = iter(range(1, len(params) + 1))
+        text = re.sub("%s", lambda _: f"${next(numbered)}", sql)
+        result = self._pgconn.prepare(name, text.encode(), None)
+        if result.status != pq.ExecStatus.COMMAND_OK:
+            raise error_from_result(result, encoding=self._pgconn._encoding)
+        kinds = [int(isinstance(v, bytes)) for v in params]
+        formats = None if all(kinds) else kinds
+        self._prepared[sql] = name, formats
+        return name, formats
+
+    def fetchone(self) -> Any:
+        result = self._result
+        if not result.ntuples:
+            return None
+        return tuple(result.get_value(0, c) for c in range(result.nfields))
+
+    def fetchall(self) -> list[Any]:
+        result = self._result
+        get = result.get_value
+        if result.nfields == 2:
+            return [(get(r, 0), get(r, 1)) for r in range(result.ntuples)]
+        return [tuple(get(r, c) for c in range(result.nfields)) for r in range(result.ntuples)]
+
+
+_FORMATS: dict[int, list[int]] = {}
+
+
+def _binary(n: int) -> list[int]:
+    """Binary format for `n` parameters, one list per count."""
+    formats = _FORMATS.get(n)
+    if formats is None:
+        formats = _FORMATS[n] = [1] * n
+    return formats
 
 
 def _problem(parsed: URL, url: str) -> str | None:
