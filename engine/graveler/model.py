@@ -14,6 +14,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
+from functools import cached_property, lru_cache
 from typing import Any, Literal, NamedTuple
 
 from branchwater.engine.errors import CorruptedData, InvalidArgument
@@ -180,8 +181,9 @@ class RepositoryRecord:
     unique_id: str
     creation_date: datetime
 
-    @property
+    @cached_property
     def partition(self) -> bytes:
+        """Computed once: every KV call of a branch operation names it."""
         return f"{self.name}-{self.unique_id}".encode()
 
     def encode(self) -> bytes:
@@ -222,11 +224,20 @@ class BranchRecord:
 
     @classmethod
     def decode(cls, value: bytes) -> BranchRecord:
+        """Records are immutable and a branch's value changes only with a commit or a seal,
+        so a writer reading it twice per write decodes each value once (`_decode_branch`)."""
+        return _decode_branch(value)
+
+    @classmethod
+    def _decode(cls, value: bytes) -> BranchRecord:
         raw = json.loads(value)
         raw["sealed_tokens"] = tuple(raw["sealed_tokens"])
         if raw.get("compaction_start_time"):
             raw["compaction_start_time"] = datetime.fromisoformat(raw["compaction_start_time"])
         return cls(**raw)
+
+
+_decode_branch = lru_cache(maxsize=256)(BranchRecord._decode)
 
 
 @dataclass(frozen=True)

@@ -68,16 +68,15 @@ def _kept_entry(g: Graveler, repo: RepositoryRecord, branch_name: str, path: str
 
 
 def stage_entry(g: Graveler, repo: RepositoryRecord, branch_name: str, entry: Entry) -> None:
-    """Stage `entry` at its path; acknowledged only once it is in the current token."""
-
-    value = encode_entry(entry)
+    """Stage `entry` at its path; acknowledged only once it is in the current token. The
+    staged value is encoded (and checked) by the write itself; only a take-back needs it."""
 
     def write(branch: BranchRecord) -> bool:
         g.staging.put(branch.staging_token, entry.path, entry)
         return True
 
     def undo(token: str) -> None:
-        _take_back(g, token, entry.path, value)
+        _take_back(g, token, entry.path, encode_entry(entry))
 
     def shown() -> bool:
         look = find_branch_look(g, repo, branch_name, entry.path).value

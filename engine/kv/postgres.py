@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import os
 import re
 import select as sockets
@@ -147,6 +148,10 @@ class PostgresStore(SQLStore):
 
 
 _DONE = (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK)
+_SQLSTATE = pq.DiagnosticField.SQLSTATE
+_NO_SUCH_STATEMENT = b"26000"
+"""A session whose prepared statements were dropped (`DEALLOCATE ALL`, `DISCARD ALL`, a
+pooler that hands out another server session): this one's are prepared again, once."""
 
 
 class _PreparedCursor:
@@ -163,11 +168,12 @@ class _PreparedCursor:
     held; a Ctrl-C lands when the statement returns.
     """
 
-    __slots__ = ("_pgconn", "_prepared", "_result", "rowcount")
+    __slots__ = ("_names", "_pgconn", "_prepared", "_result", "rowcount")
 
     def __init__(self, pgconn: Any) -> None:
         self._pgconn = pgconn
         self._prepared: dict[str, tuple[bytes, list[int] | None]] = {}
+        self._names = itertools.count()
         self._result: Any = None
         self.rowcount = -1
 
@@ -176,21 +182,26 @@ class _PreparedCursor:
             name, formats = self._prepared[sql]
         except KeyError:
             name, formats = self._prepare(sql, params)
-        if formats is None:
-            result = self._pgconn.exec_prepared(name, params, _binary(len(params)), 1)
-        else:
-            values = [v if f else str(v).encode() for v, f in zip(params, formats, strict=True)]
-            result = self._pgconn.exec_prepared(name, values, formats, 1)
+        result = self._run(name, formats, params)
+        if result.status not in _DONE and result.error_field(_SQLSTATE) == _NO_SUCH_STATEMENT:
+            self._prepared.clear()
+            result = self._run(*self._prepare(sql, params), params)
         if result.status not in _DONE:
             raise error_from_result(result, encoding=self._pgconn._encoding)
         self._result = result
         self.rowcount = result.command_tuples or 0
         return self
 
+    def _run(self, name: bytes, formats: list[int] | None, params: Sequence[Any]) -> Any:
+        if formats is None:
+            return self._pgconn.exec_prepared(name, params, _binary(len(params)), 1)
+        values = [v if f else str(v).encode() for v, f in zip(params, formats, strict=True)]
+        return self._pgconn.exec_prepared(name, values, formats, 1)
+
     def _prepare(self, sql: str, params: Sequence[Any]) -> tuple[bytes, list[int] | None]:
         """Prepare `sql` on this session; integers (limits) go as text, the server's type
         for them being whatever it inferred, bytes as bytea in binary."""
-        name = f"bw_{len(self._prepared)}".encode()
+        name = f"bw_{next(self._names)}".encode()
         numbered = iter(range(1, len(params) + 1))
         text = re.sub("%s", lambda _: f"${next(numbered)}", sql)
         result = self._pgconn.prepare(name, text.encode(), None)
@@ -205,6 +216,8 @@ class _PreparedCursor:
         result = self._result
         if not result.ntuples:
             return None
+        if result.nfields == 1:
+            return (result.get_value(0, 0),)
         return tuple(result.get_value(0, c) for c in range(result.nfields))
 
     def fetchall(self) -> list[Any]:
