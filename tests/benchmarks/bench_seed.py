@@ -18,6 +18,10 @@ per 5,000 objects), and times:
   uncommitted and 1M stale on 16 executors, against lakeFS's published "about 3 hours" for
   that repository (`ratio` = projected / 3 h). How it is projected is the declaration's
   text, shown beside the figures on the benchmarks page.
+- `seed-retention`: the committed part (retention) of a run on the same cluster and server,
+  over `bench_gc_retention`'s history (a year of commits rewriting a table's files, 30 days'
+  retention) in a repository of its own, projected to the seed's 20M objects and 30K
+  commits against the same 3 hours.
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ import pyarrow as pa
 
 from tests.benchmarks.backends import Backend, open_backend
 from tests.benchmarks.bench_gc import Generated, Size, generate, run_gc
+from tests.benchmarks.bench_gc_retention import generate as generate_history
+from tests.benchmarks.bench_gc_retention import range_sets
 from tests.benchmarks.declarations import Benchmark, Suite
 
 SEED = {
@@ -78,6 +84,24 @@ BENCHMARKS = Suite(
             "(session, lease, records) stays as measured. On the embedded back end (local "
             "files) the same projection is a floor, not a promise",
             reference='that design\'s "about 3 hours"',
+            target=1,
+        ),
+        Benchmark(
+            "seed-retention",
+            measures="the committed part (retention) of a GC run (`--only committed`) on the "
+            "same cluster and back end, over a year of commits rewriting a table's files in "
+            "chunks with 30 days' retention (bench_gc_retention's history: `--history-objects`, "
+            "`--history-commits`), projected to the seed's 20M objects and 30K commits on 16 "
+            "executors. Assumptions: the commit classes (`retention_input`: the KV's commits, "
+            "timed apart from the run on the driver) scale with the commits and stay on the "
+            "driver; the rest of the retention phase (the active and expired-only ranges read, "
+            "their addresses anti-joined and attributed) scales with the addresses the history "
+            "holds (every object a version of a path, as here) and divides evenly over the "
+            "executors, each one core as fast as a worker here; `per_range_us` is that rest per "
+            "range file read, given for comparison, not projected (range versions per commit "
+            "depend on how a commit's changes spread over the paths); the run's fixed cost "
+            "stays as measured",
+            reference="lakeFS's GC design's \"about 3 hours\" for the same repository",
             target=1,
         ),
     ),
@@ -329,11 +353,105 @@ def report(measured: Measured, backend: Backend) -> None:
     )
 
 
+@dataclass(frozen=True)
+class RetentionMeasured:
+    """One committed-part run over a history: its retention phase, the commit classes'
+    seconds on the driver, and what they are over."""
+
+    run_s: float
+    retention_s: float
+    classes_s: float
+    commits: int
+    addresses: int
+    range_files: int
+    expired: int
+    cores: int
+
+    def projected(self) -> dict[str, float]:
+        rest = max(0.0, self.retention_s - self.classes_s)
+        return {
+            "classes": self.classes_s * SEED["commits"] / self.commits,
+            "ranges": rest * SEED["objects"] / self.addresses * self.cores / SEED["executors"],
+            "fixed": max(0.0, self.run_s - self.retention_s),
+        }
+
+    def per_unit_us(self) -> dict[str, float]:
+        rest = max(0.0, self.retention_s - self.classes_s)
+        return {
+            "per_commit": self.classes_s / self.commits * 1e6,
+            "per_range": rest / max(1, self.range_files) * 1e6,
+            "per_address": rest / self.addresses * 1e6,
+        }
+
+
+def measure_retention(
+    spark: Any, server: Any, scratch: Path, objects: int, commits: int, cores: int
+) -> tuple[RetentionMeasured, Backend]:
+    """`bench_gc_retention`'s history in a database and bucket of its own on `server`; an
+    untimed committed-part run, the commit classes timed alone, then the timed run."""
+    from datetime import UTC, datetime
+
+    from branchwater.engine.gc.runs.retention import retention_input
+    from branchwater.engine.gc.runs.storage import Namespace
+
+    with open_backend(scratch, server) as backend:
+        started = time.perf_counter()
+        lake, repo, _ = generate_history(backend, objects, commits, max(1, commits // 30))
+        print(f"  history: {time.perf_counter() - started:.1f} s", flush=True)
+        try:
+            gen = Generated(backend, lake, repo, [], [], [])
+            warm_s, _ = run_gc(spark, gen, only="committed")
+            print(f"  untimed committed run: {warm_s:.1f} s", flush=True)
+            started = time.perf_counter()
+            plan = retention_input(lake.graveler, repo.record, datetime.now(UTC))
+            classes_s = time.perf_counter() - started
+            if plan is None:
+                raise AssertionError("the history has no retention rules")
+            ns = Namespace.of(repo.storage_namespace, backend.s3_options)
+            range_files = sum(map(len, range_sets(ns, repo.committed_layout(), plan).values()))
+            run_s, summary = run_gc(spark, gen, only="committed")
+            held = objects + max(1, objects // 100)
+            return (
+                RetentionMeasured(
+                    run_s,
+                    summary.phases.get("retention", 0.0),
+                    classes_s,
+                    commits + 1,
+                    held,
+                    range_files,
+                    summary.volume("expired").objects,
+                    cores,
+                ),
+                backend,
+            )
+        finally:
+            lake.close()
+
+
+def report_retention(measured: RetentionMeasured, backend: Backend) -> None:
+    projected = measured.projected()
+    total = sum(projected.values())
+    units = {k: round(v, 2) for k, v in measured.per_unit_us().items()}
+    print(
+        f"BENCH seed-retention ratio={total / 3600 / SEED_HOURS:.3f} projected_s={total:.0f} "
+        f"seed_s={SEED_HOURS * 3600:.0f} run_s={measured.run_s:.1f} "
+        f"retention_s={measured.retention_s:.2f} classes_s={measured.classes_s:.2f} "
+        f"cost_us={json.dumps(units, separators=(',', ':'))} "
+        f"projected_parts_s={json.dumps({k: round(v) for k, v in projected.items()})} "
+        f"addresses={measured.addresses} commits={measured.commits} "
+        f"range_files={measured.range_files} expired={measured.expired} "
+        f"workers={measured.cores} executors={SEED['executors']} {backend.label}",
+        flush=True,
+    )
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="bench_seed", description=__doc__)
     parser.add_argument("--objects", type=int, default=1_000_000)
     parser.add_argument("--workers", type=int, default=2, help="one-core cluster workers")
     parser.add_argument("--worker-memory", default="1g")
+    parser.add_argument("--history-objects", type=int, default=20_000)
+    parser.add_argument("--history-commits", type=int, default=100)
     args, _ = parser.parse_known_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-seed-") as tmp:
         scratch = Path(tmp)
@@ -344,9 +462,18 @@ def main(argv: list[str]) -> None:
             spark = cluster_session(cluster, "768m")
             try:
                 measured = measure(spark, backend, seed_size(args.objects), cluster.cores)
+                report(measured, backend)
+                history, history_backend = measure_retention(
+                    spark,
+                    backend.server,
+                    scratch / "history",
+                    args.history_objects,
+                    args.history_commits,
+                    cluster.cores,
+                )
             finally:
                 spark.stop()
-            report(measured, backend)
+            report_retention(history, history_backend)
 
 
 if __name__ == "__main__":
