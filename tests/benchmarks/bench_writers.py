@@ -146,8 +146,11 @@ def entry(writer: int, i: int) -> Entry:
 # In each worker process: its lake, opened once for every window ---------------------------
 
 _LAKE: Lake | None = None
-_WRITTEN: dict[tuple[str, int], int] = {}
-"""Per (side, writer): how many rows it wrote so far, so every window writes new paths."""
+WINDOW_PATHS = 1_000_000
+"""Path numbers each window has to itself (a writer writes far fewer in one): window k's
+writers number their paths from k times this, so every window writes new paths whichever
+pool process runs which writer (a count kept per process repeated other processes' paths,
+and the commits after them found nothing to commit)."""
 
 
 def lake_of(backend: Backend) -> Lake:
@@ -157,11 +160,13 @@ def lake_of(backend: Backend) -> Lake:
     return _LAKE
 
 
-def write_window(backend: Backend, plan: Plan, side: str, writer: int, deadline: float) -> Window:
+def write_window(
+    backend: Backend, plan: Plan, side: str, writer: int, window_no: int, deadline: float
+) -> Window:
     """One writer's loop until `deadline`."""
     lake = lake_of(backend)
     window = Window()
-    start = _WRITTEN.get((side, writer), 0)
+    start = window_no * WINDOW_PATHS
     i = start
     if side == OURS:
         g = lake.graveler
@@ -200,7 +205,6 @@ def write_window(backend: Backend, plan: Plan, side: str, writer: int, deadline:
         finally:
             store._give(conn)
     window.writes = i - start
-    _WRITTEN[side, writer] = i
     return window
 
 
@@ -228,7 +232,9 @@ class _BranchReads:
         return cls._installed[id(g)]
 
 
-def run_window(backend: Backend, plan: Plan, side: str, slot: int, start: Any) -> Window:
+def run_window(
+    backend: Backend, plan: Plan, side: str, window_no: int, slot: int, start: Any
+) -> Window:
     """One process's writers (threads) for one window, started with every other process's."""
     lake_of(backend)
     start.wait(120)
@@ -236,7 +242,8 @@ def run_window(backend: Backend, plan: Plan, side: str, slot: int, start: Any) -
     results: list[Window] = [Window() for _ in range(plan.threads)]
 
     def one(t: int) -> None:
-        results[t] = write_window(backend, plan, side, slot * plan.threads + t, deadline)
+        writer = slot * plan.threads + t
+        results[t] = write_window(backend, plan, side, writer, window_no, deadline)
 
     threads = [threading.Thread(target=one, args=(t,)) for t in range(plan.threads)]
     for thread in threads:
@@ -268,9 +275,9 @@ def measure_writers(backend: Backend, plan: Plan, rounds: int) -> dict[str, Wind
         start = manager.Barrier(plan.processes)
         for round_ in range(rounds + 1):
             order = (OURS, FLOOR) if round_ % 2 == 0 else (FLOOR, OURS)
-            for side in order:
+            for window_no, side in enumerate(order, 2 * round_):
                 jobs = [
-                    pool.apply_async(run_window, (backend, plan, side, slot, start))
+                    pool.apply_async(run_window, (backend, plan, side, window_no, slot, start))
                     for slot in range(plan.processes)
                 ]
                 windows = [job.get(plan.seconds * 20 + 300) for job in jobs]
