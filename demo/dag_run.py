@@ -2,7 +2,8 @@
 
 `python -m branchwater.demo.dag_run DAG_ID [CONF_JSON] --out FILE` runs in a child whose
 environment names its Airflow home; the result (states, tries, XCom values) is written to
-FILE as JSON for the parent to read.
+FILE as JSON for the parent to read. With `--serve` the child runs one DAG after another,
+each asked for as a JSON line on its stdin, in the same home.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import json
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -120,8 +121,8 @@ def run_dag(
     return collect(dag.dag_id, dag_run.run_id, str(dag_run.state))
 
 
-def load_dag(dag_id: str) -> DAG:
-    """`dag_id` from the project's `dags/` folder, parsed as the DAG processor parses it."""
+def load_dags() -> dict[str, DAG]:
+    """The project's `dags/` folder, parsed as the DAG processor parses it."""
     from airflow.dag_processing.dagbag import DagBag
 
     from branchwater.demo.airflow_home import DAGS_FOLDER
@@ -129,20 +130,49 @@ def load_dag(dag_id: str) -> DAG:
     bag = DagBag(dag_folder=str(DAGS_FOLDER))
     if bag.import_errors:
         raise SystemExit(f"dags/ does not import: {bag.import_errors}")
-    dag = bag.get_dag(dag_id)
-    if dag is None:
+    return dict(bag.dags)
+
+
+def pick(dags: dict[str, DAG], dag_id: str) -> DAG:
+    if dag_id not in dags:
+        from branchwater.demo.airflow_home import DAGS_FOLDER
+
         raise SystemExit(f"no DAG {dag_id!r} in {DAGS_FOLDER}")
-    return dag
+    return dags[dag_id]
+
+
+def write_result(out: Path, result: RunResult) -> None:
+    """Whole or not at all: the parent takes the file's appearance for the run's end."""
+    part = out.with_suffix(".part")
+    part.write_text(result.to_json())
+    part.replace(out)
+
+
+def serve(requests: IO[str]) -> None:
+    """Run DAGs one after another as requests come, a JSON line each (`dag_id`, `conf`,
+    `out`), in one process: importing Airflow and parsing `dags/` cost as much as a short
+    DAG run, paid here once. Returns when `requests` ends."""
+    dags = load_dags()
+    for line in requests:
+        request = json.loads(line)
+        result = run_dag(pick(dags, request["dag_id"]), request["conf"])
+        write_result(Path(request["out"]), result)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="branchwater.demo.dag_run", description=__doc__)
-    parser.add_argument("dag_id")
+    parser.add_argument("dag_id", nargs="?")
     parser.add_argument("conf", nargs="?", default="{}", help="the run's conf, as JSON")
-    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--serve", action="store_true", help="take runs as JSON lines on stdin")
     args = parser.parse_args(argv)
-    result = run_dag(load_dag(args.dag_id), json.loads(args.conf))
-    args.out.write_text(result.to_json())
+    if args.serve:
+        serve(sys.stdin)
+        return 0
+    if args.dag_id is None or args.out is None:
+        parser.error("DAG_ID and --out are needed unless --serve")
+    result = run_dag(pick(load_dags(), args.dag_id), json.loads(args.conf))
+    write_result(args.out, result)
     return 0
 
 

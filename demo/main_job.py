@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,48 +90,98 @@ class DemoLake:
 
 
 class DagRunner:
-    """Runs DAGs of `dags/` in child processes, each in a fresh Airflow home of one family."""
+    """Runs DAGs of `dags/` in child processes, each in a fresh Airflow home of one family:
+    runs at once in a child each, runs one after another in one child kept for them all
+    (`serial`), started early so that it has imported Airflow by its first run."""
 
     def __init__(self, family: HomeFamily, logs: Path) -> None:
         self.family = family
         self.logs = logs
         self.count = 0
+        self.serial: tuple[subprocess.Popen[bytes], Path] | None = None
 
-    def start(self, dag_id: str, conf: dict[str, Any]) -> tuple[subprocess.Popen[bytes], Path]:
-        self.count += 1
-        name = f"{self.count:02d}-{dag_id}"
+    def start(
+        self, name: str, arguments: list[str], **pipes: Any
+    ) -> tuple[subprocess.Popen[bytes], Path]:
         environment = self.family.home(name)
-        out = self.logs / f"{name}.json"
-        log = (self.logs / f"{name}.log").open("wb")
-        command = [sys.executable, "-m", "branchwater.demo.dag_run", dag_id, json.dumps(conf)]
-        process = subprocess.Popen(
-            [*command, "--out", str(out)],
-            env={**os.environ, **environment},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        return process, out
+        log = self.logs / f"{name}.log"
+        with log.open("wb") as sink:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "branchwater.demo.dag_run", *arguments],
+                env={**os.environ, **environment},
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                **pipes,
+            )
+        return process, log
+
+    def out(self, dag_id: str) -> Path:
+        self.count += 1
+        return self.logs / f"{self.count:02d}-{dag_id}.json"
+
+    def start_serial(self) -> None:
+        self.serial = self.start("serial", ["--serve"], stdin=subprocess.PIPE)
+
+    def close(self) -> None:
+        """Let the serial child end (its stdin closed), or end it if it does not."""
+        if self.serial is None:
+            return
+        process, _ = self.serial
+        self.serial = None
+        if process.stdin is not None:
+            process.stdin.close()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    @staticmethod
+    def result(out: Path, log: Path) -> RunResult:
+        result = RunResult.from_json(out.read_text())
+        if result.state != "success":
+            failed = sorted(t for t, s in result.states.items() if s != "success")
+            raise SystemExit(
+                f"{result.dag_id} ended {result.state} (tasks {', '.join(failed)}); see {log}"
+            )
+        return result
 
     def run_all(self, runs: list[tuple[str, dict[str, Any]]]) -> list[RunResult]:
         """Start every run at once, wait for all, and fail naming the log of any that failed."""
-        started = [self.start(dag_id, conf) for dag_id, conf in runs]
+        started = []
+        for dag_id, conf in runs:
+            out = self.out(dag_id)
+            arguments = [dag_id, json.dumps(conf), "--out", str(out)]
+            started.append((*self.start(out.stem, arguments), out))
         results = []
-        for process, out in started:
+        for process, log, out in started:
             code = process.wait()
             if code != 0 or not out.exists():
-                raise SystemExit(f"a DAG run failed to run ({code}); see {out.with_suffix('.log')}")
-            result = RunResult.from_json(out.read_text())
-            if result.state != "success":
-                failed = sorted(t for t, s in result.states.items() if s != "success")
-                raise SystemExit(
-                    f"{result.dag_id} ended {result.state} (tasks {', '.join(failed)}); "
-                    f"see {out.with_suffix('.log')}"
-                )
-            results.append(result)
+                raise SystemExit(f"a DAG run failed to run ({code}); see {log}")
+            results.append(self.result(out, log))
         return results
 
     def run(self, dag_id: str, conf: dict[str, Any]) -> RunResult:
-        return self.run_all([(dag_id, conf)])[0]
+        """One run, in the serial child (started here if it is not yet)."""
+        if self.serial is None:
+            self.start_serial()
+        assert self.serial is not None
+        process, log = self.serial
+        out = self.out(dag_id)
+        request = json.dumps({"dag_id": dag_id, "conf": conf, "out": str(out)}) + "\n"
+        assert process.stdin is not None
+        try:
+            process.stdin.write(request.encode())
+            process.stdin.flush()
+        except BrokenPipeError:
+            pass
+        while not out.exists():
+            if process.poll() is not None:
+                raise SystemExit(
+                    f"the DAG runner ended ({process.returncode}) before {dag_id} did; see {log}"
+                )
+            time.sleep(0.2)
+        return self.result(out, log)
 
 
 def etl_conf(run: int, config: DemoConfig) -> dict[str, Any]:
@@ -201,11 +251,12 @@ def run(config: DemoConfig) -> dict[str, Any]:
     progress = Progress(total=6)
     summary: dict[str, Any] = {}
 
-    with Lake.connect(lake_place.kv_url) as lake:
+    with Lake.connect(lake_place.kv_url) as lake, closing(runner):
         repo = lake.create_repository(REPOSITORY, (lake_place.namespace_root / REPOSITORY).as_uri())
         protect_main(repo)
         with progress.step("Migrating Airflow's metadata DB (SQLite)"):
             family.prepare()
+        runner.start_serial()
         with progress.step(
             f"{config.etl_runs} ETL runs at once, {config.etl_runs * config.partitions_per_run} "
             "branches merging into main"

@@ -1,6 +1,7 @@
 """`make demo`'s main job end to end, smaller: concurrent ETL runs merging into `main`, the
-compaction check, a clean GC run, more work and an optimized GC run, each a real DAG run in
-its own Airflow home, on the embedded default (SQLite, local files, local Spark).
+compaction check, a clean GC run, more work and an optimized GC run, each a real DAG run
+(the concurrent ones each in a process and Airflow home of its own, the others one after
+another in one), on the embedded default (SQLite, local files, local Spark).
 
 It is also the test of the GC DAGs' happy path (clean then optimized, each with its sweep):
 tests/dags/test_gc.py keeps the failed gate, and tests/stack a dry run."""
@@ -61,8 +62,7 @@ def test_the_main_job_runs_every_dag_and_says_what_it_did(
         rows=20,
         garbage_objects=12,
         later_garbage_objects=4,
-        # Exactly the compaction check's threshold (due at >= 1000): staging one tombstone
-        # costs an upload and a delete, over a minute for 1,100 on a loaded machine.
+        # Exactly the compaction check's threshold (due at >= 1000).
         tombstones=1_000,
     )
 
