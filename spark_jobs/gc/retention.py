@@ -122,7 +122,7 @@ def expired_candidates(
     shuffle; the grouping, with its lists of ranges, then runs on candidates' rows only).
     Nothing address-sized is shipped to a task or collected on the driver here."""
     active_metaranges, expired_metaranges = plan.active_metaranges(), plan.expired_metaranges()
-    pairs = _range_pairs(spark, ns, layout, active_metaranges | expired_metaranges, readers)
+    pairs = _range_pairs(ns, layout, active_metaranges | expired_metaranges)
     active_ranges = {r for r, m in pairs if m in active_metaranges}
     trees: dict[str, set[str]] = {}
     for range_id, metarange in pairs:
@@ -170,7 +170,7 @@ def active_addresses(
 ) -> DataFrame:
     """Every address an active commit holds (one column, `address`, not distinct)."""
     metaranges = plan.active_metaranges()
-    ranges = {r for r, _ in _range_pairs(spark, ns, layout, metaranges, readers)}
+    ranges = {r for r, _ in _range_pairs(ns, layout, metaranges)}
     return _addresses(spark, ns, layout, ranges, readers)
 
 
@@ -330,30 +330,21 @@ def _write(ns: Namespace, run_id: str, table: pa.Table, per_file: int) -> list[s
 
 
 def _range_pairs(
-    spark: SparkSession, ns: Namespace, layout: CommittedLayout, metaranges: set[str], readers: int
+    ns: Namespace, layout: CommittedLayout, metaranges: set[str]
 ) -> list[tuple[str, str]]:
-    """(range id, metarange id) for every range each of `metaranges` lists."""
-    if not metaranges:
-        return []
-    named = {layout.metarange_key(m): m for m in sorted(metaranges)}
-    keys = list(named)
-    task = partial(_metarange_ranges, ns, layout, named)
-    pairs = map_shares(
-        spark, keys, task, "range_id string, metarange_id string", _tasks(keys, readers)
+    """(range id, metarange id) for every range each of `metaranges` lists, read on the
+    driver: a metarange is one small file of range ids, which the driver keeps anyway, and a
+    Spark job to read them cost more than the reads (and a collect of its rows)."""
+    ordered = sorted(metaranges)
+    column = layout.metarange_range_column
+    tables = ns.map_keys(
+        [layout.metarange_key(m) for m in ordered], lambda key: ns.read_parquet(key, [column])
     )
-    return [(row.range_id, row.metarange_id) for row in pairs.collect()]
-
-
-def _metarange_ranges(
-    ns: Namespace, layout: CommittedLayout, named: dict[str, str], keys: list[str]
-) -> Iterator[pa.RecordBatch]:
-    for key in keys:
-        metarange = named[key]
-        ranges = ns.read_parquet(key, [layout.metarange_range_column]).column(0)
-        yield pa.record_batch(
-            [ranges.combine_chunks(), pa.repeat(pa.scalar(metarange), len(ranges))],
-            names=["range_id", "metarange_id"],
-        )
+    return [
+        (range_id, metarange)
+        for metarange, table in zip(ordered, tables, strict=True)
+        for range_id in table.column(0).to_pylist()
+    ]
 
 
 def _inside(ns: Namespace, layout: CommittedLayout, key: str) -> pa.Table:
