@@ -15,7 +15,7 @@ import os
 import re
 import select as sockets
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg import pq
@@ -154,6 +154,15 @@ _NO_SUCH_STATEMENT = b"26000"
 pooler that hands out another server session): this one's are prepared again, once."""
 
 
+class _Statement(NamedTuple):
+    """A statement prepared on one session: its name, each parameter's format (1: binary
+    bytes, 0: text), and whether all are binary (the parameters then go as they are)."""
+
+    name: bytes
+    formats: list[int]
+    binary: bool
+
+
 class _PreparedCursor:
     """The hot statements straight on libpq: each prepared once per session under a name of
     its own, then run with binary parameters and results.
@@ -172,33 +181,34 @@ class _PreparedCursor:
 
     def __init__(self, pgconn: Any) -> None:
         self._pgconn = pgconn
-        self._prepared: dict[str, tuple[bytes, list[int] | None]] = {}
+        self._prepared: dict[str, _Statement] = {}
         self._names = itertools.count()
         self._result: Any = None
         self.rowcount = -1
 
     def execute(self, sql: str, params: Sequence[Any], /) -> _PreparedCursor:
         try:
-            name, formats = self._prepared[sql]
+            statement = self._prepared[sql]
         except KeyError:
-            name, formats = self._prepare(sql, params)
-        result = self._run(name, formats, params)
+            statement = self._prepare(sql, params)
+        result = self._run(statement, params)
         if result.status not in _DONE and result.error_field(_SQLSTATE) == _NO_SUCH_STATEMENT:
             self._prepared.clear()
-            result = self._run(*self._prepare(sql, params), params)
+            result = self._run(self._prepare(sql, params), params)
         if result.status not in _DONE:
             raise error_from_result(result, encoding=self._pgconn._encoding)
         self._result = result
         self.rowcount = result.command_tuples or 0
         return self
 
-    def _run(self, name: bytes, formats: list[int] | None, params: Sequence[Any]) -> Any:
-        if formats is None:
-            return self._pgconn.exec_prepared(name, params, _binary(len(params)), 1)
+    def _run(self, statement: _Statement, params: Sequence[Any]) -> Any:
+        name, formats, binary = statement
+        if binary:
+            return self._pgconn.exec_prepared(name, params, formats, 1)
         values = [v if f else str(v).encode() for v, f in zip(params, formats, strict=True)]
         return self._pgconn.exec_prepared(name, values, formats, 1)
 
-    def _prepare(self, sql: str, params: Sequence[Any]) -> tuple[bytes, list[int] | None]:
+    def _prepare(self, sql: str, params: Sequence[Any]) -> _Statement:
         """Prepare `sql` on this session; integers (limits) go as text, the server's type
         for them being whatever it inferred, bytes as bytea in binary."""
         name = f"bw_{next(self._names)}".encode()
@@ -207,10 +217,9 @@ class _PreparedCursor:
         result = self._pgconn.prepare(name, text.encode(), None)
         if result.status != pq.ExecStatus.COMMAND_OK:
             raise error_from_result(result, encoding=self._pgconn._encoding)
-        kinds = [int(isinstance(v, bytes)) for v in params]
-        formats = None if all(kinds) else kinds
-        self._prepared[sql] = name, formats
-        return name, formats
+        formats = [int(isinstance(v, bytes)) for v in params]
+        statement = self._prepared[sql] = _Statement(name, formats, all(formats))
+        return statement
 
     def fetchone(self) -> Any:
         result = self._result
@@ -226,17 +235,6 @@ class _PreparedCursor:
         if result.nfields == 2:
             return [(get(r, 0), get(r, 1)) for r in range(result.ntuples)]
         return [tuple(get(r, c) for c in range(result.nfields)) for r in range(result.ntuples)]
-
-
-_FORMATS: dict[int, list[int]] = {}
-
-
-def _binary(n: int) -> list[int]:
-    """Binary format for `n` parameters, one list per count."""
-    formats = _FORMATS.get(n)
-    if formats is None:
-        formats = _FORMATS[n] = [1] * n
-    return formats
 
 
 def _problem(parsed: URL, url: str) -> str | None:
