@@ -136,6 +136,8 @@ def test_boundaries_keep_the_first_definition(target_entries: int) -> None:
     chunked = pa.chunked_array([paths[:3_000], paths[3_000:]], pa.string())
     assert boundary_rows(chunked, target_entries) == expected
     assert boundary_indexes([], target_entries) == []
+    policy = RangePolicy(target_entries=target_entries)
+    assert [i for i, path in enumerate(paths) if policy.is_boundary(path)] == expected
 
 
 def test_range_id_depends_on_values_not_on_arrow_layout() -> None:
