@@ -103,6 +103,10 @@ LIST_SCHEMA = pa.schema(
 _BUCKET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,253}[A-Za-z0-9]$")
 _STATUS = re.compile(r"non-2xx status code: (\d{3})")
 _CODE = re.compile(r"<Code>([^<]+)</Code>")
+_PLAIN_KEY = re.compile(r"(?:(?!\.\.?/)[^/\x00-\x1f\x7f]+/)*(?!\.\.?\Z)[^/\x00-\x1f\x7f]+")
+"""A key `check_object_key` accepts and obstore can address, told by one C-speed match:
+a sweep deletes millions, and the two checks' Python loops cost more CPU than the deletes'
+requests on a busy host. A key it does not match takes those checks."""
 _PATH_ORDER_SERVERS = ("SeaweedFS",)
 """`Server` headers of S3-compatible stores that list path by path (`a/b` before `a-c`)."""
 _UNREACHABLE = ("HTTP error", "error sending request", "timed out", "connection")
@@ -268,7 +272,7 @@ class S3ObjectStore(ObjectStore):
     def delete(self, keys: Iterable[str]) -> None:
         """DeleteObjects of `DELETE_BATCH` keys, `REQUESTS_IN_FLIGHT` batches at once, keys
         drawn as batches go; the first failed batch ends it (batches in flight finish)."""
-        checked = (check_object_key(key) for key in keys)
+        checked = (key if _plain(key) else check_object_key(key) for key in keys)
         batches = iter(lambda: list(islice(checked, DELETE_BATCH)), [])
         _bounded_map(lambda batch: self._delete_batch(batch), batches)
 
@@ -517,7 +521,7 @@ class S3ObjectStore(ObjectStore):
         return self._path_order
 
     def _delete_batch(self, keys: list[str]) -> None:
-        plain = [key for key in keys if addressable(key)]
+        plain = [key for key in keys if _plain(key) or addressable(key)]
         if plain:
             self._call(None, lambda: obstore.delete(self._s3, plain))
         if len(plain) < len(keys):
@@ -656,6 +660,10 @@ def _called(store: S3ObjectStore, pages: Iterator[T]) -> Iterator[T]:
     """`pages`, each drawn through `store._call`: listing requests go page by page."""
     while (page := store._call(None, lambda: next(pages, None))) is not None:
         yield page
+
+
+def _plain(key: object) -> bool:
+    return isinstance(key, str) and _PLAIN_KEY.fullmatch(key) is not None
 
 
 def _message(exc: BaseException) -> str:
