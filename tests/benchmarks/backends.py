@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -143,7 +144,10 @@ class Backend:
     # Objects, straight through the object library ----------------------------------------
 
     def library(self) -> Any:
-        """`obstore`'s store on the object root: the library floors on S3 are measured with."""
+        """`obstore`'s store on the object root: the library floors on S3 are measured with.
+        A request may take as long as the engine's may (its client's overall timeout), not
+        obstore's default 30 s: 16 DeleteObjects of 1,000 keys at once outlast that on a busy
+        SeaweedFS."""
         from obstore.store import LocalStore, S3Store
 
         if self.server is None:
@@ -155,7 +159,7 @@ class Backend:
             secret_access_key=self.server.secret_key,
             region=self.server.region,
             virtual_hosted_style_request=False,
-            client_options={"allow_http": True},
+            client_options={"allow_http": True, "timeout": timedelta(hours=1)},
         )
 
     def write_parquet(self, key: str, table: pa.Table, **options: Any) -> None:
