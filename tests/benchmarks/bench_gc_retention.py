@@ -1,13 +1,25 @@
 """GC retention's committed part (issue 40) on a generated history, local files, local Spark.
 
-A table of `objects / 4` paths rewritten in chunks by `commits` commits spread over 365 days
-(a daily ETL that replaces a share of its files), `branches` branches made from commits
-across the year, 1% of the objects staged; rules: 30 days by default and on main. Commits
-are written straight through the committed layer (no object files: the committed part lists
-nothing). Default 100,000 objects, 500 commits, a branch per 30 commits (issue/10): about four
-minutes on this two-core machine, where the reading dominates Spark's start-up (at 20,000
-objects it does not). The issue's 1M objects, 30k commits and 1k branches are `--objects
-1000000 --commits 30000`; the line says its scale.
+The history: a table of `objects / 4` files loaded first, then `commits` commits spread
+over 365 days, each rewriting `chunk` files (the rest of `objects` over the commits: 25 at
+the issue's scale), `branches` branches made from commits across the year, 1% of the objects
+staged; rules: 30 days by default and on main. Its shape (`--shape`):
+
+- `partitioned` (the default): a daily ETL. The table is partitioned by date (`t/date=
+  YYYY-MM-DD/part-NNNNN`, a partition per day of the year, paths sorted by partition), and a
+  commit on day d rewrites files of d's partition, and one commit in four also of a partition
+  of the week before (late data): so a commit makes new versions of the one or two ranges
+  holding those partitions and shares every other range with its parent, and a partition is
+  no longer rewritten once its week is over (the issue's daily ETL rewriting a partition).
+- `random`: each commit rewrites random files of the whole table, so it makes a new version
+  of most ranges it touches (at the issue's scale ~24 of 250 ranges a commit, ~700,000 range
+  versions over the year: some three hours of generating alone on this machine, before any
+  reading). Kept to compare with.
+
+Commits are written straight through the committed layer (no object files: the committed
+part lists nothing), branches as KV rows in one bulk load. Default 100,000 objects, 500
+commits, a branch per 30 commits (issue/10); the issue's 1M objects, 30k commits and 1k
+branches are `--objects 1000000 --commits 30000`; the line says its scale and shape.
 
 - `gc-retention`: the committed part (the commit classes from the KV, then in Spark: the
   active and expired-only metaranges' ranges, their addresses, the anti-joins and the
@@ -15,9 +27,7 @@ objects it does not). The issue's 1M objects, 30k commits and 1k branches are `-
   active side's and the expired-only side's distinct ranges, as the run finds them) with the
   fastest reader at hand, then the `left_anti` join of the expired-only addresses with the
   active and the uncommitted ones in the same Spark session. Target ≤ 2. The address sets
-  exist only inside the range files, and each commit rewrites random files, so it makes a new
-  version of most ranges (issue/10: about 12,000 expired-only range versions of ~900 rows,
-  11 M rows holding 94,000 addresses); no anti-join avoids reading them: a range's Parquet
+  exist only inside the range files; no anti-join avoids reading them: a range's Parquet
   statistics do not bound the addresses another range holds, and an address may sit at any
   path (a copy), so no key span prunes. The reader is pyarrow on the driver (whole-object
   GETs, `ParquetFile`'s read of the one column, one thread per core): Spark's own Parquet
@@ -37,7 +47,9 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -51,8 +63,10 @@ from branchwater.engine.gc.addresses import slice_name
 from branchwater.engine.gc.retention.rules import GCRules, set_rules
 from branchwater.engine.gc.runs.retention import RetentionInput, retention_input
 from branchwater.engine.gc.runs.storage import Namespace
-from branchwater.engine.graveler.model import Entry
-from tests.benchmarks.backends import Backend, open_backend
+from branchwater.engine.graveler.model import BranchRecord, Entry, RepositoryRecord
+from branchwater.engine.graveler.refs import BRANCHES
+from branchwater.engine.graveler.staging import new_staging_token
+from tests.benchmarks.backends import Backend, KVRow, open_backend
 from tests.benchmarks.bench_gc import (
     BEST_OF,
     MTIME,
@@ -85,6 +99,11 @@ RULES = GCRules.from_json(
     {"default_retention_days": 30, "branches": [{"branch_id": "main", "retention_days": 30}]}
 )
 WARM_UP = 2
+PARTITIONED, RANDOM = "partitioned", "random"
+DAYS = 366
+"""The partitions of the `partitioned` table: a day each, the history's year and its last day."""
+WEEK = 7
+LATE_FIX = 4
 
 
 def entry(path: str, address: str) -> tuple[str, Entry]:
@@ -93,7 +112,9 @@ def entry(path: str, address: str) -> tuple[str, Entry]:
     return path, Entry(path, address, 1, address.rsplit("/", 1)[1], MTIME)
 
 
-def generate(backend: Backend, objects: int, commits: int, branches: int) -> tuple[Lake, Any, str]:
+def generate(
+    backend: Backend, objects: int, commits: int, branches: int, shape: str = PARTITIONED
+) -> tuple[Lake, Any, str]:
     """The history; returns the lake, the repository and the staged addresses' Parquet."""
     rng = random.Random(17)
     root = backend.root
@@ -109,26 +130,25 @@ def generate(backend: Backend, objects: int, commits: int, branches: int) -> tup
         folder = slices[min(len(slices) - 1, int(day // 7))]
         return f"data/{folder}/{uuid.UUID(int=rng.getrandbits(128)).hex}"
 
-    paths = max(1, objects // 4)
-    chunk = max(1, (objects - paths) // commits)
+    table = Table.of(shape, max(1, objects // 4), start)
+    chunk = max(1, (objects - len(table.paths)) // commits)
     head = g.refs.get_commit(record, g.refs.get_branch(record, "main")[0].commit_id)
-    first = [entry(f"t/{i:08d}", address(0)) for i in range(paths)]
+    first = [entry(path, address(0)) for path in table.paths]
     head = g.refs.add_commit(
         record, [head], committed.apply(head.metarange_id, first), "load", creation_date=start
     )
     history = [head.id]
     for number in range(commits):
         day = 365 * (number + 1) / (commits + 1)
-        changed = sorted(rng.sample(range(paths), min(chunk, paths)))
-        changes = [entry(f"t/{i:08d}", address(day)) for i in changed]
+        changes = [entry(path, address(day)) for path in table.rewritten(rng, day, chunk)]
         metarange = committed.apply(head.metarange_id, changes)
         when = start + timedelta(days=day)
         head = g.refs.add_commit(record, [head], metarange, f"etl {number}", creation_date=when)
         history.append(head.id)
     branch, predicate = g.refs.get_branch(record, "main")
     g.refs.set_branch_if(record, dataclasses.replace(branch, commit_id=head.id), predicate)
-    for b in range(1, branches):
-        repo.create_branch(f"branch-{b:04d}", source=history[rng.randrange(len(history))])
+    sources = [history[rng.randrange(len(history))] for _ in range(1, branches)]
+    backend.stage_rows(branch_rows(record, sources))
     staged = [address(365) for _ in range(max(1, objects // 100))]
     tokens = [b.staging_token for b in g.refs.branches(record)]
     stage(backend, tokens, staged, "s")
@@ -136,6 +156,54 @@ def generate(backend: Backend, objects: int, commits: int, branches: int) -> tup
     pq.write_table(pa.table({"address": pa.array(staged, pa.string())}), staged_file)
     set_rules(g.kv, record, RULES)
     return lake, repo, staged_file
+
+
+def branch_rows(record: RepositoryRecord, sources: list[str]) -> Iterator[KVRow]:
+    """`branch-0001`... at `sources`, as KV rows loaded at once (a bulk load, as the staged
+    entries are): a branch made from an existing commit is only its record; no protection
+    rule exists to stamp it."""
+    for number, commit_id in enumerate(sources, 1):
+        name = f"branch-{number:04d}"
+        fresh = BranchRecord(name, commit_id, new_staging_token(record, name))
+        yield record.partition, BRANCHES + name.encode(), fresh.encode()
+
+
+@dataclass(frozen=True)
+class Table:
+    """The table the history's commits rewrite: its paths, sorted, and the shape of a
+    commit's rewrite (the module's docstring)."""
+
+    shape: str
+    paths: list[str]
+    partitions: list[range]
+    """`partitioned`: the indexes into `paths` of each day's partition, day 0 first."""
+
+    @classmethod
+    def of(cls, shape: str, files: int, start: datetime) -> Table:
+        if shape == RANDOM:
+            return cls(shape, [f"t/{i:08d}" for i in range(files)], [])
+        per_day = max(1, files // DAYS)
+        paths = [
+            f"t/date={(start + timedelta(days=d)).date().isoformat()}/part-{i:05d}"
+            for d in range(DAYS)
+            for i in range(per_day)
+        ]
+        return cls(shape, paths, [range(d * per_day, (d + 1) * per_day) for d in range(DAYS)])
+
+    def rewritten(self, rng: random.Random, day: float, chunk: int) -> list[str]:
+        """The sorted paths a commit on `day` rewrites: `chunk` random files of the table, or
+        of its day's partition (and one commit in `LATE_FIX` of a partition of the week
+        before: late data)."""
+        if self.shape == RANDOM:
+            picked = rng.sample(range(len(self.paths)), min(chunk, len(self.paths)))
+        else:
+            today = min(int(day), DAYS - 1)
+            days = {today}
+            if rng.randrange(LATE_FIX) == 0:
+                days.add(max(0, today - 1 - rng.randrange(WEEK - 1)))
+            files = [i for d in sorted(days) for i in self.partitions[d]]
+            picked = rng.sample(files, min(chunk, len(files)))
+        return [self.paths[i] for i in sorted(picked)]
 
 
 def range_sets(ns: Namespace, layout: Any, plan: RetentionInput) -> dict[str, list[str]]:
@@ -177,6 +245,12 @@ def main(argv: list[str]) -> None:
         "--branches", type=int, default=None, help="default: one per 30 commits, as the issue's"
     )
     parser.add_argument("--quick", action="store_true", help="20,000 objects, 100 commits")
+    parser.add_argument(
+        "--shape",
+        choices=(PARTITIONED, RANDOM),
+        default=PARTITIONED,
+        help="what a commit rewrites: files of a date partition (default) or random files",
+    )
     args, _ = parser.parse_known_args(argv)
     objects, commits = (20_000, 100) if args.quick else (args.objects, args.commits)
     branches = args.branches if args.branches is not None else max(1, commits // 30)
@@ -184,15 +258,15 @@ def main(argv: list[str]) -> None:
         tempfile.TemporaryDirectory(prefix="bench-gc-retention-") as tmp,
         open_backend(Path(tmp)) as backend,
     ):
-        measure(backend, objects, commits, branches)
+        measure(backend, objects, commits, branches, args.shape)
 
 
-def measure(backend: Backend, objects: int, commits: int, branches: int) -> None:
+def measure(backend: Backend, objects: int, commits: int, branches: int, shape: str) -> None:
     from branchwater.spark_jobs.gc.retention import expired_candidates
 
     root = backend.root
     start = time.perf_counter()
-    lake, repo, staged_file = generate(backend, objects, commits, branches)
+    lake, repo, staged_file = generate(backend, objects, commits, branches, shape)
     print(f"  generate: {time.perf_counter() - start:.1f} s", flush=True)
     spark = spark_session()
     ns = Namespace.of(repo.storage_namespace, backend.s3_options)
@@ -263,7 +337,8 @@ def measure(backend: Backend, objects: int, commits: int, branches: int) -> None
         f"antijoin_ratio={candidate_s / antijoin_s:.2f} "
         f"range_files={sum(map(len, ranges.values()))} objects={objects} commits={commits + 1} "
         f"branches={branches} expired_commits={len(fixed.retention.expired)} "
-        f"candidates={found} scale=issue/{1_000_000 // max(1, objects)} {backend.label}",
+        f"candidates={found} shape={shape} scale=issue/{1_000_000 // max(1, objects)} "
+        f"{backend.label}",
         flush=True,
     )
     spark.stop()
