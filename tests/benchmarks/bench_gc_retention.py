@@ -42,15 +42,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
+import multiprocessing
+import os
 import random
 import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +67,7 @@ from branchwater.engine.gc.addresses import slice_name
 from branchwater.engine.gc.retention.rules import GCRules, set_rules
 from branchwater.engine.gc.runs.retention import RetentionInput, retention_input
 from branchwater.engine.gc.runs.storage import Namespace
+from branchwater.engine.graveler.committed import EMPTY_METARANGE_ID
 from branchwater.engine.graveler.model import BranchRecord, Entry, RepositoryRecord
 from branchwater.engine.graveler.refs import BRANCHES
 from branchwater.engine.graveler.staging import new_staging_token
@@ -121,7 +126,6 @@ def generate(
     lake = backend.connect(range_policy=RANGES)
     repo = lake.create_repository("bench", storage_namespace=backend.namespace("ns"))
     g, record = lake.graveler, repo.record
-    committed = g.committed(record)
     now = datetime.now(UTC)
     start = now - timedelta(days=365)
     slices = [slice_name(start + timedelta(days=d)) for d in range(0, 366, 7)]
@@ -132,16 +136,14 @@ def generate(
 
     table = Table.of(shape, max(1, objects // 4), start)
     chunk = max(1, (objects - len(table.paths)) // commits)
+    days = [365 * (number + 1) / (commits + 1) for number in range(commits)]
+    changes = [[(path, address(0)) for path in table.paths]]
+    changes += [[(p, address(day)) for p in table.rewritten(rng, day, chunk)] for day in days]
+    metaranges = written_metaranges(backend, changes)
     head = g.refs.get_commit(record, g.refs.get_branch(record, "main")[0].commit_id)
-    first = [entry(path, address(0)) for path in table.paths]
-    head = g.refs.add_commit(
-        record, [head], committed.apply(head.metarange_id, first), "load", creation_date=start
-    )
+    head = g.refs.add_commit(record, [head], metaranges[0], "load", creation_date=start)
     history = [head.id]
-    for number in range(commits):
-        day = 365 * (number + 1) / (commits + 1)
-        changes = [entry(path, address(day)) for path in table.rewritten(rng, day, chunk)]
-        metarange = committed.apply(head.metarange_id, changes)
+    for number, (day, metarange) in enumerate(zip(days, metaranges[1:], strict=True)):
         when = start + timedelta(days=day)
         head = g.refs.add_commit(record, [head], metarange, f"etl {number}", creation_date=when)
         history.append(head.id)
@@ -156,6 +158,42 @@ def generate(
     pq.write_table(pa.table({"address": pa.array(staged, pa.string())}), staged_file)
     set_rules(g.kv, record, RULES)
     return lake, repo, staged_file
+
+
+Changes = list[tuple[str, str]]
+"""A commit's rewritten (path, address) pairs, sorted by path."""
+
+
+def written_metaranges(backend: Backend, changes: list[Changes]) -> list[str]:
+    """The metarange of each commit of the chain `changes` (the first on an empty tree),
+    written through the committed layer by one process per core, each a consecutive
+    segment of the commits: a segment starts from its first parent's table written whole
+    (the same entries, so the same ranges where the range policy cuts them alike), then
+    applies its commits' changes one after another, as the chain would."""
+    segments = min(os.cpu_count() or 1, len(changes))
+    bounds = [len(changes) * k // segments for k in range(segments + 1)]
+    tasks = []
+    state: dict[str, str] = {}
+    for first, end in itertools.pairwise(bounds):
+        tasks.append((sorted(state.items()), changes[first:end]))
+        for part in changes[first:end]:
+            state.update(part)
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(len(tasks), mp_context=context) as pool:
+        written = pool.map(partial(_segment_metaranges, backend), *zip(*tasks, strict=True))
+        return [metarange for segment in written for metarange in segment]
+
+
+def _segment_metaranges(backend: Backend, base: Changes, commits: list[Changes]) -> list[str]:
+    with backend.connect(range_policy=RANGES) as lake:
+        g = lake.graveler
+        committed = g.committed(g.refs.get_repository("bench"))
+        metarange = committed.apply(EMPTY_METARANGE_ID, [entry(p, a) for p, a in base])
+        found = []
+        for changes in commits:
+            metarange = committed.apply(metarange, [entry(p, a) for p, a in changes])
+            found.append(metarange)
+        return found
 
 
 def branch_rows(record: RepositoryRecord, sources: list[str]) -> Iterator[KVRow]:
