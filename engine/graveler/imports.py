@@ -14,14 +14,19 @@ reads the objects' bytes: the checksum is no content hash, so reads check the si
 (`recomputable_hash` takes such checksums on trust), and the same bytes uploaded are a
 different object.
 
-**Keys S3 holds that no store key can be.** An empty object whose key ends in `/` is a
-folder marker (other tools write them to show a folder): it is passed over and counted
-(`ImportResult.folder_markers`), as importers conventionally do. Any other key that is no
-plain relative path (`a//b`, `a/../b`, a non-empty `a/`: AWS holds them verbatim, while
-obstore cannot address them and directory-backed servers such as SeaweedFS rewrite or
-refuse them) could not be read back as that key, so the import refuses the source
-(`InvalidImportSource`, naming them) once it is listed, with nothing committed or staged.
-Local files have no such names.
+**Keys S3 holds that no store key can be.** An object whose key ends in `/` is a folder
+marker (the S3 console, Hadoop and others write them to show a folder), empty or not: it
+is passed over and counted (`ImportResult.folder_markers`), as lakeFS's import and S3 tools
+skip such keys, and as a local import finds no object for a folder. A path is a file or a
+folder's prefix here, never both, so such bytes have no path to live at, and SeaweedFS
+keeps none (it stores `a/` as a folder, listed empty). Any other key that is no plain
+relative path (`a//b`, `a/../b`: AWS holds them verbatim, while obstore cannot address them
+and directory-backed servers such as SeaweedFS rewrite or refuse them) could not be read
+back as that key, so the import refuses the source (`InvalidImportSource`, naming them)
+once it is listed, with nothing committed or staged. Local files have no such names. One
+case is not told on obstore's listing: it lists a non-empty `a/` on AWS as an object `a`
+(the store's `list_tables` can tell an empty one only), which needs raw keys from the
+listing to pass over.
 
 **Flow.** The listing, as Arrow tables in key order (S3's pages, from the store's
 `list_tables`; or a walk of local folders, each listed natively with its `stat`s and sorted
@@ -103,7 +108,7 @@ Progress = Callable[[int], None]
 class ImportResult:
     """What an import listed (`count` objects, `bytes` in all) and the commit holding them;
     `commit` is None when the branch already held every one as imported (a re-run).
-    `folder_markers` counts the empty S3 objects whose key ends in `/` that it passed over:
+    `folder_markers` counts the S3 objects whose key ends in `/` that it passed over:
     other tools write them to show a folder, and a folder is its paths' prefix here."""
 
     count: int
@@ -437,10 +442,10 @@ class _Listing:
             raise NotFound(f"no objects to import under {self.source.uri!r}")
 
     def _skipped(self, key: str, size: int) -> None:
-        """A key the S3 listing left out: an empty one ending in `/` is a folder marker,
-        passed over and counted; any other is an object no store key can address (`a//b`,
-        `a/../b`, a non-empty `a/`), which the import refuses (`_refusal`)."""
-        if key.endswith("/") and size == 0:
+        """A key the S3 listing left out: one ending in `/` is a folder marker, passed over
+        and counted whatever its size; any other is an object no store key can address
+        (`a//b`, `a/../b`), which the import refuses (`_refusal`)."""
+        if key.endswith("/"):
             self.folder_markers += 1
         else:
             self._unreadable.append(key)
@@ -451,7 +456,7 @@ class _Listing:
         return InvalidImportSource(
             f"{len(self._unreadable)} object(s) under {self.source.uri!r} cannot be imported: "
             f"{named}{f' and {more} more' if more > 0 else ''}. Their keys have empty, '.' or "
-            "'..' parts (like a//b) or end in '/' with data, which S3 holds verbatim but "
+            "'..' parts (like a//b), which S3 holds verbatim but "
             "Branchwater's object layer cannot read back as the same key; nothing was "
             "committed or staged. Rename them at the source (aws s3 mv) or import prefixes "
             "that leave them out."
