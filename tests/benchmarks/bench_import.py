@@ -7,10 +7,12 @@ stack (PostgreSQL, a prefix of SeaweedFS's S3).
 longer than the benchmark's budget; `--objects 1000000` runs it) of 64 bytes in folders of
 1,000 under a prefix outside the namespace are imported into a fresh repository each round
 (listing, ranges, one commit; the lake is opened and the repository created before the
-clock starts). The reference lists them with what an import needs of each, its size and
-modification time: `os.scandir` walked with a `stat` per file (local files), or obstore's
-`list` returning Arrow (S3), which gives them with the keys. The best of `--rounds`, the two
-sides alternating.
+clock starts). The objects are made once, before the first round and outside the clock:
+files written one by one, or PUTs through obstore `PUTS_IN_FLIGHT` at once (at 1M on
+SeaweedFS that is most of the run's time). The reference lists them with what an import
+needs of each, its size and modification time: `os.scandir` walked with a `stat` per file
+(local files), or obstore's `list` returning Arrow (S3), which gives them with the keys.
+The best of `--rounds`, the two sides alternating.
 """
 
 from __future__ import annotations
