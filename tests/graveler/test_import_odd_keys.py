@@ -174,7 +174,7 @@ def test_non_empty_markers_on_a_verbatim_server_are_passed_over_where_boto3_list
     raw keys: each marker, empty or not, is passed over and counted, nothing refused."""
     bucket = _bucket(verbatim_s3, "non-empty-boto3")
     objects = dict(OBJECTS) | {"src/\x01ctl": b"c"}
-    _put(verbatim_s3, bucket, objects | NON_EMPTY_MARKERS | dict.fromkeys(MARKERS, b""))
+    _put(verbatim_s3, bucket, objects | dict.fromkeys(MARKERS, b"") | NON_EMPTY_MARKERS)
     with Lake.connect(f"sqlite:///{tmp_path}/lake.db", s3_options=verbatim_s3) as lake:
         main = lake.create_repository("sales", f"file://{tmp_path}/ns").branch("main")
 
