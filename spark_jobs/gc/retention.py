@@ -23,7 +23,7 @@ computed by joining the written files with the active addresses read again, must
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
@@ -122,15 +122,15 @@ def expired_candidates(
     shuffle; the grouping, with its lists of ranges, then runs on candidates' rows only).
     Nothing address-sized is shipped to a task or collected on the driver here."""
     active_metaranges, expired_metaranges = plan.active_metaranges(), plan.expired_metaranges()
-    pairs = _range_pairs(ns, layout, active_metaranges | expired_metaranges)
+    pairs, starts = _range_pairs(ns, layout, active_metaranges | expired_metaranges)
     active_ranges = {r for r, m in pairs if m in active_metaranges}
     trees: dict[str, set[str]] = {}
     for range_id, metarange in pairs:
         if metarange in expired_metaranges and range_id not in active_ranges:
             trees.setdefault(metarange, set()).add(range_id)
-    active = _addresses(spark, ns, layout, active_ranges, readers)
+    active = _addresses(spark, ns, layout, active_ranges, starts, readers)
     owner = _newest_owners(layout, trees, plan)
-    keys = sorted(owner)
+    keys = sorted(owner, key=lambda key: (starts[owner[key][0]], key))
     task = partial(_expired_addresses, ns, layout, owner)
     found = map_shares(spark, keys, task, EXPIRED_DDL, _tasks(keys, readers))
     candidates = found.join(active, "address", "left_anti")
@@ -169,15 +169,19 @@ def active_addresses(
     readers: int,
 ) -> DataFrame:
     """Every address an active commit holds (one column, `address`, not distinct)."""
-    metaranges = plan.active_metaranges()
-    ranges = {r for r, _ in _range_pairs(ns, layout, metaranges)}
-    return _addresses(spark, ns, layout, ranges, readers)
+    pairs, starts = _range_pairs(ns, layout, plan.active_metaranges())
+    return _addresses(spark, ns, layout, {r for r, _ in pairs}, starts, readers)
 
 
 def _addresses(
-    spark: SparkSession, ns: Namespace, layout: CommittedLayout, ranges: set[str], readers: int
+    spark: SparkSession,
+    ns: Namespace,
+    layout: CommittedLayout,
+    ranges: set[str],
+    starts: Mapping[str, str],
+    readers: int,
 ) -> DataFrame:
-    keys = [layout.range_key(r) for r in sorted(ranges)]
+    keys = [layout.range_key(r) for r in sorted(ranges, key=lambda r: (starts[r], r))]
     task = partial(_range_addresses, ns, layout)
     return map_shares(spark, keys, task, ACTIVE_DDL, _tasks(keys, readers))
 
@@ -331,20 +335,28 @@ def _write(ns: Namespace, run_id: str, table: pa.Table, per_file: int) -> list[s
 
 def _range_pairs(
     ns: Namespace, layout: CommittedLayout, metaranges: set[str]
-) -> list[tuple[str, str]]:
-    """(range id, metarange id) for every range each of `metaranges` lists, read on the
-    driver: a metarange is one small file of range ids, which the driver keeps anyway, and a
-    Spark job to read them cost more than the reads (and a collect of its rows)."""
+) -> tuple[list[tuple[str, str]], dict[str, str]]:
+    """(range id, metarange id) for every range each of `metaranges` lists, and each range's
+    first path, read on the driver: a metarange is one small file of range ids, which the
+    driver keeps anyway, and a Spark job to read them cost more than the reads (and a
+    collect of its rows).
+
+    The first paths order the ranges for the tasks: the versions of one stretch of paths
+    then sit together in a task's batch, so its merge by address folds the many rows an
+    unchanged file has in them into one (in id order, a batch held few versions of each
+    stretch, and the rows went on to the shuffle)."""
     ordered = sorted(metaranges)
-    column = layout.metarange_range_column
+    columns = [layout.metarange_range_column, layout.metarange_min_key_column]
     tables = ns.map_keys(
-        [layout.metarange_key(m) for m in ordered], lambda key: ns.read_parquet(key, [column])
+        [layout.metarange_key(m) for m in ordered], lambda key: ns.read_parquet(key, columns)
     )
-    return [
-        (range_id, metarange)
-        for metarange, table in zip(ordered, tables, strict=True)
-        for range_id in table.column(0).to_pylist()
-    ]
+    pairs: list[tuple[str, str]] = []
+    starts: dict[str, str] = {}
+    for metarange, table in zip(ordered, tables, strict=True):
+        ids = table.column(0).to_pylist()
+        pairs += ((range_id, metarange) for range_id in ids)
+        starts.update(zip(ids, table.column(1).to_pylist(), strict=True))
+    return pairs, starts
 
 
 def _inside(ns: Namespace, layout: CommittedLayout, key: str) -> pa.Table:
