@@ -19,9 +19,9 @@ per 5,000 objects), and times:
   that repository (`ratio` = projected / 3 h). How it is projected is the declaration's
   text, shown beside the figures on the benchmarks page.
 - `seed-retention`: the committed part (retention) of a run on the same cluster and server,
-  over `bench_gc_retention`'s history (a year of commits rewriting a table's files, 30 days'
-  retention) in a repository of its own, projected to the seed's 20M objects and 30K
-  commits against the same 3 hours.
+  over `bench_gc_retention`'s history (a year of commits rewriting files of a table's date
+  partitions, 30 days' retention) in a repository of its own, projected to the seed's 20M
+  objects and 30K commits against the same 3 hours.
 """
 
 from __future__ import annotations
@@ -89,8 +89,9 @@ BENCHMARKS = Suite(
         Benchmark(
             "seed-retention",
             measures="the committed part (retention) of a GC run (`--only committed`) on the "
-            "same cluster and back end, over a year of commits rewriting a table's files in "
-            "chunks with 30 days' retention (bench_gc_retention's history: `--history-objects`, "
+            "same cluster and back end, over a year of commits rewriting files of a table's "
+            "date partitions with 30 days' retention (bench_gc_retention's history: "
+            "`--history-objects`, "
             "`--history-commits`), projected to the seed's 20M objects and 30K commits on 16 "
             "executors. Assumptions: the commit classes (`retention_input`: the KV's commits, "
             "timed apart from the run on the driver) scale with the commits and stay on the "
