@@ -23,10 +23,9 @@ keeps none (it stores `a/` as a folder, listed empty). Any other key that is no 
 relative path (`a//b`, `a/../b`: AWS holds them verbatim, while obstore cannot address them
 and directory-backed servers such as SeaweedFS rewrite or refuse them) could not be read
 back as that key, so the import refuses the source (`InvalidImportSource`, naming them)
-once it is listed, with nothing committed or staged. Local files have no such names. One
-case is not told on obstore's listing: it lists a non-empty `a/` on AWS as an object `a`
-(the store's `list_tables` can tell an empty one only), which needs raw keys from the
-listing to pass over.
+once it is listed, with nothing committed or staged. Local files have no such names. On a
+server that keeps keys verbatim (AWS) the store lists an import's keys with boto3: obstore
+lists a non-empty `a/` as an object `a`, and only the raw keys tell them apart.
 
 **Flow.** The listing, as Arrow tables in key order (S3's pages, from the store's
 `list_tables`; or a walk of local folders, each listed natively with its `stat`s and sorted

@@ -402,20 +402,30 @@ class S3ObjectStore(ObjectStore):
 
     def _tables(self, prefix: str, skipped: Skipped | None) -> Iterator[pa.Table]:
         """obstore's listing, or boto3's from where it stopped if it met a key obstore
-        cannot address."""
+        cannot address. A caller told of skipped keys (an import) on a server that keeps
+        keys verbatim, as AWS does, gets boto3's from the start: obstore lists a non-empty
+        folder marker `a/` as an object `a`, and only the raw keys tell them apart."""
+        if skipped is not None and not self._lists_path_by_path():
+            yield from self._boto3_tables(prefix, None, skipped)
+            return
         last: str | None = None
         try:
             for table in self._obstore_tables(prefix, skipped):
                 last = table["key"][-1].as_py()
                 yield table
         except _Unlistable:
-            infos = self._boto3_list(prefix, last, skipped)
-            tables: Iterator[pa.Table] = map(
-                _table_of, iter(lambda: list(islice(infos, LIST_PAGE)), [])
-            )
-            if self._lists_path_by_path():
-                tables = _key_ordered(tables, len(prefix))
-            yield from tables
+            yield from self._boto3_tables(prefix, last, skipped)
+
+    def _boto3_tables(
+        self, prefix: str, after: str | None, skipped: Skipped | None
+    ) -> Iterator[pa.Table]:
+        infos = self._boto3_list(prefix, after, skipped)
+        tables: Iterator[pa.Table] = map(
+            _table_of, iter(lambda: list(islice(infos, LIST_PAGE)), [])
+        )
+        if self._lists_path_by_path():
+            tables = _key_ordered(tables, len(prefix))
+        return tables
 
     def _boto3_list(
         self, prefix: str, after: str | None, skipped: Skipped | None
@@ -484,7 +494,8 @@ class S3ObjectStore(ObjectStore):
         object of that key exists. obstore lists a key ending in `/` (a folder marker) as
         the key without it, so such a repeat, or an empty key that does not exist, is that
         key with its `/`, told to `skipped`. A non-empty `a/` alone lists as an object `a`,
-        which nothing in the listing tells apart (S3 writers put no data in markers)."""
+        which nothing in the listing tells apart: where it matters (an import), a server
+        that keeps such keys is listed by boto3 (`_tables`)."""
         keys = table["key"]
         before = pa.concat_arrays([pa.array([previous], pa.string()), keys.combine_chunks()])
         kept = pc.fill_null(pc.not_equal(keys, before[:-1]), True)

@@ -1,16 +1,16 @@
 """Keys S3 holds that no store key can be, in an import: folder markers (keys ending in `/`,
 empty or not, as lakeFS's import skips them) are passed over and counted in the result;
 keys with empty or dot parts (`a//b`) refuse the import, naming them, with nothing
-committed or staged. A non-empty marker is told only where boto3 lists: obstore lists a
-non-empty `a/` as an object `a`, with nothing to tell them apart short of raw keys (the
-strict xfail below stands for that known gap of the store's listing).
+committed or staged.
 
 SeaweedFS (the real S3 server of the suite) holds folder markers but rewrites `a//b` as
 `a/b` and refuses `..`, so the keys AWS holds verbatim are put on moto's S3 server, which
-keeps them as AWS does. Both listing paths run: obstore's, and boto3's, which takes over
-from where obstore stopped once it meets a key obstore cannot address (a control character
-on SeaweedFS; `a//b` itself on moto). Local files have no such names: an empty folder is
-no object and no marker."""
+keeps them as AWS does. An import lists SeaweedFS with obstore (boto3 taking over from where
+obstore stopped once it meets a key obstore cannot address, a control character) and a
+server that keeps keys verbatim with boto3, whose raw keys tell a non-empty `a/` from an
+object `a`; the store's own listing on such a server stays obstore's, which still leaves
+empty markers out. Local files have no such names: an empty folder is no object and no
+marker."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ import pytest
 
 from branchwater.engine import Lake
 from branchwater.engine.errors import InvalidImportSource
+from branchwater.engine.objects.s3 import S3ObjectStore
 from tests.fixtures.s3 import S3Server
 from tests.helpers.servers import free_port
 
@@ -29,6 +30,7 @@ pytestmark = pytest.mark.s3
 
 MARKERS = ["src/empty-folder/", "src/full/", "src/full/sub/"]
 OBJECTS = {"src/a.csv": b"a", "src/full/b.csv": b"bb", "src/full/sub/c.csv": b"ccc"}
+NON_EMPTY_MARKERS = {"src/full/": b"console bytes", "src/lone/": b"no object beside it"}
 
 
 @pytest.fixture(scope="module")
@@ -118,28 +120,39 @@ def test_keys_no_store_key_can_be_refuse_the_import_naming_them(
         assert [c.path for c in main.uncommitted()] == ["staged.txt"]
 
 
-def test_folder_markers_on_a_verbatim_server_are_counted_on_both_paths(
+def test_folder_markers_on_a_verbatim_server_are_counted(
     verbatim_s3: dict[str, str], tmp_path: Path
 ) -> None:
-    """obstore lists a marker `d/` as `d`: an empty `d` that does not exist, or a repeat of
-    the object `d` listed just before it. A control character sends the rest to boto3."""
+    """Markers empty or not, beside their folder's objects or alone, and an object beside its
+    own marker: each marker passed over and counted, every object imported."""
     bucket = _bucket(verbatim_s3, "markers-verbatim")
-    keys = dict(OBJECTS) | dict.fromkeys(MARKERS, b"")
-    keys |= {"src/full": b"a file beside its marker", "src/zz/\x01ctl": b"c", "src/zz/m/": b""}
-    _put(verbatim_s3, bucket, keys)
+    markers = dict.fromkeys(MARKERS, b"") | NON_EMPTY_MARKERS | {"src/zz/m/": b""}
+    objects = dict(OBJECTS) | {"src/full": b"a file beside its marker", "src/zz/\x01ctl": b"c"}
+    _put(verbatim_s3, bucket, objects | markers)
     with Lake.connect(f"sqlite:///{tmp_path}/lake.db", s3_options=verbatim_s3) as lake:
         repo = lake.create_repository("sales", f"file://{tmp_path}/ns")
         main = repo.branch("main")
 
         result = main.import_objects(f"s3://{bucket}/src/", prefix="in/")
 
-        objects = {k: v for k, v in keys.items() if not k.endswith("/")}
-        assert (result.count, result.folder_markers) == (len(objects), len(MARKERS) + 1)
+        assert (result.count, result.folder_markers) == (len(objects), len(markers))
+        assert {e.path for e in main.list()} == {"in/" + k.removeprefix("src/") for k in objects}
         for key, data in objects.items():
             assert repo.ref("main").read("in/" + key[len("src/") :]) == data
 
 
-NON_EMPTY_MARKERS = {"src/full/": b"console bytes", "src/lone/": b"no object beside it"}
+def test_the_stores_listing_on_a_verbatim_server_leaves_empty_markers_out(
+    verbatim_s3: dict[str, str],
+) -> None:
+    """obstore lists a marker `d/` as `d`: an empty `d` that does not exist, or a repeat of
+    the object `d` listed just before it; neither is listed as an object."""
+    bucket = _bucket(verbatim_s3, "markers-store")
+    _put(verbatim_s3, bucket, dict(OBJECTS) | dict.fromkeys(MARKERS, b"") | {"src/full": b"f"})
+    store = S3ObjectStore(f"s3://{bucket}", **verbatim_s3)
+
+    listed = {info.key: info.size for info in store.list_objects("src/")}
+
+    assert listed == {k: len(v) for k, v in (dict(OBJECTS) | {"src/full": b"f"}).items()}
 
 
 def test_non_empty_markers_on_seaweedfs_import_as_a_local_copy_of_the_tree_does(
@@ -165,43 +178,6 @@ def test_non_empty_markers_on_seaweedfs_import_as_a_local_copy_of_the_tree_does(
         paths = {e.path for e in s3_branch.list()}
         assert paths == {e.path for e in local_branch.list()}
         assert paths == {"in/" + k.removeprefix("src/") for k in OBJECTS}
-
-
-def test_non_empty_markers_on_a_verbatim_server_are_passed_over_where_boto3_lists(
-    verbatim_s3: dict[str, str], tmp_path: Path
-) -> None:
-    """A control character sorting first sends the whole listing to boto3, which sees the
-    raw keys: each marker, empty or not, is passed over and counted, nothing refused."""
-    bucket = _bucket(verbatim_s3, "non-empty-boto3")
-    objects = dict(OBJECTS) | {"src/\x01ctl": b"c"}
-    _put(verbatim_s3, bucket, objects | dict.fromkeys(MARKERS, b"") | NON_EMPTY_MARKERS)
-    with Lake.connect(f"sqlite:///{tmp_path}/lake.db", s3_options=verbatim_s3) as lake:
-        main = lake.create_repository("sales", f"file://{tmp_path}/ns").branch("main")
-
-        result = main.import_objects(f"s3://{bucket}/src/", prefix="in/")
-
-        markers = len(NON_EMPTY_MARKERS) + len(MARKERS) - 1  # src/full/ is in both
-        assert (result.count, result.folder_markers) == (len(objects), markers)
-        assert {e.path for e in main.list()} == {"in/" + k.removeprefix("src/") for k in objects}
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="obstore lists a non-empty `a/` as an object `a`: S3ObjectStore.list_tables "
-    "needs raw keys to tell it (engine/objects/s3.py)",
-)
-def test_a_lone_non_empty_marker_on_a_verbatim_server_is_passed_over_where_obstore_lists(
-    verbatim_s3: dict[str, str], tmp_path: Path
-) -> None:
-    bucket = _bucket(verbatim_s3, "non-empty-obstore")
-    _put(verbatim_s3, bucket, dict(OBJECTS) | {"src/lone/": b"no object beside it"})
-    with Lake.connect(f"sqlite:///{tmp_path}/lake.db", s3_options=verbatim_s3) as lake:
-        main = lake.create_repository("sales", f"file://{tmp_path}/ns").branch("main")
-
-        result = main.import_objects(f"s3://{bucket}/src/", prefix="in/")
-
-        assert (result.count, result.folder_markers) == (len(OBJECTS), 1)
-        assert {e.path for e in main.list()} == {"in/" + k.removeprefix("src/") for k in OBJECTS}
 
 
 def test_local_folders_are_no_objects_and_no_markers(tmp_path: Path) -> None:
