@@ -25,9 +25,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import partial
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
@@ -46,10 +47,11 @@ from branchwater.engine.gc.runs.retention import (
 from branchwater.engine.gc.runs.storage import Namespace
 from branchwater.spark_jobs.gc.frames import map_shares
 
-EXPIRED_DDL = "address string, size long, metarange_id string, date long, ranges array<string>"
-"""An address of the expired-only ranges a task read that no active commit holds: its size,
-the newest expired metarange holding it (by `date`, microseconds) and the ranges holding it,
-among those the task read."""
+EXPIRED_DDL = "address string, size long, newest int, ranges array<int>"
+"""An address of the expired-only ranges a task read: its size, the newest expired
+metarange holding it and the ranges holding it among those the task read, both as
+positions in `Owners` (numbers, not ids: a row carries no 64-character id through the
+shuffle, and the newest of a few metaranges is a `max`)."""
 ACTIVE_DDL = "address string"
 RANGES_PER_BATCH = 512
 """Ranges a task reads before it merges their rows by address: a rewritten file's address is
@@ -96,13 +98,38 @@ class ExpiredMark:
 
 
 @dataclass(frozen=True)
+class Owners:
+    """Who holds each expired-only range, by position: `metaranges` are the expired-only
+    metaranges oldest first (by their newest expired commit's date, then id), `ranges` the
+    expired-only ranges, and `of` maps a range's key to its position in `ranges` and the
+    position of the newest metarange listing it."""
+
+    metaranges: list[str]
+    ranges: list[str]
+    of: dict[str, tuple[int, int]]
+
+
+@dataclass(frozen=True)
 class ExpiredCandidates:
-    """The expired candidates (`rows`: address, size, metarange_id, and `ranges`, the
-    expired-only ranges holding the address) and every expired-only metarange's ranges
-    (`trees`), which say which commits hold a candidate."""
+    """The expired candidates (`rows`: address, size, `newest`, the newest expired-only
+    metarange holding the address, and `ranges`, the expired-only ranges holding it, both
+    positions in `owners`) and every expired-only metarange's ranges (`trees`), which say
+    which commits hold a candidate."""
 
     rows: DataFrame
     trees: dict[str, set[str]]
+    owners: Owners
+
+    def ranges_in(self, rows: pa.Table) -> set[str]:
+        """The ranges holding any of `rows`' addresses (rows of `self.rows`)."""
+        if not rows.num_rows:
+            return set()
+        positions = pc.unique(pc.list_flatten(rows.column("ranges"))).to_pylist()
+        return {self.owners.ranges[i] for i in positions}
+
+    def metarange_ids(self, rows: pa.Table) -> list[str]:
+        """The newest expired metarange holding each of `rows`' addresses."""
+        return [self.owners.metaranges[i] for i in rows.column("newest").to_pylist()]
 
 
 def expired_candidates(
@@ -129,36 +156,36 @@ def expired_candidates(
         if metarange in expired_metaranges and range_id not in active_ranges:
             trees.setdefault(metarange, set()).add(range_id)
     active = _addresses(spark, ns, layout, active_ranges, starts, readers)
-    owner = _newest_owners(layout, trees, plan)
-    keys = sorted(owner, key=lambda key: (starts[owner[key][0]], key))
-    task = partial(_expired_addresses, ns, layout, owner)
+    owners = _owners(layout, trees, plan)
+    ranges = owners.ranges
+    keys = sorted(owners.of, key=lambda key: (starts[ranges[owners.of[key][0]]], key))
+    task = partial(_expired_addresses, ns, layout, owners.of)
     found = map_shares(spark, keys, task, EXPIRED_DDL, _tasks(keys, readers))
     candidates = found.join(active, "address", "left_anti")
     per_address = candidates.groupBy("address").agg(
         F.max("size").alias("size"),
-        F.max_by("metarange_id", "date").alias("metarange_id"),
+        F.max("newest").alias("newest"),
         F.array_distinct(F.flatten(F.collect_list("ranges"))).alias("ranges"),
     )
     rows = per_address.filter(F.col("address").rlike(JVM_ADDRESS_PATTERN)).join(
         uncommitted.select("address"), "address", "left_anti"
     )
-    return ExpiredCandidates(rows, trees)
+    return ExpiredCandidates(rows, trees, owners)
 
 
-def _newest_owners(
-    layout: CommittedLayout, trees: dict[str, set[str]], plan: RetentionInput
-) -> dict[str, tuple[str, str, int]]:
-    """Each expired-only range's key → the range, the newest expired metarange listing it
-    and that metarange's date (microseconds): the attribution of the range's addresses."""
-    dates = {m: _micros(a.date) for m, a in plan.attribution().items()}
-    newest: dict[str, tuple[int, str]] = {}
-    for metarange in sorted(trees):
-        date = dates.get(metarange, 0)
+def _owners(layout: CommittedLayout, trees: dict[str, set[str]], plan: RetentionInput) -> Owners:
+    """Each expired-only range and the newest expired metarange listing it: the
+    attribution of the range's addresses."""
+    dates = {m: a.date for m, a in plan.attribution().items()}
+    oldest = datetime.min.replace(tzinfo=UTC)
+    metaranges = sorted(trees, key=lambda m: (dates.get(m, oldest), m))
+    newest: dict[str, int] = {}
+    for position, metarange in enumerate(metaranges):
         for range_id in trees[metarange]:
-            known = newest.get(range_id)
-            if known is None or date > known[0]:
-                newest[range_id] = (date, metarange)
-    return {layout.range_key(r): (r, m, d) for r, (d, m) in newest.items()}
+            newest[range_id] = position
+    ranges = sorted(newest)
+    of = {layout.range_key(r): (i, newest[r]) for i, r in enumerate(ranges)}
+    return Owners(metaranges, ranges, of)
 
 
 def active_addresses(
@@ -205,7 +232,7 @@ def mark_expired(
     g, record = repo.lake.graveler, repo.record
     found = expired_candidates(spark, ns, layout, plan, uncommitted, readers)
     rows = found.rows.toArrow()
-    holding = commits_holding(plan, found.trees, _ranges_in(rows))
+    holding = commits_holding(plan, found.trees, found.ranges_in(rows))
     held_now = metaranges_now_held(g, record, plan, run_id, holding)
     dropped_addresses = _addresses_of(ns, layout, held_now)
     if rows.num_rows:
@@ -216,7 +243,7 @@ def mark_expired(
     before = rows.num_rows
     rows = rows.filter(keep)
     dropped = before - rows.num_rows
-    table, kept = _aged(rows, plan, cutoff, late_writes)
+    table, kept = _aged(rows, found.metarange_ids(rows), plan, cutoff, late_writes)
     keys = _write(ns, run_id, table, per_file)
     mark = ExpiredMark(
         keys,
@@ -224,7 +251,7 @@ def mark_expired(
         dropped=dropped,
         young=rows.num_rows - table.num_rows,
     )
-    holding = commits_holding(plan, found.trees, _ranges_in(rows.filter(kept)))
+    holding = commits_holding(plan, found.trees, found.ranges_in(rows.filter(kept)))
     mark.expiring = settle_expiring(g, record, plan, held_now, run_id, holding)
     for name, target in (("branch", mark.by_branch), ("month", mark.by_month)):
         grouped = table.group_by(name).aggregate([("address", "count"), ("size", "sum")])
@@ -234,13 +261,6 @@ def mark_expired(
         ):
             target[key] = Volume(count, size or 0)
     return mark
-
-
-def _ranges_in(rows: pa.Table) -> set[str]:
-    """The ranges holding any of `rows`' addresses."""
-    if not rows.num_rows:
-        return set()
-    return set(pc.unique(pc.list_flatten(rows.column("ranges"))).to_pylist())
 
 
 def staged_now(ns: Namespace, repo: Repository) -> set[str]:
@@ -293,17 +313,22 @@ def _read_candidates(ns: Namespace, keys: list[str]) -> Iterator[pa.RecordBatch]
 
 
 def _aged(
-    rows: pa.Table, plan: RetentionInput, cutoff: datetime, late_writes: timedelta
+    rows: pa.Table,
+    metarange_ids: list[str],
+    plan: RetentionInput,
+    cutoff: datetime,
+    late_writes: timedelta,
 ) -> tuple[pa.Table, pa.Array]:
-    """Rows whose slice was opened `late_writes` before the cutoff, with their attribution;
-    and the mask of `rows` they are (the rest may be too young)."""
+    """Rows whose slice was opened `late_writes` before the cutoff, with their attribution
+    (from the newest metarange holding each, `metarange_ids`); and the mask of `rows` they
+    are (the rest may be too young)."""
     addresses = rows.column("address").to_pylist()
     slices = [a.split("/", 2)[1] for a in addresses]
     opened = {s: slice_time(s) for s in set(slices)}
     old_since = [_plus(opened[s], late_writes) for s in slices]
     keep = [t is not None and t <= cutoff for t in old_since]
     who = plan.attribution()
-    attributed = [who.get(m) for m in rows.column("metarange_id").to_pylist()]
+    attributed = [who.get(m) for m in metarange_ids]
     table = pa.table(
         {
             "address": addresses,
@@ -359,11 +384,16 @@ def _range_pairs(
     return pairs, starts
 
 
-def _inside(ns: Namespace, layout: CommittedLayout, key: str) -> pa.Table:
-    """A range's internal addresses (address, size)."""
-    columns = [layout.range_address_column, layout.range_size_column]
-    table = ns.read_parquet(key, columns)
+def _internal(ns: Namespace, table: pa.Table) -> pa.Table:
+    """The rows of `table` whose first column is an address inside the namespace. Applied
+    to a batch's merged rows, not to each range's: the check is per distinct address."""
     return table.filter(pc.invert(external_mask(table.column(0), ns.store.url)))
+
+
+def _column(tables: list[pa.Table], index: int, kind: pa.DataType) -> pa.ChunkedArray:
+    return pa.chunked_array(
+        [chunk for table in tables for chunk in pc.cast(table.column(index), kind).chunks], kind
+    )
 
 
 def _range_addresses(
@@ -372,64 +402,49 @@ def _range_addresses(
     """The ranges' internal addresses, distinct within each batch of ranges."""
     for start in range(0, len(keys), RANGES_PER_BATCH):
         batch = keys[start : start + RANGES_PER_BATCH]
-        addresses = [_inside(ns, layout, key).column(0).cast(pa.string()) for key in batch]
-        chunks = [chunk for column in addresses for chunk in column.chunks]
-        unique = pc.unique(pa.chunked_array(chunks, pa.string()))
-        yield pa.record_batch([unique], names=["address"])
+        tables = [ns.read_parquet(key, [layout.range_address_column]) for key in batch]
+        unique = pc.unique(_column(tables, 0, pa.string()))
+        yield from _internal(ns, pa.table([unique], names=["address"])).to_batches()
 
 
 def _expired_addresses(
     ns: Namespace,
     layout: CommittedLayout,
-    owner: dict[str, tuple[str, str, int]],
+    owners: dict[str, tuple[int, int]],
     keys: list[str],
 ) -> Iterator[pa.RecordBatch]:
     """Each batch of ranges' internal addresses, one row per address (`EXPIRED_DDL`):
-    `owner` names each range key's range, its newest metarange and that metarange's date.
-    The active side is taken out afterwards by the anti-join in Spark."""
+    `owners` gives each range key's position and its newest metarange's (`Owners.of`).
+    A batch's ranges may list an address twice only where one range holds it at two paths;
+    the grouping in Spark makes each address's ranges distinct. The active side is taken
+    out afterwards by the anti-join in Spark."""
+    columns = [layout.range_address_column, layout.range_size_column]
     for start in range(0, len(keys), RANGES_PER_BATCH):
-        tables = []
-        for key in keys[start : start + RANGES_PER_BATCH]:
-            range_id, metarange, date = owner[key]
-            inside = _inside(ns, layout, key)
-            count = inside.num_rows
-            tables.append(
-                pa.table(
-                    {
-                        "address": inside.column(0).cast(pa.string()),
-                        "size": pc.cast(inside.column(1), pa.int64()),
-                        "metarange_id": pa.repeat(pa.scalar(metarange, pa.string()), count),
-                        "date": pa.repeat(pa.scalar(date, pa.int64()), count),
-                        "range_id": pa.repeat(pa.scalar(range_id, pa.string()), count),
-                    }
-                )
-            )
-        if not tables:
+        batch = keys[start : start + RANGES_PER_BATCH]
+        tables = [ns.read_parquet(key, columns) for key in batch]
+        counts = [table.num_rows for table in tables]
+        if not sum(counts):
             continue
-        rows = pa.concat_tables(tables)
-        if not rows.num_rows:
-            continue
-        rows = rows.sort_by([("date", "descending")])
-        merged = rows.group_by("address", use_threads=False).aggregate(
-            [("size", "max"), ("metarange_id", "first"), ("date", "max"), ("range_id", "distinct")]
+        held = np.array([owners[key] for key in batch], np.int32).reshape(-1, 2)
+        rows = pa.table(
+            {
+                "address": _column(tables, 0, pa.string()),
+                "size": _column(tables, 1, pa.int64()),
+                "range": np.repeat(held[:, 0], counts),
+                "newest": np.repeat(held[:, 1], counts),
+            }
         )
-        yield from pa.table(
-            [
-                merged.column(name)
-                for name in (
-                    "address",
-                    "size_max",
-                    "metarange_id_first",
-                    "date_max",
-                    "range_id_distinct",
-                )
-            ],
-            names=["address", "size", "metarange_id", "date", "ranges"],
+        merged = rows.group_by("address", use_threads=False).aggregate(
+            [("size", "max"), ("newest", "max"), ("range", "list")]
+        )
+        names = ["address", "size_max", "newest_max", "range_list"]
+        yield from _internal(
+            ns,
+            pa.table(
+                [merged.column(name) for name in names],
+                names=["address", "size", "newest", "ranges"],
+            ),
         ).to_batches()
-
-
-def _micros(when: datetime) -> int:
-    return int(when.timestamp() * 1_000_000)
 
 
 def _addresses_of(ns: Namespace, layout: CommittedLayout, metaranges: set[str]) -> set[str]:
