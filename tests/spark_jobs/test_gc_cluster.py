@@ -1,5 +1,8 @@
 """The job on a Spark standalone cluster: a master and a worker on loopback, started with the
-pyspark distribution's own `spark-class`, and `branchwater gc run --master spark://…`."""
+pyspark distribution's own `spark-class`, and `branchwater gc run --master spark://…`.
+
+It is also the command line's run that sweeps (the summary, the report, and `gc explain` of
+what it deleted): tests/cli/test_gc_run.py keeps the refused run and the sweep without Spark."""
 
 from __future__ import annotations
 
@@ -15,11 +18,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
+from urllib.parse import urlsplit
 
 import pytest
 
 from branchwater.engine.cli import main
 from branchwater.engine.cli.gc import spark_home
+from tests.fixtures.spark import DRIVER_JVM
 from tests.helpers.servers import unavailable
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -39,6 +44,7 @@ def start(home: str, scratch: Path, name: str, *args: str) -> subprocess.Popen[b
         "SPARK_HOME": home,
         "SPARK_LOCAL_IP": LOOPBACK,
         "SPARK_WORKER_DIR": str(scratch / "work"),
+        "SPARK_DAEMON_JAVA_OPTS": " ".join(DRIVER_JVM),
         "PYSPARK_PYTHON": sys.executable,
     }
     log = open(scratch / f"{name}.log", "wb")  # noqa: SIM115 - the daemon writes it until stopped
@@ -128,6 +134,7 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                 daemon.wait(timeout=30)
 
 
+@pytest.mark.usefixtures("spark_submit_conf")
 def test_a_clean_run_on_a_standalone_cluster(
     standalone: Cluster,
     tmp_path: Path,
@@ -151,12 +158,18 @@ def test_a_clean_run_on_a_standalone_cluster(
             *("--kv", kv, "gc", "run", "sales", "--json"),
             *("--master", standalone.master, "--min-age", "0s", "--max-share", "1"),
             *("--conf", "spark.executor.memory=512m", "--conf", "spark.cores.max=2"),
+            *("--conf", f"spark.executor.extraJavaOptions={' '.join(DRIVER_JVM)}"),
         ]
     )
 
     captured = capsys.readouterr()
     assert code == 0, captured.err
     summary = json.loads(captured.out)
-    assert summary["status"] == "swept" and summary["counts"]["deleted"]["objects"] == 1
+    assert summary["status"] == "swept" and summary["min_age_override"]
+    assert summary["counts"]["deleted"] == {"objects": 1, "bytes": 1}
+    assert Path(urlsplit(summary["report_uri"]).path).is_file()
     assert (tmp_path / "ns" / kept).is_file() and not (tmp_path / "ns" / dropped).exists()
     assert list(standalone.work_dir.glob("app-*/*/stderr")), "no executor ran on the worker"
+
+    assert main(["--kv", kv, "gc", "explain", "sales", dropped]) == 0
+    assert f"deleted by GC run {summary['run_id']}" in capsys.readouterr().out
