@@ -23,7 +23,7 @@ computed by joining the written files with the active addresses read again, must
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -148,17 +148,22 @@ def expired_candidates(
     merges its batch of ranges in Arrow, so far fewer rows than the ranges hold reach the
     shuffle; the grouping, with its lists of ranges, then runs on candidates' rows only).
     Nothing address-sized is shipped to a task or collected on the driver here."""
-    active_metaranges, expired_metaranges = plan.active_metaranges(), plan.expired_metaranges()
-    pairs, starts = _range_pairs(ns, layout, active_metaranges | expired_metaranges)
-    active_ranges = {r for r, m in pairs if m in active_metaranges}
+    active_metaranges = plan.active_metaranges()
+    listing = _listing(ns, layout, active_metaranges | plan.expired_metaranges())
+    held = pa.array([m in active_metaranges for m in listing.metaranges], pa.bool_())
+    by_active = pc.take(held, listing.rows.column("metarange"))
+    active_side = listing.rows.filter(by_active)
+    active_ranges = pc.unique(active_side.column("range_id"))
+    expired_only = listing.rows.filter(
+        pc.and_not(pc.invert(by_active), pc.is_in(listing.rows.column("range_id"), active_ranges))
+    )
     trees: dict[str, set[str]] = {}
-    for range_id, metarange in pairs:
-        if metarange in expired_metaranges and range_id not in active_ranges:
-            trees.setdefault(metarange, set()).add(range_id)
-    active = _addresses(spark, ns, layout, active_ranges, starts, readers)
-    owners = _owners(layout, trees, plan)
-    ranges = owners.ranges
-    keys = sorted(owners.of, key=lambda key: (starts[ranges[owners.of[key][0]]], key))
+    positions, range_ids = (expired_only.column(i).to_pylist() for i in (0, 1))
+    for position, range_id in zip(positions, range_ids, strict=True):
+        trees.setdefault(listing.metaranges[position], set()).add(range_id)
+    active = _addresses(spark, ns, layout, _by_start(active_side), readers)
+    owners = _owners(layout, trees, plan, _by_start(expired_only))
+    keys = list(owners.of)
     task = partial(_expired_addresses, ns, layout, owners.of)
     found = map_shares(spark, keys, task, EXPIRED_DDL, _tasks(keys, readers))
     candidates = found.join(active, "address", "left_anti")
@@ -173,9 +178,11 @@ def expired_candidates(
     return ExpiredCandidates(rows, trees, owners)
 
 
-def _owners(layout: CommittedLayout, trees: dict[str, set[str]], plan: RetentionInput) -> Owners:
-    """Each expired-only range and the newest expired metarange listing it: the
-    attribution of the range's addresses."""
+def _owners(
+    layout: CommittedLayout, trees: dict[str, set[str]], plan: RetentionInput, ranges: list[str]
+) -> Owners:
+    """Each expired-only range (`ranges`, in the tasks' order) and the newest expired
+    metarange listing it: the attribution of the range's addresses."""
     dates = {m: a.date for m, a in plan.attribution().items()}
     oldest = datetime.min.replace(tzinfo=UTC)
     metaranges = sorted(trees, key=lambda m: (dates.get(m, oldest), m))
@@ -183,7 +190,6 @@ def _owners(layout: CommittedLayout, trees: dict[str, set[str]], plan: Retention
     for position, metarange in enumerate(metaranges):
         for range_id in trees[metarange]:
             newest[range_id] = position
-    ranges = sorted(newest)
     of = {layout.range_key(r): (i, newest[r]) for i, r in enumerate(ranges)}
     return Owners(metaranges, ranges, of)
 
@@ -196,19 +202,14 @@ def active_addresses(
     readers: int,
 ) -> DataFrame:
     """Every address an active commit holds (one column, `address`, not distinct)."""
-    pairs, starts = _range_pairs(ns, layout, plan.active_metaranges())
-    return _addresses(spark, ns, layout, {r for r, _ in pairs}, starts, readers)
+    listing = _listing(ns, layout, plan.active_metaranges())
+    return _addresses(spark, ns, layout, _by_start(listing.rows), readers)
 
 
 def _addresses(
-    spark: SparkSession,
-    ns: Namespace,
-    layout: CommittedLayout,
-    ranges: set[str],
-    starts: Mapping[str, str],
-    readers: int,
+    spark: SparkSession, ns: Namespace, layout: CommittedLayout, ranges: list[str], readers: int
 ) -> DataFrame:
-    keys = [layout.range_key(r) for r in sorted(ranges, key=lambda r: (starts[r], r))]
+    keys = [layout.range_key(r) for r in ranges]
     task = partial(_range_addresses, ns, layout)
     return map_shares(spark, keys, task, ACTIVE_DDL, _tasks(keys, readers))
 
@@ -358,30 +359,48 @@ def _write(ns: Namespace, run_id: str, table: pa.Table, per_file: int) -> list[s
     return keys
 
 
-def _range_pairs(
-    ns: Namespace, layout: CommittedLayout, metaranges: set[str]
-) -> tuple[list[tuple[str, str]], dict[str, str]]:
-    """(range id, metarange id) for every range each of `metaranges` lists, and each range's
-    first path, read on the driver: a metarange is one small file of range ids, which the
-    driver keeps anyway, and a Spark job to read them cost more than the reads (and a
-    collect of its rows).
+@dataclass(frozen=True)
+class Listing:
+    """What metaranges list: a row per (metarange, range) with the range's first path
+    (`metarange` a position in `metaranges`, sorted)."""
 
-    The first paths order the ranges for the tasks: the versions of one stretch of paths
-    then sit together in a task's batch, so its merge by address folds the many rows an
-    unchanged file has in them into one (in id order, a batch held few versions of each
-    stretch, and the rows went on to the shuffle)."""
+    metaranges: list[str]
+    rows: pa.Table
+
+
+def _listing(ns: Namespace, layout: CommittedLayout, metaranges: set[str]) -> Listing:
+    """Every range each of `metaranges` lists, with its first path, read on the driver: a
+    metarange is one small file of range ids, and a Spark job to read them cost more than
+    the reads (and a collect of its rows). Held in Arrow, not as Python pairs: a year of
+    daily commits lists millions of (metarange, range) pairs, nearly all of them the same
+    few ranges again."""
     ordered = sorted(metaranges)
     columns = [layout.metarange_range_column, layout.metarange_min_key_column]
-    tables = ns.map_keys(
-        [layout.metarange_key(m) for m in ordered], lambda key: ns.read_parquet(key, columns)
+    tables = list(
+        ns.map_keys(
+            [layout.metarange_key(m) for m in ordered],
+            lambda key: ns.read_parquet(key, columns),
+        )
     )
-    pairs: list[tuple[str, str]] = []
-    starts: dict[str, str] = {}
-    for metarange, table in zip(ordered, tables, strict=True):
-        ids = table.column(0).to_pylist()
-        pairs += ((range_id, metarange) for range_id in ids)
-        starts.update(zip(ids, table.column(1).to_pylist(), strict=True))
-    return pairs, starts
+    counts = [table.num_rows for table in tables]
+    rows = pa.table(
+        {
+            "metarange": np.repeat(np.arange(len(ordered), dtype=np.int32), counts),
+            "range_id": _column(tables, 0, pa.string()),
+            "start": _column(tables, 1, pa.string()),
+        }
+    )
+    return Listing(ordered, rows)
+
+
+def _by_start(rows: pa.Table) -> list[str]:
+    """The distinct ranges of listing `rows`, by first path: the versions of one stretch of
+    paths then sit together in a task's batch, so its merge by address folds the many rows
+    an unchanged file has in them into one (in id order, a batch held few versions of each
+    stretch, and the rows went on to the shuffle)."""
+    distinct = rows.group_by(["range_id", "start"], use_threads=False).aggregate([])
+    ordered = distinct.sort_by([("start", "ascending"), ("range_id", "ascending")])
+    return ordered.column("range_id").to_pylist()
 
 
 def _internal(ns: Namespace, table: pa.Table) -> pa.Table:
