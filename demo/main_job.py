@@ -45,6 +45,8 @@ class DemoConfig:
     garbage_objects: int = 120
     later_garbage_objects: int = 40
     tombstones: int = 1_500
+    compaction_threshold: int = 1_000
+    """The compaction check's `max_tombstones`: a branch is due at this many or more."""
 
 
 @dataclass
@@ -91,8 +93,9 @@ class DemoLake:
 
 class DagRunner:
     """Runs DAGs of `dags/` in child processes, each in a fresh Airflow home of one family:
-    runs at once in a child each, runs one after another in one child kept for them all
-    (`serial`), started early so that it has imported Airflow by its first run."""
+    runs at once in a child each, runs one after another (the later ETL run among them) in
+    one child kept for them all (`serial`), started early so that it has imported Airflow by
+    its first run."""
 
     def __init__(self, family: HomeFamily, logs: Path) -> None:
         self.family = family
@@ -269,12 +272,13 @@ def run(config: DemoConfig) -> dict[str, Any]:
             stage_tombstones(repo, config.tombstones)
             garbage = make_garbage(repo, "scratch-1", config.garbage_objects)
             summary["compaction"] = runner.run(
-                COMPACTION_DAG, {"repositories": [REPOSITORY], "max_tombstones": 1_000}
+                COMPACTION_DAG,
+                {"repositories": [REPOSITORY], "max_tombstones": config.compaction_threshold},
             )
         with progress.step("GC clean run on Spark, behind the Great Expectations gate"):
             summary["gc_clean"] = runner.run(GC_CLEAN_DAG, gc_conf())
         with progress.step("More work: another ETL run and more garbage"):
-            summary["etl"] += runner.run_all([(ETL_DAG, etl_conf(config.etl_runs, config))])
+            summary["etl"].append(runner.run(ETL_DAG, etl_conf(config.etl_runs, config)))
             garbage += make_garbage(repo, "scratch-2", config.later_garbage_objects)
         with progress.step("GC optimized run: only new ranges and slices"):
             summary["gc_optimized"] = runner.run(GC_OPTIMIZED_DAG, gc_conf())
