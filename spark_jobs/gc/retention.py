@@ -148,19 +148,14 @@ def expired_candidates(
     merges its batch of ranges in Arrow, so far fewer rows than the ranges hold reach the
     shuffle; the grouping, with its lists of ranges, then runs on candidates' rows only).
     Nothing address-sized is shipped to a task or collected on the driver here."""
-    active_metaranges = plan.active_metaranges()
-    listing = _listing(ns, layout, active_metaranges | plan.expired_metaranges())
-    held = pa.array([m in active_metaranges for m in listing.metaranges], pa.bool_())
-    by_active = pc.take(held, listing.rows.column("metarange"))
-    active_side = listing.rows.filter(by_active)
+    active_side = _listed(ns, layout, sorted(plan.active_metaranges()))
+    expired_metaranges = sorted(plan.expired_metaranges())
     active_ranges = pc.unique(active_side.column("range_id"))
-    expired_only = listing.rows.filter(
-        pc.and_not(pc.invert(by_active), pc.is_in(listing.rows.column("range_id"), active_ranges))
-    )
+    expired_only = _listed(ns, layout, expired_metaranges, active_ranges)
     trees: dict[str, set[str]] = {}
     positions, range_ids = (expired_only.column(i).to_pylist() for i in (0, 1))
     for position, range_id in zip(positions, range_ids, strict=True):
-        trees.setdefault(listing.metaranges[position], set()).add(range_id)
+        trees.setdefault(expired_metaranges[position], set()).add(range_id)
     active = _addresses(spark, ns, layout, _by_start(active_side), readers)
     owners = _owners(layout, trees, plan, _by_start(expired_only))
     keys = list(owners.of)
@@ -202,8 +197,8 @@ def active_addresses(
     readers: int,
 ) -> DataFrame:
     """Every address an active commit holds (one column, `address`, not distinct)."""
-    listing = _listing(ns, layout, plan.active_metaranges())
-    return _addresses(spark, ns, layout, _by_start(listing.rows), readers)
+    listed = _listed(ns, layout, sorted(plan.active_metaranges()))
+    return _addresses(spark, ns, layout, _by_start(listed), readers)
 
 
 def _addresses(
@@ -359,38 +354,42 @@ def _write(ns: Namespace, run_id: str, table: pa.Table, per_file: int) -> list[s
     return keys
 
 
-@dataclass(frozen=True)
-class Listing:
-    """What metaranges list: a row per (metarange, range) with the range's first path
-    (`metarange` a position in `metaranges`, sorted)."""
-
-    metaranges: list[str]
-    rows: pa.Table
+LISTED_PER_READ = 1024
+"""Metaranges read at once before their rows are reduced to what is kept."""
+LISTED_SCHEMA = pa.schema(
+    [("metarange", pa.int32()), ("range_id", pa.string()), ("start", pa.string())]
+)
 
 
-def _listing(ns: Namespace, layout: CommittedLayout, metaranges: set[str]) -> Listing:
-    """Every range each of `metaranges` lists, with its first path, read on the driver: a
-    metarange is one small file of range ids, and a Spark job to read them cost more than
-    the reads (and a collect of its rows). Held in Arrow, not as Python pairs: a year of
-    daily commits lists millions of (metarange, range) pairs, nearly all of them the same
-    few ranges again."""
-    ordered = sorted(metaranges)
+def _listed(
+    ns: Namespace, layout: CommittedLayout, metaranges: list[str], known: pa.Array | None = None
+) -> pa.Table:
+    """A row per range each of `metaranges` lists (`LISTED_SCHEMA`: the metarange's position
+    in `metaranges`, the range, its first path), less the ranges `known` names. Read on the
+    driver: a metarange is one small file of range ids, and a Spark job to read them cost
+    more than the reads (and a collect of its rows). Held in Arrow and reduced as it is read,
+    `LISTED_PER_READ` metaranges at a time: a year of daily commits lists millions of pairs,
+    nearly all of them ranges an active commit lists too."""
     columns = [layout.metarange_range_column, layout.metarange_min_key_column]
-    tables = list(
-        ns.map_keys(
-            [layout.metarange_key(m) for m in ordered],
-            lambda key: ns.read_parquet(key, columns),
+    parts = [LISTED_SCHEMA.empty_table()]
+    for first in range(0, len(metaranges), LISTED_PER_READ):
+        chunk = metaranges[first : first + LISTED_PER_READ]
+        keys = [layout.metarange_key(m) for m in chunk]
+        tables = list(ns.map_keys(keys, lambda key: ns.read_parquet(key, columns)))
+        counts = [table.num_rows for table in tables]
+        positions = np.arange(first, first + len(chunk), dtype=np.int32)
+        rows = pa.table(
+            [
+                np.repeat(positions, counts),
+                _column(tables, 0, pa.string()),
+                _column(tables, 1, pa.string()),
+            ],
+            schema=LISTED_SCHEMA,
         )
-    )
-    counts = [table.num_rows for table in tables]
-    rows = pa.table(
-        {
-            "metarange": np.repeat(np.arange(len(ordered), dtype=np.int32), counts),
-            "range_id": _column(tables, 0, pa.string()),
-            "start": _column(tables, 1, pa.string()),
-        }
-    )
-    return Listing(ordered, rows)
+        if known is not None:
+            rows = rows.filter(pc.invert(pc.is_in(rows.column("range_id"), known)))
+        parts.append(rows)
+    return pa.concat_tables(parts)
 
 
 def _by_start(rows: pa.Table) -> list[str]:
