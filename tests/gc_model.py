@@ -385,7 +385,11 @@ class RetentionHistory:
     branches created from branches or old commits, resets to old commits, deletes of
     branches, tags on old commits and merges, each a few days after the last (the repository's
     commit clock is `clock`). The committed rule needs no branch model: its oracle reads
-    the lake's refs (`active_commits`)."""
+    the lake's refs (`active_commits`).
+
+    A seed plays the same history on every run: old commits are drawn from the commits in
+    the order the history made them, not by id (an id hashes the tree, whose addresses are
+    random, so the order of ids is new on every run)."""
 
     def __init__(self, repo: Repository, seed: int, clock: FakeClock) -> None:
         self.repo = repo
@@ -393,6 +397,8 @@ class RetentionHistory:
         self.clock = clock
         repo.lake.graveler.refs.clock = clock
         self.created = 0
+        self.made: list[str] = []
+        self._note_new_commits()
 
     def play(self, steps: int) -> None:
         actions = [self.upload] * 6 + [self.delete, self.commit, self.commit, self.commit]
@@ -400,13 +406,21 @@ class RetentionHistory:
         for _ in range(steps):
             self.clock.advance(timedelta(hours=self.random.randint(0, 24 * 6)))
             self.random.choice(actions)()
+            self._note_new_commits()
+
+    def _note_new_commits(self) -> None:
+        """Append the commits the last step made (at most a merge and the commit before it,
+        told apart by generation and message) to `made`."""
+        known = set(self.made)
+        commits = self.repo.lake.graveler.refs.list_commits(self.repo.record)
+        new = [c for c in commits if c.id not in known]
+        self.made += [c.id for c in sorted(new, key=lambda c: (c.generation, c.message))]
 
     def _branch(self) -> Branch:
         return self.random.choice(self.repo.branches())
 
     def _old_commit(self) -> str:
-        commits = sorted(c.id for c in self.repo.lake.graveler.refs.list_commits(self.repo.record))
-        return self.random.choice(commits)
+        return self.random.choice(self.made)
 
     def upload(self) -> None:
         path = f"t/{self.random.randint(0, 12)}"
