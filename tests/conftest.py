@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, settings
 from branchwater.engine import Lake
 from branchwater.engine.api import Repository
 from branchwater.engine.graveler.committed import RangePolicy
+from tests.helpers.long_run import LONG_TESTS
 from tests.helpers.servers import (
     PG_HOST,
     PG_PORT,
@@ -32,7 +33,6 @@ RANGE_CACHE_DIR = tempfile.mkdtemp(prefix="bw-range-cache-")
 os.environ["BRANCHWATER_CACHE_DIR"] = RANGE_CACHE_DIR
 """Tests share one range cache of their own, never the user's (subprocesses inherit it)."""
 
-LONG_TESTS = os.environ.get("BRANCHWATER_LONG_TESTS") == "1"
 LONG_EXAMPLES = 10
 """The long run's factor on each hypothesis test's examples (most name their own count)."""
 settings.register_profile(

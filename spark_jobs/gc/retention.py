@@ -443,7 +443,7 @@ def _expired_addresses(
         counts = [table.num_rows for table in tables]
         if not sum(counts):
             continue
-        held = np.array([owners[key] for key in batch], np.int32).reshape(-1, 2)
+        held = np.array([owners[key] for key in batch], np.int32)
         rows = pa.table(
             {
                 "address": _column(tables, 0, pa.string()),

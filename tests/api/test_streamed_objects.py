@@ -22,6 +22,7 @@ from branchwater.engine import CorruptedData, InvalidArgument, Lake
 from branchwater.engine.api import Ref, Repository
 from branchwater.engine.objects import s3 as s3_module
 from tests.fixtures.s3 import S3Server
+from tests.helpers.long_run import LONG_TESTS
 
 DATA = os.urandom(2 * s3_module.PART_SIZE + 999)
 """Content that streams in three parts on S3."""
@@ -268,8 +269,7 @@ print(json.dumps({
     "max_rss_mb": peak_mb(),
 }), file=sys.stderr)
 """
-LONG = os.environ.get("BRANCHWATER_LONG_TESTS") == "1"
-BIG = (2048 if LONG else 512) << 20
+BIG = (2048 if LONG_TESTS else 512) << 20
 """Sixty-four times a part (the long run: 2 GiB, 256 parts). Four times as much streams no
 differently, only longer: the bound below proves the object is never held."""
 MAX_RSS_MB = 300

@@ -24,6 +24,7 @@ from branchwater.engine import Lake
 from branchwater.engine.api import Repository
 from tests.fixtures.s3 import S3Server
 from tests.helpers.gc import GCLake
+from tests.helpers.long_run import LONG_TESTS
 from tests.helpers.servers import unique_name
 from tests.history.runner import (
     COUNT_ENV,
@@ -45,18 +46,17 @@ pytestmark = pytest.mark.xdist_group("history")
 REGRESSION_SEEDS = [36, 37, 41]
 """Seeds whose histories found something (`test_regressions.py` forces each): run on every
 back end besides the 20."""
-LONG = os.environ.get("BRANCHWATER_LONG_TESTS") == "1"
 """The long run (`BRANCHWATER_LONG_TESTS=1`, hours): 200 killed histories of 16 workers on
 each back end. `make test` runs one of 6 workers per back end, on the fast variant's pool."""
 FAST = Settings(workers=6, operations=12, fault="raise")
 SLOW = Settings(
-    workers=16 if LONG else FAST.workers,
-    operations=20 if LONG else FAST.operations,
+    workers=16 if LONG_TESTS else FAST.workers,
+    operations=20 if LONG_TESTS else FAST.operations,
     fault="kill",
     fault_rate=0.1,
     gc_min_age=1.0,
 )
-SLOW_SEEDS = int(os.environ.get("BRANCHWATER_HISTORY_SLOW_SEEDS", "200" if LONG else "1"))
+SLOW_SEEDS = int(os.environ.get("BRANCHWATER_HISTORY_SLOW_SEEDS", "200" if LONG_TESTS else "1"))
 
 
 def seeds(count: int) -> list[int]:
@@ -180,5 +180,5 @@ def test_killed_histories_keep_the_model(
         summary = gc.run()
         return summary.counts["deleted"].objects
 
-    collect = spark_job if LONG else rule_sweep
+    collect = spark_job if LONG_TESTS else rule_sweep
     run_and_check(request, backend_name, seed, SLOW, pools, logs, collect)

@@ -11,7 +11,6 @@ variant.
 
 from __future__ import annotations
 
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -24,6 +23,7 @@ from tests import gc_clients
 from tests.gc_model import assert_references_intact
 from tests.helpers.failpoints import paused_at
 from tests.helpers.gc import GCLake
+from tests.helpers.long_run import LONG_TESTS
 from tests.helpers.servers import spawned_pool
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -31,7 +31,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 PROCESSES = 2
 MIN_AGE = timedelta(seconds=0.25)
 """Longer than any client takes between writing an object and staging it."""
-LONG = os.environ.get("BRANCHWATER_LONG_TESTS") == "1"
 
 
 def test_a_copy_racing_a_delete_of_its_source_through_a_run_is_never_left_dangling(
@@ -69,7 +68,7 @@ def test_clean_and_optimized_runs_keep_every_reference_while_clients_move_them(
     reference reads and the garbage left before the round is gone."""
     repo = local_gc.repo
     gc_clients.start(repo)
-    modes = ["clean", "optimized", "optimized", "clean"] * (5 if LONG else 1)
+    modes = ["clean", "optimized", "optimized", "clean"] * (5 if LONG_TESTS else 1)
     deleted = 0
     with spawned_pool(PROCESSES) as (manager, pool):
         for round_, mode in enumerate(modes):
