@@ -53,6 +53,7 @@ POINTS = frozenset(
         "restore.before_stage",
         "transaction.before_commit",
         "transaction.before_merge",
+        "write.before_stage",
         "write.before_validate",
     }
 )

@@ -17,12 +17,12 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from branchwater.engine.errors import BranchwaterError, PredicateFailed
+from branchwater.engine.errors import BranchwaterError, NotFound, PredicateFailed
 from branchwater.engine.graveler.committed import CommittedStore, RangeCache, RangePolicy
 from branchwater.engine.graveler.metrics import CompactionMetrics
 from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord
 from branchwater.engine.graveler.refs import BranchGuard, RefStore
-from branchwater.engine.graveler.staging import StagingArea
+from branchwater.engine.graveler.staging import StagedValue, StagingArea
 from branchwater.engine.kv import Store
 from branchwater.engine.objects import ObjectStore, open_object_store
 
@@ -158,6 +158,21 @@ class Graveler:
             if hit is not None:
                 return hit
         branch, _ = self.refs.get_branch(repo, name)
+        self.branch_cache.put(repo, branch)
+        return branch
+
+    def stage(
+        self, repo: RepositoryRecord, name: str, token: str, path: str, entry: StagedValue
+    ) -> BranchRecord:
+        """Stage `entry` (`None`: a tombstone) at `path` in `token` and return the branch
+        record as it was once the row was in, in one KV call where the store can: the
+        staged write's validating read (`writes`)."""
+        guard = self.refs.branch_address(repo, name)
+        try:
+            value = self.staging.put_guarded(token, path, entry, guard)
+        except NotFound:
+            raise NotFound(f"branch {name!r} not found in repository {repo.name!r}") from None
+        branch = BranchRecord.decode(value)
         self.branch_cache.put(repo, branch)
         return branch
 

@@ -177,6 +177,10 @@ class RefStore:
             raise NotFound(f"branch {name!r} not found in repository {repo.name!r}") from None
         return BranchRecord.decode(value), predicate
 
+    def branch_address(self, repo: RepositoryRecord, name: str) -> tuple[bytes, bytes]:
+        """The branch record's KV (partition, key), to guard a write by (`Store.set_guarded`)."""
+        return repo.partition, BRANCHES + name_key(name, "branch name")
+
     def insert_branch(self, repo: RepositoryRecord, branch: BranchRecord) -> None:
         try:
             self.kv.set_if(repo.partition, BRANCHES + branch.name.encode(), branch.encode(), None)

@@ -44,6 +44,13 @@ class StagingArea:
         value = b"" if entry is None else encode_entry(entry)
         self.kv.set(token.encode(), path.encode(), value)
 
+    def put_guarded(
+        self, token: str, path: str, entry: StagedValue, guard: tuple[bytes, bytes]
+    ) -> bytes:
+        """`put`, returning what the `guard` key held once the row was in (`set_guarded`)."""
+        value = b"" if entry is None else encode_entry(entry)
+        return self.kv.set_guarded(token.encode(), path.encode(), value, guard)
+
     def remove(self, token: str, path: str) -> None:
         """Forget a staged path entirely (not a tombstone: lower layers show through)."""
         self.kv.delete(token.encode(), path.encode())

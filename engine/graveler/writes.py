@@ -71,9 +71,8 @@ def stage_entry(g: Graveler, repo: RepositoryRecord, branch_name: str, entry: En
     """Stage `entry` at its path; acknowledged only once it is in the current token. The
     staged value is encoded (and checked) by the write itself; only a take-back needs it."""
 
-    def write(branch: BranchRecord) -> bool:
-        g.staging.put(branch.staging_token, entry.path, entry)
-        return True
+    def write(branch: BranchRecord) -> BranchRecord:
+        return g.stage(repo, branch_name, branch.staging_token, entry.path, entry)
 
     def undo(token: str) -> None:
         _take_back(g, token, entry.path, encode_entry(entry))
@@ -112,20 +111,19 @@ def stage_delete(g: Graveler, repo: RepositoryRecord, branch_name: str, path: st
     wrote = False
     removed: set[str] = set()
 
-    def write(branch: BranchRecord) -> bool:
+    def write(branch: BranchRecord) -> BranchRecord:
         nonlocal wrote
         alone = (
             not branch.sealed_tokens
             and lookup_below_staging(g, repo, branch, path) is None
             and same_layers(g.read_branch(repo, branch_name), branch)
         )
-        if alone and not wrote:
-            g.staging.remove(branch.staging_token, path)
-            removed.add(branch.staging_token)
-        else:
-            g.staging.put(branch.staging_token, path, None)
-        wrote = True
-        return True
+        first, wrote = not wrote, True
+        if not (alone and first):
+            return g.stage(repo, branch_name, branch.staging_token, path, None)
+        g.staging.remove(branch.staging_token, path)
+        removed.add(branch.staging_token)
+        return g.read_branch(repo, branch_name)
 
     def undo(token: str) -> None:
         if token not in removed:
@@ -165,39 +163,39 @@ def _write_validated(
     g: Graveler,
     repo: RepositoryRecord,
     branch_name: str,
-    write: Callable[[BranchRecord], bool],
+    write: Callable[[BranchRecord], BranchRecord],
     what: str,
     undo: _Undo,
 ) -> None:
-    """Run `write` until it lands in the branch's current staging token; `write` returns
-    False when it saw the branch change before writing anything. Unpaced, as a lookup is: a
-    pause before writing to the token just read would only give a commit longer to seal it.
+    """Run `write` until it lands in the branch's current staging token; `write` returns the
+    branch record as read once its row was in (`Graveler.stage`: the row and the read in
+    one statement on PostgreSQL). Unpaced, as a lookup is: a pause before writing to the
+    token just read would only give a commit longer to seal it.
 
     Protection rules are read from the same records, so a staged write costs no extra
     round trip: the first read (perhaps cached; a cached record that refuses is read again)
-    refuses early, and the validating read after the row is written decides. That read is
-    the write's linearization point: a `protect` whose fence of the branch comes before it
-    wins, and the write takes its rows back and raises `BranchProtected`."""
+    refuses early, and the read that comes with the row decides. That read is the write's
+    linearization point: a `protect` whose fence of the branch comes before it wins, and
+    the write takes its rows back and raises `BranchProtected`."""
     branch = g.read_branch(repo, branch_name, cached=True)
     if branch.protection:
         branch = g.read_branch(repo, branch_name)
     protection.check(repo, branch, "write", what)
+    failpoints.hit("write.before_stage")
     tokens: list[str] = []
     for _ in range(g.retry.attempts):
-        written = write(branch)
-        if written:
-            tokens.append(branch.staging_token)
+        current = write(branch)
+        tokens.append(branch.staging_token)
         failpoints.hit("write.before_validate")
-        current = g.read_branch(repo, branch_name)
         try:
             protection.check(repo, current, "write", what)
         except BranchProtected:
             for token in tokens:
                 undo.take_back(token)
-            if tokens and current.staging_token != tokens[-1] and undo.shown():
+            if current.staging_token != tokens[-1] and undo.shown():
                 return
             raise
-        if written and current.staging_token == branch.staging_token:
+        if current.staging_token == branch.staging_token:
             return
         branch = current
     raise too_many_tries(f"{what} on branch {branch_name!r} of {repo.name!r}", g.retry.attempts)

@@ -14,7 +14,7 @@ import itertools
 import os
 import re
 import select as sockets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import psycopg
@@ -28,9 +28,17 @@ from sqlalchemy.pool import NullPool
 from branchwater.engine.errors import (
     BranchwaterError,
     ConfigurationError,
+    NotFound,
     Unavailable,
 )
-from branchwater.engine.kv.sql import DEFAULT_TABLE, Cursor, SQLStore, kv_table, statements
+from branchwater.engine.kv.sql import (
+    DEFAULT_TABLE,
+    Cursor,
+    SQLStore,
+    fetch_one,
+    kv_table,
+    statements,
+)
 from branchwater.engine.urls import redact_url, scrub, url_password, url_secrets
 
 DEFAULT_PARTITIONS = 16
@@ -50,6 +58,7 @@ class PostgresStore(SQLStore):
         engine = create_engine(sa_url, poolclass=NullPool)
         quote = engine.dialect.identifier_preparer.quote
         super().__init__(url, engine, statements(self.table, quote, "%s"))
+        self._set_guarded_sql = _set_guarded_statement(self.table, quote)
         self._create_schema()
 
     def _parse(self, url: str) -> tuple[URL, str, int]:
@@ -102,6 +111,18 @@ class PostgresStore(SQLStore):
                     conn.exec_driver_sql(ddl)
         except DBAPIError as exc:
             raise self._failure(exc) from exc
+
+    def _set_guarded(
+        self, partition: bytes, key: bytes, value: bytes, guard: tuple[bytes, bytes]
+    ) -> bytes:
+        """One statement: the guard row is read `FOR SHARE` and the row written from it, so
+        a swap of the guard waits until the write is committed (and a swap committed first
+        is the value read). Run again after a lost session, as a `set` is."""
+        params = (*guard, partition, key, value)
+        row = self._fetch(self._set_guarded_sql, params, fetch_one)
+        if row is None:
+            raise NotFound(f"key {guard[1]!r} not found in partition {guard[0]!r}")
+        return bytes(row[0])
 
     def _open_cursor(self, dbapi: Any) -> Cursor:
         dbapi.autocommit = True
@@ -235,6 +256,19 @@ class _PreparedCursor:
         if result.nfields == 2:
             return [(get(r, 0), get(r, 1)) for r in range(result.ntuples)]
         return [tuple(get(r, c) for c in range(result.nfields)) for r in range(result.ntuples)]
+
+
+def _set_guarded_statement(table: str, quote: Callable[[str], str]) -> str:
+    """`set_guarded` in one statement. The written row is selected from the locked guard
+    row, so the lock is taken before the write and a missing guard writes nothing."""
+    t, p, k, v = quote(table), quote("partition_key"), quote("key"), quote("value")
+    return (
+        f"WITH guard AS (SELECT {v} FROM {t} WHERE {p} = %s AND {k} = %s FOR SHARE), "
+        f"written AS (INSERT INTO {t} ({p}, {k}, {v}) "
+        "SELECT CAST(%s AS BYTEA), CAST(%s AS BYTEA), CAST(%s AS BYTEA) FROM guard "
+        f"ON CONFLICT ({p}, {k}) DO UPDATE SET {v} = excluded.{v}) "
+        f"SELECT {v} FROM guard"
+    )
 
 
 def _problem(parsed: URL, url: str) -> str | None:

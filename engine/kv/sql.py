@@ -344,7 +344,7 @@ class SQLStore(Store):
             delay = min(delay * 2, BUSY_MAX_DELAY)
 
     def _get(self, partition: bytes, key: bytes) -> bytes:
-        row = self._fetch(self._sql.get, (partition, key), _fetchone)
+        row = self._fetch(self._sql.get, (partition, key), fetch_one)
         if row is None:
             raise NotFound(f"key {key!r} not found in partition {partition!r}")
         return row[0]
@@ -432,7 +432,7 @@ def _key_values(batch: list[tuple[bytes, bytes]]) -> Iterator[KeyValue]:
     return map(tuple.__new__, _KEY_VALUE, batch)
 
 
-def _fetchone(cursor: Cursor) -> Any:
+def fetch_one(cursor: Cursor) -> Any:
     return cursor.fetchone()
 
 

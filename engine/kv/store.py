@@ -80,6 +80,28 @@ class Store(abc.ABC):
             kind = type(predicate).__name__
             raise InvalidArgument(f"predicate must be bytes from get(), None or EXISTS, not {kind}")
 
+    def set_guarded(
+        self, partition: bytes, key: bytes, value: bytes, guard: tuple[bytes, bytes]
+    ) -> bytes:
+        """`set`, returning the value the `guard` key (partition, key) holds at a moment the
+        write is already applied: a `set_if` of the guard that succeeds after that value is
+        ordered after the write, so whoever swaps the guard and then reads sees the write.
+        `NotFound` if the guard is absent (the write may then be applied or not).
+
+        Here a `set` then a `get` of the guard, two calls; a driver that can write and read
+        in one statement, holding the guard against swaps until the write is visible,
+        overrides `_set_guarded` (PostgreSQL)."""
+        check_key(partition, key)
+        check_value(value)
+        check_key(*guard)
+        return self._set_guarded(partition, key, value, guard)
+
+    def _set_guarded(
+        self, partition: bytes, key: bytes, value: bytes, guard: tuple[bytes, bytes]
+    ) -> bytes:
+        self._set(partition, key, value)
+        return self._get(*guard)
+
     def delete(self, partition: bytes, key: bytes) -> None:
         """Remove the key; deleting an absent key is not an error."""
         check_key(partition, key)

@@ -1,11 +1,11 @@
 """Failpoints unarmed (issue 43): what a point costs a hot operation when nothing arms it.
 
-- `failpoints-unarmed`: `--writes` staged writes (`stage_entry`, which passes the point
-  `write.before_validate` once per write) into `main` of a lake, with `failpoints.hit`
-  as shipped against the same loop with `hit` replaced by a function that does nothing. Each
-  round writes fresh paths on both sides and alternates which goes first; each side's fastest
-  round counts, so the machine's other work weighs on neither. On the selected back end
-  (`backends`): SQLite, or PostgreSQL on the stack.
+- `failpoints-unarmed`: `--writes` staged writes (`stage_entry`, which passes the points
+  `write.before_stage` and `write.before_validate` once per write) into `main` of a lake,
+  with `failpoints.hit` as shipped against the same loop with `hit` replaced by a function
+  that does nothing. Each round writes fresh paths on both sides and alternates which goes
+  first; each side's fastest round counts, so the machine's other work weighs on neither. On
+  the selected back end (`backends`): SQLite, or PostgreSQL on the stack.
 """
 
 from __future__ import annotations

@@ -172,13 +172,13 @@ def write_window(
         g = lake.graveler
         repo = lake.repository(REPO)
         record, name = repo.record, plan.branch(writer)
-        reads = _BranchReads.of(g)
+        stages = _Stages.of(g)
         while time.perf_counter() < deadline:
             began = time.perf_counter()
-            reads.here.count = 0
+            stages.here.count = 0
             writes.stage_entry(g, record, name, entry(writer, i))
             window.latencies.append(time.perf_counter() - began)
-            window.retries += max(0, reads.here.count - 1)
+            window.retries += max(0, stages.here.count - 1)
             i += 1
             if i % plan.every == 0:
                 began = time.perf_counter()
@@ -208,25 +208,25 @@ def write_window(
     return window
 
 
-class _BranchReads:
-    """Counts the graveler's uncached branch reads per thread: a staged write makes one,
-    each more is a retry after a commit sealed the token it wrote to."""
+class _Stages:
+    """Counts the graveler's staged rows per thread (`Graveler.stage`, the row and its read
+    of the branch): a staged write makes one, each more is a retry after a commit sealed the
+    token it wrote to."""
 
-    _installed: dict[int, _BranchReads] = {}
+    _installed: dict[int, _Stages] = {}
 
     def __init__(self, g: Any) -> None:
         self.here = threading.local()
-        read = g.read_branch
+        stage = g.stage
 
-        def counted(repo: Any, name: str, *, cached: bool = False) -> Any:
-            if not cached:
-                self.here.count = getattr(self.here, "count", 0) + 1
-            return read(repo, name, cached=cached)
+        def counted(*args: Any) -> Any:
+            self.here.count = getattr(self.here, "count", 0) + 1
+            return stage(*args)
 
-        g.read_branch = counted
+        g.stage = counted
 
     @classmethod
-    def of(cls, g: Any) -> _BranchReads:
+    def of(cls, g: Any) -> _Stages:
         if id(g) not in cls._installed:
             cls._installed[id(g)] = cls(g)
         return cls._installed[id(g)]

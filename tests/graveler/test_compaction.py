@@ -600,15 +600,17 @@ def test_a_delete_whose_token_is_sealed_meanwhile_still_deletes(lake: Lake, repo
     path for missing, but write its tombstone again in the new token."""
     committed_tree(repo, 5)
     g, main = lake.graveler, repo.branch("main")
-    put = g.staging.put
+    put_guarded = g.staging.put_guarded
     sealed: list[tuple[str, ...]] = []
 
-    def put_then_seal(token: str, path: str, entry) -> None:
-        put(token, path, entry)
+    def put_then_seal(token: str, path: str, entry, guard: tuple[bytes, bytes]) -> bytes:
+        """The seal lands between the row and the read of the branch that comes with it."""
+        put_guarded(token, path, entry, guard)
         if not sealed:
             sealed.append(commit_ops.seal(g, repo.record, "main"))
+        return g.kv.get(*guard).value
 
-    monkeypatch.setattr(g.staging, "put", put_then_seal)
+    monkeypatch.setattr(g.staging, "put_guarded", put_then_seal)
     main.delete("d/002")
     assert sealed
     with pytest.raises(NotFound):

@@ -293,12 +293,13 @@ def shared(race_kv: str, tmp_path: Path):
 
 
 def test_a_staged_write_racing_protect_is_taken_back(shared) -> None:
-    """The protect's fence lands after the row is written, before the write's validating
-    read: the write refuses and its row is gone."""
+    """The protect's fence lands after the write's first check, before its row: the read
+    that comes with the row (the same statement on PostgreSQL) sees the rule, so the write
+    refuses and its row is gone."""
     writer, admin = shared
     main = writer.branch("main")
     before = snapshot(writer)
-    raced = armed("write.before_validate", lambda: protect_all(admin))
+    raced = armed("write.before_stage", lambda: protect_all(admin))
     with raced, pytest.raises(BranchProtected, match="no_direct_writes"):
         main.upload("raced", b"raced")
     assert snapshot(writer) == before
@@ -306,12 +307,24 @@ def test_a_staged_write_racing_protect_is_taken_back(shared) -> None:
         main.stat("raced")
 
 
+def test_a_protect_after_the_writes_validating_read_lets_it_stand(shared) -> None:
+    """The read that comes with the row is the write's linearization point: a protect
+    fenced after it comes after the write, which stays acknowledged and staged."""
+    writer, admin = shared
+    main = writer.branch("main")
+    with armed("write.before_validate", lambda: protect_all(admin)):
+        main.upload("first", b"first")
+    assert main.read("first") == b"first"
+    with pytest.raises(BranchProtected, match="no_direct_writes"):
+        main.upload("second", b"second")
+
+
 def test_a_delete_racing_protect_is_taken_back(shared) -> None:
     writer, admin = shared
     main = writer.branch("main")
     main.upload("staged", b"s")
     before = snapshot(writer)
-    with armed("write.before_validate", lambda: protect_all(admin)):
+    with armed("write.before_stage", lambda: protect_all(admin)):
         with pytest.raises(BranchProtected):
             main.delete("a")
         with pytest.raises(BranchProtected):

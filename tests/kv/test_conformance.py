@@ -140,6 +140,36 @@ def test_second_create_loses(store: Store) -> None:
     assert store.get(P, b"key").value == b"first"
 
 
+# --- set_guarded ---------------------------------------------------------------------------
+
+
+def test_set_guarded_writes_and_returns_what_the_guard_holds(store: Store) -> None:
+    store.set(b"refs", b"branch", b"token-1")
+    assert store.set_guarded(P, b"key", b"v1", (b"refs", b"branch")) == b"token-1"
+    store.set_if(b"refs", b"branch", b"token-2", b"token-1")
+    assert store.set_guarded(P, b"key", b"v2", (b"refs", b"branch")) == b"token-2"
+    assert store.get(P, b"key").value == b"v2"
+    assert store.set_guarded(P, b"empty", b"", (b"refs", b"branch")) == b"token-2"
+    assert store.get(P, b"empty").value == b""
+
+
+def test_set_guarded_by_a_missing_guard_is_not_found(store: Store) -> None:
+    with pytest.raises(NotFound):
+        store.set_guarded(P, b"key", b"v", (b"refs", b"gone"))
+
+
+@pytest.mark.parametrize(
+    "guard", [(b"refs", "branch"), ("refs", b"branch"), (b"", b"branch")], ids=repr
+)
+def test_set_guarded_rejects_a_bad_guard_and_writes_nothing(store: Store, guard: Any) -> None:
+    store.set(b"refs", b"branch", b"token")
+    with pytest.raises(InvalidArgument):
+        store.set_guarded(P, b"key", b"v", guard)
+    with pytest.raises(InvalidArgument):
+        store.set_guarded(P, b"key", "v", (b"refs", b"branch"))  # type: ignore[arg-type]
+    assert keys_of(store) == []
+
+
 # --- empty values --------------------------------------------------------------------------
 
 
