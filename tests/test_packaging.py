@@ -10,11 +10,11 @@ job and the `dags/` folder run from a temporary directory.
 
 The dependencies come from a wheelhouse under `~/.cache/branchwater/wheelhouse/`, made once
 per set of dependencies (pyproject's build requirements, dependencies and those extras, and
-`requirements.lock`) from the package index; later runs build and install offline from it.
-It is fetched wheel by wheel at the lock's pins by several pip processes at once: resolving
-against the index fetches one wheel after another, a second of round trips each, and pip's
-HTTP cache does not spare `make install`'s downloads (the index here sends no cache headers,
-so pip keeps only the wheels it built, pyspark's, which the fetch reuses).
+`requirements.lock`); later runs build and install offline from it. It is made of the wheels
+`make install` installed the lock from (kept in the virtualenv's `wheelhouse/`), and what
+they lack (the build requirements) is fetched wheel by wheel at its pin by several pip
+processes at once: resolving against the index fetches one wheel after another, a second of
+round trips each, and pip's HTTP cache keeps nothing the index here sends (no cache headers).
 """
 
 from __future__ import annotations
@@ -204,12 +204,46 @@ def wanted(source: Path) -> list[str]:
     return [*listed, *build_requires(source)]
 
 
+def installed_wheels() -> dict[str, list[tuple[str, Path]]]:
+    """The wheels `make install` installed the lock from (the Makefile's `WHEELS`, in the
+    running virtualenv), as (version, file) by canonical name."""
+    from packaging.utils import parse_wheel_filename
+
+    found: dict[str, list[tuple[str, Path]]] = {}
+    for wheel in (Path(sys.prefix) / "wheelhouse").glob("*.whl"):
+        name, version, _, _ = parse_wheel_filename(wheel.name)
+        found.setdefault(name, []).append((str(version), wheel))
+    return found
+
+
+def take_installed(names: list[str], folder: Path) -> list[str]:
+    """Link (or copy) into `folder` the installed wheels that satisfy `names`; the names
+    left to fetch."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    installed = installed_wheels()
+    missing = []
+    for name in names:
+        requirement = Requirement(name)
+        have = installed.get(canonicalize_name(requirement.name), [])
+        wheel = next((w for v, w in have if requirement.specifier.contains(v, True)), None)
+        if wheel is None:
+            missing.append(name)
+            continue
+        try:
+            os.link(wheel, folder / wheel.name)
+        except OSError:
+            shutil.copy2(wheel, folder / wheel.name)
+    return missing
+
+
 def fill_wheelhouse(source: Path, folder: Path) -> None:
-    """`wanted(source)` fetched by `FETCHERS` pip processes at once, each wheel pinned (no
-    resolution, which the install does offline from the folder: `install` tops the folder up
-    should the walk have missed a dependency)."""
+    """`wanted(source)`: the wheels `make install` kept, and the rest fetched by `FETCHERS`
+    pip processes at once, each wheel pinned (no resolution, which the install does offline
+    from the folder: `install` tops the folder up should the walk have missed a dependency)."""
     folder.mkdir(parents=True)
-    names = wanted(source)
+    names = take_installed(wanted(source), folder)
     fetchers = [
         subprocess.Popen(
             [
