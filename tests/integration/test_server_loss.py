@@ -61,18 +61,20 @@ def kv_url(database: str) -> str:
 
 def cut_sessions(database: str, where: str = "TRUE") -> int:
     """Terminate the database's sessions (those matching `where`) and wait until they are
-    gone, so the engine's next statement meets sessions already lost, not being lost."""
+    gone, so the engine's next statement meets sessions already lost, not being lost. A
+    session opened meanwhile (a background drop reconnecting) is not waited for."""
     import psycopg
 
     others = f"FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid() AND {where}"
+    alive = "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)"
     with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
-        cut = admin.execute(f"SELECT count(pg_terminate_backend(pid)) {others}", (database,))
-        count = cut.fetchone()[0]  # type: ignore[index]
+        cut = admin.execute(f"SELECT pid, pg_terminate_backend(pid) {others}", (database,))
+        pids = [pid for pid, _ in cut.fetchall()]
         deadline = time.monotonic() + WAIT_S
-        while admin.execute(f"SELECT count(*) {others}", (database,)).fetchone()[0]:  # type: ignore[index]
+        while admin.execute(alive, (pids,)).fetchone()[0]:  # type: ignore[index]
             assert time.monotonic() < deadline, "terminated sessions never went away"
             time.sleep(0.01)
-    return count
+    return len(pids)
 
 
 def wait_for_lock_waiter(database: str) -> None:
