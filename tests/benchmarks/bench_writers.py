@@ -137,10 +137,11 @@ class Window:
         self.retries += other.retries
 
 
-def entry(writer: int, i: int) -> Entry:
-    return Entry(
-        f"w{writer:02d}/part-{i:09d}.parquet", f"data/w/{writer:02d}{i:030x}", 1024, "0" * 32, MTIME
-    )
+def entry(plan: Plan, writer: int, i: int) -> Entry:
+    """The `i`th entry of a writer of `plan`: paths of a plan's own, since the plans reuse
+    branches (a later plan writing an earlier one's entries again commits nothing new)."""
+    path = f"{plan.layout}-{plan.writers}/w{writer:02d}/part-{i:09d}.parquet"
+    return Entry(path, f"data/w/{writer:02d}{i:030x}", 1024, "0" * 32, MTIME)
 
 
 # In each worker process: its lake, opened once for every window ---------------------------
@@ -176,7 +177,7 @@ def write_window(
         while time.perf_counter() < deadline:
             began = time.perf_counter()
             stages.here.count = 0
-            writes.stage_entry(g, record, name, entry(writer, i))
+            writes.stage_entry(g, record, name, entry(plan, writer, i))
             window.latencies.append(time.perf_counter() - began)
             window.retries += max(0, stages.here.count - 1)
             i += 1
@@ -197,7 +198,7 @@ def write_window(
         partition = f"floor/{writer}".encode()
         try:
             while time.perf_counter() < deadline:
-                e = entry(writer, i)
+                e = entry(plan, writer, i)
                 began = time.perf_counter()
                 cursor.execute(sql, (partition, e.path.encode(), encode_entry(e)))
                 window.latencies.append(time.perf_counter() - began)
