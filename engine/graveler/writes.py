@@ -2,7 +2,9 @@
 
 Write to the branch's staging token, then re-read the branch: if a commit sealed the token
 meanwhile, write again to the new one. Writing the same entry twice is idempotent, so a write
-that made it into the sealed token as well is harmless. No step waits on a commit.
+that made it into the sealed token as well is harmless. The row and the re-read are one KV
+call (`Graveler.stage`, one statement on PostgreSQL). No step waits for a commit to finish:
+on PostgreSQL a write and a commit's seal wait at most for each other's one statement.
 """
 
 from __future__ import annotations
