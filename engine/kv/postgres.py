@@ -57,8 +57,9 @@ class PostgresStore(SQLStore):
         sa_url, self.table, self.partitions = self._parse(url)
         engine = create_engine(sa_url, poolclass=NullPool)
         quote = engine.dialect.identifier_preparer.quote
-        super().__init__(url, engine, statements(self.table, quote, "%s"))
-        self._set_guarded_sql = _set_guarded_statement(self.table, quote)
+        fair = _fair_statements(self.table, quote)
+        super().__init__(url, engine, statements(self.table, quote, "%s")._replace(swap=fair.swap))
+        self._set_guarded_sql = fair.set_guarded
         self._create_schema()
 
     def _parse(self, url: str) -> tuple[URL, str, int]:
@@ -118,11 +119,22 @@ class PostgresStore(SQLStore):
         """One statement: the guard row is read `FOR SHARE` and the row written from it, so
         a swap of the guard waits until the write is committed (and a swap committed first
         is the value read). Run again after a lost session, as a `set` is."""
-        params = (*guard, partition, key, value)
+        params = (*guard, self._lock_key(*guard), partition, key, value)
         row = self._fetch(self._set_guarded_sql, params, fetch_one)
         if row is None:
             raise NotFound(f"key {guard[1]!r} not found in partition {guard[0]!r}")
         return bytes(row[0])
+
+    def _swap_params(
+        self, partition: bytes, key: bytes, value: bytes, expected: bytes
+    ) -> tuple[Any, ...]:
+        return (value, partition, key, expected, self._lock_key(partition, key))
+
+    def _lock_key(self, partition: bytes, key: bytes) -> int:
+        """The advisory lock a key's swaps and the writes it guards queue on (see
+        `_fair_statements`)."""
+        name = b"\0".join((self.table.encode(), partition, key))
+        return int.from_bytes(hashlib.blake2b(name, digest_size=8).digest(), "big", signed=True)
 
     def _open_cursor(self, dbapi: Any) -> Cursor:
         dbapi.autocommit = True
@@ -258,16 +270,40 @@ class _PreparedCursor:
         return [tuple(get(r, c) for c in range(result.nfields)) for r in range(result.ntuples)]
 
 
-def _set_guarded_statement(table: str, quote: Callable[[str], str]) -> str:
-    """`set_guarded` in one statement. The written row is selected from the locked guard
-    row, so the lock is taken before the write and a missing guard writes nothing."""
+class _FairStatements(NamedTuple):
+    swap: str
+    set_guarded: str
+
+
+def _fair_statements(table: str, quote: Callable[[str], str]) -> _FairStatements:
+    """A swap and `set_guarded` that queue on an advisory lock of the key first (exclusive for
+    the swap, shared for the guarded write), then lock its row.
+
+    The row lock alone orders them: a swap waits for the guarded writes holding the row
+    `FOR SHARE`, and a guarded write meeting a swap under way reads what it committed. But a
+    share lock is granted at once beside other share holders, whatever waits, so a stream
+    of writes to one branch could hold off its commit's seal indefinitely (commits of a
+    branch sixteen writers wrote to took seconds). Advisory locks are granted in order: a
+    write that comes after a waiting swap waits behind it. Each takes the advisory lock in
+    the filter of its row's scan, before the row is locked, so the two never wait on each
+    other in opposite orders. The guarded write's row is selected from the locked guard row,
+    so the guard is locked before the write and a missing guard writes nothing.
+    """
     t, p, k, v = quote(table), quote("partition_key"), quote("key"), quote("value")
-    return (
-        f"WITH guard AS (SELECT {v} FROM {t} WHERE {p} = %s AND {k} = %s FOR SHARE), "
-        f"written AS (INSERT INTO {t} ({p}, {k}, {v}) "
-        "SELECT CAST(%s AS BYTEA), CAST(%s AS BYTEA), CAST(%s AS BYTEA) FROM guard "
-        f"ON CONFLICT ({p}, {k}) DO UPDATE SET {v} = excluded.{v}) "
-        f"SELECT {v} FROM guard"
+    where = f"{p} = %s AND {k} = %s"
+    guard = f"SELECT {v} FROM {t} WHERE {where} AND pg_advisory_xact_lock_shared(%s) IS NOT NULL"
+    return _FairStatements(
+        swap=(
+            f"UPDATE {t} SET {v} = %s WHERE {where} AND {v} = %s "
+            "AND pg_advisory_xact_lock(%s) IS NOT NULL"
+        ),
+        set_guarded=(
+            f"WITH guard AS ({guard} FOR SHARE), "
+            f"written AS (INSERT INTO {t} ({p}, {k}, {v}) "
+            "SELECT CAST(%s AS BYTEA), CAST(%s AS BYTEA), CAST(%s AS BYTEA) FROM guard "
+            f"ON CONFLICT ({p}, {k}) DO UPDATE SET {v} = excluded.{v}) "
+            f"SELECT {v} FROM guard"
+        ),
     )
 
 

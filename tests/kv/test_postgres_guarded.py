@@ -7,6 +7,8 @@ another session and observed in `pg_blocking_pids`, not left to timing.
   the sealed token after its swap, sees the row.
 - A guarded write that comes while a swap is under way waits for it and returns the
   swapped value, so the writer learns its token was sealed and writes again.
+- A guarded write that comes while a swap waits for earlier ones waits behind it, so a
+  stream of writes cannot hold a commit's seal off.
 """
 
 from __future__ import annotations
@@ -44,16 +46,18 @@ def other(postgres_url: str) -> Iterator[psycopg.Connection]:
         yield conn
 
 
-def waiting(conn: psycopg.Connection, statement: str) -> tuple[int, list[int]]:
-    """The session running `statement` (a prefix of it) once it waits on a lock: its pid
-    and the pids blocking it."""
+def waiting(
+    conn: psycopg.Connection, statement: str, besides: tuple[int, ...] = ()
+) -> tuple[int, list[int]]:
+    """The session running `statement` (a prefix of it), other than those `besides`, once it
+    waits on a lock: its pid and the pids blocking it."""
     deadline = time.monotonic() + LOCK_WAIT_SECONDS
     with psycopg.connect(conn.info.dsn, autocommit=True) as watcher:
         while time.monotonic() < deadline:
             row = watcher.execute(
                 "SELECT pid, pg_blocking_pids(pid) FROM pg_stat_activity "
-                "WHERE wait_event_type = 'Lock' AND query LIKE %s",
-                (statement + "%",),
+                "WHERE wait_event_type = 'Lock' AND query LIKE %s AND NOT pid = ANY(%s)",
+                (statement + "%", list(besides)),
             ).fetchone()
             if row is not None:
                 return row[0], list(row[1])
@@ -98,3 +102,27 @@ def test_a_guarded_write_that_meets_a_swap_under_way_returns_the_swapped_value(
             assert not write.done()
         assert write.result(LOCK_WAIT_SECONDS) == b"token-2"
     assert store.get(*ROW).value == b"written"
+
+
+def test_a_guarded_write_does_not_overtake_a_swap_waiting_for_earlier_ones(
+    store: PostgresStore, other: psycopg.Connection
+) -> None:
+    store.set(*ROW, b"older")
+    later = (b"token-1", b"later")
+    table = store.table
+    with ThreadPoolExecutor(3) as pool:
+        with other.transaction():
+            other.execute(
+                f'SELECT 1 FROM "{table}" WHERE partition_key = %s AND key = %s FOR UPDATE', ROW
+            )
+            first = pool.submit(store.set_guarded, *ROW, b"written", GUARD)
+            writer, _ = waiting(other, "WITH guard")
+            swap = pool.submit(store.set_if, *GUARD, b"token-2", b"token-1")
+            swapper, _ = waiting(other, "UPDATE")
+            second = pool.submit(store.set_guarded, *later, b"later", GUARD)
+            assert waiting(other, "WITH guard", besides=(writer,))[1] == [swapper]
+            assert not (first.done() or swap.done() or second.done())
+        assert first.result(LOCK_WAIT_SECONDS) == b"token-1"
+        swap.result(LOCK_WAIT_SECONDS)
+        assert second.result(LOCK_WAIT_SECONDS) == b"token-2"
+    assert store.get(*later).value == b"later"
