@@ -172,7 +172,7 @@ class RefStore:
     def get_branch(self, repo: RepositoryRecord, name: str) -> tuple[BranchRecord, bytes]:
         """The branch record and the predicate a later `set_branch_if` must pass."""
         try:
-            value, predicate = self.kv.get(repo.partition, BRANCHES + name_key(name, "branch name"))
+            value, predicate = self.kv.get(*self.branch_address(repo, name))
         except NotFound:
             raise NotFound(f"branch {name!r} not found in repository {repo.name!r}") from None
         return BranchRecord.decode(value), predicate
@@ -199,7 +199,7 @@ class RefStore:
 
     def remove_branch_if(self, repo: RepositoryRecord, name: str, predicate: bytes) -> None:
         """Delete the branch record if unchanged since read (`PredicateFailed` otherwise)."""
-        self.kv.delete_if(repo.partition, BRANCHES + name_key(name, "branch name"), predicate)
+        self.kv.delete_if(*self.branch_address(repo, name), predicate)
 
     def branches(self, repo: RepositoryRecord) -> Iterator[BranchRecord]:
         """Every branch record, by name, from one scan: listing costs no read per branch."""

@@ -35,21 +35,24 @@ def opened_by_compaction(token: str) -> bool:
     return token.endswith(COMPACTION_MARK)
 
 
+def _stored(entry: StagedValue) -> bytes:
+    """A staged value as the KV holds it: a tombstone is the empty value."""
+    return b"" if entry is None else encode_entry(entry)
+
+
 class StagingArea:
     def __init__(self, kv: Store, batch_size: int = 1000) -> None:
         self.kv = kv
         self.batch_size = batch_size
 
     def put(self, token: str, path: str, entry: StagedValue) -> None:
-        value = b"" if entry is None else encode_entry(entry)
-        self.kv.set(token.encode(), path.encode(), value)
+        self.kv.set(token.encode(), path.encode(), _stored(entry))
 
     def put_guarded(
         self, token: str, path: str, entry: StagedValue, guard: tuple[bytes, bytes]
     ) -> bytes:
         """`put`, returning what the `guard` key held once the row was in (`set_guarded`)."""
-        value = b"" if entry is None else encode_entry(entry)
-        return self.kv.set_guarded(token.encode(), path.encode(), value, guard)
+        return self.kv.set_guarded(token.encode(), path.encode(), _stored(entry), guard)
 
     def remove(self, token: str, path: str) -> None:
         """Forget a staged path entirely (not a tombstone: lower layers show through)."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import psycopg
 import pytest
@@ -65,16 +66,23 @@ def waiting(
     raise AssertionError(f"no session started waiting on a lock in {statement!r}")
 
 
+@contextmanager
+def row_locked(other: psycopg.Connection, table: str, row: tuple[bytes, bytes]) -> Iterator[None]:
+    """`row` locked `FOR UPDATE` by the other session until the block ends, so a statement
+    that writes it waits there, holding whatever it locked before."""
+    with other.transaction():
+        other.execute(
+            f'SELECT 1 FROM "{table}" WHERE partition_key = %s AND key = %s FOR UPDATE', row
+        )
+        yield
+
+
 def test_a_swap_of_the_guard_waits_for_the_guarded_write_under_way(
     store: PostgresStore, other: psycopg.Connection
 ) -> None:
     store.set(*ROW, b"older")
-    table = store.table
     with ThreadPoolExecutor(2) as pool:
-        with other.transaction():
-            other.execute(
-                f'SELECT 1 FROM "{table}" WHERE partition_key = %s AND key = %s FOR UPDATE', ROW
-            )
+        with row_locked(other, store.table, ROW):
             write = pool.submit(store.set_guarded, *ROW, b"written", GUARD)
             writer, blockers = waiting(other, "WITH guard")
             assert blockers == [other.info.backend_pid]
@@ -109,12 +117,8 @@ def test_a_guarded_write_does_not_overtake_a_swap_waiting_for_earlier_ones(
 ) -> None:
     store.set(*ROW, b"older")
     later = (b"token-1", b"later")
-    table = store.table
     with ThreadPoolExecutor(3) as pool:
-        with other.transaction():
-            other.execute(
-                f'SELECT 1 FROM "{table}" WHERE partition_key = %s AND key = %s FOR UPDATE', ROW
-            )
+        with row_locked(other, store.table, ROW):
             first = pool.submit(store.set_guarded, *ROW, b"written", GUARD)
             writer, _ = waiting(other, "WITH guard")
             swap = pool.submit(store.set_if, *GUARD, b"token-2", b"token-1")
