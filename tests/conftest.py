@@ -12,6 +12,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -104,6 +105,14 @@ def postgres_url() -> Iterator[str]:
     """A fresh database on the local PostgreSQL server for this test session, dropped after."""
     with private_database("bw_test_") as name:
         yield f"postgresql://{PG_USER}@{PG_HOST}:{PG_PORT}/{name}"
+
+
+@pytest.fixture
+def pg_session(postgres_url: str) -> Iterator[psycopg.Connection]:
+    """Another session on the test database, to hold row locks in a transaction of its own
+    (`tests.helpers.row_locks`)."""
+    with psycopg.connect(postgres_url) as conn:
+        yield conn
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -192,9 +192,20 @@ class RefStore:
     def set_branch_if(
         self, repo: RepositoryRecord, branch: BranchRecord, predicate: bytes
     ) -> bytes:
-        """Replace the branch record if unchanged since read; returns the new predicate."""
+        """Replace the branch record if unchanged since read; returns the new predicate.
+
+        Only a change of what a staged write validates (its staging token, its protection)
+        fences the writes under way (`Store.set_if`); a commit's final swap, a merge's or a
+        compaction's that keep the token pass them, so a busy branch's writes and its
+        commits' last steps do not wait for each other."""
         value = branch.encode()
-        self.kv.set_if(repo.partition, BRANCHES + branch.name.encode(), value, predicate)
+        before = BranchRecord.decode(predicate)
+        fence = (before.staging_token, before.protection) != (
+            branch.staging_token,
+            branch.protection,
+        )
+        address = self.branch_address(repo, branch.name)
+        self.kv.set_if(*address, value, predicate, fence=fence)
         return value
 
     def remove_branch_if(self, repo: RepositoryRecord, name: str, predicate: bytes) -> None:

@@ -58,8 +58,8 @@ class PostgresStore(SQLStore):
         engine = create_engine(sa_url, poolclass=NullPool)
         quote = engine.dialect.identifier_preparer.quote
         fair = _fair_statements(self.table, quote)
-        super().__init__(url, engine, statements(self.table, quote, "%s")._replace(swap=fair.swap))
-        self._set_guarded_sql = fair.set_guarded
+        super().__init__(url, engine, statements(self.table, quote, "%s"))
+        self._fair = fair
         self._create_schema()
 
     def _parse(self, url: str) -> tuple[URL, str, int]:
@@ -116,19 +116,26 @@ class PostgresStore(SQLStore):
     def _set_guarded(
         self, partition: bytes, key: bytes, value: bytes, guard: tuple[bytes, bytes]
     ) -> bytes:
-        """One statement: the guard row is read `FOR SHARE` and the row written from it, so
-        a swap of the guard waits until the write is committed (and a swap committed first
-        is the value read). Run again after a lost session, as a `set` is."""
+        """One statement: the guard row is read `FOR KEY SHARE` and the row written from
+        it, so a fence of the guard waits until the write is committed (and a fence
+        committed first is the value read). Run again after a lost session, as a `set` is."""
         params = (*guard, self._lock_key(*guard), partition, key, value)
-        row = self._fetch(self._set_guarded_sql, params, fetch_one)
+        row = self._fetch(self._fair.set_guarded, params, fetch_one)
         if row is None:
             raise NotFound(f"key {guard[1]!r} not found in partition {guard[0]!r}")
         return bytes(row[0])
 
-    def _swap_params(
-        self, partition: bytes, key: bytes, value: bytes, expected: bytes
-    ) -> tuple[Any, ...]:
-        return (value, partition, key, expected, self._lock_key(partition, key))
+    def _swap(self, partition: bytes, key: bytes, value: bytes, expected: bytes) -> None:
+        """The fence: locks the row `FOR UPDATE` (after its place in the advisory lock's
+        queue) before it swaps, so it waits for the guarded writes under way."""
+        lock = self._lock_key(partition, key)
+        params = (partition, key, lock, value, partition, key, expected)
+        self._swap_by(self._fair.swap, params, partition, key)
+
+    def _swap_unfenced(self, partition: bytes, key: bytes, value: bytes, expected: bytes) -> None:
+        """A plain `UPDATE`: its row lock (`FOR NO KEY UPDATE`) does not conflict with the
+        guarded writes' `FOR KEY SHARE`, so neither waits for the other."""
+        super()._swap(partition, key, value, expected)
 
     def _lock_key(self, partition: bytes, key: bytes) -> int:
         """The advisory lock a key's swaps and the writes it guards queue on (see
@@ -276,29 +283,39 @@ class _FairStatements(NamedTuple):
 
 
 def _fair_statements(table: str, quote: Callable[[str], str]) -> _FairStatements:
-    """A swap and `set_guarded` that queue on an advisory lock of the key first (exclusive for
-    the swap, shared for the guarded write), then lock its row.
+    """A fencing swap and `set_guarded` that queue on an advisory lock of the key first
+    (exclusive for the fence, shared for the guarded write), then lock its row.
 
-    The row lock alone orders them: a swap waits for the guarded writes holding the row
-    `FOR SHARE`, and a guarded write meeting a swap under way reads what it committed. But a
-    share lock is granted at once beside other share holders, whatever waits, so a stream
-    of writes to one branch could hold off its commit's seal indefinitely (commits of a
-    branch sixteen writers wrote to took seconds). Advisory locks are granted in order: a
-    write that comes after a waiting swap waits behind it. Each takes the advisory lock in
-    the filter of its row's scan, before the row is locked, so the two never wait on each
-    other in opposite orders. The guarded write's row is selected from the locked guard row,
-    so the guard is locked before the write and a missing guard writes nothing.
+    The advisory lock orders a fence after the writes under way and a write after a fence
+    under way, and it is granted in order: a share lock of a row is granted at once beside
+    other share holders whatever waits, so a stream of writes to one branch could otherwise
+    hold off its commit's seal (commits of a branch sixteen writers wrote to took seconds),
+    while a write that comes after a waiting fence waits behind it. Each takes the advisory
+    lock in the filter of its row's scan, before the row is locked, so the two never wait
+    on each other in opposite orders.
+
+    The row locks make what a write returns right. It locks the guard row `FOR KEY SHARE`,
+    which only `FOR UPDATE` conflicts with; the fence takes `FOR UPDATE` before it swaps, so
+    a write that waited for it locks and returns the version it committed (a `KEY SHARE`
+    lock of a row that only a `NO KEY UPDATE` changed is granted on the version the write
+    read: it would return the value the fence replaced). A plain `UPDATE`, an unfenced
+    swap, takes no advisory lock and locks `FOR NO KEY UPDATE`, so it and the writes pass
+    each other. The guarded write's row is selected from the locked guard row, so the guard
+    is locked before the write and a missing guard writes nothing.
     """
     t, p, k, v = quote(table), quote("partition_key"), quote("key"), quote("value")
     where = f"{p} = %s AND {k} = %s"
-    guard = f"SELECT {v} FROM {t} WHERE {where} AND pg_advisory_xact_lock_shared(%s) IS NOT NULL"
+
+    def locking(lock: str, mode: str) -> str:
+        return f"SELECT {v} FROM {t} WHERE {where} AND {lock}(%s) IS NOT NULL FOR {mode}"
+
     return _FairStatements(
         swap=(
-            f"UPDATE {t} SET {v} = %s WHERE {where} AND {v} = %s "
-            "AND pg_advisory_xact_lock(%s) IS NOT NULL"
+            f"WITH fence AS ({locking('pg_advisory_xact_lock', 'UPDATE')}) "
+            f"UPDATE {t} SET {v} = %s WHERE {where} AND {v} = %s AND EXISTS (SELECT FROM fence)"
         ),
         set_guarded=(
-            f"WITH guard AS ({guard} FOR SHARE), "
+            f"WITH guard AS ({locking('pg_advisory_xact_lock_shared', 'KEY SHARE')}), "
             f"written AS (INSERT INTO {t} ({p}, {k}, {v}) "
             "SELECT CAST(%s AS BYTEA), CAST(%s AS BYTEA), CAST(%s AS BYTEA) FROM guard "
             f"ON CONFLICT ({p}, {k}) DO UPDATE SET {v} = excluded.{v}) "

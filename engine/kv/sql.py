@@ -361,15 +361,13 @@ class SQLStore(Store):
             raise PredicateFailed(f"key {key!r} does not exist in partition {partition!r}")
 
     def _swap(self, partition: bytes, key: bytes, value: bytes, expected: bytes) -> None:
-        params = self._swap_params(partition, key, value, expected)
-        if not self._write(self._sql.swap, params, idempotent=False):
-            raise PredicateFailed(f"key {key!r} in partition {partition!r} changed since read")
+        self._swap_by(self._sql.swap, (value, partition, key, expected), partition, key)
 
-    def _swap_params(
-        self, partition: bytes, key: bytes, value: bytes, expected: bytes
-    ) -> tuple[Any, ...]:
-        """The swap statement's parameters (a driver whose statement takes more adds them)."""
-        return (value, partition, key, expected)
+    def _swap_by(self, sql: str, params: tuple[Any, ...], partition: bytes, key: bytes) -> None:
+        """Run a swap statement (a driver may have more than one), `PredicateFailed` if it
+        changed no row."""
+        if not self._write(sql, params, idempotent=False):
+            raise PredicateFailed(f"key {key!r} in partition {partition!r} changed since read")
 
     def _delete(self, partition: bytes, key: bytes) -> None:
         self._write(self._sql.delete, (partition, key), idempotent=True)

@@ -66,8 +66,21 @@ class Store(abc.ABC):
         check_value(value)
         self._set(partition, key, value)
 
-    def set_if(self, partition: bytes, key: bytes, value: bytes, predicate: Predicate) -> None:
-        """Write `value` only if `predicate` holds; otherwise raise `PredicateFailed`."""
+    def set_if(
+        self,
+        partition: bytes,
+        key: bytes,
+        value: bytes,
+        predicate: Predicate,
+        *,
+        fence: bool = True,
+    ) -> None:
+        """Write `value` only if `predicate` holds; otherwise raise `PredicateFailed`.
+
+        A swap (`predicate` the bytes last read) is a fence for the guarded writes of the
+        key (`set_guarded`): ordered after every one already under way. `fence=False`
+        allows a driver to let it pass writes under way, which may then return the value
+        it replaced: for a change those writes do not depend on."""
         check_key(partition, key)
         check_value(value)
         if predicate is None:
@@ -75,7 +88,8 @@ class Store(abc.ABC):
         elif predicate is EXISTS:
             self._replace(partition, key, value)
         elif isinstance(predicate, bytes):
-            self._swap(partition, key, value, predicate)
+            swap = self._swap if fence else self._swap_unfenced
+            swap(partition, key, value, predicate)
         else:
             kind = type(predicate).__name__
             raise InvalidArgument(f"predicate must be bytes from get(), None or EXISTS, not {kind}")
@@ -84,12 +98,13 @@ class Store(abc.ABC):
         self, partition: bytes, key: bytes, value: bytes, guard: tuple[bytes, bytes]
     ) -> bytes:
         """`set`, returning the value the `guard` key (partition, key) holds at a moment the
-        write is already applied: a `set_if` of the guard that succeeds after that value is
-        ordered after the write, so whoever swaps the guard and then reads sees the write.
+        write is already applied: a swap of the guard (`set_if` with the value last read,
+        a fence unless `fence=False`) or a `delete_if` of it that succeeds after that value
+        is ordered after the write, so whoever swaps the guard and then reads sees the write.
         `NotFound` if the guard is absent (the write may then be applied or not).
 
         Here a `set` then a `get` of the guard, two calls; a driver that can write and read
-        in one statement, holding the guard against swaps until the write is visible,
+        in one statement, holding the guard against fences until the write is visible,
         overrides `_set_guarded` (PostgreSQL)."""
         check_key(partition, key)
         check_value(value)
@@ -189,6 +204,10 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def _swap(self, partition: bytes, key: bytes, value: bytes, expected: bytes) -> None:
         """Update only if the stored value equals `expected`, else `PredicateFailed`."""
+
+    def _swap_unfenced(self, partition: bytes, key: bytes, value: bytes, expected: bytes) -> None:
+        """`_swap`, which may pass guarded writes under way (only PostgreSQL's does)."""
+        self._swap(partition, key, value, expected)
 
     @abc.abstractmethod
     def _delete(self, partition: bytes, key: bytes) -> None: ...

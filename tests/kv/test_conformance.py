@@ -77,10 +77,11 @@ def test_create_if_absent_fails_when_present(store: Store) -> None:
     assert store.get(P, b"key").value == b"original"
 
 
-def test_compare_and_swap_succeeds_with_fresh_predicate(store: Store) -> None:
+@pytest.mark.parametrize("fence", [True, False], ids=["fence", "unfenced"])
+def test_compare_and_swap_succeeds_with_fresh_predicate(store: Store, fence: bool) -> None:
     store.set(P, b"key", b"old")
     _, predicate = store.get(P, b"key")
-    store.set_if(P, b"key", b"new", predicate)
+    store.set_if(P, b"key", b"new", predicate, fence=fence)
     assert store.get(P, b"key").value == b"new"
 
 
@@ -90,12 +91,13 @@ def test_compare_and_swap_to_same_value_succeeds(store: Store) -> None:
     assert store.get(P, b"key").value == b"same"
 
 
-def test_stale_predicate_fails_and_keeps_value(store: Store) -> None:
+@pytest.mark.parametrize("fence", [True, False], ids=["fence", "unfenced"])
+def test_stale_predicate_fails_and_keeps_value(store: Store, fence: bool) -> None:
     store.set(P, b"key", b"v1")
     _, stale = store.get(P, b"key")
     store.set(P, b"key", b"v2")
     with pytest.raises(PredicateFailed):
-        store.set_if(P, b"key", b"v3", stale)
+        store.set_if(P, b"key", b"v3", stale, fence=fence)
     assert store.get(P, b"key").value == b"v2"
 
 
@@ -113,9 +115,10 @@ def test_delete_if_removes_only_the_value_read(store: Store) -> None:
         store.delete_if(P, b"key", b"v2")
 
 
-def test_compare_and_swap_on_absent_key_fails(store: Store) -> None:
+@pytest.mark.parametrize("fence", [True, False], ids=["fence", "unfenced"])
+def test_compare_and_swap_on_absent_key_fails(store: Store, fence: bool) -> None:
     with pytest.raises(PredicateFailed):
-        store.set_if(P, b"key", b"new", b"imagined")
+        store.set_if(P, b"key", b"new", b"imagined", fence=fence)
     with pytest.raises(NotFound):
         store.get(P, b"key")
 

@@ -1,0 +1,42 @@
+"""Forcing interleavings on the PostgreSQL server with row locks: another session holds a
+row, and a statement's wait on it is observed in `pg_blocking_pids`, not left to timing."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+
+LOCK_WAIT_SECONDS = 30.0
+
+
+def waiting(
+    conn: psycopg.Connection, statement: str, besides: tuple[int, ...] = ()
+) -> tuple[int, list[int]]:
+    """The session running `statement` (a prefix of it), other than those `besides`, once it
+    waits on a lock: its pid and the pids blocking it."""
+    deadline = time.monotonic() + LOCK_WAIT_SECONDS
+    with psycopg.connect(conn.info.dsn, autocommit=True) as watcher:
+        while time.monotonic() < deadline:
+            row = watcher.execute(
+                "SELECT pid, pg_blocking_pids(pid) FROM pg_stat_activity "
+                "WHERE wait_event_type = 'Lock' AND query LIKE %s AND NOT pid = ANY(%s)",
+                (statement + "%", list(besides)),
+            ).fetchone()
+            if row is not None:
+                return row[0], list(row[1])
+            time.sleep(0.01)
+    raise AssertionError(f"no session started waiting on a lock in {statement!r}")
+
+
+@contextmanager
+def row_locked(other: psycopg.Connection, table: str, row: tuple[bytes, bytes]) -> Iterator[None]:
+    """`row` locked `FOR UPDATE` by the other session until the block ends, so a statement
+    that writes it waits there, holding whatever it locked before."""
+    with other.transaction():
+        other.execute(
+            f'SELECT 1 FROM "{table}" WHERE partition_key = %s AND key = %s FOR UPDATE', row
+        )
+        yield
