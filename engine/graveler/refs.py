@@ -199,11 +199,7 @@ class RefStore:
         compaction's that keep the token pass them, so a busy branch's writes and its
         commits' last steps do not wait for each other."""
         value = branch.encode()
-        before = BranchRecord.decode(predicate)
-        fence = (before.staging_token, before.protection) != (
-            branch.staging_token,
-            branch.protection,
-        )
+        fence = not _keeps_what_writes_validate(predicate, branch)
         address = self.branch_address(repo, branch.name)
         self.kv.set_if(*address, value, predicate, fence=fence)
         return value
@@ -355,3 +351,13 @@ def _split_ancestry(ref: str) -> tuple[str, int]:
             continue
         break
     return ref, steps
+
+
+def _keeps_what_writes_validate(predicate: bytes, branch: BranchRecord) -> bool:
+    """Whether the record read (`predicate`) has `branch`'s staging token and protection; a
+    predicate that is no record (its swap fails anyway) is taken to change them."""
+    try:
+        before = BranchRecord.decode(predicate)
+    except (ValueError, TypeError, KeyError):
+        return False
+    return (before.staging_token, before.protection) == (branch.staging_token, branch.protection)
