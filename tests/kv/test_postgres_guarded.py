@@ -40,21 +40,29 @@ def store(postgres_url: str) -> Iterator[PostgresStore]:
         yield opened
 
 
-def test_a_swap_of_the_guard_waits_for_the_guarded_write_under_way(
-    store: PostgresStore, pg_session: psycopg.Connection
+@pytest.mark.parametrize("fence", [True, False], ids=["fence", "unfenced"])
+def test_a_swap_of_the_guard_and_the_guarded_write_under_way(
+    store: PostgresStore, pg_session: psycopg.Connection, fence: bool
 ) -> None:
+    """A fence waits for the write (held on its row by the other session); an unfenced
+    swap lands while the write is still held, and the write returns what it read."""
     store.set(*ROW, b"older")
+    swapped_to = b"token-2" if fence else b"token-1 at commit 2"
     with ThreadPoolExecutor(2) as pool:
         with row_locked(pg_session, store.table, ROW):
             write = pool.submit(store.set_guarded, *ROW, b"written", GUARD)
             writer, blockers = waiting(pg_session, "WITH guard")
             assert blockers == [pg_session.info.backend_pid]
-            swap = pool.submit(store.set_if, *GUARD, b"token-2", b"token-1")
-            assert waiting(pg_session, "WITH fence")[1] == [writer]
-            assert not write.done() and not swap.done()
+            swap = pool.submit(store.set_if, *GUARD, swapped_to, b"token-1", fence=fence)
+            if fence:
+                assert waiting(pg_session, "WITH fence")[1] == [writer]
+                assert not swap.done()
+            else:
+                swap.result(LOCK_WAIT_SECONDS)
+            assert not write.done()
         assert write.result(LOCK_WAIT_SECONDS) == b"token-1"
         swap.result(LOCK_WAIT_SECONDS)
-    assert store.get(*GUARD).value == b"token-2"
+    assert store.get(*GUARD).value == swapped_to
     assert store.get(*ROW).value == b"written"
 
 
@@ -85,23 +93,6 @@ def test_a_guarded_write_passes_an_unfenced_swap_under_way(
         write = pool.submit(store.set_guarded, *ROW, b"written", GUARD)
         assert write.result(LOCK_WAIT_SECONDS) == b"token-1"
     assert store.get(*GUARD).value == b"token-1 at commit 2"
-
-
-def test_an_unfenced_swap_passes_the_guarded_write_under_way(
-    store: PostgresStore, pg_session: psycopg.Connection
-) -> None:
-    store.set(*ROW, b"older")
-    with ThreadPoolExecutor(2) as pool:
-        with row_locked(pg_session, store.table, ROW):
-            write = pool.submit(store.set_guarded, *ROW, b"written", GUARD)
-            waiting(pg_session, "WITH guard")
-            swap = pool.submit(
-                store.set_if, *GUARD, b"token-1 at commit 2", b"token-1", fence=False
-            )
-            swap.result(LOCK_WAIT_SECONDS)
-            assert not write.done()
-        assert write.result(LOCK_WAIT_SECONDS) == b"token-1"
-    assert store.get(*ROW).value == b"written"
 
 
 def swapped(
