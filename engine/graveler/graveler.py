@@ -21,7 +21,7 @@ from branchwater.engine.errors import BranchwaterError, NotFound, PredicateFaile
 from branchwater.engine.graveler.committed import CommittedStore, RangeCache, RangePolicy
 from branchwater.engine.graveler.metrics import CompactionMetrics
 from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord
-from branchwater.engine.graveler.refs import BranchGuard, RefStore
+from branchwater.engine.graveler.refs import BranchGuard, RefStore, branch_not_found
 from branchwater.engine.graveler.staging import StagedValue, StagingArea
 from branchwater.engine.kv import Store
 from branchwater.engine.objects import ObjectStore, open_object_store
@@ -171,7 +171,7 @@ class Graveler:
         try:
             value = self.staging.put_guarded(token, path, entry, guard)
         except NotFound:
-            raise NotFound(f"branch {name!r} not found in repository {repo.name!r}") from None
+            raise branch_not_found(repo, name) from None
         branch = BranchRecord.decode(value)
         self.branch_cache.put(repo, branch)
         return branch

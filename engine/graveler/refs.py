@@ -174,7 +174,7 @@ class RefStore:
         try:
             value, predicate = self.kv.get(*self.branch_address(repo, name))
         except NotFound:
-            raise NotFound(f"branch {name!r} not found in repository {repo.name!r}") from None
+            raise branch_not_found(repo, name) from None
         return BranchRecord.decode(value), predicate
 
     def branch_address(self, repo: RepositoryRecord, name: str) -> tuple[bytes, bytes]:
@@ -361,3 +361,8 @@ def _keeps_what_writes_validate(predicate: bytes, branch: BranchRecord) -> bool:
     except (ValueError, TypeError, KeyError):
         return False
     return (before.staging_token, before.protection) == (branch.staging_token, branch.protection)
+
+
+def branch_not_found(repo: RepositoryRecord, name: str) -> NotFound:
+    """The one message for a missing branch, whichever read of its record meets it."""
+    return NotFound(f"branch {name!r} not found in repository {repo.name!r}")
