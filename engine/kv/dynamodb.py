@@ -20,11 +20,10 @@ from branchwater.engine.errors import (
     BranchwaterError,
     ConfigurationError,
     InvalidArgument,
-    NotFound,
     PredicateFailed,
     Unavailable,
 )
-from branchwater.engine.kv.store import Store
+from branchwater.engine.kv.store import Store, key_not_found
 from branchwater.engine.urls import redact_url, scrub, url_password, url_secrets
 
 PARTITION_ATTR = "PartitionKey"
@@ -134,7 +133,7 @@ class DynamoDBStore(Store):
         )
         item = response.get("Item")
         if item is None:
-            raise NotFound(f"key {key!r} not found in partition {partition!r}")
+            raise key_not_found(partition, key)
         return item[VALUE_ATTR]["B"]
 
     def _set(self, partition: bytes, key: bytes, value: bytes) -> None:

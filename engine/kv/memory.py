@@ -5,8 +5,8 @@ from __future__ import annotations
 import bisect
 import threading
 
-from branchwater.engine.errors import NotFound, PredicateFailed
-from branchwater.engine.kv.store import Store
+from branchwater.engine.errors import PredicateFailed
+from branchwater.engine.kv.store import Store, key_not_found
 
 
 class _Partition:
@@ -27,7 +27,7 @@ class MemoryStore(Store):
         with self._lock:
             part = self._partitions.get(partition)
             if part is None or key not in part.values:
-                raise NotFound(f"key {key!r} not found in partition {partition!r}")
+                raise key_not_found(partition, key)
             return part.values[key]
 
     def _put(self, partition: bytes, key: bytes, value: bytes) -> None:

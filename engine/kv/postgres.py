@@ -28,7 +28,6 @@ from sqlalchemy.pool import NullPool
 from branchwater.engine.errors import (
     BranchwaterError,
     ConfigurationError,
-    NotFound,
     Unavailable,
 )
 from branchwater.engine.kv.sql import (
@@ -39,6 +38,7 @@ from branchwater.engine.kv.sql import (
     kv_table,
     statements,
 )
+from branchwater.engine.kv.store import key_not_found
 from branchwater.engine.urls import redact_url, scrub, url_password, url_secrets
 
 DEFAULT_PARTITIONS = 16
@@ -122,7 +122,7 @@ class PostgresStore(SQLStore):
         params = (*guard, self._lock_key(*guard), partition, key, value)
         row = self._fetch(self._fair.set_guarded, params, fetch_one)
         if row is None:
-            raise NotFound(f"key {guard[1]!r} not found in partition {guard[0]!r}")
+            raise key_not_found(*guard)
         return bytes(row[0])
 
     def _swap(self, partition: bytes, key: bytes, value: bytes, expected: bytes) -> None:

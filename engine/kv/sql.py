@@ -45,8 +45,8 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 from sqlalchemy import Engine, MetaData, Table
 from sqlmodel import Field, SQLModel
 
-from branchwater.engine.errors import BranchwaterError, NotFound, PredicateFailed
-from branchwater.engine.kv.store import KeyValue, Store, check_partition
+from branchwater.engine.errors import BranchwaterError, PredicateFailed
+from branchwater.engine.kv.store import KeyValue, Store, check_partition, key_not_found
 from branchwater.engine.urls import redact_url
 
 DEFAULT_TABLE = "branchwater_kv"
@@ -346,7 +346,7 @@ class SQLStore(Store):
     def _get(self, partition: bytes, key: bytes) -> bytes:
         row = self._fetch(self._sql.get, (partition, key), fetch_one)
         if row is None:
-            raise NotFound(f"key {key!r} not found in partition {partition!r}")
+            raise key_not_found(partition, key)
         return row[0]
 
     def _set(self, partition: bytes, key: bytes, value: bytes) -> None:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from branchwater.engine.errors import InvalidArgument
+from branchwater.engine.errors import InvalidArgument, NotFound
 
 DEFAULT_BATCH_SIZE = 1000
 
@@ -236,6 +236,11 @@ def check_partition(partition: object) -> None:
         raise InvalidArgument(f"partition must be bytes, not {type(partition).__name__}")
     if not partition:
         raise InvalidArgument("partition must not be empty")
+
+
+def key_not_found(partition: bytes, key: bytes) -> NotFound:
+    """Every driver's `NotFound` for an absent key, in one wording."""
+    return NotFound(f"key {key!r} not found in partition {partition!r}")
 
 
 def check_key(partition: object, key: object) -> None:
