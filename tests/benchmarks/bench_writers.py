@@ -34,9 +34,12 @@ Where the time goes (PostgreSQL, 2 cores): with many writers the machine's CPU i
 limit, shared by the writers and the server. A staged write is one statement against the
 floor's one upsert; on the server it costs about a fifth more (pgbench, 16 clients: 10.2k
 statements a second against the upsert's 12.5k, where the two statements it replaced, the
-row then the read of the branch, made 7.0k), and the engine's client CPU per write about
-equals psycopg's for the floor (78 against 87 µs here). So the staged writes alone reach
-about 0.7 of the floor. Commits are what the floor never does: one of 200 new entries costs
+row then the read of the branch, made 7.0k; where each commit waits for its WAL flush, the
+two statements cost the same), and the engine's client CPU per write is about a third more
+than the floor's (some 300 against 230 µs with one writer: the same prepared statement, plus
+the entry's checks and the validated write's bookkeeping). So the staged writes alone reach
+about 0.7 of the floor: 0.72 where the server's WAL flushes bound both sides (3k floor
+writes a second), 0.66 where the CPU does (5.7k). Commits are what the floor never does: one of 200 new entries costs
 about 24 ms of CPU here (the branch's open last range, some 10k entries under the default
 range policy, written again; the metarange; the commit record; the sealed token's rows
 deleted), some 120 µs per write, about what the floor spends on a whole write, so with a
