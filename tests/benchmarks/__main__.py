@@ -5,9 +5,10 @@ Each module runs in a process of its own (`python -m tests.benchmarks.bench_x OP
 takes the options it knows (sizes) and ignores the rest, and prints its own `BENCH` lines;
 this runner passes its output through and writes each line as it is printed to
 `docs/benchmarks/results.json` (see `results`), replacing that benchmark's row on that back
-end (the line's `backend=<name>`, see `backends`; else `--backend`) and keeping every other
-row, so a run stopped or failing part way keeps what it measured. After a module fails the
-runner goes on to the next and exits non-zero at the end.
+end (the line's `backend=<name>`, see `backends`: a line that names none is not recorded, as
+its module may not have run on the back end asked for) and keeping every other row, so a run
+stopped or failing part way keeps what it measured. After a module fails the runner goes on
+to the next and exits non-zero at the end.
 """
 
 from __future__ import annotations
@@ -41,11 +42,14 @@ def run_module(
             parsed = results.parse(line)
             if parsed is not None:
                 name, ratio, figures = parsed
-                measured_on = str(figures.pop("backend", backend))
+                measured_on = figures.pop("backend", None)
+                if measured_on is None:
+                    print(f"not recorded: {name} does not name its back end", file=sys.stderr)
+                    continue
                 when = results.now()
                 record(
                     results.Result(
-                        name, measured_on, module, ratio, figures, when, machine, options
+                        name, str(measured_on), module, ratio, figures, when, machine, options
                     )
                 )
     return child.returncode

@@ -162,6 +162,25 @@ class Backend:
             client_options={"allow_http": True, "timeout": timedelta(hours=1)},
         )
 
+    def arrow_filesystem(self) -> tuple[Any, str]:
+        """pyarrow's own file system on the object root, and the root as its paths begin:
+        the local one on `root`, or pyarrow's S3 client on the bucket."""
+        import pyarrow.fs as pafs
+
+        if self.server is None:
+            return pafs.LocalFileSystem(), str(self.root)
+        scheme, host = self.server.endpoint_url.split("://", 1)
+        s3 = pafs.S3FileSystem(
+            access_key=self.server.access_key,
+            secret_key=self.server.secret_key,
+            region=self.server.region,
+            scheme=scheme,
+            endpoint_override=host,
+            connect_timeout=30,
+            request_timeout=120,
+        )
+        return s3, str(self.bucket)
+
     def write_parquet(self, key: str, table: pa.Table, **options: Any) -> None:
         """pyarrow's Parquet write of `table` to a file, or to memory and one PUT."""
         if self.server is None:

@@ -196,24 +196,7 @@ class OsDriver:
 
 class PyarrowDriver:
     def __init__(self, backend: Backend) -> None:
-        import pyarrow.fs as pafs
-
-        if backend.server is None:
-            self.fs: Any = pafs.LocalFileSystem()
-            self.root = str(backend.root)
-        else:
-            server = backend.server
-            endpoint = server.endpoint_url.split("://", 1)
-            self.fs = pafs.S3FileSystem(
-                access_key=server.access_key,
-                secret_key=server.secret_key,
-                region=server.region,
-                scheme=endpoint[0],
-                endpoint_override=endpoint[1],
-                connect_timeout=30,
-                request_timeout=120,
-            )
-            self.root = str(backend.bucket)
+        self.fs, self.root = backend.arrow_filesystem()
         self.local = backend.server is None
 
     def _path(self, key: str) -> str:

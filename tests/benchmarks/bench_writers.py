@@ -30,28 +30,28 @@ PostgreSQL is the case the issue asks about).
   exhausts the retry policy (`gave_up`) calls again, as a caller would: with the
   `MergeRaceLost` hint, or the naive one from scratch; its attempts count the policy's.
 
-Where the time goes (PostgreSQL, 2 cores): with many writers the machine's CPU is the
-limit, shared by the writers and the server. A staged write is one statement against the
-floor's one upsert; on the server it costs about a fifth more (pgbench, 16 clients: 10.2k
-statements a second against the upsert's 12.5k, where the two statements it replaced, the
-row then the read of the branch, made 7.0k; where each commit waits for its WAL flush, the
-two statements cost the same), and the engine's client CPU per write is about a third more
-than the floor's (some 300 against 230 µs with one writer: the same prepared statement, plus
-the entry's checks and the validated write's bookkeeping). So the staged writes alone reach
-about 0.7 of the floor: 0.72 where the server's WAL flushes bound both sides (3k floor
-writes a second), 0.66 where the CPU does (5.7k). Commits are what the floor never does: one of 200 new entries costs
-about 24 ms of CPU here (the branch's open last range, some 10k entries under the default
-range policy, written again; the metarange; the commit record; the sealed token's rows
-deleted), some 120 µs per write, about what the floor spends on a whole write, so with a
-commit every 200 writes the share falls toward one half. On one branch the writers'
-commits also race (16 writers committing every 200 of their writes commit the branch every
-12 or so): most find another's commit took their writes, and writes whose cached read of
-the branch predates a seal are written again to the new token. Each seal waits for the
-writes in flight to commit, then holds the next ones off (`postgres._fair_statements`); a
-commit's final swap and its retries keep the token and pass the writes. With 16 or 64
-writers a statement takes milliseconds on these two cores, so commits racing among that
-many writers take seconds (`commit_s`), and at 64 a write now and then finds its token
-sealed at every one of its ten tries (`gave_up`).
+Where the time goes (PostgreSQL, 2 cores): with many writers the machine's CPU is the limit,
+shared by the writers and the server. A staged write is one statement against the floor's
+one upsert; on the server it costs about a fifth more (pgbench, 16 clients: 10.2k statements
+a second against the upsert's 12.5k, where the two statements it replaced, the row then the
+read of the branch, made 7.0k; where each commit waits for its WAL flush, the two statements
+cost the same), and the engine's client CPU per write is about a third more than the floor's
+(some 300 against 230 µs with one writer: the same prepared statement, plus the entry's
+checks and the validated write's bookkeeping). So the staged writes alone reach about 0.7 of
+the floor: 0.72 where the server's WAL flushes bound both sides (3k floor writes a second),
+0.66 where the CPU does (5.7k). Commits are what the floor never does: one of 200 new
+entries costs about 24 ms of CPU here (the branch's open last range, some 10k entries under
+the default range policy, written again; the metarange; the commit record; the sealed
+token's rows deleted), some 120 µs per write, about what the floor spends on a whole write,
+so with a commit every 200 writes the share falls toward one half. On one branch the
+writers' commits also race (16 writers committing every 200 of their writes commit the
+branch every 12 or so): most find another's commit took their writes, and writes whose
+cached read of the branch predates a seal are written again to the new token. Each seal
+waits for the writes in flight to commit, then holds the next ones off
+(`postgres._fair_statements`); a commit's final swap and its retries keep the token and pass
+the writes. With 16 or 64 writers a statement takes milliseconds on these two cores, so
+commits racing among that many writers take seconds (`commit_s`), and at 64 a write now and
+then finds its token sealed at every one of its ten tries (`gave_up`).
 
 Merges into one branch land one at a time: each landing needs an attempt made on the HEAD the
 previous one left, and every attempt under way when another lands is lost. A reusing retry
