@@ -10,7 +10,7 @@ lie in one folder (no partition columns), so both sides build the same frame.
 Most of the difference is not ours: pyarrow reads any fsspec file system through Python file
 objects (`PyFileSystem(FSSpecHandler(...))`), each read under the GIL, where its own file
 systems read natively from its threads. fsspec's own local file system under that wrapper
-reads the same files at about 1.27 of the floor here, which is below the 1.15 target already;
+reads the same files at about 1.27 of the floor here, which already misses the 1.15 target;
 the verification's SHA-256 of every byte adds some 5% (33 ms of 37 MB), the lookups and the
 listing a few more.
 """
