@@ -51,7 +51,8 @@ from branchwater.engine.urls import redact_url
 
 DEFAULT_TABLE = "branchwater_kv"
 DROP_CHUNK = 64
-"""Rows one drop statement deletes: about a millisecond of SQLite's write lock."""
+"""Rows one drop statement deletes, unless the driver says otherwise (`SQLStore.drop_chunk`):
+about a millisecond of SQLite's write lock."""
 CHUNKS_PER_HOUSEKEEPING = 16
 BUSY_TIMEOUT_SECONDS = 30.0
 BUSY_FIRST_DELAY = 0.0001
@@ -176,6 +177,8 @@ class SQLStore(Store):
     """A `Store` over one SQL table, with a connection per thread and per process."""
 
     _errors: tuple[type[Exception], ...] = ()
+    drop_chunk: int = DROP_CHUNK
+    """Rows each statement of `drop_partition` deletes."""
 
     def __init__(self, url: str, engine: Engine, sql: Statements) -> None:
         self.url = redact_url(url)
@@ -381,9 +384,10 @@ class SQLStore(Store):
         `pause` between chunks lets writers to other partitions (a branch's new staging
         token) take the lock instead of queueing behind the whole drop."""
         check_partition(partition)
-        params = (partition, partition, DROP_CHUNK)
+        chunk = self.drop_chunk
+        params = (partition, partition, chunk)
         chunks = 0
-        while self._write(self._sql.drop_chunk, params, idempotent=True) >= DROP_CHUNK:
+        while self._write(self._sql.drop_chunk, params, idempotent=True) >= chunk:
             chunks += 1
             if chunks % CHUNKS_PER_HOUSEKEEPING == 0:
                 self._after_bulk_chunk()

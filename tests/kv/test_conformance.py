@@ -6,7 +6,6 @@ from typing import Any
 
 import pytest
 
-import branchwater.engine.kv.sql as sql
 from branchwater.engine.errors import InvalidArgument, NotFound, PredicateFailed
 from branchwater.engine.kv import EXISTS, KeyValue, Store
 
@@ -367,7 +366,7 @@ def test_bad_predicate_type_is_rejected_and_nothing_written(store: Store, predic
 
 
 def test_drop_partition_removes_every_key_and_only_those(store: Store, monkeypatch) -> None:
-    monkeypatch.setattr(sql, "DROP_CHUNK", 3)
+    monkeypatch.setattr(store, "drop_chunk", 3, raising=False)
     for i in range(10):
         store.set(b"p", b"k%02d" % i, b"v")
     store.set(b"p1", b"k", b"kept")
