@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 from tests.benchmarks import declarations, page, results
-from tests.benchmarks.__main__ import _split_names
+from tests.benchmarks.__main__ import _split_names, run_module
 from tests.benchmarks.__main__ import main as run_benchmarks
 from tests.benchmarks.declarations import Benchmark, Suite
 
@@ -133,6 +133,15 @@ def test_a_run_of_one_module_updates_only_its_rows(tmp_path: Path) -> None:
     assert rows["embedded", "kv-postgres-get"].date == "2026-11"
     assert rows["embedded", "gc-clean"].figures == gc["figures"]
     assert rows["stack", "kv-sqlite-get"].date == "2026-11"
+
+
+def test_a_line_is_recorded_under_the_back_end_it_names_and_one_naming_none_is_not() -> None:
+    """A module that ignores `--backend` measures its own back end: the runner takes the
+    line's word for it, and records nothing it cannot attribute."""
+    recorded: list[results.Result] = []
+    status = run_module("fixtures.lines", [], "stack", recorded.append)
+    assert status == 0
+    assert [(r.name, r.backend) for r in recorded] == [("labeled", "embedded")]
 
 
 def test_a_name_is_a_module_only_before_the_first_option() -> None:
