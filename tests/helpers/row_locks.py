@@ -15,14 +15,16 @@ LOCK_WAIT_SECONDS = 30.0
 def waiting(
     conn: psycopg.Connection, statement: str, besides: tuple[int, ...] = ()
 ) -> tuple[int, list[int]]:
-    """The session running `statement` (a prefix of it), other than those `besides`, once it
-    waits on a lock: its pid and the pids blocking it."""
+    """The session of `conn`'s database running `statement` (a prefix of it), other than
+    those `besides`, once it waits on a lock: its pid and the pids blocking it. Only that
+    database's: another test worker forces the same waits in a database of its own."""
     deadline = time.monotonic() + LOCK_WAIT_SECONDS
     with psycopg.connect(conn.info.dsn, autocommit=True) as watcher:
         while time.monotonic() < deadline:
             row = watcher.execute(
                 "SELECT pid, pg_blocking_pids(pid) FROM pg_stat_activity "
-                "WHERE wait_event_type = 'Lock' AND query LIKE %s AND NOT pid = ANY(%s)",
+                "WHERE datname = current_database() AND wait_event_type = 'Lock' "
+                "AND query LIKE %s AND NOT pid = ANY(%s)",
                 (statement + "%", list(besides)),
             ).fetchone()
             if row is not None:
