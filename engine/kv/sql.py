@@ -50,9 +50,6 @@ from branchwater.engine.kv.store import KeyValue, Store, check_partition, key_no
 from branchwater.engine.urls import redact_url
 
 DEFAULT_TABLE = "branchwater_kv"
-DROP_CHUNK = 64
-"""Rows one drop statement deletes, unless the driver says otherwise (`SQLStore.drop_chunk`):
-about a millisecond of SQLite's write lock."""
 CHUNKS_PER_HOUSEKEEPING = 16
 BUSY_TIMEOUT_SECONDS = 30.0
 BUSY_FIRST_DELAY = 0.0001
@@ -177,8 +174,9 @@ class SQLStore(Store):
     """A `Store` over one SQL table, with a connection per thread and per process."""
 
     _errors: tuple[type[Exception], ...] = ()
-    drop_chunk: int = DROP_CHUNK
-    """Rows each statement of `drop_partition` deletes."""
+    drop_chunk: int = 64
+    """Rows each statement of `drop_partition` deletes: about a millisecond of SQLite's
+    write lock (a driver whose statements lock only their rows sets more)."""
 
     def __init__(self, url: str, engine: Engine, sql: Statements) -> None:
         self.url = redact_url(url)
