@@ -29,6 +29,7 @@ POINTS = frozenset(
         "commit.after_ranges",
         "commit.after_seal",
         "commit.after_set",
+        "commit.awaiting",
         "commit.before_set",
         "compaction.after_ranges",
         "compaction.before_install",

@@ -1,6 +1,11 @@
 """The lock-free committer of the metadata-KV design.
 
 1. `set_if` the branch: seal its staging token, open a new one. Writers move on at once.
+   A commit that finds another commit's seal under way waits for it first (`JOIN_WAIT`):
+   of two commits building on one base only one can land on it, and every seal makes the
+   writes in flight write again. If another waiter seals meanwhile, it seals this call's
+   writes too, and once its commit lands they are recorded: `NoChanges`, as for a commit
+   whose tokens a concurrent commit absorbed.
 2. Apply the sealed tokens (newest wins) on the branch's base: its compacted metarange, else
    HEAD's. This is the slow part and holds no lock.
 3. `set_if` the branch to the new commit, removing the tokens it absorbed.
@@ -16,6 +21,7 @@ all: `NoChanges`.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
@@ -34,7 +40,7 @@ from branchwater.engine.graveler.model import (
     RepositoryRecord,
     check_commit_arguments,
 )
-from branchwater.engine.graveler.staging import new_staging_token
+from branchwater.engine.graveler.staging import new_staging_token, opened_by_compaction
 
 Progress = Callable[[int], None]
 """Called with the number of staged entries applied so far."""
@@ -60,19 +66,88 @@ def commit(
     )
 
 
+JOIN_WAIT = 5.0
+"""Seconds a commit waits for another commit's seal under way on its branch before it seals
+beside it. A committer killed after its seal leaves the seal for the next commit to absorb,
+which then waits this long once; a commit still building after this long is built on beside."""
+JOIN_POLL = 0.02
+"""The longest pause between two reads of the branch while a commit waits."""
+
+
 def seal(
     g: Graveler, repo: RepositoryRecord, branch_name: str, *, allow_empty: bool = False
 ) -> tuple[str, ...]:
-    """Seal the staging token; returns every token this commit is to absorb, newest first."""
+    """Seal the staging token; returns every token this commit is to absorb, newest first.
+
+    Waits first for a commit under way (`_await_commit`); `allow_empty` asks for a commit
+    record of its own, so it never waits."""
+    deadline = time.monotonic() + JOIN_WAIT
+    token: str | None = None
     for _ in g.retry:
         branch, predicate = g.refs.get_branch(repo, branch_name)
         protection.check(repo, branch, "commit", "commit")
-        if not allow_empty and not g.has_uncommitted(branch):
-            raise NoChanges(f"nothing to commit on branch {branch_name!r} of {repo.name!r}")
+        if not allow_empty:
+            token = token or branch.staging_token
+            branch, predicate = _await_commit(g, repo, branch, predicate, token, deadline)
+            protection.check(repo, branch, "commit", "commit")
+            if not g.has_uncommitted(branch):
+                raise NoChanges(f"nothing to commit on branch {branch_name!r} of {repo.name!r}")
         sealed = sealing(repo, branch)
         if g.try_update_branch(repo, sealed, predicate):
             return sealed.sealed_tokens
     raise too_many_tries(f"commit on branch {branch_name!r} of {repo.name!r}", g.retry.attempts)
+
+
+def _await_commit(
+    g: Graveler,
+    repo: RepositoryRecord,
+    branch: BranchRecord,
+    predicate: bytes,
+    token: str,
+    deadline: float,
+) -> tuple[BranchRecord, bytes]:
+    """The branch once no commit's seal is under way on it, or as it is at `deadline`.
+
+    `token` is the staging token the commit call found: every write acknowledged before the
+    call is in it or in a token sealed before it. Once another commit sealed it and then
+    landed, taking it and every token below, those writes are recorded: `NoChanges`. A
+    compaction that took it leaves its metarange to commit, so that one is no reason to
+    stop; nor is a compaction's seal one to wait for, since compaction gives way to commits.
+    """
+    pause = g.retry.base_delay
+    while True:
+        if _recorded(branch, token):
+            raise _absorbed(repo, branch.name)
+        if not _commit_under_way(branch) or time.monotonic() >= deadline:
+            return branch, predicate
+        failpoints.hit("commit.awaiting")
+        time.sleep(max(0.0, min(pause, deadline - time.monotonic())))
+        pause = min(2 * pause, JOIN_POLL)
+        branch, predicate = g.refs.get_branch(repo, branch.name)
+
+
+def _commit_under_way(branch: BranchRecord) -> bool:
+    """Whether the newest seal is a commit's: a seal is made by whoever opened the token
+    above it, here the staging token."""
+    return bool(branch.sealed_tokens) and not opened_by_compaction(branch.staging_token)
+
+
+def _recorded(branch: BranchRecord, token: str) -> bool:
+    """Whether `token` left the branch by a commit: neither staging nor sealed, and no
+    compacted metarange left that could hold it."""
+    return (
+        token != branch.staging_token
+        and token not in branch.sealed_tokens
+        and not branch.compacted_metarange_id
+    )
+
+
+def _absorbed(repo: RepositoryRecord, branch_name: str) -> NoChanges:
+    """The error of a commit whose changes a concurrent commit recorded."""
+    return NoChanges(
+        f"nothing left to commit on branch {branch_name!r} of {repo.name!r}: a concurrent "
+        "commit already recorded these changes"
+    )
 
 
 def sealing(
@@ -228,10 +303,7 @@ def _read(
     protection.check(repo, branch, "commit", "commit")
     remaining = tuple(t for t in tokens if t in branch.sealed_tokens)
     if not remaining and not branch.compacted_metarange_id:
-        raise NoChanges(
-            f"nothing left to commit on branch {branch_name!r}: a concurrent commit "
-            "already recorded these changes"
-        )
+        raise _absorbed(repo, branch_name)
     parent = g.refs.get_commit(repo, branch.commit_id)
     return _Reading(branch, predicate, parent, branch.base(parent.metarange_id), remaining)
 

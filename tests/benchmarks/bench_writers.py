@@ -44,14 +44,18 @@ entries costs about 24 ms of CPU here (the branch's open last range, some 10k en
 the default range policy, written again; the metarange; the commit record; the sealed
 token's rows deleted), some 120 µs per write, about what the floor spends on a whole write,
 so with a commit every 200 writes the share falls toward one half. On one branch the
-writers' commits also race (16 writers committing every 200 of their writes commit the
-branch every 12 or so): most find another's commit took their writes, and writes whose
-cached read of the branch predates a seal are written again to the new token. Each seal
-waits for the writes in flight to commit, then holds the next ones off
-(`postgres._fair_statements`); a commit's final swap and its retries keep the token and pass
-the writes. With 16 or 64 writers a statement takes milliseconds on these two cores, so
-commits racing among that many writers take seconds (`commit_s`), and at 64 a write now and
-then finds its token sealed at every one of its ten tries (`gave_up`).
+writers' commits meet (16 writers committing every 200 of their writes call commit on the
+branch every 12 writes or so): a commit that finds another's seal under way waits for it,
+and the waiters commit as one, so most calls find their writes recorded by another's commit
+(`empty_commits`). Each seal still makes the writes in flight whose cached read of the
+branch predates it write again to the new token (`retries`): a seal waits for the writes in
+flight to commit, then holds the next ones off (`postgres._fair_statements`); a commit's
+final swap keeps the token and passes the writes. What is left is the writers' wait: a
+writer is blocked in its commit call until a commit holding its writes lands, which on these
+two cores, with a statement taking milliseconds among that many writers, takes a good part
+of a second (`commit_s` per commit made); the floor's writers never stop, and where the
+server's WAL flushes bound the rate, fewer writers writing is fewer writes. At 64 a write
+now and then finds its token sealed at every one of its ten tries (`gave_up`).
 
 Merges into one branch land one at a time: each landing needs an attempt made on the HEAD the
 previous one left, and every attempt under way when another lands is lost. A reusing retry

@@ -1,0 +1,209 @@
+"""A commit that finds another commit's seal under way waits for it, then seals, or finds its
+writes recorded by another waiter's commit (`commit.seal`). Every interleaving is forced with
+failpoints: a commit held after its seal, and the waiters seen waiting at `commit.awaiting`.
+Across processes: each writer's commit call, whatever it returns, leaves its writes in HEAD."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+import pytest
+
+from branchwater.engine import Lake, NoChanges, Repository
+from branchwater.engine.failpoints import armed
+from branchwater.engine.graveler import commit as commit_ops
+from branchwater.engine.graveler import compaction
+from tests.helpers.failpoints import PAUSE_TIMEOUT, paused_at
+from tests.helpers.servers import spawned_pool
+
+
+class Waiters:
+    """The threads seen waiting for a commit under way (`commit.awaiting`)."""
+
+    def __init__(self) -> None:
+        self._seen: set[int] = set()
+        self._changed = threading.Condition()
+
+    def hit(self) -> None:
+        with self._changed:
+            self._seen.add(threading.get_ident())
+            self._changed.notify_all()
+
+    @property
+    def count(self) -> int:
+        with self._changed:
+            return len(self._seen)
+
+    def wait_for(self, count: int) -> None:
+        with self._changed:
+            assert self._changed.wait_for(lambda: len(self._seen) >= count, PAUSE_TIMEOUT)
+
+
+@contextmanager
+def watched() -> Iterator[Waiters]:
+    waiters = Waiters()
+    with armed("commit.awaiting", waiters.hit):
+        yield waiters
+
+
+def committed_paths(repo: Repository, commit_id: str) -> list[str]:
+    return [entry.path for entry in repo.ref(commit_id).list()]
+
+
+def sealed_tokens(repo: Repository) -> tuple[str, ...]:
+    return repo._g.read_branch(repo.record, "main").sealed_tokens
+
+
+def test_a_commit_waits_for_the_one_under_way_then_seals_its_own(repo: Repository) -> None:
+    main = repo.branch("main")
+    main.upload("a", b"a")
+    with ThreadPoolExecutor(2) as pool, paused_at("commit.after_seal") as held, watched() as seen:
+        first = pool.submit(main.commit, "first")
+        held.wait()
+        main.upload("b", b"b")
+        before = sealed_tokens(repo)
+        second = pool.submit(main.commit, "second")
+        seen.wait_for(1)
+        assert sealed_tokens(repo) == before, "the waiting commit sealed nothing"
+        assert not second.done()
+        held.release()
+        landed = first.result(PAUSE_TIMEOUT), second.result(PAUSE_TIMEOUT)
+    assert landed[1].parents == (landed[0].id,)
+    assert committed_paths(repo, landed[0].id) == ["a"]
+    assert committed_paths(repo, landed[1].id) == ["a", "b"]
+    assert list(main.uncommitted()) == []
+
+
+def test_waiters_commit_as_one_and_the_others_find_their_writes_recorded(
+    repo: Repository,
+) -> None:
+    main = repo.branch("main")
+    main.upload("a", b"a")
+    with ThreadPoolExecutor(3) as pool, paused_at("commit.after_seal") as held, watched() as seen:
+        first = pool.submit(main.commit, "first")
+        held.wait()
+        main.upload("c", b"c")
+        main.upload("d", b"d")
+        waiting = [pool.submit(main.commit, name) for name in ("c", "d")]
+        seen.wait_for(2)
+        held.release()
+        head = first.result(PAUSE_TIMEOUT)
+        outcomes = []
+        for call in waiting:
+            try:
+                outcomes.append(call.result(PAUSE_TIMEOUT))
+            except NoChanges as nothing:
+                assert "already recorded" in str(nothing)
+                outcomes.append(None)
+    made = [commit for commit in outcomes if commit is not None]
+    assert len(made) == 1, "one waiter sealed for both"
+    assert made[0].parents == (head.id,) and main.head() == made[0]
+    assert committed_paths(repo, made[0].id) == ["a", "c", "d"]
+    assert list(main.uncommitted()) == []
+
+
+def test_a_commit_whose_committer_died_after_its_seal_is_absorbed_after_the_wait(
+    repo: Repository, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The held commit stands for a process killed after its seal: the next commit waits
+    `JOIN_WAIT`, then seals beside it and records its writes too."""
+    monkeypatch.setattr(commit_ops, "JOIN_WAIT", 0.2)
+    main = repo.branch("main")
+    main.upload("a", b"a")
+    with ThreadPoolExecutor(1) as pool, paused_at("commit.after_seal") as held, watched() as seen:
+        stalled = pool.submit(main.commit, "stalled")
+        held.wait()
+        main.upload("b", b"b")
+        landed = main.commit("next")
+        seen.wait_for(1)
+        held.release()
+        with pytest.raises(NoChanges, match="already recorded"):
+            stalled.result(PAUSE_TIMEOUT)
+    assert committed_paths(repo, landed.id) == ["a", "b"]
+    assert main.head() == landed and sealed_tokens(repo) == ()
+
+
+@pytest.mark.parametrize("under_way", ["compaction", "allow_empty"])
+def test_no_wait_for_a_compactions_seal_nor_for_an_empty_commit(
+    lake: Lake, repo: Repository, monkeypatch: pytest.MonkeyPatch, under_way: str
+) -> None:
+    """A compaction gives way to commits, so a commit does not wait for one; a commit asked
+    to record even nothing is a commit of its own, so it seals at once."""
+    monkeypatch.setattr(commit_ops, "JOIN_WAIT", 10 * PAUSE_TIMEOUT)
+    main = repo.branch("main")
+    main.upload("a", b"a")
+    main.commit("a")
+    main.upload("b", b"b")
+    made = []
+    with watched() as seen:
+        if under_way == "compaction":
+
+            def commit_meanwhile(step: str) -> None:
+                if step == "sealed":
+                    main.upload("c", b"c")
+                    made.append(main.commit("during"))
+
+            result = compaction.compact(
+                lake.graveler, repo.record, "main", on_step=commit_meanwhile
+            )
+            assert result.outcome == "superseded"
+            expected = ["a", "b", "c"]
+        else:
+            with ThreadPoolExecutor(1) as pool, paused_at("commit.after_seal") as held:
+                first = pool.submit(main.commit, "first")
+                held.wait()
+                made.append(main.commit("empty", allow_empty=True))
+                held.release()
+                with pytest.raises(NoChanges, match="already recorded"):
+                    first.result(PAUSE_TIMEOUT)
+            expected = ["a", "b"]
+        assert seen.count == 0, "nothing waited"
+    assert main.head() == made[0]
+    assert committed_paths(repo, made[0].id) == expected
+
+
+WRITERS = 3
+ROUNDS = 12
+
+
+def _write_and_commit(kv_url: str, writer: int, start) -> list[str]:
+    """Write a few paths, commit, and check HEAD then holds every write made so far, whether
+    this call made the commit or found another waiter's commit had recorded them."""
+    problems = []
+    with Lake.connect(kv_url) as lake:
+        repo = lake.repository("joins")
+        main = repo.branch("main")
+        start.wait(30)
+        written: list[str] = []
+        for round_ in range(ROUNDS):
+            for j in range(3):
+                written.append(main.upload(f"w{writer}/{round_:02d}-{j}", b"x").path)
+            with suppress(NoChanges):
+                main.commit(f"writer {writer} round {round_}")
+            head = {entry.path for entry in repo.ref(main.head().id).list(f"w{writer}/")}
+            problems += [
+                f"round {round_}: {path} not in HEAD" for path in written if path not in head
+            ]
+    return problems
+
+
+@pytest.mark.slow
+def test_writers_committing_one_branch_find_their_writes_in_head_after_each_commit(
+    race_kv: str, tmp_path: Path
+) -> None:
+    with Lake.connect(race_kv) as lake:
+        lake.create_repository("joins", storage_namespace=f"file://{tmp_path}/joins")
+    with spawned_pool(WRITERS) as (manager, pool):
+        start = manager.Event()
+        calls = [pool.apply_async(_write_and_commit, (race_kv, i, start)) for i in range(WRITERS)]
+        start.set()
+        problems = [problem for call in calls for problem in call.get(240)]
+    assert problems == []
+    with Lake.connect(race_kv) as lake:
+        repo = lake.repository("joins")
+        assert list(repo.branch("main").uncommitted()) == []
+        assert len(list(repo.ref("main").list())) == WRITERS * ROUNDS * 3
