@@ -7,17 +7,18 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from branchwater.engine import Lake, NoChanges, Repository
+from branchwater.engine import Commit, Lake, NoChanges, Repository
 from branchwater.engine.failpoints import armed
 from branchwater.engine.graveler import commit as commit_ops
 from branchwater.engine.graveler import compaction
-from tests.helpers.failpoints import PAUSE_TIMEOUT, paused_at
+from tests.helpers.failpoints import PAUSE_TIMEOUT, Pause, paused_at
 from tests.helpers.servers import spawned_pool
 
 
@@ -50,6 +51,30 @@ def watched() -> Iterator[Waiters]:
         yield waiters
 
 
+@dataclass
+class Held:
+    """A commit of `a` ("first") held after its seal, with a pool for more calls."""
+
+    pool: ThreadPoolExecutor
+    first: Future[Commit]
+    pause: Pause
+    seen: Waiters
+
+
+@contextmanager
+def a_commit_held(repo: Repository, workers: int = 1) -> Iterator[Held]:
+    main = repo.branch("main")
+    main.upload("a", b"a")
+    with (
+        ThreadPoolExecutor(workers) as pool,
+        paused_at("commit.after_seal") as pause,
+        watched() as seen,
+    ):
+        first = pool.submit(main.commit, "first")
+        pause.wait()
+        yield Held(pool, first, pause, seen)
+
+
 def committed_paths(repo: Repository, commit_id: str) -> list[str]:
     return [entry.path for entry in repo.ref(commit_id).list()]
 
@@ -60,18 +85,15 @@ def sealed_tokens(repo: Repository) -> tuple[str, ...]:
 
 def test_a_commit_waits_for_the_one_under_way_then_seals_its_own(repo: Repository) -> None:
     main = repo.branch("main")
-    main.upload("a", b"a")
-    with ThreadPoolExecutor(2) as pool, paused_at("commit.after_seal") as held, watched() as seen:
-        first = pool.submit(main.commit, "first")
-        held.wait()
+    with a_commit_held(repo, workers=2) as held:
         main.upload("b", b"b")
         before = sealed_tokens(repo)
-        second = pool.submit(main.commit, "second")
-        seen.wait_for(1)
+        second = held.pool.submit(main.commit, "second")
+        held.seen.wait_for(1)
         assert sealed_tokens(repo) == before, "the waiting commit sealed nothing"
         assert not second.done()
-        held.release()
-        landed = first.result(PAUSE_TIMEOUT), second.result(PAUSE_TIMEOUT)
+        held.pause.release()
+        landed = held.first.result(PAUSE_TIMEOUT), second.result(PAUSE_TIMEOUT)
     assert landed[1].parents == (landed[0].id,)
     assert committed_paths(repo, landed[0].id) == ["a"]
     assert committed_paths(repo, landed[1].id) == ["a", "b"]
@@ -82,16 +104,13 @@ def test_waiters_commit_as_one_and_the_others_find_their_writes_recorded(
     repo: Repository,
 ) -> None:
     main = repo.branch("main")
-    main.upload("a", b"a")
-    with ThreadPoolExecutor(3) as pool, paused_at("commit.after_seal") as held, watched() as seen:
-        first = pool.submit(main.commit, "first")
-        held.wait()
+    with a_commit_held(repo, workers=3) as held:
         main.upload("c", b"c")
         main.upload("d", b"d")
-        waiting = [pool.submit(main.commit, name) for name in ("c", "d")]
-        seen.wait_for(2)
-        held.release()
-        head = first.result(PAUSE_TIMEOUT)
+        waiting = [held.pool.submit(main.commit, name) for name in ("c", "d")]
+        held.seen.wait_for(2)
+        held.pause.release()
+        head = held.first.result(PAUSE_TIMEOUT)
         outcomes = []
         for call in waiting:
             try:
@@ -113,57 +132,52 @@ def test_a_commit_whose_committer_died_after_its_seal_is_absorbed_after_the_wait
     `JOIN_WAIT`, then seals beside it and records its writes too."""
     monkeypatch.setattr(commit_ops, "JOIN_WAIT", 0.2)
     main = repo.branch("main")
-    main.upload("a", b"a")
-    with ThreadPoolExecutor(1) as pool, paused_at("commit.after_seal") as held, watched() as seen:
-        stalled = pool.submit(main.commit, "stalled")
-        held.wait()
+    with a_commit_held(repo) as held:
         main.upload("b", b"b")
         landed = main.commit("next")
-        seen.wait_for(1)
-        held.release()
+        held.seen.wait_for(1)
+        held.pause.release()
         with pytest.raises(NoChanges, match="already recorded"):
-            stalled.result(PAUSE_TIMEOUT)
+            held.first.result(PAUSE_TIMEOUT)
     assert committed_paths(repo, landed.id) == ["a", "b"]
     assert main.head() == landed and sealed_tokens(repo) == ()
 
 
-@pytest.mark.parametrize("under_way", ["compaction", "allow_empty"])
-def test_no_wait_for_a_compactions_seal_nor_for_an_empty_commit(
-    lake: Lake, repo: Repository, monkeypatch: pytest.MonkeyPatch, under_way: str
+def test_a_commit_does_not_wait_for_a_compactions_seal(
+    lake: Lake, repo: Repository, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A compaction gives way to commits, so a commit does not wait for one; a commit asked
-    to record even nothing is a commit of its own, so it seals at once."""
+    """A compaction gives way to commits, so a commit that finds one's seal seals at once,
+    and the compaction is superseded."""
     monkeypatch.setattr(commit_ops, "JOIN_WAIT", 10 * PAUSE_TIMEOUT)
     main = repo.branch("main")
     main.upload("a", b"a")
-    main.commit("a")
-    main.upload("b", b"b")
     made = []
+
+    def commit_meanwhile(step: str) -> None:
+        if step == "sealed":
+            main.upload("b", b"b")
+            made.append(main.commit("during"))
+
     with watched() as seen:
-        if under_way == "compaction":
+        result = compaction.compact(lake.graveler, repo.record, "main", on_step=commit_meanwhile)
+    assert result.outcome == "superseded"
+    assert seen.count == 0, "the commit did not wait"
+    assert main.head() == made[0] and committed_paths(repo, made[0].id) == ["a", "b"]
 
-            def commit_meanwhile(step: str) -> None:
-                if step == "sealed":
-                    main.upload("c", b"c")
-                    made.append(main.commit("during"))
 
-            result = compaction.compact(
-                lake.graveler, repo.record, "main", on_step=commit_meanwhile
-            )
-            assert result.outcome == "superseded"
-            expected = ["a", "b", "c"]
-        else:
-            with ThreadPoolExecutor(1) as pool, paused_at("commit.after_seal") as held:
-                first = pool.submit(main.commit, "first")
-                held.wait()
-                made.append(main.commit("empty", allow_empty=True))
-                held.release()
-                with pytest.raises(NoChanges, match="already recorded"):
-                    first.result(PAUSE_TIMEOUT)
-            expected = ["a", "b"]
-        assert seen.count == 0, "nothing waited"
-    assert main.head() == made[0]
-    assert committed_paths(repo, made[0].id) == expected
+def test_an_empty_commit_asked_for_does_not_wait(
+    repo: Repository, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit asked to record even nothing is a commit of its own: it seals at once."""
+    monkeypatch.setattr(commit_ops, "JOIN_WAIT", 10 * PAUSE_TIMEOUT)
+    main = repo.branch("main")
+    with a_commit_held(repo) as held:
+        made = main.commit("empty", allow_empty=True)
+        assert held.seen.count == 0, "the commit did not wait"
+        held.pause.release()
+        with pytest.raises(NoChanges, match="already recorded"):
+            held.first.result(PAUSE_TIMEOUT)
+    assert main.head() == made and committed_paths(repo, made.id) == ["a"]
 
 
 WRITERS = 3
