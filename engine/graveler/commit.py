@@ -1,11 +1,11 @@
 """The lock-free committer of the metadata-KV design.
 
 1. `set_if` the branch: seal its staging token, open a new one. Writers move on at once.
-   A commit that finds another commit's seal under way waits for it first (`JOIN_WAIT`):
-   of two commits building on one base only one can land on it, and every seal makes the
-   writes in flight write again. If another waiter seals meanwhile, it seals this call's
-   writes too, and once its commit lands they are recorded: `NoChanges`, as for a commit
-   whose tokens a concurrent commit absorbed.
+   A commit that finds another commit's seal under way waits for it first
+   (`RetryPolicy.commit_wait`): of two commits building on one base only one can land on
+   it, and every seal makes the writes in flight write again. If another waiter seals
+   meanwhile, it seals this call's writes too, and once its commit lands they are recorded:
+   `NoChanges`, as for a commit whose tokens a concurrent commit absorbed.
 2. Apply the sealed tokens (newest wins) on the branch's base: its compacted metarange, else
    HEAD's. This is the slow part and holds no lock.
 3. `set_if` the branch to the new commit, removing the tokens it absorbed.
@@ -66,10 +66,6 @@ def commit(
     )
 
 
-JOIN_WAIT = 5.0
-"""Seconds a commit waits for another commit's seal under way on its branch before it seals
-beside it. A committer killed after its seal leaves the seal for the next commit to absorb,
-which then waits this long once; a commit still building after this long is built on beside."""
 JOIN_POLL = 0.02
 """The longest pause between two reads of the branch while a commit waits."""
 
@@ -81,7 +77,7 @@ def seal(
 
     Waits first for a commit under way (`_await_commit`); `allow_empty` asks for a commit
     record of its own, so it never waits."""
-    deadline = time.monotonic() + JOIN_WAIT
+    deadline = time.monotonic() + g.retry.commit_wait
     token: str | None = None
     for _ in g.retry:
         branch, predicate = g.refs.get_branch(repo, branch_name)

@@ -49,6 +49,11 @@ class RetryPolicy:
     attempts: int = 10
     base_delay: float = 0.005
     max_delay: float = 0.5
+    commit_wait: float = 5.0
+    """Seconds a commit waits for another commit's seal under way on its branch before it
+    seals beside it (`commit.seal`). A committer killed after its seal leaves the seal for
+    the next commit to absorb, which then waits this long once; a commit still building
+    after this long is built on beside."""
 
     def __iter__(self) -> Iterator[int]:
         for attempt in range(1, self.attempts + 1):

@@ -1,10 +1,12 @@
 """A commit that finds another commit's seal under way waits for it, then seals, or finds its
-writes recorded by another waiter's commit (`commit.seal`). Every interleaving is forced with
-failpoints: a commit held after its seal, and the waiters seen waiting at `commit.awaiting`.
-Across processes: each writer's commit call, whatever it returns, leaves its writes in HEAD."""
+writes recorded by another waiter's commit (`graveler.commit.seal`). Every interleaving is
+forced with failpoints: a commit held after its seal, and the waiters seen waiting at
+`commit.awaiting`. Across processes: each writer's commit call, whatever it returns, leaves
+its writes in HEAD."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -16,7 +18,6 @@ import pytest
 
 from branchwater.engine import Commit, Lake, NoChanges, Repository
 from branchwater.engine.failpoints import armed
-from branchwater.engine.graveler import commit as commit_ops
 from branchwater.engine.graveler import compaction
 from tests.helpers.failpoints import PAUSE_TIMEOUT, Pause, paused_at
 from tests.helpers.servers import spawned_pool
@@ -75,6 +76,11 @@ def a_commit_held(repo: Repository, workers: int = 1) -> Iterator[Held]:
         yield Held(pool, first, pause, seen)
 
 
+def waiting_at_most(repo: Repository, monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    g = repo._g
+    monkeypatch.setattr(g, "retry", dataclasses.replace(g.retry, commit_wait=seconds))
+
+
 def committed_paths(repo: Repository, commit_id: str) -> list[str]:
     return [entry.path for entry in repo.ref(commit_id).list()]
 
@@ -129,8 +135,8 @@ def test_a_commit_whose_committer_died_after_its_seal_is_absorbed_after_the_wait
     repo: Repository, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The held commit stands for a process killed after its seal: the next commit waits
-    `JOIN_WAIT`, then seals beside it and records its writes too."""
-    monkeypatch.setattr(commit_ops, "JOIN_WAIT", 0.2)
+    `RetryPolicy.commit_wait`, then seals beside it and records its writes too."""
+    waiting_at_most(repo, monkeypatch, 0.2)
     main = repo.branch("main")
     with a_commit_held(repo) as held:
         main.upload("b", b"b")
@@ -148,7 +154,7 @@ def test_a_commit_does_not_wait_for_a_compactions_seal(
 ) -> None:
     """A compaction gives way to commits, so a commit that finds one's seal seals at once,
     and the compaction is superseded."""
-    monkeypatch.setattr(commit_ops, "JOIN_WAIT", 10 * PAUSE_TIMEOUT)
+    waiting_at_most(repo, monkeypatch, 10 * PAUSE_TIMEOUT)
     main = repo.branch("main")
     main.upload("a", b"a")
     made = []
@@ -169,7 +175,7 @@ def test_an_empty_commit_asked_for_does_not_wait(
     repo: Repository, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A commit asked to record even nothing is a commit of its own: it seals at once."""
-    monkeypatch.setattr(commit_ops, "JOIN_WAIT", 10 * PAUSE_TIMEOUT)
+    waiting_at_most(repo, monkeypatch, 10 * PAUSE_TIMEOUT)
     main = repo.branch("main")
     with a_commit_held(repo) as held:
         made = main.commit("empty", allow_empty=True)
