@@ -10,6 +10,7 @@ from typing import Any
 
 from branchwater.engine.errors import (
     AlreadyExists,
+    AlreadyRecorded,
     BranchProtected,
     BranchwaterError,
     BucketNotFound,
@@ -89,6 +90,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "AlreadyExists",
+    "AlreadyRecorded",
     "BranchProtected",
     "BranchwaterError",
     "BucketNotFound",

@@ -75,6 +75,16 @@ class NoChanges(BranchwaterError):
     """The operation would record nothing new (an empty commit, an up-to-date merge)."""
 
 
+class AlreadyRecorded(NoChanges):
+    """A commit found its changes recorded by a concurrent commit on the same branch, which
+    took them while this one waited: `commit_id` is the branch's HEAD then, a commit that
+    holds them. Nothing of this call's message or metadata is recorded."""
+
+    def __init__(self, message: str, commit_id: str) -> None:
+        super().__init__(message)
+        self.commit_id = commit_id
+
+
 class PredicateFailed(BranchwaterError):
     """A compare-and-swap found a value other than the one it expected."""
 

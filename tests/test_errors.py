@@ -9,6 +9,7 @@ import pytest
 
 from branchwater.engine import errors
 from branchwater.engine.errors import (
+    AlreadyRecorded,
     BranchProtected,
     BranchwaterError,
     ChecksMissing,
@@ -31,6 +32,7 @@ def error_classes() -> list[type[BranchwaterError]]:
         BranchProtected("no", branch="main", rule="no_delete", pattern="ma*"),
         ChecksMissing("no", branch="main", pattern="main", missing=("lint",), failed=("qa",)),
         CommitExpired("c" * 64, "2026-11-01"),
+        AlreadyRecorded("recorded by a concurrent commit", "d" * 64),
         *(cls("plain message") for cls in error_classes() if cls.__init__ is Exception.__init__),
     ],
     ids=lambda e: type(e).__name__,

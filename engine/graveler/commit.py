@@ -5,7 +5,8 @@
    (`RetryPolicy.commit_wait`): of two commits building on one base only one can land on
    it, and every seal makes the writes in flight write again. If another waiter seals
    meanwhile, it seals this call's writes too, and once its commit lands they are recorded:
-   `NoChanges`, as for a commit whose tokens a concurrent commit absorbed.
+   `AlreadyRecorded` (a `NoChanges` naming the commit that holds them), as for a commit
+   whose tokens a concurrent commit absorbed.
 2. Apply the sealed tokens (newest wins) on the branch's base: its compacted metarange, else
    HEAD's. This is the slow part and holds no lock.
 3. `set_if` the branch to the new commit, removing the tokens it absorbed.
@@ -15,7 +16,7 @@ left to commit; the others were absorbed by a concurrent commit or compaction, w
 the new base. If base and tokens are unchanged, the metarange and the commit record already
 written are reused, so a retry costs a read and a `set_if`, not a rebuild. If only a compacted
 metarange is left, it is committed as it stands; if nothing is, a concurrent commit took it
-all: `NoChanges`.
+all: `AlreadyRecorded`.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from branchwater.engine import failpoints
-from branchwater.engine.errors import NoChanges, too_many_tries
+from branchwater.engine.errors import AlreadyRecorded, NoChanges, too_many_tries
 from branchwater.engine.graveler import protection
 from branchwater.engine.graveler.committed.format import staged_rows
 from branchwater.engine.graveler.graveler import Graveler
@@ -106,14 +107,14 @@ def _await_commit(
 
     `token` is the staging token the commit call found: every write acknowledged before the
     call is in it or in a token sealed before it. Once another commit sealed it and then
-    landed, taking it and every token below, those writes are recorded: `NoChanges`. A
+    landed, taking it and every token below, those writes are recorded: `AlreadyRecorded`. A
     compaction that took it leaves its metarange to commit, so that one is no reason to
     stop; nor is a compaction's seal one to wait for, since compaction gives way to commits.
     """
     pause = g.retry.base_delay
     while True:
         if _recorded(branch, token):
-            raise _absorbed(repo, branch.name)
+            raise _absorbed(repo, branch)
         if not _commit_under_way(branch) or time.monotonic() >= deadline:
             return branch, predicate
         failpoints.hit("commit.awaiting")
@@ -138,11 +139,13 @@ def _recorded(branch: BranchRecord, token: str) -> bool:
     )
 
 
-def _absorbed(repo: RepositoryRecord, branch_name: str) -> NoChanges:
-    """The error of a commit whose changes a concurrent commit recorded."""
-    return NoChanges(
-        f"nothing left to commit on branch {branch_name!r} of {repo.name!r}: a concurrent "
-        "commit already recorded these changes"
+def _absorbed(repo: RepositoryRecord, branch: BranchRecord) -> AlreadyRecorded:
+    """The error of a commit whose changes a concurrent commit recorded; `branch` is as read
+    once they were, so its commit holds them."""
+    return AlreadyRecorded(
+        f"nothing left to commit on branch {branch.name!r} of {repo.name!r}: a concurrent "
+        f"commit already recorded these changes (HEAD {branch.commit_id} holds them)",
+        branch.commit_id,
     )
 
 
@@ -299,7 +302,7 @@ def _read(
     protection.check(repo, branch, "commit", "commit")
     remaining = tuple(t for t in tokens if t in branch.sealed_tokens)
     if not remaining and not branch.compacted_metarange_id:
-        raise _absorbed(repo, branch_name)
+        raise _absorbed(repo, branch)
     parent = g.refs.get_commit(repo, branch.commit_id)
     return _Reading(branch, predicate, parent, branch.base(parent.metarange_id), remaining)
 

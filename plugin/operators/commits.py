@@ -6,7 +6,13 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from branchwater.engine import AlreadyExists, InvalidArgument, MergeRaceLost, NoChanges
+from branchwater.engine import (
+    AlreadyExists,
+    AlreadyRecorded,
+    InvalidArgument,
+    MergeRaceLost,
+    NoChanges,
+)
 from branchwater.plugin.links import BranchwaterCommitLink
 from branchwater.plugin.operators.base import (
     LOOKUP_DEPTH,
@@ -101,7 +107,9 @@ class BranchwaterCommitOperator(RecordingOperator):
     The commit's metadata records the DAG, run, task, map index, try and logical date. When
     nothing is staged, a commit this task instance made earlier (a try that lost its worker,
     a run cleared and rerun after later runs) is found in the branch's history and is the
-    result; without one, `on_no_changes` decides.
+    result; without one, `on_no_changes` decides. When a concurrent commit on the branch
+    recorded this task's writes (commits racing on one branch land as a group), that commit
+    is the result.
 
     :param branch: the branch to commit (templated)
     :param message: the commit message (templated)
@@ -139,6 +147,9 @@ class BranchwaterCommitOperator(RecordingOperator):
                 committer=self.committer,
                 allow_empty=self.allow_empty,
             )
+        except AlreadyRecorded as recorded:
+            self.log.info("A concurrent commit recorded these writes: %s", recorded.commit_id)
+            commit = repo.commit(recorded.commit_id)
         except NoChanges as nothing:
             commit = self.already_recorded(repo, self.branch, nothing, context)
         self.record_commit(self.branch, commit.id)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from branchwater.engine import Commit, Lake, NoChanges, Repository
+from branchwater.engine import AlreadyRecorded, Commit, Lake, NoChanges, Repository
 from branchwater.engine.failpoints import armed
 from branchwater.engine.graveler import compaction
 from tests.helpers.failpoints import PAUSE_TIMEOUT, Pause, paused_at
@@ -117,16 +117,16 @@ def test_waiters_commit_as_one_and_the_others_find_their_writes_recorded(
         held.seen.wait_for(2)
         held.pause.release()
         head = held.first.result(PAUSE_TIMEOUT)
-        outcomes = []
+        outcomes: list[Commit | str] = []
         for call in waiting:
             try:
                 outcomes.append(call.result(PAUSE_TIMEOUT))
-            except NoChanges as nothing:
-                assert "already recorded" in str(nothing)
-                outcomes.append(None)
-    made = [commit for commit in outcomes if commit is not None]
+            except AlreadyRecorded as recorded:
+                outcomes.append(recorded.commit_id)
+    made = [commit for commit in outcomes if isinstance(commit, Commit)]
     assert len(made) == 1, "one waiter sealed for both"
     assert made[0].parents == (head.id,) and main.head() == made[0]
+    assert outcomes.count(made[0].id) == 1, "the other waiter names the commit holding its writes"
     assert committed_paths(repo, made[0].id) == ["a", "c", "d"]
     assert list(main.uncommitted()) == []
 
@@ -143,8 +143,9 @@ def test_a_commit_whose_committer_died_after_its_seal_is_absorbed_after_the_wait
         landed = main.commit("next")
         held.seen.wait_for(1)
         held.pause.release()
-        with pytest.raises(NoChanges, match="already recorded"):
+        with pytest.raises(AlreadyRecorded, match="already recorded") as recorded:
             held.first.result(PAUSE_TIMEOUT)
+    assert recorded.value.commit_id == landed.id
     assert committed_paths(repo, landed.id) == ["a", "b"]
     assert main.head() == landed and sealed_tokens(repo) == ()
 
@@ -181,8 +182,9 @@ def test_an_empty_commit_asked_for_does_not_wait(
         made = main.commit("empty", allow_empty=True)
         assert held.seen.count == 0, "the commit did not wait"
         held.pause.release()
-        with pytest.raises(NoChanges, match="already recorded"):
+        with pytest.raises(AlreadyRecorded, match="already recorded") as recorded:
             held.first.result(PAUSE_TIMEOUT)
+    assert recorded.value.commit_id == made.id
     assert main.head() == made and committed_paths(repo, made.id) == ["a"]
 
 

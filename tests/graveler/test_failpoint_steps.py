@@ -16,6 +16,7 @@ import pytest
 from branchwater.engine import Lake, NotFound, failpoints
 from branchwater.engine.api import Repository
 from branchwater.engine.failpoints import FailpointHit
+from tests.helpers.failpoints import SHORT_COMMIT_WAIT
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMIT_POINTS = (
@@ -94,7 +95,7 @@ def test_a_commit_killed_at_each_step_is_finished_by_the_next(
     kv_url = race_kv
     prepare(kv_url, f"file://{tmp_path}/ns")
     killed_at(kv_url, point, "commit")
-    with Lake.connect(kv_url) as lake:
+    with Lake.connect(kv_url, retry=SHORT_COMMIT_WAIT) as lake:
         repo = lake.repository("failpoints")
         main = repo.branch("main")
         assert paths(repo, "main") == MAIN_AFTER

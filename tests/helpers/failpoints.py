@@ -8,12 +8,17 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from branchwater.engine import failpoints
+from branchwater.engine.graveler.graveler import RetryPolicy
 
 if TYPE_CHECKING:
     pass
 
 
 PAUSE_TIMEOUT = 60
+SHORT_COMMIT_WAIT = RetryPolicy(commit_wait=0.25)
+"""The retry policy of lakes whose commits tests kill or hold after their seal: the next
+commit on the branch waits for such a seal this long, not the default's seconds, so it still
+waits and still gives up."""
 
 
 class Pause:

@@ -51,7 +51,7 @@ from branchwater.engine import (
 )
 from branchwater.engine.api import Repository
 from branchwater.engine.graveler.checksums import content_checksum
-from branchwater.engine.graveler.graveler import RetryPolicy
+from tests.helpers.failpoints import SHORT_COMMIT_WAIT
 from branchwater.engine.graveler.names import check_ref_name
 from tests.gc_model import retention_run, sweep
 from tests.helpers import hostile
@@ -343,9 +343,6 @@ def read_log(path: str) -> list[dict[str, Any]]:
     return records
 
 
-RETRY = RetryPolicy(commit_wait=0.25)
-"""A history holds and kills commits at every step: the next commit on the branch waits for
-such a seal this long, not the default's seconds, so it still waits and still gives up."""
 _LAKES: dict[tuple[str, str], Lake] = {}
 """A worker process's open lakes, one per back end, kept across histories."""
 
@@ -353,7 +350,7 @@ _LAKES: dict[tuple[str, str], Lake] = {}
 def lake_for(task: Task) -> Lake:
     key = (task.kv_url, json.dumps(task.s3_options, sort_keys=True))
     if key not in _LAKES:
-        _LAKES[key] = Lake.connect(task.kv_url, s3_options=task.s3_options, retry=RETRY)
+        _LAKES[key] = Lake.connect(task.kv_url, s3_options=task.s3_options, retry=SHORT_COMMIT_WAIT)
     return _LAKES[key]
 
 

@@ -4,6 +4,7 @@ values, commit metadata and links, failure messages, retries and task groups."""
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import pytest
 from airflow.sdk import DAG, TaskGroup
 
-from branchwater.engine import MergeRaceLost, MergeResult, Repository
+from branchwater.engine import MergeRaceLost, MergeResult, Repository, failpoints
 from branchwater.engine.gc.runs.config import JobConfig
 from branchwater.plugin.operators import (
     BranchwaterCommitOperator,
@@ -28,6 +29,7 @@ from branchwater.plugin.operators import (
 from branchwater.plugin.operators.base import Lineage, LineageDataset
 from branchwater.plugin.operators.commits import ATTEMPTS_KEY, HINT_KEY
 from branchwater.spark_jobs.gc.job import GCJob
+from tests.helpers.failpoints import PAUSE_TIMEOUT, paused_at
 from tests.plugin.conftest import LINK_TEMPLATE, LakeConnection, RunDag, set_connection
 
 if TYPE_CHECKING:
@@ -210,6 +212,34 @@ def test_failures_say_what_is_wrong_and_final_ones_are_not_retried(
     assert "NotFound: ref 'never-made' not found" in output
     for task in ("elsewhere", "conflict", "nothing_staged", "no_repository", "no_ref"):
         assert result.tries[task] == 1, task
+
+
+def test_a_commit_task_whose_writes_a_concurrent_commit_recorded_succeeds_with_it(
+    run_dag: RunDag, repo: Repository
+) -> None:
+    """Commits racing on one branch land as a group: the task finds another writer's commit
+    under way, waits, and that commit records the task's writes. Even `on_no_changes="fail"`
+    succeeds then, returning that commit: there was something to record, and it is."""
+    main = repo.branch("main")
+    main.upload("orders.csv", b"id\n1\n")
+    with DAG("bw_commit_recorded", schedule=None) as dag:
+        BranchwaterCommitOperator(
+            task_id="commit",
+            repository=repo.name,
+            branch="main",
+            message="load orders",
+            on_no_changes="fail",
+        )
+    with ThreadPoolExecutor(1) as pool, paused_at("commit.after_seal") as held:
+        other = pool.submit(main.commit, "another writer")
+        held.wait()
+        with failpoints.armed("commit.awaiting", held.release):
+            result = run_dag(dag)
+        landed = other.result(PAUSE_TIMEOUT)
+    assert result.state == "success", result.states
+    assert result.value("commit") == landed.id == main.head().id
+    assert [c.message for c in repo.log("main")] == ["another writer", "base"]
+    assert [e.path for e in repo.ref(landed.id).list()] == ["base.csv", "orders.csv"]
 
 
 class LosesWorkerAfterwards:
