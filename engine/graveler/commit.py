@@ -76,18 +76,24 @@ def seal(
 ) -> tuple[str, ...]:
     """Seal the staging token; returns every token this commit is to absorb, newest first.
 
-    Waits first for a commit under way (`_await_commit`); `allow_empty` asks for a commit
-    record of its own, so it never waits."""
+    Waits first for a commit under way (`_await_commit`). A call that found one and, once it
+    landed, nothing left to commit raises `AlreadyRecorded`: what was written before the
+    call is in that commit. `allow_empty` asks for a commit record of its own, so it never
+    waits."""
     deadline = time.monotonic() + g.retry.commit_wait
     token: str | None = None
+    joined = False
     for _ in g.retry:
         branch, predicate = g.refs.get_branch(repo, branch_name)
         protection.check(repo, branch, "commit", "commit")
         if not allow_empty:
-            token = token or branch.staging_token
+            if token is None:
+                token, joined = branch.staging_token, _commit_under_way(branch)
             branch, predicate = _await_commit(g, repo, branch, predicate, token, deadline)
             protection.check(repo, branch, "commit", "commit")
             if not g.has_uncommitted(branch):
+                if joined:
+                    raise _absorbed(repo, branch)
                 raise NoChanges(f"nothing to commit on branch {branch_name!r} of {repo.name!r}")
         sealed = sealing(repo, branch)
         if g.try_update_branch(repo, sealed, predicate):

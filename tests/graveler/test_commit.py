@@ -106,6 +106,25 @@ def test_a_commit_waits_for_the_one_under_way_then_seals_its_own(repo: Repositor
     assert list(main.uncommitted()) == []
 
 
+def test_a_commit_called_after_another_sealed_its_writes_finds_them_recorded(
+    repo: Repository,
+) -> None:
+    """The writes were sealed by a commit under way before this call: once that commit
+    lands, they are recorded there, and the call names it rather than say "nothing"."""
+    main = repo.branch("main")
+    with a_commit_held(repo, workers=2) as held:
+        later = held.pool.submit(main.commit, "later")
+        held.seen.wait_for(1)
+        held.pause.release()
+        first = held.first.result(PAUSE_TIMEOUT)
+        with pytest.raises(AlreadyRecorded, match="already recorded") as recorded:
+            later.result(PAUSE_TIMEOUT)
+    assert recorded.value.commit_id == first.id == main.head().id
+    with pytest.raises(NoChanges, match="nothing to commit") as nothing:
+        main.commit("nothing at all")
+    assert not isinstance(nothing.value, AlreadyRecorded)
+
+
 def test_waiters_commit_as_one_and_the_others_find_their_writes_recorded(
     repo: Repository,
 ) -> None:

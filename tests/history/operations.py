@@ -51,10 +51,10 @@ from branchwater.engine import (
 )
 from branchwater.engine.api import Repository
 from branchwater.engine.graveler.checksums import content_checksum
-from tests.helpers.failpoints import SHORT_COMMIT_WAIT
 from branchwater.engine.graveler.names import check_ref_name
 from tests.gc_model import retention_run, sweep
 from tests.helpers import hostile
+from tests.helpers.failpoints import SHORT_COMMIT_WAIT
 from tests.helpers.gc import FakeClock
 
 MAIN = "main"
