@@ -28,10 +28,7 @@ from branchwater.engine.graveler.model import Entry
 from branchwater.engine.graveler.refs import BranchGuard
 from branchwater.engine.graveler.writes import stage_entry
 from tests.helpers.hostile import dumped_and_recreated
-
-
-def paths(ref) -> list[str]:
-    return [e.path for e in ref.list()]
+from tests.helpers.views import listed
 
 
 def test_walk_through(repo) -> None:
@@ -40,13 +37,13 @@ def test_walk_through(repo) -> None:
     main.upload("tables/b.parquet", b"bbb", metadata={"owner": "etl"})
     first = main.commit("load a and b", metadata={"source": "test"})
     assert first.metadata == {"source": "test"}
-    assert paths(main) == ["tables/a.parquet", "tables/b.parquet"]
+    assert listed(main) == ["tables/a.parquet", "tables/b.parquet"]
 
     dev = repo.create_branch("etl", source="main")
     dev.upload("tables/c.parquet", b"ccc")
     dev.delete("tables/a.parquet")
-    assert paths(dev) == ["tables/b.parquet", "tables/c.parquet"]
-    assert paths(main) == ["tables/a.parquet", "tables/b.parquet"]
+    assert listed(dev) == ["tables/b.parquet", "tables/c.parquet"]
+    assert listed(main) == ["tables/a.parquet", "tables/b.parquet"]
     assert {(c.path, c.type) for c in dev.uncommitted()} == {
         ("tables/a.parquet", "removed"),
         ("tables/c.parquet", "added"),
@@ -253,8 +250,8 @@ def test_listing_pages_prefix_and_after(repo) -> None:
     for i in range(30, 40):
         main.upload(f"d/{i:03d}", b"y")
     main.delete("d/005")
-    listed = paths(main)
-    assert listed == [f"d/{i:03d}" for i in range(40) if i != 5]
+    shown = listed(main)
+    assert shown == [f"d/{i:03d}" for i in range(40) if i != 5]
     assert [e.path for e in main.list(after="d/035")] == ["d/036", "d/037", "d/038", "d/039"]
     assert [e.path for e in main.list(prefix="d/03")][:2] == ["d/030", "d/031"]
 
@@ -277,7 +274,7 @@ def test_reset_drops_uncommitted(repo) -> None:
     main.upload("b", b"2")
     main.delete("a")
     main.reset()
-    assert paths(main) == ["a"]
+    assert listed(main) == ["a"]
     assert list(main.uncommitted()) == []
 
 

@@ -21,6 +21,7 @@ from branchwater.engine.failpoints import armed
 from branchwater.engine.graveler import compaction
 from tests.helpers.failpoints import PAUSE_TIMEOUT, Pause, paused_at
 from tests.helpers.servers import spawned_pool
+from tests.helpers.views import committed
 
 
 class Waiters:
@@ -81,10 +82,6 @@ def waiting_at_most(repo: Repository, monkeypatch: pytest.MonkeyPatch, seconds: 
     monkeypatch.setattr(g, "retry", dataclasses.replace(g.retry, commit_wait=seconds))
 
 
-def committed_paths(repo: Repository, commit_id: str) -> list[str]:
-    return [entry.path for entry in repo.ref(commit_id).list()]
-
-
 def sealed_tokens(repo: Repository) -> tuple[str, ...]:
     return repo._g.read_branch(repo.record, "main").sealed_tokens
 
@@ -101,8 +98,8 @@ def test_a_commit_waits_for_the_one_under_way_then_seals_its_own(repo: Repositor
         held.pause.release()
         landed = held.first.result(PAUSE_TIMEOUT), second.result(PAUSE_TIMEOUT)
     assert landed[1].parents == (landed[0].id,)
-    assert committed_paths(repo, landed[0].id) == ["a"]
-    assert committed_paths(repo, landed[1].id) == ["a", "b"]
+    assert committed(repo, landed[0].id) == ["a"]
+    assert committed(repo, landed[1].id) == ["a", "b"]
     assert list(main.uncommitted()) == []
 
 
@@ -146,7 +143,7 @@ def test_waiters_commit_as_one_and_the_others_find_their_writes_recorded(
     assert len(made) == 1, "one waiter sealed for both"
     assert made[0].parents == (head.id,) and main.head() == made[0]
     assert outcomes.count(made[0].id) == 1, "the other waiter names the commit holding its writes"
-    assert committed_paths(repo, made[0].id) == ["a", "c", "d"]
+    assert committed(repo, made[0].id) == ["a", "c", "d"]
     assert list(main.uncommitted()) == []
 
 
@@ -165,7 +162,7 @@ def test_a_commit_whose_committer_died_after_its_seal_is_absorbed_after_the_wait
         with pytest.raises(AlreadyRecorded, match="already recorded") as recorded:
             held.first.result(PAUSE_TIMEOUT)
     assert recorded.value.commit_id == landed.id
-    assert committed_paths(repo, landed.id) == ["a", "b"]
+    assert committed(repo, landed.id) == ["a", "b"]
     assert main.head() == landed and sealed_tokens(repo) == ()
 
 
@@ -188,7 +185,7 @@ def test_a_commit_does_not_wait_for_a_compactions_seal(
         result = compaction.compact(lake.graveler, repo.record, "main", on_step=commit_meanwhile)
     assert result.outcome == "superseded"
     assert seen.count == 0, "the commit did not wait"
-    assert main.head() == made[0] and committed_paths(repo, made[0].id) == ["a", "b"]
+    assert main.head() == made[0] and committed(repo, made[0].id) == ["a", "b"]
 
 
 def test_an_empty_commit_asked_for_does_not_wait(
@@ -204,7 +201,7 @@ def test_an_empty_commit_asked_for_does_not_wait(
         with pytest.raises(AlreadyRecorded, match="already recorded") as recorded:
             held.first.result(PAUSE_TIMEOUT)
     assert recorded.value.commit_id == made.id
-    assert main.head() == made and committed_paths(repo, made.id) == ["a"]
+    assert main.head() == made and committed(repo, made.id) == ["a"]
 
 
 WRITERS = 3

@@ -38,6 +38,7 @@ from tests.helpers.servers import (
     unavailable,
     unique_name,
 )
+from tests.helpers.views import committed
 
 pytestmark = [pytest.mark.slow]
 
@@ -253,7 +254,7 @@ def test_a_restarted_server_is_unavailable_while_down_and_used_again_after(
             assert kv.get(b"p", b"k").value == b"v"
             kv.set_if(b"p", b"k", b"w", b"v")
             repo.branch("main").commit("b")
-            assert committed_paths(repo, "main") == {"a", "b"}
+            assert committed(repo, "main") == ["a", "b"]
     finally:
         proxy.stop()
 
@@ -269,10 +270,6 @@ def prepared(lake: Lake, tmp_path: Path) -> Repository:
     feature.commit("f")
     main.upload("b", b"b")
     return repo
-
-
-def committed_paths(repo: Repository, ref: str) -> set[str]:
-    return {entry.path for entry in repo.ref(ref).list()}
 
 
 OPERATIONS = {
@@ -298,10 +295,10 @@ def check_done(repo: Repository, operation: str, value: object) -> None:
     if operation == "upload":
         assert repo.branch("main").read("c") == b"c"
     elif operation == "commit":
-        assert committed_paths(repo, "main") == {"a", "b"}
+        assert committed(repo, "main") == ["a", "b"]
         assert not list(repo.branch("main").uncommitted())
     elif operation == "merge":
-        assert committed_paths(repo, "feature-target") == {"a", "f", "t"}
+        assert committed(repo, "feature-target") == ["a", "f", "t"]
     else:
         staged = repo.branch("main").stat("b").address
         assert staged in run_addresses(repo, value)  # type: ignore[arg-type]
@@ -332,7 +329,7 @@ def test_operations_survive_lost_sessions(
         main = repo.branch("main")
         main.upload("after", b"after")
         main.commit("after")
-        assert "after" in committed_paths(repo, "main")
+        assert "after" in committed(repo, "main")
 
 
 @pytest.mark.postgres
@@ -364,7 +361,7 @@ def test_a_commit_cut_at_its_branch_swap_fails_typed_and_the_next_finishes(
         assert main.head().id == before
         assert main.read("b") == b"b"
         main.commit("b, again")
-        assert committed_paths(repo, "main") == {"a", "b"}
+        assert committed(repo, "main") == ["a", "b"]
         assert not list(main.uncommitted())
 
 
@@ -464,8 +461,8 @@ def test_an_upload_and_a_commit_survive_a_killed_s3_server(
         side.upload("big", data)
         main.commit("b")
         assert side.read("big") == data
-        assert committed_paths(repo, "main") == {"a", "b"}
+        assert committed(repo, "main") == ["a", "b"]
         assert not list(main.uncommitted())
         main.upload("after", b"after")
         main.commit("after")
-        assert committed_paths(repo, "main") == {"a", "b", "after"}
+        assert committed(repo, "main") == ["a", "after", "b"]
