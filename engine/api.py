@@ -697,7 +697,10 @@ class Branch(Ref):
         progress: commit_ops.Progress | None = None,
     ) -> Commit:
         """Commit everything staged. `progress(n)` is called as the staged entries are
-        applied, every `commit.PROGRESS_EVERY` and at the end, with how many so far."""
+        applied, every `commit.PROGRESS_EVERY` and at the end, with how many so far.
+
+        `NoChanges` when nothing is staged; its subclass `AlreadyRecorded` when a concurrent
+        commit on the branch recorded what was staged (its `commit_id` holds it)."""
         if not isinstance(message, str) or not message.strip():
             raise InvalidArgument("a commit needs a non-empty message")
         return commit_ops.commit(
