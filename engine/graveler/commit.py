@@ -81,18 +81,16 @@ def seal(
     call is in that commit. `allow_empty` asks for a commit record of its own, so it never
     waits."""
     deadline = time.monotonic() + g.retry.commit_wait
-    token: str | None = None
-    joined = False
+    found: BranchRecord | None = None
     for _ in g.retry:
         branch, predicate = g.refs.get_branch(repo, branch_name)
         protection.check(repo, branch, "commit", "commit")
         if not allow_empty:
-            if token is None:
-                token, joined = branch.staging_token, _commit_under_way(branch)
-            branch, predicate = _await_commit(g, repo, branch, predicate, token, deadline)
+            found = found or branch
+            branch, predicate = _await_commit(g, repo, branch, predicate, found, deadline)
             protection.check(repo, branch, "commit", "commit")
             if not g.has_uncommitted(branch):
-                if joined:
+                if _commit_under_way(found) and branch.commit_id != found.commit_id:
                     raise _absorbed(repo, branch)
                 raise NoChanges(f"nothing to commit on branch {branch_name!r} of {repo.name!r}")
         sealed = sealing(repo, branch)
@@ -106,20 +104,21 @@ def _await_commit(
     repo: RepositoryRecord,
     branch: BranchRecord,
     predicate: bytes,
-    token: str,
+    found: BranchRecord,
     deadline: float,
 ) -> tuple[BranchRecord, bytes]:
     """The branch once no commit's seal is under way on it, or as it is at `deadline`.
 
-    `token` is the staging token the commit call found: every write acknowledged before the
-    call is in it or in a token sealed before it. Once another commit sealed it and then
-    landed, taking it and every token below, those writes are recorded: `AlreadyRecorded`. A
+    `found` is the branch as the commit call first read it: every write acknowledged before
+    the call is in its staging token or in a token sealed before it. Once another commit
+    sealed that token and then landed, taking it and every token below, those writes are
+    recorded: `AlreadyRecorded` (a reset drops the tokens without a commit). A
     compaction that took it leaves its metarange to commit, so that one is no reason to
     stop; nor is a compaction's seal one to wait for, since compaction gives way to commits.
     """
     pause = g.retry.base_delay
     while True:
-        if _recorded(branch, token):
+        if _recorded(branch, found):
             raise _absorbed(repo, branch)
         if not _commit_under_way(branch) or time.monotonic() >= deadline:
             return branch, predicate
@@ -135,13 +134,15 @@ def _commit_under_way(branch: BranchRecord) -> bool:
     return bool(branch.sealed_tokens) and not opened_by_compaction(branch.staging_token)
 
 
-def _recorded(branch: BranchRecord, token: str) -> bool:
-    """Whether `token` left the branch by a commit: neither staging nor sealed, and no
-    compacted metarange left that could hold it."""
+def _recorded(branch: BranchRecord, found: BranchRecord) -> bool:
+    """Whether the staging token of `found` left the branch by a commit: neither staging nor
+    sealed, no compacted metarange left that could hold it, and a new HEAD."""
+    token = found.staging_token
     return (
         token != branch.staging_token
         and token not in branch.sealed_tokens
         and not branch.compacted_metarange_id
+        and branch.commit_id != found.commit_id
     )
 
 

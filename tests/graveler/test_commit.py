@@ -122,6 +122,27 @@ def test_a_commit_called_after_another_sealed_its_writes_finds_them_recorded(
     assert not isinstance(nothing.value, AlreadyRecorded)
 
 
+def test_a_commit_waiting_while_the_branch_is_reset_finds_nothing_to_commit(
+    repo: Repository,
+) -> None:
+    """A reset drops the staged writes without a commit: the waiting call has nothing to
+    commit, and does not claim a concurrent commit recorded anything."""
+    main = repo.branch("main")
+    head = main.head()
+    with a_commit_held(repo, workers=2) as held:
+        main.upload("b", b"b")
+        waiting = held.pool.submit(main.commit, "waiting")
+        held.seen.wait_for(1)
+        main.reset()
+        held.pause.release()
+        with pytest.raises(NoChanges) as nothing:
+            waiting.result(PAUSE_TIMEOUT)
+        assert not isinstance(nothing.value, AlreadyRecorded), nothing.value
+        with suppress(NoChanges):
+            held.first.result(PAUSE_TIMEOUT)
+    assert main.head() == head and list(main.uncommitted()) == []
+
+
 def test_waiters_commit_as_one_and_the_others_find_their_writes_recorded(
     repo: Repository,
 ) -> None:
