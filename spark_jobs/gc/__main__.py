@@ -11,7 +11,7 @@ import sys
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 
-from branchwater.spark_jobs.gc.job import main  # noqa: E402
+from branchwater.spark_jobs.gc.arguments import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

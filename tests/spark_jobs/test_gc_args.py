@@ -3,13 +3,18 @@ made beforehand (`--prepare-run`), as the Airflow GC DAGs call it."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from branchwater.engine import InvalidArgument
 from branchwater.engine.gc.runs.events import parse
-from branchwater.spark_jobs.gc.job import main, parse_args
+from branchwater.spark_jobs.gc.arguments import main, parse_args
 
 URL = "postgresql://gc:secret@db/lake"
+JOB = Path(__file__).resolve().parents[2] / "spark_jobs" / "gc" / "__main__.py"
 
 
 def test_the_kv_url_can_come_from_an_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -62,3 +67,19 @@ def test_only_one_part_of_a_run() -> None:
     assert parse_args(["--kv", URL, "--repo", "s", "--only", "committed"]).only == "committed"
     with pytest.raises(InvalidArgument, match="invalid choice"):
         parse_args(["--kv", URL, "--repo", "s", "--only", "everything"])
+
+
+@pytest.mark.parametrize(
+    ("args", "status", "said"),
+    [(["--help"], 0, "--prepare-run RUN_ID"), (["--repo", "s"], 1, '"InvalidArgument"')],
+)
+def test_help_and_usage_errors_need_no_spark(args: list[str], status: int, said: str) -> None:
+    """A host without the `spark` extra still reads the job's usage: pyspark is imported
+    only once the arguments parse."""
+    blocked = "import sys, runpy; sys.modules['pyspark'] = None; sys.argv = sys.argv[1:]; "
+    script = blocked + "runpy.run_path(sys.argv[0], run_name='__main__')"
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(JOB), *args], capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stderr) == (status, ""), done.stderr
+    assert said in done.stdout
