@@ -30,6 +30,7 @@ from branchwater.plugin.operators.base import Lineage, LineageDataset
 from branchwater.plugin.operators.commits import ATTEMPTS_KEY, HINT_KEY
 from branchwater.spark_jobs.gc.job import GCJob
 from tests.helpers.failpoints import PAUSE_TIMEOUT, paused_at
+from tests.helpers.views import committed
 from tests.plugin.conftest import LINK_TEMPLATE, LakeConnection, RunDag, set_connection
 
 if TYPE_CHECKING:
@@ -239,7 +240,7 @@ def test_a_commit_task_whose_writes_a_concurrent_commit_recorded_succeeds_with_i
     assert result.state == "success", result.states
     assert result.value("commit") == landed.id == main.head().id
     assert [c.message for c in repo.log("main", limit=2)] == ["another writer", "base"]
-    assert [e.path for e in repo.ref(landed.id).list()] == ["base.csv", "orders.csv"]
+    assert committed(repo, landed.id) == ["base.csv", "orders.csv"]
 
 
 class LosesWorkerAfterwards:
