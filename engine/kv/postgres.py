@@ -64,6 +64,10 @@ class PostgresStore(SQLStore):
         fair = _fair_statements(self.table, quote)
         super().__init__(url, engine, statements(self.table, quote, "%s"))
         self._fair = fair
+        self._quoted = quote(self.table)
+        self._guarded_by_partition: dict[bytes, str] = {}
+        """`set_guarded`'s statement by the guard's partition key, reading the guard from
+        the partition that holds it (`_guarded_statement`)."""
         self._create_schema()
 
     def _parse(self, url: str) -> tuple[URL, str, int]:
@@ -124,10 +128,31 @@ class PostgresStore(SQLStore):
         it, so a fence of the guard waits until the write is committed (and a fence
         committed first is the value read). Run again after a lost session, as a `set` is."""
         params = (*guard, self._lock_key(*guard), partition, key, value)
-        row = self._fetch(self._fair.set_guarded, params, fetch_one)
+        row = self._fetch(self._guarded_statement(guard), params, fetch_one)
+        if row is None and self._guarded_by_partition.pop(guard[0], None) is not None:
+            row = self._fetch(self._fair.set_guarded(self._quoted), params, fetch_one)
         if row is None:
             raise key_not_found(*guard)
         return bytes(row[0])
+
+    def _guarded_statement(self, guard: tuple[bytes, bytes]) -> str:
+        """`set_guarded` reading the guard from its partition, learnt from the guard row
+        once per partition key (the whole table's statement while the guard is absent).
+
+        A prepared (generic) plan reading through the partitioned table locks every
+        partition before it prunes them (PostgreSQL 15 does), which made the read most of
+        what a guarded write costs the server beyond the upsert. A partition key's
+        partition is fixed with the table; a guard found missing there is looked for again
+        through the table."""
+        statement = self._guarded_by_partition.get(guard[0])
+        if statement is not None:
+            return statement
+        row = self._fetch(self._fair.partition_of, guard, fetch_one)
+        if row is None:
+            return self._fair.set_guarded(self._quoted)
+        statement = self._fair.set_guarded(bytes(row[0]).decode())
+        self._guarded_by_partition[guard[0]] = statement
+        return statement
 
     def _swap(self, partition: bytes, key: bytes, value: bytes, expected: bytes) -> None:
         """The fence: locks the row `FOR UPDATE` (after its place in the advisory lock's
@@ -283,7 +308,12 @@ class _PreparedCursor:
 
 class _FairStatements(NamedTuple):
     swap: str
-    set_guarded: str
+    guarded_from: str
+    """`set_guarded` with the guard read from the table or partition `{guard}` names."""
+    partition_of: str
+
+    def set_guarded(self, guard_table: str) -> str:
+        return self.guarded_from.format(guard=guard_table)
 
 
 def _fair_statements(table: str, quote: Callable[[str], str]) -> _FairStatements:
@@ -310,21 +340,22 @@ def _fair_statements(table: str, quote: Callable[[str], str]) -> _FairStatements
     t, p, k, v = quote(table), quote("partition_key"), quote("key"), quote("value")
     where = f"{p} = %s AND {k} = %s"
 
-    def locking(lock: str, mode: str) -> str:
-        return f"SELECT {v} FROM {t} WHERE {where} AND {lock}(%s) IS NOT NULL FOR {mode}"
+    def locking(source: str, lock: str, mode: str) -> str:
+        return f"SELECT {v} FROM {source} WHERE {where} AND {lock}(%s) IS NOT NULL FOR {mode}"
 
     return _FairStatements(
         swap=(
-            f"WITH fence AS ({locking('pg_advisory_xact_lock', 'UPDATE')}) "
+            f"WITH fence AS ({locking(t, 'pg_advisory_xact_lock', 'UPDATE')}) "
             f"UPDATE {t} SET {v} = %s WHERE {where} AND {v} = %s AND EXISTS (SELECT FROM fence)"
         ),
-        set_guarded=(
-            f"WITH guard AS ({locking('pg_advisory_xact_lock_shared', 'KEY SHARE')}), "
+        guarded_from=(
+            f"WITH guard AS ({locking('{guard}', 'pg_advisory_xact_lock_shared', 'KEY SHARE')}), "
             f"written AS (INSERT INTO {t} ({p}, {k}, {v}) "
             "SELECT CAST(%s AS BYTEA), CAST(%s AS BYTEA), CAST(%s AS BYTEA) FROM guard "
             f"ON CONFLICT ({p}, {k}) DO UPDATE SET {v} = excluded.{v}) "
             f"SELECT {v} FROM guard"
         ),
+        partition_of=f"SELECT CAST(CAST(tableoid AS REGCLASS) AS TEXT) FROM {t} WHERE {where}",
     )
 
 

@@ -32,17 +32,16 @@ PostgreSQL is the case the issue asks about).
 
 Where the time goes (PostgreSQL, 2 cores): with many writers the machine's CPU is the limit,
 shared by the writers and the server. A staged write is one statement against the floor's
-one upsert; on the server it costs about a fifth more (pgbench, 16 clients: 10.2k statements
-a second against the upsert's 12.5k, where the two statements it replaced, the row then the
-read of the branch, made 7.0k; where each commit waits for its WAL flush, the two statements
-cost the same), and the engine's client CPU per write is about a third more than the floor's
-(some 300 against 230 µs with one writer: the same prepared statement, plus the entry's
-checks and the validated write's bookkeeping). So the staged writes alone reach about 0.7 of
-the floor: 0.72 where the server's WAL flushes bound both sides (3k floor writes a second),
-0.66 where the CPU does (5.7k). Commits are what the floor never does: one of 200 new
-entries costs about 24 ms of CPU here (the branch's open last range, some 10k entries under
-the default range policy, written again; the metarange; the commit record; the sealed
-token's rows deleted), some 120 µs per write, about what the floor spends on a whole write,
+one upsert, which adds a read of the branch record and two locks (`postgres._fair_statements`).
+It reads the record from its partition: a prepared read through the partitioned table locks
+all its partitions first, which cost more than the rest of the statement's additions. The
+engine's client CPU per write is about the floor's (the same prepared statement on libpq,
+plus the entry's checks and the validated write's bookkeeping).
+
+Commits are what the floor never does: one of 200 new entries costs about 24 ms of CPU
+here (the branch's open last range, some 10k entries under the default range policy,
+written again; the metarange; the commit record; the sealed token's rows deleted), some
+120 µs per write, about what the floor spends on a whole write,
 so with a commit every 200 writes the share falls toward one half. On one branch the
 writers' commits meet (16 writers committing every 200 of their writes call commit on the
 branch every 12 writes or so): a commit that finds another's seal under way waits for it,

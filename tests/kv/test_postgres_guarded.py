@@ -11,6 +11,9 @@ another session and observed in `pg_blocking_pids`, not left to timing.
   stream of writes cannot hold a commit's seal off.
 - An unfenced swap (a commit's final one, which keeps the token) and a guarded write pass
   each other.
+- A guarded write locks the partitions it reads and writes, not every partition of the
+  table (what a prepared read through the partitioned table does), and a guard deleted
+  after its partition was learnt is still found missing.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 import psycopg
 import pytest
 
+from branchwater.engine.errors import NotFound
 from branchwater.engine.kv import open_store
 from branchwater.engine.kv.postgres import PostgresStore
 from tests.helpers.row_locks import LOCK_WAIT_SECONDS, row_locked, waiting
@@ -32,9 +36,14 @@ GUARD = (b"refs", b"branch")
 ROW = (b"token-1", b"path")
 
 
+GENERIC_PLANS = "options=-c%20plan_cache_mode%3Dforce_generic_plan"
+"""libpq's options for a session whose prepared statements are planned once, whatever
+their parameters, as PostgreSQL chooses to for a statement run often enough."""
+
+
 @pytest.fixture
 def store(postgres_url: str) -> Iterator[PostgresStore]:
-    with open_store(f"{postgres_url}?table={unique_name('kv_')}") as opened:
+    with open_store(f"{postgres_url}?table={unique_name('kv_')}&{GENERIC_PLANS}") as opened:
         assert isinstance(opened, PostgresStore)
         opened.set(*GUARD, b"token-1")
         yield opened
@@ -123,3 +132,37 @@ def test_a_guarded_write_does_not_overtake_a_swap_waiting_for_earlier_ones(
         swap.result(LOCK_WAIT_SECONDS)
         assert second.result(LOCK_WAIT_SECONDS) == b"token-2"
     assert store.get(*later).value == b"later"
+
+
+def test_a_guarded_write_locks_the_guards_partition_not_every_partition(
+    store: PostgresStore, pg_session: psycopg.Connection
+) -> None:
+    """Held on its own row by the other session, the write has read the guard: the
+    partitions it locks by then are the guard's and the row's, with the statement's plan
+    made once for every guard (`GENERIC_PLANS`)."""
+    store.set_guarded(*ROW, b"first", GUARD)
+    with ThreadPoolExecutor(1) as pool, row_locked(pg_session, store.table, ROW):
+        write = pool.submit(store.set_guarded, *ROW, b"written", GUARD)
+        writer, _ = waiting(pg_session, "WITH guard")
+        locked = pg_session.execute(
+            "SELECT DISTINCT CAST(CAST(relation AS REGCLASS) AS TEXT) FROM pg_locks "
+            "WHERE pid = %s AND locktype = 'relation' AND CAST(relation AS REGCLASS) IN "
+            "(SELECT relid FROM pg_partition_tree(%s) WHERE isleaf)",
+            (writer, store.table),
+        ).fetchall()
+        assert 1 <= len(locked) <= 2, locked
+    assert write.result(LOCK_WAIT_SECONDS) == b"token-1"
+    assert store.get(*ROW).value == b"written"
+
+
+def test_a_guard_deleted_after_a_write_is_found_missing_and_nothing_is_written(
+    store: PostgresStore,
+) -> None:
+    assert store.set_guarded(*ROW, b"first", GUARD) == b"token-1"
+    store.delete(*GUARD)
+    with pytest.raises(NotFound):
+        store.set_guarded(*ROW, b"unguarded", GUARD)
+    assert store.get(*ROW).value == b"first"
+    store.set(*GUARD, b"token-2")
+    assert store.set_guarded(*ROW, b"second", GUARD) == b"token-2"
+    assert store.get(*ROW).value == b"second"
