@@ -34,6 +34,7 @@ from branchwater.engine.kv.sql import (
     DEFAULT_TABLE,
     Cursor,
     SQLStore,
+    Statements,
     fetch_one,
     kv_table,
     statements,
@@ -42,6 +43,7 @@ from branchwater.engine.kv.store import key_not_found
 from branchwater.engine.urls import redact_url, scrub, url_password, url_secrets
 
 DEFAULT_PARTITIONS = 16
+ROUTED_KEYS = 4096
 CONNECT_TIMEOUT_SECONDS = 10
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,53}")
 
@@ -60,14 +62,16 @@ class PostgresStore(SQLStore):
         self._secrets = url_secrets(url)
         sa_url, self.table, self.partitions = self._parse(url)
         engine = create_engine(sa_url, poolclass=NullPool)
-        quote = engine.dialect.identifier_preparer.quote
-        fair = _fair_statements(self.table, quote)
-        super().__init__(url, engine, statements(self.table, quote, "%s"))
-        self._fair = fair
-        self._quoted = quote(self.table)
-        self._guarded_by_partition: dict[bytes, str] = {}
-        """`set_guarded`'s statement by the guard's partition key, reading the guard from
-        the partition that holds it (`_guarded_statement`)."""
+        self._quote = quote = engine.dialect.identifier_preparer.quote
+        whole = _Route(
+            statements(self.table, quote, "%s"), _fair_statements(self.table, quote, self.table)
+        )
+        super().__init__(url, engine, whole.sql)
+        self._whole = whole
+        self._routes: dict[bytes, _Route] = {}
+        """Each partition key's statements, addressing the partition that holds its rows
+        (`_route`); at most `ROUTED_KEYS`, the oldest forgotten first."""
+        self._by_partition: dict[str, _Route] = {}
         self._create_schema()
 
     def _parse(self, url: str) -> tuple[URL, str, int]:
@@ -128,38 +132,54 @@ class PostgresStore(SQLStore):
         it, so a fence of the guard waits until the write is committed (and a fence
         committed first is the value read). Run again after a lost session, as a `set` is."""
         params = (*guard, self._lock_key(*guard), partition, key, value)
-        row = self._fetch(self._guarded_statement(guard), params, fetch_one)
-        if row is None and self._guarded_by_partition.pop(guard[0], None) is not None:
-            row = self._fetch(self._fair.set_guarded(self._quoted), params, fetch_one)
+        row = self._fetch(self._route(guard[0]).fair.set_guarded, params, fetch_one)
         if row is None:
             raise key_not_found(*guard)
         return bytes(row[0])
 
-    def _guarded_statement(self, guard: tuple[bytes, bytes]) -> str:
-        """`set_guarded` reading the guard from its partition, learnt from the guard row
-        once per partition key (the whole table's statement while the guard is absent).
+    def _statements(self, partition: bytes) -> Statements:
+        return self._route(partition).sql
 
-        A prepared (generic) plan reading through the partitioned table locks every
-        partition before it prunes them (PostgreSQL 15 does), which made the read most of
-        what a guarded write costs the server beyond the upsert. A partition key's
-        partition is fixed with the table; a guard found missing there is looked for again
-        through the table."""
-        statement = self._guarded_by_partition.get(guard[0])
-        if statement is not None:
-            return statement
-        row = self._fetch(self._fair.partition_of, guard, fetch_one)
-        if row is None:
-            return self._fair.set_guarded(self._quoted)
-        statement = self._fair.set_guarded(bytes(row[0]).decode())
-        self._guarded_by_partition[guard[0]] = statement
-        return statement
+    def _route(self, partition: bytes) -> _Route:
+        """The statements for a partition key's rows, reading and writing the partition
+        that holds them, which the server names once per key (`ROUTED_KEYS`).
+
+        A prepared (generic) plan of a statement on the partitioned table locks every
+        partition and its index before pruning them (PostgreSQL 15 does): past the
+        session's sixteen fast-path lock slots, each goes through the shared lock table,
+        which made a read cost the server about twice what it costs on the partition. A
+        table not partitioned by hash as this store makes it keeps its whole-table
+        statements."""
+        try:
+            return self._routes[partition]
+        except KeyError:
+            pass
+        params = (self._quote(self.table), partition)
+        row = self._fetch(_PARTITION_OF, params, fetch_one)
+        return self._remember(partition, bytes(row[0]).decode() if row else None)
+
+    def _remember(self, partition: bytes, table: str | None) -> _Route:
+        route = self._whole
+        if table is not None:
+            route = self._by_partition.get(table) or self._by_partition.setdefault(
+                table,
+                _Route(
+                    statements(table, self._quote, "%s"),
+                    _fair_statements(self.table, self._quote, table),
+                ),
+            )
+        with self._lock:
+            if len(self._routes) >= ROUTED_KEYS:
+                del self._routes[next(iter(self._routes))]
+            self._routes[partition] = route
+        return route
 
     def _swap(self, partition: bytes, key: bytes, value: bytes, expected: bytes) -> None:
         """The fence: locks the row `FOR UPDATE` (after its place in the advisory lock's
         queue) before it swaps, so it waits for the guarded writes under way."""
         lock = self._lock_key(partition, key)
         params = (partition, key, lock, value, partition, key, expected)
-        self._swap_by(self._fair.swap, params, partition, key)
+        self._swap_by(self._route(partition).fair.swap, params, partition, key)
 
     def _swap_unfenced(self, partition: bytes, key: bytes, value: bytes, expected: bytes) -> None:
         """A plain `UPDATE`: its row lock (`FOR NO KEY UPDATE`) does not conflict with the
@@ -308,17 +328,20 @@ class _PreparedCursor:
 
 class _FairStatements(NamedTuple):
     swap: str
-    guarded_from: str
-    """`set_guarded` with the guard read from the table or partition `{guard}` names."""
-    partition_of: str
-
-    def set_guarded(self, guard_table: str) -> str:
-        return self.guarded_from.format(guard=guard_table)
+    set_guarded: str
 
 
-def _fair_statements(table: str, quote: Callable[[str], str]) -> _FairStatements:
+class _Route(NamedTuple):
+    """The statements for the keys of one partition of the table (or the whole table's)."""
+
+    sql: Statements
+    fair: _FairStatements
+
+
+def _fair_statements(table: str, quote: Callable[[str], str], source: str) -> _FairStatements:
     """A fencing swap and `set_guarded` that queue on an advisory lock of the key first
-    (exclusive for the fence, shared for the guarded write), then lock its row.
+    (exclusive for the fence, shared for the guarded write), then lock its row, read from
+    the partition `source` (the guard's, for the write; it writes its row to `table`).
 
     The advisory lock orders a fence after the writes under way and a write after a fence
     under way, and it is granted in order: a share lock of a row is granted at once beside
@@ -338,25 +361,37 @@ def _fair_statements(table: str, quote: Callable[[str], str]) -> _FairStatements
     is locked before the write and a missing guard writes nothing.
     """
     t, p, k, v = quote(table), quote("partition_key"), quote("key"), quote("value")
+    part = quote(source)
     where = f"{p} = %s AND {k} = %s"
 
-    def locking(source: str, lock: str, mode: str) -> str:
-        return f"SELECT {v} FROM {source} WHERE {where} AND {lock}(%s) IS NOT NULL FOR {mode}"
+    def locking(lock: str, mode: str) -> str:
+        return f"SELECT {v} FROM {part} WHERE {where} AND {lock}(%s) IS NOT NULL FOR {mode}"
 
     return _FairStatements(
         swap=(
-            f"WITH fence AS ({locking(t, 'pg_advisory_xact_lock', 'UPDATE')}) "
-            f"UPDATE {t} SET {v} = %s WHERE {where} AND {v} = %s AND EXISTS (SELECT FROM fence)"
+            f"WITH fence AS ({locking('pg_advisory_xact_lock', 'UPDATE')}) "
+            f"UPDATE {part} SET {v} = %s WHERE {where} AND {v} = %s "
+            "AND EXISTS (SELECT FROM fence)"
         ),
-        guarded_from=(
-            f"WITH guard AS ({locking('{guard}', 'pg_advisory_xact_lock_shared', 'KEY SHARE')}), "
+        set_guarded=(
+            f"WITH guard AS ({locking('pg_advisory_xact_lock_shared', 'KEY SHARE')}), "
             f"written AS (INSERT INTO {t} ({p}, {k}, {v}) "
             "SELECT CAST(%s AS BYTEA), CAST(%s AS BYTEA), CAST(%s AS BYTEA) FROM guard "
             f"ON CONFLICT ({p}, {k}) DO UPDATE SET {v} = excluded.{v}) "
             f"SELECT {v} FROM guard"
         ),
-        partition_of=f"SELECT CAST(CAST(tableoid AS REGCLASS) AS TEXT) FROM {t} WHERE {where}",
     )
+
+
+_PARTITION_OF = (
+    "SELECT CAST(c.relname AS TEXT) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+    "CROSS JOIN LATERAL regexp_match(pg_get_expr(c.relpartbound, c.oid), "
+    "'^FOR VALUES WITH \\(modulus (\\d+), remainder (\\d+)\\)$') AS bound(mr) "
+    "WHERE i.inhparent = CAST(%s AS REGCLASS) AND satisfies_hash_partition("
+    "i.inhparent, CAST(bound.mr[1] AS INT), CAST(bound.mr[2] AS INT), CAST(%s AS BYTEA))"
+)
+"""The partition of the table named (quoted) that holds a partition key's rows, asked of
+the server (its hash of the key); none for a table not partitioned by hash."""
 
 
 def _problem(parsed: URL, url: str) -> str | None:

@@ -192,6 +192,10 @@ class SQLStore(Store):
     def _failure(self, exc: Exception) -> BranchwaterError:
         """The typed error to raise for a driver exception."""
 
+    def _statements(self, partition: bytes) -> Statements:
+        """The statements for one partition's keys (a driver may address where it lives)."""
+        return self._sql
+
     @abc.abstractmethod
     def _open_cursor(self, dbapi: Any) -> Cursor:
         """Configure a new DBAPI connection and return its cursor."""
@@ -345,24 +349,27 @@ class SQLStore(Store):
             delay = min(delay * 2, BUSY_MAX_DELAY)
 
     def _get(self, partition: bytes, key: bytes) -> bytes:
-        row = self._fetch(self._sql.get, (partition, key), fetch_one)
+        row = self._fetch(self._statements(partition).get, (partition, key), fetch_one)
         if row is None:
             raise key_not_found(partition, key)
         return row[0]
 
     def _set(self, partition: bytes, key: bytes, value: bytes) -> None:
-        self._write(self._sql.set, (partition, key, value), idempotent=True)
+        self._write(self._statements(partition).set, (partition, key, value), idempotent=True)
 
     def _create(self, partition: bytes, key: bytes, value: bytes) -> None:
-        if not self._write(self._sql.create, (partition, key, value), idempotent=False):
+        sql = self._statements(partition).create
+        if not self._write(sql, (partition, key, value), idempotent=False):
             raise PredicateFailed(f"key {key!r} already exists in partition {partition!r}")
 
     def _replace(self, partition: bytes, key: bytes, value: bytes) -> None:
-        if not self._write(self._sql.replace, (value, partition, key), idempotent=False):
+        sql = self._statements(partition).replace
+        if not self._write(sql, (value, partition, key), idempotent=False):
             raise PredicateFailed(f"key {key!r} does not exist in partition {partition!r}")
 
     def _swap(self, partition: bytes, key: bytes, value: bytes, expected: bytes) -> None:
-        self._swap_by(self._sql.swap, (value, partition, key, expected), partition, key)
+        sql = self._statements(partition).swap
+        self._swap_by(sql, (value, partition, key, expected), partition, key)
 
     def _swap_by(self, sql: str, params: tuple[Any, ...], partition: bytes, key: bytes) -> None:
         """Run a swap statement (a driver may have more than one), `PredicateFailed` if it
@@ -371,10 +378,11 @@ class SQLStore(Store):
             raise PredicateFailed(f"key {key!r} in partition {partition!r} changed since read")
 
     def _delete(self, partition: bytes, key: bytes) -> None:
-        self._write(self._sql.delete, (partition, key), idempotent=True)
+        self._write(self._statements(partition).delete, (partition, key), idempotent=True)
 
     def _delete_if(self, partition: bytes, key: bytes, expected: bytes) -> None:
-        if not self._write(self._sql.delete_if, (partition, key, expected), idempotent=False):
+        sql = self._statements(partition).delete_if
+        if not self._write(sql, (partition, key, expected), idempotent=False):
             raise PredicateFailed(f"key {key!r} in partition {partition!r} changed since read")
 
     def drop_partition(self, partition: bytes, *, pause: float = 0.0) -> None:
@@ -384,8 +392,9 @@ class SQLStore(Store):
         check_partition(partition)
         chunk = self.drop_chunk
         params = (partition, partition, chunk)
+        sql = self._statements(partition).drop_chunk
         chunks = 0
-        while self._write(self._sql.drop_chunk, params, idempotent=True) >= chunk:
+        while self._write(sql, params, idempotent=True) >= chunk:
             chunks += 1
             if chunks % CHUNKS_PER_HOUSEKEEPING == 0:
                 self._after_bulk_chunk()
@@ -398,7 +407,8 @@ class SQLStore(Store):
     def _scan_batch(
         self, partition: bytes, start: bytes, inclusive: bool, limit: int
     ) -> list[tuple[bytes, bytes]]:
-        sql = self._sql.scan_from if inclusive else self._sql.scan_after
+        statements = self._statements(partition)
+        sql = statements.scan_from if inclusive else statements.scan_after
         return self._fetch(sql, (partition, start, limit), _fetchall)
 
     def _batched_scan(self, partition: bytes, start: bytes, batch_size: int) -> Iterator[KeyValue]:

@@ -10,6 +10,10 @@ from contextlib import contextmanager
 import psycopg
 
 LOCK_WAIT_SECONDS = 30.0
+GENERIC_PLANS = "options=-c%20plan_cache_mode%3Dforce_generic_plan"
+"""libpq's options (a URL query) for a session whose prepared statements are planned once
+for every parameter, as PostgreSQL chooses to for a statement run often enough: a plan for
+the parameters would prune a partitioned table's partitions before locking them."""
 
 
 def waiting(
@@ -42,3 +46,14 @@ def row_locked(other: psycopg.Connection, table: str, row: tuple[bytes, bytes]) 
             f'SELECT 1 FROM "{table}" WHERE partition_key = %s AND key = %s FOR UPDATE', row
         )
         yield
+
+
+def partitions_locked(conn: psycopg.Connection, pid: int, table: str) -> list[str]:
+    """The partitions of `table` that the session `pid` holds a lock on."""
+    rows = conn.execute(
+        "SELECT DISTINCT CAST(CAST(relation AS REGCLASS) AS TEXT) FROM pg_locks "
+        "WHERE pid = %s AND locktype = 'relation' AND CAST(relation AS REGCLASS) IN "
+        "(SELECT relid FROM pg_partition_tree(%s) WHERE isleaf)",
+        (pid, table),
+    ).fetchall()
+    return sorted(row[0] for row in rows)

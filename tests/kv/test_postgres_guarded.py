@@ -27,18 +27,19 @@ import pytest
 from branchwater.engine.errors import NotFound
 from branchwater.engine.kv import open_store
 from branchwater.engine.kv.postgres import PostgresStore
-from tests.helpers.row_locks import LOCK_WAIT_SECONDS, row_locked, waiting
+from tests.helpers.row_locks import (
+    GENERIC_PLANS,
+    LOCK_WAIT_SECONDS,
+    partitions_locked,
+    row_locked,
+    waiting,
+)
 from tests.helpers.servers import unique_name
 
 pytestmark = pytest.mark.postgres
 
 GUARD = (b"refs", b"branch")
 ROW = (b"token-1", b"path")
-
-
-GENERIC_PLANS = "options=-c%20plan_cache_mode%3Dforce_generic_plan"
-"""libpq's options for a session whose prepared statements are planned once, whatever
-their parameters, as PostgreSQL chooses to for a statement run often enough."""
 
 
 @pytest.fixture
@@ -144,12 +145,7 @@ def test_a_guarded_write_locks_the_guards_partition_not_every_partition(
     with ThreadPoolExecutor(1) as pool, row_locked(pg_session, store.table, ROW):
         write = pool.submit(store.set_guarded, *ROW, b"written", GUARD)
         writer, _ = waiting(pg_session, "WITH guard")
-        locked = pg_session.execute(
-            "SELECT DISTINCT CAST(CAST(relation AS REGCLASS) AS TEXT) FROM pg_locks "
-            "WHERE pid = %s AND locktype = 'relation' AND CAST(relation AS REGCLASS) IN "
-            "(SELECT relid FROM pg_partition_tree(%s) WHERE isleaf)",
-            (writer, store.table),
-        ).fetchall()
+        locked = partitions_locked(pg_session, writer, store.table)
         assert 1 <= len(locked) <= 2, locked
     assert write.result(LOCK_WAIT_SECONDS) == b"token-1"
     assert store.get(*ROW).value == b"written"
