@@ -13,7 +13,7 @@ another session and observed in `pg_blocking_pids`, not left to timing.
   each other.
 - A guarded write locks the partitions it reads and writes, not every partition of the
   table (what a prepared read through the partitioned table does), and a guard deleted
-  after its partition was learnt is still found missing.
+  after a write is still found missing.
 """
 
 from __future__ import annotations
