@@ -1,8 +1,8 @@
 """KV driver overhead: our SQLite/PostgreSQL drivers against the bare DBAPI driver.
 
-Both sides run the very same SQL strings, on the same keys of the same table, through the
-same DBAPI connection (a second cursor on the store's own sqlite3/psycopg connection), so
-the ratio is exactly the cost our layer adds: argument checks, the per-thread connection
+Both sides run the very same SQL strings (PostgreSQL's on the keys' partitions), on the
+same keys of the same table, through the same DBAPI connection (a second cursor on the
+store's own sqlite3/psycopg connection), so the ratio is exactly the cost our layer adds: argument checks, the per-thread connection
 lookup, error mapping and result wrapping. Separate connections were tried first; on a
 shared machine one PostgreSQL backend process can be scheduled 30-50% worse than another
 for a whole run, which buried the few microseconds being measured.
@@ -193,7 +193,7 @@ def fill(store: Store, ops: int, scan_keys: int) -> list[bytes]:
 
 def run(driver: str, store: SQLStore, ops: int, args: argparse.Namespace) -> None:
     keys = fill(store, ops, args.scan_keys)
-    sql = store._sql
+    sql, scan_sql = store._statements(POINT), store._statements(SCAN)
     cursor = store._idle[-1].dbapi.cursor()
     mine, theirs = [], []
     for start in range(0, len(keys), CHUNK):
@@ -207,7 +207,7 @@ def run(driver: str, store: SQLStore, ops: int, args: argparse.Namespace) -> Non
     compare(
         f"{driver}-scan",
         [our_scan(store, args.batch_size)] * scans,
-        [raw_scan(cursor, sql, args.batch_size)] * scans,
+        [raw_scan(cursor, scan_sql, args.batch_size)] * scans,
         scans,
         args.repeats,
     )
