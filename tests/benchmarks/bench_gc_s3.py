@@ -43,7 +43,14 @@ import pyarrow.parquet as pq
 
 from branchwater.engine.gc.runs.storage import READERS, Namespace
 from tests.benchmarks.backends import EMBEDDED, Backend, open_backend, selected
-from tests.benchmarks.bench_gc import Generated, Size, generate, run_gc, spark_session
+from tests.benchmarks.bench_gc import (
+    Generated,
+    Size,
+    generate,
+    run_gc,
+    slices_listing,
+    spark_session,
+)
 from tests.benchmarks.declarations import Benchmark, Suite
 
 BENCHMARKS = Suite(
@@ -139,16 +146,8 @@ def bench_list(spark: Any, gen: Generated, rounds: int) -> None:
         frame = map_shares(spark, slices, task, "rows long", 2 * workers)
         return sum(row.rows for row in frame.collect())
 
-    store = backend.library()
-
-    def one(name: str) -> int:
-        import obstore
-
-        listed = obstore.list(store, f"ns/data/{name}/", chunk_size=1000)
-        return sum(len(batch) for batch in listed)
-
     def floor() -> int:
-        return in_parallel(workers, one, slices)
+        return slices_listing(backend, slices, workers)
 
     ours_s, floor_s = best_of(rounds, ours, floor)
     print(
