@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from branchwater.engine.kv import Store, open_store
+from branchwater.engine.kv.postgres import PostgresStore
 from tests.helpers.gc import rowid_sqlite_file
+from tests.helpers.row_locks import GENERIC_PLANS
 from tests.helpers.servers import unique_name
 
 DRIVERS = [
@@ -39,4 +41,13 @@ def store_url(driver: str, request: pytest.FixtureRequest, tmp_path: Path) -> st
 @pytest.fixture(params=DRIVERS)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     with open_store(store_url(request.param, request, tmp_path)) as opened:
+        yield opened
+
+
+@pytest.fixture
+def pg_store(postgres_url: str) -> Iterator[PostgresStore]:
+    """A PostgreSQL store on a fresh table, its sessions planning each prepared statement
+    once for every key (`GENERIC_PLANS`), as a busy one soon does."""
+    with open_store(f"{postgres_url}?table={unique_name('kv_')}&{GENERIC_PLANS}") as opened:
+        assert isinstance(opened, PostgresStore)
         yield opened

@@ -18,23 +18,14 @@ another session and observed in `pg_blocking_pids`, not left to timing.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 import pytest
 
 from branchwater.engine.errors import NotFound
-from branchwater.engine.kv import open_store
 from branchwater.engine.kv.postgres import PostgresStore
-from tests.helpers.row_locks import (
-    GENERIC_PLANS,
-    LOCK_WAIT_SECONDS,
-    partitions_locked,
-    row_locked,
-    waiting,
-)
-from tests.helpers.servers import unique_name
+from tests.helpers.row_locks import LOCK_WAIT_SECONDS, partitions_locked, row_locked, waiting
 
 pytestmark = pytest.mark.postgres
 
@@ -43,11 +34,9 @@ ROW = (b"token-1", b"path")
 
 
 @pytest.fixture
-def store(postgres_url: str) -> Iterator[PostgresStore]:
-    with open_store(f"{postgres_url}?table={unique_name('kv_')}&{GENERIC_PLANS}") as opened:
-        assert isinstance(opened, PostgresStore)
-        opened.set(*GUARD, b"token-1")
-        yield opened
+def store(pg_store: PostgresStore) -> PostgresStore:
+    pg_store.set(*GUARD, b"token-1")
+    return pg_store
 
 
 @pytest.mark.parametrize("fence", [True, False], ids=["fence", "unfenced"])

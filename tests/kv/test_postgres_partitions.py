@@ -4,7 +4,6 @@ partition alone, and a table it did not partition keeps working through the tabl
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
@@ -13,13 +12,7 @@ import pytest
 from branchwater.engine.errors import NotFound
 from branchwater.engine.kv import open_store, postgres
 from branchwater.engine.kv.postgres import PostgresStore
-from tests.helpers.row_locks import (
-    GENERIC_PLANS,
-    LOCK_WAIT_SECONDS,
-    partitions_locked,
-    row_locked,
-    waiting,
-)
+from tests.helpers.row_locks import LOCK_WAIT_SECONDS, partitions_locked, row_locked, waiting
 from tests.helpers.servers import unique_name
 
 pytestmark = pytest.mark.postgres
@@ -27,63 +20,56 @@ pytestmark = pytest.mark.postgres
 KEYS = [(b"partition-%d" % i, b"key-%d" % i) for i in range(200)]
 
 
-@pytest.fixture
-def store(postgres_url: str) -> Iterator[PostgresStore]:
-    with open_store(f"{postgres_url}?table={unique_name('kv_')}&{GENERIC_PLANS}") as opened:
-        assert isinstance(opened, PostgresStore)
-        yield opened
-
-
 def test_rows_written_and_read_by_partition_are_the_tables_rows(
-    store: PostgresStore, pg_session: psycopg.Connection
+    pg_store: PostgresStore, pg_session: psycopg.Connection
 ) -> None:
     """Half the keys written by the store, half through the table by another session: each
     side reads all of them (a key sent to the wrong partition would fail its constraint,
     or be missed by the side looking where the server put it)."""
     ours, theirs = KEYS[::2], KEYS[1::2]
     for partition, key in ours:
-        store.set(partition, key, b"ours")
+        pg_store.set(partition, key, b"ours")
     with pg_session.transaction():
         for partition, key in theirs:
             pg_session.execute(
-                f'INSERT INTO "{store.table}" VALUES (%s, %s, %s)', (partition, key, b"theirs")
+                f'INSERT INTO "{pg_store.table}" VALUES (%s, %s, %s)', (partition, key, b"theirs")
             )
-    assert [store.get(*k).value for k in KEYS] == [b"ours", b"theirs"] * (len(KEYS) // 2)
-    assert [kv.key for p, k in KEYS for kv in store.scan(p)] == [k for _, k in KEYS]
-    rows = pg_session.execute(f'SELECT partition_key, key, value FROM "{store.table}"')
+    assert [pg_store.get(*k).value for k in KEYS] == [b"ours", b"theirs"] * (len(KEYS) // 2)
+    assert [kv.key for p, k in KEYS for kv in pg_store.scan(p)] == [k for _, k in KEYS]
+    rows = pg_session.execute(f'SELECT partition_key, key, value FROM "{pg_store.table}"')
     assert sorted(rows.fetchall()) == sorted(
         (p, k, b"ours" if (p, k) in ours else b"theirs") for p, k in KEYS
     )
     for partition, _ in KEYS:
-        store.drop_partition(partition)
-    assert pg_session.execute(f'SELECT count(*) FROM "{store.table}"').fetchone() == (0,)
+        pg_store.drop_partition(partition)
+    assert pg_session.execute(f'SELECT count(*) FROM "{pg_store.table}"').fetchone() == (0,)
 
 
 def test_a_statement_on_a_key_locks_its_partition_alone(
-    store: PostgresStore, pg_session: psycopg.Connection
+    pg_store: PostgresStore, pg_session: psycopg.Connection
 ) -> None:
     """Held on its row by another session, a delete (planned once for every key) has
     locked one partition of the table, not all of them before pruning."""
     row = KEYS[0]
-    store.set(*row, b"value")
-    with ThreadPoolExecutor(1) as pool, row_locked(pg_session, store.table, row):
-        delete = pool.submit(store.delete, *row)
+    pg_store.set(*row, b"value")
+    with ThreadPoolExecutor(1) as pool, row_locked(pg_session, pg_store.table, row):
+        delete = pool.submit(pg_store.delete, *row)
         deleter, _ = waiting(pg_session, "DELETE")
-        assert len(partitions_locked(pg_session, deleter, store.table)) == 1
+        assert len(partitions_locked(pg_session, deleter, pg_store.table)) == 1
     delete.result(LOCK_WAIT_SECONDS)
     with pytest.raises(NotFound):
-        store.get(*row)
+        pg_store.get(*row)
 
 
 def test_a_store_remembering_fewer_keys_than_it_touches_keeps_them_apart(
-    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+    pg_store: PostgresStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(postgres, "ROUTED_KEYS", 8)
     for round_ in range(2):
         for partition, key in KEYS[:40]:
-            store.set(partition, key, b"round %d" % round_)
-    assert {store.get(*k).value for k in KEYS[:40]} == {b"round 1"}
-    assert len(store._routes) <= 8
+            pg_store.set(partition, key, b"round %d" % round_)
+    assert {pg_store.get(*k).value for k in KEYS[:40]} == {b"round 1"}
+    assert len(pg_store._routes) <= 8
 
 
 def test_a_table_not_partitioned_by_hash_is_used_through_the_table(
