@@ -349,8 +349,8 @@ def clean_against_floor(spark: Any, gen: Generated) -> tuple[float, Any, Floor]:
         frames[0].join(frames[1], "address", "left_anti").join(
             frames[2], "address", "left_anti"
         ).count()
-        end = time.perf_counter()
-        return end - start, Floor(end - start, listed_at - start, end - listed_at)
+        floor = Floor(listed_at - start, time.perf_counter() - listed_at)
+        return floor.total_s, floor
 
     (clean_s, summary), (_, best) = best_alternating(lambda: run_gc(spark, gen), floor)
     for frame in frames:
@@ -360,11 +360,14 @@ def clean_against_floor(spark: Any, gen: Generated) -> tuple[float, Any, Floor]:
 
 @dataclass(frozen=True)
 class Floor:
-    """A clean run's floor and its two parts, in seconds."""
+    """A clean run's floor, in seconds: its listing and its anti-join."""
 
-    total_s: float
     listing_s: float
     join_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.listing_s + self.join_s
 
     def figures(self) -> str:
         return f"floor_s={self.total_s:.2f} listing_s={self.listing_s:.2f} join_s={self.join_s:.2f}"
@@ -381,8 +384,13 @@ def slices_listing(backend: Backend, slices: list[str], workers: int) -> int:
         listed = obstore.list(store, f"ns/data/{name}/", chunk_size=1000)
         return sum(len(batch) for batch in listed)
 
+    return in_parallel(workers, one, slices)
+
+
+def in_parallel(workers: int, work: Callable[[Any], int], items: list[Any]) -> int:
+    """The sum of `work` over `items`, `workers` at once on threads."""
     with ThreadPoolExecutor(workers) as pool:
-        return sum(pool.map(one, slices))
+        return sum(pool.map(work, items))
 
 
 def driver_against_executors(spark: Any, gen: Generated) -> None:

@@ -33,7 +33,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -47,6 +46,7 @@ from tests.benchmarks.bench_gc import (
     Generated,
     Size,
     generate,
+    in_parallel,
     run_gc,
     slices_listing,
     spark_session,
@@ -115,11 +115,6 @@ def best_of(rounds: int, ours: Callable[[], int], floor: Callable[[], int]) -> t
     if len(counts) != 1:
         raise AssertionError(f"the two sides counted differently: {sorted(counts)}")
     return best[0], best[1]
-
-
-def in_parallel(workers: int, work: Callable[[Any], int], items: list[Any]) -> int:
-    with ThreadPoolExecutor(workers) as pool:
-        return sum(pool.map(work, items))
 
 
 # listing ------------------------------------------------------------------------------------
