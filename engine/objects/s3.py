@@ -31,6 +31,7 @@ import obstore
 import pyarrow as pa
 import pyarrow.compute as pc
 from obstore.exceptions import (
+    AlreadyExistsError,
     BaseError,
     InvalidPathError,
     PermissionDeniedError,
@@ -161,6 +162,7 @@ class S3ObjectStore(ObjectStore):
         self._opening = threading.Lock()
         self._bucket_seen = False
         self._path_order: bool | None = None
+        self._conditional_puts = True
         self._boto3 = Boto3Keys(
             self.url,
             self.bucket,
@@ -180,16 +182,7 @@ class S3ObjectStore(ObjectStore):
         that memory stays about `UPLOAD_MEMORY`. A failed upload is aborted: no object, no
         pending upload. The mtime is this machine's clock when the write ends, which saves a
         HEAD per write; S3 stamps `LastModified` within the same request."""
-        if not addressable(check_object_key(key)):
-            raise InvalidArgument(
-                f"object key {key!r} has control characters: Branchwater reads such S3 keys "
-                "(written by other tools) but does not write them"
-            )
-        if len((self.prefix + key).encode()) > MAX_KEY:
-            raise InvalidArgument(
-                f"object key {key!r} is longer than the {MAX_KEY} bytes (UTF-8, with the "
-                f"store's prefix) an S3 key holds in {self.url}; shorten it"
-            )
+        self._check_writable(key)
         if size is None:
             size = known_size(source)
         part, in_flight = part_plan(size, f"{key!r} in {self.url}")
@@ -216,6 +209,46 @@ class S3ObjectStore(ObjectStore):
             ),
         )
         return ObjectInfo(key, counted.size, datetime.now(UTC))
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """One conditional PutObject (`If-None-Match: *`) instead of a HEAD and a PUT: a
+        round trip less on every range and metarange a commit stores. A server that does
+        not implement the condition (501) gets the HEAD and the PUT from then on; one that
+        reports another conditional write of the key under way (409) gets them this time,
+        the bytes being the same whoever wins."""
+        if not self._conditional_puts or len(data) > PART_SIZE:
+            return super().put_if_absent(key, data)
+        self._check_writable(key)
+        body = bytes(data)
+
+        def create() -> bool | None:
+            try:
+                obstore.put(self._s3, key, body, mode="create", use_multipart=False)
+            except AlreadyExistsError:
+                return False
+            except BaseError as exc:
+                if _status(exc) == "501" or _code(exc) == "NotImplemented":
+                    self._conditional_puts = False
+                    return None
+                if _status(exc) == "409":
+                    return None
+                raise
+            return True
+
+        written = self._call(key, create)
+        return super().put_if_absent(key, data) if written is None else written
+
+    def _check_writable(self, key: str) -> None:
+        if not addressable(check_object_key(key)):
+            raise InvalidArgument(
+                f"object key {key!r} has control characters: Branchwater reads such S3 keys "
+                "(written by other tools) but does not write them"
+            )
+        if len((self.prefix + key).encode()) > MAX_KEY:
+            raise InvalidArgument(
+                f"object key {key!r} is longer than the {MAX_KEY} bytes (UTF-8, with the "
+                f"store's prefix) an S3 key holds in {self.url}; shorten it"
+            )
 
     def open(self, key: str) -> BinaryIO:
         """Ranged GETs behind an adaptive read-ahead (`AdaptiveReader`: a read after a seek

@@ -76,6 +76,15 @@ class ObjectStore(abc.ABC):
             raise InvalidArgument(f"object data must be bytes, not {type(data).__name__}")
         return self.put_stream(key, [bytes(data)])
 
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Write `data` unless `key` holds an object already; whether it wrote. Meant for
+        content-addressed objects, where an object already there holds the same bytes, so
+        two writers racing here store the same thing either way."""
+        if self.exists(key):
+            return False
+        self.put(key, data)
+        return True
+
     def get(self, key: str) -> bytes:
         """Return the object's bytes; `NotFound` names the key and the store URL."""
         with self.open(key) as f:

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from obstore.exceptions import GenericError
 
 from branchwater.engine.errors import ConfigurationError, InvalidArgument, NotFound, Unavailable
 from branchwater.engine.objects import ObjectStore
@@ -54,6 +55,19 @@ def test_overwrite_replaces_whole_object(store: ObjectStore) -> None:
     assert store.get("k") == b"second"
     assert store.stat("k").size == 6
     assert keys_of(store) == ["k"]
+
+
+def test_put_if_absent_writes_only_a_new_key(store: ObjectStore) -> None:
+    assert store.put_if_absent("ranges/r1", b"first") is True
+    assert store.put_if_absent("ranges/r1", b"other bytes") is False
+    assert store.get("ranges/r1") == b"first"
+    assert keys_of(store) == ["ranges/r1"]
+
+
+def test_put_if_absent_refuses_invalid_keys(store: ObjectStore) -> None:
+    with pytest.raises(InvalidArgument):
+        store.put_if_absent("a//b", b"x")
+    assert keys_of(store) == []
 
 
 def test_stat_reports_size_and_mtime(store: ObjectStore) -> None:
@@ -279,6 +293,61 @@ def test_s3_wrong_credentials_are_unavailable(s3_server: S3Server, s3_bucket: st
     ):
         with pytest.raises(Unavailable, match="refused our credentials"):
             call()
+
+
+@pytest.mark.s3
+def test_s3_put_if_absent_is_one_conditional_put(
+    s3_store: S3ObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No HEAD before the PUT, new key or not: the server's 412 says the key is taken."""
+
+    def no_head(key: str) -> None:
+        raise AssertionError(f"HEAD of {key!r}")
+
+    monkeypatch.setattr(s3_store, "stat", no_head)
+    assert s3_store.put_if_absent("m1", b"one") is True
+    assert s3_store.put_if_absent("m1", b"two") is False
+    monkeypatch.undo()
+    assert s3_store.get("m1") == b"one"
+
+
+def _refusing(status: str, code: str) -> GenericError:
+    return GenericError(
+        f"Error performing PUT http://s3/k in 1ms - Server returned non-2xx status code: "
+        f"{status} : <Error><Code>{code}</Code></Error>"
+    )
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize(
+    ("status", "code", "remembered"),
+    [("501", "NotImplemented", True), ("409", "ConditionalRequestConflict", False)],
+)
+def test_s3_put_if_absent_falls_back_to_head_and_put(
+    s3_store: S3ObjectStore,
+    monkeypatch: pytest.MonkeyPatch,
+    status: str,
+    code: str,
+    remembered: bool,
+) -> None:
+    """A server without conditional writes (501) gets HEAD + PUT from then on; a conflict
+    with another conditional write (409) gets them once. Either way the object is written
+    once, and a taken key is left as it is."""
+    put = s3_module.obstore.put
+    conditional: list[str] = []
+
+    def refusing_conditions(store: object, key: str, body: object, **options: object) -> object:
+        if options.get("mode") == "create":
+            conditional.append(key)
+            raise _refusing(status, code)
+        return put(store, key, body, **options)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(s3_module.obstore, "put", refusing_conditions)
+    assert s3_store.put_if_absent("f1", b"one") is True
+    assert s3_store.put_if_absent("f1", b"two") is False
+    assert conditional == (["f1"] if remembered else ["f1", "f1"])
+    monkeypatch.undo()
+    assert s3_store.get("f1") == b"one"
 
 
 def test_s3_construction_needs_no_network() -> None:

@@ -117,18 +117,12 @@ class RangeStorage:
         """
         range_id = id_of_range(table)
         self._keep(range_id, table)
-        key = range_key(range_id)
-        if self.objects.exists(key):
-            return range_id, False
-        self.objects.put(key, range_to_parquet(table))
-        return range_id, True
+        return range_id, self.objects.put_if_absent(range_key(range_id), range_to_parquet(table))
 
     def put_metarange(self, rows: Sequence[RangeInfo]) -> str:
         """Store a metarange listing `rows` unless stored already; return its id."""
         metarange_id = id_of_metarange(rows)
-        key = metarange_key(metarange_id)
-        if not self.objects.exists(key):
-            self.objects.put(key, metarange_to_parquet(rows))
+        self.objects.put_if_absent(metarange_key(metarange_id), metarange_to_parquet(rows))
         self._metaranges.put(metarange_id, tuple(rows))
         return metarange_id
 

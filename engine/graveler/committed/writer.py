@@ -92,28 +92,21 @@ class MetarangeWriter:
         so the range id stays too.
 
         No row of a stored range but its last can satisfy the hash rule (it would have ended
-        the range), so only that one and the new entries are hashed.
+        the range), so only that one and the new entries are hashed. A range with no change
+        inside (the last one, where a commit appends past it: the commonest commit) is
+        carried over as it stands, with neither a filter nor a sort.
         """
         self._check_open()
-        touched = changes.column("path")
-        added = live_rows(changes).cast(table.schema)
-        rewritten = _rewritten_paths(table, added) if keep_equal else pa.array([], pa.string())
-        if len(rewritten):
-            touched = touched.filter(pc.invert(pc.is_in(touched, value_set=rewritten)))
-            added = added.filter(pc.invert(pc.is_in(added.column("path"), value_set=rewritten)))
-        kept = table.filter(pc.invert(pc.is_in(table.column("path"), value_set=touched)))
+        kept, added = _surviving(table, changes, keep_equal)
         if not kept.num_rows and not added.num_rows:
             return
-        flags = [False] * (kept.num_rows + added.num_rows)
-        if kept.num_rows and self._ends_range(table, kept):
-            flags[kept.num_rows - 1] = True
-        for hit in boundary_rows(added.column("path"), self._policy.target_entries):
-            flags[kept.num_rows + hit] = True
+        hits = [kept.num_rows - 1] if kept.num_rows and self._ends_range(table, kept) else []
+        new_hits = boundary_rows(added.column("path"), self._policy.target_entries)
+        hits += [kept.num_rows + hit for hit in new_hits]
         rows = pa.concat_tables([kept, added])
-        rows = rows.append_column("hit", pa.array(flags, pa.bool_()))
-        rows = rows.take(pc.sort_indices(rows.column("path")))
-        hits = pc.indices_nonzero(rows.column("hit")).to_pylist()
-        self._add_rows(rows.drop_columns(["hit"]), hits)
+        if kept.num_rows and added.num_rows and not path_at(added, 0) > path_at(kept, -1):
+            rows, hits = _sorted(rows, hits)
+        self._add_rows(rows, hits)
 
     def _ends_range(self, table: pa.Table, kept: pa.Table) -> bool:
         """Whether the stored range's last row survived and satisfies the hash rule."""
@@ -206,7 +199,7 @@ class _RangeStores:
 
     Hashing a range (SHA-256 of large buffers), encoding and compressing its Parquet file and
     writing it out all release the GIL, so they overlap with building the next range; on S3
-    each range also waits on two requests (HEAD, PUT), which overlap with each other's.
+    each range also waits on its conditional PUT, which overlap with each other's.
     """
 
     def __init__(self, storage: RangeStorage) -> None:
@@ -255,6 +248,30 @@ class _RangeStores:
 _IN_FLIGHT = 4
 """Ranges stored in the background at once: the writer runs ahead of storage by at most
 this many ranges of memory."""
+
+
+def _surviving(stored: pa.Table, changes: pa.Table, keep_equal: bool) -> tuple[pa.Table, pa.Table]:
+    """The stored rows no change touches and the changes' new rows, less the rewrites of
+    equal content where `keep_equal`."""
+    added = live_rows(changes).cast(stored.schema)
+    if not changes.num_rows:
+        return stored, added
+    touched = changes.column("path")
+    rewritten = _rewritten_paths(stored, added) if keep_equal else pa.array([], pa.string())
+    if len(rewritten):
+        touched = touched.filter(pc.invert(pc.is_in(touched, value_set=rewritten)))
+        added = added.filter(pc.invert(pc.is_in(added.column("path"), value_set=rewritten)))
+    return stored.filter(pc.invert(pc.is_in(stored.column("path"), value_set=touched))), added
+
+
+def _sorted(rows: pa.Table, hits: list[int]) -> tuple[pa.Table, list[int]]:
+    """`rows` in path order, with the `hits` row indexes carried to their new places."""
+    flags = [False] * rows.num_rows
+    for hit in hits:
+        flags[hit] = True
+    rows = rows.append_column("hit", pa.array(flags, pa.bool_()))
+    rows = rows.take(pc.sort_indices(rows.column("path")))
+    return rows.drop_columns(["hit"]), pc.indices_nonzero(rows.column("hit")).to_pylist()
 
 
 def _rewritten_paths(stored: pa.Table, new_rows: pa.Table) -> pa.Array:
