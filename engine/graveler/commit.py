@@ -16,7 +16,8 @@ left to commit; the others were absorbed by a concurrent commit or compaction, w
 the new base. If base and tokens are unchanged, the metarange and the commit record already
 written are reused, so a retry costs a read and a `set_if`, not a rebuild. If only a compacted
 metarange is left, it is committed as it stands; if nothing is, a concurrent commit took it
-all: `AlreadyRecorded`.
+all: `AlreadyRecorded`, unless HEAD is still the one the seal was made on (a reset dropped
+the tokens): `NoChanges`.
 """
 
 from __future__ import annotations
@@ -71,10 +72,19 @@ JOIN_POLL = 0.02
 """The longest pause between two reads of the branch while a commit waits."""
 
 
+@dataclass(frozen=True)
+class Seal:
+    """What a commit's seal took: every token the commit is to absorb, newest first, and the
+    HEAD they were staged on."""
+
+    tokens: tuple[str, ...]
+    commit_id: str
+
+
 def seal(
     g: Graveler, repo: RepositoryRecord, branch_name: str, *, allow_empty: bool = False
-) -> tuple[str, ...]:
-    """Seal the staging token; returns every token this commit is to absorb, newest first.
+) -> Seal:
+    """Seal the staging token (see `Seal`).
 
     Waits first for a commit under way (`_await_commit`). A call that found one and, once it
     landed, nothing left to commit raises `AlreadyRecorded`: what was written before the
@@ -95,7 +105,7 @@ def seal(
                 raise NoChanges(f"nothing to commit on branch {branch_name!r} of {repo.name!r}")
         sealed = sealing(repo, branch)
         if g.try_update_branch(repo, sealed, predicate):
-            return sealed.sealed_tokens
+            return Seal(sealed.sealed_tokens, sealed.commit_id)
     raise too_many_tries(f"commit on branch {branch_name!r} of {repo.name!r}", g.retry.attempts)
 
 
@@ -253,7 +263,7 @@ def _finish(
     g: Graveler,
     repo: RepositoryRecord,
     branch_name: str,
-    tokens: tuple[str, ...],
+    sealed: Seal,
     message: str,
     metadata: dict[str, str],
     committer: str,
@@ -268,11 +278,11 @@ def _finish(
     built: tuple[tuple[str, str, tuple[str, ...]], str] | None = None
     recorded: Commit | None = None
     for _ in g.retry:
-        at = _read(g, repo, branch_name, tokens)
+        at = _read(g, repo, branch_name, sealed)
         if built is None or built[0] != at.plan:
             built = (at.plan, _build(g, repo, at, progress))
             failpoints.hit("commit.after_ranges")
-            at = _read(g, repo, branch_name, tokens)
+            at = _read(g, repo, branch_name, sealed)
             if at.plan != built[0]:
                 continue
         metarange_id = built[1]
@@ -302,13 +312,21 @@ def _finish(
     raise too_many_tries(f"commit on branch {branch_name!r} of {repo.name!r}", g.retry.attempts)
 
 
-def _read(
-    g: Graveler, repo: RepositoryRecord, branch_name: str, tokens: tuple[str, ...]
-) -> _Reading:
+def _read(g: Graveler, repo: RepositoryRecord, branch_name: str, sealed: Seal) -> _Reading:
+    """The branch as the final step sees it. With none of the commit's tokens left and no
+    compacted metarange that could hold them, a concurrent commit recorded them, unless HEAD
+    is still the one they were staged on: then a reset dropped them, or a concurrent commit
+    found they changed nothing, and either way nothing is left to commit."""
     branch, predicate = g.refs.get_branch(repo, branch_name)
     protection.check(repo, branch, "commit", "commit")
-    remaining = tuple(t for t in tokens if t in branch.sealed_tokens)
+    remaining = tuple(t for t in sealed.tokens if t in branch.sealed_tokens)
     if not remaining and not branch.compacted_metarange_id:
+        if branch.commit_id == sealed.commit_id:
+            raise NoChanges(
+                f"nothing left to commit on branch {branch_name!r} of {repo.name!r}: while "
+                "this commit was under way, a reset dropped its changes or a concurrent "
+                "commit found they changed nothing"
+            )
         raise _absorbed(repo, branch)
     parent = g.refs.get_commit(repo, branch.commit_id)
     return _Reading(branch, predicate, parent, branch.base(parent.metarange_id), remaining)

@@ -138,9 +138,24 @@ def test_a_commit_waiting_while_the_branch_is_reset_finds_nothing_to_commit(
         with pytest.raises(NoChanges) as nothing:
             waiting.result(PAUSE_TIMEOUT)
         assert not isinstance(nothing.value, AlreadyRecorded), nothing.value
-        with suppress(NoChanges):
+        with pytest.raises(NoChanges, match="reset") as dropped:
             held.first.result(PAUSE_TIMEOUT)
+        assert not isinstance(dropped.value, AlreadyRecorded), dropped.value
     assert main.head() == head and list(main.uncommitted()) == []
+
+
+def test_a_commit_whose_sealed_writes_a_reset_dropped_commits_nothing(repo: Repository) -> None:
+    """The reset lands between the seal and the build: the commit must not name HEAD as
+    holding writes that were dropped, nor commit them."""
+    main = repo.branch("main")
+    head = main.head()
+    with a_commit_held(repo) as held:
+        main.reset()
+        held.pause.release()
+        with pytest.raises(NoChanges, match="reset") as dropped:
+            held.first.result(PAUSE_TIMEOUT)
+    assert not isinstance(dropped.value, AlreadyRecorded), dropped.value
+    assert main.head() == head and committed(repo, head.id) == []
 
 
 def test_waiters_commit_as_one_and_the_others_find_their_writes_recorded(

@@ -463,7 +463,7 @@ def test_a_compaction_gives_way_to_a_commit_sealed_above_it(
     committed_tree(repo, 10)
     g, main = lake.graveler, repo.branch("main")
     main.delete("d/000")
-    sealed: list[tuple[str, ...]] = []
+    sealed: list[commit_ops.Seal] = []
 
     def commit_seals(step: str) -> None:
         if step == "applied":
