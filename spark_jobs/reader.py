@@ -9,7 +9,8 @@ Spark's Parquet source cuts it: the driver knows only its size, and the task of 
 reads the footer and the row groups whose midpoint lies in its range (`_row_groups`). Each
 Spark task reads its slice of a manifest and the physical files (or ranges) it names with
 pyarrow, from file objects the engine's object store opens (ranged reads: a
-Parquet file's footer and the column chunks asked for, nothing more), as the writer writes
+Parquet file's footer and the column chunks asked for, nothing more; a file no larger than
+Spark's `openCostInBytes` is fetched whole with one GET instead), as the writer writes
 them: executors need no `s3a` jars and no access to the KV store. Partition columns come
 from Hive-style folders (`k=v/`) under the prefix, typed as Spark's partition discovery
 types them.
@@ -111,6 +112,10 @@ class ReadPlan:
     s3_options: Mapping[str, str | None]
     where: str
     slices: tuple[Slice, ...] = field(default=())
+    read_whole: int = 0
+    """Files of at most this many bytes are read with one GET, not opened for ranged
+    reads (a HEAD, the footer, the column chunks): Spark's `openCostInBytes`, what it
+    counts opening a file to cost."""
 
 
 def read_parquet(
@@ -170,6 +175,7 @@ def read_files(
         options,
         where,
         tuple(_slices(spark, directory, listed.manifests, _splits(file_format))),
+        _split_settings(spark)[1],
     )
     from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -616,8 +622,7 @@ def _read_file(
 
     where = store.uri(row["key"])
     try:
-        with store.open(row["key"]) as f:
-            source = pa.PythonFile(_unbuffered(f), mode="r")
+        with _opened(plan, store, row, span) as source:
             fragment = plan.file_format.make_fragment(source)
             if span != (0, None):
                 groups = _row_groups(fragment.metadata, *span)
@@ -648,6 +653,21 @@ def _read_file(
         raise CorruptedData(
             f"cannot read object {row['path']!r} under {plan.where} at {where}: {exc}"
         ) from None
+
+
+@contextlib.contextmanager
+def _opened(
+    plan: ReadPlan, store: ObjectStore, row: Mapping[str, Any], span: tuple[int, int | None]
+) -> Iterator[Any]:
+    """A pyarrow source over the file: its bytes from one GET where the whole of a small file
+    is read (`ReadPlan.read_whole`), else the store's file object for ranged reads."""
+    import pyarrow as pa
+
+    if span == (0, None) and row["size"] <= plan.read_whole:
+        yield pa.BufferReader(store.get(row["key"]))
+        return
+    with store.open(row["key"]) as f:
+        yield pa.PythonFile(_unbuffered(f), mode="r")
 
 
 def _row_groups(metadata: pq.FileMetaData, begin: int, end: int | None) -> list[int]:

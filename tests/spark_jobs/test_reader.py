@@ -298,12 +298,45 @@ def test_a_task_reads_only_the_columns_it_needs_from_s3(
     plan = reader.ReadPlan(
         pa.dataset.ParquetFileFormat(), schema, (), schema, s3_server.options, "'data/'"
     )
-    row = {"path": "t/file", "key": "data/file", "values": []}
+    row = {"path": "t/file", "key": "data/file", "size": out.tell(), "values": []}
 
     batches = list(reader._read_file(plan, store, row))
 
     assert pa.Table.from_batches(batches).column("id").to_pylist() == [1, 2]
     assert 0 < sum(fetched) < MAX_READ_AHEAD
+    store.close()
+
+
+def test_a_task_reads_a_small_file_whole_with_one_get(
+    s3_server: S3Server, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file within Spark's `openCostInBytes` costs one GET, not a HEAD and ranged reads of
+    its footer and columns: on S3 each is a round trip."""
+    store = open_object_store(f"s3://{s3_bucket}/ns", **s3_server.options)
+    out = io.BytesIO()
+    pq.write_table(pa.table({"id": [1, 2], "name": ["a", "b"]}), out)
+    store.put("data/small", out.getvalue())
+
+    def refused(*args: Any) -> Any:
+        raise AssertionError("a ranged read or a HEAD of a small file")
+
+    monkeypatch.setattr(S3ObjectStore, "_get_range", refused)
+    monkeypatch.setattr(S3ObjectStore, "stat", refused)
+    schema = pa.schema([("id", pa.int64())])
+    plan = reader.ReadPlan(
+        pa.dataset.ParquetFileFormat(),
+        schema,
+        (),
+        schema,
+        s3_server.options,
+        "'data/'",
+        read_whole=out.tell(),
+    )
+    row = {"path": "t/small", "key": "data/small", "size": out.tell(), "values": []}
+
+    batches = list(reader._read_file(plan, store, row))
+
+    assert pa.Table.from_batches(batches).column("id").to_pylist() == [1, 2]
     store.close()
 
 
