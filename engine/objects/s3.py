@@ -210,16 +210,19 @@ class S3ObjectStore(ObjectStore):
         )
         return ObjectInfo(key, counted.size, datetime.now(UTC))
 
-    def put_if_absent(self, key: str, data: bytes) -> bool:
+    def put_if_absent(self, key: str, encode: Callable[[], bytes]) -> bool:
         """One conditional PutObject (`If-None-Match: *`) instead of a HEAD and a PUT: a
         round trip less on every range and metarange a commit stores. A server that does
         not implement the condition (501) gets the HEAD and the PUT from then on; one that
         reports another conditional write of the key under way (409) gets them this time,
-        the bytes being the same whoever wins."""
-        if not self._conditional_puts or len(data) > PART_SIZE:
-            return super().put_if_absent(key, data)
+        the bytes being the same whoever wins. The bytes are made first, as the request
+        carries them."""
+        if not self._conditional_puts:
+            return super().put_if_absent(key, encode)
         self._check_writable(key)
-        body = bytes(data)
+        body = encode()
+        if len(body) > PART_SIZE:
+            return super().put_if_absent(key, lambda: body)
 
         def create() -> bool | None:
             try:
@@ -236,7 +239,7 @@ class S3ObjectStore(ObjectStore):
             return True
 
         written = self._call(key, create)
-        return super().put_if_absent(key, data) if written is None else written
+        return super().put_if_absent(key, lambda: body) if written is None else written
 
     def _check_writable(self, key: str) -> None:
         if not addressable(check_object_key(key)):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 import io
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, BinaryIO
@@ -76,13 +76,14 @@ class ObjectStore(abc.ABC):
             raise InvalidArgument(f"object data must be bytes, not {type(data).__name__}")
         return self.put_stream(key, [bytes(data)])
 
-    def put_if_absent(self, key: str, data: bytes) -> bool:
-        """Write `data` unless `key` holds an object already; whether it wrote. Meant for
-        content-addressed objects, where an object already there holds the same bytes, so
-        two writers racing here store the same thing either way."""
+    def put_if_absent(self, key: str, encode: Callable[[], bytes]) -> bool:
+        """Write the bytes `encode` makes unless `key` holds an object already; whether it
+        wrote. Meant for content-addressed objects, where an object already there holds the
+        same bytes, so two writers racing here store the same thing either way; `encode`
+        runs only where the bytes are sent."""
         if self.exists(key):
             return False
-        self.put(key, data)
+        self.put(key, encode())
         return True
 
     def get(self, key: str) -> bytes:

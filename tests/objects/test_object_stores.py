@@ -58,15 +58,29 @@ def test_overwrite_replaces_whole_object(store: ObjectStore) -> None:
 
 
 def test_put_if_absent_writes_only_a_new_key(store: ObjectStore) -> None:
-    assert store.put_if_absent("ranges/r1", b"first") is True
-    assert store.put_if_absent("ranges/r1", b"other bytes") is False
+    assert store.put_if_absent("ranges/r1", lambda: b"first") is True
+    assert store.put_if_absent("ranges/r1", lambda: b"other bytes") is False
     assert store.get("ranges/r1") == b"first"
     assert keys_of(store) == ["ranges/r1"]
 
 
+def test_local_put_if_absent_makes_no_bytes_for_a_taken_key(tmp_path: Path) -> None:
+    """A range already stored is not encoded again just to be turned away."""
+    store = LocalObjectStore(f"file://{tmp_path}")
+    store.put("ranges/r1", b"first")
+    encoded: list[bytes] = []
+
+    def encode() -> bytes:
+        encoded.append(b"again")
+        return b"again"
+
+    assert store.put_if_absent("ranges/r1", encode) is False
+    assert encoded == [] and store.get("ranges/r1") == b"first"
+
+
 def test_put_if_absent_refuses_invalid_keys(store: ObjectStore) -> None:
     with pytest.raises(InvalidArgument):
-        store.put_if_absent("a//b", b"x")
+        store.put_if_absent("a//b", lambda: b"x")
     assert keys_of(store) == []
 
 
@@ -305,8 +319,8 @@ def test_s3_put_if_absent_is_one_conditional_put(
         raise AssertionError(f"HEAD of {key!r}")
 
     monkeypatch.setattr(s3_store, "stat", no_head)
-    assert s3_store.put_if_absent("m1", b"one") is True
-    assert s3_store.put_if_absent("m1", b"two") is False
+    assert s3_store.put_if_absent("m1", lambda: b"one") is True
+    assert s3_store.put_if_absent("m1", lambda: b"two") is False
     monkeypatch.undo()
     assert s3_store.get("m1") == b"one"
 
@@ -343,8 +357,8 @@ def test_s3_put_if_absent_falls_back_to_head_and_put(
         return put(store, key, body, **options)  # type: ignore[arg-type]
 
     monkeypatch.setattr(s3_module.obstore, "put", refusing_conditions)
-    assert s3_store.put_if_absent("f1", b"one") is True
-    assert s3_store.put_if_absent("f1", b"two") is False
+    assert s3_store.put_if_absent("f1", lambda: b"one") is True
+    assert s3_store.put_if_absent("f1", lambda: b"two") is False
     assert conditional == (["f1"] if remembered else ["f1", "f1"])
     monkeypatch.undo()
     assert s3_store.get("f1") == b"one"

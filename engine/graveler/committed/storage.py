@@ -117,12 +117,13 @@ class RangeStorage:
         """
         range_id = id_of_range(table)
         self._keep(range_id, table)
-        return range_id, self.objects.put_if_absent(range_key(range_id), range_to_parquet(table))
+        key = range_key(range_id)
+        return range_id, self.objects.put_if_absent(key, lambda: range_to_parquet(table))
 
     def put_metarange(self, rows: Sequence[RangeInfo]) -> str:
         """Store a metarange listing `rows` unless stored already; return its id."""
         metarange_id = id_of_metarange(rows)
-        self.objects.put_if_absent(metarange_key(metarange_id), metarange_to_parquet(rows))
+        self.objects.put_if_absent(metarange_key(metarange_id), lambda: metarange_to_parquet(rows))
         self._metaranges.put(metarange_id, tuple(rows))
         return metarange_id
 

@@ -199,7 +199,7 @@ class _RangeStores:
 
     Hashing a range (SHA-256 of large buffers), encoding and compressing its Parquet file and
     writing it out all release the GIL, so they overlap with building the next range; on S3
-    each range also waits on its conditional PUT, which overlap with each other's.
+    each range also waits on its conditional PUT, and those overlap one another.
     """
 
     def __init__(self, storage: RangeStorage) -> None:
