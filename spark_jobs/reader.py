@@ -167,6 +167,7 @@ def read_files(
     data_schema = _data_schema(spark, ref, listed.first, file_format, schema)
     partitions = tuple(listed.partitions.types())
     output = _output_schema(spark, data_schema, partitions)
+    max_bytes, open_cost = _split_settings(spark)
     plan = ReadPlan(
         file_format,
         data_schema,
@@ -174,8 +175,10 @@ def read_files(
         output,
         options,
         where,
-        tuple(_slices(spark, directory, listed.manifests, _splits(file_format))),
-        _split_settings(spark)[1],
+        tuple(
+            _slices(spark, directory, listed.manifests, max_bytes, open_cost, _splits(file_format))
+        ),
+        open_cost,
     )
     from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -502,7 +505,12 @@ def _splits(file_format: ds.FileFormat) -> bool:
 
 
 def _slices(
-    spark: SparkSession, directory: Path, manifests: Sequence[str], split: bool = False
+    spark: SparkSession,
+    directory: Path,
+    manifests: Sequence[str],
+    max_bytes: int,
+    open_cost: int,
+    split: bool = False,
 ) -> Iterator[Slice]:
     """Pack the files into Spark partitions in listing order, as `spark.read` sizes them:
     up to `maxSplitBytes`, each file counting `openCostInBytes` more than its size; with
@@ -511,7 +519,6 @@ def _slices(
     import pyarrow.parquet as pq
 
     sizes = [pq.read_table(directory / m, columns=["size"]).column(0) for m in manifests]
-    max_bytes, open_cost = _split_settings(spark)
     total = sum(int(s.to_numpy().sum()) + open_cost * len(s) for s in sizes)
     per_core = total // max(1, spark.sparkContext.defaultParallelism)
     limit = max(1, min(max_bytes, max(open_cost, per_core)))
