@@ -16,8 +16,8 @@ left to commit; the others were absorbed by a concurrent commit or compaction, w
 the new base. If base and tokens are unchanged, the metarange and the commit record already
 written are reused, so a retry costs a read and a `set_if`, not a rebuild. If only a compacted
 metarange is left, it is committed as it stands; if nothing is, a concurrent commit took it
-all: `AlreadyRecorded`, unless HEAD is still the one the seal was made on (a reset dropped
-the tokens): `NoChanges`.
+all: `AlreadyRecorded`, unless HEAD is still the one the seal was made on or does not descend
+from it (a reset dropped the tokens): `NoChanges`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 
 from branchwater.engine import failpoints
 from branchwater.engine.errors import AlreadyRecorded, NoChanges, too_many_tries
-from branchwater.engine.graveler import protection
+from branchwater.engine.graveler import history, protection
 from branchwater.engine.graveler.committed.format import staged_rows
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.iterators import reporting
@@ -101,7 +101,7 @@ def seal(
             protection.check(repo, branch, "commit", "commit")
             if not g.has_uncommitted(branch):
                 if _commit_under_way(found) and branch.commit_id != found.commit_id:
-                    raise _absorbed(repo, branch)
+                    raise _left(g, repo, branch, found.commit_id)
                 raise NoChanges(f"nothing to commit on branch {branch_name!r} of {repo.name!r}")
         sealed = sealing(repo, branch)
         if g.try_update_branch(repo, sealed, predicate):
@@ -129,7 +129,7 @@ def _await_commit(
     pause = g.retry.base_delay
     while True:
         if _recorded(branch, found):
-            raise _absorbed(repo, branch)
+            raise _left(g, repo, branch, found.commit_id)
         if not _commit_under_way(branch) or time.monotonic() >= deadline:
             return branch, predicate
         failpoints.hit("commit.awaiting")
@@ -156,9 +156,20 @@ def _recorded(branch: BranchRecord, found: BranchRecord) -> bool:
     )
 
 
-def _absorbed(repo: RepositoryRecord, branch: BranchRecord) -> AlreadyRecorded:
-    """The error of a commit whose changes a concurrent commit recorded; `branch` is as read
-    once they were, so its commit holds them."""
+def _left(
+    g: Graveler, repo: RepositoryRecord, branch: BranchRecord, staged_on: str
+) -> NoChanges:
+    """The error of a commit whose changes left the branch without it, now that HEAD moved
+    from `staged_on`, the commit they were staged on. A commit that recorded them was made
+    on top of it: `AlreadyRecorded`, naming HEAD. A HEAD that does not descend from it was
+    set by a reset to another commit, which dropped them: plain `NoChanges`. (A reset to a
+    descendant cannot be told from a commit.)"""
+    if not history.is_ancestor(g.refs, repo, staged_on, branch.commit_id):
+        return NoChanges(
+            f"nothing left to commit on branch {branch.name!r} of {repo.name!r}: while this "
+            f"commit was under way, the branch was reset to {branch.commit_id[:12]}, which "
+            "dropped its changes"
+        )
     return AlreadyRecorded(
         f"nothing left to commit on branch {branch.name!r} of {repo.name!r}: a concurrent "
         f"commit already recorded these changes (HEAD {branch.commit_id} holds them)",
@@ -314,9 +325,9 @@ def _finish(
 
 def _read(g: Graveler, repo: RepositoryRecord, branch_name: str, sealed: Seal) -> _Reading:
     """The branch as the final step sees it. With none of the commit's tokens left and no
-    compacted metarange that could hold them, a concurrent commit recorded them, unless HEAD
-    is still the one they were staged on: then a reset dropped them, or a concurrent commit
-    found they changed nothing, and either way nothing is left to commit."""
+    compacted metarange that could hold them, a concurrent commit recorded them (`_left`),
+    unless HEAD is still the one they were staged on: then a reset dropped them, or a
+    concurrent commit found they changed nothing, and either way nothing is left to commit."""
     branch, predicate = g.refs.get_branch(repo, branch_name)
     protection.check(repo, branch, "commit", "commit")
     remaining = tuple(t for t in sealed.tokens if t in branch.sealed_tokens)
@@ -327,7 +338,7 @@ def _read(g: Graveler, repo: RepositoryRecord, branch_name: str, sealed: Seal) -
                 "this commit was under way, a reset dropped its changes or a concurrent "
                 "commit found they changed nothing"
             )
-        raise _absorbed(repo, branch)
+        raise _left(g, repo, branch, sealed.commit_id)
     parent = g.refs.get_commit(repo, branch.commit_id)
     return _Reading(branch, predicate, parent, branch.base(parent.metarange_id), remaining)
 

@@ -209,6 +209,13 @@ def find_merge_bases(
     return bases
 
 
+def is_ancestor(refs: RefStore, repo: RepositoryRecord, ancestor: str, commit_id: str) -> bool:
+    """Whether `ancestor` is `commit_id` or one of its ancestors (git merge-base
+    --is-ancestor): then it is their one best common ancestor."""
+    bases = find_merge_bases(refs, repo, (ancestor,), (commit_id,))
+    return [base.id for base in bases] == [ancestor]
+
+
 def _first_parent(refs: RefStore, repo: RepositoryRecord, commit_id: str) -> Iterator[Commit]:
     current: str | None = commit_id
     while current:

@@ -158,6 +158,51 @@ def test_a_commit_whose_sealed_writes_a_reset_dropped_commits_nothing(repo: Repo
     assert main.head() == head and committed(repo, head.id) == []
 
 
+def two_commits(repo: Repository) -> tuple[Commit, Commit]:
+    """An older commit and HEAD made on it, so a reset can move the branch back."""
+    main = repo.branch("main")
+    main.upload("old", b"old")
+    older = main.commit("older")
+    main.upload("new", b"new")
+    return older, main.commit("newer")
+
+
+def test_a_commit_whose_sealed_writes_a_reset_to_an_older_commit_dropped_commits_nothing(
+    repo: Repository,
+) -> None:
+    """HEAD moved, but to a commit that does not descend from the one the writes were
+    staged on: no commit holds them, so none is named as holding them."""
+    older, _ = two_commits(repo)
+    main = repo.branch("main")
+    with a_commit_held(repo) as held:
+        main.reset(to=older.id)
+        held.pause.release()
+        with pytest.raises(NoChanges, match="reset to") as dropped:
+            held.first.result(PAUSE_TIMEOUT)
+    assert not isinstance(dropped.value, AlreadyRecorded), dropped.value
+    assert main.head() == older and committed(repo, older.id) == ["old"]
+
+
+def test_a_commit_waiting_while_the_branch_is_reset_to_an_older_commit_finds_nothing(
+    repo: Repository,
+) -> None:
+    older, _ = two_commits(repo)
+    main = repo.branch("main")
+    with a_commit_held(repo, workers=2) as held:
+        main.upload("b", b"b")
+        waiting = held.pool.submit(main.commit, "waiting")
+        held.seen.wait_for(1)
+        main.reset(to=older.id)
+        held.pause.release()
+        with pytest.raises(NoChanges, match="reset to") as nothing:
+            waiting.result(PAUSE_TIMEOUT)
+        assert not isinstance(nothing.value, AlreadyRecorded), nothing.value
+        with pytest.raises(NoChanges, match="reset to") as dropped:
+            held.first.result(PAUSE_TIMEOUT)
+        assert not isinstance(dropped.value, AlreadyRecorded), dropped.value
+    assert main.head() == older and list(main.uncommitted()) == []
+
+
 def test_waiters_commit_as_one_and_the_others_find_their_writes_recorded(
     repo: Repository,
 ) -> None:

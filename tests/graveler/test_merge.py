@@ -20,6 +20,7 @@ from branchwater.engine import (
     NoChanges,
     NotFound,
 )
+from branchwater.engine.graveler import history
 from branchwater.engine.graveler import merge as merge_ops
 from branchwater.engine.graveler.committed import CommittedStore, RangePolicy, Replacements
 from branchwater.engine.graveler.graveler import RetryPolicy
@@ -398,6 +399,22 @@ def test_merge_base_is_the_newest_common_ancestor(repo) -> None:
     assert repo.merge_base("left", "right").id == fork.id
     repo.merge("left", into="right")
     assert repo.merge_base("left", "right").id == repo.ref("left").commit_id
+
+
+def test_a_commit_is_an_ancestor_of_itself_and_its_descendants_only(lake: Lake, repo) -> None:
+    main = repo.branch("main")
+    main.upload("a", b"1")
+    fork = main.commit("fork point")
+    left = repo.create_branch("left", source="main")
+    left.upload("l", b"l")
+    tip = left.commit("l")
+    main.upload("m", b"m")
+    beside = main.commit("m")
+    refs, record = lake.graveler.refs, repo.record
+    assert history.is_ancestor(refs, record, fork.id, tip.id)
+    assert history.is_ancestor(refs, record, tip.id, tip.id)
+    assert not history.is_ancestor(refs, record, tip.id, fork.id)
+    assert not history.is_ancestor(refs, record, beside.id, tip.id)
 
 
 def test_unknown_strategy_and_bad_hint(repo) -> None:
