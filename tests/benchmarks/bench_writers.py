@@ -5,7 +5,8 @@ PostgreSQL is the case the issue asks about).
 - `writers-<layout>-<n>`: n writers stage entries (`writes.stage_entry`, what every write
   path ends in: the first, cached, read of the branch, then the staged row and its read of
   the branch in one statement), each on a branch of its own (`branches`) or all on `main`
-  (`branch`), each committing its branch every `--every` of its writes; against the floor
+  (`branch`), each committing its branch every `--every` of its writes (200: commit-heavy);
+  against the floor
   of n writers each looping the very statement our driver upserts a row with (`INSERT … ON
   CONFLICT … DO UPDATE`) on a second cursor of a connection from the store's own pool, as
   `bench_kv` does, so both sides hold one connection per writer, on the same table with
@@ -17,11 +18,14 @@ PostgreSQL is the case the issue asks about).
   latencies, the commits made, those that found nothing left to commit (another writer's
   commit took their writes), the write retries (a commit sealed the token under a
   write) and the writes that exhausted the retry policy (`gave_up`, called again). Each
-  shape writes paths of its own.
+  shape writes to a repository of its own, every commit appending to its branch.
   A writer is a process up to `--max-processes`; beyond that the writers are spread as
   threads over that many processes (64 writers as 16 processes of 4 threads by default: 64
   processes of the engine would take ~8 GB here, and every writer holds a connection, 64 of
   PostgreSQL's default 100).
+- `writers-<layout>-16-every-<k>` (`--sparser`): the same at 16 writers committing every k
+  of their writes; with `writers-<layout>-16` and `writers-staged-16`, throughput against
+  the commit rate.
 - `writers-staged-<n>` (`--staged`): the same with n writers on branches of their own that
   never commit: the staged writes alone.
 - `writers-merge-<n>`: `bench_merge`'s contended merge (the destination moved in the ranges
@@ -39,12 +43,13 @@ engine's client CPU per write is about the floor's (the same prepared statement 
 plus the entry's checks and the validated write's bookkeeping).
 
 Commits are what the floor never does: one of 200 new entries costs about 19 ms of CPU
-here, client, database and S3 server together (the branch's open last range, some 10k
-entries under the default range policy, hashed, encoded and stored again, each with one
-conditional PUT; the metarange; the commit record; the sealed token's rows deleted), some
-95 µs per write, about a third of what the floor spends on a whole write, and more among
-sixteen writers sharing two cores, so with a commit every 200 writes the share falls toward
-0.6. On one branch the
+here, client, database and S3 server together (the branch's open last range hashed, encoded
+and stored again with one conditional PUT; the metarange, likewise; the commit record; the
+sealed token's rows deleted), much of it whatever the size of that range: two Parquet
+encodes, two PUTs, a dozen statements. At a commit every 200 writes that is some 95 µs per
+write, about a third of what the floor spends on a whole write, and more among sixteen
+writers sharing two cores; at a commit every 1,000 writes it is a fifth of that. On one
+branch the
 writers' commits meet (16 writers committing every 200 of their writes call commit on the
 branch every 12 writes or so): a commit that finds another's seal under way waits for it,
 and the waiters commit as one, so most calls find their writes recorded by another's commit
@@ -97,34 +102,63 @@ from tests.benchmarks.declarations import Benchmark, Suite
 
 LAYOUTS = {"branches": "each on a branch of its own", "branch": "all on one branch"}
 WRITERS = (1, 4, 16, 64)
+EVERY = 200
+"""Writes per commit per writer of the `writers-<layout>-<n>` rows: commit-heavy, so the rows
+show what commits cost as writers are added."""
+SPARSER = (1_000,)
+"""Commit intervals also measured at `TARGETED` writers (`writers-<layout>-<n>-every-<k>`):
+with the staged writes alone, the curve of throughput against commit rate."""
 STAGED = (16,)
 """Writer counts also measured never committing (`writers-staged-<n>`, each on a branch of
-its own): the staged writes alone, the target's reading of 'staged writes'."""
+its own): the staged writes alone."""
+TARGETED = 16
 MERGERS = (8, 32)
 TARGET_RATIO = round(1 / 0.7, 2)
-"""The issue's target, ours ≥ 0.7 of the floor's throughput, as floor / ours."""
+"""The issue's target, ours ≥ 0.7 of the floor's throughput, as floor / ours, for every row
+of `TARGETED` writers."""
+
+
+def writers_name(layout: str, writers: int, every: int) -> str:
+    """A writers row's name: the layout (`staged` for writers that never commit), the writer
+    count, and the commit interval where it is not `EVERY`."""
+    if not every:
+        return f"writers-staged-{writers}"
+    return f"writers-{layout}-{writers}" + (f"-every-{every}" if every != EVERY else "")
+
 
 BENCHMARKS = Suite(
     section="Many writers",
-    about="Writers stage new entries (a path each) and commit every 200 of their writes; "
-    "the floor's writers upsert the same rows with the driver alone. The merges are "
-    "`bench_merge`'s contended merge into 200k entries in ranges of about 4,000, one range "
-    "touched per process.",
+    about=f"Writers stage new entries (a path each) and commit every {EVERY} of their writes "
+    "unless the name says otherwise; the floor's writers upsert the same rows with the driver "
+    "alone. The merges are `bench_merge`'s contended merge into 200k entries in ranges of "
+    "about 4,000, one range touched per process.",
     benchmarks=(
         *(
             Benchmark(
-                f"writers-{layout}-{n}",
+                writers_name(layout, n, EVERY),
                 measures=f"staged writes per second of {n} writer{'s' * (n > 1)} {where}",
                 reference=f"{n} raw `INSERT … ON CONFLICT` loop{'s' * (n > 1)} of the "
                 "driver on the same table (ratio = floor / ours)",
-                target=TARGET_RATIO if n == 16 else None,
+                target=TARGET_RATIO if n == TARGETED else None,
             )
             for layout, where in LAYOUTS.items()
             for n in WRITERS
         ),
         *(
             Benchmark(
-                f"writers-staged-{n}",
+                writers_name(layout, TARGETED, every),
+                measures=f"staged writes per second of {TARGETED} writers {where}, each "
+                f"committing every {every:,} of its writes",
+                reference=f"{TARGETED} raw `INSERT … ON CONFLICT` loops of the driver on the "
+                "same table (ratio = floor / ours)",
+                target=TARGET_RATIO,
+            )
+            for layout, where in LAYOUTS.items()
+            for every in SPARSER
+        ),
+        *(
+            Benchmark(
+                writers_name("branches", n, 0),
                 measures=f"staged writes per second of {n} writers each on a branch of its "
                 "own, never committing",
                 reference=f"{n} raw `INSERT … ON CONFLICT` loops of the driver on the same "
@@ -158,7 +192,6 @@ def merge_lake(backend: Backend, cache: str) -> Lake:
 
 
 OURS, FLOOR = "ours", "floor"
-REPO = "bench"
 MTIME = datetime(2026, 11, 1, tzinfo=UTC)
 
 
@@ -178,7 +211,7 @@ class Plan:
 
     @property
     def name(self) -> str:
-        return f"writers-{'staged' if not self.every else self.layout}-{self.writers}"
+        return writers_name(self.layout, self.writers, self.every)
 
 
 @dataclass
@@ -206,10 +239,10 @@ class Window:
         self.gave_up += other.gave_up
 
 
-def entry(plan: Plan, writer: int, i: int) -> Entry:
-    """The `i`th entry of a writer of `plan`: paths of a plan's own, since the plans reuse
-    branches (a later plan writing an earlier one's entries again commits nothing new)."""
-    path = f"{plan.name}/w{writer:02d}/part-{i:09d}.parquet"
+def entry(writer: int, i: int) -> Entry:
+    """The `i`th entry of a writer: its paths follow the ones it wrote before, so each commit
+    appends to its branch, as a lake's new partitions do."""
+    path = f"w{writer:02d}/part-{i:09d}.parquet"
     return Entry(path, f"data/w/{writer:02d}{i:030x}", 1024, "0" * 32, MTIME)
 
 
@@ -240,7 +273,7 @@ def write_window(
     i = start
     if side == OURS:
         g = lake.graveler
-        repo = lake.repository(REPO)
+        repo = lake.repository(plan.name)
         record, name = repo.record, plan.branch(writer)
         stages = _Stages.of(g)
         while time.perf_counter() < deadline:
@@ -248,7 +281,7 @@ def write_window(
             stages.here.count = 0
             while True:
                 try:
-                    writes.stage_entry(g, record, name, entry(plan, writer, i))
+                    writes.stage_entry(g, record, name, entry(writer, i))
                     break
                 except TooManyTries:
                     window.gave_up += 1
@@ -269,10 +302,10 @@ def write_window(
         sql = store._sql.set
         conn = store._take()
         cursor = conn.dbapi.cursor()
-        partition = f"floor/{writer}".encode()
+        partition = f"floor/{plan.name}/{writer}".encode()
         try:
             while time.perf_counter() < deadline:
-                e = entry(plan, writer, i)
+                e = entry(writer, i)
                 began = time.perf_counter()
                 cursor.execute(sql, (partition, e.path.encode(), encode_entry(e)))
                 window.latencies.append(time.perf_counter() - began)
@@ -332,14 +365,13 @@ def run_window(
 
 
 def setup_branches(backend: Backend, plan: Plan) -> None:
+    """A repository of the plan's own, so what it measures does not depend on the plans run
+    before it, and its writers' branches."""
     with backend.connect() as lake:
-        repo = lake.repository(REPO)
-        have = {b.name for b in repo.branches()}
+        repo = lake.create_repository(plan.name, storage_namespace=backend.namespace(plan.name))
         for writer in range(plan.writers):
-            name = plan.branch(writer)
-            if name not in have:
-                repo.create_branch(name, source="main")
-                have.add(name)
+            if plan.branch(writer) != repo.default_branch:
+                repo.create_branch(plan.branch(writer), source="main")
 
 
 def measure_writers(backend: Backend, plan: Plan, rounds: int) -> dict[str, Window]:
@@ -491,7 +523,12 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--writers", default=",".join(map(str, WRITERS)))
     parser.add_argument("--layouts", default=",".join(LAYOUTS))
     parser.add_argument("--max-processes", type=int, default=16)
-    parser.add_argument("--every", type=int, default=200, help="writes per commit per writer")
+    parser.add_argument("--every", type=int, default=EVERY, help="writes per commit per writer")
+    parser.add_argument(
+        "--sparser",
+        default=",".join(map(str, SPARSER)),
+        help=f"commit intervals also measured at {TARGETED} writers",
+    )
     parser.add_argument(
         "--staged",
         default=",".join(map(str, STAGED)),
@@ -504,12 +541,15 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--merge-rounds", type=int, default=2)
     args, _ = parser.parse_known_args(argv)
     with tempfile.TemporaryDirectory() as tmp, open_backend(Path(tmp)) as backend:
-        with backend.connect() as lake:
-            lake.create_repository(REPO, storage_namespace=backend.namespace("writers"))
         shapes = [
             (layout, n, args.every)
             for layout in filter(None, args.layouts.split(","))
             for n in map(int, filter(None, args.writers.split(",")))
+        ]
+        shapes += [
+            (layout, TARGETED, every)
+            for layout in filter(None, args.layouts.split(","))
+            for every in map(int, filter(None, args.sparser.split(",")))
         ]
         shapes += [("branches", n, 0) for n in map(int, filter(None, args.staged.split(",")))]
         for layout, n, every in shapes:
