@@ -71,6 +71,7 @@ _LAZY = {
     "BranchwaterFileSystem": "branchwater.engine.filesystem",
     "ObjectStore": "branchwater.engine.objects",
     "open_object_store": "branchwater.engine.objects",
+    "shared_object_store": "branchwater.engine.objects",
     "slice_created": "branchwater.engine.gc.addresses",
     "DATA_ADDRESS_PATTERN": "branchwater.engine.gc.addresses",
     "REPOSITORY_NAME_PATTERN": "branchwater.engine.graveler.names",

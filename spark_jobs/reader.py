@@ -8,7 +8,8 @@ a time, to pack them into Spark partitions as `spark.read` does (`maxPartitionBy
 Spark's Parquet source cuts it: the driver knows only its size, and the task of each range
 reads the footer and the row groups whose midpoint lies in its range (`_row_groups`). Each
 Spark task reads its slice of a manifest and the physical files (or ranges) it names with
-pyarrow, from file objects the engine's object store opens (ranged reads: a
+pyarrow, from file objects the engine's object store opens (one store per Python worker,
+kept across its tasks: `shared_object_store`; ranged reads: a
 Parquet file's footer and the column chunks asked for, nothing more; a file no larger than
 Spark's `openCostInBytes` is fetched whole with one GET instead), as the writer writes
 them: executors need no `s3a` jars and no access to the KV store. Partition columns come
@@ -45,7 +46,7 @@ from branchwater.engine import (
     InvalidArgument,
     NotFound,
     ObjectStore,
-    open_object_store,
+    shared_object_store,
 )
 
 if TYPE_CHECKING:
@@ -603,17 +604,11 @@ def _read_slice(plan: ReadPlan, part: Slice) -> Iterator[pa.RecordBatch]:
             groups.append(group)
         first = stop
     rows = manifest.read_row_groups(groups).slice(offset, part.stop - part.start)
-    stores: dict[str, ObjectStore] = {}
     last = part.stop - part.start - 1
-    try:
-        for number, row in enumerate(rows.to_pylist()):
-            if row["store"] not in stores:
-                stores[row["store"]] = open_object_store(row["store"], **plan.s3_options)
-            span = (part.head if number == 0 else 0, part.tail if number == last else None)
-            yield from _read_file(plan, stores[row["store"]], row, span)
-    finally:
-        for store in stores.values():
-            store.close()
+    for number, row in enumerate(rows.to_pylist()):
+        store = shared_object_store(row["store"], **plan.s3_options)
+        span = (part.head if number == 0 else 0, part.tail if number == last else None)
+        yield from _read_file(plan, store, row, span)
 
 
 def _read_file(

@@ -156,9 +156,7 @@ def _recorded(branch: BranchRecord, found: BranchRecord) -> bool:
     )
 
 
-def _left(
-    g: Graveler, repo: RepositoryRecord, branch: BranchRecord, staged_on: str
-) -> NoChanges:
+def _left(g: Graveler, repo: RepositoryRecord, branch: BranchRecord, staged_on: str) -> NoChanges:
     """The error of a commit whose changes left the branch without it, now that HEAD moved
     from `staged_on`, the commit they were staged on. A commit that recorded them was made
     on top of it: `AlreadyRecorded`, naming HEAD. A HEAD that does not descend from it was

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import threading
+
 from branchwater.engine.errors import ConfigurationError, InvalidArgument
 from branchwater.engine.objects.store import (
     Listing,
@@ -36,6 +39,27 @@ def open_object_store(url: str, **s3_options: str | None) -> ObjectStore:
     )
 
 
+_SHARED: dict[tuple[int, str, tuple[tuple[str, str], ...]], ObjectStore] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_object_store(url: str, **s3_options: str | None) -> ObjectStore:
+    """This process's one store for `url` and `s3_options`, opened on first use and kept open
+    for the life of the process (never close it).
+
+    For code that runs many short tasks in one process, as Spark's Python workers do: each
+    store holds a client (S3: boto3 and obstore, some 10 ms to make) and a connection pool
+    that a store per task would make again and drop. Stores are kept by process id, so a
+    forked child opens its own: clients and their pools do not survive a fork."""
+    options = tuple(sorted((k, v) for k, v in s3_options.items() if v is not None))
+    key = (os.getpid(), url, options)
+    with _SHARED_LOCK:
+        store = _SHARED.get(key)
+        if store is None:
+            store = _SHARED[key] = open_object_store(url, **s3_options)
+        return store
+
+
 __all__ = [
     "Listing",
     "ObjectInfo",
@@ -43,4 +67,5 @@ __all__ = [
     "Stats",
     "check_object_key",
     "open_object_store",
+    "shared_object_store",
 ]

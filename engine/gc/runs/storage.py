@@ -1,9 +1,10 @@
 """A repository's storage namespace as the driver and the executors of a GC job see it.
 
 `Namespace` is a small picklable value (the namespace URL and S3 options) that every
-executor turns into its own object store, cached per process: the engine's one object layer
-(`engine/objects`) lists, stats, reads Parquet (through its seekable ranged reads), writes
-(atomic puts) and deletes (S3 DeleteObjects, 1,000 keys a call, several calls at once).
+executor turns into its own object store, one per process (`shared_object_store`): the
+engine's one object layer (`engine/objects`) lists, stats, reads Parquet (through its
+seekable ranged reads), writes (atomic puts) and deletes (S3 DeleteObjects, 1,000 keys a
+call, several calls at once).
 This Spark has no `s3a` jars, so nothing here depends on Hadoop's file systems; a cluster
 that has them may still read Parquet with Spark's own reader (`spark_path`).
 """
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import io
 import json
-import threading
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -24,13 +24,11 @@ import pyarrow.parquet as pq
 
 from branchwater.engine.errors import NotFound
 from branchwater.engine.gc.prepare import CODEC
-from branchwater.engine.objects import Listing, ObjectStore, open_object_store
+from branchwater.engine.objects import Listing, ObjectStore, shared_object_store
 
 READERS = 8
 """Parquet files read at once: on S3 their requests overlap instead of waiting in turn."""
 
-_STORES: dict[Namespace, ObjectStore] = {}
-_STORES_LOCK = threading.Lock()
 T = TypeVar("T")
 
 __all__ = ["Listing", "Namespace", "missing_ok_json"]
@@ -54,12 +52,7 @@ class Namespace:
 
     @property
     def store(self) -> ObjectStore:
-        with _STORES_LOCK:
-            store = _STORES.get(self)
-            if store is None:
-                store = open_object_store(self.url, **dict(self.s3_options))
-                _STORES[self] = store
-            return store
+        return shared_object_store(self.url, **dict(self.s3_options))
 
     def list_dir(self, prefix: str, *, metadata: bool = True) -> Listing:
         """Files and subdirectories directly under `prefix` (a key ending without `/`).
