@@ -56,6 +56,7 @@ from branchwater.engine.graveler.committed import (
     CommittedStore,
     Replacements,
 )
+from branchwater.engine.graveler.committed.diff import changed_ranges, spans_meet
 from branchwater.engine.graveler.fence import claim
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.history import find_merge_bases
@@ -386,12 +387,20 @@ def reuse_is_exact(
     else a conflict (seed 37 of the history checker); with `dest-wins` and h1 outside
     {b, s}, r = h2 where f = s if h2 = b.
 
-    Only the paths `diff(h1, h2)` names are read, in batches: the cost follows what landed
+    Where no range that changed from h1 to h2 meets, by its key bounds, a range the source
+    changed from the base, no path is in both, and it holds without reading a range: the
+    common case of merges racing in different parts of the tree, where reading what landed
+    meanwhile costs a retry more than redoing its merge (with no range cache). Otherwise only
+    the paths `diff(h1, h2)` names are read, in batches: the cost follows what landed
     meanwhile, as the reuse's does. The old HEAD's entry is looked up only where the source
     changed the path.
     """
     committed = g.committed(repo)
     onto_mr = g.refs.get_commit(repo, previous.onto_commit_id).metarange_id
+    landed = changed_ranges(committed.ranges(onto_mr), committed.ranges(head.metarange_id))
+    taken = changed_ranges(committed.ranges(base_mr), committed.ranges(source_mr))
+    if not spans_meet(landed, taken):
+        return True
     moved = committed.diff(onto_mr, head.metarange_id)
     while batch := list(islice(moved, RESOLVE_BATCH)):
         paths = [change.path for change in batch]

@@ -22,6 +22,7 @@ from branchwater.engine.graveler.committed import (
     RangePolicy,
     writer,
 )
+from branchwater.engine.graveler.committed.diff import changed_ranges, spans_meet
 from branchwater.engine.graveler.committed.format import (
     METARANGES_PREFIX,
     boundary_indexes,
@@ -521,6 +522,45 @@ def test_diff_skips_ranges_equal_on_both_sides(objects: SpyStore) -> None:
 
     assert list(store.diff(left_id, right_id)) == [Change(changed.path, "changed", changed)]
     assert objects.range_reads() == 2
+
+
+def _span(low: str, high: str) -> RangeInfo:
+    return RangeInfo(f"{low}-{high}", low, high, 1, 1)
+
+
+@pytest.mark.parametrize(
+    ("left", "right", "meet"),
+    [
+        ([("a", "c")], [("d", "f")], False),
+        ([("a", "c")], [("c", "f")], True),
+        ([("d", "f")], [("a", "d")], True),
+        ([("a", "z")], [("m", "n")], True),
+        ([("a", "b"), ("x", "z")], [("c", "w")], False),
+        ([("a", "b"), ("m", "z")], [("c", "d"), ("e", "f"), ("y", "y")], True),
+        ([], [("a", "z")], False),
+    ],
+)
+def test_spans_meet_where_key_bounds_overlap(
+    left: list[tuple[str, str]], right: list[tuple[str, str]], meet: bool
+) -> None:
+    spans = ([_span(*b) for b in left], [_span(*b) for b in right])
+    assert spans_meet(*spans) is meet
+    assert spans_meet(*reversed(spans)) is meet
+
+
+def test_changed_ranges_bound_every_path_that_differs(objects: SpyStore) -> None:
+    entries = [entry(f"t/part-{i:06d}", i) for i in range(2_000)]
+    policy = RangePolicy(target_entries=100, max_entries=10_000, max_bytes=10**9)
+    store = CommittedStore(objects, policy)
+    left_id = store.write_metarange(entries)
+    changes = [(entries[500].path, None), (entries[1_500].path, entries[1_500]._replace(size=1))]
+    right_id = store.apply(left_id, changes)
+    changed = changed_ranges(store.ranges(left_id), store.ranges(right_id))
+    assert 0 < len(changed) < len(store.ranges(left_id))
+    for change in store.diff(left_id, right_id):
+        assert any(info.min_key <= change.path <= info.max_key for info in changed)
+    assert spans_meet(changed, [_span("t/part-000500", "t/part-000500")])
+    assert not spans_meet(changed, [_span("t/part-001100", "t/part-001300")])
 
 
 # --- damage -----------------------------------------------------------------------------

@@ -6,9 +6,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import random
+import threading
 from datetime import datetime, timezone
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from branchwater.engine import (
@@ -17,6 +19,7 @@ from branchwater.engine import (
     Lake,
     MergeConflict,
     MergeRaceLost,
+    MergeResult,
     NoChanges,
     NotFound,
 )
@@ -27,6 +30,7 @@ from branchwater.engine.graveler.graveler import RetryPolicy
 from branchwater.engine.graveler.model import Commit, Entry
 from branchwater.engine.graveler.refs import commit_id_for
 from branchwater.engine.objects import open_object_store
+from tests.helpers.failpoints import PAUSE_TIMEOUT, paused_at
 
 DELETED = None
 MTIME = datetime(2026, 11, 1, tzinfo=timezone.utc)
@@ -415,6 +419,47 @@ def test_a_commit_is_an_ancestor_of_itself_and_its_descendants_only(lake: Lake, 
     assert history.is_ancestor(refs, record, tip.id, tip.id)
     assert not history.is_ancestor(refs, record, tip.id, fork.id)
     assert not history.is_ancestor(refs, record, beside.id, tip.id)
+
+
+def test_a_retry_after_a_merge_landed_in_other_ranges_reads_none_of_them(lake: Lake, repo) -> None:
+    """The retry may reuse its attempt where nothing that landed meanwhile meets, by range
+    bounds, what the source changed: it lands its attempt's tree on the new HEAD without
+    reading a range the other merge changed."""
+    main = repo.branch("main")
+    for i in range(200):
+        main.upload(f"k{i:03d}", b"0")
+    main.commit("base")
+    for name, path in (("feature", "k010"), ("other", "k190"), ("moved", "k100")):
+        repo.create_branch(name, source="main").upload(path, name.encode())
+        repo.branch(name).commit(name)
+    repo.merge("moved", into="main")
+    storage = lake.graveler.committed(repo.record).storage
+    read: list[str] = []
+    range_table = storage.range_table
+
+    def reading(range_id: str) -> pa.Table:
+        read.append(range_id)
+        return range_table(range_id)
+
+    results: list[MergeResult] = []
+    with paused_at("merge.before_set") as pause:
+        merging = threading.Thread(target=lambda: results.append(repo.merge("feature", "main")))
+        merging.start()
+        pause.wait()
+        before = lake.graveler.committed(repo.record).ranges(main.head().metarange_id)
+        repo.merge("other", into="main")
+        after = lake.graveler.committed(repo.record).ranges(main.head().metarange_id)
+        storage.range_table = reading
+        pause.release()
+        merging.join(PAUSE_TIMEOUT)
+    (result,) = results
+    assert result.attempts == 2
+    landed = {r.range_id for r in before} ^ {r.range_id for r in after}
+    assert landed and not landed & set(read), "the retry read a range the other merge changed"
+    changed = {"k010": b"feature", "k100": b"moved", "k190": b"other"}
+    assert {e.path: main.read(e.path) for e in main.list()} == {
+        f"k{i:03d}": changed.get(f"k{i:03d}", b"0") for i in range(200)
+    }
 
 
 def test_unknown_strategy_and_bad_hint(repo) -> None:

@@ -42,6 +42,34 @@ def diff_ranges(
     return _diff(_DiffSide(left, load, after), _DiffSide(right, load, after), compared)
 
 
+def changed_ranges(left: Sequence[RangeInfo], right: Sequence[RangeInfo]) -> list[RangeInfo]:
+    """The ranges of either side the other does not hold (by id): every path whose entry
+    differs between the sides lies within the key bounds of one of them."""
+    left_ids = {info.range_id for info in left}
+    right_ids = {info.range_id for info in right}
+    return [info for info in left if info.range_id not in right_ids] + [
+        info for info in right if info.range_id not in left_ids
+    ]
+
+
+def spans_meet(left: Sequence[RangeInfo], right: Sequence[RangeInfo]) -> bool:
+    """Whether the key bounds of a range of `left` overlap those of one of `right`, found
+    from the bounds alone: no range is read."""
+    spans = sorted(
+        [(info.min_key, info.max_key, 0) for info in left]
+        + [(info.min_key, info.max_key, 1) for info in right]
+    )
+    reach: list[str | None] = [None, None]
+    """The highest max key of each side's spans so far, which start at or before this one."""
+    for low, high, side in spans:
+        other = reach[1 - side]
+        if other is not None and low <= other:
+            return True
+        mine = reach[side]
+        reach[side] = high if mine is None or high > mine else mine
+    return False
+
+
 class _DiffSide:
     """One side of a diff: ranges not opened yet, then the unread rows of the open one.
 
