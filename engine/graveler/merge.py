@@ -398,8 +398,8 @@ def reuse_is_exact(
     committed = g.committed(repo)
     onto_mr = g.refs.get_commit(repo, previous.onto_commit_id).metarange_id
     landed = changed_ranges(committed.ranges(onto_mr), committed.ranges(head.metarange_id))
-    taken = changed_ranges(committed.ranges(base_mr), committed.ranges(source_mr))
-    if not spans_meet(landed, taken):
+    brought = changed_ranges(committed.ranges(base_mr), committed.ranges(source_mr))
+    if not spans_meet(landed, brought):
         return True
     moved = committed.diff(onto_mr, head.metarange_id)
     while batch := list(islice(moved, RESOLVE_BATCH)):
