@@ -66,14 +66,14 @@ now and then finds its token sealed at every one of its ten tries (`gave_up`).
 Merges into one branch land one at a time: each landing needs an attempt made on the HEAD the
 previous one left, and every attempt under way when another lands is lost. A reusing retry
 builds no range where no other contender changed its ranges (`ranges_built` against the
-naive retry's one per attempt), but with ranges of 4,000 entries building one is a small
-part of an attempt: a quiet retry takes some 18 ms here, half of it the metarange's PUT,
-the rest the diff against the attempt and the commit record. So an attempt costs about the
-same CPU either way, and with n contenders sharing two cores it takes about n/2 times that:
-merges land about one per attempt's stretched wall time, whichever retry, and at 32
-contenders half of them exhaust the ten attempts of the retry policy at least once
-(`gave_up`) and call again with their hint. Where ranges are large (`bench_merge`'s 1M
-entries), the reuse is most of the difference.
+naive retry's one per attempt), and reads none of the ranges they changed either (their
+key bounds show they cannot meet its own), but with ranges of 4,000 entries building one is
+a small part of an attempt: a quiet retry's metarange PUT, diff against the attempt and
+commit record remain, and with n contenders sharing two cores an attempt takes about n/2
+times its CPU. Merges land about one per attempt's stretched wall time, and at 32
+contenders many exhaust the ten attempts of the retry policy at least once (`gave_up`) and
+call again with their hint. Where ranges are large (`bench_merge`'s 1M entries), the reuse
+is most of the difference.
 """
 
 from __future__ import annotations
