@@ -6,11 +6,10 @@ PostgreSQL is the case the issue asks about).
   path ends in: the first, cached, read of the branch, then the staged row and its read of
   the branch in one statement), each on a branch of its own (`branches`) or all on `main`
   (`branch`), each committing its branch every `--every` of its writes (200: commit-heavy);
-  against the floor
-  of n writers each looping the very statement our driver upserts a row with (`INSERT … ON
-  CONFLICT … DO UPDATE`) on a second cursor of a connection from the store's own pool, as
-  `bench_kv` does, so both sides hold one connection per writer, on the same table with
-  keys and values of the same size. The two sides run in windows of `--seconds`,
+  against the floor of n writers each looping the very statement our driver upserts a row
+  with (`INSERT … ON CONFLICT … DO UPDATE`) on a second cursor of a connection from the
+  store's own pool, as `bench_kv` does, so both sides hold one connection per writer, on the
+  same table with keys and values of the same size. The two sides run in windows of `--seconds`,
   alternating for `--rounds` rounds, on the same processes, so the machine's load falls on
   both alike. `ratio` is the floor's acknowledged writes per second over ours (lower is
   better, as everywhere on the page; the issue's "ours at least 0.7 of the floor" is
@@ -49,8 +48,7 @@ sealed token's rows deleted), much of it whatever the size of that range: two Pa
 encodes, two PUTs, a dozen statements. At a commit every 200 writes that is some 95 µs per
 write, about a third of what the floor spends on a whole write, and more among sixteen
 writers sharing two cores; at a commit every 1,000 writes it is a fifth of that. On one
-branch the
-writers' commits meet (16 writers committing every 200 of their writes call commit on the
+branch the writers' commits meet (16 writers committing every 200 of their writes call commit on the
 branch every 12 writes or so): a commit that finds another's seal under way waits for it,
 and the waiters commit as one, so most calls find their writes recorded by another's commit
 (`empty_commits`). Each seal still makes the writes in flight whose cached read of the
@@ -541,14 +539,15 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--merge-rounds", type=int, default=2)
     args, _ = parser.parse_known_args(argv)
     with tempfile.TemporaryDirectory() as tmp, open_backend(Path(tmp)) as backend:
+        layouts = list(filter(None, args.layouts.split(",")))
         shapes = [
             (layout, n, args.every)
-            for layout in filter(None, args.layouts.split(","))
+            for layout in layouts
             for n in map(int, filter(None, args.writers.split(",")))
         ]
         shapes += [
             (layout, TARGETED, every)
-            for layout in filter(None, args.layouts.split(","))
+            for layout in layouts
             for every in map(int, filter(None, args.sparser.split(",")))
         ]
         shapes += [("branches", n, 0) for n in map(int, filter(None, args.staged.split(",")))]

@@ -433,7 +433,8 @@ def test_a_retry_after_a_merge_landed_in_other_ranges_reads_none_of_them(lake: L
         repo.create_branch(name, source="main").upload(path, name.encode())
         repo.branch(name).commit(name)
     repo.merge("moved", into="main")
-    storage = lake.graveler.committed(repo.record).storage
+    committed = lake.graveler.committed(repo.record)
+    storage = committed.storage
     read: list[str] = []
     range_table = storage.range_table
 
@@ -446,9 +447,9 @@ def test_a_retry_after_a_merge_landed_in_other_ranges_reads_none_of_them(lake: L
         merging = threading.Thread(target=lambda: results.append(repo.merge("feature", "main")))
         merging.start()
         pause.wait()
-        before = lake.graveler.committed(repo.record).ranges(main.head().metarange_id)
+        before = committed.ranges(main.head().metarange_id)
         repo.merge("other", into="main")
-        after = lake.graveler.committed(repo.record).ranges(main.head().metarange_id)
+        after = committed.ranges(main.head().metarange_id)
         storage.range_table = reading
         pause.release()
         merging.join(PAUSE_TIMEOUT)
