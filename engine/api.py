@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import BinaryIO
 
+from branchwater.engine.allocator import settle_arrow_allocator
 from branchwater.engine.errors import InvalidArgument
 from branchwater.engine.gc import copies, links
 from branchwater.engine.gc.context import GCContext
@@ -108,7 +109,9 @@ class Lake:
         directory), trimmed to `range_cache_bytes`; 0 bytes, or an empty
         `$BRANCHWATER_CACHE_DIR`, turns it off. `gc` sets link-token expiry, copy-record
         lifetime and prepare's file size. `s3_options` may be a function returning them,
-        called when the first S3 namespace is opened (never, on a lake of local ones)."""
+        called when the first S3 namespace is opened (never, on a lake of local ones).
+        Arrow's default pool becomes one that keeps freed pages (`allocator`)."""
+        settle_arrow_allocator()
         directory = Path(range_cache_dir) if range_cache_dir else default_cache_dir()
         cache = None
         if directory is not None and range_cache_bytes:

@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 ENGINE = "branchwater.engine"
 
 LAYERS: dict[str, int] = {
+    "allocator": 0,
     "errors": 0,
     "failpoints": 0,
     "units": 0,
