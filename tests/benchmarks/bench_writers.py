@@ -44,18 +44,18 @@ all its partitions first, which cost more than the rest of the statement's addit
 engine's client CPU per write is about the floor's (the same prepared statement on libpq,
 plus the entry's checks and the validated write's bookkeeping).
 
-Commits are what the floor never does: one of 200 new entries costs about 17 ms of CPU
-here alone, and about 27 ms among sixteen writers sharing two cores: some 13 ms the
-writer's (the commit's statements and the apply, then the branch's open last range hashed,
-encoded and stored again with one conditional PUT, and the metarange likewise), some 8 ms
-the database's (a dozen statements, the sealed token's rows deleted) and some 6 ms the S3
-server's (two PUTs), most of it whatever the size of that range. At a commit every 200
-writes that is some 135 µs per write, half what the floor spends on a whole write; at a
-commit every 1,000 writes each entry's share of the commit (about 12 µs: its staged row read
-and deleted, its place in the rewritten range) matters as much as the fixed part. On one
-branch the writers' commits meet (16 writers committing every 200 of their writes call
-commit on the branch every 12 writes or so): a commit that finds another's seal under way waits for it,
-and the waiters commit as one, so most calls find their writes recorded by another's commit
+Commits are what the floor never does: one of 200 new entries costs about 17 ms of CPU here
+alone, and about 27 ms among sixteen writers sharing two cores: some 13 ms the writer's (the
+commit's statements and the apply, then the branch's open last range hashed, encoded and
+stored again with one conditional PUT, and the metarange likewise), some 8 ms the database's
+(a dozen statements, the sealed token's rows deleted) and some 6 ms the S3 server's (two
+PUTs), most of it whatever the size of that range. At a commit every 200 writes that is some
+135 µs per write, half what the floor spends on a whole write; at a commit every 1,000
+writes each entry's share of the commit (about 12 µs: its staged row read and deleted, its
+place in the rewritten range) matters as much as the fixed part. On one branch the writers'
+commits meet (16 writers committing every 200 of their writes call commit on the branch
+every 12 writes or so): a commit that finds another's seal under way waits for it, and the
+waiters commit as one, so most calls find their writes recorded by another's commit
 (`empty_commits`). Each seal still makes the writes in flight whose cached read of the
 branch predates it write again to the new token (`retries`): a seal waits for the writes in
 flight to commit, then holds the next ones off (`postgres._fair_statements`); a commit's
