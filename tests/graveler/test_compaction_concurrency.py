@@ -5,11 +5,11 @@
   acknowledged write is on the branch and in HEAD with its address, and no acknowledged
   delete comes back. Compactors sealing without a pause can outrun a commit's bounded
   retries on a loaded machine; the committer then does what `TooManyTries` asks (retries
-  later), and most of its commits must make it. A writer's read-back can give up the same way
-  (`TooManyTries`: the branch kept changing under every validated look); it retries later
-  too, and one that still gives up after a few tries fails the test. Another process
-  overwrites and deletes a path meanwhile, and a reader in one more never reads it older
-  than acknowledged.
+  later), and most of its commits must make it. A writer's read-back can give up the same
+  way (`TooManyTries`: the branch kept changing under every validated look), and so can its
+  writes and the shared path's overwriter; each retries later too (`races.later`), and one
+  that still gives up after a few tries fails the test. Another process overwrites and
+  deletes a path meanwhile, and a reader in one more never reads it older than acknowledged.
 - A compactor killed with SIGKILL right after any of its steps leaves the branch readable
   and complete, and the next compaction and commit succeed.
 """
@@ -21,30 +21,20 @@ import multiprocessing as mp
 import os
 import signal
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
 
-from branchwater.engine import Branch, Entry, Lake, NoChanges, NotFound, TooManyTries
+from branchwater.engine import Lake, NoChanges, NotFound, TooManyTries
 from branchwater.engine.graveler import compaction
-from tests.helpers.races import SHARED_PATH, SharedPathRace
+from tests.helpers.races import SHARED_PATH, SharedPathRace, later
 from tests.helpers.servers import spawned_pool
 
 WRITERS = 3
 WRITES_EACH = 120
 DELETE_EVERY = 3
 COMPACTORS = 2
-READ_TRIES = 5
-
-
-def _stat_later(main: Branch, path: str) -> Entry:
-    """`main.stat(path)`, doing what `TooManyTries` asks (retry later) a bounded number of times."""
-    for _ in range(READ_TRIES - 1):
-        try:
-            return main.stat(path)
-        except TooManyTries:
-            time.sleep(0.2)
-    return main.stat(path)
 
 
 def _writer(kv_url: str, index: int, start) -> tuple[dict[str, str], list[str], list[str]]:
@@ -57,17 +47,17 @@ def _writer(kv_url: str, index: int, start) -> tuple[dict[str, str], list[str], 
         start.wait(60)
         for j in range(WRITES_EACH):
             path = f"w{index}/{j:04d}"
-            entry = main.upload(path, f"{index}-{j}".encode())
+            entry = later(partial(main.upload, path, f"{index}-{j}".encode()))
             live[path] = entry.address
-            if _stat_later(main, path).address != entry.address:
+            if later(partial(main.stat, path)).address != entry.address:
                 violations.append(f"{path} does not read back after its upload")
             if j % DELETE_EVERY == DELETE_EVERY - 1:
                 victim = sorted(live)[len(live) // 2]
-                main.delete(victim)
+                later(partial(main.delete, victim))
                 del live[victim]
                 deleted.append(victim)
                 with contextlib.suppress(NotFound):
-                    _stat_later(main, victim)
+                    later(partial(main.stat, victim))
                     violations.append(f"{victim} still reads after its delete")
     return live, deleted, violations
 
