@@ -35,6 +35,7 @@ from branchwater.engine.kv.sql import (
     Cursor,
     SQLStore,
     Statements,
+    fetch_all,
     fetch_one,
     kv_table,
     statements,
@@ -72,6 +73,7 @@ class PostgresStore(SQLStore):
         """Each partition key's statements, addressing the partition that holds its rows
         (`_route`); at most `ROUTED_KEYS`, the oldest forgotten first."""
         self._by_partition: dict[str, _Route] = {}
+        self._partitions: tuple[str, ...] | None = None
         self._create_schema()
 
     def _parse(self, url: str) -> tuple[URL, str, int]:
@@ -154,9 +156,25 @@ class PostgresStore(SQLStore):
             return self._routes[partition]
         except KeyError:
             pass
-        params = (self._quote(self.table), partition)
-        row = self._fetch(_PARTITION_OF, params, fetch_one)
-        return self._remember(partition, bytes(row[0]).decode() if row else None)
+        layout = self._layout()
+        if not layout:
+            return self._remember(partition, None)
+        params = (len(layout), self._quote(self.table), len(layout), partition)
+        (remainder,) = self._fetch(_REMAINDER_OF, params, fetch_one)
+        return self._remember(partition, layout[int(remainder)])
+
+    def _layout(self) -> tuple[str, ...]:
+        """The table's hash partitions by remainder, read from the catalog once; none for a
+        table not partitioned as this store makes it (one modulus, every remainder). Asking
+        the server only for a new key's remainder costs it a tenth of matching the key
+        against each partition's bound in the catalog, once per staging token."""
+        if self._partitions is None:
+            rows = self._fetch(_HASH_PARTITIONS, (self._quote(self.table),), fetch_all)
+            bounds = {(int(m), int(r)): bytes(name).decode() for m, r, name in rows}
+            count = len(bounds)
+            layout = tuple(bounds.get((count, r), "") for r in range(count))
+            self._partitions = layout if all(layout) else ()
+        return self._partitions
 
     def _remember(self, partition: bytes, table: str | None) -> _Route:
         route = self._whole
@@ -383,15 +401,20 @@ def _fair_statements(table: str, quote: Callable[[str], str], source: str) -> _F
     )
 
 
-_PARTITION_OF = (
-    "SELECT CAST(c.relname AS TEXT) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+_HASH_PARTITIONS = (
+    "SELECT bound.mr[1], bound.mr[2], CAST(c.relname AS TEXT) FROM pg_inherits i "
+    "JOIN pg_class c ON c.oid = i.inhrelid "
     "CROSS JOIN LATERAL regexp_match(pg_get_expr(c.relpartbound, c.oid), "
     "'^FOR VALUES WITH \\(modulus (\\d+), remainder (\\d+)\\)$') AS bound(mr) "
-    "WHERE i.inhparent = CAST(%s AS REGCLASS) AND satisfies_hash_partition("
-    "i.inhparent, CAST(bound.mr[1] AS INT), CAST(bound.mr[2] AS INT), CAST(%s AS BYTEA))"
+    "WHERE i.inhparent = CAST(%s AS REGCLASS)"
 )
-"""The partition of the table named (quoted) that holds a partition key's rows, asked of
-the server (its hash of the key); none for a table not partitioned by hash."""
+"""Modulus, remainder and name of each hash partition of the table named (quoted)."""
+
+_REMAINDER_OF = (
+    "SELECT CAST(r AS TEXT) FROM generate_series(0, %s - 1) AS r "
+    "WHERE satisfies_hash_partition(CAST(%s AS REGCLASS), %s, r, CAST(%s AS BYTEA))"
+)
+"""The remainder of a partition key's hash (the server's) under the table's modulus."""
 
 
 def _problem(parsed: URL, url: str) -> str | None:

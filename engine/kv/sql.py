@@ -409,7 +409,7 @@ class SQLStore(Store):
     ) -> list[tuple[bytes, bytes]]:
         statements = self._statements(partition)
         sql = statements.scan_from if inclusive else statements.scan_after
-        return self._fetch(sql, (partition, start, limit), _fetchall)
+        return self._fetch(sql, (partition, start, limit), fetch_all)
 
     def _batched_scan(self, partition: bytes, start: bytes, batch_size: int) -> Iterator[KeyValue]:
         """The base loop, but rows become `KeyValue`s in C, never in per-row Python.
@@ -453,7 +453,7 @@ def fetch_one(cursor: Cursor) -> Any:
     return cursor.fetchone()
 
 
-def _fetchall(cursor: Cursor) -> list[Any]:
+def fetch_all(cursor: Cursor) -> list[Any]:
     return cursor.fetchall()
 
 

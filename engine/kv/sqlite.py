@@ -32,7 +32,7 @@ from branchwater.engine.kv.sql import (
     DEFAULT_TABLE,
     Cursor,
     SQLStore,
-    _fetchall,
+    fetch_all,
     kv_table,
     statements,
 )
@@ -123,7 +123,7 @@ class SQLiteStore(SQLStore):
     def _after_bulk_chunk(self) -> None:
         """Checkpoint the WAL the drop just grew, so the foreground write that would cross
         the auto-checkpoint threshold does not pay for copying it; PASSIVE never blocks."""
-        self._fetch("PRAGMA wal_checkpoint(PASSIVE)", (), _fetchall)
+        self._fetch("PRAGMA wal_checkpoint(PASSIVE)", (), fetch_all)
 
     def _is_busy(self, exc: Exception) -> bool:
         return (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == SQLITE_BUSY

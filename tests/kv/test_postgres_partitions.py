@@ -88,3 +88,47 @@ def test_a_table_not_partitioned_by_hash_is_used_through_the_table(
         store.set_if(*KEYS[0], b"swapped", b"value")
         assert [kv.value for kv in store.scan(KEYS[1][0])] == [b"guarded"]
         assert store.get(*KEYS[0]).value == b"swapped"
+
+
+def test_the_tables_own_partitions_are_addressed_whatever_the_url_says(
+    postgres_url: str, pg_session: psycopg.Connection
+) -> None:
+    """A table made with four partitions, opened by a store whose URL asks for sixteen: the
+    store addresses the four the table has, each key the one the server puts it in."""
+    table = unique_name("kv_")
+    with open_store(f"{postgres_url}?table={table}&partitions=4") as maker:
+        maker.set(*KEYS[0], b"made")
+    with open_store(f"{postgres_url}?table={table}") as store:
+        assert isinstance(store, PostgresStore)
+        for partition, key in KEYS[:40]:
+            store.set(partition, key, b"value")
+        placed = pg_session.execute(
+            f'SELECT partition_key, CAST(CAST(tableoid AS REGCLASS) AS TEXT) FROM "{table}"'
+        ).fetchall()
+        assert len({name for _, name in placed}) == 4
+        for partition, name in placed:
+            assert f"FROM {store._quote(name)} WHERE" in store._route(partition).sql.get
+        assert all(store.get(*k).value == b"value" for k in KEYS[:40])
+
+
+def test_a_table_partitioned_by_hash_unevenly_is_used_through_the_table(
+    postgres_url: str, pg_session: psycopg.Connection
+) -> None:
+    """Partitions of two moduli (a layout this store never makes): whole-table statements."""
+    table = unique_name("kv_")
+    pg_session.execute(
+        f'CREATE TABLE "{table}" (partition_key BYTEA, key BYTEA, value BYTEA NOT NULL, '
+        "PRIMARY KEY (partition_key, key)) PARTITION BY HASH (partition_key)"
+    )
+    for modulus, remainder in ((2, 0), (4, 1), (4, 3)):
+        pg_session.execute(
+            f'CREATE TABLE "{table}_{modulus}_{remainder}" PARTITION OF "{table}" '
+            f"FOR VALUES WITH (MODULUS {modulus}, REMAINDER {remainder})"
+        )
+    pg_session.commit()
+    with open_store(f"{postgres_url}?table={table}") as store:
+        assert isinstance(store, PostgresStore)
+        for partition, key in KEYS[:20]:
+            store.set(partition, key, b"value")
+        assert {route.sql.get for route in store._routes.values()} == {store._whole.sql.get}
+        assert all(store.get(*k).value == b"value" for k in KEYS[:20])
