@@ -346,6 +346,28 @@ def test_apply_equals_writing_the_result_from_scratch(
         assert result_id == store.write_metarange(expected), (count, changes[:5])
 
 
+@pytest.mark.parametrize("policy_name", list(POLICIES))
+def test_apply_of_appends_under_many_prefixes_equals_writing_from_scratch(
+    tmp_path: Path, policy_name: str
+) -> None:
+    """Writers appending under prefixes of their own, one commit at a time: each commit's
+    new entries go in as a block inside the range that holds its prefix's end (ranges cut
+    inside a block and at its seams alike), as a fresh write of the result would."""
+    store = CommittedStore(SpyStore(f"file://{tmp_path}/ns"), POLICIES[policy_name])
+    entries: list[Entry] = []
+    metarange_id = store.write_metarange(entries)
+    for commit in range(12):
+        changes = [
+            entry(f"w{writer}/part-{commit * 5 + n:04d}", commit * 100 + writer * 10 + n)
+            for writer in range(4)
+            for n in range(1 + (commit + writer) % 5)
+        ]
+        metarange_id = store.apply(metarange_id, iter((c.path, c) for c in changes))
+        entries = sorted([*entries, *changes], key=lambda e: e.path)
+        assert list(store.iterate(metarange_id)) == entries
+        assert metarange_id == store.write_metarange(entries), commit
+
+
 def test_apply_on_the_empty_metarange_and_deleting_everything(objects: SpyStore) -> None:
     store = CommittedStore(objects, POLICIES["tiny"])
     entries = random_entries(random.Random(8), 50)

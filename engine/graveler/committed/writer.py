@@ -25,6 +25,7 @@ from branchwater.engine.graveler.committed.format import (
     boundary_indexes,
     boundary_rows,
     build_range,
+    count_below,
     entry_sizes,
     identities_differ,
     path_at,
@@ -103,9 +104,10 @@ class MetarangeWriter:
         hits = [kept.num_rows - 1] if kept.num_rows and self._ends_range(table, kept) else []
         new_hits = boundary_rows(added.column("path"), self._policy.target_entries)
         hits += [kept.num_rows + hit for hit in new_hits]
-        rows = pa.concat_tables([kept, added])
         if kept.num_rows and added.num_rows and not path_at(added, 0) > path_at(kept, -1):
-            rows, hits = _sorted(rows, hits)
+            rows, hits = _merged(kept, added, hits)
+        else:
+            rows = pa.concat_tables([kept, added])
         self._add_rows(rows, hits)
 
     def _ends_range(self, table: pa.Table, kept: pa.Table) -> bool:
@@ -261,7 +263,24 @@ def _surviving(stored: pa.Table, changes: pa.Table, keep_equal: bool) -> tuple[p
     if len(rewritten):
         touched = touched.filter(pc.invert(pc.is_in(touched, value_set=rewritten)))
         added = added.filter(pc.invert(pc.is_in(added.column("path"), value_set=rewritten)))
-    return stored.filter(pc.invert(pc.is_in(stored.column("path"), value_set=touched))), added
+    gone = pc.is_in(stored.column("path"), value_set=touched)
+    if not pc.any(gone).as_py():
+        return stored, added
+    return stored.filter(pc.invert(gone)), added
+
+
+def _merged(kept: pa.Table, added: pa.Table, hits: list[int]) -> tuple[pa.Table, list[int]]:
+    """`kept` and `added` (each in path order, no path in both) as one table in path order,
+    with the `hits` row indexes (of the two concatenated) carried to their new places. New
+    rows that all fall between the same two kept rows, as appends under a prefix inside the
+    range do, go in as one block; others are sorted in."""
+    paths = kept.column("path")
+    at = count_below(paths, path_at(added, 0))
+    if at != count_below(paths, path_at(added, added.num_rows - 1)):
+        return _sorted(pa.concat_tables([kept, added]), hits)
+    size, block = kept.num_rows, added.num_rows
+    moved = [hit if hit < at else hit + block if hit < size else hit - size + at for hit in hits]
+    return pa.concat_tables([kept.slice(0, at), added, kept.slice(at)]), sorted(moved)
 
 
 def _sorted(rows: pa.Table, hits: list[int]) -> tuple[pa.Table, list[int]]:
