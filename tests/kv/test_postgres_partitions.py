@@ -72,22 +72,38 @@ def test_a_store_remembering_fewer_keys_than_it_touches_keeps_them_apart(
     assert len(pg_store._routes) <= 8
 
 
-def test_a_table_not_partitioned_by_hash_is_used_through_the_table(
-    postgres_url: str, pg_session: psycopg.Connection
+@pytest.mark.parametrize(
+    "bounds",
+    [(), ((2, 0), (4, 1), (4, 3))],
+    ids=["not-partitioned", "partitioned-by-two-moduli"],
+)
+def test_a_table_not_partitioned_as_ours_is_used_through_the_table(
+    postgres_url: str, pg_session: psycopg.Connection, bounds: tuple[tuple[int, int], ...]
 ) -> None:
-    """A table made beforehand without partitions (as by hand, or another tool)."""
+    """A table made beforehand (as by hand, or another tool): without partitions, or hash
+    partitions of two moduli, a layout this store never makes."""
     table = unique_name("kv_")
     pg_session.execute(
         f'CREATE TABLE "{table}" (partition_key BYTEA, key BYTEA, value BYTEA NOT NULL, '
-        "PRIMARY KEY (partition_key, key))"
+        "PRIMARY KEY (partition_key, key))" + (" PARTITION BY HASH (partition_key)" * bool(bounds))
     )
+    for modulus, remainder in bounds:
+        pg_session.execute(
+            f'CREATE TABLE "{table}_{modulus}_{remainder}" PARTITION OF "{table}" '
+            f"FOR VALUES WITH (MODULUS {modulus}, REMAINDER {remainder})"
+        )
     pg_session.commit()
     with open_store(f"{postgres_url}?table={table}") as store:
+        assert isinstance(store, PostgresStore)
         store.set(*KEYS[0], b"value")
         assert store.set_guarded(*KEYS[1], b"guarded", KEYS[0]) == b"value"
         store.set_if(*KEYS[0], b"swapped", b"value")
+        for partition, key in KEYS[2:20]:
+            store.set(partition, key, b"value")
         assert [kv.value for kv in store.scan(KEYS[1][0])] == [b"guarded"]
         assert store.get(*KEYS[0]).value == b"swapped"
+        assert all(store.get(*k).value == b"value" for k in KEYS[2:20])
+        assert {route.sql.get for route in store._routes.values()} == {store._whole.sql.get}
 
 
 def test_the_tables_own_partitions_are_addressed_whatever_the_url_says(
@@ -109,26 +125,3 @@ def test_the_tables_own_partitions_are_addressed_whatever_the_url_says(
         for partition, name in placed:
             assert f"FROM {store._quote(name)} WHERE" in store._route(partition).sql.get
         assert all(store.get(*k).value == b"value" for k in KEYS[:40])
-
-
-def test_a_table_partitioned_by_hash_unevenly_is_used_through_the_table(
-    postgres_url: str, pg_session: psycopg.Connection
-) -> None:
-    """Partitions of two moduli (a layout this store never makes): whole-table statements."""
-    table = unique_name("kv_")
-    pg_session.execute(
-        f'CREATE TABLE "{table}" (partition_key BYTEA, key BYTEA, value BYTEA NOT NULL, '
-        "PRIMARY KEY (partition_key, key)) PARTITION BY HASH (partition_key)"
-    )
-    for modulus, remainder in ((2, 0), (4, 1), (4, 3)):
-        pg_session.execute(
-            f'CREATE TABLE "{table}_{modulus}_{remainder}" PARTITION OF "{table}" '
-            f"FOR VALUES WITH (MODULUS {modulus}, REMAINDER {remainder})"
-        )
-    pg_session.commit()
-    with open_store(f"{postgres_url}?table={table}") as store:
-        assert isinstance(store, PostgresStore)
-        for partition, key in KEYS[:20]:
-            store.set(partition, key, b"value")
-        assert {route.sql.get for route in store._routes.values()} == {store._whole.sql.get}
-        assert all(store.get(*k).value == b"value" for k in KEYS[:20])
