@@ -271,16 +271,43 @@ def _surviving(stored: pa.Table, changes: pa.Table, keep_equal: bool) -> tuple[p
 
 def _merged(kept: pa.Table, added: pa.Table, hits: list[int]) -> tuple[pa.Table, list[int]]:
     """`kept` and `added` (each in path order, no path in both) as one table in path order,
-    with the `hits` row indexes (of the two concatenated) carried to their new places. New
-    rows that all fall between the same two kept rows, as appends under a prefix inside the
-    range do, go in as one block; others are sorted in."""
-    paths = kept.column("path")
-    at = count_below(paths, path_at(added, 0))
-    if at != count_below(paths, path_at(added, added.num_rows - 1)):
-        return _sorted(pa.concat_tables([kept, added]), hits)
-    size, block = kept.num_rows, added.num_rows
-    moved = [hit if hit < at else hit + block if hit < size else hit - size + at for hit in hits]
-    return pa.concat_tables([kept.slice(0, at), added, kept.slice(at)]), sorted(moved)
+    with the `hits` row indexes (of the two concatenated) carried to their new places.
+
+    New rows go in as blocks, each the run of them between two neighbouring kept rows: appends
+    under a few prefixes inside the range (writers' own prefixes on one branch) are a block a
+    prefix, found in two vectorised passes each. New rows scattered among the kept ones are
+    sorted in instead, once blocks would cost more passes than the sort."""
+    paths, new_paths = kept.column("path"), added.column("path")
+    blocks: list[tuple[int, int, int]] = []
+    start = 0
+    while start < added.num_rows:
+        if len(blocks) == _MAX_BLOCKS:
+            return _sorted(pa.concat_tables([kept, added]), hits)
+        at = count_below(paths, path_at(added, start))
+        stop = added.num_rows if at == kept.num_rows else count_below(new_paths, path_at(kept, at))
+        blocks.append((at, start, stop))
+        start = stop
+    pieces, previous = [], 0
+    for at, first, stop in blocks:
+        pieces += [kept.slice(previous, at - previous), added.slice(first, stop - first)]
+        previous = at
+    pieces.append(kept.slice(previous))
+    return pa.concat_tables(pieces), sorted(_moved(hit, kept.num_rows, blocks) for hit in hits)
+
+
+def _moved(hit: int, size: int, blocks: list[tuple[int, int, int]]) -> int:
+    """Where row `hit` of `kept` + `added` (`size` kept rows) lands among the blocks: a kept
+    row after the new rows inserted at or before it, a new row after the kept rows before
+    its block and the new rows before it."""
+    if hit >= size:
+        new = hit - size
+        return next(at + new for at, first, stop in blocks if first <= new < stop)
+    return hit + sum(stop - first for at, first, stop in blocks if at <= hit)
+
+
+_MAX_BLOCKS = 16
+"""Blocks of new rows worth finding one by one (two passes over the range each) before a
+sort of the whole range is cheaper."""
 
 
 def _sorted(rows: pa.Table, hits: list[int]) -> tuple[pa.Table, list[int]]:
