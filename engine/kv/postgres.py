@@ -166,7 +166,7 @@ class PostgresStore(SQLStore):
     def _layout(self) -> tuple[str, ...]:
         """The table's hash partitions by remainder, read from the catalog once; none for a
         table not partitioned as this store makes it (one modulus, every remainder). Asking
-        the server only for a new key's remainder costs it a tenth of matching the key
+        the server only for a new key's remainder costs it about a sixth of matching the key
         against each partition's bound in the catalog, once per staging token."""
         if self._partitions is None:
             rows = self._fetch(_HASH_PARTITIONS, (self._quote(self.table),), fetch_all)
