@@ -17,15 +17,13 @@ STEADY_POOLS = ("jemalloc", "system")
 """Pools that keep freed pages for reuse, in order of preference."""
 
 
-def settle_arrow_allocator() -> str:
-    """Make the default pool one of `STEADY_POOLS` unless the process chose one; return the
-    pool's backend name."""
-    current = pa.default_memory_pool()
-    if os.environ.get("ARROW_DEFAULT_MEMORY_POOL") or current.backend_name in STEADY_POOLS:
-        return current.backend_name
+def settle_arrow_allocator() -> None:
+    """Make the default pool one of `STEADY_POOLS` unless the process chose one."""
+    chosen = os.environ.get("ARROW_DEFAULT_MEMORY_POOL")
+    if chosen or pa.default_memory_pool().backend_name in STEADY_POOLS:
+        return
     for name in STEADY_POOLS:
         if name in pa.supported_memory_backends():
             pool: pa.MemoryPool = getattr(pa, f"{name}_memory_pool")()
             pa.set_memory_pool(pool)
-            return name
-    return current.backend_name
+            return
