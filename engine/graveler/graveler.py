@@ -320,6 +320,8 @@ class Graveler:
     def close(self) -> None:
         self.wait_for_background()
         self._background.shutdown(wait=True)
+        for committed in self._committed.values():
+            committed.close()
         for store in self._objects.values():
             store.close()
         self.kv.close()

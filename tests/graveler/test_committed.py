@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import threading
 from datetime import timedelta
 from pathlib import Path
 
@@ -216,6 +217,25 @@ def test_a_failed_range_put_fails_the_write_and_stores_no_metarange(tmp_path: Pa
         store.write_metarange(random_entries(random.Random(5), 200))
     assert not [key for key in objects.puts if key.startswith(METARANGES_PREFIX)]
     assert sum("/ranges/" in key for key in objects.puts) <= 3 + writer._IN_FLIGHT
+
+
+def _range_store_threads() -> set[int]:
+    return {t.ident for t in threading.enumerate() if t.name.startswith("range-store")}
+
+
+def test_writers_share_the_storing_threads_until_the_store_closes(objects: SpyStore) -> None:
+    """Threads started per writer cost every commit about a millisecond to start and join."""
+    store = CommittedStore(objects, POLICIES["tiny"])
+    before = _range_store_threads()
+    store.write_metarange(random_entries(random.Random(1), 200))
+    first = _range_store_threads() - before
+    store.write_metarange(random_entries(random.Random(2), 200))
+    assert first
+    assert _range_store_threads() - before == first
+    store.close()
+    assert not _range_store_threads() - before
+    assert store.write_metarange(random_entries(random.Random(3), 200))
+    store.close()
 
 
 @pytest.mark.parametrize(

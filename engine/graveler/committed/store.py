@@ -60,6 +60,9 @@ class CommittedStore:
         self.policy = policy or RangePolicy()
         self.storage = RangeStorage(objects, cache_size, disk_cache)
 
+    def close(self) -> None:
+        self.storage.close()
+
     # --- writing ---------------------------------------------------------------------------
 
     def writer(self) -> MetarangeWriter:

@@ -12,7 +12,7 @@ import operator
 import threading
 from collections import deque
 from collections.abc import Iterable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from itertools import islice
 
 import pyarrow as pa
@@ -197,7 +197,8 @@ class MetarangeWriter:
 
 
 class _RangeStores:
-    """Stores a writer's ranges on `_IN_FLIGHT` background threads, at most that many waiting.
+    """Stores a writer's ranges on its storage's background threads, at most `_IN_FLIGHT`
+    waiting.
 
     Hashing a range (SHA-256 of large buffers), encoding and compressing its Parquet file and
     writing it out all release the GIL, so they overlap with building the next range; on S3
@@ -206,7 +207,6 @@ class _RangeStores:
 
     def __init__(self, storage: RangeStorage) -> None:
         self._storage = storage
-        self._executor: ThreadPoolExecutor | None = None
         self._pending: deque[Future[RangeInfo]] = deque()
         self._written = 0
         self._counting = threading.Lock()
@@ -215,9 +215,7 @@ class _RangeStores:
         """Store the range in the background; its `RangeInfo` once it is stored."""
         while len(self._pending) >= _IN_FLIGHT:
             self._settled(self._pending.popleft())
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(_IN_FLIGHT, thread_name_prefix="range-store")
-        stored = self._executor.submit(self._store, table, count, size)
+        stored = self._storage.background().submit(self._store, table, count, size)
         self._pending.append(stored)
         return stored
 
@@ -225,18 +223,16 @@ class _RangeStores:
         """Wait for every range; return how many were written (not stored already)."""
         while self._pending:
             self._settled(self._pending.popleft())
-        if self._executor is not None:
-            self._executor.shutdown()
         return self._written
 
     def _settled(self, stored: Future[RangeInfo]) -> RangeInfo:
-        """The range once stored; if storing failed, the ranges queued after it are dropped
-        and the thread ends, since the writer is discarded."""
+        """The range once stored; if storing failed, the ranges queued after it are
+        cancelled, since the writer is discarded."""
         try:
             return stored.result()
         except BaseException:
-            if self._executor is not None:
-                self._executor.shutdown(wait=False, cancel_futures=True)
+            for queued in self._pending:
+                queued.cancel()
             raise
 
     def _store(self, table: pa.Table, count: int, size: int) -> RangeInfo:
