@@ -1,14 +1,17 @@
-"""`gc prepare`, `gc run`, `gc explain` and `gc rules get|set`: garbage collection.
+"""`gc prepare`, `gc run`, `gc prune-runs`, `gc explain` and `gc rules get|set`: garbage
+collection.
 
 `gc prepare` is the engine's side alone. `gc run` submits the Spark job
 (`branchwater.spark_jobs.gc`) with `spark-submit`, shows its phases from the events it prints,
-then its summary; `gc explain` reads the saved runs and the refs in this process. The job's
-modules are imported only by these verbs (they need pyarrow, and `gc run` a Spark install).
+then its summary; `gc prune-runs` removes older runs' data as every run does on its way out;
+`gc explain` reads the saved runs and the refs in this process. The job's modules are imported
+only by these verbs (they need pyarrow, and `gc run` a Spark install).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import os
@@ -16,15 +19,24 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
 import branchwater
 from branchwater.engine.api import Lake, Repository
 from branchwater.engine.cli.output import Output
-from branchwater.engine.cli.verbs import Subparsers, UserError, fraction, group, verb
+from branchwater.engine.cli.verbs import (
+    Subparsers,
+    UserError,
+    fraction,
+    group,
+    positive_int,
+    verb,
+)
 from branchwater.engine.errors import ConfigurationError, GateFailed, Unavailable
 from branchwater.engine.gc.prepare import read_manifest
+from branchwater.engine.gc.runs.config import KEEP_RUNS
 from branchwater.engine.units import human_size
 
 JOB_FILE = ("spark_jobs", "gc", "__main__.py")
@@ -134,7 +146,7 @@ def submit_command(args: argparse.Namespace) -> list[str]:
     ]
     if args.dry_run:
         command.append("--dry-run")
-    for option in ("sweep", "min_age", "max_share", "lock_ttl", "only"):
+    for option in ("sweep", "min_age", "max_share", "lock_ttl", "only", "keep_runs"):
         value = getattr(args, option)
         if value is not None:
             command += [f"--{option.replace('_', '-')}", str(value)]
@@ -181,7 +193,9 @@ def _sweep_without_spark(repo: Repository, args: argparse.Namespace, kv_url: str
     from branchwater.engine.gc.runs.sweeps import sweep_without_spark
 
     lock_ttl = parse_duration(args.lock_ttl) if args.lock_ttl is not None else None
-    config = JobConfig(kv_url, args.repo, sweep=args.sweep, lock_ttl=lock_ttl)
+    config = JobConfig(
+        kv_url, args.repo, sweep=args.sweep, lock_ttl=lock_ttl, keep_runs=args.keep_runs
+    )
     return sweep_without_spark(repo, config)
 
 
@@ -273,6 +287,19 @@ def cmd_gc_explain(lake: Lake, args: argparse.Namespace, out: Output) -> None:
     out.document(answer.to_json(), answer.text())
 
 
+def cmd_gc_prune_runs(lake: Lake, args: argparse.Namespace, out: Output) -> None:
+    from branchwater.engine.gc.runs.config import who
+    from branchwater.engine.gc.runs.pruning import prune_runs
+    from branchwater.engine.gc.runs.storage import Namespace
+
+    repo = lake.repository(args.repo)
+    ns = Namespace.of(repo.storage_namespace)
+    with repo.lock_gc_run(f"prune of GC runs by {who()}") as lease:
+        now = datetime.now(timezone.utc)
+        pruned = prune_runs(ns, repo.record.unique_id, args.keep_runs, now, lease.check)
+    out.document(dataclasses.asdict(pruned), pruned.text())
+
+
 def cmd_gc_rules_get(lake: Lake, args: argparse.Namespace, out: Output) -> None:
     rules = lake.repository(args.repo).gc_rules()
     if rules is None:
@@ -345,6 +372,14 @@ def register(sub: Subparsers) -> None:
         help="collect one kind only (default: both when the repository has GC rules, see "
         "`gc rules`)",
     )
+    run.add_argument(
+        "--keep-runs",
+        type=positive_int,
+        default=KEEP_RUNS,
+        metavar="N",
+        help=f"the newest runs whose data is kept (default {KEEP_RUNS}); older ones keep "
+        "their summary and report",
+    )
     run.add_argument("--master", default=DEFAULT_MASTER, metavar="URL", help="Spark master")
     run.add_argument(
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting"
@@ -361,6 +396,21 @@ def register(sub: Subparsers) -> None:
         metavar="FILE",
         help='rules as JSON ({"default_retention_days": 30, "branches": [{"branch_id": '
         '"main", "retention_days": 90}], "keep_tags": "v*"}); default: stdin',
+    )
+
+    prune = verb(
+        gc,
+        "prune-runs",
+        cmd_gc_prune_runs,
+        "remove the data of older GC runs, keeping their summaries (every run does this too)",
+    )
+    prune.add_argument("repo", metavar="REPO")
+    prune.add_argument(
+        "--keep-runs",
+        type=positive_int,
+        default=KEEP_RUNS,
+        metavar="N",
+        help=f"the newest runs kept whole (default {KEEP_RUNS})",
     )
 
     explain = verb(gc, "explain", cmd_gc_explain, "say why an object was or was not collected")

@@ -29,7 +29,7 @@ from airflow.sdk.exceptions import (
 )
 
 from branchwater.engine import ConfigurationError, GCRules, InvalidArgument, NotFound
-from branchwater.engine.gc.runs.config import JOB_KV_ENV, ONLY_PARTS
+from branchwater.engine.gc.runs.config import JOB_KV_ENV, KEEP_RUNS, ONLY_PARTS, check_keep
 from branchwater.engine.gc.runs.statuses import FAILED, GATE_FAILED
 from branchwater.plugin.hooks import DEFAULT_CONN_ID, BranchwaterHook
 from branchwater.plugin.links import BranchwaterGCReportLink
@@ -182,9 +182,15 @@ class BranchwaterGCJobOperator(SparkSubmitOperator):
         `branchwater_default`)
     :param conn_id: the Spark connection choosing the master (default `spark_default`;
         missing: `local[*]`)
+    :param keep_runs: how many of the newest GC runs keep their data when the run ends;
+        older runs keep only their summary and report (templated; default 10)
     """
 
-    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "repository")
+    template_fields: Sequence[str] = (
+        *SparkSubmitOperator.template_fields,
+        "repository",
+        "keep_runs",
+    )
     ui_color = "#cfe8f3"
 
     def __init__(
@@ -193,12 +199,14 @@ class BranchwaterGCJobOperator(SparkSubmitOperator):
         repository: str,
         branchwater_conn_id: str = DEFAULT_CONN_ID,
         conn_id: str = SPARK_CONN_ID,
+        keep_runs: int | str = KEEP_RUNS,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("name", "branchwater-gc")
         super().__init__(application=job_file(), conn_id=conn_id, **kwargs)
         self.repository = repository
         self.branchwater_conn_id = branchwater_conn_id
+        self.keep_runs = keep_runs
         self.job_env: dict[str, str] = {}
 
     def job_arguments(self) -> list[str]:
@@ -215,6 +223,8 @@ class BranchwaterGCJobOperator(SparkSubmitOperator):
                 JOB_KV_ENV,
                 "--repo",
                 self.repository,
+                "--keep-runs",
+                str(self.kept_runs()),
                 *self.job_arguments(),
             ]
             super().execute(context)
@@ -225,6 +235,15 @@ class BranchwaterGCJobOperator(SparkSubmitOperator):
 
     def run_id(self) -> str:
         raise NotImplementedError
+
+    def kept_runs(self) -> int:
+        """`keep_runs` as rendered: a template gives text."""
+        try:
+            return check_keep(int(self.keep_runs))
+        except (TypeError, ValueError):
+            raise InvalidArgument(
+                f"keep_runs must be a whole number of runs, not {self.keep_runs!r}"
+            ) from None
 
     def _get_hook(self) -> SparkSubmitHook:
         """`SparkSubmitOperator`'s hook, on `local[*]` without a Spark connection, with the
@@ -451,6 +470,7 @@ class BranchwaterGCSweepOperator(BranchwaterGCJobOperator):
             repository=self.repository,
             sweep=self.sweep_run,
             s3_options=s3,
+            keep_runs=self.kept_runs(),
         )
         return sweep_without_spark(
             repository, config, lambda event: self.log.info("GC job: %s", event)

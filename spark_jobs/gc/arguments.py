@@ -18,6 +18,7 @@ from branchwater.engine.gc.runs.config import (
     CLEAN,
     DEFAULT_MAX_SHARE,
     DRIVER_ROWS,
+    KEEP_RUNS,
     OPTIMIZED,
     JobConfig,
     duration_argument,
@@ -62,6 +63,12 @@ def parse_args(argv: list[str]) -> JobConfig:
         default=DRIVER_ROWS,
         help="an optimized run reading at most this many addresses marks on the driver (0: never)",
     )
+    parser.add_argument(
+        "--keep-runs",
+        type=int,
+        default=KEEP_RUNS,
+        help="the newest runs whose data is kept; older runs keep only their summary and report",
+    )
     parser.add_argument("--holder", help="who runs this, as other runs are told")
     parser.add_argument("--lock-ttl", type=duration_argument, metavar="DURATION")
     parser.add_argument(
@@ -85,6 +92,7 @@ def parse_args(argv: list[str]) -> JobConfig:
         prepare_run=args.prepare_run,
         holder=args.holder,
         lock_ttl=args.lock_ttl,
+        keep_runs=args.keep_runs,
         only=args.only,
     )
 

@@ -39,6 +39,7 @@ from branchwater.engine.gc.runs.config import (
 from branchwater.engine.gc.runs.events import Events, emit
 from branchwater.engine.gc.runs.files import RunSummary
 from branchwater.engine.gc.runs.layout import choose_slices
+from branchwater.engine.gc.runs.pruning import prune_quietly
 from branchwater.engine.gc.runs.retention import (
     EXPIRED_COMMITS,
     ONLY_COMMITTED,
@@ -129,6 +130,14 @@ class GCJob:
                         release_unswept(repo.lake.graveler, repo.record, ns, summary)
                     elif not self.config.dry_run:
                         summary = self.sweep_mark(repo, ns, summary, lease)
+                prune_quietly(
+                    ns,
+                    repo.record.unique_id,
+                    self.config.keep_runs,
+                    utc_now(),
+                    lease.check,
+                    self.events,
+                )
         self.events({"event": "summary", "summary": summary.to_json()})
         return summary
 

@@ -293,3 +293,34 @@ def test_an_address_committed_and_uncommitted_at_the_base_run_survives_an_optimi
     assert set(local_gc.data_objects()) == {address}
     assert summary.volume("deleted").objects == len(garbage)
     assert main.read("t/a") == b"a"
+
+
+def test_each_run_prunes_the_data_of_runs_older_than_the_newest_kept(local_gc: GCLake) -> None:
+    """Runs keep their summaries; the chain of optimized runs goes on from the kept base, and
+    a sweep of a pruned mark is refused."""
+    keep, _ = history(local_gc)
+    ns = Namespace.of(local_gc.repo.storage_namespace)
+    dry = local_gc.run(dry_run=True)
+    first = local_gc.run(keep_runs=2)
+    notices: list[str] = []
+    garbage = set(local_gc.put_garbage(2))
+
+    second = local_gc.run(
+        mode="optimized",
+        keep_runs=1,
+        events=lambda event: notices.append(str(event.get("message"))),
+    )
+
+    assert second.base_run == first.run_id
+    assert "pruned 2 older runs' data, 0 abandoned run folders, 2 prepare outputs" in notices
+    assert set(local_gc.data_objects()) == keep and not garbage & set(local_gc.data_objects())
+    for run_id in (dry.run_id, first.run_id):
+        pruned = files.read_summary(ns, run_id)
+        assert pruned.pruned_at is not None and pruned.files == {}
+        assert not ns.folder_keys(files.run_prefix(run_id) + files.CANDIDATES)
+        assert not ns.folder_keys(files.run_prefix(run_id) + files.STATE)
+    assert ns.folder_keys(files.run_prefix(second.run_id) + files.STATE)
+    with pytest.raises(InvalidArgument, match="was pruned"):
+        local_gc.run(sweep=dry.run_id)
+    third = local_gc.run(mode="optimized", keep_runs=1)
+    assert third.mode == "optimized" and third.base_run == second.run_id

@@ -29,6 +29,9 @@ SLICE_LIFETIME = timedelta(hours=1)
 """How long a writer keeps a slice current (the engine's default)."""
 CLOCK_SKEW = timedelta(minutes=5)
 ONLY_PARTS = ("uncommitted", "committed")
+KEEP_RUNS = 10
+"""Runs of a repository whose data a run keeps, newest first (`pruning`; the newest base is
+kept besides)."""
 JOB_KV_ENV = "BRANCHWATER_GC_KV_URL"
 """Where launchers (`gc run`, the Airflow GC operators) put the KV URL for `--kv-env`: in the
 job's environment, its password is on no command line."""
@@ -48,6 +51,14 @@ def parse_duration(text: str) -> timedelta:
     return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
 
 
+def check_keep(keep: int) -> int:
+    if keep < 1:
+        raise InvalidArgument(
+            f"keep at least the newest GC run's data (--keep-runs 1 or more), not {keep}"
+        )
+    return keep
+
+
 def duration_argument(text: str) -> timedelta:
     """`parse_duration` as an argparse type: its message, not argparse's own, names the
     value that is wrong."""
@@ -61,14 +72,15 @@ def duration_argument(text: str) -> timedelta:
 class JobConfig:
     """One GC job: which lake and repository, and how to run.
 
-    `min_age` None takes the lake's default (never shorter than a link token's life); a
-    shorter one is an override the summary flags. `late_writes` None is the token expiry plus
-    a slice's lifetime and a clock-skew margin. `partitions` None is twice Spark's default
-    parallelism. `candidates_per_file` sizes the mark's files: a sweep task's unit of work
-    and of resumption. An optimized run reading at most `driver_rows` addresses and listing
-    at most `DRIVER_SLICES` slices marks on the driver (0: never). `holder` names this run in
-    the repository's GC run lease (None: who and where, and the Airflow task when run from
-    one); `lock_ttl` None is the engine's lease.
+        `min_age` None takes the lake's default (never shorter than a link token's life); a
+        shorter one is an override the summary flags. `late_writes` None is the token expiry plus
+        a slice's lifetime and a clock-skew margin. `partitions` None is twice Spark's default
+        parallelism. `candidates_per_file` sizes the mark's files: a sweep task's unit of work
+        and of resumption. An optimized run reading at most `driver_rows` addresses and listing
+        at most `DRIVER_SLICES` slices marks on the driver (0: never). `keep_runs` is how many of
+    the newest runs keep their data when the run prunes older ones. `holder` names this run in
+        the repository's GC run lease (None: who and where, and the Airflow task when run from
+        one); `lock_ttl` None is the engine's lease.
     """
 
     kv_url: str
@@ -86,6 +98,7 @@ class JobConfig:
     s3_options: Mapping[str, str] = field(default_factory=dict)
     holder: str | None = None
     lock_ttl: timedelta | None = None
+    keep_runs: int = KEEP_RUNS
     only: str | None = None
     """`uncommitted` or `committed`: one part of the run; None: both when the repository
     has retention rules, else the uncommitted part."""
@@ -107,16 +120,17 @@ class JobConfig:
             raise InvalidArgument("--sweep deletes a saved mark; it takes no prepare run")
         if self.sweep is not None and self.dry_run:
             raise InvalidArgument("--sweep deletes a saved mark; it cannot be a dry run")
+        check_keep(self.keep_runs)
         if self.lock_ttl is not None and self.lock_ttl <= timedelta(0):
             raise InvalidArgument("the GC run lease must last a positive time")
 
     def lease_holder(self) -> str:
         """What another run is told holds the repository: this run, who started it, where."""
         what = f"sweep of {self.sweep}" if self.sweep else f"{self.mode} run"
-        return f"{what} by {self.holder or _who()}"
+        return f"{what} by {self.holder or who()}"
 
 
-def _who() -> str:
+def who() -> str:
     try:
         user = getpass.getuser()
     except (KeyError, OSError):

@@ -129,6 +129,9 @@ class RunSummary:
     """The committed part: rules, commit counts, expired candidates by branch and month
     (empty when the run had none)."""
     swept_at: str | None = None
+    pruned_at: str | None = None
+    """When a later run removed this run's data sets (`pruning`): it is never swept nor a
+    base after that, and its summary, report and gate results are all that is left."""
     error: str | None = None
     summary_uri: str = ""
     report_uri: str = ""
@@ -185,7 +188,7 @@ def read_summary(ns: Namespace, run_id: str) -> RunSummary:
     """The summary of a run whose mark finished; `NotFound` otherwise."""
     if not RUN_ID.match(run_id):
         raise NotFound(f"{run_id!r} is not a GC run id (such as 18f2a9c3b7d1-a1b2c3)")
-    summary = _saved_summary(ns, run_id)
+    summary = saved_summary(ns, run_id)
     if summary is None:
         raise NotFound(
             f"GC run {run_id!r} has no summary in {ns.url}: it does not exist or its mark "
@@ -194,7 +197,7 @@ def read_summary(ns: Namespace, run_id: str) -> RunSummary:
     return summary
 
 
-def _saved_summary(ns: Namespace, run_id: str) -> RunSummary | None:
+def saved_summary(ns: Namespace, run_id: str) -> RunSummary | None:
     """A run's summary, None when it has none; `CorruptedData` when it is not one."""
     key = run_prefix(run_id) + SUMMARY
     try:
@@ -217,7 +220,7 @@ def run_ids(ns: Namespace) -> list[str]:
 def summaries(ns: Namespace) -> Iterator[RunSummary]:
     """Summaries of the runs whose mark finished, newest first."""
     for run_id in run_ids(ns):
-        summary = _saved_summary(ns, run_id)
+        summary = saved_summary(ns, run_id)
         if summary is not None:
             yield summary
 
@@ -232,7 +235,7 @@ def latest_base(ns: Namespace, repository_id: str) -> RunSummary | None:
             and summary.gate_success
             and summary.considered_through is not None
         ):
-            return summary
+            return None if summary.pruned_at else summary
     return None
 
 
@@ -244,6 +247,11 @@ def nothing_to_delete(summary: RunSummary) -> bool:
 
 def check_sweepable(summary: RunSummary) -> None:
     """Refuse a mark that did not finish, or whose gate failed."""
+    if summary.pruned_at is not None:
+        raise InvalidArgument(
+            f"GC run {summary.run_id} was pruned at {summary.pruned_at}, when newer runs "
+            "replaced it: its mark is gone, so run GC again"
+        )
     if summary.status not in (MARKED, SWEPT, GATE_FAILED):
         raise InvalidArgument(
             f"GC run {summary.run_id} did not finish marking ({summary.status}); it cannot be swept"

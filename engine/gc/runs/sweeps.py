@@ -20,6 +20,7 @@ from branchwater.engine.gc.runlock import GCRunLease
 from branchwater.engine.gc.runs import files, report, statuses
 from branchwater.engine.gc.runs.config import JobConfig
 from branchwater.engine.gc.runs.events import Events
+from branchwater.engine.gc.runs.pruning import prune_quietly
 from branchwater.engine.gc.runs.retention import rearm_before_sweep, record_swept
 from branchwater.engine.gc.runs.storage import Namespace, missing_ok_json
 from branchwater.engine.graveler.graveler import Graveler
@@ -138,5 +139,13 @@ def sweep_without_spark(
             return [], []
 
         summary = sweep_mark(repo, ns, summary, lease, delete_nothing, {"sweep": 0.0}, emit)
+        prune_quietly(
+            ns,
+            repo.record.unique_id,
+            config.keep_runs,
+            datetime.now(timezone.utc),
+            lease.check,
+            emit,
+        )
     emit({"event": "summary", "summary": summary.to_json()})
     return summary
