@@ -128,7 +128,7 @@ def test_a_pruned_run_is_never_swept_nor_a_base(ns: Namespace) -> None:
     prune_runs(ns, REPO_ID, 1, NOW)
 
     assert pruned_to_summary(ns, marked) and whole(ns, newest)
-    with pytest.raises(InvalidArgument, match="was pruned at .*run GC again"):
+    with pytest.raises(InvalidArgument, match=r"was pruned at .*run GC again"):
         files.check_sweepable(files.read_summary(ns, marked))
     summary = files.read_summary(ns, newest)
     summary.pruned_at = NOW.isoformat()
