@@ -1,12 +1,17 @@
-"""`cp` and `gc prepare` from the command line."""
+"""`cp`, `gc prepare` and `gc prune-runs` from the command line."""
 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from branchwater.engine import Lake
+from branchwater.engine.gc.runs import files, statuses
+from branchwater.engine.gc.runs.storage import Namespace
 from tests.helpers.cli import Bw, CliLake, assert_user_error, local_file, make_repo, ok
+from tests.helpers.gc import saved_run
 
 
 def test_cp_copies_within_a_branch(bw: Bw, lake: CliLake) -> None:
@@ -59,3 +64,24 @@ def test_gc_run_refuses_a_bad_setting_before_submitting_the_job(
 ) -> None:
     make_repo(bw, lake)
     assert_user_error(bw("gc", "run", "sales", option, value), 1, f"argument {option}", fragment)
+
+
+def test_gc_prune_runs_keeps_the_newest_runs_whole(bw: Bw, lake: CliLake) -> None:
+    make_repo(bw, lake)
+    with Lake.connect(lake.kv) as opened:
+        repository_id = opened.repository("sales").record.unique_id
+    ns = Namespace.of(f"{lake.namespace}/sales")
+    now = datetime.now(UTC)
+    old, newer, newest = (
+        saved_run(ns, now - timedelta(hours=hours), repository_id, statuses.SWEPT)
+        for hours in (3, 2, 1)
+    )
+
+    out = ok(bw("gc", "prune-runs", "sales", "--keep-runs", "2")).out
+    again = json.loads(ok(bw("gc", "prune-runs", "sales", "--keep-runs", "2", "--json")).out)
+
+    assert "pruned 1 older runs' data, 0 abandoned run folders, 1 prepare outputs" in out
+    assert files.read_summary(ns, old).pruned_at is not None
+    assert all(files.read_summary(ns, r).pruned_at is None for r in (newer, newest))
+    assert again == {"runs": [], "abandoned": [], "prepared": []}
+    assert_user_error(bw("gc", "prune-runs", "sales", "--keep-runs", "0"), 1, "positive integer")

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from branchwater.engine import GCRunLocked, InvalidArgument
 from branchwater.engine.gc.addresses import newest_first_id
-from branchwater.engine.gc.prepare import MANIFEST, RETENTION_PREFIX
+from branchwater.engine.gc.prepare import RETENTION_PREFIX
 from branchwater.engine.gc.runs import files, statuses
 from branchwater.engine.gc.runs.pruning import (
     ABANDONED_AFTER,
@@ -19,7 +20,7 @@ from branchwater.engine.gc.runs.pruning import (
     prune_runs,
 )
 from branchwater.engine.gc.runs.storage import Namespace
-from tests.helpers.gc import run_summary
+from tests.helpers.gc import save_prepared, saved_run
 
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
 REPO_ID = "0123456789abcdef"
@@ -30,39 +31,8 @@ def ns(tmp_path: Path) -> Namespace:
     return Namespace.of(f"file://{tmp_path}/namespace")
 
 
-def save_run(
-    ns: Namespace,
-    hours_ago: float,
-    status: str = statuses.SWEPT,
-    repository_id: str = REPO_ID,
-    prepared: bool = True,
-) -> str:
-    """A run as the job leaves it: summary, report, its data sets and its prepare output."""
-    run_id = newest_first_id(NOW - timedelta(hours=hours_ago))
-    prefix = files.run_prefix(run_id)
-    data = {name: [f"{prefix}{name}/part-00000.parquet"] for name in PRUNED_SETS}
-    for keys in data.values():
-        ns.store.put(keys[0], b"rows")
-    summary = run_summary(
-        run_id=run_id,
-        repository_id=repository_id,
-        status=status,
-        gate_success=status != statuses.GATE_FAILED,
-        considered_through=NOW.isoformat(),
-        files={files.CANDIDATES: data[files.CANDIDATES], files.DELETED: data[files.DELETED]},
-    )
-    files.write_summary(ns, summary)
-    ns.store.put(prefix + files.REPORT, b"<html></html>")
-    if prepared:
-        save_prepared(ns, run_id)
-    return run_id
-
-
-def save_prepared(ns: Namespace, run_id: str, finished: bool = True) -> None:
-    prefix = f"{RETENTION_PREFIX}{run_id}/"
-    ns.store.put(prefix + "part-00000.parquet", b"rows")
-    if finished:
-        ns.store.put(prefix + MANIFEST, b"{}")
+def save_run(ns: Namespace, hours_ago: float, status: str = statuses.SWEPT, **fields: Any) -> str:
+    return saved_run(ns, NOW - timedelta(hours=hours_ago), REPO_ID, status, **fields)
 
 
 def prepared_at(hours_ago: float) -> str:
@@ -160,7 +130,7 @@ def test_run_folders_without_a_summary_go_once_abandoned(ns: Namespace) -> None:
 
 
 def test_another_repositorys_runs_are_left_alone(ns: Namespace) -> None:
-    theirs = save_run(ns, 30, repository_id="fedcba9876543210")
+    theirs = save_run(ns, 30, repository_id_of_run="fedcba9876543210")
     save_run(ns, 20)
     save_run(ns, 10)
 

@@ -11,10 +11,14 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from branchwater.engine.api import Branch, Lake, Repository
+from branchwater.engine.gc.addresses import newest_first_id
 from branchwater.engine.gc.context import GCContext
-from branchwater.engine.gc.prepare import PreparedRun, read_run
+from branchwater.engine.gc.prepare import MANIFEST, RETENTION_PREFIX, PreparedRun, read_run
+from branchwater.engine.gc.runs import files, statuses
 from branchwater.engine.gc.runs.config import CLEAN
 from branchwater.engine.gc.runs.files import RunSummary
+from branchwater.engine.gc.runs.pruning import PRUNED_SETS
+from branchwater.engine.gc.runs.storage import Namespace
 from branchwater.engine.gc.settings import GCSettings
 from branchwater.engine.objects import ObjectInfo, ObjectStore
 
@@ -54,6 +58,44 @@ def run_summary(**fields: Any) -> RunSummary:
         "default_min_age_seconds": 0.0,
     }
     return RunSummary(**{**defaults, **fields})
+
+
+def saved_run(
+    ns: Namespace,
+    started: datetime,
+    repository_id: str,
+    status: str,
+    repository_id_of_run: str | None = None,
+    prepared: bool = True,
+) -> str:
+    """A run as the GC job leaves it: summary, report, its data sets and (`prepared`) its
+    prepare output; `repository_id_of_run` gives it to another repository."""
+    run_id = newest_first_id(started)
+    prefix = files.run_prefix(run_id)
+    data = {name: [f"{prefix}{name}/part-00000.parquet"] for name in PRUNED_SETS}
+    for keys in data.values():
+        ns.store.put(keys[0], b"rows")
+    summary = run_summary(
+        run_id=run_id,
+        repository_id=repository_id_of_run or repository_id,
+        status=status,
+        gate_success=status != statuses.GATE_FAILED,
+        considered_through=started.isoformat(),
+        files={name: data[name] for name in (files.CANDIDATES, files.DELETED)},
+    )
+    files.write_summary(ns, summary)
+    ns.store.put(prefix + files.REPORT, b"<html></html>")
+    if prepared:
+        save_prepared(ns, run_id)
+    return run_id
+
+
+def save_prepared(ns: Namespace, run_id: str, finished: bool = True) -> None:
+    """A prepare run's output; `finished` writes its manifest."""
+    prefix = f"{RETENTION_PREFIX}{run_id}/"
+    ns.store.put(prefix + "part-00000.parquet", b"rows")
+    if finished:
+        ns.store.put(prefix + MANIFEST, b"{}")
 
 
 def upload_to(branch: Branch, address: str, data: bytes) -> None:

@@ -13,7 +13,9 @@ import pytest
 from airflow.sdk import DAG, TaskGroup
 
 from branchwater.engine import MergeRaceLost, MergeResult, Repository, failpoints
+from branchwater.engine.gc.runs import files
 from branchwater.engine.gc.runs.config import JobConfig
+from branchwater.engine.gc.runs.storage import Namespace
 from branchwater.plugin.operators import (
     BranchwaterCommitOperator,
     BranchwaterCompactOperator,
@@ -533,11 +535,18 @@ def test_a_sweep_of_a_mark_with_no_candidates_starts_no_spark_application(
     spark: SparkSession,
     capfd: pytest.CaptureFixture[str],
 ) -> None:
+    """It prunes older runs' data as a sweep on Spark does, keeping `keep_runs` (templated)."""
     config = JobConfig(lake_conn.kv_url, repo.name, dry_run=True, min_age=timedelta(0))
+    older = GCJob(spark, config).run()
     mark = GCJob(spark, config).run()
     assert mark.volume("candidates").objects == 0
-    with DAG("bw_gc_sweep_nothing", schedule=None) as dag:
-        BranchwaterGCSweepOperator(task_id="sweep", repository=repo.name, run_id=mark.run_id)
+    with DAG("bw_gc_sweep_nothing", schedule=None, params={"keep": "1"}) as dag:
+        BranchwaterGCSweepOperator(
+            task_id="sweep",
+            repository=repo.name,
+            run_id=mark.run_id,
+            keep_runs="{{ params.keep }}",
+        )
 
     result = run_dag(dag)
 
@@ -547,6 +556,9 @@ def test_a_sweep_of_a_mark_with_no_candidates_starts_no_spark_application(
     output = capfd.readouterr().out
     assert f"GC run {mark.run_id} marked no candidates: sweeping it without Spark" in output
     assert "Spark-Submit cmd" not in output
+    ns = Namespace.of(repo.storage_namespace)
+    assert files.read_summary(ns, older.run_id).pruned_at is not None
+    assert files.read_summary(ns, mark.run_id).pruned_at is None
 
 
 @dataclass
