@@ -14,6 +14,7 @@ from branchwater.engine import GateFailed, InvalidArgument, NotFound
 from branchwater.engine.gc.addresses import AddressAllocator
 from branchwater.engine.gc.runs import files, statuses
 from branchwater.engine.gc.runs.config import JobConfig
+from branchwater.engine.gc.runs.explain import explain
 from branchwater.engine.gc.runs.storage import Namespace
 from branchwater.engine.gc.runs.sweeps import sweep_without_spark
 from branchwater.spark_jobs.gc.committed import read_committed
@@ -298,7 +299,7 @@ def test_an_address_committed_and_uncommitted_at_the_base_run_survives_an_optimi
 def test_each_run_prunes_the_data_of_runs_older_than_the_newest_kept(local_gc: GCLake) -> None:
     """Runs keep their summaries; the chain of optimized runs goes on from the kept base, and
     a sweep of a pruned mark is refused."""
-    keep, _ = history(local_gc)
+    keep, collected = history(local_gc)
     ns = Namespace.of(local_gc.repo.storage_namespace)
     dry = local_gc.run(dry_run=True)
     first = local_gc.run(keep_runs=2)
@@ -322,5 +323,8 @@ def test_each_run_prunes_the_data_of_runs_older_than_the_newest_kept(local_gc: G
     assert ns.folder_keys(files.run_prefix(second.run_id) + files.STATE)
     with pytest.raises(InvalidArgument, match="was pruned"):
         local_gc.run(sweep=dry.run_id)
+    answer = explain(local_gc.repo, sorted(collected)[0], min_age=timedelta(0))
+    assert answer.verdict == "no object at this address"
+    assert f"({dry.run_id} to {first.run_id}) whose records were pruned" in str(answer.reasons)
     third = local_gc.run(mode="optimized", keep_runs=1)
     assert third.mode == "optimized" and third.base_run == second.run_id

@@ -286,6 +286,12 @@ def _kept(
     if not answer.exists:
         answer.verdict = "no object at this address"
         answer.reasons.append("nothing to collect: it was never written, or removed by hand")
+        pruned = [summary for summary in summaries if summary.pruned_at]
+        if pruned:
+            answer.reasons.append(
+                f"or deleted by one of {len(pruned)} older GC runs ({pruned[-1].run_id} to "
+                f"{pruned[0].run_id}) whose records were pruned"
+            )
         _dangling(answer)
         return
     if commits:
