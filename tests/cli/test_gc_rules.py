@@ -77,7 +77,7 @@ def test_an_unknown_repository_is_a_user_error(bw: Bw) -> None:
     assert_user_error(bw("gc", "rules", "get", "nosuch"), 1, "nosuch")
 
 
-def test_gc_run_passes_only_to_the_job() -> None:
+def test_gc_run_passes_only_and_keep_runs_to_the_job() -> None:
     import argparse
 
     from branchwater.engine.cli.gc import submit_command
@@ -93,6 +93,8 @@ def test_gc_run_passes_only_to_the_job() -> None:
         max_share=None,
         lock_ttl=None,
         only="committed",
+        keep_runs=3,
     )
     command = submit_command(args)
     assert command[command.index("--only") + 1] == "committed"
+    assert command[command.index("--keep-runs") + 1] == "3"
