@@ -79,17 +79,21 @@ def test_runs_older_than_the_newest_kept_keep_only_their_summary_and_report(
     assert prune_runs(ns, REPO_ID, 2, NOW) == Pruned()
 
 
-def test_the_newest_base_is_kept_whatever_its_age(ns: Namespace) -> None:
-    older = save_run(ns, 50)
-    base = save_run(ns, 40)
+def test_the_newest_base_and_the_marks_a_sweep_may_still_come_for_are_kept(
+    ns: Namespace,
+) -> None:
+    older = save_run(ns, 400)
+    superseded_mark = save_run(ns, 350, statuses.MARKED)
+    base = save_run(ns, 300)
+    abandoned_mark = save_run(ns, 250, statuses.MARKED)
     failed = save_run(ns, 30, statuses.GATE_FAILED)
-    dry = save_run(ns, 20, statuses.MARKED)
+    awaiting_sweep = save_run(ns, 20, statuses.MARKED)
     newest = save_run(ns, 10, statuses.MARKED)
 
     pruned = prune_runs(ns, REPO_ID, 1, NOW)
 
-    assert pruned.runs == (dry, failed, older)
-    assert whole(ns, newest) and whole(ns, base)
+    assert pruned.runs == (failed, abandoned_mark, superseded_mark, older)
+    assert whole(ns, newest) and whole(ns, awaiting_sweep) and whole(ns, base)
     assert files.latest_base(ns, REPO_ID).run_id == base  # type: ignore[union-attr]
 
 

@@ -4,9 +4,10 @@ Every run writes data sets of the lake's size: its candidates, what it deleted, 
 next optimized run starts from, the prepare output it began with. Once newer runs exist only
 the newest of them are of use: the newest base (`files.latest_base`) to the next optimized
 run, the others to `gc explain` and to a person reading the report. So a run keeps the data of
-the newest `keep` runs of its repository and of the newest base; of an older run it keeps its
-summary, report and gate results (the run history stays whole), marks the summary `pruned_at`
-and removes the rest. A pruned run is never swept and never a base (`files.check_sweepable`,
+the newest `keep` runs of its repository, of the newest base, and of the marks newer than that
+base that a sweep may still come for (under a week old); of an older run it keeps its summary,
+report and gate results (the run history stays whole), marks the summary `pruned_at` and
+removes the rest. A pruned run is never swept and never a base (`files.check_sweepable`,
 `files.latest_base`).
 
 - **Order.** The data goes first, the summary is marked after: a prune killed in between
@@ -31,7 +32,7 @@ from datetime import datetime, timedelta
 from branchwater.engine.errors import BranchwaterError
 from branchwater.engine.gc.addresses import newest_first_time
 from branchwater.engine.gc.prepare import MANIFEST, RETENTION_PREFIX
-from branchwater.engine.gc.runs import files
+from branchwater.engine.gc.runs import files, statuses
 from branchwater.engine.gc.runs.config import check_keep
 from branchwater.engine.gc.runs.events import Events
 from branchwater.engine.gc.runs.storage import Namespace
@@ -91,7 +92,7 @@ def prune_runs(
         if summary.repository_id != repository_id:
             foreign.append(run_id)
             continue
-        if len(kept) < keep or (base is not None and run_id == base.run_id):
+        if len(kept) < keep or _needed(summary, base, now):
             kept.append(run_id)
             continue
         if summary.pruned_at is None:
@@ -102,6 +103,18 @@ def prune_runs(
     oldest_kept = kept[-1] if kept else None
     prepared += _prune_prepared(ns, {*kept, *foreign}, oldest_kept, now, before_each)
     return Pruned(tuple(pruned), tuple(abandoned), tuple(prepared))
+
+
+def _needed(summary: files.RunSummary, base: files.RunSummary | None, now: datetime) -> bool:
+    """The newest base, or a mark newer than it that a sweep may still come for (another DAG
+    run's, waiting for its gate) unless it is abandoned."""
+    if base is not None and summary.run_id == base.run_id:
+        return True
+    return (
+        summary.status == statuses.MARKED
+        and (base is None or summary.run_id < base.run_id)
+        and now - newest_first_time(summary.run_id) <= ABANDONED_AFTER
+    )
 
 
 def _prune(ns: Namespace, summary: files.RunSummary, now: datetime) -> bool:
