@@ -36,6 +36,7 @@ from typing import Any
 from airflow.sdk import DAG, Param, task, task_group
 
 from branchwater.engine import REPOSITORY_NAME_PATTERN
+from branchwater.engine.gc.runs.config import KEEP_RUNS
 from branchwater.plugin.hooks import BranchwaterHook
 from branchwater.plugin.operators import (
     BranchwaterGCGateOperator,
@@ -75,6 +76,13 @@ PARAMS = {
         "objects old enough to be considered",
     ),
     "dry_run": Param(False, type="boolean", description="Mark and gate only: the sweep is skipped"),
+    "keep_runs": Param(
+        KEEP_RUNS,
+        type="integer",
+        minimum=1,
+        description="The newest GC runs of a repository whose data a run keeps; older runs "
+        "keep only their summary and report",
+    ),
     "only": Param(
         "",
         type="string",
@@ -118,6 +126,7 @@ def gc_dag(dag_id: str, mode: str, schedule: str, doc: str) -> DAG:
                 mode=mode,
                 min_age="{{ params.min_age }}",
                 max_share="{{ params.max_share }}",
+                keep_runs="{{ params.keep_runs }}",
                 only="{{ params.only }}",
                 retention_rules="{{ params.branchwater_gc_retention | tojson }}",
                 name=f"{dag_id}-mark",
@@ -129,6 +138,7 @@ def gc_dag(dag_id: str, mode: str, schedule: str, doc: str) -> DAG:
                 repository=repository,
                 run_id=RUN_ID,
                 skip_sweep="{{ params.dry_run }}",
+                keep_runs="{{ params.keep_runs }}",
                 name=f"{dag_id}-sweep",
                 max_active_tis_per_dagrun=SPARK_JOBS_AT_ONCE,
             )

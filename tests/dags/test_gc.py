@@ -100,6 +100,7 @@ def test_a_failed_gate_stops_its_repository_before_the_sweep_and_no_other(
         "min_age": "0s",
         "max_share": 0.4,
         "dry_run": True,
+        "keep_runs": 3,
     }
 
     result = run_dag(gc_dag("branchwater_gc_clean"), conf)
@@ -119,6 +120,7 @@ def test_a_failed_gate_stops_its_repository_before_the_sweep_and_no_other(
         "observed observed_value=4. Report: file://" in output
     )
     assert result.rendered[gc_task("mark", 0)]["max_share"] == "0.4"
+    assert result.rendered[gc_task("mark", 0)]["keep_runs"] == "3"
 
     assert_tasks(result, 1, sweep="skipped")
     assert result.value(gc_task("report", 1))["candidates"] == 2
@@ -127,6 +129,7 @@ def test_a_failed_gate_stops_its_repository_before_the_sweep_and_no_other(
     assert "Spark-Submit cmd: spark-submit --master local[*]" in output
     assert f"--name branchwater_gc_clean-mark-{little_garbage.repo.name}" in output
     assert "--kv-env BRANCHWATER_GC_KV_URL" in output
+    assert "--keep-runs 3" in output
     assert PASSWORD not in output
     assert PASSWORD not in repr(result.rendered)
     assert PASSWORD not in repr(result.xcoms)
