@@ -296,17 +296,21 @@ def test_an_address_committed_and_uncommitted_at_the_base_run_survives_an_optimi
     assert main.read("t/a") == b"a"
 
 
-def test_each_run_prunes_the_data_of_runs_older_than_the_newest_kept(local_gc: GCLake) -> None:
+@pytest.mark.parametrize("where", ["local", pytest.param("s3", marks=pytest.mark.s3)])
+def test_each_run_prunes_the_data_of_runs_older_than_the_newest_kept(
+    where: str, request: pytest.FixtureRequest
+) -> None:
     """Runs keep their summaries; the chain of optimized runs goes on from the kept base, and
     a sweep of a pruned mark is refused."""
-    keep, collected = history(local_gc)
-    ns = Namespace.of(local_gc.repo.storage_namespace)
-    dry = local_gc.run(dry_run=True)
-    first = local_gc.run(keep_runs=2)
+    gc: GCLake = request.getfixturevalue(f"{where}_gc")
+    keep, collected = history(gc)
+    ns = Namespace.of(gc.repo.storage_namespace, gc.s3_options)
+    dry = gc.run(dry_run=True)
+    first = gc.run(keep_runs=2)
     notices: list[str] = []
-    garbage = set(local_gc.put_garbage(2))
+    garbage = set(gc.put_garbage(2))
 
-    second = local_gc.run(
+    second = gc.run(
         mode="optimized",
         keep_runs=1,
         events=lambda event: notices.append(str(event.get("message"))),
@@ -314,7 +318,7 @@ def test_each_run_prunes_the_data_of_runs_older_than_the_newest_kept(local_gc: G
 
     assert second.base_run == first.run_id
     assert "pruned 2 older runs' data, 0 abandoned run folders, 2 prepare outputs" in notices
-    assert set(local_gc.data_objects()) == keep and not garbage & set(local_gc.data_objects())
+    assert set(gc.data_objects()) == keep and not garbage & set(gc.data_objects())
     for run_id in (dry.run_id, first.run_id):
         pruned = files.read_summary(ns, run_id)
         assert pruned.pruned_at is not None and pruned.files == {}
@@ -322,9 +326,9 @@ def test_each_run_prunes_the_data_of_runs_older_than_the_newest_kept(local_gc: G
         assert not ns.folder_keys(files.run_prefix(run_id) + files.STATE)
     assert ns.folder_keys(files.run_prefix(second.run_id) + files.STATE)
     with pytest.raises(InvalidArgument, match="was pruned"):
-        local_gc.run(sweep=dry.run_id)
-    answer = explain(local_gc.repo, sorted(collected)[0], min_age=timedelta(0))
+        gc.run(sweep=dry.run_id)
+    answer = explain(gc.repo, sorted(collected)[0], min_age=timedelta(0), s3_options=gc.s3_options)
     assert answer.verdict == "no object at this address"
     assert f"({dry.run_id} to {first.run_id}) whose records were pruned" in str(answer.reasons)
-    third = local_gc.run(mode="optimized", keep_runs=1)
+    third = gc.run(mode="optimized", keep_runs=1)
     assert third.mode == "optimized" and third.base_run == second.run_id
