@@ -21,6 +21,7 @@ ENGINE = "branchwater.engine"
 
 LAYERS: dict[str, int] = {
     "allocator": 0,
+    "background": 0,
     "errors": 0,
     "failpoints": 0,
     "units": 0,

@@ -10,8 +10,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 
+from branchwater.engine.background import Background
 from branchwater.engine.errors import BranchwaterError
 
 log = logging.getLogger(__name__)
@@ -26,8 +26,7 @@ class Housekeeper:
         self.interval = interval
         self._last: dict[str, float] = {}
         self._lock = threading.Lock()
-        self._executor: ThreadPoolExecutor | None = None
-        self._pending: list[Future[None]] = []
+        self._background = Background(1, "bw-housekeeping")
 
     def maybe_run(self, name: str, job: Callable[[], object]) -> None:
         now = time.monotonic()
@@ -36,26 +35,15 @@ class Housekeeper:
             if last is not None and now - last < self.interval:
                 return
             self._last[name] = now
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(
-                    max_workers=1, thread_name_prefix="bw-housekeeping"
-                )
-            self._pending = [f for f in self._pending if not f.done()]
-            self._pending.append(self._executor.submit(_quietly, name, job))
+        self._background.submit(_quietly, name, job)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait for the sweeps under way; False if some still run after `timeout` seconds."""
-        with self._lock:
-            pending = list(self._pending)
-        _, running = wait(pending, timeout)
+        _, running = self._background.wait(timeout)
         return not running
 
     def close(self) -> None:
-        self.wait()
-        with self._lock:
-            executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=True)
+        self._background.shutdown()
 
 
 def _quietly(name: str, job: Callable[[], object]) -> None:

@@ -13,10 +13,10 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from branchwater.engine.background import Background
 from branchwater.engine.errors import BranchwaterError, NotFound, PredicateFailed
 from branchwater.engine.graveler.committed import CommittedStore, RangeCache, RangePolicy
 from branchwater.engine.graveler.metrics import CompactionMetrics
@@ -122,8 +122,7 @@ class Graveler:
         self._objects: dict[str, ObjectStore] = {}
         self._committed: dict[str, CommittedStore] = {}
         self._lock = threading.Lock()
-        self._background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bw-drop")
-        self._pending: list[Future[None]] = []
+        self._background = Background(1, "bw-drop")
 
     def objects(self, namespace: str) -> ObjectStore:
         with self._lock:
@@ -268,9 +267,7 @@ class Graveler:
     def drop_listed_later(self, mark: str, partitions: list[bytes]) -> None:
         """Delete in the background partitions already listed under `mark`, for a caller that
         had to list them before another step (a repository delete, before its record goes)."""
-        with self._lock:
-            self._pending = [f for f in self._pending if not f.done()]
-            self._pending.append(self._background.submit(self._drop_quietly, mark, partitions))
+        self._background.submit(self._drop_quietly, mark, partitions)
 
     def _drop_quietly(self, mark: str, partitions: list[bytes]) -> None:
         """Drop, then finish any drop a dead process left behind: with no server, the
@@ -308,18 +305,14 @@ class Graveler:
 
     def wait_for_background(self, timeout: float | None = None) -> bool:
         """Wait for the background drops; False if some still run after `timeout` seconds."""
-        with self._lock:
-            pending = list(self._pending)
-        finished, running = wait(pending, timeout)
-        with self._lock:
-            self._pending = [f for f in self._pending if f not in finished]
+        finished, running = self._background.wait(timeout)
         for future in finished:
             future.result()
         return not running
 
     def close(self) -> None:
         self.wait_for_background()
-        self._background.shutdown(wait=True)
+        self._background.shutdown()
         for committed in self._committed.values():
             committed.close()
         for store in self._objects.values():

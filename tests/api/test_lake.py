@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import multiprocessing as mp
 import re
 import threading
 import time
@@ -573,3 +574,34 @@ def test_reporting_counts_in_batches_and_ends_with_the_total() -> None:
     seen.clear()
     assert list(reporting([], seen.append, 3)) == []
     assert seen == []
+
+
+def _commit_in_child(lake: Lake, answer: mp.Queue) -> None:
+    main = lake.repository("sales").branch("main")
+    main.upload("child.csv", b"2")
+    answer.put(main.commit("from the child").id)
+    lake.close()
+    answer.put("closed")
+
+
+def test_a_lake_used_before_a_fork_commits_and_closes_in_the_child(tmp_path: Path) -> None:
+    """The child has none of its parent's threads: it stores ranges and drops committed tokens
+    on threads of its own, and waits for none of its parent's work."""
+    with Lake.connect(f"sqlite:///{tmp_path}/lake.db") as lake:
+        main = lake.create_repository("sales", f"file://{tmp_path}/sales").branch("main")
+        main.upload("parent.csv", b"1")
+        main.commit("from the parent")
+        context = mp.get_context("fork")
+        answer = context.Queue()
+        child = context.Process(target=_commit_in_child, args=(lake, answer))
+        child.start()
+        try:
+            commit_id = answer.get(timeout=60)
+            assert answer.get(timeout=60) == "closed"
+        finally:
+            child.join(60)
+            if child.is_alive():
+                child.kill()
+        assert child.exitcode == 0
+        assert main.head().id == commit_id
+        assert [entry.path for entry in main.list()] == ["child.csv", "parent.csv"]

@@ -11,11 +11,11 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Generic, TypeVar
 
 import pyarrow as pa
 
+from branchwater.engine.background import Background
 from branchwater.engine.errors import CorruptedData, InvalidArgument, NotFound
 from branchwater.engine.graveler.committed.format import (
     EMPTY_METARANGE_ID,
@@ -112,24 +112,14 @@ class RangeStorage:
         self.disk_cache = disk_cache
         self._ranges: _LRU[str, pa.Table] = _LRU(cache_size, _nbytes, RANGES_IN_MEMORY_BYTES)
         self._metaranges: _LRU[str, tuple[RangeInfo, ...]] = _LRU(cache_size)
-        self._executor: ThreadPoolExecutor | None = None
-        self._starting = threading.Lock()
-
-    def background(self) -> ThreadPoolExecutor:
-        """The threads ranges are stored on: started on first use and kept until `close`, as
-        starting and joining them for every writer cost a commit about a millisecond."""
-        with self._starting:
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(STORE_THREADS, thread_name_prefix="range-store")
-            return self._executor
+        self.storing = Background(STORE_THREADS, "range-store")
+        """The threads ranges are stored on, kept until `close`: started and joined for every
+        writer they cost a commit about a millisecond."""
 
     def close(self) -> None:
         """Stop the storing threads once their ranges are stored; a later write starts them
         again."""
-        with self._starting:
-            executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown()
+        self.storing.shutdown()
 
     def put_range(self, table: pa.Table) -> tuple[str, bool]:
         """Store a range unless its id is stored already; return (id, whether written).

@@ -215,7 +215,7 @@ class _RangeStores:
         """Store the range in the background; its `RangeInfo` once it is stored."""
         while len(self._pending) >= _IN_FLIGHT:
             self._settled(self._pending.popleft())
-        stored = self._storage.background().submit(self._store, table, count, size)
+        stored = self._storage.storing.submit(self._store, table, count, size)
         self._pending.append(stored)
         return stored
 
