@@ -34,6 +34,8 @@ class GCRun:
     min_age_override: bool
     error: str | None
     has_report: bool
+    pruned_at: str | None = None
+    """When a later run removed this run's data (its summary and report stay)."""
 
     @classmethod
     def from_summary(cls, summary: dict[str, Any], has_report: bool) -> GCRun:
@@ -55,6 +57,7 @@ class GCRun:
             min_age_override=bool(summary.get("min_age_override")),
             error=summary.get("error"),
             has_report=has_report,
+            pruned_at=summary.get("pruned_at"),
         )
 
 

@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 
 from branchwater.engine import Lake, open_object_store
 from branchwater.engine.gc.runs import files
+from branchwater.engine.gc.runs.storage import Namespace
 from branchwater.plugin.hooks import BranchwaterHook
 from branchwater.plugin.ui import app as view
 from branchwater.plugin.ui.lake import LakeAccess
@@ -153,6 +154,18 @@ def test_gc_runs_are_listed_with_their_figures_and_reports(
     summary = client.get(page.links["summary.json"])
     assert summary.status_code == 200
     assert summary.json()["counts"]["candidates"] == {"objects": 3, "bytes": 3072}
+
+
+def test_a_pruned_run_is_listed_as_such(view_lake: ViewLake, client: TestClient) -> None:
+    repo, run_id = view_lake.repo, view_lake.gc_run_id
+    ns = Namespace.of(repo.storage_namespace, view_lake.conn.s3_options)
+    summary = files.read_summary(ns, run_id)
+    summary.pruned_at = "2026-12-06T12:00:00+00:00"
+    files.write_summary(ns, summary)
+
+    table = get(client, f"/repositories/{repo.name}/gc").tables["gc-runs"]
+
+    assert "clean (dry run) marked (data pruned) passed" in table
 
 
 def test_a_damaged_summary_is_named_not_a_failed_page(
