@@ -38,6 +38,7 @@ POINTS = frozenset(
         "copy.before_stage",
         "gc.fence.after_claim",
         "gc.mark.before_gate",
+        "gc.prune.before_mark",
         "gc.retention.before_recheck",
         "gc.retention.before_sweep",
         "gc.sweep.after_delete",

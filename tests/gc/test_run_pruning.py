@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from branchwater.engine import GCRunLocked, InvalidArgument
+from branchwater.engine import GCRunLocked, InvalidArgument, failpoints
+from branchwater.engine.failpoints import FailpointHit
 from branchwater.engine.gc.addresses import newest_first_id
 from branchwater.engine.gc.prepare import RETENTION_PREFIX
 from branchwater.engine.gc.runs import files, statuses
@@ -110,12 +111,19 @@ def test_a_pruned_run_is_never_swept_nor_a_base(ns: Namespace) -> None:
     assert files.latest_base(ns, REPO_ID) is None
 
 
-def test_a_prune_killed_between_removing_the_data_and_marking_the_summary_is_finished_next(
+def test_a_prune_stopped_between_removing_the_data_and_marking_the_summary_is_finished_next(
     ns: Namespace,
 ) -> None:
     old, newest = save_run(ns, 20), save_run(ns, 10)
-    for name in PRUNED_SETS:
-        ns.delete_folder(files.run_prefix(old) + name)
+
+    def stop() -> None:
+        raise FailpointHit("gc.prune.before_mark")
+
+    with failpoints.armed("gc.prune.before_mark", stop), pytest.raises(FailpointHit):
+        prune_runs(ns, REPO_ID, 1, NOW)
+    half = files.read_summary(ns, old)
+    assert half.pruned_at is None and half.files
+    assert not any(keys_of(ns, files.run_prefix(old) + name) for name in PRUNED_SETS)
 
     assert prune_runs(ns, REPO_ID, 1, NOW).runs == (old,)
     assert pruned_to_summary(ns, old) and whole(ns, newest)

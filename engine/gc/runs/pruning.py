@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from branchwater.engine import failpoints
 from branchwater.engine.errors import BranchwaterError
 from branchwater.engine.gc.addresses import newest_first_time
 from branchwater.engine.gc.prepare import MANIFEST, RETENTION_PREFIX
@@ -125,6 +126,7 @@ def _prune(ns: Namespace, summary: files.RunSummary, now: datetime) -> bool:
         ns.delete_folder(prefix + name)
     prepare_output = ns.folder_keys(RETENTION_PREFIX + summary.run_id)
     ns.store.delete(prepare_output)
+    failpoints.hit("gc.prune.before_mark")
     summary.files = {}
     summary.pruned_at = now.isoformat()
     files.write_summary(ns, summary)
