@@ -237,13 +237,15 @@ class BranchwaterGCJobOperator(SparkSubmitOperator):
         raise NotImplementedError
 
     def kept_runs(self) -> int:
-        """`keep_runs` as rendered: a template gives text."""
-        try:
-            return check_keep(int(self.keep_runs))
-        except (TypeError, ValueError):
-            raise InvalidArgument(
-                f"keep_runs must be a whole number of runs, not {self.keep_runs!r}"
-            ) from None
+        """`keep_runs` as rendered (a template gives text); a bad one fails the task at once."""
+        with failing_at_once():
+            try:
+                keep = int(self.keep_runs)
+            except (TypeError, ValueError):
+                raise InvalidArgument(
+                    f"keep_runs must be a whole number of runs, not {self.keep_runs!r}"
+                ) from None
+            return check_keep(keep)
 
     def _get_hook(self) -> SparkSubmitHook:
         """`SparkSubmitOperator`'s hook, on `local[*]` without a Spark connection, with the

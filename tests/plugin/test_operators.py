@@ -527,6 +527,39 @@ def test_the_gc_job_refuses_a_master_that_would_show_the_kv_url_on_its_command_l
     assert "Spark-Submit cmd" not in output
 
 
+@pytest.mark.parametrize(
+    ("keep_runs", "message"),
+    [
+        ("{{ params.keep }}", "keep_runs must be a whole number of runs, not 'all'"),
+        (0, "(--keep-runs 1 or more), not 0"),
+    ],
+)
+def test_a_bad_keep_runs_fails_the_gc_job_at_once_before_spark(
+    run_dag: RunDag,
+    lake_conn: LakeConnection,
+    repo: Repository,
+    capfd: pytest.CaptureFixture[str],
+    keep_runs: str | int,
+    message: str,
+) -> None:
+    with DAG("bw_gc_keep_runs", schedule=None, params={"keep": "all"}) as dag:
+        BranchwaterGCMarkOperator(
+            task_id="mark",
+            repository=repo.name,
+            prepare_run="18f2a9c3b7d1-a1b2c3",
+            keep_runs=keep_runs,
+            retries=2,
+        )
+
+    result = run_dag(dag)
+
+    assert result.states == {"mark": "failed"} and result.tries["mark"] == 1
+    captured = capfd.readouterr()
+    output = captured.out + captured.err
+    assert "InvalidArgument: " in output and message in output
+    assert "Spark-Submit cmd" not in output
+
+
 @pytest.mark.spark
 def test_a_sweep_of_a_mark_with_no_candidates_starts_no_spark_application(
     run_dag: RunDag,
