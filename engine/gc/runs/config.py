@@ -72,15 +72,15 @@ def duration_argument(text: str) -> timedelta:
 class JobConfig:
     """One GC job: which lake and repository, and how to run.
 
-        `min_age` None takes the lake's default (never shorter than a link token's life); a
-        shorter one is an override the summary flags. `late_writes` None is the token expiry plus
-        a slice's lifetime and a clock-skew margin. `partitions` None is twice Spark's default
-        parallelism. `candidates_per_file` sizes the mark's files: a sweep task's unit of work
-        and of resumption. An optimized run reading at most `driver_rows` addresses and listing
-        at most `DRIVER_SLICES` slices marks on the driver (0: never). `keep_runs` is how many of
+    `min_age` None takes the lake's default (never shorter than a link token's life); a
+    shorter one is an override the summary flags. `late_writes` None is the token expiry plus
+    a slice's lifetime and a clock-skew margin. `partitions` None is twice Spark's default
+    parallelism. `candidates_per_file` sizes the mark's files: a sweep task's unit of work
+    and of resumption. An optimized run reading at most `driver_rows` addresses and listing
+    at most `DRIVER_SLICES` slices marks on the driver (0: never). `keep_runs` is how many of
     the newest runs keep their data when the run prunes older ones. `holder` names this run in
-        the repository's GC run lease (None: who and where, and the Airflow task when run from
-        one); `lock_ttl` None is the engine's lease.
+    the repository's GC run lease (None: who and where, and the Airflow task when run from
+    one); `lock_ttl` None is the engine's lease.
     """
 
     kv_url: str
