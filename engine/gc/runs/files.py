@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -228,7 +228,13 @@ def summaries(ns: Namespace) -> Iterator[RunSummary]:
 def latest_base(ns: Namespace, repository_id: str) -> RunSummary | None:
     """The newest run an optimized run may start from: its gate passed and its sweep
     finished, so everything it found collectable is gone, in this very repository."""
-    for summary in summaries(ns):
+    return newest_base(summaries(ns), repository_id)
+
+
+def newest_base(newest_first: Iterable[RunSummary], repository_id: str) -> RunSummary | None:
+    """`latest_base` among summaries already read, newest first; None when the newest base
+    was pruned."""
+    for summary in newest_first:
         if (
             summary.repository_id == repository_id
             and summary.status == SWEPT

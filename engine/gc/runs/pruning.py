@@ -76,14 +76,14 @@ def prune_runs(
     base; call under the repository's GC run lease. `before_each` runs before each removal (a
     lease check)."""
     check_keep(keep)
+    saved = [(run_id, files.saved_summary(ns, run_id)) for run_id in files.run_ids(ns)]
+    base = files.newest_base((s for _, s in saved if s is not None), repository_id)
     kept: list[str] = []
-    base = files.latest_base(ns, repository_id)
     pruned: list[str] = []
     abandoned: list[str] = []
     foreign: list[str] = []
     prepared: list[str] = []
-    for run_id in files.run_ids(ns):
-        summary = files.saved_summary(ns, run_id)
+    for run_id, summary in saved:
         if summary is None:
             if now - newest_first_time(run_id) > ABANDONED_AFTER:
                 before_each()
@@ -124,8 +124,7 @@ def _prune(ns: Namespace, summary: files.RunSummary, now: datetime) -> bool:
     prefix = files.run_prefix(summary.run_id)
     for name in PRUNED_SETS:
         ns.delete_folder(prefix + name)
-    prepare_output = ns.folder_keys(RETENTION_PREFIX + summary.run_id)
-    ns.store.delete(prepare_output)
+    prepare_output = ns.delete_folder(RETENTION_PREFIX + summary.run_id)
     failpoints.hit("gc.prune.before_mark")
     summary.files = {}
     summary.pruned_at = now.isoformat()

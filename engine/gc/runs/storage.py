@@ -125,8 +125,11 @@ class Namespace:
         """The keys of every object under `prefix` (a key without its trailing `/`)."""
         return [info.key for info in self.store.list_objects(f"{prefix}/")]
 
-    def delete_folder(self, prefix: str) -> None:
-        self.store.delete(self.folder_keys(prefix))
+    def delete_folder(self, prefix: str) -> list[str]:
+        """Delete every object under `prefix`; return their keys."""
+        keys = self.folder_keys(prefix)
+        self.store.delete(keys)
+        return keys
 
     def put_json(self, key: str, document: Any) -> None:
         self.store.put(key, json.dumps(document, indent=1, sort_keys=True, default=str).encode())
