@@ -18,11 +18,15 @@ written are reused, so a retry costs a read and a `set_if`, not a rebuild. If on
 metarange is left, it is committed as it stands; if nothing is, a concurrent commit took it
 all: `AlreadyRecorded`, unless HEAD is still the one the seal was made on or does not descend
 from it (a reset dropped the tokens): `NoChanges`.
+
+A commit that fails after its seal releases it (`release`), so the next commit need not wait
+for it; one whose process died is waited for up to `commit_wait`, then sealed beside.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -42,7 +46,9 @@ from branchwater.engine.graveler.model import (
     RepositoryRecord,
     check_commit_arguments,
 )
-from branchwater.engine.graveler.staging import new_staging_token, opened_by_compaction
+from branchwater.engine.graveler.staging import RELEASE_MARK, new_staging_token, opened_by_commit
+
+log = logging.getLogger(__name__)
 
 Progress = Callable[[int], None]
 """Called with the number of staged entries applied so far."""
@@ -62,10 +68,14 @@ def commit(
 ) -> Commit:
     meta = check_commit_arguments(message, metadata, committer)
     sealed = seal(g, repo, branch_name, allow_empty=allow_empty)
-    failpoints.hit("commit.after_seal")
-    return _finish(
-        g, repo, branch_name, sealed, message, meta, committer, allow_empty, progress=progress
-    )
+    try:
+        failpoints.hit("commit.after_seal")
+        return _finish(
+            g, repo, branch_name, sealed, message, meta, committer, allow_empty, progress=progress
+        )
+    except BaseException:
+        release(g, repo, branch_name, sealed)
+        raise
 
 
 JOIN_POLL = 0.1
@@ -83,6 +93,8 @@ class Seal:
 
     tokens: tuple[str, ...]
     commit_id: str
+    opened: str
+    """The staging token the seal opened: while it is the branch's, the seal is the newest."""
 
 
 def seal(
@@ -109,7 +121,7 @@ def seal(
                 raise NoChanges(f"nothing to commit on branch {branch_name!r} of {repo.name!r}")
         sealed = sealing(repo, branch)
         if g.try_update_branch(repo, sealed, predicate):
-            return Seal(sealed.sealed_tokens, sealed.commit_id)
+            return Seal(sealed.sealed_tokens, sealed.commit_id, sealed.staging_token)
     raise too_many_tries(f"commit on branch {branch_name!r} of {repo.name!r}", g.retry.attempts)
 
 
@@ -145,7 +157,22 @@ def _await_commit(
 def _commit_under_way(branch: BranchRecord) -> bool:
     """Whether the newest seal is a commit's: a seal is made by whoever opened the token
     above it, here the staging token."""
-    return bool(branch.sealed_tokens) and not opened_by_compaction(branch.staging_token)
+    return bool(branch.sealed_tokens) and opened_by_commit(branch.staging_token)
+
+
+def release(g: Graveler, repo: RepositoryRecord, branch_name: str, sealed: Seal) -> None:
+    """After a commit failed past its seal (a store error, say): seal once more, opening a
+    token marked `RELEASE_MARK`, so the next commit on the branch seals at once instead of
+    waiting `commit_wait` for a commit that will never land. Its tokens stay sealed for that
+    commit to absorb. Only while the failed commit's seal is still the newest, and only by
+    `set_if`: a seal made on top since is another commit's, which its waiters must wait for.
+    Best effort: if this fails too, the next commit waits as for a committer that died."""
+    try:
+        branch, predicate = g.refs.get_branch(repo, branch_name)
+        if branch.staging_token == sealed.opened and branch.sealed_tokens:
+            g.try_update_branch(repo, sealing(repo, branch, mark=RELEASE_MARK), predicate)
+    except Exception:
+        log.warning("could not release the seal of a failed commit on %r", branch_name)
 
 
 def _recorded(branch: BranchRecord, found: BranchRecord) -> bool:
@@ -179,14 +206,13 @@ def _left(g: Graveler, repo: RepositoryRecord, branch: BranchRecord, staged_on: 
     )
 
 
-def sealing(
-    repo: RepositoryRecord, branch: BranchRecord, *, by_compaction: bool = False
-) -> BranchRecord:
-    """`branch` with its staging token pushed onto the sealed tokens and a new one open: the
-    first `set_if` of a commit and of a compaction."""
+def sealing(repo: RepositoryRecord, branch: BranchRecord, *, mark: str = "") -> BranchRecord:
+    """`branch` with its staging token pushed onto the sealed tokens and a new one open
+    (ending in `mark`, see `new_staging_token`): the first `set_if` of a commit and of a
+    compaction."""
     return dataclasses.replace(
         branch,
-        staging_token=new_staging_token(repo, branch.name, by_compaction=by_compaction),
+        staging_token=new_staging_token(repo, branch.name, mark=mark),
         sealed_tokens=(branch.staging_token, *branch.sealed_tokens),
     )
 

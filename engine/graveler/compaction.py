@@ -46,7 +46,7 @@ from branchwater.engine.errors import InvalidArgument, too_many_tries
 from branchwater.engine.graveler.commit import Applied, apply_sealed, sealing
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord
-from branchwater.engine.graveler.staging import opened_by_compaction
+from branchwater.engine.graveler.staging import COMPACTION_MARK, opened_by_commit
 
 Clock = Callable[[], datetime]
 StepHook = Callable[[str], None]
@@ -305,7 +305,7 @@ def _seal(
         if not branch.sealed_tokens and g.staging.is_empty(branch.staging_token):
             return _skipped(repo, branch_name, "nothing-staged", "nothing staged to compact")
         sealed = dataclasses.replace(
-            sealing(repo, branch, by_compaction=True), compaction_start_time=at
+            sealing(repo, branch, mark=COMPACTION_MARK), compaction_start_time=at
         )
         if g.try_update_branch(repo, sealed, predicate):
             return sealed
@@ -338,9 +338,10 @@ def _sealed_above(branch: BranchRecord, sealed: BranchRecord) -> tuple[str, ...]
     It gives way when its base moved (a commit, a reset, another compaction installed) or its
     tokens are gone, and, as the compaction design asks, when a commit sealed on top: that
     commit is building on these tokens, and compaction is the one that can wait. It does not
-    give way to seals of other compactions, or compactors sealing in turn would supersede
-    each other for as long as they run. Each seal opens the token the next one seals, so the
-    seals after ours opened the staging token and every token above ours but the lowest.
+    give way to seals no commit builds on: other compactions' (or compactors sealing in turn
+    would supersede each other for as long as they run), and a failed commit's release.
+    Each seal opens the token the next one seals, so the seals after ours opened the staging
+    token and every token above ours but the lowest.
     """
     tokens, applied = branch.sealed_tokens, sealed.sealed_tokens
     cut = len(tokens) - len(applied)
@@ -351,7 +352,7 @@ def _sealed_above(branch: BranchRecord, sealed: BranchRecord) -> tuple[str, ...]
     if moved or cut < 0 or tokens[cut:] != applied:
         return None
     above = tokens[:cut]
-    if above and not all(map(opened_by_compaction, (branch.staging_token, *above[:-1]))):
+    if above and any(map(opened_by_commit, (branch.staging_token, *above[:-1]))):
         return None
     return above
 

@@ -21,18 +21,23 @@ StagedValue = Entry | None
 
 COMPACTION_MARK = ".compaction"
 """Ends the name of a token a compaction's seal opened."""
+RELEASE_MARK = ".released"
+"""Ends the name of a token opened by the seal a commit makes once it failed after its own
+(`commit.release`): no commit builds on that seal."""
 
 
-def new_staging_token(repo: RepositoryRecord, branch: str, *, by_compaction: bool = False) -> str:
-    """Tokens name their repository and branch so a stray partition can be traced. A token a
-    compaction's seal opens says so: a token sealed later was sealed by whoever opened the
-    token above it, which is how a compaction tells the seals after its own apart."""
-    mark = COMPACTION_MARK if by_compaction else ""
+def new_staging_token(repo: RepositoryRecord, branch: str, *, mark: str = "") -> str:
+    """Tokens name their repository and branch so a stray partition can be traced. A token
+    opened by a seal no commit builds on ends in its `mark` (`COMPACTION_MARK`,
+    `RELEASE_MARK`): a token sealed later was sealed by whoever opened the token above it,
+    which is how a commit tells a commit's seal under way from the others."""
     return f"staging/{repo.name}-{repo.unique_id}/{branch}/{uuid.uuid4().hex}{mark}"
 
 
-def opened_by_compaction(token: str) -> bool:
-    return token.endswith(COMPACTION_MARK)
+def opened_by_commit(token: str) -> bool:
+    """Whether the seal that opened `token` is a commit's, which may still be building on
+    the tokens it sealed."""
+    return not token.endswith((COMPACTION_MARK, RELEASE_MARK))
 
 
 def _stored(entry: StagedValue) -> bytes:

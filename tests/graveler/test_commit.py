@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from branchwater.engine import AlreadyRecorded, Commit, Lake, NoChanges, Repository
-from branchwater.engine.failpoints import armed
+from branchwater.engine.failpoints import FailpointHit, armed
 from branchwater.engine.graveler import compaction
 from tests.helpers.failpoints import PAUSE_TIMEOUT, Pause, paused_at
 from tests.helpers.servers import spawned_pool
@@ -245,6 +245,73 @@ def test_a_commit_whose_committer_died_after_its_seal_is_absorbed_after_the_wait
     assert recorded.value.commit_id == landed.id
     assert committed(repo, landed.id) == ["a", "b"]
     assert main.head() == landed and sealed_tokens(repo) == ()
+
+
+def _fail() -> None:
+    raise FailpointHit("the range store failed")
+
+
+def _no_waiting() -> None:
+    raise AssertionError("the commit waited for the failed one")
+
+
+@pytest.mark.parametrize("step", ["commit.after_seal", "commit.after_ranges", "commit.before_set"])
+def test_a_commit_that_failed_after_its_seal_does_not_hold_up_the_next(
+    repo: Repository, monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
+    """A commit that raises after its seal (its store failed, say) releases the seal, so the
+    next commit seals at once rather than waiting `commit_wait` for a commit that will never
+    land, and records the failed commit's writes with its own."""
+    waiting_at_most(repo, monkeypatch, 10 * PAUSE_TIMEOUT)
+    main = repo.branch("main")
+    head = main.head()
+    main.upload("a", b"a")
+    with armed(step, _fail), pytest.raises(FailpointHit):
+        main.commit("fails")
+    assert main.head() == head
+    main.upload("b", b"b")
+    with armed("commit.awaiting", _no_waiting):
+        made = main.commit("next")
+    assert made.parents == (head.id,) and committed(repo, made.id) == ["a", "b"]
+    assert sealed_tokens(repo) == () and list(main.uncommitted()) == []
+
+
+def test_a_failed_commit_releases_only_its_own_seal(
+    repo: Repository, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failed commit whose seal another commit has sealed beside since (after waiting for
+    it) leaves the branch alone: the newest seal is that commit's, and whoever comes next
+    must wait for it."""
+    waiting_at_most(repo, monkeypatch, 0.2)
+    main = repo.branch("main")
+    main.upload("a", b"a")
+    failing = Pause()
+    failed: list[bool] = []
+
+    def fail_the_first() -> None:
+        if not failed:
+            failed.append(True)
+            failing.hold()
+            _fail()
+
+    with (
+        ThreadPoolExecutor(2) as pool,
+        armed("commit.after_seal", fail_the_first),
+        paused_at("commit.after_ranges") as built,
+    ):
+        first = pool.submit(main.commit, "fails")
+        failing.wait()
+        main.upload("b", b"b")
+        second = pool.submit(main.commit, "beside")
+        built.wait()
+        beside = repo._g.read_branch(repo.record, "main").staging_token
+        failing.release()
+        with pytest.raises(FailpointHit):
+            first.result(PAUSE_TIMEOUT)
+        assert repo._g.read_branch(repo.record, "main").staging_token == beside
+        built.release()
+        made = second.result(PAUSE_TIMEOUT)
+    assert committed(repo, made.id) == ["a", "b"] and sealed_tokens(repo) == ()
 
 
 def test_a_commit_does_not_wait_for_a_compactions_seal(
