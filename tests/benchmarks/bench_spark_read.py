@@ -12,8 +12,10 @@ folder (no partition columns), so both sides return the same rows.
 
 On the stack (`backends`: PostgreSQL, the files on S3, Spark still local) this Spark has no
 `s3a` file system, so the reference is the nearest read Spark can make of the same physical
-files: one GET of each file by the object library in the tasks, read by pyarrow and handed to
-the JVM as Arrow, as many tasks as Spark's default parallelism.
+files: the files packed into partitions as `spark.read` packs them (`spark_packing`), each
+task GETting its files with the object library, read by pyarrow and handed to the JVM as
+Arrow. Both sides then run tasks of about the same files: the candidate packs them by the
+same rule, in listing order.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ BENCHMARKS = Suite(
             measures="`read_parquet` of a 200-file Parquet dataset at a commit id on local "
             "Spark, every column read",
             reference="`spark.read.parquet` of the same physical files (on S3, which this "
-            "Spark cannot read itself: a GET of each file in the tasks, read by pyarrow)",
+            "Spark cannot read itself: the partitions `spark.read` makes, a GET of each file "
+            "in the tasks, read by pyarrow)",
             target=1.2,
         ),
     ),
@@ -81,26 +84,49 @@ def best_of(repeats: int, ours: Callable[[], int], floor: Callable[[], int]) -> 
     return best
 
 
-def library_reads(spark: Any, backend: Backend, urls: list[str]) -> Any:
-    """The files at `urls` (`s3://bucket/key`) as a frame: each task GETs its share of
-    them with the object library and reads them with pyarrow."""
+def spark_packing(sizes: list[int], parallelism: int) -> list[list[int]]:
+    """The files (by index) in the partitions `spark.read` makes of them with the default
+    settings (Spark's `FilePartition.getFilePartitions`): the largest first, each partition
+    filled up to `maxSplitBytes`, every file counting `openCostInBytes` more than its size."""
+    max_partition, open_cost = 128 << 20, 4 << 20
+    per_core = sum(size + open_cost for size in sizes) // parallelism
+    split = min(max_partition, max(open_cost, per_core))
+    partitions: list[list[int]] = []
+    current: list[int] = []
+    filled = 0
+    for index in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        if current and filled + sizes[index] > split:
+            partitions.append(current)
+            current, filled = [], 0
+        current.append(index)
+        filled += sizes[index] + open_cost
+    return partitions + [current] if current else partitions
+
+
+def library_reads(spark: Any, backend: Backend, urls: list[str], sizes: list[int]) -> Any:
+    """The files at `urls` (`s3://bucket/key`) as a frame, in the partitions `spark.read`
+    would make of them: each task GETs its files with the object library and reads them with
+    pyarrow."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     keys = [url.removeprefix(f"s3://{backend.bucket}/") for url in urls]
     schema = from_arrow_schema(backend.read_parquet(keys[0]).schema)
-    tasks = spark.sparkContext.defaultParallelism
+    groups = [
+        [keys[i] for i in group]
+        for group in spark_packing(sizes, spark.sparkContext.defaultParallelism)
+    ]
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import obstore
 
         store = backend.library()
         for batch in batches:
-            for key in batch.column(0).to_pylist():
-                data = obstore.get(store, key).bytes()
-                yield from pq.read_table(pa.BufferReader(memoryview(data))).to_batches()
+            for number in batch.column(0).to_pylist():
+                for key in groups[number]:
+                    data = obstore.get(store, key).bytes()
+                    yield from pq.read_table(pa.BufferReader(memoryview(data))).to_batches()
 
-    frame = spark.createDataFrame([(key,) for key in keys], "key string").repartition(tasks)
-    return frame.mapInArrow(read, schema)
+    return spark.range(0, len(groups), 1, numPartitions=len(groups)).mapInArrow(read, schema)
 
 
 def bench_read(backend: Backend, files: int, rows: int, repeats: int) -> None:
@@ -117,6 +143,7 @@ def bench_read(backend: Backend, files: int, rows: int, repeats: int) -> None:
         lake.create_repository("bench", backend.namespace("ns"))
         commit, physical = write_dataset(lake, files, rows)
         ref = lake.repository("bench").ref(commit)
+        sizes = [entry.size for entry in ref.list("tables/orders/")]
 
         def scan(frame: DataFrame) -> int:
             frame.write.format("noop").mode("overwrite").save()
@@ -127,7 +154,7 @@ def bench_read(backend: Backend, files: int, rows: int, repeats: int) -> None:
 
         def floor() -> int:
             if backend.server is not None:
-                return scan(library_reads(spark, backend, physical))
+                return scan(library_reads(spark, backend, physical, sizes))
             return scan(spark.read.parquet(*physical))
 
         candidate, reference = best_of(repeats, ours, floor)
