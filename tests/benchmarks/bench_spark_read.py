@@ -100,7 +100,7 @@ def spark_packing(sizes: list[int], parallelism: int) -> list[list[int]]:
             current, filled = [], 0
         current.append(index)
         filled += sizes[index] + open_cost
-    return partitions + [current] if current else partitions
+    return [*partitions, current] if current else partitions
 
 
 def library_reads(spark: Any, backend: Backend, urls: list[str], sizes: list[int]) -> Any:
