@@ -198,6 +198,18 @@ def test_each_removal_checks_the_lease_first_and_a_lost_lease_stops_the_prune(
     assert "pruned 2 older runs' data" in str(notices[-1])
 
 
+def test_a_damaged_summary_stops_the_prune_before_anything_is_removed(ns: Namespace) -> None:
+    """Every summary is read (several at once) before the first removal, so a damaged one
+    anywhere stops the prune with nothing removed, and the run that prunes says so."""
+    runs = [save_run(ns, hours) for hours in (40, 30, 20, 10)]
+    ns.store.put(files.run_prefix(runs[1]) + files.SUMMARY, b"{not json")
+
+    notices: list[dict[str, object]] = []
+    assert prune_quietly(ns, REPO_ID, 1, NOW, lambda: None, notices.append) == Pruned()
+    assert f"GC run {runs[1]!r} has a damaged summary" in str(notices)
+    assert whole(ns, runs[0]) and whole(ns, runs[2])
+
+
 def test_keeping_no_run_is_refused(ns: Namespace) -> None:
     newest = save_run(ns, 10)
     with pytest.raises(InvalidArgument, match="keep at least the newest"):

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 
 from branchwater.engine import failpoints
 from branchwater.engine.errors import BranchwaterError
@@ -76,7 +77,8 @@ def prune_runs(
     base; call under the repository's GC run lease. `before_each` runs before each removal (a
     lease check)."""
     check_keep(keep)
-    saved = [(run_id, files.saved_summary(ns, run_id)) for run_id in files.run_ids(ns)]
+    run_ids = files.run_ids(ns)
+    saved = list(zip(run_ids, ns.map_keys(run_ids, partial(files.saved_summary, ns)), strict=True))
     base = files.newest_base((s for _, s in saved if s is not None), repository_id)
     kept: list[str] = []
     pruned: list[str] = []
