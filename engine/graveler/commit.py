@@ -81,9 +81,9 @@ def commit(
 JOIN_POLL = 0.1
 """The longest pause between two reads of the branch while a commit waits. The pauses start
 short and double, so a waiter behind a quick commit goes on soon after it lands; behind a
-slow one (seconds, with many writers sharing the server's cores) each waiter's reads are
-statements the server runs instead of writes: polling every 20 ms cost sixteen writers
-sharing a branch about a tenth of their writes."""
+slow one (many writers sharing the server's cores) each waiter's reads are statements the
+server runs instead of writes: polling every 20 ms cost the writers sharing a branch a
+noticeable share of their writes."""
 
 
 @dataclass(frozen=True)

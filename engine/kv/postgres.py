@@ -55,8 +55,8 @@ class PostgresStore(SQLStore):
     _errors = (psycopg.Error,)
     drop_chunk = 5_000
     """A drop's statement locks only its own rows here, so its size is what a commit's WAL
-    flush is worth: SQLite's 64 rows made a 1M-entry token's drop 15,625 flushes, minutes
-    of background load on the server after the commit."""
+    flush is worth: SQLite's 64 rows made a 1M-entry token's drop 15,625 flushes, a long
+    background load on the server after the commit."""
 
     def __init__(self, url: str) -> None:
         self._redacted = redact_url(url)
@@ -149,9 +149,8 @@ class PostgresStore(SQLStore):
         A prepared (generic) plan of a statement on the partitioned table locks every
         partition and its index before pruning them (PostgreSQL 15 does): past the
         session's sixteen fast-path lock slots, each goes through the shared lock table,
-        which made a read cost the server about twice what it costs on the partition. A
-        table not partitioned by hash as this store makes it keeps its whole-table
-        statements."""
+        which made a read cost the server far more than it costs on the partition. A table
+        not partitioned by hash as this store makes it keeps its whole-table statements."""
         try:
             return self._routes[partition]
         except KeyError:
@@ -166,8 +165,8 @@ class PostgresStore(SQLStore):
     def _layout(self) -> tuple[str, ...]:
         """The table's hash partitions by remainder, read from the catalog once; none for a
         table not partitioned as this store makes it (one modulus, every remainder). Asking
-        the server only for a new key's remainder costs it about a sixth of matching the key
-        against each partition's bound in the catalog, once per staging token."""
+        the server only for a new key's remainder, once per staging token, costs it far less
+        than matching the key against each partition's bound in the catalog."""
         if self._partitions is None:
             rows = self._fetch(_HASH_PARTITIONS, (self._quote(self.table),), fetch_all)
             bounds = {(int(m), int(r)): bytes(name).decode() for m, r, name in rows}
@@ -364,10 +363,10 @@ def _fair_statements(table: str, quote: Callable[[str], str], source: str) -> _F
     The advisory lock orders a fence after the writes under way and a write after a fence
     under way, and it is granted in order: a share lock of a row is granted at once beside
     other share holders whatever waits, so a stream of writes to one branch could otherwise
-    hold off its commit's seal (commits of a branch sixteen writers wrote to took seconds),
-    while a write that comes after a waiting fence waits behind it. Each takes the advisory
-    lock in the filter of its row's scan, before the row is locked, so the two never wait
-    on each other in opposite orders.
+    hold off its commit's seal for as long as the writes kept coming, while a write that
+    comes after a waiting fence waits behind it. Each takes the advisory lock in the filter
+    of its row's scan, before the row is locked, so the two never wait on each other in
+    opposite orders.
 
     The row locks make what a write returns right. It locks the guard row `FOR KEY SHARE`,
     which only `FOR UPDATE` conflicts with; the fence takes `FOR UPDATE` before it swaps, so

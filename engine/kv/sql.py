@@ -175,8 +175,8 @@ class SQLStore(Store):
 
     _errors: tuple[type[Exception], ...] = ()
     drop_chunk: int = 64
-    """Rows each statement of `drop_partition` deletes: about a millisecond of SQLite's
-    write lock (a driver whose statements lock only their rows sets more)."""
+    """Rows each statement of `drop_partition` deletes: few, so each holds SQLite's write
+    lock briefly (a driver whose statements lock only their rows sets more)."""
 
     def __init__(self, url: str, engine: Engine, sql: Statements) -> None:
         self.url = redact_url(url)
@@ -414,8 +414,8 @@ class SQLStore(Store):
     def _batched_scan(self, partition: bytes, start: bytes, batch_size: int) -> Iterator[KeyValue]:
         """The base loop, but rows become `KeyValue`s in C, never in per-row Python.
 
-        A scan row costs well under a microsecond in SQLite; a Python-level generator step
-        and `KeyValue(...)` call per row would add half as much again.
+        A scan row costs SQLite little; a Python-level generator step and `KeyValue(...)`
+        call per row would add a large share of that again.
         """
         batches = self._raw_batches(partition, start, batch_size)
         return itertools.chain.from_iterable(map(_key_values, batches))

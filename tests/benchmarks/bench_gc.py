@@ -128,13 +128,12 @@ BENCHMARKS = Suite(
 )
 
 BEST_OF = 3
-"""Clean runs and floors are each the best of this many: one run in a few moves by a
-second on a shared machine."""
+"""Clean runs and floors are each the best of this many: on a shared machine one run in a
+few is slowed by other work."""
 WARM_UP = 5
 """Full-size dry runs before anything is timed: the JVM compiles Spark's hot paths during
-the first runs of a session (one session's first six clean runs of one state took 17.4,
-6.8, 4.9, 4.9, 4.9 and 4.7 s, later ones 4.0-4.5 s), which the floor, a simpler plan,
-needs far fewer of."""
+the first runs of a session, which are slower than later ones until it has (the first by
+far); the floor, a simpler plan, needs far fewer."""
 MTIME = datetime(2026, 11, 1, tzinfo=UTC)
 RANGES = RangePolicy(target_entries=1_000)
 """Ranges of about 1,000 entries: lakeFS's GC design's large repository had ~400 entries

@@ -13,8 +13,7 @@ staged; rules: 30 days by default and on main. Its shape (`--shape`):
   no longer rewritten once its week is over (the issue's daily ETL rewriting a partition).
 - `random`: each commit rewrites random files of the whole table, so it makes a new version
   of most ranges it touches (at the issue's scale ~24 of 250 ranges a commit, ~700,000 range
-  versions over the year: some three hours of generating alone on this machine, before any
-  reading). Kept to compare with.
+  versions over the year: a long generation before any reading). Kept to compare with.
 
 Commits are written straight through the committed layer (no object files: the committed
 part lists nothing), branches as KV rows in one bulk load. Default 100,000 objects, 500

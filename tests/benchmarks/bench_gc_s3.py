@@ -87,8 +87,8 @@ OBJECTS_PER_SLICE = 5_000
 DELETE_BATCH = 1_000
 RANGE_COLUMNS = ["address", "size"]
 READ_ROUNDS = 5
-"""The fewest rounds of the committed read, whatever `--rounds`: a round is a second or
-two even at 1M objects, and one sample of each side on a shared host is mostly noise."""
+"""The fewest rounds of the committed read, whatever `--rounds`: a round is short even at
+1M objects, and one sample of each side on a shared host is mostly noise."""
 
 
 def size_for(objects: int) -> Size:

@@ -5,8 +5,8 @@ same keys of the same table, through the same DBAPI connection (a second cursor 
 store's own sqlite3/psycopg connection), so the ratio is exactly the cost our layer adds:
 argument checks, the per-thread connection lookup, error mapping and result wrapping.
 Separate connections were tried first; on a shared machine one PostgreSQL backend process
-can be scheduled 30-50% worse than another for a whole run, which buried the few
-microseconds being measured.
+can be scheduled markedly worse than another for a whole run, which buried the small cost
+being measured.
 
 The embedded run (`make bench`) measures both drivers; on the stack (`BACKEND=stack`) the
 default is the PostgreSQL driver alone, on a database of the run's own (`backends`).

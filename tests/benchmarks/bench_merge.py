@@ -24,8 +24,8 @@ All but `merge-cold` run with a range cache of their own (a fresh directory): th
 and earlier rounds' ranges are in it, as on a machine that committed them.
 
 Each mode has its own repository and namespace, so neither finds the other's ranges. A first
-round of each mode runs unmeasured: merges right after the 1M-entry setup run about twice as
-slow whichever mode goes first.
+round of each mode runs unmeasured: merges right after the 1M-entry setup run slower than
+later ones, whichever mode goes first.
 On the stack (`backends`) the processes share a PostgreSQL database and ranges on S3.
 Reported: ranges built by the merges (`built`: every range a merge's writer produced, stored
 or found already stored), range objects uploaded, attempts, and wall time (first merge start
@@ -152,8 +152,7 @@ def prepare_round(
 
 def warm_up() -> None:
     """Pay pyarrow's one-off lazy import before the clock starts (it loads pandas on its first
-    conversion from Python objects, half a second on a busy machine): process start-up, not
-    merge work."""
+    conversion from Python objects): process start-up, not merge work."""
     pa.array(["warm-up"])
 
 

@@ -5,26 +5,23 @@ PostgreSQL is the case the issue asks about).
 - `writers-<layout>-<n>`: n writers stage entries (`writes.stage_entry`, what every write
   path ends in: the first, cached, read of the branch, then the staged row and its read of
   the branch in one statement), each on a branch of its own (`branches`) or all on `main`
-  (`branch`), each committing its branch every `--every` of its writes (200: commit-heavy);
-  against the floor of n writers each looping the very statement our driver upserts a row
-  with (`INSERT … ON CONFLICT … DO UPDATE`) on a second cursor of a connection from the
-  store's own pool, as `bench_kv` does, so both sides hold one connection per writer, on the
-  same table with keys and values of the same size. The two sides run in windows of
-  `--seconds`, alternating for `--rounds` rounds, on the same processes, so the machine's
-  load falls on both alike. A write counts if it is acknowledged by its window's deadline,
-  and writers go on uncounted for `GRACE_S` after it, so a window is measured busy to its
-  end, never draining; a writer commits every `--every` of its writes across windows, so
-  each window pays its share of commits. `ratio` is the floor's acknowledged writes per
-  second over ours (lower is better, as everywhere on the page; the issue's "ours at least
-  0.7 of the floor" is `ratio ≤ 1.43`, `share` is ours / floor); the figures give both
-  rates, p50/p99 latencies, the commits made, those that found nothing left to commit
-  (another writer's commit took their writes), the write retries (a commit sealed the token
-  under a write) and the writes that exhausted the retry policy (`gave_up`, called again).
-  Each shape writes to a repository of its own, every commit appending to its branch.
-  A writer is a process up to `--max-processes`; beyond that the writers are spread as
-  threads over that many processes (64 writers as 16 processes of 4 threads by default: 64
-  processes of the engine would take ~8 GB here, and every writer holds a connection, 64 of
-  PostgreSQL's default 100).
+  (`branch`), committing their branch every `--every` of their writes (200: commit-heavy),
+  against n writers each looping our driver's upsert (`INSERT … ON CONFLICT … DO UPDATE`) on
+  a second cursor of a connection from the store's own pool, as `bench_kv` does: one
+  connection per writer on both sides, the same table, keys and values of the same size. The
+  sides alternate in windows of `--seconds` for `--rounds` rounds on the same processes, so
+  the machine's load falls on both alike. A write counts if acknowledged by its window's
+  deadline; writers go on uncounted for `GRACE_S`, so no window ends draining, and count
+  their writes to the next commit across windows, so each window pays its share of commits.
+  `ratio` is the floor's writes per second over ours (lower is better; the issue's "ours at
+  least 0.7 of the floor" is `ratio ≤ 1.43`, `share` is ours / floor); beside it both rates,
+  p50/p99 latencies, the commits made, `empty_commits` (nothing left to commit: another
+  writer's commit took their writes), `retries` (a commit sealed the token under a write) and
+  `gave_up` (writes that exhausted the retry policy, called again). Each shape has a
+  repository of its own, every commit appending to its branch. Past `--max-processes`,
+  writers are threads spread over that many processes (64 as 16 processes of 4 threads by
+  default: a process per writer costs far more memory, and each writer holds one of
+  PostgreSQL's default 100 connections).
 - `writers-<layout>-16-every-<k>` (`--sparser`): the same at 16 writers committing every k
   of their writes; with `writers-<layout>-16` and `writers-staged-16`, throughput against
   the commit rate.
@@ -36,52 +33,48 @@ PostgreSQL is the case the issue asks about).
   exhausts the retry policy (`gave_up`) calls again, as a caller would: with the
   `MergeRaceLost` hint, or the naive one from scratch; its attempts count the policy's.
 
-Where the time goes (PostgreSQL, 2 cores): with many writers the machine's CPU is the limit,
-shared by the writers and the server. A staged write is one statement against the floor's
-one upsert, which adds a read of the branch record and two locks (`postgres._fair_statements`).
-It reads the record from its partition: a prepared read through the partitioned table locks
-all its partitions first, which cost more than the rest of the statement's additions. The
-engine's client CPU per write is about the floor's (the same prepared statement on libpq,
-plus the entry's checks and the validated write's bookkeeping).
+Where the time goes (PostgreSQL, 2 cores): with many writers the CPU, shared by the writers
+and the server, is the limit. A staged write is one statement like the floor's upsert, plus
+a read of the branch record and two locks (`postgres._fair_statements`); the read goes to the
+record's partition, since a prepared read through the partitioned table first locks every
+partition, which would cost more than the rest of those additions. On the client a write
+costs about what the floor's does (the same prepared statement on libpq, plus the entry's
+checks and the validated write's bookkeeping).
 
-Commits are what the floor never does: one of 200 new entries costs about 17 ms of CPU here
-alone, and about 27 ms among sixteen writers sharing two cores: some 13 ms the writer's (the
-commit's statements and the apply, then the branch's open last range hashed, encoded and
-stored again with one conditional PUT, and the metarange likewise), some 8 ms the database's
-(a dozen statements, the sealed token's rows deleted) and some 6 ms the S3 server's (two
-PUTs), most of it whatever the size of that range. At a commit every 200 writes that is some
-135 µs per write, half what the floor spends on a whole write; at a commit every 1,000
-writes each entry's share of the commit (about 12 µs: its staged row read and deleted, its
-place in the rewritten range) matters as much as the fixed part. On one branch the writers'
-commits meet (16 writers committing every 200 of their writes call commit on the branch
+Commits are what the floor never does: the writer's work (the commit's statements and the
+apply, then the branch's open last range hashed, encoded and stored again with one
+conditional PUT, and the metarange likewise), the database's (a dozen statements, the sealed
+token's rows deleted) and the S3 server's (two PUTs), most of it a fixed part whatever the
+size of that range. At a commit every 200 writes that fixed part still weighs on each write;
+the sparser the commits, the more each entry's own share counts (its staged row read and
+deleted, its place in the rewritten range).
+
+On one branch the commits meet (16 writers committing every 200 of their writes call commit
 every 12 writes or so): a commit that finds another's seal under way waits for it, and the
 waiters commit as one, so most calls find their writes recorded by another's commit
-(`empty_commits`). Each seal still makes the writes in flight whose cached read of the
-branch predates it write again to the new token (`retries`): a seal waits for the writes in
-flight to commit, then holds the next ones off (`postgres._fair_statements`); a commit's
-final swap keeps the token and passes the writes. Each commit there also rewrites a range
-for every writer whose paths grew, not one: a writer's paths follow its own prefix, and its
-new entries fall inside the range holding that prefix's end, which the commit writes whole
-again (about 0.2 s of CPU for sixteen such ranges once the branch holds 300k entries; the new
-entries go in as a block, `writer._merged`, not by a sort of the range). What is left is the
-writers' wait: a writer is blocked in its commit call until a commit holding its writes
-lands, which on these two cores, with a statement taking milliseconds among that many
-writers, takes a good part of a second (`commit_s` per commit made); the floor's writers
-never stop, and where the server's WAL flushes bound the rate, fewer writers writing is fewer
-writes. At 64 a write now and then finds its token sealed at every one of its ten tries
+(`empty_commits`). Each seal makes the writes in flight whose cached read of the branch
+predates it write again to the new token (`retries`): a seal waits for the writes in flight
+to commit, then holds the next ones off (`postgres._fair_statements`); a commit's final swap
+keeps the token and passes the writes. Each commit there also rewrites a range for every
+writer whose paths grew: a writer's paths follow its own prefix, so its new entries fall
+inside the range holding that prefix's end, written whole again (the new entries go in as a
+block, `writer._merged`, not by a sort of the range). Left is the wait: a writer is blocked
+in its commit call until a commit holding its writes lands, which takes far longer than a
+write when that many writers share the cores (`commit_s` per commit made), while the floor's
+writers never stop; where the server's WAL flushes bound the rate, fewer writers writing is
+fewer writes. At 64 writers a write can find its token sealed at every one of its ten tries
 (`gave_up`).
 
-Merges into one branch land one at a time: each landing needs an attempt made on the HEAD the
-previous one left, and every attempt under way when another lands is lost. A reusing retry
-builds no range where no other contender changed its ranges (`ranges_built` against the
-naive retry's one per attempt), and reads none of the ranges they changed either (their
-key bounds show they cannot meet its own), but with ranges of 4,000 entries building one is
-a small part of an attempt: a quiet retry's metarange PUT, diff against the attempt and
-commit record remain, and with n contenders sharing two cores an attempt takes about n/2
-times its CPU. Merges land about one per attempt's stretched wall time, and at 32
-contenders many exhaust the ten attempts of the retry policy at least once (`gave_up`) and
-call again with their hint. Where ranges are large (`bench_merge`'s 1M entries), the reuse
-is most of the difference.
+Merges into one branch land one at a time: each needs an attempt made on the HEAD the last
+one left, and every attempt under way when another lands is lost. A reusing retry builds no
+range that no other contender changed (`ranges_built` against the naive retry's one per
+attempt) and reads none of those they changed (their key bounds show they cannot meet its
+own), but with ranges of 4,000 entries building one is a small part of an attempt: a quiet
+retry's metarange PUT, diff against the attempt and commit record remain, and n contenders
+sharing two cores stretch an attempt to about n/2 times its CPU. Merges land about one per
+such attempt, and at 32 contenders many exhaust the retry policy's ten attempts at least
+once (`gave_up`) and call again with their hint. Where ranges are large (`bench_merge`'s 1M
+entries), the reuse is most of the difference.
 """
 
 from __future__ import annotations

@@ -18,11 +18,11 @@ up to that eighth, so the bound is soft.
 A hit is trusted by the id stored in the file, without hashing its content again, only when
 the directory is private: owned by this process's user and writable by nobody else (it is
 created with mode 0700; files are 0600). Whoever else could plant a file there could change
-the process itself. Re-hashing every hit would cost about half of what the cache saves
+the process itself. Re-hashing every hit would give back much of what the cache saves
 against local storage (a hit is a file read; a hashed hit reads and hashes the range, a
-large share of reading it again). In a directory others can
-write to (a shared `BRANCHWATER_CACHE_DIR`, an old one made group-writable by a umask of
-002), every hit is hashed against its id instead, and a mismatch dropped.
+large share of reading it again). In a directory others can write to (a shared
+`BRANCHWATER_CACHE_DIR`, an old one made group-writable by a umask of 002), every hit is
+hashed against its id instead, and a mismatch dropped.
 """
 
 from __future__ import annotations

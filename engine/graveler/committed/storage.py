@@ -91,7 +91,7 @@ class _LRU(Generic[K, V]):
 
 RANGES_IN_MEMORY_BYTES = 128 << 20
 """What a process keeps of recently used ranges in memory: a commit keeps every range it
-writes, so a count alone let a commit of 1M entries hold about 50 ranges (130 MB) and one of
+writes, so a count alone let a commit of 1M entries hold all its 50 or so ranges and one of
 larger ranges far more; the machine's range cache on disk serves what falls out."""
 
 
@@ -113,8 +113,8 @@ class RangeStorage:
         self._ranges: _LRU[str, pa.Table] = _LRU(cache_size, _nbytes, RANGES_IN_MEMORY_BYTES)
         self._metaranges: _LRU[str, tuple[RangeInfo, ...]] = _LRU(cache_size)
         self.storing = Background(STORE_THREADS, "range-store")
-        """The threads ranges are stored on, kept until `close`: started and joined for every
-        writer they cost a commit about a millisecond."""
+        """The threads ranges are stored on, kept until `close`, so that no commit pays for
+        starting and joining them."""
 
     def close(self) -> None:
         """Stop the storing threads once their ranges are stored; a later write starts them
