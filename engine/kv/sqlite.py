@@ -7,8 +7,8 @@ commits on power loss for speed; an application crash loses nothing either way).
 
 The table is `WITHOUT ROWID`: rows live in the primary key's B-tree, ordered by
 (partition, key), so a partition's scan reads neighbouring pages instead of chasing rowids
-across a file that concurrent writers filled interleaved (a third of the time for a staging
-token's scan). A file made before that keeps its rowid table and works as it is;
+across a file that concurrent writers filled interleaved, which slowed a staging token's
+scan. A file made before that keeps its rowid table and works as it is;
 `SQLiteStore.upgrade_table()` copies it into the new layout in one transaction.
 """
 

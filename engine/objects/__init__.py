@@ -48,7 +48,7 @@ def shared_object_store(url: str, **s3_options: str | None) -> ObjectStore:
     for the life of the process (never close it).
 
     For code that runs many short tasks in one process, as Spark's Python workers do: each
-    store holds a client (S3: boto3 and obstore, some 10 ms to make) and a connection pool
+    store holds a client (S3: boto3 and obstore, slow to make) and a connection pool
     that a store per task would make again and drop. Stores are kept by process id, so a
     forked child opens its own: clients and their pools do not survive a fork."""
     options = tuple(sorted((k, v) for k, v in s3_options.items() if v is not None))

@@ -184,8 +184,8 @@ class RangePolicy:
 
     def is_boundary(self, path: str) -> bool:
         """True if a range ends after `path` whatever came before it in the range. Asked once
-        per kept range of every apply, for one path: hashed without Arrow, whose passes cost
-        a commit on a table of a few hundred ranges tens of milliseconds."""
+        per kept range of every apply, for one path: hashed without Arrow, whose fixed cost
+        per pass, paid for each of a table's few hundred ranges, would weigh on every commit."""
         hasher = _PATH_HASH.copy()
         hasher.update(path.encode())
         return int.from_bytes(hasher.digest(), "big") % self.target_entries == 0
