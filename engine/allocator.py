@@ -3,8 +3,8 @@
 pyarrow's default pool on Linux is mimalloc, which hands freed pages back to the kernel
 within milliseconds. A commit frees its range buffers, and the next one, a moment later,
 faults the same amount in again, and the kernel zeroing those pages was a large share of a
-small commit's CPU. jemalloc keeps them for seconds; the system allocator keeps them too. A pool chosen
-with `ARROW_DEFAULT_MEMORY_POOL` is left alone.
+small commit's CPU. jemalloc keeps them for seconds; the system allocator keeps them too. A
+pool chosen with `ARROW_DEFAULT_MEMORY_POOL` is left alone.
 """
 
 from __future__ import annotations
