@@ -62,9 +62,10 @@ def _writer(kv_url: str, index: int, start) -> tuple[dict[str, str], list[str], 
     return live, deleted, violations
 
 
-def _committer(kv_url: str, start, stop) -> tuple[int, int]:
-    """Commit in a loop; returns the commits made and the ones that ran out of tries."""
-    commits = gave_up = 0
+def _committer(kv_url: str, start, stop) -> tuple[int, int, int]:
+    """Commit in a loop; returns the commits made, the ones that ran out of tries and the
+    ones that found nothing to commit."""
+    commits = gave_up = empty = 0
     with Lake.connect(kv_url) as lake:
         main = lake.repository("race").branch("main")
         start.wait(60)
@@ -73,11 +74,11 @@ def _committer(kv_url: str, start, stop) -> tuple[int, int]:
                 main.commit(f"round {commits}")
                 commits += 1
             except NoChanges:
-                pass
+                empty += 1
             except TooManyTries:
                 gave_up += 1
             time.sleep(0.05)
-    return commits, gave_up
+    return commits, gave_up, empty
 
 
 def _compactor(kv_url: str, start, stop) -> dict[str, int]:
@@ -110,7 +111,7 @@ def race(kv_url: str, namespace: str) -> None:
         shared.wait_for_writes(300)
         stop.set()
         shared.check_reads(300)
-        commits, gave_up = committer.get(300)
+        commits, gave_up, empty = committer.get(300)
         outcomes: dict[str, int] = {}
         for c in compactors:
             for outcome, count in c.get(300).items():
@@ -119,7 +120,8 @@ def race(kv_url: str, namespace: str) -> None:
     live = {path: address for result in results for path, address in result[0].items()}
     deleted = {path for result in results for path in result[1]}
     assert [v for result in results for v in result[2]] == []
-    assert commits >= 1 and outcomes.get("compacted", 0) >= 2, (commits, gave_up, outcomes)
+    made = {"commits": commits, "gave_up": gave_up, "empty": empty, **outcomes}
+    assert commits >= 1 and outcomes.get("compacted", 0) >= 2, made
     assert gave_up < commits, f"{gave_up} commits ran out of tries, {commits} made it"
     expected = {**{f"base/{i:03d}": None for i in range(50)}, SHARED_PATH: None, **live}
     with Lake.connect(kv_url) as lake:
