@@ -20,13 +20,14 @@ DAGS_FOLDER = REPOSITORY_ROOT / "dags"
 
 
 def new_secrets() -> dict[str, str]:
-    """A Fernet key and a JWT secret shared by every process of one home family.
+    """A Fernet key and a JWT secret shared by every process of one home family. The secret
+    holds 64 random bytes, what RFC 7518 asks of a key for Airflow's HS512 tokens.
 
     Unit-test mode draws new ones in every process; fixed ones let one process read what
     another (the CLI, an API server) wrote."""
     return {
         "fernet": base64.urlsafe_b64encode(secrets.token_bytes(32)).decode(),
-        "jwt": secrets.token_urlsafe(32),
+        "jwt": secrets.token_urlsafe(64),
     }
 
 

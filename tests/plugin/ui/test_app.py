@@ -311,13 +311,15 @@ def test_served_by_airflow_the_view_asks_airflow_who_the_user_is(
     with TestClient(app, follow_redirects=False) as client:
         for cookies in ({}, {"_token": "not-a-token"}):
             client.cookies.clear()
-            response = client.get(f"/repositories/{view_lake.repo.name}", cookies=cookies)
+            client.cookies.update(cookies)
+            response = client.get(f"/repositories/{view_lake.repo.name}")
             assert response.status_code == 303
             assert response.headers["location"].endswith(
                 f"login?next=http%3A%2F%2Ftestserver%2Frepositories%2F{view_lake.repo.name}"
             )
         viewer = auth_manager.generate_jwt(SimpleAuthManagerUser(username="v", role="viewer"))
-        page = get(client, "/", cookies={"_token": viewer})
+        client.cookies.set("_token", viewer)
+        page = get(client, "/")
         assert view_lake.repo.name in page.tables["repositories"]
         nobody = auth_manager.generate_jwt(SimpleAuthManagerUser(username="n", role=None))
         response = client.get("/", headers={"Authorization": f"Bearer {nobody}"})
