@@ -600,7 +600,7 @@ class Branch(Ref):
         its content. Path, metadata and the type of
         `data` are checked before anything is written. The object is written before it is
         staged, so until then it is younger than any GC cutoff (the "upload" row of GC's
-        promises in docs/architecture.md).
+        promises in docs/design/gc.md).
         """
         check_path(path)
         meta = check_metadata(metadata)

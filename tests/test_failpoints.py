@@ -78,7 +78,7 @@ def test_the_declared_points_are_those_the_code_passes() -> None:
 
 def test_the_architecture_table_names_declared_points_and_every_operation() -> None:
     """Stale names fail; a new point of an operation the table has may land before its row."""
-    text = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text()
+    text = (Path(__file__).resolve().parents[1] / "docs" / "design" / "testing.md").read_text()
     table = text.split("### Failpoints", 1)[1].split("\n| ", 1)[1]
     named = set(re.findall(r"`([a-z_]+(?:\.[a-z_]+)+)`", table))
     assert named <= failpoints.POINTS

@@ -24,7 +24,8 @@ a copy to a path it already passed followed by deleting the source before the sc
 it would hide the object from the scan: the record covers that too, which is why prepare
 reads records after all uncommitted entries. Records live for `copy_record_ttl`, longer than
 any prepare run, then are swept in the background; a record of a copy that started over
-only keeps an object longer. `docs/architecture.md` holds the argument for every operation.
+only keeps an object longer. `docs/design/gc.md` ("What a GC run promises to clients that keep
+working") holds the argument for every operation.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """S3 `ObjectStore` (`s3://bucket/optional/prefix`), for AWS and S3-compatible servers.
 
 Built on obstore (Rust's `object_store` behind a Python API), which the object-layer
-measurement chose over boto3 and `pyarrow.fs` (docs/architecture.md, "One object layer").
+measurement chose over boto3 and `pyarrow.fs` (docs/design/objects.md, "One object layer").
 Keys are relative to the URL's prefix. A PutObject, and a completed multipart upload, are
 atomic on S3 (readers see the old object or the whole new one), so writes need no temporary
 objects; a multipart upload that fails is aborted. Keys obstore cannot address (ASCII

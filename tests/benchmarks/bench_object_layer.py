@@ -56,7 +56,8 @@ BENCHMARKS = Suite(
     about=(
         "The base library of `engine/objects` (Python's `os` on local files, obstore on S3) "
         "against the other two candidates, each used alone on the same objects; the table "
-        "and the choice are in the architecture page."
+        "and the choice are in the "
+        "[object layer's design](design/objects.md#one-object-layer-chosen-by-measurement)."
     ),
     benchmarks=tuple(
         Benchmark(

@@ -5,7 +5,7 @@ Each test holds the operation at a failpoint, lets a second client change the la
 prepare run go through, then lets the operation finish; the run is swept by the GC rule
 (`tests.gc_model.sweep`) and every object a branch or commit references must still read.
 The Spark job applies the same rule (`tests/spark_jobs/test_gc_reference_races.py` forces
-the copy race through a real run). `docs/architecture.md` ("What a GC run promises to clients
+the copy race through a real run). `docs/design/gc.md` ("What a GC run promises to clients
 that keep working") holds the argument each test stands for.
 """
 
