@@ -47,6 +47,7 @@ POINTS = frozenset(
         "import.after_record",
         "link.before_stage",
         "merge.after_ranges",
+        "merge.after_seal",
         "merge.before_set",
         "prepare.branch_scan",
         "protect.before_fence",

@@ -74,7 +74,7 @@ def commit(
             g, repo, branch_name, sealed, message, meta, committer, allow_empty, progress=progress
         )
     except BaseException:
-        release(g, repo, branch_name, sealed)
+        release(g, repo, branch_name, sealed.opened)
         raise
 
 
@@ -160,16 +160,17 @@ def _commit_under_way(branch: BranchRecord) -> bool:
     return bool(branch.sealed_tokens) and opened_by_commit(branch.staging_token)
 
 
-def release(g: Graveler, repo: RepositoryRecord, branch_name: str, sealed: Seal) -> None:
-    """After a commit failed past its seal (a store error, say): seal once more, opening a
-    token marked `RELEASE_MARK`, so the next commit on the branch seals at once instead of
-    waiting `commit_wait` for a commit that will never land. Its tokens stay sealed for that
-    commit to absorb. Only while the failed commit's seal is still the newest, and only by
-    `set_if`: a seal made on top since is another commit's, which its waiters must wait for.
-    Best effort: if this fails too, the next commit waits as for a committer that died."""
+def release(g: Graveler, repo: RepositoryRecord, branch_name: str, opened: str) -> None:
+    """After a commit (or a merge readying its destination) failed past its seal, a store
+    error say, whose seal opened the staging token `opened`: seal once more, opening a token
+    marked `RELEASE_MARK`, so the next commit on the branch seals at once instead of waiting
+    `commit_wait` for a commit that will never land. The tokens stay sealed for that commit
+    to absorb. Only while the failed seal is still the newest, and only by `set_if`: a seal
+    made on top since is another commit's, which its waiters must wait for. Best effort: if
+    this fails too, the next commit waits as for a committer that died."""
     try:
         branch, predicate = g.refs.get_branch(repo, branch_name)
-        if branch.staging_token == sealed.opened and branch.sealed_tokens:
+        if branch.staging_token == opened and branch.sealed_tokens:
             g.try_update_branch(repo, sealing(repo, branch, mark=RELEASE_MARK), predicate)
     except Exception:
         log.warning("could not release the seal of a failed commit on %r", branch_name)

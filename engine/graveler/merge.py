@@ -51,6 +51,7 @@ from branchwater.engine.errors import (
 )
 from branchwater.engine.graveler import protection
 from branchwater.engine.graveler.checks import check_merge
+from branchwater.engine.graveler.commit import release, sealing
 from branchwater.engine.graveler.committed import (
     EMPTY_METARANGE_ID,
     CommittedStore,
@@ -69,7 +70,6 @@ from branchwater.engine.graveler.model import (
     check_commit_arguments,
 )
 from branchwater.engine.graveler.reads import uncommitted_changes
-from branchwater.engine.graveler.staging import new_staging_token
 
 Strategy = Literal["source-wins", "dest-wins"]
 STRATEGIES: tuple[str, ...] = ("source-wins", "dest-wins")
@@ -472,7 +472,8 @@ def ready_destination(
 
     Staged rewrites of content HEAD holds already are no change, but left staged they would
     hide what the merge brings to their paths. So they are sealed, as a commit seals them,
-    checked again (a write may have landed before the seal), and the merge drops them.
+    checked again (a write may have landed around the seal), and the merge drops them. A
+    merge that finds a real change then refuses and releases its seal (`commit.release`).
     """
     branch, predicate = g.refs.get_branch(repo, name)
     if allow_dirty or not g.has_uncommitted(branch):
@@ -480,14 +481,15 @@ def ready_destination(
     _check_clean(g, repo, name, verb)
     if g.staging.is_empty(branch.staging_token):
         return branch, predicate
-    sealed = dataclasses.replace(
-        branch,
-        staging_token=new_staging_token(repo, name),
-        sealed_tokens=(branch.staging_token, *branch.sealed_tokens),
-    )
+    sealed = sealing(repo, branch)
     if not g.try_update_branch(repo, sealed, predicate):
         return None
-    _check_clean(g, repo, name, verb)
+    failpoints.hit("merge.after_seal")
+    try:
+        _check_clean(g, repo, name, verb)
+    except DirtyBranch:
+        release(g, repo, name, sealed.staging_token)
+        raise
     current, predicate = g.refs.get_branch(repo, name)
     return (current, predicate) if current == sealed else None
 

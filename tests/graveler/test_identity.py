@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from pathlib import Path
 
 import pytest
 
 from branchwater.engine import DirtyBranch, Lake, MergeConflict, NoChanges
+from branchwater.engine.failpoints import armed
 from branchwater.engine.graveler import merge as merge_ops
 from branchwater.engine.graveler.committed import RangePolicy
 from branchwater.engine.graveler.graveler import RetryPolicy
@@ -270,6 +272,32 @@ def test_a_write_landing_while_rewrites_are_sealed_blocks_the_merge_and_is_kept(
         repo.merge("feature", into="main")
     assert main.read("late") == b"written just before the seal"
     assert [c.path for c in main.uncommitted()] == ["late"]
+
+
+def test_a_merge_blocked_by_a_write_after_its_seal_releases_the_seal(
+    lake: Lake, repo, monkeypatch
+) -> None:
+    """The merge sealed the rewrites, then found a real write above them: it refuses, and
+    releases its seal, so committing that write does not wait `commit_wait` for a merge that
+    will never land."""
+    main, feature = forked(repo, {"p": b"A"})
+    feature.upload("f", b"f")
+    feature.commit("f")
+    rewrite(lake, repo, "main", "p")
+    g = lake.graveler
+    monkeypatch.setattr(g, "retry", dataclasses.replace(g.retry, commit_wait=600))
+
+    def write_now() -> None:
+        main.upload("late", b"written just after the seal")
+
+    def waited() -> None:
+        raise AssertionError("the commit waited for the merge's seal")
+
+    with armed("merge.after_seal", write_now), pytest.raises(DirtyBranch):
+        repo.merge("feature", into="main")
+    with armed("commit.awaiting", waited):
+        made = main.commit("late")
+    assert sorted(e.path for e in repo.ref(made.id).list()) == ["late", "p"]
 
 
 # --- criss-cross merges -----------------------------------------------------------------
