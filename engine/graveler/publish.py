@@ -22,7 +22,7 @@ from branchwater.engine.graveler.merge import (
     PREVIEW_KEY,
     MergeResult,
     moved_to,
-    ready_destination,
+    readying,
 )
 from branchwater.engine.graveler.model import Commit, RepositoryRecord
 
@@ -34,25 +34,26 @@ def publish(g: Graveler, repo: RepositoryRecord, commit_ref: str, destination: s
     preview's first parent; `MergeRaceLost` (hint: the preview's work) if it moved. A
     destination already at the preview is a success, so a retried publish changes nothing."""
     preview = previewed_commit(g, repo, commit_ref, destination)
-    for attempt in g.retry:
-        current, _ = g.refs.get_branch(repo, destination)
-        if current.commit_id == preview.id:
-            return MergeResult(preview, attempt)
-        ready = ready_destination(g, repo, destination, VERB)
-        if ready is None:
-            continue
-        branch, predicate = ready
-        what = f"publishing {preview.id[:12]} into {destination!r}"
-        check_merge(g, repo, branch, (preview.id, preview.parents[1]), what)
-        if branch.commit_id != preview.parents[0]:
-            raise _stale(repo, preview, destination, branch.commit_id, attempt)
-        claim(g, repo, preview.id)
-        failpoints.hit("publish.before_set")
-        moved = moved_to(branch, preview.id)
-        if g.update_branch_dropping(repo, moved, predicate, branch.sealed_tokens):
-            return MergeResult(preview, attempt)
-    what = f"publishing {preview.id[:12]} into {destination!r} of {repo.name!r}"
-    raise too_many_tries(what, g.retry.attempts)
+    with readying(g, repo, destination) as ready_destination_for:
+        for attempt in g.retry:
+            current, _ = g.refs.get_branch(repo, destination)
+            if current.commit_id == preview.id:
+                return MergeResult(preview, attempt)
+            ready = ready_destination_for(VERB, False)
+            if ready is None:
+                continue
+            branch, predicate = ready.branch, ready.predicate
+            what = f"publishing {preview.id[:12]} into {destination!r}"
+            check_merge(g, repo, branch, (preview.id, preview.parents[1]), what)
+            if branch.commit_id != preview.parents[0]:
+                raise _stale(repo, preview, destination, branch.commit_id, attempt)
+            claim(g, repo, preview.id)
+            failpoints.hit("publish.before_set")
+            moved = moved_to(branch, preview.id)
+            if g.update_branch_dropping(repo, moved, predicate, branch.sealed_tokens):
+                return MergeResult(preview, attempt)
+        what = f"publishing {preview.id[:12]} into {destination!r} of {repo.name!r}"
+        raise too_many_tries(what, g.retry.attempts)
 
 
 def previewed_commit(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from branchwater.engine import DirtyBranch, Lake, MergeConflict, NoChanges
+from branchwater.engine import DirtyBranch, Lake, MergeConflict, MergeRaceLost, NoChanges
 from branchwater.engine.failpoints import armed
 from branchwater.engine.graveler import merge as merge_ops
 from branchwater.engine.graveler.committed import RangePolicy
@@ -274,6 +274,10 @@ def test_a_write_landing_while_rewrites_are_sealed_blocks_the_merge_and_is_kept(
     assert [c.path for c in main.uncommitted()] == ["late"]
 
 
+def _waited() -> None:
+    raise AssertionError("the commit waited for the merge's seal")
+
+
 def test_a_merge_blocked_by_a_write_after_its_seal_releases_the_seal(
     lake: Lake, repo, monkeypatch
 ) -> None:
@@ -290,14 +294,44 @@ def test_a_merge_blocked_by_a_write_after_its_seal_releases_the_seal(
     def write_now() -> None:
         main.upload("late", b"written just after the seal")
 
-    def waited() -> None:
-        raise AssertionError("the commit waited for the merge's seal")
-
     with armed("merge.after_seal", write_now), pytest.raises(DirtyBranch):
         repo.merge("feature", into="main")
-    with armed("commit.awaiting", waited):
+    with armed("commit.awaiting", _waited):
         made = main.commit("late")
     assert sorted(e.path for e in repo.ref(made.id).list()) == ["late", "p"]
+
+
+@pytest.mark.parametrize("preview", [False, True])
+def test_a_merge_that_fails_after_sealing_the_rewrites_releases_the_seal(
+    lake: Lake, repo, monkeypatch, preview: bool
+) -> None:
+    """A conflict found after the rewrites were sealed (or a publish whose destination moved)
+    fails the merge; the next commit there seals at once and records the rewrites with its
+    own write."""
+    main, feature = forked(repo, {"p": b"A", "q": b"Q"})
+    feature.upload("p", b"from feature")
+    feature.commit("feature changes p")
+    g = lake.graveler
+    monkeypatch.setattr(g, "retry", dataclasses.replace(g.retry, commit_wait=600))
+    if preview:
+        previewed = repo.merge("feature", into="main", preview=True)
+        main.upload("m", b"main moves on")
+        main.commit("main moves on")
+        rewrite(lake, repo, "main", "q")
+        with pytest.raises(MergeRaceLost):
+            repo.publish(previewed.commit.id, into="main")
+    else:
+        main.upload("p", b"from main")
+        main.commit("main changes p")
+        rewrite(lake, repo, "main", "q")
+        with pytest.raises(MergeConflict):
+            repo.merge("feature", into="main")
+    assert g.read_branch(repo.record, "main").sealed_tokens != ()
+    main.upload("z", b"z")
+    with armed("commit.awaiting", _waited):
+        made = main.commit("z")
+    assert "z" in {e.path for e in repo.ref(made.id).list()}
+    assert g.read_branch(repo.record, "main").sealed_tokens == ()
 
 
 # --- criss-cross merges -----------------------------------------------------------------
