@@ -19,8 +19,8 @@ metarange is left, it is committed as it stands; if nothing is, a concurrent com
 all: `AlreadyRecorded`, unless HEAD is still the one the seal was made on or does not descend
 from it (a reset dropped the tokens): `NoChanges`.
 
-A commit that fails after its seal releases it (`release`), so the next commit need not wait
-for it; one whose process died is waited for up to `commit_wait`, then sealed beside.
+A commit that fails after its seal releases it (`releasing`), so the next commit need not
+wait for it; one whose process died is waited for up to `commit_wait`, then sealed beside.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -68,14 +69,12 @@ def commit(
 ) -> Commit:
     meta = check_commit_arguments(message, metadata, committer)
     sealed = seal(g, repo, branch_name, allow_empty=allow_empty)
-    try:
+    with releasing(g, repo, branch_name) as opened:
+        opened.append(sealed.opened)
         failpoints.hit("commit.after_seal")
         return _finish(
             g, repo, branch_name, sealed, message, meta, committer, allow_empty, progress=progress
         )
-    except BaseException:
-        release(g, repo, branch_name, sealed.opened)
-        raise
 
 
 JOIN_POLL = 0.1
@@ -160,20 +159,33 @@ def _commit_under_way(branch: BranchRecord) -> bool:
     return bool(branch.sealed_tokens) and opened_by_commit(branch.staging_token)
 
 
-def release(g: Graveler, repo: RepositoryRecord, branch_name: str, opened: str) -> None:
-    """After a commit (or a merge readying its destination) failed past its seal, a store
-    error say, whose seal opened the staging token `opened`: seal once more, opening a token
-    marked `RELEASE_MARK`, so the next commit on the branch seals at once instead of waiting
-    `commit_wait` for a commit that will never land. The tokens stay sealed for that commit
-    to absorb. Only while the failed seal is still the newest, and only by `set_if`: a seal
-    made on top since is another commit's, which its waiters must wait for. Best effort: if
-    this fails too, the next commit waits as for a committer that died."""
+@contextmanager
+def releasing(g: Graveler, repo: RepositoryRecord, branch_name: str) -> Iterator[list[str]]:
+    """Around an operation that seals `branch_name` (a commit; a merge or publish readying
+    its destination), which appends to the list yielded the staging token each of its seals
+    opened. If it fails (a store error, a conflict, its retries spent), its newest seal is
+    released: sealed once more, opening a token marked `RELEASE_MARK`, so the next commit on
+    the branch seals at once instead of waiting `commit_wait` for an operation that will never
+    land. The tokens stay sealed for that commit to absorb. Only while the failed seal is
+    still the newest, and only by `set_if`: a seal made on top since is another commit's,
+    which its waiters must wait for. Best effort: if the release fails too, the next commit
+    waits as for a committer that died."""
+    opened: list[str] = []
+    try:
+        yield opened
+    except BaseException:
+        if opened:
+            _release(g, repo, branch_name, opened[-1])
+        raise
+
+
+def _release(g: Graveler, repo: RepositoryRecord, branch_name: str, opened: str) -> None:
     try:
         branch, predicate = g.refs.get_branch(repo, branch_name)
         if branch.staging_token == opened and branch.sealed_tokens:
             g.try_update_branch(repo, sealing(repo, branch, mark=RELEASE_MARK), predicate)
     except Exception:
-        log.warning("could not release the seal of a failed commit on %r", branch_name)
+        log.warning("could not release a failed operation's seal on %r", branch_name)
 
 
 def _recorded(branch: BranchRecord, found: BranchRecord) -> bool:

@@ -33,8 +33,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from itertools import islice
@@ -52,7 +51,7 @@ from branchwater.engine.errors import (
 )
 from branchwater.engine.graveler import protection
 from branchwater.engine.graveler.checks import check_merge
-from branchwater.engine.graveler.commit import release, sealing
+from branchwater.engine.graveler.commit import releasing, sealing
 from branchwater.engine.graveler.committed import (
     EMPTY_METARANGE_ID,
     CommittedStore,
@@ -218,12 +217,12 @@ def land(
     merge onto its HEAD (after a lost race, what the previous attempt merged, onto the new
     HEAD, where the plan finds that exact; else afresh), record the commit and `set_if` the
     branch to it."""
-    with readying(g, repo, destination) as ready_destination_for:
+    with releasing(g, repo, destination) as opened:
         for attempt in g.retry:
-            ready = ready_destination_for(plan.verb, plan.allow_dirty)
+            ready = ready_destination(g, repo, destination, plan.verb, opened, plan.allow_dirty)
             if ready is None:
                 continue
-            branch, predicate = ready.branch, ready.predicate
+            branch, predicate = ready
             _guard(g, repo, branch, plan)
             head = g.refs.get_commit(repo, branch.commit_id)
             if previous is not None and plan.reuses_exactly(g, repo, head, previous):
@@ -466,71 +465,37 @@ def _age(commit: Commit) -> tuple[datetime, str]:
     return commit.creation_date, commit.id
 
 
-@dataclass(frozen=True)
-class Ready:
-    """A destination ready for a merge's final `set_if`."""
-
-    branch: BranchRecord
-    predicate: bytes
-    opened: str | None = None
-    """The staging token opened by the seal this call made of the destination's no-op
-    rewrites, if it made one."""
-
-
 def ready_destination(
-    g: Graveler, repo: RepositoryRecord, name: str, verb: str, allow_dirty: bool = False
-) -> Ready | None:
+    g: Graveler,
+    repo: RepositoryRecord,
+    name: str,
+    verb: str,
+    opened: list[str],
+    allow_dirty: bool = False,
+) -> tuple[BranchRecord, bytes] | None:
     """The destination and its predicate once nothing is uncommitted on it; `None` if it
     moved meanwhile (try again).
 
     Staged rewrites of content HEAD holds already are no change, but left staged they would
     hide what the merge brings to their paths. So they are sealed, as a commit seals them,
-    checked again (a write may have landed around the seal), and the merge drops them. A
-    merge that finds a real change then refuses and releases its seal (`commit.release`), as
-    one that fails later does (`readying`).
+    checked again (a write may have landed around the seal), and the merge drops them. The
+    token the seal opens is appended to `opened` (`commit.releasing`): a merge that finds a
+    real change then, or fails later, releases its seal.
     """
     branch, predicate = g.refs.get_branch(repo, name)
     if allow_dirty or not g.has_uncommitted(branch):
-        return Ready(branch, predicate)
+        return branch, predicate
     _check_clean(g, repo, name, verb)
     if g.staging.is_empty(branch.staging_token):
-        return Ready(branch, predicate)
+        return branch, predicate
     sealed = sealing(repo, branch)
     if not g.try_update_branch(repo, sealed, predicate):
         return None
+    opened.append(sealed.staging_token)
     failpoints.hit("merge.after_seal")
-    try:
-        _check_clean(g, repo, name, verb)
-    except DirtyBranch:
-        release(g, repo, name, sealed.staging_token)
-        raise
+    _check_clean(g, repo, name, verb)
     current, predicate = g.refs.get_branch(repo, name)
-    return Ready(current, predicate, sealed.staging_token) if current == sealed else None
-
-
-@contextmanager
-def readying(
-    g: Graveler, repo: RepositoryRecord, name: str
-) -> Iterator[Callable[[str, bool], Ready | None]]:
-    """`ready_destination` of `name` for a merge's attempts (called with the verb and
-    `allow_dirty`). If the merge then fails (a conflict, a protection rule, its retries
-    spent) after an attempt sealed the destination's no-op rewrites, the newest such seal is
-    released (`commit.release`), so the next commit there does not wait for a merge that
-    will not land."""
-    opened: list[str] = []
-
-    def ready(verb: str, allow_dirty: bool) -> Ready | None:
-        readied = ready_destination(g, repo, name, verb, allow_dirty)
-        if readied is not None and readied.opened:
-            opened.append(readied.opened)
-        return readied
-
-    try:
-        yield ready
-    except BaseException:
-        if opened:
-            release(g, repo, name, opened[-1])
-        raise
+    return (current, predicate) if current == sealed else None
 
 
 def _check_clean(g: Graveler, repo: RepositoryRecord, name: str, verb: str) -> None:

@@ -16,13 +16,14 @@ from __future__ import annotations
 from branchwater.engine import failpoints
 from branchwater.engine.errors import InvalidArgument, MergeRaceLost, too_many_tries
 from branchwater.engine.graveler.checks import check_merge
+from branchwater.engine.graveler.commit import releasing
 from branchwater.engine.graveler.fence import claim
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.merge import (
     PREVIEW_KEY,
     MergeResult,
     moved_to,
-    readying,
+    ready_destination,
 )
 from branchwater.engine.graveler.model import Commit, RepositoryRecord
 
@@ -34,15 +35,15 @@ def publish(g: Graveler, repo: RepositoryRecord, commit_ref: str, destination: s
     preview's first parent; `MergeRaceLost` (hint: the preview's work) if it moved. A
     destination already at the preview is a success, so a retried publish changes nothing."""
     preview = previewed_commit(g, repo, commit_ref, destination)
-    with readying(g, repo, destination) as ready_destination_for:
+    with releasing(g, repo, destination) as opened:
         for attempt in g.retry:
             current, _ = g.refs.get_branch(repo, destination)
             if current.commit_id == preview.id:
                 return MergeResult(preview, attempt)
-            ready = ready_destination_for(VERB, False)
+            ready = ready_destination(g, repo, destination, VERB, opened)
             if ready is None:
                 continue
-            branch, predicate = ready.branch, ready.predicate
+            branch, predicate = ready
             what = f"publishing {preview.id[:12]} into {destination!r}"
             check_merge(g, repo, branch, (preview.id, preview.parents[1]), what)
             if branch.commit_id != preview.parents[0]:

@@ -22,8 +22,8 @@ StagedValue = Entry | None
 COMPACTION_MARK = ".compaction"
 """Ends the name of a token a compaction's seal opened."""
 RELEASE_MARK = ".released"
-"""Ends the name of a token opened by the seal a commit makes once it failed after its own
-(`commit.release`): no commit builds on that seal."""
+"""Ends the name of a token opened by the seal that releases a failed commit's or merge's
+own (`commit.releasing`): no commit builds on that seal."""
 
 
 def new_staging_token(repo: RepositoryRecord, branch: str, *, mark: str = "") -> str:
