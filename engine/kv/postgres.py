@@ -114,7 +114,7 @@ class PostgresStore(SQLStore):
         the table, so a store sees either nothing (and creates it) or everything.
         """
         try:
-            with self._engine.begin() as conn:
+            with self._lock, self._engine.begin() as conn:
                 if inspect(conn).has_table(self.table):
                     return
                 conn.execute(select(func.pg_advisory_xact_lock(_lock_id(self.table))))

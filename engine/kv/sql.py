@@ -28,6 +28,14 @@ so the next calls connect afresh instead of failing once per dead connection, an
   `Unavailable` saying the write may have been applied, and the caller, who knows what
   the value means, reads the key before deciding (graveler operations re-read the branch
   on their next call and finish or redo what is left).
+
+A fork lands between statements, never inside one. SQLite keeps lock state for the whole
+process: a child forked while a thread of its parent held the write lock inherits that
+state but not the thread, so to the child the lock stays held by a connection that will
+never finish, and each of its writes waits out the busy timeout and fails. Each connection
+has a lock its statement holds (uncontended: one statement uses a connection at a time);
+before a fork, the process takes every store's lock (held while connecting and closing)
+and every connection's, and the child forgets them with the connections.
 """
 
 from __future__ import annotations
@@ -138,13 +146,15 @@ class _Connection:
     says it has not been closed.
     """
 
-    __slots__ = ("__weakref__", "cursor", "dbapi", "finalizer", "pooled", "usable")
+    __slots__ = ("__weakref__", "cursor", "dbapi", "finalizer", "lock", "pooled", "usable")
 
     def __init__(self, pooled: Any, cursor: Cursor) -> None:
         self.pooled = pooled
         self.dbapi = pooled.driver_connection
         self.cursor = cursor
-        self.finalizer = weakref.finalize(self, _close_quietly, pooled)
+        self.lock = threading.Lock()
+        """Held by the statement using the connection, and by a fork (module docstring)."""
+        self.finalizer = weakref.finalize(self, _close_quietly, pooled, self.lock)
         self.usable = True
 
     def close(self) -> None:
@@ -156,13 +166,13 @@ class _Connection:
         (no rollback on return) is sent to a server that is gone."""
         self.usable = False
         if self.finalizer.detach() is not None:
-            with contextlib.suppress(Exception):
+            with self.lock, contextlib.suppress(Exception):
                 self.pooled.invalidate()
 
 
-def _close_quietly(pooled: Any) -> None:
+def _close_quietly(pooled: Any, lock: threading.Lock) -> None:
     """Closing is best effort: the server may already be gone, and there is no one to tell."""
-    with contextlib.suppress(Exception):
+    with lock, contextlib.suppress(Exception):
         pooled.close()
 
 
@@ -186,6 +196,8 @@ class SQLStore(Store):
         self._idle: list[_Connection] = []
         self._connections: weakref.WeakSet[_Connection] = weakref.WeakSet()
         self._lock = threading.Lock()
+        """Held while connecting, while taking the connections to close, and by a fork."""
+        self._held_for_fork: list[_Connection] = []
         _LIVE_STORES.add(self)
 
     @abc.abstractmethod
@@ -233,12 +245,12 @@ class SQLStore(Store):
             conn.close()
 
     def _connect(self) -> _Connection:
-        try:
-            pooled = self._engine.raw_connection()
-            conn = _Connection(pooled, self._open_cursor(pooled.driver_connection))
-        except Exception as exc:
-            raise self._failure(exc) from exc
         with self._lock:
+            try:
+                pooled = self._engine.raw_connection()
+                conn = _Connection(pooled, self._open_cursor(pooled.driver_connection))
+            except Exception as exc:
+                raise self._failure(exc) from exc
             self._connections.add(conn)
         return conn
 
@@ -274,7 +286,8 @@ class SQLStore(Store):
         """The statement again, after a lost session, on a new connection; its failure final."""
         conn = self._connect()
         try:
-            return fetch(conn.cursor.execute(sql, params))
+            with conn.lock:
+                return fetch(conn.cursor.execute(sql, params))
         except self._errors as exc:
             with contextlib.suppress(BranchwaterError):
                 self._drop_if_broken(conn, exc)
@@ -288,17 +301,22 @@ class SQLStore(Store):
         return False
 
     def _fetch(self, sql: str, params: Sequence[Any], fetch: Callable[[Cursor], T]) -> T:
-        """The hot path: `_take` and `_give` inlined (an idle connection popped and given back)."""
+        """The hot path: `_take` and `_give` inlined (an idle connection popped and given back),
+        and the connection's lock taken without a `with`, which would cost a few times more."""
         idle = self._idle
         try:
             conn = idle.pop()
         except IndexError:
             conn = self._connect()
         try:
-            return fetch(conn.cursor.execute(sql, params))
+            conn.lock.acquire()
+            try:
+                return fetch(conn.cursor.execute(sql, params))
+            finally:
+                conn.lock.release()
         except self._errors as exc:
             if self._is_busy(exc):
-                return fetch(self._when_free(conn.cursor, sql, params))
+                return self._when_free(conn, sql, params, fetch)
             self._drop_if_broken(conn, exc)
         finally:
             if conn.usable and len(idle) < MAX_IDLE:
@@ -316,10 +334,14 @@ class SQLStore(Store):
         if not idempotent:
             conn = self._alive(conn)
         try:
-            return conn.cursor.execute(sql, params).rowcount
+            conn.lock.acquire()
+            try:
+                return conn.cursor.execute(sql, params).rowcount
+            finally:
+                conn.lock.release()
         except self._errors as exc:
             if self._is_busy(exc):
-                return self._when_free(conn.cursor, sql, params).rowcount
+                return self._when_free(conn, sql, params, _rowcount)
             self._drop_if_broken(conn, exc)
             if not idempotent:
                 raise self._unknown_outcome(exc) from exc
@@ -330,7 +352,9 @@ class SQLStore(Store):
                 self._give(conn)
         return self._once(sql, params, _rowcount)
 
-    def _when_free(self, cursor: Cursor, sql: str, params: Sequence[Any]) -> Cursor:
+    def _when_free(
+        self, conn: _Connection, sql: str, params: Sequence[Any], fetch: Callable[[Cursor], T]
+    ) -> T:
         """Run a statement refused as busy again, backing off from a tenth of a millisecond.
 
         SQLite's own busy handler sleeps 1, 2, 5, 10 ms and more between tries, so a writer
@@ -342,7 +366,8 @@ class SQLStore(Store):
         while True:
             time.sleep(delay)
             try:
-                return cursor.execute(sql, params)
+                with conn.lock:
+                    return fetch(conn.cursor.execute(sql, params))
             except self._errors as exc:
                 if not self._is_busy(exc) or time.monotonic() >= deadline:
                     raise self._failure(exc) from exc
@@ -428,6 +453,19 @@ class SQLStore(Store):
             conn.close()
         self._engine.dispose()
 
+    def _hold_for_fork(self) -> None:
+        """Wait for the statements under way, and start no new one, until the fork is done."""
+        self._lock.acquire()
+        self._held_for_fork = list(self._connections)
+        for conn in self._held_for_fork:
+            conn.lock.acquire()
+
+    def _release_after_fork(self) -> None:
+        for conn in self._held_for_fork:
+            conn.lock.release()
+        self._held_for_fork = []
+        self._lock.release()
+
     def _forget_connections(self) -> None:
         """In a forked child: never touch the parent's connections, not even to close them.
 
@@ -442,6 +480,7 @@ class SQLStore(Store):
         self._connections = weakref.WeakSet()
         self._idle = []
         self._lock = threading.Lock()
+        self._held_for_fork = []
         self._engine.dispose(close=False)
 
 
@@ -465,9 +504,23 @@ _LIVE_STORES: weakref.WeakSet[SQLStore] = weakref.WeakSet()
 _INHERITED: list[_Connection] = []
 
 
+def _before_fork() -> None:
+    for store in list(_LIVE_STORES):
+        store._hold_for_fork()
+
+
+def _after_fork_in_parent() -> None:
+    for store in list(_LIVE_STORES):
+        store._release_after_fork()
+
+
 def _after_fork_in_child() -> None:
     for store in list(_LIVE_STORES):
         store._forget_connections()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+os.register_at_fork(
+    before=_before_fork,
+    after_in_parent=_after_fork_in_parent,
+    after_in_child=_after_fork_in_child,
+)

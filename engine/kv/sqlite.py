@@ -80,7 +80,7 @@ class SQLiteStore(SQLStore):
         parent = os.path.dirname(self.path)
         try:
             os.makedirs(parent, exist_ok=True)
-            with self._engine.begin() as conn:
+            with self._lock, self._engine.begin() as conn:
                 _new_table(DEFAULT_TABLE).create(conn, checkfirst=True)
                 return _is_without_rowid(conn, DEFAULT_TABLE)
         except (OSError, DBAPIError, sqlite3.Error) as exc:
@@ -98,7 +98,7 @@ class SQLiteStore(SQLStore):
         quote = self._engine.dialect.identifier_preparer.quote
         old, new = quote(DEFAULT_TABLE), quote(f"{DEFAULT_TABLE}_upgrade")
         try:
-            with self._engine.begin() as conn:
+            with self._lock, self._engine.begin() as conn:
                 if _is_without_rowid(conn, DEFAULT_TABLE):
                     self.without_rowid = True
                     return False

@@ -166,3 +166,53 @@ def test_forked_child_opens_its_own_connection(fresh_url: str) -> None:
         assert session_of(store) == parent_session
         if fresh_url.startswith("postgresql"):
             assert child_session != parent_session
+
+
+def pause_next_write(store: Store, paused: threading.Event, resume: threading.Event) -> None:
+    """Make the next statement of the store's idle SQLite connection stop at its first
+    step, the write lock held, until `resume` is set."""
+    dbapi = store._idle[-1].dbapi  # type: ignore[attr-defined]
+
+    def handler() -> int:
+        dbapi.set_progress_handler(None, 1)
+        paused.set()
+        resume.wait()
+        return 0
+
+    dbapi.set_progress_handler(handler, 1)
+
+
+def write_and_read_in_child(store: Store, results: Any) -> None:
+    """Runs in a forked child: write, then report what the parent's paused write left."""
+    try:
+        store.set(b"fork", b"child", b"written by child")
+        results.put(store.get(b"fork", b"parent").value)
+    except Exception as exc:
+        results.put(repr(exc))
+
+
+@pytest.mark.slow
+def test_a_fork_waits_for_a_write_under_way_in_another_thread(tmp_path: Path) -> None:
+    """SQLite keeps its lock state per process: a child forked while a thread of its parent
+    held the write lock would find it held for ever. The fork waits for the write instead,
+    so the child writes, and sees the parent's write as committed."""
+    ctx = multiprocessing.get_context("fork")
+    with open_store(f"sqlite:///{tmp_path / 'kv.db'}") as store:
+        store.set(b"fork", b"parent", b"before")
+        paused, resume = threading.Event(), threading.Event()
+        pause_next_write(store, paused, resume)
+        writer = threading.Thread(target=store.set, args=(b"fork", b"parent", b"written"))
+        writer.start()
+        assert paused.wait(10)
+        threading.Timer(0.2, resume.set).start()
+        results = ctx.Queue()
+        child = ctx.Process(target=write_and_read_in_child, args=(store, results))
+        child.start()
+        try:
+            assert results.get(timeout=START_TIMEOUT) == b"written"
+        finally:
+            resume.set()
+            writer.join()
+            child.join(START_TIMEOUT)
+        assert child.exitcode == 0
+        assert store.get(b"fork", b"child").value == b"written by child"
