@@ -8,6 +8,7 @@ environment variables; the table is created on first use (on-demand billing).
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -49,7 +50,9 @@ _MUST_EQUAL = f"{VALUE_ATTR} = :expected"
 
 
 class DynamoDBStore(Store):
-    """A `Store` in one DynamoDB table; the boto3 client is shared by all threads."""
+    """A `Store` in one DynamoDB table; the boto3 client is shared by all threads of a
+    process. A forked child makes its own: the inherited one's pooled connections are the
+    parent's sockets, and a reply read by the wrong process would answer another's request."""
 
     def __init__(self, url: str) -> None:
         self.url = redact_url(url)
@@ -61,14 +64,28 @@ class DynamoDBStore(Store):
             read_timeout=READ_TIMEOUT_SECONDS,
             retries={"mode": "standard", "max_attempts": MAX_ATTEMPTS},
         )
+        self._client_options = {
+            "endpoint_url": endpoint_url,
+            "region_name": region,
+            "config": config,
+        }
+        self._own_client: tuple[int, Any] = (os.getpid(), self._new_client())
+        self._call("ensure table", self._ensure_table)
+
+    def _new_client(self) -> Any:
         try:
-            self._client = boto3.client(
-                "dynamodb", endpoint_url=endpoint_url, region_name=region, config=config
-            )
+            return boto3.client("dynamodb", **self._client_options)
         except (BotoCoreError, ValueError) as exc:
             reason = scrub(str(exc), self._secrets)
             raise ConfigurationError(f"cannot configure DynamoDB for {self.url}: {reason}") from exc
-        self._call("ensure table", self._ensure_table)
+
+    @property
+    def _client(self) -> Any:
+        """This process's client (the parent's is left to the parent, never closed here)."""
+        pid, client = self._own_client
+        if pid != os.getpid():
+            pid, client = self._own_client = (os.getpid(), self._new_client())
+        return client
 
     def _ensure_table(self) -> None:
         """Create the table unless it exists; a concurrent creator's win counts as ours."""
@@ -216,7 +233,9 @@ class DynamoDBStore(Store):
         return pairs
 
     def close(self) -> None:
-        self._client.close()
+        pid, client = self._own_client
+        if pid == os.getpid():
+            client.close()
 
 
 def _key_condition(partition: bytes, start: bytes, inclusive: bool) -> dict[str, Any]:

@@ -9,6 +9,11 @@ control characters, which other tools may write) go through boto3 (`s3_fallback`
 does a listing that meets one. Constructing a store makes no request:
 a missing bucket, an unreachable endpoint or missing credentials show on first use, as a
 typed error that names the URL (never a credential).
+
+obstore runs its requests on one runtime per process, started by the first request, whose
+threads a forked child does not inherit: any request the child makes through it waits for
+ever, whichever store makes it. So a process forked from one that made an S3 request gets
+`ConfigurationError` saying how to start it instead (`_runtime_usable`).
 """
 
 from __future__ import annotations
@@ -371,6 +376,7 @@ class S3ObjectStore(ObjectStore):
     @property
     def _s3(self) -> S3Store:
         """The obstore client, made on first use: finding credentials may take a request."""
+        _runtime_usable(self.url)
         with self._opening:
             if self._store is None:
                 self._store = self._open()
@@ -730,6 +736,27 @@ def _code(exc: BaseException) -> str | None:
 
 def _etag(meta: ObjectMeta) -> str | None:
     return (meta.get("e_tag") or "").strip('"') or None
+
+
+_runtime_started_in: int | None = None
+"""The process whose request started obstore's runtime (the first this process or an
+ancestor made)."""
+
+
+def _runtime_usable(url: str) -> None:
+    """`ConfigurationError` in a process forked after obstore's runtime was started."""
+    global _runtime_started_in
+    pid = os.getpid()
+    if _runtime_started_in is None:
+        _runtime_started_in = pid
+    elif _runtime_started_in != pid:
+        raise ConfigurationError(
+            f"S3 object store {url} cannot be used in this process: it was forked from process "
+            f"{_runtime_started_in}, which had made S3 requests already, and the S3 client's "
+            "runtime does not survive a fork (its requests would hang). Start worker processes "
+            "with the 'spawn' or 'forkserver' method (multiprocessing.get_context('spawn')), "
+            "or fork them before the first S3 request."
+        )
 
 
 def _parse_url(url: str) -> tuple[str, str]:

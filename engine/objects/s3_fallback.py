@@ -7,6 +7,7 @@ reads, deletes and lists them through boto3 instead; Branchwater itself never wr
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from datetime import UTC
 from typing import Any, NoReturn, TypeVar
@@ -36,10 +37,14 @@ class Boto3Keys:
         self._prefix = prefix
         self._options = options
         self._client: Any = None
+        self._client_pid = 0
 
     @property
     def client(self) -> Any:
-        if self._client is None:
+        """This process's client: a forked child makes its own, as the inherited one's pooled
+        connections are its parent's sockets."""
+        if self._client is None or self._client_pid != os.getpid():
+            self._client_pid = os.getpid()
             import boto3
             from botocore.config import Config
 
@@ -95,7 +100,7 @@ class Boto3Keys:
             yield page
 
     def close(self) -> None:
-        if self._client is not None:
+        if self._client is not None and self._client_pid == os.getpid():
             self._client.close()
 
     def _call(self, key: str | None, request: Callable[[], T]) -> T:
