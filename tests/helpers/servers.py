@@ -8,9 +8,9 @@ import multiprocessing as mp
 import os
 import socket
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
@@ -60,6 +60,25 @@ def spawned_pool(processes: int) -> Iterator[tuple[SyncManager, Pool]]:
     ctx = mp.get_context("spawn")
     with ctx.Manager() as manager, ctx.Pool(processes) as pool:
         yield manager, pool
+
+
+def child_answer(target: Callable[..., None], *args: Any, method: str = "fork") -> Any:
+    """What `target(*args, answers)`, run in a child started by `method`, puts on `answers`
+    first; the child is joined, and killed by its pid if it outlives `CHILD_TIMEOUT`."""
+    ctx = mp.get_context(method)
+    answers = ctx.Queue()
+    child = ctx.Process(target=target, args=(*args, answers))
+    child.start()
+    try:
+        return answers.get(timeout=CHILD_TIMEOUT)
+    finally:
+        child.join(CHILD_TIMEOUT)
+        if child.is_alive():
+            child.kill()
+            child.join()
+
+
+CHILD_TIMEOUT = 120
 
 
 def unique_name(prefix: str) -> str:

@@ -5,18 +5,15 @@ mix-up itself cannot happen here; the test checks which client each process uses
 
 from __future__ import annotations
 
-import multiprocessing as mp
 from typing import Any
 
 import pytest
 
 from branchwater.engine.kv import open_store
 from branchwater.engine.kv.dynamodb import DynamoDBStore
-from tests.helpers.servers import unique_name
+from tests.helpers.servers import child_answer, unique_name
 
 pytestmark = pytest.mark.s3
-
-TIMEOUT = 120
 
 
 def _in_child(store: DynamoDBStore, inherited: Any, answers: Any) -> None:
@@ -33,16 +30,7 @@ def test_a_forked_child_uses_a_client_of_its_own(dynamodb_endpoint: str) -> None
         assert isinstance(store, DynamoDBStore)
         store.set(b"fork", b"parent", b"written by parent")
         parent_client = store._client
-        ctx = mp.get_context("fork")
-        answers = ctx.Queue()
-        child = ctx.Process(target=_in_child, args=(store, parent_client, answers))
-        child.start()
-        try:
-            assert answers.get(timeout=TIMEOUT) == (True, b"written by parent")
-        finally:
-            child.join(TIMEOUT)
-            if child.is_alive():
-                child.kill()
-        assert child.exitcode == 0
+        answer = child_answer(_in_child, store, parent_client)
+        assert answer == (True, b"written by parent")
         assert store._client is parent_client
         assert store.get(b"fork", b"child").value == b"written by child"

@@ -16,7 +16,7 @@ import pytest
 
 from branchwater.engine.errors import PredicateFailed
 from branchwater.engine.kv import Store, open_store
-from tests.helpers.servers import unique_name
+from tests.helpers.servers import child_answer, unique_name
 
 PROCESSES = 6
 INCREMENTS = 25
@@ -152,16 +152,10 @@ def session_of(store: Store) -> int:
 
 @pytest.mark.slow
 def test_forked_child_opens_its_own_connection(fresh_url: str) -> None:
-    ctx = multiprocessing.get_context("fork")
     with open_store(fresh_url) as store:
         store.set(b"fork", b"parent", b"written by parent")
         parent_session = session_of(store)
-        results = ctx.Queue()
-        child = ctx.Process(target=report_connection, args=(store, results))
-        child.start()
-        child.join(START_TIMEOUT)
-        assert child.exitcode == 0
-        child_session = results.get(timeout=10)
+        child_session = child_answer(report_connection, store)
         assert store.get(b"fork", b"child").value == b"written by child"
         assert session_of(store) == parent_session
         if fresh_url.startswith("postgresql"):
@@ -196,7 +190,6 @@ def test_a_fork_waits_for_a_write_under_way_in_another_thread(tmp_path: Path) ->
     """SQLite keeps its lock state per process: a child forked while a thread of its parent
     held the write lock would find it held for ever. The fork waits for the write instead,
     so the child writes, and sees the parent's write as committed."""
-    ctx = multiprocessing.get_context("fork")
     with open_store(f"sqlite:///{tmp_path / 'kv.db'}") as store:
         store.set(b"fork", b"parent", b"before")
         paused, resume = threading.Event(), threading.Event()
@@ -205,14 +198,9 @@ def test_a_fork_waits_for_a_write_under_way_in_another_thread(tmp_path: Path) ->
         writer.start()
         assert paused.wait(10)
         threading.Timer(0.2, resume.set).start()
-        results = ctx.Queue()
-        child = ctx.Process(target=write_and_read_in_child, args=(store, results))
-        child.start()
         try:
-            assert results.get(timeout=START_TIMEOUT) == b"written"
+            assert child_answer(write_and_read_in_child, store) == b"written"
         finally:
             resume.set()
             writer.join()
-            child.join(START_TIMEOUT)
-        assert child.exitcode == 0
         assert store.get(b"fork", b"child").value == b"written by child"

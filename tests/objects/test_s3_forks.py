@@ -3,7 +3,6 @@ request, has no threads in the child, where a request would wait for ever."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
 from typing import Any
 
 import pytest
@@ -12,14 +11,13 @@ from branchwater.engine.errors import ConfigurationError
 from branchwater.engine.objects.s3 import S3ObjectStore
 from branchwater.engine.objects.s3_fallback import Boto3Keys
 from tests.fixtures.s3 import S3Server
+from tests.helpers.servers import child_answer
 
 pytestmark = pytest.mark.s3
 
-ANSWER_TIMEOUT = 60
-
 
 def _put_in_child(url: str, options: dict[str, str], answers: Any) -> None:
-    """Runs in the forked child: a request through a store of its own."""
+    """A request through a store of the child's own."""
     store = S3ObjectStore(url, **options)
     try:
         store.put_stream("child", [b"2"])
@@ -28,25 +26,11 @@ def _put_in_child(url: str, options: dict[str, str], answers: Any) -> None:
         answers.put(str(exc))
 
 
-def _answer_from_child(url: str, options: dict[str, str], context: str) -> str:
-    ctx = mp.get_context(context)
-    answers = ctx.Queue()
-    child = ctx.Process(target=_put_in_child, args=(url, options, answers))
-    child.start()
-    try:
-        return answers.get(timeout=ANSWER_TIMEOUT)
-    finally:
-        child.join(ANSWER_TIMEOUT)
-        if child.is_alive():
-            child.kill()
-            child.join()
-
-
 def test_a_child_forked_after_s3_requests_is_told_to_spawn(
     s3_server: S3Server, s3_store: S3ObjectStore
 ) -> None:
     s3_store.put_stream("parent", [b"1"])
-    answer = _answer_from_child(s3_store.url, s3_server.options, "fork")
+    answer = child_answer(_put_in_child, s3_store.url, s3_server.options)
     assert "was forked from process" in answer and "'spawn'" in answer
     assert s3_store.get("parent") == b"1"
     assert s3_store.exists("child") is False
@@ -54,7 +38,8 @@ def test_a_child_forked_after_s3_requests_is_told_to_spawn(
 
 def test_a_spawned_child_uses_s3(s3_server: S3Server, s3_store: S3ObjectStore) -> None:
     s3_store.put_stream("parent", [b"1"])
-    assert _answer_from_child(s3_store.url, s3_server.options, "spawn") == "written"
+    answer = child_answer(_put_in_child, s3_store.url, s3_server.options, method="spawn")
+    assert answer == "written"
     assert s3_store.get("child") == b"2"
 
 
@@ -69,12 +54,5 @@ def test_the_boto3_fallback_makes_a_client_of_its_own_in_a_forked_child(
     parent's sockets in a child."""
     keys = Boto3Keys(f"s3://{s3_bucket}", s3_bucket, "", dict(s3_server.options))
     inherited = keys.client
-    ctx = mp.get_context("fork")
-    answers = ctx.Queue()
-    child = ctx.Process(target=_fallback_client_in_child, args=(keys, inherited, answers))
-    child.start()
-    try:
-        assert answers.get(timeout=ANSWER_TIMEOUT) is True
-    finally:
-        child.join(ANSWER_TIMEOUT)
+    assert child_answer(_fallback_client_in_child, keys, inherited) is True
     assert keys.client is inherited
