@@ -502,19 +502,24 @@ def _rowcount(cursor: Cursor) -> int:
 
 _LIVE_STORES: weakref.WeakSet[SQLStore] = weakref.WeakSet()
 _INHERITED: list[_Connection] = []
+_HELD_FOR_FORK: list[SQLStore] = []
+"""The stores a fork under way holds: exactly these are released after it (a store opened
+by another thread meanwhile was never held)."""
 
 
 def _before_fork() -> None:
     for store in list(_LIVE_STORES):
         store._hold_for_fork()
+        _HELD_FOR_FORK.append(store)
 
 
 def _after_fork_in_parent() -> None:
-    for store in list(_LIVE_STORES):
-        store._release_after_fork()
+    while _HELD_FOR_FORK:
+        _HELD_FOR_FORK.pop()._release_after_fork()
 
 
 def _after_fork_in_child() -> None:
+    _HELD_FOR_FORK.clear()
     for store in list(_LIVE_STORES):
         store._forget_connections()
 

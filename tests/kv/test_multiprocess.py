@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from branchwater.engine.errors import PredicateFailed
-from branchwater.engine.kv import Store, open_store
+from branchwater.engine.kv import Store, open_store, sql
 from tests.helpers.servers import child_answer, unique_name
 
 PROCESSES = 6
@@ -204,3 +204,21 @@ def test_a_fork_waits_for_a_write_under_way_in_another_thread(tmp_path: Path) ->
             resume.set()
             writer.join()
         assert store.get(b"fork", b"child").value == b"written by child"
+
+
+def test_a_store_opened_while_a_fork_is_under_way_is_left_alone(tmp_path: Path) -> None:
+    """The release after a fork undoes exactly what the hold before it took: a store another
+    thread opened between the two was never held, and releasing it would fail and leave
+    the stores after it held."""
+    with open_store(f"sqlite:///{tmp_path / 'a.db'}") as held:
+        held.set(b"p", b"k", b"before")
+        sql._before_fork()
+        try:
+            opened = open_store(f"sqlite:///{tmp_path / 'b.db'}")
+        finally:
+            sql._after_fork_in_parent()
+        with opened:
+            opened.set(b"p", b"k", b"after")
+            assert opened.get(b"p", b"k").value == b"after"
+        held.set(b"p", b"k", b"after")
+        assert held.get(b"p", b"k").value == b"after"
