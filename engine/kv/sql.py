@@ -502,20 +502,22 @@ def _rowcount(cursor: Cursor) -> int:
 
 _LIVE_STORES: weakref.WeakSet[SQLStore] = weakref.WeakSet()
 _INHERITED: list[_Connection] = []
-_HELD_FOR_FORK: list[SQLStore] = []
-"""The stores a fork under way holds: exactly these are released after it (a store opened
-by another thread meanwhile was never held)."""
+_HELD_FOR_FORK: dict[int, list[SQLStore]] = {}
+"""The stores each forking thread holds: exactly these are released after its fork (a store
+opened by another thread meanwhile was never held; a second thread forking at once holds
+them only after the first released them)."""
 
 
 def _before_fork() -> None:
+    held = _HELD_FOR_FORK[threading.get_ident()] = []
     for store in list(_LIVE_STORES):
         store._hold_for_fork()
-        _HELD_FOR_FORK.append(store)
+        held.append(store)
 
 
 def _after_fork_in_parent() -> None:
-    while _HELD_FOR_FORK:
-        _HELD_FOR_FORK.pop()._release_after_fork()
+    for store in reversed(_HELD_FOR_FORK.pop(threading.get_ident(), [])):
+        store._release_after_fork()
 
 
 def _after_fork_in_child() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import multiprocessing
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -222,3 +223,52 @@ def test_a_store_opened_while_a_fork_is_under_way_is_left_alone(tmp_path: Path) 
             assert opened.get(b"p", b"k").value == b"after"
         held.set(b"p", b"k", b"after")
         assert held.get(b"p", b"k").value == b"after"
+
+
+def _fork_and_write(store: Store, name: bytes, forks: int, failures: list[str]) -> None:
+    """Fork `forks` children in turn, each writing once through the inherited store."""
+    for i in range(forks):
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                store.set(b"forks", b"%s-%d" % (name, i), b"child")
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        if status != 0:
+            failures.append(f"{name!r} child {i} exited with status {status}")
+
+
+@pytest.mark.slow
+def test_threads_forking_at_once_while_another_writes(tmp_path: Path) -> None:
+    """Two threads fork at the same time as a third writes: every child writes, and the
+    parent's stores are all released after every fork."""
+    forks = 15
+    with open_store(f"sqlite:///{tmp_path / 'kv.db'}") as store:
+        store.set(b"forks", b"parent", b"0")
+        failures: list[str] = []
+        stop = threading.Event()
+
+        def write() -> None:
+            while not stop.is_set():
+                store.set(b"forks", b"parent", b"1")
+
+        writer = threading.Thread(target=write)
+        forkers = [
+            threading.Thread(target=_fork_and_write, args=(store, name, forks, failures))
+            for name in (b"a", b"b")
+        ]
+        writer.start()
+        for forker in forkers:
+            forker.start()
+        for forker in forkers:
+            forker.join(START_TIMEOUT)
+        stop.set()
+        writer.join(START_TIMEOUT)
+        assert failures == []
+        written = {kv.key for kv in store.scan(b"forks")}
+        assert written == {b"parent"} | {
+            b"%s-%d" % (n, i) for n in (b"a", b"b") for i in range(forks)
+        }
