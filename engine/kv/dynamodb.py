@@ -8,7 +8,6 @@ environment variables; the table is created on first use (on-demand billing).
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -25,6 +24,7 @@ from branchwater.engine.errors import (
     Unavailable,
 )
 from branchwater.engine.kv.store import Store, key_not_found
+from branchwater.engine.per_process import PerProcess
 from branchwater.engine.urls import redact_url, scrub, url_password, url_secrets
 
 PARTITION_ATTR = "PartitionKey"
@@ -51,8 +51,7 @@ _MUST_EQUAL = f"{VALUE_ATTR} = :expected"
 
 class DynamoDBStore(Store):
     """A `Store` in one DynamoDB table; the boto3 client is shared by all threads of a
-    process. A forked child makes its own: the inherited one's pooled connections are the
-    parent's sockets, and a reply read by the wrong process would answer another's request."""
+    process, and a forked child makes its own (`PerProcess`)."""
 
     def __init__(self, url: str) -> None:
         self.url = redact_url(url)
@@ -69,7 +68,8 @@ class DynamoDBStore(Store):
             "region_name": region,
             "config": config,
         }
-        self._own_client: tuple[int, Any] = (os.getpid(), self._new_client())
+        self._clients: PerProcess[Any] = PerProcess(self._new_client)
+        self._clients.get()
         self._call("ensure table", self._ensure_table)
 
     def _new_client(self) -> Any:
@@ -81,11 +81,7 @@ class DynamoDBStore(Store):
 
     @property
     def _client(self) -> Any:
-        """This process's client (the parent's is left to the parent, never closed here)."""
-        pid, client = self._own_client
-        if pid != os.getpid():
-            pid, client = self._own_client = (os.getpid(), self._new_client())
-        return client
+        return self._clients.get()
 
     def _ensure_table(self) -> None:
         """Create the table unless it exists; a concurrent creator's win counts as ours."""
@@ -233,8 +229,8 @@ class DynamoDBStore(Store):
         return pairs
 
     def close(self) -> None:
-        pid, client = self._own_client
-        if pid == os.getpid():
+        client = self._clients.made_here()
+        if client is not None:
             client.close()
 
 

@@ -7,7 +7,6 @@ reads, deletes and lists them through boto3 instead; Branchwater itself never wr
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from datetime import UTC
 from typing import Any, NoReturn, TypeVar
@@ -19,6 +18,7 @@ from branchwater.engine.errors import (
     Unavailable,
 )
 from branchwater.engine.objects.store import ObjectInfo
+from branchwater.engine.per_process import PerProcess
 
 T = TypeVar("T")
 
@@ -29,32 +29,30 @@ def addressable(key: str) -> bool:
 
 
 class Boto3Keys:
-    """A boto3 client on the driver's bucket and prefix, made on first use."""
+    """A boto3 client on the driver's bucket and prefix, made on first use in each process
+    (`PerProcess`)."""
 
     def __init__(self, url: str, bucket: str, prefix: str, options: dict[str, str | None]) -> None:
         self._url = url
         self._bucket = bucket
         self._prefix = prefix
         self._options = options
-        self._client: Any = None
-        self._client_pid = 0
+        self._clients: PerProcess[Any] = PerProcess(self._new_client)
 
     @property
     def client(self) -> Any:
-        """This process's client: a forked child makes its own, as the inherited one's pooled
-        connections are its parent's sockets."""
-        if self._client is None or self._client_pid != os.getpid():
-            self._client_pid = os.getpid()
-            import boto3
-            from botocore.config import Config
+        return self._clients.get()
 
-            config = Config(
-                connect_timeout=10,
-                read_timeout=60,
-                retries={"mode": "standard", "max_attempts": 5},
-            )
-            self._client = boto3.session.Session().client("s3", config=config, **self._options)
-        return self._client
+    def _new_client(self) -> Any:
+        import boto3
+        from botocore.config import Config
+
+        config = Config(
+            connect_timeout=10,
+            read_timeout=60,
+            retries={"mode": "standard", "max_attempts": 5},
+        )
+        return boto3.session.Session().client("s3", config=config, **self._options)
 
     def head(self, key: str) -> ObjectInfo:
         response = self._call(
@@ -100,8 +98,9 @@ class Boto3Keys:
             yield page
 
     def close(self) -> None:
-        if self._client is not None and self._client_pid == os.getpid():
-            self._client.close()
+        client = self._clients.made_here()
+        if client is not None:
+            client.close()
 
     def _call(self, key: str | None, request: Callable[[], T]) -> T:
         from botocore.exceptions import BotoCoreError, ClientError
