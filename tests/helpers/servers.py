@@ -64,18 +64,21 @@ def spawned_pool(processes: int) -> Iterator[tuple[SyncManager, Pool]]:
 
 def child_answer(target: Callable[..., None], *args: Any, method: str = "fork") -> Any:
     """What `target(*args, answers)`, run in a child started by `method`, puts on `answers`
-    first; the child is joined, and killed by its pid if it outlives `CHILD_TIMEOUT`."""
+    first, once the child has exited cleanly; it is killed by its pid if it outlives
+    `CHILD_TIMEOUT`."""
     ctx = mp.get_context(method)
     answers = ctx.Queue()
     child = ctx.Process(target=target, args=(*args, answers))
     child.start()
     try:
-        return answers.get(timeout=CHILD_TIMEOUT)
+        answer = answers.get(timeout=CHILD_TIMEOUT)
     finally:
         child.join(CHILD_TIMEOUT)
         if child.is_alive():
             child.kill()
             child.join()
+    assert child.exitcode == 0, f"the child answered {answer!r}, then exited {child.exitcode}"
+    return answer
 
 
 CHILD_TIMEOUT = 120
