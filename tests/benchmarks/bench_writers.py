@@ -27,6 +27,13 @@ PostgreSQL is the case the issue asks about).
   the commit rate.
 - `writers-staged-<n>` (`--staged`): the same with n writers on branches of their own that
   never commit: the staged writes alone.
+- `writers-cpu-staged`, `writers-cpu-every-<k>`: one writer alone, staging on a new branch
+  each round and committing every k of its writes (`CPU_EVERY`), against one floor loop:
+  the CPU per acknowledged write of the processes serving it (`writer`: this process and
+  its threads; `db`: PostgreSQL's processes, none for SQLite; `s3`: the S3 server's),
+  read from `/proc`. With the cores the limit, the throughput rows' `share` cannot be better
+  than the inverse of these ratios (rows of many writers pay more: contention, retries,
+  waits); what commits add per write, by process, is a row's figures less the staged row's.
 - `writers-merge-<n>`: `bench_merge`'s contended merge (the destination moved in the ranges
   the features touch) with n processes at once, running free: wall time, attempts and ranges
   built, against the naive retry that redoes the merge from the merge base. A contender that
@@ -47,7 +54,10 @@ conditional PUT, and the metarange likewise), the database's (a dozen statements
 token's rows deleted) and the S3 server's (two PUTs), most of it a fixed part whatever the
 size of that range. At a commit every 200 writes that fixed part still weighs on each write;
 the sparser the commits, the more each entry's own share counts (its staged row read and
-deleted, its place in the rewritten range).
+deleted, its place in the rewritten range). The `writers-cpu-*` rows measure it, by process,
+with one writer alone: where such a row's ratio is above the 1.43 the target allows, the
+many-writers row at that interval cannot reach 0.7 of the floor on a machine whose cores
+serve the writers, the database and the S3 server alike, however the work is scheduled.
 
 On one branch the commits meet (16 writers committing every 200 of their writes call commit
 every 12 writes or so): a commit that finds another's seal under way waits for it, and the
@@ -81,10 +91,13 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import os
 import statistics
 import tempfile
 import threading
 import time
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -113,10 +126,16 @@ STAGED = (16,)
 """Writer counts also measured never committing (`writers-staged-<n>`, each on a branch of
 its own): the staged writes alone."""
 TARGETED = 16
+CPU_EVERY = (0, EVERY, *SPARSER)
+"""Commit intervals whose CPU per write is measured (`writers-cpu-*`; 0: never committing)."""
 MERGERS = (8, 32)
 TARGET_RATIO = round(1 / 0.7, 2)
 """The issue's target, ours ≥ 0.7 of the floor's throughput, as floor / ours, for every row
 of `TARGETED` writers."""
+
+
+def cpu_name(every: int) -> str:
+    return f"writers-cpu-every-{every}" if every else "writers-cpu-staged"
 
 
 def writers_name(layout: str, writers: int, every: int) -> str:
@@ -167,6 +186,17 @@ BENCHMARKS = Suite(
                 target=TARGET_RATIO,
             )
             for n in STAGED
+        ),
+        *(
+            Benchmark(
+                cpu_name(every),
+                measures="the machine's CPU per acknowledged write of one writer staging "
+                + (f"and committing every {every:,} of its writes" if every else "only")
+                + ", split by process (`writer`, `db`, `s3`)",
+                reference="the same per write of one raw `INSERT … ON CONFLICT` loop of the "
+                "driver on the same table",
+            )
+            for every in CPU_EVERY
         ),
         *(
             Benchmark(
@@ -459,6 +489,127 @@ def report_writers(plan: Plan, totals: dict[str, Window], rounds: int, backend: 
     )
 
 
+PROCESS_GROUPS = {"postgres": "db", "weed": "s3"}
+"""Process names (`/proc/<pid>/comm`) whose CPU a `writers-cpu-*` row charges to the
+database and to the S3 server; this process's is the writer's."""
+CPU_GROUPS = ("writer", "db", "s3")
+
+
+def serving_processes() -> dict[str, str]:
+    """The group of each process that serves the writer now (`/proc/<pid>`): itself, the
+    database's processes and the S3 server's. Taken once the writer's connections are open,
+    so the CPU of processes that start later (an autovacuum worker, another program) is
+    not charged to either side."""
+    own = str(os.getpid())
+    found = {f"/proc/{own}": "writer"}
+    for proc in os.scandir("/proc"):
+        if proc.name.isdigit() and proc.name != own:
+            try:
+                comm = Path(proc.path, "comm").read_text().strip()
+            except OSError:
+                continue
+            if comm in PROCESS_GROUPS:
+                found[proc.path] = PROCESS_GROUPS[comm]
+    return found
+
+
+def cpu_by_group(processes: dict[str, str]) -> Counter[str]:
+    """CPU seconds used so far by each group's processes (`serving_processes`); a process
+    that ended counts nothing."""
+    tick = os.sysconf("SC_CLK_TCK")
+    used: Counter[str] = Counter()
+    for path, group in processes.items():
+        try:
+            stat = Path(path, "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        used[group] += (int(stat[11]) + int(stat[12])) / tick
+    return used
+
+
+def cpu_of(run: Callable[[], None], processes: dict[str, str]) -> Counter[str]:
+    """The CPU seconds by group while `run` runs, and until the writer's background work
+    it started (the dropped staging's cleanup) is done."""
+    before = cpu_by_group(processes)
+    run()
+    time.sleep(CPU_SETTLE_S)
+    after = cpu_by_group(processes)
+    return Counter({group: after[group] - before[group] for group in CPU_GROUPS})
+
+
+CPU_SETTLE_S = 0.2
+"""Left for a last commit's background cleanup before the CPU is read; the floor's side
+waits as long, so the machine's idle load falls on both."""
+
+
+def bench_cpu(backend: Backend, count: int, rounds: int) -> None:
+    """One writer, alone on the machine, staging `count` writes in each round on a new branch
+    for each of `CPU_EVERY` (committing every so many, so the branch grows as the throughput
+    rows' do), alternating with the floor's upserts after a round that warms every side up;
+    each `writers-cpu-*` line compares the CPU per acknowledged write of the processes
+    serving the writer, split by process. What commits cost a write is its row's figures
+    less the never committing row's."""
+    name = "writers-cpu"
+    with backend.connect(range_cache_dir=backend.root / "range-cache") as lake:
+        repo = lake.create_repository(name, storage_namespace=backend.namespace(name))
+        g, record = lake.graveler, repo.record
+        store = g.kv
+        assert isinstance(store, SQLStore)
+        conn = store._take()
+        cursor = conn.dbapi.cursor()
+
+        def ours(every: int, round_: int) -> Callable[[], None]:
+            branch = repo.create_branch(f"e{every}-{round_}", source="main")
+
+            def run() -> None:
+                for i in range(count):
+                    writes.stage_entry(g, record, branch.name, entry(every, i))
+                    if every and (i + 1) % every == 0:
+                        branch.commit(f"at {i + 1}")
+
+            return run
+
+        def floor(round_: int) -> Callable[[], None]:
+            partition = f"floor/{name}/{round_}".encode()
+
+            def run() -> None:
+                for i in range(count):
+                    e = entry(0, i)
+                    cursor.execute(store._sql.set, (partition, e.path.encode(), encode_entry(e)))
+
+            return run
+
+        sides: list[int | str] = [*CPU_EVERY, FLOOR]
+        used = {side: Counter[str]() for side in sides}
+        processes: dict[str, str] = {}
+        try:
+            for round_ in range(rounds + 1):
+                order = sides if round_ % 2 == 0 else sides[::-1]
+                for side in order:
+                    run = floor(round_) if side == FLOOR else ours(int(side), round_)
+                    spent = cpu_of(run, processes)
+                    if round_:
+                        used[side].update(spent)
+                processes = processes or serving_processes()
+        finally:
+            store._give(conn)
+    measured = count * rounds
+    per_write = {side: sum(used[side].values()) / measured for side in sides}
+    floor_split = " ".join(
+        f"floor_{group}_ms={used[FLOOR][group] / measured * 1e3:.3f}" for group in CPU_GROUPS
+    )
+    for every in CPU_EVERY:
+        split = " ".join(
+            f"{group}_ms={used[every][group] / measured * 1e3:.3f}" for group in CPU_GROUPS
+        )
+        print(
+            f"BENCH {cpu_name(every)} ratio={per_write[every] / per_write[FLOOR]:.2f} "
+            f"cpu_ms={per_write[every] * 1e3:.3f} floor_cpu_ms={per_write[FLOOR] * 1e3:.3f} "
+            f"{split} {floor_split} writes={measured} every={every} {backend.label}",
+            flush=True,
+        )
+
+
 GIVE_UPS = 10
 """Times a contender may exhaust its retry policy before the benchmark fails."""
 
@@ -575,6 +726,10 @@ def main(argv: list[str]) -> None:
     )
     parser.add_argument("--seconds", type=float, default=5.0, help="window length")
     parser.add_argument("--rounds", type=int, default=3, help="measured windows per side")
+    parser.add_argument(
+        "--cpu-writes", type=int, default=10_000, help="writes per side per round of the CPU rows"
+    )
+    parser.add_argument("--cpu-rounds", type=int, default=3, help="rounds of the CPU rows; 0: none")
     parser.add_argument("--mergers", default=",".join(map(str, MERGERS)))
     parser.add_argument("--merge-entries", type=int, default=200_000)
     parser.add_argument("--merge-rounds", type=int, default=2)
@@ -597,6 +752,8 @@ def main(argv: list[str]) -> None:
             plan = Plan(layout, n, processes, n // processes, every, args.seconds)
             totals = measure_writers(backend, plan, args.rounds)
             report_writers(plan, totals, args.rounds, backend)
+        if args.cpu_rounds:
+            bench_cpu(backend, args.cpu_writes, args.cpu_rounds)
         for n in map(int, filter(None, args.mergers.split(","))):
             bench_merges(backend, n, args.merge_entries, args.merge_rounds)
 
