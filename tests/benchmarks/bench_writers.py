@@ -190,9 +190,9 @@ BENCHMARKS = Suite(
         *(
             Benchmark(
                 cpu_name(every),
-                measures="the machine's CPU per acknowledged write of one writer staging "
+                measures="CPU per acknowledged write of one writer alone staging "
                 + (f"and committing every {every:,} of its writes" if every else "only")
-                + ", split by process (`writer`, `db`, `s3`)",
+                + ": its own (`writer`), the database's (`db`) and the S3 server's (`s3`)",
                 reference="the same per write of one raw `INSERT … ON CONFLICT` loop of the "
                 "driver on the same table",
             )
