@@ -35,6 +35,12 @@ S3Options = Mapping[str, str | None]
 ABANDONED_DROP_S = 3600.0
 """A listed drop this old is taken for abandoned and finished by whichever process drops
 next. Dropping is idempotent, so a slow drop that is still running only costs double work."""
+LET_GO_DROP_S = 300.0
+"""A guarded drop whose branch has let go of its tokens is finished by whichever process
+drops next once it is this old: younger, its own process is most likely dropping it right
+now (it does so just after its update). Taken at once, every commit's cleanup dropped the
+tokens of the commits other writers had just made, beside them: statements that wait on
+the same rows, then find nothing."""
 
 
 @dataclass(frozen=True)
@@ -203,8 +209,8 @@ class Graveler:
 
         The tokens are listed for deletion, guarded by the branch, before the `set_if`: a
         process killed right after it leaves them listed, and the next process that drops
-        something finds the branch no longer names them and drops them. A lost race unlists
-        them again.
+        something once the list is `LET_GO_DROP_S` old finds the branch no longer names them
+        and drops them. A lost race unlists them again.
         """
         if not tokens:
             return self.try_update_branch(repo, branch, predicate)
@@ -274,7 +280,7 @@ class Graveler:
         processes that drop partitions are the ones that clean up after each other."""
         try:
             self._drop(mark, partitions)
-            self.collect_dropped_partitions(older_than=ABANDONED_DROP_S)
+            self.collect_dropped_partitions(ABANDONED_DROP_S, let_go_older_than=LET_GO_DROP_S)
         except BranchwaterError as exc:
             log.warning("dropping %s failed, left for collect_dropped_partitions: %s", mark, exc)
 
@@ -283,24 +289,29 @@ class Graveler:
             self.kv.drop_partition(partition, pause=self.drop_pause)
         self.refs.unmark_partitions(mark)
 
-    def collect_dropped_partitions(self, older_than: float = 0.0) -> int:
+    def collect_dropped_partitions(
+        self, older_than: float = 0.0, *, let_go_older_than: float = 0.0
+    ) -> int:
         """Finish the drops still listed that were marked at least `older_than` seconds ago
-        (their process died, or was killed), and the guarded ones, whatever their age, whose
-        branch has let go of their tokens; returns how many lists were done.
+        (their process died, or was killed), and the guarded ones at least
+        `let_go_older_than` seconds old whose branch has let go of their tokens; returns how
+        many lists were done. Called with no ages, it finishes every list it can.
 
         A guarded list whose branch still names its tokens is left alone: its update is
         under way, or lost its race (and the tokens are some later commit's to drop).
         """
-        cutoff = time.time() - older_than
+        now = time.time()
         done = 0
         for mark in list(self.refs.partitions_to_delete()):
             if mark.guard is not None:
-                if self.refs.tokens_in_use(mark.guard).isdisjoint(mark.partitions):
-                    self._drop(mark.mark, mark.partitions)
-                    done += 1
-            elif mark.marked_at <= cutoff:
-                self._drop(mark.mark, mark.partitions)
-                done += 1
+                if mark.marked_at > now - let_go_older_than:
+                    continue
+                if not self.refs.tokens_in_use(mark.guard).isdisjoint(mark.partitions):
+                    continue
+            elif mark.marked_at > now - older_than:
+                continue
+            self._drop(mark.mark, mark.partitions)
+            done += 1
         return done
 
     def wait_for_background(self, timeout: float | None = None) -> bool:
