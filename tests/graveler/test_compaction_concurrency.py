@@ -28,6 +28,7 @@ import pytest
 
 from branchwater.engine import Lake, NoChanges, NotFound, TooManyTries
 from branchwater.engine.graveler import compaction
+from branchwater.engine.graveler.graveler import LET_GO_DROP_S
 from tests.helpers.races import SHARED_PATH, SharedPathRace, later
 from tests.helpers.servers import spawned_pool
 
@@ -251,6 +252,13 @@ def kill_after_update(kv_url: str, namespace: str, how: str) -> None:
         shown = main.list() if how == "compact" else repo.ref(record.commit_id).list()
         assert {e.path: e.address for e in shown} == expected
         main.upload("later", b"l")
+        main.commit("a commit right after leaves the list to its process, as if alive")
+        assert lake.wait_for_cleanup(timeout=60)
+        assert list(g.kv.scan(token.encode()))
+        (listed,) = [m for m in g.refs.partitions_to_delete() if token.encode() in m.partitions]
+        aged = time.time() - LET_GO_DROP_S - 1
+        g.refs.mark_partitions_for_deletion(listed.mark, listed.partitions, aged, listed.guard)
+        main.upload("later", b"m")
         main.commit("the next commit sweeps what the dead process listed")
         assert lake.wait_for_cleanup(timeout=60)
         assert list(g.kv.scan(token.encode())) == []
