@@ -329,14 +329,16 @@ def _finish(
     milliseconds."""
     built: tuple[tuple[str, str, tuple[str, ...]], str] | None = None
     recorded: Commit | None = None
+    head: Commit | None = None
     for _ in g.retry:
-        at = _read(g, repo, branch_name, sealed)
+        at = _read(g, repo, branch_name, sealed, head)
         if built is None or built[0] != at.plan:
             built = (at.plan, _build(g, repo, at, progress))
             failpoints.hit("commit.after_ranges")
-            at = _read(g, repo, branch_name, sealed)
-            if at.plan != built[0]:
-                continue
+            at = _read(g, repo, branch_name, sealed, at.parent)
+        head = at.parent
+        if at.plan != built[0]:
+            continue
         metarange_id = built[1]
         rest = tuple(t for t in at.branch.sealed_tokens if t not in at.remaining)
         if metarange_id == at.parent.metarange_id and not allow_empty:
@@ -364,11 +366,19 @@ def _finish(
     raise too_many_tries(f"commit on branch {branch_name!r} of {repo.name!r}", g.retry.attempts)
 
 
-def _read(g: Graveler, repo: RepositoryRecord, branch_name: str, sealed: Seal) -> _Reading:
+def _read(
+    g: Graveler,
+    repo: RepositoryRecord,
+    branch_name: str,
+    sealed: Seal,
+    known: Commit | None = None,
+) -> _Reading:
     """The branch as the final step sees it. With none of the commit's tokens left and no
     compacted metarange that could hold them, a concurrent commit recorded them (`_left`),
     unless HEAD is still the one they were staged on: then a reset dropped them, or a
-    concurrent commit found they changed nothing, and either way nothing is left to commit."""
+    concurrent commit found they changed nothing, and either way nothing is left to commit.
+    `known` is a commit read before: commit records never change, so HEAD is not read
+    again while it is that one."""
     branch, predicate = g.refs.get_branch(repo, branch_name)
     protection.check(repo, branch, "commit", "commit")
     remaining = tuple(t for t in sealed.tokens if t in branch.sealed_tokens)
@@ -380,7 +390,8 @@ def _read(g: Graveler, repo: RepositoryRecord, branch_name: str, sealed: Seal) -
                 "commit found they changed nothing"
             )
         raise _left(g, repo, branch, sealed.commit_id)
-    parent = g.refs.get_commit(repo, branch.commit_id)
+    parent = known if known and known.id == branch.commit_id else None
+    parent = parent or g.refs.get_commit(repo, branch.commit_id)
     return _Reading(branch, predicate, parent, branch.base(parent.metarange_id), remaining)
 
 
