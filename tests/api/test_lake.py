@@ -23,7 +23,7 @@ from branchwater.engine import (
     NotFound,
 )
 from branchwater.engine.graveler import commit as commit_ops
-from branchwater.engine.graveler.graveler import LET_GO_DROP_S, Graveler
+from branchwater.engine.graveler.graveler import ABANDONED_DROP_S, LET_GO_DROP_S, Graveler
 from branchwater.engine.graveler.iterators import reporting
 from branchwater.engine.graveler.model import Entry
 from branchwater.engine.graveler.refs import BranchGuard
@@ -500,51 +500,34 @@ def test_background_drops_survive_a_crash(lake: Lake, repo) -> None:
     assert list(lake.graveler.kv.scan(token.encode())) == []
 
 
-def test_the_next_drop_finishes_drops_that_dead_processes_abandoned(lake: Lake, repo) -> None:
-    """A drop listed over an hour ago is finished by the next commit's cleanup; a recent
-    one may still be under way in its own process and is left to it."""
+@pytest.mark.parametrize("guarded", [False, True], ids=["listed", "let-go"])
+def test_the_next_drop_finishes_the_drops_old_enough_to_be_abandoned(
+    lake: Lake, repo, guarded: bool
+) -> None:
+    """The next commit's cleanup finishes a listed drop over `ABANDONED_DROP_S` old (a
+    recent one may still be under way in its own process), and a guarded one whose branch
+    has let go of its tokens once it is `LET_GO_DROP_S` old: younger, the process that
+    listed it drops it right after its update (every commit's cleanup used to drop the
+    tokens other writers' commits had just let go of, beside them). A call with no ages
+    finishes every one at once."""
     g = lake.graveler
-    for name in ("abandoned", "recent"):
+    guard = BranchGuard(repo.record.partition, "main") if guarded else None
+    age = LET_GO_DROP_S if guarded else ABANDONED_DROP_S
+    for name in ("old", "recent"):
         g.staging.put(f"orphan-{name}", "x", None)
-    g.refs.mark_partitions_for_deletion(
-        "tokens/abandoned", [b"orphan-abandoned"], marked_at=time.time() - 2 * 3600
-    )
-    g.refs.mark_partitions_for_deletion("tokens/recent", [b"orphan-recent"])
+    g.refs.mark_partitions_for_deletion("tokens/old", [b"orphan-old"], time.time() - age - 1, guard)
+    g.refs.mark_partitions_for_deletion("tokens/recent", [b"orphan-recent"], guard=guard)
 
     main = repo.branch("main")
     main.upload("a", b"1")
     main.commit("a")
     assert lake.wait_for_cleanup(timeout=30)
 
-    assert list(g.kv.scan(b"orphan-abandoned")) == []
+    assert list(g.kv.scan(b"orphan-old")) == []
     assert len(list(g.kv.scan(b"orphan-recent"))) == 1
     assert [m.mark for m in g.refs.partitions_to_delete()] == ["tokens/recent"]
-
-
-def test_a_commits_cleanup_leaves_another_writers_fresh_drop_to_it(lake: Lake, repo) -> None:
-    """A guarded list whose branch has let go of its tokens is dropped by another process's
-    cleanup only once it is `LET_GO_DROP_S` old: younger, the process that listed it is
-    dropping it itself (every commit's cleanup used to drop the tokens other writers'
-    commits had just let go of, beside them). A call with no ages finishes it at once."""
-    g, record = lake.graveler, repo.record
-    guard = BranchGuard(record.partition, "main")
-    for name in ("fresh", "left"):
-        g.staging.put(f"let-go-{name}", "x", None)
-    g.refs.mark_partitions_for_deletion("tokens/fresh", [b"let-go-fresh"], guard=guard)
-    g.refs.mark_partitions_for_deletion(
-        "tokens/left", [b"let-go-left"], time.time() - LET_GO_DROP_S - 1, guard
-    )
-
-    main = repo.branch("main")
-    main.upload("a", b"1")
-    main.commit("a")
-    assert lake.wait_for_cleanup(timeout=30)
-
-    assert list(g.kv.scan(b"let-go-left")) == []
-    assert len(list(g.kv.scan(b"let-go-fresh"))) == 1
-    assert [m.mark for m in g.refs.partitions_to_delete()] == ["tokens/fresh"]
     assert g.collect_dropped_partitions() == 1
-    assert list(g.kv.scan(b"let-go-fresh")) == []
+    assert list(g.kv.scan(b"orphan-recent")) == []
 
 
 def test_a_guarded_drop_waits_until_its_branch_lets_go_of_the_tokens(lake: Lake, repo) -> None:
