@@ -9,12 +9,12 @@ work, as the KV stores forget their connections (`kv/sql.py`).
 
 from __future__ import annotations
 
-import os
 import threading
-import weakref
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
+
+from branchwater.engine.per_process import forget_in_child
 
 T = TypeVar("T")
 
@@ -29,7 +29,7 @@ class Background:
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
         self._pending: list[Future[Any]] = []
-        _LIVE.add(self)
+        forget_in_child(self)
 
     def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
         with self._lock:
@@ -57,20 +57,9 @@ class Background:
         if executor is not None:
             executor.shutdown(wait=True)
 
-    def _forget(self) -> None:
+    def after_fork_in_child(self) -> None:
         """In a forked child: the parent's threads are not here, nor is anyone running its
         work; its lock may have been held at the fork."""
         self._lock = threading.Lock()
         self._executor = None
         self._pending = []
-
-
-_LIVE: weakref.WeakSet[Background] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    for background in list(_LIVE):
-        background._forget()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -42,6 +42,7 @@ from branchwater.engine.errors import (
 from branchwater.engine.graveler.model import Commit, Entry
 from branchwater.engine.graveler.names import is_hex_id
 from branchwater.engine.graveler.reads import open_object
+from branchwater.engine.per_process import ChildSafeLock
 
 PROTOCOL = "branchwater"
 KV_URL_ENV = "BRANCHWATER_KV_URL"
@@ -81,7 +82,7 @@ def parse(path: str) -> Location:
 
 
 _LAKES: dict[tuple[int, str, str], Lake] = {}
-_LAKES_LOCK = threading.Lock()
+_LAKES_LOCK = ChildSafeLock()
 
 
 def shared_lake(kv_url: str, s3_options: Mapping[str, str | None] | None) -> Lake:
@@ -124,7 +125,7 @@ class BranchwaterFileSystem(AbstractFileSystem):
         self.lake = lake
         self._commits: dict[tuple[str, str], Ref] = {}
         self._entries: OrderedDict[tuple[str, str, str], Entry] = OrderedDict()
-        self._cache_lock = threading.Lock()
+        self._cache_lock = ChildSafeLock()
 
     @classmethod
     def clear_instance_cache(cls) -> None:

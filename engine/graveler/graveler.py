@@ -25,6 +25,7 @@ from branchwater.engine.graveler.refs import BranchGuard, RefStore, branch_not_f
 from branchwater.engine.graveler.staging import StagedValue, StagingArea
 from branchwater.engine.kv import Store
 from branchwater.engine.objects import ObjectStore, open_object_store
+from branchwater.engine.per_process import ChildSafeLock, forget_in_child
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,12 @@ class BranchCache:
         self.ttl = ttl
         self._entries: dict[tuple[bytes, str], tuple[float, BranchRecord]] = {}
         self._lock = threading.Lock()
+        forget_in_child(self)
+
+    def after_fork_in_child(self) -> None:
+        """In a forked child: start empty, as another thread may have held the lock."""
+        self._entries = {}
+        self._lock = threading.Lock()
 
     def get(self, repo: RepositoryRecord, name: str) -> BranchRecord | None:
         if self.ttl <= 0:
@@ -127,7 +134,7 @@ class Graveler:
         self.range_cache = range_cache
         self._objects: dict[str, ObjectStore] = {}
         self._committed: dict[str, CommittedStore] = {}
-        self._lock = threading.Lock()
+        self._lock = ChildSafeLock()
         self._background = Background(1, "bw-drop")
 
     def objects(self, namespace: str) -> ObjectStore:

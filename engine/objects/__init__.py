@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import threading
 
 from branchwater.engine.errors import ConfigurationError, InvalidArgument
 from branchwater.engine.objects.store import (
@@ -13,6 +12,7 @@ from branchwater.engine.objects.store import (
     Stats,
     check_object_key,
 )
+from branchwater.engine.per_process import ChildSafeLock
 from branchwater.engine.urls import redact_url, url_scheme
 
 
@@ -40,7 +40,7 @@ def open_object_store(url: str, **s3_options: str | None) -> ObjectStore:
 
 
 _SHARED: dict[tuple[int, str, tuple[tuple[str, str], ...]], ObjectStore] = {}
-_SHARED_LOCK = threading.Lock()
+_SHARED_LOCK = ChildSafeLock()
 
 
 def shared_object_store(url: str, **s3_options: str | None) -> ObjectStore:

@@ -34,6 +34,7 @@ from branchwater.engine.graveler.committed.format import metarange_id as id_of_m
 from branchwater.engine.graveler.committed.format import range_id as id_of_range
 from branchwater.engine.graveler.committed.range_cache import RangeCache
 from branchwater.engine.objects import ObjectStore
+from branchwater.engine.per_process import forget_in_child
 
 STORE_THREADS = 4
 """Threads a namespace's ranges are stored on, shared by every writer of the process."""
@@ -60,6 +61,13 @@ class _LRU(Generic[K, V]):
         self._max_weight = max_weight
         self._held = 0
         self._items: OrderedDict[K, V] = OrderedDict()
+        self._lock = threading.Lock()
+        forget_in_child(self)
+
+    def after_fork_in_child(self) -> None:
+        """In a forked child: start empty, as a store thread may have held the lock."""
+        self._items = OrderedDict()
+        self._held = 0
         self._lock = threading.Lock()
 
     def get(self, key: K) -> V | None:
