@@ -21,7 +21,6 @@ from __future__ import annotations
 import io
 import os
 import re
-import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -68,6 +67,7 @@ from branchwater.engine.objects.store import (
     iter_chunks,
     known_size,
 )
+from branchwater.engine.per_process import ChildSafeLock
 from branchwater.engine.urls import redact_url
 
 if TYPE_CHECKING:
@@ -164,7 +164,7 @@ class S3ObjectStore(ObjectStore):
         self._keys = (aws_access_key_id, aws_secret_access_key, aws_session_token)
         self._region = region_name
         self._store: S3Store | None = None
-        self._opening = threading.Lock()
+        self._opening = ChildSafeLock()
         self._bucket_seen = False
         self._path_order: bool | None = None
         self._conditional_puts = True
