@@ -39,8 +39,8 @@ next. Dropping is idempotent, so a slow drop that is still running only costs do
 LET_GO_DROP_S = 300.0
 """A guarded drop whose branch has let go of its tokens is finished by whichever process
 drops next once it is this old: younger, its own process is most likely dropping it right
-now (it does so just after its update). Taken at once, every commit's cleanup dropped the
-tokens of the commits other writers had just made, beside them: statements that wait on
+now (it does so just after its update). Taken at once, every commit's cleanup would drop
+the tokens other writers' commits had just let go of, beside them: statements that wait on
 the same rows, then find nothing."""
 
 

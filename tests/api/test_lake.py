@@ -507,9 +507,8 @@ def test_the_next_drop_finishes_the_drops_old_enough_to_be_abandoned(
     """The next commit's cleanup finishes a listed drop over `ABANDONED_DROP_S` old (a
     recent one may still be under way in its own process), and a guarded one whose branch
     has let go of its tokens once it is `LET_GO_DROP_S` old: younger, the process that
-    listed it drops it right after its update (every commit's cleanup used to drop the
-    tokens other writers' commits had just let go of, beside them). A call with no ages
-    finishes every one at once."""
+    listed it drops it right after its update. A call with no ages finishes every one at
+    once."""
     g = lake.graveler
     guard = BranchGuard(repo.record.partition, "main") if guarded else None
     age = LET_GO_DROP_S if guarded else ABANDONED_DROP_S
