@@ -390,9 +390,9 @@ def _read(
                 "commit found they changed nothing"
             )
         raise _left(g, repo, branch, sealed.commit_id)
-    parent = known if known and known.id == branch.commit_id else None
-    parent = parent or g.refs.get_commit(repo, branch.commit_id)
-    return _Reading(branch, predicate, parent, branch.base(parent.metarange_id), remaining)
+    if known is None or known.id != branch.commit_id:
+        known = g.refs.get_commit(repo, branch.commit_id)
+    return _Reading(branch, predicate, known, branch.base(known.metarange_id), remaining)
 
 
 def _build(g: Graveler, repo: RepositoryRecord, at: _Reading, progress: Progress | None) -> str:
