@@ -595,17 +595,18 @@ def bench_cpu(backend: Backend, count: int, rounds: int) -> None:
             store._give(conn)
     measured = count * rounds
     per_write = {side: sum(used[side].values()) / measured for side in sides}
-    floor_split = " ".join(
-        f"floor_{group}_ms={used[FLOOR][group] / measured * 1e3:.3f}" for group in CPU_GROUPS
-    )
-    for every in CPU_EVERY:
-        split = " ".join(
-            f"{group}_ms={used[every][group] / measured * 1e3:.3f}" for group in CPU_GROUPS
+
+    def split(side: int | str, prefix: str = "") -> str:
+        return " ".join(
+            f"{prefix}{group}_ms={used[side][group] / measured * 1e3:.3f}" for group in CPU_GROUPS
         )
+
+    for every in CPU_EVERY:
         print(
             f"BENCH {cpu_name(every)} ratio={per_write[every] / per_write[FLOOR]:.2f} "
             f"cpu_ms={per_write[every] * 1e3:.3f} floor_cpu_ms={per_write[FLOOR] * 1e3:.3f} "
-            f"{split} {floor_split} writes={measured} every={every} {backend.label}",
+            f"{split(every)} {split(FLOOR, 'floor_')} writes={measured} every={every} "
+            f"{backend.label}",
             flush=True,
         )
 
