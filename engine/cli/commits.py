@@ -16,7 +16,7 @@ from branchwater.engine.cli.output import (
     merge_to_json,
     short,
 )
-from branchwater.engine.cli.verbs import Subparsers, add_meta, key_value, positive_int, verb
+from branchwater.engine.cli.verbs import Subparsers, add_meta, count, key_value, verb
 from branchwater.engine.graveler.merge import STRATEGIES
 from branchwater.engine.graveler.model import Commit
 
@@ -146,12 +146,12 @@ def register(sub: Subparsers) -> None:
     log = verb(sub, "log", cmd_log, "show commits reachable from REF, newest first")
     log.add_argument("repo", metavar="REPO")
     log.add_argument("ref", metavar="REF")
-    log.add_argument("--limit", type=positive_int, default=None, metavar="N")
+    log.add_argument("--limit", type=count, default=None, metavar="N")
     log.add_argument("--first-parent", action="store_true")
     log.add_argument("--after", default=None, metavar="COMMIT", help="page on after this commit")
     log.add_argument(
         "--depth",
-        type=positive_int,
+        type=count,
         default=None,
         metavar="N",
         help="look at the newest N commits only (the filters apply to those)",

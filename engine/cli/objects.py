@@ -10,7 +10,7 @@ from typing import BinaryIO
 
 from branchwater.engine.api import Lake, Ref, Repository
 from branchwater.engine.cli.output import Output, entry_line, entry_to_json
-from branchwater.engine.cli.verbs import Subparsers, UserError, add_meta, positive_int, verb
+from branchwater.engine.cli.verbs import Subparsers, UserError, add_meta, count, verb
 from branchwater.engine.errors import NotFound
 from branchwater.engine.graveler.model import Entry
 from branchwater.engine.objects.store import CHUNK_SIZE
@@ -107,7 +107,7 @@ def register(sub: Subparsers) -> None:
     ls.add_argument("ref", metavar="REF")
     ls.add_argument("prefix", nargs="?", default="", metavar="PREFIX")
     ls.add_argument("--after", default="", metavar="PATH", help="start strictly after PATH")
-    ls.add_argument("--limit", type=positive_int, default=None, metavar="N")
+    ls.add_argument("--limit", type=count, default=None, metavar="N")
     rm = verb(sub, "rm", cmd_rm, "stage the removal of an object")
     rm.add_argument("repo", metavar="REPO")
     rm.add_argument("branch", metavar="BRANCH")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections.abc import Callable
 from typing import TypeAlias
 
@@ -82,6 +83,12 @@ def positive_int(text: str) -> int:
     if number < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return number
+
+
+def count(text: str) -> int:
+    """A positive whole number of items to show or walk: one beyond `sys.maxsize`, more than
+    any listing holds, counts as that (the most `islice` takes)."""
+    return min(positive_int(text), sys.maxsize)
 
 
 def fraction(text: str) -> float:

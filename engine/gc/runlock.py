@@ -20,6 +20,7 @@ from types import TracebackType
 
 from branchwater.engine.errors import GCRunLocked, InvalidArgument, NotFound, PredicateFailed
 from branchwater.engine.gc.records import from_millis, to_millis
+from branchwater.engine.gc.settings import check_duration
 from branchwater.engine.gc.tokens import Clock
 from branchwater.engine.graveler.model import RepositoryRecord
 from branchwater.engine.kv import Store
@@ -73,12 +74,10 @@ class GCRunLease:
     over); a run calls it before it deletes anything."""
 
     def __init__(self, kv: Store, repo: RepositoryRecord, clock: Clock, ttl: timedelta) -> None:
-        if ttl <= timedelta(0):
-            raise InvalidArgument(f"a GC run lease must last a positive time, not {ttl}")
         self._kv = kv
         self._repo = repo
         self._clock = clock
-        self.ttl = ttl
+        self.ttl = check_duration("a GC run lease", ttl)
         self.record: LeaseRecord | None = None
         self._value: bytes | None = None
         self._lost: str | None = None

@@ -23,6 +23,22 @@ MIN_COPY_RECORD_TTL = timedelta(hours=1)
 """Shorter and a prepare run could not finish before the records it needs expire."""
 DEFAULT_PREPARE_FILE_BYTES = 20 * 1024 * 1024
 """The target size of prepare's Parquet files in lakeFS's GC design."""
+LONGEST = timedelta(days=36_500)
+"""A century: the longest any GC age, lifetime, lease or retention may be. Dates a run
+computes from them stay far from the calendar's ends (years 1 and 9999), so a mistyped
+duration is refused where it is given instead of overflowing inside a run."""
+
+
+def check_duration(what: str, value: object, *, zero: bool = False) -> timedelta:
+    """`value` if it is a `timedelta` above 0 (from 0, with `zero`) and at most `LONGEST`;
+    else `InvalidArgument` naming `what`."""
+    if isinstance(value, timedelta) and timedelta(0) <= value <= LONGEST and (zero or value):
+        return value
+    shown = str(value) if isinstance(value, timedelta) else repr(value)
+    raise InvalidArgument(
+        f"{what} must be a duration {'from 0' if zero else 'above 0'} up to "
+        f"{LONGEST.days} days, not {shown}"
+    )
 
 
 @dataclass(frozen=True)
@@ -35,9 +51,7 @@ class GCSettings:
 
     def __post_init__(self) -> None:
         for name in ("token_expiry", "copy_record_ttl"):
-            value = getattr(self, name)
-            if not isinstance(value, timedelta) or value <= timedelta(0):
-                raise InvalidArgument(f"GC setting {name} must be a positive timedelta")
+            check_duration(f"GC setting {name}", getattr(self, name))
         if self.copy_record_ttl < MIN_COPY_RECORD_TTL:
             raise InvalidArgument(
                 f"GC setting copy_record_ttl must be at least {MIN_COPY_RECORD_TTL}: copy "

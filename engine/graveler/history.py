@@ -9,6 +9,7 @@ log reads commits only as its caller consumes them.
 from __future__ import annotations
 
 import heapq
+import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
@@ -90,10 +91,11 @@ def log(
 
 def bounded(commits: Iterable[Commit], count: int | None, name: str) -> Iterator[Commit]:
     """The first `count` commits (all of them for None); `InvalidArgument` naming the
-    argument for anything but a whole number of at least 0."""
+    argument for anything but a whole number of at least 0. No history is longer than
+    `sys.maxsize`, the most `islice` takes, so a larger count is as good as none."""
     if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
         raise InvalidArgument(f"{name} must be a number of commits (0 or more), not {count!r}")
-    return islice(commits, count)
+    return islice(commits, None if count is None else min(count, sys.maxsize))
 
 
 def matching(commits: Iterable[Commit], where: Mapping[str, str]) -> Iterator[Commit]:

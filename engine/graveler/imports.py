@@ -150,8 +150,9 @@ def parse_source(uri: object) -> Source:
         if not bucket or "\x00" in prefix:
             raise InvalidImportSource(f"import source {uri!r} must look like s3://bucket/prefix/")
         return Source(S3_SCHEME, f"{S3_SCHEME}{bucket}", _as_folder(prefix))
-    if uri.startswith(FILE_SCHEME + "/") and "\x00" not in uri:
-        directory = os.path.realpath(unquote(uri[len(FILE_SCHEME) :]))
+    path = unquote(uri[len(FILE_SCHEME) :])
+    if uri.startswith(FILE_SCHEME + "/") and "\x00" not in path:
+        directory = os.path.realpath(path)
         if not os.path.isdir(directory):
             raise NotFound(f"import source {uri!r} is not a directory")
         return Source(FILE_SCHEME, f"{FILE_SCHEME}/", _as_folder(directory.lstrip("/")))

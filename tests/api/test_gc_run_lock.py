@@ -105,5 +105,6 @@ def test_renewing_keeps_the_lease_and_releasing_frees_it_at_once(
     with lease:
         pass
     assert repo.lock_gc_run("second").holder == "second"
-    with pytest.raises(InvalidArgument, match="positive"):
-        repo.lock_gc_run("third", ttl=timedelta(0))
+    for ttl in (timedelta(0), timedelta(days=10**8)):
+        with pytest.raises(InvalidArgument, match="a duration above 0 up to 36500 days"):
+            repo.lock_gc_run("third", ttl=ttl)

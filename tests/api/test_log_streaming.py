@@ -68,6 +68,7 @@ def test_arguments_are_checked_when_log_is_called(history: Repository) -> None:
         history.log("main", paths="runs/")  # type: ignore[arg-type]
     with pytest.raises(InvalidArgument, match="limit must be"):
         history.log("main", limit=-1)
+    assert len(list(history.log("main", limit=10**30, depth=10**30))) == COMMITS + 1
     with pytest.raises(NotFound):
         history.log("no-such-ref")
 

@@ -94,6 +94,31 @@ def test_the_installed_command_reports_a_non_utf8_argument_in_one_line(
     assert stored(lake.kv, lake.root / "ns") == before
 
 
+def test_a_count_beyond_any_machine_integer_shows_everything(bw: Bw, lake: CliLake) -> None:
+    """`islice` takes at most `sys.maxsize`: a larger `--limit` or `--depth` is no limit."""
+    prepared(bw, lake)
+    huge = str(10**30)
+    commits = json.loads(ok(bw("--json", "log", "sales", "main", "--limit", huge)).out)
+    walked = json.loads(ok(bw("--json", "log", "sales", "main", "--depth", huge)).out)
+    assert [c["message"] for c in commits] == [c["message"] for c in walked]
+    assert commits[0]["message"] == "load" and len(commits) == 2
+    listed = json.loads(ok(bw("--json", "ls", "sales", "main", "--limit", huge)).out)
+    assert [e["path"] for e in listed] == ["a.csv"]
+
+
+@pytest.mark.parametrize(
+    ("verb", "option"),
+    [(("gc", "explain", "sales", "data/x"), "--min-age"), (("gc", "run", "sales"), "--lock-ttl")],
+)
+def test_a_duration_beyond_a_century_is_one_line_exit_1(
+    bw: Bw, lake: CliLake, verb: tuple[str, ...], option: str
+) -> None:
+    """Dates computed from it would leave the calendar (an `OverflowError` once)."""
+    prepared(bw, lake)
+    for value in ("9" * 30 + "d", "1" + "0" * 400 + "s"):
+        assert_user_error(bw(*verb, option, value), 1, f"argument {option}", "longer than 36500d")
+
+
 def test_restoring_a_hostile_dump_is_one_line_exit_1_and_writes_nothing(
     bw: Bw, lake: CliLake
 ) -> None:

@@ -48,8 +48,9 @@ def test_token_expiry_is_configurable_and_gc_min_age_never_shorter(lake: Lake) -
     assert long.default_min_age == timedelta(hours=12) + OPERATION_MARGIN
     short = GCSettings(token_expiry=timedelta(hours=1))
     assert short.default_min_age == DEFAULT_TOKEN_EXPIRY + OPERATION_MARGIN
-    with pytest.raises(InvalidArgument):
-        GCSettings(token_expiry=timedelta(0))
+    for expiry in (timedelta(0), timedelta(days=10**8), 6):
+        with pytest.raises(InvalidArgument, match="token_expiry must be a duration above 0"):
+            GCSettings(token_expiry=expiry)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgument, match="outlive"):
         GCSettings(copy_record_ttl=timedelta(minutes=5))
 

@@ -157,7 +157,14 @@ def test_sources_overlapping_a_namespace_are_refused_and_nothing_changes(
         with pytest.raises(InvalidImportSource, match="overlaps the storage namespace"):
             main.import_objects(source)
     t.lake.delete_repository(other.name)
-    hostile: list[object] = ["http://example.com/x/", "s3://", "file:relative/", 42]
+    hostile: list[object] = [
+        "http://example.com/x/",
+        "s3://",
+        "file:relative/",
+        f"file://{tmp_path}/%00/",
+        "file:///tmp\x00/",
+        42,
+    ]
     for bad in hostile:
         with pytest.raises(InvalidImportSource):
             main.import_objects(bad)  # type: ignore[arg-type]

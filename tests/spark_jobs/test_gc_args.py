@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from branchwater.engine import InvalidArgument
+from branchwater.engine.gc.runs.config import JobConfig
 from branchwater.engine.gc.runs.events import parse
 from branchwater.spark_jobs.gc.arguments import main, parse_args
 
@@ -46,6 +48,23 @@ def test_driver_rows_bound_the_marks_on_the_driver() -> None:
     assert parse_args(["--kv", URL, "--repo", "s", "--driver-rows", "0"]).driver_rows == 0
     with pytest.raises(InvalidArgument, match="driver rows must not be negative"):
         parse_args(["--kv", URL, "--repo", "s", "--driver-rows", "-1"])
+
+
+def test_the_job_settings_given_as_durations_stay_within_a_century() -> None:
+    """The job parses its durations; a launcher that builds `JobConfig` itself is held to
+    the same bounds (dates a run computes from them would otherwise leave the calendar)."""
+    base = ["--kv", URL, "--repo", "s"]
+    assert parse_args([*base, "--late-writes", "36500d"]).late_writes == timedelta(days=36_500)
+    with pytest.raises(InvalidArgument, match="'36501d' is longer than 36500d"):
+        parse_args([*base, "--late-writes", "36501d"])
+    for name, value in [
+        ("min_age", timedelta(days=-1)),
+        ("min_age", timedelta(days=36_501)),
+        ("late_writes", timedelta(seconds=-1)),
+        ("lock_ttl", timedelta(0)),
+    ]:
+        with pytest.raises(InvalidArgument, match="must be a duration"):
+            JobConfig(URL, "s", **{name: value})
 
 
 def test_a_usage_error_is_an_error_event_for_the_launcher(capsys: pytest.CaptureFixture) -> None:

@@ -21,6 +21,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from branchwater.engine.errors import InvalidGCRules, InvalidName, NotFound
+from branchwater.engine.gc.settings import LONGEST
 from branchwater.engine.graveler.model import RepositoryRecord
 from branchwater.engine.graveler.names import check_ref_name
 from branchwater.engine.kv import Store
@@ -28,7 +29,7 @@ from branchwater.engine.kv import Store
 RULES_KEY = b"settings/gc_rules"
 """Where a repository's rules live in its own partition (as lakeFS keeps them in settings):
 deleting the repository deletes them with it."""
-MAX_RETENTION_DAYS = 36_500
+MAX_RETENTION_DAYS = LONGEST.days
 _TOP_KEYS = frozenset({"default_retention_days", "branches", "keep_tags"})
 _BRANCH_KEYS = frozenset({"branch_id", "retention_days"})
 _GLOB_TOKEN = re.compile(r"\[!?\]?[^\]]*\]|[*?]")

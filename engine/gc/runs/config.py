@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from branchwater.engine.errors import InvalidArgument
+from branchwater.engine.gc.settings import LONGEST, check_duration
 
 CLEAN = "clean"
 OPTIMIZED = "optimized"
@@ -48,7 +49,10 @@ def parse_duration(text: str) -> timedelta:
     match = _DURATION.match(value)
     if match is None:
         raise InvalidArgument(f"{text!r} is not a duration such as 90s, 30m, 6h or 2d")
-    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+    seconds = float(match.group(1)) * _UNITS[match.group(2)]
+    if seconds > LONGEST.total_seconds():
+        raise InvalidArgument(f"{text!r} is longer than {LONGEST.days}d, the longest GC takes")
+    return timedelta(seconds=seconds)
 
 
 def check_keep(keep: int) -> int:
@@ -108,8 +112,10 @@ class JobConfig:
             raise InvalidArgument(f"--only takes uncommitted or committed, not {self.only!r}")
         if self.mode not in MODES:
             raise InvalidArgument(f"GC mode must be clean or optimized, not {self.mode!r}")
-        if self.min_age is not None and self.min_age < timedelta(0):
-            raise InvalidArgument("the minimum age must not be negative")
+        if self.min_age is not None:
+            check_duration("the minimum age", self.min_age, zero=True)
+        if self.late_writes is not None:
+            check_duration("the late-writes margin", self.late_writes, zero=True)
         if not 0 <= self.max_share <= 1:
             raise InvalidArgument(f"max share must be between 0 and 1, not {self.max_share}")
         if self.candidates_per_file < 1:
@@ -121,8 +127,8 @@ class JobConfig:
         if self.sweep is not None and self.dry_run:
             raise InvalidArgument("--sweep deletes a saved mark; it cannot be a dry run")
         check_keep(self.keep_runs)
-        if self.lock_ttl is not None and self.lock_ttl <= timedelta(0):
-            raise InvalidArgument("the GC run lease must last a positive time")
+        if self.lock_ttl is not None:
+            check_duration("the GC run lease", self.lock_ttl)
 
     def lease_holder(self) -> str:
         """What another run is told holds the repository: this run, who started it, where."""
