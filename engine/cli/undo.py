@@ -8,7 +8,7 @@ import argparse
 from branchwater.engine.api import Lake
 from branchwater.engine.cli.commits import default_committer
 from branchwater.engine.cli.output import Output, merge_to_json, short
-from branchwater.engine.cli.verbs import Subparsers, add_meta, positive_int, verb
+from branchwater.engine.cli.verbs import Subparsers, UserError, add_meta, positive_int, verb
 
 
 def cmd_revert(lake: Lake, args: argparse.Namespace, out: Output) -> None:
@@ -41,11 +41,29 @@ def _pick(lake: Lake, args: argparse.Namespace, out: Output, done: str) -> None:
 
 def cmd_restore(lake: Lake, args: argparse.Namespace, out: Output) -> None:
     branch = lake.repository(args.repo).branch(args.branch)
-    staged = branch.restore(args.paths, source=args.source)
+    staged = branch.restore(_restored_paths(args), source=args.source)
     out.document(
         {"repository": args.repo, "branch": args.branch, "source": args.source, "staged": staged},
         f"Restored {staged} path(s) on {args.branch!r} from {args.source!r} (uncommitted)",
     )
+
+
+def _restored_paths(args: argparse.Namespace) -> list[str]:
+    """The PATHs, or every path for `--all`. An empty PATH is refused, as git refuses an
+    empty pathspec: to the engine it is the prefix of every path, so an unset shell variable
+    would restore the whole branch over its uncommitted changes."""
+    if args.all:
+        if args.paths:
+            raise UserError("restore takes PATHs or --all, not both")
+        return [""]
+    if not args.paths:
+        raise UserError("say what to restore: PATHs, or --all for every path")
+    if "" in args.paths:
+        raise UserError(
+            "an empty PATH would restore every path of the branch (an unset shell variable?): "
+            "pass --all for that"
+        )
+    return list(args.paths)
 
 
 def register(sub: Subparsers) -> None:
@@ -80,5 +98,8 @@ def register(sub: Subparsers) -> None:
     )
     restore.add_argument("repo", metavar="REPO")
     restore.add_argument("branch", metavar="BRANCH")
-    restore.add_argument("paths", nargs="+", metavar="PATH")
+    restore.add_argument("paths", nargs="*", metavar="PATH")
+    restore.add_argument(
+        "--all", action="store_true", help="every path: the branch's whole tree as SOURCE has it"
+    )
     restore.add_argument("--source", required=True, metavar="REF")

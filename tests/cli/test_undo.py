@@ -54,3 +54,26 @@ def test_branch_reset_to_a_ref_and_restore(bw: Bw, lake: CliLake) -> None:
     assert ok(bw("uncommitted", "sales", "main")).out == "+ d/a\n"
     assert_user_error(bw("restore", "sales", "main", "d", "--source", "nope"), 1, "not found")
     assert_user_error(bw("branch", "reset", "sales", "main", "--to", "nope"), 1, "not found")
+
+
+def test_restore_refuses_an_empty_path_and_restores_every_path_with_all(
+    bw: Bw, lake: CliLake
+) -> None:
+    """An empty PATH (an unset shell variable) would be the prefix of every path: refused,
+    as git refuses an empty pathspec, with the branch's uncommitted changes kept."""
+    make_repo(bw, lake)
+    first = write(bw, lake, "main", "d/a", b"1", "one")
+    write(bw, lake, "main", "e/b", b"2", "two")
+    ok(bw("upload", "sales", "main", "d/a", local_file(lake, "mine", b"mine")))
+    for paths, said in (([""], "--all"), (["d/a", ""], "--all"), ([], "PATHs, or --all")):
+        restore = bw("restore", "sales", "main", *paths, "--source", first)
+        assert_user_error(restore, 1, said)
+    both = bw("restore", "sales", "main", "d", "--all", "--source", first)
+    assert_user_error(both, 1, "not both")
+    assert ok(bw("uncommitted", "sales", "main")).out == "~ d/a\n"
+    restored = json.loads(
+        ok(bw("--json", "restore", "sales", "main", "--all", "--source", first)).out
+    )
+    assert restored["staged"] == 2
+    assert ok(bw("uncommitted", "sales", "main")).out == "- e/b\n"
+    assert ok(bw("cat", "sales", "main", "d/a")).out == "1"
