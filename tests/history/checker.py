@@ -7,7 +7,9 @@ What the model knows, by branch:
   another, so its model is exact: each staged write, delete, copy and link changes the view,
   each read and listing must show the view, a commit's tree (the branch's HEAD after the
   commit, whichever attempt landed it) must equal the view, a reset, revert or merge into it
-  makes its view the tree of the commit it lands on, and refusals must be right (a delete
+  makes its view the tree of the commit it lands on, a restore makes the view of the paths
+  it names its source commit's (a cut attempt stages nothing: its failpoints come before
+  the first path is staged), and refusals must be right (a delete
   or copy `NotFound` where the view lacks the path, `DirtyBranch` where the view differs
   from HEAD's tree).
 - `shared` is written by every worker at once, so the model bounds what a read may show.
@@ -150,6 +152,18 @@ def three_way(base: Tree, ours: Tree, theirs: Tree, strategy: str | None) -> Tre
         if value is not None:
             merged[path] = value
     return merged
+
+
+def restored(view: Tree, source: Tree, spec: str) -> Tree:
+    """`view` with `source`'s version of the path `spec` and everything under it as a
+    folder (a `spec` ending in `/` is a folder only): what a restore stages."""
+    folder = spec if spec.endswith("/") else spec + "/"
+
+    def taken(path: str) -> bool:
+        return path == spec or path.startswith(folder)
+
+    kept = {path: value for path, value in view.items() if not taken(path)}
+    return kept | {path: value for path, value in source.items() if taken(path)}
 
 
 class Checker:
@@ -404,6 +418,8 @@ class PrivateModel:
             if result["head"] != target:
                 self.fail(op, f"reset to {result['head']}, not {target}")
             self.land(op, target)
+        elif kind == "restore" and ok:
+            self.view = restored(self.view, self.checker.tree(args["source"]), args["spec"])
         elif kind in ("revert", "sync"):
             if kind == "sync" and op.args["into"] != self.branch:
                 return

@@ -90,6 +90,7 @@ FAULT_POINTS: dict[str, tuple[str, ...]] = {
     "sync": ("merge.after_ranges", "merge.before_set", *MOVE_POINTS),
     "revert": ("merge.after_ranges", "merge.before_set", *MOVE_POINTS),
     "reset": MOVE_POINTS,
+    "restore": ("restore.before_stage", *MOVE_POINTS),
     "branch_create": ("branch.before_insert", *MOVE_POINTS),
     "branch_delete": ("branch.before_delete",),
     "tag_create": MOVE_POINTS,
@@ -123,8 +124,11 @@ HOSTILE = {
     "metadata": ("write", "commit", "link"),
 }
 """What takes hostile input, by argument."""
-MOVES = ("reset", "revert", "merge", "sync", "branch_create", "tag_create")
-"""Operations onto a commit, which retention may have collected (`CommitExpired`)."""
+MOVES = ("reset", "revert", "restore", "merge", "sync", "branch_create", "tag_create")
+"""Operations onto a commit (a restore takes entries from one), which retention may have
+collected (`CommitExpired`)."""
+RESTORED = "p/"
+"""The folder a restore takes whole, when it is not given one path."""
 
 
 def private(worker: int) -> str:
@@ -219,6 +223,7 @@ class Plan:
             "compact": 1,
             "reset": 0.5,
             "revert": 0.7,
+            "restore": 0.6,
             "merge": 1,
             "sync": 0.7,
             "branch": 0.5,
@@ -256,6 +261,9 @@ class Plan:
             elif kind == "revert":
                 plan.add(rng, "commit", branch=own)
                 plan.add(rng, kind, branch=own)
+            elif kind == "restore":
+                spec = rng.choice([path, RESTORED])
+                plan.add(rng, kind, branch=own, spec=spec, source=rng.choice(["parent", MAIN]))
             elif kind == "sync":
                 plan.add(rng, "commit", branch=own)
                 plan.add(rng, kind, source=MAIN, into=own, strategy=_strategy(rng))
@@ -449,15 +457,20 @@ class Runner:
 
     def resolve(self, k: int, step: Planned) -> dict[str, Any]:
         """The arguments the state decides, fixed at the first attempt: the commit a revert,
-        reset or tag names is the private branch's HEAD then."""
+        reset or tag names is the private branch's HEAD then, a restore's source that HEAD's
+        parent (HEAD itself at the root) or `main`'s HEAD then."""
         args = dict(step.args)
         own = private(self.task.worker)
         if step.kind in ("write", "link"):
             args["data"] = f"{step.kind} {self.task.seed}:{self.task.worker}:{k}"
-        if step.kind in ("revert", "reset", "tag_create", "branch_create"):
+        if step.kind in ("revert", "reset", "restore", "tag_create", "branch_create"):
             head = self.repo.branch(own).head()
             args["head"] = head.id
             args["parents"] = list(head.parents)
+            if step.kind == "restore" and args["source"] == MAIN:
+                args["source"] = self.repo.branch(MAIN).head().id
+            elif step.kind == "restore":
+                args["source"] = head.parents[0] if head.parents else head.id
         return args
 
     def perform(self, kind: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -499,6 +512,9 @@ class Runner:
             parent = 1 if len(args["parents"]) > 1 else None
             result = repo.revert(args["branch"], args["head"], parent)
             return {"commit": result.commit.id, "attempts": result.attempts}
+        if kind == "restore":
+            branch = repo.branch(args["branch"])
+            return {"staged": branch.restore(args["spec"], source=args["source"])}
         if kind in ("merge", "sync"):
             result = repo.merge(args["source"], args["into"], strategy=args["strategy"])
             return {

@@ -109,6 +109,31 @@ def test_a_commit_of_a_private_branch_must_hold_what_was_staged() -> None:
     assert any("acknowledged commit c1, which is gone" in message for message in found)
 
 
+@pytest.mark.parametrize(
+    ("spec", "after"),
+    [
+        ("p/", {"q": "y", "p/02": "z", "p/01/a": "z"}),
+        ("p/01", {"q": "y", "p/01/a": "z"}),
+        ("q", {"p/01": "x"}),
+    ],
+)
+def test_a_restore_makes_the_paths_it_names_its_sources(spec: str, after: dict[str, str]) -> None:
+    log = Log()
+    for path, data in (("p/01", "x"), ("q", "y")):
+        log.op(
+            "write", {"branch": "w0", "path": path, "data": data}, 1, 2, {"value": written(data)}
+        )
+    source = {"p/02": written("z"), "p/01/a": written("z")}
+    args = {"branch": "w0", "spec": spec, "source": "c1", "head": ROOT, "parents": []}
+    log.op("restore", args, 3, 4, {"staged": 2})
+    commits = {ROOT: CommitState([], {}, {}), "c1": CommitState([ROOT], {}, source)}
+    views = {MAIN: {}, SHARED: {}, "w0": {p: written(d) for p, d in after.items()}, "w1": {}}
+    assert check(log.records, state(commits=commits, views=views)) == []
+    unrestored = {**views, "w0": {"p/01": written("x"), "q": written("y")}}
+    found = check(log.records, state(commits=commits, views=unrestored))
+    assert any(message.startswith("w0 ends showing") for message in found)
+
+
 def test_a_merge_must_equal_the_three_way_merge_of_its_parents() -> None:
     ours, theirs = {"a": "1", "b": "2"}, {"a": "9", "b": "2", "c": "3"}
     expected = three_way({"a": "1"}, ours, theirs, None)
