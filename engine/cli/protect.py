@@ -153,7 +153,7 @@ def _details(args: argparse.Namespace) -> Any:
         return None
     try:
         return json.loads(text)
-    except json.JSONDecodeError as exc:
+    except (ValueError, RecursionError) as exc:
         raise UserError(f"--details is not JSON: {exc}") from exc
 
 

@@ -167,7 +167,7 @@ class LinkTokens:
         try:
             body_bytes, given = _unb64(body), _unb64(signature)
             payload = json.loads(body_bytes)
-        except (ValueError, binascii.Error):
+        except (ValueError, RecursionError, binascii.Error):
             raise malformed from None
         if not hmac.compare_digest(given, self._sign(f"{version}.{body}")):
             raise InvalidToken(

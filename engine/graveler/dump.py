@@ -136,7 +136,7 @@ def _load(path: Path) -> dict:
         document = json.loads(path.read_text())
     except FileNotFoundError:
         raise NotFound(f"refs dump {str(path)!r} does not exist") from None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise CorruptedData(f"refs dump {str(path)!r} cannot be read: {exc}") from exc
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise CorruptedData(f"{str(path)!r} is not a Branchwater refs dump ({FORMAT})")

@@ -98,7 +98,7 @@ def _details(value: object) -> object:
         return value
     try:
         return json.loads(value)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):
         raise InvalidArgument(
             f"details must be a JSON object, not the text {value[:80]!r}: template it with "
             "tojson ({{ ti.xcom_pull('task') | tojson }}) or render native objects"

@@ -119,6 +119,27 @@ def test_a_duration_beyond_a_century_is_one_line_exit_1(
         assert_user_error(bw(*verb, option, value), 1, f"argument {option}", "longer than 36500d")
 
 
+def test_json_nested_deeper_than_the_parser_goes_is_one_line_exit_1_and_writes_nothing(
+    bw: Bw, lake: CliLake
+) -> None:
+    """Check details, GC rules and a refs dump: Python's parser raises `RecursionError`."""
+    prepared(bw, lake)
+    ok(bw("repo", "create", "bare", "--namespace", f"{lake.namespace}/bare"))
+    deep = lake.root / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    deeper = lake.root / "deeper.json"
+    deeper.write_text('{"a":' * 100_000 + "1" + "}" * 100_000)
+    before = stored(lake.kv, lake.root / "ns")
+    record = ("checks", "record", "sales", "main", "quality", "--passed", "--details-file")
+    for verb, said in (
+        ((*record, str(deep)), "--details is not JSON"),
+        (("gc", "rules", "set", "sales", "--file", str(deep)), "GC rules are not valid JSON"),
+        (("refs", "restore", "bare", str(deeper)), "cannot be read"),
+    ):
+        assert_user_error(bw(*verb), 1, said, "recursion")
+    assert stored(lake.kv, lake.root / "ns") == before
+
+
 def test_restoring_a_hostile_dump_is_one_line_exit_1_and_writes_nothing(
     bw: Bw, lake: CliLake
 ) -> None:

@@ -70,6 +70,18 @@ def test_respellings_decode_to_the_same_bytes_leniently(repo: Repository) -> Non
     same_bytes()
 
 
+def test_a_token_whose_body_nests_deeper_than_the_parser_goes_is_malformed(
+    repo: Repository,
+) -> None:
+    """The body is parsed before the signature is checked: a forged one must not raise
+    `RecursionError` from the parser."""
+    main = repo.branch("main")
+    version = main.get_physical_address().token.split(".")[0]
+    body = base64.urlsafe_b64encode(b"[" * 100_000 + b"]" * 100_000).decode().rstrip("=")
+    with pytest.raises(InvalidToken, match="malformed link token"):
+        main.link_physical_address("p", f"{version}.{body}.AAAA", size=1, checksum="c")
+
+
 @HYPOTHESIS
 @given(choice=respellings)
 def test_a_respelled_token_is_refused_before_and_after_use_and_never_spent(

@@ -189,6 +189,29 @@ def test_a_check_recorded_again_by_a_retry_is_the_same_and_a_different_one_fails
     assert repo.checks(head) == [check]
 
 
+def test_check_details_nested_deeper_than_the_parser_goes_fail_the_task_and_record_nothing(
+    run_dag: RunDag,
+    lake_conn: LakeConnection,
+    repo: Repository,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    with DAG("bw_check_deep", schedule=None) as dag:
+        BranchwaterRecordCheckOperator(
+            task_id="quality",
+            repository=repo.name,
+            commit="main",
+            name="quality",
+            passed=True,
+            details="[" * 100_000 + "]" * 100_000,
+            **RETRY,
+        )
+    refused = run_dag(dag)
+    assert refused.states == {"quality": "failed"}
+    assert refused.tries["quality"] == 1
+    assert "details must be a JSON object, not the text '[[[" in capfd.readouterr().out
+    assert repo.checks(repo.branch("main").commit_id) == []
+
+
 def test_a_preview_then_publish_merge_previews_again_when_main_moves_and_commits_once(
     run_dag: RunDag, lake_conn: LakeConnection, repo: Repository
 ) -> None:

@@ -79,7 +79,7 @@ class GCRules:
         if isinstance(document, (str, bytes)):
             try:
                 document = json.loads(document)
-            except ValueError as error:
+            except (ValueError, RecursionError) as error:
                 raise InvalidGCRules(f"GC rules are not valid JSON: {error}") from None
         if not isinstance(document, Mapping):
             raise InvalidGCRules(f"GC rules must be a JSON object, not {type(document).__name__}")
