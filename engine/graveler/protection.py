@@ -80,14 +80,41 @@ def check_pattern(pattern: object) -> str:
 
 
 @functools.lru_cache(maxsize=256)
-def _glob(pattern: str) -> re.Pattern[str]:
-    parts = re.split(r"(\*\*|\*|\?)", pattern)
-    wild = {"**": ".*", "*": "[^/]*", "?": "[^/]"}
-    return re.compile("".join(wild.get(part, re.escape(part)) for part in parts))
+def _glob(pattern: str) -> tuple[str, ...]:
+    return tuple(part for part in re.split(r"(\*\*|\*|\?)", pattern) if part)
 
 
 def pattern_matches(pattern: str, branch: str) -> bool:
-    return _glob(pattern).fullmatch(branch) is not None
+    """Whether `pattern` matches all of `branch`, in time linear in each: the positions of
+    `branch` the pattern can have reached, one part at a time. A regular expression of
+    `*a*a*a…` backtracks exponentially on a name that almost matches (seconds at eight
+    stars, for ever at twenty), and rules are matched against every branch name."""
+    reached = [True] + [False] * len(branch)
+    for part in _glob(pattern):
+        reached = _advance(reached, part, branch)
+        if not any(reached):
+            return False
+    return reached[-1]
+
+
+def _advance(reached: list[bool], part: str, branch: str) -> list[bool]:
+    """The positions reached after `part` (a literal, `**`, `*` or `?`) from `reached`."""
+    after = [False] * len(reached)
+    if part in ("**", "*"):
+        run = False
+        for end, was in enumerate(reached):
+            if part == "*" and end and branch[end - 1] == "/":
+                run = False
+            run = run or was
+            after[end] = run
+    elif part == "?":
+        for start, char in enumerate(branch):
+            after[start + 1] = reached[start] and char != "/"
+    else:
+        for start in range(len(branch) - len(part) + 1):
+            if reached[start] and branch.startswith(part, start):
+                after[start + len(part)] = True
+    return after
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,11 @@ removed and logged; checks recorded once, read back, validated."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from branchwater.engine import AlreadyExists, InvalidArgument, InvalidName, NotFound
 from branchwater.engine.api import Repository
@@ -63,6 +67,33 @@ def test_patterns_match_like_github_branch_protection() -> None:
     assert pattern_matches("release/**", "release/1.0/hotfix")
     assert pattern_matches("v?", "v1") and not pattern_matches("v?", "v10")
     assert not pattern_matches("main", "main2")
+
+
+GLOB_TEXT = st.text(st.sampled_from("ab/*?"), max_size=8)
+
+
+@settings(max_examples=500, deadline=None)
+@given(pattern=GLOB_TEXT.filter(bool), branch=st.text(st.sampled_from("ab/"), max_size=10))
+def test_patterns_match_as_their_regular_expression_would(pattern: str, branch: str) -> None:
+    """The matcher against the pattern's translation to a regular expression, the plain
+    statement of its rules, on names short enough for the expression's backtracking."""
+    wild = {"**": ".*", "*": "[^/]*", "?": "[^/]"}
+    parts = re.split(r"(\*\*|\*|\?)", pattern)
+    expression = "".join(wild.get(part, re.escape(part)) for part in parts)
+    assert pattern_matches(pattern, branch) == (re.fullmatch(expression, branch) is not None)
+
+
+def test_a_pattern_that_backtracks_a_regular_expression_protects_in_linear_time(
+    repo: Repository,
+) -> None:
+    """`*a*a…*b` against a long run of `a`: a regular expression would take exponential
+    time (this test would hang), as would every branch created while the rule stands."""
+    hostile = "*a" * 60 + "*b"
+    repo.protect(hostile, no_delete=True)
+    name = "a" * 255
+    repo.create_branch(name)
+    repo.delete_branch(name)
+    assert not pattern_matches(hostile, name) and pattern_matches(hostile, name[:-1] + "b")
 
 
 def test_a_check_is_recorded_once_and_read_back(repo: Repository) -> None:
