@@ -9,7 +9,7 @@ from itertools import islice
 from typing import BinaryIO
 
 from branchwater.engine.api import Lake, Ref, Repository
-from branchwater.engine.cli.output import Output, entry_line, entry_to_json
+from branchwater.engine.cli.output import Output, entry_line, entry_to_json, shown
 from branchwater.engine.cli.verbs import Subparsers, UserError, add_meta, count, verb
 from branchwater.engine.errors import NotFound
 from branchwater.engine.graveler.model import Entry
@@ -45,7 +45,7 @@ def cmd_upload(lake: Lake, args: argparse.Namespace, out: Output) -> None:
             source.close()
     out.document(
         entry_to_json(entry),
-        f"Uploaded {entry.path} ({human_size(entry.size)}) to {args.repo}/{args.branch}",
+        f"Uploaded {shown(entry.path)} ({human_size(entry.size)}) to {args.repo}/{args.branch}",
     )
 
 
@@ -74,7 +74,7 @@ def cmd_rm(lake: Lake, args: argparse.Namespace, out: Output) -> None:
     lake.repository(args.repo).branch(args.branch).delete(args.path)
     out.document(
         {"repository": args.repo, "branch": args.branch, "path": args.path, "removed": True},
-        f"Removed {args.path} from {args.repo}/{args.branch} (uncommitted)",
+        f"Removed {shown(args.path)} from {args.repo}/{args.branch} (uncommitted)",
     )
 
 
@@ -82,7 +82,8 @@ def cmd_cp(lake: Lake, args: argparse.Namespace, out: Output) -> None:
     entry = lake.repository(args.repo).branch(args.branch).copy(args.src, args.dst)
     out.document(
         entry_to_json(entry),
-        f"Copied {args.src} to {entry.path} on {args.repo}/{args.branch} (uncommitted)",
+        f"Copied {shown(args.src)} to {shown(entry.path)} on {args.repo}/{args.branch} "
+        "(uncommitted)",
     )
 
 

@@ -158,12 +158,36 @@ def compaction_result_to_json(result: CompactionResult) -> dict[str, object]:
 # ------------------------------------------------------------------------------- text forms
 
 
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", '"': '\\"', "\\": "\\\\"}
+
+
+def shown(text: str) -> str:
+    """`text` (a path, a metadata value) as one line a terminal prints as it is: quoted with
+    C escapes, as git quotes paths, when it holds a character that is not printable (a line
+    break would split a listing's line, an escape sequence would drive the terminal), a
+    quote or a backslash. `--json` carries it unchanged."""
+    if text.isprintable() and '"' not in text and "\\" not in text:
+        return text
+    return (
+        '"'
+        + "".join(_ESCAPES.get(c) or (c if c.isprintable() else _escaped(c)) for c in text)
+        + '"'
+    )
+
+
+def _escaped(char: str) -> str:
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
 def entry_line(entry: Entry) -> str:
-    return f"{human_size(entry.size):>10}  {timestamp(entry.mtime)}  {entry.path}"
+    return f"{human_size(entry.size):>10}  {timestamp(entry.mtime)}  {shown(entry.path)}"
 
 
 def change_line(change: Change) -> str:
-    return f"{DIFF_MARKS[change.type]} {change.path}"
+    return f"{DIFF_MARKS[change.type]} {shown(change.path)}"
 
 
 def commit_block(commit: Commit) -> str:
@@ -172,10 +196,10 @@ def commit_block(commit: Commit) -> str:
     if len(commit.parents) > 1:
         lines.append("Merge:  " + " ".join(short(p) for p in commit.parents))
     if commit.committer:
-        lines.append(f"Author: {commit.committer}")
+        lines.append(f"Author: {shown(commit.committer)}")
     lines.append(f"Date:   {timestamp(commit.creation_date)}")
     for key, value in sorted(commit.metadata.items()):
-        lines.append(f"Meta:   {key}={value}")
+        lines.append(f"Meta:   {shown(key)}={shown(value)}")
     lines.append("")
     lines.extend(f"    {line}" for line in commit.message.splitlines() or [""])
     return "\n".join(lines) + "\n"

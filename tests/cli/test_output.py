@@ -110,3 +110,30 @@ def test_a_created_branch_prints_the_form_branch_list_prints(bw: Bw, lake: CliLa
             "commit_id": listed[1]["commit_id"],
         }
     )
+
+
+# ----------------------------------------------------------------------- hostile text
+
+
+def test_a_path_or_metadata_that_would_drive_the_terminal_is_quoted_as_git_quotes_paths(
+    bw: Bw, lake: CliLake
+) -> None:
+    """A line break in a path would split a listing's line (`ls | while read`), an escape
+    sequence would recolour or clear the terminal; `--json` carries both unchanged."""
+    make_repo(bw, lake)
+    hostile, plain = 'evil\x1b[2J\nfake.csv\r"q"\\\u2028', "plain name é.csv"
+    quoted = '"evil\\x1b[2J\\nfake.csv\\r\\"q\\"\\\\\\u2028"'
+    file = local_file(lake, "a.csv", b"1\n")
+    assert ok(bw("upload", "sales", "main", hostile, file)).out.startswith(f"Uploaded {quoted} ")
+    ok(bw("upload", "sales", "main", plain, file))
+    assert ok(bw("uncommitted", "sales", "main")).out.splitlines() == [f"+ {quoted}", f"+ {plain}"]
+    listed = ok(bw("ls", "sales", "main")).out.splitlines()
+    assert [line.split("  ")[-1] for line in listed] == [quoted, plain]
+    entries = json.loads(ok(bw("--json", "ls", "sales", "main")).out)
+    assert [e["path"] for e in entries] == [hostile, plain]
+    copied = ok(bw("cp", "sales", "main", hostile, "copy")).out
+    assert copied.startswith(f"Copied {quoted} to copy ")
+    assert ok(bw("rm", "sales", "main", hostile)).out.startswith(f"Removed {quoted} ")
+    ok(bw("commit", "sales", "main", "-m", "m", "--meta", "k=v\x1b[0m\nMeta:   fake=1"))
+    log = ok(bw("log", "sales", "main", "--limit", "1")).out
+    assert 'Meta:   k="v\\x1b[0m\\nMeta:   fake=1"' in log.splitlines()
