@@ -10,7 +10,7 @@ from typing import Any
 
 from branchwater.engine.api import Lake, Repository
 from branchwater.engine.cli.commits import default_committer
-from branchwater.engine.cli.output import Output, short
+from branchwater.engine.cli.output import Output, short, shown
 from branchwater.engine.cli.verbs import Subparsers, UserError, verb
 from branchwater.engine.graveler.checks import CheckResult
 from branchwater.engine.graveler.protection import ProtectionChange, ProtectionRule
@@ -92,7 +92,7 @@ def _print_log(repo: Repository, out: Output) -> None:
         lambda c: (
             str(c.version),
             f"{c.at:%Y-%m-%d %H:%M:%S}",
-            c.by or "-",
+            shown(c.by) if c.by else "-",
             c.action,
             c.pattern,
             rule_text(c.rule),
@@ -119,7 +119,7 @@ def cmd_checks(lake: Lake, args: argparse.Namespace, out: Output) -> None:
         lambda r: (
             r.name,
             "passed" if r.passed else "failed",
-            r.recorded_by or "-",
+            shown(r.recorded_by) if r.recorded_by else "-",
             f"{r.recorded_at:%Y-%m-%d %H:%M:%S}",
             _brief(r.details),
         ),

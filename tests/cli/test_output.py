@@ -137,3 +137,7 @@ def test_a_path_or_metadata_that_would_drive_the_terminal_is_quoted_as_git_quote
     ok(bw("commit", "sales", "main", "-m", "m", "--meta", "k=v\x1b[0m\nMeta:   fake=1"))
     log = ok(bw("log", "sales", "main", "--limit", "1")).out
     assert 'Meta:   k="v\\x1b[0m\\nMeta:   fake=1"' in log.splitlines()
+    record = ("checks", "record", "sales", "main", "q", "--passed", "--by", "gx\nq  passed")
+    ok(bw(*record))
+    checks = ok(bw("checks", "sales", "main")).out.splitlines()
+    assert len(checks) == 2 and '"gx\\nq  passed"' in checks[1]
