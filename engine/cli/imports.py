@@ -6,7 +6,7 @@ import argparse
 
 from branchwater.engine.api import Lake
 from branchwater.engine.cli.commits import default_committer
-from branchwater.engine.cli.output import Output, commit_to_json, short
+from branchwater.engine.cli.output import Output, commit_to_json, short, shown
 from branchwater.engine.cli.verbs import Subparsers, add_meta, verb
 from branchwater.engine.units import human_size
 
@@ -24,9 +24,13 @@ def cmd_import(lake: Lake, args: argparse.Namespace, out: Output) -> None:
     out.progress.done()
     what = f"{result.count:,} object(s), {human_size(result.bytes)}"
     if result.commit is None:
-        text = f"{args.branch!r} already holds all {what} of {args.source}: nothing committed"
+        text = (
+            f"{args.branch!r} already holds all {what} of {shown(args.source)}: nothing committed"
+        )
     else:
-        text = f"[{args.branch} {short(result.commit.id)}] imported {what} from {args.source}"
+        text = (
+            f"[{args.branch} {short(result.commit.id)}] imported {what} from {shown(args.source)}"
+        )
     if result.folder_markers:
         text += f" ({result.folder_markers:,} S3 folder marker(s) skipped)"
     doc = {
