@@ -116,14 +116,19 @@ class Lake:
         cache = None
         if directory is not None and range_cache_bytes:
             cache = RangeCache(directory, range_cache_bytes)
-        graveler = Graveler(
-            open_store(kv_url),
-            object_store_options=s3_options,
-            range_policy=range_policy,
-            range_cache=cache,
-            retry=retry,
-            branch_cache_ttl=branch_cache_ttl,
-        )
+        store = open_store(kv_url)
+        try:
+            graveler = Graveler(
+                store,
+                object_store_options=s3_options,
+                range_policy=range_policy,
+                range_cache=cache,
+                retry=retry,
+                branch_cache_ttl=branch_cache_ttl,
+            )
+        except BaseException:
+            store.close()
+            raise
         return cls(graveler, gc)
 
     def create_repository(

@@ -34,7 +34,6 @@ absorbs what it left.
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -44,7 +43,7 @@ from typing import Literal
 from branchwater.engine import failpoints
 from branchwater.engine.errors import InvalidArgument, too_many_tries
 from branchwater.engine.graveler.commit import Applied, apply_sealed, sealing
-from branchwater.engine.graveler.graveler import Graveler
+from branchwater.engine.graveler.graveler import Graveler, check_seconds
 from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord
 from branchwater.engine.graveler.staging import COMPACTION_MARK, opened_by_commit
 
@@ -86,17 +85,7 @@ class CompactionPolicy:
         _check_int("max_tombstones", self.max_tombstones, 1, MAX_SCAN_BUDGET)
         _check_int("max_sealed_tokens", self.max_sealed_tokens, 1, MAX_SEALED_TOKENS)
         _check_int("scan_budget", self.scan_budget, 1, MAX_SCAN_BUDGET)
-        guard = self.guard_seconds
-        if (
-            isinstance(guard, bool)
-            or not isinstance(guard, int | float)
-            or math.isnan(guard)
-            or not 0 <= guard <= MAX_GUARD_SECONDS
-        ):
-            raise InvalidArgument(
-                f"guard_seconds must be a number of seconds from 0 to {MAX_GUARD_SECONDS:.0f}, "
-                f"not {guard!r}"
-            )
+        check_seconds("guard_seconds", self.guard_seconds, MAX_GUARD_SECONDS)
         if self.max_tombstones > self.scan_budget:
             raise InvalidArgument(
                 f"max_tombstones ({self.max_tombstones}) is above scan_budget "

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from branchwater.engine.background import Background
-from branchwater.engine.errors import BranchwaterError, NotFound, PredicateFailed
+from branchwater.engine.errors import BranchwaterError, InvalidArgument, NotFound, PredicateFailed
 from branchwater.engine.graveler.committed import CommittedStore, RangeCache, RangePolicy
 from branchwater.engine.graveler.metrics import CompactionMetrics
 from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord
@@ -62,6 +62,13 @@ class RetryPolicy:
     the next commit to absorb, which then waits this long once; a commit still building
     after this long is built on beside."""
 
+    def __post_init__(self) -> None:
+        attempts = self.attempts
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 0:
+            raise InvalidArgument(f"RetryPolicy.attempts must be a whole number, not {attempts!r}")
+        for name in ("base_delay", "max_delay", "commit_wait"):
+            check_seconds(f"RetryPolicy.{name}", getattr(self, name))
+
     def __iter__(self) -> Iterator[int]:
         for attempt in range(1, self.attempts + 1):
             if attempt > 1:
@@ -73,11 +80,26 @@ class RetryPolicy:
         return random.uniform(0, min(self.max_delay, self.base_delay * 2 ** (lost - 1)))
 
 
+def check_seconds(what: str, value: object, most: float = float("inf")) -> float:
+    """`value` if it is a number of seconds from 0 to `most` (finite, unless `most` is not);
+    else `InvalidArgument`. A NaN would make every comparison false: a cache entry that
+    never expires, a pause `time.sleep` refuses."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 <= value <= most
+        or value == float("inf")
+    ):
+        bound = "0 or more" if most == float("inf") else f"from 0 to {most:g}"
+        raise InvalidArgument(f"{what} must be a finite number of seconds, {bound}, not {value!r}")
+    return float(value)
+
+
 class BranchCache:
     """Branch records by (repository partition, name), valid for `ttl` seconds."""
 
     def __init__(self, ttl: float) -> None:
-        self.ttl = ttl
+        self.ttl = check_seconds("branch_cache_ttl", ttl)
         self._entries: dict[tuple[bytes, str], tuple[float, BranchRecord]] = {}
         self._lock = threading.Lock()
         forget_in_child(self)

@@ -1,10 +1,14 @@
-"""The one retry loop (`RetryPolicy`) and the one wording of running out of it."""
+"""The one retry loop (`RetryPolicy`), the one wording of running out of it, and the
+settings of the graveler's waits refused when no clock could follow them."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from branchwater.engine.errors import MergeRaceLost, TooManyTries, too_many_tries
+from branchwater.engine import Lake
+from branchwater.engine.errors import InvalidArgument, MergeRaceLost, TooManyTries, too_many_tries
 from branchwater.engine.graveler import graveler as graveler_module
 from branchwater.engine.graveler.graveler import RetryPolicy
 
@@ -71,3 +75,27 @@ def test_a_lost_merge_words_it_the_same_way_and_carries_its_hint() -> None:
     assert str(error) == str(plain).replace(
         "ADVICE", "retry with hint='mr@c' to reuse this merge's work"
     )
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"attempts": -1},
+        {"attempts": 2.5},
+        {"attempts": True},
+        {"base_delay": math.nan},
+        {"max_delay": -0.1},
+        {"commit_wait": math.inf},
+    ],
+)
+def test_a_policy_it_could_not_follow_is_refused(setting: dict[str, object]) -> None:
+    """A NaN pause would reach `time.sleep` as a `ValueError` at the first lost race."""
+    with pytest.raises(InvalidArgument, match=f"RetryPolicy.{next(iter(setting))} must be"):
+        RetryPolicy(**setting)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("ttl", [math.nan, -1.0, math.inf, "1"])
+def test_a_branch_cache_lifetime_that_is_not_a_finite_time_is_refused(ttl: object) -> None:
+    """Under a NaN lifetime no cached branch record would ever expire."""
+    with pytest.raises(InvalidArgument, match="branch_cache_ttl must be a finite number"):
+        Lake.connect("memory://", branch_cache_ttl=ttl)  # type: ignore[arg-type]
