@@ -81,9 +81,9 @@ class RetryPolicy:
 
 
 def check_seconds(what: str, value: object, most: float = float("inf")) -> float:
-    """`value` if it is a number of seconds from 0 to `most` (finite, unless `most` is not);
-    else `InvalidArgument`. A NaN would make every comparison false: a cache entry that
-    never expires, a pause `time.sleep` refuses."""
+    """`value` if it is a finite number of seconds from 0 to `most`, else `InvalidArgument`.
+    A NaN would make every comparison false: a cache entry that never expires, a pause
+    `time.sleep` refuses."""
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
