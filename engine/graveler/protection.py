@@ -49,6 +49,9 @@ RULES_KEY = b"protection/rules"
 RULE_NAMES = ("no_direct_writes", "required_checks", "no_delete", "no_reset")
 MAX_RULES = 1000
 """Patterns one repository may protect: every branch create reads them all."""
+MAX_REQUIRED_CHECKS = 64
+"""Checks one rule may require: a branch's record carries the rules it matches, and every
+staged write reads that record."""
 
 Operation = Literal["write", "commit", "reset", "delete"]
 """What a write path asks the rules about (merges ask `checks.check_merge`)."""
@@ -153,6 +156,11 @@ class ProtectionRule:
                 f"required_checks must be a list of check names, not {required_checks!r}"
             )
         checks = tuple(sorted({check_check_name(name) for name in required_checks}))
+        if len(checks) > MAX_REQUIRED_CHECKS:
+            raise InvalidArgument(
+                f"a protection rule requires at most {MAX_REQUIRED_CHECKS} checks, not "
+                f"{len(checks)}: record one check that sums up the others"
+            )
         rule = cls(check_pattern(pattern), no_direct_writes, checks, no_delete, no_reset)  # type: ignore[arg-type]
         if not rule.rule_names:
             raise InvalidArgument(

@@ -50,6 +50,7 @@ def test_every_rule_change_is_logged_with_who_and_when(repo: Repository) -> None
         ({"pattern": "main", "no_delete": "yes"}, InvalidArgument),
         ({"pattern": "main", "required_checks": "quality"}, InvalidArgument),
         ({"pattern": "main", "required_checks": ["no spaces"]}, InvalidName),
+        ({"pattern": "main", "required_checks": [f"c{i}" for i in range(65)]}, InvalidArgument),
     ],
 )
 def test_bad_rules_are_refused_and_store_nothing(
