@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from branchwater.engine.api import Lake
-from branchwater.engine.cli.output import Output
+from branchwater.engine.cli.output import Output, shown
 from branchwater.engine.cli.verbs import Subparsers, UserError, group, verb
 
 
@@ -16,7 +16,7 @@ def cmd_refs_dump(lake: Lake, args: argparse.Namespace, out: Output) -> None:
         raise UserError(f"cannot write {args.file!r}: {exc.strerror or exc}") from exc
     out.document(
         {"repository": args.repo, "file": args.file, "records": count},
-        f"Dumped {count} records of {args.repo!r} to {args.file}",
+        f"Dumped {count} records of {args.repo!r} to {shown(args.file)}",
     )
 
 
@@ -27,7 +27,7 @@ def cmd_refs_restore(lake: Lake, args: argparse.Namespace, out: Output) -> None:
         raise UserError(f"cannot read {args.file!r}: {exc.strerror or exc}") from exc
     out.document(
         {"repository": args.repo, "file": args.file, "records": count},
-        f"Restored {count} records into {args.repo!r} from {args.file}",
+        f"Restored {count} records into {args.repo!r} from {shown(args.file)}",
     )
 
 

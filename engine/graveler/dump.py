@@ -52,9 +52,12 @@ def dump_refs(g: Graveler, repo: RepositoryRecord, path: Path) -> int:
         "branches": branches,
         "tags": tags,
     }
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(document, indent=1))
-    tmp.replace(path)
+    try:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(document, indent=1))
+        tmp.replace(path)
+    except ValueError as exc:  # no file name, a NUL, a lone surrogate
+        raise InvalidArgument(f"cannot dump refs to {str(path)!r}: {exc}") from None
     return len(commits) + len(branches) + len(tags)
 
 

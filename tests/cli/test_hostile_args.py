@@ -140,6 +140,66 @@ def test_json_nested_deeper_than_the_parser_goes_is_one_line_exit_1_and_writes_n
     assert stored(lake.kv, lake.root / "ns") == before
 
 
+HOSTILE_VALUES = [
+    *("", "0", "-1", "9" * 30, "nan", "inf", "1e400", "\x1b[2J", "a\nb", "../../x", "%00"),
+    *("main~999999999999", "x" * 3000, "\udcff", "main^^", "-", "--", "a=b", "=", "{}", "[1]"),
+    *("*", "**/x", "s3://", "file:///", "10s", "9" * 20 + "d", "1e400s", "-5m"),
+]
+"""Values each argument slot of `VERB_SLOTS` takes in turn: empty, signed, huge and
+non-finite numbers, control characters, traversal, NUL, lone surrogates, globs, URLs,
+durations."""
+VERB_SLOTS = [
+    "repo create {} --namespace {ns}", "repo delete {}",
+    "branch create sales {} --source main", "branch create sales b2 --source {}",
+    "branch delete sales {}", "branch reset sales dev --to {}",
+    "upload sales dev {} {file}", "upload sales dev p {}", "upload sales dev p {file} --meta {}",
+    "cat sales main {}", "cat sales {} a.csv", "ls sales {}", "ls sales main {}",
+    "ls sales main --after {}", "ls sales main --limit {}", "rm sales dev {}",
+    "cp sales dev {} y", "cp sales dev a.csv {}", "import sales dev {}",
+    "import sales dev {src} --prefix {}", "commit sales dev -m {}",
+    "commit sales dev -m m --meta {}", "merge sales {} main", "merge sales dev {}",
+    "merge sales dev main --strategy {}", "log sales {}", "log sales main --limit {}",
+    "log sales main --depth {}", "log sales main --after {}", "log sales main --where {}",
+    "log sales main --path {}", "diff sales main {}", "uncommitted sales {}",
+    "revert sales dev {}", "revert sales dev main --parent {}", "cherry-pick sales dev {}",
+    "restore sales dev {} --source main", "restore sales dev a.csv --source {}",
+    "protect sales {} --no-delete", "protect sales main --require-check {}",
+    "protect sales {} --remove", "checks sales {}", "checks record sales main {} --passed",
+    "checks record sales main q --passed --details {}",
+    "checks record sales main q --passed --by {}",
+    "tag create sales {} main", "tag create sales t1 {}", "tag delete sales {}",
+    "refs dump sales {}", "refs restore sales {}", "compact sales {}",
+    "compact sales dev --max-tombstones {}", "compact sales dev --guard-seconds {}",
+    "compaction-status sales {}", "compaction-status sales dev --scan-budget {}",
+    "gc prepare sales --run {}", "gc explain sales {}", "gc explain sales data/x --min-age {}",
+    "gc explain sales data/x --run {}", "gc rules get {}", "gc prune-runs sales --keep-runs {}",
+    "publish sales {} main", "publish sales dev {}",
+]  # fmt: skip
+"""Every verb that takes an argument (`gc run` but for its Spark job), one slot at a time."""
+
+
+def test_no_verb_answers_a_hostile_argument_with_a_traceback(bw: Bw, lake: CliLake) -> None:
+    """Each verb, each value in its slot: it succeeds, or says what is wrong in one line
+    (exit 1, or 2 for a lost race), never with a traceback; run against one lake, so the
+    verbs also meet what earlier hostile runs left."""
+    file = prepared(bw, lake)
+    ok(bw("branch", "create", "sales", "dev", "--source", "main"))
+    src = lake.root / "src"
+    src.mkdir()
+    (src / "f.csv").write_text("x")
+    slots = {"ns": f"{lake.namespace}/other", "file": file, "src": f"file://{src}"}
+    failures = []
+    for template in VERB_SLOTS:
+        for value in HOSTILE_VALUES:
+            argv = [w.format(value, **slots) if "{" in w else w for w in template.split(" ")]
+            result = bw(*argv)
+            lines = result.err.splitlines()
+            one_line = len(lines) == 1 and lines[0].startswith("branchwater: error: ")
+            if result.code not in (0, 1, 2) or (result.code and not one_line):
+                failures.append(f"{argv!r}: exit {result.code}: {result.err[-200:]!r}")
+    assert failures == []
+
+
 def test_restoring_a_hostile_dump_is_one_line_exit_1_and_writes_nothing(
     bw: Bw, lake: CliLake
 ) -> None:
