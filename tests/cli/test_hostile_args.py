@@ -144,10 +144,11 @@ HOSTILE_VALUES = [
     *("", "0", "-1", "9" * 30, "nan", "inf", "1e400", "\x1b[2J", "a\nb", "../../x", "%00"),
     *("main~999999999999", "x" * 3000, "\udcff", "main^^", "-", "--", "a=b", "=", "{}", "[1]"),
     *("*", "**/x", "s3://", "file:///", "10s", "9" * 20 + "d", "1e400s", "-5m"),
+    "[" * 5000 + "]" * 5000,
 ]
 """Values each argument slot of `VERB_SLOTS` takes in turn: empty, signed, huge and
 non-finite numbers, control characters, traversal, NUL, lone surrogates, globs, URLs,
-durations."""
+durations, JSON nested past the parser's depth."""
 VERB_SLOTS = [
     "repo create {} --namespace {ns}", "repo delete {}",
     "branch create sales {} --source main", "branch create sales b2 --source {}",
