@@ -150,7 +150,8 @@ def _hashed(chunks: Iterator[bytes], hasher: ContentHasher) -> Iterator[bytes]:
 def _open_local(path: str | Path) -> BinaryIO:
     try:
         return open(path, "rb")
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
         raise InvalidArgument(
-            f"cannot read local file {str(path)!r} to upload: {exc.strerror or exc}"
+            f"cannot read local file {str(path)!r} to upload: "
+            f"{getattr(exc, 'strerror', None) or exc}"
         ) from exc

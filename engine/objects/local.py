@@ -63,7 +63,12 @@ class LocalObjectStore(ObjectStore):
 
     def _path(self, key: str) -> Path:
         """The file of `key`; a key this store cannot hold as a file is refused, saying why."""
-        for part in check_object_key(key).split("/"):
+        if "\x00" in check_object_key(key):
+            raise InvalidArgument(
+                f"object key {key!r} holds a NUL, which no file name in the local object store "
+                f"{self.url} can"
+            )
+        for part in key.split("/"):
             if len(os.fsencode(part)) > self._name_max:
                 raise InvalidArgument(
                     f"object key {key!r} has a part longer than the {self._name_max} bytes a "

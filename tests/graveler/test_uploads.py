@@ -9,7 +9,10 @@ import io
 import os
 from pathlib import Path
 
+import pytest
+
 from branchwater.engine.api import Repository
+from branchwater.engine.errors import InvalidArgument
 
 DATA = os.urandom(3 << 20)
 
@@ -58,3 +61,14 @@ def test_other_content_of_the_same_size_is_written(repo: Repository) -> None:
     assert f.bytes_read == 2 * len(other)
     assert entry.checksum == hashlib.sha256(other).hexdigest()
     assert main.read("big.bin") == other and len(objects(repo)) == 2
+
+
+def test_a_local_path_that_cannot_be_opened_is_refused_and_stages_nothing(
+    repo: Repository, tmp_path: Path
+) -> None:
+    """A NUL in the path makes `open` raise `ValueError`, not `OSError`."""
+    main = repo.branch("main")
+    for path in (str(tmp_path / "absent"), f"{tmp_path}/a\x00b", tmp_path):
+        with pytest.raises(InvalidArgument, match="cannot read local file"):
+            main.upload("p", path)
+    assert list(main.uncommitted()) == [] and objects(repo) == []

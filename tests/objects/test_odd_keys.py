@@ -86,6 +86,19 @@ def test_local_key_longer_than_a_file_name_is_refused_saying_why(tmp_path: Path)
     assert list(store.list_objects()) == []
 
 
+def test_local_key_with_a_nul_is_refused_saying_why(tmp_path: Path) -> None:
+    """A file name cannot hold one: the file system call would raise `ValueError`."""
+    store = LocalObjectStore(f"file://{tmp_path}")
+    for call in (
+        lambda: store.put("d/a\x00b", b"v"),
+        lambda: store.get("d/a\x00b"),
+        lambda: store.stat("a\x00"),
+    ):
+        with pytest.raises(InvalidArgument, match="holds a NUL"):
+            call()
+    assert list(store.list_objects()) == []
+
+
 def test_local_names_reserved_for_writes_in_progress_are_refused(tmp_path: Path) -> None:
     """Listings skip `.tmp-` names (a write in progress): such a key would be invisible."""
     store = LocalObjectStore(f"file://{tmp_path}")
