@@ -466,14 +466,14 @@ class Repository:
         """Write commits, branches and tags as JSON; returns the number of records written."""
         from branchwater.engine.graveler.dump import dump_refs
 
-        return dump_refs(self._g, self.record, Path(path))
+        return dump_refs(self._g, self.record, _local_path(path, "dump_refs"))
 
     def restore_refs(self, path: str | Path) -> int:
         """Load a dump into this repository, which must still be bare (only its first commit);
         a damaged or incomplete dump raises `CorruptedData` and restores nothing."""
         from branchwater.engine.graveler.dump import restore_refs
 
-        return restore_refs(self._g, self.record, Path(path))
+        return restore_refs(self._g, self.record, _local_path(path, "restore_refs"))
 
     def committed_layout(self) -> CommittedLayout:
         """Every commit's metarange and where the Parquet files are, for a GC job that reads
@@ -628,12 +628,10 @@ class Branch(Ref):
         """`upload` of a local file by its path, streamed (multipart on S3) in bounded memory;
         anything but a path (bytes, a file object) is `InvalidArgument`, so content is never
         taken for a file name or the reverse."""
-        if not isinstance(local_path, str | os.PathLike):
-            raise InvalidArgument(
-                f"upload_file takes a local file's path, not {type(local_path).__name__}; "
-                "use upload() for bytes or a file object"
-            )
-        return self.upload(path, Path(local_path), metadata)
+        path_of = _local_path(
+            local_path, "upload_file", "; use upload() for bytes or a file object"
+        )
+        return self.upload(path, path_of, metadata)
 
     def import_objects(
         self,
@@ -827,3 +825,10 @@ class Transaction(Branch):
 
 def _listing_bounds(prefix: object, after: object) -> tuple[str, str]:
     return check_path(prefix, "prefix", empty=True), check_path(after, "listing start", empty=True)
+
+
+def _local_path(path: object, what: str, hint: str = "") -> Path:
+    """A local file's path as given (`str` or path-like), else `InvalidArgument`."""
+    if not isinstance(path, str | os.PathLike):
+        raise InvalidArgument(f"{what} takes a local file's path, not {type(path).__name__}{hint}")
+    return Path(path)

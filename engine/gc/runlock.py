@@ -92,6 +92,8 @@ class GCRunLease:
 
     def acquire(self, holder: str) -> GCRunLease:
         """Take the lease if nobody holds a live one, else raise `GCRunLocked` naming them."""
+        if not isinstance(holder, str):
+            raise InvalidArgument(f"a GC run lease's holder is a text, not {type(holder).__name__}")
         partition = self._repo.partition
         try:
             current, predicate = self._kv.get(partition, RUN_LOCK_KEY)

@@ -4,7 +4,9 @@ operation, a typed error naming the problem, and nothing written when it is refu
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from branchwater.engine import InvalidArgument, NotFound
+from branchwater.engine import BranchwaterError, InvalidArgument, NotFound
 from branchwater.engine.api import Branch, Repository
 from branchwater.engine.graveler.checksums import CHECKSUM_MAX_LENGTH
 from branchwater.engine.graveler.model import METADATA_RULE
@@ -152,3 +154,126 @@ def test_checksums_the_issue_names_are_refused(
     )
     with pytest.raises(NotFound):
         main.stat("p")
+
+
+HOSTILE_VALUES: list[object] = [
+    *(None, 0, -1, 10**30, math.nan, math.inf, True, b"x", "", "\x00", "\udcff", "a\nb"),
+    *("x" * 3000, [], ["a"], {"a": 1}, {"a": "b"}, "main~99999999999", timedelta(days=-1)),
+    *(object(), "*a" * 30 + "*b", "[" * 5000 + "]" * 5000),
+]
+"""Values each argument of `api_calls` takes in turn: wrong types, huge and non-finite
+numbers, NUL, lone surrogates, control characters, long text, globs that backtrack, JSON
+nested past the parser's depth."""
+LOCAL_FILE_CALLS = {"dump_refs", "restore_refs"}
+"""Calls on a local file, which may also raise the file system's own `OSError` (a name
+too long), as Python's file functions do."""
+
+
+def api_calls(repo: Repository, root: Path) -> dict[str, Callable[[Any], object]]:
+    """One public call per argument, the others valid, on a lake with history on two
+    branches, a source folder to import and a protected pattern."""
+    lake, main = repo.lake, repo.branch("main")
+    dev = repo.create_branch("dev")
+    (root / "src").mkdir()
+    (root / "src" / "f").write_text("x")
+
+    def token() -> str:
+        return dev.get_physical_address().token
+
+    return {
+        "create_repository": lambda v: lake.create_repository(v, f"file://{root}/o"),
+        "create_repository ns": lambda v: lake.create_repository("other", v),
+        "repository": lambda v: lake.repository(v),
+        "delete_repository": lambda v: lake.delete_repository(v),
+        "create_branch": lambda v: repo.create_branch(v, source="main"),
+        "create_branch source": lambda v: repo.create_branch("b2", source=v),
+        "branch": lambda v: repo.branch(v).head(),
+        "ref": lambda v: repo.ref(v),
+        "delete_branch": lambda v: repo.delete_branch(v),
+        "tag": lambda v: repo.tag(v, "main"),
+        "tag ref": lambda v: repo.tag("t1", v),
+        "delete_tag": lambda v: repo.delete_tag(v),
+        "log": lambda v: list(repo.log(v)),
+        "log limit": lambda v: list(repo.log("main", limit=v)),
+        "log depth": lambda v: list(repo.log("main", depth=v)),
+        "log after": lambda v: list(repo.log("main", after=v)),
+        "log where": lambda v: list(repo.log("main", where=v)),
+        "log paths": lambda v: list(repo.log("main", paths=v)),
+        "diff": lambda v: list(repo.diff("main", v)),
+        "merge source": lambda v: repo.merge(v, into="main"),
+        "merge into": lambda v: repo.merge("dev", into=v),
+        "merge strategy": lambda v: repo.merge("dev", into="main", strategy=v),
+        "merge message": lambda v: repo.merge("dev", into="main", message=v),
+        "merge metadata": lambda v: repo.merge("dev", into="main", metadata=v),
+        "revert": lambda v: repo.revert("dev", v),
+        "revert parent": lambda v: repo.revert("dev", "main", parent=v),
+        "cherry_pick": lambda v: repo.cherry_pick("dev", v),
+        "protect": lambda v: repo.protect(v, no_delete=True),
+        "protect checks": lambda v: repo.protect("zz", required_checks=v),
+        "protect flag": lambda v: repo.protect("zz", no_delete=v),
+        "protect by": lambda v: repo.protect("zz", no_delete=True, by=v),
+        "unprotect": lambda v: repo.unprotect(v),
+        "record_check commit": lambda v: repo.record_check(v, "q", True),
+        "record_check name": lambda v: repo.record_check("main", v, True),
+        "record_check passed": lambda v: repo.record_check("main", "q2", v),
+        "record_check details": lambda v: repo.record_check("main", "q3", True, v),
+        "checks": lambda v: repo.checks(v),
+        "set_gc_rules": lambda v: repo.set_gc_rules(v),
+        "lock_gc_run holder": lambda v: repo.lock_gc_run(v).release(),
+        "lock_gc_run ttl": lambda v: repo.lock_gc_run("h", v).release(),
+        "dump_refs": lambda v: repo.dump_refs(v),
+        "restore_refs": lambda v: repo.restore_refs(v),
+        "provenance": lambda v: repo.provenance(v),
+        "uncommitted_gc_run": lambda v: repo.uncommitted_gc_run(v),
+        "upload path": lambda v: dev.upload(v, b"1"),
+        "upload data": lambda v: dev.upload("p", v),
+        "upload metadata": lambda v: dev.upload("p", b"1", metadata=v),
+        "upload_file": lambda v: dev.upload_file("p", v),
+        "delete": lambda v: dev.delete(v),
+        "copy source": lambda v: dev.copy(v, "y"),
+        "copy destination": lambda v: dev.copy("a.csv", v),
+        "read": lambda v: dev.read(v),
+        "stat": lambda v: dev.stat(v),
+        "open": lambda v: dev.open(v).close(),
+        "list prefix": lambda v: list(dev.list(v)),
+        "list after": lambda v: list(dev.list("", after=v)),
+        "commit message": lambda v: dev.commit(v, allow_empty=True),
+        "commit metadata": lambda v: dev.commit("m", v, allow_empty=True),
+        "commit committer": lambda v: dev.commit("m", committer=v, allow_empty=True),
+        "reset": lambda v: dev.reset(to=v),
+        "restore paths": lambda v: dev.restore(v, source="main"),
+        "restore source": lambda v: dev.restore("a.csv", source=v),
+        "link token": lambda v: dev.link_physical_address("l", v, size=1, checksum="c"),
+        "link size": lambda v: dev.link_physical_address("l", token(), size=v, checksum="c"),
+        "link checksum": lambda v: dev.link_physical_address("l", token(), size=1, checksum=v),
+        "compact": lambda v: repo.branch(v).compact(),
+        "import source": lambda v: dev.import_objects(v),
+        "import prefix": lambda v: dev.import_objects(f"file://{root}/src/", prefix=v),
+        "prepare run": lambda v: repo.prepare_uncommitted_for_gc(v),
+        "main read": lambda v: main.read(v),
+    }
+
+
+def test_every_call_refuses_a_hostile_argument_with_a_typed_error(
+    repo: Repository, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each public call, each value in each argument: it succeeds or raises a
+    `BranchwaterError`, never an error of the parts below (`ValueError`, `RecursionError`,
+    `OverflowError`, `TypeError` …)."""
+    monkeypatch.chdir(tmp_path)
+    main = repo.branch("main")
+    main.upload("a.csv", b"1")
+    main.commit("load")
+    failures = []
+    for name, call in api_calls(repo, tmp_path).items():
+        for value in HOSTILE_VALUES:
+            try:
+                call(value)
+            except BranchwaterError:
+                pass
+            except OSError as exc:
+                if name not in LOCAL_FILE_CALLS:
+                    failures.append(f"{name}({value!r:.40}): {exc!r:.200}")
+            except Exception as exc:
+                failures.append(f"{name}({value!r:.40}): {exc!r:.200}")
+    assert failures == []
