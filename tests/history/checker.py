@@ -6,12 +6,12 @@ What the model knows, by branch:
 - A worker's own branch (`w<N>`) is changed by that worker alone, one operation after
   another, so its model is exact: each staged write, delete, copy and link changes the view,
   each read and listing must show the view, a commit's tree (the branch's HEAD after the
-  commit, whichever attempt landed it) must equal the view, a reset, revert or merge into it
-  makes its view the tree of the commit it lands on, a restore makes the view of the paths
-  it names its source commit's (a cut attempt stages nothing: its failpoints come before
-  the first path is staged), and refusals must be right (a delete
-  or copy `NotFound` where the view lacks the path, `DirtyBranch` where the view differs
-  from HEAD's tree).
+  commit, whichever attempt landed it) must equal the view, a reset, revert, cherry-pick or
+  merge into it makes its view the tree of the commit it lands on, a restore makes the view
+  of the paths it names its source commit's (a cut attempt stages nothing: its failpoints
+  come before the first path is staged), and refusals must be right (a delete or copy
+  `NotFound` where the view lacks the path, `DirtyBranch` where the view differs from
+  HEAD's tree).
 - `shared` is written by every worker at once, so the model bounds what a read may show.
   A read of a path over [start, end] may show the value of a change acknowledged before
   it started that no later change acknowledged before it started overwrote, the value of
@@ -22,9 +22,11 @@ What the model knows, by branch:
   the log), may have shown anything from its start to its end.
 - `main` takes merges only: every merge acknowledged into it stays in its history.
 
-Merges, syncs (`main` into a worker's branch) and reverts must equal the model's three-way
-merge of the trees their commit's parents name, with the merge base the engine finds for
-those parents (and records in the commit); fast-forwards must land on the source's HEAD.
+Merges, syncs (`main` into a worker's branch), reverts and cherry-picks (of `main`'s HEAD
+onto a worker's branch) must equal the model's three-way merge of the trees their commit's
+parents name, with the merge base the engine finds for those parents (and records in the
+commit), or for a pick the picked commit's parent; fast-forwards must land on the source's
+HEAD.
 Every acknowledged commit exists afterwards; branches and tags made and not deleted name
 what they were made on, and no other branch or tag exists; a commit acknowledged with user
 metadata holds it exactly.
@@ -240,9 +242,11 @@ class Checker:
                         self.fail(f"{op.name()} acknowledged commit {commit_id}, which is gone")
 
     def merges(self) -> None:
-        """Each landed merge, sync and revert against the model's three-way merge."""
+        """Each landed merge, sync, revert and cherry-pick against the model's three-way
+        merge."""
         for op in self.ops:
-            if op.status != "ok" or op.kind not in ("merge", "sync", "revert") or op.hostile:
+            picks = ("revert", "cherry_pick")
+            if op.status != "ok" or op.kind not in ("merge", "sync", *picks) or op.hostile:
                 continue
             result = op.result["commit"]
             commit = self.state.commits.get(result)
@@ -256,6 +260,15 @@ class Checker:
                 sides = [self.tree(commit.parents[0]), self.tree(reverted.parents[0])]
                 expected = three_way(reverted.tree, *sides, None)
                 what = f"revert of {op.args['head'][:12]}"
+            elif op.kind == "cherry_pick":
+                picked = self.state.commits.get(op.args["picked"])
+                if picked is None or len(commit.parents) != 1:
+                    self.fail(f"{op.name()}: pick commit {result} has parents {commit.parents}")
+                    continue
+                against = picked.parents[(op.args["parent"] or 1) - 1] if picked.parents else None
+                base = self.tree(against) if against else {}
+                expected = three_way(base, self.tree(commit.parents[0]), picked.tree, None)
+                what = f"cherry-pick of {op.args['picked'][:12]}"
             else:
                 if len(commit.parents) != 2:
                     self.fail(f"{op.name()}: merge commit {result} has parents {commit.parents}")
@@ -420,7 +433,7 @@ class PrivateModel:
             self.land(op, target)
         elif kind == "restore" and ok:
             self.view = restored(self.view, self.checker.tree(args["source"]), args["spec"])
-        elif kind in ("revert", "sync"):
+        elif kind in ("revert", "cherry_pick", "sync"):
             if kind == "sync" and op.args["into"] != self.branch:
                 return
             if ok:

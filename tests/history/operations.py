@@ -89,6 +89,7 @@ FAULT_POINTS: dict[str, tuple[str, ...]] = {
     "merge": ("merge.after_ranges", "merge.before_set", *MOVE_POINTS),
     "sync": ("merge.after_ranges", "merge.before_set", *MOVE_POINTS),
     "revert": ("merge.after_ranges", "merge.before_set", *MOVE_POINTS),
+    "cherry_pick": ("merge.after_ranges", "merge.before_set", *MOVE_POINTS),
     "reset": MOVE_POINTS,
     "restore": ("restore.before_stage", *MOVE_POINTS),
     "branch_create": ("branch.before_insert", *MOVE_POINTS),
@@ -124,7 +125,16 @@ HOSTILE = {
     "metadata": ("write", "commit", "link"),
 }
 """What takes hostile input, by argument."""
-MOVES = ("reset", "revert", "restore", "merge", "sync", "branch_create", "tag_create")
+MOVES = (
+    "reset",
+    "revert",
+    "cherry_pick",
+    "restore",
+    "merge",
+    "sync",
+    "branch_create",
+    "tag_create",
+)
 """Operations onto a commit (a restore takes entries from one), which retention may have
 collected (`CommitExpired`)."""
 RESTORED = "p/"
@@ -224,6 +234,7 @@ class Plan:
             "reset": 0.5,
             "revert": 0.7,
             "restore": 0.6,
+            "cherry_pick": 0.5,
             "merge": 1,
             "sync": 0.7,
             "branch": 0.5,
@@ -258,7 +269,7 @@ class Plan:
                 plan.add_hostile(rng, branch, path)
             elif kind == "reset":
                 plan.add(rng, kind, branch=own, back=rng.random() < 0.5)
-            elif kind == "revert":
+            elif kind in ("revert", "cherry_pick"):
                 plan.add(rng, "commit", branch=own)
                 plan.add(rng, kind, branch=own)
             elif kind == "restore":
@@ -458,15 +469,27 @@ class Runner:
     def resolve(self, k: int, step: Planned) -> dict[str, Any]:
         """The arguments the state decides, fixed at the first attempt: the commit a revert,
         reset or tag names is the private branch's HEAD then, a restore's source that HEAD's
-        parent (HEAD itself at the root) or `main`'s HEAD then."""
+        parent (HEAD itself at the root) or `main`'s HEAD then, a cherry-pick's `main`'s HEAD
+        then (against its first parent, `main` holding merges)."""
         args = dict(step.args)
         own = private(self.task.worker)
         if step.kind in ("write", "link"):
             args["data"] = f"{step.kind} {self.task.seed}:{self.task.worker}:{k}"
-        if step.kind in ("revert", "reset", "restore", "tag_create", "branch_create"):
+        if step.kind in (
+            "revert",
+            "reset",
+            "restore",
+            "cherry_pick",
+            "tag_create",
+            "branch_create",
+        ):
             head = self.repo.branch(own).head()
             args["head"] = head.id
             args["parents"] = list(head.parents)
+            if step.kind == "cherry_pick":
+                picked = self.repo.branch(MAIN).head()
+                args["picked"] = picked.id
+                args["parent"] = 1 if len(picked.parents) > 1 else None
             if step.kind == "restore" and args["source"] == MAIN:
                 args["source"] = self.repo.branch(MAIN).head().id
             elif step.kind == "restore":
@@ -511,6 +534,9 @@ class Runner:
                 raise NoChanges("the root commit has nothing to revert")
             parent = 1 if len(args["parents"]) > 1 else None
             result = repo.revert(args["branch"], args["head"], parent)
+            return {"commit": result.commit.id, "attempts": result.attempts}
+        if kind == "cherry_pick":
+            result = repo.cherry_pick(args["branch"], args["picked"], args["parent"])
             return {"commit": result.commit.id, "attempts": result.attempts}
         if kind == "restore":
             branch = repo.branch(args["branch"])

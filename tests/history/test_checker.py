@@ -134,6 +134,32 @@ def test_a_restore_makes_the_paths_it_names_its_sources(spec: str, after: dict[s
     assert any(message.startswith("w0 ends showing") for message in found)
 
 
+def test_a_cherry_pick_must_apply_the_picked_commits_changes_against_its_parent() -> None:
+    """`c2` on main changed `a` from 1 to 2 against its parent `c1`; picked onto `w0`, whose
+    HEAD holds `a` at 1 and `b`, it must hold `a` at 2 and keep `b`."""
+    before, after, own = {"a": "1"}, {"a": "2"}, {"a": "1", "b": "5"}
+    args = {"branch": "w0", "head": "w", "parents": [ROOT], "picked": "c2", "parent": None}
+    log = Log()
+    log.op("cherry_pick", args, 1, 2, {"commit": "p", "attempts": 1})
+
+    def final(picked_tree: dict[str, str]) -> FinalState:
+        commits = {
+            ROOT: CommitState([], {}, {}),
+            "c1": CommitState([ROOT], {}, before),
+            "c2": CommitState(["c1"], {}, after),
+            "w": CommitState([ROOT], {}, own),
+            "p": CommitState(["w"], {}, picked_tree),
+        }
+        branches = {MAIN: ROOT, SHARED: ROOT, "w0": "p", "w1": ROOT}
+        views = {MAIN: {}, SHARED: {}, "w0": picked_tree, "w1": {}}
+        return state(commits=commits, branches=branches, views=views)
+
+    good = [m for m in check(log.records, final({"a": "2", "b": "5"})) if "cherry-pick" in m]
+    assert good == []
+    found = check(log.records, final({"a": "2"}))
+    assert any("cherry-pick of c2 is {'a': '2'}" in message for message in found)
+
+
 def test_a_merge_must_equal_the_three_way_merge_of_its_parents() -> None:
     ours, theirs = {"a": "1", "b": "2"}, {"a": "9", "b": "2", "c": "3"}
     expected = three_way({"a": "1"}, ours, theirs, None)
