@@ -31,8 +31,8 @@ def open_local(file: str) -> BinaryIO:
         return sys.stdin.buffer
     try:
         return open(file, "rb")
-    except OSError as exc:
-        raise UserError(f"cannot read {file!r}: {exc.strerror or exc}") from exc
+    except (OSError, ValueError) as exc:  # ValueError: a NUL, as `uploads._open_local` has it
+        raise UserError(f"cannot read {file!r}: {getattr(exc, 'strerror', None) or exc}") from exc
 
 
 def cmd_upload(lake: Lake, args: argparse.Namespace, out: Output) -> None:
