@@ -90,9 +90,9 @@ def _glob(pattern: str) -> tuple[str, ...]:
 def pattern_matches(pattern: str, branch: str) -> bool:
     """Whether `pattern` matches all of `branch`, in time proportional to the pattern's parts
     times the name's length: the positions of `branch` the pattern can have reached, one
-    part at a time. A regular expression of
-    `*a*a*a…` backtracks exponentially on a name that almost matches (seconds at eight
-    stars, for ever at twenty), and rules are matched against every branch name."""
+    part at a time. A regular expression of `*a*a*a…` backtracks exponentially on a name
+    that almost matches (seconds at eight stars, for ever at twenty), and rules are matched
+    against every branch name."""
     reached = [True] + [False] * len(branch)
     for part in _glob(pattern):
         reached = _advance(reached, part, branch)

@@ -58,6 +58,13 @@ def _kv_rows(kv: Store | str) -> Iterator[tuple[bytes, bytes, bytes]]:
         yield from conn.execute("SELECT partition_key, key, value FROM branchwater_kv")
 
 
+HOSTILE_TEXTS = [
+    *("", "\x00", "\udcff", "a\nb", "\x1b[2J", "x" * 3000, "main~999999999999"),
+    *("*a" * 30 + "*b", "[" * 5000 + "]" * 5000),
+]
+"""Texts the CLI and API sweeps give every argument: empty, NUL, a lone surrogate, a line
+break, an escape sequence, long text, a ref past the first commit, a glob that backtracks,
+JSON nested past the parser's depth."""
 URL_RESERVED = ":/?#[]@!$&'()*+,;=% "
 """Every character RFC 3986 reserves (and `%`, and a space), to put unencoded in credentials."""
 
