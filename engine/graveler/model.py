@@ -86,7 +86,7 @@ def check_metadata(metadata: object) -> dict[str, str]:
             raise InvalidArgument(
                 f"{METADATA_RULE}: the value of {key!r} is of type {type(value).__name__}"
             )
-        if not (_is_unicode(key) and _is_unicode(value)):
+        if not (is_unicode(key) and is_unicode(value)):
             raise InvalidArgument(
                 f"{METADATA_RULE} of valid Unicode: {key!r}: {value!r} holds a lone surrogate"
             )
@@ -103,7 +103,7 @@ def check_commit_arguments(message: object, metadata: object, committer: object)
     return check_metadata(metadata)
 
 
-def _is_unicode(text: str) -> bool:
+def is_unicode(text: str) -> bool:
     """Whether `text` can be stored as UTF-8 (it holds no lone surrogate)."""
     try:
         text.encode()

@@ -7,6 +7,7 @@ holds `branches/<id>`, `commits/<id>` and `tags/<id>`. Branch records change onl
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -24,6 +25,7 @@ from branchwater.engine.kv import Store
 GRAVELER_PARTITION = b"graveler"
 REPOS_PREFIX = b"repos/"
 TO_DELETE_PREFIX = b"to-delete/"
+NAMESPACES_PREFIX = b"namespaces/"
 BRANCHES = b"branches/"
 COMMITS = b"commits/"
 TAGS = b"tags/"
@@ -122,6 +124,43 @@ class RefStore:
 
     def remove_repository(self, name: str) -> None:
         self.kv.delete(GRAVELER_PARTITION, REPOS_PREFIX + name_key(name, "repository name"))
+
+    def claim_namespace(self, repo: RepositoryRecord) -> bool:
+        """Bind `repo`'s storage namespace to its name in one conditional write, so two
+        creators of one namespace cannot both pass: `AlreadyExists` if another repository's
+        name holds it. Whether this call made the claim: a claim by the same name (a
+        creator racing for the name, which `insert_repository` settles, or one a failed
+        delete left) stays as it is."""
+        key = _namespace_key(repo.storage_namespace)
+        try:
+            self.kv.set_if(GRAVELER_PARTITION, key, _namespace_claim(repo), None)
+            return True
+        except PredicateFailed:
+            pass
+        try:
+            holder = json.loads(self.kv.get(GRAVELER_PARTITION, key).value)["repository"]
+        except NotFound:
+            return self.claim_namespace(repo)
+        if holder != repo.name:
+            raise AlreadyExists(
+                f"storage namespace {repo.storage_namespace} is already used by "
+                f"repository {holder!r}"
+            )
+        return False
+
+    def release_namespace(self, repo: RepositoryRecord) -> None:
+        """Drop the claim on `repo`'s namespace by its name."""
+        with contextlib.suppress(NotFound, PredicateFailed):
+            self.kv.delete_if(
+                GRAVELER_PARTITION, _namespace_key(repo.storage_namespace), _namespace_claim(repo)
+            )
+
+    def namespace_claims(self) -> Iterator[tuple[str, str]]:
+        """(namespace, repository name) of every claim: repositories that exist, and ones
+        being created or deleted right now."""
+        for _, value in scan_prefix(self.kv, GRAVELER_PARTITION, NAMESPACES_PREFIX):
+            claim = json.loads(value)
+            yield claim["namespace"], claim["repository"]
 
     def list_repositories(self, after: str = "") -> Iterator[RepositoryRecord]:
         for _, value in scan_prefix(self.kv, GRAVELER_PARTITION, REPOS_PREFIX, after.encode()):
@@ -366,3 +405,13 @@ def _keeps_what_writes_validate(predicate: bytes, branch: BranchRecord) -> bool:
 def branch_not_found(repo: RepositoryRecord, name: str) -> NotFound:
     """The one message for a missing branch, whichever read of its record meets it."""
     return NotFound(f"branch {name!r} not found in repository {repo.name!r}")
+
+
+def _namespace_key(namespace: str) -> bytes:
+    """A digest, not the URL: a namespace may be longer than a key may be (DynamoDB)."""
+    return NAMESPACES_PREFIX + hashlib.sha256(namespace.encode()).hexdigest().encode()
+
+
+def _namespace_claim(repo: RepositoryRecord) -> bytes:
+    claim = {"namespace": repo.storage_namespace, "repository": repo.name}
+    return json.dumps(claim, sort_keys=True).encode()

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from branchwater.engine import failpoints
 from branchwater.engine.errors import AlreadyExists, ConfigurationError, NotFound
 from branchwater.engine.graveler.graveler import Graveler
-from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord
+from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord, is_unicode
 from branchwater.engine.graveler.names import check_ref_name, check_repository_name
 from branchwater.engine.graveler.staging import new_staging_token
 from branchwater.engine.urls import redact_url
@@ -26,14 +26,7 @@ def create_repository(
 ) -> RepositoryRecord:
     check_repository_name(name)
     check_ref_name(default_branch)
-    if not isinstance(storage_namespace, str) or "://" not in storage_namespace:
-        shown: object = storage_namespace
-        if isinstance(storage_namespace, str):
-            shown = redact_url(storage_namespace)
-        raise ConfigurationError(
-            f"storage namespace {shown!r} must be a URL such as file:///data/{name} "
-            f"or s3://bucket/{name}"
-        )
+    _check_namespace(name, storage_namespace)
     if any(True for _ in _named(g, name)):
         raise AlreadyExists(f"repository {name!r} already exists")
     repo = RepositoryRecord(
@@ -43,20 +36,41 @@ def create_repository(
         unique_id=uuid.uuid4().hex[:16],
         creation_date=datetime.now(timezone.utc),
     )
-    _claim_namespace(g, repo)
-    empty = g.committed(repo).write_metarange([])
-    first = g.refs.add_commit(
-        repo, (), empty, "Repository created", creation_date=repo.creation_date
-    )
-    g.refs.insert_branch(
-        repo, BranchRecord(default_branch, first.id, new_staging_token(repo, default_branch))
-    )
+    claimed = _claim_namespace(g, repo)
+    try:
+        empty = g.committed(repo).write_metarange([])
+        first = g.refs.add_commit(
+            repo, (), empty, "Repository created", creation_date=repo.creation_date
+        )
+        g.refs.insert_branch(
+            repo, BranchRecord(default_branch, first.id, new_staging_token(repo, default_branch))
+        )
+    except BaseException:
+        if claimed:
+            g.refs.release_namespace(repo)
+        raise
     try:
         g.refs.insert_repository(repo)
     except AlreadyExists:
         g.drop_partitions_later(f"repo/{repo.partition.decode()}", [repo.partition])
         raise
     return repo
+
+
+def _check_namespace(name: str, storage_namespace: object) -> None:
+    if not isinstance(storage_namespace, str) or "://" not in storage_namespace:
+        shown: object = storage_namespace
+        if isinstance(storage_namespace, str):
+            shown = redact_url(storage_namespace)
+        raise ConfigurationError(
+            f"storage namespace {shown!r} must be a URL such as file:///data/{name} "
+            f"or s3://bucket/{name}"
+        )
+    if not storage_namespace.isprintable() or not is_unicode(storage_namespace):
+        raise ConfigurationError(
+            f"storage namespace {redact_url(storage_namespace)!r} holds a control character "
+            "or text that is not UTF-8: name a folder or prefix of printable characters"
+        )
 
 
 def _named(g: Graveler, name: str) -> list[RepositoryRecord]:
@@ -66,8 +80,43 @@ def _named(g: Graveler, name: str) -> list[RepositoryRecord]:
         return []
 
 
-def _claim_namespace(g: Graveler, repo: RepositoryRecord) -> None:
-    """Refuse a namespace another repository uses: their objects and GC would mix."""
+def _claim_namespace(g: Graveler, repo: RepositoryRecord) -> bool:
+    """Refuse a namespace another repository uses, or one inside another's or holding
+    another's: their objects and GC would mix. The claim in the KV store settles creators
+    racing for one namespace; checking the others' claims after making ours settles nested
+    ones (whichever checks last sees the other, both may be refused, never both pass); the
+    marker object in the namespace catches a lake of its own, or another spelling of one
+    local folder, using it. Whether this call made the claim (`RefStore.claim_namespace`);
+    a claim it made goes with any failure here."""
+    g.objects(repo.storage_namespace)
+    failpoints.hit("repository.before_claim")
+    claimed = g.refs.claim_namespace(repo)
+    try:
+        _refuse_nested(g, repo)
+        _mark_namespace(g, repo)
+    except BaseException:
+        if claimed:
+            g.refs.release_namespace(repo)
+        raise
+    return claimed
+
+
+def _refuse_nested(g: Graveler, repo: RepositoryRecord) -> None:
+    """Claims and, for repositories created before claims existed, the records."""
+    others = [(r.storage_namespace, r.name) for r in g.refs.list_repositories()]
+    for namespace, name in [*g.refs.namespace_claims(), *others]:
+        if name != repo.name and _nested(namespace, repo.storage_namespace):
+            raise AlreadyExists(
+                f"storage namespace {repo.storage_namespace} overlaps {namespace}, used by "
+                f"repository {name!r}: give each repository a namespace of its own"
+            )
+
+
+def _nested(a: str, b: str) -> bool:
+    return (a + "/").startswith(b + "/") or (b + "/").startswith(a + "/")
+
+
+def _mark_namespace(g: Graveler, repo: RepositoryRecord) -> None:
     objects = g.objects(repo.storage_namespace)
     try:
         owner = objects.get(NAMESPACE_MARKER).decode()
@@ -90,5 +139,6 @@ def delete_repository(g: Graveler, name: str) -> None:
     mark = f"repo/{repo.partition.decode()}"
     g.refs.mark_partitions_for_deletion(mark, partitions)
     g.refs.remove_repository(name)
+    g.refs.release_namespace(repo)
     failpoints.hit("repository.before_drop")
     g.drop_listed_later(mark, partitions)

@@ -1,0 +1,141 @@
+"""Creating repositories against each other, across processes: a storage namespace belongs to
+one repository, whatever the interleaving."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from branchwater.engine import AlreadyExists, ConfigurationError, Lake, Unavailable, failpoints
+from branchwater.engine.graveler.model import RepositoryRecord
+from tests.helpers.servers import spawned_pool
+
+
+def _create(kv_url: str, name: str, namespace: str, barrier: Any) -> str:
+    """Create `name` on `namespace`, both creators held at the claim until each reached it:
+    whatever either read of the namespace before, it read before the other claimed."""
+    with (
+        Lake.connect(kv_url) as lake,
+        failpoints.armed("repository.before_claim", lambda: barrier.wait(60)),
+    ):
+        try:
+            lake.create_repository(name, storage_namespace=namespace)
+        except AlreadyExists as refused:
+            return f"refused: {refused}"
+    return "created"
+
+
+def _race(kv_url: str, creations: list[tuple[str, str]]) -> list[str]:
+    with Lake.connect(kv_url):
+        pass
+    with spawned_pool(len(creations)) as (manager, pool):
+        barrier = manager.Barrier(len(creations))
+        jobs = [
+            pool.apply_async(_create, (kv_url, name, namespace, barrier))
+            for name, namespace in creations
+        ]
+        return [job.get(120) for job in jobs]
+
+
+def test_two_repositories_never_share_a_namespace_created_at_once(
+    race_kv: str, tmp_path: Path
+) -> None:
+    namespace = f"file://{tmp_path}/shared"
+    outcomes = _race(race_kv, [("alpha", namespace), ("beta", namespace)])
+    assert sorted(o.split(":")[0] for o in outcomes) == ["created", "refused"], outcomes
+    winner = ("alpha", "beta")[outcomes.index("created")]
+    with Lake.connect(race_kv) as lake:
+        assert [r.name for r in lake.repositories()] == [winner]
+    assert "already used by repository" in next(o for o in outcomes if o != "created")
+
+
+def test_nested_namespaces_created_at_once_never_both_pass(race_kv: str, tmp_path: Path) -> None:
+    outer, inner = f"file://{tmp_path}/outer", f"file://{tmp_path}/outer/data/inner"
+    outcomes = _race(race_kv, [("alpha", outer), ("beta", inner)])
+    assert outcomes.count("created") <= 1, outcomes
+    assert all("overlaps" in o for o in outcomes if o != "created"), outcomes
+    with Lake.connect(race_kv) as lake:
+        created = [r.name for r in lake.repositories()]
+        assert len(created) == outcomes.count("created")
+        if not created:
+            lake.create_repository("gamma", storage_namespace=inner)
+
+
+@pytest.fixture
+def lake(tmp_path: Path) -> Iterator[Lake]:
+    with Lake.connect(f"sqlite:///{tmp_path}/lake.db") as opened:
+        yield opened
+
+
+def test_a_namespace_inside_or_around_another_is_refused(lake: Lake, tmp_path: Path) -> None:
+    lake.create_repository("outer", storage_namespace=f"file://{tmp_path}/lake/outer")
+    for namespace in (f"file://{tmp_path}/lake/outer/sub", f"file://{tmp_path}/lake"):
+        with pytest.raises(AlreadyExists, match="used by repository 'outer'"):
+            lake.create_repository("other", storage_namespace=namespace)
+    lake.create_repository("sibling", storage_namespace=f"file://{tmp_path}/lake/outer-2")
+    assert sorted(r.name for r in lake.repositories()) == ["outer", "sibling"]
+
+
+def test_a_deleted_repository_frees_the_namespaces_around_its_own(
+    lake: Lake, tmp_path: Path
+) -> None:
+    namespace = f"file://{tmp_path}/outer"
+    lake.create_repository("outer", storage_namespace=namespace)
+    lake.delete_repository("outer")
+    with pytest.raises(AlreadyExists, match="already used by repository 'outer'"):
+        lake.create_repository("other", storage_namespace=namespace)
+    lake.create_repository("inner", storage_namespace=f"{namespace}/inner")
+    lake.delete_repository("inner")
+    lake.create_repository("outer", storage_namespace=namespace)
+
+
+def test_a_refused_creation_leaves_no_claim(lake: Lake, tmp_path: Path) -> None:
+    """Another lake's marker refuses the namespace after this lake's claim was made: the
+    claim goes with the refusal, so it blocks no namespace inside that one."""
+    namespace = f"file://{tmp_path}/theirs"
+    with Lake.connect(f"sqlite:///{tmp_path}/their-lake.db") as theirs:
+        theirs.create_repository("theirs", storage_namespace=namespace)
+    with pytest.raises(AlreadyExists, match="already used by repository 'theirs'"):
+        lake.create_repository("mine", storage_namespace=namespace)
+    lake.create_repository("nested", storage_namespace=f"{namespace}/nested")
+
+
+def test_a_creation_failing_after_its_claim_leaves_no_claim(
+    lake: Lake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def unreachable(*args: object, **kwargs: object) -> None:
+        raise Unavailable("the KV store went away")
+
+    monkeypatch.setattr(lake.graveler.refs, "add_commit", unreachable)
+    with pytest.raises(Unavailable):
+        lake.create_repository("alpha", storage_namespace=f"file://{tmp_path}/alpha")
+    assert list(lake.graveler.refs.namespace_claims()) == []
+    monkeypatch.undo()
+    lake.create_repository("beta", storage_namespace=f"file://{tmp_path}/alpha/inner")
+
+
+@pytest.mark.parametrize("odd", ["\udc80", "\n", "\x1b[31m", "\x00"])
+def test_a_namespace_that_is_not_printable_text_is_refused(
+    lake: Lake, tmp_path: Path, odd: str
+) -> None:
+    with pytest.raises(ConfigurationError, match="printable characters"):
+        lake.create_repository("alpha", storage_namespace=f"file://{tmp_path}/a{odd}b")
+    assert list(lake.graveler.refs.namespace_claims()) == []
+    assert lake.repositories() == []
+
+
+def test_a_claim_left_by_a_killed_creator_lets_its_name_create_again(
+    lake: Lake, tmp_path: Path
+) -> None:
+    namespace = f"file://{tmp_path}/alpha"
+    left = RepositoryRecord("alpha", namespace, "main", "0" * 16, datetime.now(UTC))
+    assert lake.graveler.refs.claim_namespace(left)
+    with pytest.raises(AlreadyExists, match="already used by repository 'alpha'"):
+        lake.create_repository("beta", storage_namespace=namespace)
+    lake.create_repository("alpha", storage_namespace=namespace)
+    lake.delete_repository("alpha")
+    assert list(lake.graveler.refs.namespace_claims()) == []
