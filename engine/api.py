@@ -75,7 +75,7 @@ from branchwater.engine.graveler.model import (
     Tag,
     check_metadata,
 )
-from branchwater.engine.graveler.names import check_path, check_ref_name
+from branchwater.engine.graveler.names import check_new_path, check_path, check_ref_name
 from branchwater.engine.graveler.protection import ProtectionChange, ProtectionRule
 from branchwater.engine.graveler.uploads import Upload, UploadSource
 from branchwater.engine.kv import open_store
@@ -607,7 +607,7 @@ class Branch(Ref):
         staged, so until then it is younger than any GC cutoff (the "upload" row of GC's
         promises in docs/design/gc.md).
         """
-        check_path(path)
+        check_new_path(path)
         meta = check_metadata(metadata)
         upload = Upload(
             self._g,
@@ -756,7 +756,7 @@ class Branch(Ref):
             self._gc,
             self._record,
             self.name,
-            check_path(path),
+            check_new_path(path),
             token,
             size=size,
             checksum=checksum,
@@ -767,7 +767,7 @@ class Branch(Ref):
     def copy(self, src: str, dst: str) -> Entry:
         """Copy `src` to `dst`: shallow (and tracked for GC) when `src` is uncommitted."""
         return copies.copy_entry(
-            self._g, self._gc, self._record, self.name, check_path(src), check_path(dst)
+            self._g, self._gc, self._record, self.name, check_path(src), check_new_path(dst)
         )
 
     @property

@@ -75,7 +75,7 @@ from branchwater.engine.graveler.external import FILE_SCHEME, S3_SCHEME
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.merge import Attempt, land
 from branchwater.engine.graveler.model import Commit, RepositoryRecord, check_commit_arguments
-from branchwater.engine.graveler.names import check_path
+from branchwater.engine.graveler.names import MAX_PATH_BYTES, check_new_path, check_path
 from branchwater.engine.objects.s3 import LIST_SCHEMA, S3ObjectStore
 
 BATCH = 10_000
@@ -486,7 +486,10 @@ class _Listing:
         """Paths that can be keys, in key order after the previous batch's last."""
         paths = rows["path"].combine_chunks()
         addresses = rows["address"]
-        if pc.any(pc.match_substring(paths, "\x00")).as_py():
+        odd = pc.or_(
+            pc.match_substring(paths, "\x00"), pc.greater(pc.binary_length(paths), MAX_PATH_BYTES)
+        )
+        if pc.any(odd).as_py():
             for address in addresses.to_pylist():
                 key = address[len(self.source.root) :]
                 self._check(self._path_of(key), key)
@@ -504,7 +507,7 @@ class _Listing:
 
     def _check(self, path: str, key: str) -> None:
         try:
-            check_path(path)
+            check_new_path(path)
         except InvalidArgument as exc:
             raise InvalidArgument(
                 f"object {self.source.root + key!r} cannot be imported ({exc}); nothing "

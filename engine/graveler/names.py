@@ -43,6 +43,25 @@ def check_path(path: object, what: str = "object path", *, empty: bool = False) 
     return path
 
 
+MAX_PATH_BYTES = 1024
+"""The longest object path a write takes, in UTF-8 bytes: S3's limit on a key, and
+DynamoDB's on a sort key, which a staged path is."""
+
+
+def check_new_path(path: object, what: str = "object path") -> str:
+    """`check_path` for a path a write creates, at most `MAX_PATH_BYTES` long. Reads and
+    deletes take any path that can be a key, so one written before the limit stays readable
+    and removable."""
+    checked = check_path(path, what)
+    size = len(checked.encode())
+    if size > MAX_PATH_BYTES:
+        raise InvalidArgument(
+            f"invalid {what} {checked[:60]!r}…: it is {size:,} bytes long, and a path may be "
+            f"at most {MAX_PATH_BYTES:,} (as an S3 key)"
+        )
+    return checked
+
+
 def _path_problem(path: object, empty: bool) -> str | None:
     problem = _unicode_problem(path)
     if problem or not isinstance(path, str):

@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 
 from branchwater.engine import InvalidArgument, InvalidName, Lake
 from branchwater.engine.api import Repository
+from branchwater.engine.graveler import writes
 from branchwater.engine.graveler.model import BranchRecord, Tag
+from branchwater.engine.graveler.names import MAX_PATH_BYTES
 from branchwater.engine.graveler.staging import new_staging_token
 from tests.helpers.hostile import hostile_names, hostile_paths, stored
 
@@ -160,3 +162,50 @@ def test_a_path_that_cannot_be_one_is_invalid_argument_everywhere_and_writes_not
         refused(InvalidArgument, path, call)
     assert stored(lake.graveler.kv, tmp_path) == before
     main.link_physical_address("linked", physical.token, size=1, checksum="c")
+
+
+def test_a_path_longer_than_an_s3_key_is_refused_by_every_write_and_writes_nothing(
+    lake: Lake, repo: Repository, tmp_path: Path
+) -> None:
+    main = repo.branch("main")
+    main.upload("src", b"s")
+    physical = main.get_physical_address()
+    lake.graveler.objects(repo.storage_namespace).put(physical.address, b"x")
+    longest, too_long = "é" * (MAX_PATH_BYTES // 2), "é" * (MAX_PATH_BYTES // 2) + "a"
+    writes: list[Callable[[str], object]] = [
+        lambda path: main.upload(path, b"data"),
+        lambda path: main.copy("src", path),
+        lambda path: main.link_physical_address(path, physical.token, size=1, checksum="c"),
+    ]
+    before = stored(lake.graveler.kv, tmp_path)
+    for write in writes:
+        with pytest.raises(InvalidArgument, match="1,025 bytes long, and a path may be at most"):
+            write(too_long)
+    assert stored(lake.graveler.kv, tmp_path) == before
+    for write in writes[:2]:
+        write(longest)
+        assert main.stat(longest).path == longest
+        main.delete(longest)
+
+
+def test_a_path_staged_before_the_limit_stays_readable_and_removable(repo: Repository) -> None:
+    main = repo.branch("main")
+    entry = main.upload("short", b"old lake")
+    long_path = "p/" + "x" * 2000
+    writes.stage_entry(repo.lake.graveler, repo.record, "main", entry._replace(path=long_path))
+    assert main.read(long_path) == b"old lake"
+    assert [e.path for e in main.list(prefix="p/")] == [long_path]
+    main.delete(long_path)
+    assert [e.path for e in main.list(prefix="p/")] == []
+
+
+def test_an_import_making_a_path_too_long_commits_nothing(repo: Repository, tmp_path: Path) -> None:
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "part-0.csv").write_bytes(b"a\n")
+    main = repo.branch("main")
+    head = main.commit_id
+    with pytest.raises(InvalidArgument, match="cannot be imported .*nothing was committed"):
+        main.import_objects(f"file://{source}/", prefix="d" * MAX_PATH_BYTES + "/")
+    assert main.commit_id == head
+    assert list(main.uncommitted()) == []
