@@ -205,7 +205,7 @@ def test_an_import_making_a_path_too_long_commits_nothing(repo: Repository, tmp_
     (source / "part-0.csv").write_bytes(b"a\n")
     main = repo.branch("main")
     head = main.commit_id
-    with pytest.raises(InvalidArgument, match="cannot be imported .*nothing was committed"):
+    with pytest.raises(InvalidArgument, match=r"cannot be imported .*nothing was committed"):
         main.import_objects(f"file://{source}/", prefix="d" * MAX_PATH_BYTES + "/")
     assert main.commit_id == head
     assert list(main.uncommitted()) == []
