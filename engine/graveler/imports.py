@@ -53,7 +53,7 @@ from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar, cast
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
@@ -76,6 +76,7 @@ from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.merge import Attempt, land
 from branchwater.engine.graveler.model import Commit, RepositoryRecord, check_commit_arguments
 from branchwater.engine.graveler.names import MAX_PATH_BYTES, check_new_path, check_path
+from branchwater.engine.graveler.namespaces import as_folder, namespace_location, overlap
 from branchwater.engine.objects.s3 import LIST_SCHEMA, S3ObjectStore
 
 BATCH = 10_000
@@ -149,33 +150,16 @@ def parse_source(uri: object) -> Source:
         bucket, _, prefix = uri[len(S3_SCHEME) :].partition("/")
         if not bucket or "\x00" in prefix:
             raise InvalidImportSource(f"import source {uri!r} must look like s3://bucket/prefix/")
-        return Source(S3_SCHEME, f"{S3_SCHEME}{bucket}", _as_folder(prefix))
+        return Source(S3_SCHEME, f"{S3_SCHEME}{bucket}", as_folder(prefix))
     path = unquote(uri[len(FILE_SCHEME) :])
     if uri.startswith(FILE_SCHEME + "/") and "\x00" not in path:
         directory = os.path.realpath(path)
         if not os.path.isdir(directory):
             raise NotFound(f"import source {uri!r} is not a directory")
-        return Source(FILE_SCHEME, f"{FILE_SCHEME}/", _as_folder(directory.lstrip("/")))
+        return Source(FILE_SCHEME, f"{FILE_SCHEME}/", as_folder(directory.lstrip("/")))
     raise InvalidImportSource(
         f"import source {uri!r} must be an s3://bucket/prefix/ or file:///absolute/dir/ URI"
     )
-
-
-def _as_folder(prefix: str) -> str:
-    return prefix if not prefix or prefix.endswith("/") else prefix + "/"
-
-
-def namespace_location(namespace: str) -> tuple[str, str] | None:
-    """(scheme, location) of a storage namespace, comparable with `Source.location`."""
-    try:
-        parts = urlsplit(namespace)
-    except ValueError:
-        return None
-    if parts.scheme == "s3":
-        return S3_SCHEME, _as_folder(f"{parts.netloc}/{parts.path.strip('/')}".rstrip("/"))
-    if parts.scheme == "file":
-        return FILE_SCHEME, _as_folder(os.path.realpath(unquote(parts.path)))
-    return None
 
 
 def check_outside_namespaces(g: Graveler, source: Source) -> None:
@@ -188,7 +172,7 @@ def check_outside_namespaces(g: Graveler, source: Source) -> None:
         if found is None or found[0] != source.scheme:
             continue
         there = found[1]
-        if here.startswith(there) or there.startswith(here):
+        if overlap(here, there):
             raise InvalidImportSource(
                 f"import source {source.uri!r} overlaps the storage namespace "
                 f"{repo.storage_namespace!r} of repository {repo.name!r}: import only objects "
@@ -198,7 +182,7 @@ def check_outside_namespaces(g: Graveler, source: Source) -> None:
 
 def destination_prefix(prefix: object) -> str:
     """The path prefix objects are imported under, as a folder (`raw` is `raw/`)."""
-    return _as_folder(check_path(prefix, "import prefix", empty=True))
+    return as_folder(check_path(prefix, "import prefix", empty=True))
 
 
 def import_objects(

@@ -33,6 +33,15 @@ TAGS = b"tags/"
 MIN_COMMIT_PREFIX = 6
 
 
+@dataclass(frozen=True)
+class NamespaceClaim:
+    """A repository's hold on where its storage namespace lies (`namespaces.location_of`)."""
+
+    location: str
+    namespace: str
+    repository: str
+
+
 class BranchGuard(NamedTuple):
     """The branch whose record decides when listed staging tokens may go: once it no longer
     names them (or is gone), whatever let go of them has taken effect."""
@@ -125,22 +134,22 @@ class RefStore:
     def remove_repository(self, name: str) -> None:
         self.kv.delete(GRAVELER_PARTITION, REPOS_PREFIX + name_key(name, "repository name"))
 
-    def claim_namespace(self, repo: RepositoryRecord) -> bool:
-        """Bind `repo`'s storage namespace to its name in one conditional write, so two
-        creators of one namespace cannot both pass: `AlreadyExists` if another repository's
-        name holds it. Whether this call made the claim: a claim by the same name (a
-        creator racing for the name, which `insert_repository` settles, or one a failed
-        delete left) stays as it is."""
-        key = _namespace_key(repo.storage_namespace)
+    def claim_namespace(self, location: str, repo: RepositoryRecord) -> bool:
+        """Bind `location`, where `repo`'s storage namespace lies, to its name in one
+        conditional write, so two creators of one namespace cannot both pass:
+        `AlreadyExists` if another repository's name holds it. Whether this call made the
+        claim: a claim by the same name (a creator racing for the name, which
+        `insert_repository` settles, or one a failed delete left) stays as it is."""
+        key = _namespace_key(location)
         try:
-            self.kv.set_if(GRAVELER_PARTITION, key, _namespace_claim(repo), None)
+            self.kv.set_if(GRAVELER_PARTITION, key, _namespace_claim(location, repo), None)
             return True
         except PredicateFailed:
             pass
         try:
             holder = json.loads(self.kv.get(GRAVELER_PARTITION, key).value)["repository"]
         except NotFound:
-            return self.claim_namespace(repo)
+            return self.claim_namespace(location, repo)
         if holder != repo.name:
             raise AlreadyExists(
                 f"storage namespace {repo.storage_namespace} is already used by "
@@ -148,19 +157,18 @@ class RefStore:
             )
         return False
 
-    def release_namespace(self, repo: RepositoryRecord) -> None:
-        """Drop the claim on `repo`'s namespace by its name."""
+    def release_namespace(self, location: str, repo: RepositoryRecord) -> None:
+        """Drop the claim on `location` by `repo`'s name."""
         with contextlib.suppress(NotFound, PredicateFailed):
             self.kv.delete_if(
-                GRAVELER_PARTITION, _namespace_key(repo.storage_namespace), _namespace_claim(repo)
+                GRAVELER_PARTITION, _namespace_key(location), _namespace_claim(location, repo)
             )
 
-    def namespace_claims(self) -> Iterator[tuple[str, str]]:
-        """(namespace, repository name) of every claim: repositories that exist, and ones
-        being created or deleted right now."""
+    def namespace_claims(self) -> Iterator[NamespaceClaim]:
+        """Every claim: of repositories that exist, and of ones being created or deleted
+        right now."""
         for _, value in scan_prefix(self.kv, GRAVELER_PARTITION, NAMESPACES_PREFIX):
-            claim = json.loads(value)
-            yield claim["namespace"], claim["repository"]
+            yield NamespaceClaim(**json.loads(value))
 
     def list_repositories(self, after: str = "") -> Iterator[RepositoryRecord]:
         for _, value in scan_prefix(self.kv, GRAVELER_PARTITION, REPOS_PREFIX, after.encode()):
@@ -407,11 +415,11 @@ def branch_not_found(repo: RepositoryRecord, name: str) -> NotFound:
     return NotFound(f"branch {name!r} not found in repository {repo.name!r}")
 
 
-def _namespace_key(namespace: str) -> bytes:
-    """A digest, not the URL: a namespace may be longer than a key may be (DynamoDB)."""
-    return NAMESPACES_PREFIX + hashlib.sha256(namespace.encode()).hexdigest().encode()
+def _namespace_key(location: str) -> bytes:
+    """A digest, not the location: a namespace may be longer than a key may be (DynamoDB)."""
+    return NAMESPACES_PREFIX + hashlib.sha256(location.encode()).hexdigest().encode()
 
 
-def _namespace_claim(repo: RepositoryRecord) -> bytes:
-    claim = {"namespace": repo.storage_namespace, "repository": repo.name}
-    return json.dumps(claim, sort_keys=True).encode()
+def _namespace_claim(location: str, repo: RepositoryRecord) -> bytes:
+    claim = NamespaceClaim(location, repo.storage_namespace, repo.name)
+    return json.dumps(dataclasses.asdict(claim), sort_keys=True).encode()

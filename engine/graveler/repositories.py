@@ -15,6 +15,7 @@ from branchwater.engine.errors import AlreadyExists, ConfigurationError, NotFoun
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord, is_unicode
 from branchwater.engine.graveler.names import check_ref_name, check_repository_name
+from branchwater.engine.graveler.namespaces import location_of, overlap
 from branchwater.engine.graveler.staging import new_staging_token
 from branchwater.engine.urls import redact_url
 
@@ -36,7 +37,8 @@ def create_repository(
         unique_id=uuid.uuid4().hex[:16],
         creation_date=datetime.now(timezone.utc),
     )
-    claimed = _claim_namespace(g, repo)
+    location = location_of(repo.storage_namespace)
+    claimed = _claim_namespace(g, repo, location)
     try:
         empty = g.committed(repo).write_metarange([])
         first = g.refs.add_commit(
@@ -47,7 +49,7 @@ def create_repository(
         )
     except BaseException:
         if claimed:
-            g.refs.release_namespace(repo)
+            g.refs.release_namespace(location, repo)
         raise
     try:
         g.refs.insert_repository(repo)
@@ -80,40 +82,40 @@ def _named(g: Graveler, name: str) -> list[RepositoryRecord]:
         return []
 
 
-def _claim_namespace(g: Graveler, repo: RepositoryRecord) -> bool:
+def _claim_namespace(g: Graveler, repo: RepositoryRecord, location: str) -> bool:
     """Refuse a namespace another repository uses, or one inside another's or holding
-    another's: their objects and GC would mix. The claim in the KV store settles creators
-    racing for one namespace; checking the others' claims after making ours settles nested
-    ones (whichever checks last sees the other, both may be refused, never both pass); the
-    marker object in the namespace catches a lake of its own, or another spelling of one
-    local folder, using it. Whether this call made the claim (`RefStore.claim_namespace`);
-    a claim it made goes with any failure here."""
+    another's (`namespaces.overlap`): their objects and GC would mix. The claim in the KV
+    store settles creators racing for one namespace; checking the others' claims after
+    making ours settles overlapping ones (whichever checks last sees the other, both may be
+    refused, never both pass); the marker object in the namespace catches a lake of its own
+    using it. Whether this call made the claim (`RefStore.claim_namespace`); a claim it made
+    goes with any failure here."""
     g.objects(repo.storage_namespace)
     failpoints.hit("repository.before_claim")
-    claimed = g.refs.claim_namespace(repo)
+    claimed = g.refs.claim_namespace(location, repo)
     try:
-        _refuse_nested(g, repo)
+        _refuse_overlap(g, repo, location)
         _mark_namespace(g, repo)
     except BaseException:
         if claimed:
-            g.refs.release_namespace(repo)
+            g.refs.release_namespace(location, repo)
         raise
     return claimed
 
 
-def _refuse_nested(g: Graveler, repo: RepositoryRecord) -> None:
+def _refuse_overlap(g: Graveler, repo: RepositoryRecord, location: str) -> None:
     """Claims and, for repositories created before claims existed, the records."""
-    others = [(r.storage_namespace, r.name) for r in g.refs.list_repositories()]
-    for namespace, name in [*g.refs.namespace_claims(), *others]:
-        if name != repo.name and _nested(namespace, repo.storage_namespace):
+    others = [
+        (location_of(r.storage_namespace), r.storage_namespace, r.name)
+        for r in g.refs.list_repositories()
+    ]
+    claims = [(c.location, c.namespace, c.repository) for c in g.refs.namespace_claims()]
+    for there, namespace, name in [*claims, *others]:
+        if name != repo.name and overlap(location, there):
             raise AlreadyExists(
                 f"storage namespace {repo.storage_namespace} overlaps {namespace}, used by "
                 f"repository {name!r}: give each repository a namespace of its own"
             )
-
-
-def _nested(a: str, b: str) -> bool:
-    return (a + "/").startswith(b + "/") or (b + "/").startswith(a + "/")
 
 
 def _mark_namespace(g: Graveler, repo: RepositoryRecord) -> None:
@@ -139,6 +141,6 @@ def delete_repository(g: Graveler, name: str) -> None:
     mark = f"repo/{repo.partition.decode()}"
     g.refs.mark_partitions_for_deletion(mark, partitions)
     g.refs.remove_repository(name)
-    g.refs.release_namespace(repo)
+    g.refs.release_namespace(location_of(repo.storage_namespace), repo)
     failpoints.hit("repository.before_drop")
     g.drop_listed_later(mark, partitions)

@@ -12,6 +12,7 @@ import pytest
 
 from branchwater.engine import AlreadyExists, ConfigurationError, Lake, Unavailable, failpoints
 from branchwater.engine.graveler.model import RepositoryRecord
+from branchwater.engine.graveler.namespaces import location_of
 from tests.helpers.servers import spawned_pool
 
 
@@ -133,9 +134,20 @@ def test_a_claim_left_by_a_killed_creator_lets_its_name_create_again(
 ) -> None:
     namespace = f"file://{tmp_path}/alpha"
     left = RepositoryRecord("alpha", namespace, "main", "0" * 16, datetime.now(UTC))
-    assert lake.graveler.refs.claim_namespace(left)
+    assert lake.graveler.refs.claim_namespace(location_of(namespace), left)
     with pytest.raises(AlreadyExists, match="already used by repository 'alpha'"):
         lake.create_repository("beta", storage_namespace=namespace)
     lake.create_repository("alpha", storage_namespace=namespace)
     lake.delete_repository("alpha")
     assert list(lake.graveler.refs.namespace_claims()) == []
+
+
+def test_overlap_is_judged_on_where_a_namespace_lies_not_how_it_is_spelled(
+    lake: Lake, tmp_path: Path
+) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    lake.create_repository("outer", storage_namespace=f"file://{tmp_path}/real/outer")
+    for namespace in (f"file://{tmp_path}/link/outer/sub", f"file://{tmp_path}/real//outer/"):
+        with pytest.raises(AlreadyExists, match="used by repository 'outer'"):
+            lake.create_repository("other", storage_namespace=namespace)
