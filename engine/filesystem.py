@@ -15,6 +15,7 @@ connections outlive the thread states that used them (see `branchwater.engine.kv
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import tempfile
@@ -148,7 +149,7 @@ class BranchwaterFileSystem(AbstractFileSystem):
         try:
             return self.lake.repository(name)
         except (NotFound, InvalidName) as exc:
-            raise FileNotFoundError(f"{PROTOCOL}://{name}: {exc}") from exc
+            raise _missing(name, exc) from exc
 
     def _ref(self, loc: Location) -> Ref:
         """The ref a location reads at; inside a transaction, a branch it wrote to is read at
@@ -166,7 +167,7 @@ class BranchwaterFileSystem(AbstractFileSystem):
         try:
             ref = repo.ref(name)
         except (NotFound, InvalidName) as exc:
-            raise FileNotFoundError(f"{PROTOCOL}://{loc.name('')}: {exc}") from exc
+            raise _missing(loc.name(""), exc) from exc
         if is_hex_id(name):
             self._commits[(loc.repository, name)] = ref
         return ref
@@ -226,7 +227,7 @@ class BranchwaterFileSystem(AbstractFileSystem):
         try:
             return loc, ref, self._stat(loc, ref, loc.key)
         except NotFound as exc:
-            raise FileNotFoundError(f"{PROTOCOL}://{loc.name(loc.key)}: {exc}") from exc
+            raise _missing(loc.name(loc.key), exc) from exc
 
     # Reading
 
@@ -243,7 +244,7 @@ class BranchwaterFileSystem(AbstractFileSystem):
             return _file_info(loc, self._stat(loc, ref, loc.key))
         if next(iter(ref.list(loc.key.rstrip("/") + "/")), None) is not None:
             return _directory(loc.name(loc.key.rstrip("/")))
-        raise FileNotFoundError(f"{PROTOCOL}://{loc.name(loc.key)}: no such object or folder")
+        raise _missing(loc.name(loc.key), "no such object or folder")
 
     def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Info] | list[str]:
         loc = parse(self._strip_protocol(path))
@@ -265,7 +266,7 @@ class BranchwaterFileSystem(AbstractFileSystem):
                 return [_file_info(loc, ref.stat(folder))]
         children = list(_children(ref, folder + "/" if folder else "", loc))
         if not children and folder:
-            raise FileNotFoundError(f"{PROTOCOL}://{loc.name(folder)}: no such object or folder")
+            raise _missing(loc.name(folder), "no such object or folder")
         return children
 
     def find(
@@ -378,7 +379,7 @@ class BranchwaterFileSystem(AbstractFileSystem):
                 branch.copy(src.key, key)
                 return
             except NotFound as exc:
-                raise FileNotFoundError(f"{PROTOCOL}://{src.name(src.key)}: {exc}") from exc
+                raise _missing(src.name(src.key), exc) from exc
         _, ref, entry = self._entry(path1)
         with _open_entry(ref, entry) as f:
             branch.upload(key, f, metadata=entry.metadata)
@@ -388,7 +389,7 @@ class BranchwaterFileSystem(AbstractFileSystem):
         try:
             branch.delete(key)
         except NotFound as exc:
-            raise FileNotFoundError(f"{PROTOCOL}://{self._strip_protocol(path)}: {exc}") from exc
+            raise _missing(self._strip_protocol(path), exc) from exc
 
     def rm(self, path: Any, recursive: bool = False, maxdepth: int | None = None) -> None:
         """Stage a delete of every object `path` expands to (folders are implicit)."""
@@ -604,3 +605,9 @@ class BranchwaterTransaction(FsspecTransaction):
 
 
 BranchwaterFileSystem.transaction_type = BranchwaterTransaction
+
+
+def _missing(name: str, why: object) -> FileNotFoundError:
+    """As the OS raises it: `filename` set, and shown quoted, so a path with a line break or
+    a NUL prints as one line."""
+    return FileNotFoundError(errno.ENOENT, str(why), f"{PROTOCOL}://{name}")

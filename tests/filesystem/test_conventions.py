@@ -356,6 +356,11 @@ def test_hostile_input_is_a_typed_error_and_stages_nothing(fs_lake: FsLake, tree
         BranchwaterFileSystem(kv_url="memory://", lake=fs_lake.lake, skip_instance_cache=True)
     with pytest.raises(FileNotFoundError):
         fs.cat("sales/main/../c.txt")
+    for missing in ("sales/main/a\nb", "sales/no\x1bsuch/c.txt", "no-such/main/c\x00.txt"):
+        with pytest.raises(FileNotFoundError) as raised:
+            fs.info(missing)
+        assert str(raised.value).isprintable(), raised.value
+        assert raised.value.filename.startswith("branchwater://")
     assert staged(fs_lake) == {}
 
 
