@@ -52,6 +52,7 @@ POINTS = frozenset(
         "prepare.branch_scan",
         "protect.before_fence",
         "publish.before_set",
+        "repository.after_claim",
         "repository.before_claim",
         "repository.before_drop",
         "restore.before_stage",

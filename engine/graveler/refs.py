@@ -153,9 +153,22 @@ class RefStore:
         if holder != repo.name:
             raise AlreadyExists(
                 f"storage namespace {repo.storage_namespace} is already used by "
-                f"repository {holder!r}"
+                f"repository {holder!r}{self.absence_note(holder)}"
             )
         return False
+
+    def absence_note(self, name: str) -> str:
+        """What a claim of `name` means when no repository has that name, for a refusal's
+        message; empty when one has."""
+        try:
+            self.get_repository(name)
+        except NotFound:
+            return (
+                f", which does not exist: being created or deleted now, or a creation or "
+                f"deletion stopped part-way (creating {name!r} on its namespace finishes it, "
+                "deleting it then frees the namespace)"
+            )
+        return ""
 
     def release_namespace(self, location: str, repo: RepositoryRecord) -> None:
         """Drop the claim on `location` by `repo`'s name."""

@@ -94,6 +94,7 @@ def _claim_namespace(g: Graveler, repo: RepositoryRecord, location: str) -> bool
     failpoints.hit("repository.before_claim")
     claimed = g.refs.claim_namespace(location, repo)
     try:
+        failpoints.hit("repository.after_claim")
         _refuse_overlap(g, repo, location)
         _mark_namespace(g, repo)
     except BaseException:
@@ -114,7 +115,8 @@ def _refuse_overlap(g: Graveler, repo: RepositoryRecord, location: str) -> None:
         if name != repo.name and overlap(location, there):
             raise AlreadyExists(
                 f"storage namespace {repo.storage_namespace} overlaps {namespace}, used by "
-                f"repository {name!r}: give each repository a namespace of its own"
+                f"repository {name!r}{g.refs.absence_note(name)}: give each repository a "
+                "namespace of its own"
             )
 
 

@@ -1,7 +1,7 @@
-"""Commit, merge, compaction and repository deletion stopped at each of their named steps:
-killed there (SIGKILL, in a process of its own, armed by the environment), the lake shows
-nothing half-done and the next operation converges; raised there, the branch is unchanged.
-On SQLite and on PostgreSQL; revert and cherry-pick land through the merge's steps."""
+"""Commit, merge, compaction, repository creation and deletion stopped at each of their named
+steps: killed there (SIGKILL, in a process of its own, armed by the environment), the lake
+shows nothing half-done and the next operation converges; raised there, the branch is
+unchanged. On SQLite and on PostgreSQL; revert and cherry-pick land through the merge's steps."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from branchwater.engine import Lake, NotFound, failpoints
+from branchwater.engine import AlreadyExists, Lake, NotFound, failpoints
 from branchwater.engine.api import Repository
 from branchwater.engine.failpoints import FailpointHit
 from tests.helpers.failpoints import SHORT_COMMIT_WAIT
@@ -44,9 +44,13 @@ def prepare(kv_url: str, namespace: str) -> None:
         main.upload("b", b"b")
 
 
-def operate(kv_url: str, operation: str) -> None:
-    """Run one operation on the prepared repository (in the killed process)."""
+def operate(kv_url: str, operation: str, namespace: str = "") -> None:
+    """Run one operation on the prepared repository, or create it on `namespace` (in the
+    killed process)."""
     with Lake.connect(kv_url) as lake:
+        if operation == "create":
+            lake.create_repository("failpoints", storage_namespace=namespace)
+            return
         if operation == "delete":
             lake.delete_repository("failpoints")
             return
@@ -67,7 +71,7 @@ def paths(repo: Repository, ref: str) -> dict[str, bytes]:
     return {e.path: view.read(e.path) for e in view.list()}
 
 
-def killed_at(kv_url: str, point: str, operation: str) -> None:
+def killed_at(kv_url: str, point: str, *operation: str) -> None:
     script = (
         "import sys\n"
         "from tests.graveler.test_failpoint_steps import operate\n"
@@ -75,7 +79,7 @@ def killed_at(kv_url: str, point: str, operation: str) -> None:
     )
     env = {**os.environ, failpoints.ENV: f"{point}=kill"}
     done = subprocess.run(
-        [sys.executable, "-c", script, kv_url, operation],
+        [sys.executable, "-c", script, kv_url, *operation],
         env=env,
         cwd=ROOT,
         capture_output=True,
@@ -187,3 +191,18 @@ def test_an_operation_raised_out_of_at_a_step_leaves_the_branch_as_it_was(
         repo = lake.repository("failpoints")
         assert repo.branch(branch).head().id == head
         assert paths(repo, branch) == shown
+
+
+def test_a_repository_creation_killed_after_its_claim_is_finished_by_its_name_alone(
+    race_kv: str, tmp_path: Path
+) -> None:
+    namespace = f"file://{tmp_path}/ns"
+    killed_at(race_kv, "repository.after_claim", "create", namespace)
+    with Lake.connect(race_kv) as lake:
+        assert lake.repositories() == []
+        for name, inside in (("other", namespace), ("other", f"{namespace}/sub")):
+            with pytest.raises(AlreadyExists, match="'failpoints', which does not exist"):
+                lake.create_repository(name, storage_namespace=inside)
+        lake.create_repository("failpoints", storage_namespace=namespace)
+        lake.delete_repository("failpoints")
+        lake.create_repository("other", storage_namespace=f"{namespace}/sub")
