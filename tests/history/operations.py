@@ -3,13 +3,14 @@ run against the lake and logged to the worker's own JSONL file, invocation and c
 
 A worker owns a private branch (`w<N>`: only it writes, commits, resets, reverts or merges
 into it, so the model of it is exact), writes to the branch every worker shares
-(`shared`), merges its branch into `main` (which takes nothing but merges) and `main` into
-its branch, makes and deletes branches and tags of its own, runs uncommitted GC (prepare,
-then the GC rule's sweep) and retention GC (`tests.gc_model.retention_run`, the Spark job's
-driver with the model's address sets), and feeds every door hostile input: names, paths and
-metadata drawn (`hostile.draw`, from the seed) from the hostile-input suites' strategies,
-which the engine must refuse with a typed error and without writing anything, and odd ones
-(any valid Unicode path, branch or tag name, user metadata) it must keep exactly. A planned
+(`shared`), merges its branch into `main` (which takes nothing but merges; some as a
+preview, then published) and `main` into its branch, makes and deletes branches and tags of
+its own, runs uncommitted GC (prepare, then the GC rule's sweep) and retention GC
+(`tests.gc_model.retention_run`, the Spark job's driver with the model's address sets), and
+feeds every door hostile input: names, paths and metadata drawn (`hostile.draw`, from the
+seed) from the hostile-input suites' strategies, which the engine must refuse with a typed
+error and without writing anything, and odd ones (any valid Unicode path, branch or tag
+name, user metadata) it must keep exactly. A planned
 failpoint is armed for the first attempt only: `raise` is retried at once, `kill` by the
 process the supervisor starts in its place, which finds the unfinished operation in the log
 and runs it again with the same arguments.
@@ -43,6 +44,7 @@ from branchwater.engine import (
     InvalidName,
     Lake,
     MergeConflict,
+    MergeRaceLost,
     NoChanges,
     NotFound,
     StaleGCMark,
@@ -86,7 +88,7 @@ FAULT_POINTS: dict[str, tuple[str, ...]] = {
     "link": ("link.before_stage",),
     "commit": ("commit.after_seal", "commit.after_ranges", "commit.before_set", "commit.after_set"),
     "compact": ("compaction.after_ranges", "compaction.before_install"),
-    "merge": ("merge.after_ranges", "merge.before_set", *MOVE_POINTS),
+    "merge": ("merge.after_ranges", "merge.before_set", "publish.before_set", *MOVE_POINTS),
     "sync": ("merge.after_ranges", "merge.before_set", *MOVE_POINTS),
     "revert": ("merge.after_ranges", "merge.before_set", *MOVE_POINTS),
     "cherry_pick": ("merge.after_ranges", "merge.before_set", *MOVE_POINTS),
@@ -102,7 +104,13 @@ FAULT_POINTS: dict[str, tuple[str, ...]] = {
         "gc.retention.before_sweep",
     ),
 }
-"""The failpoints each kind of operation passes, one of which a faulty operation arms."""
+"""The failpoints each kind of operation passes, one of which a faulty operation arms (a merge
+that does not publish passes `publish.before_set` by)."""
+PUBLISHED = 0.4
+"""The share of merges into `main` made as a preview, then published (`Runner.publish`)."""
+PREVIEWS = 3
+"""Previews a published merge makes at most, each after the last lost its race for `main`
+(`MergeRaceLost`, a refusal once the last is lost)."""
 STEP = timedelta(days=3)
 """How far each operation of a worker moves the commit clock."""
 RULES: dict[str, Any] = {
@@ -280,7 +288,8 @@ class Plan:
                 plan.add(rng, kind, source=MAIN, into=own, strategy=_strategy(rng))
             elif kind == "merge":
                 plan.add(rng, "commit", branch=own)
-                plan.add(rng, kind, source=own, into=MAIN, strategy=_strategy(rng))
+                strategy, published = _strategy(rng), rng.random() < PUBLISHED
+                plan.add(rng, kind, source=own, into=MAIN, strategy=strategy, publish=published)
             elif kind in ("branch", "tag"):
                 name = ref_name(rng, f"{'e' if kind == 'branch' else 't'}{task.worker}-{k}")
                 plan.add(rng, f"{kind}_create", name=name, source=own)
@@ -541,6 +550,8 @@ class Runner:
         if kind == "restore":
             branch = repo.branch(args["branch"])
             return {"staged": branch.restore(args["spec"], source=args["source"])}
+        if kind == "merge" and args.get("publish"):
+            return self.publish(args)
         if kind in ("merge", "sync"):
             result = repo.merge(args["source"], args["into"], strategy=args["strategy"])
             return {
@@ -566,6 +577,24 @@ class Runner:
         if kind == "retention":
             return self.retention()
         raise AssertionError(f"unknown operation {kind}")
+
+    def publish(self, args: dict[str, Any]) -> dict[str, Any]:
+        """A merge landed as write-audit-publish does: a preview of the merge commit, then
+        `publish`, which moves `main` only if it has not moved since; a preview `main` moved
+        past is made again from the last one's work (`hint`), as a caller would."""
+        hint = None
+        for _ in range(PREVIEWS - 1):
+            try:
+                return self.preview_and_publish(args, hint)
+            except MergeRaceLost as lost:
+                hint = lost.hint
+        return self.preview_and_publish(args, hint)
+
+    def preview_and_publish(self, args: dict[str, Any], hint: str | None) -> dict[str, Any]:
+        source, into, strategy = args["source"], args["into"], args["strategy"]
+        preview = self.repo.merge(source, into, strategy=strategy, hint=hint, preview=True)
+        result = self.repo.publish(preview.commit.id, into=into)
+        return {"commit": result.commit.id, "fast_forward": False, "published": True}
 
     def link(self, args: dict[str, Any]) -> dict[str, Any]:
         branch = self.repo.branch(args["branch"])
