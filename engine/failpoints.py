@@ -55,6 +55,7 @@ POINTS = frozenset(
         "repository.after_claim",
         "repository.before_claim",
         "repository.before_drop",
+        "repository.before_mark",
         "restore.before_stage",
         "transaction.before_commit",
         "transaction.before_merge",

@@ -121,16 +121,22 @@ def _refuse_overlap(g: Graveler, repo: RepositoryRecord, location: str) -> None:
 
 
 def _mark_namespace(g: Graveler, repo: RepositoryRecord) -> None:
+    """Write the marker unless one is there, in one conditional write where the store can
+    (`put_if_absent`), so of two lakes creating a repository on one namespace at once only
+    one marks it; a marker of another name refuses the namespace."""
     objects = g.objects(repo.storage_namespace)
-    try:
-        owner = objects.get(NAMESPACE_MARKER).decode()
-    except NotFound:
-        owner = None
-    if owner not in (None, repo.name):
+
+    def marker() -> bytes:
+        failpoints.hit("repository.before_mark")
+        return repo.name.encode()
+
+    if objects.put_if_absent(NAMESPACE_MARKER, marker):
+        return
+    owner = objects.get(NAMESPACE_MARKER).decode()
+    if owner != repo.name:
         raise AlreadyExists(
             f"storage namespace {repo.storage_namespace} is already used by repository {owner!r}"
         )
-    objects.put(NAMESPACE_MARKER, repo.name.encode())
 
 
 def delete_repository(g: Graveler, name: str) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from stat import S_ISREG
@@ -77,25 +77,57 @@ class LocalObjectStore(ObjectStore):
         return self.root / key
 
     def put_stream(self, key: str, source: StreamSource, size: int | None = None) -> ObjectInfo:
-        """Refuses keys with a `.tmp-` part: listings leave those out as writes in progress,
-        so the object would be written yet never listed."""
+        path = self._writable(key)
+        tmp = self._written(path, source)
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return self._info(key, path.stat())
+
+    def put_if_absent(self, key: str, encode: Callable[[], bytes]) -> bool:
+        """The finished file is linked into place, which fails if the name is taken: one of
+        two racing writers writes. A file system without hard links gets the rename, as
+        `put` does."""
+        path = self._writable(key)
+        if path.is_file():
+            return False
+        tmp = self._written(path, [encode()])
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        except OSError:
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return True
+
+    def _writable(self, key: str) -> Path:
+        """The file of `key`, refusing keys with a `.tmp-` part: listings leave those out as
+        writes in progress, so the object would be written yet never listed."""
         path = self._path(key)
         if any(part.startswith(_TMP_PREFIX) for part in key.split("/")):
             raise InvalidArgument(
                 f"object key {key!r} has a part starting with {_TMP_PREFIX!r}, which the "
                 f"local object store {self.url} reserves for writes in progress; rename it"
             )
+        return path
+
+    def _written(self, path: Path, source: StreamSource) -> Path:
+        """`source` in a new file beside `path`, named as a write in progress; nothing is
+        left behind if writing fails."""
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{_TMP_PREFIX}{uuid.uuid4().hex}")
         try:
             with open(tmp, "wb") as f:
                 for chunk in iter_chunks(source):
                     f.write(chunk)
-            os.replace(tmp, path)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-        return self._info(key, path.stat())
+        return tmp
 
     def open(self, key: str) -> BinaryIO:
         """The file itself, buffered: the OS reads only what is asked (and its read-ahead)."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -85,6 +86,10 @@ MAX_PARTS = 10_000
 """S3's limit of parts per upload."""
 MAX_KEY = 1024
 """S3's limit of a key's length in UTF-8 bytes."""
+CONFLICT_PAUSES = (0.05, 0.2, 1.0)
+"""Pauses before a conditional PUT is asked again after a 409 (another conditional write of
+the key under way): AWS says to retry, and the write under way soon ends one way or the
+other."""
 MAX_OBJECT = 5 << 40
 """S3's limit of an object's size (5 TiB)."""
 STREAM_PART = 32 << 20
@@ -217,11 +222,12 @@ class S3ObjectStore(ObjectStore):
 
     def put_if_absent(self, key: str, encode: Callable[[], bytes]) -> bool:
         """One conditional PutObject (`If-None-Match: *`) instead of a HEAD and a PUT: a
-        round trip less on every range and metarange a commit stores. A server that does
-        not implement the condition (501) gets the HEAD and the PUT from then on; one that
-        reports another conditional write of the key under way (409) gets them this time,
-        the bytes being the same whoever wins. The bytes are made first, as the request
-        carries them."""
+        round trip less on every range and metarange a commit stores, and one writer of two
+        racing for the key. A server that reports another conditional write of the key under
+        way (409) is asked again, as it says to, after each of `CONFLICT_PAUSES`; one that does not
+        implement the condition (501) gets the HEAD and the PUT from then on, and one still
+        in conflict gets them this time. The bytes are made first, as the request carries
+        them."""
         if not self._conditional_puts:
             return super().put_if_absent(key, encode)
         self._check_writable(key)
@@ -244,6 +250,11 @@ class S3ObjectStore(ObjectStore):
             return True
 
         written = self._call(key, create)
+        for pause in CONFLICT_PAUSES:
+            if written is not None or not self._conditional_puts:
+                break
+            time.sleep(pause)
+            written = self._call(key, create)
         return super().put_if_absent(key, lambda: body) if written is None else written
 
     def _check_writable(self, key: str) -> None:

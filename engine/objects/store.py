@@ -78,9 +78,11 @@ class ObjectStore(abc.ABC):
 
     def put_if_absent(self, key: str, encode: Callable[[], bytes]) -> bool:
         """Write the bytes `encode` makes unless `key` holds an object already; whether it
-        wrote. Meant for content-addressed objects, where an object already there holds the
-        same bytes, so two writers racing here store the same thing either way; `encode`
-        runs only where the bytes are sent."""
+        wrote. Of two writers racing for a new key one writes and the other is told it did
+        not, where the store can promise it (local files, S3 with conditional writes); here,
+        for a store that cannot, a HEAD then a PUT. Content-addressed objects need no more
+        (an object there holds the same bytes); a namespace's marker needs the promise.
+        `encode` runs only where the bytes are sent."""
         if self.exists(key):
             return False
         self.put(key, encode())

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import random
 import threading
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -34,7 +35,6 @@ from branchwater.engine.graveler.committed.format import (
     range_key,
 )
 from branchwater.engine.graveler.model import Change, Entry
-from branchwater.engine.objects import ObjectInfo
 from tests.helpers.committed import POLICIES, T0, SpyStore, entry, random_entries
 
 
@@ -201,13 +201,13 @@ def test_write_refuses_unsorted_or_repeated_paths(objects: SpyStore) -> None:
 
 
 class _FailingRangePuts(SpyStore):
-    """Refuses the third range put, as a full disk or a lost connection would."""
+    """Refuses range puts from the third on, as a full disk or a lost connection would."""
 
-    def put(self, key: str, data: bytes) -> ObjectInfo:
-        if "/ranges/" in key and sum("/ranges/" in k for k in self.puts) == 2:
+    def put_if_absent(self, key: str, encode: Callable[[], bytes]) -> bool:
+        if "/ranges/" in key and sum("/ranges/" in k for k in self.puts) >= 2:
             self.puts.append(key)
             raise OSError("disk full")
-        return super().put(key, data)
+        return super().put_if_absent(key, encode)
 
 
 def test_a_failed_range_put_fails_the_write_and_stores_no_metarange(tmp_path: Path) -> None:

@@ -16,13 +16,9 @@ from branchwater.engine.graveler.namespaces import location_of
 from tests.helpers.servers import spawned_pool
 
 
-def _create(kv_url: str, name: str, namespace: str, barrier: Any) -> str:
-    """Create `name` on `namespace`, both creators held at the claim until each reached it:
-    whatever either read of the namespace before, it read before the other claimed."""
-    with (
-        Lake.connect(kv_url) as lake,
-        failpoints.armed("repository.before_claim", lambda: barrier.wait(60)),
-    ):
+def _create(kv_url: str, name: str, namespace: str, point: str, barrier: Any) -> str:
+    """Create `name` on `namespace`, each creator held at `point` until all reached it."""
+    with Lake.connect(kv_url) as lake, failpoints.armed(point, lambda: barrier.wait(60)):
         try:
             lake.create_repository(name, storage_namespace=namespace)
         except AlreadyExists as refused:
@@ -30,15 +26,18 @@ def _create(kv_url: str, name: str, namespace: str, barrier: Any) -> str:
     return "created"
 
 
-def _race(kv_url: str, creations: list[tuple[str, str]]) -> list[str]:
-    with Lake.connect(kv_url):
-        pass
+def _race(
+    creations: list[tuple[str, str, str]], point: str = "repository.before_claim"
+) -> list[str]:
+    """Each (lake's KV URL, name, namespace) created in a process of its own, all held at
+    `point` until each reached it (by default before the claim: whatever one read of the
+    namespace before, it read before another claimed)."""
+    for kv_url in {kv_url for kv_url, _, _ in creations}:
+        with Lake.connect(kv_url):
+            pass
     with spawned_pool(len(creations)) as (manager, pool):
         barrier = manager.Barrier(len(creations))
-        jobs = [
-            pool.apply_async(_create, (kv_url, name, namespace, barrier))
-            for name, namespace in creations
-        ]
+        jobs = [pool.apply_async(_create, (*creation, point, barrier)) for creation in creations]
         return [job.get(120) for job in jobs]
 
 
@@ -46,7 +45,7 @@ def test_two_repositories_never_share_a_namespace_created_at_once(
     race_kv: str, tmp_path: Path
 ) -> None:
     namespace = f"file://{tmp_path}/shared"
-    outcomes = _race(race_kv, [("alpha", namespace), ("beta", namespace)])
+    outcomes = _race([(race_kv, "alpha", namespace), (race_kv, "beta", namespace)])
     assert sorted(o.split(":")[0] for o in outcomes) == ["created", "refused"], outcomes
     winner = ("alpha", "beta")[outcomes.index("created")]
     with Lake.connect(race_kv) as lake:
@@ -54,9 +53,20 @@ def test_two_repositories_never_share_a_namespace_created_at_once(
     assert "already used by repository" in next(o for o in outcomes if o != "created")
 
 
+def test_two_lakes_never_mark_one_namespace_at_once(tmp_path: Path) -> None:
+    """Lakes of their own share no claims: held with the marker's bytes made, each past any
+    look at the namespace, the marker's conditional write alone lets one of two creators
+    through."""
+    namespace = f"file://{tmp_path}/shared"
+    creations = [(f"sqlite:///{tmp_path}/{name}.db", name, namespace) for name in ("alpha", "beta")]
+    outcomes = _race(creations, "repository.before_mark")
+    assert sorted(o.split(":")[0] for o in outcomes) == ["created", "refused"], outcomes
+    assert "already used by repository" in next(o for o in outcomes if o != "created")
+
+
 def test_nested_namespaces_created_at_once_never_both_pass(race_kv: str, tmp_path: Path) -> None:
     outer, inner = f"file://{tmp_path}/outer", f"file://{tmp_path}/outer/data/inner"
-    outcomes = _race(race_kv, [("alpha", outer), ("beta", inner)])
+    outcomes = _race([(race_kv, "alpha", outer), (race_kv, "beta", inner)])
     assert outcomes.count("created") <= 1, outcomes
     assert all("overlaps" in o for o in outcomes if o != "created"), outcomes
     with Lake.connect(race_kv) as lake:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
@@ -37,6 +38,13 @@ class SpyStore(LocalObjectStore):
     def put(self, key: str, data: bytes) -> ObjectInfo:
         self.puts.append(key)
         return super().put(key, data)
+
+    def put_if_absent(self, key: str, encode: Callable[[], bytes]) -> bool:
+        def recorded() -> bytes:
+            self.puts.append(key)
+            return encode()
+
+        return super().put_if_absent(key, recorded)
 
     def get(self, key: str) -> bytes:
         self.gets.append(key)

@@ -64,6 +64,31 @@ def test_put_if_absent_writes_only_a_new_key(store: ObjectStore) -> None:
     assert keys_of(store) == ["ranges/r1"]
 
 
+def test_of_two_writers_racing_for_a_new_key_put_if_absent_lets_one_write(
+    store: ObjectStore,
+) -> None:
+    """Both are held until each has found the key free and made its bytes: one writes, the
+    other is told it did not, and the object holds the winner's bytes."""
+    both_made = threading.Barrier(2, timeout=30)
+    wrote: dict[bytes, bool] = {}
+
+    def race(body: bytes) -> None:
+        def encode() -> bytes:
+            both_made.wait()
+            return body
+
+        wrote[body] = store.put_if_absent("marker", encode)
+
+    racers = [threading.Thread(target=race, args=(body,)) for body in (b"alpha", b"beta")]
+    for racer in racers:
+        racer.start()
+    for racer in racers:
+        racer.join(60)
+    assert sorted(wrote.values()) == [False, True], wrote
+    assert store.get("marker") == next(body for body, won in wrote.items() if won)
+    assert [info.key for info in store.list_objects()] == ["marker"]
+
+
 def test_local_put_if_absent_makes_no_bytes_for_a_taken_key(tmp_path: Path) -> None:
     """A range already stored is not encoded again just to be turned away."""
     store = LocalObjectStore(f"file://{tmp_path}")
@@ -345,8 +370,8 @@ def test_s3_put_if_absent_falls_back_to_head_and_put(
     remembered: bool,
 ) -> None:
     """A server without conditional writes (501) gets HEAD + PUT from then on; a conflict
-    with another conditional write (409) gets them once. Either way the object is written
-    once, and a taken key is left as it is."""
+    with another conditional write (409) that lasts through every retry gets them once.
+    Either way the object is written once, and a taken key is left as it is."""
     put = s3_module.obstore.put
     conditional: list[str] = []
 
@@ -357,11 +382,33 @@ def test_s3_put_if_absent_falls_back_to_head_and_put(
         return put(store, key, body, **options)  # type: ignore[arg-type]
 
     monkeypatch.setattr(s3_module.obstore, "put", refusing_conditions)
+    monkeypatch.setattr(s3_module, "CONFLICT_PAUSES", (0.0,) * 3)
     assert s3_store.put_if_absent("f1", lambda: b"one") is True
     assert s3_store.put_if_absent("f1", lambda: b"two") is False
-    assert conditional == (["f1"] if remembered else ["f1", "f1"])
+    assert conditional == (["f1"] if remembered else ["f1"] * 8)
     monkeypatch.undo()
     assert s3_store.get("f1") == b"one"
+
+
+@pytest.mark.s3
+def test_s3_put_if_absent_asks_again_after_a_conflict_rather_than_write_unconditionally(
+    s3_store: S3ObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 409 says another conditional write of the key is under way: asked again once it
+    has ended, the server's answer decides, and no PUT without the condition is sent."""
+    put = s3_module.obstore.put
+    sent: list[object] = []
+
+    def conflicting_once(store: object, key: str, body: object, **options: object) -> object:
+        sent.append(options.get("mode"))
+        if len(sent) == 1:
+            raise _refusing("409", "ConditionalRequestConflict")
+        return put(store, key, body, **options)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(s3_module.obstore, "put", conflicting_once)
+    monkeypatch.setattr(s3_module, "CONFLICT_PAUSES", (0.0,) * 3)
+    assert s3_store.put_if_absent("c1", lambda: b"one") is True
+    assert sent == ["create", "create"]
 
 
 def test_s3_construction_needs_no_network() -> None:
