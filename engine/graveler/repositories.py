@@ -140,8 +140,10 @@ def _mark_namespace(g: Graveler, repo: RepositoryRecord) -> None:
 
 
 def delete_repository(g: Graveler, name: str) -> None:
-    """List the partitions, remove the record, then drop them: a crash in between leaves the
-    list for `collect_dropped_partitions`, never a repository that is half there."""
+    """List the partitions, remove the record, free the namespace's claim (found by name,
+    so a link moved since creation does not hide it), then drop them: a crash in between
+    leaves the list for `collect_dropped_partitions`, never a repository that is half
+    there."""
     repo = g.refs.get_repository(name)
     partitions = [repo.partition]
     for branch in g.refs.branches(repo):
@@ -149,6 +151,8 @@ def delete_repository(g: Graveler, name: str) -> None:
     mark = f"repo/{repo.partition.decode()}"
     g.refs.mark_partitions_for_deletion(mark, partitions)
     g.refs.remove_repository(name)
-    g.refs.release_namespace(location_of(repo.storage_namespace), repo)
+    for claim in list(g.refs.namespace_claims()):
+        if (claim.repository, claim.namespace) == (name, repo.storage_namespace):
+            g.refs.release_namespace(claim.location, repo)
     failpoints.hit("repository.before_drop")
     g.drop_listed_later(mark, partitions)

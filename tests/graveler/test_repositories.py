@@ -161,3 +161,17 @@ def test_overlap_is_judged_on_where_a_namespace_lies_not_how_it_is_spelled(
     for namespace in (f"file://{tmp_path}/link/outer/sub", f"file://{tmp_path}/real//outer/"):
         with pytest.raises(AlreadyExists, match="used by repository 'outer'"):
             lake.create_repository("other", storage_namespace=namespace)
+
+
+def test_a_delete_frees_its_claim_though_the_link_it_was_made_through_moved(
+    lake: Lake, tmp_path: Path
+) -> None:
+    for name in ("first", "second"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "first")
+    lake.create_repository("outer", storage_namespace=f"file://{tmp_path}/link/outer")
+    (tmp_path / "link").unlink()
+    (tmp_path / "link").symlink_to(tmp_path / "second")
+    lake.delete_repository("outer")
+    assert list(lake.graveler.refs.namespace_claims()) == []
+    lake.create_repository("inner", storage_namespace=f"file://{tmp_path}/first/outer/inner")
