@@ -205,11 +205,14 @@ class Graveler:
     ) -> BranchRecord:
         """Stage `entry` (`None`: a tombstone) at `path` in `token` and return the branch
         record as it was once the row was in, in one KV call where the store can: the
-        staged write's validating read (`writes`)."""
+        staged write's validating read (`writes`). With the branch gone, the row a store
+        without that call wrote first is removed: the token is a deleted branch's, whose
+        partition may be dropped already, and nothing else would ever remove it."""
         guard = self.refs.branch_address(repo, name)
         try:
             value = self.staging.put_guarded(token, path, entry, guard)
         except NotFound:
+            self.staging.remove(token, path)
             raise branch_not_found(repo, name) from None
         branch = BranchRecord.decode(value)
         self.branch_cache.put(repo, branch)
