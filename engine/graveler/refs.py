@@ -270,8 +270,12 @@ class RefStore:
 
     def branches(self, repo: RepositoryRecord) -> Iterator[BranchRecord]:
         """Every branch record, by name, from one scan: listing costs no read per branch."""
+        return (branch for branch, _ in self.branches_as_read(repo))
+
+    def branches_as_read(self, repo: RepositoryRecord) -> Iterator[tuple[BranchRecord, bytes]]:
+        """`branches`, each with the predicate a later swap or removal of it must pass."""
         for _, value in scan_prefix(self.kv, repo.partition, BRANCHES):
-            yield BranchRecord.decode(value)
+            yield BranchRecord.decode(value), value
 
     # commits
 

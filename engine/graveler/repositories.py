@@ -8,10 +8,11 @@ background. Until the record exists, or once it is gone, nothing reaches the par
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from datetime import datetime, timezone
 
 from branchwater.engine import failpoints
-from branchwater.engine.errors import AlreadyExists, ConfigurationError, NotFound
+from branchwater.engine.errors import AlreadyExists, ConfigurationError, NotFound, PredicateFailed
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord, is_unicode
 from branchwater.engine.graveler.names import check_ref_name, check_repository_name
@@ -141,18 +142,46 @@ def _mark_namespace(g: Graveler, repo: RepositoryRecord) -> None:
 
 def delete_repository(g: Graveler, name: str) -> None:
     """List the partitions, remove the record, free the namespace's claim (found by name,
-    so a link moved since creation does not hide it), then drop them: a crash in between
-    leaves the list for `collect_dropped_partitions`, never a repository that is half
-    there."""
+    so a link moved since creation does not hide it), fence the branches, then drop the
+    partitions: a crash in between leaves the list for `collect_dropped_partitions`, never a
+    repository that is half there."""
     repo = g.refs.get_repository(name)
-    partitions = [repo.partition]
-    for branch in g.refs.branches(repo):
-        partitions += [t.encode() for t in (branch.staging_token, *branch.sealed_tokens)]
     mark = f"repo/{repo.partition.decode()}"
+    partitions = [repo.partition, *_token_partitions(g.refs.branches(repo))]
     g.refs.mark_partitions_for_deletion(mark, partitions)
     g.refs.remove_repository(name)
     for claim in list(g.refs.namespace_claims()):
         if (claim.repository, claim.namespace) == (name, repo.storage_namespace):
             g.refs.release_namespace(claim.location, repo)
     failpoints.hit("repository.before_drop")
-    g.drop_listed_later(mark, partitions)
+    g.drop_listed_later(mark, _fence_branches(g, repo, mark, partitions))
+
+
+def _token_partitions(branches: Iterable[BranchRecord]) -> list[bytes]:
+    return [t.encode() for b in branches for t in (b.staging_token, *b.sealed_tokens)]
+
+
+def _fence_branches(
+    g: Graveler, repo: RepositoryRecord, mark: str, listed: list[bytes]
+) -> list[bytes]:
+    """Remove every branch record of the deleted repository, each only as read: a fence
+    ordered after the staged writes under way, so a process still holding the repository
+    finds no branch to write to (`Graveler.stage` removes what a store wrote first) and no
+    record for a commit to swap. Tokens a commit sealed since `listed` was made are listed
+    under `mark` first, so a crash in between still drops them; `listed` and those."""
+    partitions = list(listed)
+    for _ in g.retry:
+        read = list(g.refs.branches_as_read(repo))
+        new = [p for p in _token_partitions(b for b, _ in read) if p not in partitions]
+        if new:
+            partitions += new
+            g.refs.mark_partitions_for_deletion(mark, partitions)
+        changed = False
+        for branch, predicate in read:
+            try:
+                g.refs.remove_branch_if(repo, branch.name, predicate)
+            except PredicateFailed:
+                changed = True
+        if not changed:
+            break
+    return partitions

@@ -3,6 +3,7 @@ one repository, whatever the interleaving."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -10,9 +11,17 @@ from typing import Any
 
 import pytest
 
-from branchwater.engine import AlreadyExists, ConfigurationError, Lake, Unavailable, failpoints
+from branchwater.engine import (
+    AlreadyExists,
+    ConfigurationError,
+    Lake,
+    NotFound,
+    Unavailable,
+    failpoints,
+)
 from branchwater.engine.graveler.model import RepositoryRecord
 from branchwater.engine.graveler.namespaces import location_of
+from tests.helpers.failpoints import paused_at
 from tests.helpers.servers import spawned_pool
 
 
@@ -175,3 +184,31 @@ def test_a_delete_frees_its_claim_though_the_link_it_was_made_through_moved(
     lake.delete_repository("outer")
     assert list(lake.graveler.refs.namespace_claims()) == []
     lake.create_repository("inner", storage_namespace=f"file://{tmp_path}/first/outer/inner")
+
+
+def test_a_deleted_repository_leaves_no_row_of_a_process_still_holding_it(
+    race_kv: str, tmp_path: Path
+) -> None:
+    """Another process holding the repository commits after the delete listed its branches'
+    tokens (a token the listing never saw) and writes to the new token, then writes again
+    once the delete is done: every partition of the repository ends empty."""
+    with Lake.connect(race_kv) as lake, Lake.connect(race_kv) as other:
+        repo = lake.create_repository("sales", storage_namespace=f"file://{tmp_path}/sales")
+        repo.branch("main").upload("a.txt", b"a")
+        stale = other.repository("sales")
+        listed = other.graveler.read_branch(stale.record, "main").staging_token
+        with paused_at("repository.before_drop") as pause:
+            deleting = threading.Thread(target=lake.delete_repository, args=("sales",))
+            deleting.start()
+            pause.wait()
+            stale.branch("main").commit("sealed after the listing")
+            stale.branch("main").upload("b.txt", b"b")
+            unlisted = other.graveler.read_branch(stale.record, "main").staging_token
+            pause.release()
+            deleting.join(60)
+        with pytest.raises(NotFound):
+            stale.branch("main").upload("c.txt", b"c")
+        assert lake.wait_for_cleanup(30) and other.wait_for_cleanup(30)
+        kv = lake.graveler.kv
+        for partition in (repo.record.partition, listed.encode(), unlisted.encode()):
+            assert list(kv.scan(partition)) == [], partition
