@@ -3,10 +3,11 @@ optionally move to another commit)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 from branchwater.engine import failpoints
-from branchwater.engine.errors import InvalidArgument, too_many_tries
+from branchwater.engine.errors import InvalidArgument, NotFound, PredicateFailed, too_many_tries
 from branchwater.engine.graveler import protection
 from branchwater.engine.graveler.fence import claim
 from branchwater.engine.graveler.graveler import Graveler
@@ -24,8 +25,23 @@ def create_branch(g: Graveler, repo: RepositoryRecord, name: str, source: str) -
     claim(g, repo, commit_id)
     failpoints.hit("branch.before_insert")
     g.refs.insert_branch(repo, branch)
+    _refuse_deleted_repository(g, repo, branch)
     protection.after_create(g, repo, branch)
     return branch
+
+
+def _refuse_deleted_repository(g: Graveler, repo: RepositoryRecord, branch: BranchRecord) -> None:
+    """A repository delete removes its record, then fences the branches it finds: read after
+    the insert, a record still there means the fence will find this branch; one gone means
+    the fence may have passed, so the creation takes its branch back and is refused."""
+    try:
+        live = g.refs.get_repository(repo.name).unique_id == repo.unique_id
+    except NotFound:
+        live = False
+    if not live:
+        with contextlib.suppress(NotFound, PredicateFailed):
+            g.refs.remove_branch_if(repo, branch.name, branch.encode())
+        raise NotFound(f"repository {repo.name!r} not found: it was deleted")
 
 
 def delete_branch(g: Graveler, repo: RepositoryRecord, name: str) -> None:

@@ -212,3 +212,32 @@ def test_a_deleted_repository_leaves_no_row_of_a_process_still_holding_it(
         kv = lake.graveler.kv
         for partition in (repo.record.partition, listed.encode(), unlisted.encode()):
             assert list(kv.scan(partition)) == [], partition
+
+
+def test_a_branch_created_through_a_deleted_repository_is_taken_back(
+    race_kv: str, tmp_path: Path
+) -> None:
+    """The creation reads its source before the delete and inserts its branch after the
+    delete fenced the branches it found: it finds the repository gone, removes its branch
+    and is refused, so the dropped partition keeps no record."""
+    with Lake.connect(race_kv) as lake, Lake.connect(race_kv) as other:
+        repo = lake.create_repository("sales", storage_namespace=f"file://{tmp_path}/sales")
+        stale = other.repository("sales")
+        refused: list[Exception] = []
+
+        def create() -> None:
+            try:
+                stale.create_branch("late", source="main")
+            except NotFound as exc:
+                refused.append(exc)
+
+        with paused_at("branch.before_insert") as pause:
+            creating = threading.Thread(target=create)
+            creating.start()
+            pause.wait()
+            lake.delete_repository("sales")
+            assert lake.wait_for_cleanup(30)
+            pause.release()
+            creating.join(60)
+        assert [str(e) for e in refused] == ["repository 'sales' not found: it was deleted"]
+        assert list(lake.graveler.kv.scan(repo.record.partition)) == []
