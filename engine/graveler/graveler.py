@@ -12,7 +12,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -33,6 +33,9 @@ S3Options = Mapping[str, str | None]
 """`endpoint_url`, `aws_access_key_id`, `aws_secret_access_key`, `aws_session_token`,
 `region_name` (see `open_object_store`)."""
 
+REPOSITORY_MARK = "repo/"
+"""To-delete lists of deleted repositories: their partition first, then their tokens; the
+branches are fenced before the drop (`fence_branches`)."""
 ABANDONED_DROP_S = 3600.0
 """A listed drop this old is taken for abandoned and finished by whichever process drops
 next. Dropping is idempotent, so a slow drop that is still running only costs double work."""
@@ -316,6 +319,30 @@ class Graveler:
         except BranchwaterError as exc:
             log.warning("dropping %s failed, left for collect_dropped_partitions: %s", mark, exc)
 
+    def fence_branches(self, mark: str, listed: list[bytes]) -> list[bytes]:
+        """Remove every branch record of a deleted repository (its partition first in
+        `listed`), each only as read: a fence ordered after the staged writes under way, so
+        a process still holding the repository finds no branch to write to (`stage` removes
+        what a store wrote first) and no record for a commit to swap. Tokens a commit sealed
+        since `listed` was made are listed under `mark` first, so a crash in between still
+        drops them; returns `listed` and those."""
+        partition, partitions = listed[0], list(listed)
+        for _ in self.retry:
+            read = list(self.refs.branches_in(partition))
+            new = [p for p in token_partitions(b for b, _ in read) if p not in partitions]
+            if new:
+                partitions += new
+                self.refs.mark_partitions_for_deletion(mark, partitions)
+            changed = False
+            for branch, predicate in read:
+                try:
+                    self.refs.remove_branch_in(partition, branch.name, predicate)
+                except (PredicateFailed, NotFound):
+                    changed = True
+            if not changed:
+                break
+        return partitions
+
     def _drop(self, mark: str, partitions: list[bytes]) -> None:
         for partition in partitions:
             self.kv.drop_partition(partition, pause=self.drop_pause)
@@ -342,7 +369,10 @@ class Graveler:
                     continue
             elif mark.marked_at > now - older_than:
                 continue
-            self._drop(mark.mark, mark.partitions)
+            partitions = mark.partitions
+            if mark.mark.startswith(REPOSITORY_MARK):
+                partitions = self.fence_branches(mark.mark, partitions)
+            self._drop(mark.mark, partitions)
             done += 1
         return done
 
@@ -361,3 +391,8 @@ class Graveler:
         for store in self._objects.values():
             store.close()
         self.kv.close()
+
+
+def token_partitions(branches: Iterable[BranchRecord]) -> list[bytes]:
+    """The staging token partitions `branches` name, current and sealed."""
+    return [t.encode() for b in branches for t in (b.staging_token, *b.sealed_tokens)]

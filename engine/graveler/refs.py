@@ -266,16 +266,21 @@ class RefStore:
 
     def remove_branch_if(self, repo: RepositoryRecord, name: str, predicate: bytes) -> None:
         """Delete the branch record if unchanged since read (`PredicateFailed` otherwise)."""
-        self.kv.delete_if(*self.branch_address(repo, name), predicate)
+        self.remove_branch_in(repo.partition, name, predicate)
 
     def branches(self, repo: RepositoryRecord) -> Iterator[BranchRecord]:
         """Every branch record, by name, from one scan: listing costs no read per branch."""
-        return (branch for branch, _ in self.branches_as_read(repo))
+        return (branch for branch, _ in self.branches_in(repo.partition))
 
-    def branches_as_read(self, repo: RepositoryRecord) -> Iterator[tuple[BranchRecord, bytes]]:
-        """`branches`, each with the predicate a later swap or removal of it must pass."""
-        for _, value in scan_prefix(self.kv, repo.partition, BRANCHES):
+    def branches_in(self, partition: bytes) -> Iterator[tuple[BranchRecord, bytes]]:
+        """`branches` of the repository partition `partition` (its record may be gone),
+        each with the predicate a later swap or removal of it must pass."""
+        for _, value in scan_prefix(self.kv, partition, BRANCHES):
             yield BranchRecord.decode(value), value
+
+    def remove_branch_in(self, partition: bytes, name: str, predicate: bytes) -> None:
+        """`remove_branch_if` in the repository partition `partition`."""
+        self.kv.delete_if(partition, BRANCHES + name_key(name, "branch name"), predicate)
 
     # commits
 

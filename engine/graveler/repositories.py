@@ -8,12 +8,11 @@ background. Until the record exists, or once it is gone, nothing reaches the par
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
 from datetime import datetime, timezone
 
 from branchwater.engine import failpoints
-from branchwater.engine.errors import AlreadyExists, ConfigurationError, NotFound, PredicateFailed
-from branchwater.engine.graveler.graveler import Graveler
+from branchwater.engine.errors import AlreadyExists, ConfigurationError, NotFound
+from branchwater.engine.graveler.graveler import REPOSITORY_MARK, Graveler, token_partitions
 from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord, is_unicode
 from branchwater.engine.graveler.names import check_ref_name, check_repository_name
 from branchwater.engine.graveler.namespaces import location_of, overlap
@@ -55,7 +54,7 @@ def create_repository(
     try:
         g.refs.insert_repository(repo)
     except AlreadyExists:
-        g.drop_partitions_later(f"repo/{repo.partition.decode()}", [repo.partition])
+        g.drop_partitions_later(REPOSITORY_MARK + repo.partition.decode(), [repo.partition])
         raise
     return repo
 
@@ -146,42 +145,12 @@ def delete_repository(g: Graveler, name: str) -> None:
     partitions: a crash in between leaves the list for `collect_dropped_partitions`, never a
     repository that is half there."""
     repo = g.refs.get_repository(name)
-    mark = f"repo/{repo.partition.decode()}"
-    partitions = [repo.partition, *_token_partitions(g.refs.branches(repo))]
+    mark = REPOSITORY_MARK + repo.partition.decode()
+    partitions = [repo.partition, *token_partitions(g.refs.branches(repo))]
     g.refs.mark_partitions_for_deletion(mark, partitions)
     g.refs.remove_repository(name)
     for claim in list(g.refs.namespace_claims()):
         if (claim.repository, claim.namespace) == (name, repo.storage_namespace):
             g.refs.release_namespace(claim.location, repo)
     failpoints.hit("repository.before_drop")
-    g.drop_listed_later(mark, _fence_branches(g, repo, mark, partitions))
-
-
-def _token_partitions(branches: Iterable[BranchRecord]) -> list[bytes]:
-    return [t.encode() for b in branches for t in (b.staging_token, *b.sealed_tokens)]
-
-
-def _fence_branches(
-    g: Graveler, repo: RepositoryRecord, mark: str, listed: list[bytes]
-) -> list[bytes]:
-    """Remove every branch record of the deleted repository, each only as read: a fence
-    ordered after the staged writes under way, so a process still holding the repository
-    finds no branch to write to (`Graveler.stage` removes what a store wrote first) and no
-    record for a commit to swap. Tokens a commit sealed since `listed` was made are listed
-    under `mark` first, so a crash in between still drops them; `listed` and those."""
-    partitions = list(listed)
-    for _ in g.retry:
-        read = list(g.refs.branches_as_read(repo))
-        new = [p for p in _token_partitions(b for b, _ in read) if p not in partitions]
-        if new:
-            partitions += new
-            g.refs.mark_partitions_for_deletion(mark, partitions)
-        changed = False
-        for branch, predicate in read:
-            try:
-                g.refs.remove_branch_if(repo, branch.name, predicate)
-            except PredicateFailed:
-                changed = True
-        if not changed:
-            break
-    return partitions
+    g.drop_listed_later(mark, g.fence_branches(mark, partitions))
