@@ -3,7 +3,6 @@ one repository, whatever the interleaving."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,7 +20,7 @@ from branchwater.engine import (
 )
 from branchwater.engine.graveler.model import RepositoryRecord
 from branchwater.engine.graveler.namespaces import location_of
-from tests.helpers.failpoints import paused_at
+from tests.helpers.failpoints import held_at
 from tests.helpers.servers import spawned_pool
 
 
@@ -197,15 +196,11 @@ def test_a_deleted_repository_leaves_no_row_of_a_process_still_holding_it(
         repo.branch("main").upload("a.txt", b"a")
         stale = other.repository("sales")
         listed = other.graveler.read_branch(stale.record, "main").staging_token
-        with paused_at("repository.before_drop") as pause:
-            deleting = threading.Thread(target=lake.delete_repository, args=("sales",))
-            deleting.start()
-            pause.wait()
+        with held_at("repository.before_drop", lambda: lake.delete_repository("sales")) as deleting:
             stale.branch("main").commit("sealed after the listing")
             stale.branch("main").upload("b.txt", b"b")
             unlisted = other.graveler.read_branch(stale.record, "main").staging_token
-            pause.release()
-            deleting.join(60)
+        assert deleting.raised is None
         with pytest.raises(NotFound):
             stale.branch("main").upload("c.txt", b"c")
         assert lake.wait_for_cleanup(30) and other.wait_for_cleanup(30)
@@ -223,21 +218,10 @@ def test_a_branch_created_through_a_deleted_repository_is_taken_back(
     with Lake.connect(race_kv) as lake, Lake.connect(race_kv) as other:
         repo = lake.create_repository("sales", storage_namespace=f"file://{tmp_path}/sales")
         stale = other.repository("sales")
-        refused: list[Exception] = []
-
-        def create() -> None:
-            try:
-                stale.create_branch("late", source="main")
-            except NotFound as exc:
-                refused.append(exc)
-
-        with paused_at("branch.before_insert") as pause:
-            creating = threading.Thread(target=create)
-            creating.start()
-            pause.wait()
+        late = lambda: stale.create_branch("late", source="main")  # noqa: E731
+        with held_at("branch.before_insert", late) as creating:
             lake.delete_repository("sales")
             assert lake.wait_for_cleanup(30)
-            pause.release()
-            creating.join(60)
-        assert [str(e) for e in refused] == ["repository 'sales' not found: it was deleted"]
+        assert isinstance(creating.raised, NotFound)
+        assert str(creating.raised) == "repository 'sales' not found: it was deleted"
         assert list(lake.graveler.kv.scan(repo.record.partition)) == []

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from branchwater.engine import failpoints
 from branchwater.engine.graveler.graveler import RetryPolicy
@@ -54,3 +54,35 @@ def paused_at(point: str) -> Iterator[Pause]:
             yield pause
     finally:
         pause.release()
+
+
+class Held:
+    """An operation run in a thread of its own (`held_at`): what it returned, or raised."""
+
+    def __init__(self) -> None:
+        self.result: Any = None
+        self.raised: BaseException | None = None
+
+
+@contextmanager
+def held_at(point: str, operation: Callable[[], Any]) -> Iterator[Held]:
+    """Run `operation` in a thread held at `point` for the block (another process's step
+    forced between two of its own), then released and joined: `Held` says how it ended."""
+    held = Held()
+
+    def run() -> None:
+        try:
+            held.result = operation()
+        except BaseException as exc:
+            held.raised = exc
+
+    with paused_at(point) as pause:
+        thread = threading.Thread(target=run)
+        thread.start()
+        pause.wait()
+        try:
+            yield held
+        finally:
+            pause.release()
+            thread.join(PAUSE_TIMEOUT)
+    assert not thread.is_alive(), f"the operation held at {point} never finished"

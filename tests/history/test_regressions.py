@@ -26,7 +26,7 @@ from branchwater.engine import Lake, MergeConflict, NotFound, failpoints
 from branchwater.engine.api import Repository
 from branchwater.engine.graveler import reads, writes
 from branchwater.engine.graveler.merge import MergeResult
-from tests.helpers.failpoints import paused_at
+from tests.helpers.failpoints import held_at, paused_at
 from tests.helpers.servers import unique_name
 from tests.history.checker import three_way
 from tests.history.runner import tree
@@ -109,22 +109,12 @@ def test_a_merge_that_lost_a_race_equals_the_merge_of_its_parents(
     d2 = repo.create_branch("d2", source="main")
     d2.upload("p", b"w")
     d2_head = d2.commit("d2: p")
-    outcomes: list[MergeResult | MergeConflict] = []
-
-    def merge_the_source() -> None:
-        try:
-            outcomes.append(repo.merge("source", "main", strategy=strategy))
-        except MergeConflict as conflict:
-            outcomes.append(conflict)
-
-    with paused_at("merge.before_set") as pause:
-        merging = threading.Thread(target=merge_the_source)
-        merging.start()
-        pause.wait()
+    with held_at(
+        "merge.before_set", lambda: repo.merge("source", "main", strategy=strategy)
+    ) as merging:
         other.merge("d2", into="main")
-        pause.release()
-        merging.join(30)
-    (outcome,) = outcomes
+    outcome = merging.raised or merging.result
+    assert isinstance(outcome, MergeResult | MergeConflict), outcome
     source_id = repo.ref("source").commit_id
     base = repo.merge_base(d2_head.id, source_id).id
     expected = three_way(tree(repo, base), tree(repo, d2_head.id), tree(repo, source_id), strategy)
