@@ -76,7 +76,7 @@ from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.merge import Attempt, land
 from branchwater.engine.graveler.model import Commit, RepositoryRecord, check_commit_arguments
 from branchwater.engine.graveler.names import MAX_PATH_BYTES, check_new_path, check_path
-from branchwater.engine.graveler.namespaces import as_folder, namespace_location, overlap
+from branchwater.engine.graveler.namespaces import as_folder, location_of, overlap
 from branchwater.engine.objects.s3 import LIST_SCHEMA, S3ObjectStore
 
 BATCH = 10_000
@@ -135,11 +135,6 @@ class Source:
     def uri(self) -> str:
         return self.root + self.key_prefix
 
-    @property
-    def location(self) -> str:
-        """What overlap is judged on: the bucket and prefix, or the real directory."""
-        return self.uri[len(self.scheme) :]
-
 
 def parse_source(uri: object) -> Source:
     """`s3://bucket[/prefix]` or `file:///absolute/dir` as a prefix: a trailing `/` is
@@ -166,13 +161,8 @@ def check_outside_namespaces(g: Graveler, source: Source) -> None:
     """`InvalidImportSource` when the source and any repository's namespace overlap: one
     holds the other, so some repository's GC could delete an imported object (or the import
     would take in a repository's own data and ranges)."""
-    here = source.location
     for repo in g.refs.list_repositories():
-        found = namespace_location(repo.storage_namespace)
-        if found is None or found[0] != source.scheme:
-            continue
-        there = found[1]
-        if overlap(here, there):
+        if overlap(source.uri, location_of(repo.storage_namespace)):
             raise InvalidImportSource(
                 f"import source {source.uri!r} overlaps the storage namespace "
                 f"{repo.storage_namespace!r} of repository {repo.name!r}: import only objects "

@@ -15,24 +15,19 @@ def as_folder(prefix: str) -> str:
     return prefix if not prefix or prefix.endswith("/") else prefix + "/"
 
 
-def namespace_location(namespace: str) -> tuple[str, str] | None:
-    """(scheme, location) of a storage namespace, comparable with an import source's."""
+def location_of(namespace: str) -> str:
+    """The namespace's scheme and location as one folder-like string, spelled as an import
+    source's URI is (a bucket and prefix, or the real directory): two overlap when one of
+    these starts with the other."""
     try:
         parts = urlsplit(namespace)
     except ValueError:
-        return None
+        return as_folder(namespace)
     if parts.scheme == "s3":
-        return S3_SCHEME, as_folder(f"{parts.netloc}/{parts.path.strip('/')}".rstrip("/"))
+        return S3_SCHEME + as_folder(f"{parts.netloc}/{parts.path.strip('/')}".rstrip("/"))
     if parts.scheme == "file":
-        return FILE_SCHEME, as_folder(os.path.realpath(unquote(parts.path)))
-    return None
-
-
-def location_of(namespace: str) -> str:
-    """The namespace's scheme and location as one folder-like string: two namespaces
-    overlap when one of these starts with the other."""
-    found = namespace_location(namespace)
-    return found[0] + found[1] if found else as_folder(namespace)
+        return FILE_SCHEME + as_folder(os.path.realpath(unquote(parts.path)))
+    return as_folder(namespace)
 
 
 def overlap(a: str, b: str) -> bool:
