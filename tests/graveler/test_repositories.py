@@ -3,7 +3,6 @@ one repository, whatever the interleaving."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -82,12 +81,6 @@ def test_nested_namespaces_created_at_once_never_both_pass(race_kv: str, tmp_pat
         assert len(created) == outcomes.count("created")
         if not created:
             lake.create_repository("gamma", storage_namespace=inner)
-
-
-@pytest.fixture
-def lake(tmp_path: Path) -> Iterator[Lake]:
-    with Lake.connect(f"sqlite:///{tmp_path}/lake.db") as opened:
-        yield opened
 
 
 def test_a_namespace_inside_or_around_another_is_refused(lake: Lake, tmp_path: Path) -> None:
