@@ -33,15 +33,6 @@ Above = Callable[[tuple[str, ...], str, str | None, list[T]], list[T]]
 page starts, the last path it covers or None when it runs to the end, its items)."""
 
 
-def same_layers(a: BranchRecord, b: BranchRecord) -> bool:
-    return (
-        a.staging_token == b.staging_token
-        and a.sealed_tokens == b.sealed_tokens
-        and a.commit_id == b.commit_id
-        and a.compacted_metarange_id == b.compacted_metarange_id
-    )
-
-
 def committed_lookup(
     g: Graveler, repo: RepositoryRecord, metarange_id: str, path: str
 ) -> Entry | None:
@@ -49,17 +40,6 @@ def committed_lookup(
         return g.committed(repo).get(metarange_id, path)
     except NotFound:
         return None
-
-
-def lookup_below_staging(
-    g: Graveler, repo: RepositoryRecord, branch: BranchRecord, path: str
-) -> Entry | None:
-    """The entry `path` would show if the current staging token were empty."""
-    for token in branch.sealed_tokens:
-        found, value = g.staging.get(token, path)
-        if found:
-            return value
-    return committed_lookup(g, repo, g.base_metarange(repo, branch), path)
 
 
 def get_branch_entry(g: Graveler, repo: RepositoryRecord, branch_name: str, path: str) -> Entry:

@@ -24,11 +24,7 @@ from branchwater.engine.graveler.model import (
     RepositoryRecord,
     encode_entry,
 )
-from branchwater.engine.graveler.reads import (
-    find_branch_look,
-    lookup_below_staging,
-    same_layers,
-)
+from branchwater.engine.graveler.reads import find_branch_look
 
 
 def unchanged_entry(
@@ -90,48 +86,27 @@ def stage_entry(g: Graveler, repo: RepositoryRecord, branch_name: str, entry: En
 
 
 def stage_delete(g: Graveler, repo: RepositoryRecord, branch_name: str, path: str) -> None:
-    """Delete `path`: a tombstone, or just drop the staged entry where the branch has no
-    sealed token and its base does not have the path.
+    """Delete `path`: a tombstone in the current token, whatever lies below it.
 
-    A sealed token is never trusted to hide the path: a writer that saw the branch before the
-    seal can still write to it after the commit absorbing it has read it (the writer then
-    writes again to the new token), so a tombstone found there may not be in the commit, and
-    dropping the staged entry over it would let the base's older copy show again once the
-    commit lands. The base is trusted only if the branch still has it after the look, as a
-    commit or compaction replaces it. A tombstone is right whatever the layers hold, so a
-    branch with a commit in flight gets one instead of a retry. Once this delete wrote to a
-    token that got sealed meanwhile, the retry writes a tombstone too. Nor is a sealed
-    token's tombstone taken to mean the path is gone (`NotFound`): it may be such a late
-    write, of a delete stopped before its validating read, whose retry would otherwise
-    report the path gone and leave it to show again once the commit lands; this delete
-    writes its own tombstone instead.
+    Dropping the staged row of a path its base lacks would do for a branch left alone, but a
+    commit can seal the token and read the row between this delete's look and the drop; a
+    delete stopped before its validating read then leaves the branch showing the path gone
+    until the commit lands it, and its retry reports `NotFound`. A tombstone over nothing is
+    harmless: the commit applying it changes nothing, and `uncommitted()` lists no change.
+
+    A sealed token's tombstone is not taken to mean the path is gone (`NotFound`) either: it
+    may be a late write, of a delete stopped before its validating read, that the commit
+    absorbing the token never read; this delete writes its own tombstone instead.
     """
     look = find_branch_look(g, repo, branch_name, path)
-    before = look.value
-    if before is None and not look.from_sealed_token:
+    if look.value is None and not look.from_sealed_token:
         raise NotFound(f"path {path!r} not found on branch {branch_name!r} of {repo.name!r}")
-    wrote = False
-    removed: set[str] = set()
 
     def write(branch: BranchRecord) -> BranchRecord:
-        nonlocal wrote
-        alone = (
-            not branch.sealed_tokens
-            and lookup_below_staging(g, repo, branch, path) is None
-            and same_layers(g.read_branch(repo, branch_name), branch)
-        )
-        first, wrote = not wrote, True
-        if not (alone and first):
-            return g.stage(repo, branch_name, branch.staging_token, path, None)
-        g.staging.remove(branch.staging_token, path)
-        removed.add(branch.staging_token)
-        return g.read_branch(repo, branch_name)
+        return g.stage(repo, branch_name, branch.staging_token, path, None)
 
     def undo(token: str) -> None:
-        if token not in removed:
-            _take_back(g, token, path, b"")
-        elif not g.staging.get(token, path)[0]:
-            g.staging.put(token, path, before)
+        _take_back(g, token, path, b"")
 
     def shown() -> bool:
         return find_branch_look(g, repo, branch_name, path).value is None

@@ -1,5 +1,5 @@
 """What the history checker found, forced so it fails every time, and the seeds that found
-it run again with the others (`test_histories.REGRESSION_SEEDS`): two bugs fixed.
+it run again with the others (`test_histories.REGRESSION_SEEDS`): three bugs fixed.
 
 Seeds 36 and 41 (SQLite, fast settings): a delete on `shared` stopped by a failpoint between
 its tombstone and its validating read, then retried, got `NotFound`; once the concurrent
@@ -11,12 +11,18 @@ retried, say) reported the path absent and left it there.
 
 Seed 37 (PostgreSQL + SeaweedFS): a merge that lost its race reused its first attempt where
 that differs from the merge of its parents (`merge.reuse_is_exact` says where).
+
+Seed 37 again (SQLite, under load): the same retried delete, of a path only staged. Such a
+delete dropped the staged row instead of writing a tombstone; a commit sealed the token and
+read the row between the delete's look at the branch and the drop, and the delete stopped
+before its validating read. Its retry found no row anywhere and reported `NotFound`; the
+commit landed the row it had read.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +88,47 @@ def test_a_retried_delete_whose_tombstone_a_commit_missed_still_deletes(
         branch.read("p")
     branch.commit("delete p")
     assert [e.path for e in repo.ref("main").list()] == ["q"]
+
+
+def test_a_retried_delete_of_a_path_only_staged_still_deletes(
+    two_lakes: tuple[Repository, Repository], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo, other = two_lakes
+    branch = repo.branch("main")
+    branch.upload("p", b"staged only")
+    staging = repo.lake.graveler.staging
+
+    def sealed_first(method: Callable[..., Any]) -> Callable[..., Any]:
+        """The delete's row (a tombstone or a dropped entry) comes after a commit has sealed
+        the token and built its ranges from it, held before its branch swap."""
+
+        def run(token: str, path: str, *args: Any) -> Any:
+            if path == "p" and not committer.is_alive() and not pause.reached.is_set():
+                committer.start()
+                pause.wait()
+            return method(token, path, *args)
+
+        return run
+
+    with paused_at("commit.before_set") as pause:
+        committer = threading.Thread(target=lambda: other.branch("main").commit("p"))
+        with monkeypatch.context() as patched:
+            for name in ("put_guarded", "remove"):
+                patched.setattr(staging, name, sealed_first(getattr(staging, name)))
+            with (
+                failpoints.armed("write.before_validate", _raise),
+                pytest.raises(failpoints.FailpointHit),
+            ):
+                branch.delete("p")
+        branch.delete("p")
+        pause.release()
+        committer.join(30)
+    assert not committer.is_alive()
+    assert "p" in tree(repo, repo.ref("main").commit_id)
+    with pytest.raises(NotFound):
+        branch.read("p")
+    branch.commit("delete p")
+    assert list(repo.ref("main").list()) == []
 
 
 def _raise() -> None:
