@@ -56,6 +56,7 @@ POINTS = frozenset(
         "repository.before_claim",
         "repository.before_drop",
         "repository.before_mark",
+        "repository.before_release",
         "restore.before_stage",
         "transaction.before_commit",
         "transaction.before_merge",

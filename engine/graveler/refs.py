@@ -17,7 +17,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import NamedTuple
 
-from branchwater.engine.errors import AlreadyExists, InvalidArgument, NotFound, PredicateFailed
+from branchwater.engine.errors import (
+    AlreadyExists,
+    InvalidArgument,
+    NotFound,
+    PredicateFailed,
+    TooManyTries,
+)
 from branchwater.engine.graveler.model import BranchRecord, Commit, RepositoryRecord, Tag
 from branchwater.engine.graveler.names import is_hex_id, name_key
 from branchwater.engine.kv import Store
@@ -31,6 +37,9 @@ COMMITS = b"commits/"
 TAGS = b"tags/"
 
 MIN_COMMIT_PREFIX = 6
+CLAIM_ATTEMPTS = 20
+"""Tries at a namespace's claim: each lost one means another creator of that namespace, or
+a delete of its repository, changed the claim in between."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +49,7 @@ class NamespaceClaim:
     location: str
     namespace: str
     repository: str
+    unique_id: str
 
 
 class BranchGuard(NamedTuple):
@@ -134,28 +144,42 @@ class RefStore:
     def remove_repository(self, name: str) -> None:
         self.kv.delete(GRAVELER_PARTITION, REPOS_PREFIX + name_key(name, "repository name"))
 
-    def claim_namespace(self, location: str, repo: RepositoryRecord) -> bool:
-        """Bind `location`, where `repo`'s storage namespace lies, to its name in one
+    def claim_namespace(self, location: str, repo: RepositoryRecord) -> bytes | None:
+        """Bind `location`, where `repo`'s storage namespace lies, to this repository in one
         conditional write, so two creators of one namespace cannot both pass:
-        `AlreadyExists` if another repository's name holds it. Whether this call made the
-        claim: a claim by the same name (a creator racing for the name, which
-        `insert_repository` settles, or one a failed delete left) stays as it is."""
+        `AlreadyExists` if another repository's name holds it. A claim by the same name (a
+        creator racing for the name, which `insert_repository` settles; one a killed
+        creation left; one a delete of that name under way is about to free) is taken over
+        by compare-and-swap, so that delete, which frees only its own repository's claim,
+        leaves this one. Returns the claim replaced, for `release_namespace` to put back."""
         key = _namespace_key(location)
-        try:
-            self.kv.set_if(GRAVELER_PARTITION, key, _namespace_claim(location, repo), None)
-            return True
-        except PredicateFailed:
-            pass
-        try:
-            holder = json.loads(self.kv.get(GRAVELER_PARTITION, key).value)["repository"]
-        except NotFound:
-            return self.claim_namespace(location, repo)
-        if holder != repo.name:
-            raise AlreadyExists(
-                f"storage namespace {repo.storage_namespace} is already used by "
-                f"repository {holder!r}{self.absence_note(holder)}"
-            )
-        return False
+        ours = _namespace_claim(location, repo)
+        for _ in range(CLAIM_ATTEMPTS):
+            try:
+                self.kv.set_if(GRAVELER_PARTITION, key, ours, None)
+                return None
+            except PredicateFailed:
+                pass
+            try:
+                held = self.kv.get(GRAVELER_PARTITION, key)
+            except NotFound:
+                continue
+            holder = json.loads(held.value)["repository"]
+            if holder != repo.name:
+                raise AlreadyExists(
+                    f"storage namespace {repo.storage_namespace} is already used by "
+                    f"repository {holder!r}{self.absence_note(holder)}"
+                )
+            try:
+                self.kv.set_if(GRAVELER_PARTITION, key, ours, held.predicate)
+                return held.value
+            except PredicateFailed:
+                continue
+        raise TooManyTries(
+            f"claim of storage namespace {repo.storage_namespace} gave up after "
+            f"{CLAIM_ATTEMPTS} attempts: other creations or deletes of repository "
+            f"{repo.name!r} kept changing it; retry later"
+        )
 
     def absence_note(self, name: str) -> str:
         """What a claim of `name` means when no repository has that name, for a refusal's
@@ -170,12 +194,18 @@ class RefStore:
             )
         return ""
 
-    def release_namespace(self, location: str, repo: RepositoryRecord) -> None:
-        """Drop the claim on `location` by `repo`'s name."""
+    def release_namespace(
+        self, location: str, repo: RepositoryRecord, replaced: bytes | None = None
+    ) -> None:
+        """Drop `repo`'s claim on `location`, or put back the claim it `replaced`; a claim
+        another creation has taken over since stays."""
+        key = _namespace_key(location)
+        ours = _namespace_claim(location, repo)
         with contextlib.suppress(NotFound, PredicateFailed):
-            self.kv.delete_if(
-                GRAVELER_PARTITION, _namespace_key(location), _namespace_claim(location, repo)
-            )
+            if replaced is None:
+                self.kv.delete_if(GRAVELER_PARTITION, key, ours)
+            else:
+                self.kv.set_if(GRAVELER_PARTITION, key, replaced, ours)
 
     def namespace_claims(self) -> Iterator[NamespaceClaim]:
         """Every claim: of repositories that exist, and of ones being created or deleted
@@ -443,5 +473,5 @@ def _namespace_key(location: str) -> bytes:
 
 
 def _namespace_claim(location: str, repo: RepositoryRecord) -> bytes:
-    claim = NamespaceClaim(location, repo.storage_namespace, repo.name)
+    claim = NamespaceClaim(location, repo.storage_namespace, repo.name, repo.unique_id)
     return json.dumps(dataclasses.asdict(claim), sort_keys=True).encode()

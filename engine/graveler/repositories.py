@@ -38,7 +38,7 @@ def create_repository(
         creation_date=datetime.now(timezone.utc),
     )
     location = location_of(repo.storage_namespace)
-    claimed = _claim_namespace(g, repo, location)
+    replaced = _claim_namespace(g, repo, location)
     try:
         empty = g.committed(repo).write_metarange([])
         first = g.refs.add_commit(
@@ -48,12 +48,12 @@ def create_repository(
             repo, BranchRecord(default_branch, first.id, new_staging_token(repo, default_branch))
         )
     except BaseException:
-        if claimed:
-            g.refs.release_namespace(location, repo)
+        g.refs.release_namespace(location, repo, replaced)
         raise
     try:
         g.refs.insert_repository(repo)
     except AlreadyExists:
+        g.refs.release_namespace(location, repo, replaced)
         g.drop_partitions_later(REPOSITORY_MARK + repo.partition.decode(), [repo.partition])
         raise
     return repo
@@ -82,26 +82,25 @@ def _named(g: Graveler, name: str) -> list[RepositoryRecord]:
         return []
 
 
-def _claim_namespace(g: Graveler, repo: RepositoryRecord, location: str) -> bool:
+def _claim_namespace(g: Graveler, repo: RepositoryRecord, location: str) -> bytes | None:
     """Refuse a namespace another repository uses, or one inside another's or holding
     another's (`namespaces.overlap`): their objects and GC would mix. The claim in the KV
     store settles creators racing for one namespace; checking the others' claims after
     making ours settles overlapping ones (whichever checks last sees the other, both may be
     refused, never both pass); the marker object in the namespace catches a lake of its own
-    using it. Whether this call made the claim (`RefStore.claim_namespace`); a claim it made
-    goes with any failure here."""
+    using it. Returns the claim replaced (`RefStore.claim_namespace`); any failure here puts
+    it back."""
     g.objects(repo.storage_namespace)
     failpoints.hit("repository.before_claim")
-    claimed = g.refs.claim_namespace(location, repo)
+    replaced = g.refs.claim_namespace(location, repo)
     try:
         failpoints.hit("repository.after_claim")
         _refuse_overlap(g, repo, location)
         _mark_namespace(g, repo)
     except BaseException:
-        if claimed:
-            g.refs.release_namespace(location, repo)
+        g.refs.release_namespace(location, repo, replaced)
         raise
-    return claimed
+    return replaced
 
 
 def _refuse_overlap(g: Graveler, repo: RepositoryRecord, location: str) -> None:
@@ -141,7 +140,8 @@ def _mark_namespace(g: Graveler, repo: RepositoryRecord) -> None:
 
 def delete_repository(g: Graveler, name: str) -> None:
     """List the partitions, remove the record, free the namespace's claim (found by name,
-    so a link moved since creation does not hide it), fence the branches, then drop the
+    so a link moved since creation does not hide it; only this repository's, not one a
+    creation of the same name has taken over meanwhile), fence the branches, then drop the
     partitions: a crash in between leaves the list for `collect_dropped_partitions`, never a
     repository that is half there."""
     repo = g.refs.get_repository(name)
@@ -151,6 +151,7 @@ def delete_repository(g: Graveler, name: str) -> None:
     g.refs.remove_repository(name)
     for claim in list(g.refs.namespace_claims()):
         if (claim.repository, claim.namespace) == (name, repo.storage_namespace):
+            failpoints.hit("repository.before_release")
             g.refs.release_namespace(claim.location, repo)
     failpoints.hit("repository.before_drop")
     g.drop_listed_later(mark, g.fence_branches(mark, partitions))

@@ -3,6 +3,7 @@ one repository, whatever the interleaving."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from branchwater.engine import (
 )
 from branchwater.engine.graveler.model import RepositoryRecord
 from branchwater.engine.graveler.namespaces import location_of
-from tests.helpers.failpoints import held_at
+from tests.helpers.failpoints import PAUSE_TIMEOUT, held_at, paused_at
 from tests.helpers.servers import spawned_pool
 
 
@@ -145,12 +146,57 @@ def test_a_claim_left_by_a_killed_creator_lets_its_name_create_again(
 ) -> None:
     namespace = f"file://{tmp_path}/alpha"
     left = RepositoryRecord("alpha", namespace, "main", "0" * 16, datetime.now(UTC))
-    assert lake.graveler.refs.claim_namespace(location_of(namespace), left)
+    assert lake.graveler.refs.claim_namespace(location_of(namespace), left) is None
     with pytest.raises(AlreadyExists, match="already used by repository 'alpha'"):
         lake.create_repository("beta", storage_namespace=namespace)
     lake.create_repository("alpha", storage_namespace=namespace)
     lake.delete_repository("alpha")
     assert list(lake.graveler.refs.namespace_claims()) == []
+
+
+def _claims(lake: Lake) -> list[tuple[str, str]]:
+    return [(c.repository, c.unique_id) for c in lake.graveler.refs.namespace_claims()]
+
+
+def test_a_name_created_again_during_its_delete_keeps_its_claim(lake: Lake, tmp_path: Path) -> None:
+    """The delete of `alpha` held after removing its record, before freeing the claim, while
+    `alpha` is created again on its namespace: the claim the creation took over is the new
+    repository's, and the delete, which frees only its own repository's, leaves it. Freed,
+    it would let a repository on a namespace inside this one pass a check made before the
+    new record was in."""
+    namespace = f"file://{tmp_path}/alpha"
+    lake.create_repository("alpha", storage_namespace=namespace)
+    with held_at("repository.before_release", lambda: lake.delete_repository("alpha")) as deleting:
+        again = lake.create_repository("alpha", storage_namespace=namespace)
+    assert deleting.raised is None
+    assert _claims(lake) == [("alpha", again.record.unique_id)]
+    lake.delete_repository("alpha")
+    assert _claims(lake) == []
+
+
+def test_of_two_creations_of_one_name_the_loser_puts_back_the_claim_it_took_over(
+    lake: Lake, tmp_path: Path
+) -> None:
+    """The first creator claims and is held before marking; the second takes the claim over
+    and is held; the first finishes, the second is refused by the name and puts the first's
+    claim back, so the repository that exists holds its namespace and its delete frees it."""
+    namespace = f"file://{tmp_path}/alpha"
+    create = lambda: lake.create_repository("alpha", storage_namespace=namespace)  # noqa: E731
+    with ThreadPoolExecutor(2) as pool, paused_at("repository.before_mark") as marking:
+        first = pool.submit(create)
+        marking.wait()
+        with paused_at("repository.after_claim") as taking:
+            second = pool.submit(create)
+            taking.wait()
+            marking.release()
+            created = first.result(PAUSE_TIMEOUT)
+            assert _claims(lake) != [("alpha", created.record.unique_id)]
+            taking.release()
+            with pytest.raises(AlreadyExists, match="repository 'alpha' already exists"):
+                second.result(PAUSE_TIMEOUT)
+    assert _claims(lake) == [("alpha", created.record.unique_id)]
+    lake.delete_repository("alpha")
+    assert _claims(lake) == []
 
 
 def test_overlap_is_judged_on_where_a_namespace_lies_not_how_it_is_spelled(
