@@ -5,7 +5,6 @@ once every entry naming them is deleted and committed away."""
 
 from __future__ import annotations
 
-import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -15,7 +14,7 @@ import pytest
 from branchwater.engine.api import Repository
 from branchwater.engine.graveler import imports
 from tests.gc_model import assert_references_intact, gc_candidates, sweep
-from tests.helpers.failpoints import paused_at
+from tests.helpers.failpoints import held_at
 from tests.helpers.gc import put_garbage, run_addresses
 
 
@@ -67,18 +66,11 @@ def test_a_run_between_an_imports_ranges_and_its_commit_deletes_nothing_it_needs
     files = source_files(tmp_path / "existing", 6)
     monkeypatch.setattr(imports, "BATCH", 2)
     main = repo.branch("main")
-    results: list[imports.ImportResult] = []
-    with paused_at("import.after_record") as pause:
-        worker = threading.Thread(
-            target=lambda: results.append(main.import_objects((tmp_path / "existing").as_uri()))
-        )
-        worker.start()
-        pause.wait()
+    importing = lambda: main.import_objects((tmp_path / "existing").as_uri())  # noqa: E731
+    with held_at("import.after_record", importing) as held:
         run = repo.prepare_uncommitted_for_gc()
         swept = sweep(repo, run)
-        pause.release()
-        worker.join()
 
-    assert swept == set() and results[0].count == len(files)
+    assert swept == set() and held.result.count == len(files)
     assert_references_intact(repo)
     assert {p.name: p.read_bytes() for p in (tmp_path / "existing").iterdir()} == files

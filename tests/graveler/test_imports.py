@@ -9,7 +9,6 @@ import contextlib
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,7 @@ from branchwater.engine.errors import InvalidImportSource
 from branchwater.engine.graveler import imports
 from branchwater.engine.objects import ObjectStore
 from tests.fixtures.s3 import S3Server
-from tests.helpers.failpoints import paused_at
+from tests.helpers.failpoints import held_at
 from tests.helpers.servers import unique_name
 
 OBJECTS = {
@@ -250,19 +249,12 @@ def test_a_local_file_name_that_is_no_path_fails_the_import_with_nothing_committ
 def test_a_lost_race_lands_the_import_on_the_new_head(lake_with_source: ImportLake) -> None:
     t = lake_with_source
     main = t.repo.branch("main")
-    results: list[imports.ImportResult] = []
-    with paused_at("import.after_record") as pause:
-        worker = threading.Thread(
-            target=lambda: results.append(main.import_objects(t.source_uri, prefix="raw/"))
-        )
-        worker.start()
-        pause.wait()
+    importing = lambda: main.import_objects(t.source_uri, prefix="raw/")  # noqa: E731
+    with held_at("import.after_record", importing) as held:
         main.upload("other.txt", b"other")
         other = main.commit("meanwhile")
-        pause.release()
-        worker.join()
 
-    commit = results[0].commit
+    commit = held.result.commit
     assert commit is not None and commit.parents == (other.id,)
     assert main.head().id == commit.id
     assert {e.path for e in main.list()} == {"other.txt", *(f"raw/{k}" for k in OBJECTS)}
@@ -279,22 +271,15 @@ def test_a_lost_race_inside_the_prefix_lands_what_a_fresh_import_would(
     main = t.repo.branch("main")
     main.import_objects(t.source_uri, prefix="raw/")
     listed = main.stat("raw/a.csv")
-    results: list[imports.ImportResult] = []
-    with paused_at("import.after_record") as pause:
-        worker = threading.Thread(
-            target=lambda: results.append(main.import_objects(t.source_uri, prefix="raw/"))
-        )
-        t.source.put("dir/new.csv", b"new")
-        worker.start()
-        pause.wait()
+    t.source.put("dir/new.csv", b"new")
+    importing = lambda: main.import_objects(t.source_uri, prefix="raw/")  # noqa: E731
+    with held_at("import.after_record", importing) as held:
         main.upload("raw/a.csv", b"changed meanwhile")
         main.upload("raw/dir/new.csv", b"written meanwhile")
         main.commit("meanwhile")
-        pause.release()
-        worker.join()
 
-    assert results and results[0].commit is not None
-    assert main.head().id == results[0].commit.id
+    assert held.raised is None and held.result.commit is not None
+    assert main.head().id == held.result.commit.id
     assert main.stat("raw/a.csv").address == listed.address
     assert main.read("raw/dir/new.csv") == b"new"
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import random
-import threading
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -19,7 +18,6 @@ from branchwater.engine import (
     Lake,
     MergeConflict,
     MergeRaceLost,
-    MergeResult,
     NoChanges,
     NotFound,
 )
@@ -30,7 +28,7 @@ from branchwater.engine.graveler.graveler import RetryPolicy
 from branchwater.engine.graveler.model import Commit, Entry
 from branchwater.engine.graveler.refs import commit_id_for
 from branchwater.engine.objects import open_object_store
-from tests.helpers.failpoints import PAUSE_TIMEOUT, paused_at
+from tests.helpers.failpoints import held_at
 
 DELETED = None
 MTIME = datetime(2026, 11, 1, tzinfo=timezone.utc)
@@ -442,18 +440,12 @@ def test_a_retry_after_a_merge_landed_in_other_ranges_reads_none_of_them(lake: L
         read.append(range_id)
         return range_table(range_id)
 
-    results: list[MergeResult] = []
-    with paused_at("merge.before_set") as pause:
-        merging = threading.Thread(target=lambda: results.append(repo.merge("feature", "main")))
-        merging.start()
-        pause.wait()
+    with held_at("merge.before_set", lambda: repo.merge("feature", "main")) as merging:
         before = committed.ranges(main.head().metarange_id)
         repo.merge("other", into="main")
         after = committed.ranges(main.head().metarange_id)
         storage.range_table = reading
-        pause.release()
-        merging.join(PAUSE_TIMEOUT)
-    (result,) = results
+    result = merging.result
     assert result.attempts == 2
     landed = {r.range_id for r in before} ^ {r.range_id for r in after}
     assert landed and not landed & set(read), "the retry read a range the other merge changed"

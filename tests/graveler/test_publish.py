@@ -4,7 +4,6 @@ the destination still stands where the preview was built, in one process and in 
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from branchwater.engine.graveler.committed import RangePolicy
 from branchwater.engine.graveler.graveler import RetryPolicy
 from branchwater.engine.graveler.merge import PREVIEW_KEY
 from tests.graveler.test_picks import commit, tree
-from tests.helpers.failpoints import paused_at
+from tests.helpers.failpoints import held_at
 from tests.helpers.servers import spawned_pool
 
 
@@ -144,23 +143,10 @@ def test_a_publish_held_before_its_set_loses_to_a_commit_made_meanwhile(
         commit(repo.branch("main"), "base", a=b"1")
         etl_branch(repo, b=b"etl")
         r = repo.merge("etl", into="main", preview=True)
-        outcome: list[BaseException | None] = []
-
-        def publish() -> None:
-            try:
-                repo.publish(r.commit.id, into="main")
-                outcome.append(None)
-            except BaseException as exc:  # the test thread reports it below
-                outcome.append(exc)
-
-        with paused_at("publish.before_set") as pause:
-            thread = threading.Thread(target=publish)
-            thread.start()
-            pause.wait()
+        publishing = lambda: repo.publish(r.commit.id, into="main")  # noqa: E731
+        with held_at("publish.before_set", publishing) as held:
             moved = commit(other.repository("held").branch("main"), "meanwhile", c=b"m")
-            pause.release()
-            thread.join(60)
-        assert isinstance(outcome[0], MergeRaceLost), outcome
+        assert isinstance(held.raised, MergeRaceLost), held.raised
         assert repo.ref("main").commit_id == moved
 
 
