@@ -59,6 +59,13 @@ class StagingArea:
         """`put`, returning what the `guard` key held once the row was in (`set_guarded`)."""
         return self.kv.set_guarded(token.encode(), path.encode(), _stored(entry), guard)
 
+    def remove_guarded(
+        self, token: str, path: str, guard: tuple[bytes, bytes], expected: bytes
+    ) -> bool:
+        """`remove` only while the `guard` key holds `expected`, atomically
+        (`Store.delete_guarded`): whether it held."""
+        return self.kv.delete_guarded(token.encode(), path.encode(), guard, expected)
+
     def remove(self, token: str, path: str) -> None:
         """Forget a staged path entirely (not a tombstone: lower layers show through)."""
         self.kv.delete(token.encode(), path.encode())

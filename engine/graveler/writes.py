@@ -24,7 +24,7 @@ from branchwater.engine.graveler.model import (
     RepositoryRecord,
     encode_entry,
 )
-from branchwater.engine.graveler.reads import find_branch_look
+from branchwater.engine.graveler.reads import Look, committed_lookup, find_branch_look
 
 
 def unchanged_entry(
@@ -86,21 +86,18 @@ def stage_entry(g: Graveler, repo: RepositoryRecord, branch_name: str, entry: En
 
 
 def stage_delete(g: Graveler, repo: RepositoryRecord, branch_name: str, path: str) -> None:
-    """Delete `path`: a tombstone in the current token, whatever lies below it.
+    """Delete `path`: drop its staged row where nothing lies below it (`_drop_staged_only`),
+    else write a tombstone to the current token.
 
-    Dropping the staged row of a path its base lacks would do for a branch left alone, but a
-    commit can seal the token and read the row between this delete's look and the drop; a
-    delete stopped before its validating read then leaves the branch showing the path gone
-    until the commit lands it, and its retry reports `NotFound`. A tombstone over nothing is
-    harmless: the commit applying it changes nothing, and `uncommitted()` lists no change.
-
-    A sealed token's tombstone is not taken to mean the path is gone (`NotFound`) either: it
-    may be a late write, of a delete stopped before its validating read, that the commit
-    absorbing the token never read; this delete writes its own tombstone instead.
+    A sealed token's tombstone is not taken to mean the path is gone (`NotFound`): it may be
+    a late write, of a delete stopped before its validating read, that the commit absorbing
+    the token never read; this delete writes its own tombstone instead.
     """
     look = find_branch_look(g, repo, branch_name, path)
     if look.value is None and not look.from_sealed_token:
         raise NotFound(f"path {path!r} not found on branch {branch_name!r} of {repo.name!r}")
+    if _drop_staged_only(g, repo, branch_name, path, look):
+        return
 
     def write(branch: BranchRecord) -> BranchRecord:
         return g.stage(repo, branch_name, branch.staging_token, path, None)
@@ -112,6 +109,27 @@ def stage_delete(g: Graveler, repo: RepositoryRecord, branch_name: str, path: st
         return find_branch_look(g, repo, branch_name, path).value is None
 
     _write_validated(g, repo, branch_name, write, f"delete of {path!r}", _Undo(undo, shown))
+
+
+def _drop_staged_only(
+    g: Graveler, repo: RepositoryRecord, branch_name: str, path: str, look: Look
+) -> bool:
+    """Drop the current token's row of a path the branch's base lacks, on a branch with no
+    sealed token: a tombstone there would hide the path from an import or a transaction
+    landing it before the next commit, where git and lakeFS show it. The drop holds only
+    while the branch record is the one read (`StagingArea.remove_guarded`, one atomic
+    step): a commit's seal comes wholly before it, and nothing is dropped (the delete then
+    writes its tombstone), or wholly after it, and the commit reads the token without the
+    row. Dropped unguarded, a row the commit had read already could come back with it once
+    a delete stopped before its retry (history seed 37). Whether it dropped the row."""
+    branch, predicate = g.refs.get_branch(repo, branch_name)
+    if branch.sealed_tokens or look.tokens != (branch.staging_token,):
+        return False
+    protection.check(repo, branch, "write", f"delete of {path!r}")
+    if committed_lookup(g, repo, g.base_metarange(repo, branch), path) is not None:
+        return False
+    guard = g.refs.branch_address(repo, branch_name)
+    return g.staging.remove_guarded(branch.staging_token, path, guard, predicate)
 
 
 class _Undo(NamedTuple):

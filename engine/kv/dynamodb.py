@@ -122,7 +122,7 @@ class DynamoDBStore(Store):
     def _failure(self, action: str, exc: ClientError) -> BranchwaterError:
         code = _code(exc)
         message = scrub(exc.response.get("Error", {}).get("Message", str(exc)), self._secrets)
-        if code == "ConditionalCheckFailedException":
+        if code == "ConditionalCheckFailedException" or _condition_cancelled(exc):
             return PredicateFailed(f"{action}: condition failed in table {self.table!r}")
         if code == "ValidationException":
             return InvalidArgument(f"DynamoDB rejected {action} in {self.url}: {message}")
@@ -205,6 +205,24 @@ class DynamoDBStore(Store):
                 f"key {key!r} in partition {partition!r} changed since read"
             ) from None
 
+    def _delete_guarded(
+        self, partition: bytes, key: bytes, guard: tuple[bytes, bytes], expected: bytes
+    ) -> bool:
+        """One transaction: the guard's condition checked and the key deleted together."""
+        check = {
+            "TableName": self.table,
+            "Key": self._item_key(*guard),
+            "ConditionExpression": _MUST_EQUAL,
+            "ExpressionAttributeValues": {":expected": {"B": expected}},
+        }
+        delete = {"TableName": self.table, "Key": self._item_key(partition, key)}
+        items = [{"ConditionCheck": check}, {"Delete": delete}]
+        try:
+            self._call("delete", self._client.transact_write_items, TransactItems=items)
+        except PredicateFailed:
+            return False
+        return True
+
     def _scan_batch(
         self, partition: bytes, start: bytes, inclusive: bool, limit: int
     ) -> list[tuple[bytes, bytes]]:
@@ -250,6 +268,14 @@ def _key_condition(partition: bytes, start: bytes, inclusive: bool) -> dict[str,
 
 def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _condition_cancelled(exc: ClientError) -> bool:
+    """A transaction cancelled because one of its conditions failed."""
+    reasons = exc.response.get("CancellationReasons") or []
+    return _code(exc) == "TransactionCanceledException" and any(
+        reason.get("Code") == "ConditionalCheckFailed" for reason in reasons
+    )
 
 
 def _parse(url: str, redacted: str) -> tuple[str, str | None, str | None]:

@@ -79,6 +79,15 @@ class MemoryStore(Store):
                 raise PredicateFailed(f"key {key!r} in partition {partition!r} changed since read")
             self._remove(partition, key)
 
+    def _delete_guarded(
+        self, partition: bytes, key: bytes, guard: tuple[bytes, bytes], expected: bytes
+    ) -> bool:
+        with self._lock:
+            if self._current(*guard) != expected:
+                return False
+            self._remove(partition, key)
+            return True
+
     def _scan_batch(
         self, partition: bytes, start: bytes, inclusive: bool, limit: int
     ) -> list[tuple[bytes, bytes]]:

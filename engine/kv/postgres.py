@@ -65,7 +65,9 @@ class PostgresStore(SQLStore):
         engine = create_engine(sa_url, poolclass=NullPool)
         self._quote = quote = engine.dialect.identifier_preparer.quote
         whole = _Route(
-            statements(self.table, quote, "%s"), _fair_statements(self.table, quote, self.table)
+            statements(self.table, quote, "%s"),
+            _fair_statements(self.table, quote, self.table),
+            self.table,
         )
         super().__init__(url, engine, whole.sql)
         self._whole = whole
@@ -139,6 +141,18 @@ class PostgresStore(SQLStore):
             raise key_not_found(*guard)
         return bytes(row[0])
 
+    def _delete_guarded(
+        self, partition: bytes, key: bytes, guard: tuple[bytes, bytes], expected: bytes
+    ) -> bool:
+        """One statement, as `_set_guarded`: the guard row is read `FOR KEY SHARE` and the
+        row removed only if the guard holds `expected`, so a fence of the guard waits until
+        the removal is committed, and a fence committed first is the value read (nothing
+        is removed). Run again after a lost session: removing twice is removing once."""
+        locked, target = self._route(guard[0]).fair.guard, self._route(partition).table
+        params = (*guard, self._lock_key(*guard), partition, key, expected)
+        row = self._fetch(_guarded_delete(self._quote, locked, target), params, fetch_one)
+        return row is not None and bytes(row[0]) == expected
+
     def _statements(self, partition: bytes) -> Statements:
         return self._route(partition).sql
 
@@ -183,6 +197,7 @@ class PostgresStore(SQLStore):
                 _Route(
                     statements(table, self._quote, "%s"),
                     _fair_statements(self.table, self._quote, table),
+                    table,
                 ),
             )
         with self._lock:
@@ -346,6 +361,8 @@ class _PreparedCursor:
 class _FairStatements(NamedTuple):
     swap: str
     set_guarded: str
+    guard: str
+    """The guard row's locking read of `set_guarded`, for `_delete_guarded` to share."""
 
 
 class _Route(NamedTuple):
@@ -353,6 +370,8 @@ class _Route(NamedTuple):
 
     sql: Statements
     fair: _FairStatements
+    table: str
+    """The table they address, unquoted."""
 
 
 def _fair_statements(table: str, quote: Callable[[str], str], source: str) -> _FairStatements:
@@ -384,6 +403,7 @@ def _fair_statements(table: str, quote: Callable[[str], str], source: str) -> _F
     def locking(lock: str, mode: str) -> str:
         return f"SELECT {v} FROM {part} WHERE {where} AND {lock}(%s) IS NOT NULL FOR {mode}"
 
+    guard = locking("pg_advisory_xact_lock_shared", "KEY SHARE")
     return _FairStatements(
         swap=(
             f"WITH fence AS ({locking('pg_advisory_xact_lock', 'UPDATE')}) "
@@ -391,12 +411,26 @@ def _fair_statements(table: str, quote: Callable[[str], str], source: str) -> _F
             "AND EXISTS (SELECT FROM fence)"
         ),
         set_guarded=(
-            f"WITH guard AS ({locking('pg_advisory_xact_lock_shared', 'KEY SHARE')}), "
+            f"WITH guard AS ({guard}), "
             f"written AS (INSERT INTO {t} ({p}, {k}, {v}) "
             "SELECT CAST(%s AS BYTEA), CAST(%s AS BYTEA), CAST(%s AS BYTEA) FROM guard "
             f"ON CONFLICT ({p}, {k}) DO UPDATE SET {v} = excluded.{v}) "
             f"SELECT {v} FROM guard"
         ),
+        guard=guard,
+    )
+
+
+def _guarded_delete(quote: Callable[[str], str], guard: str, target: str) -> str:
+    """`_delete_guarded`'s statement: the guard locked as `set_guarded` locks it, the row
+    removed from `target` (its partition) if the guard holds the value expected, and the
+    guard's value returned."""
+    p, k, v = quote("partition_key"), quote("key"), quote("value")
+    return (
+        f"WITH guard AS ({guard}), "
+        f"gone AS (DELETE FROM {quote(target)} WHERE {p} = %s AND {k} = %s "
+        f"AND EXISTS (SELECT FROM guard WHERE {v} = CAST(%s AS BYTEA))) "
+        f"SELECT {v} FROM guard"
     )
 
 

@@ -53,7 +53,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 from sqlalchemy import Engine, MetaData, Table
 from sqlmodel import Field, SQLModel
 
-from branchwater.engine.errors import BranchwaterError, PredicateFailed
+from branchwater.engine.errors import BranchwaterError, NotFound, PredicateFailed
 from branchwater.engine.kv.store import KeyValue, Store, check_partition, key_not_found
 from branchwater.engine.urls import redact_url
 
@@ -94,6 +94,7 @@ class Statements(NamedTuple):
     swap: str
     delete: str
     delete_if: str
+    delete_guarded: str
     scan_from: str
     scan_after: str
     drop_chunk: str
@@ -118,6 +119,10 @@ def statements(table: str, quote: Callable[[str], str], mark: str) -> Statements
         swap=f"UPDATE {t} SET {v} = {mark} WHERE {where} AND {v} = {mark}",
         delete=f"DELETE FROM {t} WHERE {where}",
         delete_if=f"DELETE FROM {t} WHERE {where} AND {v} = {mark}",
+        delete_guarded=(
+            f"DELETE FROM {t} WHERE {where} AND EXISTS "
+            f"(SELECT 1 FROM {t} WHERE {where} AND {v} = {mark})"
+        ),
         scan_from=f"{scan.format('>=')} LIMIT {mark}",
         scan_after=f"{scan.format('>')} LIMIT {mark}",
         drop_chunk=(
@@ -409,6 +414,20 @@ class SQLStore(Store):
         sql = self._statements(partition).delete_if
         if not self._write(sql, (partition, key, expected), idempotent=False):
             raise PredicateFailed(f"key {key!r} in partition {partition!r} changed since read")
+
+    def _delete_guarded(
+        self, partition: bytes, key: bytes, guard: tuple[bytes, bytes], expected: bytes
+    ) -> bool:
+        """One statement, atomic as SQLite runs it (PostgreSQL overrides it). No row
+        removed means the guard failed or the key was absent: the guard, read again, says
+        which (a guard changed since only turns an absent key into a refusal)."""
+        sql = self._statements(partition).delete_guarded
+        if self._write(sql, (partition, key, *guard, expected), idempotent=False):
+            return True
+        try:
+            return self._get(*guard) == expected
+        except NotFound:
+            return False
 
     def drop_partition(self, partition: bytes, *, pause: float = 0.0) -> None:
         """Delete in chunks: one statement per chunk keeps each write lock short, and the

@@ -131,6 +131,18 @@ class Store(abc.ABC):
             raise InvalidArgument(f"predicate must be bytes from get(), not {kind}")
         self._delete_if(partition, key, predicate)
 
+    def delete_guarded(
+        self, partition: bytes, key: bytes, guard: tuple[bytes, bytes], expected: bytes
+    ) -> bool:
+        """Remove the key only while the `guard` key holds `expected`, in one atomic step: a
+        swap of the guard comes wholly before it (and it removes nothing) or wholly after
+        it. True if the guard held (the key is then absent, whether or not it was there),
+        False if it did not or is gone."""
+        check_key(partition, key)
+        check_key(*guard)
+        check_value(expected)
+        return self._delete_guarded(partition, key, guard, expected)
+
     def scan(
         self, partition: bytes, start: bytes = b"", batch_size: int = DEFAULT_BATCH_SIZE
     ) -> Iterator[KeyValue]:
@@ -215,6 +227,11 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def _delete_if(self, partition: bytes, key: bytes, expected: bytes) -> None:
         """Delete only if the stored value equals `expected`, else `PredicateFailed`."""
+
+    @abc.abstractmethod
+    def _delete_guarded(
+        self, partition: bytes, key: bytes, guard: tuple[bytes, bytes], expected: bytes
+    ) -> bool: ...
 
     @abc.abstractmethod
     def _scan_batch(

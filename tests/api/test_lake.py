@@ -257,11 +257,20 @@ def test_listing_pages_prefix_and_after(repo) -> None:
     assert [e.path for e in main.list(prefix="d/03")][:2] == ["d/030", "d/031"]
 
 
-def test_delete_only_tombstones_when_needed(repo) -> None:
+def test_delete_only_tombstones_when_needed(lake: Lake, repo) -> None:
+    """A path only staged is dropped, not hidden under a tombstone; one HEAD holds gets
+    its tombstone."""
     main = repo.branch("main")
+    main.upload("committed", b"c")
+    main.commit("committed")
     main.upload("staged-only", b"s")
     main.delete("staged-only")
+    token = lake.graveler.read_branch(repo.record, "main").staging_token
+    assert list(lake.graveler.staging.scan(token)) == []
     assert list(main.uncommitted()) == []
+    main.delete("committed")
+    assert list(lake.graveler.staging.scan(token)) == [("committed", None)]
+    main.reset()
     with pytest.raises(NoChanges):
         main.commit("nothing")
     with pytest.raises(NotFound):

@@ -131,6 +131,21 @@ def test_uncommitted_changes_stay_staged_above_the_import(lake_with_source: Impo
     assert [e.path for e in t.repo.ref(result.commit.id).list("mine")] == []
 
 
+def test_a_path_uploaded_and_deleted_before_the_import_shows_the_imported_object(
+    lake_with_source: ImportLake,
+) -> None:
+    """The delete dropped the staged row, so nothing staged hides what the import lands."""
+    t = lake_with_source
+    main = t.repo.branch("main")
+    main.upload("raw/a.csv", b"scratch")
+    main.delete("raw/a.csv")
+
+    main.import_objects(t.source_uri, prefix="raw/")
+
+    assert main.read("raw/a.csv") == OBJECTS["a.csv"]
+    assert list(main.uncommitted()) == []
+
+
 def test_a_copy_of_an_imported_object_shares_its_address(lake_with_source: ImportLake) -> None:
     t = lake_with_source
     main = t.repo.branch("main")

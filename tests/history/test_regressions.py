@@ -16,7 +16,8 @@ Seed 37 again (SQLite, under load): the same retried delete, of a path only stag
 delete dropped the staged row instead of writing a tombstone; a commit sealed the token and
 read the row between the delete's look at the branch and the drop, and the delete stopped
 before its validating read. Its retry found no row anywhere and reported `NotFound`; the
-commit landed the row it had read.
+commit landed the row it had read. The drop is now guarded by the branch record
+(`Store.delete_guarded`): after a seal it drops nothing and the delete writes a tombstone.
 """
 
 from __future__ import annotations
@@ -99,8 +100,8 @@ def test_a_retried_delete_of_a_path_only_staged_still_deletes(
     staging = repo.lake.graveler.staging
 
     def sealed_first(method: Callable[..., Any]) -> Callable[..., Any]:
-        """The delete's row (a tombstone or a dropped entry) comes after a commit has sealed
-        the token and built its ranges from it, held before its branch swap."""
+        """The delete's row (a tombstone, or the entry dropped, guarded or not) comes after a
+        commit has sealed the token and built its ranges from it, held before its swap."""
 
         def run(token: str, path: str, *args: Any) -> Any:
             if path == "p" and not committer.is_alive() and not pause.reached.is_set():
@@ -113,7 +114,7 @@ def test_a_retried_delete_of_a_path_only_staged_still_deletes(
     with paused_at("commit.before_set") as pause:
         committer = threading.Thread(target=lambda: other.branch("main").commit("p"))
         with monkeypatch.context() as patched:
-            for name in ("put_guarded", "remove"):
+            for name in ("put_guarded", "remove", "remove_guarded"):
                 patched.setattr(staging, name, sealed_first(getattr(staging, name)))
             with (
                 failpoints.armed("write.before_validate", _raise),

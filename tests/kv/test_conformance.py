@@ -172,6 +172,23 @@ def test_set_guarded_rejects_a_bad_guard_and_writes_nothing(store: Store, guard:
     assert keys_of(store) == []
 
 
+def test_delete_guarded_removes_only_while_the_guard_holds(store: Store) -> None:
+    store.set(b"refs", b"branch", b"token-1")
+    store.set(P, b"key", b"v")
+    store.set(P, b"other", b"w")
+    assert not store.delete_guarded(P, b"key", (b"refs", b"branch"), b"token-0")
+    assert store.get(P, b"key").value == b"v"
+    assert store.delete_guarded(P, b"key", (b"refs", b"branch"), b"token-1")
+    assert keys_of(store) == [b"other"]
+    assert store.delete_guarded(P, b"key", (b"refs", b"branch"), b"token-1")
+    store.set_if(b"refs", b"branch", b"token-2", b"token-1")
+    assert not store.delete_guarded(P, b"other", (b"refs", b"branch"), b"token-1")
+    assert not store.delete_guarded(P, b"absent", (b"refs", b"branch"), b"token-1")
+    assert not store.delete_guarded(P, b"other", (b"refs", b"gone"), b"token-2")
+    assert keys_of(store) == [b"other"]
+    assert store.get(b"refs", b"branch").value == b"token-2"
+
+
 # --- empty values --------------------------------------------------------------------------
 
 

@@ -14,6 +14,9 @@ another session and observed in `pg_blocking_pids`, not left to timing.
 - A guarded write locks the partitions it reads and writes, not every partition of the
   table (what a prepared read through the partitioned table does), and a guard deleted
   after a write is still found missing.
+- `delete_guarded` (a delete dropping a row only staged) locks the guard as the write
+  does: a fence that comes while it is under way waits for the removal; one under way
+  when it comes is what it reads, and it removes nothing.
 """
 
 from __future__ import annotations
@@ -151,3 +154,41 @@ def test_a_guard_deleted_after_a_write_is_found_missing_and_nothing_is_written(
     store.set(*GUARD, b"token-2")
     assert store.set_guarded(*ROW, b"second", GUARD) == b"token-2"
     assert store.get(*ROW).value == b"second"
+
+
+def test_a_fence_waits_for_a_guarded_delete_under_way(
+    store: PostgresStore, pg_session: psycopg.Connection
+) -> None:
+    """The delete, held on its row by the other session, has locked the guard: the fence
+    (a commit sealing the token) waits until the removal is committed, so the committer
+    reading the sealed token never sees the row it removed."""
+    store.set(*ROW, b"staged")
+    with ThreadPoolExecutor(2) as pool:
+        with row_locked(pg_session, store.table, ROW):
+            delete = pool.submit(store.delete_guarded, *ROW, GUARD, b"token-1")
+            deleter, _ = waiting(pg_session, "WITH guard")
+            swap = pool.submit(store.set_if, *GUARD, b"token-2", b"token-1")
+            assert waiting(pg_session, "WITH fence")[1] == [deleter]
+            assert not (delete.done() or swap.done())
+        assert delete.result(LOCK_WAIT_SECONDS)
+        swap.result(LOCK_WAIT_SECONDS)
+    with pytest.raises(NotFound):
+        store.get(*ROW)
+
+
+def test_a_guarded_delete_that_meets_a_fence_under_way_removes_nothing(
+    store: PostgresStore, pg_session: psycopg.Connection
+) -> None:
+    """The fence is held up by the other session's lock of the guard row; the delete comes
+    while it waits there, waits behind it, reads the swapped value and leaves the row."""
+    store.set(*ROW, b"staged")
+    with ThreadPoolExecutor(2) as pool:
+        with row_locked(pg_session, store.table, GUARD):
+            swap = pool.submit(store.set_if, *GUARD, b"token-2", b"token-1")
+            swapper, _ = waiting(pg_session, "WITH fence")
+            delete = pool.submit(store.delete_guarded, *ROW, GUARD, b"token-1")
+            assert waiting(pg_session, "WITH guard")[1] == [swapper]
+            assert not delete.done()
+        swap.result(LOCK_WAIT_SECONDS)
+        assert not delete.result(LOCK_WAIT_SECONDS)
+    assert store.get(*ROW).value == b"staged"
