@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from branchwater.engine import Lake, MergeConflict, NotFound, failpoints
-from branchwater.engine.api import Repository
+from branchwater.engine.api import Branch, Repository
 from branchwater.engine.graveler import reads, writes
 from branchwater.engine.graveler.merge import MergeResult
 from tests.helpers.failpoints import held_at, paused_at
@@ -48,6 +49,34 @@ def two_lakes(race_kv: str, tmp_path: Path) -> Iterator[tuple[Repository, Reposi
         yield repo, committing.repository(name)
 
 
+@contextmanager
+def _commit_held(other: Repository, message: str) -> Iterator[Callable[[], bool]]:
+    """A commit of `main` through the other lake, started by the call yielded (the first
+    that finds it not started; whether this one did) from inside the operation under test,
+    and held before its branch swap until the block ends, when it lands."""
+    with paused_at("commit.before_set") as pause:
+        committer = threading.Thread(target=lambda: other.branch("main").commit(message))
+
+        def start() -> bool:
+            if committer.is_alive() or pause.reached.is_set():
+                return False
+            committer.start()
+            pause.wait()
+            return True
+
+        yield start
+        pause.release()
+        committer.join(30)
+    assert not committer.is_alive()
+
+
+def _delete_stopped_then_retried(branch: Branch, path: str) -> None:
+    """A delete stopped by a failpoint before its validating read, then run again."""
+    with failpoints.armed("write.before_validate", _raise), pytest.raises(failpoints.FailpointHit):
+        branch.delete(path)
+    branch.delete(path)
+
+
 def test_a_retried_delete_whose_tombstone_a_commit_missed_still_deletes(
     two_lakes: tuple[Repository, Repository], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -59,32 +88,21 @@ def test_a_retried_delete_whose_tombstone_a_commit_missed_still_deletes(
     g = repo.lake.graveler
     look_up = reads.find_branch_look
 
-    def commit_seals_and_builds_after_the_look(*args: Any) -> Any:
-        """The delete's look, then a commit that seals the token and builds its ranges, held
-        before its branch swap; the delete's next read comes from a record cached before
-        the seal, so its tombstone goes to the token the commit has already read."""
-        found = look_up(*args)
-        if not committer.is_alive() and not pause.reached.is_set():
-            before = g.read_branch(repo.record, "main")
-            committer.start()
-            pause.wait()
-            g.branch_cache.put(repo.record, before)
-        return found
+    with _commit_held(other, "q") as start_commit, monkeypatch.context() as patched:
 
-    with paused_at("commit.before_set") as pause:
-        committer = threading.Thread(target=lambda: other.branch("main").commit("q"))
-        with monkeypatch.context() as patched:
-            for module in (reads, writes):
-                patched.setattr(module, "find_branch_look", commit_seals_and_builds_after_the_look)
-            with (
-                failpoints.armed("write.before_validate", _raise),
-                pytest.raises(failpoints.FailpointHit),
-            ):
-                branch.delete("p")
-        branch.delete("p")
-        pause.release()
-        committer.join(30)
-    assert not committer.is_alive()
+        def commit_seals_and_builds_after_the_look(*args: Any) -> Any:
+            """The delete's look, then the commit; the delete's next read comes from a
+            record cached before the seal, so its tombstone goes to the token the commit
+            has already read."""
+            found = look_up(*args)
+            before = g.read_branch(repo.record, "main")
+            if start_commit():
+                g.branch_cache.put(repo.record, before)
+            return found
+
+        for module in (reads, writes):
+            patched.setattr(module, "find_branch_look", commit_seals_and_builds_after_the_look)
+        _delete_stopped_then_retried(branch, "p")
     with pytest.raises(NotFound):
         branch.read("p")
     branch.commit("delete p")
@@ -99,32 +117,21 @@ def test_a_retried_delete_of_a_path_only_staged_still_deletes(
     branch.upload("p", b"staged only")
     staging = repo.lake.graveler.staging
 
-    def sealed_first(method: Callable[..., Any]) -> Callable[..., Any]:
-        """The delete's row (a tombstone, or the entry dropped, guarded or not) comes after a
-        commit has sealed the token and built its ranges from it, held before its swap."""
+    with _commit_held(other, "p") as start_commit, monkeypatch.context() as patched:
 
-        def run(token: str, path: str, *args: Any) -> Any:
-            if path == "p" and not committer.is_alive() and not pause.reached.is_set():
-                committer.start()
-                pause.wait()
-            return method(token, path, *args)
+        def sealed_first(method: Callable[..., Any]) -> Callable[..., Any]:
+            """The delete's row (a tombstone, or the entry dropped, guarded or not) comes
+            after the commit has sealed the token and built its ranges from it."""
 
-        return run
+            def run(token: str, path: str, *args: Any) -> Any:
+                start_commit()
+                return method(token, path, *args)
 
-    with paused_at("commit.before_set") as pause:
-        committer = threading.Thread(target=lambda: other.branch("main").commit("p"))
-        with monkeypatch.context() as patched:
-            for name in ("put_guarded", "remove", "remove_guarded"):
-                patched.setattr(staging, name, sealed_first(getattr(staging, name)))
-            with (
-                failpoints.armed("write.before_validate", _raise),
-                pytest.raises(failpoints.FailpointHit),
-            ):
-                branch.delete("p")
-        branch.delete("p")
-        pause.release()
-        committer.join(30)
-    assert not committer.is_alive()
+            return run
+
+        for name in ("put_guarded", "remove", "remove_guarded"):
+            patched.setattr(staging, name, sealed_first(getattr(staging, name)))
+        _delete_stopped_then_retried(branch, "p")
     assert "p" in tree(repo, repo.ref("main").commit_id)
     with pytest.raises(NotFound):
         branch.read("p")
