@@ -20,7 +20,7 @@ from typing import Generic, TypeVar
 
 from branchwater.engine import CommitExpired, DirtyBranch, NoChanges, NotFound
 from branchwater.engine.api import Branch, Repository
-from branchwater.engine.gc.addresses import newest_first_time
+from branchwater.engine.gc.addresses import is_data_address, newest_first_time
 from branchwater.engine.gc.prepare import PreparedRun
 from branchwater.engine.gc.retention.rules import GCRules
 from branchwater.engine.gc.runlock import DEFAULT_LEASE
@@ -334,10 +334,11 @@ def retention_run(
 ) -> RetentionRun:
     """The committed part of a GC run as the Spark job's driver does it, under the
     repository's GC lease, with the job's anti-joins replaced by the model's address sets:
-    the classes read at `now` (default: the wall clock), the re-check, the second prepare,
-    the fence settled on the commits still holding a candidate, re-armed before the deletes
-    and recorded after (its files written with `s3_options` on S3). Returns what it deleted
-    and the commits it recorded expired."""
+    the classes read at `now` (default: the wall clock), the candidates data addresses
+    only (an imported object's URI is not the lake's to delete), the re-check, the second
+    prepare, the fence settled on the commits still holding a candidate, re-armed before
+    the deletes and recorded after (its files written with `s3_options` on S3). Returns what
+    it deleted and the commits it recorded expired."""
     g, record = repo.lake.graveler, repo.record
     ns = Namespace.of(repo.storage_namespace, s3_options)
     with repo.lock_gc_run(holder, lease):
@@ -346,7 +347,8 @@ def retention_run(
         assert plan is not None
         prepared = repo.prepare_uncommitted_for_gc()
         run_id = prepared.run_id
-        candidates = commit_addresses(repo, set(plan.retention.expired))
+        expired = commit_addresses(repo, set(plan.retention.expired))
+        candidates = set(filter(is_data_address, expired))
         candidates -= commit_addresses(repo, set(plan.retention.active))
         candidates -= run_addresses(repo, prepared)
         held_now = metaranges_now_held(g, record, plan, run_id, holding(repo, plan, candidates))

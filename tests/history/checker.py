@@ -9,7 +9,9 @@ What the model knows, by branch:
   commit, whichever attempt landed it) must equal the view, a reset, revert, cherry-pick or
   merge into it makes its view the tree of the commit it lands on, a restore makes the view
   of the paths it names its source commit's (a cut attempt stages nothing: its failpoints
-  come before the first path is staged), and refusals must be right (a delete or copy
+  come before the first path is staged), an import lands on HEAD a commit of HEAD's tree
+  and its files (under `IMPORTED`, where nothing is staged, so the view shows them too),
+  and refusals must be right (a delete or copy
   `NotFound` where the view lacks the path, `DirtyBranch` where the view differs from
   HEAD's tree).
 - `shared` is written by every worker at once, so the model bounds what a read may show.
@@ -19,7 +21,8 @@ What the model knows, by branch:
   acknowledged before it started. A commit of `shared` is such a read of every path over
   the commit's span (its tree is the branch's view at one moment of it). An operation that
   did not finish, and an attempt of a copy a failpoint cut short (what it copied is not in
-  the log), may have shown anything from its start to its end.
+  the log), may have shown anything from its start to its end. An import into `shared` is
+  a change of each of its files, as a write.
 - `main` takes merges only: every merge acknowledged into it stays in its history.
 
 Merges, syncs (`main` into a worker's branch), reverts and cherry-picks (of `main`'s HEAD
@@ -51,7 +54,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from branchwater.engine.graveler.checksums import content_checksum
-from tests.history.operations import MAIN, MOVES, SHARED
+from branchwater.engine.graveler.imports import SOURCE_KEY as IMPORT_SOURCE_KEY
+from tests.history.operations import IMPORT_FILES, IMPORTED, MAIN, MOVES, SHARED
 
 Tree = dict[str, str]
 STAGED = ("write", "link", "delete", "copy")
@@ -173,6 +177,20 @@ class Checker:
         self.ops = ops
         self.state = state
         self.found: list[str] = []
+        self.imported = self.imports()
+
+    def imports(self) -> Tree:
+        """What an import lands under `IMPORTED`, as the commits imports made hold it: the
+        same in each (the source never changes), one entry per file."""
+        landed: Tree = {}
+        for commit_id, commit in sorted(self.state.commits.items()):
+            if IMPORT_SOURCE_KEY not in commit.metadata:
+                continue
+            held = {p: v for p, v in commit.tree.items() if p.startswith(IMPORTED)}
+            if len(held) != len(IMPORT_FILES) or (landed and held != landed):
+                self.fail(f"import commit {commit_id} holds {held}, not {landed or IMPORT_FILES}")
+            landed = landed or held
+        return landed
 
     def fail(self, message: str) -> None:
         self.found.append(message)
@@ -426,6 +444,20 @@ class PrivateModel:
             held = self.checker.tree(self.head)
             if held != self.view:
                 self.fail(op, f"commit {self.head} holds {held}, the model's view is {self.view}")
+        elif kind == "import" and ok:
+            before = self.checker.tree(self.head)
+            landed = result["commit"]
+            if landed is not None:
+                commit = self.checker.state.commits.get(landed)
+                if commit is None or commit.parents != [self.head]:
+                    self.fail(
+                        op, f"landed {landed} on {commit and commit.parents}, not {self.head}"
+                    )
+                self.head = landed
+            held = self.checker.tree(self.head)
+            if held != {**before, **self.checker.imported}:
+                self.fail(op, f"HEAD {self.head} holds {held} after the import onto {before}")
+            self.view.update(self.checker.imported)
         elif kind == "reset" and ok:
             target = args["parents"][0] if args["back"] and args["parents"] else self.head
             if result["head"] != target:
@@ -463,10 +495,16 @@ class SharedModel:
         self.initial = checker.tree(checker.state.initial)
         self.changes: dict[str, list[tuple[float, float | None, str | None]]] = defaultdict(list)
         named = {op.args.get(key) for op in checker.ops for key in ("path", "src", "dst")}
+        named |= set(checker.imported)
         self.paths = sorted(set(self.initial) | {p for p in named if isinstance(p, str)})
-        """Every path the history names: what a listing may show."""
+        """Every path the history names or an import lands: what a listing may show."""
         for op in checker.ops:
-            if op.args.get("branch") != SHARED or op.kind not in STAGED or op.hostile:
+            if op.args.get("branch") != SHARED or op.hostile:
+                continue
+            if op.kind == "import":
+                self.imports(op)
+                continue
+            if op.kind not in STAGED:
                 continue
             path = op.args["dst"] if op.kind == "copy" else op.args["path"]
             if op.status in (None, "error"):
@@ -476,6 +514,14 @@ class SharedModel:
                 self.changes[path].append((op.start, op.end, ANY))
             if op.status == "ok" or (op.kind == "delete" and op.cut):
                 value = op.result.get("value")
+                self.changes[path].append((op.start, op.end, value))
+
+    def imports(self, op: Op) -> None:
+        """An import into `shared` changes each path it lands as a write would."""
+        for path, value in self.checker.imported.items():
+            if op.status in (None, "error"):
+                self.changes[path].append((op.start, None, ANY))
+            elif op.status == "ok":
                 self.changes[path].append((op.start, op.end, value))
 
     def allowed(self, path: str, start: float, end: float) -> set[str | None] | None:

@@ -5,13 +5,14 @@ A worker owns a private branch (`w<N>`: only it writes, commits, resets, reverts
 into it, so the model of it is exact), writes to the branch every worker shares
 (`shared`), merges its branch into `main` (which takes nothing but merges; some as a
 preview, then published) and `main` into its branch, makes and deletes branches and tags of
-its own, runs uncommitted GC (prepare, then the GC rule's sweep) and retention GC
-(`tests.gc_model.retention_run`, the Spark job's driver with the model's address sets), and
-feeds every door hostile input: names, paths and metadata drawn (`hostile.draw`, from the
-seed) from the hostile-input suites' strategies, which the engine must refuse with a typed
-error and without writing anything, and odd ones (any valid Unicode path, branch or tag
-name, user metadata) it must keep exactly. A planned
-failpoint is armed for the first attempt only: `raise` is retried at once, `kill` by the
+its own, imports a folder of files outside the lake (the same files every time) into its
+branch or `shared` under `IMPORTED`, runs uncommitted GC (prepare, then the GC rule's sweep)
+and retention GC (`tests.gc_model.retention_run`, the Spark job's driver with the model's
+address sets), and feeds every door hostile input: names, paths and metadata drawn
+(`hostile.draw`, from the seed) from the hostile-input suites' strategies, which the engine
+must refuse with a typed error and without writing anything, and odd ones (any valid
+Unicode path, branch or tag name, user metadata) it must keep exactly. A planned failpoint
+is armed for the first attempt only: `raise` is retried at once, `kill` by the
 process the supervisor starts in its place, which finds the unfinished operation in the log
 and runs it again with the same arguments.
 
@@ -79,6 +80,11 @@ REFUSALS = (
 """Clean refusals: the operation changed nothing (the checker says which fit which
 operation: `InvalidName` and `InvalidArgument` only hostile input, `CommitExpired`, a
 `NotFound`, only a move onto a commit). Any other error is a finding."""
+IMPORTED = "imported-objects/"
+"""Where imports land: no other operation names a path under it, so nothing is ever staged
+there and an import's effect on a branch is its files, whatever else the branch holds."""
+IMPORT_FILES = ("a.csv", "b/c.csv", "d.csv")
+"""The files of a history's import source (`Task.source_uri`)."""
 MAX_ATTEMPTS = 4
 MOVE_POINTS = ("gc.fence.after_claim",)
 FAULT_POINTS: dict[str, tuple[str, ...]] = {
@@ -88,6 +94,12 @@ FAULT_POINTS: dict[str, tuple[str, ...]] = {
     "link": ("link.before_stage",),
     "commit": ("commit.after_seal", "commit.after_ranges", "commit.before_set", "commit.after_set"),
     "compact": ("compaction.after_ranges", "compaction.before_install"),
+    "import": (
+        "import.after_batch",
+        "merge.after_ranges",
+        "import.after_record",
+        "merge.before_set",
+    ),
     "merge": ("merge.after_ranges", "merge.before_set", "publish.before_set", *MOVE_POINTS),
     "sync": ("merge.after_ranges", "merge.before_set", *MOVE_POINTS),
     "revert": ("merge.after_ranges", "merge.before_set", *MOVE_POINTS),
@@ -172,6 +184,8 @@ class Task:
     object and its staging."""
     start: float = 0.0
     """The history's start (POSIX seconds): the commit clock at operation 0."""
+    source_uri: str = ""
+    """The folder imports read (`IMPORT_FILES`), outside every namespace."""
 
     def clock(self, k: int) -> datetime:
         """The commit clock at operation `k`."""
@@ -239,6 +253,7 @@ class Plan:
             "list": 1,
             "commit": 3,
             "compact": 1,
+            "import": 0.4,
             "reset": 0.5,
             "revert": 0.7,
             "restore": 0.6,
@@ -260,7 +275,8 @@ class Plan:
                 continue
             kind = rng.choices(kinds, odds)[0]
             staged = kind in ("write", "delete", "copy", "link", "read", "list", "commit")
-            branch = SHARED if (staged or kind == "compact") and rng.random() < 0.4 else own
+            shares = staged or kind in ("compact", "import")
+            branch = SHARED if shares and rng.random() < 0.4 else own
             path = rng.choice(universe)
             k = len(plan.steps)
             if kind in ("write", "link"):
@@ -271,7 +287,7 @@ class Plan:
                 plan.add(rng, kind, branch=branch, src=path, dst=rng.choice(universe))
             elif kind == "commit":
                 plan.add(rng, kind, branch=branch, metadata=_metadata(rng))
-            elif kind in ("list", "compact"):
+            elif kind in ("list", "compact", "import"):
                 plan.add(rng, kind, branch=branch)
             elif kind == "hostile":
                 plan.add_hostile(rng, branch, path)
@@ -533,6 +549,10 @@ class Runner:
             return {"commit": commit_id, "head": branch.commit_id}
         if kind == "compact":
             return {"outcome": repo.branch(args["branch"]).compact().outcome}
+        if kind == "import":
+            branch = repo.branch(args["branch"])
+            landed = branch.import_objects(self.task.source_uri, prefix=IMPORTED).commit
+            return {"commit": landed and landed.id, "head": branch.commit_id}
         if kind == "reset":
             branch = repo.branch(args["branch"])
             back = args["back"] and args["parents"]

@@ -31,6 +31,7 @@ from tests.helpers.servers import unique_name
 from tests.history import operations
 from tests.history.checker import CommitState, FinalState, check
 from tests.history.operations import (
+    IMPORT_FILES,
     LEASE,
     MAIN,
     PATHS,
@@ -100,6 +101,7 @@ def run_history(
     start = time.time()
     logs = logs / backend.name
     logs.mkdir(exist_ok=True)
+    source = import_source(logs / f"source-{name}", seed)
     tasks = [
         Task(
             backend.kv_url,
@@ -113,6 +115,7 @@ def run_history(
             settings.fault_rate,
             settings.gc_min_age,
             start,
+            source,
         )
         for worker in range(settings.workers)
     ]
@@ -139,6 +142,14 @@ def set_up(repo: Repository, seed: int, workers: int) -> str:
     for branch in [SHARED, *(private(w) for w in range(workers))]:
         repo.create_branch(branch, source=MAIN)
     return initial
+
+
+def import_source(folder: Path, seed: int) -> str:
+    """The folder every import of the history reads: `IMPORT_FILES`, never changed."""
+    for name in IMPORT_FILES:
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(f"imported {seed} {name}".encode())
+    return folder.as_uri()
 
 
 def tree(repo: Repository, commit_id: str) -> dict[str, str]:

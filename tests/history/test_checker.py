@@ -9,7 +9,7 @@ import pytest
 
 from branchwater.engine.graveler.checksums import content_checksum
 from tests.history.checker import CommitState, FinalState, check, three_way
-from tests.history.operations import MAIN, SHARED
+from tests.history.operations import IMPORT_FILES, IMPORTED, MAIN, SHARED
 
 ROOT = "c0"
 
@@ -107,6 +107,40 @@ def test_a_commit_of_a_private_branch_must_hold_what_was_staged() -> None:
     lost = {ROOT: good[ROOT]}
     found = check(log.records, state(commits=lost, views=views, branches=branches))
     assert any("acknowledged commit c1, which is gone" in message for message in found)
+
+
+IMPORT_META = {"branchwater.import.source": "file:///source/"}
+IMPORTED_TREE = {f"{IMPORTED}{name}": f"etag:{i}" for i, name in enumerate(IMPORT_FILES)}
+
+
+def test_an_import_must_land_its_files_on_head_and_stay_under_what_is_staged() -> None:
+    """The import lands on HEAD with the files; a staged write stays above it, in the view."""
+    log = Log()
+    log.op("write", {"branch": "w0", "path": "p/01", "data": "x"}, 1, 2, {"value": written("x")})
+    log.op("import", {"branch": "w0"}, 3, 4, {"commit": "c1", "head": "c1"})
+    views = {MAIN: {}, SHARED: {}, "w0": {"p/01": written("x"), **IMPORTED_TREE}, "w1": {}}
+    branches = {MAIN: ROOT, SHARED: ROOT, "w0": "c1", "w1": ROOT}
+    good = {ROOT: CommitState([], {}, {}), "c1": CommitState([ROOT], IMPORT_META, IMPORTED_TREE)}
+    assert check(log.records, state(commits=good, views=views, branches=branches)) == []
+    partial = dict(list(IMPORTED_TREE.items())[1:])
+    bad = {ROOT: good[ROOT], "c1": CommitState([ROOT], IMPORT_META, partial)}
+    found = check(log.records, state(commits=bad, views=views, branches=branches))
+    assert any(message.startswith("import commit c1 holds") for message in found), found
+    elsewhere = {**good, "c1": CommitState(["c9"], IMPORT_META, IMPORTED_TREE)}
+    found = check(log.records, state(commits=elsewhere, views=views, branches=branches))
+    assert any("landed c1 on ['c9'], not c0" in message for message in found), found
+
+
+def test_a_read_of_shared_after_an_acknowledged_import_must_see_its_files() -> None:
+    log = Log()
+    log.op("import", {"branch": SHARED}, 1, 2, {"commit": "c1", "head": "c1"})
+    path = next(iter(IMPORTED_TREE))
+    log.op("read", {"branch": SHARED, "path": path}, 3, 4, error="NotFound", worker=1)
+    commits = {ROOT: CommitState([], {}, {}), "c1": CommitState([ROOT], IMPORT_META, IMPORTED_TREE)}
+    views = {MAIN: {}, SHARED: IMPORTED_TREE, "w0": {}, "w1": {}}
+    branches = {MAIN: ROOT, SHARED: "c1", "w0": ROOT, "w1": ROOT}
+    found = check(log.records, state(commits=commits, views=views, branches=branches))
+    assert any(f"shows {path} as None" in message for message in found), found
 
 
 @pytest.mark.parametrize(
