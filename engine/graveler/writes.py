@@ -121,7 +121,10 @@ def _drop_staged_only(
     step): a commit's seal comes wholly before it, and nothing is dropped (the delete then
     writes its tombstone), or wholly after it, and the commit reads the token without the
     row. Dropped unguarded, a row the commit had read already could come back with it once
-    a delete stopped before its retry (history seed 37). Whether it dropped the row."""
+    a delete stopped before its retry (history seed 37). Whether it dropped the row; a
+    path the look found below the current token costs no further read."""
+    if look.base is not None or len(look.tokens) != 1:
+        return False
     branch, predicate = g.refs.get_branch(repo, branch_name)
     if branch.sealed_tokens or look.tokens != (branch.staging_token,):
         return False
