@@ -177,9 +177,9 @@ class Checker:
         self.ops = ops
         self.state = state
         self.found: list[str] = []
-        self.imported = self.imports()
+        self.imported = self.imported_files()
 
-    def imports(self) -> Tree:
+    def imported_files(self) -> Tree:
         """What an import lands under `IMPORTED`, as the commits imports made hold it: the
         same in each (the source never changes), one entry per file."""
         landed: Tree = {}
@@ -502,7 +502,7 @@ class SharedModel:
             if op.args.get("branch") != SHARED or op.hostile:
                 continue
             if op.kind == "import":
-                self.imports(op)
+                self.add_import(op)
                 continue
             if op.kind not in STAGED:
                 continue
@@ -516,7 +516,7 @@ class SharedModel:
                 value = op.result.get("value")
                 self.changes[path].append((op.start, op.end, value))
 
-    def imports(self, op: Op) -> None:
+    def add_import(self, op: Op) -> None:
         """An import into `shared` changes each path it lands as a write would."""
         for path, value in self.checker.imported.items():
             if op.status in (None, "error"):
