@@ -590,7 +590,12 @@ class Branch(Ref):
         return reads.list_branch(self._g, self._record, self.name, prefix, after)
 
     def upload(
-        self, path: str, data: UploadSource, metadata: Mapping[str, str] | None = None
+        self,
+        path: str,
+        data: UploadSource,
+        metadata: Mapping[str, str] | None = None,
+        *,
+        if_absent: bool = False,
     ) -> Entry:
         """Write `data` to a fresh address in the namespace, then stage it at `path`.
 
@@ -606,6 +611,12 @@ class Branch(Ref):
         `data` are checked before anything is written. The object is written before it is
         staged, so until then it is younger than any GC cutoff (the "upload" row of GC's
         promises in docs/design/gc.md).
+
+        `if_absent=True` is an exclusive creation (S3's `If-None-Match: *`): `PathExists`
+        (an `AlreadyExists` and a `FileExistsError`) if the branch shows anything at `path`,
+        found before the object is written or once it is (then the object is deleted); of
+        concurrent creations of one path exactly one succeeds, and a retry of the one that
+        did is refused too.
         """
         check_new_path(path)
         meta = check_metadata(metadata)
@@ -616,6 +627,7 @@ class Branch(Ref):
             path,
             meta,
             self.repository.lake.addresses.next_address,
+            exclusive=if_absent,
         )
         return upload.run(data)
 
@@ -624,6 +636,8 @@ class Branch(Ref):
         path: str,
         local_path: str | os.PathLike[str],
         metadata: Mapping[str, str] | None = None,
+        *,
+        if_absent: bool = False,
     ) -> Entry:
         """`upload` of a local file by its path, streamed (multipart on S3) in bounded memory;
         anything but a path (bytes, a file object) is `InvalidArgument`, so content is never
@@ -631,7 +645,7 @@ class Branch(Ref):
         path_of = _local_path(
             local_path, "upload_file", "; use upload() for bytes or a file object"
         )
-        return self.upload(path, path_of, metadata)
+        return self.upload(path, path_of, metadata, if_absent=if_absent)
 
     def import_objects(
         self,

@@ -38,6 +38,11 @@ class AlreadyExists(BranchwaterError):
     """Something with that name exists already."""
 
 
+class PathExists(AlreadyExists, FileExistsError):
+    """An exclusive creation (`upload(..., if_absent=True)`, fsspec's `"xb"`) found the path
+    shown on the branch."""
+
+
 class Conflict(BranchwaterError):
     """Two sides changed the same thing; the operation cannot decide alone."""
 

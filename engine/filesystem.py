@@ -323,10 +323,11 @@ class BranchwaterFileSystem(AbstractFileSystem):
             loc, ref, entry = self._entry(path)
             return _reader(_open_entry(ref, entry), loc.name(entry.path), entry.size)
         if mode in ("wb", "xb"):
-            if mode == "xb" and self.exists(path):
+            exclusive = mode == "xb"
+            if exclusive and self.exists(path):
                 raise FileExistsError(f"{PROTOCOL}://{self._strip_protocol(path)} exists")
             branch, key = self._branch(path)
-            return WriteFile(branch, key, self._strip_protocol(path))
+            return WriteFile(branch, key, self._strip_protocol(path), exclusive=exclusive)
         raise InvalidArgument(f"mode {mode!r} is not supported: use 'rb', 'wb' or 'xb'")
 
     def cat_file(
@@ -354,20 +355,16 @@ class BranchwaterFileSystem(AbstractFileSystem):
     # Writing (on branches)
 
     def pipe_file(self, path: str, value: bytes, mode: str = "overwrite", **kwargs: Any) -> None:
-        if mode == "create" and self.exists(path):
-            raise FileExistsError(f"{PROTOCOL}://{self._strip_protocol(path)} exists")
         branch, key = self._branch(path)
-        branch.upload(key, value)
+        branch.upload(key, value, if_absent=mode == "create")
 
     def put_file(
         self, lpath: str, rpath: str, callback: Any = None, mode: str = "overwrite", **kwargs: Any
     ) -> None:
         if os.path.isdir(lpath):
             return
-        if mode == "create" and self.exists(rpath):
-            raise FileExistsError(f"{PROTOCOL}://{self._strip_protocol(rpath)} exists")
         branch, key = self._branch(rpath)
-        branch.upload(key, Path(lpath))
+        branch.upload(key, Path(lpath), if_absent=mode == "create")
 
     def cp_file(self, path1: str, path2: str, **kwargs: Any) -> None:
         """Within one branch a copy of the entry (`Branch.copy`); from another ref or
@@ -474,12 +471,15 @@ def _reader(f: BinaryIO, name: str, size: int) -> BinaryIO:
 
 class WriteFile(io.RawIOBase):
     """A file written to a branch: spooled (memory, then a temporary file) and uploaded,
-    streamed, when closed; an error inside `with`, or a file never closed, uploads nothing."""
+    streamed, when closed; an error inside `with`, or a file never closed, uploads nothing.
+    An `exclusive` one (mode `"xb"`) is uploaded only where the branch shows nothing at its
+    path when it is closed, else `PathExists` (a `FileExistsError`)."""
 
-    def __init__(self, branch: Branch, key: str, name: str) -> None:
+    def __init__(self, branch: Branch, key: str, name: str, *, exclusive: bool = False) -> None:
         super().__init__()
         self.branch = branch
         self.key = key
+        self.exclusive = exclusive
         self.path = name
         self.entry: Entry | None = None
         self._spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)  # noqa: SIM115
@@ -498,7 +498,11 @@ class WriteFile(io.RawIOBase):
             return
         try:
             self._spool.seek(0)
-            self.entry = self.branch.upload(self.key, self._spool)  # type: ignore[arg-type]
+            self.entry = self.branch.upload(
+                self.key,
+                self._spool,  # type: ignore[arg-type]
+                if_absent=self.exclusive,
+            )
         finally:
             self._spool.close()
             super().close()

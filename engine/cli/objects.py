@@ -39,7 +39,7 @@ def cmd_upload(lake: Lake, args: argparse.Namespace, out: Output) -> None:
     branch = lake.repository(args.repo).branch(args.branch)
     source = open_local(args.file)
     try:
-        entry = branch.upload(args.path, source, dict(args.meta))
+        entry = branch.upload(args.path, source, dict(args.meta), if_absent=args.if_absent)
     finally:
         if source is not sys.stdin.buffer:
             source.close()
@@ -94,6 +94,11 @@ def register(sub: Subparsers) -> None:
     upload.add_argument("path", metavar="PATH")
     upload.add_argument("file", metavar="FILE")
     add_meta(upload)
+    upload.add_argument(
+        "--if-absent",
+        action="store_true",
+        help="only if the branch shows nothing at PATH (an exclusive creation), else fail",
+    )
     cat = verb(sub, "cat", cmd_cat, "write an object's bytes to stdout")
     cat.add_argument("repo", metavar="REPO")
     cat.add_argument("ref", metavar="REF")

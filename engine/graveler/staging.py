@@ -66,6 +66,16 @@ class StagingArea:
         (`Store.delete_guarded`): whether it held."""
         return self.kv.delete_guarded(token.encode(), path.encode(), guard, expected)
 
+    def create_guarded(
+        self, token: str, path: str, entry: Entry, guard: tuple[bytes, bytes], expected: bytes
+    ) -> bool:
+        """`put` only where the token holds no row at `path` but a tombstone, and only while
+        the `guard` key holds `expected`, atomically (`Store.create_guarded`): whether it
+        was written; `PredicateFailed` if the guard did not hold."""
+        return self.kv.create_guarded(
+            token.encode(), path.encode(), encode_entry(entry), guard, expected
+        )
+
     def remove(self, token: str, path: str) -> None:
         """Forget a staged path entirely (not a tombstone: lower layers show through)."""
         self.kv.delete(token.encode(), path.encode())

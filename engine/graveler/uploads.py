@@ -3,6 +3,7 @@
 The content streams from bytes, a local file or a binary file object; its SHA-256 is
 computed on the way to the store, so the entry records the bytes written, whatever a file
 does meanwhile. Content the branch already shows at the path is neither written nor staged.
+An exclusive upload stages only a path the branch does not show (`writes.create_entry`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO
 
-from branchwater.engine.errors import InvalidArgument
+from branchwater.engine.errors import InvalidArgument, PathExists
 from branchwater.engine.graveler import writes
 from branchwater.engine.graveler.checksums import ContentHasher
 from branchwater.engine.graveler.graveler import Graveler
@@ -26,7 +27,8 @@ UploadSource = bytes | bytearray | memoryview | str | Path | BinaryIO
 
 
 class Upload:
-    """One upload of content to `path` on a branch, with `metadata`."""
+    """One upload of content to `path` on a branch, with `metadata`; `exclusive`: only where
+    the branch shows nothing at `path`, else `PathExists` (its object deleted)."""
 
     def __init__(
         self,
@@ -36,6 +38,8 @@ class Upload:
         path: str,
         metadata: Metadata,
         next_address: Callable[[], str],
+        *,
+        exclusive: bool = False,
     ) -> None:
         self._g = g
         self._repo = repo
@@ -43,9 +47,13 @@ class Upload:
         self._path = path
         self._metadata = metadata
         self._next_address = next_address
+        self._exclusive = exclusive
 
     def run(self, source: UploadSource) -> Entry:
-        """Upload `source`; its type is checked before anything is read or written."""
+        """Upload `source`; its type is checked before anything is read or written, and an
+        exclusive upload's path before anything is written."""
+        if self._exclusive and self._shown() is not None:
+            raise writes.path_exists(self._repo, self._branch, self._path)
         if isinstance(source, bytes | bytearray | memoryview):
             return self._from_bytes(bytes(source))
         if isinstance(source, str | Path):
@@ -84,8 +92,13 @@ class Upload:
         existing = self._unchanged(hasher.size, hasher.hexdigest())
         return existing or self._write(f, (hasher.size, hasher.hexdigest()))
 
+    def _shown(self) -> Entry | None:
+        return find_branch_look(self._g, self._repo, self._branch, self._path).value
+
     def _may_be_unchanged(self, size: int) -> bool:
-        shown = find_branch_look(self._g, self._repo, self._branch, self._path).value
+        if self._exclusive:
+            return False
+        shown = self._shown()
         return (
             shown is not None
             and shown.size == size
@@ -112,12 +125,21 @@ class Upload:
                 store.delete([address])
                 return existing
         entry = Entry(self._path, address, hasher.size, content[1], info.mtime, self._metadata)
-        writes.stage_entry(self._g, self._repo, self._branch, entry)
+        if not self._exclusive:
+            writes.stage_entry(self._g, self._repo, self._branch, entry)
+            return entry
+        try:
+            writes.create_entry(self._g, self._repo, self._branch, entry)
+        except PathExists:
+            store.delete([address])
+            raise
         return entry
 
     def _unchanged(
         self, size: int, checksum: str, legacy_md5: Callable[[], str] | None = None
     ) -> Entry | None:
+        if self._exclusive:
+            return None
         return writes.unchanged_entry(
             self._g,
             self._repo,

@@ -13,7 +13,13 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from branchwater.engine import failpoints
-from branchwater.engine.errors import BranchProtected, NotFound, too_many_tries
+from branchwater.engine.errors import (
+    BranchProtected,
+    NotFound,
+    PathExists,
+    PredicateFailed,
+    too_many_tries,
+)
 from branchwater.engine.graveler import protection
 from branchwater.engine.graveler.checksums import holds
 from branchwater.engine.graveler.graveler import Graveler
@@ -24,7 +30,7 @@ from branchwater.engine.graveler.model import (
     RepositoryRecord,
     encode_entry,
 )
-from branchwater.engine.graveler.reads import Look, committed_lookup, find_branch_look
+from branchwater.engine.graveler.reads import Look, committed_lookup, find_branch_look, look_up
 
 
 def unchanged_entry(
@@ -83,6 +89,45 @@ def stage_entry(g: Graveler, repo: RepositoryRecord, branch_name: str, entry: En
         )
 
     _write_validated(g, repo, branch_name, write, f"write of {entry.path!r}", _Undo(undo, shown))
+
+
+def create_entry(g: Graveler, repo: RepositoryRecord, branch_name: str, entry: Entry) -> None:
+    """Stage `entry` only where the branch shows nothing at its path: an exclusive creation
+    (S3's `If-None-Match: *`); `PathExists` where it shows something.
+
+    The branch is read, the path looked up in the layers that record names, and the row
+    created in its staging token only while the record is still the one read and the token
+    holds no row at the path but a tombstone (`Store.create_guarded`, one atomic step). A
+    seal, commit, compaction or `protect` in between changes the record, and the look is
+    made again. So of two creations of one path only one succeeds: the later look sees the
+    earlier row, in the staging token or, sealed since, below it, or the later creation
+    finds the row. A sealed token's row counts as shown even if it may be a late write:
+    it may be another creation's. Unpaced, as a lookup is."""
+    what = f"creation of {entry.path!r}"
+    guard = g.refs.branch_address(repo, branch_name)
+    for _ in range(g.retry.attempts):
+        branch, predicate = g.refs.get_branch(repo, branch_name)
+        protection.check(repo, branch, "write", what)
+        if look_up(g, repo, branch, entry.path).value is not None:
+            raise path_exists(repo, branch_name, entry.path)
+        failpoints.hit("write.before_create")
+        try:
+            created = g.staging.create_guarded(
+                branch.staging_token, entry.path, entry, guard, predicate
+            )
+        except PredicateFailed:
+            continue
+        if not created:
+            raise path_exists(repo, branch_name, entry.path)
+        return
+    raise too_many_tries(f"{what} on branch {branch_name!r} of {repo.name!r}", g.retry.attempts)
+
+
+def path_exists(repo: RepositoryRecord, branch_name: str, path: str) -> PathExists:
+    return PathExists(
+        f"path {path!r} exists on branch {branch_name!r} of {repo.name!r}: an exclusive "
+        "creation (if_absent) writes only a path the branch does not show"
+    )
 
 
 def stage_delete(g: Graveler, repo: RepositoryRecord, branch_name: str, path: str) -> None:

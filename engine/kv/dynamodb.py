@@ -20,10 +20,11 @@ from branchwater.engine.errors import (
     BranchwaterError,
     ConfigurationError,
     InvalidArgument,
+    NotFound,
     PredicateFailed,
     Unavailable,
 )
-from branchwater.engine.kv.store import Store, key_not_found
+from branchwater.engine.kv.store import Store, guard_failed, key_not_found
 from branchwater.engine.per_process import PerProcess
 from branchwater.engine.urls import redact_url, scrub, url_password, url_secrets
 
@@ -47,6 +48,7 @@ _ATTRIBUTES = [
 _MUST_NOT_EXIST = f"attribute_not_exists({KEY_ATTR})"
 _MUST_EXIST = f"attribute_exists({KEY_ATTR})"
 _MUST_EQUAL = f"{VALUE_ATTR} = :expected"
+_ABSENT_OR_EMPTY = f"{_MUST_NOT_EXIST} OR size({VALUE_ATTR}) = :empty"
 
 
 class DynamoDBStore(Store):
@@ -220,6 +222,43 @@ class DynamoDBStore(Store):
         try:
             self._call("delete", self._client.transact_write_items, TransactItems=items)
         except PredicateFailed:
+            return False
+        return True
+
+    def _create_guarded(
+        self,
+        partition: bytes,
+        key: bytes,
+        value: bytes,
+        guard: tuple[bytes, bytes],
+        expected: bytes,
+    ) -> bool:
+        """One transaction, as `_delete_guarded`: the guard's condition checked and the key
+        put where it is absent or empty. A cancelled one means the guard failed or the key
+        holds a value: the guard, read again, says which."""
+        check = {
+            "TableName": self.table,
+            "Key": self._item_key(*guard),
+            "ConditionExpression": _MUST_EQUAL,
+            "ExpressionAttributeValues": {":expected": {"B": expected}},
+        }
+        item = {**self._item_key(partition, key), VALUE_ATTR: {"B": value}}
+        put = {
+            "TableName": self.table,
+            "Item": item,
+            "ConditionExpression": _ABSENT_OR_EMPTY,
+            "ExpressionAttributeValues": {":empty": {"N": "0"}},
+        }
+        items = [{"ConditionCheck": check}, {"Put": put}]
+        try:
+            self._call("put", self._client.transact_write_items, TransactItems=items)
+        except PredicateFailed:
+            try:
+                held = self._get(*guard) == expected
+            except NotFound:
+                held = False
+            if not held:
+                raise guard_failed(guard) from None
             return False
         return True
 

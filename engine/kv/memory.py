@@ -6,7 +6,7 @@ import bisect
 import threading
 
 from branchwater.engine.errors import PredicateFailed
-from branchwater.engine.kv.store import Store, key_not_found
+from branchwater.engine.kv.store import Store, guard_failed, key_not_found
 
 
 class _Partition:
@@ -86,6 +86,22 @@ class MemoryStore(Store):
             if self._current(*guard) != expected:
                 return False
             self._remove(partition, key)
+            return True
+
+    def _create_guarded(
+        self,
+        partition: bytes,
+        key: bytes,
+        value: bytes,
+        guard: tuple[bytes, bytes],
+        expected: bytes,
+    ) -> bool:
+        with self._lock:
+            if self._current(*guard) != expected:
+                raise guard_failed(guard)
+            if self._current(partition, key):
+                return False
+            self._put(partition, key, value)
             return True
 
     def _scan_batch(

@@ -153,6 +153,22 @@ class PostgresStore(SQLStore):
         row = self._fetch(_guarded_delete(self._quote, locked, target), params, fetch_one)
         return row is not None and bytes(row[0]) == expected
 
+    def _guarded_create(
+        self,
+        partition: bytes,
+        key: bytes,
+        value: bytes,
+        guard: tuple[bytes, bytes],
+        expected: bytes,
+    ) -> tuple[str, tuple[Any, ...]]:
+        """The guard row read `FOR KEY SHARE` after its advisory-lock queue, as `_set_guarded`
+        reads it, and the row created from it only if it holds `expected`: a fence of the
+        guard waits until the creation is committed, and a fence committed first is the
+        value read (nothing is written)."""
+        locked, target = self._route(guard[0]).fair.guard, self._route(partition).table
+        sql = _guarded_create(self._quote, locked, target)
+        return sql, (*guard, self._lock_key(*guard), partition, key, value, expected)
+
     def _statements(self, partition: bytes) -> Statements:
         return self._route(partition).sql
 
@@ -431,6 +447,20 @@ def _guarded_delete(quote: Callable[[str], str], guard: str, target: str) -> str
         f"gone AS (DELETE FROM {quote(target)} WHERE {p} = %s AND {k} = %s "
         f"AND EXISTS (SELECT FROM guard WHERE {v} = CAST(%s AS BYTEA))) "
         f"SELECT {v} FROM guard"
+    )
+
+
+def _guarded_create(quote: Callable[[str], str], guard: str, target: str) -> str:
+    """`_guarded_create`'s statement: the guard locked as `set_guarded` locks it, the row
+    written to `target` (its partition) where it is absent or empty, if the guard holds the
+    value expected."""
+    t, p, k, v = quote(target), quote("partition_key"), quote("key"), quote("value")
+    return (
+        f"WITH guard AS ({guard}) "
+        f"INSERT INTO {t} ({p}, {k}, {v}) "
+        "SELECT CAST(%s AS BYTEA), CAST(%s AS BYTEA), CAST(%s AS BYTEA) FROM guard "
+        f"WHERE {v} = CAST(%s AS BYTEA) "
+        f"ON CONFLICT ({p}, {k}) DO UPDATE SET {v} = excluded.{v} WHERE length({t}.{v}) = 0"
     )
 
 

@@ -54,7 +54,13 @@ from sqlalchemy import Engine, MetaData, Table
 from sqlmodel import Field, SQLModel
 
 from branchwater.engine.errors import BranchwaterError, NotFound, PredicateFailed
-from branchwater.engine.kv.store import KeyValue, Store, check_partition, key_not_found
+from branchwater.engine.kv.store import (
+    KeyValue,
+    Store,
+    check_partition,
+    guard_failed,
+    key_not_found,
+)
 from branchwater.engine.urls import redact_url
 
 DEFAULT_TABLE = "branchwater_kv"
@@ -95,6 +101,7 @@ class Statements(NamedTuple):
     delete: str
     delete_if: str
     delete_guarded: str
+    create_guarded: str
     scan_from: str
     scan_after: str
     drop_chunk: str
@@ -122,6 +129,11 @@ def statements(table: str, quote: Callable[[str], str], mark: str) -> Statements
         delete_guarded=(
             f"DELETE FROM {t} WHERE {where} AND EXISTS "
             f"(SELECT 1 FROM {t} WHERE {where} AND {v} = {mark})"
+        ),
+        create_guarded=(
+            f"INSERT INTO {t} ({p}, {k}, {v}) SELECT {mark}, {mark}, {mark} WHERE EXISTS "
+            f"(SELECT 1 FROM {t} WHERE {where} AND {v} = {mark}) "
+            f"ON CONFLICT ({p}, {k}) DO UPDATE SET {v} = excluded.{v} WHERE length({t}.{v}) = 0"
         ),
         scan_from=f"{scan.format('>=')} LIMIT {mark}",
         scan_after=f"{scan.format('>')} LIMIT {mark}",
@@ -428,6 +440,41 @@ class SQLStore(Store):
             return self._get(*guard) == expected
         except NotFound:
             return False
+
+    def _create_guarded(
+        self,
+        partition: bytes,
+        key: bytes,
+        value: bytes,
+        guard: tuple[bytes, bytes],
+        expected: bytes,
+    ) -> bool:
+        """One statement (`_guarded_create`), judged by its row count: none written means
+        the guard failed or the key holds a value, and the guard, read again, says which (a
+        guard changed since only turns a taken key into a refusal)."""
+        sql, params = self._guarded_create(partition, key, value, guard, expected)
+        if self._write(sql, params, idempotent=False):
+            return True
+        try:
+            held = self._get(*guard) == expected
+        except NotFound:
+            held = False
+        if not held:
+            raise guard_failed(guard)
+        return False
+
+    def _guarded_create(
+        self,
+        partition: bytes,
+        key: bytes,
+        value: bytes,
+        guard: tuple[bytes, bytes],
+        expected: bytes,
+    ) -> tuple[str, tuple[Any, ...]]:
+        """`_create_guarded`'s statement and its parameters: atomic as SQLite runs it
+        (PostgreSQL locks the guard as `set_guarded` does)."""
+        sql = self._statements(partition).create_guarded
+        return sql, (partition, key, value, *guard, expected)
 
     def drop_partition(self, partition: bytes, *, pause: float = 0.0) -> None:
         """Delete in chunks: one statement per chunk keeps each write lock short, and the

@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from branchwater.engine.errors import InvalidArgument, NotFound
+from branchwater.engine.errors import InvalidArgument, NotFound, PredicateFailed
 
 DEFAULT_BATCH_SIZE = 1000
 
@@ -143,6 +143,25 @@ class Store(abc.ABC):
         check_value(expected)
         return self._delete_guarded(partition, key, guard, expected)
 
+    def create_guarded(
+        self,
+        partition: bytes,
+        key: bytes,
+        value: bytes,
+        guard: tuple[bytes, bytes],
+        expected: bytes,
+    ) -> bool:
+        """Write `value` only where the key is absent or empty (staging's tombstone) and only
+        while the `guard` key holds `expected`, in one atomic step: an exclusive creation
+        that a swap of the guard comes wholly before or wholly after. True if written, False
+        if the key holds a value while the guard held; `PredicateFailed` if the guard did not
+        hold or is gone. Not run again after a lost session (its outcome is then unknown)."""
+        check_key(partition, key)
+        check_value(value)
+        check_key(*guard)
+        check_value(expected)
+        return self._create_guarded(partition, key, value, guard, expected)
+
     def scan(
         self, partition: bytes, start: bytes = b"", batch_size: int = DEFAULT_BATCH_SIZE
     ) -> Iterator[KeyValue]:
@@ -234,6 +253,16 @@ class Store(abc.ABC):
     ) -> bool: ...
 
     @abc.abstractmethod
+    def _create_guarded(
+        self,
+        partition: bytes,
+        key: bytes,
+        value: bytes,
+        guard: tuple[bytes, bytes],
+        expected: bytes,
+    ) -> bool: ...
+
+    @abc.abstractmethod
     def _scan_batch(
         self, partition: bytes, start: bytes, inclusive: bool, limit: int
     ) -> list[tuple[bytes, bytes]]:
@@ -253,6 +282,10 @@ def check_partition(partition: object) -> None:
         raise InvalidArgument(f"partition must be bytes, not {type(partition).__name__}")
     if not partition:
         raise InvalidArgument("partition must not be empty")
+
+
+def guard_failed(guard: tuple[bytes, bytes]) -> PredicateFailed:
+    return PredicateFailed(f"guard key {guard[1]!r} in partition {guard[0]!r} changed since read")
 
 
 def key_not_found(partition: bytes, key: bytes) -> NotFound:

@@ -92,6 +92,16 @@ def test_upload_from_stdin_round_trips_binary(
     assert capsysbinary.readouterr().out == data
 
 
+def test_upload_if_absent_creates_once_then_exits_1_naming_the_path(bw: Bw, lake: CliLake) -> None:
+    make_repo(bw, lake)
+    file = local_file(lake, "lock", b"mine")
+    ok(bw("upload", "sales", "main", "lock", file, "--if-absent"))
+    assert_user_error(
+        bw("upload", "sales", "main", "lock", file, "--if-absent"), 1, "'lock' exists"
+    )
+    ok(bw("upload", "sales", "main", "lock", file))
+
+
 def test_branch_reset_and_delete_repo_delete_tag_delete(bw: Bw, lake: CliLake) -> None:
     make_repo(bw, lake)
     ok(bw("branch", "create", "sales", "dev", "--source", "main"))

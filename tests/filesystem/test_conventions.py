@@ -15,6 +15,7 @@ from branchwater.engine import (
     BranchwaterFileSystem,
     InvalidArgument,
     MergeConflict,
+    PathExists,
     ReadOnlyRef,
 )
 from branchwater.engine.graveler.transactions import PREFIX as TRANSACTION_PREFIX
@@ -207,6 +208,27 @@ def test_writes_stage_on_the_branch(fs_lake: FsLake, tree: str, tmp_path: Path) 
         fs.rm_file("sales/main/never-there.txt")
     with pytest.raises(FileNotFoundError):
         fs.rm("sales/main/never-there/", recursive=True)
+
+
+def test_exclusive_creations_of_one_path_leave_one_winner(fs_lake: FsLake, tree: str) -> None:
+    """Two `"xb"` files opened before either closes: the first closed creates the path, the
+    second is refused when it closes (`PathExists`, a `FileExistsError`) and stages nothing;
+    `pipe` and `put` with `mode="create"` are refused alike."""
+    fs = fs_lake.fs
+    first = fs.open("sales/main/lock", "xb")
+    second = fs.open("sales/main/lock", "xb")
+    first.write(b"first")
+    second.write(b"second")
+    first.close()
+    with pytest.raises(PathExists):
+        second.close()
+    assert fs.cat_file("sales/main/lock") == b"first"
+    with pytest.raises(FileExistsError):
+        fs.pipe_file("sales/main/lock", b"piped", mode="create")
+    with pytest.raises(FileExistsError):
+        fs.put_file(__file__, "sales/main/lock", mode="create")
+    fs.pipe_file("sales/main/fresh", b"piped", mode="create")
+    assert staged(fs_lake) == {"lock": "added", "fresh": "added"}
 
 
 def test_a_write_cut_short_uploads_nothing(fs_lake: FsLake, tree: str) -> None:

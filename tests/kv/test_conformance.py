@@ -189,6 +189,28 @@ def test_delete_guarded_removes_only_while_the_guard_holds(store: Store) -> None
     assert store.get(b"refs", b"branch").value == b"token-2"
 
 
+def test_create_guarded_writes_only_a_missing_or_empty_key_while_the_guard_holds(
+    store: Store,
+) -> None:
+    store.set(b"refs", b"branch", b"token-1")
+    store.set(P, b"taken", b"v")
+    store.set(P, b"tombstone", b"")
+    guard = (b"refs", b"branch")
+    assert store.create_guarded(P, b"new", b"n", guard, b"token-1")
+    assert store.create_guarded(P, b"tombstone", b"t", guard, b"token-1")
+    assert not store.create_guarded(P, b"taken", b"x", guard, b"token-1")
+    assert not store.create_guarded(P, b"new", b"again", guard, b"token-1")
+    with pytest.raises(PredicateFailed):
+        store.create_guarded(P, b"other", b"o", guard, b"token-0")
+    with pytest.raises(PredicateFailed):
+        store.create_guarded(P, b"other", b"o", (b"refs", b"gone"), b"token-1")
+    store.set_if(b"refs", b"branch", b"token-2", b"token-1")
+    with pytest.raises(PredicateFailed):
+        store.create_guarded(P, b"taken", b"x", guard, b"token-1")
+    assert dict(store.scan(P)) == {b"new": b"n", b"taken": b"v", b"tombstone": b"t"}
+    assert store.get(b"refs", b"branch").value == b"token-2"
+
+
 # --- empty values --------------------------------------------------------------------------
 
 

@@ -17,6 +17,8 @@ another session and observed in `pg_blocking_pids`, not left to timing.
 - `delete_guarded` (a delete dropping a row only staged) locks the guard as the write
   does: a fence that comes while it is under way waits for the removal; one under way
   when it comes is what it reads, and it removes nothing.
+- `create_guarded` (an exclusive creation) locks the guard alike: a fence waits for the
+  creation under way; one under way when it comes makes it refuse, writing nothing.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 import psycopg
 import pytest
 
-from branchwater.engine.errors import NotFound
+from branchwater.engine.errors import NotFound, PredicateFailed
 from branchwater.engine.kv.postgres import PostgresStore
 from tests.helpers.row_locks import LOCK_WAIT_SECONDS, partitions_locked, row_locked, waiting
 
@@ -192,3 +194,41 @@ def test_a_guarded_delete_that_meets_a_fence_under_way_removes_nothing(
         swap.result(LOCK_WAIT_SECONDS)
         assert not delete.result(LOCK_WAIT_SECONDS)
     assert store.get(*ROW).value == b"staged"
+
+
+def test_a_fence_waits_for_a_guarded_creation_under_way(
+    store: PostgresStore, pg_session: psycopg.Connection
+) -> None:
+    """The creation (over a tombstone, whose row the other session holds) has locked the
+    guard: the fence waits until the row is committed, so the committer reading the sealed
+    token sees it."""
+    store.set(*ROW, b"")
+    with ThreadPoolExecutor(2) as pool:
+        with row_locked(pg_session, store.table, ROW):
+            create = pool.submit(store.create_guarded, *ROW, b"created", GUARD, b"token-1")
+            creator, _ = waiting(pg_session, "WITH guard")
+            swap = pool.submit(store.set_if, *GUARD, b"token-2", b"token-1")
+            assert waiting(pg_session, "WITH fence")[1] == [creator]
+            assert not (create.done() or swap.done())
+        assert create.result(LOCK_WAIT_SECONDS)
+        swap.result(LOCK_WAIT_SECONDS)
+    assert store.get(*ROW).value == b"created"
+
+
+def test_a_guarded_creation_that_meets_a_fence_under_way_writes_nothing(
+    store: PostgresStore, pg_session: psycopg.Connection
+) -> None:
+    """The creation comes while a fence waits on the guard row, waits behind it, reads the
+    swapped value and refuses; the tombstone stays."""
+    store.set(*ROW, b"")
+    with ThreadPoolExecutor(2) as pool:
+        with row_locked(pg_session, store.table, GUARD):
+            swap = pool.submit(store.set_if, *GUARD, b"token-2", b"token-1")
+            swapper, _ = waiting(pg_session, "WITH fence")
+            create = pool.submit(store.create_guarded, *ROW, b"created", GUARD, b"token-1")
+            assert waiting(pg_session, "WITH guard")[1] == [swapper]
+            assert not create.done()
+        swap.result(LOCK_WAIT_SECONDS)
+        with pytest.raises(PredicateFailed):
+            create.result(LOCK_WAIT_SECONDS)
+    assert store.get(*ROW).value == b""
