@@ -111,14 +111,16 @@ CREATORS = 4
 PATHS = 30
 
 
-def _creator(kv_url: str, index: int, start) -> list[tuple[str, str]]:
-    """Try to create every path; the ones this process created, with their addresses."""
+def _creator(kv_url: str, index: int, start, barrier) -> list[tuple[str, str]]:
+    """Try to create every path, each at once with the other creators (`barrier`); the ones
+    this process created, with their addresses."""
     won = []
     with Lake.connect(kv_url) as lake:
         main = lake.repository("race").branch("main")
         start.wait(30)
         for i in range(PATHS):
             path = f"lock/{i:03d}"
+            barrier.wait(30)
             with contextlib.suppress(PathExists):
                 won.append((path, main.upload(path, f"{index}".encode(), if_absent=True).address))
     return won
@@ -143,9 +145,11 @@ def test_processes_racing_to_create_the_same_paths_each_path_has_one_creator(
     with Lake.connect(race_kv) as lake:
         lake.create_repository("race", f"file://{tmp_path}/race")
     with spawned_pool(CREATORS + 1) as (manager, pool):
-        start, stop = manager.Event(), manager.Event()
+        start, stop, barrier = manager.Event(), manager.Event(), manager.Barrier(CREATORS)
         committer = pool.apply_async(_committer, (race_kv, start, stop))
-        creators = [pool.apply_async(_creator, (race_kv, i, start)) for i in range(CREATORS)]
+        creators = [
+            pool.apply_async(_creator, (race_kv, i, start, barrier)) for i in range(CREATORS)
+        ]
         start.set()
         won = [pair for creator in creators for pair in creator.get(240)]
         stop.set()
