@@ -60,6 +60,7 @@ POINTS = frozenset(
         "restore.before_stage",
         "transaction.before_commit",
         "transaction.before_merge",
+        "write.awaiting_commit",
         "write.before_create",
         "write.before_stage",
         "write.before_validate",

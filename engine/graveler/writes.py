@@ -3,12 +3,14 @@
 Write to the branch's staging token, then re-read the branch: if a commit sealed the token
 meanwhile, write again to the new one. Writing the same entry twice is idempotent, so a write
 that made it into the sealed token as well is harmless. The row and the re-read are one KV
-call (`Graveler.stage`, one statement on PostgreSQL). No step waits for a commit to finish:
-on PostgreSQL a write and a commit's seal wait at most for each other's one statement.
+call (`Graveler.stage`, one statement on PostgreSQL). No step waits for a commit to finish
+(but an exclusive creation's over a sealed tombstone, `create_entry`): on PostgreSQL a write
+and a commit's seal wait at most for each other's one statement.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -101,26 +103,43 @@ def create_entry(g: Graveler, repo: RepositoryRecord, branch_name: str, entry: E
     seal, commit, compaction or `protect` in between changes the record, and the look is
     made again. So of two creations of one path only one succeeds: the later look sees the
     earlier row, in the staging token or, sealed since, below it, or the later creation
-    finds the row. A sealed token's row counts as shown even if it may be a late write:
-    it may be another creation's. Unpaced, as a lookup is."""
+    finds the row. A sealed token's row counts as shown even if it may be a late write: it
+    may be another creation's. A sealed token's tombstone decides nothing until its commit
+    lands (waited for up to `commit_wait`): it may be a late write of a delete still under
+    way, which would then tombstone the created row, so the delete would have come both
+    before and after the creation. Unpaced between lost races, as a lookup is."""
     what = f"creation of {entry.path!r}"
     guard = g.refs.branch_address(repo, branch_name)
-    for _ in range(g.retry.attempts):
+    deadline = time.monotonic() + g.retry.commit_wait
+    pause = g.retry.base_delay
+    lost = 0
+    while lost < g.retry.attempts:
         branch, predicate = g.refs.get_branch(repo, branch_name)
         protection.check(repo, branch, "write", what)
-        if look_up(g, repo, branch, entry.path).value is not None:
+        look = look_up(g, repo, branch, entry.path)
+        if look.value is not None:
             raise path_exists(repo, branch_name, entry.path)
+        if look.from_sealed_token and time.monotonic() < deadline:
+            failpoints.hit("write.awaiting_commit")
+            time.sleep(pause)
+            pause = min(2 * pause, SEALED_POLL)
+            continue
         failpoints.hit("write.before_create")
         try:
             created = g.staging.create_guarded(
                 branch.staging_token, entry.path, entry, guard, predicate
             )
         except PredicateFailed:
+            lost += 1
             continue
         if not created:
             raise path_exists(repo, branch_name, entry.path)
         return
     raise too_many_tries(f"{what} on branch {branch_name!r} of {repo.name!r}", g.retry.attempts)
+
+
+SEALED_POLL = 0.1
+"""The longest pause between two looks of a creation waiting for a commit to land."""
 
 
 def path_exists(repo: RepositoryRecord, branch_name: str, path: str) -> PathExists:

@@ -8,7 +8,9 @@ on the PostgreSQL server; the one a look and its creation leave open is forced a
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,7 @@ import pytest
 from branchwater.engine import BranchProtected, Lake, NoChanges, PathExists
 from branchwater.engine.api import Repository
 from branchwater.engine.failpoints import FailpointHit, armed
-from tests.helpers.failpoints import SHORT_COMMIT_WAIT, held_at
+from tests.helpers.failpoints import PAUSE_TIMEOUT, SHORT_COMMIT_WAIT, held_at, paused_at
 from tests.helpers.servers import spawned_pool
 
 
@@ -162,3 +164,60 @@ def test_processes_racing_to_create_the_same_paths_each_path_has_one_creator(
             main.commit("final")
         head = {e.path: e.address for e in main.list()}
     assert head == dict(won)
+
+
+def test_a_creation_over_a_sealed_tombstone_waits_for_its_commit(repo: Repository) -> None:
+    """A delete of a committed path looks, then a commit seals the token and reads it; the
+    delete's tombstone lands in the sealed token after that read (a late write the commit
+    misses) and the delete is held before it writes again to the new token. A creation
+    that took the sealed tombstone for absence would be tombstoned by that rewrite after it
+    succeeded; it waits for the commit, then finds the path committed and is refused, and
+    the delete ends with the path gone."""
+    main = repo.branch("main")
+    main.upload("p", b"committed")
+    main.upload("other", b"o")
+    main.commit("base")
+    main.upload("other", b"staged, so the next commit has work")
+    results: dict[str, object] = {}
+
+    def run(name: str, operation: Callable[[], object]) -> threading.Thread:
+        def target() -> None:
+            try:
+                results[name] = operation()
+            except Exception as exc:
+                results[name] = exc
+
+        thread = threading.Thread(target=target)
+        thread.start()
+        return thread
+
+    with ExitStack() as stack:
+        staging, built, validating, awaiting = (
+            stack.enter_context(paused_at(point))
+            for point in (
+                "write.before_stage",
+                "commit.after_ranges",
+                "write.before_validate",
+                "write.awaiting_commit",
+            )
+        )
+        threads = [run("delete", lambda: main.delete("p"))]
+        staging.wait()
+        threads.append(run("commit", lambda: main.commit("misses the late delete")))
+        built.wait()
+        staging.release()
+        validating.wait()
+        threads.append(run("create", lambda: main.upload("p", b"mine", if_absent=True)))
+        while threads[2].is_alive() and not awaiting.reached.wait(0.01):
+            pass
+        built.release()
+        threads[1].join(PAUSE_TIMEOUT)
+        awaiting.release()
+        threads[2].join(PAUSE_TIMEOUT)
+        validating.release()
+    for thread in threads:
+        thread.join(PAUSE_TIMEOUT)
+    assert isinstance(results["create"], PathExists), results
+    assert results["delete"] is None
+    assert repo.ref("main").read("p") == b"committed"
+    assert "p" not in {e.path for e in main.list()}
