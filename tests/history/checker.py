@@ -13,7 +13,8 @@ What the model knows, by branch:
   and its files (under `IMPORTED`, where nothing is staged, so the view shows them too),
   and refusals must be right (a delete or copy
   `NotFound` where the view lacks the path, `DirtyBranch` where the view differs from
-  HEAD's tree).
+  HEAD's tree, an exclusive creation `PathExists` where the view shows the path, and one
+  acknowledged only where it does not).
 - `shared` is written by every worker at once, so the model bounds what a read may show.
   A read of a path over [start, end] may show the value of a change acknowledged before
   it started that no later change acknowledged before it started overwrote, the value of
@@ -22,7 +23,10 @@ What the model knows, by branch:
   the commit's span (its tree is the branch's view at one moment of it). An operation that
   did not finish, and an attempt of a copy a failpoint cut short (what it copied is not in
   the log), may have shown anything from its start to its end. An import into `shared` is
-  a change of each of its files, as a write.
+  a change of each of its files, as a write. An exclusive creation acknowledged is a write
+  that needs the path absent at some point of its span (its own change aside), and one
+  refused needs it shown; two acknowledged creations of a path need a delete between them
+  (one whose span leaves room for it to come after the one and before the other).
 - `main` takes merges only: every merge acknowledged into it stays in its history.
 
 Merges, syncs (`main` into a worker's branch), reverts and cherry-picks (of `main`'s HEAD
@@ -58,7 +62,7 @@ from branchwater.engine.graveler.imports import SOURCE_KEY as IMPORT_SOURCE_KEY
 from tests.history.operations import IMPORT_FILES, IMPORTED, MAIN, MOVES, SHARED
 
 Tree = dict[str, str]
-STAGED = ("write", "link", "delete", "copy")
+STAGED = ("write", "create", "link", "delete", "copy")
 ANY = "*"
 """A change whose value the log cannot tell."""
 
@@ -409,7 +413,11 @@ class PrivateModel:
             return
         if "head" in args and kind != "branch_delete" and args["head"] != self.head:
             self.fail(op, f"started on HEAD {args['head']}, the model's is {self.head}")
-        if kind in ("write", "link"):
+        judged = ok or op.error == "PathExists"
+        if kind == "create" and judged and (args["path"] in self.view) == ok:
+            shown = "shows" if ok else "does not show"
+            self.fail(op, f"{'created' if ok else 'refused'}, but the branch {shown} the path")
+        if kind in ("write", "create", "link"):
             if not ok:
                 return
             expected = content_checksum(args["data"].encode())
@@ -493,7 +501,9 @@ class SharedModel:
     def __init__(self, checker: Checker) -> None:
         self.checker = checker
         self.initial = checker.tree(checker.state.initial)
-        self.changes: dict[str, list[tuple[float, float | None, str | None]]] = defaultdict(list)
+        self.changes: dict[str, list[Change]] = defaultdict(list)
+        self.created: dict[str, list[Change]] = defaultdict(list)
+        """The acknowledged exclusive creations of each path, as their changes."""
         named = {op.args.get(key) for op in checker.ops for key in ("path", "src", "dst")}
         named |= set(checker.imported)
         self.paths = sorted(set(self.initial) | {p for p in named if isinstance(p, str)})
@@ -515,6 +525,8 @@ class SharedModel:
             if op.status == "ok" or (op.kind == "delete" and op.cut):
                 value = op.result.get("value")
                 self.changes[path].append((op.start, op.end, value))
+                if op.kind == "create":
+                    self.created[path].append(self.changes[path][-1])
 
     def add_import(self, op: Op) -> None:
         """An import into `shared` changes each path it lands as a write would."""
@@ -524,9 +536,12 @@ class SharedModel:
             elif op.status == "ok":
                 self.changes[path].append((op.start, op.end, value))
 
-    def allowed(self, path: str, start: float, end: float) -> set[str | None] | None:
-        """The values a read of `path` over [start, end] may show; None for any."""
-        changes = self.changes[path]
+    def allowed(
+        self, path: str, start: float, end: float, excluding: Change | None = None
+    ) -> set[str | None] | None:
+        """The values a read of `path` over [start, end] may show, with the change
+        `excluding` left out (a creation's own); None for any."""
+        changes = [c for c in self.changes[path] if c is not excluding]
         before = [c for c in changes if c[1] is not None and c[1] < start]
         values: set[str | None] = set()
         if not before:
@@ -570,9 +585,51 @@ class SharedModel:
             elif op.kind == "commit" and op.status == "ok" and op.result["commit"]:
                 commit_tree = self.checker.tree(op.result["commit"])
                 self.read_all(op.name(), commit_tree, op.start, op.end)
+            elif op.kind == "create" and (op.status == "ok" or op.error == "PathExists"):
+                self.check_creation(op)
+        for path, created in self.created.items():
+            self.check_one_creator(path, created)
         last = max((op.end or op.start for op in self.checker.ops), default=0.0) + 1.0
         shown = self.checker.state.views.get(SHARED, {})
         self.read_all(f"{SHARED} at the end", shown, last, last)
+
+    def check_creation(self, op: Op) -> None:
+        """Acknowledged: the path was absent at some point of the span (but for the
+        creation's own change); refused: it was shown."""
+        path, ok = op.args["path"], op.status == "ok"
+        own = next((c for c in self.created[path] if c[:2] == (op.start, op.end)), None)
+        assert op.end is not None
+        allowed = self.allowed(path, op.start, op.end, excluding=own)
+        if allowed is None:
+            return
+        if ok and None not in allowed:
+            self.checker.fail(f"{op.name()} created {path}, which showed one of {allowed}")
+        if not ok and allowed == {None}:
+            self.checker.fail(f"{op.name()} was refused, but {path} was absent throughout")
+
+    def check_one_creator(self, path: str, created: list[Change]) -> None:
+        """Two acknowledged creations of `path` need a delete (or an operation that may
+        have been one) that can come after the one and before the other."""
+        removals = [c for c in self.changes[path] if c[2] is None or c[2] == ANY]
+        for i, first in enumerate(created):
+            for second in created[i + 1 :]:
+                if not any(
+                    _between(r, first, second) or _between(r, second, first) for r in removals
+                ):
+                    self.checker.fail(
+                        f"{path} was created twice, over [{first[0]:.3f}, {first[1]}] and "
+                        f"[{second[0]:.3f}, {second[1]}], with no delete between"
+                    )
+
+
+Change = tuple[float, float | None, str | None]
+"""A change of a path on `shared`: its span (no end: never finished) and the value it wrote
+(`None`: a delete; `ANY`: anything)."""
+
+
+def _between(removal: Change, before: Change, after: Change) -> bool:
+    """Whether `removal` can come after `before`'s point and before `after`'s."""
+    return removal[0] < (after[1] or float("inf")) and (removal[1] or float("inf")) > before[0]
 
 
 def check(records: list[dict[str, Any]], state: FinalState) -> list[str]:

@@ -1,26 +1,27 @@
-"""What one worker of a history does: a plan of random operations drawn from the seed, each
-run against the lake and logged to the worker's own JSONL file, invocation and completion.
+"""What one worker of a history does: a plan of random operations drawn from the seed, each run
+against the lake and logged to the worker's own JSONL file, invocation and completion.
 
 A worker owns a private branch (`w<N>`: only it writes, commits, resets, reverts or merges
-into it, so the model of it is exact), writes to the branch every worker shares
-(`shared`), merges its branch into `main` (which takes nothing but merges; some as a
-preview, then published) and `main` into its branch, makes and deletes branches and tags of
-its own, imports a folder of files outside the lake (the same files every time) into its
-branch or `shared` under `IMPORTED`, runs uncommitted GC (prepare, then the GC rule's sweep)
-and retention GC (`tests.gc_model.retention_run`, the Spark job's driver with the model's
-address sets), and feeds every door hostile input: names, paths and metadata drawn
-(`hostile.draw`, from the seed) from the hostile-input suites' strategies, which the engine
-must refuse with a typed error and without writing anything, and odd ones (any valid
-Unicode path, branch or tag name, user metadata) it must keep exactly. A planned failpoint
-is armed for the first attempt only: `raise` is retried at once, `kill` by the
-process the supervisor starts in its place, which finds the unfinished operation in the log
-and runs it again with the same arguments.
+into it, so the model of it is exact), writes to the branch every worker shares (`shared`),
+plainly and as exclusive creations (`upload(..., if_absent=True)`), merges its branch into
+`main` (which takes nothing but merges; some as a preview, then published) and `main` into
+its branch, makes and deletes branches and tags of its own, imports a folder of files
+outside the lake (the same files every time) into its branch or `shared` under `IMPORTED`,
+runs uncommitted GC (prepare, then the GC rule's sweep) and retention GC
+(`tests.gc_model.retention_run`, the Spark job's driver with the model's address sets), and
+feeds every door hostile input: names, paths and metadata drawn (`hostile.draw`, from the
+seed) from the hostile-input suites' strategies, which the engine must refuse with a typed
+error and without writing anything, and odd ones (any valid Unicode path, branch or tag
+name, user metadata) it must keep exactly. A planned failpoint is armed for the first
+attempt only: `raise` is retried at once, `kill` by the process the supervisor starts in its
+place, which finds the unfinished operation in the log and runs it again with the same
+arguments.
 
 Commits are dated by a fake clock (`refs.clock`) that moves `STEP` per operation from the
 history's start, so a history spans weeks and the repository's retention rules (`RULES`)
 expire some of it. The dates lie ahead of the wall clock, as the moves' claims (stamped by
-the same clock) must: a claim looks fresh to a run for the whole history, which is the
-order the fence's argument assumes of a move that may still write.
+the same clock) must: a claim looks fresh to a run for the whole history, which is the order
+the fence's argument assumes of a move that may still write.
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ MAX_ATTEMPTS = 4
 MOVE_POINTS = ("gc.fence.after_claim",)
 FAULT_POINTS: dict[str, tuple[str, ...]] = {
     "write": ("write.before_validate",),
+    "create": ("write.before_create",),
     "delete": ("write.before_validate",),
     "copy": ("copy.after_read", "copy.after_record", "copy.before_stage"),
     "link": ("link.before_stage",),
@@ -246,6 +248,7 @@ class Plan:
         universe = paths(task.seed)
         weights: dict[str, float] = {
             "write": 8,
+            "create": 1.5,
             "delete": 2,
             "copy": 2,
             "link": 1,
@@ -274,12 +277,12 @@ class Plan:
                 plan.steps.append(due[0][1])
                 continue
             kind = rng.choices(kinds, odds)[0]
-            staged = kind in ("write", "delete", "copy", "link", "read", "list", "commit")
+            staged = kind in ("write", "create", "delete", "copy", "link", "read", "list", "commit")
             shares = staged or kind in ("compact", "import")
             branch = SHARED if shares and rng.random() < 0.4 else own
             path = rng.choice(universe)
             k = len(plan.steps)
-            if kind in ("write", "link"):
+            if kind in ("write", "create", "link"):
                 plan.add(rng, kind, branch=branch, path=path, metadata=_metadata(rng))
             elif kind in ("delete", "read"):
                 plan.add(rng, kind, branch=branch, path=path)
@@ -498,7 +501,7 @@ class Runner:
         then (against its first parent, `main` holding merges)."""
         args = dict(step.args)
         own = private(self.task.worker)
-        if step.kind in ("write", "link"):
+        if step.kind in ("write", "create", "link"):
             args["data"] = f"{step.kind} {self.task.seed}:{self.task.worker}:{k}"
         if step.kind in (
             "revert",
@@ -527,10 +530,11 @@ class Runner:
             return {"value": content_checksum(repo.branch(args["branch"]).read(args["path"]))}
         if kind == "list":
             return {"tree": {e.path: e.checksum for e in repo.branch(args["branch"]).list()}}
-        if kind == "write":
+        if kind in ("write", "create"):
             branch = repo.branch(args["branch"])
             data, metadata = args["data"].encode(), args.get("metadata")
-            entry = branch.upload(args["path"], data, metadata=metadata)
+            exclusive = kind == "create"
+            entry = branch.upload(args["path"], data, metadata=metadata, if_absent=exclusive)
             return {"value": entry.checksum, "metadata": entry.metadata}
         if kind == "delete":
             repo.branch(args["branch"]).delete(args["path"])

@@ -93,6 +93,42 @@ def test_a_later_acknowledged_write_replaces_what_reads_may_see() -> None:
     assert any("shows p/00" in found for found in check(log.records, state(views=views)))
 
 
+def shared_create(log: Log, data: str, start: float, end: float, worker: int) -> str:
+    value = written(data)
+    args = {"branch": SHARED, "path": "p/00", "data": data}
+    log.op("create", args, start, end, {"value": value}, worker=worker)
+    return value
+
+
+@pytest.mark.parametrize("deleted_between", [True, False])
+def test_two_acknowledged_creations_of_a_path_need_a_delete_between(
+    deleted_between: bool,
+) -> None:
+    log = Log()
+    shared_create(log, "a", 1.0, 2.0, worker=0)
+    if deleted_between:
+        log.op("delete", {"branch": SHARED, "path": "p/00"}, 3.0, 4.0, {"value": None})
+    second = shared_create(log, "b", 5.0, 6.0, worker=1)
+    views = {MAIN: {}, SHARED: {"p/00": second}, "w0": {}, "w1": {}}
+    found = check(log.records, state(views=views))
+    assert any("created twice" in message for message in found) != deleted_between, found
+    assert any("which showed one of" in message for message in found) != deleted_between
+
+
+def test_an_exclusive_creation_is_refused_only_where_the_path_is_shown() -> None:
+    log = Log()
+    args = {"branch": SHARED, "path": "p/00", "data": "a"}
+    log.op("create", args, 1.0, 2.0, error="PathExists")
+    assert any("absent throughout" in message for message in check(log.records, state()))
+    private = {"branch": "w0", "path": "p/01", "data": "x"}
+    log = Log()
+    log.op("create", private, 1, 2, {"value": written("x")})
+    log.op("create", {**private, "data": "y"}, 3, 4, {"value": written("y")})
+    views = {MAIN: {}, SHARED: {}, "w0": {"p/01": written("y")}, "w1": {}}
+    found = check(log.records, state(views=views))
+    assert any("created, but the branch shows the path" in message for message in found)
+
+
 def test_a_commit_of_a_private_branch_must_hold_what_was_staged() -> None:
     log = Log()
     log.op("write", {"branch": "w0", "path": "p/01", "data": "x"}, 1, 2, {"value": written("x")})
