@@ -20,11 +20,10 @@ from branchwater.engine.errors import (
     BranchwaterError,
     ConfigurationError,
     InvalidArgument,
-    NotFound,
     PredicateFailed,
     Unavailable,
 )
-from branchwater.engine.kv.store import Store, guard_failed, key_not_found
+from branchwater.engine.kv.store import Store, key_not_found
 from branchwater.engine.per_process import PerProcess
 from branchwater.engine.urls import redact_url, scrub, url_password, url_secrets
 
@@ -253,13 +252,7 @@ class DynamoDBStore(Store):
         try:
             self._call("put", self._client.transact_write_items, TransactItems=items)
         except PredicateFailed:
-            try:
-                held = self._get(*guard) == expected
-            except NotFound:
-                held = False
-            if not held:
-                raise guard_failed(guard) from None
-            return False
+            return self._refused_creation(guard, expected)
         return True
 
     def _scan_batch(

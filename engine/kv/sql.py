@@ -53,12 +53,11 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 from sqlalchemy import Engine, MetaData, Table
 from sqlmodel import Field, SQLModel
 
-from branchwater.engine.errors import BranchwaterError, NotFound, PredicateFailed
+from branchwater.engine.errors import BranchwaterError, PredicateFailed
 from branchwater.engine.kv.store import (
     KeyValue,
     Store,
     check_partition,
-    guard_failed,
     key_not_found,
 )
 from branchwater.engine.urls import redact_url
@@ -436,10 +435,7 @@ class SQLStore(Store):
         sql = self._statements(partition).delete_guarded
         if self._write(sql, (partition, key, *guard, expected), idempotent=False):
             return True
-        try:
-            return self._get(*guard) == expected
-        except NotFound:
-            return False
+        return self._guard_holds(guard, expected)
 
     def _create_guarded(
         self,
@@ -455,13 +451,7 @@ class SQLStore(Store):
         sql, params = self._guarded_create(partition, key, value, guard, expected)
         if self._write(sql, params, idempotent=False):
             return True
-        try:
-            held = self._get(*guard) == expected
-        except NotFound:
-            held = False
-        if not held:
-            raise guard_failed(guard)
-        return False
+        return self._refused_creation(guard, expected)
 
     def _guarded_create(
         self,

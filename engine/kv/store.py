@@ -252,6 +252,22 @@ class Store(abc.ABC):
         self, partition: bytes, key: bytes, guard: tuple[bytes, bytes], expected: bytes
     ) -> bool: ...
 
+    def _guard_holds(self, guard: tuple[bytes, bytes], expected: bytes) -> bool:
+        """Whether the guard holds `expected` now: what tells a guarded step that changed
+        nothing because the guard failed from one that found nothing to do (a guard changed
+        since only turns the latter into the former)."""
+        try:
+            return self._get(*guard) == expected
+        except NotFound:
+            return False
+
+    def _refused_creation(self, guard: tuple[bytes, bytes], expected: bytes) -> bool:
+        """What a guarded creation that wrote nothing returns: False where the guard holds
+        (the key holds a value), else `PredicateFailed`."""
+        if not self._guard_holds(guard, expected):
+            raise guard_failed(guard)
+        return False
+
     @abc.abstractmethod
     def _create_guarded(
         self,

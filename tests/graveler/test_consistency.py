@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from branchwater.engine import Lake, NoChanges
-from tests.helpers.races import SharedPathRace
+from tests.helpers.races import SharedPathRace, committer
 from tests.helpers.servers import spawned_pool
 
 WRITERS = 3
@@ -41,31 +41,19 @@ def _writer(kv_url: str, index: int, start, commits) -> list[tuple[str, str]]:
     return acknowledged
 
 
-def _committer(kv_url: str, start, stop, commits) -> None:
-    with Lake.connect(kv_url) as lake:
-        main = lake.repository("race").branch("main")
-        start.wait(30)
-        while not stop.is_set():
-            try:
-                main.commit(f"round {commits.value}")
-                commits.value += 1
-            except NoChanges:
-                pass
-
-
 def race(kv_url: str, namespace: str) -> None:
     with Lake.connect(kv_url) as lake:
         lake.create_repository("race", storage_namespace=namespace)
     with spawned_pool(WRITERS + 1 + SharedPathRace.PROCESSES) as (manager, pool):
         start, stop, commits = manager.Event(), manager.Event(), manager.Value("i", 0)
-        committer = pool.apply_async(_committer, (kv_url, start, stop, commits))
+        committing = pool.apply_async(committer, (kv_url, "race", start, stop, commits))
         shared = SharedPathRace(manager, pool, kv_url, "race", start, stop)
         writers = [pool.apply_async(_writer, (kv_url, i, start, commits)) for i in range(WRITERS)]
         start.set()
         acknowledged = [pair for w in writers for pair in w.get(240)]
         shared.wait_for_writes(240)
         stop.set()
-        committer.get(240)
+        committing.get(240)
         shared.check_reads(240)
         made = commits.value
     assert made >= MIN_COMMITS, "the committer never raced the writers"

@@ -19,6 +19,7 @@ from branchwater.engine import BranchProtected, Lake, NoChanges, PathExists
 from branchwater.engine.api import Repository
 from branchwater.engine.failpoints import FailpointHit, armed
 from tests.helpers.failpoints import PAUSE_TIMEOUT, SHORT_COMMIT_WAIT, held_at, paused_at
+from tests.helpers.races import committer
 from tests.helpers.servers import spawned_pool
 
 
@@ -128,18 +129,6 @@ def _creator(kv_url: str, index: int, start, barrier) -> list[tuple[str, str]]:
     return won
 
 
-def _committer(kv_url: str, start, stop) -> int:
-    made = 0
-    with Lake.connect(kv_url) as lake:
-        main = lake.repository("race").branch("main")
-        start.wait(30)
-        while not stop.is_set():
-            with contextlib.suppress(NoChanges):
-                main.commit(f"round {made}")
-                made += 1
-    return made
-
-
 @pytest.mark.slow
 def test_processes_racing_to_create_the_same_paths_each_path_has_one_creator(
     race_kv: str, tmp_path: Path
@@ -148,15 +137,16 @@ def test_processes_racing_to_create_the_same_paths_each_path_has_one_creator(
         lake.create_repository("race", f"file://{tmp_path}/race")
     with spawned_pool(CREATORS + 1) as (manager, pool):
         start, stop, barrier = manager.Event(), manager.Event(), manager.Barrier(CREATORS)
-        committer = pool.apply_async(_committer, (race_kv, start, stop))
+        commits = manager.Value("i", 0)
+        committing = pool.apply_async(committer, (race_kv, "race", start, stop, commits))
         creators = [
             pool.apply_async(_creator, (race_kv, i, start, barrier)) for i in range(CREATORS)
         ]
         start.set()
         won = [pair for creator in creators for pair in creator.get(240)]
         stop.set()
-        commits = committer.get(240)
-    assert commits > 0
+        committing.get(240)
+        assert commits.value > 0
     assert sorted(path for path, _ in won) == [f"lock/{i:03d}" for i in range(PATHS)]
     with Lake.connect(race_kv) as lake:
         main = lake.repository("race").branch("main")

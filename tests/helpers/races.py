@@ -1,5 +1,5 @@
-"""Read-after-write across processes: a shared path overwritten in one process and read in
-others."""
+"""Races across processes: a committer committing a branch in a loop, and read-after-write
+(a shared path overwritten in one process and read in others)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from functools import partial
 from typing import TYPE_CHECKING, TypeVar
 
 from branchwater.engine.api import Lake, Ref
-from branchwater.engine.errors import NotFound, TooManyTries
+from branchwater.engine.errors import NoChanges, NotFound, TooManyTries
 from branchwater.engine.graveler.checksums import content_checksum
 
 if TYPE_CHECKING:
@@ -25,6 +25,20 @@ OVERWRITES = 300
 DELETE_EVERY = 7
 """Version `v` of the shared path is a delete where `v % DELETE_EVERY == 0`, else an upload
 of `str(v)`; the last version is an upload."""
+
+
+def committer(kv_url: str, repository: str, start, stop, commits) -> None:
+    """Commit `main` of `repository` in a loop from `start` until `stop`, counting the
+    commits made in `commits` (a manager's value)."""
+    with Lake.connect(kv_url) as lake:
+        main = lake.repository(repository).branch("main")
+        start.wait(30)
+        while not stop.is_set():
+            try:
+                main.commit(f"round {commits.value}")
+                commits.value += 1
+            except NoChanges:
+                pass
 
 
 def later(call: Callable[[], T], tries: int = LATER_TRIES) -> T:
