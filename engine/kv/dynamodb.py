@@ -206,18 +206,21 @@ class DynamoDBStore(Store):
                 f"key {key!r} in partition {partition!r} changed since read"
             ) from None
 
-    def _delete_guarded(
-        self, partition: bytes, key: bytes, guard: tuple[bytes, bytes], expected: bytes
-    ) -> bool:
-        """One transaction: the guard's condition checked and the key deleted together."""
-        check = {
+    def _guard_check(self, guard: tuple[bytes, bytes], expected: bytes) -> dict[str, Any]:
+        """The guarded steps' transaction item: the guard must hold `expected`."""
+        return {
             "TableName": self.table,
             "Key": self._item_key(*guard),
             "ConditionExpression": _MUST_EQUAL,
             "ExpressionAttributeValues": {":expected": {"B": expected}},
         }
+
+    def _delete_guarded(
+        self, partition: bytes, key: bytes, guard: tuple[bytes, bytes], expected: bytes
+    ) -> bool:
+        """One transaction: the guard's condition checked and the key deleted together."""
         delete = {"TableName": self.table, "Key": self._item_key(partition, key)}
-        items = [{"ConditionCheck": check}, {"Delete": delete}]
+        items = [{"ConditionCheck": self._guard_check(guard, expected)}, {"Delete": delete}]
         try:
             self._call("delete", self._client.transact_write_items, TransactItems=items)
         except PredicateFailed:
@@ -235,12 +238,6 @@ class DynamoDBStore(Store):
         """One transaction, as `_delete_guarded`: the guard's condition checked and the key
         put where it is absent or empty. A cancelled one means the guard failed or the key
         holds a value: the guard, read again, says which."""
-        check = {
-            "TableName": self.table,
-            "Key": self._item_key(*guard),
-            "ConditionExpression": _MUST_EQUAL,
-            "ExpressionAttributeValues": {":expected": {"B": expected}},
-        }
         item = {**self._item_key(partition, key), VALUE_ATTR: {"B": value}}
         put = {
             "TableName": self.table,
@@ -248,7 +245,7 @@ class DynamoDBStore(Store):
             "ConditionExpression": _ABSENT_OR_EMPTY,
             "ExpressionAttributeValues": {":empty": {"N": "0"}},
         }
-        items = [{"ConditionCheck": check}, {"Put": put}]
+        items = [{"ConditionCheck": self._guard_check(guard, expected)}, {"Put": put}]
         try:
             self._call("put", self._client.transact_write_items, TransactItems=items)
         except PredicateFailed:

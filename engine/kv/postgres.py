@@ -378,7 +378,8 @@ class _FairStatements(NamedTuple):
     swap: str
     set_guarded: str
     guard: str
-    """The guard row's locking read of `set_guarded`, for `_delete_guarded` to share."""
+    """The guard row's locking read of `set_guarded`, for the guarded delete and creation to
+    share."""
 
 
 class _Route(NamedTuple):
@@ -451,9 +452,9 @@ def _guarded_delete(quote: Callable[[str], str], guard: str, target: str) -> str
 
 
 def _guarded_create(quote: Callable[[str], str], guard: str, target: str) -> str:
-    """`_guarded_create`'s statement: the guard locked as `set_guarded` locks it, the row
-    written to `target` (its partition) where it is absent or empty, if the guard holds the
-    value expected."""
+    """`PostgresStore._guarded_create`'s statement: the guard locked as `set_guarded` locks
+    it, the row written to `target` (its partition) where it is absent or empty, if the
+    guard holds the value expected."""
     t, p, k, v = quote(target), quote("partition_key"), quote("key"), quote("value")
     return (
         f"WITH guard AS ({guard}) "

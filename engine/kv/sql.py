@@ -54,12 +54,7 @@ from sqlalchemy import Engine, MetaData, Table
 from sqlmodel import Field, SQLModel
 
 from branchwater.engine.errors import BranchwaterError, PredicateFailed
-from branchwater.engine.kv.store import (
-    KeyValue,
-    Store,
-    check_partition,
-    key_not_found,
-)
+from branchwater.engine.kv.store import KeyValue, Store, check_partition, key_not_found
 from branchwater.engine.urls import redact_url
 
 DEFAULT_TABLE = "branchwater_kv"

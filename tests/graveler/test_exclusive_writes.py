@@ -8,9 +8,7 @@ on the PostgreSQL server; the one a look and its creation leave open is forced a
 from __future__ import annotations
 
 import contextlib
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +16,13 @@ import pytest
 from branchwater.engine import BranchProtected, Lake, NoChanges, PathExists
 from branchwater.engine.api import Repository
 from branchwater.engine.failpoints import FailpointHit, armed
-from tests.helpers.failpoints import PAUSE_TIMEOUT, SHORT_COMMIT_WAIT, held_at, paused_at
+from tests.helpers.failpoints import (
+    PAUSE_TIMEOUT,
+    SHORT_COMMIT_WAIT,
+    held_at,
+    in_thread,
+    paused_at,
+)
 from tests.helpers.races import committer
 from tests.helpers.servers import spawned_pool
 
@@ -168,20 +172,7 @@ def test_a_creation_over_a_sealed_tombstone_waits_for_its_commit(repo: Repositor
     main.upload("other", b"o")
     main.commit("base")
     main.upload("other", b"staged, so the next commit has work")
-    results: dict[str, object] = {}
-
-    def run(name: str, operation: Callable[[], object]) -> threading.Thread:
-        def target() -> None:
-            try:
-                results[name] = operation()
-            except Exception as exc:
-                results[name] = exc
-
-        thread = threading.Thread(target=target)
-        thread.start()
-        return thread
-
-    with ExitStack() as stack:
+    with contextlib.ExitStack() as stack:
         staging, built, validating, awaiting = (
             stack.enter_context(paused_at(point))
             for point in (
@@ -191,23 +182,23 @@ def test_a_creation_over_a_sealed_tombstone_waits_for_its_commit(repo: Repositor
                 "write.awaiting_commit",
             )
         )
-        threads = [run("delete", lambda: main.delete("p"))]
+        delete = in_thread(lambda: main.delete("p"))
         staging.wait()
-        threads.append(run("commit", lambda: main.commit("misses the late delete")))
+        commit = in_thread(lambda: main.commit("misses the late delete"))
         built.wait()
         staging.release()
         validating.wait()
-        threads.append(run("create", lambda: main.upload("p", b"mine", if_absent=True)))
-        while threads[2].is_alive() and not awaiting.reached.wait(0.01):
+        create = in_thread(lambda: main.upload("p", b"mine", if_absent=True))
+        while create.thread.is_alive() and not awaiting.reached.wait(0.01):
             pass
         built.release()
-        threads[1].join(PAUSE_TIMEOUT)
+        commit.thread.join(PAUSE_TIMEOUT)
         awaiting.release()
-        threads[2].join(PAUSE_TIMEOUT)
+        create.thread.join(PAUSE_TIMEOUT)
         validating.release()
-    for thread in threads:
-        thread.join(PAUSE_TIMEOUT)
-    assert isinstance(results["create"], PathExists), results
-    assert results["delete"] is None
+    for held in (delete, commit, create):
+        held.thread.join(PAUSE_TIMEOUT)
+    assert isinstance(create.raised, PathExists), create.result
+    assert (delete.raised, commit.raised) == (None, None)
     assert repo.ref("main").read("p") == b"committed"
     assert "p" not in {e.path for e in main.list()}

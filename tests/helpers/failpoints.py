@@ -57,32 +57,38 @@ def paused_at(point: str) -> Iterator[Pause]:
 
 
 class Held:
-    """An operation run in a thread of its own (`held_at`): what it returned, or raised."""
+    """An operation run in a thread of its own (`in_thread`, `held_at`): the thread, and what
+    the operation returned, or raised."""
 
-    def __init__(self) -> None:
+    def __init__(self, operation: Callable[[], Any]) -> None:
         self.result: Any = None
         self.raised: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(operation,))
+
+    def _run(self, operation: Callable[[], Any]) -> None:
+        try:
+            self.result = operation()
+        except BaseException as exc:
+            self.raised = exc
+
+
+def in_thread(operation: Callable[[], Any]) -> Held:
+    """Start `operation` in a thread of its own; `Held` says how it ended once joined."""
+    held = Held(operation)
+    held.thread.start()
+    return held
 
 
 @contextmanager
 def held_at(point: str, operation: Callable[[], Any]) -> Iterator[Held]:
     """Run `operation` in a thread held at `point` for the block (another process's step
     forced between two of its own), then released and joined: `Held` says how it ended."""
-    held = Held()
-
-    def run() -> None:
-        try:
-            held.result = operation()
-        except BaseException as exc:
-            held.raised = exc
-
     with paused_at(point) as pause:
-        thread = threading.Thread(target=run)
-        thread.start()
+        held = in_thread(operation)
         pause.wait()
         try:
             yield held
         finally:
             pause.release()
-            thread.join(PAUSE_TIMEOUT)
-    assert not thread.is_alive(), f"the operation held at {point} never finished"
+            held.thread.join(PAUSE_TIMEOUT)
+    assert not held.thread.is_alive(), f"the operation held at {point} never finished"
