@@ -6,13 +6,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from branchwater.engine import InvalidArgument
-from branchwater.plugin.operators.base import BranchwaterOperator, Lineage, LineageDataset
+from branchwater.engine import InvalidArgument, NotFound, PathExists
+from branchwater.plugin.operators.base import (
+    BranchwaterOperator,
+    Lineage,
+    LineageDataset,
+    identity,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from branchwater.engine import Repository
+    from branchwater.engine import Branch, Entry, Repository
 
 
 class BranchwaterUploadOperator(BranchwaterOperator):
@@ -23,11 +28,18 @@ class BranchwaterUploadOperator(BranchwaterOperator):
     so a retry simply stages the object again, and content the branch shows already is not
     staged at all.
 
+    With `if_absent=True` the upload is an exclusive creation (a marker, a lock file): the
+    task fails at once, without retries, if the branch shows anything at `path`. The object's
+    metadata then carries the task instance's identity (`airflow.dag_id`, `airflow.run_id`,
+    `airflow.task_id`, `airflow.map_index`), so that a retry, or a rerun of the DAG run, that
+    finds the object its earlier try created succeeds with it instead of failing for ever.
+
     :param branch: the branch to stage on (templated)
     :param path: the object's path in the repository (templated)
     :param data: the object's content, text or bytes (templated)
     :param filename: a local file whose content is staged instead (templated)
     :param metadata: user metadata of the object (templated)
+    :param if_absent: create the object only where the branch shows nothing at `path`
     """
 
     template_fields: Sequence[str] = (
@@ -47,6 +59,7 @@ class BranchwaterUploadOperator(BranchwaterOperator):
         data: str | bytes | None = None,
         filename: str | None = None,
         metadata: dict[str, str] | None = None,
+        if_absent: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -55,6 +68,7 @@ class BranchwaterUploadOperator(BranchwaterOperator):
         self.data = data
         self.filename = filename
         self.metadata = metadata or {}
+        self.if_absent = if_absent
 
     def content(self) -> bytes:
         if (self.data is None) == (self.filename is None):
@@ -64,7 +78,11 @@ class BranchwaterUploadOperator(BranchwaterOperator):
         return self.data.encode() if isinstance(self.data, str) else bytes(self.data or b"")
 
     def execute_on(self, repo: Repository, context: Context) -> dict[str, Any]:
-        entry = repo.branch(self.branch).upload(self.path, self.content(), self.metadata)
+        branch = repo.branch(self.branch)
+        if self.if_absent:
+            entry = self.create(branch, context)
+        else:
+            entry = branch.upload(self.path, self.content(), self.metadata)
         self.lineage = Lineage(outputs=(LineageDataset(repo.name, self.branch),))
         return {
             "path": entry.path,
@@ -72,3 +90,20 @@ class BranchwaterUploadOperator(BranchwaterOperator):
             "size": entry.size,
             "checksum": entry.checksum,
         }
+
+    def create(self, branch: Branch, context: Context) -> Entry:
+        """The exclusive upload, or the entry an earlier try of this task instance created:
+        that try may have lost its worker after the creation landed."""
+        ours = identity(context)
+        try:
+            return branch.upload(
+                self.path, self.content(), {**self.metadata, **ours}, if_absent=True
+            )
+        except PathExists as refused:
+            try:
+                found = branch.stat(self.path)
+            except NotFound:
+                raise refused from None
+            if all(found.metadata.get(key) == value for key, value in ours.items()):
+                return found
+            raise

@@ -276,6 +276,10 @@ class FlakyTag(LosesWorkerAfterwards, BranchwaterTagOperator):
     pass
 
 
+class FlakyUpload(LosesWorkerAfterwards, BranchwaterUploadOperator):
+    pass
+
+
 def test_retries_after_a_try_did_the_work_succeed_with_its_result(
     run_dag: RunDag, lake_conn: LakeConnection, repo: Repository
 ) -> None:
@@ -316,6 +320,35 @@ def test_retries_after_a_try_did_the_work_succeed_with_its_result(
         "base",
     ]
     assert main.read("r.csv") == b"r"
+
+
+def test_an_exclusive_upload_retried_after_it_created_succeeds_and_another_task_fails_at_once(
+    run_dag: RunDag, lake_conn: LakeConnection, repo: Repository
+) -> None:
+    """The retry finds the marker its first try created (it carries the task instance's
+    identity) and returns it; another task creating the same path is refused, not retried."""
+    names = {"repository": repo.name, "branch": "main", "path": "_LOCK", **NO_RETRY_DELAY}
+    with DAG("bw_exclusive", schedule=None) as dag:
+        first = FlakyUpload(task_id="first", data="first", if_absent=True, **names)
+        second = BranchwaterUploadOperator(
+            task_id="second", data="second", if_absent=True, **names
+        )
+        first >> second
+
+    result = run_dag(dag)
+
+    assert result.states == {"first": "success", "second": "failed"}
+    assert result.tries == {"first": 2, "second": 1}
+    marker = repo.branch("main").stat("_LOCK")
+    assert result.value("first")["address"] == marker.address
+    assert repo.branch("main").read("_LOCK") == b"first"
+    assert marker.metadata["airflow.task_id"] == "first"
+    assert marker.metadata["airflow.run_id"] == result.run_id
+
+    rerun = run_dag(dag)
+    assert rerun.run_id != result.run_id
+    assert rerun.states["first"] == "failed"
+    assert rerun.tries["first"] == 1
 
 
 def diverge(repo: Repository) -> None:
