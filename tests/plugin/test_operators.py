@@ -330,9 +330,7 @@ def test_an_exclusive_upload_retried_after_it_created_succeeds_and_another_task_
     names = {"repository": repo.name, "branch": "main", "path": "_LOCK", **NO_RETRY_DELAY}
     with DAG("bw_exclusive", schedule=None) as dag:
         first = FlakyUpload(task_id="first", data="first", if_absent=True, **names)
-        second = BranchwaterUploadOperator(
-            task_id="second", data="second", if_absent=True, **names
-        )
+        second = BranchwaterUploadOperator(task_id="second", data="second", if_absent=True, **names)
         first >> second
 
     result = run_dag(dag)
