@@ -84,6 +84,7 @@ def read_back(kv_url: str, repository: str, start, stop, announced) -> tuple[int
             if floor == 0:
                 continue
             seen: int | None
+            how = "listing" if reads % 2 else "lookup"
             try:
                 if reads % 2:
                     listed = [e for e in main.list(prefix=SHARED_PATH) if e.path == SHARED_PATH]
@@ -100,9 +101,9 @@ def read_back(kv_url: str, repository: str, start, stop, announced) -> tuple[int
             reads += 1
             if seen is None:
                 if not any(v % DELETE_EVERY == 0 for v in range(floor, ceiling + 1)):
-                    stale.append(f"absent, but versions {floor}-{ceiling} delete nothing")
+                    stale.append(f"{how}: absent, but versions {floor}-{ceiling} delete nothing")
             elif not floor <= seen <= ceiling:
-                stale.append(f"read version {seen} after version {floor} was acknowledged")
+                stale.append(f"{how}: version {seen} after version {floor} was acknowledged")
     return reads, stale
 
 
@@ -127,7 +128,7 @@ class SharedPathRace:
     def check_reads(self, timeout: float) -> None:
         """Once `stop` is set: the reader read, and never saw the path older than it was."""
         reads, stale = self._reads.get(timeout)
-        assert reads >= 1 and stale == []
+        assert reads >= 1 and stale == [], f"{reads} reads, stale: {stale[:5]}"
 
     @staticmethod
     def check_committed(ref: Ref) -> None:
