@@ -29,7 +29,7 @@ import pytest
 from branchwater.engine import Lake, NoChanges, NotFound, TooManyTries
 from branchwater.engine.graveler import compaction
 from branchwater.engine.graveler.graveler import LET_GO_DROP_S
-from tests.helpers.races import SHARED_PATH, SharedPathRace, later
+from tests.helpers.races import SHARED_PATH, SharedPathRace, delete_later, later
 from tests.helpers.servers import spawned_pool
 
 WRITERS = 3
@@ -54,7 +54,7 @@ def _writer(kv_url: str, index: int, start) -> tuple[dict[str, str], list[str], 
                 violations.append(f"{path} does not read back after its upload")
             if j % DELETE_EVERY == DELETE_EVERY - 1:
                 victim = sorted(live)[len(live) // 2]
-                later(partial(main.delete, victim))
+                delete_later(main, victim)
                 del live[victim]
                 deleted.append(victim)
                 with contextlib.suppress(NotFound):

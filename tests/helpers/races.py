@@ -8,7 +8,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, TypeVar
 
-from branchwater.engine.api import Lake, Ref
+from branchwater.engine.api import Branch, Lake, Ref
 from branchwater.engine.errors import NoChanges, NotFound, TooManyTries
 from branchwater.engine.graveler.checksums import content_checksum
 
@@ -44,13 +44,31 @@ def committer(kv_url: str, repository: str, start, stop, commits) -> None:
 def later(call: Callable[[], T], tries: int = LATER_TRIES) -> T:
     """`call()`, doing what `TooManyTries` asks (retry later) up to `tries` times: compactors
     sealing without pause on a loaded machine can make every validated look of one call lose.
-    A write that gives up has taken its row back, so calling it again is safe."""
+    A write that gives up may leave its row in tokens sealed meanwhile, which a commit or
+    compaction may still absorb: calling it again writes it again (see `delete_later`)."""
     for _ in range(tries - 1):
         try:
             return call()
         except TooManyTries:
             time.sleep(0.2)
     return call()
+
+
+def delete_later(branch: Branch, path: str) -> None:
+    """`branch.delete(path)` as `later` retries it. A retry that finds the path gone is the
+    earlier try's tombstone, left in a sealed token and absorbed since: the delete landed."""
+    calls = 0
+
+    def delete() -> None:
+        nonlocal calls
+        calls += 1
+        try:
+            branch.delete(path)
+        except NotFound:
+            if calls == 1:
+                raise
+
+    later(delete)
 
 
 def overwrite(kv_url: str, repository: str, start, announced) -> None:
@@ -63,7 +81,7 @@ def overwrite(kv_url: str, repository: str, start, announced) -> None:
             if version % DELETE_EVERY:
                 later(partial(main.upload, SHARED_PATH, str(version).encode()))
             else:
-                later(partial(main.delete, SHARED_PATH))
+                delete_later(main, SHARED_PATH)
             announced.value = version
 
 
@@ -92,8 +110,8 @@ def read_back(kv_url: str, repository: str, start, stop, announced) -> tuple[int
                 else:
                     try:
                         seen = int(main.read(SHARED_PATH))
-                    except NotFound:
-                        seen = None
+                    except NotFound as exc:
+                        seen, how = None, f"lookup ({exc})"
             except TooManyTries:
                 time.sleep(0.05)
                 continue
