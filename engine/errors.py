@@ -95,7 +95,11 @@ class PredicateFailed(BranchwaterError):
 
 
 class TooManyTries(BranchwaterError):
-    """An optimistic operation kept losing races and gave up after its bounded retries."""
+    """An optimistic operation kept losing races and gave up after its bounded retries.
+
+    A staged write that gave up may still land: its row can sit in a token a commit or
+    compaction absorbs. Writing again is safe; a delete retried then may find the path gone
+    (`NotFound`), which means the first one landed."""
 
 
 def too_many_tries(what: str, attempts: int, advice: str = "retry later") -> TooManyTries:
