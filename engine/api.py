@@ -73,6 +73,7 @@ from branchwater.engine.graveler.model import (
     Entry,
     RepositoryRecord,
     Tag,
+    check_flag,
     check_metadata,
 )
 from branchwater.engine.graveler.names import check_new_path, check_path, check_ref_name
@@ -620,6 +621,7 @@ class Branch(Ref):
         """
         check_new_path(path)
         meta = check_metadata(metadata)
+        check_flag("if_absent", if_absent)
         upload = Upload(
             self._g,
             self._record,

@@ -24,7 +24,7 @@ from branchwater.engine.errors import (
     PredicateFailed,
 )
 from branchwater.engine.graveler.graveler import Graveler
-from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord
+from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord, check_flag
 from branchwater.engine.graveler.protection import check_check_name, current_user, decode_stamp
 from branchwater.engine.graveler.refs import scan_prefix
 
@@ -110,8 +110,7 @@ def record_check(
 ) -> CheckResult:
     """Record check `name` on the commit `commit_ref` resolves to, once: see the module."""
     check_check_name(name)
-    if not isinstance(passed, bool):
-        raise InvalidArgument(f"passed must be True or False, not {passed!r}")
+    check_flag("passed", passed)
     if not isinstance(by, str):
         raise InvalidArgument(f"by must be a string, not {type(by).__name__}")
     checked = check_details(details)

@@ -93,6 +93,14 @@ def check_metadata(metadata: object) -> dict[str, str]:
     return checked
 
 
+def check_flag(name: str, value: object) -> bool:
+    """`value` if it is a bool: a flag given as text (`"False"`) would otherwise count as
+    true."""
+    if not isinstance(value, bool):
+        raise InvalidArgument(f"{name} must be True or False, not {value!r}")
+    return value
+
+
 def check_commit_arguments(message: object, metadata: object, committer: object) -> dict[str, str]:
     """The commit's metadata, once every argument a commit record holds is known to fit it:
     checked before the branch is sealed or a range written."""

@@ -41,7 +41,7 @@ from branchwater.engine.errors import (
     too_many_tries,
 )
 from branchwater.engine.graveler.graveler import Graveler
-from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord
+from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord, check_flag
 from branchwater.engine.graveler.names import check_ref_name
 from branchwater.engine.kv import Store
 
@@ -149,8 +149,7 @@ class ProtectionRule:
         """The rule, every argument checked; `InvalidArgument` for one that protects nothing."""
         flags = {"no_direct_writes": no_direct_writes, "no_delete": no_delete, "no_reset": no_reset}
         for name, value in flags.items():
-            if not isinstance(value, bool):
-                raise InvalidArgument(f"{name} must be True or False, not {value!r}")
+            check_flag(name, value)
         if isinstance(required_checks, str) or not isinstance(required_checks, Iterable):
             raise InvalidArgument(
                 f"required_checks must be a list of check names, not {required_checks!r}"

@@ -78,11 +78,7 @@ class BranchwaterUploadOperator(BranchwaterOperator):
         return self.data.encode() if isinstance(self.data, str) else bytes(self.data or b"")
 
     def execute_on(self, repo: Repository, context: Context) -> dict[str, Any]:
-        branch = repo.branch(self.branch)
-        if self.if_absent:
-            entry = self.create(branch, context)
-        else:
-            entry = branch.upload(self.path, self.content(), self.metadata)
+        entry = self.upload(repo.branch(self.branch), context)
         self.lineage = Lineage(outputs=(LineageDataset(repo.name, self.branch),))
         return {
             "path": entry.path,
@@ -91,13 +87,14 @@ class BranchwaterUploadOperator(BranchwaterOperator):
             "checksum": entry.checksum,
         }
 
-    def create(self, branch: Branch, context: Context) -> Entry:
-        """The exclusive upload, or the entry an earlier try of this task instance created:
-        that try may have lost its worker after the creation landed."""
-        ours = identity(context)
+    def upload(self, branch: Branch, context: Context) -> Entry:
+        """The upload; an exclusive one stamped with this task instance's identity, so that a
+        refusal by the entry an earlier try created (which may have lost its worker after
+        the creation landed) is that entry. The engine checks `if_absent` is a bool."""
+        ours = identity(context) if self.if_absent is True else {}
         try:
             return branch.upload(
-                self.path, self.content(), {**self.metadata, **ours}, if_absent=True
+                self.path, self.content(), {**self.metadata, **ours}, if_absent=self.if_absent
             )
         except PathExists as refused:
             try:

@@ -115,6 +115,16 @@ def test_commit_arguments_of_the_wrong_type_are_refused_before_sealing(
     assert names in str(error)
 
 
+@pytest.mark.parametrize("flag", ["False", "", 0, 1, None])
+def test_an_exclusive_upload_flag_that_is_not_a_bool_is_refused_before_any_write(
+    repo: Repository, tmp_path: Path, flag: Any
+) -> None:
+    """Text such as "False" would count as true and make a plain upload exclusive."""
+    main = repo.branch("main")
+    error = refused(repo, tmp_path, lambda: main.upload("flagged", b"x", if_absent=flag))
+    assert f"if_absent must be True or False, not {flag!r}" in str(error)
+
+
 @HYPOTHESIS
 @given(checksum=st.text(min_size=1, max_size=CHECKSUM_MAX_LENGTH + 2))
 def test_a_checksum_of_any_code_point_is_linked_or_refused_and_the_branch_keeps_working(

@@ -192,6 +192,15 @@ def test_failures_say_what_is_wrong_and_final_ones_are_not_retried(
         BranchwaterMergeOperator(
             task_id="conflict", repository=repo.name, source_ref="right", **retried
         )
+        BranchwaterUploadOperator(
+            task_id="flag_as_text",
+            repository=repo.name,
+            branch="main",
+            path="flagged.csv",
+            data="x",
+            if_absent="False",
+            **retried,
+        )
         BranchwaterCommitOperator(
             task_id="nothing_staged",
             repository=repo.name,
@@ -213,7 +222,9 @@ def test_failures_say_what_is_wrong_and_final_ones_are_not_retried(
     assert "NoChanges: nothing to commit on branch 'main'" in output
     assert f"AlreadyExists: branch 'right' of '{repo.name}' exists at" in output
     assert "NotFound: ref 'never-made' not found" in output
-    for task in ("elsewhere", "conflict", "nothing_staged", "no_repository", "no_ref"):
+    assert "InvalidArgument: if_absent must be True or False, not 'False'" in output
+    final = ("elsewhere", "conflict", "nothing_staged", "no_repository", "no_ref", "flag_as_text")
+    for task in final:
         assert result.tries[task] == 1, task
 
 
