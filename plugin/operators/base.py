@@ -27,7 +27,7 @@ from branchwater.plugin.hooks import DEFAULT_CONN_ID, BranchwaterHook
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from branchwater.engine import Branch, Commit, Repository
+    from branchwater.engine import Branch, Commit, Entry, Repository
 
 FINAL_ERRORS = (
     AlreadyExists,
@@ -84,9 +84,10 @@ def identity(context: Context, keys: Sequence[str] = IDENTITY_KEYS) -> dict[str,
     return {METADATA_PREFIX + key: ours[METADATA_PREFIX + key] for key in keys}
 
 
-def made_by(commit: Commit, context: Context, keys: Sequence[str] = IDENTITY_KEYS) -> bool:
-    """True when this task instance (or, with `RUN_KEYS`, its DAG run) made `commit`."""
-    return all(commit.metadata.get(key) == value for key, value in identity(context, keys).items())
+def made_by(made: Commit | Entry, context: Context, keys: Sequence[str] = IDENTITY_KEYS) -> bool:
+    """True when this task instance (or, with `RUN_KEYS`, its DAG run) made `made`, a commit
+    or an object stamped with `identity`."""
+    return all(made.metadata.get(key) == value for key, value in identity(context, keys).items())
 
 
 def made_earlier(

@@ -12,6 +12,7 @@ from branchwater.plugin.operators.base import (
     Lineage,
     LineageDataset,
     identity,
+    made_by,
 )
 
 if TYPE_CHECKING:
@@ -101,6 +102,6 @@ class BranchwaterUploadOperator(BranchwaterOperator):
                 found = branch.stat(self.path)
             except NotFound:
                 raise refused from None
-            if all(found.metadata.get(key) == value for key, value in ours.items()):
+            if made_by(found, context):
                 return found
             raise
