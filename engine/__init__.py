@@ -76,6 +76,7 @@ _LAZY = {
     "slice_created": "branchwater.engine.gc.addresses",
     "DATA_ADDRESS_PATTERN": "branchwater.engine.gc.addresses",
     "REPOSITORY_NAME_PATTERN": "branchwater.engine.graveler.names",
+    "check_flag": "branchwater.engine.graveler.model",
     "human_size": "branchwater.engine.units",
     "timestamp": "branchwater.engine.units",
 }

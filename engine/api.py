@@ -252,6 +252,7 @@ class Repository:
         looked at, so a search that finds nothing stays cheap on a long history. The ref and
         every argument are checked when called, before anything is iterated.
         """
+        check_flag("first_parent", first_parent)
         start = self._g.refs.resolve(self.record, ref).commit_id
         return history.filtered_log(
             self._g.refs,
@@ -293,6 +294,8 @@ class Repository:
         destination's HEAD without moving the destination: it is readable by its id, checks
         can be recorded on it, and `publish` lands it if the destination has not moved.
         """
+        check_flag("fast_forward", fast_forward)
+        check_flag("preview", preview)
         return merge_ops.merge(
             self._g,
             self.record,
@@ -332,6 +335,7 @@ class Repository:
         `branchwater.revert` (the reverted id); `NoChanges` if there is nothing to undo.
         A branch with uncommitted changes raises `DirtyBranch` unless `allow_dirty`, which
         keeps them staged above the new commit (where they touch a reverted path, they win)."""
+        check_flag("allow_dirty", allow_dirty)
         return picks.pick(
             self._g,
             self.record,
@@ -358,6 +362,7 @@ class Repository:
     ) -> MergeResult:
         """A new commit on `branch` applying what `commit` changed against its parent, as
         `revert` undoes it (same arguments and errors); records `branchwater.cherry_pick`."""
+        check_flag("allow_dirty", allow_dirty)
         return picks.pick(
             self._g,
             self.record,
@@ -554,6 +559,7 @@ class Ref:
         """The object's bytes, checked against its entry: the size, and the checksum where
         it can be recomputed (`CorruptedData` naming path and address if they differ).
         `verify=False` returns what storage holds, unchecked."""
+        check_flag("verify", verify)
         return reads.read_object(self._g, self._record, self.stat(path), verify)
 
     def open(self, path: str, *, verify: bool = True) -> BinaryIO:
@@ -561,6 +567,7 @@ class Ref:
         only what they ask (ranged GETs on S3). With `verify`, the size is checked now and
         the checksum once the reads have covered the object to its end (`CorruptedData`
         naming path and address), as `read` checks its bytes."""
+        check_flag("verify", verify)
         return reads.open_object(self._g, self._record, self.stat(path), verify)
 
     def list(self, prefix: str = "", after: str = "") -> Iterator[Entry]:
@@ -725,6 +732,7 @@ class Branch(Ref):
         commit on the branch recorded what was staged (its `commit_id` holds it)."""
         if not isinstance(message, str) or not message.strip():
             raise InvalidArgument("a commit needs a non-empty message")
+        check_flag("allow_empty", allow_empty)
         return commit_ops.commit(
             self._g,
             self._record,
@@ -804,6 +812,7 @@ class Branch(Ref):
         no-op result, and a compaction that a concurrent commit overtook says so
         (`outcome="superseded"`) rather than raising: the branch is intact either way.
         """
+        check_flag("if_needed", if_needed)
         return compaction.compact(
             self._g, self._record, self.name, if_needed=if_needed, policy=policy
         )

@@ -40,7 +40,7 @@ from branchwater.engine.errors import (
     NotFound,
     ReadOnlyRef,
 )
-from branchwater.engine.graveler.model import Commit, Entry
+from branchwater.engine.graveler.model import Commit, Entry, check_flag
 from branchwater.engine.graveler.names import is_hex_id
 from branchwater.engine.graveler.reads import open_object
 from branchwater.engine.per_process import ChildSafeLock
@@ -390,6 +390,7 @@ class BranchwaterFileSystem(AbstractFileSystem):
 
     def rm(self, path: Any, recursive: bool = False, maxdepth: int | None = None) -> None:
         """Stage a delete of every object `path` expands to (folders are implicit)."""
+        check_flag("recursive", recursive)
         paths = path if isinstance(path, list) else [path]
         for name in self.expand_path(paths, recursive=recursive, maxdepth=maxdepth):
             if self.info(name)["type"] == "file":

@@ -12,6 +12,7 @@ from branchwater.engine import (
     InvalidArgument,
     MergeRaceLost,
     NoChanges,
+    check_flag,
 )
 from branchwater.plugin.links import BranchwaterCommitLink
 from branchwater.plugin.operators.base import (
@@ -216,6 +217,8 @@ class BranchwaterMergeOperator(RecordingOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        check_flag("preview_then_publish", preview_then_publish)
+        check_flag("fast_forward", fast_forward)
         if preview_then_publish and fast_forward:
             raise InvalidArgument(
                 f"task {kwargs.get('task_id')!r}: a preview is always a merge commit; "

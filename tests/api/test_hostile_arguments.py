@@ -3,6 +3,7 @@ operation, a typed error naming the problem, and nothing written when it is refu
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable
@@ -115,14 +116,43 @@ def test_commit_arguments_of_the_wrong_type_are_refused_before_sealing(
     assert names in str(error)
 
 
+def flag_calls(repo: Repository) -> dict[str, tuple[str, Callable[[Any], object]]]:
+    """Every public call that takes a bool flag, by flag, each ready to change something but
+    for it: `main` has a commit and a staged object, `dev` a commit to merge."""
+    main = repo.branch("main")
+    main.upload("a.csv", b"1")
+    main.commit("load")
+    main.upload("staged", b"2")
+    dev = repo.create_branch("dev")
+    dev.upload("b.csv", b"3")
+    dev.commit("on dev")
+    repo.lake.wait_for_cleanup()
+    return {
+        "upload": ("if_absent", lambda v: main.upload("new", b"x", if_absent=v)),
+        "upload_file": ("if_absent", lambda v: main.upload_file("new", __file__, if_absent=v)),
+        "commit": ("allow_empty", lambda v: main.commit("m", allow_empty=v)),
+        "merge": ("fast_forward", lambda v: repo.merge("dev", into="main", fast_forward=v)),
+        "merge preview": ("preview", lambda v: repo.merge("dev", into="main", preview=v)),
+        "revert": ("allow_dirty", lambda v: repo.revert("main", "main", allow_dirty=v)),
+        "cherry_pick": ("allow_dirty", lambda v: repo.cherry_pick("main", "dev", allow_dirty=v)),
+        "compact": ("if_needed", lambda v: main.compact(if_needed=v)),
+        "protect": ("no_delete", lambda v: repo.protect("main", no_delete=v)),
+        "record_check": ("passed", lambda v: repo.record_check("main", "q", v)),
+        "log": ("first_parent", lambda v: repo.log("main", first_parent=v)),
+        "read": ("verify", lambda v: main.read("a.csv", verify=v)),
+        "open": ("verify", lambda v: main.open("a.csv", verify=v)),
+    }
+
+
 @pytest.mark.parametrize("flag", ["False", "", 0, 1, None])
-def test_an_exclusive_upload_flag_that_is_not_a_bool_is_refused_before_any_write(
+def test_a_flag_that_is_not_a_bool_is_refused_before_any_write(
     repo: Repository, tmp_path: Path, flag: Any
 ) -> None:
-    """Text such as "False" would count as true and make a plain upload exclusive."""
-    main = repo.branch("main")
-    error = refused(repo, tmp_path, lambda: main.upload("flagged", b"x", if_absent=flag))
-    assert f"if_absent must be True or False, not {flag!r}" in str(error)
+    """Text such as "False" would count as true: make a plain upload exclusive, a merge
+    never fast-forward, a revert run on a dirty branch."""
+    for call, (name, operation) in flag_calls(repo).items():
+        error = refused(repo, tmp_path, functools.partial(operation, flag))
+        assert f"{name} must be True or False, not {flag!r}" in str(error), call
 
 
 @HYPOTHESIS

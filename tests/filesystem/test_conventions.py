@@ -374,6 +374,8 @@ def test_hostile_input_is_a_typed_error_and_stages_nothing(fs_lake: FsLake, tree
         fs.pipe("sales/main/text.txt", "not bytes")  # type: ignore[arg-type]
     with pytest.raises(InvalidArgument, match="'ab'"):
         fs.open("sales/main/c.txt", "ab")
+    with pytest.raises(InvalidArgument, match="recursive must be True or False"):
+        fs.rm("sales/main/a", recursive="False")
     with pytest.raises(InvalidArgument, match="either lake= or kv_url="):
         BranchwaterFileSystem(kv_url="memory://", lake=fs_lake.lake, skip_instance_cache=True)
     with pytest.raises(FileNotFoundError):

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import pytest
 from airflow.sdk import DAG, TaskGroup
 
-from branchwater.engine import MergeRaceLost, MergeResult, Repository, failpoints
+from branchwater.engine import InvalidArgument, MergeRaceLost, MergeResult, Repository, failpoints
 from branchwater.engine.gc.runs import files
 from branchwater.engine.gc.runs.config import JobConfig
 from branchwater.engine.gc.runs.storage import Namespace
@@ -30,6 +30,7 @@ from branchwater.plugin.operators import (
 )
 from branchwater.plugin.operators.base import Lineage, LineageDataset
 from branchwater.plugin.operators.commits import ATTEMPTS_KEY, HINT_KEY
+from branchwater.plugin.sensors import BranchwaterCompactionSensor
 from branchwater.spark_jobs.gc.job import GCJob
 from tests.helpers.failpoints import PAUSE_TIMEOUT, paused_at
 from tests.helpers.views import committed
@@ -226,6 +227,25 @@ def test_failures_say_what_is_wrong_and_final_ones_are_not_retried(
     final = ("elsewhere", "conflict", "nothing_staged", "no_repository", "no_ref", "flag_as_text")
     for task in final:
         assert result.tries[task] == 1, task
+
+
+@pytest.mark.parametrize(
+    ("operator", "flag", "arguments"),
+    [
+        (BranchwaterDeleteBranchOperator, "missing_ok", {"branch": "b"}),
+        (BranchwaterCompactOperator, "missing_ok", {"branch": "b"}),
+        (BranchwaterCompactionSensor, "missing_ok", {"branch": "b"}),
+        (BranchwaterMergeOperator, "preview_then_publish", {"source_ref": "etl"}),
+        (BranchwaterMergeOperator, "fast_forward", {"source_ref": "etl"}),
+    ],
+)
+def test_a_flag_the_operator_acts_on_given_as_text_fails_where_the_task_is_declared(
+    operator: type[Any], flag: str, arguments: dict[str, str]
+) -> None:
+    """`missing_ok="False"` would count as true and skip a task meant to fail; flags the
+    operator hands to the engine fail the task instead (`flag_as_text` above)."""
+    with pytest.raises(InvalidArgument, match=f"{flag} must be True or False, not 'False'"):
+        operator(task_id="t", repository="r", **arguments, **{flag: "False"})
 
 
 def test_a_commit_task_whose_writes_a_concurrent_commit_recorded_succeeds_with_it(
