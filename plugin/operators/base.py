@@ -29,6 +29,22 @@ if TYPE_CHECKING:
 
     from branchwater.engine import Branch, Commit, Entry, Repository
 
+RENDERED_FLAGS = {"true": True, "1": True, "yes": True, "on": True}
+RENDERED_FLAGS |= {"false": False, "0": False, "no": False, "off": False}
+"""The text a template renders a flag as (`{{ params.dry_run }}`), as Airflow's own
+`conf.getboolean` reads it."""
+
+
+def rendered_flag(name: str, value: object) -> bool:
+    """A templated flag: a bool, or its text. Anything else is refused rather than taken for
+    false, since a flag such as `skip_sweep` guards a delete."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in RENDERED_FLAGS:
+        return RENDERED_FLAGS[value.strip().lower()]
+    raise InvalidArgument(f"{name} must be True or False (or their text), not {value!r}")
+
+
 FINAL_ERRORS = (
     AlreadyExists,
     BranchProtected,

@@ -7,14 +7,17 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from branchwater.engine import InvalidArgument
-from branchwater.plugin.operators.base import BranchwaterOperator, Lineage, LineageDataset
+from branchwater.plugin.operators.base import (
+    BranchwaterOperator,
+    Lineage,
+    LineageDataset,
+    rendered_flag,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from branchwater.engine import Repository
-
-_BOOLEANS = {"true": True, "false": False}
 
 
 class BranchwaterRecordCheckOperator(BranchwaterOperator):
@@ -67,7 +70,11 @@ class BranchwaterRecordCheckOperator(BranchwaterOperator):
         ti = context["ti"]
         by = self.recorded_by or f"airflow:{ti.dag_id}/{ti.run_id}/{ti.task_id}"
         check = repo.record_check(
-            self.commit, self.name, _passed(self.passed), _details(self.details), by=by
+            self.commit,
+            self.name,
+            rendered_flag("passed", self.passed),
+            _details(self.details),
+            by=by,
         )
         verdict = "passed" if check.passed else "failed"
         self.log.info("Check %s %s on %s", check.name, verdict, check.commit_id)
@@ -80,15 +87,6 @@ class BranchwaterRecordCheckOperator(BranchwaterOperator):
             "recorded_at": check.recorded_at.isoformat(),
             "recorded_by": check.recorded_by,
         }
-
-
-def _passed(value: object) -> bool:
-    """A check's verdict, from a bool or a template's rendering of one."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in _BOOLEANS:
-        return _BOOLEANS[value.strip().lower()]
-    raise InvalidArgument(f"passed must be True or False (or their text), not {value!r}")
 
 
 def _details(value: object) -> object:

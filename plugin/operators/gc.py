@@ -33,7 +33,7 @@ from branchwater.engine.gc.runs.config import JOB_KV_ENV, KEEP_RUNS, ONLY_PARTS,
 from branchwater.engine.gc.runs.statuses import FAILED, GATE_FAILED
 from branchwater.plugin.hooks import DEFAULT_CONN_ID, BranchwaterHook
 from branchwater.plugin.links import BranchwaterGCReportLink
-from branchwater.plugin.operators.base import BranchwaterOperator, failing_at_once
+from branchwater.plugin.operators.base import BranchwaterOperator, failing_at_once, rendered_flag
 
 if TYPE_CHECKING:
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
@@ -146,13 +146,6 @@ def job_file() -> str:
     import branchwater.spark_jobs.gc as job
 
     return str(Path(job.__file__).with_name("__main__.py"))
-
-
-def as_flag(value: object) -> bool:
-    """A rendered template's truth: `True`, `"true"`, `"1"`..., as a param renders it."""
-    if isinstance(value, str):
-        return value.strip().lower() in ("true", "1", "yes", "on")
-    return bool(value)
 
 
 def connection_defined(conn_id: str) -> bool:
@@ -447,7 +440,9 @@ class BranchwaterGCSweepOperator(BranchwaterGCJobOperator):
         return ["--sweep", self.sweep_run]
 
     def execute(self, context: Context) -> Any:
-        if as_flag(self.skip_sweep):
+        with failing_at_once():
+            skip = rendered_flag("skip_sweep", self.skip_sweep)
+        if skip:
             raise AirflowSkipException(f"dry run: GC run {self.sweep_run} is marked, not swept")
         from branchwater.engine.gc.runs.files import nothing_to_delete
 

@@ -622,6 +622,38 @@ def test_a_bad_keep_runs_fails_the_gc_job_at_once_before_spark(
     assert "Spark-Submit cmd" not in output
 
 
+@pytest.mark.parametrize(
+    ("dry_run", "state"), [(" Yes", "skipped"), ("maybe", "failed"), (None, "failed")]
+)
+def test_a_sweep_skipped_by_a_rendered_flag_it_cannot_read_fails_at_once_deleting_nothing(
+    run_dag: RunDag,
+    lake_conn: LakeConnection,
+    repo: Repository,
+    capfd: pytest.CaptureFixture[str],
+    dry_run: str | None,
+    state: str,
+) -> None:
+    """Text that is not a flag is not taken for false: `skip_sweep` stands between a dry run
+    and deletes."""
+    with DAG("bw_gc_skip_sweep", schedule=None, params={"dry_run": dry_run}) as dag:
+        BranchwaterGCSweepOperator(
+            task_id="sweep",
+            repository=repo.name,
+            run_id="18f2a9c3b7d1-a1b2c3",
+            skip_sweep="{{ params.dry_run }}",
+            retries=2,
+        )
+
+    result = run_dag(dag)
+
+    assert result.states == {"sweep": state} and result.tries["sweep"] == 1
+    output = capfd.readouterr().out
+    if state == "failed":
+        shown = repr(str(dry_run))
+        assert f"skip_sweep must be True or False (or their text), not {shown}" in output
+    assert "Spark-Submit cmd" not in output
+
+
 @pytest.mark.spark
 def test_a_sweep_of_a_mark_with_no_candidates_starts_no_spark_application(
     run_dag: RunDag,
