@@ -111,7 +111,10 @@ class Lake:
         `$BRANCHWATER_CACHE_DIR`, turns it off. `gc` sets link-token expiry, copy-record
         lifetime and prepare's file size. `s3_options` may be a function returning them,
         called when the first S3 namespace is opened (never, on a lake of local ones).
-        Arrow's default pool becomes one that keeps freed pages (`allocator`)."""
+        Arrow's default pool becomes one that keeps freed pages (`allocator`). An option of
+        the wrong kind is refused at the call (S3 options given as a function: when it is
+        called), naming the option, never a secret's value."""
+        _check_connect_options(range_cache_dir, range_policy, retry, gc)
         settle_arrow_allocator()
         directory = Path(range_cache_dir) if range_cache_dir else default_cache_dir()
         cache = None
@@ -848,6 +851,23 @@ class Transaction(Branch):
         self.started.metadata = check_metadata(value)
 
 
+def _check_connect_options(
+    range_cache_dir: object, range_policy: object, retry: object, gc: object
+) -> None:
+    """`Lake.connect`'s option objects, checked before anything is opened: each is used only
+    later, where a wrong type would surface as Python's own error far from the call (S3
+    options are checked by `Graveler`, or when a function giving them is called)."""
+    if range_cache_dir is not None:
+        _local_path(range_cache_dir, "range_cache_dir")
+    for name, value, kind in (
+        ("range_policy", range_policy, RangePolicy),
+        ("retry", retry, RetryPolicy),
+        ("gc", gc, GCSettings),
+    ):
+        if value is not None and not isinstance(value, kind):
+            raise InvalidArgument(f"{name} must be a {kind.__name__}, not {type(value).__name__}")
+
+
 def _listing_bounds(prefix: object, after: object) -> tuple[str, str]:
     return check_path(prefix, "prefix", empty=True), check_path(after, "listing start", empty=True)
 
@@ -855,5 +875,5 @@ def _listing_bounds(prefix: object, after: object) -> tuple[str, str]:
 def _local_path(path: object, what: str, hint: str = "") -> Path:
     """A local file's path as given (`str` or path-like), else `InvalidArgument`."""
     if not isinstance(path, str | os.PathLike):
-        raise InvalidArgument(f"{what} takes a local file's path, not {type(path).__name__}{hint}")
+        raise InvalidArgument(f"{what} takes a local path, not {type(path).__name__}{hint}")
     return Path(path)

@@ -24,7 +24,7 @@ from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord
 from branchwater.engine.graveler.refs import BranchGuard, RefStore, branch_not_found
 from branchwater.engine.graveler.staging import StagedValue, StagingArea
 from branchwater.engine.kv import Store
-from branchwater.engine.objects import ObjectStore, open_object_store
+from branchwater.engine.objects import ObjectStore, check_s3_options, open_object_store
 from branchwater.engine.per_process import ChildSafeLock, forget_in_child
 
 log = logging.getLogger(__name__)
@@ -153,7 +153,7 @@ class Graveler:
         self._s3_options: S3Options | Callable[[], S3Options] = (
             object_store_options
             if callable(object_store_options)
-            else {**(object_store_options or {})}
+            else check_s3_options(object_store_options or {})
         )
         self._range_policy = range_policy or RangePolicy()
         self.range_cache = range_cache
@@ -178,7 +178,7 @@ class Graveler:
         if urlsplit(namespace).scheme != "s3":
             return {}
         if callable(self._s3_options):
-            self._s3_options = dict(self._s3_options())
+            self._s3_options = check_s3_options(self._s3_options())
         return self._s3_options
 
     def committed(self, repo: RepositoryRecord) -> CommittedStore:

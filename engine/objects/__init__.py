@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 from branchwater.engine.errors import ConfigurationError, InvalidArgument
 from branchwater.engine.objects.store import (
@@ -14,6 +15,31 @@ from branchwater.engine.objects.store import (
 )
 from branchwater.engine.per_process import ChildSafeLock
 from branchwater.engine.urls import redact_url, url_scheme
+
+S3_OPTIONS = (
+    "endpoint_url",
+    "aws_access_key_id",
+    "aws_secret_access_key",
+    "aws_session_token",
+    "region_name",
+)
+
+
+def check_s3_options(options: object) -> dict[str, str | None]:
+    """S3 options as a dict, once they are known to be `S3_OPTIONS` with text values (a
+    value's type is named, never the value: it may be a secret)."""
+    if not isinstance(options, Mapping):
+        raise ConfigurationError(
+            f"S3 options must be a dict of settings, not {type(options).__name__}"
+        )
+    for key, value in options.items():
+        if key not in S3_OPTIONS:
+            raise ConfigurationError(f"unknown S3 option {key!r}: use {', '.join(S3_OPTIONS)}")
+        if value is not None and not isinstance(value, str):
+            raise ConfigurationError(
+                f"S3 option {key} must be a string, not {type(value).__name__}"
+            )
+    return dict(options)
 
 
 def open_object_store(url: str, **s3_options: str | None) -> ObjectStore:
@@ -32,7 +58,7 @@ def open_object_store(url: str, **s3_options: str | None) -> ObjectStore:
     if scheme == "s3":
         from branchwater.engine.objects.s3 import S3ObjectStore
 
-        return S3ObjectStore(url, **s3_options)
+        return S3ObjectStore(url, **check_s3_options(s3_options))
     raise ConfigurationError(
         f"unknown object store URL scheme {scheme or '(none)'!r} in {redact_url(url)!r}; "
         "use file:// or s3://"

@@ -227,6 +227,42 @@ def test_s3_options_that_cannot_be_resolved_fail_where_s3_is_used(tmp_path: Path
                 lake.graveler.objects("s3://bucket/one")
 
 
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        ({"s3_options": "endpoint=x"}, ConfigurationError, "S3 options must be a dict"),
+        ({"s3_options": {"region": "eu"}}, ConfigurationError, "unknown S3 option 'region'"),
+        (
+            {"s3_options": {"aws_secret_access_key": 1234}},
+            ConfigurationError,
+            "aws_secret_access_key must be a string, not int$",
+        ),
+        ({"range_cache_dir": 5}, InvalidArgument, "range_cache_dir takes a local path"),
+        ({"retry": {"attempts": 3}}, InvalidArgument, "retry must be a RetryPolicy, not dict"),
+        ({"gc": "7d"}, InvalidArgument, "gc must be a GCSettings, not str"),
+        ({"range_policy": 1}, InvalidArgument, "range_policy must be a RangePolicy, not int"),
+    ],
+)
+def test_connect_options_of_the_wrong_kind_are_refused_at_the_call(
+    tmp_path: Path, options: dict[str, object], error: type[Exception], message: str
+) -> None:
+    """Each is used later (S3 options at the first S3 namespace), where Python's own error
+    would not say which option was wrong; a secret's value is never shown."""
+    with pytest.raises(error, match=message):
+        Lake.connect(f"sqlite:///{tmp_path}/lake.db", **options)  # type: ignore[arg-type]
+
+
+def test_s3_options_a_function_gives_are_checked_when_it_is_called() -> None:
+    def options() -> dict[str, str]:
+        return {"endpoint": "http://127.0.0.1:9"}
+
+    with (
+        Lake.connect("memory://", s3_options=options) as lake,
+        pytest.raises(ConfigurationError, match="unknown S3 option 'endpoint'"),
+    ):
+        lake.graveler.objects("s3://bucket/one")
+
+
 def test_tags_and_refs_are_read_only_views(repo) -> None:
     main = repo.branch("main")
     main.upload("a", b"A")
