@@ -33,6 +33,7 @@ from branchwater.engine.kv.sql import (
     Cursor,
     SQLStore,
     fetch_all,
+    fetch_one,
     kv_table,
     statements,
 )
@@ -74,15 +75,22 @@ class SQLiteStore(SQLStore):
         """Create the table, safely when several processes open a fresh file at once; returns
         whether the table is `WITHOUT ROWID` (an older file keeps its rowid table).
 
-        The check and the `CREATE TABLE` run inside `BEGIN IMMEDIATE`, which holds the
-        write lock, so a second process waits and then sees the table instead of failing.
+        A file that has the table (every open but the first) is only read, as WAL lets
+        readers read beside the writer: taking the write lock to look would queue a new
+        process behind busy writers, whose own waits (`SQLStore._when_free`) poll far more
+        often than SQLite's busy handler, for as long as they keep writing. Otherwise the
+        check and the `CREATE TABLE` run inside `BEGIN IMMEDIATE`, which holds the write
+        lock, so a second process waits and then sees the table instead of failing.
         """
         parent = os.path.dirname(self.path)
         try:
             os.makedirs(parent, exist_ok=True)
+            row = self._fetch(TABLE_SQL, (DEFAULT_TABLE,), fetch_one)
+            if row is not None:
+                return _is_without_rowid(row[0])
             with self._lock, self._engine.begin() as conn:
                 _new_table(DEFAULT_TABLE).create(conn, checkfirst=True)
-                return _is_without_rowid(conn, DEFAULT_TABLE)
+                return _is_without_rowid(_table_sql(conn, DEFAULT_TABLE))
         except (OSError, DBAPIError, sqlite3.Error) as exc:
             raise self._failure(exc) from exc
 
@@ -99,7 +107,7 @@ class SQLiteStore(SQLStore):
         old, new = quote(DEFAULT_TABLE), quote(f"{DEFAULT_TABLE}_upgrade")
         try:
             with self._lock, self._engine.begin() as conn:
-                if _is_without_rowid(conn, DEFAULT_TABLE):
+                if _is_without_rowid(_table_sql(conn, DEFAULT_TABLE)):
                     self.without_rowid = True
                     return False
                 conn.exec_driver_sql(f"DROP TABLE IF EXISTS {new}")
@@ -139,12 +147,16 @@ def _new_table(name: str) -> Table:
     return kv_table(name, MetaData(), sqlite_with_rowid=False)
 
 
-def _is_without_rowid(conn: Connection, table: str) -> bool:
-    """SQLite records the layout only in the table's `CREATE` statement."""
-    sql = conn.exec_driver_sql(
-        "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
-    ).scalar_one()
-    return " ".join(str(sql).upper().split()).endswith("WITHOUT ROWID")
+TABLE_SQL = "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?"
+"""A table's `CREATE` statement, the only place SQLite records its layout."""
+
+
+def _table_sql(conn: Connection, table: str) -> str:
+    return str(conn.exec_driver_sql(TABLE_SQL, (table,)).scalar_one())
+
+
+def _is_without_rowid(create_sql: str) -> bool:
+    return " ".join(create_sql.upper().split()).endswith("WITHOUT ROWID")
 
 
 def _begin_immediate(conn: Connection) -> None:

@@ -1,10 +1,13 @@
 """SQLite's table layouts: new files are `WITHOUT ROWID`, older rowid files keep working, and
-`upgrade_table` moves one to the new layout in one transaction while other processes write."""
+`upgrade_table` moves one to the new layout in one transaction while other processes write;
+opening a file that has its table never waits for the write lock."""
 
 from __future__ import annotations
 
 import multiprocessing
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +54,50 @@ def test_a_new_file_gets_the_key_ordered_layout(tmp_path: Path) -> None:
         assert isinstance(store, SQLiteStore) and store.without_rowid
         assert store.upgrade_table() is False
     assert "WITHOUT ROWID" in table_sql(tmp_path / "kv.db").upper()
+
+
+HOLD_WRITE_LOCK = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")
+conn.execute("INSERT INTO branchwater_kv VALUES (x'70', x'6c6f636b6564', x'')")
+print("locked", flush=True)
+sys.stdin.read()
+conn.execute("ROLLBACK")
+"""
+"""Take the write lock of the file named by the first argument, with a write under way, and
+hold it until stdin closes."""
+
+
+@pytest.mark.parametrize("layout", ["key-ordered", "rowid"])
+def test_a_file_opens_and_reads_while_another_process_holds_the_write_lock(
+    tmp_path: Path, layout: str
+) -> None:
+    """Writers waiting for the lock poll far more often than SQLite's busy handler, so an
+    open that took the lock to look for its table could wait for as long as they write: a
+    new process joining a busy lake (a task starting) would stall, then fail."""
+    path = tmp_path / "kv.db"
+    url = f"sqlite:///{path}" if layout == "key-ordered" else rowid_sqlite_file(path)
+    with open_store(url) as store:
+        store.set(b"p", b"k", b"v")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_WRITE_LOCK, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        with open_store(url) as store:
+            assert isinstance(store, SQLiteStore)
+            assert store.without_rowid is (layout == "key-ordered")
+            assert store.get(b"p", b"k").value == b"v"
+            assert [pair.key for pair in store.scan(b"p")] == [b"k"]
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(60)
+    assert holder.returncode == 0
 
 
 def test_an_older_rowid_file_opens_as_it_is(tmp_path: Path) -> None:
