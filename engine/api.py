@@ -63,7 +63,7 @@ from branchwater.engine.graveler.compaction import (
     CompactionStatus,
 )
 from branchwater.engine.graveler.fence import claim
-from branchwater.engine.graveler.graveler import Graveler, RetryPolicy, S3Options
+from branchwater.engine.graveler.graveler import Graveler, RetryPolicy, S3Options, check_seconds
 from branchwater.engine.graveler.imports import ImportResult
 from branchwater.engine.graveler.merge import MergeResult
 from branchwater.engine.graveler.metrics import CompactionMetrics
@@ -114,7 +114,11 @@ class Lake:
         Arrow's default pool becomes one that keeps freed pages (`allocator`). An option of
         the wrong kind is refused at the call (S3 options given as a function: when it is
         called), naming the option, never a secret's value."""
-        _check_connect_options(range_cache_dir, range_policy, retry, gc)
+        if range_cache_dir is not None:
+            _local_path(range_cache_dir, "range_cache_dir")
+        _check_kind("range_policy", range_policy, RangePolicy)
+        _check_kind("retry", retry, RetryPolicy)
+        _check_kind("gc", gc, GCSettings)
         settle_arrow_allocator()
         directory = Path(range_cache_dir) if range_cache_dir else default_cache_dir()
         cache = None
@@ -161,6 +165,8 @@ class Lake:
         """Wait until the staging tokens that commits let go of are dropped (in the
         background, so a commit returns first; `close()` waits too). False if some still
         are after `timeout` seconds."""
+        if timeout is not None:
+            check_seconds("timeout", timeout)
         return self.graveler.wait_for_background(timeout)
 
     def close(self) -> None:
@@ -465,6 +471,7 @@ class Repository:
         """Write every branch's uncommitted addresses, then the copy records, as Parquet for
         GC; returns (run_id, location). Passing the `run_id` of an interrupted run resumes it.
         `progress(n)` is called as entries are written, with how many so far."""
+        _check_progress(progress)
         return prepare_uncommitted_for_gc(self._g, self.lake.gc, self.record, run_id, progress)
 
     def compaction_status(self, policy: CompactionPolicy | None = None) -> list[CompactionStatus]:
@@ -676,6 +683,7 @@ class Branch(Ref):
         `progress(n)` is called after each batch with the objects listed so far. Running it
         again converges: unchanged objects are no change (`commit` is then None). Reads go
         to the source; GC never deletes it (docs/python.md, "Importing objects")."""
+        _check_progress(progress)
         return imports.import_objects(
             self._g,
             self._record,
@@ -736,6 +744,7 @@ class Branch(Ref):
         if not isinstance(message, str) or not message.strip():
             raise InvalidArgument("a commit needs a non-empty message")
         check_flag("allow_empty", allow_empty)
+        _check_progress(progress)
         return commit_ops.commit(
             self._g,
             self._record,
@@ -804,6 +813,7 @@ class Branch(Ref):
     def compaction_status(self, policy: CompactionPolicy | None = None) -> CompactionStatus:
         """What staging compaction would be decided on (staged tombstones and entries, sealed
         tokens, age of the last compaction), at a bounded cost, and whether it is due."""
+        _check_kind("policy", policy, CompactionPolicy)
         return compaction.compaction_status(self._g, self._record, self.name, policy)
 
     def compact(
@@ -816,6 +826,7 @@ class Branch(Ref):
         (`outcome="superseded"`) rather than raising: the branch is intact either way.
         """
         check_flag("if_needed", if_needed)
+        _check_kind("policy", policy, CompactionPolicy)
         return compaction.compact(
             self._g, self._record, self.name, if_needed=if_needed, policy=policy
         )
@@ -851,21 +862,20 @@ class Transaction(Branch):
         self.started.metadata = check_metadata(value)
 
 
-def _check_connect_options(
-    range_cache_dir: object, range_policy: object, retry: object, gc: object
-) -> None:
-    """`Lake.connect`'s option objects, checked before anything is opened: each is used only
-    later, where a wrong type would surface as Python's own error far from the call (S3
-    options are checked by `Graveler`, or when a function giving them is called)."""
-    if range_cache_dir is not None:
-        _local_path(range_cache_dir, "range_cache_dir")
-    for name, value, kind in (
-        ("range_policy", range_policy, RangePolicy),
-        ("retry", retry, RetryPolicy),
-        ("gc", gc, GCSettings),
-    ):
-        if value is not None and not isinstance(value, kind):
-            raise InvalidArgument(f"{name} must be a {kind.__name__}, not {type(value).__name__}")
+def _check_kind(name: str, value: object, kind: type) -> None:
+    """`value` is None or a `kind`: an option object of another type would only surface
+    later, as Python's own error far from the call."""
+    if value is not None and not isinstance(value, kind):
+        raise InvalidArgument(f"{name} must be a {kind.__name__}, not {type(value).__name__}")
+
+
+def _check_progress(progress: object) -> None:
+    """Checked before any work: a progress that cannot be called would fail the operation
+    at its first report, midway."""
+    if progress is not None and not callable(progress):
+        raise InvalidArgument(
+            f"progress must be a function called with a count, not {type(progress).__name__}"
+        )
 
 
 def _listing_bounds(prefix: object, after: object) -> tuple[str, str]:

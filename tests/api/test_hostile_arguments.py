@@ -155,6 +155,24 @@ def test_a_flag_that_is_not_a_bool_is_refused_before_any_write(
         assert f"{name} must be True or False, not {flag!r}" in str(error), call
 
 
+def test_a_progress_that_cannot_be_called_is_refused_before_any_write(
+    repo: Repository, tmp_path: Path
+) -> None:
+    """It would fail the operation at its first report, midway: a commit's branch sealed."""
+    main = repo.branch("main")
+    main.upload("a", b"1")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "f").write_text("x")
+    repo.lake.wait_for_cleanup()
+    for operation in (
+        lambda: main.commit("m", progress="every 100"),
+        lambda: main.import_objects(f"file://{tmp_path}/src/", progress="every 100"),
+        lambda: repo.prepare_uncommitted_for_gc(progress="every 100"),
+    ):
+        error = refused(repo, tmp_path, operation)
+        assert "progress must be a function called with a count, not str" in str(error)
+
+
 @HYPOTHESIS
 @given(checksum=st.text(min_size=1, max_size=CHECKSUM_MAX_LENGTH + 2))
 def test_a_checksum_of_any_code_point_is_linked_or_refused_and_the_branch_keeps_working(
@@ -286,6 +304,12 @@ def api_calls(repo: Repository, root: Path) -> dict[str, Callable[[Any], object]
         "link size": lambda v: dev.link_physical_address("l", token(), size=v, checksum="c"),
         "link checksum": lambda v: dev.link_physical_address("l", token(), size=1, checksum=v),
         "compact": lambda v: repo.branch(v).compact(),
+        "compact policy": lambda v: dev.compact(policy=v),
+        "compaction_status policy": lambda v: dev.compaction_status(v),
+        "wait_for_cleanup": lambda v: lake.wait_for_cleanup(v),
+        "commit progress": lambda v: dev.commit("m", allow_empty=True, progress=v),
+        "import progress": lambda v: dev.import_objects(f"file://{root}/src/", progress=v),
+        "prepare progress": lambda v: repo.prepare_uncommitted_for_gc(progress=v),
         "import source": lambda v: dev.import_objects(v),
         "import prefix": lambda v: dev.import_objects(f"file://{root}/src/", prefix=v),
         "prepare run": lambda v: repo.prepare_uncommitted_for_gc(v),
