@@ -129,6 +129,16 @@ class BranchwaterFileSystem(AbstractFileSystem):
         self._cache_lock = ChildSafeLock()
 
     @classmethod
+    def _strip_protocol(cls, path: Any) -> Any:
+        """fsspec's, for a path that is text (a list of paths: each), path-like included;
+        anything else is `InvalidArgument` rather than an `AttributeError` from inside."""
+        if not isinstance(path, list | str | os.PathLike):
+            raise InvalidArgument(
+                f"a branchwater path is text such as 'REPO/REF/PATH', not {type(path).__name__}"
+            )
+        return super()._strip_protocol(path)
+
+    @classmethod
     def clear_instance_cache(cls) -> None:
         """Forget the cached filesystems and close the lakes they share (`kv_url=` ones; a
         `lake=` passed in stays its owner's to close)."""
@@ -356,7 +366,7 @@ class BranchwaterFileSystem(AbstractFileSystem):
 
     def pipe_file(self, path: str, value: bytes, mode: str = "overwrite", **kwargs: Any) -> None:
         branch, key = self._branch(path)
-        branch.upload(key, value, if_absent=mode == "create")
+        branch.upload(key, value, if_absent=_exclusive(mode))
 
     def put_file(
         self, lpath: str, rpath: str, callback: Any = None, mode: str = "overwrite", **kwargs: Any
@@ -364,7 +374,7 @@ class BranchwaterFileSystem(AbstractFileSystem):
         if os.path.isdir(lpath):
             return
         branch, key = self._branch(rpath)
-        branch.upload(key, Path(lpath), if_absent=mode == "create")
+        branch.upload(key, Path(lpath), if_absent=_exclusive(mode))
 
     def cp_file(self, path1: str, path2: str, **kwargs: Any) -> None:
         """Within one branch a copy of the entry (`Branch.copy`); from another ref or
@@ -411,11 +421,26 @@ def _open_entry(ref: Ref, entry: Entry) -> BinaryIO:
     return open_object(ref.repository.lake.graveler, ref.repository.record, entry)
 
 
-def _bounds(start: int | None, end: int | None, size: int) -> tuple[int, int]:
+def _exclusive(mode: object) -> bool:
+    """fsspec's write `mode`: "create" is an exclusive creation, "overwrite" is not; another
+    mode is refused rather than taken for an overwrite."""
+    if mode not in ("overwrite", "create"):
+        raise InvalidArgument(f"mode {mode!r} is not supported: use 'overwrite' or 'create'")
+    return mode == "create"
+
+
+def _bounds(start: object, end: object, size: int) -> tuple[int, int]:
     """fsspec's byte range: `end` exclusive, negative values from the end, clipped."""
-    begin = 0 if start is None else (max(0, size + start) if start < 0 else start)
-    stop = size if end is None else (max(0, size + end) if end < 0 else min(end, size))
+    first, last = _offset("start", start), _offset("end", end)
+    begin = 0 if first is None else (max(0, size + first) if first < 0 else first)
+    stop = size if last is None else (max(0, size + last) if last < 0 else min(last, size))
     return min(begin, size), stop
+
+
+def _offset(name: str, value: object) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise InvalidArgument(f"{name} must be a byte offset, not {value!r}")
+    return value
 
 
 def _directory(name: str) -> Info:

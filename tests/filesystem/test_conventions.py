@@ -376,6 +376,13 @@ def test_hostile_input_is_a_typed_error_and_stages_nothing(fs_lake: FsLake, tree
         fs.open("sales/main/c.txt", "ab")
     with pytest.raises(InvalidArgument, match="recursive must be True or False"):
         fs.rm("sales/main/a", recursive="False")
+    with pytest.raises(InvalidArgument, match="mode 'append' is not supported"):
+        fs.pipe_file("sales/main/c.txt", b"x", mode="append")
+    with pytest.raises(InvalidArgument, match="start must be a byte offset, not '1'"):
+        fs.cat_file("sales/main/c.txt", start="1")
+    for path in (5, None, b"sales/main/c.txt"):
+        with pytest.raises(InvalidArgument, match="a branchwater path is text"):
+            fs.info(path)
     with pytest.raises(InvalidArgument, match="either lake= or kv_url="):
         BranchwaterFileSystem(kv_url="memory://", lake=fs_lake.lake, skip_instance_cache=True)
     with pytest.raises(FileNotFoundError):
