@@ -73,7 +73,8 @@ dict (JSON for a trigger, templated for a task), the engine's default for each o
 
 
 def compaction_policy(thresholds: Mapping[str, Any] | None) -> CompactionPolicy | None:
-    """The engine's policy from thresholds that may be rendered templates ("500")."""
+    """The engine's policy from thresholds that may be rendered templates ("500"), read as
+    text so that a count is never rounded (5.9) or taken from a flag (True)."""
     if not thresholds:
         return None
     from branchwater.engine import CompactionPolicy
@@ -88,7 +89,7 @@ def compaction_policy(thresholds: Mapping[str, Any] | None) -> CompactionPolicy 
         if value is None or value == "":
             continue
         try:
-            values[name] = POLICY_FIELDS[name](value)
+            values[name] = POLICY_FIELDS[name](str(value))
         except (TypeError, ValueError):
             raise InvalidArgument(
                 f"compaction threshold {name} must be a number, not {value!r}"

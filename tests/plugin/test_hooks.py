@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from airflow.sdk.log import redact
 
-from branchwater.engine import ConfigurationError, NotFound, Repository
-from branchwater.plugin.hooks import BranchwaterHook, BranchwaterSettings
+from branchwater.engine import ConfigurationError, InvalidArgument, NotFound, Repository
+from branchwater.plugin.hooks import BranchwaterHook, BranchwaterSettings, compaction_policy
 from tests.fixtures.s3 import S3Server
 from tests.plugin.conftest import LakeConnection, set_connection
 
@@ -233,3 +233,30 @@ def test_s3_namespaces_use_the_aws_connections_credentials(
     hook.close()
     keys = [o["Key"] for o in s3_server.client().list_objects_v2(Bucket=s3_bucket)["Contents"]]
     assert any(key.startswith("lakes/on-s3/data/") for key in keys)
+
+
+@pytest.mark.parametrize(
+    ("thresholds", "expected"),
+    [
+        (
+            {"max_tombstones": "500", "guard_seconds": "2.5"},
+            {"max_tombstones": 500, "guard_seconds": 2.5},
+        ),
+        (
+            {"max_tombstones": 500, "scan_budget": "", "guard_seconds": None},
+            {"max_tombstones": 500},
+        ),
+    ],
+)
+def test_compaction_thresholds_are_read_from_their_text(
+    thresholds: dict[str, object], expected: dict[str, float]
+) -> None:
+    policy = compaction_policy(thresholds)
+    assert policy is not None
+    assert {name: getattr(policy, name) for name in expected} == expected
+
+
+@pytest.mark.parametrize("value", [5.9, True, "5.9", "many"])
+def test_a_count_threshold_is_never_rounded_or_taken_from_a_flag(value: object) -> None:
+    with pytest.raises(InvalidArgument, match="max_tombstones must be a number"):
+        compaction_policy({"max_tombstones": value})
