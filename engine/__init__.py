@@ -72,6 +72,7 @@ _LAZY = {
     "BranchwaterFileSystem": "branchwater.engine.filesystem",
     "ObjectStore": "branchwater.engine.objects",
     "open_object_store": "branchwater.engine.objects",
+    "check_s3_options": "branchwater.engine.objects",
     "shared_object_store": "branchwater.engine.objects",
     "slice_created": "branchwater.engine.gc.addresses",
     "DATA_ADDRESS_PATTERN": "branchwater.engine.gc.addresses",

@@ -46,6 +46,7 @@ from branchwater.engine import (
     InvalidArgument,
     NotFound,
     ObjectStore,
+    check_s3_options,
     shared_object_store,
 )
 
@@ -155,7 +156,7 @@ def read_files(
     file_format = _file_format(format)
     base, exact = _base(ref, prefix)
     where = f"{base or '(the whole ref)'!r} at {_ref_label(ref)}"
-    options = dict(s3_options or {})
+    options = check_s3_options(s3_options or {})
     directory = Path(tempfile.mkdtemp(prefix="branchwater-read-"))
     scope = _SCOPE.get()
     (scope if scope is not None else _REMOVE_AT_EXIT).append(directory)

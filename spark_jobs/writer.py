@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping
 from functools import partial
 from typing import TYPE_CHECKING
 
-from branchwater.engine import open_object_store
+from branchwater.engine import check_s3_options, open_object_store
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -42,12 +42,13 @@ def write_parquet(
     Addresses handed out for empty partitions stay unused; their tokens expire.
     """
     namespace = branch.repository.storage_namespace
+    options = check_s3_options(s3_options or {})
     addresses = {i: branch.get_physical_address() for i in range(frame.rdd.getNumPartitions())}
     writer = partial(
         _write_partition,
         namespace=namespace,
         keys={i: a.address for i, a in addresses.items()},
-        s3_options=dict(s3_options or {}),
+        s3_options=options,
     )
     reports = frame.mapInArrow(writer, REPORT_SCHEMA).collect()
     entries = []

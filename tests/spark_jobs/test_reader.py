@@ -18,7 +18,13 @@ import pyarrow.dataset
 import pyarrow.parquet as pq
 import pytest
 
-from branchwater.engine import CorruptedData, InvalidArgument, NotFound, open_object_store
+from branchwater.engine import (
+    ConfigurationError,
+    CorruptedData,
+    InvalidArgument,
+    NotFound,
+    open_object_store,
+)
 from branchwater.engine.objects.s3 import S3ObjectStore
 from branchwater.engine.objects.store import MAX_READ_AHEAD
 from branchwater.spark_jobs import reader
@@ -231,6 +237,8 @@ def test_bad_input_raises_typed_errors(spark: SparkSession, reader_lake: ReaderL
         read_parquet(spark, main, 3)  # type: ignore[arg-type]
     with pytest.raises(CorruptedData, match=r"schema of 'broken/a.parquet' at 'main'"):
         read_parquet(spark, main, "broken/")
+    with pytest.raises(ConfigurationError, match="S3 option endpoint_url must be a string"):
+        read_parquet(spark, main, "mixed/", s3_options={"endpoint_url": 9000})  # type: ignore[dict-item]
 
 
 def test_an_object_collected_after_the_read_was_planned_fails_the_read_by_name(

@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING
 import pyarrow.parquet as pq
 import pytest
 
-from branchwater.engine import Lake
+from branchwater.engine import ConfigurationError, Lake
 from branchwater.spark_jobs.writer import write_parquet
 from tests.fixtures.s3 import S3Server
+from tests.helpers.hostile import stored
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -63,3 +64,18 @@ def test_executors_write_to_an_s3_namespace(
     options = s3_server.options
     with Lake.connect(f"sqlite:///{tmp_path / 'lake.db'}", s3_options=options) as lake:
         write_and_read_back(spark, lake, f"s3://{s3_bucket}/lakes/written", s3_options=options)
+
+
+def test_s3_options_the_executors_could_not_use_are_refused_before_any_address(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """An executor would meet them only when writing, as a task failure far from the call."""
+    kv_url = f"sqlite:///{tmp_path / 'lake.db'}"
+    with Lake.connect(kv_url) as lake:
+        branch = lake.create_repository("written", (tmp_path / "ns").as_uri()).branch("main")
+        frame = spark.createDataFrame([(1,)], schema="id int")
+        lake.wait_for_cleanup()
+        before = stored(kv_url, tmp_path / "ns")
+        with pytest.raises(ConfigurationError, match="unknown S3 option 'region'"):
+            write_parquet(frame, branch, "t/", s3_options={"region": "eu-west-1"})
+        assert stored(kv_url, tmp_path / "ns") == before
