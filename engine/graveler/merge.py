@@ -666,6 +666,10 @@ def _record(
 def _parse_hint(g: Graveler, repo: RepositoryRecord, hint: str, source: Commit) -> Attempt:
     """The attempt a hint names; its bases are those of the source and the commit it merged
     onto, as that attempt found them."""
+    if not isinstance(hint, str):
+        raise InvalidArgument(
+            f"a merge hint is the text MergeRaceLost.hint gave, not {type(hint).__name__}"
+        )
     metarange_id, sep, onto = hint.partition("@")
     if not sep or not metarange_id or not onto:
         raise InvalidArgument(f"merge hint {hint!r} is not of the form <metarange>@<commit>")

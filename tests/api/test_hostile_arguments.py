@@ -262,6 +262,7 @@ def api_calls(repo: Repository, root: Path) -> dict[str, Callable[[Any], object]
         "merge strategy": lambda v: repo.merge("dev", into="main", strategy=v),
         "merge message": lambda v: repo.merge("dev", into="main", message=v),
         "merge metadata": lambda v: repo.merge("dev", into="main", metadata=v),
+        "merge hint": lambda v: repo.merge("dev", into="main", hint=v),
         "revert": lambda v: repo.revert("dev", v),
         "revert parent": lambda v: repo.revert("dev", "main", parent=v),
         "cherry_pick": lambda v: repo.cherry_pick("dev", v),
