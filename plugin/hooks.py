@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from string import Formatter
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
 
@@ -248,8 +249,11 @@ class BranchwaterHook(BaseHook):
         template = self.settings.link_template or default_link_template(api_base_url())
         values = {"repository": repository, "branch": branch, "commit_id": commit_id}
         try:
+            fields = {name for _, name, _, _ in Formatter().parse(template) if name is not None}
+            if not fields <= set(values):
+                raise KeyError(f"fields {sorted(fields - set(values))}: use {sorted(values)}")
             return template.format(**{k: quote(v, safe="/") for k, v in values.items()})
-        except (KeyError, IndexError, ValueError) as exc:
+        except (KeyError, ValueError) as exc:
             self.log.warning(
                 "Connection %s: unusable link template: %r", self.branchwater_conn_id, exc
             )

@@ -165,14 +165,15 @@ def test_commit_urls_follow_the_connections_template(
     assert BranchwaterHook("bw_no_link").commit_url("sales", "etl/a#1", "c1") == (
         "http://airflow.example.com:8080/branchwater/repositories/sales/commits/c1?branch=etl/a%231"
     )
-    set_connection(
-        monkeypatch,
-        "bw_bad_link",
-        "branchwater",
-        password=lake_conn.kv_url,
-        extra={"link_template": "https://x/{repo}"},
-    )
-    assert BranchwaterHook("bw_bad_link").commit_url("sales", "main", "c1") == ""
+    for template in ("https://x/{repo}", "https://x/{}", "https://x/{branch.upper}", "{"):
+        set_connection(
+            monkeypatch,
+            "bw_bad_link",
+            "branchwater",
+            password=lake_conn.kv_url,
+            extra={"link_template": template},
+        )
+        assert BranchwaterHook("bw_bad_link").commit_url("sales", "main", "c1") == "", template
 
 
 def test_aws_credentials_are_read_for_s3_namespaces_only_and_their_absence_is_named(
