@@ -43,6 +43,7 @@ from branchwater.engine.errors import (
 from branchwater.engine.graveler.model import Commit, Entry, check_flag
 from branchwater.engine.graveler.names import is_hex_id
 from branchwater.engine.graveler.reads import open_object
+from branchwater.engine.objects import check_s3_options
 from branchwater.engine.per_process import ChildSafeLock
 
 PROTOCOL = "branchwater"
@@ -89,7 +90,7 @@ _LAKES_LOCK = ChildSafeLock()
 def shared_lake(kv_url: str, s3_options: Mapping[str, str | None] | None) -> Lake:
     """One lake per KV URL and S3 options in a process: fsspec caches a filesystem per thread,
     and each must not open connections of its own."""
-    key = (os.getpid(), kv_url, tokenize(dict(s3_options or {})))
+    key = (os.getpid(), kv_url, tokenize(check_s3_options(s3_options or {})))
     with _LAKES_LOCK:
         lake = _LAKES.get(key)
         if lake is None:
@@ -120,6 +121,8 @@ class BranchwaterFileSystem(AbstractFileSystem):
         super().__init__(**storage_options)
         if lake is not None and (kv_url is not None or s3_options is not None):
             raise InvalidArgument("pass either lake= or kv_url=/s3_options=, not both")
+        if lake is not None and not isinstance(lake, Lake):
+            raise InvalidArgument(f"lake= takes an open Lake, not {type(lake).__name__}")
         if lake is None:
             url = kv_url or os.environ.get(KV_URL_ENV) or DEFAULT_KV_URL
             lake = shared_lake(url, s3_options)

@@ -13,6 +13,7 @@ import pytest
 
 from branchwater.engine import (
     BranchwaterFileSystem,
+    ConfigurationError,
     InvalidArgument,
     MergeConflict,
     PathExists,
@@ -385,6 +386,10 @@ def test_hostile_input_is_a_typed_error_and_stages_nothing(fs_lake: FsLake, tree
             fs.info(path)
     with pytest.raises(InvalidArgument, match="either lake= or kv_url="):
         BranchwaterFileSystem(kv_url="memory://", lake=fs_lake.lake, skip_instance_cache=True)
+    with pytest.raises(InvalidArgument, match="lake= takes an open Lake, not str"):
+        BranchwaterFileSystem(lake="memory://", skip_instance_cache=True)
+    with pytest.raises(ConfigurationError, match="S3 options must be a dict of settings"):
+        BranchwaterFileSystem(kv_url="memory://", s3_options="x", skip_instance_cache=True)
     with pytest.raises(FileNotFoundError):
         fs.cat("sales/main/../c.txt")
     for missing in ("sales/main/a\nb", "sales/no\x1bsuch/c.txt", "no-such/main/c\x00.txt"):
