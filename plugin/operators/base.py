@@ -29,8 +29,10 @@ if TYPE_CHECKING:
 
     from branchwater.engine import Branch, Commit, Entry, Repository
 
-RENDERED_FLAGS = {"true": True, "1": True, "yes": True, "on": True}
-RENDERED_FLAGS |= {"false": False, "0": False, "no": False, "off": False}
+RENDERED_FLAGS = {
+    **dict.fromkeys(("true", "1", "yes", "on"), True),
+    **dict.fromkeys(("false", "0", "no", "off"), False),
+}
 """The text a template renders a flag as (`{{ params.dry_run }}`), as Airflow's own
 `conf.getboolean` reads it."""
 
@@ -40,8 +42,9 @@ def rendered_flag(name: str, value: object) -> bool:
     false, since a flag such as `skip_sweep` guards a delete."""
     if isinstance(value, bool):
         return value
-    if isinstance(value, str) and value.strip().lower() in RENDERED_FLAGS:
-        return RENDERED_FLAGS[value.strip().lower()]
+    flag = RENDERED_FLAGS.get(value.strip().lower()) if isinstance(value, str) else None
+    if flag is not None:
+        return flag
     raise InvalidArgument(f"{name} must be True or False (or their text), not {value!r}")
 
 
