@@ -11,9 +11,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowException
 
-from branchwater.engine import check_flag
 from branchwater.plugin.hooks import DEFAULT_CONN_ID, BranchwaterHook, compaction_policy
-from branchwater.plugin.operators.base import branch_or_skip, failing_at_once
+from branchwater.plugin.operators.base import branch_or_skip, declared_flag, failing_at_once
 from branchwater.plugin.triggers import (
     DEFAULT_POLL_INTERVAL,
     BranchwaterBranchTrigger,
@@ -179,7 +178,7 @@ class BranchwaterCompactionSensor(BranchwaterBranchSensor):
     ) -> None:
         super().__init__(**kwargs)
         self.policy = policy or {}
-        self.missing_ok = check_flag("missing_ok", missing_ok)
+        self.missing_ok = declared_flag(self.task_id, "missing_ok", missing_ok)
 
     def poke(self, context: Context) -> PokeReturnValue:
         branch = branch_or_skip(self.hook.repository(self.repository), self.branch, self.missing_ok)

@@ -21,6 +21,7 @@ from branchwater.engine import (
     InvalidName,
     NoChanges,
     NotFound,
+    check_flag,
 )
 from branchwater.plugin.hooks import DEFAULT_CONN_ID, BranchwaterHook
 
@@ -35,6 +36,12 @@ RENDERED_FLAGS = {
 }
 """The text a template renders a flag as (`{{ params.dry_run }}`), as Airflow's own
 `conf.getboolean` reads it."""
+
+
+def declared_flag(task_id: str, name: str, value: object) -> bool:
+    """A flag the operator acts on, checked where the DAG declares the task: an import error
+    that names the task, not only the flag."""
+    return check_flag(f"task {task_id!r}: {name}", value)
 
 
 def rendered_flag(name: str, value: object) -> bool:

@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from branchwater.engine import AlreadyExists, NotFound, check_flag
+from branchwater.engine import AlreadyExists, NotFound
 from branchwater.plugin.operators.base import (
     RUN_KEYS,
     BranchwaterOperator,
     Lineage,
     LineageDataset,
+    declared_flag,
     made_by,
 )
 
@@ -92,7 +93,7 @@ class BranchwaterDeleteBranchOperator(BranchwaterOperator):
     def __init__(self, *, branch: str, missing_ok: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.branch = branch
-        self.missing_ok = check_flag("missing_ok", missing_ok)
+        self.missing_ok = declared_flag(self.task_id, "missing_ok", missing_ok)
 
     def execute_on(self, repo: Repository, context: Context) -> None:
         try:

@@ -12,7 +12,6 @@ from branchwater.engine import (
     InvalidArgument,
     MergeRaceLost,
     NoChanges,
-    check_flag,
 )
 from branchwater.plugin.links import BranchwaterCommitLink
 from branchwater.plugin.operators.base import (
@@ -20,6 +19,7 @@ from branchwater.plugin.operators.base import (
     BranchwaterOperator,
     Lineage,
     LineageDataset,
+    declared_flag,
     made_earlier,
     run_metadata,
 )
@@ -217,11 +217,11 @@ class BranchwaterMergeOperator(RecordingOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        check_flag("preview_then_publish", preview_then_publish)
-        check_flag("fast_forward", fast_forward)
+        declared_flag(self.task_id, "preview_then_publish", preview_then_publish)
+        declared_flag(self.task_id, "fast_forward", fast_forward)
         if preview_then_publish and fast_forward:
             raise InvalidArgument(
-                f"task {kwargs.get('task_id')!r}: a preview is always a merge commit; "
+                f"task {self.task_id!r}: a preview is always a merge commit; "
                 "preview_then_publish takes no fast_forward"
             )
         self.preview_then_publish = preview_then_publish

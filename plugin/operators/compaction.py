@@ -6,9 +6,12 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from branchwater.engine import check_flag
 from branchwater.plugin.hooks import compaction_policy
-from branchwater.plugin.operators.base import BranchwaterOperator, branch_or_skip
+from branchwater.plugin.operators.base import (
+    BranchwaterOperator,
+    branch_or_skip,
+    declared_flag,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -51,7 +54,7 @@ class BranchwaterCompactOperator(BranchwaterOperator):
         self.branch = branch
         self.if_needed = if_needed
         self.policy = policy or {}
-        self.missing_ok = check_flag("missing_ok", missing_ok)
+        self.missing_ok = declared_flag(self.task_id, "missing_ok", missing_ok)
 
     def execute_on(self, repo: Repository, context: Context) -> dict[str, Any]:
         branch = branch_or_skip(repo, self.branch, self.missing_ok)

@@ -244,7 +244,8 @@ def test_a_flag_the_operator_acts_on_given_as_text_fails_where_the_task_is_decla
 ) -> None:
     """`missing_ok="False"` would count as true and skip a task meant to fail; flags the
     operator hands to the engine fail the task instead (`flag_as_text` above)."""
-    with pytest.raises(InvalidArgument, match=f"{flag} must be True or False, not 'False'"):
+    refused = f"task 't': {flag} must be True or False, not 'False'"
+    with pytest.raises(InvalidArgument, match=refused):
         operator(task_id="t", repository="r", **arguments, **{flag: "False"})
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from airflow.sdk import DAG
 
-from branchwater.engine import Repository, failpoints
+from branchwater.engine import InvalidArgument, Repository, failpoints
 from branchwater.engine.graveler.merge import PREVIEW_KEY
 from branchwater.engine.graveler.picks import CHERRY_PICK_KEY, REVERT_KEY
 from branchwater.plugin.operators import (
@@ -245,7 +245,7 @@ def test_a_preview_then_publish_merge_previews_again_when_main_moves_and_commits
 
 
 def test_preview_then_publish_takes_no_fast_forward() -> None:
-    with pytest.raises(Exception, match="preview_then_publish takes no fast_forward"):
+    with pytest.raises(InvalidArgument, match=r"task 'merge': .* takes no fast_forward"):
         BranchwaterMergeOperator(
             task_id="merge",
             repository="r",
