@@ -20,7 +20,6 @@ import hashlib
 import hmac
 import json
 import re
-import secrets
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,22 +28,17 @@ from typing import Any
 
 from branchwater.engine.errors import (
     InvalidToken,
-    NotFound,
-    PredicateFailed,
     TokenAlreadyUsed,
     TokenExpired,
 )
 from branchwater.engine.gc.addresses import check_data_address
 from branchwater.engine.gc.records import ExpiringRecords, from_millis, to_millis
 from branchwater.engine.graveler.model import RepositoryRecord
-from branchwater.engine.graveler.refs import GRAVELER_PARTITION
+from branchwater.engine.graveler.signing import lake_key, signature
 from branchwater.engine.kv import Store
 
-SIGNING_KEY = b"gc/link-signing-key"
-"""Key of the lake's signing key in the `graveler` partition."""
 USED_TOKENS_PREFIX = b"gc/used-link-tokens/"
 _VERSION = "v1"
-_KEY_BYTES = 32
 _B64_TEXT = re.compile(r"[A-Za-z0-9_-]*")
 
 Clock = Callable[[], datetime]
@@ -86,23 +80,10 @@ class LinkTokens:
         self._lock = threading.Lock()
 
     def signing_key(self) -> bytes:
-        """The lake's key: read, or created by whichever process gets there first."""
         with self._lock:
             if self._key is None:
-                self._key = self._load_or_create_key()
+                self._key = lake_key(self.kv)
             return self._key
-
-    def _load_or_create_key(self) -> bytes:
-        try:
-            return self.kv.get(GRAVELER_PARTITION, SIGNING_KEY).value
-        except NotFound:
-            pass
-        try:
-            candidate = secrets.token_bytes(_KEY_BYTES)
-            self.kv.set_if(GRAVELER_PARTITION, SIGNING_KEY, candidate, None)
-            return candidate
-        except PredicateFailed:
-            return self.kv.get(GRAVELER_PARTITION, SIGNING_KEY).value
 
     def issue(self, repo: RepositoryRecord, branch: str, address: str) -> PhysicalAddress:
         expires = from_millis(to_millis(self.clock() + self.expiry))
@@ -152,7 +133,7 @@ class LinkTokens:
         return self.used.sweep(repo, self.clock())
 
     def _sign(self, body: str) -> bytes:
-        return hmac.new(self.signing_key(), body.encode(), hashlib.sha256).digest()
+        return signature(self.signing_key(), body)
 
     def _signed_payload(self, token: str) -> tuple[dict[str, Any], str]:
         """The payload, and the token spelled from its decoded bytes (the single-use key)."""

@@ -573,6 +573,8 @@ class _ImportPlan:
         failpoints.hit("import.after_record")
         return commit
 
-    def gave_up(self, repo: RepositoryRecord, attempts: int, last: Attempt | None) -> Exception:
+    def gave_up(
+        self, g: Graveler, repo: RepositoryRecord, attempts: int, last: Attempt | None
+    ) -> Exception:
         what = f"import of {self.sides[0]!r} into {self.sides[1]!r} of {repo.name!r}"
         return too_many_tries(what, attempts)

@@ -70,6 +70,7 @@ from branchwater.engine.graveler.model import (
     check_commit_arguments,
 )
 from branchwater.engine.graveler.reads import uncommitted_changes
+from branchwater.engine.graveler.signing import lake_key, short_tag, tag_matches
 
 Strategy = Literal["source-wins", "dest-wins"]
 STRATEGIES: tuple[str, ...] = ("source-wins", "dest-wins")
@@ -79,6 +80,8 @@ BASES_KEY = "branchwater.merge.bases"
 """Merge commit metadata: the ids of the merge bases used, comma-separated."""
 PREVIEW_KEY = "branchwater.merge.preview"
 """Merge preview metadata: the branch the preview was built for (`publish` checks it)."""
+STRATEGY_KEY = "branchwater.merge.strategy"
+"""Merge commit metadata: the strategy given, if any (a lost publish's hint is signed for it)."""
 CONFLICTS_SHOWN = 20
 RESOLVE_BATCH = 4096
 """Changes resolved together: bounds memory, and amortises each range lookup over many."""
@@ -106,9 +109,22 @@ class Attempt:
     """The tree of `bases` (a virtual base's, if several), once built: a retry judging its
     reuse (`reuse_is_exact`) needs it and should not merge the bases again."""
 
-    @property
-    def hint(self) -> str:
-        return f"{self.metarange_id}@{self.onto_commit_id}"
+
+def merge_hint(
+    g: Graveler, repo: RepositoryRecord, at: Attempt, source_id: str, strategy: str | None
+) -> str:
+    """`<metarange>@<commit>.<tag>`: the attempt's tree and the HEAD it merged onto, signed
+    with the lake's key over the merge it is the work of (`_hint_text`). A retry lands the
+    hinted tree as the merge's result, so only a hint this lake made for this very merge may
+    be taken: any other tree would land on the branch unchecked."""
+    text = _hint_text(repo, at.metarange_id, at.onto_commit_id, source_id, strategy)
+    return f"{at.metarange_id}@{at.onto_commit_id}.{short_tag(lake_key(g.refs.kv), text)}"
+
+
+def _hint_text(
+    repo: RepositoryRecord, metarange_id: str, onto: str, source_id: str, strategy: str | None
+) -> str:
+    return f"merge-hint/v1|{repo.unique_id}|{metarange_id}|{onto}|{source_id}|{strategy or ''}"
 
 
 def merge(
@@ -128,12 +144,13 @@ def merge(
     """Merge `source_ref` into the branch `destination`; see the module docstring. With
     `preview`, build the merge commit without moving the destination (`publish.py`)."""
     metadata = check_commit_arguments(message or "", metadata, committer)
+    metadata.pop(PREVIEW_KEY, None)
     if preview:
         metadata[PREVIEW_KEY] = destination
     if strategy is not None and strategy not in STRATEGIES:
         raise InvalidArgument(f"unknown merge strategy {strategy!r}: use one of {STRATEGIES}")
     source = g.refs.get_commit(repo, g.refs.resolve(repo, source_ref).commit_id)
-    previous = _parse_hint(g, repo, hint, source) if hint else None
+    previous = _parse_hint(g, repo, hint, source, strategy) if hint else None
     plan = _MergePlan(
         source_ref,
         destination,
@@ -202,7 +219,9 @@ class Plan(Protocol):
     def record(self, g: Graveler, repo: RepositoryRecord, head: Commit, at: Attempt) -> Commit:
         """The commit holding `at`'s metarange on `head`."""
 
-    def gave_up(self, repo: RepositoryRecord, attempts: int, last: Attempt | None) -> Exception:
+    def gave_up(
+        self, g: Graveler, repo: RepositoryRecord, attempts: int, last: Attempt | None
+    ) -> Exception:
         """The error once every attempt lost its race."""
 
 
@@ -246,7 +265,7 @@ def land(
             failpoints.hit("merge.before_set")
             if g.update_branch_dropping(repo, moved, predicate, dropped):
                 return MergeResult(new_commit, attempt)
-        raise plan.gave_up(repo, g.retry.attempts, previous)
+        raise plan.gave_up(g, repo, g.retry.attempts, previous)
 
 
 def _guard(g: Graveler, repo: RepositoryRecord, branch: BranchRecord, plan: Plan) -> None:
@@ -318,11 +337,15 @@ class _MergePlan:
             self.strategy,
         )
 
-    def gave_up(self, repo: RepositoryRecord, attempts: int, last: Attempt | None) -> Exception:
+    def gave_up(
+        self, g: Graveler, repo: RepositoryRecord, attempts: int, last: Attempt | None
+    ) -> Exception:
         what = f"merge of {self.source_ref!r} into {self.destination!r} of {repo.name!r}"
         if last is None:
             return too_many_tries(what, attempts)
-        return MergeRaceLost(what, attempts, last.hint)
+        return MergeRaceLost(
+            what, attempts, merge_hint(g, repo, last, self.source.id, self.strategy)
+        )
 
 
 def _first_attempt(
@@ -654,8 +677,9 @@ def _record(
     strategy recorded."""
     meta = dict(metadata or {})
     meta[BASES_KEY] = ",".join(attempt.bases)
+    meta.pop(STRATEGY_KEY, None)
     if strategy:
-        meta["branchwater.merge.strategy"] = strategy
+        meta[STRATEGY_KEY] = strategy
     message = message or f"Merge {source.id[:12]} into {head.id[:12]}"
     claim(g, repo, source.id)
     return g.refs.add_commit(
@@ -663,16 +687,31 @@ def _record(
     )
 
 
-def _parse_hint(g: Graveler, repo: RepositoryRecord, hint: str, source: Commit) -> Attempt:
-    """The attempt a hint names; its bases are those of the source and the commit it merged
-    onto, as that attempt found them."""
+def _parse_hint(
+    g: Graveler, repo: RepositoryRecord, hint: str, source: Commit, strategy: str | None
+) -> Attempt:
+    """The attempt a hint names, once its tag shows this lake made it for a merge of `source`
+    with `strategy` (`merge_hint`); its bases are those of the source and the commit it
+    merged onto, as that attempt found them."""
     if not isinstance(hint, str):
         raise InvalidArgument(
             f"a merge hint is the text MergeRaceLost.hint gave, not {type(hint).__name__}"
         )
-    metarange_id, sep, onto = hint.partition("@")
-    if not sep or not metarange_id or not onto:
-        raise InvalidArgument(f"merge hint {hint!r} is not of the form <metarange>@<commit>")
+    metarange_id, sep, rest = hint.partition("@")
+    onto, dot, tag = rest.rpartition(".")
+    if not sep or not dot or not metarange_id or not onto or not tag:
+        raise InvalidArgument(
+            f"merge hint {hint!r} is not of the form <metarange>@<commit>.<tag>: pass "
+            "MergeRaceLost.hint unchanged"
+        )
+    text = _hint_text(repo, metarange_id, onto, source.id, strategy)
+    if not tag_matches(lake_key(g.refs.kv), text, tag):
+        raise InvalidArgument(
+            f"merge hint {hint!r} is not the work of a merge of commit {source.id[:12]} "
+            f"with strategy {strategy or 'default'} into {repo.name!r}: a hint resumes only "
+            "the merge whose lost race gave it (same source commit and strategy); merge "
+            "without it"
+        )
     onto_commit = g.refs.get_commit(repo, onto)
     g.committed(repo).ranges(metarange_id)
     bases = find_merge_bases(g.refs, repo, (onto_commit.id,), (source.id,))

@@ -171,6 +171,8 @@ class _PickPlan:
             repo, (head,), at.metarange_id, self.message, self.metadata, committer=self.committer
         )
 
-    def gave_up(self, repo: RepositoryRecord, attempts: int, last: Attempt | None) -> Exception:
+    def gave_up(
+        self, g: Graveler, repo: RepositoryRecord, attempts: int, last: Attempt | None
+    ) -> Exception:
         what = f"{self.kind} of {self.sides[0]!r} onto {self.sides[1]!r} of {repo.name!r}"
         return too_many_tries(what, attempts)

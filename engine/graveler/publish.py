@@ -21,7 +21,10 @@ from branchwater.engine.graveler.fence import claim
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.merge import (
     PREVIEW_KEY,
+    STRATEGY_KEY,
+    Attempt,
     MergeResult,
+    merge_hint,
     moved_to,
     ready_destination,
 )
@@ -47,7 +50,7 @@ def publish(g: Graveler, repo: RepositoryRecord, commit_ref: str, destination: s
             what = f"publishing {preview.id[:12]} into {destination!r}"
             check_merge(g, repo, branch, (preview.id, preview.parents[1]), what)
             if branch.commit_id != preview.parents[0]:
-                raise _stale(repo, preview, destination, branch.commit_id, attempt)
+                raise _stale(g, repo, preview, destination, branch.commit_id, attempt)
             claim(g, repo, preview.id)
             failpoints.hit("publish.before_set")
             moved = moved_to(branch, preview.id)
@@ -77,9 +80,16 @@ def previewed_commit(
 
 
 def _stale(
-    repo: RepositoryRecord, preview: Commit, destination: str, head: str, attempt: int
+    g: Graveler,
+    repo: RepositoryRecord,
+    preview: Commit,
+    destination: str,
+    head: str,
+    attempt: int,
 ) -> MergeRaceLost:
-    hint = f"{preview.metarange_id}@{preview.parents[0]}"
+    onto, source = preview.parents
+    strategy = preview.metadata.get(STRATEGY_KEY)
+    hint = merge_hint(g, repo, Attempt(preview.metarange_id, onto, ()), source, strategy)
     message = (
         f"{destination!r} of {repo.name!r} moved to {head[:12]} since the preview "
         f"{preview.id[:12]} was built on {preview.parents[0][:12]}: nothing was published; "

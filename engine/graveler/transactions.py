@@ -203,7 +203,9 @@ class _TransactionPlan:
             committer=self.tx.committer,
         )
 
-    def gave_up(self, repo: RepositoryRecord, attempts: int, last: Attempt | None) -> Exception:
+    def gave_up(
+        self, g: Graveler, repo: RepositoryRecord, attempts: int, last: Attempt | None
+    ) -> Exception:
         what = f"transaction {self.tx.branch!r} landing on {self.tx.target!r} of {repo.name!r}"
         return too_many_tries(what, attempts)
 

@@ -483,6 +483,51 @@ def test_lost_races_give_a_hint_that_resumes_the_work(lake: Lake, repo, monkeypa
     assert result.commit.parents == (repo.ref("main~1").commit_id, feature.commit_id)
 
 
+def test_a_hint_resumes_only_the_merge_whose_lost_race_gave_it(
+    lake: Lake, repo, monkeypatch
+) -> None:
+    """A retry lands the hinted tree as the merge's result: a hint of another tree (a forged
+    one, another source's, another strategy's) would put it on a protected branch unchecked.
+    Each is refused and leaves the branch as it was."""
+    main = repo.branch("main")
+    main.upload("m", b"main")
+    main.commit("m")
+    feature = repo.create_branch("feature", source="main")
+    feature.upload("f", b"feature")
+    feature.commit("f")
+    evil = repo.create_branch("evil", source="main")
+    evil.upload("pwned", b"garbage")
+    evil.commit("pwned")
+    main.upload("m2", b"main")
+    main.commit("m2")
+    monkeypatch.setattr(lake.graveler, "try_update_branch", lambda *args: False)
+    with pytest.raises(MergeRaceLost) as lost:
+        repo.merge("feature", into="main")
+    with pytest.raises(MergeRaceLost) as lost_evil:
+        repo.merge("evil", into="main")
+    monkeypatch.undo()
+    repo.protect("main", no_direct_writes=True, required_checks=["quality"])
+    repo.record_check(feature.commit_id, "quality", passed=True)
+    head = main.commit_id
+    tag = lost.value.hint.rpartition(".")[2]
+    evil_tree = repo.commit(evil.commit_id).metarange_id
+    refused = {
+        "a forged tree": f"{evil_tree}@{head}",
+        "a forged tree with a copied tag": f"{evil_tree}@{head}.{tag}",
+        "another source's": lost_evil.value.hint,
+    }
+    for what, hint in refused.items():
+        with pytest.raises(InvalidArgument, match="hint"):
+            repo.merge("feature", into="main", hint=hint)
+        assert main.commit_id == head, what
+    with pytest.raises(InvalidArgument, match="same source commit and strategy"):
+        repo.merge("feature", into="main", hint=lost.value.hint, strategy="dest-wins")
+    assert main.commit_id == head
+    result = repo.merge("feature", into="main", hint=lost.value.hint)
+    assert {e.path for e in main.list()} == {"m", "m2", "f"}
+    assert result.commit.parents == (head, feature.commit_id)
+
+
 def test_unrelated_histories_have_no_merge_base(lake: Lake, repo) -> None:
     """An orphan root (as a refs restore from another repository could bring) shares nothing."""
     g, record = lake.graveler, repo.record
