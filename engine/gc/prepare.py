@@ -409,8 +409,8 @@ class _BranchScanner:
         changes = self.g.committed(self.repo).diff(layer.base, layer.ident, physical=True)
         entries = (c.entry for c in changes if c.type != "removed" and c.path > cursor.after)
         for chunk in _chunks(entries, ROW_GROUP_ROWS):
-            cursor.after = chunk[-1].path
-            self._emit(cursor.branch, _batch(_entry_columns(chunk), cursor.branch, layer.kind))
+            batch = _batch(_entry_columns(chunk), cursor.branch, layer.kind)
+            self._emit(cursor, chunk[-1].path, batch)
 
     def flush(self) -> None:
         """Decode the staged values read so far and hand them to the writer."""
@@ -430,9 +430,13 @@ class _BranchScanner:
             self._count(count["values"], count["counts"])
         self._add(batch)
 
-    def _emit(self, branch: str, batch: pa.RecordBatch) -> None:
+    def _emit(self, cursor: BranchCursor, after: str, batch: pa.RecordBatch) -> None:
+        """Hand `batch` (the rows up to `after`) to the writer behind the staged rows read
+        before it. The cursor moves only once those are in: a file they finish saves the
+        progress, which must not yet cover this batch."""
         self.flush()
-        self._count(branch, batch.num_rows)
+        cursor.after = after
+        self._count(cursor.branch, batch.num_rows)
         self._add(batch)
 
     def _count(self, branch: str, rows: int) -> None:

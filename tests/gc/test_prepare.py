@@ -317,6 +317,58 @@ def test_an_interrupted_run_resumes_to_the_same_result(
     assert manifest["branches"] == {"a-branch": 5, "b-branch": 5, "main": 1}
 
 
+def failing_after_checkpoint(nth: int) -> Callable[[str, int], bool]:
+    """A `RecordingPuts` rule: every put after the `nth` progress checkpoint fails, as if the
+    process was killed right after writing it."""
+    written: list[str] = []
+
+    def fail(key: str, _: int) -> bool:
+        if len(written) >= nth:
+            return True
+        if key.endswith(PROGRESS):
+            written.append(key)
+        return False
+
+    return fail
+
+
+def test_a_run_killed_right_after_any_checkpoint_resumes_to_every_entry(
+    lake: Lake, repo: Repository, small_chunks: None
+) -> None:
+    """The checkpoint a finished file writes must not cover rows still on their way to the
+    writer: a compacted layer's rows follow a branch's staged ones, and a kill right after
+    the file the staged ones finished lost them when the cursor had already moved past."""
+    use_clock(lake, FakeClock(), GCSettings(prepare_file_bytes=1))
+    a = repo.create_branch("a")
+    for i in range(3):
+        a.upload(f"a{i}", b"x")
+    compact(repo, "a")
+    b = repo.create_branch("b")
+    for i in range(2):
+        b.upload(f"b{i}", b"x")
+    compact(repo, "b")
+    b.upload("b9", b"x")
+    c = repo.create_branch("c")
+    for i in range(3):
+        c.upload(f"c{i}", b"x")
+    expected = {(e.address, name) for name in "abc" for e in repo.branch(name).list()}
+    plain = objects(repo)
+    for kill_after in range(1, 100):
+        wrap_objects(repo, RecordingPuts(plain, failing_after_checkpoint(kill_after)))
+        try:
+            repo.prepare_uncommitted_for_gc()
+        except Unavailable:
+            pass
+        else:
+            break
+        wrap_objects(repo, plain)
+        (run_id,) = {r for r in run_keys_by_run(repo) if PROGRESS in run_keys(repo, r)}
+        run = repo.prepare_uncommitted_for_gc(run_id)
+        found = {(address, branch) for address, branch, _ in run_rows(repo, run)}
+        assert found == expected, f"killed after checkpoint {kill_after}"
+    assert kill_after > 3, "the run wrote few checkpoints: the kills tested little"
+
+
 def run_keys_by_run(repo: Repository) -> set[str]:
     return {
         info.key[len(RETENTION_PREFIX) :].split("/")[0]
