@@ -226,7 +226,7 @@ def _holds(entry: Entry, data: bytes) -> bool:
 def active_commits(repo: Repository, rules: GCRules, now: datetime) -> set[str]:
     """The committed rule, written as a fixpoint over sets from the public API (unlike the
     engine's walk): per branch, HEAD and the parents newer than its cutoff of commits already
-    in; tags' commits, `keep_tags` tags' whole logs; commits no ref reaches at all while
+    in, and the first commit of its first-parent log not newer than the cutoff; tags' commits, `keep_tags` tags' whole logs; commits no ref reaches at all while
     newer than the default retention."""
     commits = {c.id: c for c in repo.lake.graveler.refs.list_commits(repo.record)}
     active: set[str] = set()
@@ -243,7 +243,11 @@ def active_commits(repo: Repository, rules: GCRules, now: datetime) -> set[str]:
             if grown == kept:
                 break
             kept = grown
-        active |= kept
+        opened = next(
+            (c.id for c in repo.log(branch.name, first_parent=True) if c.creation_date <= cutoff),
+            None,
+        )
+        active |= kept | ({opened} if opened else set())
     reached = {c.id for b in repo.branches() for c in repo.log(b.name)}
     for tag in repo.tags():
         logged = {c.id for c in repo.log(tag.name)}

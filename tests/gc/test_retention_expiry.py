@@ -52,11 +52,40 @@ LINEAR = history(
 )
 
 
-def test_a_branch_keeps_what_is_newer_than_its_retention() -> None:
+def test_a_branch_keeps_what_is_newer_than_its_retention_and_its_head_back_then() -> None:
+    """b, 60 days old, was main's HEAD 30 days ago: what it holds was on main until c."""
     got = classify(LINEAR, RefHeads({"main": "d"}, {}), GCRules(30), NOW)
-    assert got.active == {"d", "c", "f"}
-    assert got.expired == {"a", "b", "e"}
-    assert got.branch_of == {"a": "main", "b": "main", "e": DANGLING}
+    assert got.active == {"d", "c", "b", "f"}
+    assert got.expired == {"a", "e"}
+    assert got.branch_of == {"a": "main", "e": DANGLING}
+
+
+def test_an_object_deleted_within_the_retention_is_kept_however_old_its_commit() -> None:
+    """lakeFS's promise: deleted a day ago, kept for the branch's 7 days, though the only
+    commit that holds it is 40 days old; the commit before it is the one that goes."""
+    made = history(("old", (), 90), ("added", ("old",), 40), ("deleted", ("added",), 1))
+    got = classify(made, RefHeads({"main": "deleted"}, {}), GCRules(7), NOW)
+    assert got.active == {"deleted", "added"}
+    assert got.expired == {"old"}
+
+
+def test_the_head_back_then_follows_first_parents_only() -> None:
+    """A merge's second parent older than the cutoff was the other branch's HEAD, not this
+    one's: its files reached this branch through the merge, which holds them."""
+    merged = history(("r", (), 90), ("p", ("r",), 40), ("q", ("r",), 45), ("m", ("p", "q"), 2))
+    got = classify(merged, RefHeads({"main": "m"}, {}), GCRules(30), NOW)
+    assert got.active == {"m", "p"}
+    assert got.expired == {"r", "q"}
+
+
+def test_branches_off_one_trunk_each_keep_their_own_head_back_then() -> None:
+    trunk = history(("t0", (), 80), ("t1", ("t0",), 50), ("t2", ("t1",), 20), ("x", ("t1",), 10))
+    rules = GCRules(30, (BranchRule("short", 15),))
+    got = classify(trunk, RefHeads({"main": "t2", "long": "x", "short": "x"}, {}), rules, NOW)
+    assert got.active == {"t2", "x", "t1"}
+    longer = GCRules(5, (BranchRule("short", 55),))
+    got = classify(trunk, RefHeads({"short": "x"}, {}), longer, NOW)
+    assert got.active == {"x", "t1", "t0"}  # 55 days: t1 is in, t0 was HEAD back then
 
 
 def test_the_head_is_active_however_old() -> None:
@@ -68,20 +97,20 @@ def test_the_head_is_active_however_old() -> None:
 def test_per_branch_patterns_and_the_longest_wins() -> None:
     rules = GCRules(7, (BranchRule("ma*", 70), BranchRule("main", 30)))
     got = classify(LINEAR, RefHeads({"main": "d"}, {}), rules, NOW)
-    assert got.active == {"d", "c", "b"}  # f is reached by no ref and older than 7 days
+    assert got.active == {"d", "c", "b", "a"}  # f: reached by no ref, older than 7 days
 
 
 def test_a_commit_behind_an_old_one_is_not_reached() -> None:
     gap = history(("x", (), 3), ("y", ("x",), 40), ("z", ("y",), 1))
     got = classify(gap, RefHeads({"main": "z"}, {}), GCRules(30), NOW)
-    assert got.active == {"z"}
-    assert got.expired == {"x", "y"}
+    assert got.active == {"z", "y"}
+    assert got.expired == {"x"}
 
 
 def test_merges_keep_both_parents_within_retention() -> None:
     merged = history(("r", (), 90), ("p", ("r",), 10), ("q", ("r",), 12), ("m", ("p", "q"), 2))
     got = classify(merged, RefHeads({"main": "m"}, {}), GCRules(30), NOW)
-    assert got.active == {"m", "p", "q"}
+    assert got.active == {"m", "p", "q", "r"}  # r: main's HEAD 30 days ago
 
 
 def test_tags_keep_their_commit_and_keep_tags_the_history() -> None:

@@ -9,6 +9,13 @@ retention_days(b)` for a branch `b` and `cutoff_default = now - default_retentio
 2. A parent of an active commit reached from branch `b` is active, for `b`, when it was
    created after `cutoff(b)`: a commit is active when it is reachable from a branch's HEAD
    through commits all newer than that branch's retention.
+2b. So is the commit that was `b`'s HEAD at `cutoff(b)`: the first one along the first-parent
+   line from its HEAD not newer than `cutoff(b)`. An object deleted on `b` a day ago was
+   last held by a commit that may be months old; keeping that commit keeps what `b` showed
+   at any moment of its retention, which is lakeFS's promise ("retained for N days after it
+   was deleted"). There is no record of when a branch moved, so HEAD at a time is read off
+   commit dates, as lakeFS does: a fast-forward onto a commit made earlier elsewhere looks,
+   to the rule, as if the branch had been there since that commit was made.
 3. A tagged commit is active (tags keep what they point at, always). A tag matching
    `keep_tags` also keeps every ancestor of its commit.
 4. A commit no branch HEAD or tag reaches at all (a deleted branch's, a merge's replaced
@@ -99,10 +106,12 @@ def classify(
 ) -> Retention:
     """Split `commits` into active and expired by the rule above."""
     reached: dict[str, datetime] = {}
+    opened: dict[tuple[str, datetime], str | None] = {}
     for name in sorted(heads.branches):
         head = heads.branches[name]
         cutoff = now - timedelta(days=rules.retention_days(name))
         _walk(commits, head, cutoff, reached)
+        _head_at(commits, head, cutoff, opened)
     never = datetime.min.replace(tzinfo=now.tzinfo)
     for name in sorted(heads.tags):
         commit_id = heads.tags[name]
@@ -110,7 +119,7 @@ def classify(
             _walk(commits, commit_id, never, reached)
         else:
             reached.setdefault(commit_id, now)
-    active = set(reached) & set(commits)
+    active = (set(reached) | {c for c in opened.values() if c is not None}) & set(commits)
     branch_of = _first_branch(commits, heads)
     default_cutoff = now - timedelta(days=rules.default_retention_days)
     active |= {
@@ -144,6 +153,30 @@ def _walk(
                 continue
             reached[parent] = cutoff
             stack.append(parent)
+
+
+def _head_at(
+    commits: Mapping[str, CommitNode],
+    head: str,
+    cutoff: datetime,
+    opened: dict[tuple[str, datetime], str | None],
+) -> None:
+    """Record in `opened`, for `head` and each commit on its first-parent line newer than
+    `cutoff`, the commit that line shows at `cutoff` (rule 2b), or None where the line ends
+    first. A line another branch already followed with this cutoff is not followed again, so
+    branches forked off one trunk share its walk."""
+    line: list[str] = []
+    at: str | None = head
+    while at in commits and (at, cutoff) not in opened:
+        if commits[at].creation_date <= cutoff:
+            opened[(at, cutoff)] = at
+            break
+        line.append(at)
+        parents = commits[at].parents
+        at = parents[0] if parents else None
+    found = opened.get((at, cutoff)) if at is not None else None
+    for commit_id in line:
+        opened[(commit_id, cutoff)] = found
 
 
 def _first_branch(commits: Mapping[str, CommitNode], heads: RefHeads) -> dict[str, str]:
