@@ -170,7 +170,7 @@ def prepare_uncommitted_for_gc(
         read_manifest(run.objects, run.run_id)
     else:
         run._check_duration()
-        run.resume()
+        run.resume(required=run_id is not None)
         run.scan_branches(progress)
         copies, records = run.write_copies()
         run.finish(copies, records)
@@ -241,10 +241,19 @@ class _Run:
     def finished(self) -> bool:
         return self.objects.exists(self.prefix + MANIFEST)
 
-    def resume(self) -> None:
+    def resume(self, *, required: bool) -> None:
+        """Carry on from the saved progress. A run id given for a run that never saved any
+        is refused rather than started: its time sets what the run protects (`started`), and
+        only an id the engine took from its clock may do that."""
         try:
             saved = RunProgress.decode(self.objects.get(self.prefix + PROGRESS))
         except NotFound:
+            if required:
+                raise NotFound(
+                    f"GC preparation run {self.run_id!r} of {self.repo.name!r} has saved no "
+                    "progress to resume (it never started, or stopped before its first "
+                    "file): start a new run without a run id"
+                ) from None
             return
         except (ValueError, TypeError, KeyError) as exc:
             raise CorruptedData(
@@ -322,6 +331,11 @@ class _Run:
     def _check_duration(self) -> None:
         """Copy records made since the start must all still be there when read."""
         elapsed = self.gc.clock() - self.started
+        if elapsed < -CLOCK_SKEW_MARGIN:
+            raise InvalidArgument(
+                f"GC preparation run {self.run_id!r} starts {-elapsed} from now: its time "
+                "would let GC collect objects written after it; start a new run"
+            )
         if elapsed >= self.gc.settings.copy_record_ttl - CLOCK_SKEW_MARGIN:
             raise RunExpired(
                 f"GC preparation run {self.run_id!r} started {elapsed} ago, close to or past "

@@ -523,6 +523,27 @@ def test_a_malformed_run_id_is_refused_before_anything_is_written(
     assert stored(lake.graveler.kv, tmp_path) == before
 
 
+def test_a_run_id_that_was_never_started_is_not_started_under_the_callers_time(
+    lake: Lake, staged: Repository, tmp_path: Path
+) -> None:
+    """A run's time is the line GC protects writes after: an id dated seven hours ahead
+    would have let a sweep delete an upload staged after the scan. A future id is refused;
+    a well-formed id of now that never saved progress is not started either."""
+    clock = FakeClock()
+    use_clock(lake, clock)
+    before = stored(lake.graveler.kv, tmp_path)
+    ahead = newest_first_id(clock.now + timedelta(hours=7))
+    with pytest.raises(InvalidArgument, match=f"{ahead!r} starts 7:00:00 from now"):
+        staged.prepare_uncommitted_for_gc(ahead)
+    unknown = newest_first_id(clock.now)
+    with pytest.raises(NotFound, match=f"{unknown!r} of 'sales' has saved no progress"):
+        staged.prepare_uncommitted_for_gc(unknown)
+    assert stored(lake.graveler.kv, tmp_path) == before
+    within_skew = newest_first_id(clock.now + prepare.CLOCK_SKEW_MARGIN / 2)
+    with pytest.raises(NotFound, match="saved no progress"):
+        staged.prepare_uncommitted_for_gc(within_skew)
+
+
 @settings(
     max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
