@@ -166,15 +166,14 @@ def _head_at(
     first. A line another branch already followed with this cutoff is not followed again, so
     branches forked off one trunk share its walk."""
     line: list[str] = []
-    at: str | None = head
+    at = head
     while at in commits and (at, cutoff) not in opened:
         if commits[at].creation_date <= cutoff:
             opened[(at, cutoff)] = at
             break
         line.append(at)
-        parents = commits[at].parents
-        at = parents[0] if parents else None
-    found = opened.get((at, cutoff)) if at is not None else None
+        at = next(iter(commits[at].parents), "")
+    found = opened.get((at, cutoff))
     for commit_id in line:
         opened[(commit_id, cutoff)] = found
 
