@@ -280,7 +280,7 @@ def cmd_gc_explain(lake: Lake, args: argparse.Namespace, out: Output) -> None:
     from branchwater.engine.gc.runs.explain import explain
 
     repo = lake.repository(args.repo)
-    min_age = lake.gc.settings.default_min_age
+    min_age = lake.gc.limits.settings_for_runs().default_min_age
     if args.min_age is not None:
         min_age = parse_duration(args.min_age)
     answer = explain(repo, args.address, args.run, min_age=min_age)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from branchwater.engine.gc.addresses import AddressAllocator
 from branchwater.engine.gc.copies import CopyTracker
 from branchwater.engine.gc.housekeeping import Housekeeper
+from branchwater.engine.gc.lakewide import LakeLimits
 from branchwater.engine.gc.settings import GCSettings
 from branchwater.engine.gc.tokens import Clock, LinkTokens, utc_now
 from branchwater.engine.graveler.model import RepositoryRecord
@@ -23,8 +24,9 @@ class GCContext:
         self.settings = settings or GCSettings()
         self.clock = clock
         self.addresses = addresses or AddressAllocator()
-        self.tokens = LinkTokens(kv, self.settings.token_expiry, clock)
-        self.copies = CopyTracker(kv, self.settings.copy_record_ttl, clock)
+        self.limits = LakeLimits(kv, self.settings)
+        self.tokens = LinkTokens(kv, self.settings.token_expiry, clock, self.limits.cover)
+        self.copies = CopyTracker(kv, self.settings.copy_record_ttl, clock, self.limits.cover)
         self.housekeeper = Housekeeper()
 
     def sweep_later(self, repo: RepositoryRecord) -> None:

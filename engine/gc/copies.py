@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -64,12 +64,21 @@ class CopyRecord:
 
 
 class CopyTracker:
-    def __init__(self, kv: Store, ttl: timedelta, clock: Clock = utc_now) -> None:
+    def __init__(
+        self,
+        kv: Store,
+        ttl: timedelta,
+        clock: Clock = utc_now,
+        promising: Callable[[], None] = lambda: None,
+    ) -> None:
+        """`promising` runs before a record is written (`LakeLimits.cover`)."""
         self.ttl = ttl
         self.clock = clock
+        self.promising = promising
         self.store = ExpiringRecords(kv, COPIES_PREFIX)
 
     def record(self, repo: RepositoryRecord, branch: str, address: str) -> CopyRecord:
+        self.promising()
         created = from_millis(to_millis(self.clock()))
         record = CopyRecord(address, branch, created, created + self.ttl)
         value = {"address": address, "branch": branch, "created": to_millis(created)}

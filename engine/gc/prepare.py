@@ -302,6 +302,8 @@ class _Run:
         return names, len(records)
 
     def finish(self, copies: list[str], records: int) -> None:
+        """The manifest, with the limits the lake's clients were promised (`lakewide`)."""
+        limits = self.gc.limits.settings_for_runs()
         files = [*self.progress.files, *copies]
         keep = {*files, PROGRESS}
         strays = [
@@ -317,9 +319,9 @@ class _Run:
             "repository_id": self.repo.unique_id,
             "started_at": self.started.isoformat(),
             "finished_at": self.gc.clock().isoformat(),
-            "token_expiry_seconds": self.gc.settings.token_expiry.total_seconds(),
-            "min_age_seconds": self.gc.settings.default_min_age.total_seconds(),
-            "copy_record_ttl_seconds": self.gc.settings.copy_record_ttl.total_seconds(),
+            "token_expiry_seconds": limits.token_expiry.total_seconds(),
+            "min_age_seconds": limits.default_min_age.total_seconds(),
+            "copy_record_ttl_seconds": limits.copy_record_ttl.total_seconds(),
             "files": files,
             "branches": self.progress.branches,
             "copy_records": records,
@@ -331,15 +333,16 @@ class _Run:
     def _check_duration(self) -> None:
         """Copy records made since the start must all still be there when read."""
         elapsed = self.gc.clock() - self.started
+        ttl = self.gc.limits.settings_for_runs().copy_record_ttl
         if elapsed < -CLOCK_SKEW_MARGIN:
             raise InvalidArgument(
                 f"GC preparation run {self.run_id!r} starts {-elapsed} from now: its time "
                 "would let GC collect objects written after it; start a new run"
             )
-        if elapsed >= self.gc.settings.copy_record_ttl - CLOCK_SKEW_MARGIN:
+        if elapsed >= ttl - CLOCK_SKEW_MARGIN:
             raise RunExpired(
                 f"GC preparation run {self.run_id!r} started {elapsed} ago, close to or past "
-                f"the copy-record lifetime ({self.gc.settings.copy_record_ttl}): records it "
+                f"the lake's shortest copy-record lifetime ({ttl}): records it "
                 "must read may be gone; start a new run"
             )
 

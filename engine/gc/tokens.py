@@ -71,10 +71,18 @@ class LinkClaim:
 class LinkTokens:
     """Issues and verifies link tokens with the lake's signing key."""
 
-    def __init__(self, kv: Store, expiry: timedelta, clock: Clock = utc_now) -> None:
+    def __init__(
+        self,
+        kv: Store,
+        expiry: timedelta,
+        clock: Clock = utc_now,
+        promising: Callable[[], None] = lambda: None,
+    ) -> None:
+        """`promising` runs before a token is handed out (`LakeLimits.cover`)."""
         self.kv = kv
         self.expiry = expiry
         self.clock = clock
+        self.promising = promising
         self.used = ExpiringRecords(kv, USED_TOKENS_PREFIX)
         self._key: bytes | None = None
         self._lock = threading.Lock()
@@ -86,6 +94,7 @@ class LinkTokens:
             return self._key
 
     def issue(self, repo: RepositoryRecord, branch: str, address: str) -> PhysicalAddress:
+        self.promising()
         expires = from_millis(to_millis(self.clock() + self.expiry))
         payload = {"r": repo.unique_id, "b": branch, "a": address, "e": to_millis(expires)}
         body = f"{_VERSION}.{_b64(json.dumps(payload, sort_keys=True).encode())}"
