@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -436,6 +437,11 @@ class RefStore:
         )
 
 
+_ANCESTRY_STEPS = re.compile(r"[0-9]{0,9}")
+"""What may follow `~`: ASCII digits, as git reads them (`str.isdigit` also takes `²` and
+other scripts' digits, which `int` then refuses or reads), and few enough to be a count."""
+
+
 def _split_ancestry(ref: str) -> tuple[str, int]:
     """Split `main~2^` into ("main", 3): first-parent steps back from the named ref."""
     steps = 0
@@ -444,7 +450,7 @@ def _split_ancestry(ref: str) -> tuple[str, int]:
             ref, steps = ref[:-1], steps + 1
             continue
         tilde = ref.rfind("~")
-        if tilde > 0 and (ref[tilde + 1 :].isdigit() or ref[tilde + 1 :] == ""):
+        if tilde > 0 and _ANCESTRY_STEPS.fullmatch(ref[tilde + 1 :]):
             count = ref[tilde + 1 :]
             ref, steps = ref[:tilde], steps + (int(count) if count else 1)
             continue

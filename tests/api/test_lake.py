@@ -77,6 +77,23 @@ def test_overwrite_shows_latest_and_commits_as_changed(repo) -> None:
     assert main.read("x") == b"22"
 
 
+@pytest.mark.parametrize(
+    "ref",
+    ["main~²", "main~\u0661", "main~ 1", "main~+1", "main~" + "9" * 5000],
+    ids=["superscript", "arabic-indic", "space", "plus", "5000 digits"],
+)
+def test_ancestry_counts_are_ascii_digits_as_in_git(repo, ref: str) -> None:
+    """`str.isdigit` took `²` (then `int` raised ValueError) and other scripts' digits (read
+    as a count); a count of thousands of digits raised ValueError from `int`."""
+    main = repo.branch("main")
+    for i in range(2):
+        main.upload("x", str(i).encode())
+        main.commit(str(i))
+    assert repo.ref("main~1").commit_id == repo.ref("main^").commit_id
+    with pytest.raises(NotFound):
+        repo.ref(ref)
+
+
 def test_log_pages_with_limit_and_after(repo) -> None:
     main = repo.branch("main")
     for i in range(5):
