@@ -74,6 +74,8 @@ def restore_refs(g: Graveler, repo: RepositoryRecord, path: Path) -> int:
     dump = _read(path)
     _check_metaranges(g, repo, path, dump.commits)
     _check_bare(g, repo)
+    for name, commit_id in dump.branches:
+        _check_may_move(g, repo, name, commit_id)
     for commit in dump.commits:
         g.refs.put_commit(repo, commit)
     for tag in dump.tags:
@@ -203,6 +205,16 @@ def _check_bare(g: Graveler, repo: RepositoryRecord) -> None:
         )
 
 
+def _check_may_move(g: Graveler, repo: RepositoryRecord, name: str, commit_id: str) -> None:
+    """A branch the bare repository has (its default one) moves as a reset would: refused,
+    before anything is written, where its protection forbids resets."""
+    try:
+        branch, _ = g.refs.get_branch(repo, name)
+    except NotFound:
+        return
+    protection.check(repo, branch, "reset", f"restoring refs onto {name!r}", to_commit=commit_id)
+
+
 def _restore_branch(g: Graveler, repo: RepositoryRecord, name: str, commit_id: str) -> None:
     try:
         fresh = BranchRecord(name, commit_id, new_staging_token(repo, name))
@@ -211,6 +223,7 @@ def _restore_branch(g: Graveler, repo: RepositoryRecord, name: str, commit_id: s
     except AlreadyExists:
         pass
     branch, predicate = g.refs.get_branch(repo, name)
+    protection.check(repo, branch, "reset", f"restoring refs onto {name!r}", to_commit=commit_id)
     try:
         g.refs.set_branch_if(repo, dataclasses.replace(branch, commit_id=commit_id), predicate)
     except PredicateFailed:

@@ -14,6 +14,7 @@ import pytest
 
 from branchwater.engine import (
     AlreadyExists,
+    BranchProtected,
     ConfigurationError,
     CorruptedData,
     InvalidArgument,
@@ -447,6 +448,24 @@ def test_refs_dump_and_restore(lake: Lake, repo, tmp_path: Path) -> None:
     assert restored.ref("v1").read("b") == b"2"
     with pytest.raises(InvalidArgument, match="not bare"):
         restored.restore_refs(dump)
+
+
+def test_restoring_refs_onto_a_branch_that_refuses_resets_is_refused_before_any_write(
+    lake: Lake, repo, tmp_path: Path
+) -> None:
+    """Restoring moves the bare repository's default branch as a reset would."""
+    dump = tmp_path / "refs.json"
+    restored, expected = dumped_and_recreated(lake, repo, dump)
+    restored.protect("main", no_reset=True)
+    head = restored.branch("main").commit_id
+    with pytest.raises(BranchProtected, match="no_reset"):
+        restored.restore_refs(dump)
+    assert restored.branch("main").commit_id == head
+    assert [b.name for b in restored.branches()] == ["main"]
+    assert len(list(restored.log("main"))) == 1
+    restored.unprotect("main")
+    restored.restore_refs(dump)
+    assert [c.id for c in restored.log("dev")] == expected
 
 
 def _damage(document: dict, how: str) -> None:
