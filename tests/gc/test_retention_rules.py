@@ -116,6 +116,11 @@ BAD_RULES: list[tuple[object, str]] = [
         "non-empty",
     ),
     ({"default_retention_days": 1, "keep_tags": "v~*"}, "matches no valid tag name"),
+    ({"default_retention_days": 1, "keep_tags": "release-[!]"}, "matches no valid tag name"),
+    (
+        {"default_retention_days": 1, "branches": [{"branch_id": "tmp-[~^]", "retention_days": 2}]},
+        "matches no valid branch name",
+    ),
     ({"default_retention_days": 1, "keep_tags": 3}, "non-empty tag"),
     ("{not json", "not valid JSON"),
     ([1, 2], "must be a JSON object"),

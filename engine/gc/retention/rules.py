@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import string
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -33,6 +34,8 @@ MAX_RETENTION_DAYS = LONGEST.days
 _TOP_KEYS = frozenset({"default_retention_days", "branches", "keep_tags"})
 _BRANCH_KEYS = frozenset({"branch_id", "retention_days"})
 _GLOB_TOKEN = re.compile(r"\[!?\]?[^\]]*\]|[*?]")
+_NAME_CHARACTERS = string.ascii_letters + string.digits + "-_."
+"""Characters a class may stand for in the sample name a pattern must match."""
 
 
 @dataclass(frozen=True)
@@ -130,18 +133,28 @@ def _days(value: object, where: str) -> int:
 
 
 def check_pattern(pattern: object, where: str, kind: str) -> str:
-    """A glob that can match a valid branch or tag name: its wildcards and `[...]` classes
-    replaced by a letter, it must be a valid name itself (an unclosed `[` is refused)."""
+    """A glob that can match a valid branch or tag name: with each wildcard replaced by a
+    letter and each `[...]` class by a character it admits, it must be a valid name that
+    the pattern matches (an unclosed `[`, or `[!]`, which `fnmatch` reads as text, fails)."""
     if not isinstance(pattern, str) or not pattern:
         raise InvalidGCRules(f"GC rules' {where} must be a non-empty {kind} name or pattern")
-    sample = _GLOB_TOKEN.sub("x", pattern)
+    sample = _GLOB_TOKEN.sub(_stand_in, pattern)
     try:
         check_ref_name(sample, kind)
+        if not fnmatchcase(sample, pattern):
+            raise InvalidName(f"it does not match even {sample!r}")
     except InvalidName as error:
         raise InvalidGCRules(
             f"GC rules' {where} {pattern!r} matches no valid {kind} name: {error}"
         ) from None
     return pattern
+
+
+def _stand_in(token: re.Match[str]) -> str:
+    """A character the wildcard or class admits (a class admitting none keeps its text,
+    which no valid name holds)."""
+    glob = token.group()
+    return next((c for c in _NAME_CHARACTERS if fnmatchcase(c, glob)), glob)
 
 
 def set_rules(kv: Store, repo: RepositoryRecord, rules: object) -> GCRules:
