@@ -65,7 +65,10 @@ def newest_first_time(name: str) -> datetime:
     try:
         return datetime.fromtimestamp((_MAX_MILLIS - inverted) / 1000, timezone.utc)
     except (ValueError, OverflowError, OSError):
-        raise malformed from None
+        raise InvalidArgument(
+            f"{name!r} has the form of a time-ordered id but its first 12 hex digits are no "
+            "time between the years 1 and 9999: pass an id a run or slice was given"
+        ) from None
 
 
 slice_name = newest_first_id

@@ -187,7 +187,7 @@ def write_summary(ns: Namespace, summary: RunSummary) -> None:
 def read_summary(ns: Namespace, run_id: str) -> RunSummary:
     """The summary of a run whose mark finished; `NotFound` otherwise."""
     if not RUN_ID.match(run_id):
-        raise NotFound(f"{run_id!r} is not a GC run id (such as 18f2a9c3b7d1-a1b2c3)")
+        raise NotFound(f"{run_id!r} is not a GC run id (such as fe5dcfcfb8ff-4db019)")
     summary = saved_summary(ns, run_id)
     if summary is None:
         raise NotFound(

@@ -102,7 +102,7 @@ def read_report(store: ObjectStore, run_id: str) -> bytes:
 
 def _read(store: ObjectStore, run_id: str, name: str, what: str) -> bytes:
     if not RUN_ID.match(run_id):
-        raise NotFound(f"{run_id!r} is not a GC run id (such as 18f2a9c3b7d1-a1b2c3)")
+        raise NotFound(f"{run_id!r} is not a GC run id (such as fe5dcfcfb8ff-4db019)")
     try:
         return store.get(f"{RUNS_PREFIX}{run_id}/{name}")
     except NotFound:
