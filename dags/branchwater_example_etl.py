@@ -91,7 +91,9 @@ def write(branch: str, partition: str, prefix: str, params: dict[str, Any]) -> l
     try:
         repo = hook.repository(params["repository"])
         s3_options = hook.s3_options_for(repo.storage_namespace)
-        entries = write_parquet(frame, repo.branch(branch), prefix, s3_options=s3_options)
+        entries = write_parquet(
+            frame, repo.branch(branch), prefix, mode="overwrite", s3_options=s3_options
+        )
     finally:
         hook.close()
     return [entry.path for entry in entries]

@@ -69,8 +69,12 @@ repository's namespace (the engine's convention, `engine/graveler/external.py`).
 DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 FORMATS = ("parquet", "csv", "json", "orc", "ipc", "arrow", "feather")
 _PARTITION_DIR = re.compile(r"([^=/]+)=([^/]*)")
-_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_DECIMAL = re.compile(r"[+-]?(?:NaN|Infinity|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)")
+_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 _WIDER = ("int", "long", "double")
+_KINDS = ("int", "long", "double", "date")
+"""The types a partition value may have besides string, narrowest first."""
 
 
 class SparkConnectUnsupported(InvalidArgument):
@@ -365,36 +369,40 @@ class _PartitionColumns:
 
 def _kind(value: str | None) -> str:
     """The type Spark's partition discovery gives one value: int, long, double, date,
-    string (or none yet, for a null)."""
+    string (or none yet, for a null). Typed by `_parsed`, as each task reads it back."""
     if value is None:
         return "null"
-    try:
-        number = int(value)
-        return (
-            "int"
-            if -(2**31) <= number < 2**31
-            else "long"
-            if -(2**63) <= number < 2**63
-            else "string"
-        )
-    except ValueError:
-        pass
-    try:
-        float(value)
-        return (
-            "double"
-            if value.strip().lower() not in ("nan", "inf", "-inf", "infinity")
-            else "string"
-        )
-    except ValueError:
-        pass
-    if _DATE.fullmatch(value):
+    return next((kind for kind in _KINDS if _parsed(value, kind) is not None), "string")
+
+
+def _parsed(value: str, kind: str) -> int | float | datetime.date | str | None:
+    """`value` as a column of `kind` holds it, None if it is not one. Numbers are ASCII
+    digits with an optional sign, point and exponent, or `NaN`/`Infinity`, as Java parses
+    them for Spark; what Java takes besides (spaces around, a `d`/`f` suffix, hexadecimal,
+    digits of other scripts), or Python's `int`/`float` (`1_000`, `nan`), stays a string,
+    as does an integer beyond bigint (Spark's `decimal`), which a double would round."""
+    if kind in ("int", "long"):
+        bits = 31 if kind == "int" else 63
+        if _INTEGER.fullmatch(value) is None:
+            return None
         try:
-            datetime.date.fromisoformat(value)
-            return "date"
+            number = int(value)
+        except ValueError:  # more digits than Python converts
+            return None
+        return number if -(2**bits) <= number < 2**bits else None
+    if kind == "double":
+        whole = _INTEGER.fullmatch(value) is not None
+        if _DECIMAL.fullmatch(value) is None or (whole and _parsed(value, "long") is None):
+            return None
+        return float(value)
+    if kind == "date":
+        if _DATE.fullmatch(value) is None:
+            return None
+        try:
+            return datetime.date.fromisoformat(value)
         except ValueError:
-            pass
-    return "string"
+            return None
+    return value
 
 
 def _wider(left: str, right: str) -> str:
@@ -624,6 +632,7 @@ def _read_file(
     import pyarrow as pa
 
     where = store.uri(row["key"])
+    scalars = _partition_scalars(plan, row)
     try:
         with _opened(plan, store, row, span) as source:
             fragment = plan.file_format.make_fragment(source)
@@ -635,9 +644,8 @@ def _read_file(
             names = [f.name for f in plan.data_schema]
             for batch in fragment.to_batches(schema=plan.data_schema, columns=names):
                 columns = {name: batch.column(name) for name in names}
-                for (name, _), value in zip(plan.partition_types, row["values"], strict=True):
-                    kind = plan.output_schema.field(name).type
-                    columns[name] = _constant(value, kind, batch.num_rows)
+                for name, scalar in scalars.items():
+                    columns[name] = pa.repeat(scalar, batch.num_rows)
                 arrays = [columns[f.name].cast(f.type) for f in plan.output_schema]
                 yield pa.RecordBatch.from_arrays(arrays, schema=plan.output_schema)
     except NotFound:
@@ -703,13 +711,34 @@ def _unbuffered(f: BinaryIO) -> io.RawIOBase | BinaryIO:
     return raw if isinstance(raw, io.RawIOBase) else f
 
 
-def _constant(value: str | None, kind: pa.DataType, rows: int) -> pa.Array:
+def _typed(value: str | None, kind: pa.DataType) -> pa.Scalar:
+    """`value` as a partition column of `kind` (a type `_partition_type` gives) holds it,
+    parsed by the rule `_kind` typed it by: Arrow's cast refuses some of what that rule
+    takes (a sign, `NaN`)."""
     import pyarrow as pa
 
     if value is None:
-        return pa.nulls(rows, kind)
-    typed = pa.scalar(value).cast(kind)
-    return pa.nulls(rows, kind).fill_null(typed)
+        return pa.scalar(None, kind)
+    name = next((k for k in _KINDS if _partition_type(k) == kind), "string")
+    parsed = _parsed(value, name)
+    if parsed is None:
+        raise InvalidArgument(
+            f"partition value {value!r} is not a {name}, the type the driver gave its column "
+            "(do the executors run the driver's version of branchwater?)"
+        )
+    return pa.scalar(parsed, kind)
+
+
+def _partition_scalars(plan: ReadPlan, row: Mapping[str, Any]) -> dict[str, pa.Scalar]:
+    """The file's partition values, typed before its bytes are read: a value its type
+    refuses is the plan's fault, never the file's (not `CorruptedData`)."""
+    scalars = {}
+    for (name, _), value in zip(plan.partition_types, row["values"], strict=True):
+        try:
+            scalars[name] = _typed(value, plan.output_schema.field(name).type)
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"object {row['path']!r} under {plan.where}: {exc}") from None
+    return scalars
 
 
 _REMOVE_AT_EXIT: list[Path] = []

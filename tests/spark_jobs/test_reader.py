@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import io
 import math
 import os
@@ -17,6 +18,8 @@ import pyarrow as pa
 import pyarrow.dataset
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from branchwater.engine import (
     ConfigurationError,
@@ -219,6 +222,87 @@ def test_partition_values_are_typed_as_spark_types_them(
     frame = read_parquet(spark, main, "p/", s3_options=reader_lake.s3_options)
     assert frame.schema.simpleString() == "struct<x:bigint,i:int,l:bigint,d:double,s:string>"
     assert collected(frame) == [(1, 1, 3_000_000_000, 1.5, "a/b"), (1, 2, 4, 2.0, None)]
+
+
+SPARK_TYPED_FOLDERS = (
+    "a=+5/b=1_000/c=NaN/d=3000000000/e=2026-11-01/f=nan",
+    "a=-7/b=2/c=.5/d=+1/e=2026-02-30/f=1",
+    "a=007/b=3/c=-Infinity/d=4/e=2026-11-02/f=2",
+)
+"""Values Spark's partition discovery types by Java's parsers: a sign, leading zeros, `NaN`
+and `Infinity` are numbers; `1_000`, `nan` and a date that does not exist are strings."""
+
+
+def test_partition_values_read_as_spark_reads_the_same_folders(
+    spark: SparkSession, reader_lake: ReaderLake, tmp_path: Path
+) -> None:
+    main = reader_lake.repo.branch("main")
+    for number, folder in enumerate(SPARK_TYPED_FOLDERS):
+        data = parquet([{"x": number}])
+        main.upload(f"typed/{folder}/part.parquet", data)
+        native = tmp_path / "native" / folder
+        native.mkdir(parents=True)
+        (native / "part.parquet").write_bytes(data)
+
+    frame = read_parquet(spark, main, "typed/", s3_options=reader_lake.s3_options)
+    spark_frame = spark.read.parquet(str(tmp_path / "native"))
+
+    assert frame.schema.simpleString() == spark_frame.schema.simpleString()
+    assert frame.schema.simpleString() == (
+        "struct<x:bigint,a:int,b:string,c:double,d:bigint,e:string,f:string>"
+    )
+    by_x = sorted(map(tuple, frame.collect()))
+    assert repr(by_x) == repr(sorted(map(tuple, spark_frame.collect())))
+    assert by_x[0][1:3] == (5, "1_000")
+
+
+def test_partition_values_spark_alone_takes_for_numbers_stay_strings(
+    spark: SparkSession, reader_lake: ReaderLake
+) -> None:
+    """Spaces around, a `d` suffix and digits of other scripts, which Java's parsers take
+    and Arrow's cast does not, keep the folder's text (before, the driver typed them as
+    numbers and every task failed to read them back), as does an integer beyond bigint,
+    which Spark types `decimal` and a double would round."""
+    main = reader_lake.repo.branch("main")
+    values = [" 7", "\u0661\u0662", "5d", "12345678901234567891", "12"]
+    for number, value in enumerate(values):
+        main.upload(f"kept/k={value}/part.parquet", parquet([{"x": number}]))
+    frame = read_parquet(spark, main, "kept/", s3_options=reader_lake.s3_options)
+    assert frame.schema.simpleString() == "struct<x:bigint,k:string>"
+    assert collected(frame) == list(enumerate(values))
+
+
+NUMBERISH = st.text(st.sampled_from("0123456789+-._eE \u0661dfNaInity"), max_size=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(NUMBERISH | st.text(max_size=12), min_size=1, max_size=3))
+def test_every_partition_value_reads_back_as_the_type_its_column_was_given(
+    values: list[str],
+) -> None:
+    """What the driver types a column as, from all its folders' values, each task parses
+    every one of those values as: the driver and the tasks never disagree. (Values are
+    valid Unicode: paths are, and `unquote` replaces what does not decode.)"""
+    kind = functools.reduce(reader._wider, map(reader._kind, values), "null")
+    arrow_type = reader._partition_type(kind)
+    for value in values:
+        assert reader._typed(value, arrow_type).type == arrow_type
+
+
+def test_a_partition_value_its_type_refuses_fails_the_task_as_a_bad_plan(tmp_path: Path) -> None:
+    """Not `CorruptedData`: the file is not at fault, and is not even opened."""
+    schema = pa.schema([("x", pa.int64())])
+    output = pa.schema([("x", pa.int64()), ("k", pa.int32())])
+    plan = reader.ReadPlan(
+        pa.dataset.ParquetFileFormat(), schema, (("k", "int"),), output, {}, "'t/'"
+    )
+    row = {"path": "t/k=x/a.parquet", "key": "data/absent", "size": 1, "values": ["x"]}
+    store = open_object_store(tmp_path.as_uri())
+    with pytest.raises(
+        InvalidArgument, match=r"object 't/k=x/a.parquet' under 't/': partition value 'x'"
+    ):
+        list(reader._read_file(plan, store, row))
+    store.close()
 
 
 def test_bad_input_raises_typed_errors(spark: SparkSession, reader_lake: ReaderLake) -> None:
