@@ -9,12 +9,14 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from branchwater.plugin.hooks import DEFAULT_CONN_ID, BranchwaterHook, compaction_policy
 from branchwater.plugin.operators.base import branch_or_skip, declared_flag, failing_at_once
 from branchwater.plugin.triggers import (
+    BRANCH_GONE,
     DEFAULT_POLL_INTERVAL,
+    FINAL,
     BranchwaterBranchTrigger,
     BranchwaterCommitTrigger,
     BranchwaterCompactionTrigger,
@@ -33,7 +35,9 @@ class BranchwaterBranchSensor(BaseSensorOperator):
     With `deferrable=True` the sensor pokes once on the worker; if it is not done, the wait
     moves to the trigger `trigger()` builds, paced by `poke_interval`, and the trigger's
     event ends it. Subclasses implement `poke`, `trigger` and `event_value`. A missing
-    repository or branch fails the task at once, as it does an operator.
+    repository or branch fails the task at once, as it does an operator, whether the poke or
+    the trigger finds it missing; `missing_ok`, where a sensor has it, skips the task when
+    the branch is gone.
 
     :param repository: the repository's name (templated)
     :param branch: the branch to watch (templated)
@@ -47,6 +51,8 @@ class BranchwaterBranchSensor(BaseSensorOperator):
     ui_color = "#cfe8f3"
     waits_for = "the branch"
     """What the sensor waits for, in failure messages."""
+    missing_ok = False
+    """Skip the task when the branch is gone (a sensor that takes `missing_ok` sets it)."""
 
     def __init__(
         self,
@@ -105,11 +111,21 @@ class BranchwaterBranchSensor(BaseSensorOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         if event.get("status") != "success":
-            reason = event.get("message", event)
-            raise AirflowException(
-                f"waiting for {self.waits_for} on {self.branch!r} failed: {reason}"
-            )
+            raise self.wait_failed(event)
         return self.event_value(event)
+
+    def wait_failed(self, event: dict[str, Any]) -> AirflowException:
+        """What a trigger's error event raises, by its kind: a skip for a branch gone under
+        `missing_ok`, a failure without retries for an error a retry cannot fix (as
+        `failing_at_once` makes it in poke mode), else a failure that is retried."""
+        reason = event.get("message", event)
+        kind = event.get("error")
+        if kind == BRANCH_GONE and self.missing_ok:
+            return AirflowSkipException(f"{reason}: nothing to do")
+        message = f"waiting for {self.waits_for} on {self.branch!r} failed: {reason}"
+        if kind in (BRANCH_GONE, FINAL):
+            return AirflowFailException(message)
+        return AirflowException(message)
 
 
 class BranchwaterCommitSensor(BranchwaterBranchSensor):

@@ -16,17 +16,44 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 
+from branchwater.engine import NotFound
 from branchwater.plugin.hooks import DEFAULT_CONN_ID, BranchwaterHook, compaction_policy
+from branchwater.plugin.operators.base import FINAL_ERRORS
 
 if TYPE_CHECKING:
-    from branchwater.engine import CompactionStatus
+    from branchwater.engine import Branch, CompactionStatus
 
 DEFAULT_POLL_INTERVAL = 30.0
 T = TypeVar("T")
 
+BRANCH_GONE = "branch_gone"
+FINAL = "final"
+RETRYABLE = "retryable"
+"""The kinds of a failed wait, in its event's `error`: the branch is gone (from a repository
+that is there), another error a retry cannot fix (`FINAL_ERRORS`), or one it may."""
+
+
+class BranchGone(NotFound):
+    """The branch a trigger waits on is not there, though its repository is."""
+
+
+def watched_branch(hook: BranchwaterHook, repository: str, branch: str) -> Branch:
+    """The branch; `BranchGone` when its repository is there and it is not."""
+    repo = hook.repository(repository)
+    try:
+        return repo.branch(branch)
+    except NotFound as exc:
+        raise BranchGone(str(exc)) from exc
+
+
+def error_kind(exc: Exception) -> str:
+    if isinstance(exc, BranchGone):
+        return BRANCH_GONE
+    return FINAL if isinstance(exc, FINAL_ERRORS) else RETRYABLE
+
 
 def head_commit_id(hook: BranchwaterHook, repository: str, branch: str) -> str:
-    return hook.repository(repository).branch(branch).commit_id
+    return watched_branch(hook, repository, branch).commit_id
 
 
 def compaction_status_record(status: CompactionStatus) -> dict[str, Any]:
@@ -38,8 +65,7 @@ def compaction_if_due(
     hook: BranchwaterHook, repository: str, branch: str, policy: Mapping[str, Any] | None
 ) -> dict[str, Any] | None:
     """The branch's compaction status when compaction is due on it, else None."""
-    branch_ = hook.repository(repository).branch(branch)
-    status = branch_.compaction_status(compaction_policy(policy))
+    status = watched_branch(hook, repository, branch).compaction_status(compaction_policy(policy))
     return compaction_status_record(status) if status.due else None
 
 
@@ -91,9 +117,11 @@ class BranchwaterBranchTrigger(BranchPolling, BaseTrigger):
     """A deferred sensor's wait on a branch: fires once `check` finds what it waits for.
 
     The event's payload is `{"status": "success", **found}`, or `{"status": "error",
-    "message": ...}` when the wait failed (unknown repository or branch, missing connection),
-    so the deferred task, not the triggerer, reports the failure. Subclasses add their
-    arguments in `arguments` and answer `check` (run in a thread).
+    "error": <its kind>, "message": ...}` when the wait failed (unknown repository, a branch
+    deleted meanwhile, missing connection), so the deferred task, not the triggerer, reports
+    the failure, as poke mode would: the kind (`BRANCH_GONE`, `FINAL`, `RETRYABLE`) says
+    whether to skip, fail at once or retry. Subclasses add their arguments in `arguments` and
+    answer `check` (run in a thread).
     """
 
     def check(self, hook: BranchwaterHook) -> dict[str, Any] | None:
@@ -106,7 +134,13 @@ class BranchwaterBranchTrigger(BranchPolling, BaseTrigger):
             found = await poll(partial(self.check, hook), self.poll_interval)
             yield TriggerEvent({"status": "success", **found})
         except Exception as exc:  # reported by the task, with the reason
-            yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"})
+            yield TriggerEvent(
+                {
+                    "status": "error",
+                    "error": error_kind(exc),
+                    "message": f"{type(exc).__name__}: {exc}",
+                }
+            )
         finally:
             await asyncio.to_thread(hook.close)
 

@@ -29,7 +29,14 @@ from airflow.sdk.exceptions import (
 )
 
 from branchwater.engine import ConfigurationError, GCRules, InvalidArgument, NotFound
-from branchwater.engine.gc.runs.config import JOB_KV_ENV, KEEP_RUNS, ONLY_PARTS, check_keep
+from branchwater.engine.gc.runs.config import (
+    CLEAN,
+    JOB_KV_ENV,
+    KEEP_RUNS,
+    MODES,
+    ONLY_PARTS,
+    check_keep,
+)
 from branchwater.engine.gc.runs.statuses import FAILED, GATE_FAILED
 from branchwater.plugin.hooks import DEFAULT_CONN_ID, BranchwaterHook
 from branchwater.plugin.links import BranchwaterGCReportLink
@@ -148,6 +155,40 @@ def job_file() -> str:
     return str(Path(job.__file__).with_name("__main__.py"))
 
 
+TEMPLATE_MARKERS = ("{{", "{%", "{#")
+UNSET = (None, "", "None")
+"""A template field's values meaning "not given": None, and None or empty rendered."""
+
+
+def templated(value: object) -> bool:
+    """Whether a template field's value is a Jinja template, known only once rendered."""
+    return isinstance(value, str) and any(marker in value for marker in TEMPLATE_MARKERS)
+
+
+def only_part(name: str, value: object) -> str | None:
+    """The part of GC `only` names (rendered); None for both."""
+    if value in UNSET:
+        return None
+    if isinstance(value, str) and value in ONLY_PARTS:
+        return value
+    raise InvalidArgument(f"{name} must be {' or '.join(ONLY_PARTS)} (empty: both), not {value!r}")
+
+
+def gc_mode(name: str, value: object) -> str:
+    """The GC job's mode, as rendered."""
+    if isinstance(value, str) and value in MODES:
+        return value
+    raise InvalidArgument(f"{name} must be {' or '.join(MODES)}, not {value!r}")
+
+
+def check_job_command(kv_url: str, command: list[str]) -> None:
+    """Parse the job's command line as the job will, without Spark: arguments it would
+    refuse (`InvalidArgument`) fail the task before `spark-submit` starts."""
+    from branchwater.spark_jobs.gc.arguments import parse_args
+
+    parse_args(["--kv", kv_url, *command])
+
+
 def connection_defined(conn_id: str) -> bool:
     try:
         BaseHook.get_connection(conn_id)
@@ -169,6 +210,11 @@ class BranchwaterGCJobOperator(SparkSubmitOperator):
     otherwise), and its `spark-submit` is used when none is on the `PATH`. The Spark
     application is named `name` (templated) followed by the repository. Other
     `SparkSubmitOperator` parameters (`conf`, `env_vars`, `executor_memory`...) pass through.
+
+    Before `spark-submit` starts, the job's command line is parsed as the job parses it, and
+    the repository read: an argument the job would refuse, an unknown repository or run, an
+    AWS connection giving no credentials, or a refused master fails the task without its
+    retries.
 
     :param repository: the repository to collect (templated)
     :param branchwater_conn_id: the `branchwater` connection of the lake (default
@@ -209,18 +255,14 @@ class BranchwaterGCJobOperator(SparkSubmitOperator):
     def execute(self, context: Context) -> Any:
         hook = BranchwaterHook(self.branchwater_conn_id)
         try:
-            self.job_env = job_environment(hook, self.repository)
+            with failing_at_once():
+                command = self.job_command()
+                self.job_env = job_environment(hook, self.repository)
+                check_job_command(self.job_env[JOB_KV_ENV], command)
             self.name = f"{self.name}-{self.repository}"
-            self.application_args = [
-                "--kv-env",
-                JOB_KV_ENV,
-                "--repo",
-                self.repository,
-                "--keep-runs",
-                str(self.kept_runs()),
-                *self.job_arguments(),
-            ]
-            super().execute(context)
+            self.application_args = ["--kv-env", JOB_KV_ENV, *command]
+            with failing_at_once():
+                super().execute(context)
             return summary_record(hook.gc_run(self.repository, self.run_id()))
         finally:
             self.job_env = {}
@@ -228,6 +270,16 @@ class BranchwaterGCJobOperator(SparkSubmitOperator):
 
     def run_id(self) -> str:
         raise NotImplementedError
+
+    def job_command(self) -> list[str]:
+        """The job's arguments but where it finds the KV URL."""
+        return [
+            "--repo",
+            self.repository,
+            "--keep-runs",
+            str(self.kept_runs()),
+            *self.job_arguments(),
+        ]
 
     def kept_runs(self) -> int:
         """`keep_runs` as rendered (a template gives text); a bad one fails the task at once."""
@@ -306,13 +358,15 @@ class BranchwaterGCMarkOperator(BranchwaterGCJobOperator):
     `BranchwaterGCGateOperator` is the task that refuses it.
 
     :param prepare_run: the run id of a finished prepare run (templated)
-    :param mode: "clean" or "optimized" (templated; default "clean")
+    :param mode: "clean" or "optimized" (templated; default "clean"); anything else fails
+        where the task is declared, or, templated, when it runs (`InvalidArgument`)
     :param min_age: how old an object must be to be collected, "90s", "6h"... (templated;
         default: the lake's)
     :param max_share: the gate's bound on the candidates' share of the namespace's objects
         (templated; default 0.5)
     :param only: "uncommitted" or "committed" to do that part only (templated; default:
-        both, the committed one when the repository has GC rules)
+        both, the committed one when the repository has GC rules; None, empty or rendered
+        "None": both); anything else fails as `mode` does
     :param retention_rules: the GC rules the run expects the repository to have, lakeFS's
         JSON shape as `branchwater gc rules get` prints it, a mapping or its JSON text
         (templated; default none: whatever the repository's rules are). Other rules than
@@ -337,7 +391,7 @@ class BranchwaterGCMarkOperator(BranchwaterGCJobOperator):
         self,
         *,
         prepare_run: str,
-        mode: str = "clean",
+        mode: str = CLEAN,
         min_age: str | None = None,
         max_share: str | float | None = None,
         only: str | None = None,
@@ -345,6 +399,10 @@ class BranchwaterGCMarkOperator(BranchwaterGCJobOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if not templated(mode):
+            gc_mode(f"task {self.task_id!r}: mode", mode)
+        if not templated(only):
+            only_part(f"task {self.task_id!r}: only", only)
         self.prepare_run = prepare_run
         self.mode = mode
         self.min_age = min_age
@@ -356,13 +414,15 @@ class BranchwaterGCMarkOperator(BranchwaterGCJobOperator):
         return self.prepare_run
 
     def job_arguments(self) -> list[str]:
-        arguments = ["--mode", self.mode, "--dry-run", "--prepare-run", self.prepare_run]
-        if self.min_age not in (None, "", "None"):
+        mode = gc_mode("mode", self.mode)
+        arguments = ["--mode", mode, "--dry-run", "--prepare-run", self.prepare_run]
+        if self.min_age not in UNSET:
             arguments += ["--min-age", str(self.min_age)]
-        if self.max_share not in (None, "", "None"):
+        if self.max_share not in UNSET:
             arguments += ["--max-share", str(self.max_share)]
-        if self.only in ONLY_PARTS:
-            arguments += ["--only", str(self.only)]
+        only = only_part("only", self.only)
+        if only is not None:
+            arguments += ["--only", only]
         return arguments
 
     def execute(self, context: Context) -> Any:
@@ -393,6 +453,8 @@ class BranchwaterGCMarkOperator(BranchwaterGCJobOperator):
         try:
             record: dict[str, Any] = super().execute(context)
             return record
+        except AirflowFailException:
+            raise
         except AirflowException:
             summary = self._saved_summary()
             if summary is None or summary.status != GATE_FAILED:
@@ -448,7 +510,9 @@ class BranchwaterGCSweepOperator(BranchwaterGCJobOperator):
 
         hook = BranchwaterHook(self.branchwater_conn_id)
         try:
-            if nothing_to_delete(hook.gc_run(self.repository, self.sweep_run)):
+            with failing_at_once():
+                marked = hook.gc_run(self.repository, self.sweep_run)
+            if nothing_to_delete(marked):
                 return summary_record(self._sweep_here(hook))
         finally:
             hook.close()

@@ -15,7 +15,11 @@ import pytest
 from airflow.sdk import DAG, PokeReturnValue
 
 from branchwater.engine import Repository
-from branchwater.plugin.sensors import BranchwaterCommitSensor, BranchwaterCompactionSensor
+from branchwater.plugin.sensors import (
+    BranchwaterBranchSensor,
+    BranchwaterCommitSensor,
+    BranchwaterCompactionSensor,
+)
 from tests.plugin.conftest import LakeConnection, RunDag
 
 if TYPE_CHECKING:
@@ -230,3 +234,87 @@ def test_the_compaction_sensor_fails_or_skips_a_missing_branch_and_says_why(
     output = capfd.readouterr().out
     assert f"branch 'gone' not found in repository '{repo.name}'" in output
     assert "compaction threshold max_tombstones must be a number, not 'many'" in output
+
+
+def deleting_the_branch(sensor: BranchwaterBranchSensor, found: PokeReturnValue) -> PokeReturnValue:
+    """`found`, after deleting the sensor's branch if it was not done: the sensor's next look
+    (its next poke, or its trigger's first poll once deferred) finds the branch gone."""
+    if not found.is_done:
+        sensor.hook.repository(sensor.repository).delete_branch(sensor.branch)
+    return found
+
+
+class CommitSensorLosingItsBranch(BranchwaterCommitSensor):
+    def poke(self, context: Context) -> PokeReturnValue:
+        return deleting_the_branch(self, super().poke(context))
+
+
+class CompactionSensorLosingItsBranch(BranchwaterCompactionSensor):
+    def poke(self, context: Context) -> PokeReturnValue:
+        return deleting_the_branch(self, super().poke(context))
+
+
+@MODES
+def test_a_branch_deleted_while_the_sensor_waits_fails_it_at_once_or_skips_it(
+    run_dag: RunDag,
+    lake_conn: LakeConnection,
+    repo: Repository,
+    mode: dict[str, object],
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """Deferred, the trigger finds the branch gone; otherwise the next poke does. Either way
+    `missing_ok` skips, and without it the sensor fails without its retries."""
+    for name in ("commit", "compaction", "skipped"):
+        repo.create_branch(name)
+    waits = {"poke_interval": 0.1, "timeout": 30, "retries": 2, "retry_delay": timedelta(0)}
+    names = {"repository": repo.name, **waits, **mode}
+    with DAG(f"bw_sensor_branch_deleted_{next(iter(mode.values()))}", schedule=None) as dag:
+        CommitSensorLosingItsBranch(task_id="commit", branch="commit", **names)
+        CompactionSensorLosingItsBranch(task_id="compaction", branch="compaction", **names)
+        CompactionSensorLosingItsBranch(
+            task_id="skipped", branch="skipped", missing_ok=True, **names
+        )
+
+    result = run_dag(dag)
+
+    assert result.states == {"commit": "failed", "compaction": "failed", "skipped": "skipped"}
+    assert result.tries == {"commit": 1, "compaction": 1, "skipped": 1}
+    assert not {"commit", "compaction", "skipped"} & {b.name for b in repo.branches()}
+    output = capfd.readouterr().out
+    for name in ("commit", "compaction", "skipped"):
+        assert f"branch {name!r} not found in repository {repo.name!r}" in output
+    deferred = "[DAG TEST] running trigger in line" in caplog.text
+    assert deferred == bool(mode.get("deferrable"))
+
+
+class TriggerWithoutTheConnection(BranchwaterCommitSensor):
+    """A deferred commit sensor whose triggerer cannot read the connection its worker read."""
+
+    def trigger_arguments(self) -> dict[str, Any]:
+        return {**super().trigger_arguments(), "branchwater_conn_id": "not_in_the_triggerer"}
+
+
+def test_a_wait_failed_by_what_a_retry_may_fix_is_retried(
+    run_dag: RunDag,
+    lake_conn: LakeConnection,
+    repo: Repository,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    with DAG("bw_sensor_trigger_retried", schedule=None) as dag:
+        TriggerWithoutTheConnection(
+            task_id="wait",
+            repository=repo.name,
+            branch="main",
+            deferrable=True,
+            timeout=30,
+            retries=1,
+            retry_delay=timedelta(0),
+        )
+
+    result = run_dag(dag)
+
+    assert result.states == {"wait": "failed"} and result.tries == {"wait": 2}
+    output = capfd.readouterr().out
+    assert "waiting for a commit on 'main' failed: " in output
+    assert "The conn_id `not_in_the_triggerer` isn't defined" in output

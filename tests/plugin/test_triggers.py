@@ -14,6 +14,9 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from branchwater.engine import Repository
 from branchwater.plugin.triggers import (
+    BRANCH_GONE,
+    FINAL,
+    RETRYABLE,
     BranchwaterCommitEventTrigger,
     BranchwaterCommitTrigger,
     BranchwaterCompactionTrigger,
@@ -131,24 +134,29 @@ def test_the_compaction_trigger_fires_once_compaction_is_due(
 
 
 @pytest.mark.parametrize(
-    ("repository", "conn_id", "message"),
+    ("repository", "branch", "conn_id", "error", "message"),
     [
-        ("nope", "branchwater_default", "NotFound: repository 'nope' not found"),
-        (None, "gone", "The conn_id `gone` isn't defined"),
+        ("nope", "main", "branchwater_default", FINAL, "NotFound: repository 'nope' not found"),
+        (None, "gone", "branchwater_default", BRANCH_GONE, "BranchGone: branch 'gone' not found"),
+        (None, "main", "gone", RETRYABLE, "The conn_id `gone` isn't defined"),
     ],
 )
 @pytest.mark.parametrize("kind", ["commit", "compaction"])
-def test_the_branch_triggers_report_failures_as_events(
+def test_the_branch_triggers_report_failures_as_events_of_their_kind(
     lake_conn: LakeConnection,
     repo: Repository,
     repository: str | None,
+    branch: str,
     conn_id: str,
+    error: str,
     message: str,
     kind: str,
 ) -> None:
+    """The kind tells the deferred sensor what poke mode would do: skip or fail at once for
+    a branch gone, fail at once for another error a retry cannot fix, else retry."""
     names: dict[str, Any] = {
         "repository": repository or repo.name,
-        "branch": "main",
+        "branch": branch,
         "branchwater_conn_id": conn_id,
     }
     trigger: BaseTrigger = (
@@ -157,7 +165,7 @@ def test_the_branch_triggers_report_failures_as_events(
         else BranchwaterCompactionTrigger(**names)
     )
     (event,) = asyncio.run(events(trigger, 1))
-    assert event.payload["status"] == "error"
+    assert (event.payload["status"], event.payload["error"]) == ("error", error)
     assert message in event.payload["message"]
 
 
