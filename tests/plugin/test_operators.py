@@ -392,14 +392,13 @@ def diverge(repo: Repository) -> None:
 
 
 def a_lost_race(repo: Repository, source: str, into: str) -> MergeRaceLost:
-    """The error a merge of `source` into `into` raises when it lost every race: its hint
-    names the merged metarange and the commit it was merged onto, `<metarange>@<commit>`.
-    Made by merging into a scratch branch at the destination's HEAD."""
-    onto = repo.branch(into).commit_id
-    scratch = repo.create_branch(f"scratch-{source}", source=onto)
-    merged = repo.merge(source, into=scratch.name).commit
-    repo.delete_branch(scratch.name)
-    return MergeRaceLost(f"merge of {source!r} into {into!r}", 10, f"{merged.metarange_id}@{onto}")
+    """The error a merge of `source` into `into` raises when it lost every race (the
+    destination's update made to fail), with the hint the engine signed for that merge."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(repo.lake.graveler, "try_update_branch", lambda *args: False)
+        with pytest.raises(MergeRaceLost) as lost:
+            repo.merge(source, into=into)
+    return lost.value
 
 
 class LosesTheFirstRace(BranchwaterMergeOperator):
