@@ -18,6 +18,7 @@ from __future__ import annotations
 import errno
 import io
 import os
+import sys
 import tempfile
 import threading
 from collections import OrderedDict
@@ -26,6 +27,7 @@ from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from types import TracebackType
 from typing import Any, BinaryIO
 from urllib.parse import quote, unquote
 
@@ -38,6 +40,7 @@ from branchwater.engine.errors import (
     InvalidArgument,
     InvalidName,
     NotFound,
+    PathExists,
     ReadOnlyRef,
 )
 from branchwater.engine.graveler.model import Commit, Entry, check_flag
@@ -337,10 +340,11 @@ class BranchwaterFileSystem(AbstractFileSystem):
             return _reader(_open_entry(ref, entry), loc.name(entry.path), entry.size)
         if mode in ("wb", "xb"):
             exclusive = mode == "xb"
-            if exclusive and self.exists(path):
-                raise FileExistsError(f"{PROTOCOL}://{self._strip_protocol(path)} exists")
             branch, key = self._branch(path)
-            return WriteFile(branch, key, self._strip_protocol(path), exclusive=exclusive)
+            name = self._strip_protocol(path)
+            if exclusive:
+                _refuse_shown(branch, key, name)
+            return WriteFile(branch, key, name, exclusive=exclusive)
         raise InvalidArgument(f"mode {mode!r} is not supported: use 'rb', 'wb' or 'xb'")
 
     def cat_file(
@@ -424,6 +428,17 @@ def _open_entry(ref: Ref, entry: Entry) -> BinaryIO:
     return open_object(ref.repository.lake.graveler, ref.repository.record, entry)
 
 
+def _refuse_shown(branch: Branch, key: str, name: str) -> None:
+    """`"xb"` fails when opened where the branch already shows the path, as its upload would
+    when closed, so a writer learns before writing anything."""
+    with suppress(NotFound):
+        branch.stat(key)
+        raise PathExists(
+            f"{PROTOCOL}://{name} exists: an exclusive creation ('xb') writes only a path "
+            "the branch does not show"
+        )
+
+
 def _exclusive(mode: object) -> bool:
     """fsspec's write `mode`: "create" is an exclusive creation, "overwrite" is not; another
     mode is refused rather than taken for an overwrite."""
@@ -498,11 +513,29 @@ def _reader(f: BinaryIO, name: str, size: int) -> BinaryIO:
     return f
 
 
+ExceptionState = tuple[BaseException | None, TracebackType | None]
+"""The exception being handled (`sys.exception()`) and its traceback at the time."""
+
+
+def _exception_state() -> ExceptionState:
+    exc = sys.exception()
+    return exc, None if exc is None else exc.__traceback__
+
+
+def _raised_since(before: ExceptionState) -> bool:
+    """Whether an exception raised since `before` is being handled: a new one, or the one
+    handled then that has since propagated on (its traceback grew a frame)."""
+    exc, traceback = _exception_state()
+    return exc is not None and (exc is not before[0] or traceback is not before[1])
+
+
 class WriteFile(io.RawIOBase):
     """A file written to a branch: spooled (memory, then a temporary file) and uploaded,
-    streamed, when closed; an error inside `with`, or a file never closed, uploads nothing.
-    An `exclusive` one (mode `"xb"`) is uploaded only where the branch shows nothing at its
-    path when it is closed, else `PathExists` (a `FileExistsError`)."""
+    streamed, when closed. A write cut short uploads nothing: an error inside its `with`, a
+    close while an exception raised since it was opened is handled (see `close`), a failed
+    `write`, a file dropped unclosed. An `exclusive` one (mode `"xb"`) is uploaded only where
+    the branch shows nothing at its path when it is closed, else `PathExists` (a
+    `FileExistsError`)."""
 
     def __init__(self, branch: Branch, key: str, name: str, *, exclusive: bool = False) -> None:
         super().__init__()
@@ -511,20 +544,47 @@ class WriteFile(io.RawIOBase):
         self.exclusive = exclusive
         self.path = name
         self.entry: Entry | None = None
+        self._opened_amid = _exception_state()
+        self._cut_short = False
         self._spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)  # noqa: SIM115
 
     def writable(self) -> bool:
         return True
 
     def write(self, data: Any) -> int:
-        return self._spool.write(data)
+        """A write that fails (a full disk under the spool) leaves the content incomplete,
+        even where the error is not in sight at `close` (a text wrapper's final flush)."""
+        try:
+            return self._spool.write(data)
+        except TypeError:
+            raise  # data that is not bytes is refused before any of it is written
+        except BaseException:
+            self._cut_short = True
+            raise
 
     def tell(self) -> int:
         return self._spool.tell()
 
     def close(self) -> None:
-        if self.closed:
-            return
+        """Upload what was written, unless an exception raised since the file was opened is
+        being handled: fsspec's `OpenFile`, text wrappers and pandas close the file from
+        `__exit__` or `finally` without passing their error on. One already handled when
+        the file was opened does not count, unless it has propagated on since.
+
+        Limits: closed inside an `except` (or `finally`) for an exception raised after it
+        was opened, it uploads nothing even if that exception is then swallowed; a text or
+        `fsspec.open` `with`, opened in an `except` block and ended by a bare `raise` of
+        that block's exception in the same function, uploads."""
+        if not self.closed:
+            self._finish(failed=_raised_since(self._opened_amid))
+
+    def _finish(self, *, failed: bool) -> None:
+        if failed or self._cut_short:
+            self.discard()
+        else:
+            self._upload()
+
+    def _upload(self) -> None:
         try:
             self._spool.seek(0)
             self.entry = self.branch.upload(
@@ -533,11 +593,11 @@ class WriteFile(io.RawIOBase):
                 if_absent=self.exclusive,
             )
         finally:
-            self._spool.close()
-            super().close()
+            self.discard()
 
     def discard(self) -> None:
         """Close without uploading."""
+        self._opened_amid = (None, None)
         self._spool.close()
         super().close()
 
@@ -545,10 +605,13 @@ class WriteFile(io.RawIOBase):
         """Uploaded when closed; fsspec's transaction calls this afterwards."""
 
     def __exit__(self, exc_type: object, *rest: object) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.discard()
+        if not self.closed:
+            self._finish(failed=exc_type is not None)
+
+    def _dealloc_warn(self, source: object) -> None:
+        """A text or buffered wrapper dropped unclosed calls this from its finalizer just
+        before it closes this file: a write cut short, like this file dropped unclosed."""
+        self._cut_short = True
 
     def __del__(self) -> None:
         """A file dropped unclosed uploads nothing (a write cut short by an error)."""

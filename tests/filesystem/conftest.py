@@ -70,3 +70,8 @@ def fs_lake(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FsLake]:
             store = lake.graveler.objects(namespace)
             store.delete([info.key for info in store.list_objects()])
         lake.close()
+
+
+def staged(fs_lake: FsLake, branch: str = "main") -> dict[str, str]:
+    """The branch's uncommitted changes: path -> change type."""
+    return {c.path: c.type for c in fs_lake.repo.branch(branch).uncommitted()}

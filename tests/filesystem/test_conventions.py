@@ -20,7 +20,7 @@ from branchwater.engine import (
     ReadOnlyRef,
 )
 from branchwater.engine.graveler.transactions import PREFIX as TRANSACTION_PREFIX
-from tests.filesystem.conftest import FsLake
+from tests.filesystem.conftest import FsLake, staged
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = {
@@ -38,10 +38,6 @@ def tree(fs_lake: FsLake) -> str:
     for path, data in FILES.items():
         main.upload(path, data)
     return main.commit("tree").id
-
-
-def staged(fs_lake: FsLake, branch: str = "main") -> dict[str, str]:
-    return {c.path: c.type for c in fs_lake.repo.branch(branch).uncommitted()}
 
 
 def test_the_protocol_is_declared_as_an_fsspec_entry_point() -> None:
