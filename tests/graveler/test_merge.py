@@ -17,7 +17,6 @@ from branchwater.engine import (
     InvalidArgument,
     Lake,
     MergeConflict,
-    MergeRaceLost,
     NoChanges,
     NotFound,
 )
@@ -29,6 +28,7 @@ from branchwater.engine.graveler.model import Commit, Entry
 from branchwater.engine.graveler.refs import commit_id_for
 from branchwater.engine.objects import open_object_store
 from tests.helpers.failpoints import held_at
+from tests.helpers.races import lost_merge
 
 DELETED = None
 MTIME = datetime(2026, 11, 1, tzinfo=timezone.utc)
@@ -463,7 +463,7 @@ def test_unknown_strategy_and_bad_hint(repo) -> None:
         repo.merge("feature", into="main", hint="garbage")
 
 
-def test_lost_races_give_a_hint_that_resumes_the_work(lake: Lake, repo, monkeypatch) -> None:
+def test_lost_races_give_a_hint_that_resumes_the_work(repo) -> None:
     main = repo.branch("main")
     main.upload("a", b"1")
     main.commit("a")
@@ -472,20 +472,15 @@ def test_lost_races_give_a_hint_that_resumes_the_work(lake: Lake, repo, monkeypa
     feature.commit("f")
     main.upload("m", b"main")
     main.commit("m")
-    monkeypatch.setattr(lake.graveler, "try_update_branch", lambda *args: False)
-    with pytest.raises(MergeRaceLost) as info:
-        repo.merge("feature", into="main")
-    monkeypatch.undo()
+    lost = lost_merge(repo, "feature", "main")
     main.upload("late", b"late")
     main.commit("late")
-    result = repo.merge("feature", into="main", hint=info.value.hint)
+    result = repo.merge("feature", into="main", hint=lost.hint)
     assert {e.path for e in main.list()} == {"a", "f", "m", "late"}
     assert result.commit.parents == (repo.ref("main~1").commit_id, feature.commit_id)
 
 
-def test_a_hint_resumes_only_the_merge_whose_lost_race_gave_it(
-    lake: Lake, repo, monkeypatch
-) -> None:
+def test_a_hint_resumes_only_the_merge_whose_lost_race_gave_it(repo) -> None:
     """A retry lands the hinted tree as the merge's result: a hint of another tree (a forged
     one, another source's, another strategy's) would put it on a protected branch unchecked.
     Each is refused and leaves the branch as it was."""
@@ -500,30 +495,25 @@ def test_a_hint_resumes_only_the_merge_whose_lost_race_gave_it(
     evil.commit("pwned")
     main.upload("m2", b"main")
     main.commit("m2")
-    monkeypatch.setattr(lake.graveler, "try_update_branch", lambda *args: False)
-    with pytest.raises(MergeRaceLost) as lost:
-        repo.merge("feature", into="main")
-    with pytest.raises(MergeRaceLost) as lost_evil:
-        repo.merge("evil", into="main")
-    monkeypatch.undo()
+    lost, lost_evil = lost_merge(repo, "feature", "main"), lost_merge(repo, "evil", "main")
     repo.protect("main", no_direct_writes=True, required_checks=["quality"])
     repo.record_check(feature.commit_id, "quality", passed=True)
     head = main.commit_id
-    tag = lost.value.hint.rpartition(".")[2]
+    tag = lost.hint.rpartition(".")[2]
     evil_tree = repo.commit(evil.commit_id).metarange_id
     refused = {
         "a forged tree": f"{evil_tree}@{head}",
         "a forged tree with a copied tag": f"{evil_tree}@{head}.{tag}",
-        "another source's": lost_evil.value.hint,
+        "another source's": lost_evil.hint,
     }
     for what, hint in refused.items():
         with pytest.raises(InvalidArgument, match="hint"):
             repo.merge("feature", into="main", hint=hint)
         assert main.commit_id == head, what
     with pytest.raises(InvalidArgument, match="same source commit and strategy"):
-        repo.merge("feature", into="main", hint=lost.value.hint, strategy="dest-wins")
+        repo.merge("feature", into="main", hint=lost.hint, strategy="dest-wins")
     assert main.commit_id == head
-    result = repo.merge("feature", into="main", hint=lost.value.hint)
+    result = repo.merge("feature", into="main", hint=lost.hint)
     assert {e.path for e in main.list()} == {"m", "m2", "f"}
     assert result.commit.parents == (head, feature.commit_id)
 

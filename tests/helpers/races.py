@@ -1,5 +1,6 @@
-"""Races across processes: a committer committing a branch in a loop, and read-after-write
-(a shared path overwritten in one process and read in others)."""
+"""Races: a committer committing a branch in a loop, read-after-write across processes (a
+shared path overwritten in one process and read in others), and a merge that loses every
+race."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, TypeVar
 
-from branchwater.engine.api import Branch, Lake, Ref
-from branchwater.engine.errors import NoChanges, NotFound, TooManyTries
+import pytest
+
+from branchwater.engine.api import Branch, Lake, Ref, Repository
+from branchwater.engine.errors import MergeRaceLost, NoChanges, NotFound, TooManyTries
 from branchwater.engine.graveler.checksums import content_checksum
 
 if TYPE_CHECKING:
@@ -25,6 +28,16 @@ OVERWRITES = 300
 DELETE_EVERY = 7
 """Version `v` of the shared path is a delete where `v % DELETE_EVERY == 0`, else an upload
 of `str(v)`; the last version is an upload."""
+
+
+def lost_merge(repo: Repository, source: str, into: str) -> MergeRaceLost:
+    """The error of a merge of `source` into `into` whose every attempt lost its race (the
+    destination's update made to fail), with the hint the engine signed for that merge."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(repo.lake.graveler, "try_update_branch", lambda *args: False)
+        with pytest.raises(MergeRaceLost) as lost:
+            repo.merge(source, into=into)
+    return lost.value
 
 
 def committer(kv_url: str, repository: str, start, stop, commits) -> None:

@@ -33,6 +33,7 @@ from branchwater.plugin.operators.commits import ATTEMPTS_KEY, HINT_KEY
 from branchwater.plugin.sensors import BranchwaterCompactionSensor
 from branchwater.spark_jobs.gc.job import GCJob
 from tests.helpers.failpoints import PAUSE_TIMEOUT, paused_at
+from tests.helpers.races import lost_merge
 from tests.helpers.views import committed
 from tests.plugin.conftest import LINK_TEMPLATE, LakeConnection, RunDag, set_connection
 
@@ -391,16 +392,6 @@ def diverge(repo: Repository) -> None:
     main.commit("m")
 
 
-def a_lost_race(repo: Repository, source: str, into: str) -> MergeRaceLost:
-    """The error a merge of `source` into `into` raises when it lost every race (the
-    destination's update made to fail), with the hint the engine signed for that merge."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(repo.lake.graveler, "try_update_branch", lambda *args: False)
-        with pytest.raises(MergeRaceLost) as lost:
-            repo.merge(source, into=into)
-    return lost.value
-
-
 class LosesTheFirstRace(BranchwaterMergeOperator):
     """A merge whose first try lost every race to commits landing on its destination."""
 
@@ -422,7 +413,7 @@ def test_a_merge_retry_resumes_from_the_hint_of_the_try_that_lost(
     capfd: pytest.CaptureFixture[str],
 ) -> None:
     diverge(repo)
-    LosesTheFirstRace.race = a_lost_race(repo, "feature", "main")
+    LosesTheFirstRace.race = lost_merge(repo, "feature", "main")
     main = repo.branch("main")
     main.upload("late.csv", b"late")
     late = main.commit("late, after the lost race")
@@ -446,7 +437,7 @@ def test_a_merge_that_keeps_losing_fails_with_its_hint_in_xcom(
     run_dag: RunDag, lake_conn: LakeConnection, repo: Repository
 ) -> None:
     diverge(repo)
-    LosesTheFirstRace.race = a_lost_race(repo, "feature", "main")
+    LosesTheFirstRace.race = lost_merge(repo, "feature", "main")
     with DAG("bw_merge_lost", schedule=None) as dag:
         LosesTheFirstRace(task_id="merge", repository=repo.name, source_ref="feature")
 
@@ -473,7 +464,7 @@ def test_a_hint_is_not_used_once_the_source_moved(
     capfd: pytest.CaptureFixture[str],
 ) -> None:
     diverge(repo)
-    LosesWhileTheSourceMoves.race = a_lost_race(repo, "feature", "main")
+    LosesWhileTheSourceMoves.race = lost_merge(repo, "feature", "main")
     with DAG("bw_merge_moved", schedule=None) as dag:
         LosesWhileTheSourceMoves(
             task_id="merge", repository=repo.name, source_ref="feature", **NO_RETRY_DELAY
