@@ -14,6 +14,7 @@ from branchwater.engine.errors import (
     BranchProtected,
     BranchwaterError,
     BucketNotFound,
+    ChangesDropped,
     ChecksMissing,
     CommitExpired,
     ConfigurationError,
@@ -95,6 +96,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "AlreadyExists",
     "AlreadyRecorded",
+    "ChangesDropped",
     "BranchProtected",
     "BranchwaterError",
     "BucketNotFound",

@@ -80,6 +80,12 @@ class NoChanges(BranchwaterError):
     """The operation would record nothing new (an empty commit, an up-to-date merge)."""
 
 
+class ChangesDropped(NoChanges):
+    """A commit's changes left the branch by a reset (or a delete and re-creation of the
+    branch) made while it was under way: they may have been dropped, not recorded, so no
+    commit can be named as holding them. Whoever wrote them must check and write again."""
+
+
 class AlreadyRecorded(NoChanges):
     """A commit found its changes recorded by a concurrent commit on the same branch, which
     took them while this one waited: `commit_id` is the branch's HEAD then, a commit that

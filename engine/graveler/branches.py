@@ -11,7 +11,7 @@ from branchwater.engine.errors import InvalidArgument, NotFound, PredicateFailed
 from branchwater.engine.graveler import protection
 from branchwater.engine.graveler.fence import claim
 from branchwater.engine.graveler.graveler import Graveler
-from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord
+from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord, new_incarnation
 from branchwater.engine.graveler.names import check_ref_name
 from branchwater.engine.graveler.staging import new_staging_token
 
@@ -64,7 +64,8 @@ def reset_branch(
     """Drop every uncommitted change: a new empty staging token, no sealed tokens, no
     compaction. With `to` (any ref; a branch means its HEAD) the branch also points at that
     commit, in the same `set_if`, as `git reset --hard`; the commit it leaves stays readable
-    by id, as commits are never deleted."""
+    by id, as commits are never deleted. A new incarnation tells a commit under way that
+    its sealed changes may have been dropped, not recorded (`commit._left`)."""
     target = None if to is None else g.refs.resolve(repo, to).commit_id
     if target is not None:
         claim(g, repo, target)
@@ -79,6 +80,7 @@ def reset_branch(
             sealed_tokens=(),
             compacted_metarange_id=None,
             compaction_start_time=None,
+            incarnation=new_incarnation(),
         )
         if g.update_branch_dropping(
             repo, reset, predicate, (branch.staging_token, *branch.sealed_tokens)

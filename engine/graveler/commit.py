@@ -17,7 +17,9 @@ the new base. If base and tokens are unchanged, the metarange and the commit rec
 written are reused, so a retry costs a read and a `set_if`, not a rebuild. If only a compacted
 metarange is left, it is committed as it stands; if nothing is, a concurrent commit took it
 all: `AlreadyRecorded`, unless HEAD is still the one the seal was made on or does not descend
-from it (a reset dropped the tokens): `NoChanges`.
+from it: `NoChanges`. A branch whose incarnation (`BranchRecord.incarnation`) is no longer the
+sealed one was reset or re-created meanwhile, which dropped the tokens: `NoChanges` whatever
+HEAD is, as a commit before the reset may or may not have recorded them.
 
 A commit that fails after its seal releases it (`releasing`), so the next commit need not
 wait for it; one whose process died is waited for up to `commit_wait`, then sealed beside.
@@ -36,7 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from branchwater.engine import failpoints
-from branchwater.engine.errors import AlreadyRecorded, NoChanges, too_many_tries
+from branchwater.engine.errors import AlreadyRecorded, ChangesDropped, NoChanges, too_many_tries
 from branchwater.engine.graveler import history, protection
 from branchwater.engine.graveler.committed.format import staged_rows
 from branchwater.engine.graveler.graveler import Graveler
@@ -94,6 +96,9 @@ class Seal:
     commit_id: str
     opened: str
     """The staging token the seal opened: while it is the branch's, the seal is the newest."""
+    incarnation: str
+    """The branch's incarnation sealed: another one means a reset or re-creation dropped
+    the tokens."""
 
 
 def seal(
@@ -116,11 +121,13 @@ def seal(
             protection.check(repo, branch, "commit", "commit")
             if not g.has_uncommitted(branch):
                 if _commit_under_way(found) and branch.commit_id != found.commit_id:
-                    raise _left(g, repo, branch, found.commit_id)
+                    raise _left(g, repo, branch, found.commit_id, found.incarnation)
                 raise NoChanges(f"nothing to commit on branch {branch_name!r} of {repo.name!r}")
         sealed = sealing(repo, branch)
         if g.try_update_branch(repo, sealed, predicate):
-            return Seal(sealed.sealed_tokens, sealed.commit_id, sealed.staging_token)
+            return Seal(
+                sealed.sealed_tokens, sealed.commit_id, sealed.staging_token, sealed.incarnation
+            )
     raise too_many_tries(f"commit on branch {branch_name!r} of {repo.name!r}", g.retry.attempts)
 
 
@@ -137,14 +144,14 @@ def _await_commit(
     `found` is the branch as the commit call first read it: every write acknowledged before
     the call is in its staging token or in a token sealed before it. Once another commit
     sealed that token and then landed, taking it and every token below, those writes are
-    recorded: `AlreadyRecorded` (a reset drops the tokens without a commit). A
+    recorded: `AlreadyRecorded`, unless a reset dropped the token (`_left`). A
     compaction that took it leaves its metarange to commit, so that one is no reason to
     stop; nor is a compaction's seal one to wait for, since compaction gives way to commits.
     """
     pause = g.retry.base_delay
     while True:
         if _recorded(branch, found):
-            raise _left(g, repo, branch, found.commit_id)
+            raise _left(g, repo, branch, found.commit_id, found.incarnation)
         if not _commit_under_way(branch) or time.monotonic() >= deadline:
             return branch, predicate
         failpoints.hit("commit.awaiting")
@@ -200,17 +207,33 @@ def _recorded(branch: BranchRecord, found: BranchRecord) -> bool:
     )
 
 
-def _left(g: Graveler, repo: RepositoryRecord, branch: BranchRecord, staged_on: str) -> NoChanges:
-    """The error of a commit whose changes left the branch without it, now that HEAD moved
-    from `staged_on`, the commit they were staged on. A commit that recorded them was made
-    on top of it: `AlreadyRecorded`, naming HEAD. A HEAD that does not descend from it was
-    set by a reset to another commit, which dropped them: plain `NoChanges`. (A reset to a
-    descendant cannot be told from a commit.)"""
-    if not history.is_ancestor(g.refs, repo, staged_on, branch.commit_id):
-        return NoChanges(
+def _left(
+    g: Graveler,
+    repo: RepositoryRecord,
+    branch: BranchRecord,
+    staged_on: str,
+    incarnation: str,
+) -> NoChanges:
+    """The error of a commit whose changes left the branch without it, staged on the commit
+    `staged_on` of the branch's `incarnation`. A HEAD that does not descend from it was set
+    by a reset to another commit (or a re-creation there), which dropped them: plain
+    `NoChanges`. Another incarnation means a reset or re-creation came between, before or
+    after any commit of them, so no commit can be named as holding them: plain `NoChanges`
+    too. Else a commit that recorded them was made on top of it: `AlreadyRecorded`, naming
+    HEAD."""
+    moved = branch.commit_id != staged_on
+    if moved and not history.is_ancestor(g.refs, repo, staged_on, branch.commit_id):
+        return ChangesDropped(
             f"nothing left to commit on branch {branch.name!r} of {repo.name!r}: while this "
-            f"commit was under way, the branch was reset to {branch.commit_id[:12]}, which "
-            "dropped its changes"
+            f"commit was under way, the branch was reset to {branch.commit_id[:12]} (or "
+            "deleted and re-created there), which dropped its changes"
+        )
+    if branch.incarnation != incarnation:
+        return ChangesDropped(
+            f"nothing left to commit on branch {branch.name!r} of {repo.name!r}: the branch "
+            "was reset or deleted and re-created while this commit was under way, so its "
+            "changes may have been dropped rather than committed; check what HEAD "
+            f"({branch.commit_id[:12]}) holds before writing them again"
         )
     return AlreadyRecorded(
         f"nothing left to commit on branch {branch.name!r} of {repo.name!r}: a concurrent "
@@ -373,23 +396,25 @@ def _read(
     sealed: Seal,
     known: Commit | None = None,
 ) -> _Reading:
-    """The branch as the final step sees it. With none of the commit's tokens left and no
-    compacted metarange that could hold them, a concurrent commit recorded them (`_left`),
-    unless HEAD is still the one they were staged on: then a reset dropped them, or a
-    concurrent commit found they changed nothing, and either way nothing is left to commit.
-    `known` is a commit read before: commit records never change, so HEAD is not read
-    again while it is that one."""
+    """The branch as the final step sees it. Another incarnation than the sealed one means
+    a reset or re-creation dropped the commit's tokens, and a compacted metarange on it holds
+    other writes: `_left`. With none of the tokens left and no compacted metarange that could
+    hold them, a concurrent commit recorded them (`_left`), unless HEAD is still the one they
+    were staged on: then a concurrent commit found they changed nothing. `known` is a commit
+    read before: commit records never change, so HEAD is not read again while it is that
+    one."""
     branch, predicate = g.refs.get_branch(repo, branch_name)
     protection.check(repo, branch, "commit", "commit")
+    if branch.incarnation != sealed.incarnation:
+        raise _left(g, repo, branch, sealed.commit_id, sealed.incarnation)
     remaining = tuple(t for t in sealed.tokens if t in branch.sealed_tokens)
     if not remaining and not branch.compacted_metarange_id:
         if branch.commit_id == sealed.commit_id:
             raise NoChanges(
                 f"nothing left to commit on branch {branch_name!r} of {repo.name!r}: while "
-                "this commit was under way, a reset dropped its changes or a concurrent "
-                "commit found they changed nothing"
+                "this commit was under way, a concurrent commit found they changed nothing"
             )
-        raise _left(g, repo, branch, sealed.commit_id)
+        raise _left(g, repo, branch, sealed.commit_id, sealed.incarnation)
     if known is None or known.id != branch.commit_id:
         known = g.refs.get_commit(repo, branch.commit_id)
     return _Reading(branch, predicate, known, branch.base(known.metarange_id), remaining)

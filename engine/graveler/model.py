@@ -11,6 +11,7 @@ anything is stored, so no value can split into other fields than it was written 
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -204,6 +205,12 @@ class RepositoryRecord:
         return cls(**raw)
 
 
+def new_incarnation() -> str:
+    """A `BranchRecord.incarnation` no record has had: random, so two processes creating or
+    resetting a branch at once never pick the same one."""
+    return uuid.uuid4().hex
+
+
 @dataclass(frozen=True)
 class BranchRecord:
     """A branch as stored (`api.Branch` is the handle over it). All of it lives in one KV
@@ -218,16 +225,23 @@ class BranchRecord:
     protection: str = ""
     """The protection rules matching this branch, as `graveler.protection` stamps them: in
     the record, so every write reads them under the branch's own compare-and-swap."""
+    incarnation: str = field(default_factory=new_incarnation)
+    """Fresh for every branch record made and every reset, kept by seals, commits, merges
+    and compactions: a commit whose tokens left the branch tells by it whether a reset (or a
+    delete and re-creation) came between, which HEAD alone cannot show when the reset kept
+    HEAD or moved it to a descendant. "" for a record stored before the field existed."""
 
     def base(self, head_metarange_id: str) -> str:
         """What the staging sits on, given HEAD's metarange: the compacted one, else HEAD's."""
         return self.compacted_metarange_id or head_metarange_id
 
     def encode(self) -> bytes:
-        """A branch no rule ever matched is stored without the field, as before it existed."""
+        """A field left empty (no rule ever matched, a record from before incarnations) is
+        stored without it, so a record read and written back keeps the bytes it had."""
         raw = asdict(self)
-        if not self.protection:
-            del raw["protection"]
+        for optional in ("protection", "incarnation"):
+            if not raw[optional]:
+                del raw[optional]
         return json.dumps(raw, sort_keys=True, separators=(",", ":"), default=str).encode()
 
     @classmethod
@@ -240,6 +254,7 @@ class BranchRecord:
     def _decode(cls, value: bytes) -> BranchRecord:
         raw = json.loads(value)
         raw["sealed_tokens"] = tuple(raw["sealed_tokens"])
+        raw.setdefault("incarnation", "")
         if raw.get("compaction_start_time"):
             raw["compaction_start_time"] = datetime.fromisoformat(raw["compaction_start_time"])
         return cls(**raw)

@@ -6,9 +6,12 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from airflow.sdk.exceptions import AirflowFailException
+
 from branchwater.engine import (
     AlreadyExists,
     AlreadyRecorded,
+    ChangesDropped,
     InvalidArgument,
     MergeRaceLost,
     NoChanges,
@@ -110,7 +113,9 @@ class BranchwaterCommitOperator(RecordingOperator):
     a run cleared and rerun after later runs) is found in the branch's history and is the
     result; without one, `on_no_changes` decides. When a concurrent commit on the branch
     recorded this task's writes (commits racing on one branch land as a group), that commit
-    is the result.
+    is the result. When the branch was reset (or deleted and re-created) while the commit was
+    under way, the writes may be gone: the task fails without retries (`ChangesDropped`), as
+    retrying the commit alone cannot bring them back.
 
     :param branch: the branch to commit (templated)
     :param message: the commit message (templated)
@@ -151,6 +156,8 @@ class BranchwaterCommitOperator(RecordingOperator):
         except AlreadyRecorded as recorded:
             self.log.info("A concurrent commit recorded these writes: %s", recorded.commit_id)
             commit = repo.commit(recorded.commit_id)
+        except ChangesDropped as dropped:
+            raise AirflowFailException(f"ChangesDropped: {dropped}") from dropped
         except NoChanges as nothing:
             commit = self.already_recorded(repo, self.branch, nothing, context)
         self.record_commit(self.branch, commit.id)

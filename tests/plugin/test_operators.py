@@ -278,6 +278,25 @@ def test_a_commit_task_whose_writes_a_concurrent_commit_recorded_succeeds_with_i
     assert committed(repo, landed.id) == ["base.csv", "orders.csv"]
 
 
+def test_a_commit_task_whose_writes_a_reset_dropped_fails_without_retries(
+    run_dag: RunDag, repo: Repository, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A reset while the commit is under way drops its writes: `on_no_changes="skip"` must
+    not take that for content already there, and a retry cannot bring them back."""
+    main = repo.branch("main")
+    main.upload("orders.csv", b"id\n1\n")
+    with DAG("bw_commit_dropped", schedule=None) as dag:
+        BranchwaterCommitOperator(
+            task_id="commit", repository=repo.name, branch="main", message="load", **NO_RETRY_DELAY
+        )
+    with failpoints.armed("commit.after_seal", main.reset):
+        result = run_dag(dag)
+    assert result.state == "failed", result.states
+    assert result.tries["commit"] == 1
+    assert "ChangesDropped" in capfd.readouterr().out
+    assert main.head().message == "base"
+
+
 class LosesWorkerAfterwards:
     """Makes the first try of an operator fail after its work is done, as a worker lost
     between the engine call and Airflow recording the result."""
