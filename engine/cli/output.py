@@ -7,6 +7,7 @@ one text form, so every verb that prints a record prints it the same way.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -37,7 +38,7 @@ class Output:
         self.progress = progress
 
     def _write(self, text: str) -> None:
-        sys.stdout.write(text)
+        write_all(text.encode(sys.stdout.encoding, sys.stdout.errors or "strict"))
 
     def document(self, doc: object, text: str) -> None:
         """One result: `doc` for machines, `text` (one or more lines) for people."""
@@ -72,9 +73,22 @@ class Output:
 
     def raw(self, data: bytes) -> None:
         """Object bytes, unchanged: `cat` must round-trip binary data."""
-        sys.stdout.flush()
-        sys.stdout.buffer.write(data)
-        sys.stdout.buffer.flush()
+        write_all(data)
+
+
+def write_all(data: bytes) -> None:
+    """Every byte of `data` to stdout, or an `OSError`: a buffered write the disk takes only
+    part of (a full disk) reports the shortfall in its count alone, and the command would
+    exit 0 with its output cut short."""
+    sys.stdout.flush()
+    out = sys.stdout.buffer
+    view = memoryview(data)
+    while view:
+        written = out.write(view)
+        if not written:
+            raise OSError(errno.ENOSPC, "stdout took none of the output")
+        view = view[written:]
+    out.flush()
 
 
 def align(rows: Sequence[Sequence[str]]) -> list[str]:

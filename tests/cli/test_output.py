@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import sys
 
 import pytest
 
-from branchwater.engine.cli import app
+from branchwater.engine.cli import app, main
 from branchwater.engine.cli.progress import Progress
 from tests.helpers.cli import Bw, CliLake, local_file, make_repo, ok
 
@@ -141,3 +143,55 @@ def test_a_path_or_metadata_that_would_drive_the_terminal_is_quoted_as_git_quote
     ok(bw(*record))
     checks = ok(bw("checks", "sales", "main")).out.splitlines()
     assert len(checks) == 2 and '"gx\\nq  passed"' in checks[1]
+
+
+class ShortWrites:
+    """Stdout on a disk with room for `room` bytes, as a redirected stdout behaves there:
+    a write takes what fits and says so only in its count; one with no room left raises."""
+
+    encoding = "utf-8"
+    errors = "strict"
+
+    def __init__(self, room: int) -> None:
+        self.room = room
+        self.taken = bytearray()
+        self.buffer = self
+
+    def write(self, data: bytes) -> int:
+        if not self.room:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        taken = bytes(data[: self.room])
+        self.taken += taken
+        self.room -= len(taken)
+        return len(taken)
+
+    def flush(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("json_output", [False, True], ids=["cat", "--json ls"])
+def test_output_the_disk_takes_only_in_part_fails_the_command(
+    bw: Bw,
+    lake: CliLake,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    json_output: bool,
+) -> None:
+    """`cat … > file && ship file` must not ship a truncated file: exit 0 with 64 KiB of
+    3 MB written was what a full disk gave."""
+    make_repo(bw, lake)
+    data = bytes(range(256)) * 400
+    ok(bw("upload", "sales", "main", "big.bin", local_file(lake, "big.bin", data)))
+    for i in range(60):
+        ok(bw("upload", "sales", "main", f"p/{i:04d}", local_file(lake, "p", b"x")))
+    full = ShortWrites(4_096)
+    monkeypatch.setattr(sys, "stdout", full)
+    command = (
+        ["--json", "ls", "sales", "main", "p/"]
+        if json_output
+        else ["cat", "sales", "main", "big.bin"]
+    )
+    code = main(["--kv", lake.kv, *command])
+    assert code == 1
+    assert "No space left on device" in capsys.readouterr().err
+    assert len(full.taken) == 4_096
