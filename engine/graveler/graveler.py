@@ -358,6 +358,8 @@ class Graveler:
 
         A guarded list whose branch still names its tokens is left alone: its update is
         under way, or lost its race (and the tokens are some later commit's to drop).
+        Parts of long lists that no list names are removed once `ABANDONED_DROP_S` old,
+        whatever the ages asked: younger, their writer may be about to name them.
         """
         now = time.time()
         done = 0
@@ -374,6 +376,7 @@ class Graveler:
                 partitions = self.fence_branches(mark.mark, partitions)
             self._drop(mark.mark, partitions)
             done += 1
+        self.refs.discard_stray_parts(ABANDONED_DROP_S)
         return done
 
     def wait_for_background(self, timeout: float | None = None) -> bool:

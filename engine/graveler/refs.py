@@ -10,9 +10,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import itertools
 import json
+import logging
 import re
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -29,9 +32,21 @@ from branchwater.engine.graveler.model import BranchRecord, Commit, RepositoryRe
 from branchwater.engine.graveler.names import is_hex_id, name_key
 from branchwater.engine.kv import Store
 
+log = logging.getLogger(__name__)
+
 GRAVELER_PARTITION = b"graveler"
 REPOS_PREFIX = b"repos/"
 TO_DELETE_PREFIX = b"to-delete/"
+MARK_PARTS_PREFIX = b"to-delete-parts/"
+"""Parts of the to-delete lists too long for one value: `<parts id>/<index>`. Outside
+`to-delete/`, so a scan of the lists never meets a part."""
+MARK_PART_BYTES = 64 * 1024
+"""Most bytes of one value of a to-delete list: far under DynamoDB's item limit (400 KB, key
+and attribute names included; the other stores have no limit that matters here), which one
+list of a repository with a few thousand branches exceeds."""
+MARK_READ_ATTEMPTS = 3
+"""Reads of a list whose parts changed while being read (rewritten by a growing fence, or
+dropped and unlisted) before it is left for a later collection."""
 NAMESPACES_PREFIX = b"namespaces/"
 BRANCHES = b"branches/"
 COMMITS = b"commits/"
@@ -227,24 +242,116 @@ class RefStore:
     ) -> None:
         """List partitions to drop under `mark`, stamped `marked_at` (epoch seconds; now by
         default) so that a drop its process abandoned can be told from one under way;
-        `guard` names the branch that must let go of them first."""
+        `guard` names the branch that must let go of them first.
+
+        A list longer than `MARK_PART_BYTES` is written in parts first and named by the
+        mark's record last: a process killed in between leaves the record as it was (an
+        earlier list, or none) and parts no record names (`discard_stray_parts`)."""
         when = time.time() if marked_at is None else marked_at
-        document: dict[str, object] = {
-            "partitions": [p.decode() for p in partitions],
-            "marked_at": when,
-        }
+        document: dict[str, object] = {"marked_at": when}
         if guard is not None:
             document["guard"] = [guard.partition.decode(), guard.name]
-        payload = json.dumps(document).encode()
-        self.kv.set(GRAVELER_PARTITION, TO_DELETE_PREFIX + mark.encode(), payload)
+        names = [p.decode() for p in partitions]
+        key = TO_DELETE_PREFIX + mark.encode()
+        inline = json.dumps({"partitions": names, **document}).encode()
+        if len(inline) <= MARK_PART_BYTES:
+            self.kv.set(GRAVELER_PARTITION, key, inline)
+            return
+        replaced = self._parts_named(key)
+        parts = self._write_parts(mark, names)
+        document["parts"] = list(parts)
+        self.kv.set(GRAVELER_PARTITION, key, json.dumps(document).encode())
+        if replaced is not None:
+            self._delete_parts(*replaced)
+
+    def _write_parts(self, mark: str, names: list[str]) -> tuple[str, int]:
+        """Store `names` in parts under a new id; returns the id and how many parts."""
+        parts_id = uuid.uuid4().hex
+        header = {"mark": mark, "written_at": time.time()}
+        budget = MARK_PART_BYTES - len(json.dumps({**header, "partitions": []}))
+        chunks = _chunked(names, budget)
+        for index, chunk in enumerate(chunks):
+            value = json.dumps({**header, "partitions": chunk}).encode()
+            self.kv.set(GRAVELER_PARTITION, _part_key(parts_id, index), value)
+        return parts_id, len(chunks)
+
+    def _parts_named(self, key: bytes) -> tuple[str, int] | None:
+        """The parts the list at `key` is made of, if it is in parts."""
+        try:
+            value, _ = self.kv.get(GRAVELER_PARTITION, key)
+        except NotFound:
+            return None
+        return _parts_of(json.loads(value))
+
+    def _delete_parts(self, parts_id: str, count: int) -> None:
+        for index in range(count):
+            self.kv.delete(GRAVELER_PARTITION, _part_key(parts_id, index))
 
     def partitions_to_delete(self) -> Iterator[DeletionMark]:
+        """Every list whose record is written: one whose parts are still being written (no
+        record names them yet) is not a list, so a drop never acts on part of one."""
         for mark, value in scan_prefix(self.kv, GRAVELER_PARTITION, TO_DELETE_PREFIX):
+            listed = self._read_mark(mark, value)
+            if listed is not None:
+                yield listed
+
+    def _read_mark(self, mark: bytes, value: bytes) -> DeletionMark | None:
+        """The list `value` records; its parts, if it has some, may be replaced (a fence
+        grew it) or gone (dropped and unlisted) by the time they are read, so then the
+        record is read again."""
+        key = TO_DELETE_PREFIX + mark
+        for _ in range(MARK_READ_ATTEMPTS):
             document = json.loads(value)
-            partitions = [p.encode() for p in document["partitions"]]
-            guarded = document.get("guard")
-            guard = BranchGuard(guarded[0].encode(), guarded[1]) if guarded else None
-            yield DeletionMark(mark.decode(), partitions, float(document["marked_at"]), guard)
+            names = document.get("partitions")
+            parts = _parts_of(document)
+            if parts is not None:
+                names = self._read_parts(*parts)
+            if names is not None:
+                guarded = document.get("guard")
+                guard = BranchGuard(guarded[0].encode(), guarded[1]) if guarded else None
+                partitions = [p.encode() for p in names]
+                return DeletionMark(mark.decode(), partitions, float(document["marked_at"]), guard)
+            try:
+                again, _ = self.kv.get(GRAVELER_PARTITION, key)
+            except NotFound:
+                return None
+            if again == value:
+                log.warning("to-delete list %s names parts that are missing; left alone", mark)
+                return None
+            value = again
+        return None
+
+    def _read_parts(self, parts_id: str, count: int) -> list[str] | None:
+        """The names in every part, in order; None unless all `count` parts are there. Read
+        one by one: a scan's batch would run on into the next lists' parts."""
+        names: list[str] = []
+        for index in range(count):
+            try:
+                value, _ = self.kv.get(GRAVELER_PARTITION, _part_key(parts_id, index))
+            except NotFound:
+                return None
+            names += json.loads(value)["partitions"]
+        return names
+
+    def discard_stray_parts(self, older_than: float) -> int:
+        """Remove the parts that no list record names (their writer was killed before
+        naming them, or after replacing or unlisting the record that did) once the last of
+        them is `older_than` seconds old: younger, their writer may still be writing the
+        record. Returns how many parts went."""
+        now = time.time()
+        scanned = scan_prefix(self.kv, GRAVELER_PARTITION, MARK_PARTS_PREFIX)
+        removed = 0
+        for parts_id, group in itertools.groupby(scanned, key=lambda item: item[0].split(b"/")[0]):
+            parts = [(key, json.loads(value)) for key, value in group]
+            if max(part["written_at"] for _, part in parts) > now - older_than:
+                continue
+            named = self._parts_named(TO_DELETE_PREFIX + parts[0][1]["mark"].encode())
+            if named is not None and named[0] == parts_id.decode():
+                continue
+            for key, _ in parts:
+                self.kv.delete(GRAVELER_PARTITION, MARK_PARTS_PREFIX + key)
+            removed += len(parts)
+        return removed
 
     def tokens_in_use(self, guard: BranchGuard) -> set[bytes]:
         """The staging tokens the guard's branch names now (none once it is gone)."""
@@ -256,7 +363,13 @@ class RefStore:
         return {t.encode() for t in (branch.staging_token, *branch.sealed_tokens)}
 
     def unmark_partitions(self, mark: str) -> None:
-        self.kv.delete(GRAVELER_PARTITION, TO_DELETE_PREFIX + mark.encode())
+        """Remove the list's record, then its parts: killed in between, the parts are strays
+        for `discard_stray_parts`."""
+        key = TO_DELETE_PREFIX + mark.encode()
+        parts = self._parts_named(key)
+        self.kv.delete(GRAVELER_PARTITION, key)
+        if parts is not None:
+            self._delete_parts(*parts)
 
     # branches
 
@@ -471,6 +584,34 @@ def _keeps_what_writes_validate(predicate: bytes, branch: BranchRecord) -> bool:
 def branch_not_found(repo: RepositoryRecord, name: str) -> NotFound:
     """The one message for a missing branch, whichever read of its record meets it."""
     return NotFound(f"branch {name!r} not found in repository {repo.name!r}")
+
+
+def _chunked(names: list[str], budget: int) -> list[list[str]]:
+    """`names` in runs whose JSON takes at most `budget` bytes (a name longer than that, far
+    beyond any key a store takes, alone in its run)."""
+    chunks: list[list[str]] = [[]]
+    size = 0
+    for name in names:
+        cost = len(json.dumps(name)) + 2
+        if chunks[-1] and size + cost > budget:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(name)
+        size += cost
+    return chunks
+
+
+def _part_key(parts_id: str, index: int) -> bytes:
+    return MARK_PARTS_PREFIX + b"%s/%08d" % (parts_id.encode(), index)
+
+
+def _parts_of(document: Mapping[str, object]) -> tuple[str, int] | None:
+    """The (id, count) of the parts a list record names; None for a list held whole, the
+    only kind written before lists had parts."""
+    parts = document.get("parts")
+    if not isinstance(parts, list):
+        return None
+    return str(parts[0]), int(parts[1])
 
 
 def _namespace_key(location: str) -> bytes:
