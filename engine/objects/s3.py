@@ -145,6 +145,33 @@ Skipped = Callable[[str, int], None]
 """Told of each key (below the store's prefix) and size a listing leaves out."""
 
 
+def _check_endpoint(endpoint: str | None) -> None:
+    """`http(s)://host[:port]` or nothing: the S3 client panics (a `BaseException` no
+    handler expects) on `localhost:9000` or a port that is not a number."""
+    if not endpoint:
+        return
+    parts = urlsplit(endpoint)
+    try:
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:
+        port_ok = False
+    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
+        raise ConfigurationError(
+            f"S3 endpoint {redact_url(endpoint)!r} is not a URL such as "
+            "http://localhost:9000 or https://s3.example.com: give its scheme, host and "
+            "port (endpoint_url, or AWS_ENDPOINT_URL)"
+        )
+
+
+def _check_key_pair(access_key: str | None, secret_key: str | None) -> None:
+    if bool(access_key) != bool(secret_key):
+        missing = "aws_secret_access_key" if access_key else "aws_access_key_id"
+        raise ConfigurationError(
+            f"S3 option {missing} is missing: give the access key id and the secret access "
+            "key together, or neither (credentials then come from the environment)"
+        )
+
+
 class S3ObjectStore(ObjectStore):
     """An object store on one S3 bucket, optionally below a key prefix.
 
@@ -166,6 +193,8 @@ class S3ObjectStore(ObjectStore):
         self.bucket, self.prefix = _parse_url(url)
         self.url = f"s3://{self.bucket}/{self.prefix}".rstrip("/")
         self.endpoint_url: str | None = endpoint_url or os.environ.get("AWS_ENDPOINT_URL")
+        _check_endpoint(self.endpoint_url)
+        _check_key_pair(aws_access_key_id, aws_secret_access_key)
         self._keys = (aws_access_key_id, aws_secret_access_key, aws_session_token)
         self._region = region_name
         self._store: S3Store | None = None

@@ -16,7 +16,7 @@ import pytest
 from obstore.exceptions import GenericError
 
 from branchwater.engine.errors import ConfigurationError, InvalidArgument, NotFound, Unavailable
-from branchwater.engine.objects import ObjectStore
+from branchwater.engine.objects import ObjectStore, open_object_store
 from branchwater.engine.objects import s3 as s3_module
 from branchwater.engine.objects.local import LocalObjectStore
 from branchwater.engine.objects.s3 import S3ObjectStore
@@ -235,6 +235,25 @@ def test_local_put_is_atomic_for_concurrent_readers(tmp_path: Path) -> None:
 def test_local_url_must_be_absolute_file_url() -> None:
     with pytest.raises(ConfigurationError):
         LocalObjectStore("file://host/path")
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"endpoint_url": "localhost:9000"}, "is not a URL such as http://localhost:9000"),
+        ({"endpoint_url": "http://127.0.0.1:abc"}, "give its scheme, host and port"),
+        ({"endpoint_url": "ftp://s3.example.com"}, "give its scheme, host and port"),
+        ({"aws_access_key_id": "AK"}, "aws_secret_access_key is missing"),
+        ({"aws_secret_access_key": "sk"}, "aws_access_key_id is missing"),
+    ],
+)
+def test_s3_options_the_client_cannot_use_are_refused_where_the_store_opens(
+    options: dict[str, str], says: str
+) -> None:
+    """The client panicked (a `BaseException` past every handler, a CLI traceback) on an
+    endpoint without its scheme, and raised a bare `TypeError` for half a key pair."""
+    with pytest.raises(ConfigurationError, match=says):
+        open_object_store("s3://bucket/prefix", **options)
 
 
 # --- S3 only ------------------------------------------------------------------------------
