@@ -69,6 +69,10 @@ _MICROSECOND = timedelta(microseconds=1)
 
 
 METADATA_RULE = "metadata must map strings to strings"
+TEXT_MAX_BYTES = 96 * 1024
+"""The most a commit message, its committer, or a commit's or an entry's metadata may hold
+as UTF-8: with the rest of its record, well inside the smallest KV value (DynamoDB's 400 KB
+item), so a record too large is refused before anything is written, not by the store."""
 
 
 def check_metadata(metadata: object) -> dict[str, str]:
@@ -91,7 +95,16 @@ def check_metadata(metadata: object) -> dict[str, str]:
             raise InvalidArgument(
                 f"{METADATA_RULE} of valid Unicode: {key!r}: {value!r} holds a lone surrogate"
             )
+    _check_size("metadata", sum(len(k.encode()) + len(v.encode()) for k, v in checked.items()))
     return checked
+
+
+def _check_size(what: str, size: int) -> None:
+    if size > TEXT_MAX_BYTES:
+        raise InvalidArgument(
+            f"{what} of {size:,} bytes is over the {TEXT_MAX_BYTES // 1024} KiB a record "
+            "holds: store large content as an object and refer to its path"
+        )
 
 
 def check_flag(name: str, value: object) -> bool:
@@ -109,6 +122,8 @@ def check_commit_arguments(message: object, metadata: object, committer: object)
         raise InvalidArgument(f"a commit message must be a string, not {type(message).__name__}")
     if not isinstance(committer, str):
         raise InvalidArgument(f"committer must be a string, not {type(committer).__name__}")
+    _check_size("a commit message", len(message.encode(errors="replace")))
+    _check_size("a committer", len(committer.encode(errors="replace")))
     return check_metadata(metadata)
 
 

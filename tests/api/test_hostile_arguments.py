@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from branchwater.engine import BranchwaterError, InvalidArgument, NotFound
 from branchwater.engine.api import Branch, Repository
 from branchwater.engine.graveler.checksums import CHECKSUM_MAX_LENGTH
-from branchwater.engine.graveler.model import METADATA_RULE
+from branchwater.engine.graveler.model import METADATA_RULE, TEXT_MAX_BYTES
 from tests.helpers.hostile import HOSTILE_TEXTS, bad_metadata, stored, valid_metadata
 
 HYPOTHESIS = settings(
@@ -114,6 +114,28 @@ def test_commit_arguments_of_the_wrong_type_are_refused_before_sealing(
     main.upload("a", b"a")
     error = refused(repo, tmp_path, lambda: main.commit(message, committer=committer))
     assert names in str(error)
+
+
+@pytest.mark.parametrize("operation", ["upload", "commit", "merge", "link"])
+def test_metadata_over_what_a_record_holds_is_refused_before_any_write(
+    repo: Repository, tmp_path: Path, operation: str
+) -> None:
+    """DynamoDB refused such a commit record only after the branch was sealed and its
+    ranges written; every store now refuses it first."""
+    large = {"notes": "x" * TEXT_MAX_BYTES}
+    error = refused(repo, tmp_path, operations(repo, large)[operation])
+    assert "over the 96 KiB a record holds" in str(error)
+
+
+@pytest.mark.parametrize("argument", ["message", "committer"])
+def test_a_commit_message_or_committer_over_what_a_record_holds_is_refused_before_sealing(
+    repo: Repository, tmp_path: Path, argument: str
+) -> None:
+    main = repo.branch("main")
+    main.upload("a", b"a")
+    arguments = {"message": "m", "committer": "c", argument: "é" * (TEXT_MAX_BYTES // 2 + 1)}
+    error = refused(repo, tmp_path, lambda: main.commit(**arguments))
+    assert "KiB a record holds" in str(error)
 
 
 def flag_calls(repo: Repository) -> dict[str, tuple[str, Callable[[Any], object]]]:
