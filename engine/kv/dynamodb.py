@@ -9,6 +9,7 @@ environment variables; the table is created on first use (on-demand billing).
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -34,6 +35,10 @@ CONNECT_TIMEOUT_SECONDS = 5
 READ_TIMEOUT_SECONDS = 30
 MAX_ATTEMPTS = 3
 TABLE_WAIT_SECONDS = 300
+TRANSACTION_TRIES = 5
+"""Tries of a guarded step's transaction that DynamoDB cancelled for meeting another request
+on one of its items (`TransactionConflict`): nothing of it was written."""
+TRANSACTION_PAUSE_SECONDS = 0.02
 _TABLE_NAME = re.compile(r"[A-Za-z0-9_.-]{3,255}")
 
 _KEY_SCHEMA = [
@@ -125,6 +130,11 @@ class DynamoDBStore(Store):
         message = scrub(exc.response.get("Error", {}).get("Message", str(exc)), self._secrets)
         if code == "ConditionalCheckFailedException" or _condition_cancelled(exc):
             return PredicateFailed(f"{action}: condition failed in table {self.table!r}")
+        if _conflicted(exc):
+            return _Conflicted(
+                f"DynamoDB at {self.url} kept cancelling {action} for conflicting requests "
+                f"on its items: try again ({message})"
+            )
         if code == "ValidationException":
             return InvalidArgument(f"DynamoDB rejected {action} in {self.url}: {message}")
         return Unavailable(f"DynamoDB at {self.url} is unavailable ({action}): {code} {message}")
@@ -222,7 +232,7 @@ class DynamoDBStore(Store):
         delete = {"TableName": self.table, "Key": self._item_key(partition, key)}
         items = [{"ConditionCheck": self._guard_check(guard, expected)}, {"Delete": delete}]
         try:
-            self._call("delete", self._client.transact_write_items, TransactItems=items)
+            self._transact("delete", items)
         except PredicateFailed:
             return False
         return True
@@ -247,10 +257,24 @@ class DynamoDBStore(Store):
         }
         items = [{"ConditionCheck": self._guard_check(guard, expected)}, {"Put": put}]
         try:
-            self._call("put", self._client.transact_write_items, TransactItems=items)
+            self._transact("put", items)
         except PredicateFailed:
             return self._refused_creation(guard, expected)
         return True
+
+    def _transact(self, action: str, items: list[dict[str, Any]]) -> None:
+        """Write `items` in one transaction. DynamoDB cancels one that meets a concurrent
+        write of the branch record it checks (`TransactionConflict`), having written nothing:
+        that is tried again, not reported as the store unavailable or the guard failed (an
+        exclusive creation would then say the path exists)."""
+        for attempt in range(TRANSACTION_TRIES):
+            try:
+                self._call(action, self._client.transact_write_items, TransactItems=items)
+                return
+            except _Conflicted:
+                if attempt == TRANSACTION_TRIES - 1:
+                    raise
+                time.sleep(TRANSACTION_PAUSE_SECONDS * 2**attempt)
 
     def _scan_batch(
         self, partition: bytes, start: bytes, inclusive: bool, limit: int
@@ -297,6 +321,17 @@ def _key_condition(partition: bytes, start: bytes, inclusive: bool) -> dict[str,
 
 def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+class _Conflicted(Unavailable):
+    """A transaction DynamoDB cancelled for a concurrent request on one of its items."""
+
+
+def _conflicted(exc: ClientError) -> bool:
+    reasons = exc.response.get("CancellationReasons") or []
+    return _code(exc) == "TransactionCanceledException" and any(
+        reason.get("Code") == "TransactionConflict" for reason in reasons
+    )
 
 
 def _condition_cancelled(exc: ClientError) -> bool:
