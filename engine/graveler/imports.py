@@ -49,9 +49,10 @@ from __future__ import annotations
 import os
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TypeVar, cast
 from urllib.parse import unquote
 
@@ -210,7 +211,7 @@ def import_objects(
     return ImportResult(listing.count, listing.bytes, commit, listing.folder_markers)
 
 
-def list_local(directory: str, key_prefix: str) -> Iterator[pa.Table]:
+def list_local(directory: str, key_prefix: str, fenced: Sequence[str] = ()) -> Iterator[pa.Table]:
     """Regular files under `directory` (whose key below the root is `key_prefix`) as
     `LIST_SCHEMA` tables in key order: a folder is one native listing with a `stat` per
     entry (`pyarrow.fs`), its files sorted as columns and its subfolders walked where their
@@ -218,10 +219,12 @@ def list_local(directory: str, key_prefix: str) -> Iterator[pa.Table]:
     `FOLDERS_AHEAD` subfolders of each folder being walked are listed in threads while the
     caller works on what came before. A file gone before its `stat`, or that is no regular
     file (a socket, a link to a folder), is left out; a name that is no UTF-8 text raises
-    `_NotText`."""
+    `_NotText`; a link to a file inside a location of `fenced` (the storage namespaces)
+    raises `InvalidImportSource` (`_refuse_links_into`)."""
     pool = ThreadPoolExecutor(FOLDERS_AHEAD, thread_name_prefix="bw-import")
+    folder = partial(_folder, fenced=tuple(fenced))
     try:
-        stack = [_Level(pool, _folder(directory, key_prefix))]
+        stack = [_Level(pool, folder(directory, key_prefix), folder)]
         while stack:
             item = stack[-1].next()
             if item is None:
@@ -229,7 +232,7 @@ def list_local(directory: str, key_prefix: str) -> Iterator[pa.Table]:
             elif isinstance(item, pa.Table):
                 yield item
             else:
-                stack.append(_Level(pool, item.result()))
+                stack.append(_Level(pool, item.result(), folder))
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
@@ -242,8 +245,11 @@ class _Level:
     """A folder being walked: its items in order, the listings of its next subfolders
     started."""
 
-    def __init__(self, pool: ThreadPoolExecutor, items: Folder) -> None:
+    def __init__(
+        self, pool: ThreadPoolExecutor, items: Folder, folder: Callable[[str, str], Folder]
+    ) -> None:
         self._pool = pool
+        self._folder = folder
         self._items: list[pa.Table | tuple[str, str] | Future[Folder] | None] = list(items)
         self._at = 0
         self._ahead = 0
@@ -257,7 +263,7 @@ class _Level:
         item, self._items[self._at] = self._items[self._at], None
         self._at += 1
         self._start_next()
-        return self._pool.submit(_folder, *item) if isinstance(item, tuple) else item
+        return self._pool.submit(self._folder, *item) if isinstance(item, tuple) else item
 
     def _start_next(self) -> None:
         """Start listing the first subfolder not started yet."""
@@ -266,7 +272,7 @@ class _Level:
             item = self._items[self._ahead]
             self._ahead += 1
             if isinstance(item, tuple):
-                self._items[self._ahead - 1] = self._pool.submit(_folder, *item)
+                self._items[self._ahead - 1] = self._pool.submit(self._folder, *item)
                 return
 
 
@@ -278,12 +284,14 @@ class _NotText(Exception):
         self.key = key
 
 
-def _folder(directory: str, key_prefix: str) -> Folder:
+def _folder(directory: str, key_prefix: str, fenced: tuple[str, ...] = ()) -> Folder:
     """One folder's `Folder`, its files cut into runs around its subfolders; a folder gone
     (or no longer one) is empty."""
     try:
         infos = _LOCAL.get_file_info(FileSelector(directory, allow_not_found=True))
         names = [info.base_name for info in infos]
+        if fenced:
+            _refuse_links_into(directory, key_prefix, fenced)
     except (FileNotFoundError, NotADirectoryError):
         return []
     except UnicodeDecodeError:
@@ -313,6 +321,24 @@ def _folder(directory: str, key_prefix: str) -> Folder:
     for folder, start, end in zip(folders, cuts[1:-1], cuts[2:], strict=True):
         out += [(folder[1], folder[0]), files.slice(start, end - start)]
     return out
+
+
+def _refuse_links_into(directory: str, key_prefix: str, fenced: tuple[str, ...]) -> None:
+    """Refuse a link to a file inside a storage namespace, as a source inside one is
+    (`check_outside_namespaces`): its entry's address is the link, so that namespace's GC,
+    which sees no entry of its own there, could delete what the entry reads. One directory
+    read per folder (`scandir` knows links without a `stat`)."""
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if not entry.is_symlink() or not entry.is_file():
+                continue
+            target = FILE_SCHEME + os.path.realpath(entry.path)
+            if any(overlap(target, there) for there in fenced):
+                raise InvalidImportSource(
+                    f"import source holds the link /{key_prefix}{entry.name} to {target}, "
+                    "inside a storage namespace: GC of that namespace could delete what it "
+                    "reads; import the file itself from outside every namespace"
+                )
 
 
 def _not_text(directory: str) -> str:
@@ -381,7 +407,8 @@ class _Listing:
         listed and made rows `BATCHES_AHEAD` ahead of the caller in a thread."""
         listed: Iterator[pa.Table]
         if self.source.scheme == FILE_SCHEME:
-            listed = list_local("/" + self.source.key_prefix, self.source.key_prefix)
+            fenced = [location_of(r.storage_namespace) for r in self.g.refs.list_repositories()]
+            listed = list_local("/" + self.source.key_prefix, self.source.key_prefix, fenced)
         else:
             store = self.g.objects(self.source.store_url)
             assert isinstance(store, S3ObjectStore)

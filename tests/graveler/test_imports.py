@@ -157,6 +157,28 @@ def test_a_copy_of_an_imported_object_shares_its_address(lake_with_source: Impor
     assert main.read("copy.csv") == OBJECTS["a.csv"]
 
 
+def test_a_local_link_into_a_namespace_is_refused_and_nothing_changes(
+    lake: Lake, repo: Repository, tmp_path: Path
+) -> None:
+    """The entry's address would be the link: the namespace's GC, seeing no entry of its
+    own, could delete the object it reads (here an uncommitted one, deleted next)."""
+    main = repo.branch("main")
+    kept = main.upload("kept.csv", b"precious")
+    source = tmp_path / "landing" / "deep"
+    source.mkdir(parents=True)
+    (source / "plain.csv").write_bytes(b"plain")
+    namespace = repo.storage_namespace.removeprefix("file://")
+    (source / "link.csv").symlink_to(f"{namespace}/{kept.address}")
+    other = lake.create_repository("other", f"file://{tmp_path}/other-ns")
+    head = other.branch("main").head().id
+    with pytest.raises(InvalidImportSource, match=r"deep/link.csv to file://.*inside a storage"):
+        other.branch("main").import_objects(f"file://{tmp_path}/landing/")
+    assert other.branch("main").head().id == head
+    (source / "link.csv").unlink()
+    (source / "link.csv").symlink_to(source / "plain.csv")
+    assert other.branch("main").import_objects(f"file://{tmp_path}/landing/").count == 2
+
+
 def test_sources_overlapping_a_namespace_are_refused_and_nothing_changes(
     lake_with_source: ImportLake, tmp_path: Path
 ) -> None:
