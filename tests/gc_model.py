@@ -226,8 +226,9 @@ def _holds(entry: Entry, data: bytes) -> bool:
 def active_commits(repo: Repository, rules: GCRules, now: datetime) -> set[str]:
     """The committed rule, written as a fixpoint over sets from the public API (unlike the
     engine's walk): per branch, HEAD and the parents newer than its cutoff of commits already
-    in, and the first commit of its first-parent log not newer than the cutoff; tags' commits, `keep_tags` tags' whole logs; commits no ref reaches at all while
-    newer than the default retention."""
+    in, and the first commit of its first-parent log not newer than the cutoff; tags'
+    commits, `keep_tags` tags' whole logs; commits no ref reaches at all while newer than the
+    default retention."""
     commits = {c.id: c for c in repo.lake.graveler.refs.list_commits(repo.record)}
     active: set[str] = set()
     for branch in repo.branches():
