@@ -21,7 +21,7 @@ from branchwater.engine.errors import BranchwaterError, InvalidArgument, NotFoun
 from branchwater.engine.graveler.committed import CommittedStore, RangeCache, RangePolicy
 from branchwater.engine.graveler.metrics import CompactionMetrics
 from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord
-from branchwater.engine.graveler.refs import BranchGuard, RefStore, branch_not_found
+from branchwater.engine.graveler.refs import TOKENS_MARK, BranchGuard, RefStore, branch_not_found
 from branchwater.engine.graveler.staging import StagedValue, StagingArea
 from branchwater.engine.kv import Store
 from branchwater.engine.objects import ObjectStore, check_s3_options, open_object_store
@@ -161,6 +161,7 @@ class Graveler:
         self._committed: dict[str, CommittedStore] = {}
         self._lock = ChildSafeLock()
         self._background = Background(1, "bw-drop")
+        self._strays_swept_at = 0.0
 
     def objects(self, namespace: str) -> ObjectStore:
         with self._lock:
@@ -277,7 +278,7 @@ class Graveler:
         self, repo: RepositoryRecord, branch: str, tokens: Sequence[str]
     ) -> tuple[str, list[bytes]]:
         """A guarded to-delete entry for `tokens`, under a name no other update shares."""
-        mark = f"tokens/{tokens[0]}/{uuid.uuid4().hex}"
+        mark = f"{TOKENS_MARK}{tokens[0]}/{uuid.uuid4().hex}"
         partitions = [t.encode() for t in tokens]
         guard = BranchGuard(repo.partition, branch)
         self.refs.mark_partitions_for_deletion(mark, partitions, guard=guard)
@@ -359,7 +360,9 @@ class Graveler:
         A guarded list whose branch still names its tokens is left alone: its update is
         under way, or lost its race (and the tokens are some later commit's to drop).
         Parts of long lists that no list names are removed once `ABANDONED_DROP_S` old,
-        whatever the ages asked: younger, their writer may be about to name them.
+        whatever the ages asked: younger, their writer may be about to name them. That scan
+        runs when asked with no ages, else once per `ABANDONED_DROP_S` per process: not after
+        every commit's drop.
         """
         now = time.time()
         done = 0
@@ -376,7 +379,9 @@ class Graveler:
                 partitions = self.fence_branches(mark.mark, partitions)
             self._drop(mark.mark, partitions)
             done += 1
-        self.refs.discard_stray_parts(ABANDONED_DROP_S)
+        if not (older_than or let_go_older_than) or now - self._strays_swept_at >= ABANDONED_DROP_S:
+            self._strays_swept_at = now
+            self.refs.discard_stray_parts(ABANDONED_DROP_S)
         return done
 
     def wait_for_background(self, timeout: float | None = None) -> bool:

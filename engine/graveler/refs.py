@@ -38,6 +38,9 @@ GRAVELER_PARTITION = b"graveler"
 REPOS_PREFIX = b"repos/"
 TO_DELETE_PREFIX = b"to-delete/"
 MARK_PARTS_PREFIX = b"to-delete-parts/"
+TOKENS_MARK = "tokens/"
+"""How the lists of staging tokens a branch update lets go of are named: one per commit,
+compaction or reset, a few tokens long, never read back before they are unlisted."""
 """Parts of the to-delete lists too long for one value: `<parts id>/<index>`. Outside
 `to-delete/`, so a scan of the lists never meets a part."""
 MARK_PART_BYTES = 64 * 1024
@@ -364,9 +367,11 @@ class RefStore:
 
     def unmark_partitions(self, mark: str) -> None:
         """Remove the list's record, then its parts: killed in between, the parts are strays
-        for `discard_stray_parts`."""
+        for `discard_stray_parts`. A token list (`TOKENS_MARK`, one per commit) is not read
+        first: it is short, and one in parts is left to that sweep, saving every commit a
+        KV read."""
         key = TO_DELETE_PREFIX + mark.encode()
-        parts = self._parts_named(key)
+        parts = None if mark.startswith(TOKENS_MARK) else self._parts_named(key)
         self.kv.delete(GRAVELER_PARTITION, key)
         if parts is not None:
             self._delete_parts(*parts)
