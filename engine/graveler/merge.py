@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -71,6 +72,8 @@ from branchwater.engine.graveler.model import (
 )
 from branchwater.engine.graveler.reads import uncommitted_changes
 from branchwater.engine.graveler.signing import lake_key, short_tag, tag_matches
+
+log = logging.getLogger(__name__)
 
 Strategy = Literal["source-wins", "dest-wins"]
 STRATEGIES: tuple[str, ...] = ("source-wins", "dest-wins")
@@ -689,29 +692,29 @@ def _record(
 
 def _parse_hint(
     g: Graveler, repo: RepositoryRecord, hint: str, source: Commit, strategy: str | None
-) -> Attempt:
+) -> Attempt | None:
     """The attempt a hint names, once its tag shows this lake made it for a merge of `source`
     with `strategy` (`merge_hint`); its bases are those of the source and the commit it
-    merged onto, as that attempt found them."""
+    merged onto, as that attempt found them. Any other hint (another merge's, one of an
+    earlier version without a tag, a forged one) is ignored, with a warning: a hint only
+    saves work, and the merge made afresh is the right one."""
     if not isinstance(hint, str):
         raise InvalidArgument(
             f"a merge hint is the text MergeRaceLost.hint gave, not {type(hint).__name__}"
         )
     metarange_id, sep, rest = hint.partition("@")
     onto, dot, tag = rest.rpartition(".")
-    if not sep or not dot or not metarange_id or not onto or not tag:
-        raise InvalidArgument(
-            f"merge hint {hint!r} is not of the form <metarange>@<commit>.<tag>: pass "
-            "MergeRaceLost.hint unchanged"
-        )
     text = _hint_text(repo, metarange_id, onto, source.id, strategy)
-    if not tag_matches(lake_key(g.refs.kv), text, tag):
-        raise InvalidArgument(
-            f"merge hint {hint!r} is not the work of a merge of commit {source.id[:12]} "
-            f"with strategy {strategy or 'default'} into {repo.name!r}: a hint resumes only "
-            "the merge whose lost race gave it (same source commit and strategy); merge "
-            "without it"
+    if not (sep and dot and tag and tag_matches(lake_key(g.refs.kv), text, tag)):
+        log.warning(
+            "merge hint %r is not the work of this merge of commit %s (strategy %s) into %r: "
+            "merging afresh",
+            hint,
+            source.id[:12],
+            strategy or "default",
+            repo.name,
         )
+        return None
     onto_commit = g.refs.get_commit(repo, onto)
     g.committed(repo).ranges(metarange_id)
     bases = find_merge_bases(g.refs, repo, (onto_commit.id,), (source.id,))
