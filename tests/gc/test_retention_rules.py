@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 from branchwater.engine import InvalidGCRules, Lake
 from branchwater.engine.api import Repository
-from branchwater.engine.gc.retention.rules import BranchRule, GCRules
+from branchwater.engine.gc.retention.rules import RULES_KEY, BranchRule, GCRules
 
 LAKEFS_RULES = {
     "default_retention_days": 30,
@@ -70,6 +71,24 @@ def test_a_branch_no_pattern_matches_gets_the_default() -> None:
     )
     assert rules.retention_days("main") == 30
     assert rules.retention_days("tmp-x") == 1
+
+
+@pytest.mark.parametrize("pattern", ["[-_]tmp", "tmp[+]x", "[é]t*", "[!a]x", "v[0-9]*"])
+def test_a_pattern_is_accepted_when_any_name_it_matches_is_valid(pattern: str) -> None:
+    """`-tmp` is no branch name but `_tmp` is: each class is tried with what it admits."""
+    rules = GCRules.from_json(
+        {"default_retention_days": 1, "branches": [{"branch_id": pattern, "retention_days": 2}]}
+    )
+    assert rules.branches[0].branch_id == pattern
+
+
+def test_rules_stored_under_a_laxer_check_still_load(repo: Repository) -> None:
+    """A stored pattern that matches no name protects nothing, but GC keeps working."""
+    stored = {"default_retention_days": 3, "keep_tags": "release-[!]", "branches": []}
+    repo.lake.graveler.kv.set(repo.record.partition, RULES_KEY, json.dumps(stored).encode())
+    rules = repo.gc_rules()
+    assert rules is not None and rules.keep_tags == "release-[!]"
+    assert not rules.keeps_history("release-1")
 
 
 def test_keep_tags_matches_tag_names() -> None:

@@ -13,6 +13,7 @@ a bad document leaves the previous rules in place.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import string
@@ -34,8 +35,11 @@ MAX_RETENTION_DAYS = LONGEST.days
 _TOP_KEYS = frozenset({"default_retention_days", "branches", "keep_tags"})
 _BRANCH_KEYS = frozenset({"branch_id", "retention_days"})
 _GLOB_TOKEN = re.compile(r"\[!?\]?[^\]]*\]|[*?]")
-_NAME_CHARACTERS = string.ascii_letters + string.digits + "-_."
-"""Characters a class may stand for in the sample name a pattern must match."""
+_STAND_INS = "a0-_."
+"""Characters tried first for a wildcard or class in the sample name a pattern must match:
+a letter, a digit and the punctuation names hold (a name may not start with every one)."""
+_CANDIDATES = string.ascii_letters + string.digits + "-_."
+SAMPLES_TRIED = 256
 
 
 @dataclass(frozen=True)
@@ -77,8 +81,10 @@ class GCRules:
         return document
 
     @classmethod
-    def from_json(cls, document: object) -> GCRules:
-        """Validate a rules document (a mapping, or its JSON text) into rules."""
+    def from_json(cls, document: object, *, stored: bool = False) -> GCRules:
+        """Validate a rules document (a mapping, or its JSON text) into rules. `stored` rules
+        were checked when set, perhaps by an earlier, laxer check: their patterns are taken
+        as they are (one that matches no name protects nothing), so GC is not stopped."""
         if isinstance(document, (str, bytes)):
             try:
                 document = json.loads(document)
@@ -94,15 +100,15 @@ class GCRules:
             raise InvalidGCRules("GC rules' branches must be a list of {branch_id, retention_days}")
         keep_tags = document.get("keep_tags")
         if keep_tags is not None:
-            keep_tags = check_pattern(keep_tags, "keep_tags", "tag")
+            keep_tags = check_pattern(keep_tags, "keep_tags", "tag", stored=stored)
         return cls(
             _days(document["default_retention_days"], "default_retention_days"),
-            tuple(_branch_rule(rule, i) for i, rule in enumerate(branches)),
+            tuple(_branch_rule(rule, i, stored) for i, rule in enumerate(branches)),
             keep_tags,
         )
 
 
-def _branch_rule(rule: object, index: int) -> BranchRule:
+def _branch_rule(rule: object, index: int, stored: bool) -> BranchRule:
     where = f"branches[{index}]"
     if not isinstance(rule, Mapping):
         raise InvalidGCRules(f"GC rules' {where} must be an object with branch_id, retention_days")
@@ -110,7 +116,7 @@ def _branch_rule(rule: object, index: int) -> BranchRule:
     missing = sorted(_BRANCH_KEYS - set(rule))
     if missing:
         raise InvalidGCRules(f"GC rules' {where} lacks {', '.join(missing)}")
-    pattern = check_pattern(rule["branch_id"], f"{where}.branch_id", "branch")
+    pattern = check_pattern(rule["branch_id"], f"{where}.branch_id", "branch", stored=stored)
     return BranchRule(pattern, _days(rule["retention_days"], f"{where}.retention_days"))
 
 
@@ -132,29 +138,52 @@ def _days(value: object, where: str) -> int:
     return value
 
 
-def check_pattern(pattern: object, where: str, kind: str) -> str:
-    """A glob that can match a valid branch or tag name: with each wildcard replaced by a
-    letter and each `[...]` class by a character it admits, it must be a valid name that
-    the pattern matches (an unclosed `[`, or `[!]`, which `fnmatch` reads as text, fails)."""
+def check_pattern(pattern: object, where: str, kind: str, *, stored: bool = False) -> str:
+    """A glob that can match a valid branch or tag name: some name made of it, each wildcard
+    and `[...]` class standing for a character it admits, is valid and matched by it (an
+    unclosed `[`, or `[!]`, which `fnmatch` reads as text, never is)."""
     if not isinstance(pattern, str) or not pattern:
         raise InvalidGCRules(f"GC rules' {where} must be a non-empty {kind} name or pattern")
-    sample = _GLOB_TOKEN.sub(_stand_in, pattern)
-    try:
-        check_ref_name(sample, kind)
-        if not fnmatchcase(sample, pattern):
-            raise InvalidName(f"it does not match even {sample!r}")
-    except InvalidName as error:
-        raise InvalidGCRules(
-            f"GC rules' {where} {pattern!r} matches no valid {kind} name: {error}"
-        ) from None
-    return pattern
+    if stored:
+        return pattern
+    tokens = list(_GLOB_TOKEN.finditer(pattern))
+    first_error: InvalidName | None = None
+    choices = itertools.product(*(_admitted(token.group()) for token in tokens))
+    for chosen in itertools.islice(choices, SAMPLES_TRIED):
+        sample = _sample(pattern, tokens, chosen)
+        try:
+            check_ref_name(sample, kind)
+        except InvalidName as error:
+            first_error = first_error or error
+            continue
+        if fnmatchcase(sample, pattern):
+            return pattern
+        first_error = first_error or InvalidName(f"it does not match even {sample!r}")
+    raise InvalidGCRules(
+        f"GC rules' {where} {pattern!r} matches no valid {kind} name: {first_error}"
+    )
 
 
-def _stand_in(token: re.Match[str]) -> str:
-    """A character the wildcard or class admits (a class admitting none keeps its text,
-    which no valid name holds)."""
-    glob = token.group()
-    return next((c for c in _NAME_CHARACTERS if fnmatchcase(c, glob)), glob)
+def _admitted(glob: str) -> list[str]:
+    """Characters the wildcard or class admits, a few of each kind: the stand-ins, then any
+    other it names (`é` in `[é]`); the class's own text if it admits none (no valid name
+    holds it)."""
+    named = [c for c in dict.fromkeys(glob) if c not in "[]!*?"]
+    tried = [c for c in dict.fromkeys(_STAND_INS + _CANDIDATES + "".join(named))]
+    admitted = [c for c in tried if fnmatchcase(c, glob)]
+    kinds: dict[str, str] = {}
+    for c in admitted:
+        kind = "letter" if c.isalpha() and c.isascii() else "digit" if c.isdigit() else c
+        kinds.setdefault(kind, c)
+    return list(kinds.values()) or [glob]
+
+
+def _sample(pattern: str, tokens: list[re.Match[str]], chosen: tuple[str, ...]) -> str:
+    parts, at = [], 0
+    for token, character in zip(tokens, chosen, strict=True):
+        parts += [pattern[at : token.start()], character]
+        at = token.end()
+    return "".join([*parts, pattern[at:]])
 
 
 def set_rules(kv: Store, repo: RepositoryRecord, rules: object) -> GCRules:
@@ -170,7 +199,7 @@ def get_rules(kv: Store, repo: RepositoryRecord) -> GCRules | None:
         value, _ = kv.get(repo.partition, RULES_KEY)
     except NotFound:
         return None
-    return GCRules.from_json(value)
+    return GCRules.from_json(value, stored=True)
 
 
 def delete_rules(kv: Store, repo: RepositoryRecord) -> None:
