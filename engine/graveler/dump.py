@@ -114,7 +114,7 @@ def _commit(raw: object) -> Commit:
     check_id("commit", commit.id)
     if not isinstance(commit.metadata, dict):
         raise InvalidArgument(f"commit {commit.id[:12]}'s metadata must be an object")
-    check_commit_arguments(commit.message, commit.metadata, commit.committer)
+    check_commit_arguments(commit.message, commit.metadata, commit.committer, sized=False)
     check_id(f"commit {commit.id[:12]}'s metarange", commit.metarange_id)
     for parent in commit.parents:
         check_id(f"commit {commit.id[:12]}'s parent", parent)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing as mp
 import re
@@ -466,6 +467,24 @@ def test_restoring_refs_onto_a_branch_that_refuses_resets_is_refused_before_any_
     restored.unprotect("main")
     restored.restore_refs(dump)
     assert [c.id for c in restored.log("dev")] == expected
+
+
+def test_a_dump_holding_a_commit_larger_than_new_commits_may_be_restores(
+    lake: Lake, repo, tmp_path: Path
+) -> None:
+    """Lakes took any commit message before records were bounded: their dumps restore."""
+    g, main = lake.graveler, repo.branch("main")
+    head = g.refs.get_commit(repo.record, main.commit_id)
+    large = g.refs.add_commit(repo.record, (head,), head.metarange_id, "x" * 200_000)
+    branch, predicate = g.refs.get_branch(repo.record, "main")
+    g.refs.set_branch_if(repo.record, dataclasses.replace(branch, commit_id=large.id), predicate)
+    dump = tmp_path / "refs.json"
+    repo.dump_refs(dump)
+    lake.delete_repository("sales")
+    lake.graveler.wait_for_background()
+    restored = lake.create_repository("sales", storage_namespace=repo.storage_namespace)
+    restored.restore_refs(dump)
+    assert restored.branch("main").head().message == "x" * 200_000
 
 
 def _damage(document: dict, how: str) -> None:
