@@ -21,7 +21,7 @@ from typing import Any
 
 from airflow.sdk import Param, dag, task, task_group
 
-from branchwater.engine import REPOSITORY_NAME_PATTERN
+from branchwater.engine import MAX_SEALED_TOKENS, REPOSITORY_NAME_PATTERN, CompactionPolicy
 from branchwater.plugin.hooks import BranchwaterHook
 from branchwater.plugin.operators import BranchwaterCompactOperator
 from branchwater.plugin.sensors import BranchwaterCompactionSensor
@@ -29,7 +29,9 @@ from branchwater.plugin.sensors import BranchwaterCompactionSensor
 POLICY = {
     "max_tombstones": "{{ params.max_tombstones }}",
     "max_sealed_tokens": "{{ params.max_sealed_tokens }}",
+    "scan_budget": f"{{{{ [params.max_tombstones, {CompactionPolicy.scan_budget}] | max }}}}",
 }
+"""The sensor counts at least as many tombstones as the threshold asks for."""
 
 
 @task
@@ -97,6 +99,7 @@ def compaction(repository: str, branch: str) -> None:
             8,
             type="integer",
             minimum=1,
+            maximum=MAX_SEALED_TOKENS,
             description="Sealed staging tokens on a branch that make compaction due",
         ),
     },

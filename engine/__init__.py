@@ -62,6 +62,7 @@ _LAZY = {
     "CompactionPolicy": "branchwater.engine.graveler.compaction",
     "CompactionResult": "branchwater.engine.graveler.compaction",
     "CompactionStatus": "branchwater.engine.graveler.compaction",
+    "MAX_SEALED_TOKENS": "branchwater.engine.graveler.compaction",
     "GCSettings": "branchwater.engine.gc.settings",
     "GCRules": "branchwater.engine.gc.retention.rules",
     "BranchRule": "branchwater.engine.gc.retention.rules",

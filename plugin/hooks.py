@@ -43,14 +43,23 @@ class BranchwaterSettings:
 
     @classmethod
     def from_connection(cls, conn: Connection) -> BranchwaterSettings:
-        if not conn.password:
+        """The connection's settings. The KV URL is taken without the whitespace around it
+        that a secrets backend or a mounted secret file adds (`lake.db\n` was a new, empty
+        SQLite lake)."""
+        kv_url = (conn.password or "").strip()
+        if not kv_url:
             raise ConfigurationError(
                 f"connection {conn.conn_id!r} has no KV URL: put it in the password field "
                 "(sqlite:///…, postgresql://…, dynamodb://…)"
             )
         extra = conn.extra_dejson
+        if not isinstance(extra, Mapping):
+            raise ConfigurationError(
+                f"connection {conn.conn_id!r} has an extra of {type(extra).__name__}: it "
+                'must be a JSON object, such as {"default_namespace": "s3://bucket/"}'
+            )
         return cls(
-            kv_url=conn.password,
+            kv_url=kv_url,
             default_namespace=_extra_field(extra, "default_namespace"),
             aws_conn_id=_extra_field(extra, "aws_conn_id"),
             link_template=_extra_field(extra, "link_template"),
@@ -60,7 +69,7 @@ class BranchwaterSettings:
 def _extra_field(extra: Mapping[str, Any], name: str) -> str | None:
     """A form field from the connection's extra, stored plain or with the legacy prefix."""
     value = extra.get(name) or extra.get(f"extra__{CONN_TYPE}__{name}")
-    return str(value) if value else None
+    return str(value).strip() or None if value else None
 
 
 POLICY_FIELDS = {
@@ -89,6 +98,8 @@ def compaction_policy(thresholds: Mapping[str, Any] | None) -> CompactionPolicy 
     for name, value in thresholds.items():
         if value is None or value == "":
             continue
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # an integer Param given as 2.0 (REST or CLI conf)
         try:
             values[name] = POLICY_FIELDS[name](str(value))
         except (TypeError, ValueError):

@@ -76,8 +76,28 @@ def test_exactly_the_due_branches_are_compacted(run_dag: RunDag, lake_conn: Lake
             done = result.value(f"compaction.compact[{i}]")
             assert (done["outcome"], done["compacted"]) == ("compacted", True)
             # Numbers, which Airflow does not mask as it would a string under a token's key.
-            policy = {"max_tombstones": 4, "max_sealed_tokens": 8}
+            policy = {"max_tombstones": 4, "max_sealed_tokens": 8, "scan_budget": 100_000}
             assert result.rendered[f"compaction.compact[{i}]"]["policy"] == policy
             assert result.rendered[f"compaction.due[{i}]"]["policy"] == policy
     assert [e.path for e in repos[0].branch("many").list(prefix="many/")] == []
     assert len(list(repos[0].branch("many").uncommitted())) == 5
+
+
+@pytest.mark.parametrize(
+    ("thresholds", "due"),
+    [({"max_tombstones": 200_000}, False), ({"max_tombstones": 4.0}, True)],
+    ids=["above the default scan budget", "an integer given as 4.0"],
+)
+def test_thresholds_a_dag_run_can_be_given_check_every_branch(
+    run_dag: RunDag, lake_conn: LakeConnection, thresholds: dict[str, float], due: bool
+) -> None:
+    """Both failed every branch's check: the sensor could not count past its default scan
+    budget, and `2.0` (REST or CLI conf) was no number to the policy."""
+    repo = lake_conn.create_repository("cc-")
+    with_tombstones(repo, "many", 5)
+
+    result = run_dag(compaction_check(), {"repositories": [repo.name], **thresholds})
+
+    assert result.state == "success", result.states
+    statuses = {status.branch: status.compacted for status in repo.compaction_status()}
+    assert statuses["many"] is due

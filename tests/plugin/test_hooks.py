@@ -43,6 +43,31 @@ def test_a_connection_without_a_kv_url_is_refused(monkeypatch: pytest.MonkeyPatc
         BranchwaterHook("bw_empty").settings  # noqa: B018
 
 
+def test_a_kv_url_is_taken_without_the_newline_a_secret_file_adds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`lake.db\n` opened a new, empty SQLite lake beside the real one."""
+    set_connection(
+        monkeypatch,
+        "bw_secret_file",
+        "branchwater",
+        password="sqlite:////lakes/lake.db\n",
+        extra={"default_namespace": " s3://bucket/lakes\n"},
+    )
+    settings = BranchwaterHook("bw_secret_file").settings
+    assert settings.kv_url == "sqlite:////lakes/lake.db"
+    assert settings.default_namespace == "s3://bucket/lakes"
+
+
+@pytest.mark.parametrize("extra", ['["file:///tmp/ns"]', '"file:///tmp/ns"', "5"])
+def test_an_extra_that_is_not_a_json_object_is_refused(
+    monkeypatch: pytest.MonkeyPatch, extra: str
+) -> None:
+    set_connection(monkeypatch, "bw_extra", "branchwater", password="sqlite:///x.db", extra=extra)
+    with pytest.raises(ConfigurationError, match=r"'bw_extra' has an extra of .*JSON object"):
+        BranchwaterHook("bw_extra").settings  # noqa: B018
+
+
 def test_the_lake_opens_on_first_use_once_per_hook(lake_conn: LakeConnection) -> None:
     BranchwaterHook("not_defined_yet")
     hook = BranchwaterHook()
@@ -247,6 +272,7 @@ def test_s3_namespaces_use_the_aws_connections_credentials(
             {"max_tombstones": 500, "scan_budget": "", "guard_seconds": None},
             {"max_tombstones": 500},
         ),
+        ({"max_tombstones": 2.0, "guard_seconds": 1.0}, {"max_tombstones": 2, "guard_seconds": 1}),
     ],
 )
 def test_compaction_thresholds_are_read_from_their_text(
