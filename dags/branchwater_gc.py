@@ -161,15 +161,20 @@ def gc_dag(dag_id: str, mode: str, schedule: str, doc: str) -> DAG:
     return dag
 
 
+CLEAN_SCHEDULE = "0 0 * * 0"
+OPTIMIZED_SCHEDULE = "0 0 * * 1-6"
+"""Sundays clean, the other days optimized: one GC run per repository at a time (a second
+fails with `GCRunLocked`), and a clean run does all an optimized one would."""
+
 clean = gc_dag(
     "branchwater_gc_clean",
     "clean",
-    "@weekly",
+    CLEAN_SCHEDULE,
     "A clean run: every commit read, the whole namespace listed.",
 )
 optimized = gc_dag(
     "branchwater_gc_optimized",
     "optimized",
-    "@daily",
+    OPTIMIZED_SCHEDULE,
     "An optimized run: from the last swept run on, only new commits and slices.",
 )

@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -123,3 +124,21 @@ def test_every_dags_repository_params_refuse_what_the_engine_refuses(
         "branchwater_gc_clean",
         "branchwater_gc_optimized",
     }
+
+
+def test_the_two_gc_dags_never_start_together() -> None:
+    """A second GC run of a repository fails at once (`GCRunLocked`): `@weekly` and `@daily`
+    both fired on Sundays at midnight, failing one of them every week."""
+    from airflow.dag_processing.dagbag import DagBag
+    from croniter import croniter
+
+    bag = DagBag(dag_folder=DAGS_FOLDER / "branchwater_gc.py")
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    starts = {}
+    for dag_id in ("branchwater_gc_clean", "branchwater_gc_optimized"):
+        times = croniter(bag.dags[dag_id].timetable.expression, start)
+        starts[dag_id] = {times.get_next(datetime) for _ in range(120)}
+    clean, optimized = starts["branchwater_gc_clean"], starts["branchwater_gc_optimized"]
+    assert not clean & optimized
+    assert {t.weekday() for t in clean} == {6}
+    assert {t.weekday() for t in optimized} == {0, 1, 2, 3, 4, 5}
