@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import io
+import logging
 import os
 import sys
 import tempfile
@@ -48,6 +49,8 @@ from branchwater.engine.graveler.names import is_hex_id
 from branchwater.engine.graveler.reads import open_object
 from branchwater.engine.objects import check_s3_options
 from branchwater.engine.per_process import ChildSafeLock
+
+log = logging.getLogger(__name__)
 
 PROTOCOL = "branchwater"
 KV_URL_ENV = "BRANCHWATER_KV_URL"
@@ -574,9 +577,19 @@ class WriteFile(io.RawIOBase):
         Limits: closed inside an `except` (or `finally`) for an exception raised after it
         was opened, it uploads nothing even if that exception is then swallowed; a text or
         `fsspec.open` `with`, opened in an `except` block and ended by a bare `raise` of
-        that block's exception in the same function, uploads."""
-        if not self.closed:
-            self._finish(failed=_raised_since(self._opened_amid))
+        that block's exception in the same function, uploads. A discard says so in the log,
+        for the file closed in a handler that then swallows its exception."""
+        if self.closed:
+            return
+        failed = _raised_since(self._opened_amid)
+        if failed:
+            log.warning(
+                "%s was not uploaded: it was closed while handling %r, raised after it was "
+                "opened (a write cut short); close it after the except block to upload it",
+                self.path,
+                sys.exception(),
+            )
+        self._finish(failed=failed)
 
     def _finish(self, *, failed: bool) -> None:
         if failed or self._cut_short:

@@ -143,6 +143,22 @@ def test_writes_after_a_handled_exception_are_uploaded(fs_lake: FsLake) -> None:
     assert main.read("pandas-in-except.csv") == b"id\n1\n2\n"
 
 
+def test_a_file_closed_in_a_handler_that_swallows_its_exception_says_it_uploaded_nothing(
+    fs_lake: FsLake, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The documented limit: the close cannot tell a swallowed exception from the write's
+    own failure, so it uploads nothing, and the log says how to write it instead."""
+    f = fs_lake.fs.open(f"sales/main/{PATH}", "w")
+    f.write("id\n1\n")
+    try:
+        raise ValueError("a bad row, skipped")
+    except ValueError:
+        f.close()
+    assert_nothing_written(fs_lake)
+    assert f"{PATH} was not uploaded" in caplog.text
+    assert "close it after the except block" in caplog.text
+
+
 @pytest.mark.parametrize("mode", ["wb", "w"])
 def test_a_file_dropped_unclosed_uploads_nothing(fs_lake: FsLake, mode: str) -> None:
     f = fs_lake.fs.open(f"sales/main/{PATH}", mode)
