@@ -97,16 +97,18 @@ def _parent(
     g: Graveler, repo: RepositoryRecord, commit: Commit, parent: int | None
 ) -> Commit | None:
     """The parent changes are taken against: a merge commit's needs naming (1 or 2, as git's
-    `-m`); a first commit has none (its changes are taken against the empty tree)."""
+    `-m`); a first commit has none (its changes are taken against the empty tree). A commit
+    of one parent takes `parent=1` too, as git 2.21 does, so a script may always pass it."""
     count = len(commit.parents)
     if count > 1 and parent is None:
         raise InvalidArgument(
             f"commit {commit.id[:12]} is a merge of {count} parents: pass parent=1..{count} "
             "to say which side's changes to take"
         )
-    if count <= 1 and parent is not None:
+    if (count == 0 and parent is not None) or (count == 1 and parent not in (None, 1)):
         raise InvalidArgument(
-            f"commit {commit.id[:12]} is not a merge: pass no parent (got parent={parent!r})"
+            f"commit {commit.id[:12]} is not a merge: pass no parent, or 1 for its own "
+            f"(got parent={parent!r})"
         )
     if parent is None:
         if not commit.parents:

@@ -32,7 +32,7 @@ def test_pick_errors_are_one_line(bw: Bw, lake: CliLake) -> None:
     bad = write(bw, lake, "main", "a", b"2", "two")
     write(bw, lake, "main", "a", b"3", "three")
     assert_user_error(bw("revert", "sales", "main", bad), 2, "conflicts on 1 path(s): a")
-    assert_user_error(bw("revert", "sales", "main", bad, "--parent", "1"), 1, "is not a merge")
+    assert_user_error(bw("revert", "sales", "main", bad, "--parent", "2"), 1, "is not a merge")
     assert_user_error(bw("cherry-pick", "sales", "main", "main"), 1, "changes nothing")
     ok(bw("upload", "sales", "main", "b", local_file(lake, "b", b"b")))
     assert_user_error(bw("revert", "sales", "main", "main"), 1, "uncommitted changes")

@@ -82,13 +82,17 @@ def test_a_revert_of_a_merge_commit_takes_the_parent_named(repo: Repository) -> 
         repo.revert("main", merged, parent=3)
 
 
-def test_a_parent_for_a_plain_commit_is_refused(repo: Repository) -> None:
+def test_a_plain_commit_takes_parent_1_as_git_does_and_no_other(repo: Repository) -> None:
+    """git 2.21 took `-m 1` for a commit of one parent, so that scripts may always pass it."""
     main = repo.branch("main")
-    plain = commit(main, "plain", a=b"1")
-    with pytest.raises(InvalidArgument, match="is not a merge"):
-        repo.revert("main", plain, parent=1)
+    commit(main, "one", a=b"1")
+    plain = commit(main, "plain", a=b"2")
     with pytest.raises(InvalidArgument, match="is not a merge"):
         repo.cherry_pick("main", plain, parent=2)
+    with pytest.raises(InvalidArgument, match="from 1 to 1"):
+        repo.revert("main", plain, parent=True)  # type: ignore[arg-type]
+    repo.revert("main", plain, parent=1)
+    assert tree(main) == {"a": b"1"}
 
 
 def test_a_conflicting_revert_names_the_paths_and_changes_nothing(repo: Repository) -> None:
