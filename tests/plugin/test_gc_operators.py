@@ -17,7 +17,7 @@ from branchwater.plugin.operators import (
     BranchwaterGCMarkOperator,
     BranchwaterGCSweepOperator,
 )
-from tests.plugin.conftest import LakeConnection, RunDag, set_connection
+from tests.plugin.conftest import LakeConnection, RunDag
 
 RUN = "18f2a9c3b7d1-a1b2c3"
 RETRIED: dict[str, Any] = {"retries": 2, "retry_delay": timedelta(seconds=0)}
@@ -110,24 +110,3 @@ def test_a_rendered_mark_argument_the_job_would_refuse_fails_at_once_before_spar
     assert "InvalidArgument: branchwater-gc: argument --min-age: '6x' is not a duration" in output
     assert "Spark-Submit cmd" not in output
     assert result.rendered["only"]["only"] == "commited"
-
-
-@pytest.mark.airflow
-@pytest.mark.slow
-def test_a_spark_master_the_job_refuses_fails_it_at_once(
-    run_dag: RunDag,
-    lake_conn: LakeConnection,
-    repo: Repository,
-    monkeypatch: pytest.MonkeyPatch,
-    capfd: pytest.CaptureFixture[str],
-) -> None:
-    set_connection(monkeypatch, "spark_yarn", "spark", host="yarn")
-    with DAG("bw_gc_yarn_retried", schedule=None) as dag:
-        BranchwaterGCMarkOperator(
-            task_id="mark", repository=repo.name, prepare_run=RUN, conn_id="spark_yarn", **RETRIED
-        )
-
-    result = run_dag(dag)
-
-    assert result.states == {"mark": "failed"} and result.tries == {"mark": 1}
-    assert "ConfigurationError: Spark master 'yarn'" in job_output(capfd)

@@ -589,11 +589,14 @@ def test_the_gc_job_refuses_a_master_that_would_show_the_kv_url_on_its_command_l
             repository=repo.name,
             prepare_run="18f2a9c3b7d1-a1b2c3",
             conn_id="spark_yarn",
+            retries=2,
+            retry_delay=timedelta(seconds=0),
         )
 
     result = run_dag(dag)
 
     assert result.states == {"mark": "failed"}
+    assert result.tries == {"mark": 1}, "a refused master fails without its retries"
     output = capfd.readouterr().out
     assert "Spark master 'yarn': spark-submit would put the GC job's environment" in output
     assert "Spark-Submit cmd" not in output
