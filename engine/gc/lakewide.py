@@ -43,11 +43,11 @@ class LakeLimits:
                 return
             while True:
                 stored, predicate = self._read()
-                wanted = _widest(stored, self.settings)
-                if stored == wanted:
+                wanted = _encode(_widest(stored, self.settings))
+                if stored is not None and _encode(stored) == wanted:
                     break
                 try:
-                    self.kv.set_if(GRAVELER_PARTITION, LIMITS_KEY, _encode(wanted), predicate)
+                    self.kv.set_if(GRAVELER_PARTITION, LIMITS_KEY, wanted, predicate)
                     break
                 except PredicateFailed:
                     continue
