@@ -69,7 +69,7 @@ class BranchwaterSettings:
 def _extra_field(extra: Mapping[str, Any], name: str) -> str | None:
     """A form field from the connection's extra, stored plain or with the legacy prefix."""
     value = extra.get(name) or extra.get(f"extra__{CONN_TYPE}__{name}")
-    return str(value).strip() or None if value else None
+    return (str(value).strip() or None) if value else None
 
 
 POLICY_FIELDS = {

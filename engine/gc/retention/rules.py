@@ -169,7 +169,7 @@ def _admitted(glob: str) -> list[str]:
     other it names (`é` in `[é]`); the class's own text if it admits none (no valid name
     holds it)."""
     named = [c for c in dict.fromkeys(glob) if c not in "[]!*?"]
-    tried = [c for c in dict.fromkeys(_STAND_INS + _CANDIDATES + "".join(named))]
+    tried = list(dict.fromkeys(_STAND_INS + _CANDIDATES + "".join(named)))
     admitted = [c for c in tried if fnmatchcase(c, glob)]
     kinds: dict[str, str] = {}
     for c in admitted:
