@@ -8,6 +8,7 @@ the stack and the DAGs use only the engine's public API (`branchwater.engine`'s 
 from __future__ import annotations
 
 import ast
+import gc
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import branchwater.engine
+from tests.helpers.source import parse
 
 ROOT = Path(__file__).resolve().parent.parent
 ENGINE = "branchwater.engine"
@@ -61,7 +63,7 @@ class Import:
 
 def imports_of(source: str, package: str) -> Iterator[Import]:
     """Every import in `source`, lazy and type-checking ones included, made absolute."""
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse(source)):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield Import(alias.name, (), node.lineno)
@@ -171,3 +173,27 @@ def test_the_checks_catch_violations() -> None:
     assert not client_violations("dag", public, "")
     lazy_client = "def f():\n    from branchwater.spark_jobs.gc.job import GCJob\n"
     assert engine_violations("branchwater.engine.cli.gc", lazy_client, "branchwater.engine.cli")
+
+
+class _ParsesWhenCollected:
+    """Garbage whose finalizer parses, as py4j's does when it logs a failed send."""
+
+    def __init__(self) -> None:
+        self.cycle = self
+
+    def __del__(self) -> None:
+        ast.parse("a + b")
+
+
+def test_sources_parse_while_finalizers_parse() -> None:
+    source = (ROOT / "engine" / "graveler" / "merge.py").read_text()
+    gc.collect()
+    threshold = gc.get_threshold()
+    for _ in range(2000):
+        _ParsesWhenCollected()
+    gc.set_threshold(50)
+    try:
+        assert isinstance(parse(source), ast.Module)
+    finally:
+        gc.set_threshold(*threshold)
+        gc.collect()

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
+from tests.helpers.source import parse
+
 HERE = Path(__file__).resolve().parent
 PACKAGE = "tests.benchmarks"
 PREFIX = "BENCH "
@@ -81,7 +83,7 @@ def suites() -> dict[str, Suite]:
 def printed_names(source: str) -> list[tuple[str, ...]]:
     """The benchmark names a module's source prints: every string (or f-string) starting
     `BENCH `, up to its first space, as its literal pieces around the formatted parts."""
-    tree = ast.parse(source)
+    tree = parse(source)
     inner = {id(v) for n in ast.walk(tree) if isinstance(n, ast.JoinedStr) for v in n.values}
     names = []
     for node in ast.walk(tree):
