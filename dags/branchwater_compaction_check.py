@@ -1,12 +1,16 @@
 """`branchwater_compaction_check`: compact the staging area of every branch where it is due.
 
-Every hour, for every branch of the configured repositories (all the lake's repositories
-when the list is empty), a mapped task group asks the compaction sensor once (poke mode, no
-wait: a branch that is not due is skipped) and runs the compactor where it said yes. The
+Every hour, one task (`due`) reads the compaction figures of every branch of the configured
+repositories (all the lake's repositories when the list is empty), at a bounded scan each,
+and a mapped compactor (`compact`) runs on each branch where compaction is due. The
 compactor compacts only if the branch is still due and no compaction started within the
-guard window, so overlapping runs compact a branch once. A branch deleted after the listing
-is skipped. Reads of a compacted branch stop paying for its staged tombstones; HEAD and the
+guard window, so overlapping runs compact a branch once. A branch deleted after the check is
+skipped. Reads of a compacted branch stop paying for its staged tombstones; HEAD and the
 uncommitted changes are unchanged.
+
+A run maps at most Airflow's `[core] max_map_length` branches, those with the most staged
+tombstones first; the rest are still due at the next run, which takes them. Branches that
+are not due cost no task instance.
 
 Configured by params (`repositories`, `max_tombstones`, `max_sealed_tokens`) and the
 `branchwater_default` connection, never by editing this file. Templates render as native
@@ -16,61 +20,55 @@ string whose key names a token (`max_sealed_tokens`) as a secret.
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow.sdk import Param, dag, task, task_group
+from airflow.sdk import Param, dag, task
 
 from branchwater.engine import MAX_SEALED_TOKENS, REPOSITORY_NAME_PATTERN, CompactionPolicy
-from branchwater.plugin.hooks import BranchwaterHook
+from branchwater.plugin.hooks import BranchwaterHook, compaction_policy
 from branchwater.plugin.operators import BranchwaterCompactOperator
-from branchwater.plugin.sensors import BranchwaterCompactionSensor
+
+log = logging.getLogger(__name__)
 
 POLICY = {
     "max_tombstones": "{{ params.max_tombstones }}",
     "max_sealed_tokens": "{{ params.max_sealed_tokens }}",
     "scan_budget": f"{{{{ [params.max_tombstones, {CompactionPolicy.scan_budget}] | max }}}}",
 }
-"""The sensor counts at least as many tombstones as the threshold asks for."""
+"""The check counts at least as many tombstones as the threshold asks for."""
 
 
 @task
-def branches(params: dict[str, Any]) -> list[dict[str, str]]:
-    """Every branch of the configured repositories, one task group each."""
+def due(repositories: list[str], policy: dict[str, Any]) -> list[dict[str, str]]:
+    """The branches where compaction is due, most staged tombstones first, at most
+    `[core] max_map_length` of them."""
+    from airflow.sdk.configuration import conf
+
+    thresholds = compaction_policy(policy)
     hook = BranchwaterHook()
     try:
-        return [
-            {"repository": repo.name, "branch": branch.name}
-            for repo in hook.repositories(params["repositories"])
-            for branch in repo.branches()
+        found = [
+            status
+            for repo in hook.repositories(repositories)
+            for status in repo.compaction_status(thresholds)
+            if status.due
         ]
     finally:
         hook.close()
-
-
-@task_group
-def compaction(repository: str, branch: str) -> None:
-    """One branch: the sensor decides, the compactor runs where it is due."""
-    due = BranchwaterCompactionSensor(
-        task_id="due",
-        repository=repository,
-        branch=branch,
-        policy=POLICY,
-        mode="poke",
-        poke_interval=1,
-        timeout=0,
-        soft_fail=True,
-        missing_ok=True,
-    )
-    compact = BranchwaterCompactOperator(
-        task_id="compact",
-        repository=repository,
-        branch=branch,
-        policy=POLICY,
-        if_needed=True,
-        missing_ok=True,
-    )
-    due >> compact
+    found.sort(key=lambda status: (-status.staged_tombstones, -status.sealed_tokens))
+    for status in found:
+        log.info("Due on %s/%s: %s", status.repository, status.branch, "; ".join(status.reasons))
+    limit = conf.getint("core", "max_map_length")
+    if len(found) > limit:
+        log.warning(
+            "%d branches are due: compacting the %d with the most staged tombstones "
+            "([core] max_map_length), the rest at the next run",
+            len(found),
+            limit,
+        )
+    return [{"repository": s.repository, "branch": s.branch} for s in found[:limit]]
 
 
 @dag(
@@ -105,7 +103,9 @@ def compaction(repository: str, branch: str) -> None:
     },
 )
 def branchwater_compaction_check() -> None:
-    compaction.expand_kwargs(branches())
+    BranchwaterCompactOperator.partial(
+        task_id="compact", policy=POLICY, if_needed=True, missing_ok=True
+    ).expand_kwargs(due(repositories="{{ params.repositories }}", policy=POLICY))
 
 
 branchwater_compaction_check()

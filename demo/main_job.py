@@ -312,9 +312,7 @@ def print_summary(repo: Repository, summary: dict[str, Any], root: Path) -> None
     commits = list(repo.log("main"))
     merges = [c for c in commits if len(c.parents) > 1]
     attempts = merge_attempts(summary["etl"])
-    compacted = [
-        r for r in summary["compaction"].values("compaction.compact") if r and r["compacted"]
-    ]
+    compacted = [r for r in summary["compaction"].values("compact") if r and r["compacted"]]
     print()
     print("Summary")
     print(

@@ -1,5 +1,6 @@
 """`branchwater_compaction_check`, run for real by `dag.test()`: every branch of the
-configured repositories is checked, exactly the due ones are compacted."""
+configured repositories is checked, exactly the due ones are compacted, at most
+`[core] max_map_length` a run."""
 
 from __future__ import annotations
 
@@ -53,11 +54,6 @@ def test_exactly_the_due_branches_are_compacted(run_dag: RunDag, lake_conn: Lake
     )
 
     assert result.state == "success", result.states
-    listed = result.value("branches")
-    assert sorted((b["repository"], b["branch"]) for b in listed) == sorted(
-        [(repos[0].name, b) for b in ("few", "main", "many")]
-        + [(repos[1].name, b) for b in ("also-many", "main")]
-    )
     compacted = {
         (repo.name, status.branch)
         for repo in [*repos, ignored]
@@ -65,22 +61,53 @@ def test_exactly_the_due_branches_are_compacted(run_dag: RunDag, lake_conn: Lake
         if status.compacted
     }
     assert compacted == {(repos[0].name, "many"), (repos[1].name, "also-many")}
-    for i, branch in enumerate(listed):
-        due = (branch["repository"], branch["branch"]) in compacted
-        assert result.states[f"compaction.due[{i}]"] == ("success" if due else "skipped")
-        assert result.states[f"compaction.compact[{i}]"] == ("success" if due else "skipped")
-        if due:
-            assert result.value(f"compaction.due[{i}]")["reasons"] == [
-                f"{5 if branch['branch'] == 'many' else 6} staged tombstones >= 4"
-            ]
-            done = result.value(f"compaction.compact[{i}]")
-            assert (done["outcome"], done["compacted"]) == ("compacted", True)
-            # Numbers, which Airflow does not mask as it would a string under a token's key.
-            policy = {"max_tombstones": 4, "max_sealed_tokens": 8, "scan_budget": 100_000}
-            assert result.rendered[f"compaction.compact[{i}]"]["policy"] == policy
-            assert result.rendered[f"compaction.due[{i}]"]["policy"] == policy
+    # Most staged tombstones first; branches not due cost no task instance.
+    assert result.value("due") == [
+        {"repository": repos[1].name, "branch": "also-many"},
+        {"repository": repos[0].name, "branch": "many"},
+    ]
+    assert sorted(result.states) == ["compact[0]", "compact[1]", "due"]
+    for i in range(2):
+        done = result.value(f"compact[{i}]")
+        assert (done["outcome"], done["compacted"]) == ("compacted", True)
+        # Numbers, which Airflow does not mask as it would a string under a token's key.
+        policy = {"max_tombstones": 4, "max_sealed_tokens": 8, "scan_budget": 100_000}
+        assert result.rendered[f"compact[{i}]"]["policy"] == policy
     assert [e.path for e in repos[0].branch("many").list(prefix="many/")] == []
     assert len(list(repos[0].branch("many").uncommitted())) == 5
+
+
+def test_a_run_maps_at_most_max_map_length_branches_and_the_next_takes_the_rest(
+    run_dag: RunDag, lake_conn: LakeConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Mapping every branch failed the whole run past `[core] max_map_length`."""
+    monkeypatch.setenv("AIRFLOW__CORE__MAX_MAP_LENGTH", "2")
+    repo = lake_conn.create_repository("cc-")
+    for branch, count in (("three", 3), ("five", 5), ("four", 4)):
+        with_tombstones(repo, branch, count)
+    params = {"repositories": [repo.name], "max_tombstones": 2}
+
+    first = run_dag(compaction_check(), params)
+    second = run_dag(compaction_check(), params)
+
+    assert first.state == second.state == "success", (first.states, second.states)
+    assert [b["branch"] for b in first.value("due")] == ["five", "four"]
+    assert [b["branch"] for b in second.value("due")] == ["three"]
+    statuses = {status.branch: status.compacted for status in repo.compaction_status()}
+    assert statuses == {"main": False, "three": True, "four": True, "five": True}
+
+
+def test_a_run_with_nothing_due_maps_no_compactor(
+    run_dag: RunDag, lake_conn: LakeConnection
+) -> None:
+    repo = lake_conn.create_repository("cc-")
+    with_tombstones(repo, "few", 1)
+
+    result = run_dag(compaction_check(), {"repositories": [repo.name], "max_tombstones": 4})
+
+    assert result.state == "success", result.states
+    assert result.value("due") == []
+    assert result.states["compact"] == "skipped"
 
 
 @pytest.mark.parametrize(
