@@ -3,7 +3,8 @@ deferrable mode; deferred, the wait runs in the triggerer (`plugin.triggers`).""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -37,7 +38,8 @@ class BranchwaterBranchSensor(BaseSensorOperator):
     event ends it. Subclasses implement `poke`, `trigger` and `event_value`. A missing
     repository or branch fails the task at once, as it does an operator, whether the poke or
     the trigger finds it missing; `missing_ok`, where a sensor has it, skips the task when
-    the branch is gone.
+    the branch is gone, and `soft_fail` skips it on any failure without retries, poked or
+    deferred.
 
     :param repository: the repository's name (templated)
     :param branch: the branch to watch (templated)
@@ -76,7 +78,7 @@ class BranchwaterBranchSensor(BaseSensorOperator):
 
     def execute(self, context: Context) -> Any:
         try:
-            with failing_at_once():
+            with self.failing_at_once_or_skipping():
                 if not self.deferrable:
                     return super().execute(context)
                 found = self.poke(context)
@@ -89,6 +91,19 @@ class BranchwaterBranchSensor(BaseSensorOperator):
             )
         finally:
             self.hook.close()
+
+    @contextmanager
+    def failing_at_once_or_skipping(self) -> Iterator[None]:
+        """`failing_at_once`, but under `soft_fail` its failure skips the task, as
+        `BaseSensorOperator` skips a failure its poke raises or its trigger ends with: a branch
+        missing when the sensor starts ends it as one deleted while it is deferred does."""
+        try:
+            with failing_at_once():
+                yield
+        except AirflowFailException as exc:
+            if self.soft_fail:
+                raise AirflowSkipException(f"Skipping due to soft_fail: {exc}") from exc
+            raise
 
     def poke(self, context: Context) -> PokeReturnValue:
         raise NotImplementedError

@@ -17,6 +17,7 @@ from branchwater.engine import (
     BranchProtected,
     ConfigurationError,
     Conflict,
+    DirtyBranch,
     InvalidArgument,
     InvalidName,
     NoChanges,
@@ -59,6 +60,7 @@ FINAL_ERRORS = (
     AlreadyExists,
     BranchProtected,
     Conflict,
+    DirtyBranch,
     NoChanges,
     NotFound,
     InvalidName,
@@ -69,7 +71,7 @@ FINAL_ERRORS = (
 repository, branch or ref that is not there (`NotFound`) is a DAG's mistake or an upstream
 task that did not run; waiting does not make it appear. A protected branch (`BranchProtected`,
 `ChecksMissing`) refuses again until its rules or the checks change, which a retry does not
-do."""
+do; a dirty branch (`DirtyBranch`) stays dirty until someone commits or resets it."""
 
 METADATA_PREFIX = "airflow."
 IDENTITY_KEYS = ("dag_id", "run_id", "task_id", "map_index")

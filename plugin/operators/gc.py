@@ -259,6 +259,7 @@ class BranchwaterGCJobOperator(SparkSubmitOperator):
                 command = self.job_command()
                 self.job_env = job_environment(hook, self.repository)
                 check_job_command(self.job_env[JOB_KV_ENV], command)
+                self.check_run(hook)
             self.name = f"{self.name}-{self.repository}"
             self.application_args = ["--kv-env", JOB_KV_ENV, *command]
             with failing_at_once():
@@ -270,6 +271,11 @@ class BranchwaterGCJobOperator(SparkSubmitOperator):
 
     def run_id(self) -> str:
         raise NotImplementedError
+
+    def check_run(self, hook: BranchwaterHook) -> None:
+        """Raise `NotFound` for a run the job starts from and would not find, before Spark
+        starts: waiting does not make it appear. A part that starts from a run overrides
+        this; by default the job starts from none."""
 
     def job_command(self) -> list[str]:
         """The job's arguments but where it finds the KV URL."""
@@ -412,6 +418,10 @@ class BranchwaterGCMarkOperator(BranchwaterGCJobOperator):
 
     def run_id(self) -> str:
         return self.prepare_run
+
+    def check_run(self, hook: BranchwaterHook) -> None:
+        """The prepare run must be finished: the job marks from its manifest."""
+        hook.repository(self.repository).uncommitted_gc_run(self.prepare_run)
 
     def job_arguments(self) -> list[str]:
         mode = gc_mode("mode", self.mode)

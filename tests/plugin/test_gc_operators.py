@@ -54,15 +54,24 @@ def test_an_unknown_repository_or_run_fails_the_gc_job_at_once_before_spark(
             task_id="sweep_unknown_repository", repository="nope", run_id=RUN, **RETRIED
         )
         DryRunJob(task_id="job_unknown_repository", repository="nope", **RETRIED)
+        BranchwaterGCMarkOperator(
+            task_id="mark_unknown_run", repository=repo.name, prepare_run=RUN, **RETRIED
+        )
 
     result = run_dag(dag)
 
-    tasks = ("sweep_unknown_run", "sweep_unknown_repository", "job_unknown_repository")
+    tasks = (
+        "sweep_unknown_run",
+        "sweep_unknown_repository",
+        "job_unknown_repository",
+        "mark_unknown_run",
+    )
     assert result.states == dict.fromkeys(tasks, "failed")
     assert result.tries == dict.fromkeys(tasks, 1)
     output = job_output(capfd)
     assert f"NotFound: GC run {RUN!r} has no summary in {repo.storage_namespace}" in output
     assert "NotFound: repository 'nope' not found" in output
+    assert f"NotFound: GC preparation run {RUN!r} has no manifest in " in output
     assert "Spark-Submit cmd" not in output
 
 

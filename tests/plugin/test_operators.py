@@ -25,6 +25,7 @@ from branchwater.plugin.operators import (
     BranchwaterGCSweepOperator,
     BranchwaterMergeOperator,
     BranchwaterPrepareUncommittedOperator,
+    BranchwaterRevertOperator,
     BranchwaterTagOperator,
     BranchwaterUploadOperator,
 )
@@ -174,6 +175,11 @@ def test_failures_say_what_is_wrong_and_final_ones_are_not_retried(
         branch.upload("same.csv", name.encode())
         branch.commit(name)
     repo.merge("left", into="main")
+    for name in ("dirty", "fresh"):
+        branch = repo.create_branch(name)
+        branch.upload(f"{name}.csv", name.encode())
+        branch.commit(name)
+    repo.branch("dirty").upload("uncommitted.csv", b"u")
     retried = {"retries": 2, "retry_delay": timedelta(seconds=0)}
     with DAG("bw_failures", schedule=None) as dag:
         BranchwaterCreateBranchOperator(
@@ -211,6 +217,16 @@ def test_failures_say_what_is_wrong_and_final_ones_are_not_retried(
             on_no_changes="fail",
             **retried,
         )
+        BranchwaterRevertOperator(
+            task_id="revert_dirty", repository=repo.name, branch="dirty", commit="dirty", **retried
+        )
+        BranchwaterMergeOperator(
+            task_id="merge_dirty",
+            repository=repo.name,
+            source_ref="fresh",
+            destination_branch="dirty",
+            **retried,
+        )
 
     result = run_dag(dag)
 
@@ -225,7 +241,19 @@ def test_failures_say_what_is_wrong_and_final_ones_are_not_retried(
     assert f"AlreadyExists: branch 'right' of '{repo.name}' exists at" in output
     assert "NotFound: ref 'never-made' not found" in output
     assert "InvalidArgument: if_absent must be True or False, not 'False'" in output
-    final = ("elsewhere", "conflict", "nothing_staged", "no_repository", "no_ref", "flag_as_text")
+    dirty = f"DirtyBranch: branch 'dirty' of '{repo.name}' has uncommitted changes: commit or"
+    assert f"{dirty} reset it before a revert onto it (or allow_dirty)" in output
+    assert f"{dirty} reset it before merging into it" in output
+    final = (
+        "elsewhere",
+        "conflict",
+        "nothing_staged",
+        "no_repository",
+        "no_ref",
+        "flag_as_text",
+        "revert_dirty",
+        "merge_dirty",
+    )
     for task in final:
         assert result.tries[task] == 1, task
 
@@ -583,11 +611,12 @@ def test_the_gc_job_refuses_a_master_that_would_show_the_kv_url_on_its_command_l
     capfd: pytest.CaptureFixture[str],
 ) -> None:
     set_connection(monkeypatch, "spark_yarn", "spark", host="yarn")
+    prepared = repo.prepare_uncommitted_for_gc()
     with DAG("bw_gc_on_yarn", schedule=None) as dag:
         BranchwaterGCMarkOperator(
             task_id="mark",
             repository=repo.name,
-            prepare_run="18f2a9c3b7d1-a1b2c3",
+            prepare_run=prepared.run_id,
             conn_id="spark_yarn",
             retries=2,
             retry_delay=timedelta(seconds=0),

@@ -216,6 +216,10 @@ def test_the_compaction_sensor_fails_or_skips_a_missing_branch_and_says_why(
     with DAG("bw_compaction_sensor_failures", schedule=None) as dag:
         BranchwaterCompactionSensor(task_id="gone", branch="gone", **names)
         BranchwaterCompactionSensor(task_id="gone_ok", branch="gone", missing_ok=True, **names)
+        BranchwaterCompactionSensor(task_id="gone_soft", branch="gone", soft_fail=True, **names)
+        BranchwaterCommitSensor(
+            task_id="gone_soft_deferrable", branch="gone", soft_fail=True, deferrable=True, **names
+        )
         BranchwaterCompactionSensor(
             task_id="bad_policy", branch="main", policy={"max_tombstones": "many"}, **names
         )
@@ -228,6 +232,8 @@ def test_the_compaction_sensor_fails_or_skips_a_missing_branch_and_says_why(
     assert result.states == {
         "gone": "failed",
         "gone_ok": "skipped",
+        "gone_soft": "skipped",
+        "gone_soft_deferrable": "skipped",
         "bad_policy": "failed",
         "not_due": "skipped",
     }
@@ -264,8 +270,9 @@ def test_a_branch_deleted_while_the_sensor_waits_fails_it_at_once_or_skips_it(
     capfd: pytest.CaptureFixture[str],
 ) -> None:
     """Deferred, the trigger finds the branch gone; otherwise the next poke does. Either way
-    `missing_ok` skips, and without it the sensor fails without its retries."""
-    for name in ("commit", "compaction", "skipped"):
+    `missing_ok` and `soft_fail` skip, and without them the sensor fails without its retries."""
+    tasks = ("commit", "compaction", "skipped", "soft")
+    for name in tasks:
         repo.create_branch(name)
     waits = {"poke_interval": 0.1, "timeout": 30, "retries": 2, "retry_delay": timedelta(0)}
     names = {"repository": repo.name, **waits, **mode}
@@ -275,12 +282,18 @@ def test_a_branch_deleted_while_the_sensor_waits_fails_it_at_once_or_skips_it(
         CompactionSensorLosingItsBranch(
             task_id="skipped", branch="skipped", missing_ok=True, **names
         )
+        CommitSensorLosingItsBranch(task_id="soft", branch="soft", soft_fail=True, **names)
 
     result = run_dag(dag)
 
-    assert result.states == {"commit": "failed", "compaction": "failed", "skipped": "skipped"}
-    assert result.tries == {"commit": 1, "compaction": 1, "skipped": 1}
-    assert not {"commit", "compaction", "skipped"} & {b.name for b in repo.branches()}
+    assert result.states == {
+        "commit": "failed",
+        "compaction": "failed",
+        "skipped": "skipped",
+        "soft": "skipped",
+    }
+    assert result.tries == dict.fromkeys(tasks, 1)
+    assert not set(tasks) & {b.name for b in repo.branches()}
     output = capfd.readouterr().out
     for name in ("commit", "compaction", "skipped"):
         assert f"branch {name!r} not found in repository {repo.name!r}" in output
