@@ -10,7 +10,7 @@ import contextlib
 import os
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from stat import S_ISREG
 from typing import BinaryIO
@@ -19,18 +19,21 @@ from urllib.parse import unquote, urlsplit
 from branchwater.engine.errors import ConfigurationError, InvalidArgument, NotFound, Unavailable
 from branchwater.engine.objects.native_exit import drain_native_readers_at_exit
 from branchwater.engine.objects.store import (
+    Discarded,
     Listing,
     ObjectInfo,
     ObjectStore,
     Stats,
     StreamSource,
     check_folder,
+    check_moment,
     check_object_key,
     iter_chunks,
 )
 from branchwater.engine.urls import redact_url
 
 _TMP_PREFIX = ".tmp-"
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 class LocalObjectStore(ObjectStore):
@@ -128,6 +131,29 @@ class LocalObjectStore(ObjectStore):
             tmp.unlink(missing_ok=True)
             raise
         return tmp
+
+    def discard_abandoned_writes(self, folder: str, before: datetime) -> Discarded:
+        """Delete the `.tmp-` files under `folder` last modified before `before`. A live
+        write touches its file with every chunk, so only a stopped one (its process killed)
+        leaves a file that old; a write stalled that long loses its file and fails at its
+        rename (`FileNotFoundError`), never publishing a partial object."""
+        check_folder(folder)
+        cutoff_ns = (check_moment(before) - _EPOCH) // timedelta(microseconds=1) * 1000
+        discarded = Discarded()
+        try:
+            for path, st in _temporary_files(self.root / folder if folder else self.root):
+                if st.st_mtime_ns >= cutoff_ns:
+                    continue
+                try:
+                    path.unlink()
+                except (FileNotFoundError, NotADirectoryError):
+                    continue  # renamed into place or removed meanwhile: nothing to discard
+                discarded = Discarded(discarded.writes + 1, discarded.bytes + st.st_size)
+        except OSError as exc:
+            raise Unavailable(
+                f"cannot discard abandoned writes in {self.url}: {exc.strerror}"
+            ) from exc
+        return discarded
 
     def open(self, key: str) -> BinaryIO:
         """The file itself, buffered: the OS reads only what is asked (and its read-ahead)."""
@@ -241,3 +267,21 @@ class LocalObjectStore(ObjectStore):
     @staticmethod
     def _info(key: str, st: os.stat_result) -> ObjectInfo:
         return ObjectInfo(key, st.st_size, datetime.fromtimestamp(st.st_mtime, timezone.utc))
+
+
+def _temporary_files(directory: Path) -> Iterator[tuple[Path, os.stat_result]]:
+    """Every write-in-progress file below `directory` with its `stat`, symbolic links not
+    followed (a link could lead out of the store)."""
+    try:
+        entries = list(os.scandir(directory))
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            yield from _temporary_files(Path(entry.path))
+        elif entry.name.startswith(_TMP_PREFIX) and entry.is_file(follow_symlinks=False):
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # renamed into place since the directory was read
+            yield Path(entry.path), st

@@ -58,12 +58,14 @@ from branchwater.engine.objects.native_exit import drain_native_readers_at_exit
 from branchwater.engine.objects.s3_fallback import Boto3Keys, addressable
 from branchwater.engine.objects.store import (
     AdaptiveReader,
+    Discarded,
     Listing,
     ObjectInfo,
     ObjectStore,
     Stats,
     StreamSource,
     check_folder,
+    check_moment,
     check_object_key,
     iter_chunks,
     known_size,
@@ -408,6 +410,30 @@ class S3ObjectStore(ObjectStore):
 
         found = _bounded_map(one, iter(keys))
         return Stats([size for size, _ in found], [mtime for _, mtime in found])
+
+    def discard_abandoned_writes(self, folder: str, before: datetime) -> Discarded:
+        """Abort the multipart uploads of keys under `folder` initiated before `before`, and
+        with them their parts (bytes S3 bills, no listing of objects shows). A killed
+        writer's upload stays open for ever; obstore cannot list uploads, so boto3 does. S3
+        tells only when an upload began, never when its last part came, so `before` must
+        leave room for the longest upload: one still under way when aborted fails at its
+        completion and publishes nothing. An upload completed or aborted meanwhile is
+        passed over."""
+        folder = check_folder(folder)
+        cutoff = check_moment(before)
+        discarded = Discarded()
+        full_prefix = self.prefix + (f"{folder}/" if folder else "")
+        for upload in self._boto3.multipart_uploads(full_prefix):
+            if _utc(upload["Initiated"]) >= cutoff:
+                continue
+            key, upload_id = upload["Key"], upload["UploadId"]
+            try:
+                size = self._boto3.upload_bytes(key, upload_id)
+                self._boto3.abort_upload(key, upload_id)
+            except NotFound:
+                continue
+            discarded = Discarded(discarded.writes + 1, discarded.bytes + size)
+        return discarded
 
     def close(self) -> None:
         self._store = None

@@ -1,8 +1,11 @@
-"""boto3 for the S3 keys obstore cannot address: keys with ASCII control characters.
+"""boto3 for what obstore cannot do: address keys with ASCII control characters, and list
+or abort multipart uploads.
 
 obstore (Rust's `object_store`) refuses such a key as a path, and fails a whole listing that
 meets one. Other tools write them, and an import reads them where they are, so the S3 driver
 reads, deletes and lists them through boto3 instead; Branchwater itself never writes one.
+obstore aborts the multipart uploads it sees fail, but one whose process was killed stays
+open with its parts; only ListMultipartUploads finds it.
 """
 
 from __future__ import annotations
@@ -97,6 +100,35 @@ class Boto3Keys:
         while (page := self._call(None, lambda: next(pages, None))) is not None:
             yield page
 
+    def multipart_uploads(self, full_prefix: str) -> Iterator[dict[str, Any]]:
+        """The open multipart uploads of keys under `full_prefix` (below the bucket, the
+        driver's prefix included), every page of ListMultipartUploads, as boto3 gives them
+        (`Key`, `UploadId`, `Initiated`)."""
+        paginator = self.client.get_paginator("list_multipart_uploads")
+        pages = iter(paginator.paginate(Bucket=self._bucket, Prefix=full_prefix))
+        while (page := self._call(None, lambda: next(pages, None))) is not None:
+            yield from page.get("Uploads", ())
+
+    def upload_bytes(self, full_key: str, upload_id: str) -> int:
+        """The bytes the parts of an open upload hold, every page of ListParts; `NotFound`
+        once it was completed or aborted."""
+        paginator = self.client.get_paginator("list_parts")
+        pages = iter(paginator.paginate(Bucket=self._bucket, Key=full_key, UploadId=upload_id))
+        total = 0
+        while (page := self._call(full_key, lambda: next(pages, None))) is not None:
+            total += sum(int(part["Size"]) for part in page.get("Parts", ()))
+        return total
+
+    def abort_upload(self, full_key: str, upload_id: str) -> None:
+        """Abort an open upload, dropping its parts; `NotFound` once it was completed or
+        aborted."""
+        self._call(
+            full_key,
+            lambda: self.client.abort_multipart_upload(
+                Bucket=self._bucket, Key=full_key, UploadId=upload_id
+            ),
+        )
+
     def close(self) -> None:
         client = self._clients.made_here()
         if client is not None:
@@ -116,6 +148,8 @@ class Boto3Keys:
         code = str(exc.response.get("Error", {}).get("Code", ""))
         if code in ("NoSuchKey", "404", "NotFound"):
             raise NotFound(f"object {key!r} not found in {self._url}") from None
+        if code == "NoSuchUpload":
+            raise NotFound(f"no open multipart upload of {key!r} in {self._url}") from None
         if code == "PreconditionFailed":
             raise CorruptedData(
                 f"object {key!r} in {self._url} was replaced while it was being read; "

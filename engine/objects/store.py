@@ -47,6 +47,14 @@ class Listing:
 
 
 @dataclass(frozen=True)
+class Discarded:
+    """Abandoned writes a store discarded (`discard_abandoned_writes`), and their bytes."""
+
+    writes: int = 0
+    bytes: int = 0
+
+
+@dataclass(frozen=True)
 class Stats:
     """Sizes and modification times (epoch nanoseconds) of keys, in the keys' order; None
     where the object is gone or the key names no object (a folder, say)."""
@@ -113,6 +121,15 @@ class ObjectStore(abc.ABC):
     @abc.abstractmethod
     def stat_many(self, keys: Sequence[str]) -> Stats:
         """`stat` of many keys at once (S3: HEADs in parallel), None for absent ones."""
+
+    @abc.abstractmethod
+    def discard_abandoned_writes(self, folder: str, before: datetime) -> Discarded:
+        """Discard what writes that never finished left under `folder` (a key without its
+        trailing `/`; "" is the root) and last showed life before `before`: a killed writer
+        leaves such storage (a local temporary file, an open S3 multipart upload) that no
+        listing shows, so no GC run could ever reclaim it. Never an object: only storage no
+        reader can see. A write still under way that is discarded fails; it never publishes
+        a partial object. `before` must be timezone-aware (`check_moment`)."""
 
     def exists(self, key: str) -> bool:
         try:
@@ -182,6 +199,14 @@ def check_folder(folder: object) -> str:
     if not isinstance(folder, str):
         raise InvalidArgument(f"folder must be a string, not {type(folder).__name__}")
     return check_object_key(folder) if folder else folder
+
+
+def check_moment(moment: object) -> datetime:
+    """A timezone-aware datetime: a naive one compared with a store's UTC times would be
+    read in whatever zone this machine is in."""
+    if not isinstance(moment, datetime) or moment.utcoffset() is None:
+        raise InvalidArgument(f"{moment!r} must be a timezone-aware datetime")
+    return moment
 
 
 def check_object_key(key: object) -> str:

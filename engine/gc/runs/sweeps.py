@@ -5,17 +5,20 @@ A mark with no candidates needs no Spark application: the CLI, the provider and 
 alike sweep it here, under the repository's GC run lease, so a quiet repository's scheduled
 run starts one Spark application, not two. Either way `sweep_mark` does the same steps: it
 refuses a mark that cannot be swept, re-arms the run's expiring commits (`StaleGCMark`,
-nothing deleted, when one lapsed or was taken over), deletes, records the sweep, and then
-records the expiring commits as expired, so `CommitExpired` follows either sweep.
+nothing deleted, when one lapsed or was taken over), deletes, discards the namespace's
+abandoned writes (`discard_abandoned_writes`), records the sweep, and then records the
+expiring commits as expired, so `CommitExpired` follows either sweep.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any, Protocol
 
-from branchwater.engine.errors import InvalidArgument
+from branchwater.engine.errors import BranchwaterError, InvalidArgument
+from branchwater.engine.gc.addresses import DATA_PREFIX
 from branchwater.engine.gc.runlock import GCRunLease
 from branchwater.engine.gc.runs import files, report, statuses
 from branchwater.engine.gc.runs.config import JobConfig
@@ -25,6 +28,14 @@ from branchwater.engine.gc.runs.retention import rearm_before_sweep, record_swep
 from branchwater.engine.gc.runs.storage import Namespace, missing_ok_json
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import RepositoryRecord
+from branchwater.engine.units import human_size
+
+log = logging.getLogger(__name__)
+
+ABANDONED_WRITES = "abandoned"
+"""The summary's count (`RunSummary.counts`) of abandoned writes its sweeps discarded."""
+ABANDONED_AFTER = timedelta(hours=24)
+"""The least age of a write GC discards as abandoned (`discard_abandoned_writes`)."""
 
 Deletion = Callable[[files.RunSummary], tuple[list[str], list[files.SliceVolume]]]
 """Deletes a mark's candidates: the files recording what it deleted, and volumes per slice."""
@@ -110,11 +121,47 @@ def sweep_mark(
     rearm_before_sweep(g, record, ns, summary)
     lease.check()
     recorded, per_slice = delete(summary)
+    discard_abandoned_writes(ns, summary, datetime.now(timezone.utc), emit)
     summary = finish_sweep(ns, summary, recorded, per_slice, phases)
     expired = record_swept(g, record, ns, summary)
     if expired:
         emit({"event": "notice", "message": f"{expired} commits recorded as expired"})
     return summary
+
+
+def abandoned_age(summary: files.RunSummary) -> timedelta:
+    """How old an unfinished write under `data/` must be to be discarded: the run's minimum
+    age, and at least `ABANDONED_AFTER`. A local temporary file's mtime moves with every
+    chunk written, but an S3 multipart upload's initiation time never moves, however long
+    its parts keep coming: a day's margin lets long uploads finish (one aborted still fails
+    without publishing anything, but a writer should not lose a day's upload to GC)."""
+    return max(timedelta(seconds=summary.min_age_seconds), ABANDONED_AFTER)
+
+
+def discard_abandoned_writes(
+    ns: Namespace, summary: files.RunSummary, now: datetime, emit: Events
+) -> None:
+    """Discard the writes killed half-way under the namespace's `data/` (temporary files, open
+    multipart uploads: storage no listing shows, so no mark can find it) and add them to
+    the summary's `ABANDONED_WRITES` count. Nothing staged ever names them: an object is
+    staged only once written. A store error is told and left to the next sweep, as the
+    sweep's deletes are done and must be recorded."""
+    try:
+        discarded = ns.store.discard_abandoned_writes(
+            DATA_PREFIX.rstrip("/"), now - abandoned_age(summary)
+        )
+    except BranchwaterError as exc:
+        log.warning("GC run %s: abandoned writes not discarded: %s", summary.run_id, exc)
+        emit({"event": "notice", "message": f"abandoned writes not discarded: {exc}"})
+        return
+    before = summary.volume(ABANDONED_WRITES)
+    summary.counts[ABANDONED_WRITES] = files.Volume(
+        before.objects + discarded.writes, before.bytes + discarded.bytes
+    )
+    if discarded.writes:
+        message = f"{discarded.writes} abandoned writes discarded ({human_size(discarded.bytes)})"
+        log.info("GC run %s: %s", summary.run_id, message)
+        emit({"event": "notice", "message": message})
 
 
 def sweep_without_spark(
