@@ -21,7 +21,13 @@ from branchwater.engine.errors import BranchwaterError, InvalidArgument, NotFoun
 from branchwater.engine.graveler.committed import CommittedStore, RangeCache, RangePolicy
 from branchwater.engine.graveler.metrics import CompactionMetrics
 from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord
-from branchwater.engine.graveler.refs import TOKENS_MARK, BranchGuard, RefStore, branch_not_found
+from branchwater.engine.graveler.refs import (
+    TOKENS_MARK,
+    BranchGuard,
+    DeletionMark,
+    RefStore,
+    branch_not_found,
+)
 from branchwater.engine.graveler.staging import StagedValue, StagingArea
 from branchwater.engine.kv import Store
 from branchwater.engine.objects import ObjectStore, check_s3_options, open_object_store
@@ -34,8 +40,9 @@ S3Options = Mapping[str, str | None]
 `region_name` (see `open_object_store`)."""
 
 REPOSITORY_MARK = "repo/"
-"""To-delete lists of deleted repositories: their partition first, then their tokens; the
-branches are fenced before the drop (`fence_branches`)."""
+"""To-delete lists of repositories being deleted or created: their partition first, then
+their tokens; dropped only once no record names the partition (`_repository_gone`), the
+branches fenced before the drop (`fence_branches`)."""
 ABANDONED_DROP_S = 3600.0
 """A listed drop this old is taken for abandoned and finished by whichever process drops
 next. Dropping is idempotent, so a slow drop that is still running only costs double work."""
@@ -355,10 +362,12 @@ class Graveler:
         """Finish the drops still listed that were marked at least `older_than` seconds ago
         (their process died, or was killed), and the guarded ones at least
         `let_go_older_than` seconds old whose branch has let go of their tokens; returns how
-        many lists were done. Called with no ages, it finishes every list it can.
+        many lists were dropped. Called with no ages, it finishes every list it can.
 
         A guarded list whose branch still names its tokens is left alone: its update is
-        under way, or lost its race (and the tokens are some later commit's to drop).
+        under way, or lost its race (and the tokens are some later commit's to drop). A
+        repository's list whose record still names its partition is taken off, not dropped
+        (`_repository_gone`).
         Parts of long lists that no list names are removed once `ABANDONED_DROP_S` old,
         whatever the ages asked: younger, their writer may be about to name them. That scan
         runs when asked with no ages, else once per `ABANDONED_DROP_S` per process: not after
@@ -376,13 +385,38 @@ class Graveler:
                 continue
             partitions = mark.partitions
             if mark.mark.startswith(REPOSITORY_MARK):
-                partitions = self.fence_branches(mark.mark, partitions)
+                gone = self._repository_gone(mark.mark)
+                if gone is None:
+                    continue
+                partitions = self.fence_branches(mark.mark, gone.partitions)
             self._drop(mark.mark, partitions)
             done += 1
         if not (older_than or let_go_older_than) or now - self._strays_swept_at >= ABANDONED_DROP_S:
             self._strays_swept_at = now
             self.refs.discard_stray_parts(ABANDONED_DROP_S)
         return done
+
+    def _repository_gone(self, mark: str) -> DeletionMark | None:
+        """The repository list `mark` if its partition may drop; None if it may not (taken
+        off when a record still names the partition).
+
+        A delete lists the partition, then removes the record only while the list is as it
+        wrote it; a creation lists it, writes the partition, then inserts the record on the
+        same condition. The list is seized first (`seize_mark`), so neither can take effect
+        on it after: the record read next is final. A record naming the partition means a
+        delete that never took effect (killed before its removal; one under way now finds
+        its removal refused and lists again) or a creation that did: the list is taken off
+        and nothing dropped. No record, or one under a new unique id (re-created since),
+        means a delete done or a creation that never will be (killed; one under way fails
+        its insert): the partition drops."""
+        seized = self.refs.seize_mark(mark)
+        if seized is None:
+            return None
+        record, listed = seized
+        if not self.refs.names_partition(listed.partitions[0]):
+            return listed
+        self.refs.unmark_partitions_if(mark, record)
+        return None
 
     def wait_for_background(self, timeout: float | None = None) -> bool:
         """Wait for the background drops; False if some still run after `timeout` seconds."""

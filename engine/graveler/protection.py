@@ -385,12 +385,15 @@ def protect(g: Graveler, repo: RepositoryRecord, rule: ProtectionRule, by: str) 
 
 
 def unprotect(g: Graveler, repo: RepositoryRecord, pattern: str, by: str) -> RuleBook:
-    """Remove `pattern`'s rule, logged, then fence the branches it matches; `NotFound` if it
-    has none (after fencing them anyway, to finish an unprotect killed midway)."""
+    """Remove `pattern`'s rule, logged, then fence the branches it matches. With no rule,
+    the branches are fenced anyway: one still stamped with the pattern's rule means an
+    unprotect killed before its fence, which this finishes and returns as done (a retried
+    task succeeds); none means there was nothing to remove, `NotFound`."""
     check_pattern(pattern)
     book, _ = read_book(g.kv, repo)
     if book.rule(pattern) is None:
-        fence(g, repo, pattern)
+        if fence(g, repo, pattern):
+            return book
         known = ", ".join(repr(r.pattern) for r in book.rules) or "none"
         raise NotFound(
             f"no protection rule for pattern {pattern!r} in {repo.name!r} (patterns: {known})"
@@ -423,27 +426,36 @@ def _change(
     )
 
 
-def fence(g: Graveler, repo: RepositoryRecord, pattern: str) -> None:
-    """Re-stamp every branch `pattern` matches from the current book."""
+def fence(g: Graveler, repo: RepositoryRecord, pattern: str) -> bool:
+    """Re-stamp every branch `pattern` matches from the current book; True if a stamp
+    replaced carried a rule of `pattern` the book no longer has (what an unprotect frees)."""
+    freed = False
     for branch in list(g.refs.branches(repo)):
-        if pattern_matches(pattern, branch.name):
-            stamp_branch(g, repo, branch.name)
+        if not pattern_matches(pattern, branch.name):
+            continue
+        replaced = stamp_branch(g, repo, branch.name)
+        if replaced is not None:
+            old, book = replaced
+            freed |= book.rule(pattern) is None and any(r.pattern == pattern for r in old.rules)
+    return freed
 
 
-def stamp_branch(g: Graveler, repo: RepositoryRecord, name: str) -> None:
+def stamp_branch(g: Graveler, repo: RepositoryRecord, name: str) -> tuple[Stamp, RuleBook] | None:
     """Stamp one branch from the book, read after the branch so that the `set_if` fails
-    if another fence stamped it in between; a newer stamp is left as it is."""
+    if another fence stamped it in between; a newer stamp is left as it is. Returns the
+    stamp replaced and the book the new one came from; None if nothing was stamped."""
     for _ in g.retry:
         try:
             branch, predicate = g.refs.get_branch(repo, name)
         except NotFound:
-            return
+            return None
         book, _ = read_book(g.kv, repo)
-        if decode_stamp(branch.protection).version >= book.version:
-            return
+        old = decode_stamp(branch.protection)
+        if old.version >= book.version:
+            return None
         stamp = Stamp(book.version, book.matching(name)).encode()
         if g.try_update_branch(repo, dataclasses.replace(branch, protection=stamp), predicate):
-            return
+            return old, book
     raise too_many_tries(f"protecting branch {name!r} of {repo.name!r}", g.retry.attempts)
 
 

@@ -1,8 +1,10 @@
 """Creating and deleting repositories so that a half-finished step is never visible.
 
-Create writes the repository's partition (first commit, default branch) before the record in
-`graveler`; delete lists the partitions to drop, removes the record, then drops them in the
-background. Until the record exists, or once it is gone, nothing reaches the partition.
+Create lists the new partition for deletion, writes it (first commit, default branch), then
+the record in `graveler`, and takes the list off; delete lists the partitions to drop,
+removes the record, then drops them in the background. Until the record exists, or once it
+is gone, nothing reaches the partition; a list either left behind is finished, or taken
+off, by `Graveler.collect_dropped_partitions`.
 """
 
 from __future__ import annotations
@@ -11,7 +13,13 @@ import uuid
 from datetime import datetime, timezone
 
 from branchwater.engine import failpoints
-from branchwater.engine.errors import AlreadyExists, ConfigurationError, NotFound
+from branchwater.engine.errors import (
+    AlreadyExists,
+    ConfigurationError,
+    Conflict,
+    NotFound,
+    TooManyTries,
+)
 from branchwater.engine.graveler.graveler import REPOSITORY_MARK, Graveler, token_partitions
 from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord, is_unicode
 from branchwater.engine.graveler.names import check_ref_name, check_repository_name
@@ -39,24 +47,39 @@ def create_repository(
     )
     location = location_of(repo.storage_namespace)
     replaced = _claim_namespace(g, repo, location)
+    mark = REPOSITORY_MARK + repo.partition.decode()
     try:
-        empty = g.committed(repo).write_metarange([])
-        first = g.refs.add_commit(
-            repo, (), empty, "Repository created", creation_date=repo.creation_date
-        )
-        g.refs.insert_branch(
-            repo, BranchRecord(default_branch, first.id, new_staging_token(repo, default_branch))
-        )
+        listed = g.refs.mark_partitions_for_deletion(mark, [repo.partition])
+        _write_partition(g, repo)
+        failpoints.hit("repository.before_insert")
     except BaseException:
-        g.refs.release_namespace(location, repo, replaced)
+        _abandon(g, repo, location, replaced)
         raise
     try:
-        g.refs.insert_repository(repo)
-    except AlreadyExists:
-        g.refs.release_namespace(location, repo, replaced)
-        g.drop_partitions_later(REPOSITORY_MARK + repo.partition.decode(), [repo.partition])
+        g.refs.insert_repository(repo, mark, listed)
+    except (AlreadyExists, Conflict):
+        _abandon(g, repo, location, replaced)
         raise
+    g.refs.unmark_partitions_if(mark, listed)
     return repo
+
+
+def _write_partition(g: Graveler, repo: RepositoryRecord) -> None:
+    """The first, empty commit and the default branch on it."""
+    empty = g.committed(repo).write_metarange([])
+    first = g.refs.add_commit(
+        repo, (), empty, "Repository created", creation_date=repo.creation_date
+    )
+    branch = repo.default_branch
+    g.refs.insert_branch(repo, BranchRecord(branch, first.id, new_staging_token(repo, branch)))
+
+
+def _abandon(g: Graveler, repo: RepositoryRecord, location: str, replaced: bytes | None) -> None:
+    """Undo a creation whose record surely was not written: its claim, and its partition
+    (listed since the creation began). An insert whose outcome is unknown (`Unavailable`)
+    leaves both: the list's cleanup reads the record to tell."""
+    g.refs.release_namespace(location, repo, replaced)
+    g.drop_listed_later(REPOSITORY_MARK + repo.partition.decode(), [repo.partition])
 
 
 def _check_namespace(name: str, storage_namespace: object) -> None:
@@ -144,14 +167,29 @@ def delete_repository(g: Graveler, name: str) -> None:
     creation of the same name has taken over meanwhile), fence the branches, then drop the
     partitions: a crash in between leaves the list for `collect_dropped_partitions`, never a
     repository that is half there."""
-    repo = g.refs.get_repository(name)
-    mark = REPOSITORY_MARK + repo.partition.decode()
-    partitions = [repo.partition, *token_partitions(g.refs.branches(repo))]
-    g.refs.mark_partitions_for_deletion(mark, partitions)
-    g.refs.remove_repository(name)
+    repo, mark, partitions = _list_and_remove(g, name)
     for claim in list(g.refs.namespace_claims()):
         if (claim.repository, claim.namespace) == (name, repo.storage_namespace):
             failpoints.hit("repository.before_release")
             g.refs.release_namespace(claim.location, repo)
     failpoints.hit("repository.before_drop")
     g.drop_listed_later(mark, g.fence_branches(mark, partitions))
+
+
+def _list_and_remove(g: Graveler, name: str) -> tuple[RepositoryRecord, str, list[bytes]]:
+    """List the repository's partitions, then remove its record only while that list is as
+    written: a cleanup that found the record still there (`Graveler._repository_gone`) may
+    have taken the list off meanwhile, and a record removed after that would leave the
+    partitions listed nowhere. Listed again then."""
+    for _ in g.retry:
+        repo = g.refs.get_repository(name)
+        mark = REPOSITORY_MARK + repo.partition.decode()
+        partitions = [repo.partition, *token_partitions(g.refs.branches(repo))]
+        listed = g.refs.mark_partitions_for_deletion(mark, partitions)
+        failpoints.hit("repository.before_remove")
+        if g.refs.remove_repository(name, mark, listed):
+            return repo, mark, partitions
+    raise TooManyTries(
+        f"deleting repository {name!r} gave up after {g.retry.attempts} attempts: cleanups "
+        "of unfinished drops kept taking its listing off; retry later"
+    )

@@ -249,11 +249,12 @@ def test_a_delete_killed_at_any_listing_write_is_finished_by_the_next_cleanup(
     monkeypatch.setattr(refs_module, "MARK_PART_BYTES", 200)
     dies_at, completed = 1, False
     while not completed:
-        kv = DyingStore(dies_at)
+        kv = DyingStore()
         with Lake(Graveler(kv)) as lake:
             repo = lake.create_repository("sales", storage_namespace=f"file://{tmp_path}/{dies_at}")
             for name in ("dev", "ops", "qa"):
                 repo.create_branch(name, source="main").upload("x", name.encode())
+            kv.dies_at = kv.writes + dies_at
             g, record = lake.graveler, repo.record
             listed = [record.partition, *token_partitions(g.refs.branches(record))]
             action, sealed = sealing_main(g, record)

@@ -9,6 +9,7 @@ a write's first read and the read (or `set_if`) that decides it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -379,6 +380,29 @@ def test_a_protect_killed_before_its_fence_is_finished_by_running_it_again(share
     protect_all(admin)
     with pytest.raises(BranchProtected):
         writer.branch("main").upload("x", b"x")
+
+
+def test_an_unprotect_killed_before_its_fence_is_finished_by_running_it_again(shared) -> None:
+    """The retry finds no rule but a branch still stamped with it: it frees the branch and
+    returns as done, so an automatically retried task succeeds. A pattern with no rule and
+    no branch stamped with one is still `NotFound`."""
+    writer, admin = shared
+    admin.protect("dev", no_direct_writes=True)
+
+    def die() -> None:
+        raise FailpointHit("killed")
+
+    with armed("protect.before_fence", die), pytest.raises(FailpointHit):
+        admin.unprotect("dev")
+    with pytest.raises(BranchProtected):
+        writer.branch("dev").upload("x", b"x")
+    admin.unprotect("dev")
+    writer.branch("dev").upload("x", b"x")
+    for pattern in ("dev", "never/*"):
+        with pytest.raises(
+            NotFound, match=re.escape(f"no protection rule for pattern {pattern!r}")
+        ):
+            admin.unprotect(pattern)
 
 
 # several processes

@@ -41,6 +41,12 @@ class CountingStore(MemoryStore):
         self.calls.append(("delete", partition, key))
         super().delete(partition, key)
 
+    def delete_guarded(
+        self, partition: bytes, key: bytes, guard: tuple[bytes, bytes], expected: bytes
+    ) -> bool:
+        self.calls.append(("delete_guarded", partition, key))
+        return super().delete_guarded(partition, key, guard, expected)
+
     def scan(
         self, partition: bytes, start: bytes = b"", batch_size: int = DEFAULT_BATCH_SIZE
     ) -> Iterator[KeyValue]:
@@ -97,7 +103,7 @@ def test_delete_repository_lists_its_partitions_once_before_the_record_goes(
     lake.delete_repository("sales")
     assert lake.wait_for_cleanup(timeout=30)
     marked = kv.calls.index(("set", GRAVELER_PARTITION, mark))
-    removed = kv.calls.index(("delete", GRAVELER_PARTITION, REPOS_PREFIX + b"sales"))
+    removed = kv.calls.index(("delete_guarded", GRAVELER_PARTITION, REPOS_PREFIX + b"sales"))
     assert marked < removed
     assert [c for c in kv.calls if c[0] == "set" and c[1] == GRAVELER_PARTITION] == [
         ("set", GRAVELER_PARTITION, mark)
