@@ -22,14 +22,16 @@ import os
 import sys
 import tempfile
 import threading
+import weakref
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
+from glob import has_magic
 from pathlib import Path
 from types import TracebackType
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar, cast
 from urllib.parse import quote, unquote
 
 from fsspec.spec import AbstractFileSystem
@@ -38,6 +40,7 @@ from fsspec.utils import tokenize
 
 from branchwater.engine.api import DEFAULT_KV_URL, Branch, Lake, Ref, Repository, Transaction
 from branchwater.engine.errors import (
+    CommitExpired,
     InvalidArgument,
     InvalidName,
     NotFound,
@@ -60,10 +63,16 @@ temporary file; it is uploaded, streamed, when closed."""
 IMMUTABLE_ENTRIES = 100_000
 """Entries at commit ids a filesystem remembers (least recently used dropped first): a
 commit never changes, so a dataset listed once is opened without looking each file up."""
+PINS_SWEPT = 64
+"""Paths with read handles a filesystem tracks before it forgets those whose handles all
+closed; the bound doubles with what stays open, so the sweep costs O(1) per open."""
 LAST = "\U0010ffff"
 """Sorts after every character a path can hold: listing after `dir/` + LAST skips `dir/`."""
 
 Info = dict[str, Any]
+T = TypeVar("T")
+Pin = tuple[weakref.ref["ReadFile"], Entry]
+"""A read handle (weakly held: a handle dropped unclosed lets go) and the entry it opened."""
 
 
 @dataclass(frozen=True)
@@ -133,9 +142,12 @@ class BranchwaterFileSystem(AbstractFileSystem):
             url = kv_url or os.environ.get(KV_URL_ENV) or DEFAULT_KV_URL
             lake = shared_lake(url, s3_options)
         self.lake = lake
-        self._commits: dict[tuple[str, str], Ref] = {}
-        self._entries: OrderedDict[tuple[str, str, str], Entry] = OrderedDict()
+        self._commits: dict[tuple[bytes, str], Ref] = {}
+        self._entries: OrderedDict[tuple[bytes, str, str], Entry] = OrderedDict()
         self._cache_lock = ChildSafeLock()
+        self._pins: dict[Location, list[Pin]] = {}
+        self._pins_swept_at = PINS_SWEPT
+        self._pins_lock = ChildSafeLock()
 
     @classmethod
     def _strip_protocol(cls, path: Any) -> Any:
@@ -173,12 +185,14 @@ class BranchwaterFileSystem(AbstractFileSystem):
     def _ref(self, loc: Location) -> Ref:
         """The ref a location reads at; inside a transaction, a branch it wrote to is read at
         the transaction's branch, so its writes are visible to it. A commit id is resolved
-        once: no branch can be named like one, and a commit never changes."""
+        once per repository (the record's partition, read each time, tells a repository
+        re-created under the same name from the one deleted): no branch can be named like
+        one, and a commit never changes."""
+        repo = self._repository(loc.repository)
         if is_hex_id(loc.ref):
-            known = self._commits.get((loc.repository, loc.ref))
+            known = self._commits.get((repo.record.partition, loc.ref))
             if known is not None:
                 return known
-        repo = self._repository(loc.repository)
         name = self._transaction_branch(repo.name, loc.ref_name) or loc.ref_name
         if not is_hex_id(name) and not any(c in name for c in "~^"):
             with suppress(NotFound, InvalidName):
@@ -188,35 +202,36 @@ class BranchwaterFileSystem(AbstractFileSystem):
         except (NotFound, InvalidName) as exc:
             raise _missing(loc.name(""), exc) from exc
         if is_hex_id(name):
-            self._commits[(loc.repository, name)] = ref
+            self._commits[(repo.record.partition, name)] = ref
         return ref
 
     def _stat(self, loc: Location, ref: Ref, path: str) -> Entry:
         """`ref.stat(path)`, remembered at a commit id (`NotFound` if absent)."""
         if not is_hex_id(loc.ref):
             return ref.stat(path)
-        key = (loc.repository, loc.ref, path)
+        key = (ref.repository.record.partition, loc.ref, path)
         with self._cache_lock:
             entry = self._entries.get(key)
             if entry is not None:
                 self._entries.move_to_end(key)
                 return entry
         entry = ref.stat(path)
-        self._remember(loc, [entry])
+        self._remember(loc, ref, [entry])
         return entry
 
-    def _remember(self, loc: Location, entries: list[Entry]) -> None:
+    def _remember(self, loc: Location, ref: Ref, entries: list[Entry]) -> None:
         if not is_hex_id(loc.ref):
             return
+        partition = ref.repository.record.partition
         with self._cache_lock:
             for entry in entries:
-                self._entries[(loc.repository, loc.ref, entry.path)] = entry
+                self._entries[(partition, loc.ref, entry.path)] = entry
             while len(self._entries) > IMMUTABLE_ENTRIES:
                 self._entries.popitem(last=False)
 
     def _branch(self, path: str) -> tuple[Branch, str]:
         """The branch a write stages on (inside a transaction, its own) and the object path."""
-        loc = parse(self._strip_protocol(path))
+        loc = self._object_location(path, writing=True)
         if not loc.key:
             raise InvalidArgument(f"{PROTOCOL}://{loc.name('')} is not an object path")
         repo = self._repository(loc.repository)
@@ -238,36 +253,101 @@ class BranchwaterFileSystem(AbstractFileSystem):
             return None
         return tx.started.get((repository, branch))
 
-    def _entry(self, path: str) -> tuple[Location, Ref, Entry]:
+    def _location(self, path: Any) -> Location:
+        """`parse` of the path, keeping the trailing `/` fsspec strips: the engine stores `x`
+        and `x/` as two objects, and a path ending in `/` names the folder, neither of them."""
         loc = parse(self._strip_protocol(path))
+        if loc.key and os.fspath(path).endswith("/"):
+            return replace(loc, key=loc.key + "/")
+        return loc
+
+    def _object_location(self, path: Any, *, writing: bool) -> Location:
+        """The location of the object a path names, refusing one ending in `/` (a folder)."""
+        loc = self._location(path)
+        if loc.key.endswith("/"):
+            raise _folder(loc, writing=writing)
+        return loc
+
+    def _entry(self, path: str) -> tuple[Location, Ref, Entry]:
+        loc = self._object_location(path, writing=False)
         if not loc.key:
             raise IsADirectoryError(f"{PROTOCOL}://{loc.name('')} is a directory")
         ref = self._ref(loc)
         try:
             return loc, ref, self._stat(loc, ref, loc.key)
         except NotFound as exc:
-            raise _missing(loc.name(loc.key), exc) from exc
+            raise _missing_at(loc, loc.key, exc) from exc
+
+    def _read(self, loc: Location, ref: Ref, entry: Entry) -> ReadFile:
+        """The entry's object opened, its data gone a `FileNotFoundError`; at a commit id this
+        filesystem remembered, the commit is resolved again first, so one that retention
+        expired since is told as resolving it tells it, not as data lost."""
+        try:
+            return ReadFile(_open_entry(ref, entry), loc, entry)
+        except NotFound as exc:
+            if is_hex_id(loc.ref) and not isinstance(exc, CommitExpired):
+                self._commits.pop((ref.repository.record.partition, loc.ref), None)
+                self._ref(loc)
+            raise _missing_at(loc, entry.path, exc) from exc
+
+    def _pin(self, loc: Location, handle: ReadFile, entry: Entry) -> None:
+        """Remember the entry a read handle opened: DuckDB opens a file, then asks its size
+        in another call, which a commit landing in between must not answer."""
+        with self._pins_lock:
+            self._pins[loc] = [*_still_open(self._pins.get(loc, [])), (weakref.ref(handle), entry)]
+            if len(self._pins) >= self._pins_swept_at:
+                kept = {at: _still_open(pins) for at, pins in self._pins.items()}
+                self._pins = {at: pins for at, pins in kept.items() if pins}
+                self._pins_swept_at = 2 * len(self._pins) + PINS_SWEPT
+
+    def _pinned(self, loc: Location) -> Entry | None:
+        """The entry of the read handle on `loc` opened last of those still open."""
+        with self._pins_lock:
+            pins = _still_open(self._pins.get(loc, []))
+        return pins[-1][1] if pins else None
+
+    def _file_entry(self, path: str) -> Entry:
+        """What `info`-like calls describe: while a read handle on the path is open, the
+        version it reads, so that one file read is one version even at a branch."""
+        pinned = self._pinned(self._location(path))
+        return self._entry(path)[2] if pinned is None else pinned
 
     # Reading
 
     def info(self, path: str, **kwargs: Any) -> Info:
-        loc = parse(self._strip_protocol(path))
+        """The object the path names, else the folder (a path ending in `/`: the folder)."""
+        loc = self._location(path)
         if not loc.repository:
             return _directory("")
         if not loc.ref:
             return _directory(self._repository(loc.repository).name)
+        pinned = self._pinned(loc) if loc.key else None
+        if pinned is not None:
+            return _file_info(loc, pinned)
         ref = self._ref(loc)
         if not loc.key:
             return _directory(loc.name(""))
-        with suppress(NotFound):
-            return _file_info(loc, self._stat(loc, ref, loc.key))
-        if next(iter(ref.list(loc.key.rstrip("/") + "/")), None) is not None:
-            return _directory(loc.name(loc.key.rstrip("/")))
+        folder = loc.key.rstrip("/")
+        if folder == loc.key:
+            with suppress(NotFound):
+                return _file_info(loc, self._stat(loc, ref, loc.key))
+        try:
+            inside = next(_children(ref, folder + "/", loc), None)
+        except NotFound as exc:
+            raise _missing_at(loc, folder, exc) from exc
+        if inside is not None:
+            return _directory(loc.name(folder))
         raise _missing(loc.name(loc.key), "no such object or folder")
 
     def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Info] | list[str]:
-        loc = parse(self._strip_protocol(path))
-        infos = self._ls(loc)
+        """One level; objects whose keys have an empty part (`/x`, `x//y`, `x/`) are left
+        out, since no fsspec name tells them from another, and a folder named like an object
+        is listed as the object, as `info` describes it."""
+        loc = self._location(path)
+        try:
+            infos = self._ls(loc)
+        except NotFound as exc:
+            raise _missing_at(loc, loc.key.rstrip("/"), exc) from exc
         infos.sort(key=lambda info: info["name"])
         return infos if detail else [info["name"] for info in infos]
 
@@ -280,7 +360,7 @@ class BranchwaterFileSystem(AbstractFileSystem):
             return [_directory(f"{repo.name}/{quote(name, safe='~^')}") for name in set(refs)]
         ref = self._ref(loc)
         folder = loc.key.rstrip("/")
-        if folder:
+        if folder and folder == loc.key:
             with suppress(NotFound):
                 return [_file_info(loc, ref.stat(folder))]
         children = list(_children(ref, folder + "/" if folder else "", loc))
@@ -296,23 +376,33 @@ class BranchwaterFileSystem(AbstractFileSystem):
         detail: bool = False,
         **kwargs: Any,
     ) -> list[str] | dict[str, Info]:
-        """Every object under `path` from one flat listing (folders derived from it)."""
+        """Every object under `path` from one flat listing (folders derived from it), left out
+        as `ls` leaves them out. A missing repository or ref finds nothing, as a missing path
+        does: DuckDB's glob then says "No files found" rather than a traceback."""
         if maxdepth is not None and maxdepth < 1:
             raise ValueError("maxdepth must be at least 1")
-        loc = parse(self._strip_protocol(path))
+        loc = self._location(path)
         if not loc.ref:
             return super().find(path, maxdepth, withdirs, detail, **kwargs)
-        ref = self._ref(loc)
+        try:
+            ref = self._ref(loc)
+        except FileNotFoundError:
+            return {} if detail else []
         folder = loc.key.rstrip("/")
         found: dict[str, Info] = {}
-        if folder:
+        if folder and folder == loc.key:
             with suppress(NotFound):
                 entry = ref.stat(folder)
                 found[loc.name(folder)] = _file_info(loc, entry)
         prefix = folder + "/" if folder else ""
-        entries = list(ref.list(prefix))
-        self._remember(loc, entries)
+        try:
+            entries = list(ref.list(prefix))
+        except NotFound as exc:
+            raise _missing_at(loc, folder, exc) from exc
+        self._remember(loc, ref, entries)
         for entry in entries:
+            if not _listable(entry.path):
+                continue
             rest = entry.path[len(prefix) :].split("/")
             if maxdepth is not None and len(rest) > maxdepth:
                 if withdirs:
@@ -340,7 +430,9 @@ class BranchwaterFileSystem(AbstractFileSystem):
     ) -> Any:
         if mode == "rb":
             loc, ref, entry = self._entry(path)
-            return _reader(_open_entry(ref, entry), loc.name(entry.path), entry.size)
+            f = self._read(loc, ref, entry)
+            self._pin(loc, f, entry)
+            return f
         if mode in ("wb", "xb"):
             exclusive = mode == "xb"
             branch, key = self._branch(path)
@@ -350,12 +442,29 @@ class BranchwaterFileSystem(AbstractFileSystem):
             return WriteFile(branch, key, name, exclusive=exclusive)
         raise InvalidArgument(f"mode {mode!r} is not supported: use 'rb', 'wb' or 'xb'")
 
+    def open(self, path: Any, mode: str = "rb", *args: Any, **kwargs: Any) -> Any:
+        """fsspec's, refusing a path ending in `/` first: fsspec strips it before `_open`."""
+        self._object_location(path, writing="r" not in mode)
+        return super().open(path, mode, *args, **kwargs)
+
+    def pipe(self, path: Any, value: bytes | None = None, **kwargs: Any) -> None:
+        """fsspec's, refusing a path ending in `/` first: fsspec strips it before `pipe_file`."""
+        for name in path if isinstance(path, dict) else [path]:
+            self._object_location(name, writing=True)
+        super().pipe(path, value, **kwargs)
+
+    def cat(self, path: Any, recursive: bool = False, **kwargs: Any) -> Any:
+        """fsspec's; one path ending in `/` is a folder, not the object fsspec strips it to."""
+        if isinstance(path, str) and not recursive and not has_magic(path):
+            self._object_location(path, writing=False)
+        return super().cat(path, recursive=recursive, **kwargs)
+
     def cat_file(
         self, path: str, start: int | None = None, end: int | None = None, **kwargs: Any
     ) -> bytes:
-        _, ref, entry = self._entry(path)
+        loc, ref, entry = self._entry(path)
         begin, stop = _bounds(start, end, entry.size)
-        with _open_entry(ref, entry) as f:
+        with self._read(loc, ref, entry) as f:
             f.seek(begin)
             return f.read(max(0, stop - begin))
 
@@ -366,11 +475,10 @@ class BranchwaterFileSystem(AbstractFileSystem):
     def ukey(self, path: str) -> str:
         """A key that changes exactly when the object's content or metadata does; at a commit
         id it never changes, so a cache keyed on it (fsspec's `filecache::`) stays valid."""
-        _, _, entry = self._entry(path)
-        return tokenize(*entry.identity())
+        return tokenize(*self._file_entry(path).identity())
 
     def modified(self, path: str) -> datetime:
-        return self._entry(path)[2].mtime
+        return self._file_entry(path).mtime
 
     # Writing (on branches)
 
@@ -389,7 +497,8 @@ class BranchwaterFileSystem(AbstractFileSystem):
     def cp_file(self, path1: str, path2: str, **kwargs: Any) -> None:
         """Within one branch a copy of the entry (`Branch.copy`); from another ref or
         repository, the object streamed to a new one."""
-        src, dst = parse(self._strip_protocol(path1)), parse(self._strip_protocol(path2))
+        src = self._object_location(path1, writing=False)
+        dst = parse(self._strip_protocol(path2))
         branch, key = self._branch(path2)
         if src.repository == dst.repository and src.ref == dst.ref:
             try:
@@ -398,8 +507,8 @@ class BranchwaterFileSystem(AbstractFileSystem):
             except NotFound as exc:
                 raise _missing(src.name(src.key), exc) from exc
         _, ref, entry = self._entry(path1)
-        with _open_entry(ref, entry) as f:
-            branch.upload(key, f, metadata=entry.metadata)
+        with self._read(src, ref, entry) as f:
+            branch.upload(key, cast(BinaryIO, f), metadata=entry.metadata)
 
     def rm_file(self, path: str) -> None:
         branch, key = self._branch(path)
@@ -409,12 +518,33 @@ class BranchwaterFileSystem(AbstractFileSystem):
             raise _missing(self._strip_protocol(path), exc) from exc
 
     def rm(self, path: Any, recursive: bool = False, maxdepth: int | None = None) -> None:
-        """Stage a delete of every object `path` expands to (folders are implicit)."""
+        """Stage a delete of every object `path` expands to (folders are implicit). A path
+        that exists as spelled (an object; a folder, `recursive`) is that one, not a pattern:
+        `*`, `?` and `[` are characters of real names, which `cat_file` reads literally."""
         check_flag("recursive", recursive)
         paths = path if isinstance(path, list) else [path]
-        for name in self.expand_path(paths, recursive=recursive, maxdepth=maxdepth):
+        for name in paths:
+            loc = self._location(name)
+            if not recursive and loc.key.endswith("/"):
+                raise _folder(loc, writing=True)
+        exact = [p for p in paths if not has_magic(os.fspath(p)) or self._exists(p, recursive)]
+        patterns = [p for p in paths if p not in exact]
+        found: set[str] = set()
+        if exact:
+            found.update(self.expand_path(exact, recursive, maxdepth, assume_literal=True))
+        if patterns:
+            found.update(self.expand_path(patterns, recursive, maxdepth))
+        for name in sorted(found):
             if self.info(name)["type"] == "file":
                 self.rm_file(name)
+
+    def _exists(self, path: str, folder: bool) -> bool:
+        """Whether the path names an object as spelled (or a folder, if `folder`)."""
+        try:
+            kind = self.info(path)["type"]
+        except FileNotFoundError:
+            return False
+        return kind == "file" or folder
 
     def mkdir(self, path: str, create_parents: bool = True, **kwargs: Any) -> None:
         """Folders exist through the objects under them: nothing to do."""
@@ -427,8 +557,73 @@ class BranchwaterFileSystem(AbstractFileSystem):
 
 
 def _open_entry(ref: Ref, entry: Entry) -> BinaryIO:
-    """`Ref.open` of an entry already looked up: verified as it is, without a second lookup."""
-    return open_object(ref.repository.lake.graveler, ref.repository.record, entry)
+    """`Ref.open` of an entry already looked up: verified as it is, without a second lookup,
+    and told the ref and commit it was read at, so data missing names them (or the expiry)."""
+    return open_object(
+        ref.repository.lake.graveler,
+        ref.repository.record,
+        entry,
+        ref=ref.name,
+        commit_id=None if isinstance(ref, Branch) else ref.commit_id,
+    )
+
+
+class ReadFile(io.BufferedIOBase):
+    """A read handle: the opened object with the attributes fsspec readers look for, and its
+    data found missing by a read (deleted while open, its commit expired) the
+    `FileNotFoundError` fsspec callers catch, with the engine's message."""
+
+    def __init__(self, f: BinaryIO, loc: Location, entry: Entry) -> None:
+        super().__init__()
+        self._f = f
+        self._loc = loc
+        self._key = entry.path
+        self.path = loc.name(entry.path)
+        self.size = entry.size
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._f.tell()
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        return self._guard(lambda: self._f.seek(offset, whence))
+
+    def read(self, size: int | None = -1) -> bytes:
+        return self._guard(lambda: self._f.read(-1 if size is None else size))
+
+    read1 = read
+
+    def readinto(self, buffer: Any) -> int:
+        return self._guard(lambda: self._f.readinto(buffer))  # type: ignore[attr-defined]
+
+    def readline(self, size: int | None = -1) -> bytes:
+        return self._guard(lambda: self._f.readline(-1 if size is None else size))
+
+    def close(self) -> None:
+        if not self.closed:
+            self._f.close()
+        super().close()
+
+    def _guard(self, call: Callable[[], T]) -> T:
+        try:
+            return call()
+        except NotFound as exc:
+            raise _missing_at(self._loc, self._key, exc) from exc
+
+
+def _still_open(pins: list[Pin]) -> list[Pin]:
+    """A handle closed or collected no longer reads, so it pins nothing."""
+    kept = []
+    for handle, entry in pins:
+        f = handle()
+        if f is not None and not f.closed:
+            kept.append((handle, entry))
+    return kept
 
 
 def _refuse_shown(branch: Branch, key: str, name: str) -> None:
@@ -481,23 +676,32 @@ def _file_info(loc: Location, entry: Entry) -> Info:
 
 
 def _children(ref: Ref, prefix: str, loc: Location) -> Iterator[Info]:
-    """The objects and folders right under `prefix`: the listing skips over each folder."""
+    """The objects and folders right under `prefix`, as `ls` lists them: the listing skips
+    over each folder; an object sorts before the keys of its namesake folder."""
     after = ""
-    last_folder = None
+    files: set[str] = set()
     while True:
         for entry in ref.list(prefix, after=after):
+            if not _listable(entry.path):
+                continue
             head, slash, _ = entry.path[len(prefix) :].partition("/")
             if not slash:
+                files.add(entry.path)
                 yield _file_info(loc, entry)
                 continue
             folder = prefix + head
-            if folder != last_folder:
-                last_folder = folder
+            if folder not in files:
                 yield _directory(loc.name(folder))
             after = folder + "/" + LAST
             break
         else:
             return
+
+
+def _listable(key: str) -> bool:
+    """A key with an empty part (`/x`, `x//y`, `x/`) has no fsspec name of its own: listed,
+    it reads as its folder, another object or the listed folder itself."""
+    return "" not in key.split("/")
 
 
 def _add_folders(
@@ -507,13 +711,6 @@ def _add_folders(
         folder = loc.name(prefix + "/".join(parts[:depth]))
         if folder not in found:
             found[folder] = _directory(folder)
-
-
-def _reader(f: BinaryIO, name: str, size: int) -> BinaryIO:
-    """`Ref.open`'s file with the attributes fsspec readers look for."""
-    f.path = name  # type: ignore[attr-defined]
-    f.size = size  # type: ignore[attr-defined]
-    return f
 
 
 ExceptionState = tuple[BaseException | None, TracebackType | None]
@@ -714,6 +911,23 @@ class BranchwaterTransaction(FsspecTransaction):
 
 
 BranchwaterFileSystem.transaction_type = BranchwaterTransaction
+
+
+def _missing_at(loc: Location, key: str, exc: NotFound) -> FileNotFoundError:
+    """`_missing` for an engine's `NotFound`; an expired commit names the ref, as resolving
+    one does."""
+    return _missing(loc.name("" if isinstance(exc, CommitExpired) else key), exc)
+
+
+def _folder(loc: Location, *, writing: bool) -> IsADirectoryError:
+    """A path ending in `/` used as an object's: fsspec strips the `/`, which would make it
+    another object (`x` for `x/`)."""
+    api = "Branch.upload or Branch.delete" if writing else "Ref.read or Ref.open"
+    why = (
+        "a path ending in '/' names a folder: an object path may not end in '/' through the "
+        f"filesystem; use the Python API ({api}) for such a key"
+    )
+    return IsADirectoryError(errno.EISDIR, why, f"{PROTOCOL}://{loc.name(loc.key)}")
 
 
 def _missing(name: str, why: object) -> FileNotFoundError:

@@ -10,13 +10,15 @@ is corrected with the tokens sealed above its layers rather than read again.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import islice, takewhile
-from typing import BinaryIO, TypeVar
+from typing import Any, BinaryIO, TypeVar, cast
 
-from branchwater.engine.errors import CorruptedData, NotFound, too_many_tries
+from branchwater.engine.errors import CommitExpired, CorruptedData, NotFound, too_many_tries
 from branchwater.engine.graveler.external import external_location, is_external
+from branchwater.engine.graveler.fence import check_unfenced
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.iterators import Layer, combine, committed_layer, visible
 from branchwater.engine.graveler.model import BranchRecord, Change, Entry, RepositoryRecord
@@ -269,32 +271,140 @@ def object_location(repo: RepositoryRecord, address: str) -> tuple[str, str]:
     return repo.storage_namespace, address
 
 
-def read_object(g: Graveler, repo: RepositoryRecord, entry: Entry, verify: bool = True) -> bytes:
+def read_object(
+    g: Graveler,
+    repo: RepositoryRecord,
+    entry: Entry,
+    verify: bool = True,
+    *,
+    ref: str | None = None,
+    commit_id: str | None = None,
+) -> bytes:
     """The object an entry names, checked against it unless `verify` is off: a read, a deep
-    copy, never returns or copies bytes its entry does not describe."""
-    with open_object(g, repo, entry, verify) as f:
+    copy, never returns or copies bytes its entry does not describe. `ref` and `commit_id`
+    as in `open_object`."""
+    with open_object(g, repo, entry, verify, ref=ref, commit_id=commit_id) as f:
         return f.read()
 
 
-def open_object(g: Graveler, repo: RepositoryRecord, entry: Entry, verify: bool = True) -> BinaryIO:
+def open_object(
+    g: Graveler,
+    repo: RepositoryRecord,
+    entry: Entry,
+    verify: bool = True,
+    *,
+    ref: str | None = None,
+    commit_id: str | None = None,
+) -> BinaryIO:
     """A seekable file object over the object an entry names; with `verify`, its size is
     checked now and its checksum once a read reaches its end (`verified`), raising
-    `CorruptedData` naming path and address."""
+    `CorruptedData` naming path and address.
+
+    `ref` and `commit_id` say what the entry was read at (a `Ref` resolved before a GC
+    sweep still reads its commit): data found missing, when opening or by a read of the
+    open file, is then `CommitExpired` if retention expired or is collecting that commit,
+    else `NotFound` naming the path, the ref and the address (`ReadAt`). The expiry is read
+    on that error path alone, so a read costs nothing more."""
     store_url, key = object_location(repo, entry.address)
+    at = ReadAt(g, repo, entry, store_url, ref, commit_id)
     try:
         f = g.objects(store_url).open(key)
     except NotFound:
-        raise NotFound(
-            f"object {entry.path!r} is staged or committed but its data at {entry.address} "
-            f"is missing from {store_url}"
-        ) from None
+        raise at.missing() from None
+    guarded = cast(BinaryIO, _Guarded(f, at))
     if not verify:
-        return f
+        return guarded
 
     def corrupted(mismatch: str) -> CorruptedData:
         return CorruptedData(
-            f"object {entry.path!r} at {entry.address} in {store_url} was "
+            f"object {entry.path!r}{at.where} at {entry.address} in {store_url} was "
             f"truncated or rewritten in storage: {mismatch}"
         )
 
-    return verified(f, entry, corrupted)
+    return verified(guarded, entry, corrupted)
+
+
+@dataclass(frozen=True)
+class ReadAt:
+    """What a read of `entry` names when its data turns out missing: the object layer knows
+    only the physical key, the reader needs the lake path, the ref and why."""
+
+    g: Graveler
+    repo: RepositoryRecord
+    entry: Entry
+    store_url: str
+    ref: str | None
+    commit_id: str | None
+
+    @property
+    def where(self) -> str:
+        return "" if self.ref is None else f" at ref {self.ref!r} of {self.repo.name!r}"
+
+    def missing(self, *, while_open: bool = False) -> NotFound:
+        """`CommitExpired` when retention expired (or is collecting) the commit read, else
+        the data is missing for another reason: `NotFound` naming path, ref and address."""
+        expired = self.expiry()
+        if expired is not None:
+            return expired
+        address = self.entry.address
+        when = "was deleted while it was open" if while_open else "is missing"
+        explain = (
+            ""
+            if is_external(address)
+            else f"; `branchwater gc explain {self.repo.name} {address}` says if GC deleted it"
+        )
+        return NotFound(
+            f"object {self.entry.path!r}{self.where} is staged or committed but its data at "
+            f"{address} {when} from {self.store_url}{explain}"
+        )
+
+    def expiry(self) -> CommitExpired | None:
+        """The `CommitExpired` the commit read raises now, if any (one KV get)."""
+        if self.commit_id is None:
+            return None
+        try:
+            check_unfenced(self.g.kv, self.repo, self.commit_id)
+        except CommitExpired as exc:
+            return exc
+        return None
+
+
+class _Guarded(io.BufferedIOBase):
+    """`f` unchanged (no buffer of its own, so its read pattern stays), except that a
+    `NotFound` from a read or seek, the object deleted while open (an S3 ranged GET after
+    a sweep), is `ReadAt.missing`: the store's error names only the physical key."""
+
+    def __init__(self, f: BinaryIO, at: ReadAt) -> None:
+        self._f = f
+        self._at = at
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._f.tell()
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        return self._guard(lambda: self._f.seek(offset, whence))
+
+    def read(self, size: int | None = -1) -> bytes:
+        return self._guard(lambda: self._f.read(-1 if size is None else size))
+
+    read1 = read
+
+    def readinto(self, buffer: Any) -> int:
+        return self._guard(lambda: self._f.readinto(buffer))  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        if not self.closed:
+            self._f.close()
+        super().close()
+
+    def _guard(self, call: Callable[[], T]) -> T:
+        try:
+            return call()
+        except NotFound:
+            raise self._at.missing(while_open=True) from None

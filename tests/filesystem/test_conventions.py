@@ -408,3 +408,90 @@ def test_recursive_copy_and_move_within_a_branch(fs_lake: FsLake, tree: str) -> 
     assert fs.cat("sales/main/moved.txt") == FILES["a/x.txt"]
     assert not fs.exists("sales/main/copy/x.txt")
     assert fs.cat(f"sales/{tree}/a/x.txt") == FILES["a/x.txt"]
+
+
+def test_rm_of_a_name_holding_glob_characters_deletes_that_object(fs_lake: FsLake) -> None:
+    """`cat_file` reads `report?.csv` literally, so `rm` of it must not delete `report1.csv`
+    (nor `data[1].csv` become `data1.csv`); a path naming nothing is still a pattern."""
+    main, fs = fs_lake.repo.branch("main"), fs_lake.fs
+    names = ["report?.csv", "report1.csv", "reportX.csv", "data[1].csv", "data1.csv"]
+    for name in [*names, "dir[1]/x.csv", "dir1/y.csv"]:
+        main.upload(name, b"x")
+    main.commit("names with glob characters")
+    fs.rm("sales/main/report?.csv")
+    fs.rm(["sales/main/data[1].csv"])
+    fs.rm("sales/main/dir[1]", recursive=True)
+    assert staged(fs_lake) == {
+        "report?.csv": "removed",
+        "data[1].csv": "removed",
+        "dir[1]/x.csv": "removed",
+    }
+    fs.rm("sales/main/report[1X].csv")
+    assert staged(fs_lake)["report1.csv"] == staged(fs_lake)["reportX.csv"] == "removed"
+    with pytest.raises(FileNotFoundError):
+        fs.rm("sales/main/nothing*.csv")
+
+
+def test_a_path_ending_in_a_slash_names_a_folder_never_an_object(fs_lake: FsLake) -> None:
+    """The engine stores `obj` and `obj/` as two objects; fsspec strips a trailing `/`, so
+    without a refusal `obj/` would read, write or delete `obj`."""
+    main, fs = fs_lake.repo.branch("main"), fs_lake.fs
+    for key in ("obj", "obj/", "trail/"):
+        main.upload(key, key.encode())
+    main.commit("keys ending in a slash")
+    reads = [
+        lambda: fs.cat_file("sales/main/obj/"),
+        lambda: fs.cat("branchwater://sales/main/obj/"),
+        lambda: fs.open("sales/main/trail/"),
+        lambda: fs.open("sales/main/obj/", "r"),
+        lambda: fs.size("sales/main/obj/"),
+        lambda: fs.ukey("sales/main/obj/"),
+    ]
+    for read in reads:
+        with pytest.raises((IsADirectoryError, FileNotFoundError)):
+            read()
+    writes = [
+        lambda: fs.pipe("sales/main/trail2/", b"x"),
+        lambda: fs.pipe({"sales/main/trail2/": b"x"}),
+        lambda: fs.pipe_file("sales/main/obj/", b"x"),
+        lambda: fs.open("sales/main/trail2/", "wb"),
+        lambda: fs.rm("sales/main/trail/"),
+        lambda: fs.rm_file("sales/main/obj/"),
+    ]
+    for write in writes:
+        with pytest.raises(IsADirectoryError, match="may not end in '/'") as raised:
+            write()
+        assert raised.value.filename.endswith("/")
+    assert staged(fs_lake) == {}
+    assert fs.cat_file("sales/main/obj") == b"obj"
+
+
+def test_listings_name_no_entry_twice_nor_the_listed_folder(fs_lake: FsLake) -> None:
+    """Keys with an empty part (`/lead`, `a//b`, `trail/`) are left out of listings (read
+    them by name); a folder named like an object is listed once, as the object."""
+    main, fs = fs_lake.repo.branch("main"), fs_lake.fs
+    for key in ("/lead", "a//b", "trail/", "dup", "dup.txt", "dup/x", "ok.csv"):
+        main.upload(key, key.encode())
+    assert fs.ls("sales/main", detail=False) == [
+        "sales/main/dup",
+        "sales/main/dup.txt",
+        "sales/main/ok.csv",
+    ]
+    assert list(fs.walk("sales/main")) == [("sales/main", [], ["dup", "dup.txt", "ok.csv"])]
+    assert fs.find("sales/main", withdirs=True) == [
+        "sales/main/dup",
+        "sales/main/dup.txt",
+        "sales/main/dup/x",
+        "sales/main/ok.csv",
+    ]
+    assert not fs.exists("sales/main/trail") and not fs.exists("sales/main/a")
+    assert fs.cat_file("sales/main//lead") == b"/lead"
+    assert fs.cat_file("sales/main/a//b") == b"a//b"
+
+
+def test_find_and_glob_of_a_missing_repository_or_ref_find_nothing(
+    fs_lake: FsLake, tree: str
+) -> None:
+    fs = fs_lake.fs
+    for path in ("sales/nope/a", "nope/main/a", "sales/nope/a/*.txt", "nope/main/**"):
+        assert fs.glob(path) == [] and fs.find(path) == [] and fs.find(path, detail=True) == {}

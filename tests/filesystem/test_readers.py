@@ -124,3 +124,21 @@ def test_readers_get_exactly_the_rows_of_each_ref(
 ) -> None:
     for kind, ref in dataset.refs.items():
         assert READERS[reader](fs_lake, ref) == dataset.rows[kind], kind
+
+
+@pytest.mark.parametrize("missing", ["sales/nope/t/a.csv", "nope/main/t/a.csv"])
+def test_duckdb_reading_a_missing_ref_or_repository_finds_no_files(
+    fs_lake: FsLake, missing: str
+) -> None:
+    """As for a missing path: DuckDB's own message, not a Python traceback in its text."""
+    main = fs_lake.repo.branch("main")
+    main.upload("t/a.csv", b"x\n1\n")
+    main.commit("a")
+    con = duckdb.connect()
+    try:
+        con.register_filesystem(fs_lake.fs)
+        with pytest.raises(duckdb.IOException, match="No files found") as raised:
+            con.sql(f"SELECT count(*) FROM 'branchwater://{missing}'").fetchall()
+        assert "Traceback" not in str(raised.value)
+    finally:
+        con.close()
