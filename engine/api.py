@@ -50,6 +50,7 @@ from branchwater.engine.graveler import (
 from branchwater.engine.graveler import merge as merge_ops
 from branchwater.engine.graveler import publish as publish_ops
 from branchwater.engine.graveler import restore as restore_ops
+from branchwater.engine.graveler import tags as tag_ops
 from branchwater.engine.graveler.checks import CheckResult
 from branchwater.engine.graveler.committed import (
     DEFAULT_MAX_BYTES,
@@ -62,7 +63,6 @@ from branchwater.engine.graveler.compaction import (
     CompactionResult,
     CompactionStatus,
 )
-from branchwater.engine.graveler.fence import claim
 from branchwater.engine.graveler.graveler import Graveler, RetryPolicy, S3Options, check_seconds
 from branchwater.engine.graveler.imports import ImportResult
 from branchwater.engine.graveler.merge import MergeResult
@@ -76,7 +76,7 @@ from branchwater.engine.graveler.model import (
     check_flag,
     check_metadata,
 )
-from branchwater.engine.graveler.names import check_new_path, check_path, check_ref_name
+from branchwater.engine.graveler.names import check_new_path, check_path
 from branchwater.engine.graveler.protection import ProtectionChange, ProtectionRule
 from branchwater.engine.graveler.uploads import Upload, UploadSource
 from branchwater.engine.kv import open_store
@@ -453,11 +453,8 @@ class Repository:
         return history.find_merge_base(self._g.refs, self.record, left_id, right_id)
 
     def tag(self, name: str, ref: str) -> Tag:
-        check_ref_name(name, "tag")
-        tag = Tag(name, self._g.refs.resolve(self.record, ref).commit_id)
-        claim(self._g, self.record, tag.commit_id)
-        self._g.refs.insert_tag(self.record, tag)
-        return tag
+        """Tag the commit `ref` resolves to; a tag or a branch of that name is `AlreadyExists`."""
+        return tag_ops.create_tag(self._g, self.record, name, ref)
 
     def tags(self) -> list[Tag]:
         return list(self._g.refs.list_tags(self.record))
@@ -486,7 +483,8 @@ class Repository:
 
     def restore_refs(self, path: str | Path) -> int:
         """Load a dump into this repository, which must still be bare (only its first commit);
-        a damaged or incomplete dump raises `CorruptedData` and restores nothing."""
+        a damaged or incomplete dump raises `CorruptedData` and restores nothing. A restore
+        stopped part-way is finished by running it again with the same dump."""
         from branchwater.engine.graveler.dump import restore_refs
 
         return restore_refs(self._g, self.record, _local_path(path, "restore_refs"))
@@ -570,7 +568,10 @@ class Ref:
         it can be recomputed (`CorruptedData` naming path and address if they differ).
         `verify=False` returns what storage holds, unchecked."""
         check_flag("verify", verify)
-        return reads.read_object(self._g, self._record, self.stat(path), verify)
+        entry = self.stat(path)
+        return reads.read_object(
+            self._g, self._record, entry, verify, ref=self.name, commit_id=self._commit_id or None
+        )
 
     def open(self, path: str, *, verify: bool = True) -> BinaryIO:
         """A readable, seekable file object over the object, in bounded memory; reads fetch
@@ -578,7 +579,10 @@ class Ref:
         the checksum once the reads have covered the object to its end (`CorruptedData`
         naming path and address), as `read` checks its bytes."""
         check_flag("verify", verify)
-        return reads.open_object(self._g, self._record, self.stat(path), verify)
+        entry = self.stat(path)
+        return reads.open_object(
+            self._g, self._record, entry, verify, ref=self.name, commit_id=self._commit_id or None
+        )
 
     def list(self, prefix: str = "", after: str = "") -> Iterator[Entry]:
         prefix, after = _listing_bounds(prefix, after)
@@ -764,12 +768,14 @@ class Branch(Ref):
             self.repository._live(to)
         branch_ops.reset_branch(self._g, self._record, self.name, to)
 
-    def restore(self, paths: str | Sequence[str], source: str) -> int:
+    def restore(self, paths: str | Sequence[str], source: str, *, every_path: bool = False) -> int:
         """Stage `source`'s (any ref's) version of `paths`, as `git restore --source`: each
         path with everything under it as a folder (`orders` is `orders` and `orders/…`; a
         name ending in `/` is a prefix), a path `source` lacks becoming a delete. Returns how
-        many paths it staged; those the branch already shows as `source` has them are left."""
-        return restore_ops.restore(self._g, self._record, self.name, paths, source)
+        many paths it staged; those the branch already shows as `source` has them are left.
+        Every path of the branch is restored only when asked, with no paths and
+        `every_path=True`: an empty path is refused."""
+        return restore_ops.restore(self._g, self._record, self.name, paths, source, every_path)
 
     def get_physical_address(self) -> PhysicalAddress:
         """An address to write an object to (with Spark, aws cli, ...) and the token that lets

@@ -41,7 +41,7 @@ def _pick(lake: Lake, args: argparse.Namespace, out: Output, done: str) -> None:
 
 def cmd_restore(lake: Lake, args: argparse.Namespace, out: Output) -> None:
     branch = lake.repository(args.repo).branch(args.branch)
-    staged = branch.restore(_restored_paths(args), source=args.source)
+    staged = branch.restore(_restored_paths(args), source=args.source, every_path=args.all)
     out.document(
         {"repository": args.repo, "branch": args.branch, "source": args.source, "staged": staged},
         f"Restored {staged} path(s) on {args.branch!r} from {args.source!r} (uncommitted)",
@@ -49,13 +49,13 @@ def cmd_restore(lake: Lake, args: argparse.Namespace, out: Output) -> None:
 
 
 def _restored_paths(args: argparse.Namespace) -> list[str]:
-    """The PATHs, or every path for `--all`. An empty PATH is refused, as git refuses an
+    """The PATHs (none for `--all`: every path). An empty PATH is refused, as git refuses an
     empty pathspec: to the engine it is the prefix of every path, so an unset shell variable
     would restore the whole branch over its uncommitted changes."""
     if args.all:
         if args.paths:
             raise UserError("restore takes PATHs or --all, not both")
-        return [""]
+        return []
     if not args.paths:
         raise UserError("say what to restore: PATHs, or --all for every path")
     if "" in args.paths:

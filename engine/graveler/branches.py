@@ -14,6 +14,7 @@ from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord, new_incarnation
 from branchwater.engine.graveler.names import check_ref_name
 from branchwater.engine.graveler.staging import new_staging_token
+from branchwater.engine.graveler.tags import refuse_shadowing
 
 
 def create_branch(g: Graveler, repo: RepositoryRecord, name: str, source: str) -> BranchRecord:
@@ -26,8 +27,14 @@ def create_branch(g: Graveler, repo: RepositoryRecord, name: str, source: str) -
     failpoints.hit("branch.before_insert")
     g.refs.insert_branch(repo, branch)
     _refuse_deleted_repository(g, repo, branch)
+    refuse_shadowing(g, repo, "branch", name, lambda: _take_back(g, repo, branch))
     protection.after_create(g, repo, branch)
     return branch
+
+
+def _take_back(g: Graveler, repo: RepositoryRecord, branch: BranchRecord) -> None:
+    with contextlib.suppress(NotFound, PredicateFailed):
+        g.refs.remove_branch_if(repo, branch.name, branch.encode())
 
 
 def _refuse_deleted_repository(g: Graveler, repo: RepositoryRecord, branch: BranchRecord) -> None:
@@ -39,8 +46,7 @@ def _refuse_deleted_repository(g: Graveler, repo: RepositoryRecord, branch: Bran
     except NotFound:
         live = False
     if not live:
-        with contextlib.suppress(NotFound, PredicateFailed):
-            g.refs.remove_branch_if(repo, branch.name, branch.encode())
+        _take_back(g, repo, branch)
         raise NotFound(f"repository {repo.name!r} not found: it was deleted")
 
 

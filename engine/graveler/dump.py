@@ -7,11 +7,17 @@ read and checked whole before anything is written, so a damaged or hostile one i
 never half restored: every id's form (a metarange id becomes an object key), every field's
 type, each commit's id and generation against its content, no branch or tag twice, every
 parent and ref target present, and every metarange in the namespace.
+
+A restore stopped part-way (a killed process) is finished by restoring the same dump again:
+the repository's `RESTORE_KEY` names the dump whose records it may hold besides its own first
+commit, and a retry accepts those records, identical, and nothing else.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +44,9 @@ from branchwater.engine.graveler.refs import commit_id_for
 from branchwater.engine.graveler.staging import new_staging_token
 
 FORMAT = "branchwater-refs/1"
+RESTORE_KEY = b"refs-restore"
+"""In a repository's partition while a restore writes: its `_Started`. Removed after the last
+write, so a finished restore leaves a repository that is not bare, as any other does."""
 
 
 def dump_refs(g: Graveler, repo: RepositoryRecord, path: Path) -> int:
@@ -53,12 +62,31 @@ def dump_refs(g: Graveler, repo: RepositoryRecord, path: Path) -> int:
         "tags": tags,
     }
     try:
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(document, indent=1))
-        tmp.replace(path)
+        _write(path, json.dumps(document, indent=1))
     except ValueError as exc:  # no file name, a NUL, a lone surrogate
         raise InvalidArgument(f"cannot dump refs to {str(path)!r}: {exc}") from None
+    except OSError as exc:
+        raise InvalidArgument(f"cannot dump refs to {str(path)!r}: {exc.strerror or exc}") from None
     return len(commits) + len(branches) + len(tags)
+
+
+def _write(path: Path, text: str) -> None:
+    """A regular file is replaced whole (a dump cut short leaves the old one); a link is
+    followed, as a shell's `>` follows it, rather than replaced by a file; a pipe or a device
+    is written in place; a directory is refused."""
+    target = path.resolve() if path.is_symlink() else path
+    if target.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "it is a directory: name a file")
+    if target.exists() and not target.is_file():
+        with open(target, "w") as f:
+            f.write(text)
+        return
+    tmp = target.with_name(target.name + ".tmp")
+    try:
+        tmp.write_text(text)
+        tmp.replace(target)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
@@ -69,19 +97,43 @@ class _Dump:
     tags: list[Tag]
     branches: list[tuple[str, str]]
 
+    def digest(self) -> str:
+        """The records' hash, in no particular order: a retry must bring the same records,
+        however the file lays them out."""
+        records = [
+            sorted(commit.encode().decode() for commit in self.commits),
+            sorted(tag.encode().decode() for tag in self.tags),
+            sorted(self.branches),
+        ]
+        return hashlib.sha256(json.dumps(records).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class _Started:
+    """A restore under way: the digest of its dump, and the bare repository's one commit
+    (`""` if none), which its default branch may still point at until the restore moves it."""
+
+    dump: str
+    base: str
+
+    def encode(self) -> bytes:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True).encode()
+
 
 def restore_refs(g: Graveler, repo: RepositoryRecord, path: Path) -> int:
     dump = _read(path)
     _check_metaranges(g, repo, path, dump.commits)
-    _check_bare(g, repo)
+    started, predicate = _check_restorable(g, repo, path, dump)
     for name, commit_id in dump.branches:
         _check_may_move(g, repo, name, commit_id)
+    _mark_started(g, repo, started, predicate)
     for commit in dump.commits:
         g.refs.put_commit(repo, commit)
     for tag in dump.tags:
-        g.refs.insert_tag(repo, tag)
+        _restore_tag(g, repo, tag)
     for name, commit_id in dump.branches:
         _restore_branch(g, repo, name, commit_id)
+    g.kv.delete(repo.partition, RESTORE_KEY)
     return len(dump.commits) + len(dump.tags) + len(dump.branches)
 
 
@@ -194,15 +246,87 @@ def _check_metaranges(
             )
 
 
-def _check_bare(g: Graveler, repo: RepositoryRecord) -> None:
-    """Restoring over history would interleave two histories; only a fresh repository takes it."""
+def _check_restorable(
+    g: Graveler, repo: RepositoryRecord, path: Path, dump: _Dump
+) -> tuple[_Started, bytes | None]:
+    """The restore to record before the first write, and the predicate to record it under.
+    Restoring over history would interleave two histories: only a bare repository takes a
+    dump, or one holding besides its first commit records of this very dump, which a stopped
+    restore of it wrote."""
+    started, predicate = _read_started(g, repo)
+    base = _bare_commit(g, repo)
+    if base is not None:
+        return _Started(dump.digest(), base), predicate
+    if started is None:
+        raise _not_bare(repo)
+    if started.dump != dump.digest():
+        raise InvalidArgument(
+            f"repository {repo.name!r} is not bare: it holds part of another refs dump than "
+            f"{str(path)!r}, whose restore stopped; restore that dump again to finish it, or "
+            "restore into a newly created repository"
+        )
+    _check_only_records_of(g, repo, dump, started.base)
+    return started, predicate
+
+
+def _read_started(g: Graveler, repo: RepositoryRecord) -> tuple[_Started | None, bytes | None]:
+    try:
+        value, predicate = g.kv.get(repo.partition, RESTORE_KEY)
+    except NotFound:
+        return None, None
+    return _Started(**json.loads(value)), predicate
+
+
+def _bare_commit(g: Graveler, repo: RepositoryRecord) -> str | None:
+    """The bare repository's one commit (`""` if it has none), or None if it is not bare."""
     commits = list(g.refs.list_commits(repo))
     branches = list(g.refs.branches(repo))
     staged = any(g.has_uncommitted(b) for b in branches)
     if len(commits) > 1 or len(branches) > 1 or staged or any(True for _ in g.refs.list_tags(repo)):
-        raise InvalidArgument(
-            f"repository {repo.name!r} is not bare: restore refs into a newly created repository"
-        )
+        return None
+    return commits[0].id if commits else ""
+
+
+def _check_only_records_of(g: Graveler, repo: RepositoryRecord, dump: _Dump, base: str) -> None:
+    """Every commit, tag and branch is the dump's, identical, or the bare repository's own
+    first commit and default branch on it; nothing is staged."""
+    commits = {commit.id: commit.encode() for commit in dump.commits}
+    tags = {tag.name: tag for tag in dump.tags}
+    branches = dict(dump.branches)
+    if any(c.id != base and commits.get(c.id) != c.encode() for c in g.refs.list_commits(repo)):
+        raise _not_bare(repo)
+    if any(tags.get(tag.name) != tag for tag in g.refs.list_tags(repo)):
+        raise _not_bare(repo)
+    for branch in g.refs.branches(repo):
+        allowed = {branches.get(branch.name)}
+        if branch.name == repo.default_branch:
+            allowed.add(base)
+        if branch.commit_id not in allowed or g.has_uncommitted(branch):
+            raise _not_bare(repo)
+
+
+def _not_bare(repo: RepositoryRecord) -> InvalidArgument:
+    return InvalidArgument(
+        f"repository {repo.name!r} is not bare: restore refs into a newly created repository"
+    )
+
+
+def _mark_started(
+    g: Graveler, repo: RepositoryRecord, started: _Started, predicate: bytes | None
+) -> None:
+    """Record the restore before its first write, so a retry after a kill can tell its
+    records from anyone else's; under the predicate read, so of two restores racing into one
+    bare repository only one goes on."""
+    value = started.encode()
+    if predicate == value:
+        return
+    try:
+        g.kv.set_if(repo.partition, RESTORE_KEY, value, predicate)
+    except PredicateFailed:
+        raise AlreadyExists(
+            f"another restore of refs into {repo.name!r} began meanwhile; restore again once "
+            "it has ended"
+        ) from None
 
 
 def _check_may_move(g: Graveler, repo: RepositoryRecord, name: str, commit_id: str) -> None:
@@ -215,6 +339,17 @@ def _check_may_move(g: Graveler, repo: RepositoryRecord, name: str, commit_id: s
     protection.check(repo, branch, "reset", f"restoring refs onto {name!r}", to_commit=commit_id)
 
 
+def _restore_tag(g: Graveler, repo: RepositoryRecord, tag: Tag) -> None:
+    try:
+        g.refs.insert_tag(repo, tag)
+    except AlreadyExists:
+        if g.refs.get_tag(repo, tag.name) != tag:
+            raise AlreadyExists(
+                f"tag {tag.name!r} was made while restoring refs into {repo.name!r}; delete it "
+                "and restore again"
+            ) from None
+
+
 def _restore_branch(g: Graveler, repo: RepositoryRecord, name: str, commit_id: str) -> None:
     try:
         fresh = BranchRecord(name, commit_id, new_staging_token(repo, name))
@@ -223,6 +358,8 @@ def _restore_branch(g: Graveler, repo: RepositoryRecord, name: str, commit_id: s
     except AlreadyExists:
         pass
     branch, predicate = g.refs.get_branch(repo, name)
+    if branch.commit_id == commit_id:
+        return
     protection.check(repo, branch, "reset", f"restoring refs onto {name!r}", to_commit=commit_id)
     try:
         g.refs.set_branch_if(repo, dataclasses.replace(branch, commit_id=commit_id), predicate)

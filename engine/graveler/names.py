@@ -7,6 +7,7 @@ shadow the commit a reader pins. Resolution reads a full commit id as the commit
 from __future__ import annotations
 
 import re
+import unicodedata
 
 from branchwater.engine.errors import InvalidArgument, InvalidName
 
@@ -15,6 +16,10 @@ REPOSITORY_NAME_PATTERN = "^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$"
 _REPOSITORY = re.compile(REPOSITORY_NAME_PATTERN)
 _REF_FORBIDDEN = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]")
 _HEX_ID = re.compile(r"[0-9a-f]{64}")
+_UNSEEN = frozenset({"Cc", "Cf", "Zl", "Zp", "Zs"})
+"""Unicode categories of characters a name may not hold beyond ASCII: controls, format
+characters (zero-width, direction overrides), line and paragraph breaks, and spaces: a name
+must read as it is, on a terminal and in a listing."""
 
 
 def is_hex_id(text: str) -> bool:
@@ -83,6 +88,13 @@ def _unicode_problem(text: object) -> str | None:
     return None
 
 
+def _unseen_character(name: str) -> str | None:
+    for char in name:
+        if char > "\x7f" and unicodedata.category(char) in _UNSEEN:
+            return f"U+{ord(char):04X} {unicodedata.name(char, '')}".rstrip()
+    return None
+
+
 def check_repository_name(name: object) -> str:
     if not isinstance(name, str) or not _REPOSITORY.fullmatch(name):
         raise InvalidName(
@@ -113,6 +125,14 @@ def _ref_name_problem(name: object) -> str | None:
         return "it must be at most 255 bytes"
     if _REF_FORBIDDEN.search(name):
         return "it must not contain spaces, control characters or any of ~ ^ : ? * [ \\"
+    unseen = _unseen_character(name)
+    if unseen:
+        return f"it must not contain invisible, spacing or line-breaking characters ({unseen})"
+    if unicodedata.normalize("NFC", name) != name:
+        return (
+            "it must be in Unicode's composed form (NFC), so that two names that look alike "
+            f"are one name: use {unicodedata.normalize('NFC', name)!r}"
+        )
     if name == "@" or "@{" in name:
         return "it must not be '@' or contain '@{'"
     if ".." in name or "//" in name:

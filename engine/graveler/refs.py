@@ -23,6 +23,7 @@ from typing import NamedTuple
 
 from branchwater.engine.errors import (
     AlreadyExists,
+    Conflict,
     InvalidArgument,
     NotFound,
     PredicateFailed,
@@ -152,16 +153,40 @@ class RefStore:
             raise NotFound(f"repository {name!r} not found") from None
         return RepositoryRecord.decode(value)
 
-    def insert_repository(self, repo: RepositoryRecord) -> None:
+    def insert_repository(self, repo: RepositoryRecord, mark: str, listed: bytes) -> None:
+        """Write the record where none has the name (else `AlreadyExists`), only while the
+        to-delete list `mark` still holds `listed` (the creation's own listing of its
+        partition), in one atomic step: a cleanup that seized the list (`seize_mark`) to
+        drop the partition makes it fail with `Conflict`."""
+        guard = (GRAVELER_PARTITION, TO_DELETE_PREFIX + mark.encode())
+        key = REPOS_PREFIX + repo.name.encode()
         try:
-            self.kv.set_if(
-                GRAVELER_PARTITION, REPOS_PREFIX + repo.name.encode(), repo.encode(), None
-            )
+            created = self.kv.create_guarded(GRAVELER_PARTITION, key, repo.encode(), guard, listed)
         except PredicateFailed:
-            raise AlreadyExists(f"repository {repo.name!r} already exists") from None
+            raise Conflict(
+                f"repository {repo.name!r} was not created: a cleanup of unfinished drops took "
+                "its creation for abandoned and drops what it wrote; create it again"
+            ) from None
+        if not created:
+            raise AlreadyExists(f"repository {repo.name!r} already exists")
 
-    def remove_repository(self, name: str) -> None:
-        self.kv.delete(GRAVELER_PARTITION, REPOS_PREFIX + name_key(name, "repository name"))
+    def remove_repository(self, name: str, mark: str, listed: bytes) -> bool:
+        """Remove the record only while the to-delete list `mark` still holds `listed` (the
+        delete's own listing), in one atomic step; False if a cleanup seized the list
+        meanwhile (`seize_mark`), which may take it off as the record was still there."""
+        key = REPOS_PREFIX + name_key(name, "repository name")
+        guard = (GRAVELER_PARTITION, TO_DELETE_PREFIX + mark.encode())
+        return self.kv.delete_guarded(GRAVELER_PARTITION, key, guard, listed)
+
+    def names_partition(self, partition: bytes) -> bool:
+        """Whether the repository record of the name `partition` (`<name>-<unique id>`) is
+        for this very partition: false once deleted, or re-created under a new unique id."""
+        name = partition.decode().rpartition("-")[0]
+        try:
+            value, _ = self.kv.get(GRAVELER_PARTITION, REPOS_PREFIX + name.encode())
+        except NotFound:
+            return False
+        return RepositoryRecord.decode(value).partition == partition
 
     def claim_namespace(self, location: str, repo: RepositoryRecord) -> bytes | None:
         """Bind `location`, where `repo`'s storage namespace lies, to this repository in one
@@ -242,10 +267,11 @@ class RefStore:
         partitions: list[bytes],
         marked_at: float | None = None,
         guard: BranchGuard | None = None,
-    ) -> None:
+    ) -> bytes:
         """List partitions to drop under `mark`, stamped `marked_at` (epoch seconds; now by
         default) so that a drop its process abandoned can be told from one under way;
-        `guard` names the branch that must let go of them first.
+        `guard` names the branch that must let go of them first. Returns the record written,
+        for a step that must not outlive it (`remove_repository`).
 
         A list longer than `MARK_PART_BYTES` is written in parts first and named by the
         mark's record last: a process killed in between leaves the record as it was (an
@@ -259,13 +285,15 @@ class RefStore:
         inline = json.dumps({"partitions": names, **document}).encode()
         if len(inline) <= MARK_PART_BYTES:
             self.kv.set(GRAVELER_PARTITION, key, inline)
-            return
+            return inline
         replaced = self._parts_named(key)
         parts = self._write_parts(mark, names)
         document["parts"] = list(parts)
-        self.kv.set(GRAVELER_PARTITION, key, json.dumps(document).encode())
+        record = json.dumps(document).encode()
+        self.kv.set(GRAVELER_PARTITION, key, record)
         if replaced is not None:
             self._delete_parts(*replaced)
+        return record
 
     def _write_parts(self, mark: str, names: list[str]) -> tuple[str, int]:
         """Store `names` in parts under a new id; returns the id and how many parts."""
@@ -355,6 +383,36 @@ class RefStore:
                 self.kv.delete(GRAVELER_PARTITION, MARK_PARTS_PREFIX + key)
             removed += len(parts)
         return removed
+
+    def seize_mark(self, mark: str) -> tuple[bytes, DeletionMark] | None:
+        """Stamp the list's record afresh by compare-and-swap, so that a step guarded on the
+        value it had (`insert_repository`, `remove_repository`) can no longer
+        take effect. Returns the new record and the list it holds; None if the list changed
+        or went meanwhile (its writer is at work: a later collection sees it again)."""
+        key = TO_DELETE_PREFIX + mark.encode()
+        try:
+            value, predicate = self.kv.get(GRAVELER_PARTITION, key)
+        except NotFound:
+            return None
+        seized = json.dumps({**json.loads(value), "seized": uuid.uuid4().hex}).encode()
+        try:
+            self.kv.set_if(GRAVELER_PARTITION, key, seized, predicate)
+        except PredicateFailed:
+            return None
+        listed = self._read_mark(mark.encode(), seized)
+        return None if listed is None else (seized, listed)
+
+    def unmark_partitions_if(self, mark: str, record: bytes) -> None:
+        """`unmark_partitions`, only while the list's record is still `record`: one
+        rewritten since (a delete listing the partition again) stays."""
+        key = TO_DELETE_PREFIX + mark.encode()
+        try:
+            self.kv.delete_if(GRAVELER_PARTITION, key, record)
+        except (NotFound, PredicateFailed):
+            return
+        parts = _parts_of(json.loads(record))
+        if parts is not None:
+            self._delete_parts(*parts)
 
     def tokens_in_use(self, guard: BranchGuard) -> set[bytes]:
         """The staging tokens the guard's branch names now (none once it is gone)."""
@@ -506,6 +564,10 @@ class RefStore:
     def remove_tag(self, repo: RepositoryRecord, name: str) -> None:
         self.get_tag(repo, name)
         self.kv.delete(repo.partition, TAGS + name.encode())
+
+    def remove_tag_if(self, repo: RepositoryRecord, tag: Tag) -> None:
+        """Delete the tag if it is still `tag` (`PredicateFailed` otherwise)."""
+        self.kv.delete_if(repo.partition, TAGS + tag.name.encode(), tag.encode())
 
     def list_tags(self, repo: RepositoryRecord, after: str = "") -> Iterator[Tag]:
         for _, value in scan_prefix(self.kv, repo.partition, TAGS, after.encode()):

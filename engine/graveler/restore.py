@@ -17,7 +17,7 @@ from branchwater.engine import failpoints
 from branchwater.engine.errors import InvalidArgument, NotFound
 from branchwater.engine.graveler.fence import claim
 from branchwater.engine.graveler.graveler import Graveler
-from branchwater.engine.graveler.model import Entry, RepositoryRecord
+from branchwater.engine.graveler.model import Entry, RepositoryRecord, check_flag
 from branchwater.engine.graveler.names import check_path
 from branchwater.engine.graveler.reads import list_branch, list_commit
 from branchwater.engine.graveler.writes import stage_delete, stage_entry
@@ -29,9 +29,11 @@ def restore(
     branch_name: str,
     paths: str | Sequence[str],
     source: str,
+    every_path: bool = False,
 ) -> int:
-    """Stage `source`'s version of `paths` on the branch; returns how many paths changed."""
-    specs = _specs(paths)
+    """Stage `source`'s version of `paths` (or of every path) on the branch; returns how many
+    paths changed."""
+    specs = _specs(paths, every_path)
     commit_id = g.refs.resolve(repo, source).commit_id
     claim(g, repo, commit_id)
     staged = 0
@@ -54,12 +56,24 @@ def _stage(
             stage_delete(g, repo, branch_name, path)
 
 
-def _specs(paths: object) -> list[str]:
-    """The path specs, checked; overlapping ones (`a` and `a/b`) are restored once."""
+def _specs(paths: object, every_path: bool) -> list[str]:
+    """The path specs, checked; overlapping ones (`a` and `a/b`) are restored once. An empty
+    path is refused, as git refuses an empty pathspec: it is the prefix of every path, so an
+    unset variable would restore the whole branch over its uncommitted changes."""
+    check_flag("every_path", every_path)
     items = [paths] if isinstance(paths, str) else paths
+    if every_path:
+        if items:
+            raise InvalidArgument("restore takes paths or every_path=True, not both")
+        return [""]
     if not isinstance(items, Sequence) or not items:
         raise InvalidArgument("restore needs a path, a prefix or a list of them")
-    specs = sorted({check_path(item, "restore path", empty=True) for item in items})
+    if any(item == "" for item in items):
+        raise InvalidArgument(
+            "an empty restore path would restore every path of the branch (an unset "
+            "variable?): pass every_path=True for that"
+        )
+    specs = sorted({check_path(item, "restore path") for item in items})
     kept: list[str] = []
     for spec in specs:
         if not any(_covers(outer, spec) for outer in kept):

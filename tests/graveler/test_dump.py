@@ -1,19 +1,32 @@
 """`refs restore` against hostile dumps: each is refused whole, before anything is written,
-or restores a repository every ref of which reads; never a repository that fails to read."""
+or restores a repository every ref of which reads; never a repository that fails to read.
+A restore stopped at any of its writes (raised out of, or its process killed) is finished by
+restoring the same dump again, and refused for any other."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from branchwater.engine import CorruptedData, Lake
+from branchwater.engine import CorruptedData, InvalidArgument, Lake, NotFound
 from branchwater.engine.api import Repository
+from branchwater.engine.graveler.dump import RESTORE_KEY
+from branchwater.engine.graveler.graveler import Graveler
 from tests.helpers.hostile import REF_FIELDS, any_text, dumped_and_recreated, hostile_dump, stored
+
+ROOT = Path(__file__).resolve().parents[2]
 
 HOSTILE_VALUES = st.one_of(
     st.sampled_from(["../../../../etc/passwd", "/etc/passwd", "", "main", "0" * 63]),
@@ -134,3 +147,233 @@ def test_what_a_hostile_dump_is_refused_for(
     damaged.write_text(json.dumps(hostile_dump(restored.document, where, value)))
     with pytest.raises(CorruptedData, match=re.escape(says)):
         restored.repo.restore_refs(damaged)
+
+
+# --- a restore stopped part-way -------------------------------------------------------------
+
+RECORD_WRITES = ("put_commit", "insert_tag", "insert_branch", "set_branch_if")
+WRITE_STEPS = range(1, 9)
+"""The fixture's dump restored: the restore's mark, 3 commits, 1 tag, `dev` created, `main`
+moved, the mark removed."""
+
+
+class Stopped(Exception):
+    """Raised instead of a restore's write."""
+
+
+def _raise() -> None:
+    raise Stopped
+
+
+def _kill() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@contextmanager
+def stopped_before_write(g: Graveler, step: int, stop: Callable[[], None]) -> Iterator[None]:
+    """`stop` runs in place of the `step`-th write a restore makes (1 is the first): its
+    records' writes and those of its `RESTORE_KEY`."""
+    seen = 0
+
+    def counted(write: Callable[..., Any], counts: Callable[..., bool]) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            nonlocal seen
+            if counts(*args):
+                seen += 1
+                if seen == step:
+                    stop()
+            return write(*args, **kwargs)
+
+        return run
+
+    patched = [(g.refs, name, lambda *_: True) for name in RECORD_WRITES]
+    marks = [(g.kv, name, lambda _p, key, *_: key == RESTORE_KEY) for name in ("set_if", "delete")]
+    patched += marks
+    for owner, name, counts in patched:
+        setattr(owner, name, counted(getattr(owner, name), counts))
+    try:
+        yield
+    finally:
+        for owner, name, _ in patched:
+            delattr(owner, name)
+
+
+def restore_killed(kv_url: str, dump: str, step: str) -> None:
+    """Restore `dump` into `sales`, this process killed at write `step` (run as a child)."""
+    with Lake.connect(kv_url) as lake, stopped_before_write(lake.graveler, int(step), _kill):
+        lake.repository("sales").restore_refs(dump)
+
+
+def restored_view(repo: Repository, bare: str) -> dict[str, object]:
+    """What a restore made of `repo`: its commits (but the bare repository's `bare`), branches,
+    tags and logs; and what it must not leave: staged changes, its mark."""
+    g = repo.lake.graveler
+    branches = repo.branches()
+    try:
+        g.kv.get(repo.record.partition, RESTORE_KEY)
+        marked = True
+    except NotFound:
+        marked = False
+    return {
+        "commits": sorted(c.encode() for c in g.refs.list_commits(repo.record) if c.id != bare),
+        "branches": {b.name: b.commit_id for b in branches},
+        "tags": repo.tags(),
+        "logs": {b.name: [c.id for c in repo.log(b.name)] for b in branches},
+        "staged": [b.name for b in branches if list(b.uncommitted())],
+        "marked": marked,
+    }
+
+
+def straight_view(restored: Restored) -> dict[str, object]:
+    """The view of an uninterrupted restore of the dump; the repository bare again after."""
+    bare = restored.repo.branch("main").commit_id
+    restored.repo.restore_refs(restored.dump)
+    view = restored_view(restored.repo, bare)
+    restored.recreate()
+    return view
+
+
+def stopped_at(restored: Restored, step: int) -> str:
+    """The restore of the dump raised out of at write `step`; the bare commit."""
+    bare = restored.repo.branch("main").commit_id
+    with stopped_before_write(restored.lake.graveler, step, _raise), pytest.raises(Stopped):
+        restored.repo.restore_refs(restored.dump)
+    return bare
+
+
+@pytest.mark.parametrize("step", WRITE_STEPS)
+def test_a_restore_raised_out_of_at_each_write_is_finished_by_restoring_again(
+    restored: Restored, step: int
+) -> None:
+    expected = straight_view(restored)
+    bare = stopped_at(restored, step)
+    assert restored.repo.restore_refs(restored.dump) == 6
+    assert restored_view(restored.repo, bare) == expected
+    with pytest.raises(InvalidArgument, match="not bare: restore refs into a newly created"):
+        restored.repo.restore_refs(restored.dump)
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        pytest.param(3, id="after-two-commits"),
+        pytest.param(6, id="between-tags-and-branches"),
+        pytest.param(8, id="default-branch-moved"),
+    ],
+)
+def test_a_restore_killed_at_a_write_is_finished_by_restoring_again(
+    tmp_path: Path, step: int
+) -> None:
+    kv_url = f"sqlite:///{tmp_path}/lake.db"
+    with Lake.connect(kv_url) as lake:
+        repo = lake.create_repository("sales", storage_namespace=f"file://{tmp_path}/sales")
+        restored = Restored(lake, repo, tmp_path)
+        expected = straight_view(restored)
+        bare = restored.repo.branch("main").commit_id
+    script = (
+        "import sys\n"
+        "from tests.graveler.test_dump import restore_killed\n"
+        "restore_killed(*sys.argv[1:])\n"
+    )
+    killed = subprocess.run(
+        [sys.executable, "-c", script, kv_url, str(restored.dump), str(step)],
+        cwd=ROOT,
+        capture_output=True,
+        timeout=120,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()
+    with Lake.connect(kv_url) as lake:
+        repo = lake.repository("sales")
+        repo.restore_refs(restored.dump)
+        assert restored_view(repo, bare) == expected
+
+
+def test_a_different_dump_after_a_stopped_restore_is_refused_writing_nothing(
+    restored: Restored,
+) -> None:
+    expected = straight_view(restored)
+    bare = stopped_at(restored, 4)
+    other = restored.root / "other.json"
+    other.write_text(json.dumps({**restored.document, "tags": []}))
+    before = stored(restored.lake.graveler.kv, restored.root)
+    with pytest.raises(InvalidArgument, match="holds part of another refs dump than"):
+        restored.repo.restore_refs(other)
+    assert stored(restored.lake.graveler.kv, restored.root) == before
+    restored.repo.restore_refs(restored.dump)
+    assert restored_view(restored.repo, bare) == expected
+
+
+def _branch_of_its_own(repo: Repository) -> None:
+    repo.create_branch("own", "main")
+
+
+def _commit_on_main(repo: Repository) -> None:
+    repo.branch("main").upload("own", b"own")
+    repo.branch("main").commit("own")
+
+
+def _staged_on_main(repo: Repository) -> None:
+    repo.branch("main").upload("own", b"own")
+
+
+def _tag_of_its_own(repo: Repository) -> None:
+    repo.tag("own", repo.branch("main").commit_id)
+
+
+@pytest.mark.parametrize(
+    "change", [_branch_of_its_own, _commit_on_main, _staged_on_main, _tag_of_its_own]
+)
+def test_a_stopped_restore_meanwhile_changed_is_refused_as_not_bare(
+    restored: Restored, change: Callable[[Repository], None]
+) -> None:
+    stopped_at(restored, 4)
+    change(restored.repo)
+    restored.lake.graveler.wait_for_background()
+    before = stored(restored.lake.graveler.kv, restored.root)
+    with pytest.raises(InvalidArgument, match="not bare: restore refs into a newly created"):
+        restored.repo.restore_refs(restored.dump)
+    assert stored(restored.lake.graveler.kv, restored.root) == before
+
+
+def test_a_dump_through_a_link_writes_the_file_it_names_and_keeps_the_link(
+    repo: Repository, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    target, link = out / "target.json", out / "link.json"
+    target.write_text("old")
+    link.symlink_to(target)
+    count = repo.dump_refs(link)
+    assert link.is_symlink() and link.resolve() == target
+    assert len(json.loads(target.read_text())["commits"]) + 1 <= count
+    assert sorted(p.name for p in out.iterdir()) == ["link.json", "target.json"]
+
+
+def test_a_dump_into_a_pipe_is_written_in_place(repo: Repository, tmp_path: Path) -> None:
+    """Replacing it by a file (as `/dev/full` once was) left the reader with nothing."""
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    reader = subprocess.Popen(["cat", str(pipe)], stdout=subprocess.PIPE)
+    try:
+        repo.dump_refs(pipe)
+        out, _ = reader.communicate(timeout=30)
+    finally:
+        reader.kill()
+        reader.wait()
+    assert json.loads(out)["repository"] == repo.name
+    assert pipe.is_fifo()
+
+
+@pytest.mark.parametrize(
+    ("where", "reason"),
+    [("folder", "it is a directory"), ("missing/refs.json", "No such file or directory")],
+)
+def test_a_dump_to_a_place_no_file_can_be_refused_leaving_nothing(
+    repo: Repository, tmp_path: Path, where: str, reason: str
+) -> None:
+    out = tmp_path / "out"
+    (out / "folder").mkdir(parents=True)
+    with pytest.raises(InvalidArgument, match=f"cannot dump refs to .*{reason}"):
+        repo.dump_refs(out / where)
+    assert [p.name for p in out.iterdir()] == ["folder"]
+    assert list((out / "folder").iterdir()) == []

@@ -85,3 +85,28 @@ def test_a_path_of_any_code_point_is_a_key_or_invalid_argument(path: object, emp
     else:
         assert isinstance(path, str) and "\x00" not in path and (path or empty)
         path.encode()
+
+
+@pytest.mark.parametrize(
+    ("name", "shown"),
+    [
+        ("rtl\u202eniam", "U+202E RIGHT-TO-LEFT OVERRIDE"),
+        ("a\u200bb", "U+200B ZERO WIDTH SPACE"),
+        ("csi\u009b31m", "U+009B"),
+        ("next\u0085line", "U+0085"),
+        ("line\u2028break", "U+2028 LINE SEPARATOR"),
+        ("no\u00a0break", "U+00A0 NO-BREAK SPACE"),
+    ],
+)
+def test_a_ref_name_with_a_character_that_does_not_show_is_refused(name: str, shown: str) -> None:
+    """Such a name lists as another (`rtl‮niam` shows as `rtlmain`), or breaks a listing's
+    lines."""
+    with pytest.raises(InvalidName, match=re.escape(shown)):
+        check_ref_name(name)
+
+
+def test_a_ref_name_is_taken_only_in_its_composed_form() -> None:
+    """Two names that look alike (é composed, and e with a combining accent) are one name."""
+    assert check_ref_name("caf\u00e9-ñ") == "caf\u00e9-ñ"
+    with pytest.raises(InvalidName, match="NFC"):
+        check_ref_name("cafe\u0301")

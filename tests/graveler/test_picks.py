@@ -278,6 +278,25 @@ def test_restore_stages_the_sources_version_or_its_absence(repo: Repository) -> 
         main.restore([], source="main")
 
 
+@pytest.mark.parametrize("paths", ["", ["a", ""]])
+def test_an_empty_restore_path_is_refused_and_every_path_is_restored_only_when_asked(
+    repo: Repository, paths: str | list[str]
+) -> None:
+    """An empty path is the prefix of every path: an unset variable restored the whole branch
+    over its uncommitted changes."""
+    main = repo.branch("main")
+    commit(main, "base", a=b"1", b=b"1")
+    commit(main, "change", a=b"2", c=b"2")
+    main.upload("wip", b"w")
+    with pytest.raises(InvalidArgument, match="every_path=True"):
+        main.restore(paths, source="main~1")
+    assert {c.path for c in main.uncommitted()} == {"wip"}
+    with pytest.raises(InvalidArgument, match="not both"):
+        main.restore(["a"], source="main~1", every_path=True)
+    assert main.restore([], source="main~1", every_path=True) == 3
+    assert tree(main) == {"a": b"1", "b": b"1"}
+
+
 def test_a_cherry_pick_that_lost_a_race_where_head_had_its_change_merges_afresh(
     repo: Repository, monkeypatch: pytest.MonkeyPatch
 ) -> None:
