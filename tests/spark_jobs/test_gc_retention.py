@@ -325,7 +325,7 @@ def test_moves_onto_expiring_commits_after_the_recheck_are_refused(window_gc: GC
                 partial(repo.create_branch, "late-branch", source=commit_id),
                 partial(repo.tag, "late-tag", commit_id),
                 partial(late.reset, to=commit_id),
-                partial(late.restore, [""], source=commit_id),
+                partial(late.restore, [], source=commit_id, every_path=True),
             ]
             for attempt in attempts:
                 with pytest.raises(CommitExpired) as raised:

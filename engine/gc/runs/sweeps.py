@@ -143,9 +143,9 @@ def discard_abandoned_writes(
 ) -> None:
     """Discard the writes killed half-way under the namespace's `data/` (temporary files, open
     multipart uploads: storage no listing shows, so no mark can find it) and add them to
-    the summary's `ABANDONED_WRITES` count. Nothing staged ever names them: an object is
-    staged only once written. A store error is told and left to the next sweep, as the
-    sweep's deletes are done and must be recorded."""
+    the summary's `ABANDONED_WRITES` count (absent while none was). Nothing staged ever
+    names them: an object is staged only once written. A store error is told and left to
+    the next sweep, as the sweep's deletes are done and must be recorded."""
     try:
         discarded = ns.store.discard_abandoned_writes(
             DATA_PREFIX.rstrip("/"), now - abandoned_age(summary)
@@ -154,14 +154,15 @@ def discard_abandoned_writes(
         log.warning("GC run %s: abandoned writes not discarded: %s", summary.run_id, exc)
         emit({"event": "notice", "message": f"abandoned writes not discarded: {exc}"})
         return
+    if not discarded.writes:
+        return
     before = summary.volume(ABANDONED_WRITES)
     summary.counts[ABANDONED_WRITES] = files.Volume(
         before.objects + discarded.writes, before.bytes + discarded.bytes
     )
-    if discarded.writes:
-        message = f"{discarded.writes} abandoned writes discarded ({human_size(discarded.bytes)})"
-        log.info("GC run %s: %s", summary.run_id, message)
-        emit({"event": "notice", "message": message})
+    message = f"{discarded.writes} abandoned writes discarded ({human_size(discarded.bytes)})"
+    log.info("GC run %s: %s", summary.run_id, message)
+    emit({"event": "notice", "message": message})
 
 
 def sweep_without_spark(
