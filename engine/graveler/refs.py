@@ -613,8 +613,24 @@ class RefStore:
         if found:
             return ResolvedRef(found)
         raise NotFound(
-            f"ref {name!r} not found in repository {repo.name!r} (no branch, tag or commit)"
+            f"ref {_shown(name)} not found in repository {repo.name!r} (no branch, tag or "
+            f"commit){_hint(name)}"
         )
+
+
+def _shown(text: str, most: int = 80) -> str:
+    """`text` quoted, cut to `most` characters: a message stays one readable line."""
+    return repr(text) if len(text) <= most else f"{text[:most]!r}… ({len(text):,} characters)"
+
+
+def _hint(name: str) -> str:
+    """What a name no ref has may have meant: git syntax resolution does not read, or a
+    commit id too short to look up."""
+    if "^" in name or "~" in name:
+        return "; after a ref, `~N` and `^` step back N and 1 first parents (`^N` is not read)"
+    if 0 < len(name) < MIN_COMMIT_PREFIX and all(c in "0123456789abcdef" for c in name):
+        return f"; an abbreviated commit id needs at least {MIN_COMMIT_PREFIX} hex digits"
+    return ""
 
 
 _ANCESTRY_STEPS = re.compile(r"[0-9]{0,9}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from typing import Literal
 
 from branchwater.engine.errors import AlreadyExists, NotFound, PredicateFailed
 from branchwater.engine.graveler.fence import claim
@@ -22,12 +23,15 @@ def create_tag(g: Graveler, repo: RepositoryRecord, name: str, ref: str) -> Tag:
     return tag
 
 
+RefKind = Literal["branch", "tag"]
+
+
 def refuse_shadowing(
-    g: Graveler, repo: RepositoryRecord, kind: str, name: str, take_back: Callable[[], None]
+    g: Graveler, repo: RepositoryRecord, kind: RefKind, name: str, take_back: Callable[[], None]
 ) -> None:
     """Checked after the insert, so that of a branch and a tag created at once under one name
     at least one sees the other; that one takes itself back and is refused."""
-    other = "tag" if kind == "branch" else "branch"
+    other: RefKind = "tag" if kind == "branch" else "branch"
     if not _exists(g, repo, other, name):
         return
     take_back()
@@ -37,7 +41,7 @@ def refuse_shadowing(
     )
 
 
-def _exists(g: Graveler, repo: RepositoryRecord, kind: str, name: str) -> bool:
+def _exists(g: Graveler, repo: RepositoryRecord, kind: RefKind, name: str) -> bool:
     try:
         if kind == "tag":
             g.refs.get_tag(repo, name)

@@ -96,6 +96,24 @@ def test_ancestry_counts_are_ascii_digits_as_in_git(repo, ref: str) -> None:
         repo.ref(ref)
 
 
+@pytest.mark.parametrize(
+    ("ref", "says"),
+    [
+        ("main^2", "`^N` is not read"),
+        ("main~-1", "`~N` and `^` step back"),
+        ("abc12", "at least 6 hex digits"),
+        ("x" * 20_000, "… (20,000 characters) not found"),
+    ],
+)
+def test_a_ref_not_found_says_what_it_may_have_meant_in_one_short_line(
+    repo, ref: str, says: str
+) -> None:
+    with pytest.raises(NotFound) as raised:
+        repo.ref(ref)
+    assert says in str(raised.value)
+    assert len(str(raised.value)) < 300
+
+
 def test_log_pages_with_limit_and_after(repo) -> None:
     main = repo.branch("main")
     for i in range(5):
