@@ -1,7 +1,8 @@
 """Write a Spark DataFrame to a branch through the link flow.
 
-The driver checks the branch first (its protection, and what `mode` says to do with files
-already under the prefix), then asks it for one physical address per partition; each Spark
+The driver asks the branch for one physical address per partition (which a branch protected
+from direct writes refuses), then checks what `mode` says to do with files already under the
+prefix; each Spark
 task writes its partition as one Parquet file straight to its address in the repository's
 storage namespace, through the engine's object store (the one object layer: atomic on local
 files, a single PUT or an aborted-on-failure multipart upload on S3), and reports the file's
@@ -28,7 +29,6 @@ from typing import TYPE_CHECKING
 
 from branchwater.engine import (
     AlreadyExists,
-    BranchProtected,
     BranchwaterError,
     InvalidArgument,
     NotFound,
@@ -81,12 +81,13 @@ def write_parquet(
     (`BranchProtected`) are checked before any task runs. The files are linked all or none:
     a link that fails takes the earlier ones back (`PartialWrite` if that fails too).
     `s3_options` (as `Lake.connect` takes them) let executors write to an `s3://` namespace.
-    Addresses handed out for empty partitions stay unused; their tokens expire.
+    Addresses are handed out first, which a protected branch refuses; those left unused
+    (empty partitions, a mode that writes nothing) expire with their tokens.
     """
     how = _mode(mode)
     folder = _folder(prefix)
     options = check_s3_options(s3_options or {})
-    _refuse_protected(branch)
+    addresses = {i: branch.get_physical_address() for i in range(frame.rdd.getNumPartitions())}
     shown = next(iter(branch.list(folder)), None)
     if shown is not None and how == "ignore":
         return []
@@ -97,7 +98,6 @@ def write_parquet(
             "replace what is there, or mode='append' to write beside it"
         )
     write_id = uuid.uuid4()
-    addresses = {i: branch.get_physical_address() for i in range(frame.rdd.getNumPartitions())}
     writer = partial(
         _write_partition,
         namespace=branch.repository.storage_namespace,
@@ -136,22 +136,6 @@ def _folder(prefix: object) -> str:
             "(tables/orders/; an empty prefix is the branch's root)"
         )
     return prefix.rstrip("/") + "/" if prefix else ""
-
-
-def _refuse_protected(branch: Branch) -> None:
-    """Refuse, before any address is handed out or any file written, a branch its
-    protection rules keep from direct writes: the first link would refuse it only once
-    every task had written its file. The links check it again (a rule set meanwhile)."""
-    for rule in branch.repository.protections():
-        if rule.no_direct_writes and rule.matches(branch.name):
-            raise BranchProtected(
-                f"write_parquet refused: branch {branch.name!r} of "
-                f"{branch.repository.name!r} is protected by rule no_direct_writes (pattern "
-                f"{rule.pattern!r}); write to another branch and merge it in",
-                branch=branch.name,
-                rule="no_direct_writes",
-                pattern=rule.pattern,
-            )
 
 
 def _link_all(

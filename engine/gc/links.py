@@ -17,7 +17,7 @@ from branchwater.engine.errors import InvalidAddress, InvalidArgument, NotFound
 from branchwater.engine.gc.addresses import check_data_address
 from branchwater.engine.gc.context import GCContext
 from branchwater.engine.gc.tokens import PhysicalAddress
-from branchwater.engine.graveler import writes
+from branchwater.engine.graveler import protection, writes
 from branchwater.engine.graveler.checksums import check_checksum
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import Entry, RepositoryRecord, check_metadata
@@ -27,7 +27,10 @@ from branchwater.engine.objects import ObjectInfo
 def get_physical_address(
     g: Graveler, gc: GCContext, repo: RepositoryRecord, branch_name: str
 ) -> PhysicalAddress:
-    g.read_branch(repo, branch_name)
+    """An address and its link token; a branch its rules keep from direct writes is refused
+    now, before anything is written to the address, as its link would be."""
+    branch = g.read_branch(repo, branch_name)
+    protection.check(repo, branch, "write", "get_physical_address")
     return gc.tokens.issue(repo, branch_name, gc.addresses.next_address())
 
 

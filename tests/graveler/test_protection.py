@@ -43,6 +43,7 @@ WRITES: dict[str, Write] = {
     "delete": lambda repo: repo.branch("main").delete("a"),
     "copy": lambda repo: repo.branch("main").copy("a", "a-copy"),
     "link": _link,
+    "physical address": lambda repo: repo.branch("main").get_physical_address(),
     "restore": lambda repo: repo.branch("main").restore(["a"], source="main~1"),
     "commit": lambda repo: repo.branch("main").commit("direct", allow_empty=True),
     "revert": lambda repo: repo.revert("main", "main"),
@@ -50,7 +51,8 @@ WRITES: dict[str, Write] = {
     "reset --to": lambda repo: repo.branch("main").reset(to="main~1"),
     "delete branch": lambda repo: repo.delete_branch("dev"),
 }
-"""Every path that changes a branch, each refused by one rule (`RULE_OF`)."""
+"""Every path that changes a branch (and the address a link would stage), each refused by
+one rule (`RULE_OF`)."""
 
 RULE_OF = {name: ("no_direct_writes", "main") for name in WRITES} | {
     "reset --to": ("no_reset", "main"),
@@ -109,6 +111,15 @@ def test_every_write_path_refuses_with_the_rule_and_changes_nothing(
     assert f"rule {rule} (pattern {pattern!r})" in str(refused.value)
     assert snapshot(repo) == before
     repo.branch("dev")
+
+
+def test_an_address_handed_out_before_the_rule_links_no_more(repo: Repository) -> None:
+    main = repo.branch("main")
+    physical = main.get_physical_address()
+    repo.lake.graveler.objects(repo.storage_namespace).put(physical.address, b"linked")
+    protect_all(repo)
+    with pytest.raises(BranchProtected, match="no_direct_writes"):
+        main.link_physical_address("linked", physical.token, size=6, checksum="c")
 
 
 @pytest.mark.parametrize("name", WRITES)
