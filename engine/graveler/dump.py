@@ -5,8 +5,9 @@ repository over the same namespace (or a copy of it), which must still be bare a
 namespace's marker names its repository, have the same name. A dump is input like any other,
 read and checked whole before anything is written, so a damaged or hostile one is refused,
 never half restored: every id's form (a metarange id becomes an object key), every field's
-type, each commit's id and generation against its content, no branch or tag twice, every
-parent and ref target present, and every metarange in the namespace.
+type, each commit's id and generation against its content, no branch or tag twice nor a
+branch and a tag of one name, every parent and ref target present, and every metarange in
+the namespace.
 
 A restore stopped part-way (a killed process) is finished by restoring the same dump again:
 the repository's `RESTORE_KEY` names the dump whose records it may hold besides its own first
@@ -19,6 +20,8 @@ import dataclasses
 import errno
 import hashlib
 import json
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,20 +76,31 @@ def dump_refs(g: Graveler, repo: RepositoryRecord, path: Path) -> int:
 def _write(path: Path, text: str) -> None:
     """A regular file is replaced whole (a dump cut short leaves the old one); a link is
     followed, as a shell's `>` follows it, rather than replaced by a file; a pipe or a device
-    is written in place; a directory is refused."""
-    target = path.resolve() if path.is_symlink() else path
-    if target.is_dir():
+    is written in place, opened by the name given: `/dev/stdout` on a pipe is a link to
+    `pipe:[N]`, a name no directory holds; a directory is refused."""
+    kind = _kind(path)
+    if kind is not None and stat.S_ISDIR(kind):
         raise IsADirectoryError(errno.EISDIR, "it is a directory: name a file")
-    if target.exists() and not target.is_file():
-        with open(target, "w") as f:
+    if kind is not None and not stat.S_ISREG(kind):
+        with open(path, "w") as f:
             f.write(text)
         return
+    target = path.resolve() if path.is_symlink() else path
     tmp = target.with_name(target.name + ".tmp")
     try:
         tmp.write_text(text)
         tmp.replace(target)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _kind(path: Path) -> int | None:
+    """The mode of what `path` names, links followed; None if nothing (a link to nothing
+    too: writing it creates the file it names)."""
+    try:
+        return os.stat(path).st_mode
+    except FileNotFoundError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -123,6 +137,7 @@ class _Started:
 def restore_refs(g: Graveler, repo: RepositoryRecord, path: Path) -> int:
     dump = _read(path)
     _check_metaranges(g, repo, path, dump.commits)
+    _check_default_branch_untagged(repo, path, dump)
     started, predicate = _check_restorable(g, repo, path, dump)
     for name, commit_id in dump.branches:
         _check_may_move(g, repo, name, commit_id)
@@ -156,6 +171,7 @@ def _read(path: Path) -> _Dump:
         raise CorruptedData(f"refs dump {str(path)!r} is damaged: no field {exc}") from None
     except (TypeError, ValueError, AttributeError) as exc:
         raise CorruptedData(f"refs dump {str(path)!r} is damaged: {exc}") from None
+    _check_not_shadowing(path, [name for name, _ in branches], [tag.name for tag in tags])
     _check_history(path, commits, [*branches, *((f"tag {t.name}", t.commit_id) for t in tags)])
     return _Dump(commits, tags, branches)
 
@@ -186,6 +202,19 @@ def _check_unique(kind: str, names: list[str]) -> None:
         if name in seen:
             raise InvalidArgument(f"{kind} {name!r} is in it twice")
         seen.add(name)
+
+
+def _check_not_shadowing(path: Path, branches: list[str], tags: list[str]) -> None:
+    """No branch and tag share a name: reads of the name would show one and hide the other,
+    which is why creating either is refused (`tags.refuse_shadowing`). A dump taken before
+    that rule may hold both."""
+    shared = sorted(set(branches) & set(tags))
+    if shared:
+        raise CorruptedData(
+            f"refs dump {str(path)!r} holds a branch and a tag both named {shared[0]!r}, which "
+            "a repository refuses (reads of the name would show one and hide the other); "
+            "rename or drop one of them in the dump"
+        )
 
 
 def _load(path: Path) -> dict:
@@ -252,21 +281,35 @@ def _check_restorable(
     """The restore to record before the first write, and the predicate to record it under.
     Restoring over history would interleave two histories: only a bare repository takes a
     dump, or one holding besides its first commit records of this very dump, which a stopped
-    restore of it wrote."""
+    restore of it wrote. Another dump's mark refuses even where the repository still looks
+    bare: its restore may have recorded it and be about to write."""
     started, predicate = _read_started(g, repo)
+    if started is not None and started.dump != dump.digest():
+        raise InvalidArgument(
+            f"repository {repo.name!r} is not bare: it holds part of another refs dump than "
+            f"{str(path)!r}, whose restore is under way or stopped part-way; restore into a "
+            "newly created repository, or, if that restore stopped, restore its dump again "
+            "to finish it"
+        )
     base = _bare_commit(g, repo)
     if base is not None:
         return _Started(dump.digest(), base), predicate
     if started is None:
         raise _not_bare(repo)
-    if started.dump != dump.digest():
-        raise InvalidArgument(
-            f"repository {repo.name!r} is not bare: it holds part of another refs dump than "
-            f"{str(path)!r}, whose restore stopped; restore that dump again to finish it, or "
-            "restore into a newly created repository"
-        )
     _check_only_records_of(g, repo, dump, started.base)
     return started, predicate
+
+
+def _check_default_branch_untagged(repo: RepositoryRecord, path: Path, dump: _Dump) -> None:
+    """The repository's default branch stays whether the dump names it or not (a dump taken
+    where another was the default may not): a tag of its name would shadow it."""
+    if any(tag.name == repo.default_branch for tag in dump.tags):
+        raise CorruptedData(
+            f"refs dump {str(path)!r} does not fit repository {repo.name!r}: its tag "
+            f"{repo.default_branch!r} is named as the repository's default branch, and a branch "
+            "and a tag never share a name; restore into a repository created with another "
+            "default branch"
+        )
 
 
 def _read_started(g: Graveler, repo: RepositoryRecord) -> tuple[_Started | None, bytes | None]:
@@ -315,8 +358,10 @@ def _mark_started(
     g: Graveler, repo: RepositoryRecord, started: _Started, predicate: bytes | None
 ) -> None:
     """Record the restore before its first write, so a retry after a kill can tell its
-    records from anyone else's; under the predicate read, so of two restores racing into one
-    bare repository only one goes on."""
+    records from anyone else's; under the predicate read, so of two restores of different
+    dumps racing into one bare repository only one goes on: the other finds its mark and is
+    refused (`_check_restorable`), or fails here. Two restores of one dump both go on: their
+    writes are the same."""
     value = started.encode()
     if predicate == value:
         return

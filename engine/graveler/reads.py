@@ -311,9 +311,9 @@ def open_object(
         f = g.objects(store_url).open(key)
     except NotFound:
         raise at.missing() from None
-    guarded = cast(BinaryIO, _Guarded(f, at))
+    guarded = _Guarded(f, at)
     if not verify:
-        return guarded
+        return cast(BinaryIO, io.BufferedReader(guarded))
 
     def corrupted(mismatch: str) -> CorruptedData:
         return CorruptedData(
@@ -321,7 +321,7 @@ def open_object(
             f"truncated or rewritten in storage: {mismatch}"
         )
 
-    return verified(guarded, entry, corrupted)
+    return verified(cast(BinaryIO, guarded), entry, corrupted)
 
 
 @dataclass(frozen=True)
@@ -369,14 +369,25 @@ class ReadAt:
         return None
 
 
-class _Guarded(io.BufferedIOBase):
-    """`f` unchanged (no buffer of its own, so its read pattern stays), except that a
-    `NotFound` from a read or seek, the object deleted while open (an S3 ranged GET after
-    a sweep), is `ReadAt.missing`: the store's error names only the physical key."""
+class _Guarded(io.RawIOBase):
+    """`f` as the raw layer under a buffer (`io.BufferedReader`, or `verified`'s), except that
+    a `NotFound` from a read or seek, the object deleted while open (an S3 ranged GET after a
+    sweep), is `ReadAt.missing`: the store's error names only the physical key. Raw, so the
+    buffer above keeps a file's protocol: `readline` reads a buffer per call, not a byte, and
+    `peek`, `fileno` (where `f` has one) and `name` work as on the store's file."""
 
     def __init__(self, f: BinaryIO, at: ReadAt) -> None:
+        super().__init__()
         self._f = f
         self._at = at
+
+    @property
+    def name(self) -> str:
+        """`f`'s (a local file's path); an `AttributeError` where it has none, as on S3."""
+        return self._f.name
+
+    def fileno(self) -> int:
+        return self._f.fileno()
 
     def readable(self) -> bool:
         return True
@@ -390,13 +401,12 @@ class _Guarded(io.BufferedIOBase):
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         return self._guard(lambda: self._f.seek(offset, whence))
 
-    def read(self, size: int | None = -1) -> bytes:
-        return self._guard(lambda: self._f.read(-1 if size is None else size))
-
-    read1 = read
-
     def readinto(self, buffer: Any) -> int:
-        return self._guard(lambda: self._f.readinto(buffer))  # type: ignore[attr-defined]
+        return self._guard(lambda: cast(io.BufferedIOBase, self._f).readinto(buffer))
+
+    def readall(self) -> bytes:
+        """One read to the end (on S3 one GET), not a loop of buffer-sized ones."""
+        return self._guard(self._f.read)
 
     def close(self) -> None:
         if not self.closed:

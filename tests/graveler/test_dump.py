@@ -303,6 +303,71 @@ def test_a_different_dump_after_a_stopped_restore_is_refused_writing_nothing(
     assert restored_view(restored.repo, bare) == expected
 
 
+def test_a_different_dump_while_a_restore_is_about_to_write_is_refused_writing_nothing(
+    restored: Restored,
+) -> None:
+    """Restore A stopped right after its mark: the repository still looks bare, but restore B,
+    of another dump, took A's mark for its predicate and wrote, and A then wrote on top."""
+    expected = straight_view(restored)
+    bare = restored.repo.branch("main").commit_id
+    other = restored.root / "other.json"
+    other.write_text(json.dumps({**restored.document, "tags": []}))
+
+    def restore_other() -> None:
+        before = stored(restored.lake.graveler.kv, restored.root)
+        with pytest.raises(InvalidArgument, match="holds part of another refs dump than"):
+            restored.repo.restore_refs(other)
+        assert stored(restored.lake.graveler.kv, restored.root) == before
+
+    with stopped_before_write(restored.lake.graveler, 2, restore_other):
+        assert restored.repo.restore_refs(restored.dump) == 6
+    assert restored_view(restored.repo, bare) == expected
+
+
+def test_the_same_dump_while_a_restore_of_it_is_about_to_write_goes_on(
+    restored: Restored,
+) -> None:
+    """Their writes are the same: either may finish first."""
+    expected = straight_view(restored)
+    bare = restored.repo.branch("main").commit_id
+
+    def restore_same() -> None:
+        assert restored.repo.restore_refs(restored.dump) == 6
+
+    with stopped_before_write(restored.lake.graveler, 2, restore_same):
+        assert restored.repo.restore_refs(restored.dump) == 6
+    assert restored_view(restored.repo, bare) == expected
+
+
+def _tag_named_as_a_branch(document: dict[str, Any]) -> dict[str, Any]:
+    return hostile_dump(document, "tag name", "dev")
+
+
+def _tag_named_as_the_default_branch(document: dict[str, Any]) -> dict[str, Any]:
+    """A dump taken where `main` was not the default branch, restored where it is."""
+    branches = [b for b in document["branches"] if b["name"] != "main"]
+    return {**hostile_dump(document, "tag name", "main"), "branches": branches}
+
+
+@pytest.mark.parametrize(
+    ("forge", "says"),
+    [
+        (_tag_named_as_a_branch, "holds a branch and a tag both named 'dev'"),
+        (_tag_named_as_the_default_branch, "its tag 'main' is named as the repository's"),
+    ],
+)
+def test_a_dump_whose_branch_and_tag_share_a_name_is_refused_writing_nothing(
+    restored: Restored, forge: Callable[[dict[str, Any]], dict[str, Any]], says: str
+) -> None:
+    """Both restored, the tag and the branch would hide one another."""
+    damaged = restored.root / "shadowing.json"
+    damaged.write_text(json.dumps(forge(restored.document)))
+    before = stored(restored.lake.graveler.kv, restored.root)
+    with pytest.raises(CorruptedData, match=re.escape(says)):
+        restored.repo.restore_refs(damaged)
+    assert stored(restored.lake.graveler.kv, restored.root) == before
+
+
 def _branch_of_its_own(repo: Repository) -> None:
     repo.create_branch("own", "main")
 
@@ -362,6 +427,22 @@ def test_a_dump_into_a_pipe_is_written_in_place(repo: Repository, tmp_path: Path
         reader.wait()
     assert json.loads(out)["repository"] == repo.name
     assert pipe.is_fifo()
+
+
+def test_a_dump_to_dev_stdout_on_a_pipe_writes_the_pipe(tmp_path: Path) -> None:
+    """`/dev/stdout` links to `pipe:[N]`, which no directory holds: a file beside it failed."""
+    script = (
+        "import sys\n"
+        "from branchwater.engine import Lake\n"
+        "with Lake.connect('memory://') as lake:\n"
+        "    lake.create_repository('sales', sys.argv[1]).dump_refs('/dev/stdout')\n"
+    )
+    namespace = f"file://{tmp_path}/sales"
+    dumped = subprocess.run(
+        [sys.executable, "-c", script, namespace], cwd=ROOT, capture_output=True, timeout=120
+    )
+    assert dumped.returncode == 0, dumped.stderr.decode()
+    assert json.loads(dumped.stdout)["repository"] == "sales"
 
 
 @pytest.mark.parametrize(

@@ -8,10 +8,12 @@ only the commit holds, then `record_expired` (or, mid-sweep, `mark_expiring`).""
 
 from __future__ import annotations
 
+import io
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, BinaryIO, TypeVar
 
 import pytest
 
@@ -19,6 +21,8 @@ from branchwater.engine import CommitExpired, Lake, NotFound
 from branchwater.engine.api import Ref, Repository
 from branchwater.engine.gc.retention.expired import mark_expiring, record_expired
 from tests.fixtures.s3 import S3Server
+
+T = TypeVar("T")
 
 WHEN = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 RUN = "18f2a9c3b7d1-a1b2c3"
@@ -142,3 +146,115 @@ def test_an_s3_read_cut_by_a_deletion_names_the_path_and_branch(
     said = str(raised.value)
     assert "'t/a.bin' at ref 'main'" in said and address in said
     assert "was deleted while it was open" in said
+
+
+# --- the file `open` returns ----------------------------------------------------------------
+
+LINES = [b"%08d,some,row,content\n" % i for i in range(20_000)]
+"""A 520 KB CSV: reading it a byte a call (as `readline` does on an unbuffered file) makes
+520,001 reads of the store's file."""
+
+
+class StoreFile(io.RawIOBase):
+    """The store's file, its reads counted; once `gone`, each read raises `NotFound` naming
+    only the key, as an S3 ranged GET of an object deleted meanwhile does."""
+
+    def __init__(self, f: BinaryIO) -> None:
+        super().__init__()
+        self._f = f
+        self.reads = 0
+        self.gone = False
+
+    @property
+    def name(self) -> str:
+        return self._f.name
+
+    def fileno(self) -> int:
+        return self._f.fileno()
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._f.tell()
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        return self._f.seek(offset, whence)
+
+    def read(self, size: int | None = -1) -> bytes:
+        return self._counted(lambda: self._f.read(-1 if size is None else size))
+
+    def readinto(self, buffer: Any) -> int:
+        return self._counted(lambda: self._f.readinto(buffer))  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        self._f.close()
+        super().close()
+
+    def _counted(self, call: Callable[[], T]) -> T:
+        self.reads += 1
+        if self.gone:
+            raise NotFound("object not found")
+        return call()
+
+
+def store_files(repo: Repository, monkeypatch: pytest.MonkeyPatch) -> list[StoreFile]:
+    """Every file the repository's store opens from now on, as `StoreFile`s."""
+    store = repo.lake.graveler.objects(repo.storage_namespace)
+    opened: list[StoreFile] = []
+    open_key = store.open
+
+    def counted(key: str) -> BinaryIO:
+        opened.append(StoreFile(open_key(key)))
+        return opened[-1]  # type: ignore[return-value]
+
+    monkeypatch.setattr(store, "open", counted)
+    return opened
+
+
+@pytest.mark.parametrize("verify", [True, False])
+def test_line_iteration_reads_the_store_a_buffer_at_a_time(
+    repo: Repository, monkeypatch: pytest.MonkeyPatch, verify: bool
+) -> None:
+    """Unverified, the file was a guard without a buffer: a read of the store's file a byte."""
+    data = b"".join(LINES)
+    repo.branch("main").upload("t.csv", data)
+    opened = store_files(repo, monkeypatch)
+    with repo.branch("main").open("t.csv", verify=verify) as f:
+        assert list(f) == LINES
+    assert opened[0].reads <= len(data) // io.DEFAULT_BUFFER_SIZE + 2
+
+
+def test_a_local_object_opened_unverified_is_a_buffered_file_with_its_descriptor(
+    repo: Repository,
+) -> None:
+    first, last = LINES[0], LINES[99]
+    data = b"".join(LINES[:100])
+    repo.branch("main").upload("t.csv", data)
+    with repo.branch("main").open("t.csv", verify=False) as f:
+        assert isinstance(f, io.BufferedReader)
+        assert os.fstat(f.fileno()).st_size == len(data)
+        assert f.peek(1)[:1] == first[:1] and f.readline() == first
+        assert f.seek(-len(last), io.SEEK_END) == len(data) - len(last)
+        buffer = bytearray(len(last))
+        assert f.readinto(buffer) == len(buffer) and buffer == last
+        assert f.tell() == len(data)
+    assert f.closed
+
+
+@pytest.mark.parametrize("verify", [True, False])
+def test_data_gone_under_a_buffered_read_names_the_path_and_branch(
+    repo: Repository, monkeypatch: pytest.MonkeyPatch, verify: bool
+) -> None:
+    """The guard sits under the buffer: a line read that refills it still translates."""
+    repo.branch("main").upload("t.csv", b"".join(LINES))
+    opened = store_files(repo, monkeypatch)
+    with repo.branch("main").open("t.csv", verify=verify) as f:
+        assert f.readline() == LINES[0]
+        opened[0].gone = True
+        with pytest.raises(NotFound, match=r"'t\.csv' at ref 'main' .* was deleted while it"):
+            for _ in f:
+                pass
