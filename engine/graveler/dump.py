@@ -34,6 +34,7 @@ from branchwater.engine.errors import (
 )
 from branchwater.engine.graveler import protection
 from branchwater.engine.graveler.committed.format import METARANGES_PREFIX, check_id, metarange_key
+from branchwater.engine.graveler.fence import claim
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import (
     BranchRecord,
@@ -142,6 +143,7 @@ def restore_refs(g: Graveler, repo: RepositoryRecord, path: Path) -> int:
     for name, commit_id in dump.branches:
         _check_may_move(g, repo, name, commit_id)
     _mark_started(g, repo, started, predicate)
+    claim(g, repo, *_targets(dump))
     for commit in dump.commits:
         g.refs.put_commit(repo, commit)
     for tag in dump.tags:
@@ -150,6 +152,13 @@ def restore_refs(g: Graveler, repo: RepositoryRecord, path: Path) -> int:
         _restore_branch(g, repo, name, commit_id)
     g.kv.delete(repo.partition, RESTORE_KEY)
     return len(dump.commits) + len(dump.tags) + len(dump.branches)
+
+
+def _targets(dump: _Dump) -> list[str]:
+    """The commits the restore's branches and tags point at, claimed as every move onto a
+    commit is (`fence.claim`): a restore retried after retention expired them, or racing
+    a retention run, is `CommitExpired` rather than refs landed on collected data."""
+    return sorted({commit_id for _, commit_id in dump.branches} | {t.commit_id for t in dump.tags})
 
 
 def _read(path: Path) -> _Dump:

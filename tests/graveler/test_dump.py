@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,9 @@ import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from branchwater.engine import CorruptedData, InvalidArgument, Lake, NotFound
+from branchwater.engine import CommitExpired, CorruptedData, InvalidArgument, Lake, NotFound
 from branchwater.engine.api import Repository
+from branchwater.engine.gc.retention.expired import record_expired
 from branchwater.engine.graveler.dump import RESTORE_KEY
 from branchwater.engine.graveler.graveler import Graveler
 from tests.helpers.hostile import REF_FIELDS, any_text, dumped_and_recreated, hostile_dump, stored
@@ -37,6 +39,8 @@ HOSTILE_VALUES = st.one_of(
     st.dictionaries(st.text(max_size=3), st.integers() | st.text(max_size=3), max_size=2),
 )
 """What a hostile dump puts where an id, a name or a field belongs: any JSON value."""
+EXPIRED_AT = datetime(2026, 1, 1, tzinfo=timezone.utc)
+EXPIRY_RUN = "18f2a9c3b7d1-a1b2c3"
 COMMIT_FIELDS = [
     "id",
     "metarange_id",
@@ -458,3 +462,18 @@ def test_a_dump_to_a_place_no_file_can_be_refused_leaving_nothing(
         repo.dump_refs(out / where)
     assert [p.name for p in out.iterdir()] == ["folder"]
     assert list((out / "folder").iterdir()) == []
+
+
+def test_a_restore_retried_after_retention_expired_its_commits_lands_no_ref_on_them(
+    restored: Restored,
+) -> None:
+    """Stopped after its commits, the restore left them unreachable; retention expired them
+    (and deleted their data) before the retry, which then put branches on collected data."""
+    bare = stopped_at(restored, 5)
+    repo = restored.repo
+    targets = {b["commit_id"] for b in restored.document["branches"]}
+    record_expired(repo.lake.graveler.kv, repo.record, sorted(targets), EXPIRED_AT, EXPIRY_RUN)
+    with pytest.raises(CommitExpired):
+        repo.restore_refs(restored.dump)
+    assert repo.tags() == []
+    assert {b.name: b.commit_id for b in repo.branches()} == {"main": bare}
