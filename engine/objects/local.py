@@ -84,6 +84,11 @@ class LocalObjectStore(ObjectStore):
         tmp = self._written(path, source)
         try:
             os.replace(tmp, path)
+        except FileNotFoundError:
+            raise Unavailable(
+                f"the write of {key!r} to {self.url} was discarded before it finished: a GC "
+                "sweep takes a write that has not moved for a day as abandoned; write it again"
+            ) from None
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from branchwater.engine.errors import InvalidArgument
+from branchwater.engine.errors import InvalidArgument, Unavailable
 from branchwater.engine.objects import ObjectStore
 from branchwater.engine.objects.local import LocalObjectStore
 from branchwater.engine.objects.s3 import S3ObjectStore
@@ -163,3 +163,18 @@ def test_a_local_temporary_file_ages_by_its_last_write(
     assert not old.exists()
     assert store.stat("data/s1/live").size == LOCAL_WRITTEN + 3
     assert leftovers(store, request) == []
+
+
+def test_a_write_whose_file_was_discarded_under_it_says_so(tmp_path: Path) -> None:
+    """A write stalled past the cutoff loses its file to the sweep: its rename then failed
+    with a bare `FileNotFoundError` naming the temporary file."""
+    store = LocalObjectStore(f"file://{tmp_path / 'root'}")
+
+    def stalled_chunks() -> Iterator[bytes]:
+        yield b"first"
+        store.discard_abandoned_writes("data", datetime.now(UTC) + timedelta(seconds=1))
+        yield b"last"
+
+    with pytest.raises(Unavailable, match="discarded before it finished"):
+        store.put_stream("data/s1/stalled", stalled_chunks())
+    assert not store.exists("data/s1/stalled")
