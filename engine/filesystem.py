@@ -22,16 +22,16 @@ import os
 import sys
 import tempfile
 import threading
-import weakref
+import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass, replace
 from datetime import datetime
 from glob import has_magic
 from pathlib import Path
 from types import TracebackType
-from typing import Any, BinaryIO, TypeVar, cast
+from typing import Any, BinaryIO, cast
 from urllib.parse import quote, unquote
 
 from fsspec.spec import AbstractFileSystem
@@ -49,7 +49,7 @@ from branchwater.engine.errors import (
 )
 from branchwater.engine.graveler.model import Commit, Entry, check_flag
 from branchwater.engine.graveler.names import is_hex_id
-from branchwater.engine.graveler.reads import open_object
+from branchwater.engine.graveler.reads import Guarded, open_object
 from branchwater.engine.objects import check_s3_options
 from branchwater.engine.per_process import ChildSafeLock
 
@@ -63,16 +63,15 @@ temporary file; it is uploaded, streamed, when closed."""
 IMMUTABLE_ENTRIES = 100_000
 """Entries at commit ids a filesystem remembers (least recently used dropped first): a
 commit never changes, so a dataset listed once is opened without looking each file up."""
-PINS_SWEPT = 64
-"""Paths with read handles a filesystem tracks before it forgets those whose handles all
-closed; the bound doubles with what stays open, so the sweep costs O(1) per open."""
+REPOSITORY_SECONDS = 2.0
+"""How long a read at a commit id trusts the repository a name was last resolved to: a
+commit already resolved there is then read with no KV call (one round trip per file on
+PostgreSQL otherwise), and a repository deleted and created again under its name is seen
+within this time."""
 LAST = "\U0010ffff"
 """Sorts after every character a path can hold: listing after `dir/` + LAST skips `dir/`."""
 
 Info = dict[str, Any]
-T = TypeVar("T")
-Pin = tuple[weakref.ref["ReadFile"], Entry]
-"""A read handle (weakly held: a handle dropped unclosed lets go) and the entry it opened."""
 
 
 @dataclass(frozen=True)
@@ -144,10 +143,8 @@ class BranchwaterFileSystem(AbstractFileSystem):
         self.lake = lake
         self._commits: dict[tuple[bytes, str], Ref] = {}
         self._entries: OrderedDict[tuple[bytes, str, str], Entry] = OrderedDict()
+        self._partitions: dict[str, tuple[float, bytes]] = {}
         self._cache_lock = ChildSafeLock()
-        self._pins: dict[Location, list[Pin]] = {}
-        self._pins_swept_at = PINS_SWEPT
-        self._pins_lock = ChildSafeLock()
 
     @classmethod
     def _strip_protocol(cls, path: Any) -> Any:
@@ -177,22 +174,26 @@ class BranchwaterFileSystem(AbstractFileSystem):
     # Resolving paths
 
     def _repository(self, name: str) -> Repository:
+        """The repository read now; its partition is noted for `_known_commit`."""
         try:
-            return self.lake.repository(name)
+            repo = self.lake.repository(name)
         except (NotFound, InvalidName) as exc:
             raise _missing(name, exc) from exc
+        with self._cache_lock:
+            self._partitions[name] = (time.monotonic(), repo.record.partition)
+        return repo
 
     def _ref(self, loc: Location) -> Ref:
         """The ref a location reads at; inside a transaction, a branch it wrote to is read at
         the transaction's branch, so its writes are visible to it. A commit id is resolved
-        once per repository (the record's partition, read each time, tells a repository
+        once per repository (keyed by the record's partition, which tells a repository
         re-created under the same name from the one deleted): no branch can be named like
         one, and a commit never changes."""
-        repo = self._repository(loc.repository)
         if is_hex_id(loc.ref):
-            known = self._commits.get((repo.record.partition, loc.ref))
+            known = self._known_commit(loc)
             if known is not None:
                 return known
+        repo = self._repository(loc.repository)
         name = self._transaction_branch(repo.name, loc.ref_name) or loc.ref_name
         if not is_hex_id(name) and not any(c in name for c in "~^"):
             with suppress(NotFound, InvalidName):
@@ -202,8 +203,18 @@ class BranchwaterFileSystem(AbstractFileSystem):
         except (NotFound, InvalidName) as exc:
             raise _missing(loc.name(""), exc) from exc
         if is_hex_id(name):
-            self._commits[(repo.record.partition, name)] = ref
+            with self._cache_lock:
+                self._commits[(repo.record.partition, name)] = ref
         return ref
+
+    def _known_commit(self, loc: Location) -> Ref | None:
+        """The commit id's ref resolved in the repository its name was resolved to less than
+        `REPOSITORY_SECONDS` ago, with no KV call."""
+        with self._cache_lock:
+            seen = self._partitions.get(loc.repository)
+            if seen is None or time.monotonic() - seen[0] >= REPOSITORY_SECONDS:
+                return None
+            return self._commits.get((seen[1], loc.ref))
 
     def _stat(self, loc: Location, ref: Ref, path: str) -> Entry:
         """`ref.stat(path)`, remembered at a commit id (`NotFound` if absent)."""
@@ -280,37 +291,16 @@ class BranchwaterFileSystem(AbstractFileSystem):
 
     def _read(self, loc: Location, ref: Ref, entry: Entry) -> ReadFile:
         """The entry's object opened, its data gone a `FileNotFoundError`; at a commit id this
-        filesystem remembered, the commit is resolved again first, so one that retention
-        expired since is told as resolving it tells it, not as data lost."""
+        filesystem remembered, the commit is resolved again first, so a repository deleted
+        (or created again) since is told as resolving it tells it, not as data lost."""
         try:
             return ReadFile(_open_entry(ref, entry), loc, entry)
         except NotFound as exc:
             if is_hex_id(loc.ref) and not isinstance(exc, CommitExpired):
-                self._commits.pop((ref.repository.record.partition, loc.ref), None)
+                with self._cache_lock:
+                    self._commits.pop((ref.repository.record.partition, loc.ref), None)
                 self._ref(loc)
             raise _missing_at(loc, entry.path, exc) from exc
-
-    def _pin(self, loc: Location, handle: ReadFile, entry: Entry) -> None:
-        """Remember the entry a read handle opened: DuckDB opens a file, then asks its size
-        in another call, which a commit landing in between must not answer."""
-        with self._pins_lock:
-            self._pins[loc] = [*_still_open(self._pins.get(loc, [])), (weakref.ref(handle), entry)]
-            if len(self._pins) >= self._pins_swept_at:
-                kept = {at: _still_open(pins) for at, pins in self._pins.items()}
-                self._pins = {at: pins for at, pins in kept.items() if pins}
-                self._pins_swept_at = 2 * len(self._pins) + PINS_SWEPT
-
-    def _pinned(self, loc: Location) -> Entry | None:
-        """The entry of the read handle on `loc` opened last of those still open."""
-        with self._pins_lock:
-            pins = _still_open(self._pins.get(loc, []))
-        return pins[-1][1] if pins else None
-
-    def _file_entry(self, path: str) -> Entry:
-        """What `info`-like calls describe: while a read handle on the path is open, the
-        version it reads, so that one file read is one version even at a branch."""
-        pinned = self._pinned(self._location(path))
-        return self._entry(path)[2] if pinned is None else pinned
 
     # Reading
 
@@ -321,9 +311,6 @@ class BranchwaterFileSystem(AbstractFileSystem):
             return _directory("")
         if not loc.ref:
             return _directory(self._repository(loc.repository).name)
-        pinned = self._pinned(loc) if loc.key else None
-        if pinned is not None:
-            return _file_info(loc, pinned)
         ref = self._ref(loc)
         if not loc.key:
             return _directory(loc.name(""))
@@ -430,9 +417,7 @@ class BranchwaterFileSystem(AbstractFileSystem):
     ) -> Any:
         if mode == "rb":
             loc, ref, entry = self._entry(path)
-            f = self._read(loc, ref, entry)
-            self._pin(loc, f, entry)
-            return f
+            return self._read(loc, ref, entry)
         if mode in ("wb", "xb"):
             exclusive = mode == "xb"
             branch, key = self._branch(path)
@@ -475,10 +460,11 @@ class BranchwaterFileSystem(AbstractFileSystem):
     def ukey(self, path: str) -> str:
         """A key that changes exactly when the object's content or metadata does; at a commit
         id it never changes, so a cache keyed on it (fsspec's `filecache::`) stays valid."""
-        return tokenize(*self._file_entry(path).identity())
+        _, _, entry = self._entry(path)
+        return tokenize(*entry.identity())
 
     def modified(self, path: str) -> datetime:
-        return self._file_entry(path).mtime
+        return self._entry(path)[2].mtime
 
     # Writing (on branches)
 
@@ -568,62 +554,15 @@ def _open_entry(ref: Ref, entry: Entry) -> BinaryIO:
     )
 
 
-class ReadFile(io.BufferedIOBase):
-    """A read handle: the opened object with the attributes fsspec readers look for, and its
-    data found missing by a read (deleted while open, its commit expired) the
-    `FileNotFoundError` fsspec callers catch, with the engine's message."""
+class ReadFile(io.BufferedReader):
+    """A read handle: the engine's opened object with the attributes fsspec readers look
+    for, buffered as the engine buffers its own files (`readline` a buffer at a time,
+    `peek`), over the engine's guard made to raise fsspec's `FileNotFoundError`."""
 
     def __init__(self, f: BinaryIO, loc: Location, entry: Entry) -> None:
-        super().__init__()
-        self._f = f
-        self._loc = loc
-        self._key = entry.path
+        super().__init__(Guarded(f, lambda exc: _missing_at(loc, entry.path, exc)))
         self.path = loc.name(entry.path)
         self.size = entry.size
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._f.tell()
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        return self._guard(lambda: self._f.seek(offset, whence))
-
-    def read(self, size: int | None = -1) -> bytes:
-        return self._guard(lambda: self._f.read(-1 if size is None else size))
-
-    read1 = read
-
-    def readinto(self, buffer: Any) -> int:
-        return self._guard(lambda: self._f.readinto(buffer))  # type: ignore[attr-defined]
-
-    def readline(self, size: int | None = -1) -> bytes:
-        return self._guard(lambda: self._f.readline(-1 if size is None else size))
-
-    def close(self) -> None:
-        if not self.closed:
-            self._f.close()
-        super().close()
-
-    def _guard(self, call: Callable[[], T]) -> T:
-        try:
-            return call()
-        except NotFound as exc:
-            raise _missing_at(self._loc, self._key, exc) from exc
-
-
-def _still_open(pins: list[Pin]) -> list[Pin]:
-    """A handle closed or collected no longer reads, so it pins nothing."""
-    kept = []
-    for handle, entry in pins:
-        f = handle()
-        if f is not None and not f.closed:
-            kept.append((handle, entry))
-    return kept
 
 
 def _refuse_shown(branch: Branch, key: str, name: str) -> None:

@@ -311,7 +311,7 @@ def open_object(
         f = g.objects(store_url).open(key)
     except NotFound:
         raise at.missing() from None
-    guarded = _Guarded(f, at)
+    guarded = Guarded(f, lambda _: at.missing(while_open=True))
     if not verify:
         return cast(BinaryIO, io.BufferedReader(guarded))
 
@@ -369,17 +369,19 @@ class ReadAt:
         return None
 
 
-class _Guarded(io.RawIOBase):
+class Guarded(io.RawIOBase):
     """`f` as the raw layer under a buffer (`io.BufferedReader`, or `verified`'s), except that
     a `NotFound` from a read or seek, the object deleted while open (an S3 ranged GET after a
-    sweep), is `ReadAt.missing`: the store's error names only the physical key. Raw, so the
-    buffer above keeps a file's protocol: `readline` reads a buffer per call, not a byte, and
-    `peek`, `fileno` (where `f` has one) and `name` work as on the store's file."""
+    sweep), is `missing(error)`: the store's error names only the physical key (the engine
+    names the path and ref, `ReadAt.missing`; the fsspec filesystem raises its
+    `FileNotFoundError`). Raw, so the buffer above keeps a file's protocol: `readline` reads
+    a buffer per call, not a byte, and `peek`, `fileno` (where `f` has one) and `name` work
+    as on the store's file."""
 
-    def __init__(self, f: BinaryIO, at: ReadAt) -> None:
+    def __init__(self, f: BinaryIO, missing: Callable[[NotFound], BaseException]) -> None:
         super().__init__()
         self._f = f
-        self._at = at
+        self._missing = missing
 
     @property
     def name(self) -> str:
@@ -416,5 +418,5 @@ class _Guarded(io.RawIOBase):
     def _guard(self, call: Callable[[], T]) -> T:
         try:
             return call()
-        except NotFound:
-            raise self._at.missing(while_open=True) from None
+        except NotFound as exc:
+            raise self._missing(exc) from exc

@@ -5,6 +5,7 @@ writes staged on branches only, and transactions that land once or not at all.""
 
 from __future__ import annotations
 
+import io
 import tomllib
 from pathlib import Path
 
@@ -108,6 +109,16 @@ def test_find_and_glob(fs_lake: FsLake, tree: str) -> None:
     assert fs.glob("sales/main/**/*.txt") == every
     assert fs.glob(f"branchwater://sales/{tree}/*") == [f"sales/{tree}/a", f"sales/{tree}/c.txt"]
     assert fs.walk("sales/main").__next__() == ("sales/main", ["a"], ["c.txt"])
+
+
+def test_a_read_handle_is_a_buffered_reader_as_the_engines_files_are(
+    fs_lake: FsLake, tree: str
+) -> None:
+    """`peek` and a `readline` served from the buffer, as readers of a local file expect."""
+    with fs_lake.fs.open(f"sales/{tree}/c.txt") as f:
+        assert isinstance(f, io.BufferedReader)
+        assert f.peek(1)[:1] == b"0"
+        assert f.readline() == b"0123456789"
 
 
 def test_open_and_cat_read_ranges(fs_lake: FsLake, tree: str) -> None:

@@ -6,22 +6,25 @@ forced by hand (a wrapped call, the sweep's steps), never by timing."""
 
 from __future__ import annotations
 
-import gc
 import io
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from fsspec.utils import tokenize
 
-from branchwater.engine import BranchwaterFileSystem, CommitExpired, NotFound, Ref
+from branchwater.engine import BranchwaterFileSystem, CommitExpired, Lake, NotFound, Ref
 from branchwater.engine import filesystem as filesystem_module
 from branchwater.engine.filesystem import Location
 from branchwater.engine.gc.retention.expired import record_expired
+from branchwater.engine.graveler.graveler import Graveler
 from tests.filesystem.conftest import FsLake
+from tests.graveler.test_refs import CountingStore
 
 ROWS = {"csv": (1000, 100), "parquet": (100, 1000)}
 """Rows of versions 1 and 2 of each file: the CSV shrinks, so the old one cut to the new
@@ -43,29 +46,28 @@ def summary(kind: str, version: int) -> tuple[int, int]:
     return rows, rows * version
 
 
-def duckdb_summary(fs_lake: FsLake, kind: str, path: str) -> list[tuple[Any, ...]]:
+def duckdb_summary(fs_lake: FsLake, kind: str, url: str) -> list[tuple[Any, ...]]:
     con = duckdb.connect()
     try:
         con.execute("SET threads = 1")
         con.register_filesystem(fs_lake.fs)
-        url = fs_lake.url("main", path)
         return con.sql(f"SELECT count(*), sum(amount) FROM read_{kind}('{url}')").fetchall()
     finally:
         con.close()
 
 
 @pytest.mark.parametrize(("kind", "after"), [("csv", "last"), ("parquet", "first")])
-def test_duckdb_reads_one_version_when_a_commit_lands_between_open_and_size(
+def test_duckdb_at_a_commit_id_reads_one_version_when_a_commit_lands_between_open_and_size(
     fs_lake: FsLake, kind: str, after: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A commit replaces the file between one of DuckDB's opens of it and the `size` it asks
-    next (a dry run counts the opens): DuckDB read the version it opened cut to the new
-    one's size, silently wrong rows for a CSV (after the open that reads the rows), an
-    `IOException` for Parquet (after the first, which reads the footer)."""
+    next (a dry run counts the opens). Through the branch DuckDB would read the version it
+    opened cut to the new one's size (wrong rows for a CSV, an `IOException` for Parquet);
+    at the commit id every call answers for that commit, as the docs advise."""
     main, fs = fs_lake.repo.branch("main"), fs_lake.fs
     path = f"t/orders.{kind}"
     main.upload(path, content(kind, 1))
-    main.commit("version 1")
+    url = fs_lake.url(main.commit("version 1").id, path)
     opens: list[int] = [0]
     committed: list[str] = []
     real_open, real_size = fs._open, fs.size
@@ -75,7 +77,7 @@ def test_duckdb_reads_one_version_when_a_commit_lands_between_open_and_size(
         return real_open(*args, **kwargs)
 
     monkeypatch.setattr(fs, "_open", counted_open)
-    assert duckdb_summary(fs_lake, kind, path) == [summary(kind, 1)]
+    assert duckdb_summary(fs_lake, kind, url) == [summary(kind, 1)]
     last, opens[0] = opens[0], 0
     target = last if after == "last" else 1
 
@@ -86,55 +88,36 @@ def test_duckdb_reads_one_version_when_a_commit_lands_between_open_and_size(
         return real_size(name)
 
     monkeypatch.setattr(fs, "size", commit_then_size)
-    got = duckdb_summary(fs_lake, kind, path)
+    got = duckdb_summary(fs_lake, kind, url)
     assert committed and opens[0] == last
-    assert got == [summary(kind, 1 if after == "last" else 2)]
+    assert got == [summary(kind, 1)]
 
 
-def test_an_open_read_handle_pins_what_info_size_modified_and_ukey_say(fs_lake: FsLake) -> None:
+def test_calls_describe_what_the_ref_shows_now_whatever_handle_is_open(fs_lake: FsLake) -> None:
+    """An open read handle keeps its own version (`f.size`, its bytes); `info`, `size`,
+    `ukey` and `exists` answer for the path as the ref shows it at the call, after a write,
+    inside a transaction and after a delete alike."""
     main, fs = fs_lake.repo.branch("main"), fs_lake.fs
     url = fs_lake.url("main", "a.csv")
-    main.upload("a.csv", b"old content\n")
-    main.commit("old")
-    old = {"info": fs.info(url), "modified": fs.modified(url), "ukey": fs.ukey(url)}
-
-    def described() -> dict[str, Any]:
-        return {"info": fs.info(url), "modified": fs.modified(url), "ukey": fs.ukey(url)}
-
-    first = fs.open(url)
-    main.upload("a.csv", b"new\n")
-    main.commit("new")
-    assert described() == old
-    assert fs.size(url) == len(b"old content\n") and fs.checksum(url) == int(old["ukey"], 16)
-    assert first.read() == b"old content\n"
-    second = fs.open(url)
-    new = described()
-    assert new["info"]["size"] == len(b"new\n") and new["ukey"] != old["ukey"]
-    second.close()
-    assert described() == old
-    first.close()
-    assert described() == new
-    dropped = fs.open(url)
-    main.upload("a.csv", b"newer\n")
-    assert fs.size(url) == len(b"new\n")
-    del dropped
-    gc.collect()
-    assert fs.size(url) == len(b"newer\n")
+    fs.pipe(url, b"version-one")
+    with fs.open(url) as f:
+        fs.pipe(url, b"version-two, longer")
+        assert fs.info(url)["size"] == fs.size(url) == len(b"version-two, longer")
+        assert fs.ukey(url) == tokenize(*main.stat("a.csv").identity())
+        main.commit("version two")
+        with fs.transaction:
+            fs.pipe(url, b"in a transaction")
+            assert fs.size(url) == len(b"in a transaction")
+        fs.rm(url)
+        assert not fs.exists(url)
+        assert (f.size, f.read()) == (len(b"version-one"), b"version-one")
 
 
-def test_a_pin_is_per_path_and_forgotten_once_its_handles_closed(fs_lake: FsLake) -> None:
-    main, fs = fs_lake.repo.branch("main"), fs_lake.fs
-    for i in range(100):
-        main.upload(f"many/{i}.txt", b"x")
-    for i in range(100):
-        with fs.open(fs_lake.url("main", f"many/{i}.txt")) as f:
-            f.read()
-    main.upload("many/0.txt", b"changed")
-    assert fs.size(fs_lake.url("main", "many/0.txt")) == len(b"changed")
-    assert len(fs._pins) < 100
-
-
-def test_a_repository_created_again_under_its_name_is_another_one(fs_lake: FsLake) -> None:
+def test_a_repository_created_again_under_its_name_is_another_one(
+    fs_lake: FsLake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen once `REPOSITORY_SECONDS` passed since the name was last resolved (here at once)."""
+    monkeypatch.setattr(filesystem_module, "REPOSITORY_SECONDS", 0)
     lake, fs = fs_lake.lake, fs_lake.fs
     main = fs_lake.repo.branch("main")
     main.upload("t/a.csv", b"deleted repository's bytes\n")
@@ -161,6 +144,48 @@ def test_a_repository_created_again_under_its_name_is_another_one(fs_lake: FsLak
     assert not fs.exists(f"sales/{old}/t/a.csv")
     assert fs.find(f"sales/{old}") == []
     assert fs.cat("sales/main/t/a.csv") == b"new\n"
+
+
+def test_data_gone_with_a_repository_created_again_moments_ago_is_told_so(
+    fs_lake: FsLake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Within `REPOSITORY_SECONDS` the deleted repository's commit is still read; once its
+    data turns out missing, the name is resolved again, which tells what happened."""
+    monkeypatch.setattr(filesystem_module, "REPOSITORY_SECONDS", 3600)
+    main = fs_lake.repo.branch("main")
+    entry = main.upload("t/a.csv", b"deleted repository's bytes\n")
+    url = f"sales/{main.commit('old').id}/t/a.csv"
+    assert fs_lake.fs.cat(url) == b"deleted repository's bytes\n"
+    namespace = fs_lake.repo.storage_namespace
+    fs_lake.lake.delete_repository("sales")
+    fs_lake.lake.graveler.objects(namespace).delete([entry.address])
+    fs_lake.lake.create_repository("sales", namespace)
+    with pytest.raises(FileNotFoundError, match="not found in repository 'sales'"):
+        fs_lake.fs.cat(url)
+
+
+def test_reads_at_a_commit_id_resolved_moments_ago_make_no_kv_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Within `REPOSITORY_SECONDS` of resolving the repository's name (made long here, so a
+    slow machine cannot end it), a commit id already resolved there is read without reading
+    the repository's record again: no round trip per file (on PostgreSQL, a DuckDB query's
+    every open and size)."""
+    monkeypatch.setattr(filesystem_module, "REPOSITORY_SECONDS", 3600)
+    kv = CountingStore()
+    with Lake(Graveler(kv)) as lake:
+        main = lake.create_repository("sales", f"file://{tmp_path}/sales").branch("main")
+        for i in range(3):
+            main.upload(f"p/{i}.csv", b"x" * 100)
+        at = f"sales/{main.commit('three files').id}/p"
+        fs = BranchwaterFileSystem(lake=lake, skip_instance_cache=True)
+        assert len(fs.find(at)) == 3
+        assert lake.wait_for_cleanup(timeout=60), "the commit's staging drop is still running"
+        kv.calls.clear()
+        for i in range(3):
+            assert fs.cat_file(f"{at}/{i}.csv") == b"x" * 100
+            assert fs.size(f"{at}/{i}.csv") == 100
+        assert kv.calls == []
 
 
 @pytest.mark.parametrize("call", ["ls", "find", "info"])
@@ -255,6 +280,9 @@ class Vanishing(io.BytesIO):
         self.error = error
 
     def read(self, size: int | None = -1) -> bytes:
+        raise self.error
+
+    def readinto(self, buffer: Any) -> int:
         raise self.error
 
 
