@@ -73,6 +73,8 @@ def test_a_sweep_discards_abandoned_writes_older_than_a_day(repo: Repository) ->
     assert files.read_summary(ns, RUN_ID).volume(ABANDONED_WRITES) == files.Volume(1, 1234)
     notices = [e["message"] for e in events if e["event"] == "notice"]
     assert "1 abandoned writes discarded (1.2 KiB)" in notices
+    report = ns.store.get(files.run_prefix(RUN_ID) + files.REPORT).decode()
+    assert "abandoned writes discarded" in report
 
 
 def test_a_minimum_age_longer_than_a_day_protects_writes_that_long(repo: Repository) -> None:

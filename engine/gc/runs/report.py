@@ -33,6 +33,7 @@ _COUNTS = (
     ("uncommitted", "listed and only uncommitted"),
     ("candidates", "candidates for deletion"),
     ("deleted", "deleted"),
+    ("abandoned", "abandoned writes discarded (killed uploads, a day old or more)"),
     ("pending", "kept for the next run (uncommitted only)"),
     ("carry", "committed addresses carried to the next run"),
     ("committed_addresses", "committed addresses read (new ranges)"),
