@@ -53,12 +53,12 @@ def create_repository(
         _write_partition(g, repo)
         failpoints.hit("repository.before_insert")
     except BaseException:
-        _abandon(g, repo, location, replaced)
+        _abandon(g, repo, mark, location, replaced)
         raise
     try:
         g.refs.insert_repository(repo, mark, listed)
     except (AlreadyExists, Conflict):
-        _abandon(g, repo, location, replaced)
+        _abandon(g, repo, mark, location, replaced)
         raise
     g.refs.unmark_partitions_if(mark, listed)
     return repo
@@ -74,12 +74,14 @@ def _write_partition(g: Graveler, repo: RepositoryRecord) -> None:
     g.refs.insert_branch(repo, BranchRecord(branch, first.id, new_staging_token(repo, branch)))
 
 
-def _abandon(g: Graveler, repo: RepositoryRecord, location: str, replaced: bytes | None) -> None:
+def _abandon(
+    g: Graveler, repo: RepositoryRecord, mark: str, location: str, replaced: bytes | None
+) -> None:
     """Undo a creation whose record surely was not written: its claim, and its partition
     (listed since the creation began). An insert whose outcome is unknown (`Unavailable`)
     leaves both: the list's cleanup reads the record to tell."""
     g.refs.release_namespace(location, repo, replaced)
-    g.drop_listed_later(REPOSITORY_MARK + repo.partition.decode(), [repo.partition])
+    g.drop_listed_later(mark, [repo.partition])
 
 
 def _check_namespace(name: str, storage_namespace: object) -> None:
