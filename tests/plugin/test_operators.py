@@ -13,18 +13,12 @@ import pytest
 from airflow.sdk import DAG, TaskGroup
 
 from branchwater.engine import InvalidArgument, MergeRaceLost, MergeResult, Repository, failpoints
-from branchwater.engine.gc.runs import files
-from branchwater.engine.gc.runs.config import JobConfig
-from branchwater.engine.gc.runs.storage import Namespace
 from branchwater.plugin.operators import (
     BranchwaterCommitOperator,
     BranchwaterCompactOperator,
     BranchwaterCreateBranchOperator,
     BranchwaterDeleteBranchOperator,
-    BranchwaterGCMarkOperator,
-    BranchwaterGCSweepOperator,
     BranchwaterMergeOperator,
-    BranchwaterPrepareUncommittedOperator,
     BranchwaterRevertOperator,
     BranchwaterTagOperator,
     BranchwaterUploadOperator,
@@ -32,7 +26,6 @@ from branchwater.plugin.operators import (
 from branchwater.plugin.operators.base import Lineage, LineageDataset
 from branchwater.plugin.operators.commits import ATTEMPTS_KEY, HINT_KEY
 from branchwater.plugin.sensors import BranchwaterCompactionSensor
-from branchwater.spark_jobs.gc.job import GCJob
 from tests.helpers.failpoints import PAUSE_TIMEOUT, paused_at
 from tests.helpers.races import lost_merge
 from tests.helpers.views import committed
@@ -40,7 +33,6 @@ from tests.plugin.conftest import LINK_TEMPLATE, LakeConnection, RunDag, set_con
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
-    from pyspark.sql import SparkSession
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 
@@ -539,23 +531,6 @@ def test_lineage_needs_the_openlineage_provider() -> None:
     assert merge.get_openlineage_facets_on_complete(None) is None
 
 
-def test_gc_preparation_returns_where_its_run_is(
-    run_dag: RunDag, lake_conn: LakeConnection, repo: Repository
-) -> None:
-    staged = repo.create_branch("staged")
-    staged.upload("pending.csv", b"pending")
-    with DAG("bw_gc_prepare", schedule=None, params={"repo": ""}) as dag:
-        BranchwaterPrepareUncommittedOperator(task_id="prepare", repository="{{ params.repo }}")
-
-    result = run_dag(dag, {"repo": repo.name})
-
-    assert result.state == "success", result.states
-    prepared = result.value("prepare")
-    assert prepared["location"].startswith(repo.storage_namespace)
-    assert prepared["run_id"] in prepared["location"]
-    assert result.rendered["prepare"]["repository"] == repo.name
-
-
 def test_compaction_returns_what_it_did_and_a_clean_branch_is_a_no_op(
     run_dag: RunDag, lake_conn: LakeConnection, repo: Repository, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -601,133 +576,6 @@ def test_compaction_returns_what_it_did_and_a_clean_branch_is_a_no_op(
     output = capfd.readouterr().out
     assert f"branch 'gone' not found in repository '{repo.name}'" in output
     assert "unknown compaction threshold(s) max_tombs: use max_tombstones" in output
-
-
-def test_the_gc_job_refuses_a_master_that_would_show_the_kv_url_on_its_command_line(
-    run_dag: RunDag,
-    lake_conn: LakeConnection,
-    repo: Repository,
-    monkeypatch: pytest.MonkeyPatch,
-    capfd: pytest.CaptureFixture[str],
-) -> None:
-    set_connection(monkeypatch, "spark_yarn", "spark", host="yarn")
-    prepared = repo.prepare_uncommitted_for_gc()
-    with DAG("bw_gc_on_yarn", schedule=None) as dag:
-        BranchwaterGCMarkOperator(
-            task_id="mark",
-            repository=repo.name,
-            prepare_run=prepared.run_id,
-            conn_id="spark_yarn",
-            retries=2,
-            retry_delay=timedelta(seconds=0),
-        )
-
-    result = run_dag(dag)
-
-    assert result.states == {"mark": "failed"}
-    assert result.tries == {"mark": 1}, "a refused master fails without its retries"
-    output = capfd.readouterr().out
-    assert "Spark master 'yarn': spark-submit would put the GC job's environment" in output
-    assert "Spark-Submit cmd" not in output
-
-
-@pytest.mark.parametrize(
-    ("keep_runs", "message"),
-    [
-        ("{{ params.keep }}", "keep_runs must be a whole number of runs, not 'all'"),
-        (0, "(--keep-runs 1 or more), not 0"),
-    ],
-)
-def test_a_bad_keep_runs_fails_the_gc_job_at_once_before_spark(
-    run_dag: RunDag,
-    lake_conn: LakeConnection,
-    repo: Repository,
-    capfd: pytest.CaptureFixture[str],
-    keep_runs: str | int,
-    message: str,
-) -> None:
-    with DAG("bw_gc_keep_runs", schedule=None, params={"keep": "all"}) as dag:
-        BranchwaterGCMarkOperator(
-            task_id="mark",
-            repository=repo.name,
-            prepare_run="18f2a9c3b7d1-a1b2c3",
-            keep_runs=keep_runs,
-            retries=2,
-        )
-
-    result = run_dag(dag)
-
-    assert result.states == {"mark": "failed"} and result.tries["mark"] == 1
-    captured = capfd.readouterr()
-    output = captured.out + captured.err
-    assert "InvalidArgument: " in output and message in output
-    assert "Spark-Submit cmd" not in output
-
-
-@pytest.mark.parametrize(
-    ("dry_run", "state"), [(" Yes", "skipped"), ("maybe", "failed"), (None, "failed")]
-)
-def test_a_sweep_skipped_by_a_rendered_flag_it_cannot_read_fails_at_once_deleting_nothing(
-    run_dag: RunDag,
-    lake_conn: LakeConnection,
-    repo: Repository,
-    capfd: pytest.CaptureFixture[str],
-    dry_run: str | None,
-    state: str,
-) -> None:
-    """Text that is not a flag is not taken for false: `skip_sweep` stands between a dry run
-    and deletes."""
-    with DAG("bw_gc_skip_sweep", schedule=None, params={"dry_run": dry_run}) as dag:
-        BranchwaterGCSweepOperator(
-            task_id="sweep",
-            repository=repo.name,
-            run_id="18f2a9c3b7d1-a1b2c3",
-            skip_sweep="{{ params.dry_run }}",
-            retries=2,
-        )
-
-    result = run_dag(dag)
-
-    assert result.states == {"sweep": state} and result.tries["sweep"] == 1
-    output = capfd.readouterr().out
-    if state == "failed":
-        shown = repr(str(dry_run))
-        assert f"skip_sweep must be True or False (or their text), not {shown}" in output
-    assert "Spark-Submit cmd" not in output
-
-
-@pytest.mark.spark
-def test_a_sweep_of_a_mark_with_no_candidates_starts_no_spark_application(
-    run_dag: RunDag,
-    lake_conn: LakeConnection,
-    repo: Repository,
-    spark: SparkSession,
-    capfd: pytest.CaptureFixture[str],
-) -> None:
-    """It prunes older runs' data as a sweep on Spark does, keeping `keep_runs` (templated)."""
-    config = JobConfig(lake_conn.kv_url, repo.name, dry_run=True, min_age=timedelta(0))
-    older = GCJob(spark, config).run()
-    mark = GCJob(spark, config).run()
-    assert mark.volume("candidates").objects == 0
-    with DAG("bw_gc_sweep_nothing", schedule=None, params={"keep": "1"}) as dag:
-        BranchwaterGCSweepOperator(
-            task_id="sweep",
-            repository=repo.name,
-            run_id=mark.run_id,
-            keep_runs="{{ params.keep }}",
-        )
-
-    result = run_dag(dag)
-
-    assert result.states == {"sweep": "success"}
-    swept = result.value("sweep")
-    assert (swept["run_id"], swept["status"], swept["deleted"]) == (mark.run_id, "swept", 0)
-    output = capfd.readouterr().out
-    assert f"GC run {mark.run_id} marked no candidates: sweeping it without Spark" in output
-    assert "Spark-Submit cmd" not in output
-    ns = Namespace.of(repo.storage_namespace)
-    assert files.read_summary(ns, older.run_id).pruned_at is not None
-    assert files.read_summary(ns, mark.run_id).pruned_at is None
 
 
 @dataclass
