@@ -12,7 +12,6 @@ import sys
 from collections.abc import Callable
 from importlib import metadata as importlib_metadata
 from typing import NoReturn
-from urllib.parse import urlsplit
 
 from branchwater.engine.api import DEFAULT_KV_URL, Lake
 from branchwater.engine.cli import (
@@ -37,6 +36,7 @@ from branchwater.engine.errors import (
     PredicateFailed,
     TooManyTries,
 )
+from branchwater.engine.kv import sqlite_file
 
 PROG = "branchwater"
 
@@ -99,21 +99,40 @@ def kv_url(option: str | None) -> str:
     return option or os.environ.get(KV_ENV) or DEFAULT_KV_URL
 
 
-def ensure_sqlite_parent(url: str) -> None:
+def prepare_lake(url: str, option: str | None, creates_lake: bool) -> None:
+    """Make the directory of a SQLite lake a verb may start; for any other verb, fail unless
+    the file is there, so a mistyped URL is reported rather than opened as a new empty lake."""
+    path = sqlite_file(url)
+    if path is None:
+        return
+    if creates_lake:
+        ensure_parent(path)
+    elif not os.path.exists(path):
+        raise UserError(no_lake(path, option))
+
+
+def ensure_parent(path: str) -> None:
     """Create the directory of a SQLite lake so the first command in a fresh dir just works."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:  # malformed: the store's own parser says how
-        return
-    if parts.scheme.split("+", 1)[0] != "sqlite" or not parts.path.startswith("/"):
-        return
-    parent = os.path.dirname(parts.path[1:])  # sqlite:///rel.db → rel.db, ////abs → /abs
-    if not parent:
-        return
+    parent = os.path.dirname(path)
     try:
         os.makedirs(parent, exist_ok=True)
     except OSError as exc:
         raise UserError(f"cannot create the lake directory {parent!r}: {exc.strerror}") from exc
+
+
+def no_lake(path: str, option: str | None) -> str:
+    """What to do about a missing lake, naming the setting that pointed at it."""
+    start = "'branchwater repo create NAME --namespace URL'"
+    setting = "--kv" if option else f"${KV_ENV}" if os.environ.get(KV_ENV) else None
+    if setting:
+        return (
+            f"no lake at {path!r} (from {setting}): check the URL, or start a lake there "
+            f"with {start}"
+        )
+    return (
+        f"no lake here ({path!r} does not exist): start one with {start}, or name an "
+        f"existing lake with --kv or ${KV_ENV}"
+    )
 
 
 def fail(message: str, code: int) -> int:
@@ -147,7 +166,7 @@ def execute(args: argparse.Namespace) -> int:
     """Run the handler on an open lake; every expected failure becomes an exit code."""
     try:
         url = kv_url(args.kv)
-        ensure_sqlite_parent(url)
+        prepare_lake(url, args.kv, args.creates_lake)
         shown = sys.stderr.isatty() if args.progress is None else args.progress
         progress = Progress(shown, PROGRESS_DELAY)
         with progress, Lake.connect(url) as lake:

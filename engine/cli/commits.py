@@ -17,7 +17,7 @@ from branchwater.engine.cli.output import (
     short,
 )
 from branchwater.engine.cli.verbs import Subparsers, add_meta, count, key_value, verb
-from branchwater.engine.graveler.merge import STRATEGIES
+from branchwater.engine.graveler.merge import STRATEGIES, split_hint
 from branchwater.engine.graveler.model import Commit
 
 COMMITTER_ENV = "BRANCHWATER_COMMITTER"
@@ -29,6 +29,18 @@ def default_committer() -> str:
         return os.environ.get(COMMITTER_ENV) or getpass.getuser()
     except (OSError, KeyError):
         return ""
+
+
+def merge_hint(text: str) -> str:
+    """`--hint`: refused unless shaped as a hint, since the engine ignores a hint that is not
+    this merge's work (a stale one is fine to merge afresh past) and a typo should not pass."""
+    if split_hint(text) is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a merge hint: a merge that lost every race to the destination "
+            "exits 2 printing one (hint='METARANGE@COMMIT.TAG'); pass it back as --hint to "
+            "resume that work"
+        )
+    return text
 
 
 def cmd_commit(lake: Lake, args: argparse.Namespace, out: Output) -> None:
@@ -122,7 +134,13 @@ def register(sub: Subparsers) -> None:
     merge.add_argument("-m", "--message", default=None, metavar="MSG")
     add_meta(merge)
     merge.add_argument("--committer", default=None)
-    merge.add_argument("--hint", default=None, help="resume from a lost race's hint")
+    merge.add_argument(
+        "--hint",
+        type=merge_hint,
+        default=None,
+        metavar="HINT",
+        help="resume the work of a merge that lost every race (it exits 2 printing the hint)",
+    )
     merge.add_argument(
         "--no-ff",
         dest="fast_forward",

@@ -56,6 +56,13 @@ found at its end fails the command after its bytes."""
 
 
 def cmd_cat(lake: Lake, args: argparse.Namespace, out: Output) -> None:
+    """Refuses `--json` rather than break its promise of one JSON document: an object's
+    bytes may be binary and of any size, and `ls --json` already shows its entry."""
+    if out.as_json:
+        raise UserError(
+            "cat writes an object's bytes as stored, not JSON: drop --json "
+            "('branchwater ls REPO REF PATH --json' lists its entry)"
+        )
     ref = open_ref(lake.repository(args.repo), args.ref)
     with ref.open(args.path, verify=not args.no_verify) as f:
         chunk = f.read(CAT_HOLD_BACK)
@@ -99,7 +106,7 @@ def register(sub: Subparsers) -> None:
         action="store_true",
         help="only if the branch shows nothing at PATH (an exclusive creation), else fail",
     )
-    cat = verb(sub, "cat", cmd_cat, "write an object's bytes to stdout")
+    cat = verb(sub, "cat", cmd_cat, "write an object's bytes to stdout (no --json)")
     cat.add_argument("repo", metavar="REPO")
     cat.add_argument("ref", metavar="REF")
     cat.add_argument("path", metavar="PATH")

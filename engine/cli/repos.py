@@ -39,7 +39,13 @@ def cmd_repo_delete(lake: Lake, args: argparse.Namespace, out: Output) -> None:
 
 def register(sub: Subparsers) -> None:
     repo = group(sub, "repo", "create, list and delete repositories")
-    create = verb(repo, "create", cmd_repo_create, "create a repository")
+    create = verb(
+        repo,
+        "create",
+        cmd_repo_create,
+        "create a repository (and the lake, where there is none)",
+        creates_lake=True,
+    )
     create.add_argument("name", metavar="NAME")
     create.add_argument("--namespace", required=True, metavar="URL", help="file:// or s3:// URL")
     create.add_argument("--default-branch", default="main", metavar="BRANCH")

@@ -54,11 +54,19 @@ def global_options(parser: argparse.ArgumentParser, *, on_verb: bool) -> None:
 
 
 def verb(
-    parent: Subparsers, name: str, handler: Handler, help_text: str
+    parent: Subparsers,
+    name: str,
+    handler: Handler,
+    help_text: str,
+    *,
+    creates_lake: bool = False,
 ) -> argparse.ArgumentParser:
+    """A verb's parser. Only a verb that `creates_lake` may start a SQLite lake where there is
+    none; every other one needs the file, so a mistyped URL fails instead of making an empty
+    lake (as git fails outside a repository)."""
     parser = parent.add_parser(name, help=help_text, description=help_text)
     global_options(parser, on_verb=True)
-    parser.set_defaults(handler=handler)
+    parser.set_defaults(handler=handler, creates_lake=creates_lake)
     return parser
 
 

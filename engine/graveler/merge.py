@@ -124,6 +124,16 @@ def merge_hint(
     return f"{at.metarange_id}@{at.onto_commit_id}.{short_tag(lake_key(g.refs.kv), text)}"
 
 
+def split_hint(hint: str) -> tuple[str, str, str] | None:
+    """The metarange, the commit it merged onto and the tag of text shaped as `merge_hint`
+    makes it; None for text of any other shape, which no merge could have given."""
+    metarange_id, sep, rest = hint.partition("@")
+    onto, dot, tag = rest.rpartition(".")
+    if not (metarange_id and sep and onto and dot and tag):
+        return None
+    return metarange_id, onto, tag
+
+
 def _hint_text(
     repo: RepositoryRecord, metarange_id: str, onto: str, source_id: str, strategy: str | None
 ) -> str:
@@ -702,10 +712,9 @@ def _parse_hint(
         raise InvalidArgument(
             f"a merge hint is the text MergeRaceLost.hint gave, not {type(hint).__name__}"
         )
-    metarange_id, sep, rest = hint.partition("@")
-    onto, dot, tag = rest.rpartition(".")
+    metarange_id, onto, tag = split_hint(hint) or ("", "", "")
     text = _hint_text(repo, metarange_id, onto, source.id, strategy)
-    if not (sep and dot and tag and tag_matches(lake_key(g.refs.kv), text, tag)):
+    if not (tag and tag_matches(lake_key(g.refs.kv), text, tag)):
         log.warning(
             "merge hint %r is not the work of this merge of commit %s (strategy %s) into %r: "
             "merging afresh",

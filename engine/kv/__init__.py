@@ -28,7 +28,7 @@ def open_store(url: str) -> Store:
     """Open the store a URL names; drivers are imported only when used."""
     if not isinstance(url, str):
         raise InvalidArgument(f"KV URL must be a string, not {type(url).__name__}")
-    scheme = url_scheme(url).split("+", 1)[0]
+    scheme = _driver_scheme(url)
     if scheme == "memory":
         from branchwater.engine.kv.memory import MemoryStore
 
@@ -51,6 +51,22 @@ def open_store(url: str) -> Store:
     )
 
 
+def sqlite_file(url: str) -> str | None:
+    """The absolute path of the file a `sqlite://` URL names, as its store would open it;
+    None for a store that is not a local file. A malformed SQLite URL raises
+    `ConfigurationError`, as opening it would."""
+    if _driver_scheme(url) != "sqlite":
+        return None
+    from branchwater.engine.kv.sqlite import database_path
+
+    return database_path(url)
+
+
+def _driver_scheme(url: str) -> str:
+    """`sqlite+pysqlite://` picks the driver `sqlite://` does."""
+    return url_scheme(url).split("+", 1)[0]
+
+
 __all__ = [
     "DEFAULT_BATCH_SIZE",
     "EXISTS",
@@ -59,4 +75,5 @@ __all__ = [
     "Store",
     "ValueWithPredicate",
     "open_store",
+    "sqlite_file",
 ]

@@ -163,6 +163,12 @@ def _begin_immediate(conn: Connection) -> None:
     conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
+def database_path(url: str) -> str:
+    """The absolute path of the file `url` names (a relative one against the cwd), or
+    `ConfigurationError`."""
+    return _parse(url)[0]
+
+
 def _parse(url: str) -> tuple[str, str]:
     """The absolute database path and the synchronous mode, or `ConfigurationError`."""
     redacted = redact_url(url)

@@ -3,14 +3,17 @@ console script."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from branchwater.engine import api
+from branchwater.engine.cli import app
 from branchwater.engine.cli.verbs import KV_ENV
 from branchwater.engine.errors import Conflict, TooManyTries
 from tests.helpers.cli import Bw, CliLake, Run, assert_user_error, local_file, make_repo, ok
@@ -69,7 +72,11 @@ def test_conflicts_exit_2(
     assert_user_error(bw("commit", "sales", "main", "-m", "x"), 2, str(error))
 
 
-def test_keyboard_interrupt_exits_130_quietly(bw: Bw, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_keyboard_interrupt_exits_130_quietly(
+    bw: Bw, lake: CliLake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_repo(bw, lake)
+
     def interrupted(_self: object) -> list[object]:
         raise KeyboardInterrupt
 
@@ -77,7 +84,10 @@ def test_keyboard_interrupt_exits_130_quietly(bw: Bw, monkeypatch: pytest.Monkey
     assert bw("repo", "list") == Run(130, "", "")
 
 
-def test_lake_is_closed_on_success_and_on_error(bw: Bw, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_lake_is_closed_on_success_and_on_error(
+    bw: Bw, lake: CliLake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_repo(bw, lake)
     closed: list[bool] = []
     real_close = api.Lake.close
 
@@ -95,12 +105,14 @@ def test_lake_is_closed_on_success_and_on_error(bw: Bw, monkeypatch: pytest.Monk
 
 
 def test_env_var_selects_the_lake(bw: Bw, lake: CliLake, monkeypatch: pytest.MonkeyPatch) -> None:
+    make_repo(bw, lake)
     env_url = f"sqlite:///{lake.root}/from-env/lake.db"
     monkeypatch.setenv(KV_ENV, env_url)
     ok(bw("repo", "create", "viaenv", "--namespace", lake.namespace, kv=None))
     assert (lake.root / "from-env" / "lake.db").is_file()
     assert "viaenv" in ok(bw("repo", "list", kv=env_url)).out
-    assert ok(bw("repo", "list", kv=lake.kv)).out == ""  # --kv wins over the env var
+    listed = ok(bw("repo", "list", kv=lake.kv)).out  # --kv wins over the env var
+    assert "sales" in listed and "viaenv" not in listed
     assert not (lake.root / ".branchwater").exists()
 
 
@@ -108,6 +120,66 @@ def test_default_lake_is_created_under_the_cwd(bw: Bw, lake: CliLake) -> None:
     ok(bw("repo", "create", "local", "--namespace", lake.namespace, kv=None))
     assert (lake.root / ".branchwater" / "lake.db").is_file()
     assert "local" in ok(bw("repo", "list", kv=None)).out
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("repo", "list"),
+        ("repo", "delete", "sales"),
+        ("ls", "sales", "main"),
+        ("refs", "restore", "sales", "dump.json"),
+        ("gc", "rules", "get", "sales"),
+    ],
+)
+def test_a_verb_on_a_missing_lake_fails_without_creating_it(
+    bw: Bw, lake: CliLake, args: tuple[str, ...]
+) -> None:
+    """A mistyped `--kv` is reported, not opened as a new empty lake that lists nothing."""
+    typo = lake.root / "typo" / "lake.db"
+    result = bw(*args, kv=f"sqlite:///{typo}?synchronous=normal")
+    assert_user_error(result, 1, f"no lake at '{typo}' (from --kv)", "branchwater repo create")
+    assert not typo.parent.exists()
+
+
+def test_a_missing_lake_named_by_the_env_var_is_found_as_the_store_finds_it(
+    bw: Bw, lake: CliLake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sqlite:///rel.db` is relative to the cwd, as `SQLiteStore` opens it."""
+    monkeypatch.setenv(KV_ENV, "sqlite:///lakes/typo.db")
+    assert_user_error(
+        bw("log", "sales", "main", kv=None), 1, f"'{lake.root}/lakes/typo.db' (from ${KV_ENV})"
+    )
+    assert not (lake.root / "lakes").exists()
+    ok(bw("repo", "create", "sales", "--namespace", lake.namespace, kv=None))
+    assert (lake.root / "lakes" / "typo.db").is_file()
+    assert "sales" in ok(bw("repo", "list", kv=None)).out
+
+
+def test_a_fresh_directory_has_no_lake(bw: Bw, lake: CliLake) -> None:
+    assert_user_error(
+        bw("repo", "list", kv=None),
+        1,
+        f"no lake here ('{lake.root}/.branchwater/lake.db' does not exist)",
+        "branchwater repo create",
+        f"--kv or ${KV_ENV}",
+    )
+    assert not (lake.root / ".branchwater").exists()
+
+
+def test_only_repo_create_starts_a_lake() -> None:
+    assert list(verbs_that_start_a_lake(app.build_parser(), ())) == ["repo create"]
+
+
+def verbs_that_start_a_lake(
+    parser: argparse.ArgumentParser, words: tuple[str, ...]
+) -> Iterator[str]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from verbs_that_start_a_lake(sub, (*words, name))
+    if parser.get_default("creates_lake"):
+        yield " ".join(words)
 
 
 # ---------------------------------------------------------------------------- entry points

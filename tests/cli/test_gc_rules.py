@@ -73,7 +73,8 @@ def test_a_missing_file_is_a_user_error(bw: Bw, lake: CliLake) -> None:
     )
 
 
-def test_an_unknown_repository_is_a_user_error(bw: Bw) -> None:
+def test_an_unknown_repository_is_a_user_error(bw: Bw, lake: CliLake) -> None:
+    make_repo(bw, lake)
     assert_user_error(bw("gc", "rules", "get", "nosuch"), 1, "nosuch")
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from branchwater.engine.cli import app, main
 from branchwater.engine.cli.progress import Progress
-from tests.helpers.cli import Bw, CliLake, local_file, make_repo, ok
+from tests.helpers.cli import Bw, CliLake, assert_user_error, local_file, make_repo, ok
 
 # --------------------------------------------------------------------------------- progress
 
@@ -111,6 +111,15 @@ def test_a_created_branch_prints_the_form_branch_list_prints(bw: Bw, lake: CliLa
             "name": "dev",
             "commit_id": listed[1]["commit_id"],
         }
+    )
+
+
+@pytest.mark.parametrize("argv", [["--json", "cat"], ["cat", "--json"]])
+def test_cat_refuses_json_since_an_object_is_bytes(bw: Bw, lake: CliLake, argv: list[str]) -> None:
+    make_repo(bw, lake)
+    ok(bw("upload", "sales", "main", "a.csv", local_file(lake, "a", b"id\n1\n")))
+    assert_user_error(
+        bw(*argv, "sales", "main", "a.csv"), 1, "cat writes an object's bytes", "drop --json"
     )
 
 

@@ -182,6 +182,25 @@ def test_merge_then_conflict_exits_2_naming_the_path(bw: Bw, lake: CliLake) -> N
     assert ok(bw("cat", "sales", "main", "p")).out == "etl2"
 
 
+@pytest.mark.parametrize("hint", ["garbage", "abc@def", "abc.def", "@onto.tag", "tree@.tag"])
+def test_a_malformed_merge_hint_is_refused_before_merging(bw: Bw, lake: CliLake, hint: str) -> None:
+    """The engine merges afresh past a hint that is not the merge's own work, with a warning;
+    text no merge could have printed is a typo, refused on one line."""
+    make_repo(bw, lake)
+    ok(bw("branch", "create", "sales", "etl", "--source", "main"))
+    ok(bw("upload", "sales", "etl", "p", local_file(lake, "p", b"p")))
+    ok(bw("commit", "sales", "etl", "-m", "p"))
+    head = json.loads(ok(bw("--json", "log", "sales", "main", "--limit", "1")).out)[0]["id"]
+    assert_user_error(
+        bw("merge", "sales", "etl", "main", "--hint", hint),
+        1,
+        f"argument --hint: {hint!r} is not a merge hint",
+        "lost every race",
+        "METARANGE@COMMIT.TAG",
+    )
+    assert json.loads(ok(bw("--json", "log", "sales", "main", "--limit", "1")).out)[0]["id"] == head
+
+
 def test_merge_no_ff_writes_a_merge_commit_that_log_where_finds(bw: Bw, lake: CliLake) -> None:
     make_repo(bw, lake)
     ok(bw("branch", "create", "sales", "etl", "--source", "main"))
