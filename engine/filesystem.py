@@ -23,7 +23,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass, replace
@@ -31,7 +30,7 @@ from datetime import datetime
 from glob import has_magic
 from pathlib import Path
 from types import TracebackType
-from typing import Any, BinaryIO, cast
+from typing import Any, BinaryIO
 from urllib.parse import quote, unquote
 
 from fsspec.spec import AbstractFileSystem
@@ -49,7 +48,8 @@ from branchwater.engine.errors import (
 )
 from branchwater.engine.graveler.model import Commit, Entry, check_flag
 from branchwater.engine.graveler.names import is_hex_id
-from branchwater.engine.graveler.reads import Guarded, open_object
+from branchwater.engine.graveler.reads import open_object
+from branchwater.engine.lru import LRU
 from branchwater.engine.objects import check_s3_options
 from branchwater.engine.per_process import ChildSafeLock
 
@@ -63,6 +63,9 @@ temporary file; it is uploaded, streamed, when closed."""
 IMMUTABLE_ENTRIES = 100_000
 """Entries at commit ids a filesystem remembers (least recently used dropped first): a
 commit never changes, so a dataset listed once is opened without looking each file up."""
+RESOLVED_COMMITS = 1024
+"""Commit ids a filesystem remembers resolved (least recently used dropped first): reads at
+one are then free of KV calls, and a long-lived filesystem reading at many stays bounded."""
 REPOSITORY_SECONDS = 2.0
 """How long a read at a commit id trusts the repository a name was last resolved to: a
 commit already resolved there is then read with no KV call (one round trip per file on
@@ -141,8 +144,8 @@ class BranchwaterFileSystem(AbstractFileSystem):
             url = kv_url or os.environ.get(KV_URL_ENV) or DEFAULT_KV_URL
             lake = shared_lake(url, s3_options)
         self.lake = lake
-        self._commits: dict[tuple[bytes, str], Ref] = {}
-        self._entries: OrderedDict[tuple[bytes, str, str], Entry] = OrderedDict()
+        self._commits: LRU[tuple[bytes, str], Ref] = LRU(RESOLVED_COMMITS)
+        self._entries: LRU[tuple[bytes, str, str], Entry] = LRU(IMMUTABLE_ENTRIES)
         self._partitions: dict[str, tuple[float, bytes]] = {}
         self._cache_lock = ChildSafeLock()
 
@@ -203,8 +206,7 @@ class BranchwaterFileSystem(AbstractFileSystem):
         except (NotFound, InvalidName) as exc:
             raise _missing(loc.name(""), exc) from exc
         if is_hex_id(name):
-            with self._cache_lock:
-                self._commits[(repo.record.partition, name)] = ref
+            self._commits.put((repo.record.partition, name), ref)
         return ref
 
     def _known_commit(self, loc: Location) -> Ref | None:
@@ -212,20 +214,17 @@ class BranchwaterFileSystem(AbstractFileSystem):
         `REPOSITORY_SECONDS` ago, with no KV call."""
         with self._cache_lock:
             seen = self._partitions.get(loc.repository)
-            if seen is None or time.monotonic() - seen[0] >= REPOSITORY_SECONDS:
-                return None
-            return self._commits.get((seen[1], loc.ref))
+        if seen is None or time.monotonic() - seen[0] >= REPOSITORY_SECONDS:
+            return None
+        return self._commits.get((seen[1], loc.ref))
 
     def _stat(self, loc: Location, ref: Ref, path: str) -> Entry:
         """`ref.stat(path)`, remembered at a commit id (`NotFound` if absent)."""
         if not is_hex_id(loc.ref):
             return ref.stat(path)
-        key = (ref.repository.record.partition, loc.ref, path)
-        with self._cache_lock:
-            entry = self._entries.get(key)
-            if entry is not None:
-                self._entries.move_to_end(key)
-                return entry
+        entry = self._entries.get((ref.repository.record.partition, loc.ref, path))
+        if entry is not None:
+            return entry
         entry = ref.stat(path)
         self._remember(loc, ref, [entry])
         return entry
@@ -234,11 +233,8 @@ class BranchwaterFileSystem(AbstractFileSystem):
         if not is_hex_id(loc.ref):
             return
         partition = ref.repository.record.partition
-        with self._cache_lock:
-            for entry in entries:
-                self._entries[(partition, loc.ref, entry.path)] = entry
-            while len(self._entries) > IMMUTABLE_ENTRIES:
-                self._entries.popitem(last=False)
+        for entry in entries:
+            self._entries.put((partition, loc.ref, entry.path), entry)
 
     def _branch(self, path: str) -> tuple[Branch, str]:
         """The branch a write stages on (inside a transaction, its own) and the object path."""
@@ -289,16 +285,15 @@ class BranchwaterFileSystem(AbstractFileSystem):
         except NotFound as exc:
             raise _missing_at(loc, loc.key, exc) from exc
 
-    def _read(self, loc: Location, ref: Ref, entry: Entry) -> ReadFile:
+    def _read(self, loc: Location, ref: Ref, entry: Entry) -> BinaryIO:
         """The entry's object opened, its data gone a `FileNotFoundError`; at a commit id this
         filesystem remembered, the commit is resolved again first, so a repository deleted
         (or created again) since is told as resolving it tells it, not as data lost."""
         try:
-            return ReadFile(_open_entry(ref, entry), loc, entry)
+            return _open_entry(ref, entry, loc)
         except NotFound as exc:
             if is_hex_id(loc.ref) and not isinstance(exc, CommitExpired):
-                with self._cache_lock:
-                    self._commits.pop((ref.repository.record.partition, loc.ref), None)
+                self._commits.discard((ref.repository.record.partition, loc.ref))
                 self._ref(loc)
             raise _missing_at(loc, entry.path, exc) from exc
 
@@ -494,7 +489,7 @@ class BranchwaterFileSystem(AbstractFileSystem):
                 raise _missing(src.name(src.key), exc) from exc
         _, ref, entry = self._entry(path1)
         with self._read(src, ref, entry) as f:
-            branch.upload(key, cast(BinaryIO, f), metadata=entry.metadata)
+            branch.upload(key, f, metadata=entry.metadata)
 
     def rm_file(self, path: str) -> None:
         branch, key = self._branch(path)
@@ -542,27 +537,21 @@ class BranchwaterFileSystem(AbstractFileSystem):
         """Folders vanish with their last object: nothing to do."""
 
 
-def _open_entry(ref: Ref, entry: Entry) -> BinaryIO:
+def _open_entry(ref: Ref, entry: Entry, loc: Location) -> BinaryIO:
     """`Ref.open` of an entry already looked up: verified as it is, without a second lookup,
-    and told the ref and commit it was read at, so data missing names them (or the expiry)."""
-    return open_object(
+    and told the ref and commit it was read at, so data missing names them (or the expiry),
+    as fsspec's `FileNotFoundError` once the file is open. The engine's file is the read
+    handle, with the attributes fsspec readers look for (`path`, `size`)."""
+    f: Any = open_object(
         ref.repository.lake.graveler,
         ref.repository.record,
         entry,
         ref=ref.name,
         commit_id=None if isinstance(ref, Branch) else ref.commit_id,
+        missing=lambda exc: _missing_at(loc, entry.path, exc),
     )
-
-
-class ReadFile(io.BufferedReader):
-    """A read handle: the engine's opened object with the attributes fsspec readers look
-    for, buffered as the engine buffers its own files (`readline` a buffer at a time,
-    `peek`), over the engine's guard made to raise fsspec's `FileNotFoundError`."""
-
-    def __init__(self, f: BinaryIO, loc: Location, entry: Entry) -> None:
-        super().__init__(Guarded(f, lambda exc: _missing_at(loc, entry.path, exc)))
-        self.path = loc.name(entry.path)
-        self.size = entry.size
+    f.path, f.size = loc.name(entry.path), entry.size
+    return f
 
 
 def _refuse_shown(branch: Branch, key: str, name: str) -> None:

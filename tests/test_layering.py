@@ -26,6 +26,7 @@ LAYERS: dict[str, int] = {
     "background": 0,
     "errors": 0,
     "failpoints": 0,
+    "lru": 0,
     "per_process": 0,
     "units": 0,
     "urls": 0,

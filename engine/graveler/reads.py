@@ -295,6 +295,7 @@ def open_object(
     *,
     ref: str | None = None,
     commit_id: str | None = None,
+    missing: Callable[[NotFound], BaseException] | None = None,
 ) -> BinaryIO:
     """A seekable file object over the object an entry names; with `verify`, its size is
     checked now and its checksum once a read reaches its end (`verified`), raising
@@ -304,7 +305,10 @@ def open_object(
     sweep still reads its commit): data found missing, when opening or by a read of the
     open file, is then `CommitExpired` if retention expired or is collecting that commit,
     else `NotFound` naming the path, the ref and the address (`ReadAt`). The expiry is read
-    on that error path alone, so a read costs nothing more."""
+    on that error path alone, so a read costs nothing more. A read of the open file raises
+    `missing(that error)` instead, where given (the fsspec filesystem's `FileNotFoundError`),
+    so a caller uses the file as it is rather than buffering it again under a guard of its
+    own."""
     store_url, key = object_location(repo, entry.address)
     at = ReadAt(g, repo, entry, store_url, ref, commit_id)
     try:
@@ -312,6 +316,8 @@ def open_object(
     except NotFound:
         raise at.missing() from None
     guarded = Guarded(f, lambda _: at.missing(while_open=True))
+    if missing is not None:
+        guarded = Guarded(cast(BinaryIO, guarded), missing)
     if not verify:
         return cast(BinaryIO, io.BufferedReader(guarded))
 
@@ -373,8 +379,8 @@ class Guarded(io.RawIOBase):
     """`f` as the raw layer under a buffer (`io.BufferedReader`, or `verified`'s), except that
     a `NotFound` from a read or seek, the object deleted while open (an S3 ranged GET after a
     sweep), is `missing(error)`: the store's error names only the physical key (the engine
-    names the path and ref, `ReadAt.missing`; the fsspec filesystem raises its
-    `FileNotFoundError`). Raw, so the buffer above keeps a file's protocol: `readline` reads
+    names the path and ref, `ReadAt.missing`; the fsspec filesystem's, over that one, raises
+    its `FileNotFoundError`). Raw, so the buffer above keeps a file's protocol: `readline` reads
     a buffer per call, not a byte, and `peek`, `fileno` (where `f` has one) and `name` work
     as on the store's file."""
 

@@ -111,12 +111,16 @@ def test_find_and_glob(fs_lake: FsLake, tree: str) -> None:
     assert fs.walk("sales/main").__next__() == ("sales/main", ["a"], ["c.txt"])
 
 
-def test_a_read_handle_is_a_buffered_reader_as_the_engines_files_are(
+def test_a_read_handle_is_the_engines_file_with_fsspecs_attributes(
     fs_lake: FsLake, tree: str
 ) -> None:
-    """`peek` and a `readline` served from the buffer, as readers of a local file expect."""
-    with fs_lake.fs.open(f"sales/{tree}/c.txt") as f:
-        assert isinstance(f, io.BufferedReader)
+    """The engine's file as `Ref.open` returns it, not a second buffer over it: `peek` and a
+    `readline` served from its buffer, as readers of a local file expect."""
+    name = f"sales/{tree}/c.txt"
+    with fs_lake.fs.open(name) as f, fs_lake.repo.ref(tree).open("c.txt") as engine_file:
+        assert (f.path, f.size) == (name, len(FILES["c.txt"]))
+        assert isinstance(f, io.BufferedReader) and isinstance(engine_file, io.BufferedReader)
+        assert type(f) is type(engine_file) and type(f.raw) is type(engine_file.raw)
         assert f.peek(1)[:1] == b"0"
         assert f.readline() == b"0123456789"
 

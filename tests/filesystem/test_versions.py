@@ -188,6 +188,36 @@ def test_reads_at_a_commit_id_resolved_moments_ago_make_no_kv_call(
         assert kv.calls == []
 
 
+def test_resolved_commit_ids_are_remembered_up_to_a_bound_least_recently_used_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long-lived filesystem reading at many commits keeps `RESOLVED_COMMITS` of them
+    (2 here): a read at one of those makes no KV call, a read at one dropped resolves it
+    again."""
+    monkeypatch.setattr(filesystem_module, "REPOSITORY_SECONDS", 3600)
+    monkeypatch.setattr(filesystem_module, "RESOLVED_COMMITS", 2)
+    kv = CountingStore()
+    with Lake(Graveler(kv)) as lake:
+        main = lake.create_repository("sales", f"file://{tmp_path}/sales").branch("main")
+        commits = []
+        for i in range(3):
+            main.upload("a.csv", b"%d" % i)
+            commits.append(main.commit(f"version {i}").id)
+        assert lake.wait_for_cleanup(timeout=60), "the commits' staging drops are still running"
+        fs = BranchwaterFileSystem(lake=lake, skip_instance_cache=True)
+
+        def kv_calls_to_read(i: int) -> int:
+            kv.calls.clear()
+            assert fs.cat_file(f"sales/{commits[i]}/a.csv") == b"%d" % i
+            return len(kv.calls)
+
+        assert kv_calls_to_read(0) and kv_calls_to_read(1)
+        assert kv_calls_to_read(0) == 0
+        assert kv_calls_to_read(2)
+        assert kv_calls_to_read(0) == kv_calls_to_read(2) == 0
+        assert kv_calls_to_read(1)
+
+
 @pytest.mark.parametrize("call", ["ls", "find", "info"])
 def test_a_repository_deleted_under_a_listing_is_file_not_found(
     fs_lake: FsLake, call: str, monkeypatch: pytest.MonkeyPatch
@@ -273,11 +303,12 @@ def test_data_missing_at_a_branch_is_file_not_found_with_the_engine_message(
 
 
 class Vanishing(io.BytesIO):
-    """An object deleted while open: the open succeeds, every read then raises `error`."""
+    """An object deleted while open: the open succeeds, every read then raises the store's
+    `NotFound`, which names only the physical key."""
 
-    def __init__(self, error: Exception) -> None:
+    def __init__(self, key: str) -> None:
         super().__init__(b"x")
-        self.error = error
+        self.error = NotFound(f"no such key {key!r}")
 
     def read(self, size: int | None = -1) -> bytes:
         raise self.error
@@ -291,27 +322,29 @@ def test_data_gone_while_a_handle_is_open_is_file_not_found_and_names_the_ref(
 ) -> None:
     """Opens tell the engine the ref and commit read, so it names them (or the expiry); a
     read of the open handle that finds the data gone reaches fsspec callers as the
-    `FileNotFoundError` every other missing read is, with the engine's message."""
+    `FileNotFoundError` every other missing read is, with the engine's message, chained from
+    the engine's error."""
+    monkeypatch.setattr(filesystem_module, "REPOSITORY_SECONDS", 3600)
     main, fs = fs_lake.repo.branch("main"), fs_lake.fs
     main.upload("t/a.csv", b"x")
     old = main.commit("old").id
-    deleted = NotFound("object 't/a.csv' at ref 'main' of 'sales' was deleted while it was open")
-    expired = CommitExpired(old, datetime.now(UTC).isoformat())
-    opened: list[dict[str, Any]] = []
-
-    def open_vanishing(*args: Any, **kwargs: Any) -> Vanishing:
-        opened.append(kwargs)
-        return Vanishing(expired if kwargs["commit_id"] else deleted)
-
-    monkeypatch.setattr(filesystem_module, "open_object", open_vanishing)
-    for ref, error, named in [("main", deleted, "main/t/a.csv"), (old, expired, old)]:
+    assert fs.cat(fs_lake.url(old, "t/a.csv")) == b"x"
+    when = datetime.now(UTC)
+    record_expired(fs_lake.lake.graveler.kv, fs_lake.repo.record, [old], when, "run")
+    store = fs.lake.graveler.objects(fs_lake.repo.storage_namespace)
+    monkeypatch.setattr(store, "open", Vanishing)
+    cases = [
+        ("main", NotFound, "was deleted while it was open", "main/t/a.csv"),
+        (old, CommitExpired, "expired", old),
+    ]
+    for ref, kind, why, named in cases:
         url = fs_lake.url(ref, "t/a.csv")
         with fs.open(url) as f, pytest.raises(FileNotFoundError) as raised:
             f.read()
         with pytest.raises(FileNotFoundError) as by_cat:
             fs.cat_file(url)
         for caught in (raised.value, by_cat.value):
-            assert caught.__cause__ is error and caught.strerror == str(error)
+            cause = caught.__cause__
+            assert type(cause) is kind and caught.strerror == str(cause) and why in str(cause)
+            assert cause is not None and isinstance(cause.__cause__, NotFound)
             assert caught.filename == f"branchwater://sales/{named}"
-    assert opened[0] == {"ref": "main", "commit_id": None}
-    assert opened[-1] == {"ref": old, "commit_id": old}

@@ -8,10 +8,7 @@ in bounded in-process caches (ranges as Arrow tables, metaranges as their rows) 
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Sequence
-from typing import Generic, TypeVar
+from collections.abc import Sequence
 
 import pyarrow as pa
 
@@ -33,69 +30,11 @@ from branchwater.engine.graveler.committed.format import (
 from branchwater.engine.graveler.committed.format import metarange_id as id_of_metarange
 from branchwater.engine.graveler.committed.format import range_id as id_of_range
 from branchwater.engine.graveler.committed.range_cache import RangeCache
+from branchwater.engine.lru import LRU
 from branchwater.engine.objects import ObjectStore
-from branchwater.engine.per_process import forget_in_child
 
 STORE_THREADS = 4
 """Threads a namespace's ranges are stored on, shared by every writer of the process."""
-
-K = TypeVar("K")
-V = TypeVar("V")
-
-
-class _LRU(Generic[K, V]):
-    """A bounded, thread-safe LRU map: a `RangeStorage` is shared by a process's threads.
-    It holds at most `capacity` items and, where `weight` is given, at most `max_weight` of
-    their weights (the newest item is kept whatever it weighs)."""
-
-    def __init__(
-        self,
-        capacity: int,
-        weight: Callable[[V], int] | None = None,
-        max_weight: int = 0,
-    ) -> None:
-        if capacity < 0:
-            raise InvalidArgument(f"cache_size must be >= 0, not {capacity}")
-        self._capacity = capacity
-        self._weight = weight
-        self._max_weight = max_weight
-        self._held = 0
-        self._items: OrderedDict[K, V] = OrderedDict()
-        self._lock = threading.Lock()
-        forget_in_child(self)
-
-    def after_fork_in_child(self) -> None:
-        """In a forked child: start empty, as a store thread may have held the lock."""
-        self._items = OrderedDict()
-        self._held = 0
-        self._lock = threading.Lock()
-
-    def get(self, key: K) -> V | None:
-        with self._lock:
-            value = self._items.get(key)
-            if value is not None:
-                self._items.move_to_end(key)
-            return value
-
-    def put(self, key: K, value: V) -> None:
-        if not self._capacity:
-            return
-        with self._lock:
-            replaced = self._items.pop(key, None)
-            if replaced is not None:
-                self._held -= self._weigh(replaced)
-            self._items[key] = value
-            self._held += self._weigh(value)
-            while len(self._items) > 1 and (
-                len(self._items) > self._capacity
-                or (self._weight is not None and self._held > self._max_weight)
-            ):
-                _, dropped = self._items.popitem(last=False)
-                self._held -= self._weigh(dropped)
-
-    def _weigh(self, value: V) -> int:
-        return self._weight(value) if self._weight is not None else 0
-
 
 RANGES_IN_MEMORY_BYTES = 128 << 20
 """What a process keeps of recently used ranges in memory: a commit keeps every range it
@@ -116,10 +55,12 @@ class RangeStorage:
     def __init__(
         self, objects: ObjectStore, cache_size: int = 64, disk_cache: RangeCache | None = None
     ) -> None:
+        if cache_size < 0:
+            raise InvalidArgument(f"cache_size must be >= 0, not {cache_size}")
         self.objects = objects
         self.disk_cache = disk_cache
-        self._ranges: _LRU[str, pa.Table] = _LRU(cache_size, _nbytes, RANGES_IN_MEMORY_BYTES)
-        self._metaranges: _LRU[str, tuple[RangeInfo, ...]] = _LRU(cache_size)
+        self._ranges: LRU[str, pa.Table] = LRU(cache_size, _nbytes, RANGES_IN_MEMORY_BYTES)
+        self._metaranges: LRU[str, tuple[RangeInfo, ...]] = LRU(cache_size)
         self.storing = Background(STORE_THREADS, "range-store")
         """The threads ranges are stored on, kept until `close`, so that no commit pays for
         starting and joining them."""
