@@ -25,6 +25,9 @@ from branchwater.engine.per_process import PerProcess
 
 T = TypeVar("T")
 
+UPLOADS_PAGE = 1000
+"""Open multipart uploads asked per ListMultipartUploads page: S3's most, and its default."""
+
 
 def addressable(key: str) -> bool:
     """Whether obstore can address `key`: no ASCII control character in it."""
@@ -103,9 +106,18 @@ class Boto3Keys:
     def multipart_uploads(self, full_prefix: str) -> Iterator[dict[str, Any]]:
         """The open multipart uploads of keys under `full_prefix` (below the bucket, the
         driver's prefix included), every page of ListMultipartUploads, as boto3 gives them
-        (`Key`, `UploadId`, `Initiated`)."""
+        (`Key`, `UploadId`, `Initiated`). boto3's paginator asks each page from the last
+        one's `NextKeyMarker` and `NextUploadIdMarker` (SeaweedFS gives only the latter): a
+        position, so uploads aborted while the pages are read, the marker's among them, do
+        not lose it."""
         paginator = self.client.get_paginator("list_multipart_uploads")
-        pages = iter(paginator.paginate(Bucket=self._bucket, Prefix=full_prefix))
+        pages = iter(
+            paginator.paginate(
+                Bucket=self._bucket,
+                Prefix=full_prefix,
+                PaginationConfig={"PageSize": UPLOADS_PAGE},
+            )
+        )
         while (page := self._call(None, lambda: next(pages, None))) is not None:
             yield from page.get("Uploads", ())
 
