@@ -99,16 +99,18 @@ def kv_url(option: str | None) -> str:
     return option or os.environ.get(KV_ENV) or DEFAULT_KV_URL
 
 
-def prepare_lake(url: str, option: str | None, creates_lake: bool) -> None:
-    """Make the directory of a SQLite lake a verb may start; for any other verb, fail unless
-    the file is there, so a mistyped URL is reported rather than opened as a new empty lake."""
+def prepare_lake(url: str, args: argparse.Namespace) -> None:
+    """Make the directory of a SQLite lake a verb may start, once its arguments pass the
+    verb's check; for any other verb, fail unless the file is there, so a mistyped URL is
+    reported rather than opened as a new empty lake."""
     path = sqlite_file(url)
     if path is None:
         return
-    if creates_lake:
+    if args.creates_lake is not None:
+        args.creates_lake(args)
         ensure_parent(path)
     elif not os.path.exists(path):
-        raise UserError(no_lake(path, option))
+        raise UserError(no_lake(path, args.kv))
 
 
 def ensure_parent(path: str) -> None:
@@ -166,7 +168,7 @@ def execute(args: argparse.Namespace) -> int:
     """Run the handler on an open lake; every expected failure becomes an exit code."""
     try:
         url = kv_url(args.kv)
-        prepare_lake(url, args.kv, args.creates_lake)
+        prepare_lake(url, args)
         shown = sys.stderr.isatty() if args.progress is None else args.progress
         progress = Progress(shown, PROGRESS_DELAY)
         with progress, Lake.connect(url) as lake:

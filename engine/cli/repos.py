@@ -7,6 +7,7 @@ import argparse
 from branchwater.engine.api import Lake
 from branchwater.engine.cli.output import Output, repository_to_json, timestamp
 from branchwater.engine.cli.verbs import Subparsers, group, verb
+from branchwater.engine.graveler.repositories import check_new_repository
 
 
 def cmd_repo_create(lake: Lake, args: argparse.Namespace, out: Output) -> None:
@@ -16,6 +17,10 @@ def cmd_repo_create(lake: Lake, args: argparse.Namespace, out: Output) -> None:
         f"Repository {repo.name!r} created: namespace {repo.storage_namespace}, "
         f"default branch {repo.default_branch!r}",
     )
+
+
+def check_creation(args: argparse.Namespace) -> None:
+    check_new_repository(args.name, args.namespace, args.default_branch)
 
 
 def cmd_repo_list(lake: Lake, args: argparse.Namespace, out: Output) -> None:
@@ -44,7 +49,7 @@ def register(sub: Subparsers) -> None:
         "create",
         cmd_repo_create,
         "create a repository (and the lake, where there is none)",
-        creates_lake=True,
+        creates_lake=check_creation,
     )
     create.add_argument("name", metavar="NAME")
     create.add_argument("--namespace", required=True, metavar="URL", help="file:// or s3:// URL")

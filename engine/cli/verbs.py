@@ -59,11 +59,12 @@ def verb(
     handler: Handler,
     help_text: str,
     *,
-    creates_lake: bool = False,
+    creates_lake: Callable[[argparse.Namespace], None] | None = None,
 ) -> argparse.ArgumentParser:
-    """A verb's parser. Only a verb that `creates_lake` may start a SQLite lake where there is
-    none; every other one needs the file, so a mistyped URL fails instead of making an empty
-    lake (as git fails outside a repository)."""
+    """A verb's parser. Only a verb given `creates_lake`, the check its arguments must pass
+    first (so a refused command leaves no lake behind), may start a SQLite lake where there
+    is none; every other one needs the file, so a mistyped URL fails instead of making an
+    empty lake (as git fails outside a repository)."""
     parser = parent.add_parser(name, help=help_text, description=help_text)
     global_options(parser, on_verb=True)
     parser.set_defaults(handler=handler, creates_lake=creates_lake)

@@ -33,9 +33,7 @@ NAMESPACE_MARKER = "_branchwater/repository"
 def create_repository(
     g: Graveler, name: str, storage_namespace: str, default_branch: str = "main"
 ) -> RepositoryRecord:
-    check_repository_name(name)
-    check_ref_name(default_branch)
-    _check_namespace(name, storage_namespace)
+    check_new_repository(name, storage_namespace, default_branch)
     if any(True for _ in _named(g, name)):
         raise AlreadyExists(f"repository {name!r} already exists")
     repo = RepositoryRecord(
@@ -82,6 +80,14 @@ def _abandon(
     leaves both: the list's cleanup reads the record to tell."""
     g.refs.release_namespace(location, repo, replaced)
     g.drop_listed_later(mark, [repo.partition])
+
+
+def check_new_repository(name: object, storage_namespace: object, default_branch: object) -> None:
+    """What a creation refuses before it touches the lake: its names and the form of its
+    namespace (the CLI checks them before opening a lake it would start for them)."""
+    check_repository_name(name)
+    check_ref_name(default_branch)
+    _check_namespace(str(name), storage_namespace)
 
 
 def _check_namespace(name: str, storage_namespace: object) -> None:

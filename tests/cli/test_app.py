@@ -167,6 +167,22 @@ def test_a_fresh_directory_has_no_lake(bw: Bw, lake: CliLake) -> None:
     assert not (lake.root / ".branchwater").exists()
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("Bad_Name", "--namespace", "{ns}"), "invalid repository name 'Bad_Name'"),
+        (("sales", "--namespace", "{ns}", "--default-branch", "a..b"), "invalid branch name"),
+        (("sales", "--namespace", "data/sales"), "must be a URL such as file:///data/sales"),
+    ],
+)
+def test_a_refused_creation_starts_no_lake(
+    bw: Bw, lake: CliLake, args: tuple[str, ...], message: str
+) -> None:
+    shown = tuple(arg.format(ns=lake.namespace) for arg in args)
+    assert_user_error(bw("repo", "create", *shown, kv=None), 1, message)
+    assert not (lake.root / ".branchwater").exists()
+
+
 def test_only_repo_create_starts_a_lake() -> None:
     assert list(verbs_that_start_a_lake(app.build_parser(), ())) == ["repo create"]
 
