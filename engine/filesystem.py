@@ -40,6 +40,7 @@ from fsspec.utils import tokenize
 from branchwater.engine.api import DEFAULT_KV_URL, Branch, Lake, Ref, Repository, Transaction
 from branchwater.engine.errors import (
     CommitExpired,
+    ConfigurationError,
     InvalidArgument,
     InvalidName,
     NotFound,
@@ -49,6 +50,7 @@ from branchwater.engine.errors import (
 from branchwater.engine.graveler.model import Commit, Entry, check_flag
 from branchwater.engine.graveler.names import is_hex_id
 from branchwater.engine.graveler.reads import open_object
+from branchwater.engine.kv import sqlite_file
 from branchwater.engine.lru import LRU
 from branchwater.engine.objects import check_s3_options
 from branchwater.engine.per_process import ChildSafeLock
@@ -111,8 +113,21 @@ def shared_lake(kv_url: str, s3_options: Mapping[str, str | None] | None) -> Lak
     with _LAKES_LOCK:
         lake = _LAKES.get(key)
         if lake is None:
+            _refuse_missing_lake(kv_url)
             lake = _LAKES[key] = Lake.connect(kv_url, s3_options=s3_options)
         return lake
+
+
+def _refuse_missing_lake(kv_url: str) -> None:
+    """A SQLite lake must be there: a filesystem reads and writes repositories a lake already
+    holds, so a mistyped URL (or none set) is reported rather than opened as a new empty
+    lake in the working directory."""
+    path = sqlite_file(kv_url)
+    if path is not None and not os.path.exists(path):
+        raise ConfigurationError(
+            f"no lake at {path!r}: pass kv_url= (storage_options={{'kv_url': ...}}) or set "
+            f"${KV_URL_ENV} to the lake's KV URL"
+        )
 
 
 class BranchwaterFileSystem(AbstractFileSystem):

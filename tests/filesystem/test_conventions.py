@@ -411,6 +411,23 @@ def test_hostile_input_is_a_typed_error_and_stages_nothing(fs_lake: FsLake, tree
     assert staged(fs_lake) == {}
 
 
+def test_a_missing_sqlite_lake_is_refused_not_created(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through fsspec with no lake named (or a mistyped one), reads would otherwise open a new
+    empty lake in the working directory and report every path missing."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("BRANCHWATER_KV_URL", raising=False)
+    typo = tmp_path / "typo.db"
+    with pytest.raises(ConfigurationError, match=f"no lake at '{typo}': pass kv_url="):
+        fsspec.open(
+            "branchwater://sales/main/a.csv", kv_url=f"sqlite:///{typo}", skip_instance_cache=True
+        ).open()
+    with pytest.raises(ConfigurationError, match="BRANCHWATER_KV_URL"):
+        BranchwaterFileSystem(skip_instance_cache=True)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_recursive_copy_and_move_within_a_branch(fs_lake: FsLake, tree: str) -> None:
     fs = fs_lake.fs
     fs.cp("sales/main/a", "sales/main/copy", recursive=True)
