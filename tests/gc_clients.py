@@ -8,6 +8,12 @@ committed and merged into `stable`, deleted). Failpoints given as `widen` slow t
 between an operation's read and its write, so the races a run must survive happen often.
 Every object a client writes holds content whose SHA-256 is its entry's checksum, so
 `assert_references_intact` can check what it reads.
+
+A run's minimum age is its premise: no write takes longer than it between writing its object
+and staging it (the documented 5-minute margin, here a fraction of a second). On a loaded
+machine a write can take longer; a client notes the content of every such write (`Work.slow`)
+and only those, and their copies, may be missing after the round: any other reference lost
+still fails the test.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
 from multiprocessing.managers import SyncManager
 from multiprocessing.pool import Pool
 from typing import Any
@@ -33,7 +41,7 @@ from branchwater.engine import (
     TooManyTries,
     failpoints,
 )
-from branchwater.engine.api import Repository
+from branchwater.engine.api import Branch, Repository
 from branchwater.engine.graveler.checksums import content_checksum
 from tests.gc_model import referenced_entries
 from tests.helpers.gc import data_objects, run_addresses
@@ -61,12 +69,24 @@ def start(repo: Repository) -> None:
         main.upload(path, f"seed {path}".encode())
 
 
+@dataclass
+class Work:
+    """What the clients of a round did: how many of each step each took, and the checksums
+    of the writes that took longer than the runs' minimum age (the premise GC's young-object
+    protection rests on)."""
+
+    counts: list[dict[str, int]] = field(default_factory=list)
+    slow: set[str] = field(default_factory=set)
+
+
 class Client:
-    def __init__(self, repo: Repository, name: str, seed: int) -> None:
+    def __init__(self, repo: Repository, name: str, seed: int, min_age: timedelta) -> None:
         self.repo = repo
         self.name = name
         self.random = random.Random(seed)
+        self.min_age = min_age.total_seconds()
         self.written = 0
+        self.slow: set[str] = set()
         self.steps: dict[Callable[[], None], float] = {
             self.write: 5,
             self.copy: 2,
@@ -90,11 +110,21 @@ class Client:
         self.written += 1
         return f"{self.name} {self.written}".encode()
 
+    def staged(self, stage: Callable[[bytes], object]) -> None:
+        """`stage(new content)`, whose object is written and staged within the call: noted
+        in `slow` when the call took the minimum age or longer."""
+        data = self.content()
+        began = time.monotonic()
+        stage(data)
+        if time.monotonic() - began >= self.min_age:
+            self.slow.add(content_checksum(data))
+
     def path(self) -> str:
         return self.random.choice(PATHS)
 
     def write(self) -> None:
-        self.repo.branch("main").upload(self.path(), self.content())
+        main = self.repo.branch("main")
+        self.staged(lambda data: main.upload(self.path(), data))
 
     def copy(self) -> None:
         self.repo.branch("main").copy(self.path(), self.path())
@@ -123,7 +153,9 @@ class Client:
 
     def link(self) -> None:
         main = self.repo.branch("main")
-        data = self.content()
+        self.staged(lambda data: self.linked(main, data))
+
+    def linked(self, main: Branch, data: bytes) -> None:
         physical = main.get_physical_address()
         self.repo.lake.graveler.objects(self.repo.storage_namespace).put(physical.address, data)
         main.link_physical_address(
@@ -140,7 +172,7 @@ class Client:
         self.written += 1
         name = f"{self.name}-{self.written}"
         side = self.repo.create_branch(name, source="main")
-        side.upload(self.path(), self.content())
+        self.staged(lambda data: side.upload(self.path(), data))
         side.copy(self.random.choice([e.path for e in side.list()]), self.path())
         return name
 
@@ -165,42 +197,57 @@ def move_references(
     repository: str,
     name: str,
     seed: int,
+    min_age: timedelta,
     started: Any,
     stop: Any,
     widen: str = WIDEN,
-) -> dict[str, int]:
+) -> tuple[dict[str, int], set[str]]:
     """Run one client, setting `started` once it works, until `stop` is set (a bounded number
-    of steps and seconds); returns how many of each step it took. Run in a spawned process
-    (`widen` arms failpoints there for good) or in a thread of the test's (`widen=""`)."""
+    of steps and seconds); returns how many of each step it took and its slow writes. Run in
+    a spawned process (`widen` arms failpoints there for good) or in a thread of the test's
+    (`widen=""`)."""
     failpoints.arm_from_env(widen)
     counts: Counter[str] = Counter()
     deadline = time.monotonic() + MAX_SECONDS
     with Lake.connect(kv_url) as lake:
-        client = Client(lake.repository(repository), name, seed)
+        client = Client(lake.repository(repository), name, seed, min_age)
         started.set()
         while not stop.is_set() and sum(counts.values()) < MAX_STEPS:
             assert time.monotonic() < deadline, f"client {name} was never told to stop"
             counts[client.step()] += 1
             time.sleep(PACE)
-    return dict(counts)
+    return dict(counts), client.slow
 
 
 @contextmanager
 def working(
-    manager: SyncManager, pool: Pool, kv_url: str, repository: str, round_: int
-) -> Iterator[list[dict[str, int]]]:
+    manager: SyncManager,
+    pool: Pool,
+    kv_url: str,
+    repository: str,
+    round_: int,
+    min_age: timedelta,
+) -> Iterator[Work]:
     """Clients in every process of `pool` and in a thread of this process, all working when
     the block starts; on the way out they are stopped, every step they began finished, and
-    the list yielded holds how many of each step each took."""
+    the `Work` yielded holds what they did."""
     processes = pool._processes  # type: ignore[attr-defined]
     stop, thread_stop = manager.Event(), threading.Event()
     started = [manager.Event() for _ in range(processes + 1)]
-    counts: list[dict[str, int]] = []
+    work = Work()
     with ThreadPoolExecutor(1) as thread:
         clients = [
             pool.apply_async(
                 move_references,
-                (kv_url, repository, f"p{i}r{round_}", round_ * 100 + i, started[i], stop),
+                (
+                    kv_url,
+                    repository,
+                    f"p{i}r{round_}",
+                    round_ * 100 + i,
+                    min_age,
+                    started[i],
+                    stop,
+                ),
             )
             for i in range(processes)
         ]
@@ -210,18 +257,22 @@ def working(
             repository,
             f"tr{round_}",
             round_,
+            min_age,
             started[-1],
             thread_stop,
             "",
         )
         try:
             assert all(event.wait(MAX_SECONDS) for event in started)
-            yield counts
+            yield work
         finally:
             stop.set()
             thread_stop.set()
-            counts += [client.get(MAX_SECONDS) for client in clients]
-            counts.append(in_thread.result(MAX_SECONDS))
+            done = [client.get(MAX_SECONDS) for client in clients]
+            done.append(in_thread.result(MAX_SECONDS))
+            for counts, slow in done:
+                work.counts.append(counts)
+                work.slow |= slow
 
 
 def garbage(repo: Repository) -> set[str]:

@@ -52,12 +52,12 @@ def test_gc_runs_keep_every_reference_while_clients_move_them(
         for round_ in range(ROUNDS):
             left = gc_clients.garbage(repo)
             time.sleep(MIN_AGE.total_seconds())
-            with gc_clients.working(manager, pool, race_kv, repo.name, round_) as counts:
+            with gc_clients.working(manager, pool, race_kv, repo.name, round_, MIN_AGE) as work:
                 deadline = time.monotonic() + SECONDS
                 while time.monotonic() < deadline:
                     swept |= sweep(repo, repo.prepare_uncommitted_for_gc(), MIN_AGE)
-            races += sum(c.get("copy_racing_delete", 0) for c in counts)
-            assert_references_intact(repo)
+            races += sum(c.get("copy_racing_delete", 0) for c in work.counts)
+            assert_references_intact(repo, work.slow)
             assert not left & set(data_objects(repo.lake, repo)), "garbage outlived a run"
     assert swept, "the runs collected nothing: the clients made no garbage"
     assert races, "no copy ever raced a delete of its source"

@@ -74,9 +74,11 @@ def test_clean_and_optimized_runs_keep_every_reference_while_clients_move_them(
         for round_, mode in enumerate(modes):
             left = gc_clients.garbage(repo)
             time.sleep(MIN_AGE.total_seconds())
-            with gc_clients.working(manager, pool, local_gc.kv_url, repo.name, round_):
+            with gc_clients.working(
+                manager, pool, local_gc.kv_url, repo.name, round_, MIN_AGE
+            ) as work:
                 summary = local_gc.run(mode=mode, min_age=MIN_AGE)
             deleted += summary.volume("deleted").objects
-            assert_references_intact(repo)
+            assert_references_intact(repo, work.slow)
             assert not left & set(local_gc.data_objects()), f"garbage outlived a {mode} run"
     assert deleted, "the runs collected nothing: the clients made no garbage"
