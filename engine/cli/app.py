@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from importlib import metadata as importlib_metadata
@@ -33,6 +34,7 @@ from branchwater.engine.cli.verbs import KV_ENV, Subparsers, UserError, global_o
 from branchwater.engine.errors import (
     BranchwaterError,
     Conflict,
+    MergeRaceLost,
     PredicateFailed,
     TooManyTries,
 )
@@ -175,6 +177,8 @@ def execute(args: argparse.Namespace) -> int:
             args.handler(lake, args, Output(args.json, progress))
             if not lake.wait_for_cleanup(progress.delay):
                 progress.update("Dropping committed staging entries")
+    except MergeRaceLost as exc:
+        return fail(f"{exc} (here: --hint {shlex.quote(exc.hint)})", EXIT_CONFLICT)
     except RETRYABLE as exc:
         return fail(str(exc), EXIT_CONFLICT)
     except (BranchwaterError, UserError) as exc:

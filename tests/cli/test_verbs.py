@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import io
 import json
+import shlex
 import sys
 from pathlib import Path
 
 import pytest
 
 from branchwater.engine.cli import main
+from branchwater.engine.graveler.graveler import Graveler
 from tests.helpers.cli import Bw, CliLake, assert_user_error, local_file, make_repo, ok
 
 # ------------------------------------------------------------------------------ walk-through
@@ -180,6 +182,26 @@ def test_merge_then_conflict_exits_2_naming_the_path(bw: Bw, lake: CliLake) -> N
     assert_user_error(bw("merge", "sales", "etl", "main"), 2, "conflicts on 1 path(s): p")
     ok(bw("merge", "sales", "etl", "main", "--strategy", "source-wins"))
     assert ok(bw("cat", "sales", "main", "p")).out == "etl2"
+
+
+def test_a_merge_that_lost_every_race_prints_the_hint_its_rerun_takes(
+    bw: Bw, lake: CliLake, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    make_repo(bw, lake)
+    ok(bw("branch", "create", "sales", "etl", "--source", "main"))
+    ok(bw("upload", "sales", "etl", "p", local_file(lake, "p", b"p")))
+    ok(bw("commit", "sales", "etl", "-m", "p"))
+    ok(bw("upload", "sales", "main", "q", local_file(lake, "q", b"q")))
+    ok(bw("commit", "sales", "main", "-m", "q"))
+    with monkeypatch.context() as patch:
+        patch.setattr(Graveler, "try_update_branch", lambda *args, **kwargs: False)
+        lost = bw("merge", "sales", "etl", "main")
+    assert_user_error(lost, 2, "(here: --hint ")
+    hint = shlex.split(lost.err.rpartition("--hint ")[2].removesuffix(")\n"))[0]
+    merged = json.loads(ok(bw("merge", "sales", "etl", "main", "--hint", hint, "--json")).out)
+    assert merged["attempts"] == 1 and not merged["fast_forward"]
+    assert "merging afresh" not in caplog.text, "the hint printed is the merge's own work"
+    assert ok(bw("cat", "sales", "main", "p")).out == "p"
 
 
 @pytest.mark.parametrize("hint", ["garbage", "abc@def", "abc.def", "@onto.tag", "tree@.tag"])
