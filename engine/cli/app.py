@@ -7,6 +7,7 @@ a traceback), 2 conflict / lost races (retrying may succeed), 130 on Ctrl-C.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import shlex
 import sys
@@ -141,10 +142,29 @@ def no_lake(path: str, option: str | None) -> str:
 
 def fail(message: str, code: int) -> int:
     """The single stderr line every failure produces; multi-line messages are folded."""
-    folded = " ".join(line.strip() for line in message.splitlines() if line.strip())
-    folded = folded or "unknown error"
-    sys.stderr.write(f"{PROG}: error: {folded}\n")
+    sys.stderr.write(f"{PROG}: error: {fold(message) or 'unknown error'}\n")
     return code
+
+
+def fold(message: str) -> str:
+    return " ".join(line.strip() for line in message.splitlines() if line.strip())
+
+
+class Warnings(logging.Handler):
+    """The engine's warnings (a merge hint of another merge, say) in the CLI's own format,
+    one `branchwater: warning:` line each, rather than Python's bare last-resort output."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        sys.stderr.write(f"{PROG}: warning: {fold(record.getMessage())}\n")
+
+
+def show_warnings() -> None:
+    logger = logging.getLogger("branchwater")
+    if not any(isinstance(handler, Warnings) for handler in logger.handlers):
+        logger.addHandler(Warnings())
 
 
 def silence_stdout() -> None:
@@ -194,6 +214,7 @@ def execute(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point; returns the exit code (the generated script exits with it)."""
+    show_warnings()
     try:
         args = parse(argv)
         return args if isinstance(args, int) else execute(args)

@@ -184,9 +184,12 @@ def test_merge_then_conflict_exits_2_naming_the_path(bw: Bw, lake: CliLake) -> N
     assert ok(bw("cat", "sales", "main", "p")).out == "etl2"
 
 
+@pytest.mark.parametrize("tampered", [False, True])
 def test_a_merge_that_lost_every_race_prints_the_hint_its_rerun_takes(
-    bw: Bw, lake: CliLake, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    bw: Bw, lake: CliLake, monkeypatch: pytest.MonkeyPatch, tampered: bool
 ) -> None:
+    """The hint passed back resumes the merge's work; one not its own (here, its tag
+    altered) is said on a warning line, and the merge is made afresh."""
     make_repo(bw, lake)
     ok(bw("branch", "create", "sales", "etl", "--source", "main"))
     ok(bw("upload", "sales", "etl", "p", local_file(lake, "p", b"p")))
@@ -198,9 +201,16 @@ def test_a_merge_that_lost_every_race_prints_the_hint_its_rerun_takes(
         lost = bw("merge", "sales", "etl", "main")
     assert_user_error(lost, 2, "(here: --hint ")
     hint = shlex.split(lost.err.rpartition("--hint ")[2].removesuffix(")\n"))[0]
-    merged = json.loads(ok(bw("merge", "sales", "etl", "main", "--hint", hint, "--json")).out)
+    rerun = bw("merge", "sales", "etl", "main", "--hint", hint + "x" * tampered, "--json")
+    assert rerun.code == 0, rerun.err
+    warned = rerun.err.splitlines()
+    if tampered:
+        assert len(warned) == 1 and warned[0].startswith("branchwater: warning: merge hint")
+        assert warned[0].endswith("merging afresh")
+    else:
+        assert warned == []
+    merged = json.loads(rerun.out)
     assert merged["attempts"] == 1 and not merged["fast_forward"]
-    assert "merging afresh" not in caplog.text, "the hint printed is the merge's own work"
     assert ok(bw("cat", "sales", "main", "p")).out == "p"
 
 
