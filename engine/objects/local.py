@@ -1,8 +1,7 @@
 """Local-filesystem `ObjectStore` (`file:///root`), the embedded default.
 
-Writes stream to a hidden temporary file in the key's folder at the root (`data/` for
-`data/<slice>/<id>`) and are renamed into place, so a reader never sees a half-written object
-and a failed write leaves none.
+Writes stream to a hidden temporary file in the target directory and are renamed into
+place, so a reader never sees a half-written object and a failed write leaves none.
 """
 
 from __future__ import annotations
@@ -29,7 +28,6 @@ from branchwater.engine.objects.store import (
     check_folder,
     check_moment,
     check_object_key,
-    check_top_folder,
     iter_chunks,
 )
 from branchwater.engine.urls import redact_url
@@ -83,7 +81,7 @@ class LocalObjectStore(ObjectStore):
 
     def put_stream(self, key: str, source: StreamSource, size: int | None = None) -> ObjectInfo:
         path = self._writable(key)
-        tmp = self._written(key, path, source)
+        tmp = self._written(path, source)
         try:
             os.replace(tmp, path)
         except FileNotFoundError:
@@ -103,7 +101,7 @@ class LocalObjectStore(ObjectStore):
         path = self._writable(key)
         if path.is_file():
             return False
-        tmp = self._written(key, path, [encode()])
+        tmp = self._written(path, [encode()])
         try:
             os.link(tmp, path)
         except FileExistsError:
@@ -125,11 +123,11 @@ class LocalObjectStore(ObjectStore):
             )
         return path
 
-    def _written(self, key: str, path: Path, source: StreamSource) -> Path:
-        """`source` in a new file in `_writes_folder(key)`, named as a write in progress, and
-        the folder of `path` made; nothing is left behind if writing fails."""
+    def _written(self, path: Path, source: StreamSource) -> Path:
+        """`source` in a new file beside `path`, named as a write in progress; nothing is
+        left behind if writing fails."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self._writes_folder(key) / f"{_TMP_PREFIX}{uuid.uuid4().hex}"
+        tmp = path.with_name(f"{_TMP_PREFIX}{uuid.uuid4().hex}")
         try:
             with open(tmp, "wb") as f:
                 for chunk in iter_chunks(source):
@@ -139,24 +137,16 @@ class LocalObjectStore(ObjectStore):
             raise
         return tmp
 
-    def _writes_folder(self, key: str) -> Path:
-        """Where a write of `key` keeps its file until it is renamed into place: the folder
-        at the root holding `key` (the root for a key outside any). A sweep of that folder
-        then reads one directory, not every one below it with its objects; the rename stays
-        within the folder, so on one file system unless another is mounted below it."""
-        top, slash, _ = key.partition("/")
-        return self.root / top if slash else self.root
-
     def discard_abandoned_writes(self, folder: str, before: datetime) -> Discarded:
-        """Delete the `.tmp-` files directly in `folder` (`_writes_folder`) last modified
-        before `before`. A live write touches its file with every chunk, so only a stopped
-        one (its process killed) leaves a file that old; a write stalled that long loses its
-        file and fails at its rename (`Unavailable`), never publishing a partial object."""
-        directory = self.root / check_top_folder(folder)
+        """Delete the `.tmp-` files under `folder` last modified before `before`. A live
+        write touches its file with every chunk, so only a stopped one (its process killed)
+        leaves a file that old; a write stalled that long loses its file and fails at its
+        rename (`FileNotFoundError`), never publishing a partial object."""
+        check_folder(folder)
         cutoff_ns = (check_moment(before) - _EPOCH) // timedelta(microseconds=1) * 1000
         discarded = Discarded()
         try:
-            for path, st in _temporary_files(directory):
+            for path, st in _temporary_files(self.root / folder if folder else self.root):
                 if st.st_mtime_ns >= cutoff_ns:
                     continue
                 try:
@@ -285,14 +275,16 @@ class LocalObjectStore(ObjectStore):
 
 
 def _temporary_files(directory: Path) -> Iterator[tuple[Path, os.stat_result]]:
-    """The write-in-progress files directly in `directory` with their `stat`, symbolic
-    links not followed (a link could lead out of the store)."""
+    """Every write-in-progress file below `directory` with its `stat`, symbolic links not
+    followed (a link could lead out of the store)."""
     try:
         entries = list(os.scandir(directory))
     except (FileNotFoundError, NotADirectoryError):
         return
     for entry in entries:
-        if entry.name.startswith(_TMP_PREFIX) and entry.is_file(follow_symlinks=False):
+        if entry.is_dir(follow_symlinks=False):
+            yield from _temporary_files(Path(entry.path))
+        elif entry.name.startswith(_TMP_PREFIX) and entry.is_file(follow_symlinks=False):
             try:
                 st = entry.stat(follow_symlinks=False)
             except FileNotFoundError:

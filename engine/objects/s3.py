@@ -67,7 +67,6 @@ from branchwater.engine.objects.store import (
     check_folder,
     check_moment,
     check_object_key,
-    check_top_folder,
     iter_chunks,
     known_size,
 )
@@ -420,9 +419,10 @@ class S3ObjectStore(ObjectStore):
         leave room for the longest upload: one still under way when aborted fails at its
         completion and publishes nothing. An upload completed or aborted meanwhile is
         passed over."""
-        full_prefix = f"{self.prefix}{check_top_folder(folder)}/"
+        folder = check_folder(folder)
         cutoff = check_moment(before)
         discarded = Discarded()
+        full_prefix = self.prefix + (f"{folder}/" if folder else "")
         for upload in self._boto3.multipart_uploads(full_prefix):
             if _utc(upload["Initiated"]) >= cutoff:
                 continue

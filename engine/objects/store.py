@@ -124,12 +124,12 @@ class ObjectStore(abc.ABC):
 
     @abc.abstractmethod
     def discard_abandoned_writes(self, folder: str, before: datetime) -> Discarded:
-        """Discard what writes that never finished left under `folder` (a folder at the root,
-        by its name: `check_top_folder`) and last showed life before `before`: a killed
-        writer leaves such storage (a local temporary file, an open S3 multipart upload) that
-        no listing shows, so no GC run could ever reclaim it. Never an object: only storage
-        no reader can see. A write still under way that is discarded fails; it never
-        publishes a partial object. `before` must be timezone-aware (`check_moment`)."""
+        """Discard what writes that never finished left under `folder` (a key without its
+        trailing `/`; "" is the root) and last showed life before `before`: a killed writer
+        leaves such storage (a local temporary file, an open S3 multipart upload) that no
+        listing shows, so no GC run could ever reclaim it. Never an object: only storage no
+        reader can see. A write still under way that is discarded fails; it never publishes
+        a partial object. `before` must be timezone-aware (`check_moment`)."""
 
     def exists(self, key: str) -> bool:
         try:
@@ -199,17 +199,6 @@ def check_folder(folder: object) -> str:
     if not isinstance(folder, str):
         raise InvalidArgument(f"folder must be a string, not {type(folder).__name__}")
     return check_object_key(folder) if folder else folder
-
-
-def check_top_folder(folder: object) -> str:
-    """A folder directly under the root, by its name alone (`data`): the local store keeps
-    the file of a write in progress in its key's folder at the root
-    (`LocalObjectStore._writes_folder`), so only such a folder has its writes' files in one
-    place."""
-    name = check_object_key(folder)
-    if "/" in name:
-        raise InvalidArgument(f"folder {name!r} must be a folder at the root, with no '/'")
-    return name
 
 
 def check_moment(moment: object) -> datetime:

@@ -41,8 +41,7 @@ def saved_mark(repo: Repository, min_age: timedelta, **fields: Any) -> Namespace
 
 
 def left_write(repo: Repository, folder: str, age: timedelta, size: int = 100) -> Path:
-    """A write-in-progress file, as a writer into `folder` (at the namespace's root) killed
-    `age` ago left it."""
+    """A write-in-progress file, as a writer killed `age` ago left it."""
     root = Path(repo.storage_namespace.removeprefix("file://"))
     path = root / folder / f".tmp-{os.urandom(16).hex()}"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -60,10 +59,11 @@ def sweep(repo: Repository) -> tuple[files.RunSummary, list[dict[str, Any]]]:
 
 def test_a_sweep_discards_abandoned_writes_older_than_a_day(repo: Repository) -> None:
     """A zero minimum age still leaves a day to a write; outside `data/` nothing is touched."""
+    slice_ = "data/0fd4a8c2b9e1-c3d2e1"
     ns = saved_mark(repo, timedelta(0))
-    old = left_write(repo, "data", timedelta(hours=25), size=1234)
-    young = left_write(repo, "data", timedelta(hours=23))
-    elsewhere = left_write(repo, "_branchwater", timedelta(days=3))
+    old = left_write(repo, slice_, timedelta(hours=25), size=1234)
+    young = left_write(repo, slice_, timedelta(hours=23))
+    elsewhere = left_write(repo, "_branchwater/ranges", timedelta(days=3))
 
     swept, events = sweep(repo)
 
@@ -79,8 +79,8 @@ def test_a_sweep_discards_abandoned_writes_older_than_a_day(repo: Repository) ->
 
 def test_a_minimum_age_longer_than_a_day_protects_writes_that_long(repo: Repository) -> None:
     saved_mark(repo, timedelta(hours=48))
-    kept = left_write(repo, "data", timedelta(hours=47))
-    gone = left_write(repo, "data", timedelta(hours=49))
+    kept = left_write(repo, "data/0fd4a8c2b9e1-c3d2e1", timedelta(hours=47))
+    gone = left_write(repo, "data/0fd4a8c2b9e1-c3d2e1", timedelta(hours=49))
 
     swept, _ = sweep(repo)
 
@@ -90,7 +90,7 @@ def test_a_minimum_age_longer_than_a_day_protects_writes_that_long(repo: Reposit
 
 def test_a_mark_whose_gate_failed_discards_nothing(repo: Repository) -> None:
     saved_mark(repo, timedelta(0), status=statuses.GATE_FAILED, gate_success=False)
-    old = left_write(repo, "data", timedelta(days=3))
+    old = left_write(repo, "data/0fd4a8c2b9e1-c3d2e1", timedelta(days=3))
 
     with pytest.raises(GateFailed):
         sweep(repo)
