@@ -103,6 +103,26 @@ def test_local_put_if_absent_makes_no_bytes_for_a_taken_key(tmp_path: Path) -> N
     assert encoded == [] and store.get("ranges/r1") == b"first"
 
 
+def test_local_writes_land_in_a_folder_on_another_file_system(tmp_path: Path) -> None:
+    """A slice (or the ranges folder) may be a mount or a link to another disk: a write's
+    temporary file sits beside its object, so the rename into place never crosses devices."""
+    elsewhere = Path("/dev/shm") / unique_name("bw-slice-")
+    elsewhere.mkdir()
+    try:
+        store = LocalObjectStore(f"file://{tmp_path / 'root'}")
+        (store.root / "data").mkdir(parents=True)
+        (store.root / "data" / "s1").symlink_to(elsewhere)
+        if os.stat(elsewhere).st_dev == os.stat(store.root).st_dev:
+            pytest.skip("/dev/shm is on the same file system as the test's folder here")
+        store.put("data/s1/object", b"written")
+        assert store.put_if_absent("data/s1/new", lambda: b"new")
+        assert (store.get("data/s1/object"), store.get("data/s1/new")) == (b"written", b"new")
+    finally:
+        for path in elsewhere.iterdir():
+            path.unlink()
+        elsewhere.rmdir()
+
+
 def test_put_if_absent_refuses_invalid_keys(store: ObjectStore) -> None:
     with pytest.raises(InvalidArgument):
         store.put_if_absent("a//b", lambda: b"x")
