@@ -50,7 +50,7 @@ from branchwater.engine.errors import (
 from branchwater.engine.graveler.model import Commit, Entry, check_flag
 from branchwater.engine.graveler.names import is_hex_id
 from branchwater.engine.graveler.reads import open_object
-from branchwater.engine.kv import sqlite_file
+from branchwater.engine.kv import no_file_at, sqlite_file
 from branchwater.engine.lru import LRU
 from branchwater.engine.objects import check_s3_options
 from branchwater.engine.per_process import ChildSafeLock
@@ -113,21 +113,24 @@ def shared_lake(kv_url: str, s3_options: Mapping[str, str | None] | None) -> Lak
     with _LAKES_LOCK:
         lake = _LAKES.get(key)
         if lake is None:
-            _refuse_missing_lake(kv_url)
             lake = _LAKES[key] = Lake.connect(kv_url, s3_options=s3_options)
         return lake
 
 
-def _refuse_missing_lake(kv_url: str) -> None:
+def _refuse_missing_lake(kv_url: str, named_by: str | None) -> None:
     """A SQLite lake must be there: a filesystem reads and writes repositories a lake already
     holds, so a mistyped URL (or none set) is reported rather than opened as a new empty
-    lake in the working directory."""
+    lake in the working directory. `named_by` says where the URL came from (None: the
+    default)."""
     path = sqlite_file(kv_url)
-    if path is not None and not os.path.exists(path):
+    if path is None or not no_file_at(path):
+        return
+    if named_by is None:
         raise ConfigurationError(
-            f"no lake at {path!r}: pass kv_url= (storage_options={{'kv_url': ...}}) or set "
-            f"${KV_URL_ENV} to the lake's KV URL"
+            f"no lake at {path!r} (the default): pass kv_url= (storage_options="
+            f"{{'kv_url': ...}}) or set ${KV_URL_ENV} to the lake's KV URL"
         )
+    raise ConfigurationError(f"no lake at {path!r} (from {named_by}): check the URL")
 
 
 class BranchwaterFileSystem(AbstractFileSystem):
@@ -156,7 +159,11 @@ class BranchwaterFileSystem(AbstractFileSystem):
         if lake is not None and not isinstance(lake, Lake):
             raise InvalidArgument(f"lake= takes an open Lake, not {type(lake).__name__}")
         if lake is None:
+            named_by = (
+                "kv_url=" if kv_url else f"${KV_URL_ENV}" if os.environ.get(KV_URL_ENV) else None
+            )
             url = kv_url or os.environ.get(KV_URL_ENV) or DEFAULT_KV_URL
+            _refuse_missing_lake(url, named_by)
             lake = shared_lake(url, s3_options)
         self.lake = lake
         self._commits: LRU[tuple[bytes, str], Ref] = LRU(RESOLVED_COMMITS)

@@ -26,6 +26,8 @@ class LRU(Generic[K, V]):
         weight: Callable[[V], int] | None = None,
         max_weight: int = 0,
     ) -> None:
+        if capacity < 0:
+            raise ValueError(f"an LRU's capacity must be >= 0, not {capacity}")
         self._capacity = capacity
         self._weight = weight
         self._max_weight = max_weight

@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import shlex
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from importlib import metadata as importlib_metadata
 from typing import NoReturn
 
@@ -35,11 +35,10 @@ from branchwater.engine.cli.verbs import KV_ENV, Subparsers, UserError, global_o
 from branchwater.engine.errors import (
     BranchwaterError,
     Conflict,
-    MergeRaceLost,
     PredicateFailed,
     TooManyTries,
 )
-from branchwater.engine.kv import sqlite_file
+from branchwater.engine.kv import no_file_at, sqlite_file
 
 PROG = "branchwater"
 
@@ -112,7 +111,7 @@ def prepare_lake(url: str, args: argparse.Namespace) -> None:
     if args.creates_lake is not None:
         args.creates_lake(args)
         ensure_parent(path)
-    elif not os.path.exists(path):
+    elif no_file_at(path):
         raise UserError(no_lake(path, args.kv))
 
 
@@ -161,10 +160,19 @@ class Warnings(logging.Handler):
         sys.stderr.write(f"{PROG}: warning: {fold(record.getMessage())}\n")
 
 
-def show_warnings() -> None:
+@contextmanager
+def warnings_shown() -> Iterator[None]:
+    """The engine's warnings on `Warnings` alone while a command runs (not also on handlers
+    a program calling `main` has set up); as they were before, after it."""
     logger = logging.getLogger("branchwater")
-    if not any(isinstance(handler, Warnings) for handler in logger.handlers):
-        logger.addHandler(Warnings())
+    handler, propagate = Warnings(), logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
 
 
 def silence_stdout() -> None:
@@ -197,8 +205,6 @@ def execute(args: argparse.Namespace) -> int:
             args.handler(lake, args, Output(args.json, progress))
             if not lake.wait_for_cleanup(progress.delay):
                 progress.update("Dropping committed staging entries")
-    except MergeRaceLost as exc:
-        return fail(f"{exc} (here: --hint {shlex.quote(exc.hint)})", EXIT_CONFLICT)
     except RETRYABLE as exc:
         return fail(str(exc), EXIT_CONFLICT)
     except (BranchwaterError, UserError) as exc:
@@ -214,9 +220,11 @@ def execute(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point; returns the exit code (the generated script exits with it)."""
-    show_warnings()
     try:
         args = parse(argv)
-        return args if isinstance(args, int) else execute(args)
+        if isinstance(args, int):
+            return args
+        with warnings_shown():
+            return execute(args)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED

@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import getpass
 import os
+import shlex
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from branchwater.engine.api import Lake
 from branchwater.engine.cli.output import (
@@ -17,6 +20,7 @@ from branchwater.engine.cli.output import (
     short,
 )
 from branchwater.engine.cli.verbs import Subparsers, add_meta, count, key_value, verb
+from branchwater.engine.errors import MergeRaceLost
 from branchwater.engine.graveler.merge import STRATEGIES, split_hint
 from branchwater.engine.graveler.model import Commit
 
@@ -57,18 +61,29 @@ def cmd_commit(lake: Lake, args: argparse.Namespace, out: Output) -> None:
     out.document(commit_to_json(commit), f"[{args.branch} {short(commit.id)}] {first_line}")
 
 
+@contextmanager
+def hint_as_option(resume: str) -> Iterator[None]:
+    """A lost race's advice in the CLI's words too: the option that takes its hint back."""
+    try:
+        yield
+    except MergeRaceLost as exc:
+        exc.args = (f"{exc} (from the CLI: {resume} --hint {shlex.quote(exc.hint)})",)
+        raise
+
+
 def cmd_merge(lake: Lake, args: argparse.Namespace, out: Output) -> None:
-    result = lake.repository(args.repo).merge(
-        args.source,
-        into=args.destination,
-        strategy=args.strategy,
-        message=args.message,
-        metadata=dict(args.meta),
-        committer=args.committer if args.committer is not None else default_committer(),
-        hint=args.hint,
-        fast_forward=args.fast_forward,
-        preview=args.preview,
-    )
+    with hint_as_option("merge again with"):
+        result = lake.repository(args.repo).merge(
+            args.source,
+            into=args.destination,
+            strategy=args.strategy,
+            message=args.message,
+            metadata=dict(args.meta),
+            committer=args.committer if args.committer is not None else default_committer(),
+            hint=args.hint,
+            fast_forward=args.fast_forward,
+            preview=args.preview,
+        )
     if args.preview:
         text = (
             f"Preview {result.commit.id} of merging {args.source} into {args.destination} "
@@ -82,7 +97,8 @@ def cmd_merge(lake: Lake, args: argparse.Namespace, out: Output) -> None:
 
 
 def cmd_publish(lake: Lake, args: argparse.Namespace, out: Output) -> None:
-    result = lake.repository(args.repo).publish(args.commit, into=args.destination)
+    with hint_as_option("merge --preview again with"):
+        result = lake.repository(args.repo).publish(args.commit, into=args.destination)
     text = f"[{args.destination} {short(result.commit.id)}] published the merge preview"
     out.document(merge_to_json(result), text)
 

@@ -716,8 +716,8 @@ def _parse_hint(
     text = _hint_text(repo, metarange_id, onto, source.id, strategy)
     if not (tag and tag_matches(lake_key(g.refs.kv), text, tag)):
         log.warning(
-            "merge hint %r is not the work of this merge of commit %s (strategy %s) into %r: "
-            "merging afresh",
+            "merge hint %r is not the work of this merge of commit %s (strategy %s) in "
+            "repository %r: merging afresh",
             hint,
             source.id[:12],
             strategy or "default",

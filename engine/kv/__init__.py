@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import os
+
 from branchwater.engine.errors import ConfigurationError, InvalidArgument
 from branchwater.engine.kv.store import (
     DEFAULT_BATCH_SIZE,
@@ -62,6 +64,18 @@ def sqlite_file(url: str) -> str | None:
     return database_path(url)
 
 
+def no_file_at(path: str) -> bool:
+    """Whether nothing is at `path`: a file that cannot be looked at (a folder without
+    permission) is not taken for missing, as opening it then says what is wrong."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
 def _driver_scheme(url: str) -> str:
     """`sqlite+pysqlite://` picks the driver `sqlite://` does."""
     return url_scheme(url).split("+", 1)[0]
@@ -74,6 +88,7 @@ __all__ = [
     "Predicate",
     "Store",
     "ValueWithPredicate",
+    "no_file_at",
     "open_store",
     "sqlite_file",
 ]

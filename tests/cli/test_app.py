@@ -4,6 +4,7 @@ console script."""
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import subprocess
 import sys
@@ -181,6 +182,27 @@ def test_a_refused_creation_starts_no_lake(
     shown = tuple(arg.format(ns=lake.namespace) for arg in args)
     assert_user_error(bw("repo", "create", *shown, kv=None), 1, message)
     assert not (lake.root / ".branchwater").exists()
+
+
+def test_the_engines_warnings_are_cli_lines_only_while_a_command_runs(
+    bw: Bw, lake: CliLake, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A program calling `main` keeps its own logging: the CLI's warning lines replace it
+    during a command and are gone after it."""
+    make_repo(bw, lake)
+    logger = logging.getLogger("branchwater.engine.graveler.merge")
+
+    def warned(*_args: object, **_kwargs: object) -> Iterator[object]:
+        logger.warning("said during a command")
+        return iter(())
+
+    monkeypatch.setattr(api.Repository, "log", warned)
+    result = bw("log", "sales", "main")
+    assert result.code == 0 and result.err == "branchwater: warning: said during a command\n"
+    assert "said during a command" not in caplog.text
+    logger.warning("said after it")
+    assert "said after it" in caplog.text
+    assert logging.getLogger("branchwater").handlers == []
 
 
 def test_only_repo_create_starts_a_lake() -> None:

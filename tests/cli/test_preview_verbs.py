@@ -4,6 +4,7 @@ destination, landed only while the destination has not moved (else exit 2, nothi
 from __future__ import annotations
 
 import json
+import shlex
 
 from tests.helpers.cli import Bw, CliLake, assert_user_error, local_file, make_repo, ok
 
@@ -27,10 +28,13 @@ def test_a_preview_is_published_only_onto_the_head_it_was_built_on(bw: Bw, lake:
     ok(bw("upload", "sales", "main", "b.csv", local_file(lake, "b", b"b")))
     ok(bw("commit", "sales", "main", "-m", "meanwhile"))
     moved = head(bw, "main")
-    assert_user_error(bw("publish", "sales", stale["id"], "main"), 2, "preview again")
+    refused = bw("publish", "sales", stale["id"], "main")
+    assert_user_error(refused, 2, "preview again", "(from the CLI: merge --preview again with")
     assert head(bw, "main") == moved
 
-    fresh = json.loads(ok(bw("--json", "merge", "sales", "etl", "main", "--preview")).out)
+    hint = shlex.split(refused.err.rpartition("--hint ")[2].removesuffix(")\n"))[0]
+    again = ("--json", "merge", "sales", "etl", "main", "--preview", "--hint", hint)
+    fresh = json.loads(ok(bw(*again)).out)
     assert "published the merge preview" in ok(bw("publish", "sales", fresh["id"], "main")).out
     assert head(bw, "main") == fresh["id"]
     assert_user_error(bw("publish", "sales", moved, "main"), 1, "is not a merge preview")

@@ -199,7 +199,7 @@ def test_a_merge_that_lost_every_race_prints_the_hint_its_rerun_takes(
     with monkeypatch.context() as patch:
         patch.setattr(Graveler, "try_update_branch", lambda *args, **kwargs: False)
         lost = bw("merge", "sales", "etl", "main")
-    assert_user_error(lost, 2, "(here: --hint ")
+    assert_user_error(lost, 2, "(from the CLI: merge again with --hint ")
     hint = shlex.split(lost.err.rpartition("--hint ")[2].removesuffix(")\n"))[0]
     rerun = bw("merge", "sales", "etl", "main", "--hint", hint + "x" * tampered, "--json")
     assert rerun.code == 0, rerun.err
