@@ -3,7 +3,6 @@ so a crashed run does not block the next forever, and naming its holder to whoev
 
 from __future__ import annotations
 
-import multiprocessing as mp
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -12,7 +11,7 @@ import pytest
 
 from branchwater.engine import GCRunLocked, InvalidArgument, Lake
 from tests.helpers.gc import FakeClock, use_clock
-from tests.helpers.servers import unique_name
+from tests.helpers.servers import forked_pool, unique_name
 
 RACE_TIMEOUT = 60
 RACERS = 4
@@ -35,8 +34,7 @@ def race(kv_url: str, namespace: str) -> None:
     name = unique_name("lease-")
     with Lake.connect(kv_url) as lake:
         lake.create_repository(name, storage_namespace=namespace)
-    ctx = mp.get_context("spawn")
-    with ctx.Manager() as manager, ctx.Pool(RACERS) as pool:
+    with forked_pool(RACERS) as (manager, pool):
         start = manager.Barrier(RACERS)
         results = [
             pool.apply_async(_race_for_the_lease, (kv_url, name, number, start))

@@ -1,6 +1,7 @@
 """Fixtures of the `branchwater://` filesystem tests: a lake on SQLite + local files and on
-PostgreSQL + SeaweedFS, the filesystem fsspec builds for it from `storage_options`, and the
-protocol registered as the `fsspec.specs` entry point does once the package is installed."""
+PostgreSQL + SeaweedFS (a table of its own, a prefix of its own in the module's bucket), the
+filesystem fsspec builds for it from `storage_options`, and the protocol registered as the
+`fsspec.specs` entry point does once the package is installed."""
 
 from __future__ import annotations
 
@@ -51,13 +52,13 @@ def fs_lake(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FsLake]:
         namespace = f"file://{tmp_path}/sales"
     else:
         server: S3Server = request.getfixturevalue("s3_server")
-        bucket = request.getfixturevalue("s3_bucket")
+        bucket = request.getfixturevalue("s3_module_bucket")
         postgres_url = request.getfixturevalue("postgres_url")
         options = {
             "kv_url": f"{postgres_url}?table={unique_name('fs_')}",
             "s3_options": server.options,
         }
-        namespace = f"s3://{bucket}/sales"
+        namespace = f"s3://{bucket}/{unique_name('lake-')}/sales"
     lake = Lake.connect(options["kv_url"], s3_options=options.get("s3_options"))
     try:
         repo = lake.create_repository("sales", namespace)

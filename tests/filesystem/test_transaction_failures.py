@@ -4,37 +4,31 @@ deletes the transaction's branch; a kill leaves it (`tx/…`), which can be dele
 
 from __future__ import annotations
 
-import json
-import os
 import signal
-import subprocess
-import sys
-import textwrap
+from typing import Any
 
+import fsspec
 import pytest
 
-from branchwater.engine import failpoints
+from branchwater.engine import BranchwaterFileSystem, failpoints
 from branchwater.engine.failpoints import FailpointHit
+from branchwater.engine.filesystem import PROTOCOL
 from branchwater.engine.graveler.transactions import PREFIX as TRANSACTION_PREFIX
 from tests.filesystem.conftest import FsLake
+from tests.helpers.servers import forked_run
 
 POINTS = ["transaction.before_commit", "transaction.before_merge"]
 
-CHILD = textwrap.dedent(
-    """
-    import json, sys
-    import fsspec
-    from branchwater.engine import BranchwaterFileSystem
 
-    if "branchwater" not in fsspec.available_protocols():
-        fsspec.register_implementation("branchwater", BranchwaterFileSystem)
-    fs = fsspec.filesystem("branchwater", **json.loads(sys.argv[1]))
+def transaction_in_another_process(options: dict[str, Any]) -> str:
+    """A transaction through a filesystem of this process's own: a write and a delete."""
+    if PROTOCOL not in fsspec.available_protocols():
+        fsspec.register_implementation(PROTOCOL, BranchwaterFileSystem)
+    fs = fsspec.filesystem(PROTOCOL, **options)
     with fs.transaction:
-        fs.pipe("sales/main/orders/1.csv", b"id\\n1\\n")
+        fs.pipe("sales/main/orders/1.csv", b"id\n1\n")
         fs.rm("sales/main/base.txt")
-    print("landed")
-    """
-)
+    return "landed"
 
 
 @pytest.fixture
@@ -73,27 +67,16 @@ def test_a_failure_before_landing_leaves_the_branch_as_it_was(
 def test_a_process_killed_before_landing_leaves_the_branch_as_it_was(
     fs_lake: FsLake, base: str, point: str
 ) -> None:
-    env = {**os.environ, failpoints.ENV: f"{point}=kill"}
-    child = subprocess.run(
-        [sys.executable, "-c", CHILD, json.dumps(fs_lake.options)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
+    env = {failpoints.ENV: f"{point}=kill"}
+    child = forked_run(transaction_in_another_process, fs_lake.options, env=env)
+    assert child.code == -signal.SIGKILL, child
     assert_untouched(fs_lake, base)
     (left,) = [b for b in fs_lake.repo.branches() if b.name.startswith(TRANSACTION_PREFIX)]
     assert left.read("orders/1.csv") == b"id\n1\n"
     fs_lake.repo.delete_branch(left.name)
     assert [b.name for b in fs_lake.repo.branches()] == ["main"]
-    child = subprocess.run(
-        [sys.executable, "-c", CHILD, json.dumps(fs_lake.options)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert child.stdout.strip() == "landed", child.stderr[-2000:]
+    child = forked_run(transaction_in_another_process, fs_lake.options)
+    assert child.code == 0 and child.returned == "landed", child
     main = fs_lake.repo.branch("main")
     assert main.head().parents == (base,)
     assert main.read("orders/1.csv") == b"id\n1\n" and not fs_lake.fs.exists("sales/main/base.txt")

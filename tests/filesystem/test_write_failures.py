@@ -8,21 +8,20 @@ from __future__ import annotations
 
 import errno
 import gc
-import json
 import os
 import signal
-import subprocess
-import sys
-import textwrap
 from collections.abc import Callable
+from typing import Any
 
 import fsspec
 import pandas as pd
 import pytest
 
-from branchwater.engine import PathExists, ReadOnlyRef
-from branchwater.engine.failpoints import ENV as FAILPOINTS_ENV
+from branchwater.engine import BranchwaterFileSystem, PathExists, ReadOnlyRef
+from branchwater.engine.failpoints import ENV
+from branchwater.engine.filesystem import PROTOCOL
 from tests.filesystem.conftest import FsLake, staged
+from tests.helpers.servers import forked_run
 
 PATH = "out/report.csv"
 ROWS = 400
@@ -218,21 +217,15 @@ def test_an_exclusive_open_is_refused_when_opened(fs_lake: FsLake) -> None:
     assert main.read("lock") == b"taken" and main.read("written-inside") == b"x"
 
 
-CHILD = textwrap.dedent(
-    """
-    import json, os, signal, sys
-    import fsspec
-    from branchwater.engine import BranchwaterFileSystem
-
-    if "branchwater" not in fsspec.available_protocols():
-        fsspec.register_implementation("branchwater", BranchwaterFileSystem)
-    options, when = json.loads(sys.argv[1]), sys.argv[2]
+def write_in_another_process(options: dict[str, Any], when: str) -> None:
+    """Write a report through a filesystem of this process's own; SIGKILLed mid-write when
+    `when` says so."""
+    if PROTOCOL not in fsspec.available_protocols():
+        fsspec.register_implementation(PROTOCOL, BranchwaterFileSystem)
     with fsspec.open("branchwater://sales/main/out/report.csv", "w", **options) as f:
-        f.write("id\\n1\\n" * 10_000)
+        f.write("id\n1\n" * 10_000)
         if when == "mid-write":
             os.kill(os.getpid(), signal.SIGKILL)
-    """
-)
 
 
 @pytest.mark.slow
@@ -247,14 +240,8 @@ def test_a_process_killed_while_writing_stages_nothing(
     is written and nothing stages it: GC's to collect once old."""
     store = fs_lake.lake.graveler.objects(fs_lake.repo.storage_namespace)
     before = {info.key for info in store.list_objects()}
-    child = subprocess.run(
-        [sys.executable, "-c", CHILD, json.dumps(fs_lake.options), when],
-        env={**os.environ, FAILPOINTS_ENV: failpoints},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
+    child = forked_run(write_in_another_process, fs_lake.options, when, env={ENV: failpoints})
+    assert child.code == -signal.SIGKILL, child
     assert_nothing_written(fs_lake)
     after = {info.key for info in store.list_objects()}
     assert len(after - before) == objects_left and before <= after, (before, after)

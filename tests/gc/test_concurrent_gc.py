@@ -22,7 +22,7 @@ from branchwater.engine.api import Repository
 from tests import gc_clients
 from tests.gc_model import assert_references_intact, sweep
 from tests.helpers.gc import data_objects
-from tests.helpers.servers import spawned_pool, unique_name
+from tests.helpers.servers import forked_pool, unique_name
 
 pytestmark = pytest.mark.slow
 
@@ -48,7 +48,7 @@ def test_gc_runs_keep_every_reference_while_clients_move_them(
 ) -> None:
     swept: set[str] = set()
     races = 0
-    with spawned_pool(PROCESSES) as (manager, pool):
+    with forked_pool(PROCESSES) as (manager, pool):
         for round_ in range(ROUNDS):
             left = gc_clients.garbage(repo)
             time.sleep(MIN_AGE.total_seconds())

@@ -15,7 +15,7 @@ from branchwater.engine import Lake
 from branchwater.engine.gc import prepare
 from branchwater.engine.gc.prepare import read_run
 from tests.helpers.failpoints import PAUSE_TIMEOUT
-from tests.helpers.servers import spawned_pool, unique_name
+from tests.helpers.servers import forked_pool, unique_name
 
 
 def _prepare_paused(kv_url: str, repo_name: str, scanning, go) -> list[tuple[str, str, str]]:
@@ -56,7 +56,7 @@ def race(kv_url: str, namespace: str) -> None:
         for i in range(6):
             main.upload(f"a/{i}", b"a")
         source = main.upload("z/source", b"precious").address
-    with spawned_pool(2) as (manager, pool):
+    with forked_pool(2) as (manager, pool):
         scanning, go = manager.Event(), manager.Event()
         preparer = pool.apply_async(_prepare_paused, (kv_url, name, scanning, go))
         renamer = pool.apply_async(_rename, (kv_url, name, scanning, go))

@@ -9,19 +9,18 @@ candidate, re-armed before the deletes and recorded after), with the job's Spark
 replaced by the model's address sets (`tests.gc_model.commit_addresses`): the races are
 between the driver's KV reads and writes and the moves, which this keeps whole.
 
-Each move runs in a spawned worker at one of four moments: before the re-check (the run
-sees it and keeps the objects), before it with its claim older than the margin (the run's
-record replaces the claim, and the re-check still sees the move), after it (the
-move's claim reads the run's record and refuses, writing nothing), or held in the mover
-after its claim until the run has re-checked (its write lands after the re-check; the claim
-was fresh, so the run kept the commit active and deletes nothing of it). A move SIGKILLed
-after its claim, before or after its write, leaves nothing referencing a collected commit,
-and the next run converges.
+Each move runs in a worker process of its own (`tests.helpers.servers.forked_pool`) at one
+of four moments: before the re-check (the run sees it and keeps the objects), before it with
+its claim older than the margin (the run's record replaces the claim, and the re-check still
+sees the move), after it (the move's claim reads the run's record and refuses, writing
+nothing), or held in the mover after its claim until the run has re-checked (its write lands
+after the re-check; the claim was fresh, so the run kept the commit active and deletes
+nothing of it). A move SIGKILLed after its claim, before or after its write, leaves nothing
+referencing a collected commit, and the next run converges.
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import signal
 from collections.abc import Callable, Iterator
@@ -38,7 +37,7 @@ from branchwater.engine.gc.retention.expired import expired_at
 from tests.gc.test_retention_fence import age_claims
 from tests.gc_model import RetentionRun, assert_references_intact, retention_run
 from tests.helpers.gc import FakeClock, run_addresses
-from tests.helpers.servers import spawned_pool, unique_name
+from tests.helpers.servers import forked_context, forked_pool, forked_process, unique_name
 
 if TYPE_CHECKING:
     from multiprocessing.managers import SyncManager
@@ -209,7 +208,7 @@ def refs_reach_nothing_expired(repo: Repository) -> None:
 
 @pytest.fixture(scope="module")
 def workers() -> Iterator[tuple[SyncManager, Pool]]:
-    with spawned_pool(1) as pair:
+    with forked_pool(1) as pair:
         yield pair
 
 
@@ -339,10 +338,9 @@ def test_a_move_killed_after_its_claim(
     b_old = address_of(repo, history.old, "t/b")
     objects = repo.lake.graveler.objects(repo.storage_namespace)
     refs_before, commits_before = Refs.of(repo), commit_ids(repo)
-    ctx = mp.get_context("spawn")
+    ctx = forked_context()
     reached, go = ctx.Event(), ctx.Event()
-    args = (kv_url, repo.name, kind, history, reached, go, wrote)
-    child = ctx.Process(target=killed_move, args=args)
+    child = forked_process(killed_move, kv_url, repo.name, kind, history, reached, go, wrote)
     child.start()
     try:
         assert reached.wait(WAIT), f"the {kind} never reached {CLAIMED}"

@@ -20,7 +20,7 @@ from branchwater.engine import AlreadyRecorded, Commit, Lake, NoChanges, Reposit
 from branchwater.engine.failpoints import FailpointHit, armed
 from branchwater.engine.graveler import compaction
 from tests.helpers.failpoints import PAUSE_TIMEOUT, Pause, paused_at
-from tests.helpers.servers import spawned_pool
+from tests.helpers.servers import forked_pool
 from tests.helpers.views import committed
 
 
@@ -383,7 +383,7 @@ def test_writers_committing_one_branch_find_their_writes_in_head_after_each_comm
 ) -> None:
     with Lake.connect(race_kv) as lake:
         lake.create_repository("joins", storage_namespace=f"file://{tmp_path}/joins")
-    with spawned_pool(WRITERS) as (manager, pool):
+    with forked_pool(WRITERS) as (manager, pool):
         start = manager.Event()
         calls = [pool.apply_async(_write_and_commit, (race_kv, i, start)) for i in range(WRITERS)]
         start.set()

@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import contextlib
-import multiprocessing as mp
 import os
 import signal
 import time
@@ -30,7 +29,7 @@ from branchwater.engine import Lake, NoChanges, NotFound, TooManyTries
 from branchwater.engine.graveler import compaction
 from branchwater.engine.graveler.graveler import LET_GO_DROP_S
 from tests.helpers.races import SHARED_PATH, SharedPathRace, delete_later, later
-from tests.helpers.servers import spawned_pool
+from tests.helpers.servers import forked_context, forked_pool, forked_process
 
 WRITERS = 3
 WRITES_EACH = 120
@@ -99,7 +98,7 @@ def race(kv_url: str, namespace: str) -> None:
         for i in range(50):
             main.upload(f"base/{i:03d}", b"b")
         main.commit("base")
-    with spawned_pool(WRITERS + 1 + COMPACTORS + SharedPathRace.PROCESSES) as (manager, pool):
+    with forked_pool(WRITERS + 1 + COMPACTORS + SharedPathRace.PROCESSES) as (manager, pool):
         start, stop = manager.Event(), manager.Event()
         committer = pool.apply_async(_committer, (kv_url, start, stop))
         compactors = [
@@ -176,9 +175,8 @@ def prepare_kill(kv_url: str, namespace: str) -> dict[str, str]:
 
 def kill_at(kv_url: str, namespace: str, step: str) -> None:
     expected = prepare_kill(kv_url, namespace)
-    ctx = mp.get_context("spawn")
-    reached = ctx.Event()
-    child = ctx.Process(target=_compact_and_hang, args=(kv_url, step, reached))
+    reached = forked_context().Event()
+    child = forked_process(_compact_and_hang, kv_url, step, reached)
     child.start()
     try:
         assert reached.wait(120), f"the compactor never reached {step!r}"
@@ -236,7 +234,7 @@ def kill_after_update(kv_url: str, namespace: str, how: str) -> None:
     expected = prepare_kill(kv_url, namespace)
     with Lake.connect(kv_url) as lake:
         token = lake.graveler.read_branch(lake.repository("kill").record, "main").staging_token
-    child = mp.get_context("spawn").Process(target=_absorb_and_die, args=(kv_url, how))
+    child = forked_process(_absorb_and_die, kv_url, how)
     child.start()
     child.join(120)
     if child.is_alive():

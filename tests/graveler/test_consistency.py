@@ -19,7 +19,7 @@ import pytest
 
 from branchwater.engine import Lake, NoChanges
 from tests.helpers.races import SharedPathRace, committer
-from tests.helpers.servers import spawned_pool
+from tests.helpers.servers import forked_pool
 
 WRITERS = 3
 MIN_WRITES_EACH = 40
@@ -44,7 +44,7 @@ def _writer(kv_url: str, index: int, start, commits) -> list[tuple[str, str]]:
 def race(kv_url: str, namespace: str) -> None:
     with Lake.connect(kv_url) as lake:
         lake.create_repository("race", storage_namespace=namespace)
-    with spawned_pool(WRITERS + 1 + SharedPathRace.PROCESSES) as (manager, pool):
+    with forked_pool(WRITERS + 1 + SharedPathRace.PROCESSES) as (manager, pool):
         start, stop, commits = manager.Event(), manager.Event(), manager.Value("i", 0)
         committing = pool.apply_async(committer, (kv_url, "race", start, stop, commits))
         shared = SharedPathRace(manager, pool, kv_url, "race", start, stop)

@@ -24,7 +24,7 @@ from tests.helpers.failpoints import (
     paused_at,
 )
 from tests.helpers.races import committer
-from tests.helpers.servers import spawned_pool
+from tests.helpers.servers import forked_pool
 
 
 @pytest.fixture
@@ -139,7 +139,7 @@ def test_processes_racing_to_create_the_same_paths_each_path_has_one_creator(
 ) -> None:
     with Lake.connect(race_kv) as lake:
         lake.create_repository("race", f"file://{tmp_path}/race")
-    with spawned_pool(CREATORS + 1) as (manager, pool):
+    with forked_pool(CREATORS + 1) as (manager, pool):
         start, stop, barrier = manager.Event(), manager.Event(), manager.Barrier(CREATORS)
         commits = manager.Value("i", 0)
         committing = pool.apply_async(committer, (race_kv, "race", start, stop, commits))

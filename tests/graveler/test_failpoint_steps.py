@@ -5,10 +5,7 @@ unchanged. On SQLite and on PostgreSQL; revert and cherry-pick land through the 
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,8 +14,8 @@ from branchwater.engine import AlreadyExists, Lake, NotFound, failpoints
 from branchwater.engine.api import Repository
 from branchwater.engine.failpoints import FailpointHit
 from tests.helpers.failpoints import SHORT_COMMIT_WAIT
+from tests.helpers.servers import forked_run
 
-ROOT = Path(__file__).resolve().parents[2]
 COMMIT_POINTS = (
     "commit.after_seal",
     "commit.after_ranges",
@@ -72,20 +69,9 @@ def paths(repo: Repository, ref: str) -> dict[str, bytes]:
 
 
 def killed_at(kv_url: str, point: str, *operation: str) -> None:
-    script = (
-        "import sys\n"
-        "from tests.graveler.test_failpoint_steps import operate\n"
-        "operate(*sys.argv[1:])\n"
-    )
-    env = {**os.environ, failpoints.ENV: f"{point}=kill"}
-    done = subprocess.run(
-        [sys.executable, "-c", script, kv_url, *operation],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        timeout=120,
-    )
-    assert done.returncode == -signal.SIGKILL, done.stderr.decode()
+    """The operation in a process of its own, `point` armed to kill it by the environment."""
+    done = forked_run(operate, kv_url, *operation, env={failpoints.ENV: f"{point}=kill"})
+    assert done.code == -signal.SIGKILL, done
 
 
 MAIN_AFTER = {"a": b"a", "b": b"b"}

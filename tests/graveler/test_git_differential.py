@@ -89,6 +89,8 @@ class Git:
             "LC_ALL": "C",
         }
         self.worktrees = {"main": root / "main"}
+        self.objects: subprocess.Popen[bytes] | None = None
+        """`git cat-file --batch`, started on the first read of a tree or commit id."""
         self.worktrees["main"].mkdir(parents=True)
         self.run("main", "init", "-q", "-b", "main")
         for key, value in GIT_CONFIG:
@@ -120,15 +122,52 @@ class Git:
         self.run("main", "worktree", "add", "-q", "-b", name, str(self.worktrees[name]), source)
 
     def rev(self, branch: str, rev: str = "HEAD") -> str:
-        return self.run(branch, "rev-parse", rev).stdout.strip()
+        """The commit id of `rev` in `branch`'s worktree."""
+        return self.read_object(self.head(branch) if rev == "HEAD" else rev)[0]
+
+    @staticmethod
+    def head(branch: str) -> str:
+        """The name of `branch`'s worktree's HEAD, from any worktree."""
+        return "main-worktree/HEAD" if branch == "main" else f"worktrees/{branch}/HEAD"
 
     def files(self, branch: str) -> Tree:
         directory = self.worktrees[branch]
         return {p.name: p.read_bytes() for p in directory.iterdir() if p.name != ".git"}
 
     def committed(self, branch: str) -> Tree:
-        listing = self.run(branch, "ls-tree", "-r", "HEAD").stdout.splitlines()
-        return {line.split("\t")[1]: BY_BLOB_ID[line.split()[2]] for line in listing}
+        """The tree of the worktree's HEAD, read through one `git cat-file --batch` kept
+        open (a process per check would be most of the test's time). It resolves the
+        worktree's HEAD afresh on every request; the trees are flat, the paths top-level."""
+        (_, tree), entries = self.read_object(f"{self.head(branch)}^{{tree}}"), {}
+        while tree:
+            mode, rest = tree.split(b" ", 1)
+            name, rest = rest.split(b"\0", 1)
+            assert mode == b"100644", f"{branch}'s HEAD holds {name!r} of mode {mode!r}"
+            entries[name.decode()] = BY_BLOB_ID[rest[:20].hex()]
+            tree = rest[20:]
+        return entries
+
+    def read_object(self, rev: str) -> tuple[str, bytes]:
+        """The id and the content of the object `rev` names."""
+        if self.objects is None:
+            self.objects = subprocess.Popen(
+                ["git", "cat-file", "--batch"],
+                cwd=self.worktrees["main"],
+                env=self.env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+            )
+        assert self.objects.stdin is not None and self.objects.stdout is not None
+        self.objects.stdin.write(rev.encode() + b"\n")
+        self.objects.stdin.flush()
+        header = self.objects.stdout.readline().split()
+        assert len(header) == 3, f"git cat-file {rev}: {header!r}"
+        body = self.objects.stdout.read(int(header[2]) + 1)
+        return header[0].decode(), body[:-1]
+
+    def close(self) -> None:
+        if self.objects is not None:
+            self.objects.communicate(timeout=60)
 
     def dirty(self, branch: str) -> bool:
         return bool(self.run(branch, "status", "--porcelain").stdout.strip())
@@ -412,16 +451,26 @@ def play(tmp_path: Path, seed: int, steps: int) -> Counter[str]:
     with Lake.connect("memory://", range_policy=policy) as lake:
         repo = lake.create_repository("diff", storage_namespace=f"file://{tmp_path}/lake")
         run = Run(repo, Git(tmp_path / "git"), random.Random(seed))
-        for _ in range(steps):
-            run.step()
+        try:
+            for _ in range(steps):
+                run.step()
+        finally:
+            run.git.close()
         return run.seen
 
 
+QUICK = pytest.mark.xdist_group("git-differential-quick")
+"""The quick runs and the coverage check on one worker, so the check reads what the runs saw
+instead of playing them again."""
+
+
+@QUICK
 @pytest.mark.parametrize("seed", SEEDS)
 def test_random_histories_agree_with_git(tmp_path: Path, seed: int) -> None:
     _SEEN[seed] = play(tmp_path, seed, 60)
 
 
+@QUICK
 def test_the_random_histories_include_criss_cross_merges_and_every_pick(tmp_path: Path) -> None:
     """The quick runs reach merges with several merge bases, and reverts and cherry-picks of
     every outcome, of merge commits on either parent, not only simple ones."""

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
-import sys
+import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,14 +15,14 @@ from pathlib import Path
 import pytest
 from botocore.exceptions import ClientError
 
-from branchwater.engine import InvalidArgument, Lake, NotFound
+from branchwater.engine import InvalidArgument, Lake, NotFound, failpoints
 from branchwater.engine.api import Repository
 from branchwater.engine.errors import InvalidImportSource
 from branchwater.engine.graveler import imports
 from branchwater.engine.objects import ObjectStore
 from tests.fixtures.s3 import S3Server
 from tests.helpers.failpoints import held_at
-from tests.helpers.servers import unique_name
+from tests.helpers.servers import forked_run, unique_name
 
 OBJECTS = {
     "a.csv": b"x,y\n1,2\n",
@@ -47,14 +46,15 @@ class ImportLake:
 @pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
 def lake_with_source(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ImportLake]:
     """A lake on SQLite with repository `sales`, and a source prefix outside its namespace
-    holding `OBJECTS`: a local folder, or a prefix of the S3 bucket."""
+    holding `OBJECTS`: a local folder, or a prefix of the module's S3 bucket (the namespace
+    another one)."""
     kv_url = f"sqlite:///{tmp_path}/lake.db"
     options: dict[str, str] = {}
     if request.param == "local":
         namespace, source_uri = f"file://{tmp_path}/ns", f"file://{tmp_path}/existing/"
     else:
         server: S3Server = request.getfixturevalue("s3_server")
-        bucket = request.getfixturevalue("s3_bucket")
+        bucket = request.getfixturevalue("s3_module_bucket")
         options = server.options
         namespace = f"s3://{bucket}/{unique_name('ns-')}"
         source_uri = f"s3://{bucket}/{unique_name('existing-')}/"
@@ -321,16 +321,12 @@ def test_a_lost_race_inside_the_prefix_lands_what_a_fresh_import_would(
     assert main.read("raw/dir/new.csv") == b"new"
 
 
-CHILD = """
-import sys
-from branchwater.engine import Lake
-from branchwater.engine.graveler import imports
-imports.BATCH = 1
-kv, options, source = sys.argv[1], eval(sys.argv[2]), sys.argv[3]
-with Lake.connect(kv, s3_options=options, range_cache_dir="") as lake:
-    result = lake.repository("sales").branch("main").import_objects(source, prefix="raw/")
-    print(result.commit.id if result.commit else "none")
-"""
+def import_in_another_process(kv_url: str, s3_options: dict[str, str], source: str) -> str:
+    """The import of `source` into main under raw/, one object a batch; the commit's id."""
+    imports.BATCH = 1
+    with Lake.connect(kv_url, s3_options=s3_options, range_cache_dir="") as lake:
+        result = lake.repository("sales").branch("main").import_objects(source, prefix="raw/")
+        return result.commit.id if result.commit else "none"
 
 
 @pytest.mark.parametrize("point", ["import.after_batch", "import.after_record"])
@@ -343,17 +339,17 @@ def test_a_killed_import_run_again_ends_as_one_uninterrupted_import(
     t.repo.create_branch("twin", source="main")
     expected = t.repo.branch("twin").import_objects(t.source_uri, prefix="raw/").commit
     assert expected is not None
-    args = [sys.executable, "-c", CHILD, t.kv_url, repr(t.s3_options), t.source_uri]
-    env = {**os.environ, "BRANCHWATER_FAILPOINTS": f"{point}=kill"}
+    args = (import_in_another_process, t.kv_url, t.s3_options, t.source_uri)
 
-    killed = subprocess.run(args, env=env, capture_output=True, timeout=120)
-    assert killed.returncode == -9, killed.stderr.decode()
+    killed = forked_run(*args, env={failpoints.ENV: f"{point}=kill"})
+    assert killed.code == -signal.SIGKILL, killed
     assert main.head().id == base
 
-    rerun = subprocess.run(args, capture_output=True, text=True, timeout=120, check=True)
+    rerun = forked_run(*args)
+    assert rerun.code == 0, rerun
 
     head = main.head()
-    assert rerun.stdout.strip() == head.id and head.parents == (base,)
+    assert rerun.returned == head.id and head.parents == (base,)
     assert head.metarange_id == expected.metarange_id
     assert list(main.uncommitted()) == []
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from branchwater.engine import DirtyBranch, Lake, NoChanges
-from tests.helpers.servers import spawned_pool
+from tests.helpers.servers import forked_pool
 
 FEATURES = 8
 FILES_EACH = 5
@@ -63,7 +63,7 @@ def prepare(kv_url: str, namespace: str) -> None:
 
 def contend(kv_url: str, namespace: str, with_committer: bool) -> None:
     prepare(kv_url, namespace)
-    with spawned_pool(FEATURES + with_committer) as (manager, pool):
+    with forked_pool(FEATURES + with_committer) as (manager, pool):
         barrier = manager.Barrier(FEATURES + with_committer)
         committer = pool.apply_async(_commit_to_main, (kv_url, barrier)) if with_committer else None
         merges = [pool.apply_async(_merge_feature, (kv_url, i, barrier)) for i in range(FEATURES)]

@@ -26,7 +26,7 @@ from branchwater.engine.failpoints import FailpointHit, armed
 from branchwater.engine.graveler.graveler import Graveler, RetryPolicy
 from branchwater.engine.graveler.protection import decode_stamp, read_book
 from tests.graveler.test_refs import CountingStore
-from tests.helpers.servers import spawned_pool
+from tests.helpers.servers import forked_pool
 
 Write = Callable[[Repository], object]
 
@@ -444,7 +444,7 @@ def test_processes_that_loaded_the_repository_before_protect_refuse(
         repo = lake.create_repository("guarded", storage_namespace=f"file://{tmp_path}/ns")
         seeded(repo)
         before = snapshot(repo)
-        with spawned_pool(2) as (manager, pool):
+        with forked_pool(2) as (manager, pool):
             ready, protected = manager.Event(), manager.Event()
             children = [
                 pool.apply_async(_writes_after_protect, (race_kv, ready, protected))
@@ -478,7 +478,7 @@ def test_concurrent_rule_changes_leave_every_branch_stamped_from_the_latest_rule
         for name in ("release/1", "release/2", "main-x"):
             repo.create_branch(name, source="main")
         patterns = ["release/*", "*", "release/1", "ma*"]
-        with spawned_pool(len(patterns)) as (_, pool):
+        with forked_pool(len(patterns)) as (_, pool):
             runs = [pool.apply_async(_toggle, (race_kv, p, 5)) for p in patterns]
             for run in runs:
                 run.get(600)

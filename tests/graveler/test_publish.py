@@ -17,7 +17,7 @@ from branchwater.engine.graveler.graveler import RetryPolicy
 from branchwater.engine.graveler.merge import PREVIEW_KEY
 from tests.graveler.test_picks import commit, tree
 from tests.helpers.failpoints import held_at
-from tests.helpers.servers import spawned_pool
+from tests.helpers.servers import forked_pool
 
 
 @pytest.fixture
@@ -204,7 +204,7 @@ def test_concurrent_previews_and_publishes_lose_nothing(race_kv: str, tmp_path: 
         commit(repo.branch("main"), "base", base=b"b")
         for worker in range(WORKERS):
             repo.create_branch(f"w{worker}", source="main")
-    with spawned_pool(WORKERS + 1) as (manager, pool):
+    with forked_pool(WORKERS + 1) as (manager, pool):
         barrier = manager.Barrier(WORKERS + 1)
         direct = pool.apply_async(_commit_on_main, (race_kv, barrier))
         workers = [

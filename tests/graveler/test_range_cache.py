@@ -6,7 +6,6 @@ means the object store was not read, not just that the result was right.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import pwd
 import random
@@ -31,6 +30,7 @@ from branchwater.engine.graveler.committed.format import (
     range_key,
 )
 from tests.helpers.committed import POLICIES, SpyStore, entry, random_entries
+from tests.helpers.servers import forked_pool
 
 POLICY = POLICIES["hash"]
 
@@ -235,14 +235,12 @@ def _race(directory: str, first: int, barrier) -> tuple[int, list[str]]:
 def test_processes_writing_and_dropping_the_same_range_never_read_a_partial_file(
     tmp_path: Path,
 ) -> None:
-    ctx = mp.get_context("spawn")
     workers = 4
     firsts = [10_000 * (i + 1) for i in range(workers)]
-    with ctx.Manager() as manager:
+    with forked_pool(workers) as (manager, pool):
         barrier = manager.Barrier(workers)
-        with ctx.Pool(workers) as pool:
-            jobs = [pool.apply_async(_race, (str(tmp_path), f, barrier)) for f in firsts]
-            results = [job.get(120) for job in jobs]
+        jobs = [pool.apply_async(_race, (str(tmp_path), f, barrier)) for f in firsts]
+        results = [job.get(120) for job in jobs]
 
     shared_id, _ = a_range(0, 2_000)
     own_ids = [a_range(f, 2_000)[0] for f in firsts]

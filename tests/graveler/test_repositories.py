@@ -21,7 +21,7 @@ from branchwater.engine import (
 from branchwater.engine.graveler.model import RepositoryRecord
 from branchwater.engine.graveler.namespaces import location_of
 from tests.helpers.failpoints import PAUSE_TIMEOUT, held_at, paused_at
-from tests.helpers.servers import spawned_pool
+from tests.helpers.servers import forked_pool
 
 
 def _create(kv_url: str, name: str, namespace: str, point: str, barrier: Any) -> str:
@@ -43,7 +43,7 @@ def _race(
     for kv_url in {kv_url for kv_url, _, _ in creations}:
         with Lake.connect(kv_url):
             pass
-    with spawned_pool(len(creations)) as (manager, pool):
+    with forked_pool(len(creations)) as (manager, pool):
         barrier = manager.Barrier(len(creations))
         jobs = [pool.apply_async(_create, (*creation, point, barrier)) for creation in creations]
         return [job.get(120) for job in jobs]

@@ -14,7 +14,7 @@ from branchwater.engine import AlreadyExists, Lake
 from branchwater.engine.api import Repository
 from branchwater.engine.graveler.model import BranchRecord, Tag
 from branchwater.engine.graveler.staging import new_staging_token
-from tests.helpers.servers import spawned_pool
+from tests.helpers.servers import forked_pool
 
 
 @pytest.fixture
@@ -83,7 +83,7 @@ def _create(kv_url: str, kind: str, barrier) -> list[str]:
 def test_a_branch_and_a_tag_created_at_once_never_share_a_name(
     repo: Repository, race_kv: str
 ) -> None:
-    with spawned_pool(2) as (manager, pool):
+    with forked_pool(2) as (manager, pool):
         barrier = manager.Barrier(2)
         made = [pool.apply_async(_create, (race_kv, kind, barrier)) for kind in ("branch", "tag")]
         branches, tags = (set(result.get(240)) for result in made)

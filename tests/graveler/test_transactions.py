@@ -6,11 +6,8 @@ and running the block again ends where one uninterrupted run ends."""
 
 from __future__ import annotations
 
-import os
+import contextlib
 import signal
-import subprocess
-import sys
-import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,28 +24,24 @@ from branchwater.engine import (
 )
 from branchwater.engine.api import Repository
 from branchwater.engine.graveler.transactions import PREFIX, TRANSACTION_KEY
-from tests.helpers.servers import unique_name
+from tests.helpers.servers import Exited, forked_run, unique_name
 
-CHILD = textwrap.dedent(
-    """
-    import contextlib, sys
-    from branchwater.engine import Lake, NotFound
 
-    kv_url, action = sys.argv[1], sys.argv[2]
+def another_process(kv_url: str, action: str) -> str:
+    """What the other process does: the transaction (whether it landed), or a commit on main
+    and a write staged above it."""
     with Lake.connect(kv_url, range_cache_bytes=0) as lake:
         main = lake.repository("sales").branch("main")
         if action == "transaction":
             with main.transaction("load orders") as tx:
-                tx.upload("orders/1.csv", b"id\\n1\\n")
+                tx.upload("orders/1.csv", b"id\n1\n")
                 with contextlib.suppress(NotFound):
                     tx.delete("base.txt")
-            print("landed" if tx.landed else "unchanged")
-        else:
-            main.upload("theirs.txt", b"theirs")
-            main.commit("another process")
-            main.upload("pending.txt", b"staged by another process")
-    """
-)
+            return "landed" if tx.landed else "unchanged"
+        main.upload("theirs.txt", b"theirs")
+        main.commit("another process")
+        main.upload("pending.txt", b"staged by another process")
+        return "committed"
 
 
 @dataclass
@@ -59,16 +52,9 @@ class TxLake:
     base: str
     """The commit main starts on: `base.txt` and `keep.txt`."""
 
-    def run(
-        self, action: str, env: dict[str, str] | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-c", CHILD, self.kv_url, action],
-            env={**os.environ, **(env or {})},
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+    def run(self, action: str, env: dict[str, str] | None = None) -> Exited:
+        """`another_process` in a process of its own, `env` over this one's environment."""
+        return forked_run(another_process, self.kv_url, action, env=env)
 
     def leftovers(self) -> list[str]:
         return [b.name for b in self.repo.branches() if b.name.startswith(PREFIX)]
@@ -136,7 +122,7 @@ def test_writes_from_another_process_during_the_block_survive(tx_lake: TxLake) -
     with main.transaction() as tx:
         tx.upload("orders/1.csv", b"id\n1\n")
         done = tx_lake.run("concurrent")
-        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.code == 0 and done.returned == "committed", done
     head = main.head()
     assert tx.landed is not None and head.id == tx.landed.id and len(head.parents) == 1
     assert tx_lake.repo.commit(head.parents[0]).message == "another process"
@@ -149,7 +135,7 @@ def test_a_commit_landing_between_the_merge_and_its_set_survives(tx_lake: TxLake
     merged and before its `set_if`; the landing loses that race, merges again onto the new
     HEAD and lands one commit there."""
     main = tx_lake.repo.branch("main")
-    runs: list[subprocess.CompletedProcess[str]] = []
+    runs: list[Exited] = []
 
     def another_process_commits() -> None:
         if not runs:
@@ -157,7 +143,7 @@ def test_a_commit_landing_between_the_merge_and_its_set_survives(tx_lake: TxLake
 
     with failpoints.armed("merge.before_set", another_process_commits), main.transaction() as tx:
         tx.upload("orders/1.csv", b"id\n1\n")
-    assert runs and runs[0].returncode == 0, runs[0].stderr[-2000:]
+    assert runs and runs[0].code == 0 and runs[0].returned == "committed", runs
     head = main.head()
     assert tx.landed is not None and head.id == tx.landed.id and len(head.parents) == 1
     assert tx_lake.repo.commit(head.parents[0]).message == "another process"
@@ -232,13 +218,13 @@ def test_a_process_killed_before_landing_leaves_the_branch_and_a_rerun_lands(
     tx_lake: TxLake, point: str
 ) -> None:
     killed = tx_lake.run("transaction", {failpoints.ENV: f"{point}=kill"})
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert killed.code == -signal.SIGKILL, killed
     main = tx_lake.repo.branch("main")
     assert main.commit_id == tx_lake.base and list(main.uncommitted()) == []
     (left,) = tx_lake.leftovers()
     assert tx_lake.repo.branch(left).read("orders/1.csv") == b"id\n1\n"
     rerun = tx_lake.run("transaction")
-    assert rerun.stdout.strip() == "landed", rerun.stderr[-2000:]
+    assert rerun.returned == "landed", rerun
     head = main.head()
     assert head.parents == (tx_lake.base,) and main.read("orders/1.csv") == b"id\n1\n"
     assert tx_lake.leftovers() == [left]
@@ -252,11 +238,11 @@ def test_a_process_killed_after_landing_leaves_only_its_branch(tx_lake: TxLake) 
     """Killed once landed, before its branch is deleted: the branch holds the commit, and
     running the block again finds its writes there and lands nothing."""
     killed = tx_lake.run("transaction", {failpoints.ENV: "branch.before_delete=kill"})
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert killed.code == -signal.SIGKILL, killed
     main = tx_lake.repo.branch("main")
     head = main.head()
     (left,) = tx_lake.leftovers()
     assert head.parents == (tx_lake.base,) and head.metadata[TRANSACTION_KEY] == left
     rerun = tx_lake.run("transaction")
-    assert rerun.stdout.strip() == "unchanged", rerun.stderr[-2000:]
+    assert rerun.returned == "unchanged", rerun
     assert main.commit_id == head.id and tx_lake.leftovers() == [left]

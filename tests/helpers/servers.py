@@ -7,16 +7,18 @@ import dataclasses
 import multiprocessing as mp
 import os
 import socket
+import traceback
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
-from typing import TYPE_CHECKING, Any, NoReturn
+from contextlib import ExitStack, contextmanager, suppress
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 import pytest
 
 from branchwater.stack.config import Ports
 
 if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
     from multiprocessing.managers import SyncManager
     from multiprocessing.pool import Pool
 
@@ -60,6 +62,115 @@ def spawned_pool(processes: int) -> Iterator[tuple[SyncManager, Pool]]:
     ctx = mp.get_context("spawn")
     with ctx.Manager() as manager, ctx.Pool(processes) as pool:
         yield manager, pool
+
+
+FORK_PRELOAD = [
+    "pytest",
+    "branchwater.engine",
+    "branchwater.engine.kv.sqlite",
+    "branchwater.engine.kv.postgres",
+    "branchwater.engine.objects.s3",
+    "tests.helpers.races",
+    "tests.gc_model",
+    "tests.history.operations",
+]
+"""What the fork server imports once, before any child forks from it (the KV drivers and the
+S3 store are otherwise imported on first connect): the engine and the test helpers race
+workers run."""
+
+
+def forked_context() -> mp.context.ForkServerContext:
+    """Race processes forked from this test process's one fork server, which imported
+    `FORK_PRELOAD` and opened nothing: each child is a process of its own, with connections
+    of its own made after the fork, as a spawned one is, but costs a fork rather than an
+    interpreter's start and seconds of imports. Start children through `forked_pool` and
+    `forked_process`, which give each the environment and working directory this process
+    has then (the server keeps those it started with)."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(FORK_PRELOAD)
+    return ctx
+
+
+def adopt(environ: dict[str, str], cwd: str) -> None:
+    """In a forked child: take the parent's environment and working directory of the moment
+    it was started, and arm the failpoints it names, as a spawned child would at import."""
+    os.environ.clear()
+    os.environ.update(environ)
+    os.chdir(cwd)
+    from branchwater.engine import failpoints
+
+    failpoints.arm_from_env()
+
+
+def _adopted(environ: dict[str, str], cwd: str, target: Callable[..., Any], *args: Any) -> None:
+    adopt(environ, cwd)
+    target(*args)
+
+
+def forked_process(
+    target: Callable[..., Any], *args: Any, env: dict[str, str] | None = None
+) -> Any:
+    """A `forked_context` process (not started) running `target(*args)` with this process's
+    environment and `env` over it."""
+    return forked_context().Process(
+        target=_adopted, args=({**os.environ, **(env or {})}, os.getcwd(), target, *args)
+    )
+
+
+@contextmanager
+def forked_pool(processes: int) -> Iterator[tuple[SyncManager, Pool]]:
+    """Race workers, each a `forked_context` process of its own, with a manager for the
+    events and counters they share. Both are stopped on the way out, a failed assertion
+    included: read shared values inside the block."""
+    ctx = forked_context()
+    with (
+        ctx.Manager() as manager,
+        ctx.Pool(processes, initializer=adopt, initargs=(dict(os.environ), os.getcwd())) as pool,
+    ):
+        yield manager, pool
+
+
+class Exited(NamedTuple):
+    """How a `forked_run` child ended."""
+
+    code: int
+    """Its exit code: negative for the signal that ended it."""
+    returned: Any
+    """What its target returned (None unless it returned)."""
+    error: str
+    """The traceback of what its target raised ("" unless it raised)."""
+
+
+def _reporting(answers: Connection, target: Callable[..., Any], *args: Any) -> None:
+    try:
+        returned = target(*args)
+    except BaseException:
+        answers.send((None, traceback.format_exc()))
+        raise
+    answers.send((returned, ""))
+
+
+def forked_run(target: Callable[..., Any], *args: Any, env: dict[str, str] | None = None) -> Exited:
+    """Run `target(*args)` in a `forked_process` (`env` over this process's environment,
+    arming the failpoints it names, as `subprocess.run` of a script would) and say how it
+    ended. It is killed by its pid if it outlives `CHILD_TIMEOUT`."""
+    reader, writer = forked_context().Pipe(duplex=False)
+    child = forked_process(_reporting, writer, target, *args, env=env)
+    child.start()
+    writer.close()
+    answer: tuple[Any, str] = (None, "")
+    try:
+        if reader.poll(CHILD_TIMEOUT):
+            with suppress(EOFError):
+                answer = reader.recv()
+    finally:
+        reader.close()
+        child.join(CHILD_TIMEOUT)
+        if child.is_alive():
+            child.kill()
+            child.join()
+            raise AssertionError(f"{target.__name__} outlived {CHILD_TIMEOUT}s")
+    return Exited(child.exitcode, *answer)
 
 
 def child_answer(target: Callable[..., None], *args: Any, method: str = "fork") -> Any:

@@ -2,12 +2,11 @@
 seconds, a history a fraction of one), each fed one task per history. A worker a failpoint
 killed is started again, by slot, with the same task: it resumes from its log, retrying the
 operation it died in. Workers fork from a server that imported the engine, the KV drivers
-and the S3 store once, so a restart costs a fork, not an interpreter's start and seconds of
-imports."""
+and the S3 store once (`tests.helpers.servers.forked_context`), so a restart costs a fork,
+not an interpreter's start and seconds of imports."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import queue
 import signal
@@ -15,17 +14,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from tests.helpers.servers import forked_context
 from tests.history.operations import Task, serve
 
 JOIN_TIMEOUT = 10.0
-PRELOAD = [
-    "tests.history.operations",
-    "branchwater.engine.kv.sqlite",
-    "branchwater.engine.kv.postgres",
-    "branchwater.engine.objects.s3",
-]
-"""What the fork server imports before any worker forks from it (the drivers are imported
-lazily, on first connect)."""
 
 
 @dataclass
@@ -38,8 +30,7 @@ class Workers:
     """Up to `size` worker processes; `run` gives a history's tasks to the first ones."""
 
     def __init__(self, size: int) -> None:
-        self.ctx = mp.get_context("forkserver")
-        self.ctx.set_forkserver_preload(PRELOAD)
+        self.ctx = forked_context()
         self.done: Any = self.ctx.Queue()
         self.slots: list[Slot] = [self._start(i) for i in range(size)]
 

@@ -1,13 +1,13 @@
 """The shared drivers under real contention: processes, threads and a racy first use.
 
-Workers are started with `spawn`, so each has its own interpreter and its own connections,
-exactly like separate Airflow workers sharing one store.
+Workers are processes of their own, forked from a server that imported the drivers and opened
+nothing (`tests.helpers.servers.forked_context`), so each makes its own connections, exactly
+like separate Airflow workers sharing one store.
 """
 
 from __future__ import annotations
 
 import gc
-import multiprocessing
 import os
 import threading
 from pathlib import Path
@@ -17,7 +17,7 @@ import pytest
 
 from branchwater.engine.errors import PredicateFailed
 from branchwater.engine.kv import Store, open_store, sql
-from tests.helpers.servers import child_answer, unique_name
+from tests.helpers.servers import child_answer, forked_context, forked_process, unique_name
 
 PROCESSES = 6
 INCREMENTS = 25
@@ -73,10 +73,10 @@ def first_use_worker(url: str, barrier: Any, index: int, results: Any) -> None:
 
 
 def run_processes(target: Any, url: str, arguments: list[Any]) -> list[tuple[str, int, int]]:
-    """Start one spawned process per argument, release them together, collect their results."""
-    ctx = multiprocessing.get_context("spawn")
+    """Start one process per argument, release them together, collect their results."""
+    ctx = forked_context()
     barrier, results = ctx.Barrier(len(arguments)), ctx.Queue()
-    processes = [ctx.Process(target=target, args=(url, barrier, a, results)) for a in arguments]
+    processes = [forked_process(target, url, barrier, a, results) for a in arguments]
     for process in processes:
         process.start()
     for process in processes:

@@ -4,7 +4,6 @@ opening a file that has its table never waits for the write lock."""
 
 from __future__ import annotations
 
-import multiprocessing
 import sqlite3
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import pytest
 from branchwater.engine.kv import open_store
 from branchwater.engine.kv.sqlite import SQLiteStore
 from tests.helpers.gc import rowid_sqlite_file
+from tests.helpers.servers import forked_context, forked_process
 
 WRITERS = 3
 KEYS_PER_WRITER = 300
@@ -144,9 +144,8 @@ def test_upgrade_while_other_processes_write_loses_nothing(tmp_path: Path) -> No
     with open_store(url) as store:
         assert isinstance(store, SQLiteStore)
         fill(store, partitions=2, keys=2000)
-        spawn = multiprocessing.get_context("spawn")
-        barrier = spawn.Barrier(WRITERS + 1)
-        writers = [spawn.Process(target=write_keys, args=(url, w, barrier)) for w in range(WRITERS)]
+        barrier = forked_context().Barrier(WRITERS + 1)
+        writers = [forked_process(write_keys, url, w, barrier) for w in range(WRITERS)]
         for process in writers:
             process.start()
         try:
