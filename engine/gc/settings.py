@@ -12,12 +12,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from branchwater.engine.errors import InvalidArgument
+from branchwater.engine.graveler.fence import OPERATION_MARGIN
 
 DEFAULT_TOKEN_EXPIRY = timedelta(hours=6)
 """lakeFS's GC minimum age: the longest an upload may take between address and link."""
-OPERATION_MARGIN = timedelta(minutes=5)
-"""The longest an operation may take between its checks and its write, clock skew between
-processes included: what GC's safety argument assumes of clients that keep working."""
 DEFAULT_COPY_RECORD_TTL = timedelta(days=2)
 MIN_COPY_RECORD_TTL = timedelta(hours=1)
 """Shorter and a prepare run could not finish before the records it needs expire."""

@@ -34,7 +34,7 @@ from branchwater.engine.errors import (
 )
 from branchwater.engine.graveler import protection
 from branchwater.engine.graveler.committed.format import METARANGES_PREFIX, check_id, metarange_key
-from branchwater.engine.graveler.fence import claim
+from branchwater.engine.graveler.fence import claim, claim_again
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import (
     BranchRecord,
@@ -147,8 +147,10 @@ def restore_refs(g: Graveler, repo: RepositoryRecord, path: Path) -> int:
     for commit in dump.commits:
         g.refs.put_commit(repo, commit)
     for tag in dump.tags:
+        claim_again(g, repo, tag.commit_id)
         _restore_tag(g, repo, tag)
     for name, commit_id in dump.branches:
+        claim_again(g, repo, commit_id)
         _restore_branch(g, repo, name, commit_id)
     g.kv.delete(repo.partition, RESTORE_KEY)
     return len(dump.commits) + len(dump.tags) + len(dump.branches)

@@ -34,9 +34,14 @@ so one comes first.
 - C before R, the claim older than the margin: W landed before R, so before Q. The re-check
   sees W (a ref on the commit makes it active; a new commit record or a staged entry holds
   its addresses) and drops them from the candidates; R may replace the claim.
-So the move needs no check after W: a move killed anywhere leaves at most a claim, or a W
-the re-check or the sweep's refusal covers, and nothing to take back. A refused merge,
-revert or cherry-pick has written nothing, no commit record either.
+So a move that writes once needs no check after W: a move killed anywhere leaves at most a
+claim, or a W the re-check or the sweep's refusal covers, and nothing to take back. A
+refused merge, revert or cherry-pick has written nothing, no commit record either. A move
+that writes many times (a restore stages path after path) may outlast the margin, so it
+claims again before each write once half the margin has passed (`claim_again`): each of
+its writes is then within the margin of its latest claim, and the argument holds write by
+write. Refused between two writes, it keeps what it wrote before (covered as above), as a
+restore killed there would.
 
 Claims do not accumulate per move: a commit has one key, which each claim overwrites. A
 run replaces a stale claim on a commit it expires by its record; a claim on a commit that
@@ -58,6 +63,9 @@ from branchwater.engine.kv import Store
 from branchwater.engine.kv.store import Predicate
 
 FENCE_PREFIX = b"gc/expired/"
+OPERATION_MARGIN = timedelta(minutes=5)
+"""The longest an operation may take between its checks and its write, clock skew between
+processes included: what GC's safety argument assumes of clients that keep working."""
 
 
 @dataclass(frozen=True)
@@ -160,6 +168,16 @@ def claim(g: Graveler, repo: RepositoryRecord, *commit_ids: str) -> None:
     for commit_id in commit_ids:
         _claim(g, repo, commit_id)
     failpoints.hit("gc.fence.after_claim")
+
+
+def claim_again(g: Graveler, repo: RepositoryRecord, commit_id: str) -> None:
+    """Before each further write of a move that writes many times (a restore, a restore of
+    refs): the proof takes every write within the margin of the move's latest claim, and
+    such a move may outlast the margin. One get while the claim is younger than half the
+    margin, a new claim once older, `CommitExpired` once a run fenced the commit."""
+    state, _ = _read(g.kv, repo, commit_id)
+    if not (isinstance(state, Claim) and state.fresh(datetime.now(UTC), OPERATION_MARGIN / 2)):
+        _claim(g, repo, commit_id)
 
 
 def _claim(g: Graveler, repo: RepositoryRecord, commit_id: str) -> None:

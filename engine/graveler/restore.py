@@ -5,7 +5,9 @@ Each path named is taken with everything under it as a folder (`orders` is `orde
 path, its entry is staged; where the branch shows a path the source lacks, a delete is. A path
 the branch already shows as the source holds it (by identity) is left alone, so a restore run
 twice stages nothing the second time. Entries are read from a commit only, never from a
-branch's uncommitted layers: GC's merge row covers them.
+branch's uncommitted layers: GC's merge row covers them. The source commit is claimed
+against retention before the first write and again before each later one (`fence.py`):
+a restore refused midway, as one killed there, keeps the paths it staged.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from branchwater.engine import failpoints
 from branchwater.engine.errors import InvalidArgument, NotFound
-from branchwater.engine.graveler.fence import claim
+from branchwater.engine.graveler.fence import claim, claim_again
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import Entry, RepositoryRecord, check_flag
 from branchwater.engine.graveler.names import check_path
@@ -40,6 +42,7 @@ def restore(
     for spec in specs:
         for path, wanted, _ in _differences(g, repo, branch_name, commit_id, spec):
             failpoints.hit("restore.before_stage")
+            claim_again(g, repo, commit_id)
             _stage(g, repo, branch_name, path, wanted)
             staged += 1
     return staged

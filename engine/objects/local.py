@@ -83,16 +83,24 @@ class LocalObjectStore(ObjectStore):
         path = self._writable(key)
         tmp = self._written(path, source)
         try:
-            os.replace(tmp, path)
-        except FileNotFoundError:
-            raise Unavailable(
-                f"the write of {key!r} to {self.url} was discarded before it finished: a GC "
-                "sweep takes a write that has not moved for a day as abandoned; write it again"
-            ) from None
+            self._publish(tmp, path, key)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
         return self._info(key, path.stat())
+
+    def _publish(self, tmp: Path, path: Path, key: str) -> None:
+        try:
+            os.replace(tmp, path)
+        except FileNotFoundError:
+            raise self._discarded(key) from None
+
+    def _discarded(self, key: str) -> Unavailable:
+        """The error of a write whose temporary file a sweep took before it was in place."""
+        return Unavailable(
+            f"the write of {key!r} to {self.url} was discarded before it finished: a GC "
+            "sweep takes a write that has not moved for a day as abandoned; write it again"
+        )
 
     def put_if_absent(self, key: str, encode: Callable[[], bytes]) -> bool:
         """The finished file is linked into place, which fails if the name is taken: one of
@@ -106,8 +114,10 @@ class LocalObjectStore(ObjectStore):
             os.link(tmp, path)
         except FileExistsError:
             return False
+        except FileNotFoundError:
+            raise self._discarded(key) from None
         except OSError:
-            os.replace(tmp, path)
+            self._publish(tmp, path, key)
         finally:
             tmp.unlink(missing_ok=True)
         return True
@@ -153,7 +163,7 @@ class LocalObjectStore(ObjectStore):
                     path.unlink()
                 except (FileNotFoundError, NotADirectoryError):
                     continue  # renamed into place or removed meanwhile: nothing to discard
-                discarded = Discarded(discarded.writes + 1, discarded.bytes + st.st_size)
+                discarded += Discarded(1, st.st_size)
         except OSError as exc:
             raise Unavailable(
                 f"cannot discard abandoned writes in {self.url}: {exc.strerror}"

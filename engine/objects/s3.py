@@ -432,7 +432,7 @@ class S3ObjectStore(ObjectStore):
                 self._boto3.abort_upload(key, upload_id)
             except NotFound:
                 continue
-            discarded = Discarded(discarded.writes + 1, discarded.bytes + size)
+            discarded += Discarded(1, size)
         return discarded
 
     def close(self) -> None:

@@ -53,6 +53,9 @@ class Discarded:
     writes: int = 0
     bytes: int = 0
 
+    def __add__(self, other: Discarded) -> Discarded:
+        return Discarded(self.writes + other.writes, self.bytes + other.bytes)
+
 
 @dataclass(frozen=True)
 class Stats:

@@ -1,7 +1,7 @@
-"""A sweep discards the writes killed half-way under the namespace's `data/` once older than
-a day (or the run's minimum age, if longer), and records them in the run's summary; a mark
-that cannot be swept discards nothing. On a namespace on local disk, without Spark: the
-Spark job's sweep is the same `sweep_mark`."""
+"""A sweep discards the writes killed half-way under the namespace's `data/` and
+`_branchwater/` once older than a day (or the run's minimum age, if longer), and records
+them in the run's summary; a mark that cannot be swept discards nothing. On a namespace on
+local disk, without Spark: the Spark job's sweep is the same `sweep_mark`."""
 
 from __future__ import annotations
 
@@ -58,21 +58,26 @@ def sweep(repo: Repository) -> tuple[files.RunSummary, list[dict[str, Any]]]:
 
 
 def test_a_sweep_discards_abandoned_writes_older_than_a_day(repo: Repository) -> None:
-    """A zero minimum age still leaves a day to a write; outside `data/` nothing is touched."""
+    """A zero minimum age still leaves a day to a write. The engine's own writes (ranges,
+    metaranges, run files) are discarded as data's are; a folder of the namespace that is
+    not Branchwater's is never touched."""
     slice_ = "data/0fd4a8c2b9e1-c3d2e1"
     ns = saved_mark(repo, timedelta(0))
     old = left_write(repo, slice_, timedelta(hours=25), size=1234)
     young = left_write(repo, slice_, timedelta(hours=23))
-    elsewhere = left_write(repo, "_branchwater/ranges", timedelta(days=3))
+    old_range = left_write(repo, "_branchwater/ranges", timedelta(days=3), size=1000)
+    young_range = left_write(repo, "_branchwater/ranges", timedelta(hours=1))
+    elsewhere = left_write(repo, "exports", timedelta(days=3))
 
     swept, events = sweep(repo)
 
     assert swept.status == statuses.SWEPT
     assert not old.exists() and young.exists() and elsewhere.exists()
-    assert swept.volume(ABANDONED_WRITES) == files.Volume(1, 1234)
-    assert files.read_summary(ns, RUN_ID).volume(ABANDONED_WRITES) == files.Volume(1, 1234)
+    assert not old_range.exists() and young_range.exists()
+    assert swept.volume(ABANDONED_WRITES) == files.Volume(2, 2234)
+    assert files.read_summary(ns, RUN_ID).volume(ABANDONED_WRITES) == files.Volume(2, 2234)
     notices = [e["message"] for e in events if e["event"] == "notice"]
-    assert "1 abandoned writes discarded (1.2 KiB)" in notices
+    assert "2 abandoned writes discarded (2.2 KiB)" in notices
     report = ns.store.get(files.run_prefix(RUN_ID) + files.REPORT).decode()
     assert "abandoned writes discarded" in report
 

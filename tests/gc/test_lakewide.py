@@ -12,7 +12,8 @@ import pytest
 from branchwater.engine import Lake, NotFound, RunExpired
 from branchwater.engine.gc.addresses import newest_first_id
 from branchwater.engine.gc.prepare import read_manifest
-from branchwater.engine.gc.settings import OPERATION_MARGIN, GCSettings
+from branchwater.engine.gc.settings import GCSettings
+from branchwater.engine.graveler.fence import OPERATION_MARGIN
 from tests.helpers.gc import FakeClock, use_clock
 
 DAY = timedelta(days=1)

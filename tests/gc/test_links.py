@@ -21,9 +21,10 @@ from branchwater.engine import (
     TokenExpired,
 )
 from branchwater.engine.api import Branch, Repository
-from branchwater.engine.gc.settings import DEFAULT_TOKEN_EXPIRY, OPERATION_MARGIN, GCSettings
+from branchwater.engine.gc.settings import DEFAULT_TOKEN_EXPIRY, GCSettings
 from branchwater.engine.gc.tokens import USED_TOKENS_PREFIX, LinkTokens
 from branchwater.engine.graveler import writes
+from branchwater.engine.graveler.fence import OPERATION_MARGIN
 from branchwater.engine.kv import open_store
 from tests.helpers.gc import FakeClock, staged_paths, upload_to, use_clock
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from branchwater.engine import CommitExpired, Lake
-from branchwater.engine.api import Repository
+from branchwater.engine import CommitExpired, Lake, failpoints
+from branchwater.engine.api import Branch, Repository
 from branchwater.engine.errors import NotFound, StaleGCMark
 from branchwater.engine.gc.retention.expired import (
     expired_at,
@@ -24,15 +24,12 @@ from branchwater.engine.gc.retention.expired import (
     record_expired,
     release_expiring,
 )
-from branchwater.engine.gc.settings import OPERATION_MARGIN
 from branchwater.engine.graveler.fence import (
-    FENCE_PREFIX,
-    Claim,
     FenceRecord,
     fence_key,
     read_fence,
 )
-from branchwater.engine.kv import Store
+from tests.helpers.gc import age_claims
 
 RUN = "18f2a9c3b7d1-fence"
 
@@ -57,18 +54,6 @@ def history(repo: Repository) -> tuple[str, str, str]:
 
 def fence(repo: Repository, commit_id: str, run: str = RUN) -> None:
     mark_expiring(repo.lake.graveler.kv, repo.record, [commit_id], run)
-
-
-def age_claims(repo: Repository) -> None:
-    """Let the operation margin pass for every move's claim in the repository (a move's
-    write, if it was going to make one, has landed by then)."""
-    kv: Store = repo.lake.graveler.kv
-    aged = Claim(datetime.now(UTC) - OPERATION_MARGIN).encode()
-    for item in kv.scan(repo.record.partition, FENCE_PREFIX):
-        if not item.key.startswith(FENCE_PREFIX):
-            break
-        if b"claimed" in item.value:
-            kv.set_if(repo.record.partition, item.key, aged, item.value)
 
 
 def refused(move: Callable[[], object], commit_id: str) -> None:
@@ -128,6 +113,58 @@ def test_a_fresh_claim_keeps_the_record_out_and_the_sweep_from_deleting(
     assert mark_expiring(kv, repo.record, [old], RUN) == [old]
     assert read_fence(kv, repo.record, old)[0].run == RUN
     refused(lambda: repo.create_branch("later", source=old), old)
+
+
+def restore_history(repo: Repository) -> tuple[str, Branch]:
+    """(the commit that held `d/0`..`d/2`, a branch from main after they were deleted)."""
+    main = repo.branch("main")
+    for i in range(3):
+        main.upload(f"d/{i}", f"old-{i}".encode())
+    source = main.commit("old").id
+    for i in range(3):
+        main.delete(f"d/{i}")
+    main.commit("new")
+    return source, repo.create_branch("side", source="main")
+
+
+def test_a_restore_outlasting_the_margin_stops_at_a_run_fencing_its_source(
+    fenced_repo: Repository,
+) -> None:
+    """A restore stages path after path and may outlast the margin: its first claim then
+    looks stale, and a run may fence the source commit after its re-check saw only the
+    paths staged so far (here, between the first path and the second). The restore claims
+    again before each path, so it stops there: nothing the re-check did not see is
+    staged. (Claimed once only, it staged every path onto objects the sweep deleted.)"""
+    repo = fenced_repo
+    source, side = restore_history(repo)
+    paths_reached: list[None] = []
+
+    def slow_then_fenced() -> None:
+        paths_reached.append(None)
+        if len(paths_reached) == 2:
+            age_claims(repo)
+            fence(repo, source)
+
+    with failpoints.armed("restore.before_stage", slow_then_fenced):
+        refused(lambda: side.restore(["d/"], source=source), source)
+
+    assert [change.path for change in side.uncommitted()] == ["d/0"]
+
+
+def test_a_restore_outlasting_the_margin_claims_its_source_again(
+    fenced_repo: Repository,
+) -> None:
+    """With no run about, a restore whose claim aged past half the margin claims anew, so
+    a run starting now leaves its source unfenced."""
+    repo = fenced_repo
+    kv = repo.lake.graveler.kv
+    source, side = restore_history(repo)
+
+    with failpoints.armed("restore.before_stage", lambda: age_claims(repo)):
+        assert side.restore(["d/"], source=source) == 3
+
+    assert mark_expiring(kv, repo.record, [source], RUN) == []
+    assert [side.read(f"d/{i}") for i in range(3)] == [b"old-0", b"old-1", b"old-2"]
 
 
 def test_a_dead_runs_record_lapses_and_its_sweep_deletes_nothing(

@@ -34,9 +34,8 @@ import pytest
 from branchwater.engine import CommitExpired, Lake, failpoints
 from branchwater.engine.api import Repository
 from branchwater.engine.gc.retention.expired import expired_at
-from tests.gc.test_retention_fence import age_claims
 from tests.gc_model import RetentionRun, assert_references_intact, retention_run
-from tests.helpers.gc import FakeClock, run_addresses
+from tests.helpers.gc import FakeClock, age_claims, run_addresses
 from tests.helpers.servers import forked_context, forked_pool, forked_process, unique_name
 
 if TYPE_CHECKING:

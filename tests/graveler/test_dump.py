@@ -23,9 +23,10 @@ from hypothesis import strategies as st
 
 from branchwater.engine import CommitExpired, CorruptedData, InvalidArgument, Lake, NotFound
 from branchwater.engine.api import Repository
-from branchwater.engine.gc.retention.expired import record_expired
+from branchwater.engine.gc.retention.expired import mark_expiring, record_expired
 from branchwater.engine.graveler.dump import RESTORE_KEY
 from branchwater.engine.graveler.graveler import Graveler
+from tests.helpers.gc import age_claims
 from tests.helpers.hostile import REF_FIELDS, any_text, dumped_and_recreated, hostile_dump, stored
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -474,6 +475,32 @@ def test_a_restore_retried_after_retention_expired_its_commits_lands_no_ref_on_t
     targets = {b["commit_id"] for b in restored.document["branches"]}
     record_expired(repo.lake.graveler.kv, repo.record, sorted(targets), EXPIRED_AT, EXPIRY_RUN)
     with pytest.raises(CommitExpired):
+        repo.restore_refs(restored.dump)
+    assert repo.tags() == []
+    assert {b.name: b.commit_id for b in repo.branches()} == {"main": bare}
+
+
+def test_a_restore_outlasting_the_margin_lands_no_ref_on_commits_a_run_fenced_meanwhile(
+    restored: Restored,
+) -> None:
+    """The restore claims its targets before its first write and may outlast the margin
+    while it writes its commits: a run then fences them (forced before its last commit), and
+    the restore claims each target again before its ref, refusing with none landed."""
+    repo = restored.repo
+    g = repo.lake.graveler
+    bare = repo.branch("main").commit_id
+    targets = sorted(
+        {b["commit_id"] for b in restored.document["branches"]}
+        | {t["commit_id"] for t in restored.document["tags"]}
+    )
+
+    def margin_passed_and_fenced() -> None:
+        age_claims(repo)
+        assert mark_expiring(g.kv, repo.record, targets, EXPIRY_RUN) == targets
+
+    last_commit = 4
+    fenced = stopped_before_write(g, last_commit, margin_passed_and_fenced)
+    with fenced, pytest.raises(CommitExpired):
         repo.restore_refs(restored.dump)
     assert repo.tags() == []
     assert {b.name: b.commit_id for b in repo.branches()} == {"main": bare}

@@ -20,6 +20,8 @@ from branchwater.engine.gc.runs.files import RunSummary
 from branchwater.engine.gc.runs.pruning import PRUNED_SETS
 from branchwater.engine.gc.runs.storage import Namespace
 from branchwater.engine.gc.settings import GCSettings
+from branchwater.engine.graveler.fence import FENCE_PREFIX, OPERATION_MARGIN, Claim
+from branchwater.engine.kv import Store
 from branchwater.engine.objects import ObjectInfo, ObjectStore
 
 if TYPE_CHECKING:
@@ -201,3 +203,15 @@ def rowid_sqlite_file(path: Path) -> str:
     with sqlite3.connect(path) as conn:
         conn.execute(ROWID_KV_TABLE)
     return f"sqlite:///{path}"
+
+
+def age_claims(repo: Repository) -> None:
+    """Let the operation margin pass for every move's claim in the repository (a move's
+    write, if it was going to make one, has landed by then)."""
+    kv: Store = repo.lake.graveler.kv
+    aged = Claim(datetime.now(UTC) - OPERATION_MARGIN).encode()
+    for item in kv.scan(repo.record.partition, FENCE_PREFIX):
+        if not item.key.startswith(FENCE_PREFIX):
+            break
+        if b"claimed" in item.value:
+            kv.set_if(repo.record.partition, item.key, aged, item.value)

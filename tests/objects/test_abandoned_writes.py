@@ -20,7 +20,7 @@ from branchwater.engine.errors import InvalidArgument, Unavailable
 from branchwater.engine.objects import ObjectStore, s3_fallback
 from branchwater.engine.objects.local import LocalObjectStore
 from branchwater.engine.objects.s3 import S3ObjectStore
-from branchwater.engine.objects.store import Discarded
+from branchwater.engine.objects.store import Discarded, StreamSource
 from tests.fixtures.s3 import S3Server
 
 LOCAL_WRITTEN = 1 << 20
@@ -207,3 +207,20 @@ def test_a_write_whose_file_was_discarded_under_it_says_so(tmp_path: Path) -> No
     with pytest.raises(Unavailable, match="discarded before it finished"):
         store.put_stream("data/s1/stalled", stalled_chunks())
     assert not store.exists("data/s1/stalled")
+
+
+def test_a_write_if_absent_whose_file_was_discarded_under_it_says_so(tmp_path: Path) -> None:
+    """As `put_stream`: the link into place found no file and raised a bare
+    `FileNotFoundError`."""
+
+    class SweptBeforeLink(LocalObjectStore):
+        def _written(self, path: Path, source: StreamSource) -> Path:
+            written = super()._written(path, source)
+            self.discard_abandoned_writes("_branchwater", datetime.now(UTC) + timedelta(seconds=1))
+            return written
+
+    store = SweptBeforeLink(f"file://{tmp_path / 'root'}")
+
+    with pytest.raises(Unavailable, match="discarded before it finished"):
+        store.put_if_absent("_branchwater/ranges/r1", lambda: b"range")
+    assert not store.exists("_branchwater/ranges/r1")

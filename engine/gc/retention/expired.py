@@ -31,8 +31,8 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
 from branchwater.engine.errors import NotFound, PredicateFailed, StaleGCMark
-from branchwater.engine.gc.settings import OPERATION_MARGIN
 from branchwater.engine.graveler.fence import (
+    OPERATION_MARGIN,
     FenceRecord,
     check_unfenced,
     fence_key,

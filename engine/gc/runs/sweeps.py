@@ -18,7 +18,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Protocol
 
 from branchwater.engine.errors import BranchwaterError, InvalidArgument
-from branchwater.engine.gc.addresses import DATA_PREFIX
+from branchwater.engine.gc.addresses import DATA_PREFIX, SPECIAL_PREFIX
 from branchwater.engine.gc.runlock import GCRunLease
 from branchwater.engine.gc.runs import files, report, statuses
 from branchwater.engine.gc.runs.config import JobConfig
@@ -28,6 +28,7 @@ from branchwater.engine.gc.runs.retention import rearm_before_sweep, record_swep
 from branchwater.engine.gc.runs.storage import Namespace, missing_ok_json
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import RepositoryRecord
+from branchwater.engine.objects.store import Discarded
 from branchwater.engine.units import human_size
 
 log = logging.getLogger(__name__)
@@ -141,15 +142,17 @@ def abandoned_age(summary: files.RunSummary) -> timedelta:
 def discard_abandoned_writes(
     ns: Namespace, summary: files.RunSummary, now: datetime, emit: Events
 ) -> None:
-    """Discard the writes killed half-way under the namespace's `data/` (temporary files, open
-    multipart uploads: storage no listing shows, so no mark can find it) and add them to
-    the summary's `ABANDONED_WRITES` count (absent while none was). Nothing staged ever
-    names them: an object is staged only once written. A store error is told and left to
-    the next sweep, as the sweep's deletes are done and must be recorded."""
+    """Discard the writes killed half-way under the namespace's `data/` and `_branchwater/`
+    (temporary files, open multipart uploads: storage no listing shows, so no mark can find
+    it) and add them to the summary's `ABANDONED_WRITES` count (absent while none was).
+    Nothing staged ever names them: an object is staged only once written, and a range,
+    metarange or run file only once whole. A store error is told and left to the next
+    sweep, as the sweep's deletes are done and must be recorded."""
+    cutoff = now - abandoned_age(summary)
+    discarded = Discarded()
     try:
-        discarded = ns.store.discard_abandoned_writes(
-            DATA_PREFIX.rstrip("/"), now - abandoned_age(summary)
-        )
+        for folder in (DATA_PREFIX, SPECIAL_PREFIX):
+            discarded += ns.store.discard_abandoned_writes(folder.rstrip("/"), cutoff)
     except BranchwaterError as exc:
         log.warning("GC run %s: abandoned writes not discarded: %s", summary.run_id, exc)
         emit({"event": "notice", "message": f"abandoned writes not discarded: {exc}"})
