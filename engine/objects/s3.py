@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import io
 import os
+import queue
 import re
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -238,17 +240,21 @@ class S3ObjectStore(ObjectStore):
             self._call(key, lambda: obstore.put(self._s3, key, body, use_multipart=False))
             return ObjectInfo(key, length, datetime.now(UTC))
         counted = _Counted(chain(head, chunks), MAX_PARTS * part, self.url, key)
-        self._call(
-            key,
-            lambda: obstore.put(
-                self._s3,
+        aside = _ReadAside(counted)
+        try:
+            self._call(
                 key,
-                counted,
-                use_multipart=True,
-                chunk_size=part,
-                max_concurrency=in_flight,
-            ),
-        )
+                lambda: obstore.put(
+                    self._s3,
+                    key,
+                    aside,
+                    use_multipart=True,
+                    chunk_size=part,
+                    max_concurrency=in_flight,
+                ),
+            )
+        finally:
+            aside.stop()
         return ObjectInfo(key, counted.size, datetime.now(UTC))
 
     def put_if_absent(self, key: str, encode: Callable[[], bytes]) -> bool:
@@ -753,6 +759,55 @@ class _Counted:
                 "file) so parts are sized for it, or split it into several objects"
             )
         return chunk
+
+
+class _ReadAside:
+    """The chunks of a stream, read by a thread of their own, at most one ahead of the
+    upload. obstore draws a multipart upload's stream from inside its runtime, where a
+    source that reads through obstore itself (a copy of an S3 object: `Ref.open`, the
+    filesystem's `cp`) cannot start its own read: obstore panicked ("Cannot start a runtime
+    from within a runtime") and left the upload open."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._queue: queue.Queue[bytes | BaseException | None] = queue.Queue(maxsize=1)
+        self._stopped = threading.Event()
+        threading.Thread(
+            target=self._read, args=(chunks,), name="s3-upload-source", daemon=True
+        ).start()
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self
+
+    def __next__(self) -> bytes:
+        item = self._queue.get()
+        if item is None:
+            raise StopIteration
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def stop(self) -> None:
+        """Let the reading thread end at its next chunk: the upload drew its last, or failed."""
+        self._stopped.set()
+
+    def _read(self, chunks: Iterator[bytes]) -> None:
+        try:
+            for chunk in chunks:
+                if not self._offer(chunk):
+                    return
+        except BaseException as exc:
+            self._offer(exc)
+            return
+        self._offer(None)
+
+    def _offer(self, item: bytes | BaseException | None) -> bool:
+        while not self._stopped.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
 
 
 def part_plan(size: int | None, where: str = "the object") -> tuple[int, int]:

@@ -204,6 +204,21 @@ def test_s3_a_stream_longer_than_an_upload_holds_is_refused_and_aborted(
     assert leftovers(s3_store, request) == []
 
 
+@pytest.mark.s3
+def test_s3_a_multipart_upload_streams_from_an_s3_object_being_read(
+    s3_store: S3ObjectStore, request: pytest.FixtureRequest
+) -> None:
+    """A copy (`Ref.open` into `upload`, the filesystem's `cp`): the source's reads go
+    through obstore while obstore draws the upload's stream, which panicked inside obstore's
+    runtime and left the upload open."""
+    data = os.urandom(5 * s3_module.PART_SIZE)
+    s3_store.put_stream("source", chunks_of(data))
+    with s3_store.open("source") as source:
+        assert s3_store.put_stream("copy", source).size == len(data)
+    assert s3_store.get("copy") == data
+    assert sorted(leftovers(s3_store, request)) == ["copy", "source"]
+
+
 GiB = 1 << 30
 
 
