@@ -104,16 +104,20 @@ class Lake:
         range_cache_dir: str | Path | None = None,
         range_cache_bytes: int = DEFAULT_MAX_BYTES,
         gc: GCSettings | None = None,
+        create: bool = True,
     ) -> Lake:
-        """Open a lake. Verified ranges are shared with the machine's other processes through
-        a cache in `range_cache_dir` (default: `$BRANCHWATER_CACHE_DIR`, else the user's cache
-        directory), trimmed to `range_cache_bytes`; 0 bytes, or an empty
-        `$BRANCHWATER_CACHE_DIR`, turns it off. `gc` sets link-token expiry, copy-record
-        lifetime and prepare's file size. `s3_options` may be a function returning them,
-        called when the first S3 namespace is opened (never, on a lake of local ones).
-        Arrow's default pool becomes one that keeps freed pages (`allocator`). An option of
-        the wrong kind is refused at the call (S3 options given as a function: when it is
-        called), naming the option, never a secret's value."""
+        """Open a lake, starting it where its KV store holds none (a new SQLite file, a new
+        PostgreSQL or DynamoDB table); `create=False` opens only a lake that is there and
+        raises `LakeNotFound` (nothing created) where none is, so a mistyped URL is not
+        taken for a new, empty lake. Verified ranges are shared with the machine's other
+        processes through a cache in `range_cache_dir` (default: `$BRANCHWATER_CACHE_DIR`,
+        else the user's cache directory), trimmed to `range_cache_bytes`; 0 bytes, or an
+        empty `$BRANCHWATER_CACHE_DIR`, turns it off. `gc` sets link-token expiry,
+        copy-record lifetime and prepare's file size. `s3_options` may be a function
+        returning them, called when the first S3 namespace is opened (never, on a lake of
+        local ones). Arrow's default pool becomes one that keeps freed pages (`allocator`).
+        An option of the wrong kind is refused at the call (S3 options given as a function:
+        when it is called), naming the option, never a secret's value."""
         if range_cache_dir is not None:
             _local_path(range_cache_dir, "range_cache_dir")
         _check_kind("range_policy", range_policy, RangePolicy)
@@ -124,7 +128,7 @@ class Lake:
         cache = None
         if directory is not None and range_cache_bytes:
             cache = RangeCache(directory, range_cache_bytes)
-        store = open_store(kv_url)
+        store = open_store(kv_url, create=create)
         try:
             graveler = Graveler(
                 store,

@@ -34,6 +34,22 @@ class BucketNotFound(NotFound):
     """The bucket itself is missing: a misconfiguration, unlike an absent key."""
 
 
+class LakeNotFound(NotFound):
+    """A lake opened without creating it (`Lake.connect(..., create=False)`, the CLI's
+    commands but `repo create`, the `branchwater://` filesystem) is not there: no SQLite file
+    (or one without the lake's table), no PostgreSQL table, no DynamoDB table. Nothing was
+    created. `where` names the store (a file's path, or a URL with any password masked) and
+    `missing` says what is missing there (`the file does not exist`)."""
+
+    def __init__(self, where: str, missing: str) -> None:
+        super().__init__(
+            f"no lake at {where}: {missing}; check the URL, or create a repository there to "
+            "start a lake"
+        )
+        self.where = where
+        self.missing = missing
+
+
 class AlreadyExists(BranchwaterError):
     """Something with that name exists already."""
 

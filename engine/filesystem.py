@@ -43,6 +43,7 @@ from branchwater.engine.errors import (
     ConfigurationError,
     InvalidArgument,
     InvalidName,
+    LakeNotFound,
     NotFound,
     PathExists,
     ReadOnlyRef,
@@ -50,7 +51,6 @@ from branchwater.engine.errors import (
 from branchwater.engine.graveler.model import Commit, Entry, check_flag
 from branchwater.engine.graveler.names import is_hex_id
 from branchwater.engine.graveler.reads import open_object
-from branchwater.engine.kv import no_file_at, sqlite_file
 from branchwater.engine.lru import LRU
 from branchwater.engine.objects import check_s3_options
 from branchwater.engine.per_process import ChildSafeLock
@@ -106,31 +106,36 @@ _LAKES: dict[tuple[int, str, str], Lake] = {}
 _LAKES_LOCK = ChildSafeLock()
 
 
-def shared_lake(kv_url: str, s3_options: Mapping[str, str | None] | None) -> Lake:
+def shared_lake(
+    kv_url: str, s3_options: Mapping[str, str | None] | None, named_by: str | None = None
+) -> Lake:
     """One lake per KV URL and S3 options in a process: fsspec caches a filesystem per thread,
-    and each must not open connections of its own."""
+    and each must not open connections of its own. The lake must be there (`_no_lake`);
+    `named_by` says where the URL came from (None: the default)."""
     key = (os.getpid(), kv_url, tokenize(check_s3_options(s3_options or {})))
     with _LAKES_LOCK:
         lake = _LAKES.get(key)
         if lake is None:
-            lake = _LAKES[key] = Lake.connect(kv_url, s3_options=s3_options)
+            try:
+                lake = Lake.connect(kv_url, s3_options=s3_options, create=False)
+            except LakeNotFound as exc:
+                raise _no_lake(exc, named_by) from exc
+            _LAKES[key] = lake
         return lake
 
 
-def _refuse_missing_lake(kv_url: str, named_by: str | None) -> None:
-    """A SQLite lake must be there: a filesystem reads and writes repositories a lake already
-    holds, so a mistyped URL (or none set) is reported rather than opened as a new empty
-    lake in the working directory. `named_by` says where the URL came from (None: the
-    default)."""
-    path = sqlite_file(kv_url)
-    if path is None or not no_file_at(path):
-        return
+def _no_lake(missing: LakeNotFound, named_by: str | None) -> ConfigurationError:
+    """A filesystem reads and writes repositories a lake already holds, so a mistyped URL
+    (or none set) is reported rather than opened as a new empty lake (in the working
+    directory, for the default)."""
     if named_by is None:
-        raise ConfigurationError(
-            f"no lake at {path!r} (the default): pass kv_url= (storage_options="
-            f"{{'kv_url': ...}}) or set ${KV_URL_ENV} to the lake's KV URL"
+        return ConfigurationError(
+            f"no lake at {missing.where} (the default): {missing.missing}; pass kv_url= "
+            f"(storage_options={{'kv_url': ...}}) or set ${KV_URL_ENV} to the lake's KV URL"
         )
-    raise ConfigurationError(f"no lake at {path!r} (from {named_by}): check the URL")
+    return ConfigurationError(
+        f"no lake at {missing.where} (from {named_by}): {missing.missing}; check the URL"
+    )
 
 
 class BranchwaterFileSystem(AbstractFileSystem):
@@ -163,8 +168,7 @@ class BranchwaterFileSystem(AbstractFileSystem):
                 "kv_url=" if kv_url else f"${KV_URL_ENV}" if os.environ.get(KV_URL_ENV) else None
             )
             url = kv_url or os.environ.get(KV_URL_ENV) or DEFAULT_KV_URL
-            _refuse_missing_lake(url, named_by)
-            lake = shared_lake(url, s3_options)
+            lake = shared_lake(url, s3_options, named_by)
         self.lake = lake
         self._commits: LRU[tuple[bytes, str], Ref] = LRU(RESOLVED_COMMITS)
         self._entries: LRU[tuple[bytes, str, str], Entry] = LRU(IMMUTABLE_ENTRIES)

@@ -271,11 +271,13 @@ class BranchwaterHook(BaseHook):
             return ""
 
     def test_connection(self) -> tuple[bool, str]:
-        """Open the lake and list its repositories, as the UI's Test button asks."""
+        """Open the lake and list its repositories, as the UI's Test button asks; a lake
+        that is not there is reported, not started (a mistyped table stays uncreated)."""
+        from branchwater.engine import Lake
+
         try:
-            count = len(self.get_conn().repositories())
+            with Lake.connect(self.settings.kv_url, create=False) as lake:
+                count = len(lake.repositories())
             return True, f"Connected to {redact_url(self.settings.kv_url)}: {count} repositories"
         except Exception as exc:  # the UI shows any failure as a message
             return False, str(exc)
-        finally:
-            self.close()

@@ -35,10 +35,10 @@ from branchwater.engine.cli.verbs import KV_ENV, Subparsers, UserError, global_o
 from branchwater.engine.errors import (
     BranchwaterError,
     Conflict,
+    LakeNotFound,
     PredicateFailed,
     TooManyTries,
 )
-from branchwater.engine.kv import no_file_at, sqlite_file
 
 PROG = "branchwater"
 
@@ -101,41 +101,32 @@ def kv_url(option: str | None) -> str:
     return option or os.environ.get(KV_ENV) or DEFAULT_KV_URL
 
 
-def prepare_lake(url: str, args: argparse.Namespace) -> None:
-    """Make the directory of a SQLite lake a verb may start, once its arguments pass the
-    verb's check; for any other verb, fail unless the file is there, so a mistyped URL is
-    reported rather than opened as a new empty lake."""
-    path = sqlite_file(url)
-    if path is None:
-        return
-    if args.creates_lake is not None:
+def open_lake(url: str, args: argparse.Namespace) -> Lake:
+    """The lake `url` names. Only a verb that may start one (`repo create`) creates it where
+    there is none, once its arguments pass the verb's check; any other fails unless the lake
+    is there (a SQLite file, a PostgreSQL or DynamoDB table), so a mistyped URL is reported
+    rather than opened as a new empty lake."""
+    creates = args.creates_lake is not None
+    if creates:
         args.creates_lake(args)
-        ensure_parent(path)
-    elif no_file_at(path):
-        raise UserError(no_lake(path, args.kv))
-
-
-def ensure_parent(path: str) -> None:
-    """Create the directory of a SQLite lake so the first command in a fresh dir just works."""
-    parent = os.path.dirname(path)
     try:
-        os.makedirs(parent, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"cannot create the lake directory {parent!r}: {exc.strerror}") from exc
+        return Lake.connect(url, create=creates)
+    except LakeNotFound as exc:
+        raise UserError(no_lake(exc, args.kv)) from exc
 
 
-def no_lake(path: str, option: str | None) -> str:
+def no_lake(missing: LakeNotFound, option: str | None) -> str:
     """What to do about a missing lake, naming the setting that pointed at it."""
     start = "'branchwater repo create NAME --namespace URL'"
     setting = "--kv" if option else f"${KV_ENV}" if os.environ.get(KV_ENV) else None
     if setting:
         return (
-            f"no lake at {path!r} (from {setting}): check the URL, or start a lake there "
-            f"with {start}"
+            f"no lake at {missing.where} (from {setting}): {missing.missing}; check the URL, "
+            f"or start a lake there with {start}"
         )
     return (
-        f"no lake here ({path!r} does not exist): start one with {start}, or name an "
-        f"existing lake with --kv or ${KV_ENV}"
+        f"no lake here ({missing.where}: {missing.missing}): start one with {start}, or name "
+        f"an existing lake with --kv or ${KV_ENV}"
     )
 
 
@@ -198,10 +189,9 @@ def execute(args: argparse.Namespace) -> int:
     """Run the handler on an open lake; every expected failure becomes an exit code."""
     try:
         url = kv_url(args.kv)
-        prepare_lake(url, args)
         shown = sys.stderr.isatty() if args.progress is None else args.progress
         progress = Progress(shown, PROGRESS_DELAY)
-        with progress, Lake.connect(url) as lake:
+        with progress, open_lake(url, args) as lake:
             args.handler(lake, args, Output(args.json, progress))
             if not lake.wait_for_cleanup(progress.delay):
                 progress.update("Dropping committed staging entries")

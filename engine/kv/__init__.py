@@ -10,8 +10,6 @@
 
 from __future__ import annotations
 
-import os
-
 from branchwater.engine.errors import ConfigurationError, InvalidArgument
 from branchwater.engine.kv.store import (
     DEFAULT_BATCH_SIZE,
@@ -26,10 +24,18 @@ from branchwater.engine.urls import redact_url, url_scheme
 SCHEMES = ("memory", "sqlite", "postgresql", "postgres", "dynamodb")
 
 
-def open_store(url: str) -> Store:
-    """Open the store a URL names; drivers are imported only when used."""
+def open_store(url: str, *, create: bool = True) -> Store:
+    """Open the store a URL names; drivers are imported only when used.
+
+    `create=False` opens only a store that holds a lake, creating nothing: where none is
+    (no SQLite file, or one without the lake's table; no PostgreSQL or DynamoDB table) it
+    raises `LakeNotFound`. A store that cannot be reached or looked at (no connection, no
+    permission) is `Unavailable` either way, never missing. A `memory://` store is always
+    there (a new, empty one)."""
     if not isinstance(url, str):
         raise InvalidArgument(f"KV URL must be a string, not {type(url).__name__}")
+    if not isinstance(create, bool):
+        raise InvalidArgument(f"create must be True or False, not {create!r}")
     scheme = _driver_scheme(url)
     if scheme == "memory":
         from branchwater.engine.kv.memory import MemoryStore
@@ -38,42 +44,19 @@ def open_store(url: str) -> Store:
     if scheme == "sqlite":
         from branchwater.engine.kv.sqlite import SQLiteStore
 
-        return SQLiteStore(url)
+        return SQLiteStore(url, create=create)
     if scheme in ("postgresql", "postgres"):
         from branchwater.engine.kv.postgres import PostgresStore
 
-        return PostgresStore(url)
+        return PostgresStore(url, create=create)
     if scheme == "dynamodb":
         from branchwater.engine.kv.dynamodb import DynamoDBStore
 
-        return DynamoDBStore(url)
+        return DynamoDBStore(url, create=create)
     raise ConfigurationError(
         f"unknown KV URL scheme {scheme or '(none)'!r} in {redact_url(url)!r}; "
         f"use one of {', '.join(s + '://' for s in SCHEMES if s != 'postgres')}"
     )
-
-
-def sqlite_file(url: str) -> str | None:
-    """The absolute path of the file a `sqlite://` URL names, as its store would open it;
-    None for a store that is not a local file. A malformed SQLite URL raises
-    `ConfigurationError`, as opening it would."""
-    if _driver_scheme(url) != "sqlite":
-        return None
-    from branchwater.engine.kv.sqlite import database_path
-
-    return database_path(url)
-
-
-def no_file_at(path: str) -> bool:
-    """Whether nothing is at `path`: a file that cannot be looked at (a folder without
-    permission) is not taken for missing, as opening it then says what is wrong."""
-    try:
-        os.stat(path)
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False
-    return False
 
 
 def _driver_scheme(url: str) -> str:
@@ -88,7 +71,5 @@ __all__ = [
     "Predicate",
     "Store",
     "ValueWithPredicate",
-    "no_file_at",
     "open_store",
-    "sqlite_file",
 ]

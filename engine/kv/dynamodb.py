@@ -3,7 +3,8 @@
 Partition key and key become the table's binary hash and range keys, so a partition is one
 item collection read in key order by `Query`. Writes are conditional `PutItem`s; reads are
 strongly consistent for read-after-write. Endpoint and region fall back to the usual AWS
-environment variables; the table is created on first use (on-demand billing).
+environment variables; the table is created on first use (on-demand billing), unless the
+store is opened with `create=False`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from branchwater.engine.errors import (
     BranchwaterError,
     ConfigurationError,
     InvalidArgument,
+    LakeNotFound,
     PredicateFailed,
     Unavailable,
 )
@@ -59,7 +61,7 @@ class DynamoDBStore(Store):
     """A `Store` in one DynamoDB table; the boto3 client is shared by all threads of a
     process, and a forked child makes its own (`PerProcess`)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, create: bool = True) -> None:
         self.url = redact_url(url)
         """The store's URL with any secret masked: it ends up in messages and logs."""
         self._secrets = url_secrets(url)
@@ -76,7 +78,7 @@ class DynamoDBStore(Store):
         }
         self._clients: PerProcess[Any] = PerProcess(self._new_client)
         self._clients.get()
-        self._call("ensure table", self._ensure_table)
+        self._call("ensure table", self._ensure_table, create=create)
 
     def _new_client(self) -> Any:
         try:
@@ -89,13 +91,19 @@ class DynamoDBStore(Store):
     def _client(self) -> Any:
         return self._clients.get()
 
-    def _ensure_table(self) -> None:
-        """Create the table unless it exists; a concurrent creator's win counts as ours."""
+    def _ensure_table(self, create: bool) -> None:
+        """Create the table unless it exists; a concurrent creator's win counts as ours.
+        Without `create`, a table that does not exist is `LakeNotFound` (one being created
+        is waited for, as it is then a lake)."""
         try:
             status = self._client.describe_table(TableName=self.table)["Table"]["TableStatus"]
         except ClientError as exc:
             if _code(exc) != "ResourceNotFoundException":
                 raise
+            if not create:
+                raise LakeNotFound(
+                    self.url, f"DynamoDB table {self.table!r} does not exist"
+                ) from None
             status = "CREATING"
             try:
                 self._client.create_table(

@@ -28,6 +28,7 @@ from sqlalchemy.pool import NullPool
 from branchwater.engine.errors import (
     BranchwaterError,
     ConfigurationError,
+    LakeNotFound,
     Unavailable,
 )
 from branchwater.engine.kv.sql import (
@@ -50,7 +51,8 @@ _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,53}")
 
 
 class PostgresStore(SQLStore):
-    """A `Store` in one hash-partitioned PostgreSQL table, created on first use."""
+    """A `Store` in one hash-partitioned PostgreSQL table, created on first use (unless
+    opened with `create=False`)."""
 
     _errors = (psycopg.Error,)
     drop_chunk = 5_000
@@ -58,7 +60,7 @@ class PostgresStore(SQLStore):
     flush is worth: SQLite's 64 rows made a 1M-entry token's drop 15,625 flushes, a long
     background load on the server after the commit."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, create: bool = True) -> None:
         self._redacted = redact_url(url)
         self._secrets = url_secrets(url)
         sa_url, self.table, self.partitions = self._parse(url)
@@ -76,7 +78,7 @@ class PostgresStore(SQLStore):
         (`_route`); at most `ROUTED_KEYS`, the oldest forgotten first."""
         self._by_partition: dict[str, _Route] = {}
         self._partitions: tuple[str, ...] | None = None
-        self._create_schema()
+        self._create_schema(create)
 
     def _parse(self, url: str) -> tuple[URL, str, int]:
         """The SQLAlchemy URL for psycopg 3 plus our own `table` and `partitions` options."""
@@ -109,16 +111,20 @@ class PostgresStore(SQLStore):
             ) from None
         return parsed
 
-    def _create_schema(self) -> None:
-        """Create the table and its partitions once, even if many processes start together.
+    def _create_schema(self, create: bool) -> None:
+        """Create the table and its partitions once, even if many processes start together;
+        without `create`, `LakeNotFound` where the table is not there, and no DDL is run.
 
         Table and partitions are made in one transaction under an advisory lock named after
-        the table, so a store sees either nothing (and creates it) or everything.
+        the table, so a store sees either nothing (and creates it, or reports no lake) or
+        everything.
         """
         try:
             with self._lock, self._engine.begin() as conn:
                 if inspect(conn).has_table(self.table):
                     return
+                if not create:
+                    raise LakeNotFound(self._redacted, f"table {self.table!r} does not exist")
                 conn.execute(select(func.pg_advisory_xact_lock(_lock_id(self.table))))
                 table = kv_table(
                     self.table, MetaData(), postgresql_partition_by="HASH (partition_key)"

@@ -14,8 +14,11 @@ scan. A file made before that keeps its rowid table and works as it is;
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
+import urllib.parse
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import Connection, MetaData, Table, create_engine, event, make_url
@@ -25,6 +28,7 @@ from sqlalchemy.pool import NullPool
 from branchwater.engine.errors import (
     BranchwaterError,
     ConfigurationError,
+    LakeNotFound,
     Unavailable,
 )
 from branchwater.engine.kv.sql import (
@@ -41,6 +45,7 @@ from branchwater.engine.urls import redact_url
 
 SQLITE_BUSY = 5
 SYNCHRONOUS_MODES = ("full", "normal", "extra")
+NO_TABLE = f"the file holds no table {DEFAULT_TABLE!r}"
 
 
 class SQLiteStore(SQLStore):
@@ -48,22 +53,17 @@ class SQLiteStore(SQLStore):
 
     _errors = (sqlite3.Error,)
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, create: bool = True) -> None:
         self.path, self._synchronous = _parse(url)
-        engine = create_engine(
-            f"sqlite:///{self.path}",
-            poolclass=NullPool,
-            connect_args={
-                "timeout": BUSY_TIMEOUT_SECONDS,
-                "isolation_level": None,
-                "check_same_thread": False,
-            },
-        )
+        connect = _connector(self.path, create)
+        engine = create_engine("sqlite://", poolclass=NullPool, creator=connect)
         event.listen(engine, "connect", self._on_connect)
         event.listen(engine, "begin", _begin_immediate)
         quote = engine.dialect.identifier_preparer.quote
         super().__init__(url, engine, statements(DEFAULT_TABLE, quote, "?"))
-        self.without_rowid = self._create_schema()
+        if not create:
+            self._find_lake(connect)
+        self.without_rowid = self._create_schema(create)
         """Whether the table has the key-ordered layout (False: a file from before it)."""
 
     def _on_connect(self, dbapi: sqlite3.Connection, _record: object) -> None:
@@ -71,9 +71,30 @@ class SQLiteStore(SQLStore):
         dbapi.execute("PRAGMA journal_mode = WAL")
         dbapi.execute(f"PRAGMA synchronous = {self._synchronous}")
 
-    def _create_schema(self) -> bool:
+    def _find_lake(self, connect: Callable[[], sqlite3.Connection]) -> None:
+        """For a store opened without creating: `LakeNotFound` unless the file is there and
+        holds the table. A file that cannot be looked at (a folder without permission) is
+        not taken for missing: opening it then says what is wrong. The table is looked for
+        on a connection of its own, before any makes the file WAL, so a file that is not a
+        lake is left as it was."""
+        try:
+            os.stat(self.path)
+        except FileNotFoundError:
+            raise LakeNotFound(repr(self.path), "the file does not exist") from None
+        except OSError:
+            pass
+        try:
+            with contextlib.closing(connect()) as conn:
+                found = conn.execute(TABLE_SQL, (DEFAULT_TABLE,)).fetchone()
+        except sqlite3.Error as exc:
+            raise self._failure(exc) from exc
+        if found is None:
+            raise LakeNotFound(repr(self.path), NO_TABLE)
+
+    def _create_schema(self, create: bool) -> bool:
         """Create the table, safely when several processes open a fresh file at once; returns
-        whether the table is `WITHOUT ROWID` (an older file keeps its rowid table).
+        whether the table is `WITHOUT ROWID` (an older file keeps its rowid table). Without
+        `create`, a file without the table is `LakeNotFound` and nothing is made.
 
         A file that has the table (every open but the first) is only read, as WAL lets
         readers read beside the writer: taking the write lock to look would queue a new
@@ -82,12 +103,14 @@ class SQLiteStore(SQLStore):
         check and the `CREATE TABLE` run inside `BEGIN IMMEDIATE`, which holds the write
         lock, so a second process waits and then sees the table instead of failing.
         """
-        parent = os.path.dirname(self.path)
         try:
-            os.makedirs(parent, exist_ok=True)
+            if create:
+                os.makedirs(os.path.dirname(self.path), exist_ok=True)
             row = self._fetch(TABLE_SQL, (DEFAULT_TABLE,), fetch_one)
             if row is not None:
                 return _is_without_rowid(row[0])
+            if not create:
+                raise LakeNotFound(repr(self.path), NO_TABLE)
             with self._lock, self._engine.begin() as conn:
                 _new_table(DEFAULT_TABLE).create(conn, checkfirst=True)
                 return _is_without_rowid(_table_sql(conn, DEFAULT_TABLE))
@@ -143,6 +166,24 @@ class SQLiteStore(SQLStore):
         return Unavailable(f"SQLite database {self.path!r} ({self.url}) is unavailable: {reason}")
 
 
+def _connector(path: str, create: bool) -> Callable[[], sqlite3.Connection]:
+    """How the store's connections are made: without `create`, through a `mode=rw` URI,
+    which opens the file only if it is there, so a lake file removed while the store is
+    open is never made again, empty."""
+    database = path if create else f"file:{urllib.parse.quote(path)}?mode=rw"
+
+    def connect() -> sqlite3.Connection:
+        return sqlite3.connect(
+            database,
+            timeout=BUSY_TIMEOUT_SECONDS,
+            isolation_level=None,
+            check_same_thread=False,
+            uri=not create,
+        )
+
+    return connect
+
+
 def _new_table(name: str) -> Table:
     return kv_table(name, MetaData(), sqlite_with_rowid=False)
 
@@ -161,12 +202,6 @@ def _is_without_rowid(create_sql: str) -> bool:
 
 def _begin_immediate(conn: Connection) -> None:
     conn.exec_driver_sql("BEGIN IMMEDIATE")
-
-
-def database_path(url: str) -> str:
-    """The absolute path of the file `url` names (a relative one against the cwd), or
-    `ConfigurationError`."""
-    return _parse(url)[0]
 
 
 def _parse(url: str) -> tuple[str, str]:

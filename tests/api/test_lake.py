@@ -24,6 +24,7 @@ from branchwater.engine import (
     NoChanges,
     NotFound,
 )
+from branchwater.engine.errors import LakeNotFound
 from branchwater.engine.graveler import commit as commit_ops
 from branchwater.engine.graveler.graveler import ABANDONED_DROP_S, LET_GO_DROP_S, Graveler
 from branchwater.engine.graveler.iterators import reporting
@@ -278,6 +279,7 @@ def test_s3_options_that_cannot_be_resolved_fail_where_s3_is_used(tmp_path: Path
         ({"retry": {"attempts": 3}}, InvalidArgument, "retry must be a RetryPolicy, not dict"),
         ({"gc": "7d"}, InvalidArgument, "gc must be a GCSettings, not str"),
         ({"range_policy": 1}, InvalidArgument, "range_policy must be a RangePolicy, not int"),
+        ({"create": "False"}, InvalidArgument, "create must be True or False, not 'False'$"),
     ],
 )
 def test_connect_options_of_the_wrong_kind_are_refused_at_the_call(
@@ -287,6 +289,17 @@ def test_connect_options_of_the_wrong_kind_are_refused_at_the_call(
     would not say which option was wrong; a secret's value is never shown."""
     with pytest.raises(error, match=message):
         Lake.connect(f"sqlite:///{tmp_path}/lake.db", **options)  # type: ignore[arg-type]
+
+
+def test_connect_without_create_opens_only_a_lake_that_is_there(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/kv/lake.db"
+    with pytest.raises(LakeNotFound, match="the file does not exist; check the URL"):
+        Lake.connect(url, create=False)
+    assert not (tmp_path / "kv").exists()
+    with Lake.connect(url) as lake:
+        lake.create_repository("sales", f"file://{tmp_path}/sales")
+    with Lake.connect(url, create=False) as lake:
+        assert [r.name for r in lake.repositories()] == ["sales"]
 
 
 def test_s3_options_a_function_gives_are_checked_when_it_is_called() -> None:

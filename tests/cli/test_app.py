@@ -4,20 +4,27 @@ console script."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import json
 import logging
 import os
 import subprocess
 import sys
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from branchwater.engine import api
-from branchwater.engine.cli import app
+from branchwater.engine.cli import app, main
 from branchwater.engine.cli.verbs import KV_ENV
 from branchwater.engine.errors import Conflict, TooManyTries
 from tests.helpers.cli import Bw, CliLake, Run, assert_user_error, local_file, make_repo, ok
+from tests.helpers.servers import forked_context, forked_process, unique_name
+from tests.helpers.tables import dynamodb_tables, pg_tables
 
 # ----------------------------------------------------------------------------------- errors
 
@@ -161,7 +168,7 @@ def test_a_fresh_directory_has_no_lake(bw: Bw, lake: CliLake) -> None:
     assert_user_error(
         bw("repo", "list", kv=None),
         1,
-        f"no lake here ('{lake.root}/.branchwater/lake.db' does not exist)",
+        f"no lake here ('{lake.root}/.branchwater/lake.db': the file does not exist)",
         "branchwater repo create",
         f"--kv or ${KV_ENV}",
     )
@@ -218,6 +225,157 @@ def verbs_that_start_a_lake(
                 yield from verbs_that_start_a_lake(sub, (*words, name))
     if parser.get_default("creates_lake"):
         yield " ".join(words)
+
+
+# ----------------------------------------------------------------- lakes on database servers
+
+SECRET = "s3cr3t-pass"
+
+
+@pytest.fixture
+def pg_lake(bw: Bw, lake: CliLake, postgres_url: str) -> str:
+    """A lake in a PostgreSQL table of its own, holding repository `sales`; its URL."""
+    url = f"{postgres_url}?table={unique_name('kv_')}"
+    ok(bw("repo", "create", "sales", "--namespace", lake.namespace, kv=url))
+    return url
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("repo", "list"),
+        ("log", "sales", "main"),
+        ("ls", "sales", "main"),
+        ("gc", "rules", "get", "sales"),
+    ],
+)
+def test_a_verb_on_a_mistyped_postgres_table_fails_without_creating_it(
+    bw: Bw, pg_lake: str, postgres_url: str, args: tuple[str, ...]
+) -> None:
+    """The table is named, the URL shown with its password masked, and no table is made:
+    an empty one would list no repository, as if the lake had none."""
+    typo = unique_name("kv_")
+    with_secret = postgres_url.replace("postgres@", f"postgres:{SECRET}@", 1)
+    result = bw(*args, kv=f"{with_secret}?table={typo}")
+    masked = postgres_url.replace("postgres@", "postgres:***@", 1)
+    assert_user_error(
+        result,
+        1,
+        f"no lake at {masked}?table={typo} (from --kv): table '{typo}' does not exist",
+        "branchwater repo create",
+    )
+    assert SECRET not in result.err
+    assert pg_tables(postgres_url, typo) == set()
+    assert "sales" in ok(bw("repo", "list", kv=pg_lake)).out
+
+
+@pytest.mark.postgres
+def test_repo_create_starts_a_postgres_lake_the_env_var_names(
+    bw: Bw, lake: CliLake, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = unique_name("kv_")
+    monkeypatch.setenv(KV_ENV, f"{postgres_url}?table={table}&partitions=2")
+    assert_user_error(
+        bw("branch", "list", "sales", kv=None),
+        1,
+        f"(from ${KV_ENV}): table '{table}' does not exist",
+    )
+    assert pg_tables(postgres_url, table) == set()
+    ok(bw("repo", "create", "sales", "--namespace", lake.namespace, kv=None))
+    assert pg_tables(postgres_url, table) == {table, f"{table}_p0", f"{table}_p1"}
+    assert "sales" in ok(bw("repo", "list", kv=None)).out
+
+
+@pytest.mark.s3
+def test_a_verb_on_a_mistyped_dynamodb_table_fails_without_creating_it(
+    bw: Bw, lake: CliLake, dynamodb_endpoint: str
+) -> None:
+    table = unique_name("kv-")
+    url = f"dynamodb://{table}?endpoint_url={dynamodb_endpoint}&region=us-east-1"
+    assert_user_error(
+        bw("repo", "list", kv=url),
+        1,
+        f"no lake at {url} (from --kv): DynamoDB table '{table}' does not exist",
+    )
+    assert table not in dynamodb_tables(dynamodb_endpoint)
+    ok(bw("repo", "create", "sales", "--namespace", lake.namespace, kv=url))
+    assert table in dynamodb_tables(dynamodb_endpoint)
+    assert "sales" in ok(bw("repo", "list", kv=url)).out
+
+
+def cli_worker(argv: list[str], barrier: Any, results: Any) -> None:
+    """In a process of its own: `main(argv)` once every worker is ready, its exit code and
+    output put on `results` (a failure's traceback, if it raised)."""
+    try:
+        barrier.wait(120)
+        with captured() as (out, err):
+            code = main(argv)
+        results.put((argv, code, text(out), text(err)))
+    except BaseException:
+        results.put((argv, -1, "", traceback.format_exc()))
+
+
+@contextlib.contextmanager
+def captured() -> Iterator[tuple[io.TextIOWrapper, io.TextIOWrapper]]:
+    """stdout and stderr written to memory, as UTF-8 text streams like a terminal's."""
+    out, err = (io.TextIOWrapper(io.BytesIO(), encoding="utf-8") for _ in range(2))
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        yield out, err
+
+
+def text(stream: io.TextIOWrapper) -> str:
+    stream.flush()
+    buffer = stream.buffer
+    assert isinstance(buffer, io.BytesIO)
+    return buffer.getvalue().decode()
+
+
+@pytest.mark.postgres
+def test_creations_and_reads_racing_on_a_fresh_postgres_table(
+    lake: CliLake, postgres_url: str
+) -> None:
+    """Processes released together, creating repositories on a table nobody made yet, all
+    succeed on one table (they queue on its advisory lock); a read among them finds no lake
+    or the lake, never a half-made one (an error of another kind)."""
+    table = unique_name("kv_")
+    url = f"{postgres_url}?table={table}"
+    names = ["one", "two", "three", "four"]
+    commands = [
+        ["--kv", url, "repo", "create", name, "--namespace", f"{lake.namespace}/{name}"]
+        for name in names
+    ]
+    commands += [["--kv", url, "--json", "repo", "list"]] * 3
+    ctx = forked_context()
+    barrier, results = ctx.Barrier(len(commands)), ctx.Queue()
+    processes = [forked_process(cli_worker, argv, barrier, results) for argv in commands]
+    for process in processes:
+        process.start()
+    try:
+        outcomes = [results.get(timeout=120) for _ in processes]
+    finally:
+        for process in processes:
+            process.join(60)
+    assert [p.exitcode for p in processes] == [0] * len(processes)
+    for argv, code, out, err in outcomes:
+        if "create" in argv:
+            assert (code, err) == (0, ""), err
+        elif code:
+            assert code == 1 and err.startswith("branchwater: error: no lake at "), err
+            assert f"table '{table}' does not exist" in err and err.count("\n") == 1
+        else:
+            assert err == "", err
+            assert {r["name"] for r in json.loads(out)} <= set(names), out
+    assert pg_tables(postgres_url, table) == {table, *(f"{table}_p{i}" for i in range(16))}
+    listed = main_json(["--kv", url, "--json", "repo", "list"])
+    assert sorted(r["name"] for r in listed) == sorted(names)
+
+
+def main_json(argv: list[str]) -> Any:
+    with captured() as (out, err):
+        code = main(argv)
+    assert code == 0, text(err)
+    return json.loads(text(out))
 
 
 # ---------------------------------------------------------------------------- entry points

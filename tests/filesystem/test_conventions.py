@@ -16,12 +16,16 @@ from branchwater.engine import (
     BranchwaterFileSystem,
     ConfigurationError,
     InvalidArgument,
+    Lake,
     MergeConflict,
     PathExists,
     ReadOnlyRef,
 )
+from branchwater.engine.errors import LakeNotFound
 from branchwater.engine.graveler.transactions import PREFIX as TRANSACTION_PREFIX
 from tests.filesystem.conftest import FsLake, staged
+from tests.helpers.servers import unique_name
+from tests.helpers.tables import pg_tables
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = {
@@ -424,10 +428,43 @@ def test_a_missing_sqlite_lake_is_refused_not_created(
             "branchwater://sales/main/a.csv", kv_url=f"sqlite:///{typo}", skip_instance_cache=True
         ).open()
     with pytest.raises(
-        ConfigurationError, match=r"\(the default\): pass kv_url=.*BRANCHWATER_KV_URL"
+        ConfigurationError,
+        match=r"\(the default\): the file does not exist; pass kv_url=.*BRANCHWATER_KV_URL",
     ):
         BranchwaterFileSystem(skip_instance_cache=True)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.postgres
+def test_a_mistyped_postgres_table_is_refused_not_created(
+    postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a SQLite file: the table named is not made, and the message masks the password;
+    once a lake is there, the same URL opens it."""
+    table = unique_name("fs_")
+    url = f"{postgres_url}?table={table}"
+    with_secret = url.replace("postgres@", "postgres:s3cr3t@", 1)
+    masked = url.replace("postgres@", "postgres:***@", 1)
+    with pytest.raises(ConfigurationError) as caught:
+        fsspec.open(
+            "branchwater://sales/main/a.csv", kv_url=with_secret, skip_instance_cache=True
+        ).open()
+    assert str(caught.value) == (
+        f"no lake at {masked} (from kv_url=): table '{table}' does not exist; check the URL"
+    )
+    assert isinstance(caught.value.__cause__, LakeNotFound)
+    monkeypatch.setenv("BRANCHWATER_KV_URL", url)
+    with pytest.raises(ConfigurationError, match=r"\(from \$BRANCHWATER_KV_URL\): table"):
+        BranchwaterFileSystem(skip_instance_cache=True)
+    assert pg_tables(postgres_url, table) == set()
+    with Lake.connect(url) as lake:
+        repo = lake.create_repository("sales", f"file://{tmp_path}/sales")
+        repo.branch("main").upload("a.csv", b"a,b\n")
+    try:
+        fs = BranchwaterFileSystem(skip_instance_cache=True)
+        assert fs.cat("sales/main/a.csv") == b"a,b\n"
+    finally:
+        BranchwaterFileSystem.clear_instance_cache()
 
 
 def test_recursive_copy_and_move_within_a_branch(fs_lake: FsLake, tree: str) -> None:

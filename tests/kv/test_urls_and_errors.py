@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from branchwater.engine.errors import (
     PredicateFailed,
     Unavailable,
 )
-from branchwater.engine.kv import no_file_at, open_store
+from branchwater.engine.kv import open_store
 from branchwater.engine.kv.memory import MemoryStore
 from branchwater.engine.kv.sqlite import SQLiteStore
 from tests.helpers.servers import PG_HOST, PG_PORT, PG_USER, free_port, unique_name
@@ -208,20 +207,3 @@ def test_postgres_conditional_write_on_a_session_lost_while_idle_uses_a_new_one(
         assert store.get(b"p", b"k").value == b"w"
         with pytest.raises(PredicateFailed):
             store.set_if(b"p", b"k", b"x", b"v")
-
-
-def test_only_a_file_not_there_is_missing_not_one_that_cannot_be_looked_at(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A lake behind a folder without permission is not reported as no lake: opening it
-    says what is wrong."""
-    lake = tmp_path / "lake.db"
-    assert no_file_at(str(lake))
-    lake.touch()
-    assert not no_file_at(str(lake))
-
-    def refused(path: str) -> None:
-        raise PermissionError(13, "Permission denied", path)
-
-    monkeypatch.setattr(os, "stat", refused)
-    assert not no_file_at(str(tmp_path / "other.db"))

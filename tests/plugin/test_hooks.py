@@ -4,6 +4,7 @@ links, secrets, S3 credentials."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from airflow.sdk.log import redact
 from branchwater.engine import ConfigurationError, InvalidArgument, NotFound, Repository
 from branchwater.plugin.hooks import BranchwaterHook, BranchwaterSettings, compaction_policy
 from tests.fixtures.s3 import S3Server
+from tests.helpers.tables import pg_tables
 from tests.plugin.conftest import LakeConnection, set_connection
 
 
@@ -118,6 +120,18 @@ def test_the_connection_test_lists_repositories(
         True,
         f"Connected to {lake_conn.kv_url}: 1 repositories",
     )
+
+
+@pytest.mark.postgres
+def test_the_connection_test_of_a_mistyped_table_says_so_and_creates_none(
+    monkeypatch: pytest.MonkeyPatch, postgres_url: str
+) -> None:
+    table = f"bw_typo_{os.getpid()}"
+    set_connection(monkeypatch, "bw_typo", "branchwater", password=f"{postgres_url}?table={table}")
+    ok, message = BranchwaterHook("bw_typo").test_connection()
+    assert not ok
+    assert f"table '{table}' does not exist" in message
+    assert pg_tables(postgres_url, table) == set()
 
 
 def test_a_failed_connection_test_says_why_without_the_password(
