@@ -309,7 +309,16 @@ class BranchwaterFileSystem(AbstractFileSystem):
         try:
             return loc, ref, self._stat(loc, ref, loc.key)
         except NotFound as exc:
-            raise _missing_at(loc, loc.key, exc) from exc
+            missing = exc
+        if not isinstance(missing, CommitExpired):
+            with suppress(NotFound):
+                if next(_children(ref, loc.key + "/", loc), None) is not None:
+                    raise IsADirectoryError(
+                        errno.EISDIR,
+                        "a folder, not an object: open an object in it, or list it (ls)",
+                        f"{PROTOCOL}://{loc.name(loc.key)}",
+                    )
+        raise _missing_at(loc, loc.key, missing) from missing
 
     def _read(self, loc: Location, ref: Ref, entry: Entry) -> BinaryIO:
         """The entry's object opened, its data gone a `FileNotFoundError`; at a commit id this

@@ -152,6 +152,10 @@ def test_open_and_cat_read_ranges(fs_lake: FsLake, tree: str) -> None:
         fs.cat_file("sales/main/missing")
     with pytest.raises(IsADirectoryError):
         fs.open("sales/main")
+    for read in (fs.cat_file, fs.open, fs.ukey):
+        with pytest.raises(IsADirectoryError, match="a folder, not an object") as raised:
+            read("sales/main/a/b")
+        assert raised.value.filename == "branchwater://sales/main/a/b"
 
 
 def test_branch_reads_see_uncommitted_changes_commit_ids_do_not(fs_lake: FsLake, tree: str) -> None:
