@@ -22,13 +22,10 @@ def create_branch(g: Graveler, repo: RepositoryRecord, name: str, source: str) -
     check_ref_name(name)
     commit_id = g.refs.resolve(repo, source).commit_id
     fresh = BranchRecord(name, commit_id, new_staging_token(repo, name))
-    branch = protection.stamped_new_branch(g, repo, fresh)
     claim(g, repo, commit_id)
-    failpoints.hit("branch.before_insert")
-    g.refs.insert_branch(repo, branch)
+    branch = protection.insert_new_branch(g, repo, fresh)
     _refuse_deleted_repository(g, repo, branch)
     refuse_shadowing(g, repo, "branch", name, lambda: _take_back(g, repo, branch))
-    protection.after_create(g, repo, branch)
     return branch
 
 
@@ -40,13 +37,15 @@ def _take_back(g: Graveler, repo: RepositoryRecord, branch: BranchRecord) -> Non
 def _refuse_deleted_repository(g: Graveler, repo: RepositoryRecord, branch: BranchRecord) -> None:
     """A repository delete removes its record, then fences the branches it finds: read after
     the insert, a record still there means the fence will find this branch; one gone means
-    the fence may have passed, so the creation takes its branch back and is refused."""
+    the fence may have passed, so the creation takes its branch back (and the empty rule
+    book it may have started) and is refused."""
     try:
         live = g.refs.get_repository(repo.name).unique_id == repo.unique_id
     except NotFound:
         live = False
     if not live:
         _take_back(g, repo, branch)
+        protection.discard_empty_book(g, repo)
         raise NotFound(f"repository {repo.name!r} not found: it was deleted")
 
 

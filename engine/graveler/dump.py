@@ -409,7 +409,7 @@ def _restore_tag(g: Graveler, repo: RepositoryRecord, tag: Tag) -> None:
 def _restore_branch(g: Graveler, repo: RepositoryRecord, name: str, commit_id: str) -> None:
     try:
         fresh = BranchRecord(name, commit_id, new_staging_token(repo, name))
-        g.refs.insert_branch(repo, protection.stamped_new_branch(g, repo, fresh))
+        protection.insert_new_branch(g, repo, fresh)
         return
     except AlreadyExists:
         pass

@@ -15,12 +15,18 @@ stamp behind. Per branch, the fence's `set_if` is the linearization point: an op
 whose own `set_if` on the record comes before it ran under the old rules, one after it under
 the new. A staged write, which writes its row before re-reading the branch (the writer flow),
 is judged by that validating read; finding the branch newly protected there, it takes its
-row back and refuses (`writes._write_validated`). A `protect` killed after its book change
-leaves branches it had not fenced yet unprotected: running it again finishes the fence.
+row back and refuses (`writes._write_validated`). A new branch (created, or restored from a
+dump) is inserted stamped from the book and only while the book is the one it read
+(`insert_new_branch`): a rule change comes wholly before the insert and the stamp carries
+it, or wholly after and its fence lists the branch, so no branch is ever without the rules
+a returned `protect` set, even for a moment, even if its creator dies. A `protect` killed
+after its book change leaves branches it had not fenced yet unprotected: running it again
+finishes the fence.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import getpass
@@ -459,19 +465,36 @@ def stamp_branch(g: Graveler, repo: RepositoryRecord, name: str) -> tuple[Stamp,
     raise too_many_tries(f"protecting branch {name!r} of {repo.name!r}", g.retry.attempts)
 
 
-def stamped_new_branch(g: Graveler, repo: RepositoryRecord, branch: BranchRecord) -> BranchRecord:
-    """A branch about to be created, stamped from the current book."""
-    book, _ = read_book(g.kv, repo)
-    return dataclasses.replace(branch, protection=stamp_for(book, branch.name))
+def insert_new_branch(g: Graveler, repo: RepositoryRecord, branch: BranchRecord) -> BranchRecord:
+    """Create `branch` stamped from the book, inserted only while the book is the one read
+    (`Store.create_guarded`): a rule change, a swap of the book, comes wholly before the
+    insert, whose stamp then carries it, or wholly after, and its fence then lists the
+    branch. (Stamped from a book read before an unguarded insert, a branch created while
+    `protect` listed the branches was left unprotected.) A repository without a book gets
+    an empty one first, so that there is a value to guard on. `AlreadyExists` where the
+    branch is."""
+    for _ in g.retry:
+        book, predicate = read_book(g.kv, repo)
+        if predicate is None:
+            with contextlib.suppress(PredicateFailed):
+                g.kv.set_if(repo.partition, RULES_KEY, book.encode(), None)
+            continue
+        stamped = dataclasses.replace(branch, protection=stamp_for(book, branch.name))
+        failpoints.hit("branch.before_insert")
+        try:
+            g.refs.insert_branch(repo, stamped, (RULES_KEY, predicate))
+        except PredicateFailed:
+            continue
+        return stamped
+    raise too_many_tries(f"creating branch {branch.name!r} of {repo.name!r}", g.retry.attempts)
 
 
-def after_create(g: Graveler, repo: RepositoryRecord, branch: BranchRecord) -> None:
-    """A rule change that listed the branches before this one existed did not fence it:
-    stamp it from the newer book. (A change listing them after sees it.)"""
-    book, _ = read_book(g.kv, repo)
-    stamp = decode_stamp(branch.protection)
-    if book.version > stamp.version and (stamp.rules or book.matching(branch.name)):
-        stamp_branch(g, repo, branch.name)
+def discard_empty_book(g: Graveler, repo: RepositoryRecord) -> None:
+    """Remove the empty book a branch creation wrote (`insert_new_branch`) into a repository
+    deleted meanwhile, whose partition is being dropped: nothing may stay behind there. A
+    book with rules, or none, is left as it is."""
+    with contextlib.suppress(NotFound, PredicateFailed):
+        g.kv.delete_if(repo.partition, RULES_KEY, RuleBook().encode())
 
 
 def log_entries(g: Graveler, repo: RepositoryRecord) -> Iterator[ProtectionChange]:

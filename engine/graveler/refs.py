@@ -448,13 +448,28 @@ class RefStore:
         """The branch record's KV (partition, key), to guard a write by (`Store.set_guarded`)."""
         return repo.partition, BRANCHES + name_key(name, "branch name")
 
-    def insert_branch(self, repo: RepositoryRecord, branch: BranchRecord) -> None:
-        try:
-            self.kv.set_if(repo.partition, BRANCHES + branch.name.encode(), branch.encode(), None)
-        except PredicateFailed:
+    def insert_branch(
+        self, repo: RepositoryRecord, branch: BranchRecord, guard: tuple[bytes, bytes] | None = None
+    ) -> None:
+        """Create the branch record; with `guard` (a key of the repository's partition and
+        the value it must hold), only while that key holds it, in one atomic step
+        (`PredicateFailed` otherwise)."""
+        key = BRANCHES + branch.name.encode()
+        if guard is None:
+            try:
+                self.kv.set_if(repo.partition, key, branch.encode(), None)
+                return
+            except PredicateFailed:
+                created = False
+        else:
+            guard_key, expected = guard
+            created = self.kv.create_guarded(
+                repo.partition, key, branch.encode(), (repo.partition, guard_key), expected
+            )
+        if not created:
             raise AlreadyExists(
                 f"branch {branch.name!r} already exists in repository {repo.name!r}"
-            ) from None
+            )
 
     def set_branch_if(
         self, repo: RepositoryRecord, branch: BranchRecord, predicate: bytes

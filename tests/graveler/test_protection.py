@@ -379,6 +379,59 @@ def test_a_branch_created_while_a_protect_fences_gets_its_rules(shared) -> None:
         release.upload("x", b"x")
 
 
+def test_a_branch_created_while_a_protect_fences_is_protected_from_its_insert_on(
+    shared, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No moment between the insert and a second stamp lets work through (a creator that
+    died there left the branch unprotected for good): right after the record is written,
+    before the create returns, a write through another connection is refused."""
+    writer, admin = shared
+    kv = writer.lake.graveler.kv
+    key = b"branches/release/1"
+    refused: list[bool] = []
+
+    def then_write(write: Callable[..., object]) -> Callable[..., object]:
+        def written(
+            partition: bytes, written_key: bytes, *args: object, **kwargs: object
+        ) -> object:
+            result = write(partition, written_key, *args, **kwargs)
+            if written_key == key and not refused:
+                try:
+                    admin.branch("release/1").upload("x", b"x")
+                    refused.append(False)
+                except BranchProtected:
+                    refused.append(True)
+            return result
+
+        return written
+
+    for name in ("set_if", "create_guarded"):
+        monkeypatch.setattr(kv, name, then_write(getattr(kv, name)))
+    protected = armed(
+        "branch.before_insert", lambda: admin.protect("release/*", no_direct_writes=True)
+    )
+    with protected:
+        writer.create_branch("release/1", source="main")
+    assert refused == [True]
+
+
+def test_a_branch_restored_while_a_protect_fences_gets_its_rules(shared, tmp_path: Path) -> None:
+    writer, admin = shared
+    writer.create_branch("release/1", source="main")
+    dump = tmp_path / "refs.json"
+    writer.dump_refs(dump)
+    namespace = writer.storage_namespace
+    writer.lake.delete_repository(writer.name)
+    assert writer.lake.wait_for_cleanup(30)
+    bare = writer.lake.create_repository(writer.name, storage_namespace=namespace)
+    rules = admin.lake.repository(writer.name)
+    protected = armed("branch.before_insert", lambda: rules.protect("release/*", no_delete=True))
+    with protected:
+        bare.restore_refs(dump)
+    with pytest.raises(BranchProtected, match="no_delete"):
+        bare.delete_branch("release/1")
+
+
 def test_a_protect_killed_before_its_fence_is_finished_by_running_it_again(shared) -> None:
     writer, admin = shared
 
