@@ -177,8 +177,15 @@ def silence_stdout() -> None:
 
 def parse(argv: list[str] | None) -> argparse.Namespace | int:
     """The parsed arguments, or the exit code when parsing ends the run (-h, --version, usage)."""
+    parser = build_parser()
     try:
-        return build_parser().parse_args(argv)
+        args, extras = parser.parse_known_args(argv)
+        trailing = getattr(args, "trailing", None)
+        if extras and trailing and not any(word.startswith("-") for word in extras):
+            getattr(args, trailing).extend(extras)
+        elif extras:
+            parser.error(f"unrecognized arguments: {' '.join(extras)}")
+        return args
     except UsageError as exc:
         return fail(str(exc), EXIT_USER)
     except SystemExit as exc:  # -h and --version print and "exit" through argparse

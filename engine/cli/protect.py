@@ -11,7 +11,7 @@ from typing import Any
 from branchwater.engine.api import Lake, Repository
 from branchwater.engine.cli.commits import default_committer
 from branchwater.engine.cli.output import Output, short, shown
-from branchwater.engine.cli.verbs import Subparsers, UserError, verb
+from branchwater.engine.cli.verbs import Subparsers, UserError, trailing_list, verb
 from branchwater.engine.graveler.checks import CheckResult
 from branchwater.engine.graveler.protection import ProtectionChange, ProtectionRule
 
@@ -205,7 +205,7 @@ def register(sub: Subparsers) -> None:
         "%(prog)s REPO COMMIT\n       %(prog)s record REPO COMMIT NAME (--passed | --failed) "
         "[--details JSON | --details-file PATH] [--by WHO]"
     )
-    checks.add_argument("words", nargs="+", metavar="ARG", help="REPO COMMIT, or record ...")
+    trailing_list(checks, "words", "+", metavar="ARG", help="REPO COMMIT, or record ...")
     checks.add_argument("--passed", action="store_true", help="the check passed")
     checks.add_argument("--failed", action="store_true", help="the check failed")
     checks.add_argument("--details", metavar="JSON", help="a JSON object of at most 16 KiB")

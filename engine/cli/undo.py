@@ -8,7 +8,14 @@ import argparse
 from branchwater.engine.api import Lake
 from branchwater.engine.cli.commits import default_committer
 from branchwater.engine.cli.output import Output, merge_to_json, short
-from branchwater.engine.cli.verbs import Subparsers, UserError, add_meta, positive_int, verb
+from branchwater.engine.cli.verbs import (
+    Subparsers,
+    UserError,
+    add_meta,
+    positive_int,
+    trailing_list,
+    verb,
+)
 
 
 def cmd_revert(lake: Lake, args: argparse.Namespace, out: Output) -> None:
@@ -98,7 +105,7 @@ def register(sub: Subparsers) -> None:
     )
     restore.add_argument("repo", metavar="REPO")
     restore.add_argument("branch", metavar="BRANCH")
-    restore.add_argument("paths", nargs="*", metavar="PATH")
+    trailing_list(restore, "paths", "*", metavar="PATH")
     restore.add_argument(
         "--all", action="store_true", help="every path: the branch's whole tree as SOURCE has it"
     )

@@ -10,7 +10,7 @@ import argparse
 import math
 import sys
 from collections.abc import Callable
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from branchwater.engine.api import DEFAULT_KV_URL, Lake
 from branchwater.engine.cli.output import Output
@@ -69,6 +69,14 @@ def verb(
     global_options(parser, on_verb=True)
     parser.set_defaults(handler=handler, creates_lake=creates_lake)
     return parser
+
+
+def trailing_list(parser: argparse.ArgumentParser, dest: str, nargs: str, **kwargs: Any) -> None:
+    """The verb's last positional, a list: argparse fills it where the positionals first
+    stand, empty before an option (`restore REPO BRANCH --source REF PATH`), and then calls
+    what follows the option unrecognized; `app.parse` gives those words to this list."""
+    parser.add_argument(dest, nargs=nargs, **kwargs)
+    parser.set_defaults(trailing=dest)
 
 
 def group(parent: Subparsers, name: str, help_text: str) -> Subparsers:

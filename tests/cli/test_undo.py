@@ -49,10 +49,12 @@ def test_branch_reset_to_a_ref_and_restore(bw: Bw, lake: CliLake) -> None:
     assert out == f"Branch 'main' reset to 'main~1' ({first[:12]}): uncommitted changes dropped\n"
     assert ok(bw("ls", "sales", "main")).out.split()[-1] == "d/a"
     ok(bw("branch", "reset", "sales", "main", "--to", "main~1"))
-    restored = json.loads(ok(bw("--json", "restore", "sales", "main", "d", "--source", first)).out)
+    restored = json.loads(ok(bw("--json", "restore", "sales", "main", "--source", first, "d")).out)
     assert restored["staged"] == 1
     assert ok(bw("uncommitted", "sales", "main")).out == "+ d/a\n"
     assert_user_error(bw("restore", "sales", "main", "d", "--source", "nope"), 1, "not found")
+    unknown = bw("restore", "sales", "main", "--source", first, "d", "--bogus")
+    assert_user_error(unknown, 1, "unrecognized arguments: d --bogus")
     assert_user_error(bw("branch", "reset", "sales", "main", "--to", "nope"), 1, "not found")
 
 
@@ -68,6 +70,8 @@ def test_restore_refuses_an_empty_path_and_restores_every_path_with_all(
     for paths, said in (([""], "--all"), (["d/a", ""], "--all"), ([], "PATHs, or --all")):
         restore = bw("restore", "sales", "main", *paths, "--source", first)
         assert_user_error(restore, 1, said)
+        after_the_option = bw("restore", "sales", "main", "--source", first, *paths)
+        assert_user_error(after_the_option, 1, said)
     both = bw("restore", "sales", "main", "d", "--all", "--source", first)
     assert_user_error(both, 1, "not both")
     assert ok(bw("uncommitted", "sales", "main")).out == "~ d/a\n"
