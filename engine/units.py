@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MICROSECOND = timedelta(microseconds=1)
 
 
 def human_size(size: int) -> str:
@@ -18,3 +21,14 @@ def human_size(size: int) -> str:
 def timestamp(when: datetime) -> str:
     """UTC, second precision: fixed width keeps streamed `ls` columns aligned."""
     return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def epoch_micros(when: datetime) -> int:
+    """Microseconds since the epoch, exactly: `timestamp() * 10**6` in floats is off by one
+    for about one time in a hundred. A naive time is local, as `timestamp()` takes it."""
+    aware = when if when.tzinfo is not None else when.astimezone()
+    return (aware - EPOCH) // MICROSECOND
+
+
+def from_epoch_micros(micros: int) -> datetime:
+    return EPOCH + micros * MICROSECOND

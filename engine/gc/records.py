@@ -7,15 +7,15 @@ a sweep reads only the expired ones and stops at the first live one.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from branchwater.engine.errors import PredicateFailed
 from branchwater.engine.graveler.model import RepositoryRecord
 from branchwater.engine.kv import Store
+from branchwater.engine.units import EPOCH
 
 SCAN_BATCH = 1000
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 MILLISECOND = timedelta(milliseconds=1)
 
 

@@ -32,6 +32,44 @@ CHECKSUM_MAX_LENGTH = 128
 _CHECKSUM = re.compile(rf"[0-9A-Za-z+/=._:-]{{1,{CHECKSUM_MAX_LENGTH}}}", re.ASCII)
 
 
+IMPORTED_PREFIX = "etag:"
+"""An imported entry's checksum: `etag:` and the version of the object imported (`version`)."""
+
+
+def version(etag: str | None, mtime_us: int, size: int) -> str:
+    """The checksum an import gives an object: `etag:` and its S3 ETag, or for a local file
+    (no ETag) its modification time in microseconds and its size in hex, as web servers
+    make ETags (`imports._checksums` makes the same in Arrow, for a whole listing). An
+    ETag no record could hold is itself hex-encoded."""
+    if etag is None:
+        return f"{IMPORTED_PREFIX}{mtime_us:x}-{size:x}"
+    return held(IMPORTED_PREFIX + etag)
+
+
+def held(checksum: str) -> str:
+    """An imported checksum as a record can hold it: as it is, or its ETag hex-encoded."""
+    try:
+        return check_checksum(checksum)
+    except InvalidArgument:
+        return IMPORTED_PREFIX + checksum.removeprefix(IMPORTED_PREFIX).encode().hex()[:100]
+
+
+def source_rewritten(entry: Entry, etag: str | None, mtime_us: int, size: int) -> str | None:
+    """How an imported object (an `IMPORTED_PREFIX` checksum) now at its source differs from
+    the version imported, None if it is that version or the import knew none (an empty
+    ETag). An import never reads the bytes, so this, not a content hash, tells a source
+    rewritten in place (same size, new bytes) from the object a commit holds."""
+    if entry.checksum == IMPORTED_PREFIX:
+        return None
+    now = version(etag, mtime_us, size)
+    if now == entry.checksum:
+        return None
+    return (
+        f"it was rewritten at its source since it was imported (it is now {now}, its entry "
+        f"records {entry.checksum})"
+    )
+
+
 def check_checksum(checksum: object) -> str:
     """`checksum` if it is one a record can hold, else `InvalidArgument` saying what is."""
     if not isinstance(checksum, str):

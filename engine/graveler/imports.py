@@ -10,9 +10,10 @@ and no other repository's GC can either (`InvalidImportSource` otherwise).
 for a local file its modification time and size in hex, as web servers make their ETags.
 Identity is (size, checksum, metadata), so importing an unchanged object again is no change,
 and an object rewritten at the source is a change once imported again. An import never
-reads the objects' bytes: the checksum is no content hash, so reads check the size only
-(`recomputable_hash` takes such checksums on trust), and the same bytes uploaded are a
-different object.
+reads the objects' bytes: the checksum is no content hash, so reads check the size and
+the version (`checksums.source_rewritten`: an object rewritten at its source is
+`CorruptedData`, not the commit's content), and the same bytes uploaded are a different
+object.
 
 **Keys S3 holds that no store key can be.** An object whose key ends in `/` is a folder
 marker (the S3 console, Hadoop and others write them to show a folder), empty or not: it
@@ -70,7 +71,7 @@ from branchwater.engine.errors import (
     Unavailable,
     too_many_tries,
 )
-from branchwater.engine.graveler.checksums import CHECKSUM_MAX_LENGTH, check_checksum
+from branchwater.engine.graveler.checksums import CHECKSUM_MAX_LENGTH, IMPORTED_PREFIX, held
 from branchwater.engine.graveler.committed.format import CHANGE_SCHEMA, UTC_MICROS
 from branchwater.engine.graveler.external import FILE_SCHEME, S3_SCHEME
 from branchwater.engine.graveler.graveler import Graveler
@@ -86,7 +87,6 @@ SOURCE_KEY = "branchwater.import.source"
 """Import commit metadata: the source prefix, as a URI ending in `/`."""
 PREFIX_KEY = "branchwater.import.prefix"
 """Import commit metadata: the path prefix the objects were imported under."""
-CHECKSUM_PREFIX = "etag:"
 CHECKSUM_PATTERN = rf"[0-9A-Za-z+/=._:-]{{1,{CHECKSUM_MAX_LENGTH}}}"
 """What `checksums.check_checksum` accepts, for Arrow's regular expressions."""
 
@@ -525,13 +525,13 @@ def _checksums(objects: pa.Table, *, etags: bool) -> pa.Array:
         sizes = objects["size"].combine_chunks()
         if (pc.min(mtimes_us).as_py() or 0) < 0:
             pairs = zip(mtimes_us.to_pylist(), sizes.to_pylist(), strict=True)
-            return pa.array(list(map(f"{CHECKSUM_PREFIX}%x-%x".__mod__, pairs)), pa.string())
-        return pc.binary_join_element_wise(CHECKSUM_PREFIX, _hex(mtimes_us), "-", _hex(sizes), "")
+            return pa.array(list(map(f"{IMPORTED_PREFIX}%x-%x".__mod__, pairs)), pa.string())
+        return pc.binary_join_element_wise(IMPORTED_PREFIX, _hex(mtimes_us), "-", _hex(sizes), "")
     checksums = pc.binary_join_element_wise(
-        CHECKSUM_PREFIX, pc.fill_null(objects["etag"].combine_chunks(), ""), ""
+        IMPORTED_PREFIX, pc.fill_null(objects["etag"].combine_chunks(), ""), ""
     )
     if not pc.all(pc.match_substring_regex(checksums, f"^{CHECKSUM_PATTERN}$")).as_py():
-        checksums = pa.array([_held(text) for text in checksums.to_pylist()], pa.string())
+        checksums = pa.array([held(text) for text in checksums.to_pylist()], pa.string())
     return checksums
 
 
@@ -550,13 +550,6 @@ def _hex(values: pa.Array) -> pa.Array:
     fixed = pa.FixedSizeBinaryArray.from_buffers(pa.binary(16), len(values), [None, digits])
     text = pc.utf8_ltrim(fixed.cast(pa.binary()).cast(pa.string()), "0")
     return pc.if_else(pc.equal(text, ""), "0", text)
-
-
-def _held(checksum: str) -> str:
-    try:
-        return check_checksum(checksum)
-    except InvalidArgument:
-        return CHECKSUM_PREFIX + checksum.removeprefix(CHECKSUM_PREFIX).encode().hex()[:100]
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ import json
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from itertools import islice
 from typing import Literal, Protocol
 
@@ -72,6 +72,7 @@ from branchwater.engine.graveler.model import (
 )
 from branchwater.engine.graveler.reads import uncommitted_changes
 from branchwater.engine.graveler.signing import lake_key, short_tag, tag_matches
+from branchwater.engine.units import EPOCH
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,6 @@ RESOLVE_BATCH = 4096
 """Changes resolved together: bounds memory, and amortises each range lookup over many."""
 _NEITHER_PREFIX = "virtual-base:"
 """Checksums of virtual-base entries start so; no content checksum does (they are hex)."""
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 @dataclass(frozen=True)
@@ -646,7 +646,7 @@ def _neither(
         return base
     sides = json.dumps([ours.identity(), theirs.identity()]).encode()
     checksum = _NEITHER_PREFIX + hashlib.sha256(sides).hexdigest()
-    return Entry(path, "", 0, checksum, _EPOCH)
+    return Entry(path, "", 0, checksum, EPOCH)
 
 
 def _base_entries(

@@ -14,11 +14,12 @@ import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from functools import cached_property, lru_cache
 from typing import Any, Literal, NamedTuple
 
 from branchwater.engine.errors import CorruptedData, InvalidArgument
+from branchwater.engine.units import epoch_micros
 
 Metadata = Mapping[str, str]
 EMPTY_METADATA: Metadata = {}
@@ -64,8 +65,6 @@ STAGED_SEPARATOR = _SEP
 STAGED_FIELDS = ("address", "size", "checksum", "mtime_us", "metadata")
 """The fields of a staged value in order: what bulk readers split a value on `_SEP` into."""
 _SEPARATORS = len(STAGED_FIELDS) - 1
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_MICROSECOND = timedelta(microseconds=1)
 
 
 METADATA_RULE = "metadata must map strings to strings"
@@ -154,7 +153,7 @@ def encode_entry(entry: Entry) -> bytes:
             entry.address,
             str(entry.size),
             entry.checksum,
-            str(_micros(entry.mtime)),
+            str(epoch_micros(entry.mtime)),
             metadata_json(entry.metadata),
         )
     )
@@ -168,14 +167,6 @@ def encode_entry(entry: Entry) -> bytes:
         raise InvalidArgument(
             f"the entry for {entry.path!r} has a lone surrogate in its address or checksum"
         ) from None
-
-
-def _micros(mtime: datetime) -> int:
-    """Microseconds since the epoch, exactly: `timestamp() * 10**6` in floats is off by one
-    for about one time in a hundred, and Arrow's decoding of the record would then disagree
-    with the entry written. A naive time is local, as `timestamp()` takes it."""
-    aware = mtime if mtime.tzinfo is not None else mtime.astimezone()
-    return (aware - _EPOCH) // _MICROSECOND
 
 
 def decode_entry(path: str, value: bytes) -> Entry | None:

@@ -17,6 +17,7 @@ from itertools import islice, takewhile
 from typing import Any, BinaryIO, TypeVar, cast
 
 from branchwater.engine.errors import CommitExpired, CorruptedData, NotFound, too_many_tries
+from branchwater.engine.graveler.checksums import IMPORTED_PREFIX, source_rewritten
 from branchwater.engine.graveler.external import external_location, is_external
 from branchwater.engine.graveler.fence import check_unfenced
 from branchwater.engine.graveler.graveler import Graveler
@@ -24,6 +25,8 @@ from branchwater.engine.graveler.iterators import Layer, combine, committed_laye
 from branchwater.engine.graveler.model import BranchRecord, Change, Entry, RepositoryRecord
 from branchwater.engine.graveler.uncommitted import uncommitted_from
 from branchwater.engine.graveler.verified import verified
+from branchwater.engine.objects import ObjectStore
+from branchwater.engine.units import epoch_micros
 
 PAGE_SIZE = 1000
 CHANGES_PAGE_SIZE = 8192
@@ -311,8 +314,9 @@ def open_object(
     own."""
     store_url, key = object_location(repo, entry.address)
     at = ReadAt(g, repo, entry, store_url, ref, commit_id)
+    store = g.objects(store_url)
     try:
-        f = g.objects(store_url).open(key)
+        f = store.open(key)
     except NotFound:
         raise at.missing() from None
     guarded = Guarded(f, lambda _: at.missing(while_open=True))
@@ -327,7 +331,35 @@ def open_object(
             f"truncated or rewritten in storage: {mismatch}"
         )
 
+    if is_external(entry.address) and entry.checksum.startswith(IMPORTED_PREFIX):
+        _check_source_version(store, key, entry, f, at, corrupted)
     return verified(cast(BinaryIO, guarded), entry, corrupted)
+
+
+def _check_source_version(
+    store: ObjectStore,
+    key: str,
+    entry: Entry,
+    f: BinaryIO,
+    at: ReadAt,
+    corrupted: Callable[[str], CorruptedData],
+) -> None:
+    """An imported object's version now (read after it was opened, so a rewrite before or
+    during the open is seen) against the one imported: its bytes are never hashed, so a
+    rewrite of the same size would otherwise read as the commit's content."""
+    try:
+        info = store.stat(key)
+        mtime_us = epoch_micros(info.mtime)
+        mismatch = source_rewritten(entry, info.etag, mtime_us, info.size)
+    except NotFound:
+        f.close()
+        raise at.missing(while_open=True) from None
+    except BaseException:
+        f.close()
+        raise
+    if mismatch is not None:
+        f.close()
+        raise corrupted(mismatch)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import contextlib
 import os
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from pathlib import Path
 from stat import S_ISREG
 from typing import BinaryIO
@@ -30,10 +30,10 @@ from branchwater.engine.objects.store import (
     check_object_key,
     iter_chunks,
 )
+from branchwater.engine.units import epoch_micros, from_epoch_micros
 from branchwater.engine.urls import redact_url
 
 _TMP_PREFIX = ".tmp-"
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 class LocalObjectStore(ObjectStore):
@@ -153,7 +153,7 @@ class LocalObjectStore(ObjectStore):
         leaves a file that old; a write stalled that long loses its file and fails at its
         rename (`FileNotFoundError`), never publishing a partial object."""
         check_folder(folder)
-        cutoff_ns = (check_moment(before) - _EPOCH) // timedelta(microseconds=1) * 1000
+        cutoff_ns = epoch_micros(check_moment(before)) * 1000
         discarded = Discarded()
         try:
             for path, st in _temporary_files(self.root / folder if folder else self.root):
@@ -281,7 +281,10 @@ class LocalObjectStore(ObjectStore):
 
     @staticmethod
     def _info(key: str, st: os.stat_result) -> ObjectInfo:
-        return ObjectInfo(key, st.st_size, datetime.fromtimestamp(st.st_mtime, timezone.utc))
+        """The file's mtime to the microsecond, truncated as an import's listing reads it
+        (`st_mtime_ns // 1000`): the float `st_mtime` rounds, and may land a microsecond
+        off the version an import recorded."""
+        return ObjectInfo(key, st.st_size, from_epoch_micros(st.st_mtime_ns // 1000))
 
 
 def _temporary_files(directory: Path) -> Iterator[tuple[Path, os.stat_result]]:

@@ -73,6 +73,7 @@ from branchwater.engine.objects.store import (
     known_size,
 )
 from branchwater.engine.per_process import ChildSafeLock
+from branchwater.engine.units import epoch_micros
 from branchwater.engine.urls import redact_url
 
 if TYPE_CHECKING:
@@ -991,11 +992,8 @@ def _bounded_map(function: Callable[[T], U], items: Iterator[T]) -> list[U]:
     return [results[i] for i in range(len(results))]
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
 def _epoch_ns(moment: datetime) -> int:
-    return (moment - _EPOCH) // timedelta(microseconds=1) * 1000
+    return epoch_micros(moment) * 1000
 
 
 def _utc(moment: datetime) -> datetime:

@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 from botocore.exceptions import ClientError
 
-from branchwater.engine import InvalidArgument, Lake, NotFound, failpoints
+from branchwater.engine import CorruptedData, InvalidArgument, Lake, NotFound, failpoints
 from branchwater.engine.api import Repository
 from branchwater.engine.errors import InvalidImportSource
 from branchwater.engine.graveler import imports
 from branchwater.engine.objects import ObjectStore
+from branchwater.engine.objects.local import LocalObjectStore
 from tests.fixtures.s3 import S3Server
 from tests.helpers.failpoints import held_at
 from tests.helpers.servers import forked_run, unique_name
@@ -114,6 +115,36 @@ def test_running_it_again_converges_and_a_rewritten_object_is_one_change(
     changes = list(t.repo.diff(first.commit.id, third.commit.id))
     assert [(c.path, c.type) for c in changes] == [("raw/a.csv", "changed")]
     assert t.repo.ref("main").read("raw/a.csv") == b"x,y\n3,4\n5,6\n"
+
+
+def test_an_object_rewritten_at_its_source_with_the_same_size_is_no_longer_read(
+    lake_with_source: ImportLake,
+) -> None:
+    """An import never hashes the bytes, so a read checks the object's version (its ETag,
+    or a local file's modification time) against the one imported: a rewrite keeping the
+    size read the new bytes as the commit's content, even at the commit's id."""
+    t = lake_with_source
+    main = t.repo.branch("main")
+    imported = main.import_objects(t.source_uri, prefix="raw/").commit
+    assert imported is not None
+    pinned = t.repo.ref(imported.id)
+    assert pinned.read("raw/dir/sub/c.txt") == b"deep"
+
+    t.source.put("dir/sub/c.txt", b"DEEP")
+    if isinstance(t.source, LocalObjectStore):  # written within the microsecond it was?
+        rewritten = t.source.root / "dir/sub/c.txt"
+        later = rewritten.stat().st_mtime_ns + 10**9
+        os.utime(rewritten, ns=(later, later))
+
+    for read in (
+        lambda: pinned.read("raw/dir/sub/c.txt"),
+        lambda: pinned.open("raw/dir/sub/c.txt"),
+    ):
+        with pytest.raises(CorruptedData, match="rewritten at its source since it was imported"):
+            read()
+    assert pinned.read("raw/a.csv") == OBJECTS["a.csv"]
+    main.import_objects(t.source_uri, prefix="raw/")
+    assert t.repo.ref("main").read("raw/dir/sub/c.txt") == b"DEEP"
 
 
 def test_uncommitted_changes_stay_staged_above_the_import(lake_with_source: ImportLake) -> None:

@@ -16,7 +16,6 @@ import bisect
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from itertools import islice
 
 import pyarrow as pa
@@ -38,6 +37,7 @@ from branchwater.engine.graveler.committed.writer import (
     order_error,
 )
 from branchwater.engine.graveler.model import EMPTY_METADATA, Entry
+from branchwater.engine.units import EPOCH
 
 
 @dataclass(frozen=True)
@@ -231,7 +231,6 @@ def _check_sorted(table: pa.Table, last: str) -> None:
         raise order_error(path_at(table, bad + 1), path_at(table, bad))
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _BATCH = 8192
 """Change items converted to Arrow at once: enough to amortise a conversion."""
 
@@ -249,7 +248,7 @@ def _entry_of(path: str, entry: Entry | None) -> Entry:
     if not isinstance(path, str) or not path:
         raise order_error(path, "")
     if entry is None:
-        return Entry(path, "", 0, "", _EPOCH, EMPTY_METADATA)
+        return Entry(path, "", 0, "", EPOCH, EMPTY_METADATA)
     if entry.path != path:
         raise InvalidArgument(f"change for {path!r} carries an entry for {entry.path!r}")
     return entry

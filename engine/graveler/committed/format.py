@@ -24,7 +24,7 @@ from array import array
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from itertools import repeat
 from typing import NamedTuple, Protocol
 
@@ -41,6 +41,7 @@ from branchwater.engine.graveler.model import (
     metadata_json,
 )
 from branchwater.engine.graveler.names import is_hex_id
+from branchwater.engine.units import EPOCH
 
 RANGES_PREFIX = "_branchwater/ranges/"
 METARANGES_PREFIX = "_branchwater/metaranges/"
@@ -308,9 +309,6 @@ def range_to_parquet(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
 def decode_entries(table: pa.Table, start: int = 0, stop: int | None = None) -> list[Entry]:
     """Entries of rows [start, stop): one pass per column, then tuples built in C
     (`tuple.__new__` is what `Entry._make` calls, without a Python frame per entry).
@@ -321,7 +319,7 @@ def decode_entries(table: pa.Table, start: int = 0, stop: int | None = None) -> 
     """
     part = table.slice(start, None if stop is None else stop - start)
     micros = part.column("mtime").cast(pa.int64()).to_pylist()
-    mtimes = map(_EPOCH.__add__, map(timedelta, repeat(0), repeat(0), micros))
+    mtimes = map(EPOCH.__add__, map(timedelta, repeat(0), repeat(0), micros))
     metadata = [json.loads(m) if m else EMPTY_METADATA for m in part.column("metadata").to_pylist()]
     return list(
         map(
