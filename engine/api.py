@@ -406,8 +406,9 @@ class Repository:
         (the rules travel in each branch's record, read under its compare-and-swap).
         `required_checks`: merges into the branch need each check recorded as passed on the
         commit merged, else `ChecksMissing`. The change is logged with `by` (default: the
-        OS user) and the time: `protection_log()`. Running it again finishes a protect that
-        was killed midway."""
+        OS user, at most 96 KiB) and the time: `protection_log()`. Running it again finishes
+        a protect that was killed midway (listed meanwhile with `pending=True`), as does any
+        later rule change."""
         rule = ProtectionRule.checked(
             pattern,
             no_direct_writes=no_direct_writes,
@@ -419,12 +420,20 @@ class Repository:
         return rule
 
     def protections(self) -> list[ProtectionRule]:
-        """The protection rules, by pattern."""
-        return list(protection.read_book(self._g.kv, self.record)[0].rules)
+        """The protection rules, by pattern. A rule whose `pending` is True is not yet
+        enforced on every branch that existed before it (its `protect` was killed midway):
+        run `protect` again (any rule change finishes it too)."""
+        return list(protection.read_book(self._g.kv, self.record)[0].listed)
 
     def unprotect(self, pattern: str, *, by: str = "") -> None:
-        """Remove `pattern`'s rule (logged like `protect`); `NotFound` if it has none."""
+        """Remove `pattern`'s rule (logged like `protect`); `NotFound` if it has none.
+        Running it again finishes an unprotect that was killed midway."""
         protection.unprotect(self._g, self.record, pattern, by)
+
+    def pending_unprotects(self) -> list[str]:
+        """Patterns whose rule was removed but may still be enforced on branches that
+        existed before (an `unprotect` killed midway): run `unprotect` again."""
+        return list(protection.read_book(self._g.kv, self.record)[0].removals_pending)
 
     def protection_log(self) -> list[ProtectionChange]:
         """Every change of the protection rules, oldest first: who, when, what."""
@@ -443,7 +452,9 @@ class Repository:
         one), with `details`: a JSON object of at most 16 KiB (figures, a link). Immutable:
         recording a different result again raises `AlreadyExists`; the same result returns
         the stored one, so a retried task succeeds. Merges into a branch whose rules
-        require the check pass only if the commit merged carries it as passed."""
+        require the check pass only if the commit merged carries it as passed; publishing a
+        merge preview, the preview's own result decides, and its source's counts only where
+        the preview has none."""
         return check_ops.record_check(self._g, self.record, commit_id, name, passed, details, by)
 
     def checks(self, commit_id: str) -> list[CheckResult]:

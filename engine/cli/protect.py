@@ -45,12 +45,7 @@ def cmd_protect(lake: Lake, args: argparse.Namespace, out: Output) -> None:
         _print_log(repo, out)
     elif args.pattern is None:
         _refuse_with(args, "listing (no PATTERN)", setting or args.remove)
-        out.table(
-            repo.protections(),
-            rule_to_json,
-            ("PATTERN", "RULES"),
-            lambda rule: (rule.pattern, rule_text(rule)),
-        )
+        out.table(_listing(repo), _listed_json, ("PATTERN", "RULES"), _listed_row)
     elif args.remove:
         _refuse_with(args, "--remove", setting)
         repo.unprotect(args.pattern, by=_by(args))
@@ -73,6 +68,35 @@ def cmd_protect(lake: Lake, args: argparse.Namespace, out: Output) -> None:
             by=_by(args),
         )
         out.document(rule_to_json(rule), f"Protected {rule.pattern!r}: {rule_text(rule)}")
+
+
+Listed = tuple[str, ProtectionRule | None]
+"""A pattern as listed: its rule, or None for a removal whose fence is pending."""
+
+PENDING = "pending: not yet enforced on existing branches: run protect again"
+REMOVAL_PENDING = (
+    "removed, pending: still enforced on some existing branches: run protect --remove again"
+)
+
+
+def _listing(repo: Repository) -> list[Listed]:
+    rules: list[Listed] = [(rule.pattern, rule) for rule in repo.protections()]
+    removals: list[Listed] = [(pattern, None) for pattern in repo.pending_unprotects()]
+    return sorted(rules + removals, key=lambda listed: listed[0])
+
+
+def _listed_json(listed: Listed) -> dict[str, object]:
+    pattern, rule = listed
+    if rule is None:
+        return {"pattern": pattern, "removed": True, "pending": True}
+    return {**rule.to_json(), "pending": rule.pending}
+
+
+def _listed_row(listed: Listed) -> tuple[str, str]:
+    pattern, rule = listed
+    if rule is None:
+        return pattern, f"- ({REMOVAL_PENDING})"
+    return pattern, rule_text(rule) + (f" ({PENDING})" if rule.pending else "")
 
 
 def _refuse_with(args: argparse.Namespace, mode: str, conflicting: object) -> None:

@@ -25,7 +25,12 @@ from branchwater.engine.errors import (
 )
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord, check_flag
-from branchwater.engine.graveler.protection import check_check_name, current_user, decode_stamp
+from branchwater.engine.graveler.protection import (
+    check_by,
+    check_check_name,
+    current_user,
+    decode_stamp,
+)
 from branchwater.engine.graveler.refs import scan_prefix
 
 CHECKS_PREFIX = b"checks/"
@@ -111,8 +116,7 @@ def record_check(
     """Record check `name` on the commit `commit_ref` resolves to, once: see the module."""
     check_check_name(name)
     check_flag("passed", passed)
-    if not isinstance(by, str):
-        raise InvalidArgument(f"by must be a string, not {type(by).__name__}")
+    check_by(by)
     checked = check_details(details)
     commit_id = g.refs.resolve(repo, commit_ref).commit_id
     g.refs.get_commit(repo, commit_id)
@@ -156,33 +160,43 @@ def check_merge(
     candidates: Sequence[str],
     what: str,
 ) -> None:
-    """Refuse a merge into `branch` (the record its `set_if` is judged on) unless one of
-    `candidates` (the commit merged; for a merge preview, the preview and then the commit
-    it merged) carries every check the branch's rules require, as passed. `ChecksMissing`
-    names the first candidate's missing and failed checks."""
+    """Refuse a merge into `branch` (the record its `set_if` is judged on) unless every check
+    the branch's rules require is passed. `candidates[0]` is the commit that lands (the
+    commit merged; for a merge preview, the preview), and a result recorded on it decides;
+    only a check not recorded there is taken from the next candidate that has it (for a
+    preview, the commit it merged): write-audit-publish judges the merged result, so a
+    preview whose own check failed is refused even if its source passed. `ChecksMissing`
+    names the checks recorded nowhere and those whose deciding result failed."""
     required = decode_stamp(branch.protection).required_checks
     if not required:
         return
-    first: tuple[tuple[str, ...], tuple[str, ...]] | None = None
+    assert candidates, "a merge has a commit to check"
+    decided: dict[str, bool] = {}
     for commit_id in candidates:
-        recorded = {result.name: result.passed for result in _checks_of(g, repo, commit_id)}
-        missing = tuple(name for name in required if name not in recorded)
-        failed = tuple(name for name in required if recorded.get(name) is False)
-        if not missing and not failed:
-            return
-        first = first or (missing, failed)
-    assert first is not None, "a merge has a commit to check"
-    missing, failed = first
+        for result in _checks_of(g, repo, commit_id):
+            if result.name in required:
+                decided.setdefault(result.name, result.passed)
+        if len(decided) == len(required):
+            break
+    missing = tuple(name for name in required if name not in decided)
+    failed = tuple(name for name in required if decided.get(name) is False)
+    if not missing and not failed:
+        return
     pattern = required[(missing or failed)[0]]
     said = [
         f"missing {', '.join(missing)}" if missing else "",
         f"failed {', '.join(failed)}" if failed else "",
     ]
+    advice = (
+        "record them with record_check (or `branchwater checks record`) and merge again"
+        if not failed
+        else "a result cannot be rewritten: fix the data in a new commit, record the checks "
+        "on it and merge that"
+    )
     raise ChecksMissing(
         f"{what} refused: branch {branch.name!r} of {repo.name!r} requires checks "
         f"{', '.join(required)} (pattern {pattern!r}) passed on commit {candidates[0][:12]}: "
-        f"{'; '.join(s for s in said if s)}; record them with record_check (or "
-        "`branchwater checks record`) and merge again",
+        f"{'; '.join(s for s in said if s)}; {advice}",
         branch=branch.name,
         pattern=pattern,
         missing=missing,

@@ -2,11 +2,12 @@
 stamped on the record of every branch they match.
 
 The rule book (`protection/rules` in the repository's partition) is the source of truth: the
-rules, their version, and the log of every change (who, when, what). Writes do not read it.
-Each branch record carries a *stamp*, the rules matching it and the book version they come
-from, so an operation that moves a branch checks the rules in the very record its `set_if`
-is conditioned on: a process that loaded the repository before a rule was added still
-refuses, as its `set_if` fails once the stamp changes and the retry reads the new one.
+rules, their version, the patterns whose fence is still pending and the change that made the
+current version (who, when, what). Writes do not read it. Each branch record carries a
+*stamp*, the rules matching it and the book version they come from, so an operation that
+moves a branch checks the rules in the very record its `set_if` is conditioned on: a process
+that loaded the repository before a rule was added still refuses, as its `set_if` fails once
+the stamp changes and the retry reads the new one.
 
 `protect` and `unprotect` change the book (one `set_if`), then *fence* every branch the
 pattern matches: each record is re-stamped by `set_if` from the book read after it. A stamp
@@ -19,9 +20,39 @@ row back and refuses (`writes._write_validated`). A new branch (created, or rest
 dump) is inserted stamped from the book and only while the book is the one it read
 (`insert_new_branch`): a rule change comes wholly before the insert and the stamp carries
 it, or wholly after and its fence lists the branch, so no branch is ever without the rules
-a returned `protect` set, even for a moment, even if its creator dies. A `protect` killed
-after its book change leaves branches it had not fenced yet unprotected: running it again
-finishes the fence.
+a returned `protect` set, even for a moment, even if its creator dies.
+
+**The log.** Each change is written into the book it makes (`RuleBook.last`), in the same
+`set_if`, so a change is never without its entry nor an entry without its change; the next
+change files it under a key of its own (`protection/log/<version, 20 digits>`) before its
+swap, with `create_guarded` on the book it swaps from (the same bytes every time, so filing
+twice or by two processes is harmless, and nothing is written into the partition of a
+repository deleted meanwhile). The book therefore holds its rules, its pending marks and one
+change, whatever the history: bounded (`MAX_RULES_BYTES`, `MAX_BOOK_BYTES`, `by` as a commit's
+committer) and well inside DynamoDB's 400 KB item. A reader reads the book, then the filed
+entries: every entry older than the book's own was filed before the book was written, so
+none is missed. A book an earlier version wrote (its whole log embedded) reads as it is; the
+next change files its entries and drops them from the book.
+
+**Pending fences.** A change marks its pattern pending, with the version it made, in the same
+`set_if`; once its fence is done, a `set_if` clears the mark, only while the mark's version is
+at most the version the fence covered (the book read before it listed the branches: every
+branch then existing is stamped from that version or a newer one, and every branch inserted
+later from a book at least as new). A mark with a newer version belongs to a later change of
+the same pattern, whose own fence clears it. So a mark is cleared only when every branch the
+pattern matches carries the pattern's current rule, and a `protect` killed between its book
+change and the end of its fence leaves its mark: `protections()` shows the rule as pending
+(not yet enforced on every existing branch), and every later `protect` or `unprotect`, of any
+pattern, first fences the pending patterns it finds (marks of the pattern it changes are
+covered by its own fence) and clears them the same way. No lock: concurrent changes of one
+pattern each mark it with their own version, and only the fence of the newest clears it (an
+older fence that ends last finds a newer mark and leaves it); changes of different patterns
+mark different patterns, and their fences stamp overlapping branches from whichever book is
+newest, never backwards; a finisher and the change's own process may fence one pattern at
+once, both idempotent, and whichever clears first clears a mark both fences covered. A lost
+`set_if` (a rule change, another clear, a branch creation's empty book) re-reads and tries
+again; one that never wins leaves the mark, which only means one more fence later. Clearing
+a mark changes the book's bytes, so a branch creation guarded on them retries: harmless.
 """
 
 from __future__ import annotations
@@ -47,17 +78,32 @@ from branchwater.engine.errors import (
     too_many_tries,
 )
 from branchwater.engine.graveler.graveler import Graveler
-from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord, check_flag
+from branchwater.engine.graveler.model import (
+    TEXT_MAX_BYTES,
+    BranchRecord,
+    RepositoryRecord,
+    check_flag,
+    is_unicode,
+)
 from branchwater.engine.graveler.names import check_ref_name
+from branchwater.engine.graveler.refs import scan_prefix
 from branchwater.engine.kv import Store
 
 RULES_KEY = b"protection/rules"
+LOG_PREFIX = b"protection/log/"
+"""Where each change of the book is filed, under its version in 20 digits (see the module)."""
 RULE_NAMES = ("no_direct_writes", "required_checks", "no_delete", "no_reset")
 MAX_RULES = 1000
 """Patterns one repository may protect: every branch create reads them all."""
 MAX_REQUIRED_CHECKS = 64
 """Checks one rule may require: a branch's record carries the rules it matches, and every
 staged write reads that record."""
+MAX_RULES_BYTES = 160 * 1024
+"""The most the rules may take as JSON: a branch's record carries those matching it, and the
+book, with one change and the pending marks, must stay inside `MAX_BOOK_BYTES`."""
+MAX_BOOK_BYTES = 300 * 1024
+"""The most the encoded book may take: well inside DynamoDB's 400 KB item. The rules
+(`MAX_RULES_BYTES`) and the change it carries (a rule and `by`, at most 96 KiB) fit it."""
 
 Operation = Literal["write", "commit", "reset", "delete"]
 """What a write path asks the rules about (merges ask `checks.check_merge`)."""
@@ -134,13 +180,17 @@ class ProtectionRule:
     change the branch. `required_checks`: a merge into it needs each named check recorded
     as passed on the commit merged (`Repository.record_check`). `no_delete`: the branch
     cannot be deleted. `no_reset`: it cannot be reset to another commit (dropping its
-    uncommitted changes, `reset()` without `to`, stays allowed: it changes no history)."""
+    uncommitted changes, `reset()` without `to`, stays allowed: it changes no history).
+    `pending` (only as `Repository.protections()` lists it, never stored nor compared): the
+    rule's fence has not finished, so branches that existed before it may not enforce it yet
+    (a `protect` killed midway); running `protect` again, or any other rule change, does."""
 
     pattern: str
     no_direct_writes: bool = False
     required_checks: tuple[str, ...] = ()
     no_delete: bool = False
     no_reset: bool = False
+    pending: bool = dataclasses.field(default=False, compare=False)
 
     @classmethod
     def checked(
@@ -182,7 +232,13 @@ class ProtectionRule:
         return pattern_matches(self.pattern, branch)
 
     def to_json(self) -> dict[str, object]:
-        return {**dataclasses.asdict(self), "required_checks": list(self.required_checks)}
+        return {
+            "pattern": self.pattern,
+            "no_direct_writes": self.no_direct_writes,
+            "required_checks": list(self.required_checks),
+            "no_delete": self.no_delete,
+            "no_reset": self.no_reset,
+        }
 
     @classmethod
     def from_json(cls, raw: Mapping[str, object]) -> ProtectionRule:
@@ -234,13 +290,27 @@ class ProtectionChange:
         )
 
 
+def _dumps(document: object) -> bytes:
+    return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+
+
+def log_key(version: int) -> bytes:
+    """Where the change that made book `version` is filed."""
+    return LOG_PREFIX + f"{version:020d}".encode()
+
+
 @dataclass(frozen=True)
 class RuleBook:
-    """The repository's rules, their version, and every change that made them."""
+    """The repository's rules and their version; `pending`, each pattern whose fence has not
+    finished and the version whose change marked it; `last`, the change that made this
+    version (filed under its own key by the next change); `legacy_log`, the whole log a book
+    of an earlier version held, filed by the next change."""
 
     version: int = 0
     rules: tuple[ProtectionRule, ...] = ()
-    log: tuple[ProtectionChange, ...] = ()
+    pending: tuple[tuple[str, int], ...] = ()
+    last: ProtectionChange | None = None
+    legacy_log: tuple[ProtectionChange, ...] = ()
 
     def rule(self, pattern: str) -> ProtectionRule | None:
         return next((rule for rule in self.rules if rule.pattern == pattern), None)
@@ -248,31 +318,77 @@ class RuleBook:
     def matching(self, branch: str) -> tuple[ProtectionRule, ...]:
         return tuple(rule for rule in self.rules if rule.matches(branch))
 
+    def pending_since(self, pattern: str) -> int | None:
+        """The version of the change whose fence of `pattern` is pending, if one is."""
+        return dict(self.pending).get(pattern)
+
+    @property
+    def listed(self) -> tuple[ProtectionRule, ...]:
+        """The rules as listed: those whose fence is pending say so."""
+        marks = dict(self.pending)
+        return tuple(dataclasses.replace(r, pending=r.pattern in marks) for r in self.rules)
+
+    @property
+    def removals_pending(self) -> tuple[str, ...]:
+        """Patterns whose rule was removed but whose fence is pending: branches that existed
+        before may still enforce the rule (an `unprotect` killed midway)."""
+        return tuple(pattern for pattern, _ in self.pending if self.rule(pattern) is None)
+
+    @property
+    def unfiled(self) -> tuple[ProtectionChange, ...]:
+        """The changes this book holds that are not filed under their own keys yet (as far
+        as it knows)."""
+        return (*self.legacy_log, *([self.last] if self.last is not None else []))
+
     def changed(self, pattern: str, rule: ProtectionRule | None, by: str) -> RuleBook:
-        """The book with `pattern`'s rule set to `rule` (removed for `None`), logged."""
+        """The book with `pattern`'s rule set to `rule` (removed for `None`), its fence
+        pending, the change carried; the changes this book held are filed by then."""
         version = self.version + 1
         action: Literal["protect", "unprotect"] = "unprotect" if rule is None else "protect"
         change = ProtectionChange(version, action, pattern, rule, by, datetime.now(timezone.utc))
         kept = [r for r in self.rules if r.pattern != pattern]
         rules = tuple(sorted([*kept, *([rule] if rule else [])], key=lambda r: r.pattern))
-        return RuleBook(version, rules, (*self.log, change))
+        pending = tuple(sorted({**dict(self.pending), pattern: version}.items()))
+        return RuleBook(version, rules, pending, change)
+
+    def settled(self, pattern: str) -> RuleBook:
+        """The book with `pattern`'s fence no longer pending."""
+        pending = tuple(mark for mark in self.pending if mark[0] != pattern)
+        return dataclasses.replace(self, pending=pending)
+
+    def rules_size(self) -> int:
+        """The bytes the rules take in the book."""
+        return len(_dumps([rule.to_json() for rule in self.rules]))
 
     def encode(self) -> bytes:
-        document = {
+        document: dict[str, object] = {
             "version": self.version,
             "rules": [rule.to_json() for rule in self.rules],
-            "log": [change.to_json() for change in self.log],
         }
-        return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+        if self.pending:
+            document["pending"] = dict(self.pending)
+        if self.last is not None:
+            document["last"] = self.last.to_json()
+        if self.legacy_log:
+            document["log"] = [change.to_json() for change in self.legacy_log]
+        return _dumps(document)
 
     @classmethod
     def decode(cls, value: bytes) -> RuleBook:
         raw = json.loads(value)
+        pending = raw.get("pending") or {}
+        last = raw.get("last")
         return cls(
             int(raw["version"]),
             tuple(ProtectionRule.from_json(r) for r in raw["rules"]),
-            tuple(ProtectionChange.from_json(c) for c in raw["log"]),
+            tuple(sorted((str(p), int(v)) for p, v in pending.items())),
+            None if last is None else ProtectionChange.from_json(last),
+            tuple(ProtectionChange.from_json(c) for c in raw.get("log") or ()),
         )
+
+
+EMPTY_BOOKS = (RuleBook().encode(), b'{"log":[],"rules":[],"version":0}')
+"""An empty book as this version writes it, and as one that embedded its log would have."""
 
 
 def read_book(kv: Store, repo: RepositoryRecord) -> tuple[RuleBook, bytes | None]:
@@ -380,25 +496,52 @@ def current_user() -> str:
         return ""
 
 
+def check_by(by: object) -> str:
+    """Who changed a rule or recorded a check: a string a record can hold, as a commit's
+    committer (at most `TEXT_MAX_BYTES` as UTF-8, no lone surrogate), else `InvalidArgument`."""
+    if not isinstance(by, str):
+        raise InvalidArgument(f"by must be a string, not {type(by).__name__}")
+    if not is_unicode(by):
+        raise InvalidArgument(f"by must be valid Unicode: {by[:64]!r} holds a lone surrogate")
+    size = len(by.encode())
+    if size > TEXT_MAX_BYTES:
+        raise InvalidArgument(
+            f"by of {size:,} bytes is over the {TEXT_MAX_BYTES // 1024} KiB a record holds: "
+            "name who made the change (a user, a job), not what it did"
+        )
+    return by
+
+
 def protect(g: Graveler, repo: RepositoryRecord, rule: ProtectionRule, by: str) -> RuleBook:
     """Set `rule` for its pattern (replacing any), logged, then fence the branches it
     matches. Setting the rule a pattern has already logs nothing but fences again, which
-    finishes a protect that was killed midway."""
+    finishes a protect that was killed midway. Pending fences of other patterns are finished
+    first."""
+    by = check_by(by)
+    finish_pending(g, repo, but=rule.pattern)
     book = _change(g, repo, rule.pattern, rule, by)
     failpoints.hit("protect.before_fence")
     fence(g, repo, rule.pattern)
+    _settle(g, repo, rule.pattern, book.version)
     return book
 
 
 def unprotect(g: Graveler, repo: RepositoryRecord, pattern: str, by: str) -> RuleBook:
     """Remove `pattern`'s rule, logged, then fence the branches it matches. With no rule,
-    the branches are fenced anyway: one still stamped with the pattern's rule means an
-    unprotect killed before its fence, which this finishes and returns as done (a retried
-    task succeeds); none means there was nothing to remove, `NotFound`."""
+    the branches are fenced anyway: a removal marked pending, or a branch still stamped with
+    the pattern's rule, means an unprotect killed before its fence ended, which this finishes
+    and returns as done (a retried task succeeds); neither means there was nothing to remove,
+    `NotFound`. Pending fences of other patterns are finished first."""
     check_pattern(pattern)
+    by = check_by(by)
+    finish_pending(g, repo, but=pattern)
     book, _ = read_book(g.kv, repo)
     if book.rule(pattern) is None:
-        if fence(g, repo, pattern):
+        freed = fence(g, repo, pattern)
+        if book.pending_since(pattern) is not None:
+            _settle(g, repo, pattern, book.version)
+            return book
+        if freed:
             return book
         known = ", ".join(repr(r.pattern) for r in book.rules) or "none"
         raise NotFound(
@@ -407,14 +550,43 @@ def unprotect(g: Graveler, repo: RepositoryRecord, pattern: str, by: str) -> Rul
     book = _change(g, repo, pattern, None, by)
     failpoints.hit("protect.before_fence")
     fence(g, repo, pattern)
+    _settle(g, repo, pattern, book.version)
     return book
+
+
+def finish_pending(g: Graveler, repo: RepositoryRecord, but: str = "") -> RuleBook:
+    """Fence every pattern (but `but`) whose fence the book marks pending, and clear each
+    mark the fence covered; the book read before."""
+    book, _ = read_book(g.kv, repo)
+    for pattern, _since in book.pending:
+        if pattern != but:
+            fence(g, repo, pattern)
+            _settle(g, repo, pattern, book.version)
+    return book
+
+
+def _settle(g: Graveler, repo: RepositoryRecord, pattern: str, covered: int) -> None:
+    """Clear `pattern`'s pending mark if a fence that began after the book reached version
+    `covered` covered it (the mark is no newer); a newer mark is a later change's to clear.
+    A mark still there after every try stays, to be finished by the next rule change."""
+    for _ in g.retry:
+        book, predicate = read_book(g.kv, repo)
+        since = book.pending_since(pattern)
+        if predicate is None or since is None or since > covered:
+            return
+        try:
+            g.kv.set_if(repo.partition, RULES_KEY, book.settled(pattern).encode(), predicate)
+        except PredicateFailed:
+            continue
+        return
 
 
 def _change(
     g: Graveler, repo: RepositoryRecord, pattern: str, rule: ProtectionRule | None, by: str
 ) -> RuleBook:
-    if not isinstance(by, str):
-        raise InvalidArgument(f"by must be a string, not {type(by).__name__}")
+    """Change the book (see the module): file the changes it holds, then swap it for the
+    changed one, which carries this change and marks `pattern` pending. Returns the book
+    the fence starts from: the changed one, or the one read if it already had `rule`."""
     for _ in g.retry:
         book, predicate = read_book(g.kv, repo)
         if book.rule(pattern) == rule:
@@ -422,7 +594,10 @@ def _change(
         if rule is not None and book.rule(pattern) is None and len(book.rules) >= MAX_RULES:
             raise InvalidArgument(f"{repo.name!r} has {MAX_RULES} protected patterns already")
         changed = book.changed(pattern, rule, by or current_user())
+        _check_size(repo, book, changed)
         try:
+            if predicate is not None:
+                _file(g, repo, book, predicate)
             g.kv.set_if(repo.partition, RULES_KEY, changed.encode(), predicate)
         except PredicateFailed:
             continue
@@ -430,6 +605,40 @@ def _change(
     raise too_many_tries(
         f"changing the protection of {pattern!r} in {repo.name!r}", g.retry.attempts
     )
+
+
+def _check_size(repo: RepositoryRecord, book: RuleBook, changed: RuleBook) -> None:
+    """Refuse a change whose book would outgrow its limits (a change that shrinks the rules
+    passes: a book from before the limits must still shed them)."""
+    size = changed.rules_size()
+    if size > MAX_RULES_BYTES and size > book.rules_size():
+        raise InvalidArgument(
+            f"the protection rules of {repo.name!r} would take {size:,} bytes, over the "
+            f"{MAX_RULES_BYTES // 1024} KiB they may: cover several branches with one pattern "
+            "(release/*), require fewer checks (record one that sums up the others), or "
+            "remove rules no longer needed"
+        )
+    total = len(changed.encode())
+    if total > MAX_BOOK_BYTES:
+        raise InvalidArgument(
+            f"the protection rule book of {repo.name!r} would take {total:,} bytes, over the "
+            f"{MAX_BOOK_BYTES // 1024} KiB it may: give a shorter `by`, or remove rules no "
+            "longer needed"
+        )
+
+
+def _file(g: Graveler, repo: RepositoryRecord, book: RuleBook, predicate: bytes) -> None:
+    """File the changes `book` holds under their own keys, each written only while the book
+    is still `predicate` (`PredicateFailed` otherwise); one already filed is left as it is
+    (the same entry: a version's change never changes)."""
+    for change in book.unfiled:
+        g.kv.create_guarded(
+            repo.partition,
+            log_key(change.version),
+            _dumps(change.to_json()),
+            (repo.partition, RULES_KEY),
+            predicate,
+        )
 
 
 def fence(g: Graveler, repo: RepositoryRecord, pattern: str) -> bool:
@@ -493,9 +702,18 @@ def discard_empty_book(g: Graveler, repo: RepositoryRecord) -> None:
     """Remove the empty book a branch creation wrote (`insert_new_branch`) into a repository
     deleted meanwhile, whose partition is being dropped: nothing may stay behind there. A
     book with rules, or none, is left as it is."""
-    with contextlib.suppress(NotFound, PredicateFailed):
-        g.kv.delete_if(repo.partition, RULES_KEY, RuleBook().encode())
+    for empty in EMPTY_BOOKS:
+        with contextlib.suppress(NotFound, PredicateFailed):
+            g.kv.delete_if(repo.partition, RULES_KEY, empty)
 
 
 def log_entries(g: Graveler, repo: RepositoryRecord) -> Iterator[ProtectionChange]:
-    return iter(read_book(g.kv, repo)[0].log)
+    """Every change of the book, oldest first: the book read first, then the entries filed
+    (every change older than the book's own was filed before it was written), with the
+    changes the book still holds."""
+    book, _ = read_book(g.kv, repo)
+    changes = {change.version: change for change in book.unfiled}
+    for _key, value in scan_prefix(g.kv, repo.partition, LOG_PREFIX):
+        change = ProtectionChange.from_json(json.loads(value))
+        changes.setdefault(change.version, change)
+    return iter([changes[version] for version in sorted(changes)])

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from branchwater.engine.failpoints import FailpointHit, armed
 from tests.helpers.cli import Bw, CliLake, assert_user_error, local_file, make_repo, ok
 
 
@@ -29,6 +32,7 @@ def test_protect_sets_lists_logs_and_removes_rules(bw: Bw, lake: CliLake) -> Non
         "required_checks": ["quality"],
         "no_delete": False,
         "no_reset": False,
+        "pending": False,
     }
     ok(bw("protect", "sales", "main", "--remove"))
     assert [r["pattern"] for r in json.loads(ok(bw("--json", "protect", "sales")).out)] == [
@@ -120,3 +124,46 @@ def test_protect_and_checks_refuse_bad_input_as_one_line(bw: Bw, lake: CliLake) 
         bw("checks", "record", "sales", "main", "q", "--passed"), 1, "cannot be rewritten"
     )
     assert_user_error(bw("checks", "sales", "nope"), 1, "not found")
+
+
+def _killed() -> None:
+    raise FailpointHit("killed")
+
+
+def test_the_listing_shows_rules_whose_fence_is_pending(bw: Bw, lake: CliLake) -> None:
+    """A protect (or unprotect) killed between its rule change and the end of its fence:
+    the rule is listed, but branches that existed before may not enforce it yet (or still
+    enforce a removed one). Any later rule change finishes it."""
+    make_repo(bw, lake)
+    ok(bw("protect", "sales", "gone", "--no-delete"))
+    with armed("protect.before_fence", _killed), pytest.raises(FailpointHit):
+        bw("protect", "sales", "main", "--no-direct-writes")
+    listing = ok(bw("protect", "sales")).out.splitlines()
+    assert listing[2].split(None, 1) == [
+        "main",
+        "no_direct_writes (pending: not yet enforced on existing branches: run protect again)",
+    ]
+    rules = json.loads(ok(bw("--json", "protect", "sales")).out)
+    assert [(r["pattern"], r["pending"]) for r in rules] == [("gone", False), ("main", True)]
+    with armed("protect.before_fence", _killed), pytest.raises(FailpointHit):
+        bw("protect", "sales", "gone", "--remove")
+    listing = ok(bw("protect", "sales")).out.splitlines()
+    assert [line.split(None, 1) for line in listing[1:]] == [
+        [
+            "gone",
+            "- (removed, pending: still enforced on some existing branches: run protect "
+            "--remove again)",
+        ],
+        ["main", "no_direct_writes"],
+    ]
+    rules = json.loads(ok(bw("--json", "protect", "sales")).out)
+    assert rules[0] == {"pattern": "gone", "removed": True, "pending": True}
+    ok(bw("protect", "sales", "release/*", "--no-reset"))
+    listing = ok(bw("protect", "sales")).out.splitlines()
+    assert [line.split(None, 1) for line in listing[1:]] == [
+        ["main", "no_direct_writes"],
+        ["release/*", "no_reset"],
+    ]
+    assert_user_error(
+        bw("upload", "sales", "main", "b", local_file(lake, "b", b"2")), 1, "no_direct_writes"
+    )

@@ -9,24 +9,40 @@ a write's first read and the read (or `set_if`) that decides it.
 
 from __future__ import annotations
 
+import json
 import re
+import signal
 from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from branchwater.engine import (
     BranchProtected,
     ChecksMissing,
+    InvalidArgument,
     Lake,
     NotFound,
+    failpoints,
 )
 from branchwater.engine.api import Repository
 from branchwater.engine.failpoints import FailpointHit, armed
+from branchwater.engine.graveler import protection
 from branchwater.engine.graveler.graveler import Graveler, RetryPolicy
-from branchwater.engine.graveler.protection import decode_stamp, read_book
+from branchwater.engine.graveler.model import TEXT_MAX_BYTES
+from branchwater.engine.graveler.protection import (
+    MAX_BOOK_BYTES,
+    MAX_REQUIRED_CHECKS,
+    MAX_RULES,
+    RULES_KEY,
+    ProtectionRule,
+    decode_stamp,
+    read_book,
+)
 from tests.graveler.test_refs import CountingStore
-from tests.helpers.servers import forked_pool
+from tests.helpers.servers import forked_pool, forked_run, unique_name
 
 Write = Callable[[Repository], object]
 
@@ -540,3 +556,323 @@ def test_concurrent_rule_changes_leave_every_branch_stamped_from_the_latest_rule
         for branch in lake.graveler.refs.branches(repo.record):
             assert decode_stamp(branch.protection).rules == book.matching(branch.name)
         assert {r.pattern for r in book.rules} == set(patterns)
+        assert book.pending == ()
+
+
+# write-audit-publish: the preview's own checks decide
+
+
+def test_a_preview_whose_own_check_failed_is_not_published_though_its_source_passed(
+    repo: Repository,
+) -> None:
+    """The check recorded on the commit that lands decides: the source passing on its own
+    says nothing of the merged result."""
+    repo.protect("main", no_direct_writes=True, required_checks=["quality"])
+    source = repo.branch("dev").head().id
+    repo.record_check(source, "quality", True)
+    preview = repo.merge("dev", into="main", preview=True).commit
+    repo.record_check(preview.id, "quality", False, {"unexpected": 12})
+    before = snapshot(repo)
+    with pytest.raises(ChecksMissing) as refused:
+        repo.publish(preview.id, into="main")
+    assert (refused.value.missing, refused.value.failed) == ((), ("quality",))
+    assert preview.id[:12] in str(refused.value) and "cannot be rewritten" in str(refused.value)
+    assert snapshot(repo) == before
+
+
+def test_a_preview_takes_from_its_source_only_the_checks_not_recorded_on_it(
+    repo: Repository,
+) -> None:
+    repo.protect("main", no_direct_writes=True, required_checks=["quality", "review"])
+    source = repo.branch("dev").head().id
+    repo.record_check(source, "quality", False)
+    repo.record_check(source, "review", True)
+    preview = repo.merge("dev", into="main", preview=True).commit
+    with pytest.raises(ChecksMissing) as refused:
+        repo.publish(preview.id, into="main")
+    assert (refused.value.missing, refused.value.failed) == ((), ("quality",))
+    repo.record_check(preview.id, "quality", True)
+    assert repo.publish(preview.id, into="main").commit.id == preview.id
+
+
+def test_an_ordinary_merge_is_still_judged_on_the_commit_merged(repo: Repository) -> None:
+    repo.protect("main", required_checks=["quality"])
+    repo.record_check("dev", "quality", True)
+    assert repo.merge("dev", into="main", fast_forward=False).commit.parents[1] == (
+        repo.branch("dev").head().id
+    )
+
+
+# the book: bounded, its log filed entry by entry
+
+
+def _book_value(repo: Repository) -> bytes:
+    return repo.lake.graveler.kv.get(repo.record.partition, RULES_KEY).value
+
+
+def test_the_book_stays_small_however_many_changes_are_logged(repo: Repository) -> None:
+    """Each change is filed under its own key: the book holds the rules and one change, so
+    it neither grows with the history nor is rewritten whole for it."""
+    checks = [f"check-{i:02d}" for i in range(MAX_REQUIRED_CHECKS)]
+    sizes = []
+    for i in range(120):
+        if i % 2:
+            repo.unprotect("main", by="ops")
+        else:
+            repo.protect("main", no_direct_writes=True, required_checks=checks, by="ops")
+        sizes.append(len(_book_value(repo)))
+    assert max(sizes) < 8 * 1024, sizes[-1]
+    log = repo.protection_log()
+    assert [c.version for c in log] == list(range(1, 121))
+    assert [c.action for c in log[:2]] == ["protect", "unprotect"]
+    assert log[0].rule == ProtectionRule("main", True, tuple(checks))
+    assert {c.by for c in log} == {"ops"}
+
+
+@pytest.mark.s3
+def test_protect_keeps_working_on_dynamodb_past_its_item_size(
+    dynamodb_endpoint: str, tmp_path: Path
+) -> None:
+    """DynamoDB refuses an item over 400 KB: a book embedding its log failed every protect
+    for good after about 80 changes of a rule requiring 64 checks."""
+    url = f"dynamodb://{unique_name('protect-')}?endpoint_url={dynamodb_endpoint}&region=us-east-1"
+    checks = [f"{'c' * 61}-{i:02d}" for i in range(MAX_REQUIRED_CHECKS)]
+    with Lake.connect(url, retry=RetryPolicy(base_delay=0)) as lake:
+        repo = lake.create_repository("guarded", storage_namespace=f"file://{tmp_path}/ns")
+        for i in range(110):
+            required = checks[i % 2 :]
+            repo.protect("main", no_direct_writes=True, required_checks=required, by="ops")
+        assert len(repo.protection_log()) == 110
+        with pytest.raises(BranchProtected):
+            repo.branch("main").upload("x", b"x")
+
+
+def _legacy_book(versions: int) -> bytes:
+    """A book as earlier versions wrote it: its whole log embedded."""
+    log = []
+    for version in range(1, versions + 1):
+        action = "protect" if version % 2 else "unprotect"
+        rule = {"pattern": "main", "no_direct_writes": True, "required_checks": [],
+                "no_delete": False, "no_reset": False}  # fmt: skip
+        log.append(
+            {
+                "version": version,
+                "action": action,
+                "pattern": "main",
+                "rule": rule if action == "protect" else None,
+                "by": f"user{version}",
+                "at": f"2024-01-01T00:00:{version:02d}+00:00",
+            }
+        )
+    rules = [log[-1]["rule"]] if versions % 2 else []
+    document = {"version": versions, "rules": rules, "log": log}
+    return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+
+
+def test_a_book_with_an_embedded_log_reads_and_sheds_it_on_the_next_change(
+    repo: Repository,
+) -> None:
+    kv = repo.lake.graveler.kv
+    kv.set(repo.record.partition, RULES_KEY, _legacy_book(5))
+    assert repo.protections() == [ProtectionRule("main", no_direct_writes=True)]
+    assert [(c.version, c.by) for c in repo.protection_log()] == [
+        (v, f"user{v}") for v in range(1, 6)
+    ]
+    repo.protect("dev", no_delete=True, by="new")
+    assert "log" not in json.loads(_book_value(repo))
+    log = repo.protection_log()
+    assert [(c.version, c.by) for c in log] == [(v, f"user{v}") for v in range(1, 6)] + [(6, "new")]
+    assert log[0].at == datetime(2024, 1, 1, 0, 0, 1, tzinfo=timezone.utc)
+    repo.unprotect("dev", by="newer")
+    assert [c.version for c in repo.protection_log()] == list(range(1, 8))
+    repo.protect("main", no_direct_writes=True)  # the rule it has: fenced, not logged
+    assert len(repo.protection_log()) == 7
+    with pytest.raises(BranchProtected):
+        repo.branch("main").upload("x", b"x")
+
+
+def test_a_change_killed_while_filing_an_embedded_log_loses_no_entry(
+    repo: Repository, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kv = repo.lake.graveler.kv
+    kv.set(repo.record.partition, RULES_KEY, _legacy_book(5))
+    real = kv.create_guarded
+    filed: list[bytes] = []
+
+    def killed_after_two(*args: Any, **kwargs: Any) -> bool:
+        if len(filed) == 2:
+            raise FailpointHit("killed")
+        filed.append(args[1])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(kv, "create_guarded", killed_after_two)
+    with pytest.raises(FailpointHit):
+        repo.protect("dev", no_delete=True)
+    monkeypatch.undo()
+    assert [c.version for c in repo.protection_log()] == [1, 2, 3, 4, 5]
+    repo.protect("dev", no_delete=True)
+    assert [c.version for c in repo.protection_log()] == [1, 2, 3, 4, 5, 6]
+
+
+@pytest.mark.parametrize(
+    ("by", "said"),
+    [
+        pytest.param("x" * (TEXT_MAX_BYTES + 1), "96 KiB", id="too-long"),
+        pytest.param("ana\udcff", "lone surrogate", id="surrogate"),
+        pytest.param(7, "must be a string", id="not-text"),
+    ],
+)
+def test_who_changed_a_rule_or_recorded_a_check_is_bounded(
+    repo: Repository, by: object, said: str
+) -> None:
+    with pytest.raises(InvalidArgument, match=said):
+        repo.protect("main", no_delete=True, by=by)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match=said):
+        repo.unprotect("main", by=by)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match=said):
+        repo.record_check("main", "quality", True, by=by)  # type: ignore[arg-type]
+    assert repo.protections() == [] and repo.protection_log() == []
+    assert repo.checks("main") == []
+    repo.protect("main", no_delete=True, by="x" * TEXT_MAX_BYTES)
+    repo.record_check("main", "quality", True, by="y" * TEXT_MAX_BYTES)
+
+
+def test_rules_that_would_outgrow_the_book_are_refused_with_what_to_do(
+    repo: Repository,
+) -> None:
+    """Far fewer than `MAX_RULES` rules requiring 64 long check names each would make a book
+    (and the records of branches they all match) larger than a DynamoDB item."""
+    checks = [f"{'c' * 60}-{i:02d}" for i in range(MAX_REQUIRED_CHECKS)]
+    added = 0
+    with pytest.raises(InvalidArgument, match="KiB") as refused:
+        for added in range(100):
+            repo.protect(f"team-{added}/*", required_checks=checks, by="ops")
+    assert "require fewer checks" in str(refused.value)
+    assert len(repo.protections()) == added and added < MAX_RULES
+    repo.unprotect("team-0/*", by="x" * TEXT_MAX_BYTES)
+    repo.protect("team-0/*", required_checks=checks[:1], by="x" * TEXT_MAX_BYTES)
+    assert len(_book_value(repo)) <= MAX_BOOK_BYTES
+
+
+# pending fences
+
+
+def _die() -> None:
+    raise FailpointHit("killed")
+
+
+def test_a_protect_killed_before_its_fence_is_listed_as_pending_and_finished_by_any_change(
+    shared,
+) -> None:
+    writer, admin = shared
+    with armed("protect.before_fence", _die), pytest.raises(FailpointHit):
+        admin.protect("main", no_direct_writes=True)
+    (rule,) = admin.protections()
+    assert rule.pending and rule == ProtectionRule("main", no_direct_writes=True)
+    writer.branch("main").upload("through", b"the rule is not enforced yet")
+    admin.protect("other/*", no_delete=True)
+    assert [(r.pattern, r.pending) for r in admin.protections()] == [
+        ("main", False),
+        ("other/*", False),
+    ]
+    with pytest.raises(BranchProtected):
+        writer.branch("main").upload("x", b"x")
+    book, _ = read_book(writer.lake.graveler.kv, writer.record)
+    assert book.pending == ()
+
+
+def test_an_unprotect_killed_before_its_fence_is_listed_and_finished_by_any_change(
+    shared,
+) -> None:
+    writer, admin = shared
+    admin.protect("dev", no_direct_writes=True)
+    with armed("protect.before_fence", _die), pytest.raises(FailpointHit):
+        admin.unprotect("dev")
+    assert admin.protections() == [] and admin.pending_unprotects() == ["dev"]
+    with pytest.raises(BranchProtected):
+        writer.branch("dev").upload("x", b"x")
+    admin.protect("main", no_delete=True)
+    assert admin.pending_unprotects() == []
+    writer.branch("dev").upload("x", b"x")
+
+
+def test_an_unprotect_killed_after_its_fence_is_done_when_run_again(
+    shared, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its fence freed every branch but its mark stayed: the retry, which frees nothing
+    more, still returns as done (a retried task succeeds)."""
+    _, admin = shared
+    admin.protect("dev", no_direct_writes=True)
+    monkeypatch.setattr(protection, "_settle", lambda *args: None)
+    admin.unprotect("dev")
+    monkeypatch.undo()
+    assert admin.pending_unprotects() == ["dev"]
+    admin.unprotect("dev")
+    assert admin.pending_unprotects() == []
+    with pytest.raises(NotFound):
+        admin.unprotect("dev")
+
+
+def test_a_fence_leaves_the_mark_of_a_later_change_it_did_not_cover(
+    shared, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A protect's fence ends after another protect of the same pattern changed the book
+    and was killed before fencing: the first must not clear the second's mark, whose rule
+    the branch does not carry."""
+    writer, admin = shared
+    real = protection.fence
+    raced: list[bool] = []
+
+    def fence_then_another_protect(g: Graveler, record: Any, pattern: str) -> bool:
+        freed = real(g, record, pattern)
+        if not raced:
+            raced.append(True)
+            with armed("protect.before_fence", _die), pytest.raises(FailpointHit):
+                admin.protect("main", no_direct_writes=True)
+        return freed
+
+    monkeypatch.setattr(protection, "fence", fence_then_another_protect)
+    writer.protect("main", no_delete=True)
+    monkeypatch.undo()
+    assert [(r.pattern, r.no_direct_writes, r.pending) for r in writer.protections()] == [
+        ("main", True, True)
+    ]
+    writer.branch("main").upload("through", b"not enforced yet")
+    admin.protect("main", no_direct_writes=True)
+    assert not writer.protections()[0].pending
+    with pytest.raises(BranchProtected):
+        writer.branch("main").upload("x", b"x")
+
+
+def _protect_killed_before_fence(kv_url: str) -> None:
+    with Lake.connect(kv_url) as lake:
+        lake.repository("guarded").protect("release/*", no_direct_writes=True)
+
+
+def test_a_protect_killed_in_another_process_is_pending_until_a_change_elsewhere(
+    race_kv: str, tmp_path: Path
+) -> None:
+    with Lake.connect(race_kv, retry=RetryPolicy(base_delay=0)) as lake:
+        repo = lake.create_repository("guarded", storage_namespace=f"file://{tmp_path}/ns")
+        release = repo.create_branch("release/1", source="main")
+        killed = forked_run(
+            _protect_killed_before_fence,
+            race_kv,
+            env={failpoints.ENV: "protect.before_fence=kill"},
+        )
+        assert killed.code == -signal.SIGKILL, killed
+        assert [(r.pattern, r.pending) for r in repo.protections()] == [("release/*", True)]
+        release.upload("through", b"not enforced yet")
+        with forked_pool(1) as (_, pool):
+            pool.apply(_protect_main, (race_kv,))
+        assert [(r.pattern, r.pending) for r in repo.protections()] == [
+            ("main", False),
+            ("release/*", False),
+        ]
+        with pytest.raises(BranchProtected):
+            release.upload("x", b"x")
+
+
+def _protect_main(kv_url: str) -> None:
+    with Lake.connect(kv_url) as lake:
+        lake.repository("guarded").protect("main", no_delete=True)
