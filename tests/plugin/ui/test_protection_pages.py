@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import pytest
 from fastapi.testclient import TestClient
 
+from branchwater.engine import failpoints
+from branchwater.engine.failpoints import FailpointHit
 from tests.plugin.ui.conftest import ViewLake, get
 
 
@@ -18,6 +21,22 @@ def test_a_repository_lists_its_protection_rules(view_lake: ViewLake, client: Te
 
     assert "main refused : merges only quality, schema allowed allowed" in rules
     assert "release/* allowed none refused refused" in rules
+
+
+def test_a_rule_whose_fence_is_pending_says_so(view_lake: ViewLake, client: TestClient) -> None:
+    """A protect killed before its fence: branches that existed may not enforce it yet."""
+    repo = view_lake.repo
+
+    def killed() -> None:
+        raise FailpointHit("killed")
+
+    with failpoints.armed("protect.before_fence", killed), pytest.raises(FailpointHit):
+        repo.protect("main", no_delete=True)
+    rules = get(client, f"/repositories/{repo.name}").tables["protections"]
+    assert "main pending : not yet enforced on every branch (run protect again)" in rules
+
+    repo.protect("main", no_delete=True)
+    assert "pending" not in get(client, f"/repositories/{repo.name}").tables["protections"]
 
 
 def test_a_commit_shows_its_checks(view_lake: ViewLake, client: TestClient) -> None:
