@@ -81,6 +81,9 @@ _LAZY = {
     "DATA_ADDRESS_PATTERN": "branchwater.engine.gc.addresses",
     "REPOSITORY_NAME_PATTERN": "branchwater.engine.graveler.names",
     "check_flag": "branchwater.engine.graveler.model",
+    "REVERT_KEY": "branchwater.engine.graveler.picks",
+    "CHERRY_PICK_KEY": "branchwater.engine.graveler.picks",
+    "PARENT_KEY": "branchwater.engine.graveler.picks",
     "human_size": "branchwater.engine.units",
     "timestamp": "branchwater.engine.units",
 }

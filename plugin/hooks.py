@@ -60,16 +60,30 @@ class BranchwaterSettings:
             )
         return cls(
             kv_url=kv_url,
-            default_namespace=_extra_field(extra, "default_namespace"),
-            aws_conn_id=_extra_field(extra, "aws_conn_id"),
-            link_template=_extra_field(extra, "link_template"),
+            default_namespace=_extra_field(conn.conn_id, extra, "default_namespace"),
+            aws_conn_id=_extra_field(conn.conn_id, extra, "aws_conn_id"),
+            link_template=_extra_field(conn.conn_id, extra, "link_template"),
         )
 
 
-def _extra_field(extra: Mapping[str, Any], name: str) -> str | None:
-    """A form field from the connection's extra, stored plain or with the legacy prefix."""
-    value = extra.get(name) or extra.get(f"extra__{CONN_TYPE}__{name}")
-    return (str(value).strip() or None) if value else None
+def _extra_field(conn_id: str, extra: Mapping[str, Any], name: str) -> str | None:
+    """A form field from the connection's extra, stored plain or with the legacy prefix: text,
+    taken without the whitespace around it; null, absent or blank is unset. Any other value
+    (a list, a mapping, a number, a flag) is `ConfigurationError` naming the field and the
+    value's type, never the value, which may be a secret: turned into text, a list of
+    namespaces became the namespace "['file:///…']", and 0 or false went unset unnoticed."""
+    for key in (name, f"extra__{CONN_TYPE}__{name}"):
+        value = extra.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise ConfigurationError(
+                f"connection {conn_id!r}: the extra field {key!r} must be text, not "
+                f"{type(value).__name__}"
+            )
+        if value.strip():
+            return value.strip()
+    return None
 
 
 POLICY_FIELDS = {

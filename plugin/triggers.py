@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from branchwater.engine import Branch, CompactionStatus
 
 DEFAULT_POLL_INTERVAL = 30.0
+MAX_MISSING_BACKOFF = 300.0
+"""The longest wait (seconds) of the event trigger between polls of a branch that is gone."""
 T = TypeVar("T")
 
 BRANCH_GONE = "branch_gone"
@@ -191,6 +193,15 @@ class BranchwaterCommitEventTrigger(BranchPolling, BaseEventTrigger):
     triggerer moved past its event, so a restarted trigger reports what landed while it was
     down, and an event it was stopped right after is reported again (at least once). A
     trigger started afresh (or watching for several assets) starts from the current HEAD.
+
+    A branch or repository that is not there (deleted, not created yet) does not end the
+    trigger: ending it, or raising, would have the triggerer start it again at once, in a loop
+    that logs an error every time and never notices the branch come back. The trigger logs a
+    warning once, polls with a wait doubling from `poll_interval` up to ten of them (at most
+    five minutes), and watches the branch again once it is back, an event reporting its HEAD
+    if it is not the last one reported (a trigger that never saw the branch starts from the
+    HEAD it finds). Other errors (the lake unreachable, the connection undefined) end the
+    trigger, and the triggerer logs them and starts it again.
     """
 
     @property
@@ -216,19 +227,58 @@ class BranchwaterCommitEventTrigger(BranchPolling, BaseEventTrigger):
         except ValueError:
             return
 
-    def _head_after(self, hook: BranchwaterHook, last: str) -> str | None:
-        head = head_commit_id(hook, self.repository, self.branch)
-        return head if head != last else None
+    @property
+    def _max_backoff(self) -> float:
+        """The longest wait between polls of a branch (or repository) that is gone: ten poll
+        intervals, at most `MAX_MISSING_BACKOFF`, never less than one."""
+        return max(self.poll_interval, min(10 * self.poll_interval, MAX_MISSING_BACKOFF))
+
+    async def _head(self, hook: BranchwaterHook, other_than: str | None) -> str:
+        """The branch's HEAD once it is other than `other_than` (any HEAD when None), polled
+        every `poll_interval` seconds. While the branch or its repository is gone the
+        trigger waits for it to come back: it says so once in the log, then polls with a
+        wait doubling up to `_max_backoff`, and says so again when the branch is back."""
+        gone = False
+        wait = self.poll_interval
+        while True:
+            try:
+                head = await asyncio.to_thread(head_commit_id, hook, self.repository, self.branch)
+            except NotFound as exc:
+                if not gone:
+                    self.log.warning(
+                        "Branch %r of repository %r cannot be watched (%s: %s): waiting for "
+                        "it to be there again, polling at most every %gs",
+                        self.branch,
+                        self.repository,
+                        type(exc).__name__,
+                        exc,
+                        self._max_backoff,
+                    )
+                gone = True
+                await asyncio.sleep(wait)
+                wait = min(wait * 2, self._max_backoff)
+                continue
+            if gone:
+                self.log.info(
+                    "Branch %r of repository %r is there again, at %s: watching it",
+                    self.branch,
+                    self.repository,
+                    head,
+                )
+                gone, wait = False, self.poll_interval
+            if head != other_than:
+                return head
+            await asyncio.sleep(self.poll_interval)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = BranchwaterHook(self.branchwater_conn_id)
         try:
             last = await self._last_seen()
             if last is None:
-                last = await asyncio.to_thread(head_commit_id, hook, self.repository, self.branch)
+                last = await self._head(hook, None)
                 await self._remember(last)
             while True:
-                head = await poll(partial(self._head_after, hook, last), self.poll_interval)
+                head = await self._head(hook, last)
                 yield TriggerEvent(
                     {
                         "repository": self.repository,

@@ -15,6 +15,7 @@ from branchwater.engine import (
     InvalidArgument,
     MergeRaceLost,
     NoChanges,
+    NotFound,
 )
 from branchwater.plugin.links import BranchwaterCommitLink
 from branchwater.plugin.operators.base import (
@@ -23,6 +24,7 @@ from branchwater.plugin.operators.base import (
     Lineage,
     LineageDataset,
     declared_flag,
+    identity,
     made_earlier,
     run_metadata,
 )
@@ -41,6 +43,12 @@ ATTEMPTS_KEY = "merge_attempts"
 PUBLISH_ATTEMPTS = 5
 """How many previews a `preview_then_publish` merge publishes before it fails with the last
 lost publish's hint (a destination moving that often is better waited out by a task retry)."""
+FAST_FORWARD_KEY = "merge_fast_forward"
+"""Where a `fast_forward` merge keeps the commit it moved its destination to (the task's
+state store): a fast-forward records no commit for a retry to find."""
+FAST_FORWARD_KEYS = ("dag_id", "run_id", "map_index")
+"""The metadata naming the commits of one DAG run's map index: what a fast-forward merge
+looks for in its source's history, the commit task of its run having made it."""
 ON_NO_CHANGES = ("skip", "fail")
 """What a commit or merge that has nothing to record, and that this task did not make
 earlier, does: succeed without a commit, or fail at once."""
@@ -254,12 +262,13 @@ class BranchwaterMergeOperator(RecordingOperator):
             self._save_hint(context, lost.hint, source_id, into)
             raise
         except NoChanges as nothing:
-            head = repo.branch(into).head()
-            if self.fast_forward and head.id == source_id:  # a fast-forward records nothing
-                self.log.info("%s is at %s's commit already: %s", into, self.source_ref, head.id)
-                commit = head
+            if self.fast_forward:
+                commit = self.fast_forwarded_earlier(repo, into, nothing, context)
             else:
                 commit = self.already_recorded(repo, into, nothing, context)
+        else:
+            if result.fast_forward:
+                self._save_fast_forward(context, into, commit.id)
         if hint:
             self._forget_hint(context)
         self.record_commit(into, commit.id)
@@ -268,6 +277,81 @@ class BranchwaterMergeOperator(RecordingOperator):
             outputs=(LineageDataset(repo.name, into),),
         )
         return commit.id
+
+    def fast_forwarded_earlier(
+        self, repo: Repository, into: str, nothing: NoChanges, context: Context
+    ) -> Commit:
+        """What a `fast_forward` merge whose source `into` contains already stands for. A
+        fast-forward records no commit, so neither `into`'s HEAD (later work may have landed
+        since) nor the source's commit (a branch re-created from `into` by a rerun is at
+        another run's commit) is it. In order: the merge commit this task instance made
+        earlier, when `into` could not be fast-forwarded; the commit an earlier try
+        fast-forwarded `into` to (the task's state store); the newest commit of the source's
+        history that this DAG run made (same map index: a commit task's), which `into`
+        contains. Without any, this task's work cannot be told from other work on `into`:
+        `on_no_changes` decides, and the log says so."""
+        earlier = made_earlier(repo, into, context, self.lookup_depth)
+        if earlier is not None:
+            self.log.info("This task instance merged this already, in %s: %s", into, earlier.id)
+            return earlier
+        saved = self._saved_fast_forward(context, into)
+        if saved is not None and self._contains(repo, into, saved):
+            self.log.info("An earlier try fast-forwarded %s to %s", into, saved)
+            return repo.commit(saved)
+        ours = next(
+            repo.log(
+                self.source_ref,
+                where=identity(context, FAST_FORWARD_KEYS),
+                limit=1,
+                depth=self.lookup_depth,
+            ),
+            None,
+        )
+        if ours is not None and self._contains(repo, into, ours.id):
+            self.log.info(
+                "%s contains %s, which this DAG run made on %s: it is this fast-forward's commit",
+                into,
+                ours.id,
+                self.source_ref,
+            )
+            return ours
+        self.log.warning(
+            "Cannot tell which commit this task fast-forwarded %s to, if it did: no merge of "
+            "this task instance among the last %d commits of %s, no fast-forward recorded by "
+            "an earlier try, and no commit of this DAG run among the last %d of %s",
+            into,
+            self.lookup_depth,
+            into,
+            self.lookup_depth,
+            self.source_ref,
+        )
+        return self.without_commit(repo, into, nothing)
+
+    @staticmethod
+    def _contains(repo: Repository, branch: str, commit_id: str) -> bool:
+        """True when `commit_id` is in `branch`'s history."""
+        try:
+            return repo.merge_base(commit_id, branch).id == commit_id
+        except NotFound:
+            return False
+
+    def _saved_fast_forward(self, context: Context, into: str) -> str | None:
+        store = context.get("task_state_store")
+        saved = store.get(FAST_FORWARD_KEY) if store is not None else None
+        if isinstance(saved, dict) and (saved.get("source"), saved.get("into")) == (
+            self.source_ref,
+            into,
+        ):
+            commit_id = saved.get("commit")
+            return commit_id if isinstance(commit_id, str) else None
+        return None
+
+    def _save_fast_forward(self, context: Context, into: str, commit_id: str) -> None:
+        store = context.get("task_state_store")
+        if store is not None:
+            store.set(
+                FAST_FORWARD_KEY, {"source": self.source_ref, "into": into, "commit": commit_id}
+            )
 
     def merge(self, repo: Repository, into: str, hint: str | None, context: Context) -> MergeResult:
         """One merge through the engine, which retries lost races itself; with

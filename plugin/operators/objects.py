@@ -37,7 +37,8 @@ class BranchwaterUploadOperator(BranchwaterOperator):
 
     :param branch: the branch to stage on (templated)
     :param path: the object's path in the repository (templated)
-    :param data: the object's content, text or bytes (templated)
+    :param data: the object's content, text (str, written as UTF-8) or bytes (bytes,
+        bytearray, memoryview) (templated); anything else fails the task at once
     :param filename: a local file whose content is staged instead (templated)
     :param metadata: user metadata of the object (templated)
     :param if_absent: create the object only where the branch shows nothing at `path`
@@ -57,7 +58,7 @@ class BranchwaterUploadOperator(BranchwaterOperator):
         *,
         branch: str,
         path: str,
-        data: str | bytes | None = None,
+        data: str | bytes | bytearray | memoryview | None = None,
         filename: str | None = None,
         metadata: dict[str, str] | None = None,
         if_absent: bool = False,
@@ -72,11 +73,23 @@ class BranchwaterUploadOperator(BranchwaterOperator):
         self.if_absent = if_absent
 
     def content(self) -> bytes:
+        """The object's content: `data` as UTF-8 text or bytes, or `filename`'s. `data` of any
+        other type (an int or list a native-object template rendered, a dict) is refused
+        (`InvalidArgument`, failing the task at once): `bytes(3)` would be three NUL bytes,
+        `bytes([1, 2])` two bytes, `0` an empty object."""
         if (self.data is None) == (self.filename is None):
             raise InvalidArgument(f"task {self.task_id!r}: give exactly one of data and filename")
         if self.filename is not None:
             return Path(self.filename).read_bytes()
-        return self.data.encode() if isinstance(self.data, str) else bytes(self.data or b"")
+        data: object = self.data
+        if isinstance(data, str):
+            return data.encode()
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            return bytes(data)
+        raise InvalidArgument(
+            f"task {self.task_id!r}: data must be text (str) or bytes (bytes, bytearray, "
+            f"memoryview), not {type(data).__name__}"
+        )
 
     def execute_on(self, repo: Repository, context: Context) -> dict[str, Any]:
         entry = self.upload(repo.branch(self.branch), context)

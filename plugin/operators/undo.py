@@ -5,13 +5,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from branchwater.engine import InvalidArgument, NoChanges
+from branchwater.engine import (
+    CHERRY_PICK_KEY,
+    PARENT_KEY,
+    REVERT_KEY,
+    InvalidArgument,
+    NoChanges,
+)
 from branchwater.plugin.links import BranchwaterCommitLink
 from branchwater.plugin.operators.base import (
     BranchwaterOperator,
     Lineage,
     LineageDataset,
-    made_earlier,
+    identity,
     run_metadata,
 )
 from branchwater.plugin.operators.commits import RecordingOperator
@@ -21,6 +27,10 @@ if TYPE_CHECKING:
 
     from branchwater.engine import Commit, Repository
 
+PICK_KEY = "pick_target"
+"""Where a revert or cherry-pick keeps the commit its `commit` named on the first try (the
+task's state store): `commit="main"` names the revert itself once it has run, and a retry
+must look for the revert of the commit the first try meant, not revert the revert."""
 RESET_KEY = "reset_target"
 """Where a reset keeps the commit its `to` named on the first try (the task's state store):
 `to="main~1"` names another commit once the reset has run, and a retry must not go further."""
@@ -28,9 +38,12 @@ RESET_KEY = "reset_target"
 
 class _PickOperator(RecordingOperator):
     """Revert and cherry-pick: a commit this task instance made on `branch` earlier (a try
-    that lost its worker after the engine call, a rerun of the DAG run) is the result, found
-    before anything is merged, since doing it again would not always be a no-op (a revert
-    of a commit whose paths changed since conflicts)."""
+    that lost its worker after the engine call, a rerun of the DAG run) reverting or picking
+    the same commit against the same parent is the result, found before anything is merged,
+    since doing it again would not always be a no-op (a revert of a commit whose paths
+    changed since conflicts). `commit` is resolved once, on the first try, and kept in the
+    task's state store, so that a retry looks for the work on the commit the first try
+    meant (`commit="main"` names the revert itself by then)."""
 
     kind: Literal["revert", "cherry-pick"]
     template_fields: Sequence[str] = (
@@ -65,11 +78,14 @@ class _PickOperator(RecordingOperator):
         self.allow_dirty = allow_dirty
 
     def execute_on(self, repo: Repository, context: Context) -> str:
-        made = made_earlier(repo, self.branch, context, self.lookup_depth)
+        target = self._target(repo, context)
+        made = self._made_earlier(repo, target, context)
         if made is not None:
-            self.log.info("This task instance made this %s already: %s", self.kind, made.id)
+            self.log.info(
+                "This task instance made this %s of %s already: %s", self.kind, target, made.id
+            )
         else:
-            made = self._pick(repo, context)
+            made = self._pick(repo, target, context)
         self.record_commit(self.branch, made.id)
         self.lineage = Lineage(
             inputs=(LineageDataset(repo.name, self.commit),),
@@ -77,12 +93,39 @@ class _PickOperator(RecordingOperator):
         )
         return made.id
 
-    def _pick(self, repo: Repository, context: Context) -> Commit:
+    def _target(self, repo: Repository, context: Context) -> str:
+        """The id of the commit to revert or pick: the one the first try resolved `commit`
+        to (kept in the task's state store), else what `commit` names now, kept."""
+        store = context.get("task_state_store")
+        saved = store.get(PICK_KEY) if store is not None else None
+        key = {"repository": repo.name, "branch": self.branch, "commit": self.commit}
+        if isinstance(saved, dict) and {k: saved.get(k) for k in key} == key:
+            return str(saved["target"])
+        target = repo.ref(self.commit).commit_id
+        if store is not None:
+            store.set(PICK_KEY, {**key, "target": target})
+        return target
+
+    def _made_earlier(self, repo: Repository, target: str, context: Context) -> Commit | None:
+        """The newest commit of `branch`'s history that this task instance made reverting or
+        picking `target` against the same `parent` (its metadata says which: the engine's
+        `branchwater.revert` / `branchwater.cherry_pick` and `branchwater.parent`), among the
+        newest `lookup_depth`. A commit it made for another commit (a rerun given another
+        one to undo) is not this work."""
+        key = REVERT_KEY if self.kind == "revert" else CHERRY_PICK_KEY
+        where = {**identity(context), key: target}
+        parent = None if self.parent is None else str(self.parent)
+        for made in repo.log(self.branch, where=where, depth=self.lookup_depth):
+            if made.metadata.get(PARENT_KEY) == parent:
+                return made
+        return None
+
+    def _pick(self, repo: Repository, target: str, context: Context) -> Commit:
         operation = repo.revert if self.kind == "revert" else repo.cherry_pick
         try:
             result = operation(
                 self.branch,
-                self.commit,
+                target,
                 self.parent,
                 message=self.message,
                 metadata={**self.metadata, **run_metadata(context)},

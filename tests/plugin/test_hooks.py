@@ -70,6 +70,44 @@ def test_an_extra_that_is_not_a_json_object_is_refused(
         BranchwaterHook("bw_extra").settings  # noqa: B018
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "type_name"),
+    [
+        ("default_namespace", ["file:///secret/ns"], "list"),
+        ("aws_conn_id", {"id": "secret-aws"}, "dict"),
+        ("link_template", 0, "int"),
+        ("link_template", False, "bool"),
+        ("extra__branchwater__default_namespace", 7.5, "float"),
+    ],
+)
+def test_an_extra_field_that_is_not_text_is_refused_naming_its_type_not_its_value(
+    monkeypatch: pytest.MonkeyPatch, field: str, value: object, type_name: str
+) -> None:
+    """`str(value)` made a list the namespace "['file:///…']" and a dict the AWS connection
+    "{'id': …}"; 0 and false unset the link template unnoticed."""
+    set_connection(
+        monkeypatch, "bw_typed", "branchwater", password="sqlite:///x.db", extra={field: value}
+    )
+    with pytest.raises(ConfigurationError) as refused:
+        BranchwaterHook("bw_typed").settings  # noqa: B018
+    message = str(refused.value)
+    assert message == (
+        f"connection 'bw_typed': the extra field {field!r} must be text, not {type_name}"
+    )
+    assert "secret" not in message
+
+
+def test_extra_fields_null_or_blank_are_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    set_connection(
+        monkeypatch,
+        "bw_unset",
+        "branchwater",
+        password="sqlite:///x.db",
+        extra={"default_namespace": None, "aws_conn_id": " ", "link_template": ""},
+    )
+    assert BranchwaterHook("bw_unset").settings == BranchwaterSettings(kv_url="sqlite:///x.db")
+
+
 def test_the_lake_opens_on_first_use_once_per_hook(lake_conn: LakeConnection) -> None:
     BranchwaterHook("not_defined_yet")
     hook = BranchwaterHook()

@@ -642,3 +642,50 @@ def test_mapped_merges_running_at_once_all_land(
     ]
     history = {c.id for c in repo.log("main")}
     assert set(merged.values()) <= history
+
+
+def test_upload_data_of_another_type_than_text_or_bytes_fails_at_once_naming_it(
+    run_dag: RunDag, lake_conn: LakeConnection, repo: Repository, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """`bytes(data)` wrote three NUL bytes for a count a native-object template rendered, two
+    bytes for a list, an empty object for 0, and a dict's TypeError burned every retry."""
+    from airflow.sdk import task
+
+    names = {"repository": repo.name, "branch": "main", "retries": 2, "retry_delay": timedelta(0)}
+    refused = {"count": "{{ ti.xcom_pull(task_ids='rows') }}", "ints": [1, 2], "zero": 0}
+    with DAG("bw_upload_types", schedule=None, render_template_as_native_obj=True) as dag:
+
+        @task
+        def rows() -> int:
+            return 3
+
+        counted = rows()
+        for name, data in {**refused, "mapping": {"a": 1}}.items():
+            upload = BranchwaterUploadOperator(task_id=name, path=f"{name}.bin", data=data, **names)
+            counted >> upload
+        BranchwaterUploadOperator(
+            task_id="bytearray", path="ba.bin", data=bytearray(b"\x00ab"), **names
+        )
+        BranchwaterUploadOperator(
+            task_id="memoryview", path="mv.bin", data=memoryview(b"mv"), **names
+        )
+
+    result = run_dag(dag)
+
+    output = capfd.readouterr().out
+    failed = {*refused, "mapping"}
+    assert {t: s for t, s in result.states.items() if s == "failed"} == dict.fromkeys(
+        failed, "failed"
+    )
+    for name, type_name in [("count", "int"), ("ints", "list"), ("zero", "int")]:
+        assert result.tries[name] == 1, name
+        assert (
+            f"InvalidArgument: task {name!r}: data must be text (str) or bytes (bytes, "
+            f"bytearray, memoryview), not {type_name}"
+        ) in output
+    assert result.tries["mapping"] == 1
+    assert "task 'mapping': data must be text (str) or bytes" in output
+    main = repo.branch("main")
+    assert {e.path for e in main.list()} == {"base.csv", "ba.bin", "mv.bin"}
+    assert main.read("ba.bin") == b"\x00ab"
+    assert main.read("mv.bin") == b"mv"

@@ -5,7 +5,7 @@ merge, all end `success` with the commit and merge of one good run, and no branc
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -233,3 +233,84 @@ def test_the_search_for_an_earlier_commit_is_bounded_and_on_no_changes_fail_says
     assert shallow.state == "success", shallow.states
     assert history(repo) == before
     assert [b.name for b in repo.branches()] == ["main"]
+
+
+class FastForward(BranchwaterMergeOperator):
+    """The README's merge with `fast_forward=True`: no merge commit, nothing recorded."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**{**kwargs, "fast_forward": True})
+
+
+def test_a_fast_forward_merge_rerun_after_a_later_day_returns_its_own_days_commit(
+    run_dag: RunDag, lake_conn: LakeConnection, exports: Path
+) -> None:
+    """Day 1's rerun re-creates its branch at day 2's commit, which `main` is at: the merge
+    finds its source contained and returned `main`'s HEAD, day 2's commit."""
+    first = run_dag(daily_orders(exports, merge=FastForward), logical_date=DAY1)
+    assert first.state == "success", first.states
+    assert first.value("merge") == first.value("commit")
+    second = run_dag(daily_orders(exports, merge=FastForward), logical_date=DAY2)
+    assert second.state == "success", second.states
+    repo = lake_conn.lake.repository(REPOSITORY)
+    before = history(repo)
+    assert before[0] == second.value("merge") == second.value("commit")
+
+    rerun = run_dag(daily_orders(exports, merge=FastForward), logical_date=DAY1)
+
+    assert rerun.state == "success", rerun.states
+    assert rerun.run_id == first.run_id
+    assert rerun.value("commit") == first.value("commit")
+    assert rerun.value("merge") == first.value("merge")
+    assert history(repo) == before
+    assert [b.name for b in repo.branches()] == ["main"]
+
+
+class FastForwardThenMainMoves(FastForward):
+    """Retried; its first try fast-forwards `main`, someone else commits on `main`, and the
+    worker is lost before Airflow records the result."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**{**kwargs, "retries": 1, "retry_delay": timedelta(seconds=0)})
+
+    def execute_on(self, repo: Repository, context: Context) -> Any:
+        result = super().execute_on(repo, context)
+        if context["ti"].try_number == 1:
+            elsewhere(repo)
+            raise RuntimeError("worker lost after the fast-forward")
+        return result
+
+
+class FastForwardLostBeforeItsRecord(FastForwardThenMainMoves):
+    """As above, the worker lost right after the engine's fast-forward, before the task kept
+    it in its state store: the retry finds it in the source's history."""
+
+    def execute_on(self, repo: Repository, context: Context) -> Any:
+        return BranchwaterMergeOperator.execute_on(self, repo, context)
+
+    def merge(self, repo: Repository, into: str, hint: str | None, context: Context) -> Any:
+        result = super().merge(repo, into, hint, context)
+        if context["ti"].try_number == 1:
+            elsewhere(repo)
+            raise RuntimeError("worker lost right after the fast-forward")
+        return result
+
+
+def elsewhere(repo: Repository) -> str:
+    main = repo.branch("main")
+    main.upload("elsewhere.csv", b"elsewhere")
+    return main.commit("someone else's commit").id
+
+
+@pytest.mark.parametrize("merge", [FastForwardThenMainMoves, FastForwardLostBeforeItsRecord])
+def test_a_fast_forward_merge_retried_after_main_moved_on_returns_its_own_commit(
+    run_dag: RunDag, lake_conn: LakeConnection, exports: Path, merge: type
+) -> None:
+    result = run_dag(daily_orders(exports, merge=merge), logical_date=DAY1)
+
+    assert result.state == "success", result.states
+    assert result.tries["merge"] == 2
+    repo = lake_conn.lake.repository(REPOSITORY)
+    head = repo.branch("main").head()
+    assert head.message == "someone else's commit"
+    assert result.value("merge") == result.value("commit") == head.parents[0]

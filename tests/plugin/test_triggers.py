@@ -236,3 +236,62 @@ def test_an_asset_watched_by_the_event_trigger_schedules_a_dag() -> None:
     assert BranchwaterCommitEventTrigger.hash(classpath, kwargs) == (
         BranchwaterCommitEventTrigger.hash(*round_trip(trigger).serialize())
     )
+
+
+def test_the_event_trigger_waits_out_a_branch_deleted_and_re_created(
+    lake_conn: LakeConnection, repo: Repository, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """An asset watcher's trigger that raised (`BranchGone`) was started again by the
+    triggerer at once, raising again; it logs once, keeps polling with backoff, and reports
+    the re-created branch's HEAD."""
+    start = repo.create_branch("etl").commit_id
+    trigger = round_trip(
+        BranchwaterCommitEventTrigger(repository=repo.name, branch="etl", poll_interval=0.05)
+    )
+
+    def re_create() -> str:
+        branch = repo.create_branch("etl")
+        branch.upload("again.csv", b"again")
+        return branch.commit("again").id
+
+    async def scenario() -> tuple[list[TriggerEvent], str]:
+        listening = asyncio.create_task(events(trigger, 1))
+        await asyncio.sleep(0.3)
+        await asyncio.to_thread(repo.delete_branch, "etl")
+        await asyncio.sleep(1.5)  # polls doubling from 0.05 s to 0.5 s: about seven
+        assert not listening.done()
+        head = await asyncio.to_thread(re_create)
+        return await asyncio.wait_for(listening, 10), head
+
+    (event,), head = asyncio.run(scenario())
+
+    assert event.payload["commit_id"] == head
+    assert event.payload["previous_commit_id"] == start
+    said = capfd.readouterr().out.splitlines()
+    gone = [line for line in said if "cannot be watched" in line]
+    assert len(gone) == 1, said
+    assert "Branch 'etl' of repository" in gone[0]
+    assert "(BranchGone: branch 'etl' not found" in gone[0]
+    assert any("Branch 'etl' of repository" in line and "is there again" in line for line in said)
+
+
+def test_the_event_trigger_of_a_repository_not_created_yet_waits_for_it(
+    lake_conn: LakeConnection,
+) -> None:
+    """A trigger that never saw its branch starts from the HEAD it first finds."""
+    trigger = BranchwaterCommitEventTrigger(repository="later", branch="main", poll_interval=0.05)
+
+    async def scenario() -> tuple[list[TriggerEvent], str, str]:
+        listening = asyncio.create_task(events(trigger, 1))
+        await asyncio.sleep(0.5)
+        assert not listening.done()
+        created = await asyncio.to_thread(
+            lake_conn.lake.create_repository, "later", f"{lake_conn.namespace}/later"
+        )
+        first = created.branch("main").commit_id
+        await asyncio.sleep(1.5)  # its wait is at most 0.5 s: it has taken `first` as its start
+        head = await asyncio.to_thread(commit_on_main, created, "new.csv")
+        return await asyncio.wait_for(listening, 10), first, head
+
+    (event,), first, head = asyncio.run(scenario())
+    assert (event.payload["previous_commit_id"], event.payload["commit_id"]) == (first, head)

@@ -129,6 +129,68 @@ def test_a_revert_and_a_cherry_pick_retried_after_their_work_commit_once(
     assert [c.id for c in repo.log("main")] == history
 
 
+def test_a_rerun_given_other_commits_to_revert_and_pick_does_so(
+    run_dag: RunDag, lake_conn: LakeConnection, repo: Repository
+) -> None:
+    """Run 1 reverts bad1 and picks fix1; its rerun, given bad2 and fix2, found run 1's
+    commits ("made this revert already") and left bad2 on main without fix2."""
+    repo.create_branch("fix")
+    fixes = [commit(repo, "fix", name, **{f"{name}.csv": name.encode()}) for name in ("f1", "f2")]
+    bads = [commit(repo, "main", name, **{f"{name}.csv": name.encode()}) for name in ("b1", "b2")]
+    with DAG("bw_undo_other", schedule=None, params={"bad": bads[0], "fix": fixes[0]}) as dag:
+        BranchwaterRevertOperator(
+            task_id="revert", repository=repo.name, branch="main", commit="{{ params.bad }}"
+        ) >> BranchwaterCherryPickOperator(
+            task_id="pick", repository=repo.name, branch="main", commit="{{ params.fix }}"
+        )
+    main = repo.branch("main")
+
+    first = run_dag(dag, logical_date=DAY)
+    assert first.state == "success", first.states
+    assert {e.path for e in main.list()} == {"base.csv", "b2.csv", "f1.csv"}
+
+    other = {"bad": bads[1], "fix": fixes[1]}
+    rerun = run_dag(dag, other, logical_date=DAY)
+
+    assert rerun.state == "success", rerun.states
+    assert rerun.run_id == first.run_id
+    reverted, picked = repo.commit(rerun.value("revert")), repo.commit(rerun.value("pick"))
+    assert reverted.metadata[REVERT_KEY] == bads[1]
+    assert picked.metadata[CHERRY_PICK_KEY] == fixes[1]
+    assert {e.path for e in main.list()} == {"base.csv", "f1.csv", "f2.csv"}
+    history = [c.id for c in repo.log("main")]
+    assert history[:2] == [picked.id, reverted.id]
+    again = run_dag(dag, other, logical_date=DAY)
+    assert again.state == "success", again.states
+    assert (again.value("revert"), again.value("pick")) == (reverted.id, picked.id)
+    assert [c.id for c in repo.log("main")] == history
+
+
+class FlakyRevertOfHead(LosesWorkerAfterwards, BranchwaterRevertOperator):
+    pass
+
+
+def test_a_revert_of_a_moving_ref_retried_after_its_work_does_not_revert_its_revert(
+    run_dag: RunDag, lake_conn: LakeConnection, repo: Repository
+) -> None:
+    """`commit="main"` names the revert itself once it ran: the retry looks for the revert
+    of the commit its first try resolved, kept in the task's state store."""
+    bad = commit(repo, "main", "bad", **{"bad.csv": b"bad"})
+    with DAG("bw_revert_head", schedule=None) as dag:
+        FlakyRevertOfHead(
+            task_id="revert", repository=repo.name, branch="main", commit="main", **RETRY
+        )
+
+    result = run_dag(dag)
+
+    assert result.state == "success", result.states
+    assert result.tries["revert"] == 2
+    reverted = repo.branch("main").head()
+    assert result.value("revert") == reverted.id
+    assert reverted.metadata[REVERT_KEY] == bad
+    assert reverted.parents == (bad,)
+
+
 def test_a_reset_retried_after_its_work_stays_at_the_commit_it_first_resolved(
     run_dag: RunDag, lake_conn: LakeConnection, repo: Repository
 ) -> None:
