@@ -190,7 +190,7 @@ def _preview(
     branch is written, so a dirty destination is refused rather than sealed."""
     branch, _ = g.refs.get_branch(repo, destination)
     if g.has_uncommitted(branch):
-        _check_clean(g, repo, destination, plan.verb)
+        _check_clean(g, repo, branch, plan.verb)
     head = g.refs.get_commit(repo, branch.commit_id)
     if previous is not None and plan.reuses_exactly(g, repo, head, previous):
         attempt = _next_attempt(g, repo, head, previous, plan.strategy, plan.sides)
@@ -521,7 +521,7 @@ def ready_destination(
     branch, predicate = g.refs.get_branch(repo, name)
     if allow_dirty or not g.has_uncommitted(branch):
         return branch, predicate
-    _check_clean(g, repo, name, verb)
+    _check_clean(g, repo, branch, verb)
     if g.staging.is_empty(branch.staging_token):
         return branch, predicate
     sealed = sealing(repo, branch)
@@ -529,17 +529,25 @@ def ready_destination(
         return None
     opened.append(sealed.staging_token)
     failpoints.hit("merge.after_seal")
-    _check_clean(g, repo, name, verb)
+    _check_clean(g, repo, sealed, verb)
     current, predicate = g.refs.get_branch(repo, name)
     return (current, predicate) if current == sealed else None
 
 
-def _check_clean(g: Graveler, repo: RepositoryRecord, name: str, verb: str) -> None:
-    if next(iter(uncommitted_changes(g, repo, name)), None) is not None:
-        raise DirtyBranch(
-            f"branch {name!r} of {repo.name!r} has uncommitted changes: commit or reset it "
-            f"before {verb}"
-        )
+def _check_clean(g: Graveler, repo: RepositoryRecord, branch: BranchRecord, verb: str) -> None:
+    """`DirtyBranch` where the branch shows uncommitted changes; on a branch that takes no
+    direct commits (writes acknowledged before it was protected), reset is the way out."""
+    if next(iter(uncommitted_changes(g, repo, branch.name)), None) is None:
+        return
+    rule = protection.decode_stamp(branch.protection).first("no_direct_writes")
+    way_out = (
+        "commit or reset it"
+        if rule is None
+        else f"reset it (it takes no direct commits: protected by {rule.pattern!r})"
+    )
+    raise DirtyBranch(
+        f"branch {branch.name!r} of {repo.name!r} has uncommitted changes: {way_out} before {verb}"
+    )
 
 
 def moved_to(branch: BranchRecord, commit_id: str) -> BranchRecord:

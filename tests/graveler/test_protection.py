@@ -22,6 +22,7 @@ import pytest
 from branchwater.engine import (
     BranchProtected,
     ChecksMissing,
+    DirtyBranch,
     InvalidArgument,
     Lake,
     NotFound,
@@ -158,6 +159,22 @@ def test_merges_and_fast_forwards_land_on_a_branch_that_refuses_direct_writes(
     merged = repo.merge("dev", into="main", fast_forward=False)
     assert repo.branch("main").stat("d").checksum == dev.stat("d").checksum
     assert merged.commit.parents[1] == dev.head().id
+
+
+def test_a_merge_into_a_protected_branch_dirty_from_before_the_rule_says_to_reset(
+    repo: Repository,
+) -> None:
+    """Writes acknowledged before the rule stay staged; a commit is refused, so the merge's
+    advice is the reset that drops them."""
+    repo.branch("main").upload("staged-before", b"x")
+    protect_all(repo)
+    with pytest.raises(
+        DirtyBranch, match=r"reset it \(it takes no direct commits: protected by 'main'\)"
+    ):
+        repo.merge("dev", into="main", fast_forward=False)
+    repo.branch("dev").upload("d", b"d")
+    with pytest.raises(DirtyBranch, match="commit or reset it"):
+        repo.merge("main", into="dev", fast_forward=False)
 
 
 def test_revert_lands_on_a_protected_branch_through_a_merge(repo: Repository) -> None:
