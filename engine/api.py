@@ -30,7 +30,12 @@ from branchwater.engine.gc.retention import rules as retention_rules
 from branchwater.engine.gc.retention.expired import check_live
 from branchwater.engine.gc.retention.expiry import Retention, repository_retention
 from branchwater.engine.gc.retention.rules import GCRules
-from branchwater.engine.gc.runlock import DEFAULT_LEASE, GCRunLease, acquire_run_lease
+from branchwater.engine.gc.runlock import (
+    DEFAULT_LEASE,
+    GCRunLease,
+    acquire_run_lease,
+    refuse_while_running,
+)
 from branchwater.engine.gc.settings import GCSettings
 from branchwater.engine.gc.tokens import PhysicalAddress
 from branchwater.engine.graveler import branches as branch_ops
@@ -499,10 +504,16 @@ class Repository:
     def restore_refs(self, path: str | Path) -> int:
         """Load a dump into this repository, which must still be bare (only its first commit);
         a damaged or incomplete dump raises `CorruptedData` and restores nothing. A restore
-        stopped part-way is finished by running it again with the same dump."""
+        stopped part-way is finished by running it again with the same dump. Refused
+        (`GCRunLocked`) while a GC run holds the repository; a GC mark made before a
+        restore ended is not swept (`StaleGCMark`): its commits name objects the mark took
+        for garbage."""
         from branchwater.engine.graveler.dump import restore_refs
 
-        return restore_refs(self._g, self.record, _local_path(path, "restore_refs"))
+        def no_gc_run() -> None:
+            refuse_while_running(self._g.kv, self.record, self.lake.gc.clock)
+
+        return restore_refs(self._g, self.record, _local_path(path, "restore_refs"), no_gc_run)
 
     def committed_layout(self) -> CommittedLayout:
         """Every commit's metarange and where the Parquet files are, for a GC job that reads

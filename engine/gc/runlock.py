@@ -200,6 +200,15 @@ def _locked(repo: RepositoryRecord, held: LeaseRecord) -> GCRunLocked:
     )
 
 
+def refuse_while_running(kv: Store, repo: RepositoryRecord, clock: Clock) -> None:
+    """`GCRunLocked` while a GC run holds the repository's lease, naming it: for an
+    operation a run's mark cannot see (a restore of refs) and that must not interleave with
+    its sweep."""
+    held = GCRunLease(kv, repo, clock, DEFAULT_LEASE).current()
+    if held is not None and held.live(clock()):
+        raise _locked(repo, held)
+
+
 def acquire_run_lease(
     kv: Store, repo: RepositoryRecord, clock: Clock, holder: str, ttl: timedelta = DEFAULT_LEASE
 ) -> GCRunLease:

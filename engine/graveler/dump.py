@@ -16,13 +16,16 @@ commit, and a retry accepts those records, identical, and nothing else.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import hashlib
 import json
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from branchwater.engine.errors import (
@@ -46,11 +49,41 @@ from branchwater.engine.graveler.model import (
 from branchwater.engine.graveler.names import check_ref_name
 from branchwater.engine.graveler.refs import commit_id_for
 from branchwater.engine.graveler.staging import new_staging_token
+from branchwater.engine.kv import Store
 
 FORMAT = "branchwater-refs/1"
 RESTORE_KEY = b"refs-restore"
 """In a repository's partition while a restore writes: its `_Started`. Removed after the last
 write, so a finished restore leaves a repository that is not bare, as any other does."""
+RESTORED_KEY = b"refs-restored"
+"""When the repository's latest restore ended (ISO, the restoring process's clock), written
+before `RESTORE_KEY` goes: its records name objects no GC mark made before then saw held
+(`restores`)."""
+
+
+@dataclass(frozen=True)
+class Restores:
+    """What a GC sweep must know of restores of refs: one under way, or when the latest
+    ended. A restore's commits and refs name objects that sat unreferenced in the namespace
+    until they were written, so a mark made before them would delete what they hold."""
+
+    under_way: bool
+    ended: datetime | None
+
+
+def restores(kv: Store, repo: RepositoryRecord) -> Restores:
+    try:
+        kv.get(repo.partition, RESTORE_KEY)
+        under_way = True
+    except NotFound:
+        under_way = False
+    try:
+        ended: datetime | None = datetime.fromisoformat(
+            kv.get(repo.partition, RESTORED_KEY).value.decode()
+        )
+    except NotFound:
+        ended = None
+    return Restores(under_way, ended)
 
 
 def dump_refs(g: Graveler, repo: RepositoryRecord, path: Path) -> int:
@@ -135,7 +168,17 @@ class _Started:
         return json.dumps(dataclasses.asdict(self), sort_keys=True).encode()
 
 
-def restore_refs(g: Graveler, repo: RepositoryRecord, path: Path) -> int:
+def restore_refs(
+    g: Graveler,
+    repo: RepositoryRecord,
+    path: Path,
+    before_writes: Callable[[], None] = lambda: None,
+) -> int:
+    """Restore the dump at `path`; `before_writes` runs once the restore is marked under way
+    (`RESTORE_KEY`), before its first record: the API's refuses while a GC run holds the
+    repository. Marked first, then checked, as a sweep takes its lease and then reads the
+    mark: of the two, at least one sees the other. Refused there, a restore that made the
+    mark takes it back."""
     dump = _read(path)
     _check_metaranges(g, repo, path, dump.commits)
     _check_default_branch_untagged(repo, path, dump)
@@ -143,6 +186,13 @@ def restore_refs(g: Graveler, repo: RepositoryRecord, path: Path) -> int:
     for name, commit_id in dump.branches:
         _check_may_move(g, repo, name, commit_id)
     _mark_started(g, repo, started, predicate)
+    try:
+        before_writes()
+    except BaseException:
+        if predicate is None:
+            with contextlib.suppress(NotFound, PredicateFailed):
+                g.kv.delete_if(repo.partition, RESTORE_KEY, started.encode())
+        raise
     claim(g, repo, *_targets(dump))
     for commit in dump.commits:
         g.refs.put_commit(repo, commit)
@@ -152,6 +202,7 @@ def restore_refs(g: Graveler, repo: RepositoryRecord, path: Path) -> int:
     for name, commit_id in dump.branches:
         claim_again(g, repo, commit_id)
         _restore_branch(g, repo, name, commit_id)
+    g.kv.set(repo.partition, RESTORED_KEY, datetime.now(UTC).isoformat().encode())
     g.kv.delete(repo.partition, RESTORE_KEY)
     return len(dump.commits) + len(dump.tags) + len(dump.branches)
 

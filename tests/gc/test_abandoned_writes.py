@@ -16,28 +16,8 @@ from branchwater.engine import GateFailed
 from branchwater.engine.api import Repository
 from branchwater.engine.gc.runs import files, statuses
 from branchwater.engine.gc.runs.config import JobConfig
-from branchwater.engine.gc.runs.storage import Namespace
 from branchwater.engine.gc.runs.sweeps import ABANDONED_WRITES, sweep_without_spark
-from tests.helpers.gc import run_summary
-
-RUN_ID = "18f2a9c3b7d1-a1b2c3"
-
-
-def saved_mark(repo: Repository, min_age: timedelta, **fields: Any) -> Namespace:
-    """A mark with nothing to delete, saved in `repo`'s namespace as the GC job saves one."""
-    ns = Namespace.of(repo.storage_namespace)
-    mark: dict[str, Any] = {
-        "run_id": RUN_ID,
-        "repository": repo.name,
-        "repository_id": repo.record.unique_id,
-        "storage_namespace": repo.storage_namespace,
-        "dry_run": False,
-        "gate_success": True,
-        "min_age_seconds": min_age.total_seconds(),
-    }
-    summary = run_summary(**{**mark, **fields})
-    files.write_summary(ns, summary)
-    return ns
+from tests.helpers.gc import RUN_ID, saved_mark
 
 
 def left_write(repo: Repository, folder: str, age: timedelta, size: int = 100) -> Path:

@@ -215,3 +215,24 @@ def age_claims(repo: Repository) -> None:
             break
         if b"claimed" in item.value:
             kv.set_if(repo.record.partition, item.key, aged, item.value)
+
+
+RUN_ID = "18f2a9c3b7d1-a1b2c3"
+"""The run of `saved_mark`."""
+
+
+def saved_mark(repo: Repository, min_age: timedelta, **fields: Any) -> Namespace:
+    """A mark with nothing to delete, saved in `repo`'s namespace as the GC job saves one."""
+    ns = Namespace.of(repo.storage_namespace)
+    mark: dict[str, Any] = {
+        "run_id": RUN_ID,
+        "repository": repo.name,
+        "repository_id": repo.record.unique_id,
+        "storage_namespace": repo.storage_namespace,
+        "dry_run": False,
+        "gate_success": True,
+        "min_age_seconds": min_age.total_seconds(),
+    }
+    summary = run_summary(**{**mark, **fields})
+    files.write_summary(ns, summary)
+    return ns

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any, Protocol
 
-from branchwater.engine.errors import BranchwaterError, InvalidArgument
+from branchwater.engine.errors import BranchwaterError, InvalidArgument, StaleGCMark
 from branchwater.engine.gc.addresses import DATA_PREFIX, SPECIAL_PREFIX
 from branchwater.engine.gc.runlock import GCRunLease
 from branchwater.engine.gc.runs import files, report, statuses
@@ -26,6 +26,8 @@ from branchwater.engine.gc.runs.events import Events
 from branchwater.engine.gc.runs.pruning import prune_quietly
 from branchwater.engine.gc.runs.retention import rearm_before_sweep, record_swept
 from branchwater.engine.gc.runs.storage import Namespace, missing_ok_json
+from branchwater.engine.graveler.dump import restores
+from branchwater.engine.graveler.fence import OPERATION_MARGIN
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import RepositoryRecord
 from branchwater.engine.objects.store import Discarded
@@ -119,6 +121,7 @@ def sweep_mark(
     emit = events or (lambda event: None)
     g, record = repo.lake.graveler, repo.record
     files.check_sweepable(summary)
+    check_no_restore_since(g, record, summary)
     rearm_before_sweep(g, record, ns, summary)
     lease.check()
     recorded, per_slice = delete(summary)
@@ -128,6 +131,31 @@ def sweep_mark(
     if expired:
         emit({"event": "notice", "message": f"{expired} commits recorded as expired"})
     return summary
+
+
+def check_no_restore_since(
+    g: Graveler, record: RepositoryRecord, summary: files.RunSummary
+) -> None:
+    """`StaleGCMark` when refs were restored into the repository since the mark's prepare
+    began (within the operation margin), or a restore is under way: its commits and refs
+    name objects that sat unreferenced in the namespace when the mark looked. Read under
+    the run's lease, which a restore checks after marking itself under way."""
+    restored = restores(g.kv, record)
+    began = datetime.fromisoformat(summary.prepare_started_at)
+    began = began if began.tzinfo is not None else began.replace(tzinfo=timezone.utc)
+    if restored.under_way:
+        raise StaleGCMark(
+            f"GC mark {summary.run_id} of {record.name!r} was not swept: a restore of refs is "
+            "under way, whose commits may hold objects the mark took for garbage; run GC "
+            "again once the restore has ended"
+        )
+    if restored.ended is not None and restored.ended > began - OPERATION_MARGIN:
+        raise StaleGCMark(
+            f"GC mark {summary.run_id} of {record.name!r} was not swept: refs were restored "
+            f"at {restored.ended.isoformat(timespec='seconds')}, after the mark began "
+            f"({began.isoformat(timespec='seconds')}), and their commits may hold objects it "
+            "took for garbage; run GC again for a new mark"
+        )
 
 
 def abandoned_age(summary: files.RunSummary) -> timedelta:
