@@ -126,8 +126,14 @@ def check_commit_arguments(
     if not isinstance(committer, str):
         raise InvalidArgument(f"committer must be a string, not {type(committer).__name__}")
     if sized:
-        _check_size("a commit message", len(message.encode(errors="replace")))
-        _check_size("a committer", len(committer.encode(errors="replace")))
+        for what, text in (("a commit message", message), ("committer", committer)):
+            if not is_unicode(text):
+                raise InvalidArgument(
+                    f"{what} must be valid Unicode: {text[:64]!r} holds a lone surrogate "
+                    "(text decoded with errors='surrogateescape'?)"
+                )
+        _check_size("a commit message", len(message.encode()))
+        _check_size("a committer", len(committer.encode()))
     return check_metadata(metadata, sized=sized)
 
 

@@ -138,6 +138,24 @@ def test_a_commit_message_or_committer_over_what_a_record_holds_is_refused_befor
     assert "KiB a record holds" in str(error)
 
 
+@pytest.mark.parametrize("argument", ["message", "committer"])
+def test_a_commit_message_or_committer_with_a_lone_surrogate_is_refused_before_sealing(
+    repo: Repository, tmp_path: Path, argument: str
+) -> None:
+    """It was recorded, and every `log` after failed to encode it."""
+    main = repo.branch("main")
+    main.upload("a", b"a")
+    arguments = {"message": "m", "committer": "c", argument: "bad \udcff byte"}
+    error = refused(repo, tmp_path, lambda: main.commit(**arguments))
+    assert "lone surrogate" in str(error)
+    merge = {"message": "m", argument: "bad \udcff byte"} if argument == "message" else {}
+    if merge:
+        repo.create_branch("dev").upload("b", b"b")
+        repo.branch("dev").commit("b")
+        error = refused(repo, tmp_path, lambda: repo.merge("dev", into="main", **merge))
+        assert "lone surrogate" in str(error)
+
+
 def flag_calls(repo: Repository) -> dict[str, tuple[str, Callable[[Any], object]]]:
     """Every public call that takes a bool flag, by flag, each ready to change something but
     for it: `main` has a commit and a staged object, `dev` a commit to merge."""
