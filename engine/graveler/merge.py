@@ -124,6 +124,10 @@ def merge_hint(
     return f"{at.metarange_id}@{at.onto_commit_id}.{short_tag(lake_key(g.refs.kv), text)}"
 
 
+SHOWN_HINT = 200
+"""Characters of a hint a warning shows: a real one is about 150; a forged one may be huge."""
+
+
 def split_hint(hint: str) -> tuple[str, str, str] | None:
     """The metarange, the commit it merged onto and the tag of text shaped as `merge_hint`
     makes it; None for text of any other shape, which no merge could have given."""
@@ -726,7 +730,7 @@ def _parse_hint(
         log.warning(
             "merge hint %r is not the work of this merge of commit %s (strategy %s) in "
             "repository %r: merging afresh",
-            hint,
+            hint if len(hint) <= SHOWN_HINT else f"{hint[:SHOWN_HINT]}… ({len(hint):,} characters)",
             source.id[:12],
             strategy or "default",
             repo.name,
