@@ -206,12 +206,17 @@ class BranchwaterHook(BaseHook):
             "endpoint_url": aws.conn_config.get_service_endpoint_url("s3"),
         }
 
-    def get_conn(self) -> Lake:
+    def get_conn(self, create: bool = False) -> Lake:
+        """The connection's lake, opened once per hook. Only creating a repository starts a
+        lake where its URL names none (`create=True`); any other task on such a URL (a
+        mistyped table or file) fails with `LakeNotFound` instead of making an empty lake."""
         if self._lake is None:
             from branchwater.engine import Lake  # pyarrow and the engine load on first use
 
             self.log.info("Opening Branchwater lake %s", redact_url(self.settings.kv_url))
-            self._lake = Lake.connect(self.settings.kv_url, s3_options=self._lake_s3_options)
+            self._lake = Lake.connect(
+                self.settings.kv_url, s3_options=self._lake_s3_options, create=create
+            )
         return self._lake
 
     def _lake_s3_options(self) -> dict[str, str | None]:
@@ -245,7 +250,7 @@ class BranchwaterHook(BaseHook):
 
     def create_repository(self, name: str, default_branch: str = "main") -> Repository:
         """Create `name` under the connection's default namespace, at `<namespace>/<name>`."""
-        return self.get_conn().create_repository(
+        return self.get_conn(create=True).create_repository(
             name, self.namespace_for(name), default_branch=default_branch
         )
 

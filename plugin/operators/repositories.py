@@ -41,7 +41,7 @@ class BranchwaterCreateRepositoryOperator(BranchwaterOperator):
     def run(self, context: Context) -> dict[str, str]:
         namespace = (self.storage_namespace or self.hook.namespace_for(self.repository)).rstrip("/")
         try:
-            repo = self.hook.get_conn().create_repository(
+            repo = self.hook.get_conn(create=True).create_repository(
                 self.repository, namespace, default_branch=self.default_branch
             )
             self.log.info("Created repository %s in %s", repo.name, repo.storage_namespace)

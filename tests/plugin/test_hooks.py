@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 from airflow.sdk.log import redact
 
-from branchwater.engine import ConfigurationError, InvalidArgument, NotFound, Repository
+from branchwater.engine import (
+    ConfigurationError,
+    InvalidArgument,
+    LakeNotFound,
+    NotFound,
+    Repository,
+)
 from branchwater.plugin.hooks import BranchwaterHook, BranchwaterSettings, compaction_policy
 from tests.fixtures.s3 import S3Server
 from tests.helpers.tables import pg_tables
@@ -170,6 +176,30 @@ def test_the_connection_test_of_a_mistyped_table_says_so_and_creates_none(
     assert not ok
     assert f"table '{table}' does not exist" in message
     assert pg_tables(postgres_url, table) == set()
+
+
+@pytest.mark.postgres
+def test_only_creating_a_repository_starts_a_lake_where_the_connection_names_none(
+    monkeypatch: pytest.MonkeyPatch, postgres_url: str, tmp_path: Path
+) -> None:
+    """A task reading a lake the URL does not name (a mistyped table) fails and makes no
+    table; creating a repository starts the lake, and then the same reads work."""
+    table = f"bw_new_{os.getpid()}"
+    extra = {"default_namespace": tmp_path.as_uri()}
+    set_connection(
+        monkeypatch, "bw_new", "branchwater", password=f"{postgres_url}?table={table}", extra=extra
+    )
+    hook = BranchwaterHook("bw_new")
+    try:
+        for read in (hook.repositories, lambda: hook.repository("sales"), hook.filesystem):
+            with pytest.raises(LakeNotFound, match=f"table '{table}' does not exist"):
+                read()
+        assert pg_tables(postgres_url, table) == set()
+        hook.create_repository("sales")
+        assert [r.name for r in hook.repositories()] == ["sales"]
+    finally:
+        hook.close()
+    assert table in pg_tables(postgres_url, table)
 
 
 def test_a_failed_connection_test_says_why_without_the_password(

@@ -4,6 +4,7 @@ events, failures, the event trigger's remembered HEAD, and its use in an `AssetW
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -12,7 +13,8 @@ from airflow.sdk import DAG, Asset, AssetWatcher
 from airflow.sdk._shared.module_loading import import_string
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from branchwater.engine import Repository
+from branchwater.engine import NotFound, Repository
+from branchwater.plugin import triggers
 from branchwater.plugin.triggers import (
     BRANCH_GONE,
     FINAL,
@@ -182,10 +184,45 @@ class AssetStateStore:
         self.values[key] = value
 
 
+class Polls:
+    """The trigger's reads of the branch's HEAD, counted as they end: what a test waits on
+    instead of sleeping and hoping the trigger polled meanwhile."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.found = 0
+        self.missed = 0
+        self._changed = threading.Condition()
+        read = triggers.head_commit_id
+
+        def counted(*args: Any) -> str:
+            try:
+                head = read(*args)
+            except NotFound:
+                self._count("missed")
+                raise
+            self._count("found")
+            return head
+
+        monkeypatch.setattr(triggers, "head_commit_id", counted)
+
+    def _count(self, outcome: str) -> None:
+        with self._changed:
+            setattr(self, outcome, getattr(self, outcome) + 1)
+            self._changed.notify_all()
+
+    async def reach(self, outcome: str, count: int) -> None:
+        def wait() -> None:
+            with self._changed:
+                assert self._changed.wait_for(lambda: getattr(self, outcome) >= count, 30)
+
+        await asyncio.to_thread(wait)
+
+
 def test_the_event_trigger_reports_every_new_head_and_remembers_the_last(
-    lake_conn: LakeConnection, repo: Repository
+    lake_conn: LakeConnection, repo: Repository, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = AssetStateStore()
+    polls = Polls(monkeypatch)
     start = repo.branch("main").commit_id
 
     def watcher() -> BranchwaterCommitEventTrigger:
@@ -197,7 +234,7 @@ def test_the_event_trigger_reports_every_new_head_and_remembers_the_last(
 
     async def scenario() -> tuple[list[TriggerEvent], list[str]]:
         listening = asyncio.create_task(events(watcher(), 2))
-        await asyncio.sleep(0.5)
+        await polls.reach("found", 1)
         first = await asyncio.to_thread(commit_on_main, repo, "one.csv")
         while len(store.values) != 1 or first not in store.values.values():
             await asyncio.sleep(0.1)
@@ -239,7 +276,10 @@ def test_an_asset_watched_by_the_event_trigger_schedules_a_dag() -> None:
 
 
 def test_the_event_trigger_waits_out_a_branch_deleted_and_re_created(
-    lake_conn: LakeConnection, repo: Repository, capfd: pytest.CaptureFixture[str]
+    lake_conn: LakeConnection,
+    repo: Repository,
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """An asset watcher's trigger that raised (`BranchGone`) was started again by the
     triggerer at once, raising again; it logs once, keeps polling with backoff, and reports
@@ -248,6 +288,7 @@ def test_the_event_trigger_waits_out_a_branch_deleted_and_re_created(
     trigger = round_trip(
         BranchwaterCommitEventTrigger(repository=repo.name, branch="etl", poll_interval=0.05)
     )
+    polls = Polls(monkeypatch)
 
     def re_create() -> str:
         branch = repo.create_branch("etl")
@@ -256,12 +297,12 @@ def test_the_event_trigger_waits_out_a_branch_deleted_and_re_created(
 
     async def scenario() -> tuple[list[TriggerEvent], str]:
         listening = asyncio.create_task(events(trigger, 1))
-        await asyncio.sleep(0.3)
+        await polls.reach("found", 1)
         await asyncio.to_thread(repo.delete_branch, "etl")
-        await asyncio.sleep(1.5)  # polls doubling from 0.05 s to 0.5 s: about seven
+        await polls.reach("missed", 3)
         assert not listening.done()
         head = await asyncio.to_thread(re_create)
-        return await asyncio.wait_for(listening, 10), head
+        return await asyncio.wait_for(listening, 30), head
 
     (event,), head = asyncio.run(scenario())
 
@@ -276,22 +317,23 @@ def test_the_event_trigger_waits_out_a_branch_deleted_and_re_created(
 
 
 def test_the_event_trigger_of_a_repository_not_created_yet_waits_for_it(
-    lake_conn: LakeConnection,
+    lake_conn: LakeConnection, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A trigger that never saw its branch starts from the HEAD it first finds."""
     trigger = BranchwaterCommitEventTrigger(repository="later", branch="main", poll_interval=0.05)
+    polls = Polls(monkeypatch)
 
     async def scenario() -> tuple[list[TriggerEvent], str, str]:
         listening = asyncio.create_task(events(trigger, 1))
-        await asyncio.sleep(0.5)
+        await polls.reach("missed", 2)
         assert not listening.done()
         created = await asyncio.to_thread(
             lake_conn.lake.create_repository, "later", f"{lake_conn.namespace}/later"
         )
         first = created.branch("main").commit_id
-        await asyncio.sleep(1.5)  # its wait is at most 0.5 s: it has taken `first` as its start
+        await polls.reach("found", 1)
         head = await asyncio.to_thread(commit_on_main, created, "new.csv")
-        return await asyncio.wait_for(listening, 10), first, head
+        return await asyncio.wait_for(listening, 30), first, head
 
     (event,), first, head = asyncio.run(scenario())
     assert (event.payload["previous_commit_id"], event.payload["commit_id"]) == (first, head)
