@@ -4,7 +4,6 @@ optionally move to another commit)."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 
 from branchwater.engine import failpoints
 from branchwater.engine.errors import InvalidArgument, NotFound, PredicateFailed, too_many_tries
@@ -78,13 +77,10 @@ def reset_branch(
         branch, predicate = g.refs.get_branch(repo, name)
         what = "reset" if to is None else f"reset to {to!r}"
         protection.check(repo, branch, "reset", what, to_commit=target)
-        reset = dataclasses.replace(
-            branch,
+        reset = branch.uncompacted(
             commit_id=target or branch.commit_id,
             staging_token=new_staging_token(repo, name),
             sealed_tokens=(),
-            compacted_metarange_id=None,
-            compaction_start_time=None,
             incarnation=new_incarnation(),
         )
         if g.update_branch_dropping(

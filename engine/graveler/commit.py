@@ -375,13 +375,7 @@ def _finish(
             recorded = g.refs.add_commit(
                 repo, (at.parent,), metarange_id, message, metadata, committer=committer
             )
-        updated = dataclasses.replace(
-            at.branch,
-            commit_id=recorded.id,
-            sealed_tokens=rest,
-            compacted_metarange_id=None,
-            compaction_start_time=None,
-        )
+        updated = at.branch.uncompacted(commit_id=recorded.id, sealed_tokens=rest)
         failpoints.hit("commit.before_set")
         if g.update_branch_dropping(repo, updated, at.predicate, at.remaining):
             failpoints.hit("commit.after_set")
@@ -399,8 +393,9 @@ def _read(
     """The branch as the final step sees it. Another incarnation than the sealed one means
     a reset or re-creation dropped the commit's tokens, and a compacted metarange on it holds
     other writes: `_left`. With none of the tokens left and no compacted metarange that could
-    hold them, a concurrent commit recorded them (`_left`), unless HEAD is still the one they
-    were staged on: then a concurrent commit found they changed nothing. `known` is a commit
+    hold them (`_compaction_holds`), a concurrent commit recorded them (`_left`), unless HEAD
+    is still the one they were staged on: then a concurrent commit found they changed
+    nothing. `known` is a commit
     read before: commit records never change, so HEAD is not read again while it is that
     one."""
     branch, predicate = g.refs.get_branch(repo, branch_name)
@@ -408,7 +403,7 @@ def _read(
     if branch.incarnation != sealed.incarnation:
         raise _left(g, repo, branch, sealed.commit_id, sealed.incarnation)
     remaining = tuple(t for t in sealed.tokens if t in branch.sealed_tokens)
-    if not remaining and not branch.compacted_metarange_id:
+    if not remaining and not _compaction_holds(branch, sealed):
         if branch.commit_id == sealed.commit_id:
             raise NoChanges(
                 f"nothing left to commit on branch {branch_name!r} of {repo.name!r}: while "
@@ -418,6 +413,17 @@ def _read(
     if known is None or known.id != branch.commit_id:
         known = g.refs.get_commit(repo, branch.commit_id)
     return _Reading(branch, predicate, known, branch.base(known.metarange_id), remaining)
+
+
+def _compaction_holds(branch: BranchRecord, sealed: Seal) -> bool:
+    """Whether the branch's compacted metarange may hold the sealed tokens: its lineage began
+    with one of them or an older one (sealed before them, so in `sealed.tokens` too). One
+    begun with a later token was begun after a commit recorded them (or found they changed
+    nothing) and holds later writes only. Unknown lineage (a record from before
+    `compacted_from`): assumed to."""
+    if not branch.compacted_metarange_id:
+        return False
+    return branch.compacted_from is None or branch.compacted_from in sealed.tokens
 
 
 def _build(g: Graveler, repo: RepositoryRecord, at: _Reading, progress: Progress | None) -> str:
@@ -438,7 +444,5 @@ def _clear(
     absorbed: tuple[str, ...],
 ) -> bool:
     """Remove absorbed tokens that changed nothing; False if the branch moved meanwhile."""
-    cleared = dataclasses.replace(
-        branch, sealed_tokens=rest, compacted_metarange_id=None, compaction_start_time=None
-    )
+    cleared = branch.uncompacted(sealed_tokens=rest)
     return g.update_branch_dropping(repo, cleared, predicate, absorbed)

@@ -312,12 +312,23 @@ def _install(
         if above is None:
             return None
         updated = dataclasses.replace(
-            branch, sealed_tokens=above, compacted_metarange_id=applied.metarange_id
+            branch,
+            sealed_tokens=above,
+            compacted_metarange_id=applied.metarange_id,
+            compacted_from=_lineage(sealed),
         )
         failpoints.hit("compaction.before_install")
         if g.update_branch_dropping(repo, updated, predicate, sealed.sealed_tokens):
             return above
     raise too_many_tries(f"compaction of branch {sealed.name!r} of {repo.name!r}", g.retry.attempts)
+
+
+def _lineage(sealed: BranchRecord) -> str | None:
+    """The `compacted_from` of a compaction that sealed `sealed`: its base's, when it extends
+    a compacted metarange, else the oldest token it absorbs."""
+    if sealed.compacted_metarange_id:
+        return sealed.compacted_from
+    return sealed.sealed_tokens[-1]
 
 
 def _sealed_above(branch: BranchRecord, sealed: BranchRecord) -> tuple[str, ...] | None:

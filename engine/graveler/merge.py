@@ -559,13 +559,7 @@ def moved_to(branch: BranchRecord, commit_id: str) -> BranchRecord:
     change (sealed rewrites, a compaction of them)."""
     if not branch.sealed_tokens and not branch.compacted_metarange_id:
         return dataclasses.replace(branch, commit_id=commit_id)
-    return dataclasses.replace(
-        branch,
-        commit_id=commit_id,
-        sealed_tokens=(),
-        compacted_metarange_id=None,
-        compaction_start_time=None,
-    )
+    return branch.uncompacted(commit_id=commit_id, sealed_tokens=())
 
 
 def _kept_above(

@@ -10,6 +10,7 @@ anything is stored, so no value can split into other fields than it was written 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from collections.abc import Mapping
@@ -239,6 +240,11 @@ class BranchRecord:
     sealed_tokens: tuple[str, ...] = ()
     compacted_metarange_id: str | None = None
     compaction_start_time: datetime | None = None
+    compacted_from: str | None = None
+    """The oldest sealed token whose changes the compacted metarange holds, kept by the
+    compactions that extend it and by rebases: a commit whose tokens were absorbed tells by
+    it that this compaction holds them, not one begun after another commit recorded them
+    (`commit._read`). None with no compaction, or for one made before the field existed."""
     protection: str = ""
     """The protection rules matching this branch, as `graveler.protection` stamps them: in
     the record, so every write reads them under the branch's own compare-and-swap."""
@@ -252,11 +258,23 @@ class BranchRecord:
         """What the staging sits on, given HEAD's metarange: the compacted one, else HEAD's."""
         return self.compacted_metarange_id or head_metarange_id
 
+    def uncompacted(self, **changes: Any) -> BranchRecord:
+        """The record with `changes` and no compaction (its metarange recorded or dropped)."""
+        return dataclasses.replace(
+            self,
+            **{
+                "compacted_metarange_id": None,
+                "compaction_start_time": None,
+                "compacted_from": None,
+                **changes,
+            },
+        )
+
     def encode(self) -> bytes:
         """A field left empty (no rule ever matched, a record from before incarnations) is
         stored without it, so a record read and written back keeps the bytes it had."""
         raw = asdict(self)
-        for optional in ("protection", "incarnation"):
+        for optional in ("protection", "incarnation", "compacted_from"):
             if not raw[optional]:
                 del raw[optional]
         return json.dumps(raw, sort_keys=True, separators=(",", ":"), default=str).encode()

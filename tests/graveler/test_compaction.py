@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from branchwater.engine import (
+    AlreadyRecorded,
     CompactionPolicy,
     CompactionResult,
     CompactionStatus,
@@ -383,6 +384,52 @@ def test_a_commit_sealed_before_the_compaction_finishes_on_its_result(lake: Lake
     head = set(listed(repo.ref(commit.id)))
     assert "d/000" not in head and "between" in head
     assert changes(main) == []
+
+
+def test_a_commit_whose_tokens_another_commit_recorded_takes_no_later_compaction(
+    lake: Lake, repo
+) -> None:
+    """Sealed, then paused: a compaction absorbed its tokens, another commit recorded that
+    compaction, and a later compaction folded writes acknowledged after. The paused commit
+    committed that later compaction under its own message, its own writes already in the
+    other commit; it is `AlreadyRecorded` by the other commit."""
+    committed_tree(repo, 2)
+    main = repo.branch("main")
+    main.upload("mine", b"the paused commit's")
+    g, record = lake.graveler, repo.record
+    tokens = commit_ops.seal(g, record, "main")
+    assert main.compact().compacted
+    main.upload("other", b"b")
+    recorded = main.commit("the other commit")
+    main.upload("late", b"after both")
+    assert main.compact().compacted
+
+    with pytest.raises(AlreadyRecorded) as already:
+        commit_ops._finish(g, record, "main", tokens, "paused", {}, "", False)
+
+    assert already.value.commit_id == recorded.id
+    assert main.head().id == recorded.id
+    assert [c.path for c in main.uncommitted()] == ["late"]
+
+
+def test_a_commit_whose_compaction_a_revert_kept_above_it_records_it(lake: Lake, repo) -> None:
+    """The compaction that absorbed a paused commit's tokens, rebased above a revert made
+    with `allow_dirty`, still holds them: the commit records it on the revert."""
+    committed_tree(repo, 2)
+    main = repo.branch("main")
+    main.upload("bad", b"to revert")
+    bad = main.commit("bad").id
+    main.upload("mine", b"the paused commit's")
+    g, record = lake.graveler, repo.record
+    tokens = commit_ops.seal(g, record, "main")
+    assert main.compact().compacted
+    reverted = repo.revert("main", bad, allow_dirty=True)
+
+    commit = commit_ops._finish(g, record, "main", tokens, "paused", {}, "", False)
+
+    assert commit.parents == (reverted.commit.id,)
+    head = set(listed(repo.ref(commit.id)))
+    assert "mine" in head and "bad" not in head
 
 
 def test_writes_during_a_compaction_land_in_the_new_staging_token(lake: Lake, repo) -> None:
