@@ -68,6 +68,8 @@ commit never changes, so a dataset listed once is opened without looking each fi
 RESOLVED_COMMITS = 1024
 """Commit ids a filesystem remembers resolved (least recently used dropped first): reads at
 one are then free of KV calls, and a long-lived filesystem reading at many stays bounded."""
+KNOWN_REPOSITORIES = 1024
+"""Repository names whose partition a filesystem remembers (for `_known_commit`)."""
 REPOSITORY_SECONDS = 2.0
 """How long a read at a commit id trusts the repository a name was last resolved to: a
 commit already resolved there is then read with no KV call (one round trip per file on
@@ -172,8 +174,7 @@ class BranchwaterFileSystem(AbstractFileSystem):
         self.lake = lake
         self._commits: LRU[tuple[bytes, str], Ref] = LRU(RESOLVED_COMMITS)
         self._entries: LRU[tuple[bytes, str, str], Entry] = LRU(IMMUTABLE_ENTRIES)
-        self._partitions: dict[str, tuple[float, bytes]] = {}
-        self._cache_lock = ChildSafeLock()
+        self._partitions: LRU[str, tuple[float, bytes]] = LRU(KNOWN_REPOSITORIES)
 
     @classmethod
     def _strip_protocol(cls, path: Any) -> Any:
@@ -208,8 +209,7 @@ class BranchwaterFileSystem(AbstractFileSystem):
             repo = self.lake.repository(name)
         except (NotFound, InvalidName) as exc:
             raise _missing(name, exc) from exc
-        with self._cache_lock:
-            self._partitions[name] = (time.monotonic(), repo.record.partition)
+        self._partitions.put(name, (time.monotonic(), repo.record.partition))
         return repo
 
     def _ref(self, loc: Location) -> Ref:
@@ -238,8 +238,7 @@ class BranchwaterFileSystem(AbstractFileSystem):
     def _known_commit(self, loc: Location) -> Ref | None:
         """The commit id's ref resolved in the repository its name was resolved to less than
         `REPOSITORY_SECONDS` ago, with no KV call."""
-        with self._cache_lock:
-            seen = self._partitions.get(loc.repository)
+        seen = self._partitions.get(loc.repository)
         if seen is None or time.monotonic() - seen[0] >= REPOSITORY_SECONDS:
             return None
         return self._commits.get((seen[1], loc.ref))
