@@ -146,8 +146,8 @@ def check_no_restore_since(
     if restored.under_way:
         raise StaleGCMark(
             f"GC mark {summary.run_id} of {record.name!r} was not swept: a restore of refs is "
-            "under way, whose commits may hold objects the mark took for garbage; run GC "
-            "again once the restore has ended"
+            "under way (or stopped part-way: running it again finishes it), whose commits "
+            "may hold objects the mark took for garbage; run GC again once it has ended"
         )
     if restored.ended is not None and restored.ended > began - OPERATION_MARGIN:
         raise StaleGCMark(
