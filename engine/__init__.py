@@ -81,6 +81,8 @@ _LAZY = {
     "DATA_ADDRESS_PATTERN": "branchwater.engine.gc.addresses",
     "REPOSITORY_NAME_PATTERN": "branchwater.engine.graveler.names",
     "check_flag": "branchwater.engine.graveler.model",
+    "imported_version": "branchwater.engine.graveler.checksums",
+    "source_rewritten": "branchwater.engine.graveler.checksums",
     "REVERT_KEY": "branchwater.engine.graveler.picks",
     "CHERRY_PICK_KEY": "branchwater.engine.graveler.picks",
     "PARENT_KEY": "branchwater.engine.graveler.picks",

@@ -47,7 +47,9 @@ from branchwater.engine import (
     NotFound,
     ObjectStore,
     check_s3_options,
+    imported_version,
     shared_object_store,
+    source_rewritten,
 )
 
 if TYPE_CHECKING:
@@ -301,6 +303,7 @@ class _ManifestRows:
             "key": [],
             "size": [],
             "values": [],
+            "imported": [],
         }
 
     def __len__(self) -> int:
@@ -308,7 +311,9 @@ class _ManifestRows:
 
     def add(self, entry: Entry, location: tuple[str, str], values: list[str | None]) -> None:
         for name, value in zip(
-            self.columns, (entry.path, *location, entry.size, values), strict=True
+            self.columns,
+            (entry.path, *location, entry.size, values, imported_version(entry)),
+            strict=True,
         ):
             self.columns[name].append(value)
 
@@ -325,6 +330,7 @@ class _ManifestRows:
                 "key": pa.array(self.columns["key"], pa.string()),
                 "size": pa.array(self.columns["size"], pa.int64()),
                 "values": pa.array(self.columns["values"], pa.list_(pa.string())),
+                "imported": pa.array(self.columns["imported"], pa.string()),
             }
         )
         pq.write_table(table, directory / name, row_group_size=MANIFEST_ROW_GROUP)
@@ -634,6 +640,7 @@ def _read_file(
     where = store.uri(row["key"])
     scalars = _partition_scalars(plan, row)
     try:
+        _check_source_version(store, row)
         with _opened(plan, store, row, span) as source:
             fragment = plan.file_format.make_fragment(source)
             if span != (0, None):
@@ -664,6 +671,18 @@ def _read_file(
         raise CorruptedData(
             f"cannot read object {row['path']!r} under {plan.where} at {where}: {exc}"
         ) from None
+
+
+def _check_source_version(store: ObjectStore, row: Mapping[str, Any]) -> None:
+    """An imported object read checks its version as `Ref.open` does: an object rewritten
+    at its source since the import is `CorruptedData`, not the commit's content."""
+    imported = row.get("imported")
+    if imported is None:
+        return
+    info = store.stat(row["key"])
+    mismatch = source_rewritten(imported, info.etag, info.mtime, info.size)
+    if mismatch is not None:
+        raise CorruptedData(mismatch)
 
 
 @contextlib.contextmanager

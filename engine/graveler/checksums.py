@@ -16,10 +16,13 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from branchwater.engine.errors import InvalidArgument
+from branchwater.engine.graveler.external import is_external
 from branchwater.engine.graveler.model import Entry, Metadata, metadata_json
+from branchwater.engine.units import epoch_micros
 
 SHA256_LENGTH = 64
 LEGACY_MD5_LENGTH = 32
@@ -54,19 +57,26 @@ def held(checksum: str) -> str:
         return IMPORTED_PREFIX + checksum.removeprefix(IMPORTED_PREFIX).encode().hex()[:100]
 
 
-def source_rewritten(entry: Entry, etag: str | None, mtime_us: int, size: int) -> str | None:
-    """How an imported object (an `IMPORTED_PREFIX` checksum) now at its source differs from
-    the version imported, None if it is that version or the import knew none (an empty
-    ETag). An import never reads the bytes, so this, not a content hash, tells a source
-    rewritten in place (same size, new bytes) from the object a commit holds."""
-    if entry.checksum == IMPORTED_PREFIX:
+def imported_version(entry: Entry) -> str | None:
+    """The version an imported entry recorded (its checksum), None for any other entry."""
+    imported = entry.checksum.startswith(IMPORTED_PREFIX) and is_external(entry.address)
+    return entry.checksum if imported else None
+
+
+def source_rewritten(imported: str, etag: str | None, mtime: datetime, size: int) -> str | None:
+    """How the object now at an imported entry's source (its ETag, modification time and
+    size) differs from the version `imported` (`imported_version`), None if it is that
+    version or the import knew none (an empty ETag). An import never reads the bytes, so
+    this, not a content hash, tells a source rewritten in place (same size, new bytes) from
+    the object a commit holds."""
+    if imported == IMPORTED_PREFIX:
         return None
-    now = version(etag, mtime_us, size)
-    if now == entry.checksum:
+    now = version(etag, epoch_micros(mtime), size)
+    if now == imported:
         return None
     return (
         f"it was rewritten at its source since it was imported (it is now {now}, its entry "
-        f"records {entry.checksum})"
+        f"records {imported})"
     )
 
 

@@ -17,7 +17,7 @@ from itertools import islice, takewhile
 from typing import Any, BinaryIO, TypeVar, cast
 
 from branchwater.engine.errors import CommitExpired, CorruptedData, NotFound, too_many_tries
-from branchwater.engine.graveler.checksums import IMPORTED_PREFIX, source_rewritten
+from branchwater.engine.graveler.checksums import imported_version, source_rewritten
 from branchwater.engine.graveler.external import external_location, is_external
 from branchwater.engine.graveler.fence import check_unfenced
 from branchwater.engine.graveler.graveler import Graveler
@@ -26,7 +26,6 @@ from branchwater.engine.graveler.model import BranchRecord, Change, Entry, Repos
 from branchwater.engine.graveler.uncommitted import uncommitted_from
 from branchwater.engine.graveler.verified import verified
 from branchwater.engine.objects import ObjectStore
-from branchwater.engine.units import epoch_micros
 
 PAGE_SIZE = 1000
 CHANGES_PAGE_SIZE = 8192
@@ -331,15 +330,16 @@ def open_object(
             f"truncated or rewritten in storage: {mismatch}"
         )
 
-    if is_external(entry.address) and entry.checksum.startswith(IMPORTED_PREFIX):
-        _check_source_version(store, key, entry, f, at, corrupted)
+    imported = imported_version(entry)
+    if imported is not None:
+        _check_source_version(store, key, imported, f, at, corrupted)
     return verified(cast(BinaryIO, guarded), entry, corrupted)
 
 
 def _check_source_version(
     store: ObjectStore,
     key: str,
-    entry: Entry,
+    imported: str,
     f: BinaryIO,
     at: ReadAt,
     corrupted: Callable[[str], CorruptedData],
@@ -349,8 +349,7 @@ def _check_source_version(
     rewrite of the same size would otherwise read as the commit's content."""
     try:
         info = store.stat(key)
-        mtime_us = epoch_micros(info.mtime)
-        mismatch = source_rewritten(entry, info.etag, mtime_us, info.size)
+        mismatch = source_rewritten(imported, info.etag, info.mtime, info.size)
     except NotFound:
         f.close()
         raise at.missing(while_open=True) from None

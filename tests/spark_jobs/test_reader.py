@@ -25,6 +25,7 @@ from branchwater.engine import (
     ConfigurationError,
     CorruptedData,
     InvalidArgument,
+    Lake,
     NotFound,
     open_object_store,
 )
@@ -348,6 +349,31 @@ def test_an_object_collected_after_the_read_was_planned_fails_the_read_by_name(
     assert collected(read_parquet(spark, main, "t/")) == sorted(
         tuple(r.values()) for r in orders(0, 2)
     )
+
+
+def test_an_imported_file_rewritten_at_its_source_fails_the_read_by_name(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """As `Ref.open`: the import recorded the file's version, never its bytes, so a rewrite
+    at the source keeping the size read as the commit's content."""
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "a.parquet").write_bytes(parquet(orders(0, 2)))
+    (source / "b.parquet").write_bytes(parquet(orders(10, 2)))
+    with Lake.connect(f"sqlite:///{tmp_path}/lake.db") as lake:
+        repo = lake.create_repository("sales", (tmp_path / "ns").as_uri())
+        imported = repo.branch("main").import_objects(source.as_uri(), prefix="t/").commit
+        assert imported is not None
+        at_commit = repo.ref(imported.id)
+        assert len(collected(read_parquet(spark, at_commit, "t/"))) == 4
+
+        rewritten = source / "b.parquet"
+        rewritten.write_bytes(parquet(orders(20, 2)))
+        later = rewritten.stat().st_mtime_ns + 10**9
+        os.utime(rewritten, ns=(later, later))
+
+        with pytest.raises(Exception, match=r"'t/b.parquet'.*rewritten at its source"):
+            read_parquet(spark, at_commit, "t/").collect()
 
 
 def test_files_missing_a_column_of_the_schema_give_nulls(
