@@ -100,12 +100,28 @@ def check_metadata(metadata: object, *, sized: bool = True) -> dict[str, str]:
     return checked
 
 
-def _check_size(what: str, size: int) -> None:
+_STORE_AS_OBJECT = "store large content as an object and refer to its path"
+
+
+def _check_size(what: str, size: int, advice: str = _STORE_AS_OBJECT) -> None:
     if size > TEXT_MAX_BYTES:
         raise InvalidArgument(
             f"{what} of {size:,} bytes is over the {TEXT_MAX_BYTES // 1024} KiB a record "
-            "holds: store large content as an object and refer to its path"
+            f"holds: {advice}"
         )
+
+
+def check_record_text(what: str, text: str, advice: str = _STORE_AS_OBJECT) -> str:
+    """`text` as a record holds it: valid Unicode (no lone surrogate, which every later read
+    would fail to encode) of at most `TEXT_MAX_BYTES` as UTF-8, else `InvalidArgument`
+    naming `what` (with `advice` for text too long)."""
+    if not is_unicode(text):
+        raise InvalidArgument(
+            f"{what} must be valid Unicode: {text[:64]!r} holds a lone surrogate (text "
+            "decoded with errors='surrogateescape'?)"
+        )
+    _check_size(what, len(text.encode()), advice)
+    return text
 
 
 def check_flag(name: str, value: object) -> bool:
@@ -127,14 +143,8 @@ def check_commit_arguments(
     if not isinstance(committer, str):
         raise InvalidArgument(f"committer must be a string, not {type(committer).__name__}")
     if sized:
-        for what, text in (("a commit message", message), ("committer", committer)):
-            if not is_unicode(text):
-                raise InvalidArgument(
-                    f"{what} must be valid Unicode: {text[:64]!r} holds a lone surrogate "
-                    "(text decoded with errors='surrogateescape'?)"
-                )
-        _check_size("a commit message", len(message.encode()))
-        _check_size("a committer", len(committer.encode()))
+        check_record_text("a commit message", message)
+        check_record_text("a committer", committer)
     return check_metadata(metadata, sized=sized)
 
 

@@ -79,11 +79,10 @@ from branchwater.engine.errors import (
 )
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import (
-    TEXT_MAX_BYTES,
     BranchRecord,
     RepositoryRecord,
     check_flag,
-    is_unicode,
+    check_record_text,
 )
 from branchwater.engine.graveler.names import check_ref_name
 from branchwater.engine.graveler.refs import scan_prefix
@@ -501,15 +500,7 @@ def check_by(by: object) -> str:
     committer (at most `TEXT_MAX_BYTES` as UTF-8, no lone surrogate), else `InvalidArgument`."""
     if not isinstance(by, str):
         raise InvalidArgument(f"by must be a string, not {type(by).__name__}")
-    if not is_unicode(by):
-        raise InvalidArgument(f"by must be valid Unicode: {by[:64]!r} holds a lone surrogate")
-    size = len(by.encode())
-    if size > TEXT_MAX_BYTES:
-        raise InvalidArgument(
-            f"by of {size:,} bytes is over the {TEXT_MAX_BYTES // 1024} KiB a record holds: "
-            "name who made the change (a user, a job), not what it did"
-        )
-    return by
+    return check_record_text("by", by, "name who made the change (a user, a job), not what it did")
 
 
 def protect(g: Graveler, repo: RepositoryRecord, rule: ProtectionRule, by: str) -> RuleBook:
