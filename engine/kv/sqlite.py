@@ -61,9 +61,9 @@ class SQLiteStore(SQLStore):
         event.listen(engine, "begin", _begin_immediate)
         quote = engine.dialect.identifier_preparer.quote
         super().__init__(url, engine, statements(DEFAULT_TABLE, quote, "?"))
-        if not create:
-            self._find_lake(connect)
-        self.without_rowid = self._create_schema(create)
+        self.without_rowid = _is_without_rowid(
+            self._create_schema() if create else self._find_lake(connect)
+        )
         """Whether the table has the key-ordered layout (False: a file from before it)."""
 
     def _on_connect(self, dbapi: sqlite3.Connection, _record: object) -> None:
@@ -71,12 +71,12 @@ class SQLiteStore(SQLStore):
         dbapi.execute("PRAGMA journal_mode = WAL")
         dbapi.execute(f"PRAGMA synchronous = {self._synchronous}")
 
-    def _find_lake(self, connect: Callable[[], sqlite3.Connection]) -> None:
-        """For a store opened without creating: `LakeNotFound` unless the file is there and
-        holds the table. A file that cannot be looked at (a folder without permission) is
-        not taken for missing: opening it then says what is wrong. The table is looked for
-        on a connection of its own, before any makes the file WAL, so a file that is not a
-        lake is left as it was."""
+    def _find_lake(self, connect: Callable[[], sqlite3.Connection]) -> str:
+        """For a store opened without creating: the table's SQL, or `LakeNotFound` unless
+        the file is there and holds the table. A file that cannot be looked at (a folder
+        without permission) is not taken for missing: opening it then says what is wrong.
+        The table is looked for on a connection of its own, before any makes the file WAL,
+        so a file that is not a lake is left as it was."""
         try:
             os.stat(self.path)
         except FileNotFoundError:
@@ -90,11 +90,12 @@ class SQLiteStore(SQLStore):
             raise self._failure(exc) from exc
         if found is None:
             raise LakeNotFound(repr(self.path), NO_TABLE)
+        return str(found[0])
 
-    def _create_schema(self, create: bool) -> bool:
+    def _create_schema(self) -> str:
         """Create the table, safely when several processes open a fresh file at once; returns
-        whether the table is `WITHOUT ROWID` (an older file keeps its rowid table). Without
-        `create`, a file without the table is `LakeNotFound` and nothing is made.
+        its SQL, which says whether it is `WITHOUT ROWID` (an older file keeps its rowid
+        table).
 
         A file that has the table (every open but the first) is only read, as WAL lets
         readers read beside the writer: taking the write lock to look would queue a new
@@ -104,16 +105,13 @@ class SQLiteStore(SQLStore):
         lock, so a second process waits and then sees the table instead of failing.
         """
         try:
-            if create:
-                os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
             row = self._fetch(TABLE_SQL, (DEFAULT_TABLE,), fetch_one)
             if row is not None:
-                return _is_without_rowid(row[0])
-            if not create:
-                raise LakeNotFound(repr(self.path), NO_TABLE)
+                return str(row[0])
             with self._lock, self._engine.begin() as conn:
                 _new_table(DEFAULT_TABLE).create(conn, checkfirst=True)
-                return _is_without_rowid(_table_sql(conn, DEFAULT_TABLE))
+                return _table_sql(conn, DEFAULT_TABLE)
         except (OSError, DBAPIError, sqlite3.Error) as exc:
             raise self._failure(exc) from exc
 
