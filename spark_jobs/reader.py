@@ -677,10 +677,7 @@ def _check_source_version(store: ObjectStore, row: Mapping[str, Any]) -> None:
     """An imported object read checks its version as `Ref.open` does: an object rewritten
     at its source since the import is `CorruptedData`, not the commit's content."""
     imported = row.get("imported")
-    if imported is None:
-        return
-    info = store.stat(row["key"])
-    mismatch = source_rewritten(imported, info.etag, info.mtime, info.size)
+    mismatch = None if imported is None else source_rewritten(store, row["key"], imported)
     if mismatch is not None:
         raise CorruptedData(mismatch)
 

@@ -348,17 +348,15 @@ def _check_source_version(
     during the open is seen) against the one imported: its bytes are never hashed, so a
     rewrite of the same size would otherwise read as the commit's content."""
     try:
-        info = store.stat(key)
-        mismatch = source_rewritten(imported, info.etag, info.mtime, info.size)
-    except NotFound:
-        f.close()
-        raise at.missing(while_open=True) from None
+        try:
+            mismatch = source_rewritten(store, key, imported)
+        except NotFound:
+            raise at.missing(while_open=True) from None
+        if mismatch is not None:
+            raise corrupted(mismatch)
     except BaseException:
         f.close()
         raise
-    if mismatch is not None:
-        f.close()
-        raise corrupted(mismatch)
 
 
 @dataclass(frozen=True)

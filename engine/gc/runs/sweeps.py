@@ -142,7 +142,6 @@ def check_no_restore_since(
     the run's lease, which a restore checks after marking itself under way."""
     restored = restores(g.kv, record)
     began = datetime.fromisoformat(summary.prepare_started_at)
-    began = began if began.tzinfo is not None else began.replace(tzinfo=timezone.utc)
     if restored.under_way:
         raise StaleGCMark(
             f"GC mark {summary.run_id} of {record.name!r} was not swept: a restore of refs is "
