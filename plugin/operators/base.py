@@ -28,6 +28,7 @@ from branchwater.plugin.hooks import DEFAULT_CONN_ID, BranchwaterHook
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+    from pydantic.types import JsonValue
 
     from branchwater.engine import Branch, Commit, Entry, Repository
 
@@ -104,6 +105,25 @@ def run_metadata(context: Context) -> dict[str, str]:
         "logical_date": logical_date.isoformat() if logical_date else "",
     }
     return {METADATA_PREFIX + key: value for key, value in values.items()}
+
+
+def kept_state(context: Context, key: str, **matching: object) -> dict[str, Any] | None:
+    """What an earlier try of this task kept under `key` in its state store, if it kept it
+    for the same `matching` values (other work's is not this try's); None without a store
+    or with nothing kept for them."""
+    store = context.get("task_state_store")
+    kept = store.get(key) if store is not None else None
+    if isinstance(kept, dict) and all(kept.get(name) == v for name, v in matching.items()):
+        return kept
+    return None
+
+
+def keep_state(context: Context, key: str, **value: str) -> None:
+    """Keep `value` under `key` in the task's state store, for a later try (`kept_state`)."""
+    store = context.get("task_state_store")
+    if store is not None:
+        kept: dict[str, JsonValue] = dict(value)
+        store.set(key, kept)
 
 
 def identity(context: Context, keys: Sequence[str] = IDENTITY_KEYS) -> dict[str, str]:

@@ -25,6 +25,8 @@ from branchwater.plugin.operators.base import (
     LineageDataset,
     declared_flag,
     identity,
+    keep_state,
+    kept_state,
     made_earlier,
     run_metadata,
 )
@@ -268,7 +270,9 @@ class BranchwaterMergeOperator(RecordingOperator):
                 commit = self.already_recorded(repo, into, nothing, context)
         else:
             if result.fast_forward:
-                self._save_fast_forward(context, into, commit.id)
+                keep_state(
+                    context, FAST_FORWARD_KEY, source=self.source_ref, into=into, commit=commit.id
+                )
         if hint:
             self._forget_hint(context)
         self.record_commit(into, commit.id)
@@ -294,8 +298,9 @@ class BranchwaterMergeOperator(RecordingOperator):
         if earlier is not None:
             self.log.info("This task instance merged this already, in %s: %s", into, earlier.id)
             return earlier
-        saved = self._saved_fast_forward(context, into)
-        if saved is not None and self._contains(repo, into, saved):
+        kept = kept_state(context, FAST_FORWARD_KEY, source=self.source_ref, into=into)
+        saved = kept.get("commit") if kept is not None else None
+        if isinstance(saved, str) and self._contains(repo, into, saved):
             self.log.info("An earlier try fast-forwarded %s to %s", into, saved)
             return repo.commit(saved)
         ours = next(
@@ -335,24 +340,6 @@ class BranchwaterMergeOperator(RecordingOperator):
         except NotFound:
             return False
 
-    def _saved_fast_forward(self, context: Context, into: str) -> str | None:
-        store = context.get("task_state_store")
-        saved = store.get(FAST_FORWARD_KEY) if store is not None else None
-        if isinstance(saved, dict) and (saved.get("source"), saved.get("into")) == (
-            self.source_ref,
-            into,
-        ):
-            commit_id = saved.get("commit")
-            return commit_id if isinstance(commit_id, str) else None
-        return None
-
-    def _save_fast_forward(self, context: Context, into: str, commit_id: str) -> None:
-        store = context.get("task_state_store")
-        if store is not None:
-            store.set(
-                FAST_FORWARD_KEY, {"source": self.source_ref, "into": into, "commit": commit_id}
-            )
-
     def merge(self, repo: Repository, into: str, hint: str | None, context: Context) -> MergeResult:
         """One merge through the engine, which retries lost races itself; with
         `preview_then_publish`, previews published, each lost publish's hint passed on."""
@@ -388,9 +375,8 @@ class BranchwaterMergeOperator(RecordingOperator):
         )
 
     def _saved_hint(self, context: Context, source_id: str, into: str) -> str | None:
-        store = context.get("task_state_store")
-        saved = store.get(HINT_KEY) if store is not None else None
-        if not isinstance(saved, dict):
+        saved = kept_state(context, HINT_KEY)
+        if saved is None:
             return None
         if saved.get("source") != source_id or saved.get("into") != into:
             self.log.info("The source or destination changed since the last try: merging afresh")
@@ -400,9 +386,7 @@ class BranchwaterMergeOperator(RecordingOperator):
         return hint if isinstance(hint, str) else None
 
     def _save_hint(self, context: Context, hint: str, source_id: str, into: str) -> None:
-        store = context.get("task_state_store")
-        if store is not None:
-            store.set(HINT_KEY, {"hint": hint, "source": source_id, "into": into})
+        keep_state(context, HINT_KEY, hint=hint, source=source_id, into=into)
         context["ti"].xcom_push(key=HINT_KEY, value=hint)
 
     def _forget_hint(self, context: Context) -> None:

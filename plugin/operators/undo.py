@@ -18,6 +18,8 @@ from branchwater.plugin.operators.base import (
     Lineage,
     LineageDataset,
     identity,
+    keep_state,
+    kept_state,
     run_metadata,
 )
 from branchwater.plugin.operators.commits import RecordingOperator
@@ -96,14 +98,12 @@ class _PickOperator(RecordingOperator):
     def _target(self, repo: Repository, context: Context) -> str:
         """The id of the commit to revert or pick: the one the first try resolved `commit`
         to (kept in the task's state store), else what `commit` names now, kept."""
-        store = context.get("task_state_store")
-        saved = store.get(PICK_KEY) if store is not None else None
         key = {"repository": repo.name, "branch": self.branch, "commit": self.commit}
-        if isinstance(saved, dict) and {k: saved.get(k) for k in key} == key:
+        saved = kept_state(context, PICK_KEY, **key)
+        if saved is not None:
             return str(saved["target"])
         target = repo.ref(self.commit).commit_id
-        if store is not None:
-            store.set(PICK_KEY, {**key, "target": target})
+        keep_state(context, PICK_KEY, **key, target=target)
         return target
 
     def _made_earlier(self, repo: Repository, target: str, context: Context) -> Commit | None:
@@ -219,13 +219,11 @@ class BranchwaterResetOperator(BranchwaterOperator):
 
     def _target(self, repo: Repository, context: Context) -> str:
         """The commit the first try resolved `to` to, else `to`'s commit now, kept."""
-        store = context.get("task_state_store")
-        saved = store.get(RESET_KEY) if store is not None else None
         key = {"repository": repo.name, "branch": self.branch, "to": self.to}
-        if isinstance(saved, dict) and {k: saved.get(k) for k in key} == key:
+        saved = kept_state(context, RESET_KEY, **key)
+        if saved is not None:
             self.log.info("Resetting to the commit the first try resolved %s to", self.to)
             return str(saved["commit"])
         target = repo.ref(self.to).commit_id
-        if store is not None:
-            store.set(RESET_KEY, {**key, "commit": target})
+        keep_state(context, RESET_KEY, **key, commit=target)
         return target
