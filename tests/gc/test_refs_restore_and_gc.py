@@ -7,7 +7,6 @@ way and then reads the lease, a sweep holds the lease and then reads the mark.""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -25,6 +24,7 @@ from branchwater.engine.graveler.fence import OPERATION_MARGIN
 from tests.gc_model import assert_references_intact
 from tests.helpers.failpoints import paused_at
 from tests.helpers.gc import RUN_ID, saved_mark
+from tests.helpers.hostile import dumped_and_recreated
 
 
 @dataclass
@@ -36,19 +36,9 @@ class Bare:
 
 
 @pytest.fixture
-def bare(lake: Lake, tmp_path: Path) -> Iterator[Bare]:
-    namespace = f"file://{tmp_path}/sales"
-    repo = lake.create_repository("sales", storage_namespace=namespace)
-    main = repo.branch("main")
-    for i in range(3):
-        main.upload(f"t/{i}", f"row {i}".encode())
-        main.commit(f"c{i}")
-    repo.tag("v1", "main")
+def bare(lake: Lake, repo: Repository, tmp_path: Path) -> Bare:
     dump = tmp_path / "refs.json"
-    repo.dump_refs(dump)
-    lake.delete_repository("sales")
-    assert lake.wait_for_cleanup(30)
-    yield Bare(lake.create_repository("sales", storage_namespace=namespace), dump)
+    return Bare(dumped_and_recreated(lake, repo, dump)[0], dump)
 
 
 def marked(repo: Repository, began: datetime) -> None:
