@@ -2,10 +2,10 @@
 
 The address is in the current slice and comes with a signed, expiring, single-use token
 (`tokens.py`). Linking checks the token, that the object is there with the size given, then
-uses the token up and stages the entry; if staging fails the token is given back, so a
-failed link leaves neither an entry nor a spent token. A link of content the branch already
-shows at that path (same identity) stages nothing, as an upload would not: the linked object
-is then unreferenced, and GC's to collect.
+uses the token up, checks its expiry again and stages the entry; if staging fails the token
+is given back, so a failed link leaves neither an entry nor a spent token. A link of content
+the branch already shows at that path (same identity) stages nothing, as an upload would
+not: the linked object is then unreferenced, and GC's to collect.
 """
 
 from __future__ import annotations
@@ -70,6 +70,7 @@ def link_physical_address(
         if current is not None:
             return current
         failpoints.hit("link.before_stage")
+        gc.tokens.check_live(claim)
         writes.stage_entry(g, repo, branch_name, entry)
     except BaseException:
         gc.tokens.give_back(repo, claim)

@@ -115,15 +115,27 @@ class LinkTokens:
                 f"this link token was issued for branch {payload['b']!r}, not {branch!r}; "
                 "link on the branch that handed out the address"
             )
-        address = check_data_address(payload["a"])
-        expires = from_millis(payload["e"])
-        if self.clock() >= expires:
-            raise TokenExpired(
-                f"the link token for {address} expired at {expires.isoformat()}; GC may "
-                "already treat that object as garbage: write it again at a new address"
-            )
         token_id = hashlib.sha256(canonical.encode()).hexdigest()[:32]
-        return LinkClaim(repo.unique_id, branch, address, expires, token_id)
+        claim = LinkClaim(
+            repo.unique_id,
+            branch,
+            check_data_address(payload["a"]),
+            from_millis(payload["e"]),
+            token_id,
+        )
+        self.check_live(claim)
+        return claim
+
+    def check_live(self, claim: LinkClaim) -> None:
+        """`TokenExpired` once the claim has expired. A link checks again right before it
+        stages: GC's proof that a linked object is too young to collect needs the stage to
+        follow a live check within `OPERATION_MARGIN`, and the steps between the first check
+        and the stage (a stat, the token's use, a read of the path) can stall."""
+        if self.clock() >= claim.expires:
+            raise TokenExpired(
+                f"the link token for {claim.address} expired at {claim.expires.isoformat()}; "
+                "GC may already treat that object as garbage: write it again at a new address"
+            )
 
     def use(self, repo: RepositoryRecord, claim: LinkClaim) -> None:
         """Use the token up; `TokenAlreadyUsed` if another link used it first."""

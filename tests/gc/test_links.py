@@ -19,6 +19,7 @@ from branchwater.engine import (
     NotFound,
     TokenAlreadyUsed,
     TokenExpired,
+    failpoints,
 )
 from branchwater.engine.api import Branch, Repository
 from branchwater.engine.gc.settings import DEFAULT_TOKEN_EXPIRY, GCSettings
@@ -124,6 +125,20 @@ def test_an_expired_token_is_refused(lake: Lake, repo: Repository) -> None:
     upload_to(main, physical.address, b"x")
     clock.advance(DEFAULT_TOKEN_EXPIRY)
     refused(main, physical.token, TokenExpired)
+
+
+def test_a_link_stalled_past_its_expiry_before_staging_is_refused(
+    lake: Lake, repo: Repository
+) -> None:
+    """Checked live, then stalled until the token expired: staging now could follow the
+    check by more than GC's margin, so the link checks again and stages nothing."""
+    clock = FakeClock()
+    use_clock(lake, clock)
+    main = repo.branch("main")
+    physical = main.get_physical_address()
+    upload_to(main, physical.address, b"x")
+    with failpoints.armed("link.before_stage", lambda: clock.advance(DEFAULT_TOKEN_EXPIRY)):
+        refused(main, physical.token, TokenExpired)
 
 
 def test_a_reused_token_is_refused(repo: Repository) -> None:
