@@ -194,6 +194,11 @@ class Unavailable(BranchwaterError):
     """A database or object store could not be reached or refused our credentials."""
 
 
+class OutcomeUnknown(Unavailable):
+    """A conditional write whose reply was lost: it may or may not have been applied, and may
+    still be; nothing is to be undone on it, only a read that shows it settles it."""
+
+
 class CorruptedData(BranchwaterError):
     """Stored data is missing or unreadable where the metadata says it must be."""
 

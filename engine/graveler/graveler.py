@@ -17,7 +17,13 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from branchwater.engine.background import Background
-from branchwater.engine.errors import BranchwaterError, InvalidArgument, NotFound, PredicateFailed
+from branchwater.engine.errors import (
+    BranchwaterError,
+    InvalidArgument,
+    NotFound,
+    OutcomeUnknown,
+    PredicateFailed,
+)
 from branchwater.engine.graveler.committed import CommittedStore, RangeCache, RangePolicy
 from branchwater.engine.graveler.metrics import CompactionMetrics
 from branchwater.engine.graveler.model import BranchRecord, RepositoryRecord
@@ -232,13 +238,27 @@ class Graveler:
     def try_update_branch(
         self, repo: RepositoryRecord, branch: BranchRecord, predicate: bytes
     ) -> bool:
-        """`set_if` the branch record; False when another process changed it first."""
+        """`set_if` the branch record; False when another process changed it first.
+
+        A swap whose reply was lost (`OutcomeUnknown`) counts as landed when a read shows the
+        record it wrote: every update writes a record no other names (a new commit, token or
+        metarange), so equal means ours. A read that does not show it settles nothing (the
+        write may still land): the error goes up, and the caller undoes nothing."""
         try:
             self.refs.set_branch_if(repo, branch, predicate)
         except PredicateFailed:
             return False
+        except OutcomeUnknown:
+            if not self._shows(repo, branch):
+                raise
         self.branch_cache.put(repo, branch)
         return True
+
+    def _shows(self, repo: RepositoryRecord, branch: BranchRecord) -> bool:
+        try:
+            return self.refs.get_branch(repo, branch.name)[0] == branch
+        except NotFound:
+            return False
 
     def update_branch_dropping(
         self,

@@ -5,10 +5,20 @@ item collection read in key order by `Query`. Writes are conditional `PutItem`s;
 strongly consistent for read-after-write. Endpoint and region fall back to the usual AWS
 environment variables; the table is created on first use (on-demand billing), unless the
 store is opened with `create=False`.
+
+A conditional write (`set_if`, `delete_if`) is never sent twice after its reply was lost (a
+read timeout, a reset connection, a 5xx): DynamoDB may have applied it, and the repeat would
+find its own write and fail its condition, a false `PredicateFailed` for a write that landed.
+botocore's retries would send it again, so those writes go through a client that sends each
+request once, and only a refusal that applied nothing (throttling, no connection made) is
+tried again here; a lost reply raises `OutcomeUnknown`: the write may have been applied.
+A guarded step's transaction carries an idempotency token, so botocore's retries of it are
+safe: DynamoDB answers a repeat with the first one's outcome.
 """
 
 from __future__ import annotations
 
+import random
 import re
 import time
 from typing import Any
@@ -16,17 +26,23 @@ from urllib.parse import parse_qsl, urlsplit
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+)
 
 from branchwater.engine.errors import (
     BranchwaterError,
     ConfigurationError,
     InvalidArgument,
     LakeNotFound,
+    OutcomeUnknown,
     PredicateFailed,
     Unavailable,
 )
-from branchwater.engine.kv.store import Store, key_not_found
+from branchwater.engine.kv.store import UNKNOWN_OUTCOME, Store, key_not_found
 from branchwater.engine.per_process import PerProcess
 from branchwater.engine.urls import redact_url, scrub, url_password, url_secrets
 
@@ -36,6 +52,12 @@ VALUE_ATTR = "ItemValue"
 CONNECT_TIMEOUT_SECONDS = 5
 READ_TIMEOUT_SECONDS = 30
 MAX_ATTEMPTS = 3
+"""botocore's retries of a request (after the first try) that may be sent again."""
+WRITE_TRIES = MAX_ATTEMPTS + 1
+"""Tries of a conditional write that DynamoDB refused having applied nothing (throttled)."""
+WRITE_PAUSE_SECONDS = 0.05
+"""The longest first pause before trying a refused conditional write again, doubled each
+time."""
 TABLE_WAIT_SECONDS = 300
 TRANSACTION_TRIES = 5
 """Tries of a guarded step's transaction that DynamoDB cancelled for meeting another request
@@ -55,41 +77,56 @@ _MUST_NOT_EXIST = f"attribute_not_exists({KEY_ATTR})"
 _MUST_EXIST = f"attribute_exists({KEY_ATTR})"
 _MUST_EQUAL = f"{VALUE_ATTR} = :expected"
 _ABSENT_OR_EMPTY = f"{_MUST_NOT_EXIST} OR size({VALUE_ATTR}) = :empty"
+_THROTTLED = frozenset(
+    ("ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded")
+)
+"""Refusals of a request that applied nothing, worth trying again after a pause."""
+_CANCELLED_UNAPPLIED = frozenset(
+    ("TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded")
+)
+"""Reasons DynamoDB cancels a transaction for, having written nothing, that may pass."""
+_NOT_SENT = (EndpointConnectionError, ConnectTimeoutError)
+"""Failures to connect: the request never reached DynamoDB."""
 
 
 class DynamoDBStore(Store):
-    """A `Store` in one DynamoDB table; the boto3 client is shared by all threads of a
-    process, and a forked child makes its own (`PerProcess`)."""
+    """A `Store` in one DynamoDB table; its boto3 clients (one retrying, one sending each
+    conditional write once) are shared by all threads of a process, and a forked child
+    makes its own (`PerProcess`)."""
 
     def __init__(self, url: str, *, create: bool = True) -> None:
         self.url = redact_url(url)
         """The store's URL with any secret masked: it ends up in messages and logs."""
         self._secrets = url_secrets(url)
         self.table, endpoint_url, region = _parse(url, self.url)
-        config = Config(
-            connect_timeout=CONNECT_TIMEOUT_SECONDS,
-            read_timeout=READ_TIMEOUT_SECONDS,
-            retries={"mode": "standard", "max_attempts": MAX_ATTEMPTS},
-        )
-        self._client_options = {
-            "endpoint_url": endpoint_url,
-            "region_name": region,
-            "config": config,
-        }
-        self._clients: PerProcess[Any] = PerProcess(self._new_client)
+        self._client_options = {"endpoint_url": endpoint_url, "region_name": region}
+        self._clients: PerProcess[Any] = PerProcess(lambda: self._new_client(MAX_ATTEMPTS))
+        self._once_clients: PerProcess[Any] = PerProcess(lambda: self._new_client(0))
         self._clients.get()
         self._call("ensure table", self._ensure_table, create=create)
 
-    def _new_client(self) -> Any:
+    def _new_client(self, retries: int) -> Any:
+        """A client whose botocore retries a failed request `retries` times."""
+        config = Config(
+            connect_timeout=CONNECT_TIMEOUT_SECONDS,
+            read_timeout=READ_TIMEOUT_SECONDS,
+            retries={"mode": "standard", "max_attempts": retries},
+        )
         try:
-            return boto3.client("dynamodb", **self._client_options)
+            return boto3.client("dynamodb", config=config, **self._client_options)
         except (BotoCoreError, ValueError) as exc:
             reason = scrub(str(exc), self._secrets)
             raise ConfigurationError(f"cannot configure DynamoDB for {self.url}: {reason}") from exc
 
     @property
     def _client(self) -> Any:
+        """The client for requests that may be sent again (botocore retries them)."""
         return self._clients.get()
+
+    @property
+    def _once_client(self) -> Any:
+        """The client for conditional writes: each request sent once (`_write_once`)."""
+        return self._once_clients.get()
 
     def _ensure_table(self, create: bool) -> None:
         """Create the table unless it exists; a concurrent creator's win counts as ours.
@@ -136,16 +173,52 @@ class DynamoDBStore(Store):
     def _failure(self, action: str, exc: ClientError) -> BranchwaterError:
         code = _code(exc)
         message = scrub(exc.response.get("Error", {}).get("Message", str(exc)), self._secrets)
-        if code == "ConditionalCheckFailedException" or _condition_cancelled(exc):
+        reasons = _cancellation_reasons(exc)
+        if code == "ConditionalCheckFailedException" or "ConditionalCheckFailed" in reasons:
             return PredicateFailed(f"{action}: condition failed in table {self.table!r}")
-        if _conflicted(exc):
+        if code == "ValidationException" or "ValidationError" in reasons:
+            return InvalidArgument(f"DynamoDB rejected {action} in {self.url}: {message}")
+        if reasons & _CANCELLED_UNAPPLIED:
             return _Conflicted(
                 f"DynamoDB at {self.url} kept cancelling {action} for conflicting requests "
-                f"on its items: try again ({message})"
+                f"on its items or throttling: try again ({message})"
             )
-        if code == "ValidationException":
-            return InvalidArgument(f"DynamoDB rejected {action} in {self.url}: {message}")
         return Unavailable(f"DynamoDB at {self.url} is unavailable ({action}): {code} {message}")
+
+    def _write_once(self, action: str, method: str, /, **kwargs: Any) -> None:
+        """A conditional write, never sent again once it may have reached DynamoDB (module
+        docstring): tried again only after a refusal that applied nothing (throttled, no
+        connection made), after a pause that grows each time (with jitter, as botocore's)."""
+        for attempt in range(WRITE_TRIES):
+            if attempt:
+                time.sleep(random.random() * WRITE_PAUSE_SECONDS * 2**attempt)
+            try:
+                getattr(self._once_client, method)(**kwargs)
+                return
+            except (ClientError, BotoCoreError) as exc:
+                refused = isinstance(exc, _NOT_SENT) or (
+                    isinstance(exc, ClientError) and _code(exc) in _THROTTLED
+                )
+                if not refused or attempt == WRITE_TRIES - 1:
+                    raise self._sent_failure(action, exc) from exc
+
+    def _sent_failure(self, action: str, exc: ClientError | BotoCoreError) -> BranchwaterError:
+        """The typed error of a write that failed: `_failure`'s for an answer that applied
+        nothing; for a reply that never came (a timeout, a reset connection, a 5xx, which
+        DynamoDB documents as maybe applied), `OutcomeUnknown`."""
+        if isinstance(exc, ClientError) and _status(exc) < 500:
+            return self._failure(action, exc)
+        if isinstance(exc, _NOT_SENT):
+            reason = scrub(str(exc), self._secrets)
+            return Unavailable(f"DynamoDB at {self.url} is unavailable ({action}): {reason}")
+        if isinstance(exc, ClientError):
+            reason = f"{_code(exc)}, HTTP {_status(exc)}"
+        else:
+            reason = scrub(str(exc), self._secrets)
+        return OutcomeUnknown(
+            f"DynamoDB at {self.url} did not answer a conditional {action} ({reason}), so it "
+            f"{UNKNOWN_OUTCOME}"
+        )
 
     def _item_key(self, partition: bytes, key: bytes) -> dict[str, Any]:
         return {PARTITION_ATTR: {"B": partition}, KEY_ATTR: {"B": key}}
@@ -153,7 +226,10 @@ class DynamoDBStore(Store):
     def _put(self, partition: bytes, key: bytes, value: bytes, **condition: Any) -> None:
         item = self._item_key(partition, key)
         item[VALUE_ATTR] = {"B": value}
-        self._call("put", self._client.put_item, TableName=self.table, Item=item, **condition)
+        if condition:
+            self._write_once("put", "put_item", TableName=self.table, Item=item, **condition)
+        else:
+            self._call("put", self._client.put_item, TableName=self.table, Item=item)
 
     def _get(self, partition: bytes, key: bytes) -> bytes:
         response = self._call(
@@ -211,9 +287,9 @@ class DynamoDBStore(Store):
 
     def _delete_if(self, partition: bytes, key: bytes, expected: bytes) -> None:
         try:
-            self._call(
+            self._write_once(
                 "delete",
-                self._client.delete_item,
+                "delete_item",
                 TableName=self.table,
                 Key=self._item_key(partition, key),
                 ConditionExpression=_MUST_EQUAL,
@@ -272,17 +348,20 @@ class DynamoDBStore(Store):
 
     def _transact(self, action: str, items: list[dict[str, Any]]) -> None:
         """Write `items` in one transaction. DynamoDB cancels one that meets a concurrent
-        write of the branch record it checks (`TransactionConflict`), having written nothing:
-        that is tried again, not reported as the store unavailable or the guard failed (an
-        exclusive creation would then say the path exists)."""
+        write of the branch record it checks (`TransactionConflict`), or that it throttles,
+        having written nothing: that is tried again, not reported as the store unavailable
+        or the guard failed (an exclusive creation would then say the path exists). botocore
+        sends it again after a lost reply with the same idempotency token; once its retries
+        are spent, the outcome is unknown (`_sent_failure`)."""
         for attempt in range(TRANSACTION_TRIES):
             try:
-                self._call(action, self._client.transact_write_items, TransactItems=items)
+                self._client.transact_write_items(TransactItems=items)
                 return
-            except _Conflicted:
-                if attempt == TRANSACTION_TRIES - 1:
-                    raise
-                time.sleep(TRANSACTION_PAUSE_SECONDS * 2**attempt)
+            except (ClientError, BotoCoreError) as exc:
+                error = self._sent_failure(action, exc)
+                if not isinstance(error, _Conflicted) or attempt == TRANSACTION_TRIES - 1:
+                    raise error from exc
+            time.sleep(TRANSACTION_PAUSE_SECONDS * 2**attempt)
 
     def _scan_batch(
         self, partition: bytes, start: bytes, inclusive: bool, limit: int
@@ -308,9 +387,10 @@ class DynamoDBStore(Store):
         return pairs
 
     def close(self) -> None:
-        client = self._clients.made_here()
-        if client is not None:
-            client.close()
+        for clients in (self._clients, self._once_clients):
+            client = clients.made_here()
+            if client is not None:
+                client.close()
 
 
 def _key_condition(partition: bytes, start: bytes, inclusive: bool) -> dict[str, Any]:
@@ -331,23 +411,22 @@ def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
+def _status(exc: ClientError) -> int:
+    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+
+
 class _Conflicted(Unavailable):
-    """A transaction DynamoDB cancelled for a concurrent request on one of its items."""
+    """A transaction DynamoDB cancelled, having written nothing, for a concurrent request on
+    one of its items or for throttling: worth trying again."""
 
 
-def _conflicted(exc: ClientError) -> bool:
+def _cancellation_reasons(exc: ClientError) -> frozenset[str]:
+    """Why DynamoDB cancelled a transaction, one code per item (`None` for an item that was
+    not the cause); empty for any other error."""
+    if _code(exc) != "TransactionCanceledException":
+        return frozenset()
     reasons = exc.response.get("CancellationReasons") or []
-    return _code(exc) == "TransactionCanceledException" and any(
-        reason.get("Code") == "TransactionConflict" for reason in reasons
-    )
-
-
-def _condition_cancelled(exc: ClientError) -> bool:
-    """A transaction cancelled because one of its conditions failed."""
-    reasons = exc.response.get("CancellationReasons") or []
-    return _code(exc) == "TransactionCanceledException" and any(
-        reason.get("Code") == "ConditionalCheckFailed" for reason in reasons
-    )
+    return frozenset(str(reason.get("Code")) for reason in reasons)
 
 
 def _parse(url: str, redacted: str) -> tuple[str, str | None, str | None]:

@@ -29,6 +29,7 @@ from branchwater.engine.errors import (
     BranchwaterError,
     ConfigurationError,
     LakeNotFound,
+    OutcomeUnknown,
     Unavailable,
 )
 from branchwater.engine.kv.sql import (
@@ -41,7 +42,7 @@ from branchwater.engine.kv.sql import (
     kv_table,
     statements,
 )
-from branchwater.engine.kv.store import key_not_found
+from branchwater.engine.kv.store import UNKNOWN_OUTCOME, key_not_found
 from branchwater.engine.urls import redact_url, scrub, url_password, url_secrets
 
 DEFAULT_PARTITIONS = 16
@@ -267,9 +268,9 @@ class PostgresStore(SQLStore):
 
     def _unknown_outcome(self, exc: Exception) -> BranchwaterError:
         reason = self._failure(exc)
-        return Unavailable(
+        return OutcomeUnknown(
             f"{reason}; the session was lost while a conditional write was under way, so it "
-            "may or may not have been applied: read the key again before retrying"
+            f"{UNKNOWN_OUTCOME}"
         )
 
     def _disown(self, dbapi: Any) -> None:

@@ -25,9 +25,12 @@ so the next calls connect afresh instead of failing once per dead connection, an
   lost only the reply. Running it again would then report a false `PredicateFailed` (the
   key already holds our value) or, after another writer moved the key on and back, apply
   it twice; reading the key back cannot tell those apart either. So it raises
-  `Unavailable` saying the write may have been applied, and the caller, who knows what
-  the value means, reads the key before deciding (graveler operations re-read the branch
-  on their next call and finish or redo what is left).
+  `OutcomeUnknown` saying the write may have been applied (`store.UNKNOWN_OUTCOME`), and the
+  caller, who knows what the value means, reads the key before deciding (graveler
+  operations re-read the branch on their next call and finish or redo what is left). Only
+  a read that shows the write settles it: across a network partition the server never
+  hears the client go and runs the statement on, so it may land after the error, and a
+  caller must never undo on a read that does not show it.
 
 A fork lands between statements, never inside one. SQLite keeps lock state for the whole
 process: a child forked while a thread of its parent held the write lock inherits that

@@ -158,9 +158,18 @@ class SQLiteStore(SQLStore):
         return (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == SQLITE_BUSY
 
     def _failure(self, exc: Exception) -> BranchwaterError:
+        """The typed error; a lock never let go says what holds it and that the statement,
+        refused as busy, applied nothing (a conditional write may be sent again as it is)."""
         if isinstance(exc, BranchwaterError):
             return exc
         reason = getattr(exc, "orig", None) or exc
+        if isinstance(reason, Exception) and self._is_busy(reason):
+            reason = (
+                f"{reason}: another connection held its write lock for the whole wait "
+                f"({BUSY_TIMEOUT_SECONDS:g} s): a long transaction (upgrade_table, a backup, an "
+                "sqlite3 shell) or a process stopped while writing; nothing was written, "
+                "try again once it lets go"
+            )
         return Unavailable(f"SQLite database {self.path!r} ({self.url}) is unavailable: {reason}")
 
 

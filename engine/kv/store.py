@@ -15,6 +15,14 @@ from typing import NamedTuple
 from branchwater.engine.errors import InvalidArgument, NotFound, PredicateFailed
 
 DEFAULT_BATCH_SIZE = 1000
+UNKNOWN_OUTCOME = (
+    "may or may not have been applied, and may yet be: a read that shows it settles that, "
+    "one that does not settles nothing, so send it again only as a conditional write"
+)
+"""What every driver says of a conditional write whose reply was lost. The server may
+still be running it (across a network partition it never hears the client go), so it can
+land after the error; a retry conditioned on the value read (or on absence) and the late
+write cannot both apply."""
 
 
 class _Exists:
