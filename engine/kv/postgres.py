@@ -3,7 +3,7 @@
 The production store for many workers. One table, hash-partitioned on the partition key so
 partitions spread evenly and a partition's keys stay in one physical table; bytea columns
 compare byte-wise, which is the scan order the contract asks for. Other query parameters
-(`sslmode`, `connect_timeout`, …) go to libpq unchanged.
+(`sslmode`, `connect_timeout`, `keepalives_idle`, …) go to libpq unchanged.
 """
 
 from __future__ import annotations
@@ -48,6 +48,16 @@ from branchwater.engine.urls import redact_url, scrub, url_password, url_secrets
 DEFAULT_PARTITIONS = 16
 ROUTED_KEYS = 4096
 CONNECT_TIMEOUT_SECONDS = 10
+KEEPALIVES = {
+    "keepalives": "1",
+    "keepalives_idle": "30",
+    "keepalives_interval": "10",
+    "keepalives_count": "3",
+}
+"""libpq's TCP keepalives (a URL's own win): a statement on a connection whose network path
+died silently (a failover, a NAT dropping its state) fails after about a minute instead of
+waiting for the kernel's default of over two hours; the server answers the probes while it
+runs a long statement, so those are not cut."""
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,53}")
 
 
@@ -93,7 +103,7 @@ class PostgresStore(SQLStore):
             )
         if not partitions.isdigit() or not 1 <= int(partitions) <= 1024:
             raise ConfigurationError(f"{self._redacted}: partitions must be between 1 and 1024")
-        options.setdefault("connect_timeout", str(CONNECT_TIMEOUT_SECONDS))
+        options = {"connect_timeout": str(CONNECT_TIMEOUT_SECONDS), **KEEPALIVES, **options}
         sa_url = parsed.set(drivername="postgresql+psycopg", query=options)
         return sa_url, table, int(partitions)
 

@@ -9,6 +9,7 @@ import pytest
 
 from branchwater.engine.errors import NotFound, PredicateFailed, Unavailable
 from branchwater.engine.kv import open_store
+from branchwater.engine.kv.postgres import KEEPALIVES
 from tests.helpers.servers import unique_name
 
 pytestmark = pytest.mark.postgres
@@ -50,6 +51,17 @@ def test_a_server_side_error_is_unavailable_naming_it(postgres_url: str) -> None
             store.get(b"p", b"k")
         with pytest.raises(Unavailable, match=table):
             store.set(b"p", b"k", b"v")
+
+
+def test_sessions_keep_tcp_alive_unless_the_url_says_otherwise(postgres_url: str) -> None:
+    """A dead network path is found by keepalive probes in about a minute; a URL's own
+    libpq settings win."""
+    table = unique_name("kv_")
+    url = f"{postgres_url}?table={table}&keepalives_idle=7"
+    with open_store(url) as store:
+        store.set(b"p", b"k", b"v")
+        given = store._idle[-1].dbapi.info.get_parameters()  # type: ignore[attr-defined]
+    assert {k: given.get(k) for k in KEEPALIVES} == {**KEEPALIVES, "keepalives_idle": "7"}
 
 
 def test_a_missing_key_is_not_found(postgres_url: str) -> None:
