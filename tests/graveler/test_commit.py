@@ -104,10 +104,12 @@ def test_a_commit_waits_for_the_one_under_way_then_seals_its_own(repo: Repositor
 
 
 def test_a_commit_called_after_another_sealed_its_writes_finds_them_recorded(
-    repo: Repository,
+    repo: Repository, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The writes were sealed by a commit under way before this call: once that commit
-    lands, they are recorded there, and the call names it rather than say "nothing"."""
+    lands, they are recorded there, and the call names it rather than say "nothing". The
+    call waits for it however long a loaded machine takes to land it, never sealing beside."""
+    waiting_at_most(repo, monkeypatch, 10 * PAUSE_TIMEOUT)
     main = repo.branch("main")
     with a_commit_held(repo, workers=2) as held:
         later = held.pool.submit(main.commit, "later")
@@ -204,8 +206,11 @@ def test_a_commit_waiting_while_the_branch_is_reset_to_an_older_commit_finds_not
 
 
 def test_waiters_commit_as_one_and_the_others_find_their_writes_recorded(
-    repo: Repository,
+    repo: Repository, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The waiters wait for the held commit however long a loaded machine takes to land it:
+    one that gave up would seal beside it and commit its writes apart."""
+    waiting_at_most(repo, monkeypatch, 10 * PAUSE_TIMEOUT)
     main = repo.branch("main")
     with a_commit_held(repo, workers=3) as held:
         main.upload("c", b"c")

@@ -289,7 +289,14 @@ def test_a_commit_task_whose_writes_a_concurrent_commit_recorded_succeeds_with_i
     with ThreadPoolExecutor(1) as pool, paused_at("commit.after_seal") as held:
         other = pool.submit(main.commit, "another writer")
         held.wait()
-        with failpoints.armed("commit.awaiting", held.release):
+
+        def land_the_other() -> None:
+            """Released, the other commit lands before the task looks again: a slow build
+            must not outlast the task's `commit_wait`, after which it would seal beside."""
+            held.release()
+            other.result(PAUSE_TIMEOUT)
+
+        with failpoints.armed("commit.awaiting", land_the_other):
             result = run_dag(dag)
         landed = other.result(PAUSE_TIMEOUT)
     assert result.state == "success", result.states
