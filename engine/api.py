@@ -551,7 +551,9 @@ class Repository:
 
     def uncommitted_gc_run(self, run_id: str) -> UncommittedRun:
         """A finished `prepare_uncommitted_for_gc` run: its start, files and time limits."""
-        return uncommitted_run(self._g.objects(self.storage_namespace), run_id)
+        return uncommitted_run(
+            self._g.objects(self.storage_namespace), run_id, self.record.unique_id
+        )
 
     def provenance(self, address: str) -> list[Provenance]:
         """The shallow copies and links GC's records remember for `address`, oldest first."""

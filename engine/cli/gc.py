@@ -59,7 +59,9 @@ def cmd_gc_prepare(lake: Lake, args: argparse.Namespace, out: Output) -> None:
         args.run, progress=out.progress.counter("Listing uncommitted entries")
     )
     out.progress.done()
-    manifest = read_manifest(lake.graveler.objects(repo.storage_namespace), run.run_id)
+    manifest = read_manifest(
+        lake.graveler.objects(repo.storage_namespace), run.run_id, repo.record.unique_id
+    )
     entries = sum(manifest["branches"].values())
     out.document(
         {
@@ -167,7 +169,7 @@ def cmd_gc_run(lake: Lake, args: argparse.Namespace, out: Output) -> None:
         from branchwater.engine.gc.runs.storage import Namespace
 
         mark = read_summary(Namespace.of(repo.storage_namespace), args.sweep)
-        check_sweepable(mark)
+        check_sweepable(mark, repo.record.unique_id)
         if nothing_to_delete(mark):
             swept = _sweep_without_spark(repo, args, kv_url(args.kv))
             out.document(swept.to_json(), summary_text(swept))

@@ -77,9 +77,10 @@ def committed_layout(g: Graveler, repo: RepositoryRecord) -> CommittedLayout:
     return CommittedLayout(repo.storage_namespace, metaranges)
 
 
-def uncommitted_run(objects: ObjectStore, run_id: str) -> UncommittedRun:
-    """A finished prepare run, from its manifest; `NotFound` while it is unfinished."""
-    manifest = read_manifest(objects, run_id)
+def uncommitted_run(objects: ObjectStore, run_id: str, repository_id: str) -> UncommittedRun:
+    """A finished prepare run of the repository, from its manifest; `NotFound` while it is
+    unfinished."""
+    manifest = read_manifest(objects, run_id, repository_id)
     return UncommittedRun(
         run_id,
         datetime.fromisoformat(manifest["started_at"]),

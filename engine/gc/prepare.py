@@ -167,7 +167,7 @@ def prepare_uncommitted_for_gc(
     finished one is returned as it is, once its manifest reads)."""
     run = _Run(g, gc, repo, newest_first_id(gc.clock()) if run_id is None else run_id)
     if run.finished():
-        read_manifest(run.objects, run.run_id)
+        read_manifest(run.objects, run.run_id, repo.unique_id)
     else:
         run._check_duration()
         run.resume(required=run_id is not None)
@@ -181,8 +181,12 @@ def run_location(objects: ObjectStore, run_id: str) -> str:
     return objects.uri(f"{RETENTION_PREFIX}{run_id}")
 
 
-def read_manifest(objects: ObjectStore, run_id: str) -> dict[str, Any]:
-    """The manifest of a finished run; `NotFound` while it is unfinished."""
+def read_manifest(
+    objects: ObjectStore, run_id: str, repository_id: str | None = None
+) -> dict[str, Any]:
+    """The manifest of a finished run; `NotFound` while it is unfinished. Given the
+    repository's id, `InvalidArgument` for a run of another repository (one deleted since,
+    whose namespace this one has: its listing is not this repository's)."""
     try:
         value = objects.get(f"{RETENTION_PREFIX}{run_id}/{MANIFEST}")
     except NotFound:
@@ -198,6 +202,11 @@ def read_manifest(objects: ObjectStore, run_id: str) -> dict[str, Any]:
             f"GC preparation run {run_id!r} has a damaged manifest in {objects.url} ({exc}); "
             "start a new run"
         ) from None
+    if repository_id is not None and manifest.get("repository_id", repository_id) != repository_id:
+        raise InvalidArgument(
+            f"GC preparation run {run_id!r} belongs to another repository (one deleted since, "
+            "whose namespace this one has); start a new run"
+        )
     return manifest
 
 

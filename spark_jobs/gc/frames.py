@@ -26,6 +26,9 @@ from branchwater.engine.gc.runs.storage import Namespace
 ADAPTIVE = "spark.sql.adaptive.enabled"
 S3A_CONF = "spark.branchwater.gc.s3a"
 """Set to `true` on a cluster with Hadoop's `s3a` file system to let Spark read S3 itself."""
+GLOB_CHARACTERS = frozenset("{}[]*?\\")
+"""What makes Spark's reader take a path for a glob pattern (Hadoop's `globPathIfNecessary`):
+a namespace such as `file:///lake[prod]` would name no file, or other files, through it."""
 
 BatchFunction = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 _RAISED = re.compile(r"^(?:[\w.]+\.)?(\w+): (.+)$")
@@ -127,12 +130,14 @@ def read_parquet(
     schema: str,
     partitions: int,
 ) -> DataFrame:
-    """The named columns (`schema`, a DDL string) of Parquet files in the namespace."""
+    """The named columns (`schema`, a DDL string) of Parquet files in the namespace. Spark's
+    own reader globs its paths, so a path holding a glob character is read by the executors'
+    pyarrow instead: exactly these files, whatever the namespace is called."""
     columns = [part.split()[0] for part in schema.split(",")]
     if not keys:
         return spark.createDataFrame([], schema)
     paths = [ns.spark_path(key, s3a_enabled(spark)) for key in keys]
-    if all(paths):
+    if all(p and not GLOB_CHARACTERS.intersection(p) for p in paths):
         return spark.read.schema(schema).parquet(*[p for p in paths if p]).select(*columns)
     return map_shares(spark, keys, partial(_read_files, ns, columns), schema, partitions)
 

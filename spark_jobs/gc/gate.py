@@ -36,6 +36,8 @@ ROWS_PER_PARTITION = 200_000
 partition needs no shuffle for GX's aggregates (one stage, one task a query): a fifth off
 the candidates' suite of an optimized run (500 rows); a million rows in one partition took
 1.4 times as long as in two."""
+AGE_CEILING_SECONDS = 1e12
+"""Above any object's age (some 30,000 years): only a NaN or infinite age reaches it."""
 CANDIDATES_SUITE = "gc-candidates"
 EXPIRED_SUITE = "gc-expired"
 """The committed part's candidates (objects only expired commits hold)."""
@@ -225,17 +227,21 @@ def _spark_source() -> Any:
 
 
 def _candidate_checks(limits: GateLimits) -> list[Any]:
-    """GX's column checks skip nulls, so a candidate of unknown age would pass the age
-    check: it is expected to have an age first."""
+    """GX's column checks skip nulls, so a candidate of unknown age or reference would pass
+    them: each is expected to be there first. Spark orders NaN above every number, so the
+    age has a ceiling too (`AGE_CEILING_SECONDS`): a NaN or infinite age fails it."""
     import great_expectations.expectations as gxe
 
     return [
         gxe.ExpectColumnValuesToNotBeNull(column="address"),
         gxe.ExpectColumnValuesToBeNull(column="duplicate"),
         gxe.ExpectColumnValuesToMatchRegex(column="address", regex=JVM_ADDRESS_PATTERN),
+        gxe.ExpectColumnValuesToNotBeNull(column="referenced"),
         gxe.ExpectColumnValuesToBeInSet(column="referenced", value_set=[False]),
         gxe.ExpectColumnValuesToNotBeNull(column="age_seconds"),
-        gxe.ExpectColumnValuesToBeBetween(column="age_seconds", min_value=limits.min_age_seconds),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="age_seconds", min_value=limits.min_age_seconds, max_value=AGE_CEILING_SECONDS
+        ),
         gxe.ExpectTableRowCountToBeBetween(min_value=0, max_value=limits.max_candidates),
     ]
 

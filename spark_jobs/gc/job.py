@@ -23,6 +23,7 @@ from branchwater.engine import (
     BranchwaterError,
     GCRunLease,
     InvalidAddress,
+    InvalidArgument,
     Lake,
     Repository,
     UncommittedRun,
@@ -165,6 +166,8 @@ class GCJob:
         base, fallback = self._base(repo, ns)
         with self.phase("prepare"):
             prepared = self._prepare(repo)
+        if self.config.prepare_run is not None:
+            self._withdraw_earlier_mark(repo, ns, prepared.run_id)
         min_age = self.config.min_age
         if min_age is None:
             min_age = prepared.default_min_age
@@ -205,6 +208,31 @@ class GCJob:
                     ns.delete_folder(folder)
             raise
         return summary
+
+    def _withdraw_earlier_mark(self, repo: Repository, ns: Namespace, run_id: str) -> None:
+        """A prepare run marked again (a retried or cleared mark task): a mark whose sweep
+        began is refused, since its records under `deleted/` name that mark's files; any
+        other earlier mark is saved as failed and its files removed before this mark writes
+        one, so a mark killed midway never leaves the earlier gate's verdict over files it
+        rewrote."""
+        if not files.RUN_ID.match(run_id):
+            return
+        earlier = files.saved_summary(ns, run_id)
+        began = ns.folder_keys(f"{files.run_prefix(run_id)}{files.DELETED}")
+        if began or (earlier is not None and earlier.status == statuses.SWEPT):
+            raise InvalidArgument(
+                f"GC run {run_id} was swept, or its sweep began: its prepare run cannot be "
+                "marked again; prepare a new run (nothing was marked or deleted)"
+            )
+        if earlier is None or earlier.status == statuses.FAILED:
+            return
+        if earlier.repository_id == repo.record.unique_id:
+            release_unswept(repo.lake.graveler, repo.record, ns, earlier)
+        earlier.status = statuses.FAILED
+        earlier.error = "withdrawn: its prepare run was marked again"
+        save_run(ns, earlier, None)
+        for folder in files.set_folders(run_id):
+            ns.delete_folder(folder)
 
     def _prepare(self, repo: Repository) -> UncommittedRun:
         """Mark every branch's uncommitted addresses (then the copy records) now."""

@@ -431,6 +431,20 @@ def test_a_run_of_another_repository_is_not_resumed(
         again.prepare_uncommitted_for_gc(run_id)
 
 
+def test_a_finished_run_of_another_repository_is_refused(lake: Lake, repo: Repository) -> None:
+    """A repository made again over a deleted one's namespace finds its runs there: their
+    listing is of the other repository's references, so no mark may be made from it."""
+    repo.branch("main").upload("p", b"x")
+    run_id = repo.prepare_uncommitted_for_gc().run_id
+    namespace = repo.storage_namespace
+    lake.delete_repository("sales")
+    again = lake.create_repository("sales", storage_namespace=namespace)
+    with pytest.raises(InvalidArgument, match="another repository"):
+        again.prepare_uncommitted_for_gc(run_id)
+    with pytest.raises(InvalidArgument, match="another repository"):
+        again.uncommitted_gc_run(run_id)
+
+
 def test_a_malformed_run_id_is_refused(repo: Repository) -> None:
     with pytest.raises(InvalidArgument):
         repo.prepare_uncommitted_for_gc("../../elsewhere")

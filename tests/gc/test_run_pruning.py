@@ -104,7 +104,7 @@ def test_a_pruned_run_is_never_swept_nor_a_base(ns: Namespace) -> None:
 
     assert pruned_to_summary(ns, marked) and whole(ns, newest)
     with pytest.raises(InvalidArgument, match=r"was pruned at .*run GC again"):
-        files.check_sweepable(files.read_summary(ns, marked))
+        files.check_sweepable(files.read_summary(ns, marked), REPO_ID)
     summary = files.read_summary(ns, newest)
     summary.pruned_at = NOW.isoformat()
     files.write_summary(ns, summary)

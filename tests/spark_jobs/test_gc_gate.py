@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pytest
@@ -147,3 +147,24 @@ def test_an_address_twice_among_the_candidates_fails_the_gate_with_gx_figures(
     )
     assert failed.observed["unexpected_count"] == 2
     assert set(failed.observed["partial_unexpected_list"]) == {ADDRESSES[1]}
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [("referenced", (None, "boolean")), ("age_seconds", (float("nan"), "double"))],
+    ids=["reference-unknown", "age-nan"],
+)
+def test_a_candidate_of_unknown_reference_or_age_fails_the_gate(
+    spark: SparkSession, column: str, value: tuple[Any, str]
+) -> None:
+    """GX's column checks skip nulls, and Spark orders NaN above every number: neither may
+    pass the reference and minimum-age checks vacuously."""
+    unique = spark.createDataFrame([(a,) for a in sorted(set(ADDRESSES))], "address string")
+    candidates = flag_candidates(spark, unique, pa.array([], pa.string()))
+    candidates = candidates.withColumn("age_seconds", F.lit(1e6))
+    candidates = candidates.withColumn(column, F.lit(value[0]).cast(value[1]))
+
+    result = Gate(spark).check_candidates(candidates, len(set(ADDRESSES)), GateLimits(0.0, 4))
+
+    assert not result.success
+    assert {e.kwargs["column"] for e in result.expectations if not e.success} == {column}

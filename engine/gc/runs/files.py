@@ -251,8 +251,15 @@ def nothing_to_delete(summary: RunSummary) -> bool:
     return not summary.files.get(CANDIDATES)
 
 
-def check_sweepable(summary: RunSummary) -> None:
-    """Refuse a mark that did not finish, or whose gate failed."""
+def check_sweepable(summary: RunSummary, repository_id: str) -> None:
+    """Refuse a mark that did not finish, whose gate failed, or that was made in another
+    repository than `repository_id`: it judged that one's references (a repository deleted
+    since, whose namespace a new one has)."""
+    if summary.repository_id != repository_id:
+        raise InvalidArgument(
+            f"GC run {summary.run_id} was marked in another repository (one deleted since, "
+            "whose namespace this one has): it cannot be swept; nothing was deleted"
+        )
     if summary.pruned_at is not None:
         raise InvalidArgument(
             f"GC run {summary.run_id} was pruned at {summary.pruned_at}, when newer runs "

@@ -120,7 +120,7 @@ def sweep_mark(
     re-armed before anything is deleted and recorded as expired once the sweep is recorded."""
     emit = events or (lambda event: None)
     g, record = repo.lake.graveler, repo.record
-    files.check_sweepable(summary)
+    files.check_sweepable(summary, record.unique_id)
     check_no_restore_since(g, record, summary)
     rearm_before_sweep(g, record, ns, summary)
     lease.check()
@@ -207,7 +207,7 @@ def sweep_without_spark(
     with take_lease(repo, config) as lease:
         emit({"event": "notice", "message": f"GC run lease held: {lease.holder}"})
         summary = files.read_summary(ns, config.sweep)
-        files.check_sweepable(summary)
+        files.check_sweepable(summary, repo.record.unique_id)
         if not files.nothing_to_delete(summary):
             raise InvalidArgument(f"GC run {config.sweep} has candidates: sweep it on Spark")
 
