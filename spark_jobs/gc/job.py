@@ -73,11 +73,15 @@ SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 SESSION_CONF: dict[str, bool | float | int | str | None] = {
     "spark.sql.session.timeZone": "UTC",
     "spark.python.sql.dataFrameDebugging.enabled": "false",
+    "spark.sql.files.ignoreMissingFiles": "false",
+    "spark.sql.files.ignoreCorruptFiles": "false",
 }
 """The job's own session settings. PySpark's DataFrame debugging (on by default since Spark
 4) records the Python call site of every DataFrame and Column call, a stack walk and four
 Py4J round trips each; the driver makes hundreds a run (GX's suites most of them: a seventh
-of the candidates' suite), and the job's errors name their phase already."""
+of the candidates' suite), and the job's errors name their phase already. A cluster set to
+skip missing or corrupt files would let the gate validate fewer candidates than a sweep
+deletes: the job's reads never skip."""
 
 
 def utc_now() -> datetime:

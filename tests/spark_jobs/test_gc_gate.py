@@ -13,6 +13,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from branchwater.engine.gc.addresses import slice_name
+from branchwater.engine.gc.runs.config import JobConfig
 from branchwater.engine.gc.runs.storage import Namespace
 from branchwater.spark_jobs.gc.gate import (
     ROWS_PER_PARTITION,
@@ -20,6 +21,7 @@ from branchwater.spark_jobs.gc.gate import (
     GateLimits,
     validation_partitions,
 )
+from branchwater.spark_jobs.gc.job import start_session
 from branchwater.spark_jobs.gc.mark_on_driver import duplicates, flag_candidates_on_driver
 from branchwater.spark_jobs.gc.mark_on_executors import flag_candidates, referenced_hits
 
@@ -168,3 +170,17 @@ def test_a_candidate_of_unknown_reference_or_age_fails_the_gate(
 
     assert not result.success
     assert {e.kwargs["column"] for e in result.expectations if not e.success} == {column}
+
+
+def test_the_job_session_never_skips_a_missing_or_corrupt_file(spark: SparkSession) -> None:
+    """A cluster's defaults asking Spark to skip unreadable files are overridden: the gate
+    must read every candidates file the sweep deletes from."""
+    skips = ("spark.sql.files.ignoreMissingFiles", "spark.sql.files.ignoreCorruptFiles")
+    for key in skips:
+        spark.conf.set(key, "true")
+    try:
+        session = start_session(JobConfig("sqlite:///unused.db", "sales"))
+        assert [session.conf.get(key) for key in skips] == ["false", "false"]
+    finally:
+        for key in skips:
+            spark.conf.set(key, "false")
