@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, settings
 from branchwater.engine import Lake
 from branchwater.engine.api import Repository
 from branchwater.engine.graveler.committed import RangePolicy
+from branchwater.engine.objects.local import SYNC_ENV as LOCAL_SYNC_ENV
 from tests.helpers.long_run import LONG_TESTS
 from tests.helpers.servers import (
     PG_HOST,
@@ -33,6 +34,9 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 RANGE_CACHE_DIR = tempfile.mkdtemp(prefix="bw-range-cache-")
 os.environ["BRANCHWATER_CACHE_DIR"] = RANGE_CACHE_DIR
 """Tests share one range cache of their own, never the user's (subprocesses inherit it)."""
+os.environ.setdefault(LOCAL_SYNC_ENV, "off")
+"""Test and benchmark lakes are thrown away: their local stores skip `fsync` (half the time
+of the local-store tests); the tests of syncing turn it on."""
 
 LONG_EXAMPLES = 10
 """The long run's factor on each hypothesis test's examples (most name their own count)."""

@@ -1,12 +1,20 @@
 """Local-filesystem `ObjectStore` (`file:///root`), the embedded default.
 
 Writes stream to a hidden temporary file in the target directory and are renamed into
-place, so a reader never sees a half-written object and a failed write leaves none.
+place, so a reader never sees a half-written object and a failed write leaves none. A write
+returns only once the file and its name are on disk (`fsync` of the file, then of its
+folder): the KV store (SQLite syncs every commit by default) records objects once written,
+and after a power cut a record must not name a file that is gone or empty (`SYNC_ENV` turns
+this off where files are thrown away anyway: a test suite, a benchmark). A file system's
+error (a full disk, a read-only mount, a path whose folder is an object) is a typed error
+naming the key, never a bare `OSError`; a temporary file it could not remove is left for
+`discard_abandoned_writes`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -16,7 +24,13 @@ from stat import S_ISREG
 from typing import BinaryIO
 from urllib.parse import unquote, urlsplit
 
-from branchwater.engine.errors import ConfigurationError, InvalidArgument, NotFound, Unavailable
+from branchwater.engine.errors import (
+    BranchwaterError,
+    ConfigurationError,
+    InvalidArgument,
+    NotFound,
+    Unavailable,
+)
 from branchwater.engine.objects.native_exit import drain_native_readers_at_exit
 from branchwater.engine.objects.store import (
     Discarded,
@@ -34,6 +48,15 @@ from branchwater.engine.units import epoch_micros, from_epoch_micros
 from branchwater.engine.urls import redact_url
 
 _TMP_PREFIX = ".tmp-"
+SYNC_ENV = "BRANCHWATER_LOCAL_FSYNC"
+"""`off` (or `0`, `false`, `no`) skips the `fsync`s: writes stay atomic, but a power cut
+may lose the last ones while the KV store keeps their records. Read when a store opens."""
+_OFF = frozenset({"off", "0", "false", "no"})
+_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+_REFUSED = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+_NO_HARD_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS})
+"""What `link` says on a file system without hard links (FAT, some network mounts)."""
+_NO_FOLDER_SYNC = frozenset({errno.EINVAL, errno.EBADF, errno.EOPNOTSUPP, errno.ENOTSUP})
 
 
 class LocalObjectStore(ObjectStore):
@@ -53,6 +76,7 @@ class LocalObjectStore(ObjectStore):
             )
         self.root = Path(unquote(parts.path))
         self.url = f"file://{self.root.as_posix()}"
+        self.sync = os.environ.get(SYNC_ENV, "on").strip().lower() not in _OFF
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -81,19 +105,23 @@ class LocalObjectStore(ObjectStore):
 
     def put_stream(self, key: str, source: StreamSource, size: int | None = None) -> ObjectInfo:
         path = self._writable(key)
-        tmp = self._written(path, source)
+        tmp, made = self._written(path, key, source)
         try:
             self._publish(tmp, path, key)
         except BaseException:
-            tmp.unlink(missing_ok=True)
+            _remove(tmp)
             raise
-        return self._info(key, path.stat())
+        with self._os_errors("write", key):
+            self._sync_names(path, made)
+            return self._info(key, path.stat())
 
     def _publish(self, tmp: Path, path: Path, key: str) -> None:
         try:
             os.replace(tmp, path)
         except FileNotFoundError:
             raise self._discarded(key) from None
+        except OSError as exc:
+            raise self._failed("write", key, exc) from exc
 
     def _discarded(self, key: str) -> Unavailable:
         """The error of a write whose temporary file a sweep took before it was in place."""
@@ -107,19 +135,24 @@ class LocalObjectStore(ObjectStore):
         two racing writers writes. A file system without hard links gets the rename, as
         `put` does."""
         path = self._writable(key)
-        if path.is_file():
-            return False
-        tmp = self._written(path, [encode()])
+        with self._os_errors("write", key):
+            if path.is_file():
+                return False
+        tmp, made = self._written(path, key, [encode()])
         try:
             os.link(tmp, path)
         except FileExistsError:
             return False
         except FileNotFoundError:
             raise self._discarded(key) from None
-        except OSError:
+        except OSError as exc:
+            if exc.errno not in _NO_HARD_LINKS:
+                raise self._failed("write", key, exc) from exc
             self._publish(tmp, path, key)
         finally:
-            tmp.unlink(missing_ok=True)
+            _remove(tmp)
+        with self._os_errors("write", key):
+            self._sync_names(path, made)
         return True
 
     def _writable(self, key: str) -> Path:
@@ -133,19 +166,64 @@ class LocalObjectStore(ObjectStore):
             )
         return path
 
-    def _written(self, path: Path, source: StreamSource) -> Path:
-        """`source` in a new file beside `path`, named as a write in progress; nothing is
-        left behind if writing fails."""
-        path.parent.mkdir(parents=True, exist_ok=True)
+    def _written(self, path: Path, key: str, source: StreamSource) -> tuple[Path, list[Path]]:
+        """`source` in a new file beside `path`, named as a write in progress and synced to
+        disk, and the folders made for it; nothing is left behind if writing fails. The
+        source's own errors pass as they are, the file system's are typed (`_failed`)."""
         tmp = path.with_name(f"{_TMP_PREFIX}{uuid.uuid4().hex}")
+        with self._os_errors("write", key):
+            made = _made_folders(path.parent)
+            f = open(tmp, "xb")  # noqa: SIM115 - closed below: a failed close must not hide why
         try:
-            with open(tmp, "wb") as f:
-                for chunk in iter_chunks(source):
+            for chunk in iter_chunks(source):
+                with self._os_errors("write", key):
                     f.write(chunk)
+            with self._os_errors("write", key):
+                f.flush()
+                if self.sync:
+                    os.fsync(f.fileno())
+                f.close()
         except BaseException:
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                f.close()
+            _remove(tmp)
             raise
-        return tmp
+        return tmp, made
+
+    def _sync_names(self, path: Path, made: list[Path]) -> None:
+        """Put the new name of `path` on disk, and those of the folders made for it."""
+        if not self.sync:
+            return
+        _sync_folder(path.parent)
+        for folder in made:
+            _sync_folder(folder.parent)
+
+    @contextlib.contextmanager
+    def _os_errors(self, doing: str, key: str) -> Iterator[None]:
+        try:
+            yield
+        except OSError as exc:
+            raise self._failed(doing, key, exc) from exc
+
+    def _failed(self, doing: str, key: str, exc: OSError) -> BranchwaterError:
+        """The typed error of a file-system call that failed on `key`, saying what to do."""
+        what = f"cannot {doing} object {key!r} in the local object store {self.url}"
+        if isinstance(exc, NotADirectoryError | IsADirectoryError | FileExistsError):
+            return InvalidArgument(
+                f"{what}: a folder of the path is an object, or the key is a folder "
+                f"({exc.strerror}); a file system cannot hold both under one name"
+            )
+        if exc.errno in _NO_SPACE:
+            return Unavailable(
+                f"{what}: {exc.strerror}; nothing was written: free space on its file system "
+                "(or raise the quota or file-size limit there), then write again"
+            )
+        if exc.errno in _REFUSED:
+            return Unavailable(
+                f"{what}: {exc.strerror}; let this user write there (permissions, a "
+                "read-only mount), then try again"
+            )
+        return Unavailable(f"{what}: {exc.strerror or exc}")
 
     def discard_abandoned_writes(self, folder: str, before: datetime) -> Discarded:
         """Delete the `.tmp-` files under `folder` last modified before `before`. A live
@@ -178,6 +256,8 @@ class LocalObjectStore(ObjectStore):
             return open(path, "rb")
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             raise NotFound(f"object {key!r} not found in {self.url}") from None
+        except OSError as exc:
+            raise self._failed("read", key, exc) from exc
 
     def stat(self, key: str) -> ObjectInfo:
         path = self._path(key)
@@ -185,14 +265,26 @@ class LocalObjectStore(ObjectStore):
             st = path.stat()
         except (FileNotFoundError, NotADirectoryError):
             raise NotFound(f"object {key!r} not found in {self.url}") from None
+        except OSError as exc:
+            raise self._failed("read", key, exc) from exc
         if not path.is_file():
             raise NotFound(f"object {key!r} not found in {self.url} (it is a directory)")
         return self._info(key, st)
 
     def delete(self, keys: Iterable[str]) -> None:
+        """A key that names a folder names no object: like an absent one, not an error. The
+        first other failure ends it, typed (`Unavailable`): the keys after it are not
+        deleted, and no caller may count them as deleted."""
         for key in keys:
-            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-                self._path(key).unlink()
+            path = self._path(key)
+            try:
+                path.unlink()
+            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+                continue
+            except OSError as exc:
+                if exc.errno == errno.EPERM and path.is_dir():
+                    continue  # unlink of a folder, on systems that say EPERM (macOS)
+                raise self._failed("delete", key, exc) from exc
 
     def list_objects(self, prefix: str = "") -> Iterator[ObjectInfo]:
         """A prefix whose folder has an empty, `.` or `..` part matches no key: the file
@@ -303,3 +395,42 @@ def _temporary_files(directory: Path) -> Iterator[tuple[Path, os.stat_result]]:
             except FileNotFoundError:
                 continue  # renamed into place since the directory was read
             yield Path(entry.path), st
+
+
+def _made_folders(folder: Path) -> list[Path]:
+    """Make `folder` and its missing parents; those this call made, the deepest first."""
+    missing: list[Path] = []
+    while not folder.is_dir():
+        missing.append(folder)
+        folder = folder.parent
+    made: list[Path] = []
+    for path in reversed(missing):
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            if not path.is_dir():
+                raise
+            continue
+        made.append(path)
+    return made[::-1]
+
+
+def _sync_folder(folder: Path) -> None:
+    """`fsync` a folder, so the names made or renamed in it survive a power cut. A file
+    system that cannot sync a folder (some network and FUSE mounts) says so, as PostgreSQL
+    found, and is let be: a write must not fail for it."""
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in _NO_FOLDER_SYNC:
+            raise
+    finally:
+        os.close(fd)
+
+
+def _remove(tmp: Path) -> None:
+    """Remove a temporary file of a write that failed; one that cannot be removed (a
+    read-only mount) stays for `discard_abandoned_writes`, whose names it has."""
+    with contextlib.suppress(OSError):
+        tmp.unlink()

@@ -18,6 +18,7 @@ ever, whichever store makes it. So a process forked from one that made an S3 req
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import queue
@@ -54,6 +55,7 @@ from branchwater.engine.errors import (
     CorruptedData,
     InvalidArgument,
     NotFound,
+    OutcomeUnknown,
     Unavailable,
 )
 from branchwater.engine.objects.native_exit import drain_native_readers_at_exit
@@ -93,8 +95,8 @@ MAX_KEY = 1024
 """S3's limit of a key's length in UTF-8 bytes."""
 CONFLICT_PAUSES = (0.05, 0.2, 1.0)
 """Pauses before a conditional PUT is asked again after a 409 (another conditional write of
-the key under way): AWS says to retry, and the write under way soon ends one way or the
-other."""
+the key under way: AWS says to retry, and the write under way soon ends one way or the
+other) or after its reply was lost (once)."""
 MAX_OBJECT = 5 << 40
 """S3's limit of an object's size (5 TiB)."""
 STREAM_PART = 32 << 20
@@ -127,6 +129,10 @@ _PATH_ORDER_SERVERS = ("SeaweedFS",)
 """`Server` headers of S3-compatible stores that list path by path (`a/b` before `a-c`)."""
 _UNREACHABLE = ("HTTP error", "error sending request", "timed out", "connection")
 """What obstore's messages say when no HTTP response came back."""
+_THROTTLED = ("SlowDown", "TooManyRequests", "RequestLimitExceeded", "Throttling")
+"""Codes of a server that refuses requests for their rate: it did not run them."""
+_DELETE_FAILED = "DeleteObjects request failed for key"
+"""obstore's message for the first key a DeleteObjects reply says it could not delete."""
 _CLIENT_OPTIONS: ClientConfig = {
     "connect_timeout": timedelta(seconds=10),
     "read_timeout": timedelta(seconds=60),
@@ -254,9 +260,31 @@ class S3ObjectStore(ObjectStore):
                     max_concurrency=in_flight,
                 ),
             )
+        except BucketNotFound:
+            raise
+        except NotFound:
+            raise self._upload_forgotten(key) from None
         finally:
             aside.stop()
         return ObjectInfo(key, counted.size, datetime.now(UTC))
+
+    def _upload_forgotten(self, key: str) -> Unavailable:
+        """The error of an upload the server stopped knowing (NoSuchUpload) before it
+        answered its completion: a sweep of abandoned writes aborted it (nothing was
+        written), or a completion whose reply was lost was sent again, and the first had
+        completed it, which only an object under the key can show. It said the object was
+        not found."""
+        if not self.exists(key):
+            return Unavailable(
+                f"the upload of {key!r} to {self.url} was aborted before it completed (a GC "
+                "sweep aborts uploads older than a day as abandoned); nothing was written: "
+                "write it again"
+            )
+        return OutcomeUnknown(
+            f"the upload of {key!r} to {self.url} may or may not have completed: the server "
+            "no longer knows it, as after a completion whose reply was lost, and the key "
+            "holds an object; read it to see whether it is this one, or write it again"
+        )
 
     def put_if_absent(self, key: str, encode: Callable[[], bytes]) -> bool:
         """One conditional PutObject (`If-None-Match: *`) instead of a HEAD and a PUT: a
@@ -265,35 +293,78 @@ class S3ObjectStore(ObjectStore):
         way (409) is asked again, as it says to, after each of `CONFLICT_PAUSES`; one that does not
         implement the condition (501) gets the HEAD and the PUT from then on, and one still
         in conflict gets them this time. The bytes are made first, as the request carries
-        them."""
+        them.
+
+        A PUT whose reply was lost may have been applied, and obstore sends it again by
+        itself (after a dropped connection or a 5xx), whose copy then finds the key taken:
+        so a taken key is settled by what it holds (`_holds`). These very bytes count as
+        this call's write: no reader can tell them from another writer's same bytes, and a
+        writer that must know it won writes bytes no other writes. A reply that stays lost
+        (a timeout, a reset, 5xx to the end) has the PUT sent once more, which settles it;
+        `OutcomeUnknown` if that reply is lost as well."""
         if not self._conditional_puts:
             return super().put_if_absent(key, encode)
         self._check_writable(key)
         body = encode()
         if len(body) > PART_SIZE:
             return super().put_if_absent(key, lambda: body)
-
-        def create() -> bool | None:
+        pauses = iter(CONFLICT_PAUSES)
+        lost: _LostReply | None = None
+        while True:
             try:
-                obstore.put(self._s3, key, body, mode="create", use_multipart=False)
-            except AlreadyExistsError:
-                return False
-            except BaseError as exc:
-                if _status(exc) == "501" or _code(exc) == "NotImplemented":
-                    self._conditional_puts = False
-                    return None
-                if _status(exc) == "409":
-                    return None
-                raise
-            return True
-
-        written = self._call(key, create)
-        for pause in CONFLICT_PAUSES:
-            if written is not None or not self._conditional_puts:
+                written = self._call(key, lambda: self._create(key, body))
+            except _LostReply as exc:
+                if lost is not None:
+                    raise OutcomeUnknown(
+                        f"the write of {key!r} to {self.url} may or may not have been applied: "
+                        f"its reply was lost, and so was the reply to sending it again "
+                        f"({exc.cause}); read the key to see, or write it again later"
+                    ) from None
+                lost, written = exc, None
+            if written is not None:
+                return written
+            pause = next(pauses, None)
+            if pause is None or not self._conditional_puts:
                 break
             time.sleep(pause)
-            written = self._call(key, create)
-        return super().put_if_absent(key, lambda: body) if written is None else written
+        held = self._call(key, lambda: self._holds(key, body))
+        if held is None:
+            self.put(key, body)
+            return True
+        return held
+
+    def _create(self, key: str, body: bytes) -> bool | None:
+        """One conditional PUT of `body`: whether it wrote (a taken key: whether it holds
+        `body`), or None to ask again (409, 501, a key emptied since its 412); `_LostReply`
+        where no reply settled it."""
+        try:
+            obstore.put(self._s3, key, body, mode="create", use_multipart=False)
+        except AlreadyExistsError:
+            return self._holds(key, body)
+        except BaseError as exc:
+            if _status(exc) == "501" or _code(exc) == "NotImplemented":
+                self._conditional_puts = False
+                return None
+            if _status(exc) == "409":
+                return None
+            if _reply_lost(exc):
+                raise _LostReply(self._error(exc)) from None
+            raise
+        return True
+
+    def _holds(self, key: str, body: bytes) -> bool | None:
+        """Whether `key` holds exactly `body`; None where it holds nothing. A single PUT's
+        ETag is its MD5 (AWS without KMS keys, SeaweedFS); where it is not, the bytes of an
+        object of the same size are compared."""
+        try:
+            meta = obstore.head(self._s3, key)
+            if _etag(meta) == hashlib.md5(body, usedforsecurity=False).hexdigest():
+                return True
+            if meta["size"] != len(body):
+                return False
+            return bytes(obstore.get(self._s3, key).bytes()) == body
+        except FileNotFoundError:
+            return None
 
     def _check_writable(self, key: str) -> None:
         if not addressable(check_object_key(key)):
@@ -647,11 +718,25 @@ class S3ObjectStore(ObjectStore):
         return self._path_order
 
     def _delete_batch(self, keys: list[str]) -> None:
+        """One DeleteObjects. obstore raises on the first key its reply says could not be
+        deleted and hides the others (and would fail on `NoSuchKey`, which some servers
+        report for an absent key): then the batch is sent again through boto3, which tells
+        every key's failure and passes over absent ones. Deleting again is harmless."""
         plain = [key for key in keys if _plain(key) or addressable(key)]
-        if plain:
-            self._call(None, lambda: obstore.delete(self._s3, plain))
+        if plain and not self._call(None, lambda: self._deleted(plain)):
+            self._boto3.delete(plain)
         if len(plain) < len(keys):
             self._boto3.delete([key for key in keys if not addressable(key)])
+
+    def _deleted(self, keys: list[str]) -> bool:
+        """Whether obstore's DeleteObjects of `keys` deleted every one."""
+        try:
+            obstore.delete(self._s3, keys)
+        except BaseError as exc:
+            if _DELETE_FAILED not in str(exc):
+                raise
+            return False
+        return True
 
     def _call(self, key: str | None, request: Callable[[], T]) -> T:
         """Run one S3 request, turning obstore's errors into typed errors that name the URL."""
@@ -688,30 +773,43 @@ class S3ObjectStore(ObjectStore):
         raise NotFound(f"object {key!r} not found in {self.url}") from None
 
     def _raise_error(self, exc: BaseException) -> NoReturn:
+        raise self._error(exc) from None
+
+    def _error(self, exc: BaseException) -> BranchwaterError:
+        """The typed error of an obstore error, saying what to do. Throttling and 5xx come
+        after obstore's own retries (`_RETRIES`) ran out."""
         code = _code(exc)
         if code == "NoSuchBucket":
-            raise self._missing_bucket() from None
+            return self._missing_bucket()
         if code == "KeyTooLongError":
-            raise InvalidArgument(
+            return InvalidArgument(
                 f"S3 object store {self.url} refused a key as too long (KeyTooLongError; "
                 "S3 takes 1024 bytes, some S3-compatible servers fewer); shorten it"
-            ) from None
+            )
         status = _status(exc)
         if status is None and any(s in _message(exc) for s in _UNREACHABLE):
-            raise Unavailable(
+            return Unavailable(
                 f"cannot reach S3 object store {self.url} at "
                 f"{redact_url(self.endpoint_url or 'AWS')}: {_message(exc)}"
-            ) from None
+            )
         detail = " ".join(filter(None, (status, code)))
+        retried = "still after retrying"
         if status in ("401", "403"):
-            raise Unavailable(
+            return Unavailable(
                 f"S3 object store {self.url} refused our credentials or access ({detail})"
-            ) from None
-        if (status or "").startswith("5") or code in ("SlowDown", "RequestTimeout"):
-            raise Unavailable(f"S3 object store {self.url} is unavailable ({detail})") from None
-        raise BranchwaterError(
+            )
+        if status == "429" or code in _THROTTLED:
+            return Unavailable(
+                f"S3 object store {self.url} is throttling requests ({detail}), {retried}: "
+                "run fewer tasks against it at once, or try again later"
+            )
+        if (status or "").startswith("5") or status == "408" or code == "RequestTimeout":
+            return Unavailable(
+                f"S3 object store {self.url} is unavailable ({detail}), {retried}; try again later"
+            )
+        return BranchwaterError(
             f"S3 object store {self.url} rejected the request ({detail or _message(exc)})"
-        ) from None
+        )
 
     def _bucket_exists(self) -> bool:
         """Tell a missing bucket from a missing key: HEAD errors carry no body to say which.
@@ -735,6 +833,26 @@ class S3ObjectStore(ObjectStore):
 
 class _Unlistable(Exception):
     """obstore's listing met a key it cannot address: boto3 lists instead."""
+
+
+class _LostReply(Exception):
+    """A conditional PUT got no reply that settles it: it may have been applied."""
+
+    def __init__(self, cause: BranchwaterError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+def _reply_lost(exc: BaseException) -> bool:
+    """Whether a request that failed may have run: no reply came back (a dropped
+    connection, a timeout), or a 5xx or 408 did. Not a refusal (4xx), nor throttling, which
+    refuses a request before it runs."""
+    status, code = _status(exc), _code(exc)
+    if status == "429" or code in _THROTTLED:
+        return False
+    if status is None:
+        return any(s in _message(exc) for s in _UNREACHABLE)
+    return status.startswith("5") or status == "408"
 
 
 class _Counted:

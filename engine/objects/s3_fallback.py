@@ -89,9 +89,12 @@ class Boto3Keys:
         )
         failures = [e for e in response.get("Errors", ()) if e.get("Code") != "NoSuchKey"]
         if failures:
+            first = failures[0]
             raise Unavailable(
-                f"S3 object store {self._url} could not delete {len(failures)} object(s); "
-                f"first: {failures[0].get('Key')!r}: {failures[0].get('Code')}"
+                f"S3 object store {self._url} could not delete {len(failures)} of "
+                f"{len(keys)} object(s) (first: {first.get('Key')!r}: {first.get('Code')}: "
+                f"{first.get('Message')}); they are still there: delete them again once "
+                "the cause is gone"
             )
 
     def pages(self, full_prefix: str, delimiter: str = "") -> Iterator[dict[str, Any]]:

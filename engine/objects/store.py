@@ -93,7 +93,10 @@ class ObjectStore(abc.ABC):
         not, where the store can promise it (local files, S3 with conditional writes); here,
         for a store that cannot, a HEAD then a PUT. Content-addressed objects need no more
         (an object there holds the same bytes); a namespace's marker needs the promise.
-        `encode` runs only where the bytes are sent."""
+        `encode` runs only where the bytes are sent. Where a reply was lost (S3), a key
+        found holding exactly these bytes counts as written, as no reader can tell the two
+        apart: a caller that must know it won writes bytes no other writer does. A write
+        nothing settles is `OutcomeUnknown`: it may have been applied, and may still be."""
         if self.exists(key):
             return False
         self.put(key, encode())

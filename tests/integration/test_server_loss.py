@@ -8,10 +8,8 @@ does not hand out the dead sessions.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import os
-import socket
 import sys
 import threading
 import time
@@ -29,16 +27,16 @@ from branchwater.stack.config import native
 from tests.fixtures.s3 import READY_TIMEOUT, SeaweedFS, start_seaweedfs
 from tests.helpers.failpoints import paused_at
 from tests.helpers.gc import run_addresses
+from tests.helpers.relay import Relay
 from tests.helpers.servers import (
     PG_HOST,
     PG_PORT,
     PG_USER,
-    free_port,
     private_database,
     unavailable,
     unique_name,
 )
-from tests.helpers.views import committed
+from tests.helpers.views import committed, work_under_way
 
 pytestmark = [pytest.mark.slow]
 
@@ -176,57 +174,6 @@ def test_a_conditional_write_cut_under_way_is_reported_not_retried(
         assert store.get(b"p", b"k").value == b"w"
 
 
-class Proxy:
-    """A TCP relay to PostgreSQL that the test stops and starts on the same port: from the
-    engine's side, a server restart (every session dropped, connections refused while down)
-    without touching the PostgreSQL server other tests share."""
-
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self._listener: socket.socket | None = None
-        self._sockets: list[socket.socket] = []
-        self._lock = threading.Lock()
-
-    def start(self) -> None:
-        listener = socket.create_server(("127.0.0.1", self.port), reuse_port=False)
-        self._listener = listener
-        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
-
-    def stop(self) -> None:
-        """Close the listener and every relayed connection, both ends."""
-        assert self._listener is not None
-        with contextlib.suppress(OSError):
-            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
-        self._listener.close()
-        with self._lock:
-            sockets, self._sockets = self._sockets, []
-        for sock in sockets:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection((PG_HOST, PG_PORT))
-            with self._lock:
-                self._sockets += [client, server]
-            for source, sink in ((client, server), (server, client)):
-                threading.Thread(target=_pump, args=(source, sink), daemon=True).start()
-
-
-def _pump(source: socket.socket, sink: socket.socket) -> None:
-    """Copy bytes one way until either end closes, then close the other way too."""
-    with contextlib.suppress(OSError):
-        while data := source.recv(65536):
-            sink.sendall(data)
-    with contextlib.suppress(OSError):
-        sink.shutdown(socket.SHUT_WR)
-
-
 @pytest.mark.postgres
 def test_a_restarted_server_is_unavailable_while_down_and_used_again_after(
     database: str, tmp_path: Path
@@ -234,7 +181,7 @@ def test_a_restarted_server_is_unavailable_while_down_and_used_again_after(
     """Through a relay stopped and started again on its port: while it is down every call
     (a read, a conditional write, a commit) fails `Unavailable`; once it is back, the same
     store and lake serve the next calls, the commit among them, with no dead session reused."""
-    proxy = Proxy(free_port())
+    proxy = Relay((PG_HOST, PG_PORT))
     proxy.start()
     url = f"postgresql://{PG_USER}@127.0.0.1:{proxy.port}/{database}?table={unique_name('kv_')}"
     try:
@@ -260,16 +207,7 @@ def test_a_restarted_server_is_unavailable_while_down_and_used_again_after(
 
 
 def prepared(lake: Lake, tmp_path: Path) -> Repository:
-    """`main` with `a` committed and `b` staged; `feature` with `f` committed, to merge."""
-    repo = lake.create_repository("loss", storage_namespace=f"file://{tmp_path}/ns")
-    main = repo.branch("main")
-    main.upload("a", b"a")
-    main.commit("a")
-    feature = repo.create_branch("feature", "main")
-    feature.upload("f", b"f")
-    feature.commit("f")
-    main.upload("b", b"b")
-    return repo
+    return work_under_way(lake, "loss", f"file://{tmp_path}/ns")
 
 
 OPERATIONS = {

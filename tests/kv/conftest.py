@@ -9,10 +9,15 @@ from pathlib import Path
 import pytest
 
 from branchwater.engine.kv import Store, open_store
+from branchwater.engine.kv.dynamodb import DynamoDBStore
 from branchwater.engine.kv.postgres import PostgresStore
 from tests.helpers.gc import rowid_sqlite_file
 from tests.helpers.row_locks import GENERIC_PLANS
 from tests.helpers.servers import unique_name
+
+GUARD = (b"branches", b"main")
+"""The branch record a guarded step checks, as tests of the DynamoDB driver's own paths
+write it."""
 
 DRIVERS = [
     pytest.param("memory", id="memory"),
@@ -50,4 +55,14 @@ def pg_store(postgres_url: str) -> Iterator[PostgresStore]:
     once for every key (`GENERIC_PLANS`), as a busy one soon does."""
     with open_store(f"{postgres_url}?table={unique_name('kv_')}&{GENERIC_PLANS}") as opened:
         assert isinstance(opened, PostgresStore)
+        yield opened
+
+
+@pytest.fixture
+def dynamodb_store(dynamodb_endpoint: str) -> Iterator[DynamoDBStore]:
+    """A DynamoDB store on a fresh table whose `GUARD` record holds `record`."""
+    url = f"dynamodb://{unique_name('kv-')}?endpoint_url={dynamodb_endpoint}&region=us-east-1"
+    with open_store(url) as opened:
+        assert isinstance(opened, DynamoDBStore)
+        opened.set(*GUARD, b"record")
         yield opened

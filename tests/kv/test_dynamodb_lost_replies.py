@@ -26,7 +26,7 @@ from botocore.exceptions import ConnectionClosedError, ReadTimeoutError
 
 from branchwater.engine import Lake, NoChanges, failpoints
 from branchwater.engine.errors import InvalidArgument, OutcomeUnknown, PredicateFailed, Unavailable
-from branchwater.engine.kv import EXISTS, open_store
+from branchwater.engine.kv import EXISTS
 from branchwater.engine.kv.dynamodb import (
     MAX_ATTEMPTS,
     TRANSACTION_TRIES,
@@ -35,21 +35,17 @@ from branchwater.engine.kv.dynamodb import (
 )
 from tests.helpers.servers import unique_name
 from tests.helpers.views import committed
+from tests.kv.conftest import GUARD
 
 pytestmark = pytest.mark.s3
 
-GUARD = (b"branches", b"main")
 FAILURES = ["read-timeout", "connection-reset", "internal-error"]
 
 
 @pytest.fixture
-def store(dynamodb_endpoint: str) -> Iterator[DynamoDBStore]:
-    url = f"dynamodb://{unique_name('kv-')}?endpoint_url={dynamodb_endpoint}&region=us-east-1"
-    with open_store(url) as opened:
-        assert isinstance(opened, DynamoDBStore)
-        opened.set(*GUARD, b"record")
-        opened.set(b"p", b"k", b"old")
-        yield opened
+def store(dynamodb_store: DynamoDBStore) -> DynamoDBStore:
+    dynamodb_store.set(b"p", b"k", b"old")
+    return dynamodb_store
 
 
 class _Body:

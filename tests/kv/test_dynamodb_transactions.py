@@ -4,20 +4,18 @@ place): the step is tried again rather than reported as a failed guard or an out
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from botocore.awsrequest import AWSResponse
 
 from branchwater.engine.errors import Unavailable
-from branchwater.engine.kv import open_store
 from branchwater.engine.kv.dynamodb import TRANSACTION_TRIES, DynamoDBStore
-from tests.helpers.servers import unique_name
+from tests.kv.conftest import GUARD
 
 pytestmark = pytest.mark.s3
 
-GUARD = (b"branches", b"main")
 CANCELLED = {
     "Error": {
         "Code": "TransactionCanceledException",
@@ -29,12 +27,8 @@ CANCELLED = {
 
 
 @pytest.fixture
-def store(dynamodb_endpoint: str) -> Iterator[DynamoDBStore]:
-    url = f"dynamodb://{unique_name('kv-')}?endpoint_url={dynamodb_endpoint}&region=us-east-1"
-    with open_store(url) as opened:
-        assert isinstance(opened, DynamoDBStore)
-        opened.set(*GUARD, b"record")
-        yield opened
+def store(dynamodb_store: DynamoDBStore) -> DynamoDBStore:
+    return dynamodb_store
 
 
 def conflicting(store: DynamoDBStore, times: int) -> list[int]:

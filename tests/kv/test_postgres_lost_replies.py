@@ -38,8 +38,9 @@ from branchwater.engine import (
 from branchwater.engine.api import Repository
 from branchwater.engine.kv import EXISTS, Store, open_store
 from branchwater.engine.kv.postgres import PostgresStore
-from tests.helpers.servers import PG_HOST, PG_PORT, free_port, unique_name
-from tests.helpers.views import committed
+from tests.helpers.relay import Relay, close_socket
+from tests.helpers.servers import PG_HOST, PG_PORT, unique_name
+from tests.helpers.views import committed, work_under_way
 
 pytestmark = pytest.mark.postgres
 
@@ -48,19 +49,15 @@ WAIT_S = 30.0
 UNKNOWN = "may or may not have been applied"
 
 
-class ReplyCutter:
-    """A TCP relay to PostgreSQL that cuts a connection at the reply to a picked request, or
+class ReplyCutter(Relay):
+    """A relay to PostgreSQL that cuts a connection at the reply to a picked request, or
     the client's side of it right after the request (the server's stays open)."""
 
     def __init__(self) -> None:
-        self.port = free_port()
+        super().__init__((PG_HOST, PG_PORT))
         self.cuts = 0
         self._picks: Callable[[bytes], bool] | None = None
         self._at_request = False
-        self._lock = threading.Lock()
-        self._sockets: list[socket.socket] = []
-        self._listener = socket.create_server(("127.0.0.1", self.port))
-        threading.Thread(target=self._accept, daemon=True).start()
 
     def url(self, database_url: str) -> str:
         """`database_url` (a postgresql:// URL of the local server) through the relay."""
@@ -79,27 +76,10 @@ class ReplyCutter:
         with self._lock:
             self._picks, self._at_request = picks, True
 
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._listener.shutdown(socket.SHUT_RDWR)
-        self._listener.close()
-        with self._lock:
-            sockets, self._sockets = self._sockets, []
-        for sock in sockets:
-            _close(sock)
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection((PG_HOST, PG_PORT))
-            with self._lock:
-                self._sockets += [client, server]
-            cut = threading.Event()
-            threading.Thread(target=self._requests, args=(client, server, cut), daemon=True).start()
-            threading.Thread(target=self._replies, args=(server, client, cut), daemon=True).start()
+    def pipe(self, client: socket.socket, server: socket.socket) -> None:
+        cut = threading.Event()
+        threading.Thread(target=self._requests, args=(client, server, cut), daemon=True).start()
+        threading.Thread(target=self._replies, args=(server, client, cut), daemon=True).start()
 
     def _requests(self, client: socket.socket, server: socket.socket, cut: threading.Event) -> None:
         with contextlib.suppress(OSError):
@@ -113,9 +93,9 @@ class ReplyCutter:
                 if at_request:
                     with self._lock:
                         self.cuts += 1
-                    _close(client)
+                    close_socket(client)
                     return
-        _close(server)
+        close_socket(server)
 
     def _replies(self, server: socket.socket, client: socket.socket, cut: threading.Event) -> None:
         with contextlib.suppress(OSError):
@@ -125,21 +105,16 @@ class ReplyCutter:
                         self.cuts += 1
                     break
                 client.sendall(data)
-        _close(client)
-        _close(server)
-
-
-def _close(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        sock.shutdown(socket.SHUT_RDWR)
-    sock.close()
+        close_socket(client)
+        close_socket(server)
 
 
 @pytest.fixture
 def relay() -> Iterator[ReplyCutter]:
     cutter = ReplyCutter()
+    cutter.start()
     yield cutter
-    cutter.close()
+    cutter.stop()
 
 
 @pytest.fixture
@@ -283,16 +258,7 @@ def lake(relay: ReplyCutter, postgres_url: str) -> Iterator[Lake]:
 
 @pytest.fixture
 def repo(lake: Lake, tmp_path: Path) -> Repository:
-    """`main` with `a` committed and `b` staged; `feature` with `f` committed."""
-    repo = lake.create_repository("lost", storage_namespace=f"file://{tmp_path}/ns")
-    main = repo.branch("main")
-    main.upload("a", b"a")
-    main.commit("a")
-    feature = repo.create_branch("feature", "main")
-    feature.upload("f", b"f")
-    feature.commit("f")
-    main.upload("b", b"b")
-    return repo
+    return work_under_way(lake, "lost", f"file://{tmp_path}/ns")
 
 
 def cut_branch_swap(lake: Lake, repo: Repository, relay: ReplyCutter, branch: str) -> None:

@@ -214,8 +214,8 @@ def test_a_write_if_absent_whose_file_was_discarded_under_it_says_so(tmp_path: P
     `FileNotFoundError`."""
 
     class SweptBeforeLink(LocalObjectStore):
-        def _written(self, path: Path, source: StreamSource) -> Path:
-            written = super()._written(path, source)
+        def _written(self, path: Path, key: str, source: StreamSource) -> tuple[Path, list[Path]]:
+            written = super()._written(path, key, source)
             self.discard_abandoned_writes("_branchwater", datetime.now(UTC) + timedelta(seconds=1))
             return written
 

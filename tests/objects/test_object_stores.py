@@ -377,7 +377,8 @@ def test_s3_wrong_credentials_are_unavailable(s3_server: S3Server, s3_bucket: st
 def test_s3_put_if_absent_is_one_conditional_put(
     s3_store: S3ObjectStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """No HEAD before the PUT, new key or not: the server's 412 says the key is taken."""
+    """No HEAD before the PUT, new key or not: the server's 412 says the key is taken (and
+    only then does a HEAD say whose bytes it holds: `test_s3_lost_replies`)."""
 
     def no_head(key: str) -> None:
         raise AssertionError(f"HEAD of {key!r}")

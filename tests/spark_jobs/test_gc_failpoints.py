@@ -5,10 +5,7 @@ out of, the run lets its lease go, so the next run goes ahead; killed (the whole
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -23,10 +20,10 @@ from branchwater.engine.gc.tokens import utc_now
 from tests.helpers.gc import GCLake
 from tests.spark_jobs.test_gc_runs import history
 from tests.spark_jobs.test_gc_safety import (
-    KILL_TIMEOUT,
     KILLED_LEASE,
     LEASE,
     retry_while_locked,
+    run_to_its_kill,
 )
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -80,17 +77,7 @@ def killed_job(gc: GCLake, point: str, scratch: Path, *args: str) -> None:
         *("--master", "local[1]", "--conf", "spark.ui.enabled=false", *args),
     ]
     env = {**os.environ, failpoints.ENV: f"{point}=kill", "PYSPARK_PYTHON": sys.executable}
-    with open(scratch / "job.log", "wb") as log:
-        job = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-        try:
-            job.wait(KILL_TIMEOUT)
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(job.pid, signal.SIGKILL)
-            job.wait(KILL_TIMEOUT)
-    assert job.returncode != 0, (scratch / "job.log").read_text()
+    run_to_its_kill(command, env, scratch / "job.log")
     lease = GCRunLease(gc.lake.graveler.kv, gc.repo.record, utc_now, LEASE).current()
     assert lease is not None and not lease.released, "the job died before it held its lease"
 

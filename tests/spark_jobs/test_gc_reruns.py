@@ -4,10 +4,7 @@ passed validated, in the repository it judged."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -23,7 +20,7 @@ from branchwater.engine.gc.runs.sweeps import sweep_without_spark
 from branchwater.spark_jobs.gc import arguments
 from tests.helpers.gc import GCLake
 from tests.spark_jobs.test_gc_runs import history
-from tests.spark_jobs.test_gc_safety import KILL_TIMEOUT, KILLED_LEASE, retry_while_locked
+from tests.spark_jobs.test_gc_safety import KILLED_LEASE, retry_while_locked, run_to_its_kill
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -86,17 +83,7 @@ def remark_killed_before_its_gate(gc: GCLake, run_id: str, log: Path, *args: str
         *("--partitions", str(PARTITIONS), "--lock-ttl", f"{KILLED_LEASE}s", *args),
     ]
     env = {**os.environ, JOB_KV_ENV: gc.kv_url, failpoints.ENV: "gc.mark.before_gate=kill"}
-    with open(log, "wb") as out:
-        job = subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-        try:
-            job.wait(KILL_TIMEOUT)
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(job.pid, signal.SIGKILL)
-            job.wait(KILL_TIMEOUT)
-    assert job.returncode != 0, log.read_text()
+    run_to_its_kill(command, env, log)
 
 
 @pytest.mark.usefixtures("spark_submit_conf")

@@ -3,6 +3,7 @@ accept a malformed address, delete after a failed gate; and a sweep killed midwa
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -37,6 +38,22 @@ KILLED_FILES = 60
 KILLED_LEASE = 5
 LEASE = timedelta(seconds=KILLED_LEASE)
 KILL_TIMEOUT = 300
+
+
+def run_to_its_kill(command: list[str], env: dict[str, str], log: Path) -> None:
+    """Run `command` (its output to `log`) in a session of its own until the failpoint armed
+    in `env` kills it; whatever of it is left is killed by its process group after."""
+    with open(log, "wb") as out:
+        job = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        try:
+            job.wait(KILL_TIMEOUT)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(job.pid, signal.SIGKILL)
+            job.wait(KILL_TIMEOUT)
+    assert job.returncode != 0, log.read_text()
 
 
 def stage_raw(gc: GCLake, path: str, address: str) -> None:
