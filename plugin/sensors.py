@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
-from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout, AirflowSkipException
 
 from branchwater.plugin.hooks import DEFAULT_CONN_ID, BranchwaterHook, compaction_policy
 from branchwater.plugin.operators.base import branch_or_skip, declared_flag, failing_at_once
@@ -30,6 +30,14 @@ if TYPE_CHECKING:
 SINCE_KEY = "since_commit"
 
 
+class WaitFailed(Exception):
+    """A deferred sensor's wait ended by an error a retry may fix (the lake unreachable, a
+    connection the triggerer cannot read). Not an `AirflowException`: Airflow's
+    `BaseSensorOperator.resume_execution` skips any of those a resumed sensor raises under
+    `soft_fail`, where a poking sensor skips only a timeout or a failure without retries and
+    leaves such an error to the retries; this keeps the deferred sensor to that rule."""
+
+
 class BranchwaterBranchSensor(BaseSensorOperator):
     """Base of the sensors on one branch: the hook's lifetime and the deferrable mode.
 
@@ -38,8 +46,10 @@ class BranchwaterBranchSensor(BaseSensorOperator):
     event ends it. Subclasses implement `poke`, `trigger` and `event_value`. A missing
     repository or branch fails the task at once, as it does an operator, whether the poke or
     the trigger finds it missing; `missing_ok`, where a sensor has it, skips the task when
-    the branch is gone, and `soft_fail` skips it on any failure without retries, poked or
-    deferred.
+    the branch is gone, and `soft_fail` skips it on a timeout and on any failure without
+    retries, poked or deferred, while an error a retry may fix fails it for its retries
+    either way. Deferred, the trigger ends the wait at the timeout itself (counted from the
+    task's start, as a poking sensor counts it).
 
     :param repository: the repository's name (templated)
     :param branch: the branch to watch (templated)
@@ -71,12 +81,15 @@ class BranchwaterBranchSensor(BaseSensorOperator):
         self.branch = branch
         self.branchwater_conn_id = branchwater_conn_id
         self.deferrable = deferrable
+        self._deadline: datetime | None = None
+        """When a deferred wait times out: the task's start plus `timeout`."""
 
     @cached_property
     def hook(self) -> BranchwaterHook:
         return BranchwaterHook(self.branchwater_conn_id)
 
     def execute(self, context: Context) -> Any:
+        started = datetime.now(timezone.utc)
         try:
             with self.failing_at_once_or_skipping():
                 if not self.deferrable:
@@ -84,10 +97,11 @@ class BranchwaterBranchSensor(BaseSensorOperator):
                 found = self.poke(context)
             if found.is_done:
                 return found.xcom_value
+            self._deadline = started + timedelta(seconds=float(self.timeout))
             self.defer(
                 trigger=self.trigger(),
                 method_name="execute_complete",
-                timeout=timedelta(seconds=float(self.timeout)),
+                timeout=max(self._deadline - datetime.now(timezone.utc), timedelta(0)),
             )
         finally:
             self.hook.close()
@@ -122,17 +136,28 @@ class BranchwaterBranchSensor(BaseSensorOperator):
             "branch": self.branch,
             "branchwater_conn_id": self.branchwater_conn_id,
             "poll_interval": float(self.poke_interval),
+            "deadline": self._deadline,
         }
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
-        if event.get("status") != "success":
+        """The end of a deferred wait. A timeout raises `AirflowSensorTimeout`, as a poking
+        sensor's does: `BaseSensorOperator.resume_execution` skips it under `soft_fail`, and
+        otherwise it fails the task without retries."""
+        status = event.get("status")
+        if status == "timeout":
+            raise AirflowSensorTimeout(
+                f"Sensor has timed out: no {self.waits_for} on {self.branch!r} within the "
+                f"specified timeout of {self.timeout} seconds."
+            )
+        if status != "success":
             raise self.wait_failed(event)
         return self.event_value(event)
 
-    def wait_failed(self, event: dict[str, Any]) -> AirflowException:
-        """What a trigger's error event raises, by its kind: a skip for a branch gone under
-        `missing_ok`, a failure without retries for an error a retry cannot fix (as
-        `failing_at_once` makes it in poke mode), else a failure that is retried."""
+    def wait_failed(self, event: dict[str, Any]) -> Exception:
+        """What a trigger's error event raises, by its kind, as poke mode fails: a skip for a
+        branch gone under `missing_ok`, a failure without retries for an error a retry
+        cannot fix (as `failing_at_once` makes it in poke mode; `soft_fail` skips it), else
+        `WaitFailed`, which the retries retry, `soft_fail` or not (`never_fail` skips it)."""
         reason = event.get("message", event)
         kind = event.get("error")
         if kind == BRANCH_GONE and self.missing_ok:
@@ -140,7 +165,9 @@ class BranchwaterBranchSensor(BaseSensorOperator):
         message = f"waiting for {self.waits_for} on {self.branch!r} failed: {reason}"
         if kind in (BRANCH_GONE, FINAL):
             return AirflowFailException(message)
-        return AirflowException(message)
+        if self.never_fail:
+            return AirflowSkipException(f"Skipping due to never_fail is set to True: {message}")
+        return WaitFailed(message)
 
 
 class BranchwaterCommitSensor(BranchwaterBranchSensor):

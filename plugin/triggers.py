@@ -10,13 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 from collections.abc import AsyncIterator, Callable, Mapping
+from datetime import datetime, timezone
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 
-from branchwater.engine import NotFound
+from branchwater.engine import (
+    REPOSITORY_NAME_PATTERN,
+    InvalidName,
+    LakeNotFound,
+    NotFound,
+    Unavailable,
+)
 from branchwater.plugin.hooks import DEFAULT_CONN_ID, BranchwaterHook, compaction_policy
 from branchwater.plugin.operators.base import FINAL_ERRORS
 
@@ -25,7 +33,8 @@ if TYPE_CHECKING:
 
 DEFAULT_POLL_INTERVAL = 30.0
 MAX_MISSING_BACKOFF = 300.0
-"""The longest wait (seconds) of the event trigger between polls of a branch that is gone."""
+"""The longest wait (seconds) of the event trigger between polls of a branch that is gone, or
+of a lake that is not there or cannot be reached."""
 T = TypeVar("T")
 
 BRANCH_GONE = "branch_gone"
@@ -46,6 +55,22 @@ def watched_branch(hook: BranchwaterHook, repository: str, branch: str) -> Branc
         return repo.branch(branch)
     except NotFound as exc:
         raise BranchGone(str(exc)) from exc
+
+
+LAKE = "lake"
+BRANCH = "branch"
+"""What the event trigger waits for when it cannot read its branch: the lake (not there, or
+not reachable), or the branch (or its repository)."""
+
+
+def waited_for(exc: Exception) -> str | None:
+    """What the event trigger waits to come back when reading its branch raised `exc`
+    (`LAKE` or `BRANCH`), or None for an error that waiting does not fix."""
+    if isinstance(exc, LakeNotFound | Unavailable):
+        return LAKE
+    if isinstance(exc, NotFound):
+        return BRANCH
+    return None
 
 
 def error_kind(exc: Exception) -> str:
@@ -71,13 +96,22 @@ def compaction_if_due(
     return compaction_status_record(status) if status.due else None
 
 
-async def poll(check: Callable[[], T | None], interval: float) -> T:
-    """`check()`'s first answer other than None, asked in a thread every `interval` seconds."""
+async def poll(
+    check: Callable[[], T | None], interval: float, deadline: datetime | None = None
+) -> T | None:
+    """`check()`'s first answer other than None, asked in a thread every `interval` seconds;
+    None once `deadline` has passed without one (it is asked once more at the deadline)."""
     while True:
         found = await asyncio.to_thread(check)
         if found is not None:
             return found
-        await asyncio.sleep(interval)
+        wait = interval
+        if deadline is not None:
+            left = (deadline - datetime.now(timezone.utc)).total_seconds()
+            if left <= 0:
+                return None
+            wait = min(wait, left)
+        await asyncio.sleep(wait)
 
 
 def classpath(trigger: object) -> str:
@@ -118,13 +152,26 @@ class BranchPolling:
 class BranchwaterBranchTrigger(BranchPolling, BaseTrigger):
     """A deferred sensor's wait on a branch: fires once `check` finds what it waits for.
 
-    The event's payload is `{"status": "success", **found}`, or `{"status": "error",
-    "error": <its kind>, "message": ...}` when the wait failed (unknown repository, a branch
-    deleted meanwhile, missing connection), so the deferred task, not the triggerer, reports
-    the failure, as poke mode would: the kind (`BRANCH_GONE`, `FINAL`, `RETRYABLE`) says
-    whether to skip, fail at once or retry. Subclasses add their arguments in `arguments` and
-    answer `check` (run in a thread).
+    The event's payload is `{"status": "success", **found}`; `{"status": "timeout"}` once
+    `deadline` (an aware datetime, the sensor's timeout) has passed without it; or
+    `{"status": "error", "error": <its kind>, "message": ...}` when the wait failed (unknown
+    repository, a branch deleted meanwhile, missing connection), so the deferred task, not
+    the triggerer, reports the failure, as poke mode would: the kind (`BRANCH_GONE`, `FINAL`,
+    `RETRYABLE`) says whether to skip, fail at once or retry. The deferral's timeout, which
+    the scheduler enforces, ends the wait then too; the trigger's own makes it end where no
+    scheduler watches (`dag.test()` runs the trigger in line, never timing it out), and at
+    the deadline rather than at the scheduler's next check. Subclasses add their arguments
+    in `arguments` and answer `check` (run in a thread).
     """
+
+    def __init__(self, *, deadline: datetime | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if deadline is not None and deadline.tzinfo is None:
+            raise ValueError(f"deadline must be an aware datetime, not {deadline!r}")
+        self.deadline = deadline
+
+    def arguments(self) -> dict[str, Any]:
+        return {**super().arguments(), "deadline": self.deadline}
 
     def check(self, hook: BranchwaterHook) -> dict[str, Any] | None:
         """The event's payload once the wait is over, else None."""
@@ -133,8 +180,11 @@ class BranchwaterBranchTrigger(BranchPolling, BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = BranchwaterHook(self.branchwater_conn_id)
         try:
-            found = await poll(partial(self.check, hook), self.poll_interval)
-            yield TriggerEvent({"status": "success", **found})
+            found = await poll(partial(self.check, hook), self.poll_interval, self.deadline)
+            if found is None:
+                yield TriggerEvent({"status": "timeout"})
+            else:
+                yield TriggerEvent({"status": "success", **found})
         except Exception as exc:  # reported by the task, with the reason
             yield TriggerEvent(
                 {
@@ -194,15 +244,30 @@ class BranchwaterCommitEventTrigger(BranchPolling, BaseEventTrigger):
     down, and an event it was stopped right after is reported again (at least once). A
     trigger started afresh (or watching for several assets) starts from the current HEAD.
 
-    A branch or repository that is not there (deleted, not created yet) does not end the
-    trigger: ending it, or raising, would have the triggerer start it again at once, in a loop
-    that logs an error every time and never notices the branch come back. The trigger logs a
-    warning once, polls with a wait doubling from `poll_interval` up to ten of them (at most
-    five minutes), and watches the branch again once it is back, an event reporting its HEAD
-    if it is not the last one reported (a trigger that never saw the branch starts from the
-    HEAD it finds). Other errors (the lake unreachable, the connection undefined) end the
-    trigger, and the triggerer logs them and starts it again.
+    A branch or repository that is not there (deleted, not created yet), or a lake that is
+    not there (`LakeNotFound`) or cannot be reached (`Unavailable`: its KV store down for a
+    while), does not end the trigger: ending it, or raising, would have the triggerer start it
+    again at once, in a loop that logs an error every time and never notices the branch come
+    back. The trigger logs a warning once for what it waits for, polls with a wait doubling
+    from `poll_interval` up to ten of them (at most five minutes), and watches the branch
+    again once it can read it, an event reporting its HEAD if it is not the last one reported
+    (a trigger that never saw the branch starts from the HEAD it finds). A mistake no wait
+    fixes ends it with its error: a repository name no repository can have is refused when
+    the trigger is made (where the DAG declares it), a connection that is malformed (a KV
+    URL the engine cannot use) ends it when it starts. Other errors (the connection not
+    defined) end the trigger too, and the triggerer logs them.
     """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if not isinstance(self.repository, str) or not re.fullmatch(
+            REPOSITORY_NAME_PATTERN, self.repository
+        ):
+            raise InvalidName(
+                f"invalid repository name {self.repository!r}: no repository can have it (a "
+                f"name matches {REPOSITORY_NAME_PATTERN}), so the trigger would wait for it "
+                "forever"
+            )
 
     @property
     def _state_key(self) -> str:
@@ -229,46 +294,78 @@ class BranchwaterCommitEventTrigger(BranchPolling, BaseEventTrigger):
 
     @property
     def _max_backoff(self) -> float:
-        """The longest wait between polls of a branch (or repository) that is gone: ten poll
-        intervals, at most `MAX_MISSING_BACKOFF`, never less than one."""
+        """The longest wait between polls of a branch (or repository, or lake) that is gone
+        or out of reach: ten poll intervals, at most `MAX_MISSING_BACKOFF`, never less than
+        one."""
         return max(self.poll_interval, min(10 * self.poll_interval, MAX_MISSING_BACKOFF))
 
     async def _head(self, hook: BranchwaterHook, other_than: str | None) -> str:
         """The branch's HEAD once it is other than `other_than` (any HEAD when None), polled
-        every `poll_interval` seconds. While the branch or its repository is gone the
-        trigger waits for it to come back: it says so once in the log, then polls with a
-        wait doubling up to `_max_backoff`, and says so again when the branch is back."""
-        gone = False
+        every `poll_interval` seconds. While the branch or its repository is gone, or the
+        lake is not there or cannot be reached, the trigger waits for it to come back: it
+        says so once in the log (again only if what it waits for changes), then polls with a
+        wait doubling up to `_max_backoff`, and says so again when it reads the branch."""
+        waiting: str | None = None
         wait = self.poll_interval
         while True:
             try:
                 head = await asyncio.to_thread(head_commit_id, hook, self.repository, self.branch)
-            except NotFound as exc:
-                if not gone:
-                    self.log.warning(
-                        "Branch %r of repository %r cannot be watched (%s: %s): waiting for "
-                        "it to be there again, polling at most every %gs",
-                        self.branch,
-                        self.repository,
-                        type(exc).__name__,
-                        exc,
-                        self._max_backoff,
-                    )
-                gone = True
+            except Exception as exc:
+                missing = waited_for(exc)
+                if missing is None:
+                    raise
+                if missing != waiting:
+                    self._say_unwatchable(missing, exc)
+                waiting = missing
                 await asyncio.sleep(wait)
                 wait = min(wait * 2, self._max_backoff)
                 continue
-            if gone:
-                self.log.info(
-                    "Branch %r of repository %r is there again, at %s: watching it",
-                    self.branch,
-                    self.repository,
-                    head,
-                )
-                gone, wait = False, self.poll_interval
+            if waiting is not None:
+                self._say_watching_again(waiting, head)
+                waiting, wait = None, self.poll_interval
             if head != other_than:
                 return head
             await asyncio.sleep(self.poll_interval)
+
+    def _say_unwatchable(self, missing: str, exc: Exception) -> None:
+        if missing == LAKE:
+            self.log.warning(
+                "The lake of connection %r cannot be reached (%s: %s): watching branch %r of "
+                "repository %r once it can be, polling at most every %gs",
+                self.branchwater_conn_id,
+                type(exc).__name__,
+                exc,
+                self.branch,
+                self.repository,
+                self._max_backoff,
+            )
+            return
+        self.log.warning(
+            "Branch %r of repository %r cannot be watched (%s: %s): waiting for it to be there "
+            "again, polling at most every %gs",
+            self.branch,
+            self.repository,
+            type(exc).__name__,
+            exc,
+            self._max_backoff,
+        )
+
+    def _say_watching_again(self, missing: str, head: str) -> None:
+        if missing == LAKE:
+            self.log.info(
+                "The lake of connection %r is back: watching branch %r of repository %r, at %s",
+                self.branchwater_conn_id,
+                self.branch,
+                self.repository,
+                head,
+            )
+            return
+        self.log.info(
+            "Branch %r of repository %r is there again, at %s: watching it",
+            self.branch,
+            self.repository,
+            head,
+        )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = BranchwaterHook(self.branchwater_conn_id)

@@ -331,3 +331,81 @@ def test_a_wait_failed_by_what_a_retry_may_fix_is_retried(
     output = capfd.readouterr().out
     assert "waiting for a commit on 'main' failed: " in output
     assert "The conn_id `not_in_the_triggerer` isn't defined" in output
+
+
+@MODES
+def test_a_sensor_that_times_out_skips_under_soft_fail_and_fails_without_retries_otherwise(
+    run_dag: RunDag,
+    lake_conn: LakeConnection,
+    repo: Repository,
+    mode: dict[str, object],
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """Whether it pokes, reschedules or defers. Deferred, the wait ended only when the
+    scheduler noticed the deferral's timeout: `dag.test()`, which runs the trigger in line
+    and has no scheduler, never ended it, where a poking sensor timed out."""
+    waits = {"poke_interval": 0.2, "timeout": 1, "retries": 2, "retry_delay": timedelta(0)}
+    names = {"repository": repo.name, "branch": "main", **waits, **mode}
+    with DAG(f"bw_sensor_timeout_{next(iter(mode.values()))}", schedule=None) as dag:
+        BranchwaterCommitSensor(task_id="commit", **names)
+        BranchwaterCommitSensor(task_id="commit_soft", soft_fail=True, **names)
+        BranchwaterCompactionSensor(task_id="compaction", **names)
+        BranchwaterCompactionSensor(task_id="compaction_soft", soft_fail=True, **names)
+
+    result = run_dag(dag)
+
+    assert result.states == {
+        "commit": "failed",
+        "commit_soft": "skipped",
+        "compaction": "failed",
+        "compaction_soft": "skipped",
+    }
+    assert result.tries == dict.fromkeys(result.states, 1)
+    assert "Sensor has timed out" in capfd.readouterr().out
+    deferred = "[DAG TEST] running trigger in line" in caplog.text
+    assert deferred == bool(mode.get("deferrable"))
+
+
+def test_under_soft_fail_a_wait_failed_by_what_a_retry_may_fix_is_retried_however_it_waits(
+    run_dag: RunDag,
+    lake_conn: LakeConnection,
+    repo: Repository,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """Poking, an error a retry may fix (no connection, the lake unreachable) fails the
+    sensor for its retries, `soft_fail` or not (Airflow's sensors skip only a timeout or a
+    failure without retries); deferred, such an error ending the trigger skipped it under
+    `soft_fail`. `never_fail` skips it either way."""
+    retried = {"timeout": 30, "retries": 1, "retry_delay": timedelta(0)}
+    names = {"repository": repo.name, "branch": "main", **retried}
+    lost = {"branchwater_conn_id": "not_on_the_worker", **names}
+    with DAG("bw_sensor_soft_fail_retried", schedule=None) as dag:
+        BranchwaterCommitSensor(task_id="poke", soft_fail=True, **lost)
+        BranchwaterCommitSensor(task_id="reschedule", mode="reschedule", soft_fail=True, **lost)
+        TriggerWithoutTheConnection(task_id="deferrable", deferrable=True, soft_fail=True, **names)
+        BranchwaterCommitSensor(task_id="poke_never", never_fail=True, **lost)
+        TriggerWithoutTheConnection(
+            task_id="deferrable_never", deferrable=True, never_fail=True, **names
+        )
+
+    result = run_dag(dag)
+
+    assert result.states == {
+        "poke": "failed",
+        "reschedule": "failed",
+        "deferrable": "failed",
+        "poke_never": "skipped",
+        "deferrable_never": "skipped",
+    }
+    assert result.tries == {
+        "poke": 2,
+        "reschedule": 2,
+        "deferrable": 2,
+        "poke_never": 1,
+        "deferrable_never": 1,
+    }
+    output = capfd.readouterr().out
+    assert "The conn_id `not_on_the_worker` isn't defined" in output
+    assert "waiting for a commit on 'main' failed: " in output
+    assert "The conn_id `not_in_the_triggerer` isn't defined" in output

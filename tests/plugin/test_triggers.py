@@ -5,15 +5,28 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
+from functools import partial
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
+import psycopg
 import pytest
 from airflow.sdk import DAG, Asset, AssetWatcher
 from airflow.sdk._shared.module_loading import import_string
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from branchwater.engine import NotFound, Repository
+from branchwater.engine import (
+    ConfigurationError,
+    InvalidName,
+    Lake,
+    NotFound,
+    Repository,
+    Unavailable,
+)
 from branchwater.plugin import triggers
 from branchwater.plugin.triggers import (
     BRANCH_GONE,
@@ -23,7 +36,7 @@ from branchwater.plugin.triggers import (
     BranchwaterCommitTrigger,
     BranchwaterCompactionTrigger,
 )
-from tests.plugin.conftest import LakeConnection
+from tests.plugin.conftest import LakeConnection, set_connection
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -56,8 +69,9 @@ async def events(trigger: BaseTrigger, count: int) -> list[TriggerEvent]:
 
 
 def test_triggers_serialize_to_their_class_path_and_arguments() -> None:
+    deadline = datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
     commit = BranchwaterCommitTrigger(
-        repository="sales", branch="main", since_commit="c0", poll_interval=2.0
+        repository="sales", branch="main", since_commit="c0", poll_interval=2.0, deadline=deadline
     )
     assert commit.serialize() == (
         "branchwater.plugin.triggers.BranchwaterCommitTrigger",
@@ -67,6 +81,7 @@ def test_triggers_serialize_to_their_class_path_and_arguments() -> None:
             "since_commit": "c0",
             "branchwater_conn_id": "branchwater_default",
             "poll_interval": 2.0,
+            "deadline": deadline,
         },
     )
     round_trip(commit)
@@ -81,6 +96,7 @@ def test_triggers_serialize_to_their_class_path_and_arguments() -> None:
             "policy": {"max_tombstones": 10},
             "branchwater_conn_id": "branchwater_default",
             "poll_interval": 2.0,
+            "deadline": None,
         },
     )
     round_trip(compaction)
@@ -171,6 +187,32 @@ def test_the_branch_triggers_report_failures_as_events_of_their_kind(
     assert message in event.payload["message"]
 
 
+@pytest.mark.parametrize("kind", ["commit", "compaction"])
+def test_the_branch_triggers_end_the_wait_at_their_deadline(
+    lake_conn: LakeConnection, repo: Repository, kind: str
+) -> None:
+    """The sensor's timeout, which only the scheduler enforced (the deferral's), so a trigger
+    run where none watches (`dag.test()`) waited for ever; the wait is looked at once more
+    at the deadline."""
+    deadline = datetime.now(timezone.utc) + timedelta(seconds=0.5)
+    names: dict[str, Any] = {
+        "repository": repo.name,
+        "branch": "main",
+        "poll_interval": 0.2,
+        "deadline": deadline,
+    }
+    trigger = round_trip(
+        BranchwaterCommitTrigger(since_commit=repo.branch("main").commit_id, **names)
+        if kind == "commit"
+        else BranchwaterCompactionTrigger(**names)
+    )
+
+    (event,) = asyncio.run(asyncio.wait_for(events(trigger, 1), 30))
+
+    assert event.payload == {"status": "timeout"}
+    assert datetime.now(timezone.utc) >= deadline
+
+
 class AssetStateStore:
     """The asset state store the triggerer gives an event trigger watching one asset."""
 
@@ -185,8 +227,9 @@ class AssetStateStore:
 
 
 class Polls:
-    """The trigger's reads of the branch's HEAD, counted as they end: what a test waits on
-    instead of sleeping and hoping the trigger polled meanwhile."""
+    """The trigger's reads of the branch's HEAD, counted as they end (`missed`: the branch,
+    its repository or the lake was not there, or the lake could not be reached): what a test
+    waits on instead of sleeping and hoping the trigger polled meanwhile."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.found = 0
@@ -197,7 +240,7 @@ class Polls:
         def counted(*args: Any) -> str:
             try:
                 head = read(*args)
-            except NotFound:
+            except (NotFound, Unavailable):
                 self._count("missed")
                 raise
             self._count("found")
@@ -337,3 +380,162 @@ def test_the_event_trigger_of_a_repository_not_created_yet_waits_for_it(
 
     (event,), first, head = asyncio.run(scenario())
     assert (event.payload["previous_commit_id"], event.payload["commit_id"]) == (first, head)
+
+
+def lines_saying(said: list[str], text: str) -> list[str]:
+    return [line for line in said if text in line]
+
+
+@contextmanager
+def refusing_connections(postgres_url: str) -> Iterator[Callable[[], None]]:
+    """A callable that cuts the PostgreSQL database of `postgres_url` off, as a server
+    restarting or failing over does: its sessions are ended and new ones refused until the
+    context ends (or until the callable it gives back is called)."""
+    database = urlsplit(postgres_url).path.lstrip("/")
+    admin = urlunsplit(urlsplit(postgres_url)._replace(path="/postgres"))
+
+    def allow(allowed: bool) -> None:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS {str(allowed).lower()}')
+            if not allowed:
+                conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = %s AND pid <> pg_backend_pid()",
+                    (database,),
+                )
+
+    allow(False)
+    try:
+        yield partial(allow, True)
+    finally:
+        allow(True)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("kv_url", ["postgres"], indirect=True)
+def test_the_event_trigger_waits_out_a_lake_it_cannot_reach(
+    postgres_url: str,
+    lake_conn: LakeConnection,
+    repo: Repository,
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The KV store unreachable for a while (its database ending every session and refusing
+    new ones: the engine's reads raise `Unavailable`) ended the trigger, and the triggerer
+    started it again at once, raising again; it warns once, keeps polling with backoff and,
+    once the lake is back, reports the commit made meanwhile."""
+    store = AssetStateStore()
+    trigger = round_trip(
+        BranchwaterCommitEventTrigger(repository=repo.name, branch="main", poll_interval=0.05)
+    )
+    trigger.asset_state_store = store  # type: ignore[attr-defined]
+    polls = Polls(monkeypatch)
+
+    def commit(path: str) -> str:
+        made = commit_on_main(repo, path)
+        # The test's lake drops staging in the background: done before the database goes.
+        assert lake_conn.lake.wait_for_cleanup(timeout=30)
+        return made
+
+    async def scenario() -> tuple[list[TriggerEvent], list[str]]:
+        listening = asyncio.create_task(events(trigger, 2))
+        await polls.reach("found", 1)
+        first = await asyncio.to_thread(commit, "one.csv")
+        while first not in store.values.values():  # the first event is out
+            await asyncio.sleep(0.05)
+        with refusing_connections(postgres_url) as reconnect:
+            await polls.reach("missed", 3)
+            assert not listening.done()
+            await asyncio.to_thread(reconnect)
+        second = await asyncio.to_thread(commit, "two.csv")
+        return await asyncio.wait_for(listening, 30), [first, second]
+
+    found, made = asyncio.run(scenario())
+
+    assert [e.payload["commit_id"] for e in found] == made
+    assert found[1].payload["previous_commit_id"] == made[0]
+    said = capfd.readouterr().out.splitlines()
+    unreachable = lines_saying(said, "cannot be reached")
+    assert len(unreachable) == 1, said
+    assert "The lake of connection 'branchwater_default'" in unreachable[0]
+    assert "(Unavailable: PostgreSQL at" in unreachable[0]
+    assert f"branch 'main' of repository {repo.name!r}" in unreachable[0]
+    assert len(lines_saying(said, "The lake of connection 'branchwater_default' is back")) == 1
+    assert not lines_saying(said, "cannot be watched")
+
+
+@pytest.mark.parametrize(
+    ("blocked", "error"),
+    [(False, "(LakeNotFound: no lake at"), (True, "(Unavailable: SQLite database")],
+    ids=["not_created_yet", "cannot_be_opened"],
+)
+def test_the_event_trigger_waits_for_a_lake_it_cannot_open(
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    blocked: bool,
+    error: str,
+) -> None:
+    """A SQLite lake that is not there yet (`LakeNotFound`), or whose file cannot be opened
+    (a folder stands at its path: `Unavailable`), is waited for, with one warning, and never
+    started by the trigger; its first event reports the first commit after the HEAD it
+    found."""
+    lake_file = tmp_path / "later" / "lake.db"
+    if blocked:
+        lake_file.mkdir(parents=True)
+    kv_url = f"sqlite:///{lake_file}"
+    set_connection(monkeypatch, "branchwater_later", "branchwater", password=kv_url)
+    trigger = BranchwaterCommitEventTrigger(
+        repository="sales",
+        branch="main",
+        branchwater_conn_id="branchwater_later",
+        poll_interval=0.05,
+    )
+    polls = Polls(monkeypatch)
+
+    async def scenario(opened: list[Lake]) -> tuple[list[TriggerEvent], str, str]:
+        listening = asyncio.create_task(events(trigger, 1))
+        await polls.reach("missed", 3)
+        assert not listening.done()
+        assert [p.name for p in tmp_path.rglob("*")] == (["later", "lake.db"] if blocked else [])
+        if blocked:
+            lake_file.rmdir()
+        opened.append(await asyncio.to_thread(Lake.connect, kv_url))
+        created = await asyncio.to_thread(
+            opened[0].create_repository, "sales", (tmp_path / "sales").as_uri()
+        )
+        first = created.branch("main").commit_id
+        await polls.reach("found", 1)
+        head = await asyncio.to_thread(commit_on_main, created, "new.csv")
+        return await asyncio.wait_for(listening, 30), first, head
+
+    opened: list[Lake] = []
+    try:
+        (event,), first, head = asyncio.run(scenario(opened))
+    finally:
+        for lake in opened:
+            lake.close()
+
+    assert (event.payload["previous_commit_id"], event.payload["commit_id"]) == (first, head)
+    said = capfd.readouterr().out.splitlines()
+    unreachable = lines_saying(said, "cannot be reached")
+    assert len(unreachable) == 1, said
+    assert "The lake of connection 'branchwater_later'" in unreachable[0]
+    assert error in unreachable[0]
+
+
+def test_the_event_trigger_ends_on_a_mistake_no_wait_can_fix(
+    lake_conn: LakeConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A repository name no repository can have was waited for forever, as one not created
+    yet: the trigger refuses it where the DAG declares it. A connection whose URL is
+    malformed ends the trigger with the error, not a wait."""
+    with pytest.raises(InvalidName, match="invalid repository name 'Sales Data'"):
+        BranchwaterCommitEventTrigger(repository="Sales Data", branch="main")
+
+    set_connection(monkeypatch, "malformed", "branchwater", password="sqlite://host/lake.db")
+    trigger = BranchwaterCommitEventTrigger(
+        repository="sales", branch="main", branchwater_conn_id="malformed", poll_interval=0.05
+    )
+    with pytest.raises(ConfigurationError, match="malformed SQLite URL"):
+        asyncio.run(asyncio.wait_for(events(trigger, 1), 30))
