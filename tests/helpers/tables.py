@@ -18,8 +18,10 @@ def pg_tables(postgres_url: str, table: str) -> set[str]:
 
 
 def dynamodb_tables(endpoint: str) -> list[str]:
-    """The tables of the DynamoDB server at `endpoint`."""
+    """The tables of the DynamoDB server at `endpoint`, every page (ListTables answers 100
+    at most: the suite's session server holds more)."""
     import boto3
 
     client = boto3.client("dynamodb", endpoint_url=endpoint, region_name="us-east-1")
-    return list(client.list_tables()["TableNames"])
+    pages = client.get_paginator("list_tables").paginate()
+    return [name for page in pages for name in page["TableNames"]]
