@@ -106,7 +106,7 @@ class GCRunLease:
                 raise _locked(self._repo, held)
         record = LeaseRecord(holder, uuid.uuid4().hex, now, now + self.ttl)
         try:
-            self._kv.set_if(partition, RUN_LOCK_KEY, record.encode(), predicate)
+            self._kv.set_unique_if(partition, RUN_LOCK_KEY, record.encode(), predicate)
         except PredicateFailed:
             raise _locked(self._repo, self.current() or record) from None
         self.record, self._value = record, record.encode()
@@ -128,7 +128,9 @@ class GCRunLease:
             assert self.record is not None and self._value is not None
             record = replace(self.record, expires=self._clock() + self.ttl)
             try:
-                self._kv.set_if(self._repo.partition, RUN_LOCK_KEY, record.encode(), self._value)
+                self._kv.set_unique_if(
+                    self._repo.partition, RUN_LOCK_KEY, record.encode(), self._value
+                )
             except PredicateFailed:
                 now_held = self.current()
                 taker = ""

@@ -21,7 +21,6 @@ from branchwater.engine.errors import (
     BranchwaterError,
     InvalidArgument,
     NotFound,
-    OutcomeUnknown,
     PredicateFailed,
 )
 from branchwater.engine.graveler.committed import CommittedStore, RangeCache, RangePolicy
@@ -240,25 +239,15 @@ class Graveler:
     ) -> bool:
         """`set_if` the branch record; False when another process changed it first.
 
-        A swap whose reply was lost (`OutcomeUnknown`) counts as landed when a read shows the
-        record it wrote: every update writes a record no other names (a new commit, token or
-        metarange), so equal means ours. A read that does not show it settles nothing (the
-        write may still land): the error goes up, and the caller undoes nothing."""
+        Every update writes a record no other names (a new commit, token or metarange), so a
+        swap whose reply was lost counts as landed when a read shows it (`set_unique_if`);
+        otherwise `OutcomeUnknown` goes up, and the caller undoes nothing."""
         try:
             self.refs.set_branch_if(repo, branch, predicate)
         except PredicateFailed:
             return False
-        except OutcomeUnknown:
-            if not self._shows(repo, branch):
-                raise
         self.branch_cache.put(repo, branch)
         return True
-
-    def _shows(self, repo: RepositoryRecord, branch: BranchRecord) -> bool:
-        try:
-            return self.refs.get_branch(repo, branch.name)[0] == branch
-        except NotFound:
-            return False
 
     def update_branch_dropping(
         self,

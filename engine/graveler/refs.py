@@ -483,7 +483,7 @@ class RefStore:
         value = branch.encode()
         fence = not _keeps_what_writes_validate(predicate, branch)
         address = self.branch_address(repo, branch.name)
-        self.kv.set_if(*address, value, predicate, fence=fence)
+        self.kv.set_unique_if(*address, value, predicate, fence=fence)
         return value
 
     def remove_branch_if(self, repo: RepositoryRecord, name: str, predicate: bytes) -> None:

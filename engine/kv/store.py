@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from branchwater.engine.errors import InvalidArgument, NotFound, PredicateFailed
+from branchwater.engine.errors import InvalidArgument, NotFound, OutcomeUnknown, PredicateFailed
 
 DEFAULT_BATCH_SIZE = 1000
 UNKNOWN_OUTCOME = (
@@ -101,6 +101,31 @@ class Store(abc.ABC):
         else:
             kind = type(predicate).__name__
             raise InvalidArgument(f"predicate must be bytes from get(), None or EXISTS, not {kind}")
+
+    def set_unique_if(
+        self,
+        partition: bytes,
+        key: bytes,
+        value: bytes,
+        predicate: Predicate,
+        *,
+        fence: bool = True,
+    ) -> None:
+        """`set_if` of a value no other writer writes (it names a new id: a commit, a token,
+        a lease): a lost reply (`OutcomeUnknown`) is settled by a read, landed when the key
+        holds `value`. A read that does not show it settles nothing (the write may still
+        land), so the error goes up."""
+        try:
+            self.set_if(partition, key, value, predicate, fence=fence)
+        except OutcomeUnknown:
+            if self._held(partition, key) != value:
+                raise
+
+    def _held(self, partition: bytes, key: bytes) -> bytes | None:
+        try:
+            return self._get(partition, key)
+        except NotFound:
+            return None
 
     def set_guarded(
         self, partition: bytes, key: bytes, value: bytes, guard: tuple[bytes, bytes]

@@ -178,6 +178,46 @@ def test_a_conditional_delete_whose_reply_was_lost_is_unknown_not_retried(
     assert _value(store, b"k") is None
 
 
+def test_a_unique_write_whose_reply_was_lost_is_settled_by_a_read(
+    store: PostgresStore, relay: ReplyCutter, postgres_url: str
+) -> None:
+    """`set_unique_if`: the key holding the value written means it landed; holding another
+    (the write waiting on a lock, its client gone) settles nothing."""
+    import psycopg
+
+    store.set(b"p", b"k", b"old")
+    mark = marker()
+    relay.cut_reply_to(lambda data: mark in data)
+    store.set_unique_if(b"p", b"k", mark, b"old")
+    assert relay.cuts == 1 and _value(store, b"k") == mark
+    with psycopg.connect(postgres_url) as holder:
+        holder.execute(f'SELECT 1 FROM "{store.table}" WHERE key = %s FOR UPDATE', (b"k",))
+        other = marker()
+        relay.cut_client_after(lambda data: other in data)
+        with pytest.raises(OutcomeUnknown, match=UNKNOWN):
+            store.set_unique_if(b"p", b"k", other, mark)
+        holder.rollback()
+
+
+def test_a_gc_run_lease_whose_replies_were_lost_is_held_and_renewed(
+    repo: Repository, relay: ReplyCutter
+) -> None:
+    """Taking the lease and renewing it write records naming this run alone: a lost reply
+    read back as ours is ours, not `GCRunLocked` by ourselves until the lease expires."""
+    holder = f"run-{uuid.uuid4().hex}"
+    relay.cut_reply_to(lambda data: holder.encode() in data)
+    lease = repo.lock_gc_run(holder)
+    assert relay.cuts == 1
+    taken = lease.current()
+    assert taken is not None and taken.holder == holder
+    relay.cut_reply_to(lambda data: holder.encode() in data)
+    lease.renew()
+    assert relay.cuts == 2
+    renewed = lease.current()
+    assert renewed is not None and renewed.expires >= taken.expires
+    lease.release()
+
+
 def test_a_conditional_write_cut_off_may_still_land_after_it_failed(
     store: PostgresStore, relay: ReplyCutter, postgres_url: str
 ) -> None:
