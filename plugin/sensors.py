@@ -94,7 +94,7 @@ class BranchwaterBranchSensor(BaseSensorOperator):
             with self.failing_at_once_or_skipping():
                 if not self.deferrable:
                     return super().execute(context)
-                found = self.poke(context)
+                found = self.first_poke(context)
             if found.is_done:
                 return found.xcom_value
             self._deadline = started + timedelta(seconds=float(self.timeout))
@@ -117,6 +117,18 @@ class BranchwaterBranchSensor(BaseSensorOperator):
         except AirflowFailException as exc:
             if self.soft_fail:
                 raise AirflowSkipException(f"Skipping due to soft_fail: {exc}") from exc
+            raise
+
+    def first_poke(self, context: Context) -> PokeReturnValue:
+        """A deferrable sensor's poke before it defers, outside Airflow's poke loop: under
+        `never_fail` an error it raises skips the task, as it does in that loop."""
+        try:
+            return self.poke(context)
+        except AirflowSkipException:
+            raise
+        except Exception as exc:
+            if self.never_fail:
+                raise AirflowSkipException(f"Skipping due to never_fail: {exc}") from exc
             raise
 
     def poke(self, context: Context) -> PokeReturnValue:

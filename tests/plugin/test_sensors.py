@@ -220,6 +220,14 @@ def test_the_compaction_sensor_fails_or_skips_a_missing_branch_and_says_why(
         BranchwaterCommitSensor(
             task_id="gone_soft_deferrable", branch="gone", soft_fail=True, deferrable=True, **names
         )
+        BranchwaterCommitSensor(task_id="gone_never", branch="gone", never_fail=True, **names)
+        BranchwaterCommitSensor(
+            task_id="gone_never_deferrable",
+            branch="gone",
+            never_fail=True,
+            deferrable=True,
+            **names,
+        )
         BranchwaterCompactionSensor(
             task_id="bad_policy", branch="main", policy={"max_tombstones": "many"}, **names
         )
@@ -234,6 +242,8 @@ def test_the_compaction_sensor_fails_or_skips_a_missing_branch_and_says_why(
         "gone_ok": "skipped",
         "gone_soft": "skipped",
         "gone_soft_deferrable": "skipped",
+        "gone_never": "skipped",
+        "gone_never_deferrable": "skipped",
         "bad_policy": "failed",
         "not_due": "skipped",
     }
