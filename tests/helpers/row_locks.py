@@ -1,11 +1,16 @@
-"""Forcing interleavings on the PostgreSQL server with row locks: another session holds a
-row, and a statement's wait on it is observed in `pg_blocking_pids`, not left to timing."""
+"""Forcing interleavings with locks another session holds: on the PostgreSQL server a row,
+whose wait a statement is observed in (`pg_blocking_pids`), not left to timing; on a SQLite
+file its write lock, held by another process until the test lets go."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import psycopg
 
@@ -57,3 +62,52 @@ def partitions_locked(conn: psycopg.Connection, pid: int, table: str) -> list[st
         (pid, table),
     ).fetchall()
     return sorted(row[0] for row in rows)
+
+
+SQLITE_HOLDER = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")
+conn.execute("INSERT OR REPLACE INTO branchwater_kv VALUES (x'70', x'686f6c646572', x'31')")
+print("held", flush=True)
+sys.stdin.readline()
+conn.execute("ROLLBACK")
+"""
+"""Take the write lock of the SQLite file named by the first argument, with a write under
+way, until a line (or the end) comes on stdin."""
+
+
+class SQLiteWriteLock:
+    """Another process holding a SQLite file's write lock until `let_go` (from any thread,
+    once)."""
+
+    def __init__(self, path: Path) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", SQLITE_HOLDER, str(path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.released = threading.Event()
+        self._lock = threading.Lock()
+
+    def let_go(self) -> None:
+        with self._lock:
+            if not self.released.is_set():
+                self.released.set()
+                assert self.process.stdin is not None
+                self.process.stdin.write("\n")
+                self.process.stdin.close()
+
+
+@contextmanager
+def sqlite_write_lock_held(path: Path) -> Iterator[SQLiteWriteLock]:
+    """The lock held once the block starts, let go (if the block did not) when it ends."""
+    holder = SQLiteWriteLock(path)
+    try:
+        assert holder.process.stdout is not None
+        assert holder.process.stdout.readline().strip() == "held"
+        yield holder
+    finally:
+        holder.let_go()
+        assert holder.process.wait(30) == 0

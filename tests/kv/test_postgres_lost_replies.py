@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from branchwater.engine import (
@@ -39,6 +40,7 @@ from branchwater.engine.api import Repository
 from branchwater.engine.kv import EXISTS, Store, open_store
 from branchwater.engine.kv.postgres import PostgresStore
 from tests.helpers.relay import Relay, close_socket
+from tests.helpers.row_locks import row_locked
 from tests.helpers.servers import PG_HOST, PG_PORT, unique_name
 from tests.helpers.views import committed, work_under_way
 
@@ -179,24 +181,20 @@ def test_a_conditional_delete_whose_reply_was_lost_is_unknown_not_retried(
 
 
 def test_a_unique_write_whose_reply_was_lost_is_settled_by_a_read(
-    store: PostgresStore, relay: ReplyCutter, postgres_url: str
+    store: PostgresStore, relay: ReplyCutter, pg_session: psycopg.Connection
 ) -> None:
     """`set_unique_if`: the key holding the value written means it landed; holding another
     (the write waiting on a lock, its client gone) settles nothing."""
-    import psycopg
-
     store.set(b"p", b"k", b"old")
     mark = marker()
     relay.cut_reply_to(lambda data: mark in data)
     store.set_unique_if(b"p", b"k", mark, b"old")
     assert relay.cuts == 1 and _value(store, b"k") == mark
-    with psycopg.connect(postgres_url) as holder:
-        holder.execute(f'SELECT 1 FROM "{store.table}" WHERE key = %s FOR UPDATE', (b"k",))
+    with row_locked(pg_session, store.table, (b"p", b"k")):
         other = marker()
         relay.cut_client_after(lambda data: other in data)
         with pytest.raises(OutcomeUnknown, match=UNKNOWN):
             store.set_unique_if(b"p", b"k", other, mark)
-        holder.rollback()
 
 
 def test_a_gc_run_lease_whose_replies_were_lost_is_held_and_renewed(
@@ -219,24 +217,19 @@ def test_a_gc_run_lease_whose_replies_were_lost_is_held_and_renewed(
 
 
 def test_a_conditional_write_cut_off_may_still_land_after_it_failed(
-    store: PostgresStore, relay: ReplyCutter, postgres_url: str
+    store: PostgresStore, relay: ReplyCutter, pg_session: psycopg.Connection
 ) -> None:
     """The client's side lost while the statement waits on a row lock: `Unavailable`, and a
     read then shows the write not applied, yet it lands once the lock is let go. So a read
     that does not show such a write settles nothing: only a conditional retry is safe (it
     and the late write cannot both apply)."""
-    import psycopg
-
     store.set(b"p", b"k", b"old")
-    table = store.table
-    with psycopg.connect(postgres_url) as holder:
-        holder.execute(f'SELECT 1 FROM "{table}" WHERE key = %s FOR UPDATE', (b"k",))
+    with row_locked(pg_session, store.table, (b"p", b"k")):
         mark = marker()
         relay.cut_client_after(lambda data: mark in data)
         with pytest.raises(OutcomeUnknown, match=UNKNOWN):
             store.set_if(b"p", b"k", mark, b"old")
         assert _value(store, b"k") == b"old"
-        holder.rollback()
     deadline = time.monotonic() + WAIT_S
     while _value(store, b"k") != mark:
         assert time.monotonic() < deadline, "the cut-off write never landed"

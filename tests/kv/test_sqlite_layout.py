@@ -5,8 +5,6 @@ opening a file that has its table never waits for the write lock."""
 from __future__ import annotations
 
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +13,7 @@ import pytest
 from branchwater.engine.kv import open_store
 from branchwater.engine.kv.sqlite import SQLiteStore
 from tests.helpers.gc import rowid_sqlite_file
+from tests.helpers.row_locks import sqlite_write_lock_held
 from tests.helpers.servers import forked_context, forked_process
 
 WRITERS = 3
@@ -56,19 +55,6 @@ def test_a_new_file_gets_the_key_ordered_layout(tmp_path: Path) -> None:
     assert "WITHOUT ROWID" in table_sql(tmp_path / "kv.db").upper()
 
 
-HOLD_WRITE_LOCK = """
-import sqlite3, sys
-conn = sqlite3.connect(sys.argv[1], isolation_level=None)
-conn.execute("BEGIN IMMEDIATE")
-conn.execute("INSERT INTO branchwater_kv VALUES (x'70', x'6c6f636b6564', x'')")
-print("locked", flush=True)
-sys.stdin.read()
-conn.execute("ROLLBACK")
-"""
-"""Take the write lock of the file named by the first argument, with a write under way, and
-hold it until stdin closes."""
-
-
 @pytest.mark.parametrize("layout", ["key-ordered", "rowid"])
 def test_a_file_opens_and_reads_while_another_process_holds_the_write_lock(
     tmp_path: Path, layout: str
@@ -80,24 +66,11 @@ def test_a_file_opens_and_reads_while_another_process_holds_the_write_lock(
     url = f"sqlite:///{path}" if layout == "key-ordered" else rowid_sqlite_file(path)
     with open_store(url) as store:
         store.set(b"p", b"k", b"v")
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD_WRITE_LOCK, str(path)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
-        with open_store(url) as store:
-            assert isinstance(store, SQLiteStore)
-            assert store.without_rowid is (layout == "key-ordered")
-            assert store.get(b"p", b"k").value == b"v"
-            assert [pair.key for pair in store.scan(b"p")] == [b"k"]
-    finally:
-        assert holder.stdin is not None
-        holder.stdin.close()
-        holder.wait(60)
-    assert holder.returncode == 0
+    with sqlite_write_lock_held(path), open_store(url) as store:
+        assert isinstance(store, SQLiteStore)
+        assert store.without_rowid is (layout == "key-ordered")
+        assert store.get(b"p", b"k").value == b"v"
+        assert [pair.key for pair in store.scan(b"p")] == [b"k"]
 
 
 def test_an_older_rowid_file_opens_as_it_is(tmp_path: Path) -> None:

@@ -92,6 +92,13 @@ MODES = pytest.mark.parametrize(
 )
 
 
+def deferred_as_asked(caplog: pytest.LogCaptureFixture, mode: dict[str, object]) -> bool:
+    """Whether the sensor deferred exactly when its `mode` asked it to: `dag.test()` logs
+    running a trigger in line."""
+    deferred = "[DAG TEST] running trigger in line" in caplog.text
+    return deferred == bool(mode.get("deferrable"))
+
+
 @MODES
 def test_the_sensor_returns_the_first_new_commit(
     run_dag: RunDag,
@@ -117,8 +124,7 @@ def test_the_sensor_returns_the_first_new_commit(
     assert result.state == "success", result.states
     assert result.value("wait") == made[0]
     assert result.rendered["wait"]["repository"] == repo.name
-    deferred = "[DAG TEST] running trigger in line" in caplog.text
-    assert deferred == bool(mode.get("deferrable"))
+    assert deferred_as_asked(caplog, mode)
 
 
 def test_a_commit_after_the_given_one_ends_the_wait_at_once(
@@ -202,8 +208,7 @@ def test_the_compaction_sensor_returns_the_figures_once_compaction_is_due(
     assert figures["reasons"] == ["3 staged tombstones >= 3"]
     assert result.rendered["due"]["branch"] == "etl"
     assert result.rendered["due"]["policy"] == {"max_tombstones": "3"}
-    deferred = "[DAG TEST] running trigger in line" in caplog.text
-    assert deferred == bool(mode.get("deferrable"))
+    assert deferred_as_asked(caplog, mode)
 
 
 def test_the_compaction_sensor_fails_or_skips_a_missing_branch_and_says_why(
@@ -307,8 +312,7 @@ def test_a_branch_deleted_while_the_sensor_waits_fails_it_at_once_or_skips_it(
     output = capfd.readouterr().out
     for name in ("commit", "compaction", "skipped"):
         assert f"branch {name!r} not found in repository {repo.name!r}" in output
-    deferred = "[DAG TEST] running trigger in line" in caplog.text
-    assert deferred == bool(mode.get("deferrable"))
+    assert deferred_as_asked(caplog, mode)
 
 
 class TriggerWithoutTheConnection(BranchwaterCommitSensor):
@@ -373,8 +377,7 @@ def test_a_sensor_that_times_out_skips_under_soft_fail_and_fails_without_retries
     }
     assert result.tries == dict.fromkeys(result.states, 1)
     assert "Sensor has timed out" in capfd.readouterr().out
-    deferred = "[DAG TEST] running trigger in line" in caplog.text
-    assert deferred == bool(mode.get("deferrable"))
+    assert deferred_as_asked(caplog, mode)
 
 
 def test_under_soft_fail_a_wait_failed_by_what_a_retry_may_fix_is_retried_however_it_waits(
