@@ -219,8 +219,10 @@ def test_a_failed_range_put_fails_the_write_and_stores_no_metarange(tmp_path: Pa
     assert sum("/ranges/" in key for key in objects.puts) <= 3 + writer._IN_FLIGHT
 
 
-def _range_store_threads() -> set[int]:
-    return {t.ident for t in threading.enumerate() if t.name.startswith("range-store")}
+def _range_store_threads() -> set[threading.Thread]:
+    """The thread objects, not their idents: an earlier test's unclosed store may stop its
+    threads meanwhile, and a new thread can take a stopped one's ident."""
+    return {t for t in threading.enumerate() if t.name.startswith("range-store")}
 
 
 def test_writers_share_the_storing_threads_until_the_store_closes(objects: SpyStore) -> None:
