@@ -45,6 +45,7 @@ from branchwater.engine.graveler import reads, writes
 from branchwater.engine.graveler.external import is_external
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import Entry, RepositoryRecord
+from branchwater.engine.graveler.uploads import fresh_object
 from branchwater.engine.kv import Store
 
 if TYPE_CHECKING:
@@ -125,7 +126,7 @@ def copy_entry(
                 continue
             copied = source._replace(path=dst, mtime=record.created)
         else:
-            copied = _deep_copy(g, repo, source, dst, gc.addresses.next_address())
+            copied = _deep_copy(g, repo, source, dst, gc.addresses.next_address)
         failpoints.hit("copy.before_stage")
         writes.stage_entry(g, repo, branch_name, copied)
         gc.sweep_later(repo)
@@ -152,7 +153,19 @@ def _is_uncommitted(g: Graveler, repo: RepositoryRecord, branch_name: str, entry
     return committed is None or committed.address != entry.address
 
 
-def _deep_copy(g: Graveler, repo: RepositoryRecord, source: Entry, dst: str, address: str) -> Entry:
-    data = reads.read_object(g, repo, source)
-    info = g.objects(repo.storage_namespace).put(address, data)
+def _deep_copy(
+    g: Graveler,
+    repo: RepositoryRecord,
+    source: Entry,
+    dst: str,
+    next_address: Callable[[], str],
+) -> Entry:
+    """Stream the object to a new address through its checksum check, so an object larger
+    than memory copies and a corrupted one copies nothing; as an upload, a copy that took
+    long is moved to a fresh stamp before it is staged (`fresh_object`)."""
+    store = g.objects(repo.storage_namespace)
+    address = next_address()
+    with reads.open_object(g, repo, source) as f:
+        info = store.put_stream(address, f, size=source.size)
+    address, info = fresh_object(store, address, info, next_address)
     return source._replace(path=dst, address=address, mtime=info.mtime)

@@ -11,16 +11,23 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import BinaryIO
 
-from branchwater.engine.errors import InvalidArgument, PathExists
+from branchwater.engine.errors import InvalidArgument, NotFound, PathExists, Unavailable
 from branchwater.engine.graveler import writes
 from branchwater.engine.graveler.checksums import ContentHasher
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import Entry, Metadata, RepositoryRecord, metadata_json
 from branchwater.engine.graveler.reads import find_branch_look
-from branchwater.engine.objects.store import StreamSource, iter_chunks, known_size
+from branchwater.engine.objects.store import (
+    ObjectInfo,
+    ObjectStore,
+    StreamSource,
+    iter_chunks,
+    known_size,
+)
 
 UploadSource = bytes | bytearray | memoryview | str | Path | BinaryIO
 """Content, a local file's path, or a binary file object read from where it stands to EOF."""
@@ -124,6 +131,7 @@ class Upload:
             if existing is not None:
                 store.delete([address])
                 return existing
+        address, info = fresh_object(store, address, info, self._next_address)
         entry = Entry(self._path, address, hasher.size, content[1], info.mtime, self._metadata)
         if not self._exclusive:
             writes.stage_entry(self._g, self._repo, self._branch, entry)
@@ -150,6 +158,39 @@ class Upload:
             self._metadata,
             legacy_md5,
         )
+
+
+RESTAMP_AFTER = timedelta(hours=1)
+"""How old a just-written object may look before it is copied to a fresh address to be
+staged there. S3 stamps a multipart object when its upload began (AWS does), so an upload
+that took hours lists as that old, and a GC run that scanned the branch before the entry
+was staged would take it for garbage once older than the run's minimum age (by default
+6 hours and 5 minutes at the least). An hour leaves the rest of that for the copy itself
+and for clocks that disagree."""
+
+
+def fresh_object(
+    store: ObjectStore, address: str, info: ObjectInfo, next_address: Callable[[], str]
+) -> tuple[str, ObjectInfo]:
+    """The address and info to stage for an object just written at `address`: itself, or
+    where it looks older than `RESTAMP_AFTER`, a copy at a new address (server-side on S3:
+    minutes where the write took hours), the first deleted. A GC run that deletes the first
+    meanwhile fails the write (`Unavailable`: write again), so nothing is staged."""
+    age = datetime.now(UTC) - info.mtime
+    if age <= RESTAMP_AFTER:
+        return address, info
+    fresh = next_address()
+    try:
+        copied = store.copy(address, fresh)
+    except NotFound:
+        raise Unavailable(
+            f"the object just written at {address!r} in {store.url} was stamped "
+            f"{age.total_seconds() / 3600:.1f} hours old (S3 stamps a multipart upload when "
+            "it begins) and a GC run collected it before it was staged; nothing was "
+            "staged: write it again"
+        ) from None
+    store.delete([address])
+    return fresh, copied
 
 
 def _hashed(chunks: Iterator[bytes], hasher: ContentHasher) -> Iterator[bytes]:

@@ -89,6 +89,10 @@ REQUESTS_IN_FLIGHT = 8
 PART_SIZE = 8 << 20
 """A multipart upload's smallest part (S3 wants 5 MiB at least, but for the last), and the
 size of what is read ahead to tell a one-request object from a multipart one."""
+COPY_THRESHOLD = 1 << 30
+"""Objects above this are copied in parts (CopyObject takes 5 GiB at most)."""
+COPY_PART = 256 << 20
+"""The part size of a copy in parts; boto3 enlarges it where S3's part limit needs it."""
 MAX_PARTS = 10_000
 """S3's limit of parts per upload."""
 MAX_KEY = 1024
@@ -230,8 +234,10 @@ class S3ObjectStore(ObjectStore):
         """One PutObject when `source` fits in `PART_SIZE`, else a multipart upload whose
         parts `part_plan` sizes from the stream's length (`size`, or a seekable file's), so
         that memory stays about `UPLOAD_MEMORY`. A failed upload is aborted: no object, no
-        pending upload. The mtime is this machine's clock when the write ends, which saves a
-        HEAD per write; S3 stamps `LastModified` within the same request."""
+        pending upload. A one-request object's mtime is this machine's clock when the write
+        ends, which saves a HEAD per write (S3 stamps `LastModified` within the request); a
+        multipart object's is read back, as AWS stamps it when the upload began, however
+        long its parts took: what a GC run listing it will see."""
         self._check_writable(key)
         if size is None:
             size = known_size(source)
@@ -266,7 +272,29 @@ class S3ObjectStore(ObjectStore):
             raise self._upload_forgotten(key) from None
         finally:
             aside.stop()
-        return ObjectInfo(key, counted.size, datetime.now(UTC))
+        return self._written(key)
+
+    def copy(self, src: str, dst: str) -> ObjectInfo:
+        """A server-side copy, no byte passing through this machine: CopyObject, or parts
+        of `COPY_PART` copied `PARTS_IN_FLIGHT` at once (UploadPartCopy) above
+        `COPY_THRESHOLD`, by boto3's managed copy, which aborts a failed one."""
+        self._check_writable(dst)
+        check_object_key(src)
+        self._boto3.copy(src, dst, COPY_THRESHOLD, COPY_PART, PARTS_IN_FLIGHT)
+        return self._written(dst)
+
+    def _written(self, key: str) -> ObjectInfo:
+        """The object just written at `key`, as a listing shows it."""
+        try:
+            return self.stat(key)
+        except BucketNotFound:
+            raise
+        except NotFound:
+            raise Unavailable(
+                f"{key!r} in {self.url} was deleted as soon as it was written, by something "
+                "outside this write (a GC run with a minimum age shorter than the write "
+                "took); nothing refers to it: write it again"
+            ) from None
 
     def _upload_forgotten(self, key: str) -> Unavailable:
         """The error of an upload the server stopped knowing (NoSuchUpload) before it

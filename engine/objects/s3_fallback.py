@@ -79,6 +79,27 @@ class Boto3Keys:
         )
         return self._call(key, response["Body"].read)
 
+    def copy(self, src: str, dst: str, threshold: int, part: int, in_flight: int) -> None:
+        """boto3's managed copy of `src` to `dst` (CopyObject, or UploadPartCopy parts of
+        `part` bytes at least, `in_flight` at once, above `threshold`)."""
+        from boto3.s3.transfer import TransferConfig
+
+        config = TransferConfig(
+            multipart_threshold=threshold,
+            multipart_chunksize=part,
+            max_concurrency=in_flight,
+            use_threads=in_flight > 1,
+        )
+        self._call(
+            src,
+            lambda: self.client.copy(
+                {"Bucket": self._bucket, "Key": self._prefix + src},
+                self._bucket,
+                self._prefix + dst,
+                Config=config,
+            ),
+        )
+
     def delete(self, keys: list[str]) -> None:
         objects = [{"Key": self._prefix + key} for key in keys]
         response = self._call(

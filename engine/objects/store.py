@@ -87,6 +87,14 @@ class ObjectStore(abc.ABC):
             raise InvalidArgument(f"object data must be bytes, not {type(data).__name__}")
         return self.put_stream(key, [bytes(data)])
 
+    def copy(self, src: str, dst: str) -> ObjectInfo:
+        """Write a copy of the object at `src` to `dst` as `put_stream` writes (atomically,
+        in bounded memory), stamped as a new object is: when the copy ends, or on S3 when
+        it begins (a server-side copy, which takes minutes where the write took hours).
+        `NotFound` when `src` is missing; one deleted mid-copy leaves nothing at `dst`."""
+        with self.open(src) as f:
+            return self.put_stream(dst, f)
+
     def put_if_absent(self, key: str, encode: Callable[[], bytes]) -> bool:
         """Write the bytes `encode` makes unless `key` holds an object already; whether it
         wrote. Of two writers racing for a new key one writes and the other is told it did

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import io
+import os
+import tracemalloc
 from datetime import timedelta
 
 import pytest
@@ -10,7 +13,7 @@ from branchwater.engine import CorruptedData, Lake, NotFound
 from branchwater.engine.api import Repository
 from branchwater.engine.gc.settings import GCSettings
 from branchwater.engine.graveler import commit as commit_ops
-from tests.helpers.gc import FakeClock, compact, use_clock
+from tests.helpers.gc import FakeClock, compact, data_objects, use_clock
 
 
 def records(repo: Repository) -> list[tuple[str, str]]:
@@ -130,3 +133,21 @@ def test_a_deep_copy_of_a_rewritten_object_refuses_rather_than_copy_it(repo: Rep
     with pytest.raises(CorruptedData, match="a/x"):
         main.copy("a/x", "b/x")
     assert list(main.uncommitted()) == []
+    assert list(data_objects(repo.lake, repo)) == [source.address]
+
+
+def test_a_deep_copy_streams_an_object_larger_than_it_holds(repo: Repository) -> None:
+    """Copying a committed object never holds it whole: one larger than memory copies."""
+    size = 48 << 20
+    main = repo.branch("main")
+    main.upload("big", io.BytesIO(os.urandom(size)))
+    main.commit("big")
+    tracemalloc.start()
+    try:
+        copied = main.copy("big", "big-copy")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < size // 4
+    assert copied.size == size
+    assert main.read("big-copy") == main.read("big")

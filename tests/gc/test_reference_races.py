@@ -11,18 +11,24 @@ that keep working") holds the argument each test stands for.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from datetime import timedelta
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from branchwater.engine import Lake, NotFound
+from branchwater.engine import Lake, NotFound, Unavailable
 from branchwater.engine.api import Repository
+from branchwater.engine.gc.prepare import PreparedRun
 from branchwater.engine.gc.settings import GCSettings
 from branchwater.engine.graveler.checksums import content_checksum
+from branchwater.engine.graveler.uploads import RESTAMP_AFTER
+from branchwater.engine.objects.store import ObjectInfo, StreamSource
 from tests.gc_model import assert_references_intact, gc_candidates, sweep
 from tests.helpers.failpoints import PAUSE_TIMEOUT, paused_at
 from tests.helpers.gc import compact, run_addresses
@@ -178,6 +184,81 @@ def test_a_link_staged_after_the_scan_is_too_young_for_the_default_minimum_age(
     assert physical.address in gc_candidates(repo, run, timedelta(0))
     sweep(repo, run, GCSettings().default_min_age)
     assert_references_intact(repo)
+
+
+# Uploads and deep copies that took hours ---------------------------------------------------
+
+HOURS_AGO = timedelta(hours=7)
+"""Older than the default minimum age (6 hours and 5 minutes)."""
+
+
+class StampedAsAWSDoes:
+    """The namespace's local store, but each object an upload or a deep copy writes under
+    `data/` is stamped `HOURS_AGO` before its write ended, as AWS stamps a multipart upload
+    that began then; and right then, before the entry is staged, a GC run prepares (scans
+    the branch). Its own copies (`ObjectStore.copy`) are stamped as written."""
+
+    def __init__(self, repo: Repository, *, sweep: bool = False) -> None:
+        """`sweep`: the run also sweeps then, before the write goes on."""
+        self.repo = repo
+        self.sweep = sweep
+        self.store = repo.lake.graveler.objects(repo.storage_namespace)
+        self.runs: list[PreparedRun] = []
+        self.stamped: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def put_stream(self, key: str, source: StreamSource, size: int | None = None) -> ObjectInfo:
+        info = self.store.put_stream(key, source, size)
+        if not key.startswith("data/"):
+            return info
+        began = info.mtime - HOURS_AGO
+        os.utime(self.store.root / key, (began.timestamp(), began.timestamp()))
+        self.stamped.append(key)
+        self.runs.append(self.repo.prepare_uncommitted_for_gc())
+        if self.sweep:
+            sweep(self.repo, self.runs[-1], GCSettings().default_min_age)
+        return replace(info, mtime=began)
+
+
+@pytest.mark.parametrize("operation", ["upload", "deep copy"])
+def test_an_object_whose_write_took_hours_is_staged_at_a_fresh_address(
+    repo: Repository, operation: str
+) -> None:
+    """A run scanned the branch after the write ended and before its entry was staged, and
+    the object looks older than the default minimum age: staged where it was written, the
+    run would collect it under its live entry. It is copied to a fresh stamp first."""
+    main = repo.branch("main")
+    if operation == "deep copy":
+        main.upload("src", b"precious")
+        main.commit("src")
+    stamping = StampedAsAWSDoes(repo)
+    repo.lake.graveler._objects[repo.storage_namespace] = stamping  # type: ignore[assignment]
+    entry = main.upload("dst", b"precious") if operation == "upload" else main.copy("src", "dst")
+    (written,) = stamping.stamped
+    (run,) = stamping.runs
+    assert entry.address != written
+    assert entry.mtime > datetime.now(UTC) - RESTAMP_AFTER
+    assert not stamping.store.exists(written)
+    sweep(repo, run, GCSettings().default_min_age)
+    assert_references_intact(repo)
+    assert main.read("dst") == b"precious"
+
+
+def test_an_object_collected_before_its_fresh_copy_fails_the_write_and_stages_nothing(
+    repo: Repository,
+) -> None:
+    stamping = StampedAsAWSDoes(repo, sweep=True)
+    repo.lake.graveler._objects[repo.storage_namespace] = stamping  # type: ignore[assignment]
+    main = repo.branch("main")
+    with pytest.raises(Unavailable, match=r"collected it before it was staged.*write it again"):
+        main.upload("dst", b"precious")
+    assert list(main.list()) == []
+    assert not stamping.store.exists(stamping.stamped[0])
+    repo.lake.graveler._objects[repo.storage_namespace] = stamping.store
+    main.upload("dst", b"again")
+    assert main.read("dst") == b"again"
 
 
 # Moves into commits and compacted metaranges -----------------------------------------------

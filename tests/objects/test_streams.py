@@ -7,6 +7,7 @@ import io
 import os
 import random
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,8 @@ from tests.fixtures.s3 import S3Server
 
 MULTIPART = 2 * s3_module.PART_SIZE + 12345
 """Bytes that take three parts on S3."""
+CLOCK_SLACK = timedelta(seconds=2)
+"""S3 stamps whole seconds."""
 
 
 class Boom(Exception):
@@ -120,6 +123,34 @@ def test_a_stream_that_fails_midway_leaves_nothing(
     assert leftovers(store, request) == []
     with pytest.raises(NotFound):
         store.stat("half")
+
+
+@pytest.mark.parametrize("size", [0, 5000, MULTIPART])
+def test_copy_writes_the_bytes_under_a_new_key_stamped_as_a_new_object(
+    store: ObjectStore, size: int
+) -> None:
+    """Stamped when copied, not when the source was written: what moves an upload that
+    took hours to a fresh stamp (`fresh_object`). S3 stamps the copy itself."""
+    data = os.urandom(size)
+    store.put_stream("from/src", chunks_of(data))
+    if isinstance(store, LocalObjectStore):
+        old = (datetime.now(UTC) - timedelta(hours=7)).timestamp()
+        os.utime(store.root / "from/src", (old, old))
+    before = datetime.now(UTC)
+    info = store.copy("from/src", "to/dst")
+    stat = store.stat("to/dst")
+    assert (info.key, info.size) == (stat.key, stat.size) == ("to/dst", size)
+    assert before - CLOCK_SLACK <= info.mtime <= datetime.now(UTC) + CLOCK_SLACK
+    assert abs(stat.mtime - info.mtime) <= CLOCK_SLACK
+    assert store.get("to/dst") == store.get("from/src") == data
+
+
+def test_a_copy_of_a_missing_object_is_not_found_and_writes_nothing(
+    store: ObjectStore, request: pytest.FixtureRequest
+) -> None:
+    with pytest.raises(NotFound, match="from/missing"):
+        store.copy("from/missing", "to/dst")
+    assert leftovers(store, request) == []
 
 
 @pytest.mark.parametrize(
@@ -263,3 +294,29 @@ def test_s3_parts_are_sized_from_a_seekable_file_or_a_given_size(
     with pytest.raises(InvalidArgument, match="5 TiB"):
         s3_store.put_stream("too-big", [b"x"], size=s3_module.MAX_OBJECT + 1)
     assert not s3_store.exists("too-big")
+
+
+@pytest.mark.s3
+def test_s3_a_multipart_object_is_stamped_as_its_listing_shows_it(
+    s3_store: S3ObjectStore,
+) -> None:
+    """AWS stamps a multipart upload when it began: the write reads its stamp back, so an
+    upload that took hours is seen to look that old before it is staged."""
+    info = s3_store.put_stream("big", chunks_of(os.urandom(MULTIPART)))
+    assert info == s3_store.stat("big")
+    (listed,) = s3_store.list_objects("big")
+    assert listed.mtime == info.mtime
+
+
+@pytest.mark.s3
+def test_s3_a_large_copy_is_copied_in_parts_on_the_server(
+    s3_store: S3ObjectStore, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    monkeypatch.setattr(s3_module, "COPY_THRESHOLD", s3_module.PART_SIZE)
+    monkeypatch.setattr(s3_module, "COPY_PART", s3_module.PART_SIZE)
+    data = os.urandom(MULTIPART)
+    s3_store.put_stream("src", chunks_of(data))
+    info = s3_store.copy("src", "dst")
+    assert info.etag is not None and info.etag.endswith("-3")
+    assert s3_store.get("dst") == data
+    assert sorted(leftovers(s3_store, request)) == ["dst", "src"]
