@@ -199,15 +199,15 @@ class LocalObjectStore(ObjectStore):
             _sync_folder(folder.parent)
 
     @contextlib.contextmanager
-    def _os_errors(self, doing: str, key: str) -> Iterator[None]:
+    def _os_errors(self, doing: str, key: str, noun: str = "object") -> Iterator[None]:
         try:
             yield
         except OSError as exc:
-            raise self._failed(doing, key, exc) from exc
+            raise self._failed(doing, key, exc, noun) from exc
 
-    def _failed(self, doing: str, key: str, exc: OSError) -> BranchwaterError:
+    def _failed(self, doing: str, key: str, exc: OSError, noun: str = "object") -> BranchwaterError:
         """The typed error of a file-system call that failed on `key`, saying what to do."""
-        what = f"cannot {doing} object {key!r} in the local object store {self.url}"
+        what = f"cannot {doing} {noun} {key!r} in the local object store {self.url}"
         if isinstance(exc, NotADirectoryError | IsADirectoryError | FileExistsError):
             return InvalidArgument(
                 f"{what}: a folder of the path is an object, or the key is a folder "
@@ -219,8 +219,9 @@ class LocalObjectStore(ObjectStore):
                 "(or raise the quota or file-size limit there), then write again"
             )
         if exc.errno in _REFUSED:
+            access = "read" if doing in ("read", "list") else "write"
             return Unavailable(
-                f"{what}: {exc.strerror}; let this user write there (permissions, a "
+                f"{what}: {exc.strerror}; let this user {access} there (permissions, a "
                 "read-only mount), then try again"
             )
         return Unavailable(f"{what}: {exc.strerror or exc}")
@@ -314,7 +315,9 @@ class LocalObjectStore(ObjectStore):
             entries = os.scandir(self.root / folder if folder else self.root)
         except (FileNotFoundError, NotADirectoryError):
             return Listing(names, sizes if metadata else None, mtimes if metadata else None, [])
-        with entries:
+        except OSError as exc:
+            raise self._failed("list", folder, exc, "folder") from exc
+        with entries, self._os_errors("list", folder, "folder"):
             for entry in entries:
                 if entry.name.startswith(_TMP_PREFIX):
                     continue
@@ -341,6 +344,8 @@ class LocalObjectStore(ObjectStore):
                 info: os.stat_result | None = self._path(key).stat()
             except (FileNotFoundError, NotADirectoryError):
                 info = None
+            except OSError as exc:
+                raise self._failed("read", key, exc) from exc
             if info is None or not S_ISREG(info.st_mode):
                 sizes.append(None)
                 mtimes.append(None)
@@ -355,6 +360,8 @@ class LocalObjectStore(ObjectStore):
             entries = list(os.scandir(directory))
         except FileNotFoundError:
             return
+        except OSError as exc:
+            raise self._failed("list", dir_key, exc, "folder") from exc
         keyed = sorted(
             ((e.name + "/" if e.is_dir(follow_symlinks=False) else e.name), e)
             for e in entries

@@ -11,6 +11,7 @@ own (`unshare -rm`: `ENOSPC`, then `EROFS`), skipped where namespaces are not al
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import resource
@@ -24,7 +25,7 @@ from pathlib import Path
 import pytest
 
 import branchwater
-from branchwater.engine.errors import InvalidArgument
+from branchwater.engine.errors import InvalidArgument, Unavailable
 from branchwater.engine.objects import local as local_module
 from branchwater.engine.objects.local import LocalObjectStore
 
@@ -233,3 +234,32 @@ def test_fsync_can_be_turned_off(
     store.put("data/s1/o1", b"x")
     assert store.put_if_absent("_branchwater/r1", lambda: b"x")
     assert syncs == ["rename", "link"]
+
+
+def test_a_folder_this_user_cannot_read_is_unavailable_naming_it(
+    store: LocalObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A listing or a look-up refused by the file system (`EACCES`: a GC run under another
+    user than the writers) is `Unavailable` saying what to do, never a bare `OSError`."""
+    store.put("data/s1/a", b"a")
+    scandir, stat = os.scandir, Path.stat
+
+    def refused_scandir(path: object) -> object:
+        if str(path).endswith("s1"):
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return scandir(path)  # type: ignore[arg-type]
+
+    def refused_stat(self: Path, **options: object) -> os.stat_result:
+        if self.name == "a":
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return stat(self, **options)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(local_module.os, "scandir", refused_scandir)
+    monkeypatch.setattr(Path, "stat", refused_stat)
+    for look in (
+        lambda: store.list_folder("data/s1"),
+        lambda: list(store.list_objects("data/")),
+        lambda: store.stat_many(["data/s1/a"]),
+    ):
+        with pytest.raises(Unavailable, match=r"'data/s1.*let this user read there"):
+            look()
