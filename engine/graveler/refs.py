@@ -161,7 +161,9 @@ class RefStore:
         guard = (GRAVELER_PARTITION, TO_DELETE_PREFIX + mark.encode())
         key = REPOS_PREFIX + repo.name.encode()
         try:
-            created = self.kv.create_guarded(GRAVELER_PARTITION, key, repo.encode(), guard, listed)
+            created = self.kv.create_unique_guarded(
+                GRAVELER_PARTITION, key, repo.encode(), guard, listed
+            )
         except PredicateFailed:
             raise Conflict(
                 f"repository {repo.name!r} was not created: a cleanup of unfinished drops took "
@@ -453,17 +455,18 @@ class RefStore:
     ) -> None:
         """Create the branch record; with `guard` (a key of the repository's partition and
         the value it must hold), only while that key holds it, in one atomic step
-        (`PredicateFailed` otherwise)."""
+        (`PredicateFailed` otherwise). A lost reply is settled by a read: the record
+        holding this very value (its staging token is new) was written."""
         key = BRANCHES + branch.name.encode()
         if guard is None:
             try:
-                self.kv.set_if(repo.partition, key, branch.encode(), None)
+                self.kv.set_unique_if(repo.partition, key, branch.encode(), None)
                 return
             except PredicateFailed:
                 created = False
         else:
             guard_key, expected = guard
-            created = self.kv.create_guarded(
+            created = self.kv.create_unique_guarded(
                 repo.partition, key, branch.encode(), (repo.partition, guard_key), expected
             )
         if not created:

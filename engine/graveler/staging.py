@@ -71,8 +71,9 @@ class StagingArea:
     ) -> bool:
         """`put` only where the token holds no row at `path` but a tombstone, and only while
         the `guard` key holds `expected`, atomically (`Store.create_guarded`): whether it
-        was written; `PredicateFailed` if the guard did not hold."""
-        return self.kv.create_guarded(
+        was written; `PredicateFailed` if the guard did not hold. A lost reply is settled
+        by a read: the row holding this very entry (its address is new) was written."""
+        return self.kv.create_unique_guarded(
             token.encode(), path.encode(), encode_entry(entry), guard, expected
         )
 

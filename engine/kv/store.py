@@ -118,14 +118,34 @@ class Store(abc.ABC):
         try:
             self.set_if(partition, key, value, predicate, fence=fence)
         except OutcomeUnknown:
-            if self._held(partition, key) != value:
+            if not self.landed(partition, key, value):
                 raise
 
-    def _held(self, partition: bytes, key: bytes) -> bytes | None:
+    def create_unique_guarded(
+        self,
+        partition: bytes,
+        key: bytes,
+        value: bytes,
+        guard: tuple[bytes, bytes],
+        expected: bytes,
+    ) -> bool:
+        """`create_guarded` of a value no other writer writes, a lost reply settled by a
+        read as in `set_unique_if`."""
         try:
-            return self._get(partition, key)
+            return self.create_guarded(partition, key, value, guard, expected)
+        except OutcomeUnknown:
+            if not self.landed(partition, key, value):
+                raise
+            return True
+
+    def landed(self, partition: bytes, key: bytes, value: bytes) -> bool:
+        """Whether the key holds `value`: how a write of a value no other writer writes,
+        whose reply was lost (`OutcomeUnknown`), is settled. False settles nothing: the
+        write may still land."""
+        try:
+            return self._get(partition, key) == value
         except NotFound:
-            return None
+            return False
 
     def set_guarded(
         self, partition: bytes, key: bytes, value: bytes, guard: tuple[bytes, bytes]

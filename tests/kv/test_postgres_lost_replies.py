@@ -27,6 +27,7 @@ import psycopg
 import pytest
 
 from branchwater.engine import (
+    AlreadyExists,
     Lake,
     NoChanges,
     NotFound,
@@ -379,21 +380,55 @@ def test_a_branch_delete_whose_reply_was_lost_has_deleted_it_and_drops_its_token
     assert token_rows(lake, tokens) == 0, "the deleted branch's token was never dropped"
 
 
-def test_an_exclusive_upload_whose_reply_was_lost_is_unknown_and_has_landed(
+def test_an_exclusive_upload_whose_reply_was_lost_is_settled_by_a_read(
     lake: Lake, repo: Repository, relay: ReplyCutter
 ) -> None:
-    """The creation is not sent again (it would find its own row and say the path exists);
-    a retry by the caller does find it, as an S3 `If-None-Match` retry would."""
+    """The creation is not sent again (it would find its own row and say the path exists):
+    a read finds the row holding its entry, whose address is new, so it has landed."""
     main = repo.branch("main")
     arm = failpoints.armed(
         "write.before_create", lambda: relay.cut_reply_to(lambda data: b"new-path" in data)
     )
-    with arm, pytest.raises(OutcomeUnknown, match=UNKNOWN):
-        main.upload("new-path", b"n", if_absent=True)
+    with arm:
+        entry = main.upload("new-path", b"n", if_absent=True)
     assert relay.cuts == 1
+    assert main.stat("new-path") == entry
     assert main.read("new-path") == b"n"
     with pytest.raises(PathExists):
         main.upload("new-path", b"n", if_absent=True)
+
+
+def test_a_repository_creation_whose_reply_was_lost_is_settled_by_a_read(
+    lake: Lake, relay: ReplyCutter, tmp_path: Path
+) -> None:
+    """Its record names a new unique id, so a read showing it settles the creation, which
+    then takes its partition off the to-delete list: a cleanup leaves it alone."""
+    name = unique_name("lost-repo-")
+    key = b"repos/" + name.encode()
+    arm = failpoints.armed(
+        "repository.before_insert", lambda: relay.cut_reply_to(lambda data: key in data)
+    )
+    with arm:
+        repo = lake.create_repository(name, storage_namespace=f"file://{tmp_path}/{name}")
+    assert relay.cuts == 1
+    lake.graveler.collect_dropped_partitions()
+    repo.branch("main").upload("a", b"a")
+    assert lake.repository(name).branch("main").read("a") == b"a"
+
+
+def test_a_branch_creation_whose_reply_was_lost_is_settled_by_a_read(
+    lake: Lake, repo: Repository, relay: ReplyCutter
+) -> None:
+    arm = failpoints.armed(
+        "branch.before_insert",
+        lambda: relay.cut_reply_to(lambda data: b"branches/lost-branch" in data),
+    )
+    with arm:
+        created = repo.create_branch("lost-branch", "main")
+    assert relay.cuts == 1
+    assert created.head() == repo.branch("main").head()
+    with pytest.raises(AlreadyExists):
+        repo.create_branch("lost-branch", "main")
 
 
 def _sessions(admin_url: str, application: str) -> list[int]:
