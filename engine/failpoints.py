@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from branchwater.engine.errors import InvalidArgument
+from branchwater.engine.per_process import ChildSafeLock
 
 ENV = "BRANCHWATER_FAILPOINTS"
 LOG_ENV = "BRANCHWATER_FAILPOINT_LOG"
@@ -83,19 +84,32 @@ def hit(name: str) -> None:
         action()
 
 
+_layers: dict[str, list[Callable[[], None]]] = {}
+"""Per point, the actions armed on it, the latest last (the one `hit` runs): blocks of two
+threads may arm one point and end in any order, each taking off only its own."""
+_arming = ChildSafeLock()
+
+
 @contextmanager
 def armed(name: str, action: Callable[[], None]) -> Iterator[None]:
     """Run `action` whenever this process reaches `name`, inside the block."""
     _check(name)
-    previous = _armed.get(name)
-    _armed[name] = _logged(name, action)
+    layer = _logged(name, action)
+    with _arming:
+        layers = _layers.setdefault(name, [_armed[name]] if name in _armed else [])
+        layers.append(layer)
+        _armed[name] = layer
     try:
         yield
     finally:
-        if previous is None:
-            _armed.pop(name, None)
-        else:
-            _armed[name] = previous
+        with _arming:
+            layers = _layers[name]
+            layers.remove(layer)
+            if layers:
+                _armed[name] = layers[-1]
+            else:
+                _armed.pop(name, None)
+                del _layers[name]
 
 
 def arm_from_env(value: str | None = None) -> None:

@@ -829,11 +829,15 @@ class BranchwaterTransaction(FsspecTransaction):
 
     @property
     def started(self) -> dict[tuple[str, str], str]:
-        return {key: s.branch.name for key, s in self._branches.items()}
+        """Read under the lock: a filesystem is shared by threads (pyarrow's, DuckDB's)
+        while one of them starts a branch."""
+        with self._lock:
+            return {key: s.branch.name for key, s in self._branches.items()}
 
     def start(self) -> None:
         super().start()
-        self._branches = {}
+        with self._lock:
+            self._branches = {}
         self.landed = []
 
     def branch_for(self, target: Branch) -> Branch:
@@ -850,7 +854,8 @@ class BranchwaterTransaction(FsspecTransaction):
         try:
             super().complete(commit)
         finally:
-            started, self._branches = list(self._branches.values()), {}
+            with self._lock:
+                started, self._branches = list(self._branches.values()), {}
         failure: BaseException | None = None if commit else _Discarded()
         for s in started:
             if failure is None:

@@ -24,17 +24,23 @@ T = TypeVar("T")
 
 
 class PerProcess(Generic[T]):
-    """`make()`'s value, made once in each process that asks for it."""
+    """`make()`'s value, made once in each process that asks for it, however many of its
+    threads ask at first: one made per thread would leak all but the last (a client and
+    its sockets), as only the value kept is closed."""
 
     def __init__(self, make: Callable[[], T]) -> None:
         self._make = make
         self._made: tuple[int, T] | None = None
+        self._making = ChildSafeLock()
 
     def get(self) -> T:
         pid = os.getpid()
         made = self._made
         if made is None or made[0] != pid:
-            made = self._made = (pid, self._make())
+            with self._making:
+                made = self._made
+                if made is None or made[0] != pid:
+                    made = self._made = (pid, self._make())
         return made[1]
 
     def made_here(self) -> T | None:

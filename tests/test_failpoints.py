@@ -25,6 +25,20 @@ def test_an_armed_point_runs_its_action_inside_the_block_only() -> None:
     assert calls == ["hit"]
 
 
+def test_blocks_arming_one_point_may_end_in_any_order(  # as blocks of two threads do
+) -> None:
+    calls: list[str] = []
+    first = failpoints.armed("copy.after_read", lambda: calls.append("first"))
+    second = failpoints.armed("copy.after_read", lambda: calls.append("second"))
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    failpoints.hit("copy.after_read")
+    second.__exit__(None, None, None)
+    failpoints.hit("copy.after_read")
+    assert calls == ["second"]
+
+
 def test_unknown_points_and_actions_are_refused() -> None:
     with pytest.raises(InvalidArgument, match="unknown failpoint 'copy\\.aftr_read'"):
         failpoints.arm_from_env("copy.aftr_read=raise")

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import threading
+import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from branchwater.engine import Lake
-from branchwater.engine.per_process import ChildSafeLock
+from branchwater.engine.per_process import ChildSafeLock, PerProcess
 from tests.helpers.servers import child_answer
 
 
@@ -82,3 +84,48 @@ def test_a_child_reads_committed_data_while_a_parent_thread_held_the_range_cache
         with held_by_another_thread(hold):
             assert child_answer(_read, lake) == b"id\n1\n"
         assert main.read("orders/a.csv") == b"id\n1\n"
+
+
+def test_threads_asking_at_once_share_one_value_per_process() -> None:
+    """One made per thread would leak all but the last (a client and its sockets)."""
+    made: list[object] = []
+    start = threading.Barrier(16)
+
+    def make() -> object:
+        time.sleep(0.01)
+        made.append(object())
+        return made[-1]
+
+    shared = PerProcess(make)
+
+    def first_use() -> object:
+        start.wait(10)
+        return shared.get()
+
+    with ThreadPoolExecutor(16) as pool:
+        got = list(pool.map(lambda _: first_use(), range(16)))
+    assert len(made) == 1
+    assert all(value is made[0] for value in got)
+
+
+def _link_address(lake: Lake, answers: mp.Queue) -> None:
+    answers.put(lake.repository("sales").branch("main").get_physical_address().address)
+
+
+def test_a_child_hands_out_addresses_while_a_parent_thread_was_recording_limits(
+    tmp_path: Path,
+) -> None:
+    """The first address of a connection records its GC limits lake-wide, and hands out a
+    token signed with the lake's key, each read under a lock held across a KV call: a fork
+    then left the child's locks held for ever."""
+    with Lake.connect(f"sqlite:///{tmp_path}/kv.db") as lake:
+        lake.create_repository("sales", storage_namespace=f"file://{tmp_path}/ns")
+        gc = lake.gc
+
+        def hold(holding: threading.Event, release: threading.Event) -> None:
+            with gc.limits._lock, gc.tokens._lock:
+                holding.set()
+                release.wait(30)
+
+        with held_by_another_thread(hold):
+            assert child_answer(_link_address, lake).startswith("data/")

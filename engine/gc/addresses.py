@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import re
 import secrets
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -32,6 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from branchwater.engine.errors import InvalidAddress, InvalidArgument
+from branchwater.engine.per_process import ChildSafeLock
 
 DATA_PREFIX = "data/"
 SPECIAL_PREFIX = "_branchwater/"
@@ -118,7 +118,7 @@ class AddressAllocator:
         self.objects_per_slice = objects_per_slice
         self._clock = clock
         self._current: _Slice | None = None
-        self._lock = threading.Lock()
+        self._lock = ChildSafeLock()
 
     def next_address(self) -> str:
         with self._lock:

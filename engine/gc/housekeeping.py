@@ -7,12 +7,12 @@ each other: each runs a sweep now and then, off the caller's path.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 
 from branchwater.engine.background import Background
 from branchwater.engine.errors import BranchwaterError
+from branchwater.engine.per_process import ChildSafeLock
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +25,7 @@ class Housekeeper:
     def __init__(self, interval: float = SWEEP_INTERVAL_S) -> None:
         self.interval = interval
         self._last: dict[str, float] = {}
-        self._lock = threading.Lock()
+        self._lock = ChildSafeLock()
         self._background = Background(1, "bw-housekeeping")
 
     def maybe_run(self, name: str, job: Callable[[], object]) -> None:

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import threading
 from datetime import timedelta
 
 from branchwater.engine.errors import CorruptedData, NotFound, PredicateFailed
 from branchwater.engine.gc.settings import GCSettings
 from branchwater.engine.graveler.refs import GRAVELER_PARTITION
 from branchwater.engine.kv import Store
+from branchwater.engine.per_process import ChildSafeLock
 
 LIMITS_KEY = b"gc/lake-limits"
 
@@ -33,7 +33,7 @@ class LakeLimits:
         self.kv = kv
         self.settings = settings
         self._covered = False
-        self._lock = threading.Lock()
+        self._lock = ChildSafeLock()
 
     def cover(self) -> None:
         """Widen the record to this process's settings, once per connection, before a

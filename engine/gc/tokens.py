@@ -20,7 +20,6 @@ import hashlib
 import hmac
 import json
 import re
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -36,6 +35,7 @@ from branchwater.engine.gc.records import ExpiringRecords, from_millis, to_milli
 from branchwater.engine.graveler.model import RepositoryRecord
 from branchwater.engine.graveler.signing import lake_key, signature
 from branchwater.engine.kv import Store
+from branchwater.engine.per_process import ChildSafeLock
 
 USED_TOKENS_PREFIX = b"gc/used-link-tokens/"
 _VERSION = "v1"
@@ -85,7 +85,7 @@ class LinkTokens:
         self.promising = promising
         self.used = ExpiringRecords(kv, USED_TOKENS_PREFIX)
         self._key: bytes | None = None
-        self._lock = threading.Lock()
+        self._lock = ChildSafeLock()
 
     def signing_key(self) -> bytes:
         with self._lock:

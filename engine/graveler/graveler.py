@@ -435,13 +435,20 @@ class Graveler:
         return not running
 
     def close(self) -> None:
-        self.wait_for_background()
-        self._background.shutdown()
-        for committed in self._committed.values():
-            committed.close()
-        for store in self._objects.values():
-            store.close()
-        self.kv.close()
+        """Close what was opened; the stores are copied under the lock, as another thread's
+        first read of a namespace may open one meanwhile, and the KV store is closed
+        whatever closing the others raised."""
+        try:
+            self.wait_for_background()
+            self._background.shutdown()
+            with self._lock:
+                committed, objects = list(self._committed.values()), list(self._objects.values())
+            for store in committed:
+                store.close()
+            for opened in objects:
+                opened.close()
+        finally:
+            self.kv.close()
 
 
 def token_partitions(branches: Iterable[BranchRecord]) -> list[bytes]:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import bisect
-import threading
 
 from branchwater.engine.errors import PredicateFailed
 from branchwater.engine.kv.store import Store, guard_failed, key_not_found
+from branchwater.engine.per_process import ChildSafeLock
 
 
 class _Partition:
@@ -21,7 +21,7 @@ class MemoryStore(Store):
     def __init__(self, url: str = "memory://") -> None:
         self.url = url
         self._partitions: dict[bytes, _Partition] = {}
-        self._lock = threading.Lock()
+        self._lock = ChildSafeLock()
 
     def _get(self, partition: bytes, key: bytes) -> bytes:
         with self._lock:

@@ -25,3 +25,26 @@ def test_a_write_to_a_deleted_branch_leaves_no_row_in_its_token(
         with pytest.raises(NotFound, match="branch 'late' not found"):
             g.stage(repo.record, "late", token, "late.txt", entry("late.txt"))
         assert list(g.kv.scan(token.encode())) == []
+
+
+def test_a_lake_closing_while_another_thread_opens_a_namespace_closes_every_store(
+    tmp_path: Path,
+) -> None:
+    """Another thread's first read of a namespace while the lake closed: the stores are
+    closed from a copy (no `RuntimeError` of a dict changed while read), and the KV store
+    is closed even when closing one of them fails."""
+    lake = Lake.connect(f"sqlite:///{tmp_path}/kv.db")
+    repo = lake.create_repository("sales", storage_namespace=f"file://{tmp_path}/ns")
+    g = lake.graveler
+    committed = g.committed(repo.record)
+    closing = committed.close
+
+    def close_while_another_opens() -> None:
+        g.objects(f"file://{tmp_path}/other")
+        closing()
+        raise OSError("a store failed to close")
+
+    committed.close = close_while_another_opens  # type: ignore[method-assign]
+    with pytest.raises(OSError, match="failed to close"):
+        lake.close()
+    assert not g.kv._connections  # type: ignore[attr-defined]
