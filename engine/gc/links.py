@@ -2,7 +2,10 @@
 
 The address is in the current slice and comes with a signed, expiring, single-use token
 (`tokens.py`). Linking checks the token, that the object is there with the size given, then
-uses the token up, checks its expiry again and stages the entry; if staging fails the token
+uses the token up, checks its expiry again and stages the entry; an object stamped before
+its token was issued (put in place by a tool that keeps an older modification time: `mv`,
+`cp -p`, `rsync -a`) would look older to GC than its token promises, and is staged from a
+fresh copy instead (`fresh_object`); if staging fails the token
 is given back, so a failed link leaves neither an entry nor a spent token. A link of content
 the branch already shows at that path (same identity) stages nothing, as an upload would
 not: the linked object is then unreferenced, and GC's to collect.
@@ -19,8 +22,10 @@ from branchwater.engine.gc.context import GCContext
 from branchwater.engine.gc.tokens import PhysicalAddress
 from branchwater.engine.graveler import protection, writes
 from branchwater.engine.graveler.checksums import check_checksum
+from branchwater.engine.graveler.fence import OPERATION_MARGIN
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import Entry, RepositoryRecord, check_metadata
+from branchwater.engine.graveler.uploads import fresh_object
 from branchwater.engine.objects import ObjectInfo
 
 
@@ -63,8 +68,17 @@ def link_physical_address(
             f"the object at {claim.address} has {info.size} bytes, not the {size} given; "
             "link it once the upload is complete"
         )
+    store = g.objects(repo.storage_namespace)
+    address, info = fresh_object(
+        store,
+        claim.address,
+        info,
+        gc.addresses.next_address,
+        stale=info.mtime < claim.expires - gc.tokens.expiry - OPERATION_MARGIN,
+        drop_written=False,
+    )
     gc.tokens.use(repo, claim)
-    entry = Entry(path, claim.address, size, checksum, info.mtime, meta)
+    entry = Entry(path, address, size, checksum, info.mtime, meta)
     try:
         current = writes.shown_entry(g, repo, branch_name, path, entry)
         if current is not None:

@@ -120,6 +120,7 @@ class Upload:
         now, and its object deleted if the branch shows it already; unless `recheck` is
         off, when the branch was seen to show nothing of its size at the path."""
         hasher = ContentHasher()
+        started = datetime.now(UTC)
         address = self._next_address()
         store = self._g.objects(self._repo.storage_namespace)
         info = store.put_stream(
@@ -131,7 +132,9 @@ class Upload:
             if existing is not None:
                 store.delete([address])
                 return existing
-        address, info = fresh_object(store, address, info, self._next_address)
+        address, info = fresh_object(
+            store, address, info, self._next_address, stale=written_long_ago(started, info.mtime)
+        )
         entry = Entry(self._path, address, hasher.size, content[1], info.mtime, self._metadata)
         if not self._exclusive:
             writes.stage_entry(self._g, self._repo, self._branch, entry)
@@ -161,36 +164,65 @@ class Upload:
 
 
 RESTAMP_AFTER = timedelta(hours=1)
-"""How old a just-written object may look before it is copied to a fresh address to be
-staged there. S3 stamps a multipart object when its upload began (AWS does), so an upload
-that took hours lists as that old, and a GC run that scanned the branch before the entry
-was staged would take it for garbage once older than the run's minimum age (by default
-6 hours and 5 minutes at the least). An hour leaves the rest of that for the copy itself
-and for clocks that disagree."""
+"""How long ago a write may have begun, or its object look written, before the object is
+copied to a fresh address to be staged there. S3 stamps a multipart object when its upload
+began (AWS does), so an upload that took hours lists as that old, and a GC run that scanned
+the branch before the entry was staged would take it for garbage once older than the run's
+minimum age (by default 6 hours and 5 minutes at the least); and its address's slice was
+opened before the write began, while an optimized run takes a slice's objects to land
+within the token expiry and a slice's life of its opening. An hour leaves the rest of
+those for the copy itself and for clocks that disagree."""
+
+
+def written_long_ago(*moments: datetime) -> bool:
+    """Whether the earliest of `moments` (a write's start, its object's stamp) is more than
+    `RESTAMP_AFTER` ago."""
+    return datetime.now(UTC) - min(moments) > RESTAMP_AFTER
 
 
 def fresh_object(
-    store: ObjectStore, address: str, info: ObjectInfo, next_address: Callable[[], str]
+    store: ObjectStore,
+    address: str,
+    info: ObjectInfo,
+    next_address: Callable[[], str],
+    *,
+    stale: bool,
+    drop_written: bool = True,
 ) -> tuple[str, ObjectInfo]:
     """The address and info to stage for an object just written at `address`: itself, or
-    where it looks older than `RESTAMP_AFTER`, a copy at a new address (server-side on S3:
-    minutes where the write took hours), the first deleted. A GC run that deletes the first
-    meanwhile fails the write (`Unavailable`: write again), so nothing is staged."""
-    age = datetime.now(UTC) - info.mtime
-    if age <= RESTAMP_AFTER:
+    where it is `stale` (`written_long_ago`, or stamped before its link token was issued),
+    a copy at a new address (server-side on S3: minutes where the write took hours), the
+    first deleted unless `drop_written` is off (a link that fails later can be run again
+    with its token; GC collects the first once old). A GC run that deletes the first
+    meanwhile fails the write (`Unavailable`: write again), and so does a copy that took
+    long itself; nothing is staged then."""
+    if not stale:
         return address, info
     fresh = next_address()
+    began = datetime.now(UTC)
     try:
         copied = store.copy(address, fresh)
     except NotFound:
         raise Unavailable(
-            f"the object just written at {address!r} in {store.url} was stamped "
-            f"{age.total_seconds() / 3600:.1f} hours old (S3 stamps a multipart upload when "
-            "it begins) and a GC run collected it before it was staged; nothing was "
-            "staged: write it again"
+            f"the object written at {address!r} in {store.url} looked written "
+            f"{_hours_since(info.mtime)} hours ago (S3 stamps a multipart upload when it "
+            "begins) and a GC run collected it before it was staged; nothing was staged: "
+            "write it again"
         ) from None
-    store.delete([address])
+    if written_long_ago(began, copied.mtime):
+        store.delete([fresh])
+        raise Unavailable(
+            f"copying {address!r} in {store.url} to a fresh address, to stage it younger "
+            f"than GC's minimum age, took {_hours_since(began)} hours, so the copy looks as "
+            "old; nothing was staged: write it again, in smaller objects"
+        )
+    if drop_written:
+        store.delete([address])
     return fresh, copied
+
+
+def _hours_since(moment: datetime) -> str:
+    return f"{(datetime.now(UTC) - moment).total_seconds() / 3600:.1f}"
 
 
 def _hashed(chunks: Iterator[bytes], hasher: ContentHasher) -> Iterator[bytes]:

@@ -170,6 +170,10 @@ class GCJob:
         base, fallback = self._base(repo, ns)
         with self.phase("prepare"):
             prepared = self._prepare(repo)
+        if base is not None and (
+            widened := _late_writes_widened(base, self._late_writes(prepared))
+        ):
+            base, fallback = None, widened
         if self.config.prepare_run is not None:
             self._withdraw_earlier_mark(repo, ns, prepared.run_id)
         min_age = self.config.min_age
@@ -529,6 +533,22 @@ def start_session(config: JobConfig) -> SparkSession:
     if not spark.sparkContext.getConf().contains(SHUFFLE_PARTITIONS):
         spark.conf.set(SHUFFLE_PARTITIONS, str(4 * cores(spark)))
     return spark
+
+
+def _late_writes_widened(base: RunSummary, late: timedelta) -> str | None:
+    """Why `base` cannot be built on when this run's late-writes window is wider than its
+    (a client with longer link tokens, or `--late-writes`): the base skipped old slices
+    and settled objects by the narrower window, so an object landing later in a slice than
+    it allowed was never considered, and listed now by its true time it would look like
+    garbage although a commit holds it."""
+    based_on = base.slices.get("late_writes_seconds")
+    if based_on is not None and late.total_seconds() <= based_on:
+        return None
+    return (
+        f"optimized run requested, but the late-writes window ({late.total_seconds():g} s) "
+        f"is wider than base run {base.run_id}'s ({based_on or 'unknown'} s): running a "
+        "clean run instead"
+    )
 
 
 def run(config: JobConfig) -> int:

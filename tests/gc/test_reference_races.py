@@ -11,6 +11,7 @@ that keep working") holds the argument each test stands for.
 
 from __future__ import annotations
 
+import io
 import os
 import time
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ from branchwater.engine import Lake, NotFound, Unavailable
 from branchwater.engine.api import Repository
 from branchwater.engine.gc.prepare import PreparedRun
 from branchwater.engine.gc.settings import GCSettings
+from branchwater.engine.graveler import uploads
 from branchwater.engine.graveler.checksums import content_checksum
 from branchwater.engine.graveler.uploads import RESTAMP_AFTER
 from branchwater.engine.objects.store import ObjectInfo, StreamSource
@@ -186,6 +188,33 @@ def test_a_link_staged_after_the_scan_is_too_young_for_the_default_minimum_age(
     assert_references_intact(repo)
 
 
+def test_a_link_of_an_object_stamped_before_its_token_stages_a_fresh_copy(
+    repo: Repository, other_client: ThreadPoolExecutor
+) -> None:
+    """A tool that keeps an older modification time (`mv`, `cp -p`, `rsync -a`) puts the
+    object in place looking older than its token: staged as it is, a run that scanned the
+    branch first would collect it under its live entry. A fresh copy is staged instead."""
+    main = repo.branch("main")
+    physical = main.get_physical_address()
+    store = repo.lake.graveler.objects(repo.storage_namespace)
+    store.put(physical.address, b"kept its time")
+    kept = (datetime.now(UTC) - HOURS_AGO).timestamp()
+    os.utime(store.root / physical.address, (kept, kept))  # type: ignore[attr-defined]
+    checksum = content_checksum(b"kept its time")
+    with paused_at("link.before_stage") as pause:
+        linking = other_client.submit(
+            main.link_physical_address, "t/x", physical.token, size=13, checksum=checksum
+        )
+        pause.wait()
+        run = repo.prepare_uncommitted_for_gc()
+        pause.release()
+        entry = result(linking)
+    assert entry.address != physical.address  # type: ignore[attr-defined]
+    sweep(repo, run, GCSettings().default_min_age)
+    assert_references_intact(repo)
+    assert main.read("t/x") == b"kept its time"
+
+
 # Uploads and deep copies that took hours ---------------------------------------------------
 
 HOURS_AGO = timedelta(hours=7)
@@ -196,12 +225,15 @@ class StampedAsAWSDoes:
     """The namespace's local store, but each object an upload or a deep copy writes under
     `data/` is stamped `HOURS_AGO` before its write ended, as AWS stamps a multipart upload
     that began then; and right then, before the entry is staged, a GC run prepares (scans
-    the branch). Its own copies (`ObjectStore.copy`) are stamped as written."""
+    the branch). Its own copies (`ObjectStore.copy`) are stamped as written, or as one that
+    took hours too with `slow_copies`."""
 
-    def __init__(self, repo: Repository, *, sweep: bool = False) -> None:
+    def __init__(self, repo: Repository, *, sweep: bool = False, slow_copies: bool = False) -> None:
         """`sweep`: the run also sweeps then, before the write goes on."""
         self.repo = repo
         self.sweep = sweep
+        self.slow_copies = slow_copies
+        self.copies: list[str] = []
         self.store = repo.lake.graveler.objects(repo.storage_namespace)
         self.runs: list[PreparedRun] = []
         self.stamped: list[str] = []
@@ -220,6 +252,13 @@ class StampedAsAWSDoes:
         if self.sweep:
             sweep(self.repo, self.runs[-1], GCSettings().default_min_age)
         return replace(info, mtime=began)
+
+    def copy(self, src: str, dst: str) -> ObjectInfo:
+        info = self.store.copy(src, dst)
+        self.copies.append(dst)
+        if not self.slow_copies:
+            return info
+        return replace(info, mtime=info.mtime - HOURS_AGO)
 
 
 @pytest.mark.parametrize("operation", ["upload", "deep copy"])
@@ -259,6 +298,51 @@ def test_an_object_collected_before_its_fresh_copy_fails_the_write_and_stages_no
     repo.lake.graveler._objects[repo.storage_namespace] = stamping.store
     main.upload("dst", b"again")
     assert main.read("dst") == b"again"
+
+
+def test_a_fresh_copy_that_took_hours_too_fails_the_write_and_stages_nothing(
+    repo: Repository,
+) -> None:
+    stamping = StampedAsAWSDoes(repo, slow_copies=True)
+    repo.lake.graveler._objects[repo.storage_namespace] = stamping  # type: ignore[assignment]
+    main = repo.branch("main")
+    with pytest.raises(Unavailable, match=r"took .* hours, so the copy looks as old"):
+        main.upload("dst", b"precious")
+    assert list(main.list()) == []
+    assert not [key for key in stamping.copies if stamping.store.exists(key)]
+
+
+class SlowFile(io.BytesIO):
+    """Content whose first read takes longer than the (shortened) `RESTAMP_AFTER`."""
+
+    def read(self, size: int | None = -1) -> bytes:
+        if self.tell() == 0:
+            time.sleep(0.1)
+        return super().read(size)
+
+
+def test_a_write_that_took_long_is_staged_at_a_fresh_address_though_stamped_when_it_ended(
+    repo: Repository, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A local file is stamped when its write ends, but its address's slice was opened
+    before the write began: an optimized run takes a slice's objects to land within the
+    token expiry and a slice's life of its opening, so a write that outlasts
+    `RESTAMP_AFTER` is moved to a fresh address (a slice opened now) as well."""
+    monkeypatch.setattr(uploads, "RESTAMP_AFTER", timedelta(milliseconds=50))
+    handed: list[str] = []
+    allocate = repo.lake.addresses.next_address
+
+    def next_address() -> str:
+        handed.append(allocate())
+        return handed[-1]
+
+    monkeypatch.setattr(repo.lake.addresses, "next_address", next_address)
+    entry = repo.branch("main").upload("dst", SlowFile(b"precious"))
+    written, fresh = handed
+    assert entry.address == fresh
+    store = repo.lake.graveler.objects(repo.storage_namespace)
+    assert not store.exists(written)
+    assert repo.branch("main").read("dst") == b"precious"
 
 
 # Moves into commits and compacted metaranges -----------------------------------------------

@@ -131,6 +131,22 @@ def test_a_dry_run_marks_and_a_sweep_of_its_mark_deletes(local_gc: GCLake) -> No
     assert swept.volume("deleted").objects == len(garbage)
 
 
+def test_an_optimized_run_whose_late_writes_window_widened_runs_clean(local_gc: GCLake) -> None:
+    """A base settled old slices by a narrower window: an object landing later than it
+    allowed (now allowed, under longer link tokens) was never considered by it."""
+    keep, _ = history(local_gc)
+    base = local_gc.run()
+    assert base.status == statuses.SWEPT
+
+    widened = local_gc.run(mode="optimized", late_writes=timedelta(days=2))
+    assert widened.mode == "clean" and widened.base_run is None
+    assert widened.fallback is not None and "late-writes window" in widened.fallback
+
+    narrower = local_gc.run(mode="optimized")
+    assert narrower.mode == "optimized" and narrower.base_run == widened.run_id
+    assert set(local_gc.data_objects()) == keep
+
+
 def test_a_mark_with_no_candidates_is_swept_without_spark(local_gc: GCLake) -> None:
     """Nothing to delete: the sweep starts no session, and the run becomes a base for the
     next optimized run as a sweep on Spark would make it; a mark with candidates is refused
