@@ -24,6 +24,7 @@ collects them.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
@@ -37,10 +38,12 @@ import pyarrow.parquet as pq
 
 from branchwater.engine import failpoints
 from branchwater.engine.errors import (
+    BranchwaterError,
     CorruptedData,
     InvalidArgument,
     NotFound,
     RunExpired,
+    Unavailable,
     too_many_tries,
 )
 from branchwater.engine.gc.addresses import newest_first_id, newest_first_time
@@ -79,6 +82,8 @@ files and records): each is read once or twice, soon, so a fast codec pays over 
 MAX_COMPACTIONS_FOLLOWED = 10
 CLOCK_SKEW_MARGIN = timedelta(minutes=5)
 """Other processes sweep expired copy records by their own clocks."""
+
+log = logging.getLogger(__name__)
 
 
 LayerKind = Literal["staged", "sealed", "compacted"]
@@ -168,12 +173,18 @@ def prepare_uncommitted_for_gc(
     run = _Run(g, gc, repo, newest_first_id(gc.clock()) if run_id is None else run_id)
     if run.finished():
         read_manifest(run.objects, run.run_id, repo.unique_id)
-    else:
-        run._check_duration()
-        run.resume(required=run_id is not None)
+        return run.result()
+    run._check_duration()
+    run.resume(required=run_id is not None)
+    try:
         run.scan_branches(progress)
         copies, records = run.write_copies()
         run.finish(copies, records)
+    except Unavailable as exc:
+        raise Unavailable(
+            f"{exc} (GC preparation run {run.run_id} stopped there: prepare again with "
+            f"run_id={run.run_id!r} to resume it from its last file)"
+        ) from exc
     return run.result()
 
 
@@ -337,7 +348,12 @@ class _Run:
             "schema": SCHEMA.names,
         }
         self.objects.put(self.prefix + MANIFEST, json.dumps(manifest, indent=1).encode())
-        self.objects.delete([self.prefix + PROGRESS])
+        try:
+            self.objects.delete([self.prefix + PROGRESS])
+        except BranchwaterError as exc:
+            log.warning(
+                "GC preparation run %s finished; its progress file stays: %s", self.run_id, exc
+            )
 
     def _check_duration(self) -> None:
         """Copy records made since the start must all still be there when read."""

@@ -9,13 +9,21 @@ An exclusive upload stages only a path the branch does not show (`writes.create_
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import BinaryIO
 
-from branchwater.engine.errors import InvalidArgument, NotFound, PathExists, Unavailable
+from branchwater.engine.errors import (
+    BranchwaterError,
+    InvalidArgument,
+    NotFound,
+    OutcomeUnknown,
+    PathExists,
+    Unavailable,
+)
 from branchwater.engine.graveler import writes
 from branchwater.engine.graveler.checksums import ContentHasher
 from branchwater.engine.graveler.graveler import Graveler
@@ -28,6 +36,8 @@ from branchwater.engine.objects.store import (
     iter_chunks,
     known_size,
 )
+
+log = logging.getLogger(__name__)
 
 UploadSource = bytes | bytearray | memoryview | str | Path | BinaryIO
 """Content, a local file's path, or a binary file object read from where it stands to EOF."""
@@ -123,14 +133,20 @@ class Upload:
         started = datetime.now(UTC)
         address = self._next_address()
         store = self._g.objects(self._repo.storage_namespace)
-        info = store.put_stream(
-            address, _hashed(iter_chunks(source), hasher), size=known_size(source)
-        )
+        try:
+            info = store.put_stream(
+                address, _hashed(iter_chunks(source), hasher), size=known_size(source)
+            )
+        except OutcomeUnknown as exc:
+            raise Unavailable(
+                f"writing {self._path!r} to {store.url} got no reply, so nothing was staged: "
+                "upload it again"
+            ) from exc
         content = (hasher.size, hasher.hexdigest())
         if recheck and content != checked:
             existing = self._unchanged(*content)
             if existing is not None:
-                store.delete([address])
+                discard(store, address)
                 return existing
         address, info = fresh_object(
             store, address, info, self._next_address, stale=written_long_ago(started, info.mtime)
@@ -142,7 +158,7 @@ class Upload:
         try:
             writes.create_entry(self._g, self._repo, self._branch, entry)
         except PathExists:
-            store.delete([address])
+            discard(store, address)
             raise
         return entry
 
@@ -210,19 +226,29 @@ def fresh_object(
             "write it again"
         ) from None
     if written_long_ago(began, copied.mtime):
-        store.delete([fresh])
+        discard(store, fresh)
         raise Unavailable(
             f"copying {address!r} in {store.url} to a fresh address, to stage it younger "
             f"than GC's minimum age, took {_hours_since(began)} hours, so the copy looks as "
             "old; nothing was staged: write it again, in smaller objects"
         )
     if drop_written:
-        store.delete([address])
+        discard(store, address)
     return fresh, copied
 
 
 def _hours_since(moment: datetime) -> str:
     return f"{(datetime.now(UTC) - moment).total_seconds() / 3600:.1f}"
+
+
+def discard(store: ObjectStore, address: str) -> None:
+    """Delete an object nothing stages, best effort: the write's outcome is decided already
+    (the branch shows the content, the path is another's, the copy is staged), and an object
+    left behind is unreferenced, which GC collects once old."""
+    try:
+        store.delete([address])
+    except BranchwaterError as exc:
+        log.warning("left %s in %s for GC to collect: %s", address, store.url, exc)
 
 
 def _hashed(chunks: Iterator[bytes], hasher: ContentHasher) -> Iterator[bytes]:

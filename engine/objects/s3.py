@@ -59,7 +59,7 @@ from branchwater.engine.errors import (
     Unavailable,
 )
 from branchwater.engine.objects.native_exit import drain_native_readers_at_exit
-from branchwater.engine.objects.s3_fallback import Boto3Keys, addressable
+from branchwater.engine.objects.s3_fallback import THROTTLED, Boto3Keys, addressable, refusal
 from branchwater.engine.objects.store import (
     AdaptiveReader,
     Discarded,
@@ -133,8 +133,6 @@ _PATH_ORDER_SERVERS = ("SeaweedFS",)
 """`Server` headers of S3-compatible stores that list path by path (`a/b` before `a-c`)."""
 _UNREACHABLE = ("HTTP error", "error sending request", "timed out", "connection")
 """What obstore's messages say when no HTTP response came back."""
-_THROTTLED = ("SlowDown", "TooManyRequests", "RequestLimitExceeded", "Throttling")
-"""Codes of a server that refuses requests for their rate: it did not run them."""
 _DELETE_FAILED = "DeleteObjects request failed for key"
 """obstore's message for the first key a DeleteObjects reply says it could not delete."""
 _CLIENT_OPTIONS: ClientConfig = {
@@ -820,24 +818,7 @@ class S3ObjectStore(ObjectStore):
                 f"cannot reach S3 object store {self.url} at "
                 f"{redact_url(self.endpoint_url or 'AWS')}: {_message(exc)}"
             )
-        detail = " ".join(filter(None, (status, code)))
-        retried = "still after retrying"
-        if status in ("401", "403"):
-            return Unavailable(
-                f"S3 object store {self.url} refused our credentials or access ({detail})"
-            )
-        if status == "429" or code in _THROTTLED:
-            return Unavailable(
-                f"S3 object store {self.url} is throttling requests ({detail}), {retried}: "
-                "run fewer tasks against it at once, or try again later"
-            )
-        if (status or "").startswith("5") or status == "408" or code == "RequestTimeout":
-            return Unavailable(
-                f"S3 object store {self.url} is unavailable ({detail}), {retried}; try again later"
-            )
-        return BranchwaterError(
-            f"S3 object store {self.url} rejected the request ({detail or _message(exc)})"
-        )
+        return refusal(self.url, status, code, _message(exc))
 
     def _bucket_exists(self) -> bool:
         """Tell a missing bucket from a missing key: HEAD errors carry no body to say which.
@@ -876,7 +857,7 @@ def _reply_lost(exc: BaseException) -> bool:
     connection, a timeout), or a 5xx or 408 did. Not a refusal (4xx), nor throttling, which
     refuses a request before it runs."""
     status, code = _status(exc), _code(exc)
-    if status == "429" or code in _THROTTLED:
+    if status == "429" or code in THROTTLED:
         return False
     if status is None:
         return any(s in _message(exc) for s in _UNREACHABLE)

@@ -29,6 +29,29 @@ UPLOADS_PAGE = 1000
 """Open multipart uploads asked per ListMultipartUploads page: S3's most, and its default."""
 
 
+THROTTLED = ("SlowDown", "TooManyRequests", "RequestLimitExceeded", "Throttling")
+"""Codes of a server that refuses requests for their rate: it did not run them."""
+
+
+def refusal(url: str, status: str | None, code: str | None, message: str) -> BranchwaterError:
+    """The typed error of an S3 reply that was no success, once the client's own retries
+    ran out, saying what to do; obstore's and boto3's errors alike."""
+    detail = " ".join(filter(None, (status, code)))
+    retried = "still after retrying"
+    if status in ("401", "403"):
+        return Unavailable(f"S3 object store {url} refused our credentials or access ({detail})")
+    if status == "429" or code in THROTTLED:
+        return Unavailable(
+            f"S3 object store {url} is throttling requests ({detail}), {retried}: "
+            "run fewer tasks against it at once, or try again later"
+        )
+    if (status or "").startswith("5") or status == "408" or code == "RequestTimeout":
+        return Unavailable(
+            f"S3 object store {url} is unavailable ({detail}), {retried}; try again later"
+        )
+    return BranchwaterError(f"S3 object store {url} rejected the request ({detail or message})")
+
+
 def addressable(key: str) -> bool:
     """Whether obstore can address `key`: no ASCII control character in it."""
     return not any(ord(c) < 0x20 or ord(c) == 0x7F for c in key)
@@ -191,6 +214,5 @@ class Boto3Keys:
                 f"object {key!r} in {self._url} was replaced while it was being read; "
                 "objects are written once, so something outside Branchwater rewrote it"
             ) from None
-        raise BranchwaterError(
-            f"S3 object store {self._url} rejected the request ({code})"
-        ) from None
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        raise refusal(self._url, str(status) if status else None, code, str(exc)) from None

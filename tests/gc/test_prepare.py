@@ -298,9 +298,10 @@ def test_an_interrupted_run_resumes_to_the_same_result(
         return len(attempts) == nth and target in key
 
     wrap_objects(repo, RecordingPuts(plain, fail))
-    with pytest.raises(Unavailable):
+    with pytest.raises(Unavailable) as failed:
         repo.prepare_uncommitted_for_gc()
     run_id = next(iter(run_keys_by_run(repo)))
+    assert f"run_id={run_id!r} to resume it" in str(failed.value)
     with pytest.raises(NotFound):
         read_manifest(plain, run_id)
     plain.put(f"{RETENTION_PREFIX}{run_id}/uncommitted/part-00099.parquet", b"stray")
@@ -374,6 +375,24 @@ def run_keys_by_run(repo: Repository) -> set[str]:
         info.key[len(RETENTION_PREFIX) :].split("/")[0]
         for info in objects(repo).list_objects(RETENTION_PREFIX)
     }
+
+
+class RefusingProgressDeletes(RecordingPuts):
+    def delete(self, keys):
+        if any(key.endswith(PROGRESS) for key in keys):
+            raise Unavailable("deletes are refused here")
+        self.store.delete(keys)
+
+
+def test_a_run_finished_but_for_its_progress_file_is_finished(repo: Repository) -> None:
+    """The manifest is written: a progress file that could not be deleted changes nothing,
+    and the run is returned, not reported failed (a caller would prepare a new one)."""
+    repo.branch("main").upload("a", b"a")
+    wrap_objects(repo, RefusingProgressDeletes(objects(repo)))
+    run = repo.prepare_uncommitted_for_gc()
+    assert PROGRESS in run_keys(repo, run.run_id)
+    assert repo.prepare_uncommitted_for_gc(run.run_id) == run
+    assert len(run_table(repo, run)) == 1
 
 
 def test_resuming_a_finished_run_returns_it_unchanged(repo: Repository) -> None:

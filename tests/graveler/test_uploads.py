@@ -7,12 +7,16 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from branchwater.engine import failpoints
 from branchwater.engine.api import Repository
-from branchwater.engine.errors import InvalidArgument
+from branchwater.engine.errors import InvalidArgument, PathExists, Unavailable
+from branchwater.engine.objects import ObjectStore
 
 DATA = os.urandom(3 << 20)
 
@@ -72,3 +76,43 @@ def test_a_local_path_that_cannot_be_opened_is_refused_and_stages_nothing(
         with pytest.raises(InvalidArgument, match="cannot read local file"):
             main.upload("p", path)
     assert list(main.uncommitted()) == [] and objects(repo) == []
+
+
+class Stream(io.BytesIO):
+    """Content that cannot be read twice: checked against the branch only once written."""
+
+    def seekable(self) -> bool:
+        return False
+
+
+class RefusingDeletes:
+    """The namespace's store, but every delete fails, as on a bucket whose policy denies
+    them or a server that is down just then."""
+
+    def __init__(self, store: ObjectStore) -> None:
+        self.store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def delete(self, keys: Iterable[str]) -> None:
+        raise Unavailable("deletes are refused here")
+
+
+def test_a_write_decided_before_its_cleanup_fails_is_told_as_decided(repo: Repository) -> None:
+    """The object an upload leaves unstaged is deleted best effort: content the branch shows
+    already is a success, a path another writer took is `PathExists`, whatever the delete
+    says; the object left behind is GC's to collect."""
+    main = repo.branch("main")
+    shown = main.upload("p", b"same")
+    g = repo.lake.graveler
+    g._objects[repo.storage_namespace] = RefusingDeletes(g.objects(repo.storage_namespace))  # type: ignore[assignment]
+    assert main.upload("p", Stream(b"same")) == shown
+
+    def another_writer() -> None:
+        with failpoints.armed("write.before_create", lambda: None):
+            main.upload("q", b"theirs")
+
+    with failpoints.armed("write.before_create", another_writer), pytest.raises(PathExists):
+        main.upload("q", b"mine", if_absent=True)
+    assert main.read("q") == b"theirs"

@@ -8,12 +8,18 @@ in bounded in-process caches (ranges as Arrow tables, metaranges as their rows) 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 
 from branchwater.engine.background import Background
-from branchwater.engine.errors import CorruptedData, InvalidArgument, NotFound
+from branchwater.engine.errors import (
+    CorruptedData,
+    InvalidArgument,
+    NotFound,
+    OutcomeUnknown,
+    Unavailable,
+)
 from branchwater.engine.graveler.committed.format import (
     EMPTY_METARANGE_ID,
     METARANGE_SCHEMA,
@@ -77,16 +83,29 @@ class RangeStorage:
         the ranges it just produced, and they are known to match their id.
         """
         range_id = id_of_range(table)
+        written = self._put(range_key(range_id), lambda: range_to_parquet(table))
         self._keep(range_id, table)
-        key = range_key(range_id)
-        return range_id, self.objects.put_if_absent(key, lambda: range_to_parquet(table))
+        return range_id, written
 
     def put_metarange(self, rows: Sequence[RangeInfo]) -> str:
         """Store a metarange listing `rows` unless stored already; return its id."""
         metarange_id = id_of_metarange(rows)
-        self.objects.put_if_absent(metarange_key(metarange_id), lambda: metarange_to_parquet(rows))
+        self._put(metarange_key(metarange_id), lambda: metarange_to_parquet(rows))
         self._metaranges.put(metarange_id, tuple(rows))
         return metarange_id
+
+    def _put(self, key: str, encode: Callable[[], bytes]) -> bool:
+        """`put_if_absent` of content named by its hash, a lost reply told as what it means
+        here: nothing names the object yet, so the commit, merge or compaction that needed
+        it stops before it records anything, and is to be run again (whether the object
+        landed changes nothing: a later write finds it or writes it)."""
+        try:
+            return self.objects.put_if_absent(key, encode)
+        except OutcomeUnknown as exc:
+            raise Unavailable(
+                f"storing {key!r} in {self.objects.url} got no reply, so nothing was "
+                "recorded (no commit, no branch moved): try again"
+            ) from exc
 
     def metarange(self, metarange_id: str) -> tuple[RangeInfo, ...]:
         """A metarange's rows in key order, verified (cached)."""
