@@ -86,6 +86,15 @@ def _extra_field(conn_id: str, extra: Mapping[str, Any], name: str) -> str | Non
     return None
 
 
+UNSET = ("", "None")
+"""A rendered template field's text meaning "not given": empty, or a None rendered."""
+
+
+def unset(value: object) -> bool:
+    """Whether a template field's value leaves it unset: None, or None or empty rendered."""
+    return value is None or (isinstance(value, str) and value in UNSET)
+
+
 POLICY_FIELDS = {
     "max_tombstones": int,
     "max_sealed_tokens": int,
@@ -98,7 +107,8 @@ dict (JSON for a trigger, templated for a task), the engine's default for each o
 
 def compaction_policy(thresholds: Mapping[str, Any] | None) -> CompactionPolicy | None:
     """The engine's policy from thresholds that may be rendered templates ("500"), read as
-    text so that a count is never rounded (5.9) or taken from a flag (True)."""
+    text so that a count is never rounded (5.9) or taken from a flag (True); a threshold
+    left unset (`unset`: a param of None renders "None") is the engine's default."""
     if not thresholds:
         return None
     from branchwater.engine import CompactionPolicy
@@ -110,7 +120,7 @@ def compaction_policy(thresholds: Mapping[str, Any] | None) -> CompactionPolicy 
         )
     values: dict[str, Any] = {}
     for name, value in thresholds.items():
-        if value is None or value == "":
+        if unset(value):
             continue
         if isinstance(value, float) and value.is_integer():
             value = int(value)  # an integer Param given as 2.0 (REST or CLI conf)

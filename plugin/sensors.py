@@ -13,7 +13,12 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout, AirflowSkipException
 
 from branchwater.plugin.hooks import DEFAULT_CONN_ID, BranchwaterHook, compaction_policy
-from branchwater.plugin.operators.base import branch_or_skip, declared_flag, failing_at_once
+from branchwater.plugin.operators.base import (
+    branch_or_skip,
+    declared_flag,
+    failing_at_once,
+    mapping_field,
+)
 from branchwater.plugin.triggers import (
     BRANCH_GONE,
     DEFAULT_POLL_INTERVAL,
@@ -236,7 +241,8 @@ class BranchwaterCompactionSensor(BranchwaterBranchSensor):
     costs a bounded scan of the branch's staging area. A branch that is gone fails the task,
     unless `missing_ok=True`, which skips it (a branch deleted after a DAG listed it).
 
-    :param policy: the thresholds, as `BranchwaterCompactOperator` takes them (templated)
+    :param policy: the thresholds, as `BranchwaterCompactOperator` takes them (templated; a
+        mapping or its JSON text)
     :param missing_ok: skip the task when the branch is gone (default False: fail)
     """
 
@@ -244,7 +250,11 @@ class BranchwaterCompactionSensor(BranchwaterBranchSensor):
     waits_for = "compaction due"
 
     def __init__(
-        self, *, policy: dict[str, Any] | None = None, missing_ok: bool = False, **kwargs: Any
+        self,
+        *,
+        policy: dict[str, Any] | str | None = None,
+        missing_ok: bool = False,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.policy = policy or {}
@@ -252,7 +262,7 @@ class BranchwaterCompactionSensor(BranchwaterBranchSensor):
 
     def poke(self, context: Context) -> PokeReturnValue:
         branch = branch_or_skip(self.hook.repository(self.repository), self.branch, self.missing_ok)
-        status = branch.compaction_status(compaction_policy(self.policy))
+        status = branch.compaction_status(compaction_policy(self.thresholds()))
         record = compaction_status_record(status)
         verdict = "due: " + "; ".join(status.reasons) if status.due else "not due"
         self.log.info(
@@ -265,8 +275,12 @@ class BranchwaterCompactionSensor(BranchwaterBranchSensor):
         )
         return PokeReturnValue(is_done=status.due, xcom_value=record)
 
+    def thresholds(self) -> dict[str, Any]:
+        """`policy` as rendered (`mapping_field`)."""
+        return mapping_field(self.task_id, "policy", self.policy)
+
     def trigger(self) -> BranchwaterCompactionTrigger:
-        return BranchwaterCompactionTrigger(policy=dict(self.policy), **self.trigger_arguments())
+        return BranchwaterCompactionTrigger(policy=self.thresholds(), **self.trigger_arguments())
 
     def event_value(self, event: dict[str, Any]) -> dict[str, Any]:
         compaction: dict[str, Any] = event["compaction"]

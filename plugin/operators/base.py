@@ -3,13 +3,15 @@ and lineage."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import json
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
+from airflow.sdk.definitions._internal.mixins import ResolveMixin
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from branchwater.engine import (
@@ -24,7 +26,7 @@ from branchwater.engine import (
     NotFound,
     check_flag,
 )
-from branchwater.plugin.hooks import DEFAULT_CONN_ID, BranchwaterHook
+from branchwater.plugin.hooks import DEFAULT_CONN_ID, BranchwaterHook, unset
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -40,10 +42,64 @@ RENDERED_FLAGS = {
 `conf.getboolean` reads it."""
 
 
+class InvalidOperatorArgument(InvalidArgument, AirflowFailException):
+    """An argument an operator refuses where the task is built. Built when the DAG file is
+    parsed, it is an import error naming the task; a mapped task is built only when it runs
+    (Airflow unmaps it as it renders its templates), where this fails the task without its
+    retries, which would build it as wrongly again."""
+
+
+@contextmanager
+def checked_where_declared(task_id: str) -> Iterator[None]:
+    """The checks of an operator's `__init__`: what they refuse (`InvalidArgument`) is an
+    `InvalidOperatorArgument` naming the task."""
+    try:
+        yield
+    except InvalidArgument as exc:
+        raise InvalidOperatorArgument(f"task {task_id!r}: {exc}") from None
+
+
 def declared_flag(task_id: str, name: str, value: object) -> bool:
     """A flag the operator acts on, checked where the DAG declares the task: an import error
     that names the task, not only the flag."""
-    return check_flag(f"task {task_id!r}: {name}", value)
+    with checked_where_declared(task_id):
+        return check_flag(name, value)
+
+
+TEMPLATE_MARKERS = ("{{", "{%", "{#")
+
+
+def resolved_later(value: object) -> bool:
+    """Whether a template field's value is known only once Airflow renders it: a Jinja
+    template, or a value Airflow resolves when the task runs (an XComArg, `.output` or a
+    `@task`'s result; a DAG param). Its `__init__` check waits for the rendered value."""
+    if isinstance(value, ResolveMixin):
+        return True
+    return isinstance(value, str) and any(marker in value for marker in TEMPLATE_MARKERS)
+
+
+def mapping_field(task_id: str, name: str, value: object) -> dict[str, Any]:
+    """A mapping field (`metadata`, `policy`, `details`) as rendered: a mapping, or the JSON
+    text of an object, as a template gives it (`| tojson`); unset (`unset`) is empty.
+    Without native rendering a template renders a dict as Python's text, not JSON: that is
+    refused with the way out, rather than read as the characters of a string."""
+    if unset(value):
+        return {}
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value)
+        except (ValueError, RecursionError):
+            parsed = None
+        if isinstance(parsed, dict):
+            return parsed
+    shown = f"the text {value[:80]!r}" if isinstance(value, str) else type(value).__name__
+    raise InvalidArgument(
+        f"task {task_id!r}: {name} must be a mapping or the JSON text of an object, not "
+        f"{shown}: template it with tojson ({{{{ ti.xcom_pull('task') | tojson }}}}) or render "
+        "native objects (render_template_as_native_obj=True on the DAG)"
+    )
 
 
 def rendered_flag(name: str, value: object) -> bool:
@@ -218,6 +274,22 @@ class BranchwaterOperator(BaseOperator):
     def execute_on(self, repo: Repository, context: Context) -> Any:
         """The operator's work on its repository; the return value goes to XCom."""
         raise NotImplementedError
+
+    def resolved_once(
+        self, repo: Repository, ref: str, context: Context, key: str, **scope: str
+    ) -> str:
+        """The commit `ref` named on this task's first try, kept in its state store under
+        `key` with `scope` (the task's other arguments), else `ref`'s commit now, kept: once
+        the work ran, `ref` may name another commit (`main` the revert itself, `main~1` one
+        further back, a branch that moved on), and a retry must look for, or redo, the work
+        the first try meant."""
+        kept = kept_state(context, key, ref=ref, **scope)
+        if kept is not None:
+            self.log.info("%s is the commit the first try resolved %s to", kept["commit"], ref)
+            return str(kept["commit"])
+        commit_id = repo.ref(ref).commit_id
+        keep_state(context, key, ref=ref, commit=commit_id, **scope)
+        return commit_id
 
     def record_commit(self, branch: str, commit_id: str) -> None:
         """Remember the commit this task made, for its extra link."""

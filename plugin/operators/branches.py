@@ -5,13 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from branchwater.engine import AlreadyExists, NotFound
+from branchwater.engine import AlreadyExists, DirtyBranch, NotFound
 from branchwater.plugin.operators.base import (
     RUN_KEYS,
     BranchwaterOperator,
     Lineage,
     LineageDataset,
     declared_flag,
+    keep_state,
+    kept_state,
     made_by,
 )
 
@@ -20,15 +22,24 @@ if TYPE_CHECKING:
 
     from branchwater.engine import Repository
 
+TAKEN_KEY = "branch_taken"
+"""Where a create-branch task keeps the branch it created, or took as it found it (the
+task's state store): what is staged on it since is this DAG run's work, which its retries
+and reruns carry on."""
+
 
 class BranchwaterCreateBranchOperator(BranchwaterOperator):
     """Create `branch` at `source` (default: the repository's default branch).
 
     Returns the branch name, so mapped downstream tasks can take it as their input. A branch
     that exists already counts as created when an earlier try or run of this DAG run could
-    have left it: at the commit `source` points to, at an older commit of `source` (nothing
-    committed on it yet), or with a HEAD this DAG run committed. Any other branch of that
-    name fails the task at once.
+    have left it: one this task instance created or took before (its state store says so),
+    one with a HEAD this DAG run committed, or, with nothing uncommitted on it, one at the
+    commit `source` points to or at an older commit of `source` (nothing committed on it
+    yet). At or behind `source` with uncommitted changes, it is another run's unfinished
+    work (a load that failed before its commit), which this run's commit would take for
+    its own: the task fails at once (`DirtyBranch`). Any other branch of that name fails
+    it at once too (`AlreadyExists`).
 
     :param branch: the new branch's name (templated)
     :param source: the branch, tag or commit to start from (templated; default: the
@@ -48,6 +59,7 @@ class BranchwaterCreateBranchOperator(BranchwaterOperator):
             repo.create_branch(self.branch, source=source)
         except AlreadyExists:
             self._left_by_this_run(repo, source, context)
+        keep_state(context, TAKEN_KEY, repository=repo.name, branch=self.branch)
         self.lineage = Lineage(
             inputs=(LineageDataset(repo.name, source),),
             outputs=(LineageDataset(repo.name, self.branch),),
@@ -55,13 +67,25 @@ class BranchwaterCreateBranchOperator(BranchwaterOperator):
         return self.branch
 
     def _left_by_this_run(self, repo: Repository, source: str, context: Context) -> None:
-        """Accept the existing branch if this DAG run may have left it; `AlreadyExists`."""
-        head = repo.branch(self.branch).head()
+        """Accept the existing branch if this DAG run may have left it; `DirtyBranch` or
+        `AlreadyExists`."""
+        if kept_state(context, TAKEN_KEY, repository=repo.name, branch=self.branch):
+            self.log.info("Branch %s exists already: this task took it before", self.branch)
+            return
+        branch = repo.branch(self.branch)
+        head = branch.head()
         wanted = repo.ref(source).commit_id
-        if head.id == wanted or _contains(repo, wanted, head.id):
-            self.log.info("Branch %s exists already, on %s (%s)", self.branch, source, head.id)
-        elif made_by(head, context, RUN_KEYS):
+        if made_by(head, context, RUN_KEYS):
             self.log.info("Branch %s exists already, at this run's commit %s", self.branch, head.id)
+        elif head.id == wanted or _contains(repo, wanted, head.id):
+            if next(iter(branch.uncommitted()), None) is not None:
+                raise DirtyBranch(
+                    f"branch {self.branch!r} of {repo.name!r} exists on {source!r} "
+                    f"({head.id[:12]}) with uncommitted changes this DAG run did not make "
+                    "(another run's work that stopped before its commit): delete or reset "
+                    "it, or name the branch per run (with {{ run_id }})"
+                )
+            self.log.info("Branch %s exists already, on %s (%s)", self.branch, source, head.id)
         else:
             raise AlreadyExists(
                 f"branch {self.branch!r} of {repo.name!r} exists at {head.id[:12]}, which neither "

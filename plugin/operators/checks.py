@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from branchwater.engine import InvalidArgument
 from branchwater.plugin.operators.base import (
     BranchwaterOperator,
     Lineage,
     LineageDataset,
+    mapping_field,
     rendered_flag,
 )
 
@@ -73,7 +72,7 @@ class BranchwaterRecordCheckOperator(BranchwaterOperator):
             self.commit,
             self.name,
             rendered_flag("passed", self.passed),
-            _details(self.details),
+            mapping_field(self.task_id, "details", self.details),
             by=by,
         )
         verdict = "passed" if check.passed else "failed"
@@ -87,17 +86,3 @@ class BranchwaterRecordCheckOperator(BranchwaterOperator):
             "recorded_at": check.recorded_at.isoformat(),
             "recorded_by": check.recorded_by,
         }
-
-
-def _details(value: object) -> object:
-    """A check's details; a template renders a dict pulled from XCom as JSON text (or as
-    Python's repr, which is refused with a hint)."""
-    if not isinstance(value, str):
-        return value
-    try:
-        return json.loads(value)
-    except (ValueError, RecursionError):
-        raise InvalidArgument(
-            f"details must be a JSON object, not the text {value[:80]!r}: template it with "
-            "tojson ({{ ti.xcom_pull('task') | tojson }}) or render native objects"
-        ) from None

@@ -16,6 +16,7 @@ from branchwater.engine import (
     MergeRaceLost,
     NoChanges,
     NotFound,
+    check_flag,
 )
 from branchwater.plugin.links import BranchwaterCommitLink
 from branchwater.plugin.operators.base import (
@@ -23,11 +24,12 @@ from branchwater.plugin.operators.base import (
     BranchwaterOperator,
     Lineage,
     LineageDataset,
-    declared_flag,
+    checked_where_declared,
     identity,
     keep_state,
     kept_state,
     made_earlier,
+    mapping_field,
     run_metadata,
 )
 
@@ -41,7 +43,8 @@ HINT_KEY = "merge_hint"
 the try (XCom does not: Airflow clears a task's XCom when its next try starts), and XCom,
 for people reading the failed try."""
 ATTEMPTS_KEY = "merge_attempts"
-"""XCom key of how many tries the engine's merge took (1: it lost no race)."""
+"""XCom key of how many tries the engine's merge took (1: it lost no race; 0: the
+destination contained the source already, and this try merged nothing)."""
 PUBLISH_ATTEMPTS = 5
 """How many previews a `preview_then_publish` merge publishes before it fails with the last
 lost publish's hint (a destination moving that often is better waited out by a task retry)."""
@@ -54,6 +57,9 @@ looks for in its source's history, the commit task of its run having made it."""
 ON_NO_CHANGES = ("skip", "fail")
 """What a commit or merge that has nothing to record, and that this task did not make
 earlier, does: succeed without a commit, or fail at once."""
+TAG_KEY = "tag_target"
+"""Where a tag task keeps the commit its `ref` named on the first try (the task's state
+store): a retry after the tag landed finds it there though `ref`, a branch, moved since."""
 
 
 class RecordingOperator(BranchwaterOperator):
@@ -68,23 +74,33 @@ class RecordingOperator(BranchwaterOperator):
         (merge) are searched for this task instance's earlier commit (default 1,000)
     """
 
+    metadata: dict[str, str] | str
+    """The subclass's `metadata` parameter: what its commit records besides Airflow's keys."""
+
     def __init__(
         self, *, on_no_changes: str = "skip", lookup_depth: int = LOOKUP_DEPTH, **kwargs: Any
     ) -> None:
         super().__init__(**kwargs)
-        task = kwargs.get("task_id")
-        if on_no_changes not in ON_NO_CHANGES:
-            raise InvalidArgument(
-                f"task {task!r}: on_no_changes must be one of {', '.join(ON_NO_CHANGES)}, "
-                f"not {on_no_changes!r}"
-            )
-        if isinstance(lookup_depth, bool) or not isinstance(lookup_depth, int) or lookup_depth < 1:
-            raise InvalidArgument(
-                f"task {task!r}: lookup_depth must be a positive number of commits, "
-                f"not {lookup_depth!r}"
-            )
+        with checked_where_declared(self.task_id):
+            if on_no_changes not in ON_NO_CHANGES:
+                raise InvalidArgument(
+                    f"on_no_changes must be one of {', '.join(ON_NO_CHANGES)}, "
+                    f"not {on_no_changes!r}"
+                )
+            if (
+                isinstance(lookup_depth, bool)
+                or not isinstance(lookup_depth, int)
+                or lookup_depth < 1
+            ):
+                raise InvalidArgument(
+                    f"lookup_depth must be a positive number of commits, not {lookup_depth!r}"
+                )
         self.on_no_changes = on_no_changes
         self.lookup_depth = lookup_depth
+
+    def recorded_metadata(self, context: Context) -> dict[str, Any]:
+        """`metadata` as rendered (`mapping_field`), with Airflow's keys naming this try."""
+        return {**mapping_field(self.task_id, "metadata", self.metadata), **run_metadata(context)}
 
     def already_recorded(
         self, repo: Repository, ref: str, nothing: NoChanges, context: Context
@@ -129,7 +145,8 @@ class BranchwaterCommitOperator(RecordingOperator):
 
     :param branch: the branch to commit (templated)
     :param message: the commit message (templated)
-    :param metadata: metadata to record besides Airflow's own (templated)
+    :param metadata: metadata to record besides Airflow's own, a mapping or its JSON text
+        (templated)
     :param committer: who the commit names (templated; default "airflow")
     :param allow_empty: commit even with nothing staged (default False)
     """
@@ -142,7 +159,7 @@ class BranchwaterCommitOperator(RecordingOperator):
         *,
         branch: str,
         message: str,
-        metadata: dict[str, str] | None = None,
+        metadata: dict[str, str] | str | None = None,
         committer: str = "airflow",
         allow_empty: bool = False,
         **kwargs: Any,
@@ -159,7 +176,7 @@ class BranchwaterCommitOperator(RecordingOperator):
         try:
             commit = branch.commit(
                 self.message,
-                {**self.metadata, **run_metadata(context)},
+                self.recorded_metadata(context),
                 committer=self.committer,
                 allow_empty=self.allow_empty,
             )
@@ -189,7 +206,7 @@ class BranchwaterMergeOperator(RecordingOperator):
     them instead. The number of tries the engine took is in XCom under `merge_attempts`. When
     the destination already contains the source, the merge this task instance made earlier
     is found in the destination's history and is the result; without one, `on_no_changes`
-    decides.
+    decides; `merge_attempts` is 0 then, as this try merged nothing.
 
     :param source_ref: the branch, tag or commit to merge (templated)
     :param destination_branch: the branch to merge into (templated; default: the
@@ -198,7 +215,8 @@ class BranchwaterMergeOperator(RecordingOperator):
         conflicts fail the task)
     :param message: the merge commit's message (templated; default "Merge <source> into
         <destination>" with commit ids)
-    :param metadata: metadata to record besides Airflow's own (templated)
+    :param metadata: metadata to record besides Airflow's own, a mapping or its JSON text
+        (templated)
     :param committer: who the merge commit names (templated; default "airflow")
     :param fast_forward: fast-forward the destination when it has not moved since the source
         branched, writing no merge commit (default False)
@@ -227,20 +245,20 @@ class BranchwaterMergeOperator(RecordingOperator):
         destination_branch: str | None = None,
         strategy: str | None = None,
         message: str | None = None,
-        metadata: dict[str, str] | None = None,
+        metadata: dict[str, str] | str | None = None,
         committer: str = "airflow",
         fast_forward: bool = False,
         preview_then_publish: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        declared_flag(self.task_id, "preview_then_publish", preview_then_publish)
-        declared_flag(self.task_id, "fast_forward", fast_forward)
-        if preview_then_publish and fast_forward:
-            raise InvalidArgument(
-                f"task {self.task_id!r}: a preview is always a merge commit; "
-                "preview_then_publish takes no fast_forward"
-            )
+        with checked_where_declared(self.task_id):
+            check_flag("preview_then_publish", preview_then_publish)
+            check_flag("fast_forward", fast_forward)
+            if preview_then_publish and fast_forward:
+                raise InvalidArgument(
+                    "a preview is always a merge commit; preview_then_publish takes no fast_forward"
+                )
         self.preview_then_publish = preview_then_publish
         self.source_ref = source_ref
         self.destination_branch = destination_branch
@@ -256,10 +274,6 @@ class BranchwaterMergeOperator(RecordingOperator):
         hint = self._saved_hint(context, source_id, into)
         try:
             result = self.merge(repo, into, hint, context)
-            commit = result.commit
-            how = "fast-forward" if result.fast_forward else f"{result.attempts} attempt(s)"
-            self.log.info("Merged (%s): %s", how, commit.id)
-            context["ti"].xcom_push(key=ATTEMPTS_KEY, value=result.attempts)
         except MergeRaceLost as lost:
             self._save_hint(context, lost.hint, source_id, into)
             raise
@@ -268,11 +282,16 @@ class BranchwaterMergeOperator(RecordingOperator):
                 commit = self.fast_forwarded_earlier(repo, into, nothing, context)
             else:
                 commit = self.already_recorded(repo, into, nothing, context)
+            attempts = 0
         else:
+            commit, attempts = result.commit, result.attempts
+            how = "fast-forward" if result.fast_forward else f"{attempts} attempt(s)"
+            self.log.info("Merged (%s): %s", how, commit.id)
             if result.fast_forward:
                 keep_state(
                     context, FAST_FORWARD_KEY, source=self.source_ref, into=into, commit=commit.id
                 )
+        context["ti"].xcom_push(key=ATTEMPTS_KEY, value=attempts)
         if hint:
             self._forget_hint(context)
         self.record_commit(into, commit.id)
@@ -367,7 +386,7 @@ class BranchwaterMergeOperator(RecordingOperator):
             into,
             self.strategy,
             message=self.message,
-            metadata={**self.metadata, **run_metadata(context)},
+            metadata=self.recorded_metadata(context),
             committer=self.committer,
             hint=hint,
             fast_forward=self.fast_forward,
@@ -396,8 +415,10 @@ class BranchwaterMergeOperator(RecordingOperator):
 
 
 class BranchwaterTagOperator(BranchwaterOperator):
-    """Tag the commit `ref` points to; returns its id. A retry finding the tag already at
-    that commit succeeds; a tag at another commit fails at once.
+    """Tag the commit `ref` points to; returns its id. `ref` is resolved once, on the first
+    try, and kept in the task's state store: a retry finding the tag already at that commit
+    succeeds, though `ref` (a branch) has moved on since; a tag at another commit fails at
+    once.
 
     :param tag: the tag's name (templated)
     :param ref: the branch, tag or commit to tag (templated)
@@ -411,9 +432,11 @@ class BranchwaterTagOperator(BranchwaterOperator):
         self.ref = ref
 
     def execute_on(self, repo: Repository, context: Context) -> str:
-        commit_id = repo.ref(self.ref).commit_id
+        commit_id = self.resolved_once(
+            repo, self.ref, context, TAG_KEY, repository=repo.name, tag=self.tag
+        )
         try:
-            repo.tag(self.tag, self.ref)
+            repo.tag(self.tag, commit_id)
         except AlreadyExists:
             existing = repo.ref(self.tag).commit_id
             if existing != commit_id:

@@ -11,6 +11,7 @@ from branchwater.plugin.operators.base import (
     BranchwaterOperator,
     branch_or_skip,
     declared_flag,
+    mapping_field,
 )
 
 if TYPE_CHECKING:
@@ -35,7 +36,8 @@ class BranchwaterCompactOperator(BranchwaterOperator):
     :param branch: the branch to compact (templated)
     :param if_needed: compact only when due under `policy` (default False: always)
     :param policy: thresholds `max_tombstones`, `max_sealed_tokens`, `scan_budget`,
-        `guard_seconds` (templated; the engine's default for each one left out)
+        `guard_seconds`, a mapping or its JSON text (templated; the engine's default for
+        each one left out, empty or rendered "None")
     :param missing_ok: skip the task when the branch is gone (default False: fail)
     """
 
@@ -46,7 +48,7 @@ class BranchwaterCompactOperator(BranchwaterOperator):
         *,
         branch: str,
         if_needed: bool = False,
-        policy: dict[str, Any] | None = None,
+        policy: dict[str, Any] | str | None = None,
         missing_ok: bool = False,
         **kwargs: Any,
     ) -> None:
@@ -58,7 +60,8 @@ class BranchwaterCompactOperator(BranchwaterOperator):
 
     def execute_on(self, repo: Repository, context: Context) -> dict[str, Any]:
         branch = branch_or_skip(repo, self.branch, self.missing_ok)
-        result = branch.compact(if_needed=self.if_needed, policy=compaction_policy(self.policy))
+        policy = compaction_policy(mapping_field(self.task_id, "policy", self.policy))
+        result = branch.compact(if_needed=self.if_needed, policy=policy)
         if result.compacted:
             self.log.info(
                 "Compacted %s: %d entries and %d tombstones from %d sealed token(s), "

@@ -38,9 +38,15 @@ from branchwater.engine.gc.runs.config import (
     check_keep,
 )
 from branchwater.engine.gc.runs.statuses import FAILED, GATE_FAILED
-from branchwater.plugin.hooks import DEFAULT_CONN_ID, BranchwaterHook
+from branchwater.plugin.hooks import DEFAULT_CONN_ID, BranchwaterHook, unset
 from branchwater.plugin.links import BranchwaterGCReportLink
-from branchwater.plugin.operators.base import BranchwaterOperator, failing_at_once, rendered_flag
+from branchwater.plugin.operators.base import (
+    BranchwaterOperator,
+    checked_where_declared,
+    failing_at_once,
+    rendered_flag,
+    resolved_later,
+)
 
 if TYPE_CHECKING:
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
@@ -155,19 +161,9 @@ def job_file() -> str:
     return str(Path(job.__file__).with_name("__main__.py"))
 
 
-TEMPLATE_MARKERS = ("{{", "{%", "{#")
-UNSET = (None, "", "None")
-"""A template field's values meaning "not given": None, and None or empty rendered."""
-
-
-def templated(value: object) -> bool:
-    """Whether a template field's value is a Jinja template, known only once rendered."""
-    return isinstance(value, str) and any(marker in value for marker in TEMPLATE_MARKERS)
-
-
 def only_part(name: str, value: object) -> str | None:
     """The part of GC `only` names (rendered); None for both."""
-    if value in UNSET:
+    if unset(value):
         return None
     if isinstance(value, str) and value in ONLY_PARTS:
         return value
@@ -264,12 +260,13 @@ class BranchwaterGCJobOperator(SparkSubmitOperator):
             self.application_args = ["--kv-env", JOB_KV_ENV, *command]
             with failing_at_once():
                 super().execute(context)
-            return summary_record(hook.gc_run(self.repository, self.run_id()))
+            return summary_record(hook.gc_run(self.repository, self.job_run_id()))
         finally:
             self.job_env = {}
             hook.close()
 
-    def run_id(self) -> str:
+    def job_run_id(self) -> str:
+        """The GC run the job works on, whose figures the task returns."""
         raise NotImplementedError
 
     def check_run(self, hook: BranchwaterHook) -> None:
@@ -365,7 +362,8 @@ class BranchwaterGCMarkOperator(BranchwaterGCJobOperator):
 
     :param prepare_run: the run id of a finished prepare run (templated)
     :param mode: "clean" or "optimized" (templated; default "clean"); anything else fails
-        where the task is declared, or, templated, when it runs (`InvalidArgument`)
+        where the task is declared, or, templated or from XCom (an upstream task's
+        `.output`), when it runs (`InvalidArgument`)
     :param min_age: how old an object must be to be collected, "90s", "6h"... (templated;
         default: the lake's)
     :param max_share: the gate's bound on the candidates' share of the namespace's objects
@@ -405,10 +403,11 @@ class BranchwaterGCMarkOperator(BranchwaterGCJobOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if not templated(mode):
-            gc_mode(f"task {self.task_id!r}: mode", mode)
-        if not templated(only):
-            only_part(f"task {self.task_id!r}: only", only)
+        with checked_where_declared(self.task_id):
+            if not resolved_later(mode):
+                gc_mode("mode", mode)
+            if not resolved_later(only):
+                only_part("only", only)
         self.prepare_run = prepare_run
         self.mode = mode
         self.min_age = min_age
@@ -416,7 +415,7 @@ class BranchwaterGCMarkOperator(BranchwaterGCJobOperator):
         self.only = only
         self.retention_rules = retention_rules
 
-    def run_id(self) -> str:
+    def job_run_id(self) -> str:
         return self.prepare_run
 
     def check_run(self, hook: BranchwaterHook) -> None:
@@ -426,9 +425,9 @@ class BranchwaterGCMarkOperator(BranchwaterGCJobOperator):
     def job_arguments(self) -> list[str]:
         mode = gc_mode("mode", self.mode)
         arguments = ["--mode", mode, "--dry-run", "--prepare-run", self.prepare_run]
-        if self.min_age not in UNSET:
+        if not unset(self.min_age):
             arguments += ["--min-age", str(self.min_age)]
-        if self.max_share not in UNSET:
+        if not unset(self.max_share):
             arguments += ["--max-share", str(self.max_share)]
         only = only_part("only", self.only)
         if only is not None:
@@ -496,32 +495,32 @@ class BranchwaterGCSweepOperator(BranchwaterGCJobOperator):
 
     template_fields: Sequence[str] = (
         *BranchwaterGCJobOperator.template_fields,
-        "sweep_run",
+        "run_id",
         "skip_sweep",
     )
 
     def __init__(self, *, run_id: str, skip_sweep: bool | str = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.sweep_run = run_id
+        self.run_id = run_id
         self.skip_sweep = skip_sweep
 
-    def run_id(self) -> str:
-        return self.sweep_run
+    def job_run_id(self) -> str:
+        return self.run_id
 
     def job_arguments(self) -> list[str]:
-        return ["--sweep", self.sweep_run]
+        return ["--sweep", self.run_id]
 
     def execute(self, context: Context) -> Any:
         with failing_at_once():
             skip = rendered_flag("skip_sweep", self.skip_sweep)
         if skip:
-            raise AirflowSkipException(f"dry run: GC run {self.sweep_run} is marked, not swept")
+            raise AirflowSkipException(f"dry run: GC run {self.run_id} is marked, not swept")
         from branchwater.engine.gc.runs.files import nothing_to_delete
 
         hook = BranchwaterHook(self.branchwater_conn_id)
         try:
             with failing_at_once():
-                marked = hook.gc_run(self.repository, self.sweep_run)
+                marked = hook.gc_run(self.repository, self.run_id)
             if nothing_to_delete(marked):
                 return summary_record(self._sweep_here(hook))
         finally:
@@ -532,14 +531,14 @@ class BranchwaterGCSweepOperator(BranchwaterGCJobOperator):
         from branchwater.engine.gc.runs.config import JobConfig
         from branchwater.engine.gc.runs.sweeps import sweep_without_spark
 
-        self.log.info("GC run %s marked no candidates: sweeping it without Spark", self.sweep_run)
+        self.log.info("GC run %s marked no candidates: sweeping it without Spark", self.run_id)
         repository = hook.repository(self.repository)
         namespace = repository.storage_namespace
         s3 = {k: v for k, v in (hook.s3_options_for(namespace) or {}).items() if v}
         config = JobConfig(
             kv_url=hook.settings.kv_url,
             repository=self.repository,
-            sweep=self.sweep_run,
+            sweep=self.run_id,
             s3_options=s3,
             keep_runs=self.kept_runs(),
         )

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from branchwater.engine import NoChanges
 from branchwater.plugin.links import BranchwaterCommitLink
-from branchwater.plugin.operators.base import Lineage, LineageDataset, run_metadata
+from branchwater.plugin.operators.base import Lineage, LineageDataset
 from branchwater.plugin.operators.commits import RecordingOperator
 
 if TYPE_CHECKING:
@@ -33,7 +33,8 @@ class BranchwaterImportOperator(RecordingOperator):
     :param prefix: the path prefix the objects are imported under (templated; default: the
         root)
     :param message: the commit message (templated; default "Import <source> into <prefix>")
-    :param metadata: metadata to record besides Airflow's own (templated)
+    :param metadata: metadata to record besides Airflow's own, a mapping or its JSON text
+        (templated)
     :param committer: who the commit names (templated; default "airflow")
     """
 
@@ -55,7 +56,7 @@ class BranchwaterImportOperator(RecordingOperator):
         source_uri: str,
         prefix: str = "",
         message: str | None = None,
-        metadata: dict[str, str] | None = None,
+        metadata: dict[str, str] | str | None = None,
         committer: str = "airflow",
         **kwargs: Any,
     ) -> None:
@@ -72,7 +73,7 @@ class BranchwaterImportOperator(RecordingOperator):
             self.source_uri,
             prefix=self.prefix,
             commit_message=self.message,
-            metadata={**self.metadata, **run_metadata(context)},
+            metadata=self.recorded_metadata(context),
             committer=self.committer,
             progress=lambda count: self.log.info("Listed %d object(s)", count),
         )

@@ -13,6 +13,7 @@ from branchwater.plugin.operators.base import (
     LineageDataset,
     identity,
     made_by,
+    mapping_field,
 )
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ class BranchwaterUploadOperator(BranchwaterOperator):
     :param data: the object's content, text (str, written as UTF-8) or bytes (bytes,
         bytearray, memoryview) (templated); anything else fails the task at once
     :param filename: a local file whose content is staged instead (templated)
-    :param metadata: user metadata of the object (templated)
+    :param metadata: user metadata of the object, a mapping or its JSON text (templated)
     :param if_absent: create the object only where the branch shows nothing at `path`
     """
 
@@ -60,7 +61,7 @@ class BranchwaterUploadOperator(BranchwaterOperator):
         path: str,
         data: str | bytes | bytearray | memoryview | None = None,
         filename: str | None = None,
-        metadata: dict[str, str] | None = None,
+        metadata: dict[str, str] | str | None = None,
         if_absent: bool = False,
         **kwargs: Any,
     ) -> None:
@@ -106,10 +107,9 @@ class BranchwaterUploadOperator(BranchwaterOperator):
         refusal by the entry an earlier try created (which may have lost its worker after
         the creation landed) is that entry. The engine checks `if_absent` is a bool."""
         ours = identity(context) if self.if_absent is True else {}
+        metadata = {**mapping_field(self.task_id, "metadata", self.metadata), **ours}
         try:
-            return branch.upload(
-                self.path, self.content(), {**self.metadata, **ours}, if_absent=self.if_absent
-            )
+            return branch.upload(self.path, self.content(), metadata, if_absent=self.if_absent)
         except PathExists as refused:
             try:
                 found = branch.stat(self.path)

@@ -17,10 +17,9 @@ from branchwater.plugin.operators.base import (
     BranchwaterOperator,
     Lineage,
     LineageDataset,
+    checked_where_declared,
     identity,
-    keep_state,
-    kept_state,
-    run_metadata,
+    resolved_later,
 )
 from branchwater.plugin.operators.commits import RecordingOperator
 
@@ -65,7 +64,7 @@ class _PickOperator(RecordingOperator):
         commit: str,
         parent: int | None = None,
         message: str | None = None,
-        metadata: dict[str, str] | None = None,
+        metadata: dict[str, str] | str | None = None,
         committer: str = "airflow",
         allow_dirty: bool = False,
         **kwargs: Any,
@@ -96,15 +95,10 @@ class _PickOperator(RecordingOperator):
         return made.id
 
     def _target(self, repo: Repository, context: Context) -> str:
-        """The id of the commit to revert or pick: the one the first try resolved `commit`
-        to (kept in the task's state store), else what `commit` names now, kept."""
-        key = {"repository": repo.name, "branch": self.branch, "commit": self.commit}
-        saved = kept_state(context, PICK_KEY, **key)
-        if saved is not None:
-            return str(saved["target"])
-        target = repo.ref(self.commit).commit_id
-        keep_state(context, PICK_KEY, **key, target=target)
-        return target
+        """The id of the commit to revert or pick, `commit` resolved once (`resolved_once`)."""
+        return self.resolved_once(
+            repo, self.commit, context, PICK_KEY, repository=repo.name, branch=self.branch
+        )
 
     def _made_earlier(self, repo: Repository, target: str, context: Context) -> Commit | None:
         """The newest commit of `branch`'s history that this task instance made reverting or
@@ -128,7 +122,7 @@ class _PickOperator(RecordingOperator):
                 target,
                 self.parent,
                 message=self.message,
-                metadata={**self.metadata, **run_metadata(context)},
+                metadata=self.recorded_metadata(context),
                 committer=self.committer,
                 allow_dirty=self.allow_dirty,
             )
@@ -192,7 +186,8 @@ class BranchwaterResetOperator(BranchwaterOperator):
     (`main~1` has moved one commit back). A protected branch (`no_reset`) fails at once.
 
     :param branch: the branch to reset (templated)
-    :param to: the branch, tag, commit id or `ref~N` to reset to (templated)
+    :param to: the branch, tag, commit id or `ref~N` to reset to (templated, or an upstream
+        task's XCom: `.output`, a `@task`'s result)
     """
 
     template_fields: Sequence[str] = ("repository", "branch", "to")
@@ -200,14 +195,22 @@ class BranchwaterResetOperator(BranchwaterOperator):
 
     def __init__(self, *, branch: str, to: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if not isinstance(to, str) or not to:
-            raise InvalidArgument(f"task {kwargs.get('task_id')!r}: to must name a ref, not {to!r}")
+        if not resolved_later(to):
+            with checked_where_declared(self.task_id):
+                ref_named("to", to)
         self.branch = branch
         self.to = to
 
     def execute_on(self, repo: Repository, context: Context) -> str:
         branch = repo.branch(self.branch)
-        target = self._target(repo, context)
+        target = self.resolved_once(
+            repo,
+            ref_named("to", self.to),
+            context,
+            RESET_KEY,
+            repository=repo.name,
+            branch=self.branch,
+        )
         branch.reset(to=target)
         self.log.info("Reset %s to %s (%s)", self.branch, self.to, target)
         self.record_commit(self.branch, target)
@@ -217,13 +220,9 @@ class BranchwaterResetOperator(BranchwaterOperator):
         )
         return target
 
-    def _target(self, repo: Repository, context: Context) -> str:
-        """The commit the first try resolved `to` to, else `to`'s commit now, kept."""
-        key = {"repository": repo.name, "branch": self.branch, "to": self.to}
-        saved = kept_state(context, RESET_KEY, **key)
-        if saved is not None:
-            self.log.info("Resetting to the commit the first try resolved %s to", self.to)
-            return str(saved["commit"])
-        target = repo.ref(self.to).commit_id
-        keep_state(context, RESET_KEY, **key, commit=target)
-        return target
+
+def ref_named(name: str, value: object) -> str:
+    """A ref argument as given or rendered: text naming a ref."""
+    if not isinstance(value, str) or not value:
+        raise InvalidArgument(f"{name} must name a ref, not {value!r}")
+    return value

@@ -103,7 +103,41 @@ RunDag = Callable[..., RunResult]
 
 
 @pytest.fixture
-def run_dag(airflow_home: Path) -> RunDag:
+def run_dag(airflow_home: Path, monkeypatch: pytest.MonkeyPatch) -> RunDag:
     """Run a DAG once with `dag.test()` on the session's metadata DB (`register`ed first, as
-    the DAG processor would: `dag.test()` only runs DAGs that are serialized there)."""
+    the DAG processor would: `dag.test()` only runs DAGs that are serialized there). A rerun
+    of a logical date keeps what its tasks kept in their state store, as clearing the run
+    does (`clearing_keeps_task_state`)."""
+    clearing_keeps_task_state(monkeypatch)
     return run_dag_once
+
+
+def clearing_keeps_task_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`dag.test()` reruns a logical date by deleting its DAG run and creating it again, and
+    the task state store goes with the run it belongs to; clearing a run, which such a rerun
+    stands for, keeps both. The rows of the deleted run are written again for the new one."""
+    from airflow.models import dagrun
+    from airflow.models.task_state_store import TaskStateStoreModel
+    from sqlalchemy import select
+
+    create = dagrun.get_or_create_dagrun
+    columns = [getattr(TaskStateStoreModel, name) for name in STATE_COLUMNS]
+
+    def recreated(**kwargs: Any) -> Any:
+        session, run = kwargs["session"], dagrun.DagRun
+        kept = session.execute(
+            select(*columns)
+            .join(run, run.id == TaskStateStoreModel.dag_run_id)
+            .where(run.dag_id == kwargs["dag"].dag_id, run.logical_date == kwargs["logical_date"])
+        ).mappings()
+        rows = [dict(row) for row in kept]
+        created = create(**kwargs)
+        session.add_all(TaskStateStoreModel(dag_run_id=created.id, **row) for row in rows)
+        session.commit()
+        return created
+
+    monkeypatch.setattr(dagrun, "get_or_create_dagrun", recreated)
+
+
+STATE_COLUMNS = ("task_id", "map_index", "key", "dag_id", "run_id", "value", "expires_at")
+"""What a task state store row holds besides the id of the DAG run it belongs to."""

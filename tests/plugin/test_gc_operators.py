@@ -39,7 +39,7 @@ class DryRunJob(BranchwaterGCJobOperator):
     def job_arguments(self) -> list[str]:
         return ["--dry-run"]
 
-    def run_id(self) -> str:
+    def job_run_id(self) -> str:
         return RUN
 
 
@@ -83,6 +83,7 @@ def test_an_unknown_repository_or_run_fails_the_gc_job_at_once_before_spark(
     assert "NotFound: repository 'nope' not found" in output
     assert f"NotFound: GC preparation run {RUN!r} has no manifest in " in output
     assert "Spark-Submit cmd" not in output
+    assert result.rendered["sweep_unknown_run"]["run_id"] == RUN
 
 
 @pytest.mark.parametrize(
@@ -129,6 +130,45 @@ def test_a_rendered_mark_argument_the_job_would_refuse_fails_at_once_before_spar
     assert "InvalidArgument: branchwater-gc: argument --min-age: '6x' is not a duration" in output
     assert "Spark-Submit cmd" not in output
     assert result.rendered["only"]["only"] == "commited"
+
+
+@pytest.mark.airflow
+@pytest.mark.slow
+def test_a_mark_argument_from_xcom_is_checked_when_the_task_runs(
+    run_dag: RunDag,
+    lake_conn: LakeConnection,
+    repo: Repository,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """An upstream task's value (a `@task`'s result, `.output`) is known only when the mark
+    runs: the DAG parses, and a value the job would refuse fails the task at once there,
+    before Spark, as a rendered one does."""
+    from airflow.sdk import task
+
+    refused = {"mode": "clen", "only": "commited"}
+    with DAG("bw_gc_mark_xcom", schedule=None) as dag:
+
+        @task
+        def chosen(value: str) -> str:
+            return value
+
+        for name, value in refused.items():
+            BranchwaterGCMarkOperator(
+                task_id=name,
+                repository=repo.name,
+                prepare_run=RUN,
+                **{name: chosen.override(task_id=f"choose_{name}")(value)},
+                **RETRIED,
+            )
+
+    result = run_dag(dag)
+
+    assert {name: result.states[name] for name in refused} == dict.fromkeys(refused, "failed")
+    assert {name: result.tries[name] for name in refused} == dict.fromkeys(refused, 1)
+    output = job_output(capfd)
+    assert "InvalidArgument: mode must be clean or optimized, not 'clen'" in output
+    assert "only must be uncommitted or committed (empty: both), not 'commited'" in output
+    assert "Spark-Submit cmd" not in output
 
 
 @pytest.mark.airflow

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
@@ -38,6 +38,7 @@ pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 
 LINK_KEY = "_link_BranchwaterCommitLink"
 NO_RETRY_DELAY = {"retries": 1, "retry_delay": timedelta(seconds=0)}
+DAY1, DAY2 = (datetime(2026, 11, day, tzinfo=timezone.utc) for day in (20, 21))
 
 
 def link(repo: Repository, branch: str, commit_id: str) -> str:
@@ -389,6 +390,7 @@ def test_retries_after_a_try_did_the_work_succeed_with_its_result(
     merged = main.head()
     assert result.value("tag") == merged.id == repo.ref("loaded").commit_id
     assert result.value("merge") == merged.id
+    assert result.value("merge", ATTEMPTS_KEY) == 0
     assert merged.metadata["airflow.try_number"] == "1"
     assert result.value("commit") == merged.parents[1]
     assert repo.commit(result.value("commit")).metadata["airflow.try_number"] == "1"
@@ -399,6 +401,187 @@ def test_retries_after_a_try_did_the_work_succeed_with_its_result(
         "base",
     ]
     assert main.read("r.csv") == b"r"
+
+
+class TagsThenMainMoves(BranchwaterTagOperator):
+    """Its first try tags `main`, then loses its worker while another run merges into it."""
+
+    def execute_on(self, repo: Repository, context: Context) -> Any:
+        tagged = super().execute_on(repo, context)
+        if context["ti"].try_number == 1:
+            main = repo.branch("main")
+            main.upload("other.csv", b"other")
+            main.commit("another run's merge")
+            raise RuntimeError("worker lost after the tag landed")
+        return tagged
+
+
+def test_a_tag_retried_after_its_branch_moved_on_succeeds_at_the_commit_it_tagged(
+    run_dag: RunDag, lake_conn: LakeConnection, repo: Repository
+) -> None:
+    """`ref="main"` names another commit by the retry: the first try's is kept, so the tag
+    it finds is its own, not another tag to fail on for good."""
+    tagged = repo.branch("main").commit_id
+    with DAG("bw_tag_moved", schedule=None) as dag:
+        TagsThenMainMoves(
+            task_id="tag", repository=repo.name, tag="release-1", ref="main", **NO_RETRY_DELAY
+        )
+
+    result = run_dag(dag)
+
+    assert result.states == {"tag": "success"}
+    assert result.tries["tag"] == 2
+    assert result.value("tag") == tagged == repo.ref("release-1").commit_id
+    assert repo.branch("main").commit_id != tagged
+
+
+def daily_load(repository: str, *, valid: bool) -> DAG:
+    """A daily load on one branch name for every run; `validate`, between the load and the
+    commit, fails unless the day is `valid`."""
+    from airflow.sdk import task
+
+    names = {"repository": repository}
+    with DAG("bw_shared_branch", schedule="@daily", start_date=DAY1, catchup=False) as dag:
+
+        @task
+        def validate() -> None:
+            if not valid:
+                raise RuntimeError("the day's load does not validate")
+
+        (
+            BranchwaterCreateBranchOperator(task_id="branch", branch="etl", **names, retries=1)
+            >> BranchwaterUploadOperator(
+                task_id="load", branch="etl", path="orders/{{ ds }}.csv", data="{{ ds }}", **names
+            )
+            >> validate()
+            >> BranchwaterCommitOperator(
+                task_id="commit", branch="etl", message="{{ ds }}", **names
+            )
+            >> BranchwaterMergeOperator(task_id="merge", source_ref="etl", **names)
+        )
+    return dag
+
+
+def test_a_branch_another_run_left_uncommitted_changes_on_fails_the_create_at_once(
+    run_dag: RunDag, lake_conn: LakeConnection, repo: Repository, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Day 1 staged its load and failed before its commit. Day 2, reusing the branch name,
+    would commit and merge day 1's unvalidated file as its own: its create task fails at
+    once. Day 1 rerun (cleared) carries on with the branch its create task made."""
+    assert run_dag(daily_load(repo.name, valid=False), logical_date=DAY1).state == "failed"
+    main = repo.branch("main")
+    main.upload("hotfix.csv", b"hotfix")
+    main.commit("hotfix: the branch is behind main now")
+
+    day2 = run_dag(daily_load(repo.name, valid=True), logical_date=DAY2)
+
+    assert day2.states["branch"] == "failed"
+    assert day2.tries["branch"] == 1
+    output = capfd.readouterr().out
+    assert f"DirtyBranch: branch 'etl' of '{repo.name}' exists on 'main' (" in output
+    assert "with uncommitted changes this DAG run did not make" in output
+    assert "delete or reset it, or name the branch per run (with {{ run_id }})" in output
+    assert "orders/2026-11-20.csv" not in {e.path for e in main.list()}
+
+    rerun = run_dag(daily_load(repo.name, valid=True), logical_date=DAY1)
+
+    assert rerun.state == "success", rerun.states
+    assert main.read("orders/2026-11-20.csv") == b"2026-11-20"
+    assert "orders/2026-11-21.csv" not in {e.path for e in main.list()}
+
+
+def test_a_mapped_task_given_an_impossible_argument_fails_at_once_naming_it(
+    run_dag: RunDag, lake_conn: LakeConnection, repo: Repository, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Airflow builds a mapped task only when it runs, unmapping it: what its `__init__`
+    refuses then fails it without the retries, which would build it as wrongly again."""
+    names = {"repository": repo.name, "retries": 2, "retry_delay": timedelta(0)}
+    with DAG("bw_mapped_arguments", schedule=None) as dag:
+        BranchwaterDeleteBranchOperator.partial(
+            task_id="cleanup", missing_ok="False", **names
+        ).expand(branch=["a", "b"])
+        BranchwaterMergeOperator.partial(task_id="merge", lookup_depth=0, **names).expand(
+            source_ref=["a"]
+        )
+
+    result = run_dag(dag)
+
+    assert result.states == {"cleanup[0]": "failed", "cleanup[1]": "failed", "merge[0]": "failed"}
+    assert set(result.tries.values()) == {1}
+    output = capfd.readouterr().out
+    refused = "InvalidOperatorArgument: task 'cleanup': missing_ok must be True or False"
+    assert f"{refused}, not 'False'" in output
+    assert "task 'merge': lookup_depth must be a positive number of commits, not 0" in output
+
+
+def test_mapping_fields_take_a_mapping_or_its_json_text_and_refuse_python_text_at_once(
+    run_dag: RunDag, lake_conn: LakeConnection, repo: Repository, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Without native rendering, `{{ params.meta }}` renders a dict as Python's text: it is
+    refused at once, naming the task, the field and the way out, where a commit failed with a
+    TypeError for its retries and a compaction read the text's characters as thresholds."""
+    etl = repo.create_branch("etl")
+    etl.upload("a.csv", b"a")
+    etl.commit("a")
+    etl.delete("a.csv")
+    params = {"meta": {"source": "crm"}, "policy": {"max_tombstones": 1}}
+    names = {"repository": repo.name, "retries": 2, "retry_delay": timedelta(0)}
+    as_json, as_text = "{{ params.%s | tojson }}", "{{ params.%s }}"
+    with DAG("bw_mapping_fields", schedule=None, params=params) as dag:
+        upload = BranchwaterUploadOperator(
+            task_id="upload",
+            branch="main",
+            path="u.csv",
+            data="u",
+            metadata=as_json % "meta",
+            **names,
+        )
+        commit = BranchwaterCommitOperator(
+            task_id="commit", branch="main", message="m", metadata=as_json % "meta", **names
+        )
+        BranchwaterCommitOperator(
+            task_id="commit_text",
+            branch="main",
+            message="m",
+            metadata=as_text % "meta",
+            allow_empty=True,
+            **names,
+        )
+        due = BranchwaterCompactionSensor(
+            task_id="due", branch="etl", policy=as_json % "policy", **names
+        )
+        compact = BranchwaterCompactOperator(
+            task_id="compact", branch="etl", if_needed=True, policy=as_json % "policy", **names
+        )
+        BranchwaterCompactOperator(
+            task_id="compact_text", branch="etl", policy=as_text % "policy", **names
+        )
+        upload >> commit
+        due >> compact
+
+    result = run_dag(dag)
+
+    assert result.states == {
+        "upload": "success",
+        "commit": "success",
+        "commit_text": "failed",
+        "due": "success",
+        "compact": "success",
+        "compact_text": "failed",
+    }
+    assert result.tries["commit_text"] == result.tries["compact_text"] == 1
+    assert repo.commit(result.value("commit")).metadata["source"] == "crm"
+    assert repo.branch("main").stat("u.csv").metadata == {"source": "crm"}
+    assert result.value("compact")["outcome"] == "compacted"
+    output = capfd.readouterr().out
+    for name, argument in [("commit_text", "metadata"), ("compact_text", "policy")]:
+        assert (
+            f"InvalidArgument: task {name!r}: {argument} must be a mapping or the JSON text"
+            in output
+        )
+    assert "not the text \"{'source': 'crm'}\"" in output
+    assert "render_template_as_native_obj=True" in output
+    assert "unknown compaction threshold" not in output
 
 
 def test_an_exclusive_upload_retried_after_it_created_succeeds_and_another_task_fails_at_once(
@@ -548,7 +731,7 @@ def test_compaction_returns_what_it_did_and_a_clean_branch_is_a_no_op(
     etl.upload("b.csv", b"b")
     repo.create_branch("clean")
     names = {"repository": repo.name}
-    with DAG("bw_compact", schedule=None, params={"branch": "etl"}) as dag:
+    with DAG("bw_compact", schedule=None, params={"branch": "etl", "unset": None}) as dag:
         BranchwaterCompactOperator(task_id="compact", branch="{{ params.branch }}", **names)
         BranchwaterCompactOperator(task_id="nothing_staged", branch="clean", **names)
         BranchwaterCompactOperator(
@@ -558,6 +741,13 @@ def test_compaction_returns_what_it_did_and_a_clean_branch_is_a_no_op(
         BranchwaterCompactOperator(task_id="gone_ok", branch="gone", missing_ok=True, **names)
         BranchwaterCompactOperator(
             task_id="bad_policy", branch="etl", policy={"max_tombs": 5}, **names
+        )
+        BranchwaterCompactOperator(
+            task_id="unset_threshold",
+            branch="clean",
+            if_needed=True,
+            policy={"max_tombstones": "{{ params.unset }}", "guard_seconds": ""},
+            **names,
         )
 
     result = run_dag(dag)
@@ -569,6 +759,7 @@ def test_compaction_returns_what_it_did_and_a_clean_branch_is_a_no_op(
         "gone": "failed",
         "gone_ok": "skipped",
         "bad_policy": "failed",
+        "unset_threshold": "success",
     }
     done = result.value("compact")
     assert (done["outcome"], done["compacted"], done["branch"]) == ("compacted", True, "etl")
@@ -580,6 +771,8 @@ def test_compaction_returns_what_it_did_and_a_clean_branch_is_a_no_op(
     assert result.value("nothing_staged")["outcome"] == "nothing-staged"
     assert result.value("nothing_staged")["compacted"] is False
     assert result.value("not_due")["outcome"] == "not-due"
+    assert result.rendered["unset_threshold"]["policy"]["max_tombstones"] == "None"
+    assert result.value("unset_threshold")["outcome"] == "not-due"
     output = capfd.readouterr().out
     assert f"branch 'gone' not found in repository '{repo.name}'" in output
     assert "unknown compaction threshold(s) max_tombs: use max_tombstones" in output

@@ -20,6 +20,7 @@ from branchwater.plugin.operators import (
     BranchwaterMergeOperator,
     BranchwaterUploadOperator,
 )
+from branchwater.plugin.operators.commits import ATTEMPTS_KEY
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -151,6 +152,7 @@ def rerun_adds_nothing(run_dag: RunDag, exports: Path, repo: Repository, day: da
     rerun = run_dag(daily_orders(exports), logical_date=day)
     assert rerun.state == "success", rerun.states
     assert history(repo) == before
+    assert rerun.value("merge", ATTEMPTS_KEY) == 0
     one_good_run(repo, rerun.run_id)
 
 

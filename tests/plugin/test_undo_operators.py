@@ -209,6 +209,49 @@ def test_a_reset_retried_after_its_work_stays_at_the_commit_it_first_resolved(
     assert list(repo.branch("main").uncommitted()) == []
 
 
+def test_a_reset_to_a_ref_from_xcom_is_checked_when_it_runs(
+    run_dag: RunDag,
+    lake_conn: LakeConnection,
+    repo: Repository,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """`to` from an upstream task (a `@task`'s result, `.output`) is known only when the
+    reset runs: the DAG parses, the ref resolves, and one naming no ref fails at once."""
+    from airflow.sdk import task
+
+    with pytest.raises(InvalidArgument, match="task 'reset': to must name a ref, not ''"):
+        BranchwaterResetOperator(task_id="reset", repository=repo.name, branch="dev", to="")
+    first = repo.branch("main").commit_id
+    commit(repo, "main", "second", **{"b.csv": b"b"})
+    repo.create_branch("dev")
+    repo.create_branch("other")
+    with DAG("bw_reset_xcom", schedule=None) as dag:
+
+        @task
+        def chosen(ref: str) -> str:
+            return ref
+
+        BranchwaterResetOperator(
+            task_id="reset", repository=repo.name, branch="dev", to=chosen("main~1"), **RETRY
+        )
+        BranchwaterResetOperator(
+            task_id="reset_to_nothing",
+            repository=repo.name,
+            branch="other",
+            to=chosen.override(task_id="nothing")(""),
+            **RETRY,
+        )
+
+    result = run_dag(dag)
+
+    assert result.states["reset"] == "success"
+    assert result.value("reset") == first == repo.branch("dev").commit_id
+    assert result.states["reset_to_nothing"] == "failed"
+    assert result.tries["reset_to_nothing"] == 1
+    assert "InvalidArgument: to must name a ref, not ''" in capfd.readouterr().out
+    assert repo.branch("other").commit_id != first
+
+
 def test_a_check_recorded_again_by_a_retry_is_the_same_and_a_different_one_fails_at_once(
     run_dag: RunDag,
     lake_conn: LakeConnection,
@@ -270,7 +313,8 @@ def test_check_details_nested_deeper_than_the_parser_goes_fail_the_task_and_reco
     refused = run_dag(dag)
     assert refused.states == {"quality": "failed"}
     assert refused.tries["quality"] == 1
-    assert "details must be a JSON object, not the text '[[[" in capfd.readouterr().out
+    refused = "task 'quality': details must be a mapping or the JSON text of an object, not the"
+    assert f"{refused} text '[[[" in capfd.readouterr().out
     assert repo.checks(repo.branch("main").commit_id) == []
 
 
