@@ -53,7 +53,7 @@ def filtered_log(
         log(refs, repo, commit_id, first_parent=spec.first_parent), spec.depth, "depth"
     )
     if spec.after:
-        commits = _after(commits, spec.after)
+        commits = _after(commits, refs.get_commit(repo, spec.after))
     if spec.where is not None:
         commits = matching(commits, spec.where)
     if spec.paths is not None:
@@ -62,13 +62,18 @@ def filtered_log(
     return bounded(commits, spec.limit, "limit")
 
 
-def _after(commits: Iterator[Commit], commit_id: str) -> Iterator[Commit]:
-    """The commits after `commit_id`; `NotFound` (when reached) if it is not among them."""
+def _after(commits: Iterator[Commit], after: Commit) -> Iterator[Commit]:
+    """The commits after `after`; `NotFound` once the walk, in history order, has passed
+    where `after` would be without meeting it: a commit of another line of history costs
+    the commits above it, not the whole history."""
+    passed = _rank(after)[:3]
     for commit in commits:
-        if commit.id == commit_id:
+        if commit.id == after.id:
             yield from commits
             return
-    raise NotFound(f"commit {commit_id!r} is not in that history")
+        if _rank(commit)[:3] > passed:
+            break
+    raise NotFound(f"commit {after.id!r} is not in that history")
 
 
 def log(

@@ -53,8 +53,13 @@ def open_store(url: str, *, create: bool = True) -> Store:
         from branchwater.engine.kv.dynamodb import DynamoDBStore
 
         return DynamoDBStore(url, create=create)
+    shown = (
+        f"in {redact_url(url)!r}"
+        if "://" in url
+        else "(the value is not shown: not a URL, it may hold a password as it stands)"
+    )
     raise ConfigurationError(
-        f"unknown KV URL scheme {scheme or '(none)'!r} in {redact_url(url)!r}; "
+        f"unknown KV URL scheme {scheme or '(none)'!r} {shown}; "
         f"use one of {', '.join(s + '://' for s in SCHEMES if s != 'postgres')}"
     )
 

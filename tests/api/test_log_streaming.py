@@ -73,9 +73,19 @@ def test_arguments_are_checked_when_log_is_called(history: Repository) -> None:
         history.log("no-such-ref")
 
 
-def test_a_page_after_a_commit_not_in_the_history_fails_as_it_is_read(
-    history: Repository,
+def test_a_page_after_a_commit_of_another_line_fails_without_walking_the_history(
+    history: Repository, reads: list[str]
 ) -> None:
-    commits = history.log("main", after="0" * 64)
+    """The walk is in history order: once past where the commit would be, it is not there
+    (a `?after=` the web UI passes on costs the commits above it, not the whole history);
+    a commit that does not exist is refused when `log` is called."""
+    side = history.create_branch("side", "main~5")
+    side.upload("s", b"s")
+    elsewhere = side.commit("s").id
+    reads.clear()
+    commits = history.log("main", after=elsewhere)
     with pytest.raises(NotFound, match="not in that history"):
         next(commits)
+    assert len(reads) <= 10
+    with pytest.raises(NotFound):
+        history.log("main", after="0" * 64)

@@ -27,6 +27,19 @@ def test_unknown_scheme_is_a_configuration_error(url: str) -> None:
         open_store(url)
 
 
+@pytest.mark.parametrize(
+    "url",
+    [SECRET, f"host=db user=bw password={SECRET}", f"bw:{SECRET}@db/lake"],
+    ids=["bare", "libpq", "no-scheme"],
+)
+def test_a_kv_setting_that_is_no_url_is_refused_without_being_shown(url: str) -> None:
+    """A password pasted where the URL goes, or a libpq string: no redaction can tell its
+    secret apart, and the message reaches logs and the UI's error page."""
+    with pytest.raises(ConfigurationError, match="scheme") as refused:
+        open_store(url)
+    assert SECRET not in str(refused.value)
+
+
 def test_non_string_url_is_rejected() -> None:
     with pytest.raises(InvalidArgument):
         open_store(b"memory://")  # type: ignore[arg-type]
