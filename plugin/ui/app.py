@@ -76,9 +76,7 @@ def create_app(access: LakeAccess | None = None, *, airflow_login: bool = False)
     async def content_security_policy(
         request: Request, call_next: Callable[[Request], Awaitable[Response]]
     ) -> Response:
-        response = await call_next(request)
-        response.headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
-        return response
+        return _with_policy(await call_next(request))
 
     _add_pages(app, lake_access, page)
     add_browser_pages(app, lake_access, page)
@@ -197,7 +195,15 @@ def _add_error_pages(app: FastAPI, page: _Renderer) -> None:
     def unexpected(request: Request, exc: Exception) -> Response:
         log.exception("Branchwater view failed on %s", request.url.path)
         message = f"{type(exc).__name__}: the API server's log has the details"
-        return page.error(request, 500, "Internal error", message)
+        return _with_policy(page.error(request, 500, "Internal error", message))
+
+
+def _with_policy(response: Response) -> Response:
+    """`CONTENT_SECURITY_POLICY` unless the response sets its own. The unexpected-error page
+    needs it set by its handler: Starlette serves that page from its outermost middleware,
+    past the app's own."""
+    response.headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
+    return response
 
 
 def _closing(access: LakeAccess) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:

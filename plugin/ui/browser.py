@@ -4,7 +4,9 @@ its entry, the last commit that changed it and a preview of Parquet and CSV obje
 Listings are paged (`PAGE` rows): a folder costs one listing seek past its contents, never a
 walk through them. The last commit is searched among the ref's newest `HISTORY_DEPTH`
 commits only. A preview reads through `Ref.open` + pyarrow and never reads more than
-`PREVIEW_BYTES` of the object: a Parquet footer and first row group, a CSV's first block.
+`PREVIEW_BYTES` of the object: a Parquet footer and first row group, a CSV's first block. It
+decodes no Parquet row groups whose footer says they expand past `PREVIEW_DECODED`, and cuts
+long cells in Arrow, before any becomes a Python value.
 Refs and paths come from the URL: names the engine refuses are 404 pages, and every value is
 escaped by the templates.
 """
@@ -23,6 +25,7 @@ from branchwater.engine import BranchwaterError, InvalidArgument, NotFound, huma
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
     from branchwater.engine import Commit, Entry, Ref, Repository
     from branchwater.plugin.ui.app import _Renderer
@@ -34,6 +37,10 @@ HISTORY_DEPTH = 100
 """Commits searched for the last one that changed an object."""
 PREVIEW_BYTES = 8 << 20
 """The most a preview reads of an object."""
+PREVIEW_DECODED = 32 << 20
+"""The most a Parquet preview decodes, as the footer states the uncompressed size of the row
+groups its rows lie in: `PREVIEW_BYTES` bounds the compressed bytes fetched only, and those
+can expand a thousandfold (a 10 KiB object can hold a 48 MiB cell of zeros)."""
 PREVIEW_ROWS = 20
 CELL_CHARS = 200
 CSV_BLOCK = 1 << 20
@@ -246,13 +253,43 @@ def preview(ref: Ref, entry: Entry) -> Preview | None:
 
 
 def _parquet(f: Bounded, result: Preview) -> None:
+    """The schema, then the first rows unless the row groups they lie in decode to more than
+    `PREVIEW_DECODED`."""
     import pyarrow.parquet as pq
 
     file = pq.ParquetFile(f)
     result.columns = _columns(file.schema_arrow)
-    for batch in file.iter_batches(batch_size=PREVIEW_ROWS):
+    groups = _leading_groups(file.metadata)
+    decoded = sum(_decoded_size(file.metadata.row_group(i)) for i in groups)
+    if decoded > PREVIEW_DECODED:
+        result.note = (
+            f"rows not shown: too large to preview, their row groups decode to "
+            f"{human_size(decoded)} (a preview decodes at most {human_size(PREVIEW_DECODED)})"
+        )
+        return
+    for batch in file.iter_batches(batch_size=PREVIEW_ROWS, row_groups=groups):
         _rows(batch, result)
         break
+
+
+def _leading_groups(metadata: pq.FileMetaData) -> list[int]:
+    """The row groups the first `PREVIEW_ROWS` rows lie in: a batch of them reads on from a
+    smaller group into the next."""
+    groups: list[int] = []
+    rows = 0
+    for i in range(metadata.num_row_groups):
+        if rows >= PREVIEW_ROWS:
+            break
+        groups.append(i)
+        rows += metadata.row_group(i).num_rows
+    return groups
+
+
+def _decoded_size(group: pq.RowGroupMetaData) -> int:
+    """A row group's uncompressed size as its footer states it: the group's own figure, or its
+    columns' where those add up to more (a writer may set either carelessly)."""
+    columns = sum(group.column(i).total_uncompressed_size for i in range(group.num_columns))
+    return max(group.total_byte_size, columns)
 
 
 def _csv(f: Bounded, delimiter: str, result: Preview) -> None:
@@ -280,7 +317,26 @@ def _columns(schema: pa.Schema) -> list[tuple[str, str]]:
 
 def _rows(batch: pa.RecordBatch, result: Preview) -> None:
     shown = batch.slice(0, PREVIEW_ROWS)
-    result.rows = [[_cell(v) for v in row.values()] for row in shown.to_pylist()]
+    columns = [_cut(column).to_pylist() for column in shown.columns]
+    result.rows = [[_cell(column[i]) for column in columns] for i in range(shown.num_rows)]
+
+
+def _cut(column: pa.Array) -> pa.Array:
+    """Strings and binaries cut in Arrow to what a cell shows, still marked as longer where
+    they were: made Python values (and hexed) whole, one value costs its full size though a
+    cell shows `CELL_CHARS` characters of it."""
+    import pyarrow.compute as pc
+    import pyarrow.types as types
+
+    if types.is_string(column.type) or types.is_large_string(column.type):
+        return pc.utf8_slice_codeunits(column, 0, CELL_CHARS + 1)
+    if (
+        types.is_binary(column.type)
+        or types.is_large_binary(column.type)
+        or types.is_fixed_size_binary(column.type)
+    ):
+        return pc.binary_slice(column, 0, CELL_CHARS // 2 + 1)
+    return column
 
 
 def _cell(value: Any) -> str:

@@ -27,6 +27,7 @@ from branchwater.engine.errors import CorruptedData, GateFailed, InvalidArgument
 from branchwater.engine.gc.addresses import ID_PATTERN
 from branchwater.engine.gc.runs.statuses import GATE_FAILED, MARKED, SWEPT
 from branchwater.engine.gc.runs.storage import Namespace, missing_ok_json
+from branchwater.engine.objects import ObjectStore
 
 RUNS_PREFIX = "_branchwater/retention/gc/"
 FORMAT = "branchwater-gc-run/1"
@@ -213,7 +214,13 @@ def saved_summary(ns: Namespace, run_id: str) -> RunSummary | None:
 
 def run_ids(ns: Namespace) -> list[str]:
     """Ids of the runs saved in the namespace, newest first."""
-    listing = ns.list_dir(RUNS_PREFIX.rstrip("/"))
+    return stored_run_ids(ns.store)
+
+
+def stored_run_ids(store: ObjectStore) -> list[str]:
+    """`run_ids` in a namespace's object store opened by its reader (the Branchwater view): the
+    runs' folders from one delimiter listing, never a listing of the files runs wrote."""
+    listing = store.list_folder(RUNS_PREFIX.rstrip("/"), metadata=False)
     return sorted(name for name in listing.directories if RUN_ID.match(name))
 
 

@@ -5,16 +5,22 @@ a line that says so, not a failed page."""
 from __future__ import annotations
 
 import json
-import re
+from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 from branchwater.engine.errors import CorruptedData, NotFound
-from branchwater.engine.gc.addresses import ID_PATTERN
-from branchwater.engine.gc.runs.files import REPORT, RUN_ID, RUNS_PREFIX, SUMMARY, Volume
+from branchwater.engine.gc.runs.files import (
+    REPORT,
+    RUN_ID,
+    SUMMARY,
+    Volume,
+    run_prefix,
+    stored_run_ids,
+)
 from branchwater.engine.objects import ObjectStore
 
-RUN_FILE = re.compile(rf"^{re.escape(RUNS_PREFIX)}(?P<run_id>{ID_PATTERN})/(?P<name>[^/]+)\Z")
 MAX_RUNS = 100
 """Runs listed, newest first."""
 
@@ -62,38 +68,58 @@ class GCRun:
 
 
 def list_runs(store: ObjectStore, limit: int = MAX_RUNS) -> list[GCRun]:
-    """The runs whose mark finished (they have a summary), newest first."""
-    files: dict[str, set[str]] = {}
-    for info in store.list_objects(RUNS_PREFIX):
-        match = RUN_FILE.match(info.key)
-        if match:
-            files.setdefault(match["run_id"], set()).add(match["name"])
-    finished = sorted(run_id for run_id, names in files.items() if SUMMARY in names)
-    return [_run(store, run_id, REPORT in files[run_id]) for run_id in finished[:limit]]
+    """The runs whose mark finished (they have a summary), newest first: their folders from
+    one delimiter listing, then their files by key, never a listing of the thousands of files
+    a run writes."""
+    finished = list(islice(_saved_summaries(store), limit))
+    reports = store.stat_many([run_prefix(run_id) + REPORT for run_id, _ in finished]).sizes
+    return [
+        _run(store, run_id, data, size is not None)
+        for (run_id, data), size in zip(finished, reports, strict=True)
+    ]
 
 
-def _run(store: ObjectStore, run_id: str, has_report: bool) -> GCRun:
-    """A run's line; a damaged summary is a line that says so, not a failed page."""
+def _saved_summaries(store: ObjectStore) -> Iterator[tuple[str, bytes]]:
+    """Each run's id and summary as saved, newest first, skipping runs that have none (their
+    mark did not finish)."""
+    for run_id in stored_run_ids(store):
+        try:
+            yield run_id, store.get(run_prefix(run_id) + SUMMARY)
+        except NotFound:
+            continue
+
+
+def _run(store: ObjectStore, run_id: str, data: bytes, has_report: bool) -> GCRun:
+    """A run's line; a damaged summary is a line that says so, not a failed page: one that
+    is not JSON, and one whose figures are not figures (`GCRun.from_summary` fails)."""
     try:
-        return GCRun.from_summary(read_summary(store, run_id), has_report)
+        return GCRun.from_summary(_summary_document(store, run_id, data), has_report)
     except CorruptedData as exc:
-        unknown = Volume(0, 0)
-        return GCRun(
-            run_id, "unreadable", "", False, "", None, unknown, unknown, False, str(exc), has_report
-        )
+        error = str(exc)
+    except (ValueError, TypeError, AttributeError, KeyError) as exc:
+        error = str(_damaged(store, run_id, f"{type(exc).__name__}: {exc}"))
+    unknown = Volume(0, 0)
+    return GCRun(
+        run_id, "unreadable", "", False, "", None, unknown, unknown, False, error, has_report
+    )
 
 
 def read_summary(store: ObjectStore, run_id: str) -> dict[str, Any]:
-    data = _read(store, run_id, SUMMARY, "summary")
+    return _summary_document(store, run_id, _read(store, run_id, SUMMARY, "summary"))
+
+
+def _summary_document(store: ObjectStore, run_id: str, data: bytes) -> dict[str, Any]:
     try:
         document = json.loads(data)
     except ValueError:
         document = None
     if not isinstance(document, dict) or "run_id" not in document:
-        raise CorruptedData(
-            f"GC run {run_id!r} has a damaged summary in {store.url}: not a run's JSON summary"
-        )
+        raise _damaged(store, run_id, "not a run's JSON summary")
     return document
+
+
+def _damaged(store: ObjectStore, run_id: str, why: str) -> CorruptedData:
+    return CorruptedData(f"GC run {run_id!r} has a damaged summary in {store.url}: {why}")
 
 
 def read_report(store: ObjectStore, run_id: str) -> bytes:
@@ -104,7 +130,7 @@ def _read(store: ObjectStore, run_id: str, name: str, what: str) -> bytes:
     if not RUN_ID.match(run_id):
         raise NotFound(f"{run_id!r} is not a GC run id (such as fe5dcfcfb8ff-4db019)")
     try:
-        return store.get(f"{RUNS_PREFIX}{run_id}/{name}")
+        return store.get(run_prefix(run_id) + name)
     except NotFound:
         raise NotFound(
             f"GC run {run_id!r} has no {what} in {store.url}: it does not exist or its mark "

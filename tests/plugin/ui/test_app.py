@@ -4,6 +4,7 @@ links lead on, and the 404 and 503 pages."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -183,6 +184,57 @@ def test_a_damaged_summary_is_named_not_a_failed_page(
     assert f"GC run '{damaged}' has a damaged summary" in page.text
 
 
+@pytest.mark.parametrize(
+    "counts",
+    [
+        {"candidates": {"objects": "many"}},
+        {"deleted": {"bytes": None}},
+        {"candidates": "all"},
+        [3, 3_072],
+    ],
+)
+def test_a_summary_whose_figures_are_not_figures_is_named_not_a_failed_page(
+    view_lake: ViewLake, client: TestClient, counts: Any
+) -> None:
+    repo = view_lake.repo
+    damaged = "000000000000-abcdef"
+    store = open_object_store(repo.storage_namespace)
+    summary = {"run_id": damaged, "status": "marked", "counts": counts}
+    store.put(f"{files.RUNS_PREFIX}{damaged}/{files.SUMMARY}", json.dumps(summary).encode())
+    table = get(client, f"/repositories/{repo.name}/gc").tables["gc-runs"]
+    assert f"{damaged} unreadable" in table
+    assert f"GC run '{damaged}' has a damaged summary" in table
+    assert view_lake.gc_run_id in table
+
+
+def test_the_gc_page_lists_runs_folders_and_reads_their_files_by_key(
+    view_lake: ViewLake, client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run writes thousands of candidates and state files: the page lists the runs' folders
+    only, then reads each summary and looks up each report by key."""
+    repo, run_id = view_lake.repo, view_lake.gc_run_id
+    store = open_object_store(repo.storage_namespace)
+    unfinished, without_report = "000000000000-000001", "000000000000-000002"
+    store.put(f"{files.set_prefix(unfinished, files.CANDIDATES)}/{files.part_name(0)}", b"x")
+    summary = {"run_id": without_report, "status": "marked", "mode": "clean"}
+    store.put(files.run_prefix(without_report) + files.SUMMARY, json.dumps(summary).encode())
+    listed: list[str] = []
+    list_objects = type(store).list_objects
+
+    def listing(self: Any, prefix: str = "") -> Any:
+        listed.append(prefix)
+        return list_objects(self, prefix)
+
+    monkeypatch.setattr(type(store), "list_objects", listing)
+    page = get(client, f"/repositories/{repo.name}/gc")
+    table = page.tables["gc-runs"]
+    assert not [prefix for prefix in listed if prefix.startswith(files.RUNS_PREFIX)]
+    assert unfinished not in table
+    assert f"{without_report} clean marked —" in table
+    assert without_report not in page.links
+    assert page.links[run_id] == f"/repositories/{repo.name}/gc/{run_id}/report.html"
+
+
 def test_a_namespace_without_gc_runs_says_how_to_make_one(
     lake_conn: LakeConnection, client: TestClient
 ) -> None:
@@ -214,6 +266,26 @@ def test_unknown_names_are_a_404_page_with_a_readable_message(
     assert page.text.startswith("Not found")
     assert message in page.text
     assert page.links["All repositories"] == "/"
+
+
+def test_an_unexpected_error_is_a_500_page_that_runs_no_scripts_either(
+    view_lake: ViewLake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Starlette serves the unexpected-error page from outside the app's middleware."""
+
+    def failing(*args: Any) -> Any:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(view.history, "list_runs", failing)
+    access = LakeAccess()
+    with TestClient(view.create_app(access), raise_server_exceptions=False) as client:
+        response = client.get(f"/repositories/{view_lake.repo.name}/gc")
+    access.close()
+    assert response.status_code == 500
+    assert "RuntimeError: the API server's log has the details" in Page(response.text).text
+    assert "Traceback" not in response.text
+    assert response.headers["content-security-policy"] == view.CONTENT_SECURITY_POLICY
+    assert "frame-ancestors 'self'" in response.headers["content-security-policy"]
 
 
 def test_an_unusable_connection_is_a_503_page_and_the_next_request_retries(

@@ -205,6 +205,52 @@ def test_previews_never_read_more_than_their_bound(
     assert 0 < fetched(wide) <= bound and 0 < fetched(long) <= bound
 
 
+def test_parquet_rows_that_decode_past_the_bound_are_not_decoded(
+    browse_lake: BrowseLake, client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A few KiB of Parquet may hold megabytes of zeros: the footer's uncompressed sizes of
+    the row groups the first rows lie in (here a small group, then a large one) decide."""
+    bound = 1 << 20
+    monkeypatch.setattr(browser, "PREVIEW_DECODED", bound)
+    main = browse_lake.repo.branch("main")
+    rows = [{"id": 0, "blob": b"small"}, {"id": 1, "blob": bytes(2 * bound)}]
+    out = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows), out, row_group_size=1, compression="zstd")
+    assert len(out.getvalue()) < bound // 8
+    main.upload("big/bomb.parquet", out.getvalue())
+
+    page = get(client, object_url(main.repository, "main", "big/bomb.parquet"))
+    assert page.tables["schema"].split() == ["Column", "Type", "id", "int64", "blob", "binary"]
+    assert "rows" not in page.tables
+    assert "rows not shown: too large to preview" in page.text
+    assert f"(a preview decodes at most {human_size(bound)})" in page.text
+
+
+def test_long_cells_are_cut_in_arrow_before_they_become_python_values(
+    browse_lake: BrowseLake, client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    longest = 0
+    cell = browser._cell
+
+    def measured(value: Any) -> str:
+        nonlocal longest
+        longest = max(longest, len(value) if isinstance(value, str | bytes) else 0)
+        return cell(value)
+
+    monkeypatch.setattr(browser, "_cell", measured)
+    main = browse_lake.repo.branch("main")
+    text = "é" * 100_000
+    main.upload("big/long.parquet", parquet([{"text": text, "blob": b"\xab" * 100_000}]))
+    main.upload("big/long.csv", b"text\n" + text.encode() + b"\n")
+
+    cells = get(client, object_url(main.repository, "main", "big/long.parquet")).tables["rows"]
+    limit = browser.CELL_CHARS
+    assert cells.split() == ["text", "blob", "é" * (limit - 1) + "…", "ab" * 99 + "a…"]
+    csv = get(client, object_url(main.repository, "main", "big/long.csv")).tables["rows"]
+    assert csv.split() == ["text", "é" * (limit - 1) + "…"]
+    assert 0 < longest <= limit + 1
+
+
 def test_objects_without_a_preview_say_why(browse_lake: BrowseLake, client: TestClient) -> None:
     repo = browse_lake.repo
     text = get(client, object_url(repo, "main", "raw/notes.txt")).text
