@@ -136,16 +136,22 @@ class History(BranchSteps[Model]):
         model.staged[dst] = copied.address
 
     def link(self) -> None:
+        """Once `expire` moved the lake's clock days ahead, a token is issued after the
+        object's stamp (the file system's clock): the link stages a fresh copy, and the
+        object written at the token's address stays, unreferenced."""
         _, branch, model = self.branch()
         physical = branch.get_physical_address()
         data = self.content()
         self.gc.objects.put(physical.address, data)
         path = self.random.choice(PATHS)
         checksum = hashlib.sha256(data).hexdigest()
-        branch.link_physical_address(path, physical.token, size=len(data), checksum=checksum)
-        model.staged[path] = physical.address
-        self.model.written.add(physical.address)
-        self.model.labels[physical.address] = data.decode()
+        entry = branch.link_physical_address(
+            path, physical.token, size=len(data), checksum=checksum
+        )
+        model.staged[path] = entry.address
+        for address in {physical.address, entry.address}:
+            self.model.written.add(address)
+            self.model.labels[address] = data.decode()
 
     def abandon(self) -> None:
         """An upload whose link never comes: garbage once older than the minimum age."""
