@@ -226,7 +226,8 @@ def fresh_object(
             "write it again"
         ) from None
     if written_long_ago(began, copied.mtime):
-        discard(store, fresh)
+        for unstaged in (fresh, address) if drop_written else (fresh,):
+            discard(store, unstaged)
         raise Unavailable(
             f"copying {address!r} in {store.url} to a fresh address, to stage it younger "
             f"than GC's minimum age, took {_hours_since(began)} hours, so the copy looks as "

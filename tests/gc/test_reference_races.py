@@ -285,31 +285,27 @@ def test_an_object_whose_write_took_hours_is_staged_at_a_fresh_address(
     assert main.read("dst") == b"precious"
 
 
-def test_an_object_collected_before_its_fresh_copy_fails_the_write_and_stages_nothing(
-    repo: Repository,
+@pytest.mark.parametrize(
+    ("stamping", "says"),
+    [
+        ({"sweep": True}, r"collected it before it was staged.*write it again"),
+        ({"slow_copies": True}, r"took .* hours, so the copy looks as old"),
+    ],
+    ids=["collected-before-the-copy", "copy-took-hours-too"],
+)
+def test_a_fresh_copy_not_made_in_time_fails_the_write_and_stages_nothing(
+    repo: Repository, stamping: dict[str, bool], says: str
 ) -> None:
-    stamping = StampedAsAWSDoes(repo, sweep=True)
-    repo.lake.graveler._objects[repo.storage_namespace] = stamping  # type: ignore[assignment]
+    stamped = StampedAsAWSDoes(repo, **stamping)
+    repo.lake.graveler._objects[repo.storage_namespace] = stamped  # type: ignore[assignment]
     main = repo.branch("main")
-    with pytest.raises(Unavailable, match=r"collected it before it was staged.*write it again"):
+    with pytest.raises(Unavailable, match=says):
         main.upload("dst", b"precious")
     assert list(main.list()) == []
-    assert not stamping.store.exists(stamping.stamped[0])
-    repo.lake.graveler._objects[repo.storage_namespace] = stamping.store
+    assert not [key for key in [*stamped.stamped, *stamped.copies] if stamped.store.exists(key)]
+    repo.lake.graveler._objects[repo.storage_namespace] = stamped.store
     main.upload("dst", b"again")
     assert main.read("dst") == b"again"
-
-
-def test_a_fresh_copy_that_took_hours_too_fails_the_write_and_stages_nothing(
-    repo: Repository,
-) -> None:
-    stamping = StampedAsAWSDoes(repo, slow_copies=True)
-    repo.lake.graveler._objects[repo.storage_namespace] = stamping  # type: ignore[assignment]
-    main = repo.branch("main")
-    with pytest.raises(Unavailable, match=r"took .* hours, so the copy looks as old"):
-        main.upload("dst", b"precious")
-    assert list(main.list()) == []
-    assert not [key for key in stamping.copies if stamping.store.exists(key)]
 
 
 class SlowFile(io.BytesIO):

@@ -15,7 +15,7 @@ from branchwater.engine import Lake, OutcomeUnknown, Unavailable
 from branchwater.engine.api import Repository
 from branchwater.engine.objects import s3 as s3_module
 from tests.fixtures.s3 import S3Server
-from tests.helpers.http_relay import HttpRelay, request_to, s3_error
+from tests.helpers.http_relay import HttpRelay, multipart_completion, request_to, s3_error
 
 pytestmark = pytest.mark.s3
 
@@ -29,11 +29,6 @@ def repo(
     options = {**s3_server.options, "endpoint_url": s3_relay.endpoint_url}
     with Lake.connect(f"sqlite:///{tmp_path}/kv.db", s3_options=options) as lake:
         yield lake.create_repository("sales", storage_namespace=f"s3://{s3_bucket}/sales")
-
-
-def completion(data: bytes) -> bool:
-    line = data.split(b"\r\n", 1)[0]
-    return data.startswith(b"POST ") and b"uploadId=" in line
 
 
 def test_a_commit_whose_range_replies_are_lost_records_nothing_and_says_try_again(
@@ -55,8 +50,8 @@ def test_a_commit_whose_range_replies_are_lost_records_nothing_and_says_try_agai
 def test_an_upload_whose_completion_is_lost_stages_nothing_and_says_upload_again(
     repo: Repository, s3_relay: HttpRelay
 ) -> None:
-    s3_relay.cut_reply_to(completion)
-    s3_relay.answer(completion, s3_error(404, "Not Found", "NoSuchUpload"))
+    s3_relay.cut_reply_to(multipart_completion)
+    s3_relay.answer(multipart_completion, s3_error(404, "Not Found", "NoSuchUpload"))
     main = repo.branch("main")
     with pytest.raises(Unavailable, match="nothing was staged: upload it again") as failed:
         main.upload("big", bytes(s3_module.PART_SIZE + 1))

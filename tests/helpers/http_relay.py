@@ -35,6 +35,12 @@ def request_to(method: str, path_part: str, *headers: str) -> Picks:
     return picks
 
 
+def multipart_completion(data: bytes) -> bool:
+    """Picks the request that completes a multipart upload (POST …?uploadId=…)."""
+    line = data.split(b"\r\n", 1)[0]
+    return data.startswith(b"POST ") and b"uploadId=" in line
+
+
 def reply(status: int, reason: str, body: str = "", *, close: bool = False) -> bytes:
     """An HTTP/1.1 reply as a server would send it."""
     data = body.encode()

@@ -24,7 +24,14 @@ from branchwater.engine.errors import OutcomeUnknown, Unavailable
 from branchwater.engine.objects import s3 as s3_module
 from branchwater.engine.objects.s3 import S3ObjectStore
 from tests.fixtures.s3 import S3Server
-from tests.helpers.http_relay import HttpRelay, Picks, reply, request_to, s3_error
+from tests.helpers.http_relay import (
+    HttpRelay,
+    Picks,
+    multipart_completion,
+    reply,
+    request_to,
+    s3_error,
+)
 
 pytestmark = pytest.mark.s3
 
@@ -287,19 +294,14 @@ def test_an_upload_whose_start_was_answered_twice_is_discarded_by_the_sweep(
     assert store.get("m1") == body
 
 
-def completion(data: bytes) -> bool:
-    line = data.split(b"\r\n", 1)[0]
-    return data.startswith(b"POST ") and b"uploadId=" in line
-
-
 def test_an_upload_whose_completion_reply_is_lost_and_then_forgotten_is_outcome_unknown(
     store: S3ObjectStore, s3_relay: HttpRelay
 ) -> None:
     """The completion ran and its reply was cut; the server answers the one obstore sent
     again with NoSuchUpload, as a server that forgets completed uploads does. The object is
     there, and the write said "object not found" (`NotFound`)."""
-    s3_relay.cut_reply_to(completion)
-    s3_relay.answer(completion, s3_error(404, "Not Found", "NoSuchUpload"))
+    s3_relay.cut_reply_to(multipart_completion)
+    s3_relay.answer(multipart_completion, s3_error(404, "Not Found", "NoSuchUpload"))
     body = bytes(s3_module.PART_SIZE + 1)
 
     with pytest.raises(OutcomeUnknown, match="may or may not have completed"):
