@@ -483,13 +483,21 @@ class Repository:
         self._g.refs.remove_tag(self.record, name)
 
     def prepare_uncommitted_for_gc(
-        self, run_id: str | None = None, *, progress: commit_ops.Progress | None = None
+        self,
+        run_id: str | None = None,
+        *,
+        progress: commit_ops.Progress | None = None,
+        started: Callable[[str], None] | None = None,
     ) -> PreparedRun:
         """Write every branch's uncommitted addresses, then the copy records, as Parquet for
         GC; returns (run_id, location). Passing the `run_id` of an interrupted run resumes it.
-        `progress(n)` is called as entries are written, with how many so far."""
+        `progress(n)` is called as entries are written, with how many so far; `started(id)`
+        once a new run has its id, before it scans (keep it to resume the run if stopped)."""
         _check_progress(progress)
-        return prepare_uncommitted_for_gc(self._g, self.lake.gc, self.record, run_id, progress)
+        _check_progress(started, "started", "the run's id")
+        return prepare_uncommitted_for_gc(
+            self._g, self.lake.gc, self.record, run_id, progress, started
+        )
 
     def compaction_status(self, policy: CompactionPolicy | None = None) -> list[CompactionStatus]:
         """Every branch's compaction figures and verdict (see `Branch.compaction_status`)."""
@@ -903,12 +911,12 @@ def _check_kind(name: str, value: object, kind: type) -> None:
         raise InvalidArgument(f"{name} must be a {kind.__name__}, not {type(value).__name__}")
 
 
-def _check_progress(progress: object) -> None:
-    """Checked before any work: a progress that cannot be called would fail the operation
+def _check_progress(progress: object, name: str = "progress", called_with: str = "a count") -> None:
+    """Checked before any work: a callback that cannot be called would fail the operation
     at its first report, midway."""
     if progress is not None and not callable(progress):
         raise InvalidArgument(
-            f"progress must be a function called with a count, not {type(progress).__name__}"
+            f"{name} must be a function called with {called_with}, not {type(progress).__name__}"
         )
 
 

@@ -167,15 +167,20 @@ def prepare_uncommitted_for_gc(
     repo: RepositoryRecord,
     run_id: str | None = None,
     progress: Progress | None = None,
+    started: Callable[[str], None] | None = None,
 ) -> PreparedRun:
     """Write a run and return its id and location; `run_id` resumes an unfinished run (a
-    finished one is returned as it is, once its manifest reads)."""
+    finished one is returned as it is, once its manifest reads). `started(run_id)` is told
+    a new run's id before it scans anything, for a caller that resumes it if stopped (an
+    Airflow retry)."""
     run = _Run(g, gc, repo, newest_first_id(gc.clock()) if run_id is None else run_id)
     if run.finished():
         read_manifest(run.objects, run.run_id, repo.unique_id)
         return run.result()
     run._check_duration()
     run.resume(required=run_id is not None)
+    if started is not None and run_id is None:
+        started(run.run_id)
     try:
         run.scan_branches(progress)
         copies, records = run.write_copies()

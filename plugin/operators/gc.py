@@ -15,7 +15,7 @@ import json
 import os
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +28,14 @@ from airflow.sdk.exceptions import (
     AirflowSkipException,
 )
 
-from branchwater.engine import ConfigurationError, GCRules, InvalidArgument, NotFound
+from branchwater.engine import (
+    ConfigurationError,
+    CorruptedData,
+    GCRules,
+    InvalidArgument,
+    NotFound,
+    RunExpired,
+)
 from branchwater.engine.gc.runs.config import (
     CLEAN,
     JOB_KV_ENV,
@@ -44,6 +51,8 @@ from branchwater.plugin.operators.base import (
     BranchwaterOperator,
     checked_where_declared,
     failing_at_once,
+    keep_state,
+    kept_state,
     rendered_flag,
     resolved_later,
 )
@@ -52,9 +61,11 @@ if TYPE_CHECKING:
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
     from airflow.sdk import Context
 
-    from branchwater.engine import Repository
+    from branchwater.engine import PreparedRun, Repository
     from branchwater.engine.gc.runs.files import Expectation, RunSummary
 
+PREPARE_KEY = "prepare_run"
+"""Where a prepare task keeps the run it started (its state store), for its retries."""
 PROGRESS_EVERY = 100_000
 """Entries between two progress lines in the task log."""
 DEFAULT_MASTER = "local[*]"
@@ -66,6 +77,10 @@ class BranchwaterPrepareUncommittedOperator(BranchwaterOperator):
     compacted-but-uncommitted entries, then the copy records) for a GC run.
 
     Returns `{"run_id": ..., "location": ...}`: the GC job reads the run at `location`.
+    A retry resumes the run an earlier try started (its id is kept in the task's state
+    store), from its last file, rather than scanning every branch again; one that cannot be
+    resumed (it stopped before its first file, or outlived the copy records) is replaced by
+    a new run. A run an earlier try finished is returned as it is.
 
     :param run_id: an interrupted run to resume instead of starting a new one (templated)
     """
@@ -84,9 +99,26 @@ class BranchwaterPrepareUncommittedOperator(BranchwaterOperator):
                 logged[0] = entries
                 self.log.info("%d uncommitted entries written", entries)
 
-        prepared = repo.prepare_uncommitted_for_gc(self.run_id or None, progress=progress)
+        prepared = self._prepared(repo, context, progress)
         self.log.info("GC preparation run %s is at %s", prepared.run_id, prepared.location)
         return {"run_id": prepared.run_id, "location": prepared.location}
+
+    def _prepared(
+        self, repo: Repository, context: Context, progress: Callable[[int], None]
+    ) -> PreparedRun:
+        if self.run_id:
+            return repo.prepare_uncommitted_for_gc(self.run_id, progress=progress)
+        kept = kept_state(context, PREPARE_KEY, repository=repo.name)
+        if kept is not None:
+            try:
+                return repo.prepare_uncommitted_for_gc(str(kept["run_id"]), progress=progress)
+            except (NotFound, RunExpired, CorruptedData, InvalidArgument) as exc:
+                self.log.info("Starting a new GC preparation run: %s", exc)
+
+        def started(run_id: str) -> None:
+            keep_state(context, PREPARE_KEY, repository=repo.name, run_id=run_id)
+
+        return repo.prepare_uncommitted_for_gc(progress=progress, started=started)
 
 
 def summary_record(summary: RunSummary) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -141,3 +142,7 @@ def clearing_keeps_task_state(monkeypatch: pytest.MonkeyPatch) -> None:
 
 STATE_COLUMNS = ("task_id", "map_index", "key", "dag_id", "run_id", "value", "expires_at")
 """What a task state store row holds besides the id of the DAG run it belongs to."""
+
+
+NO_RETRY_DELAY = {"retries": 1, "retry_delay": timedelta(seconds=0)}
+"""Task arguments for one retry, run at once."""

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from airflow.sdk import DAG
 
-from branchwater.engine import InvalidArgument, Repository
+from branchwater.engine import InvalidArgument, Repository, Unavailable, failpoints
+from branchwater.engine.gc import prepare
 from branchwater.engine.gc.runs import files
 from branchwater.engine.gc.runs.config import JobConfig
 from branchwater.engine.gc.runs.storage import Namespace
@@ -24,7 +25,7 @@ from branchwater.plugin.operators import (
     BranchwaterPrepareUncommittedOperator,
 )
 from branchwater.spark_jobs.gc.job import GCJob
-from tests.plugin.conftest import LakeConnection, RunDag, set_connection
+from tests.plugin.conftest import NO_RETRY_DELAY, LakeConnection, RunDag, set_connection
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -188,6 +189,45 @@ def test_gc_preparation_returns_where_its_run_is(
     assert prepared["location"].startswith(repo.storage_namespace)
     assert prepared["run_id"] in prepared["location"]
     assert result.rendered["prepare"]["repository"] == repo.name
+
+
+def test_a_retried_preparation_resumes_the_run_its_first_try_started(
+    run_dag: RunDag, lake_conn: LakeConnection, repo: Repository, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first try stops part-way (its worker lost while it scans the second branch): the
+    retry carries on the run that try started, from its last file, instead of scanning every
+    branch again under a new run."""
+    for name in ("a", "b", "c"):
+        repo.create_branch(name).upload("x", name.encode())
+    monkeypatch.setattr(prepare, "ROW_GROUP_ROWS", 1)
+    monkeypatch.setattr(
+        prepare._Run,
+        "_writer",
+        lambda run, stem, first, on_file: prepare._PartWriter(
+            run.objects, run.prefix, stem, first, 1, on_file
+        ),
+    )
+    scans: list[int] = []
+
+    def lost_on_the_second_branch() -> None:
+        scans.append(len(scans))
+        if len(scans) == 2:
+            raise Unavailable("the worker was lost")
+
+    with DAG("bw_gc_prepare_retried", schedule=None) as dag:
+        BranchwaterPrepareUncommittedOperator(
+            task_id="prepare", repository=repo.name, **NO_RETRY_DELAY
+        )
+    with failpoints.armed("prepare.branch_scan", lost_on_the_second_branch):
+        result = run_dag(dag)
+
+    assert result.state == "success", result.states
+    assert result.tries["prepare"] == 2
+    run_id = result.value("prepare")["run_id"]
+    objects = repo.lake.graveler.objects(repo.storage_namespace)
+    assert objects.list_folder(prepare.RETENTION_PREFIX.rstrip("/")).directories == [run_id]
+    table = prepare.read_run(objects, run_id)
+    assert sorted(table.column("branch").to_pylist()) == ["a", "b", "c"]
 
 
 @pytest.mark.airflow

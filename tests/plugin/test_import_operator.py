@@ -4,7 +4,6 @@ source failing without retries."""
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -12,14 +11,12 @@ from airflow.sdk import DAG
 
 from branchwater.engine import Repository
 from branchwater.plugin.operators import BranchwaterImportOperator
-from tests.plugin.conftest import LINK_TEMPLATE, LakeConnection, RunDag
+from tests.plugin.conftest import LINK_TEMPLATE, NO_RETRY_DELAY, LakeConnection, RunDag
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
-
-NO_RETRY_DELAY = {"retries": 1, "retry_delay": timedelta(seconds=0)}
 
 
 class FlakyImport(BranchwaterImportOperator):

@@ -29,7 +29,13 @@ from branchwater.plugin.sensors import BranchwaterCompactionSensor
 from tests.helpers.failpoints import PAUSE_TIMEOUT, paused_at
 from tests.helpers.races import lost_merge
 from tests.helpers.views import committed
-from tests.plugin.conftest import LINK_TEMPLATE, LakeConnection, RunDag, set_connection
+from tests.plugin.conftest import (
+    LINK_TEMPLATE,
+    NO_RETRY_DELAY,
+    LakeConnection,
+    RunDag,
+    set_connection,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -37,7 +43,6 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 
 LINK_KEY = "_link_BranchwaterCommitLink"
-NO_RETRY_DELAY = {"retries": 1, "retry_delay": timedelta(seconds=0)}
 DAY1, DAY2 = (datetime(2026, 11, day, tzinfo=timezone.utc) for day in (20, 21))
 
 
