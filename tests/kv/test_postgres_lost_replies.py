@@ -315,6 +315,13 @@ def token_rows(lake: Lake, tokens: list[str]) -> int:
     return sum(1 for token in tokens for _ in lake.graveler.kv.scan(token.encode()))
 
 
+def dropped(lake: Lake, tokens: list[str]) -> bool:
+    """Whether the tokens' rows are gone once the background drops and the cleanup ran."""
+    assert lake.wait_for_cleanup(WAIT_S)
+    lake.graveler.collect_dropped_partitions()
+    return token_rows(lake, tokens) == 0
+
+
 def tokens_of(lake: Lake, repo: Repository, branch: str) -> list[str]:
     record = lake.graveler.read_branch(lake.graveler.refs.get_repository(repo.name), branch)
     return [record.staging_token, *record.sealed_tokens]
@@ -339,9 +346,7 @@ def test_a_commit_whose_branch_swap_reply_was_lost_has_landed_once(
         main.commit("b")
     assert type(again.value) is NoChanges, again.value
     assert main.head().id == landed.id
-    assert lake.wait_for_cleanup(WAIT_S)
-    lake.graveler.collect_dropped_partitions()
-    assert token_rows(lake, sealed) == 0, "the landed commit's token was never dropped"
+    assert dropped(lake, sealed), "the landed commit's token was never dropped"
 
 
 def test_a_merge_whose_branch_swap_reply_was_lost_has_landed_once(
@@ -375,9 +380,7 @@ def test_a_branch_delete_whose_reply_was_lost_has_deleted_it_and_drops_its_token
     assert relay.cuts == 1
     with pytest.raises(NotFound):
         repo.branch("feature").head()
-    assert lake.wait_for_cleanup(WAIT_S)
-    lake.graveler.collect_dropped_partitions()
-    assert token_rows(lake, tokens) == 0, "the deleted branch's token was never dropped"
+    assert dropped(lake, tokens), "the deleted branch's token was never dropped"
 
 
 def test_an_exclusive_upload_whose_reply_was_lost_is_settled_by_a_read(
