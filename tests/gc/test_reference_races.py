@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from branchwater.engine import Lake, NotFound, Unavailable
+from branchwater.engine import Entry, Lake, NotFound, PhysicalAddress, Unavailable
 from branchwater.engine.api import Repository
 from branchwater.engine.gc.prepare import PreparedRun
 from branchwater.engine.gc.settings import GCSettings
@@ -163,6 +163,26 @@ RUN_ID_RESOLUTION = 0.002
 the run starts is not older than the run at a minimum age of zero."""
 
 
+def linked_while_a_run_scans(
+    repo: Repository, other_client: ThreadPoolExecutor, physical: PhysicalAddress, data: bytes
+) -> tuple[Entry, PreparedRun]:
+    """`data`, written at `physical`, linked as `t/x` on main by the other client, held
+    before it stages while a GC run prepares (scans the branch)."""
+    main = repo.branch("main")
+    with paused_at("link.before_stage") as pause:
+        linking = other_client.submit(
+            main.link_physical_address,
+            "t/x",
+            physical.token,
+            size=len(data),
+            checksum=content_checksum(data),
+        )
+        pause.wait()
+        run = repo.prepare_uncommitted_for_gc()
+        pause.release()
+        return linking.result(PAUSE_TIMEOUT), run
+
+
 def test_a_link_staged_after_the_scan_is_too_young_for_the_default_minimum_age(
     repo: Repository, other_client: ThreadPoolExecutor
 ) -> None:
@@ -172,16 +192,8 @@ def test_a_link_staged_after_the_scan_is_too_young_for_the_default_minimum_age(
     main = repo.branch("main")
     physical = main.get_physical_address()
     repo.lake.graveler.objects(repo.storage_namespace).put(physical.address, b"by spark")
-    checksum = content_checksum(b"by spark")
     time.sleep(RUN_ID_RESOLUTION)
-    with paused_at("link.before_stage") as pause:
-        linking = other_client.submit(
-            main.link_physical_address, "t/x", physical.token, size=8, checksum=checksum
-        )
-        pause.wait()
-        run = repo.prepare_uncommitted_for_gc()
-        pause.release()
-        result(linking)
+    _, run = linked_while_a_run_scans(repo, other_client, physical, b"by spark")
     assert physical.address not in run_addresses(repo, run)
     assert physical.address in gc_candidates(repo, run, timedelta(0))
     sweep(repo, run, GCSettings().default_min_age)
@@ -200,16 +212,8 @@ def test_a_link_of_an_object_stamped_before_its_token_stages_a_fresh_copy(
     store.put(physical.address, b"kept its time")
     kept = (datetime.now(UTC) - HOURS_AGO).timestamp()
     os.utime(store.root / physical.address, (kept, kept))  # type: ignore[attr-defined]
-    checksum = content_checksum(b"kept its time")
-    with paused_at("link.before_stage") as pause:
-        linking = other_client.submit(
-            main.link_physical_address, "t/x", physical.token, size=13, checksum=checksum
-        )
-        pause.wait()
-        run = repo.prepare_uncommitted_for_gc()
-        pause.release()
-        entry = result(linking)
-    assert entry.address != physical.address  # type: ignore[attr-defined]
+    entry, run = linked_while_a_run_scans(repo, other_client, physical, b"kept its time")
+    assert entry.address != physical.address
     sweep(repo, run, GCSettings().default_min_age)
     assert_references_intact(repo)
     assert main.read("t/x") == b"kept its time"
