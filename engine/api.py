@@ -224,8 +224,11 @@ class Repository:
         self._g.refs.get_branch(self.record, name)
         return Branch(self, name)
 
-    def branches(self) -> list[Branch]:
-        return [Branch(self, b.name) for b in self._g.refs.branches(self.record)]
+    def branches(self, *, after: str = "", limit: int | None = None) -> list[Branch]:
+        """The branches by name: all of them, or a page of at most `limit` named after
+        `after` (the last name of the page before)."""
+        records = self._g.refs.branches(self.record, after)
+        return [Branch(self, b.name) for b in history.bounded(records, limit, "limit", "branches")]
 
     def delete_branch(self, name: str) -> None:
         branch_ops.delete_branch(self._g, self.record, name)
@@ -476,8 +479,10 @@ class Repository:
         """Tag the commit `ref` resolves to; a tag or a branch of that name is `AlreadyExists`."""
         return tag_ops.create_tag(self._g, self.record, name, ref)
 
-    def tags(self) -> list[Tag]:
-        return list(self._g.refs.list_tags(self.record))
+    def tags(self, *, after: str = "", limit: int | None = None) -> list[Tag]:
+        """The tags by name: all of them, or a page, as `branches`."""
+        tags = self._g.refs.list_tags(self.record, after)
+        return list(history.bounded(tags, limit, "limit", "tags"))
 
     def delete_tag(self, name: str) -> None:
         self._g.refs.remove_tag(self.record, name)

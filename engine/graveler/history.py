@@ -13,12 +13,14 @@ import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
+from typing import TypeVar
 
 from branchwater.engine.errors import InvalidArgument, NotFound
 from branchwater.engine.graveler.committed import EMPTY_METARANGE_ID, CommittedStore
 from branchwater.engine.graveler.model import Commit, RepositoryRecord
 from branchwater.engine.graveler.refs import RefStore
 
+T = TypeVar("T")
 Ranked = tuple[int, float, str, Commit]
 """A commit as a heap item: the smallest comes first in history order."""
 _LEFT, _RIGHT, _STALE = 1, 2, 4
@@ -94,13 +96,13 @@ def log(
                 heapq.heappush(heap, _rank(refs.get_commit(repo, parent_id)))
 
 
-def bounded(commits: Iterable[Commit], count: int | None, name: str) -> Iterator[Commit]:
-    """The first `count` commits (all of them for None); `InvalidArgument` naming the
-    argument for anything but a whole number of at least 0. No history is longer than
+def bounded(items: Iterable[T], count: int | None, name: str, what: str = "commits") -> Iterator[T]:
+    """The first `count` items (all of them for None); `InvalidArgument` naming the
+    argument for anything but a whole number of at least 0. Nothing listed is longer than
     `sys.maxsize`, the most `islice` takes, so a larger count is as good as none."""
     if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
-        raise InvalidArgument(f"{name} must be a number of commits (0 or more), not {count!r}")
-    return islice(commits, None if count is None else min(count, sys.maxsize))
+        raise InvalidArgument(f"{name} must be a number of {what} (0 or more), not {count!r}")
+    return islice(items, None if count is None else min(count, sys.maxsize))
 
 
 def matching(commits: Iterable[Commit], where: Mapping[str, str]) -> Iterator[Commit]:

@@ -493,14 +493,18 @@ class RefStore:
         """Delete the branch record if unchanged since read (`PredicateFailed` otherwise)."""
         self.remove_branch_in(repo.partition, name, predicate)
 
-    def branches(self, repo: RepositoryRecord) -> Iterator[BranchRecord]:
-        """Every branch record, by name, from one scan: listing costs no read per branch."""
-        return (branch for branch, _ in self.branches_in(repo.partition))
+    def branches(self, repo: RepositoryRecord, after: str = "") -> Iterator[BranchRecord]:
+        """Every branch record named after `after`, by name, from one scan: listing costs no
+        read per branch."""
+        return (branch for branch, _ in self.branches_in(repo.partition, after))
 
-    def branches_in(self, partition: bytes) -> Iterator[tuple[BranchRecord, bytes]]:
+    def branches_in(
+        self, partition: bytes, after: str = ""
+    ) -> Iterator[tuple[BranchRecord, bytes]]:
         """`branches` of the repository partition `partition` (its record may be gone),
         each with the predicate a later swap or removal of it must pass."""
-        for _, value in scan_prefix(self.kv, partition, BRANCHES):
+        start = name_key(after, "branch name") if after else b""
+        for _, value in scan_prefix(self.kv, partition, BRANCHES, start):
             yield BranchRecord.decode(value), value
 
     def remove_branch_in(self, partition: bytes, name: str, predicate: bytes) -> None:
@@ -588,7 +592,8 @@ class RefStore:
         self.kv.delete_if(repo.partition, TAGS + tag.name.encode(), tag.encode())
 
     def list_tags(self, repo: RepositoryRecord, after: str = "") -> Iterator[Tag]:
-        for _, value in scan_prefix(self.kv, repo.partition, TAGS, after.encode()):
+        start = name_key(after, "tag name") if after else b""
+        for _, value in scan_prefix(self.kv, repo.partition, TAGS, start):
             yield Tag.decode(value)
 
     # resolution

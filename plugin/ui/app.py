@@ -10,11 +10,11 @@ commit or run) is a 404 page with the engine's message; no page ever shows a tra
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, Request
@@ -23,7 +23,10 @@ from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException
 
 from branchwater.engine import (
+    Branch,
     BranchwaterError,
+    Commit,
+    CompactionStatus,
     ConfigurationError,
     InvalidArgument,
     InvalidName,
@@ -38,9 +41,12 @@ from branchwater.plugin.ui.browser import add_browser_pages
 from branchwater.plugin.ui.lake import LakeAccess
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 LOG_PAGE = 50
 """Commits per log page."""
+REF_PAGE = 100
+"""Branches, and tags, per repository page: each branch shown costs a bounded staging scan."""
 DIFF_LIMIT = 1_000
 """Changes shown on a commit's page; the page says when there are more."""
 
@@ -91,16 +97,22 @@ def _add_pages(app: FastAPI, lake_access: LakeAccess, page: _Renderer) -> None:
         return page(request, "repositories.html", repositories=repos)
 
     @app.get("/repositories/{repository}", name="repository", response_class=HTMLResponse)
-    def repository(request: Request, repository: str) -> Response:
+    def repository(
+        request: Request, repository: str, after: str = "", tags_after: str = ""
+    ) -> Response:
         repo = lake_access.lake().repository(repository)
-        statuses = {s.branch: s for s in repo.compaction_status()}
-        branches = [(b, b.head(), statuses.get(b.name)) for b in repo.branches()]
+        branches, more_branches = _first(repo.branches(after=after, limit=REF_PAGE + 1), REF_PAGE)
+        tags, more_tags = _first(repo.tags(after=tags_after, limit=REF_PAGE + 1), REF_PAGE)
         return page(
             request,
             "repository.html",
             repo=repo,
-            branches=branches,
-            tags=repo.tags(),
+            branches=_branch_rows(branches),
+            tags=tags,
+            after=after,
+            tags_after=tags_after,
+            next_after=branches[-1].name if more_branches else None,
+            next_tags_after=tags[-1].name if more_tags else None,
             protections=repo.protections(),
         )
 
@@ -109,9 +121,8 @@ def _add_pages(app: FastAPI, lake_access: LakeAccess, page: _Renderer) -> None:
         request: Request, repository: str, ref: str, after: str | None = None
     ) -> Response:
         repo = lake_access.lake().repository(repository)
-        commits = list(repo.log(ref, limit=LOG_PAGE + 1, after=after))
-        more = len(commits) > LOG_PAGE
-        return page(request, "log.html", repo=repo, ref=ref, commits=commits[:LOG_PAGE], more=more)
+        commits, more = _first(repo.log(ref, limit=LOG_PAGE + 1, after=after), LOG_PAGE)
+        return page(request, "log.html", repo=repo, ref=ref, commits=commits, more=more)
 
     @app.get(
         "/repositories/{repository}/commits/{commit_id}",
@@ -226,9 +237,21 @@ _TITLES = {
 }
 
 
-def _first(changes: Iterator[Any], limit: int) -> tuple[list[Any], bool]:
+def _branch_rows(branches: list[Branch]) -> list[tuple[Branch, Commit, CompactionStatus]]:
+    """Each branch with its head and compaction figures; one deleted since it was listed is
+    left out."""
+    rows = []
+    for branch in branches:
+        try:
+            rows.append((branch, branch.head(), branch.compaction_status()))
+        except NotFound:
+            continue
+    return rows
+
+
+def _first(items: Iterable[T], limit: int) -> tuple[list[T], bool]:
     """Up to `limit` items, and whether there were more."""
-    shown = list(islice(changes, limit + 1))
+    shown = list(islice(items, limit + 1))
     return shown[:limit], len(shown) > limit
 
 

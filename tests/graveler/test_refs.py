@@ -94,6 +94,18 @@ def test_listing_branches_is_one_scan(lake: Lake, repo, kv: CountingStore) -> No
     assert kv.calls == [("scan", partition, b"branches/")] * 2
 
 
+def test_branches_and_tags_page_by_name(repo) -> None:
+    for name in ("a", "b", "c"):
+        repo.create_branch(name, source="main")
+        repo.tag(f"t{name}", "main")
+    assert [b.name for b in repo.branches(limit=2)] == ["a", "b"]
+    assert [b.name for b in repo.branches(after="b", limit=2)] == ["c", "main"]
+    assert [b.name for b in repo.branches(after="bb")] == ["c", "main"]
+    assert repo.branches(after="main") == []
+    assert [t.name for t in repo.tags(after="ta", limit=1)] == ["tb"]
+    assert [t.name for t in repo.tags(limit=0)] == []
+
+
 def test_delete_repository_lists_its_partitions_once_before_the_record_goes(
     lake: Lake, repo, kv: CountingStore
 ) -> None:

@@ -95,6 +95,41 @@ def test_the_log_pages_through_history(
     assert "Older commits" not in second_page.links
 
 
+def test_the_repository_page_pages_through_branches_and_tags(
+    view_lake: ViewLake, client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(view, "REF_PAGE", 2)
+    repo = view_lake.repo
+    repo.create_branch("dev", source="main")
+    for name in ("a-1", "a-2"):
+        repo.tag(name, "main")
+    first = get(client, f"/repositories/{repo.name}")
+    assert "dev" in first.tables["branches"] and "feature/orders" in first.tables["branches"]
+    assert "main" not in first.tables["branches"]
+    assert [t for t in ("a-1", "a-2", "v1") if t in first.tables["tags"]] == ["a-1", "a-2"]
+    branches = get(client, first.links["More branches"])
+    assert "main (default)" in branches.tables["branches"]
+    assert "dev" not in branches.tables["branches"]
+    assert "More branches" not in branches.links
+    assert "a-1" in branches.tables["tags"]
+    tags = get(client, branches.links["More tags"])
+    assert "v1" in tags.tables["tags"] and "a-1" not in tags.tables["tags"]
+    assert "main (default)" in tags.tables["branches"]
+    assert "More tags" not in tags.links
+
+
+def test_a_branch_deleted_while_its_page_is_drawn_is_left_out(
+    view_lake: ViewLake, client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = view_lake.repo
+    listed = repo.branches()
+    repo.delete_branch(BRANCH)
+    monkeypatch.setattr(type(repo), "branches", lambda self, **_: listed)
+    page = get(client, f"/repositories/{repo.name}")
+    assert BRANCH not in page.tables["branches"]
+    assert "main (default)" in page.tables["branches"]
+
+
 def test_a_commit_shows_its_metadata_and_its_diff_from_its_first_parent(
     view_lake: ViewLake, client: TestClient
 ) -> None:
