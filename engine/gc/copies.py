@@ -34,7 +34,7 @@ import json
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from branchwater.engine import failpoints
@@ -45,7 +45,7 @@ from branchwater.engine.graveler import reads, writes
 from branchwater.engine.graveler.external import is_external
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.model import Entry, RepositoryRecord
-from branchwater.engine.graveler.uploads import fresh_object, written_long_ago
+from branchwater.engine.graveler.uploads import write_fresh
 from branchwater.engine.kv import Store
 
 if TYPE_CHECKING:
@@ -161,14 +161,17 @@ def _deep_copy(
     next_address: Callable[[], str],
 ) -> Entry:
     """Stream the object to a new address through its checksum check, so an object larger
-    than memory copies and a corrupted one copies nothing; as an upload, a copy that took
-    long is moved to a fresh stamp before it is staged (`fresh_object`)."""
+    than memory copies and a corrupted one copies nothing; as an upload (`write_fresh`), a
+    copy that took long is moved to a fresh stamp before it is staged, and one whose reply
+    was lost is `Unavailable`, nothing staged."""
     store = g.objects(repo.storage_namespace)
-    started = datetime.now(UTC)
-    address = next_address()
     with reads.open_object(g, repo, source) as f:
-        info = store.put_stream(address, f, size=source.size)
-    address, info = fresh_object(
-        store, address, info, next_address, stale=written_long_ago(started, info.mtime)
-    )
+        address, info = write_fresh(
+            store,
+            f,
+            next_address,
+            size=source.size,
+            writing=f"copying {source.path!r} to {dst!r}",
+            again="copy it again",
+        )
     return source._replace(path=dst, address=address, mtime=info.mtime)

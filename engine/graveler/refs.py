@@ -569,8 +569,13 @@ class RefStore:
     # tags
 
     def insert_tag(self, repo: RepositoryRecord, tag: Tag) -> None:
+        """Create the tag where none has its name (else `AlreadyExists`). A lost reply is
+        settled by a read (`Store.set_unique_if`): the tag naming this very commit is the
+        outcome this call asked for, whoever wrote it, so it counts as created; a retry
+        would only meet its own write as `AlreadyExists`. Any other read stays
+        `OutcomeUnknown`."""
         try:
-            self.kv.set_if(repo.partition, TAGS + tag.name.encode(), tag.encode(), None)
+            self.kv.set_unique_if(repo.partition, TAGS + tag.name.encode(), tag.encode(), None)
         except PredicateFailed:
             raise AlreadyExists(
                 f"tag {tag.name!r} already exists in repository {repo.name!r}"

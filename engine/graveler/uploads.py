@@ -130,27 +130,21 @@ class Upload:
         now, and its object deleted if the branch shows it already; unless `recheck` is
         off, when the branch was seen to show nothing of its size at the path."""
         hasher = ContentHasher()
-        started = datetime.now(UTC)
-        address = self._next_address()
         store = self._g.objects(self._repo.storage_namespace)
-        try:
-            info = store.put_stream(
-                address, _hashed(iter_chunks(source), hasher), size=known_size(source)
-            )
-        except OutcomeUnknown as exc:
-            raise Unavailable(
-                f"writing {self._path!r} to {store.url} got no reply, so nothing was staged: "
-                "upload it again"
-            ) from exc
+        address, info = write_fresh(
+            store,
+            _hashed(iter_chunks(source), hasher),
+            self._next_address,
+            size=known_size(source),
+            writing=f"writing {self._path!r}",
+            again="upload it again",
+        )
         content = (hasher.size, hasher.hexdigest())
         if recheck and content != checked:
             existing = self._unchanged(*content)
             if existing is not None:
                 discard(store, address)
                 return existing
-        address, info = fresh_object(
-            store, address, info, self._next_address, stale=written_long_ago(started, info.mtime)
-        )
         entry = Entry(self._path, address, hasher.size, content[1], info.mtime, self._metadata)
         if not self._exclusive:
             writes.stage_entry(self._g, self._repo, self._branch, entry)
@@ -194,6 +188,33 @@ def written_long_ago(*moments: datetime) -> bool:
     """Whether the earliest of `moments` (a write's start, its object's stamp) is more than
     `RESTAMP_AFTER` ago."""
     return datetime.now(UTC) - min(moments) > RESTAMP_AFTER
+
+
+def write_fresh(
+    store: ObjectStore,
+    source: StreamSource,
+    next_address: Callable[[], str],
+    *,
+    size: int | None,
+    writing: str,
+    again: str,
+) -> tuple[str, ObjectInfo]:
+    """Write `source` to a new address, moved to a fresh one if it took long
+    (`fresh_object`): the address and info to stage. A lost reply is `Unavailable` saying
+    `writing` (what the caller writes) staged nothing and to do `again`, not the store's
+    `OutcomeUnknown`: nothing refers to the object yet, so reading its key settles nothing
+    a caller could act on, and GC collects it once old."""
+    started = datetime.now(UTC)
+    address = next_address()
+    try:
+        info = store.put_stream(address, source, size=size)
+    except OutcomeUnknown as exc:
+        raise Unavailable(
+            f"{writing} to {store.url} got no reply, so nothing was staged: {again}"
+        ) from exc
+    return fresh_object(
+        store, address, info, next_address, stale=written_long_ago(started, info.mtime)
+    )
 
 
 def fresh_object(

@@ -44,6 +44,9 @@ from branchwater.engine.kv.sql import (
 from branchwater.engine.urls import redact_url
 
 SQLITE_BUSY = 5
+SQLITE_PROTOCOL = 15
+"""WAL lock contention SQLite gave up on: a connection starting a transaction lost the race
+for the WAL index's locks again and again. Like a busy refusal it applied nothing."""
 SYNCHRONOUS_MODES = ("full", "normal", "extra")
 NO_TABLE = f"the file holds no table {DEFAULT_TABLE!r}"
 
@@ -155,7 +158,9 @@ class SQLiteStore(SQLStore):
         self._fetch("PRAGMA wal_checkpoint(PASSIVE)", (), fetch_all)
 
     def _is_busy(self, exc: Exception) -> bool:
-        return (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == SQLITE_BUSY
+        """`SQLITE_PROTOCOL` is waited out as well: it is contention for the WAL's locks
+        that SQLite stopped retrying, which passes as a busy writer does."""
+        return _primary_code(exc) in (SQLITE_BUSY, SQLITE_PROTOCOL)
 
     def _failure(self, exc: Exception) -> BranchwaterError:
         """The typed error; a lock never let go says what holds it and that the statement,
@@ -163,14 +168,27 @@ class SQLiteStore(SQLStore):
         if isinstance(exc, BranchwaterError):
             return exc
         reason = getattr(exc, "orig", None) or exc
-        if isinstance(reason, Exception) and self._is_busy(reason):
+        code = _primary_code(reason) if isinstance(reason, Exception) else 0
+        if code == SQLITE_BUSY:
             reason = (
                 f"{reason}: another connection held its write lock for the whole wait "
                 f"({BUSY_TIMEOUT_SECONDS:g} s): a long transaction (upgrade_table, a backup, an "
                 "sqlite3 shell) or a process stopped while writing; nothing was written, "
                 "try again once it lets go"
             )
+        elif code == SQLITE_PROTOCOL:
+            reason = (
+                f"{reason}: its WAL locks stayed contended for the whole wait "
+                f"({BUSY_TIMEOUT_SECONDS:g} s): many connections starting transactions at "
+                "once, or a file system whose locks SQLite cannot rely on (a network share: "
+                "keep the file on a local disk); nothing was written, try again"
+            )
         return Unavailable(f"SQLite database {self.path!r} ({self.url}) is unavailable: {reason}")
+
+
+def _primary_code(exc: Exception) -> int:
+    """The SQLite result code of a driver error without its extended bits (0 if none)."""
+    return getattr(exc, "sqlite_errorcode", 0) & 0xFF
 
 
 def _connector(path: str, create: bool) -> Callable[[], sqlite3.Connection]:

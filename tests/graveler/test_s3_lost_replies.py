@@ -1,7 +1,8 @@
 """Engine writes to S3 whose replies are lost, through a relay in front of SeaweedFS
-(`s3_relay`): a commit's range, an upload's completion. Nothing refers to such an object
-yet, so the write that needed it has recorded nothing: `Unavailable` (try again), never the
-store's `OutcomeUnknown`, whose "read the key" no caller of a commit or an upload can act on.
+(`s3_relay`): a commit's range, an upload's or a deep copy's completion. Nothing refers to
+such an object yet, so the write that needed it has recorded nothing: `Unavailable` (try
+again), never the store's `OutcomeUnknown`, whose "read the key" no caller of a commit, an
+upload or a copy can act on.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from branchwater.engine import Lake, OutcomeUnknown, Unavailable
+from branchwater.engine import Lake, NotFound, OutcomeUnknown, Unavailable
 from branchwater.engine.api import Repository
 from branchwater.engine.objects import s3 as s3_module
 from tests.fixtures.s3 import S3Server
@@ -57,3 +58,23 @@ def test_an_upload_whose_completion_is_lost_stages_nothing_and_says_upload_again
         main.upload("big", bytes(s3_module.PART_SIZE + 1))
     assert not isinstance(failed.value, OutcomeUnknown)
     assert list(main.uncommitted()) == []
+
+
+def test_a_deep_copy_whose_completion_is_lost_stages_nothing_and_says_copy_again(
+    repo: Repository, s3_relay: HttpRelay
+) -> None:
+    """Copying a committed object writes it anew, as an upload does (`write_fresh`)."""
+    main = repo.branch("main")
+    main.upload("big", bytes(s3_module.PART_SIZE + 1))
+    main.commit("big")
+    s3_relay.cut_reply_to(multipart_completion)
+    s3_relay.answer(multipart_completion, s3_error(404, "Not Found", "NoSuchUpload"))
+    says = r"copying 'big' to 'copy' .* got no reply, so nothing was staged: copy it again"
+    with pytest.raises(Unavailable, match=says) as failed:
+        main.copy("big", "copy")
+    assert not isinstance(failed.value, OutcomeUnknown)
+    assert list(main.uncommitted()) == []
+    with pytest.raises(NotFound):
+        main.stat("copy")
+    s3_relay.clear()
+    assert main.copy("big", "copy").size == s3_module.PART_SIZE + 1

@@ -434,6 +434,25 @@ def test_a_branch_creation_whose_reply_was_lost_is_settled_by_a_read(
         repo.create_branch("lost-branch", "main")
 
 
+def test_a_tag_creation_whose_reply_was_lost_is_settled_by_a_read(
+    lake: Lake, repo: Repository, relay: ReplyCutter
+) -> None:
+    """Sent again, it would meet its own tag as `AlreadyExists`: a read finding the tag at
+    the commit asked for settles it as created; one finding another commit's settles
+    nothing."""
+    relay.cut_reply_to(lambda data: b"tags/lost-tag" in data)
+    tag = repo.tag("lost-tag", "main")
+    assert relay.cuts == 1
+    assert (tag.name, tag.commit_id) == ("lost-tag", repo.branch("main").head().id)
+    assert repo.tags() == [tag]
+    taken = repo.tag("taken", "feature")
+    relay.cut_reply_to(lambda data: b"tags/taken" in data)
+    with pytest.raises(OutcomeUnknown):
+        repo.tag("taken", "main")
+    assert relay.cuts == 2
+    assert repo.tags() == [tag, taken]
+
+
 def _sessions(admin_url: str, application: str) -> list[int]:
     import psycopg
 
