@@ -179,7 +179,10 @@ class Lake:
         return self.graveler.wait_for_background(timeout)
 
     def close(self) -> None:
-        """Wait for background cleanup and release connections."""
+        """Wait for background cleanup and release connections, for good, as a file's close:
+        what a lake opens lazily (KV connections, threads, object stores and their clients)
+        refuses to open again, so a later call, or one under way on another thread, raises
+        `LakeClosed` rather than leave something open. Closing again does nothing new."""
         self.gc.close()
         self.graveler.close()
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
+from branchwater.engine.errors import lake_closed
 from branchwater.engine.per_process import forget_in_child
 
 T = TypeVar("T")
@@ -29,10 +30,13 @@ class Background:
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
         self._pending: list[Future[Any]] = []
+        self._closed = False
         forget_in_child(self)
 
     def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
         with self._lock:
+            if self._closed:
+                raise lake_closed()
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(self._workers, thread_name_prefix=self._name)
             self._pending = [future for future in self._pending if not future.done()]
@@ -56,6 +60,13 @@ class Background:
             executor, self._executor = self._executor, None
         if executor is not None:
             executor.shutdown(wait=True)
+
+    def close(self) -> None:
+        """`shutdown` for good: a later `submit` raises `LakeClosed` instead of starting
+        threads again, so work still running when its lake closes leaves none behind."""
+        with self._lock:
+            self._closed = True
+        self.shutdown()
 
     def after_fork_in_child(self) -> None:
         """In a forked child: the parent's threads are not here, nor is anyone running its

@@ -194,6 +194,16 @@ class Unavailable(BranchwaterError):
     """A database or object store could not be reached or refused our credentials."""
 
 
+class LakeClosed(BranchwaterError):
+    """A lake (or a repository, branch or ref handle of it) was used after `Lake.close()`:
+    like a closed file, a closed lake opens nothing again; open a new one."""
+
+
+def lake_closed() -> LakeClosed:
+    """The one wording of every use of a closed lake."""
+    return LakeClosed("the lake was closed: open a new one (Lake.connect) to go on")
+
+
 class OutcomeUnknown(Unavailable):
     """A conditional write whose reply was lost: it may or may not have been applied, and may
     still be; nothing is to be undone on it, only a read that shows it settles it."""

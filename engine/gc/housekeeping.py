@@ -43,7 +43,7 @@ class Housekeeper:
         return not running
 
     def close(self) -> None:
-        self._background.shutdown()
+        self._background.close()
 
 
 def _quietly(name: str, job: Callable[[], object]) -> None:

@@ -22,6 +22,7 @@ from branchwater.engine.errors import (
     InvalidArgument,
     NotFound,
     PredicateFailed,
+    lake_closed,
 )
 from branchwater.engine.graveler.committed import CommittedStore, RangeCache, RangePolicy
 from branchwater.engine.graveler.metrics import CompactionMetrics
@@ -172,11 +173,14 @@ class Graveler:
         self._objects: dict[str, ObjectStore] = {}
         self._committed: dict[str, CommittedStore] = {}
         self._lock = ChildSafeLock()
+        self._closed = False
         self._background = Background(1, "bw-drop")
         self._strays_swept_at = 0.0
 
     def objects(self, namespace: str) -> ObjectStore:
         with self._lock:
+            if self._closed:
+                raise lake_closed()
             store = self._objects.get(namespace)
             if store is None:
                 store = open_object_store(namespace, **self._options_for(namespace))
@@ -198,6 +202,8 @@ class Graveler:
         namespace = repo.storage_namespace
         objects = self.objects(namespace)
         with self._lock:
+            if self._closed:
+                raise lake_closed()
             store = self._committed.get(namespace)
             if store is None:
                 store = CommittedStore(objects, self._range_policy, disk_cache=self.range_cache)
@@ -435,13 +441,15 @@ class Graveler:
         return not running
 
     def close(self) -> None:
-        """Close what was opened; the stores are copied under the lock, as another thread's
-        first read of a namespace may open one meanwhile, and the KV store is closed
-        whatever closing the others raised."""
+        """Close what was opened, for good: work still under way on another thread gets
+        `LakeClosed` where it would open something again (a store, a drop thread, a KV
+        connection). The stores are taken under the lock that opens them, so none opens
+        after; the KV store is closed whatever closing the others raised."""
         try:
             self.wait_for_background()
-            self._background.shutdown()
+            self._background.close()
             with self._lock:
+                self._closed = True
                 committed, objects = list(self._committed.values()), list(self._objects.values())
             for store in committed:
                 store.close()

@@ -41,6 +41,7 @@ from branchwater.engine.errors import (
     OutcomeUnknown,
     PredicateFailed,
     Unavailable,
+    lake_closed,
 )
 from branchwater.engine.kv.store import UNKNOWN_OUTCOME, Store, key_not_found
 from branchwater.engine.per_process import PerProcess
@@ -102,6 +103,7 @@ class DynamoDBStore(Store):
         self._client_options = {"endpoint_url": endpoint_url, "region_name": region}
         self._clients: PerProcess[Any] = PerProcess(lambda: self._new_client(MAX_ATTEMPTS))
         self._once_clients: PerProcess[Any] = PerProcess(lambda: self._new_client(0))
+        self._closed = False
         self._clients.get()
         self._call("ensure table", self._ensure_table, create=create)
 
@@ -120,12 +122,17 @@ class DynamoDBStore(Store):
 
     @property
     def _client(self) -> Any:
-        """The client for requests that may be sent again (botocore retries them)."""
+        """The client for requests that may be sent again (botocore retries them); none once
+        closed, as a closed client would open its connections again."""
+        if self._closed:
+            raise lake_closed()
         return self._clients.get()
 
     @property
     def _once_client(self) -> Any:
         """The client for conditional writes: each request sent once (`_write_once`)."""
+        if self._closed:
+            raise lake_closed()
         return self._once_clients.get()
 
     def _ensure_table(self, create: bool) -> None:
@@ -387,6 +394,7 @@ class DynamoDBStore(Store):
         return pairs
 
     def close(self) -> None:
+        self._closed = True
         for clients in (self._clients, self._once_clients):
             client = clients.made_here()
             if client is not None:

@@ -56,7 +56,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 from sqlalchemy import Engine, MetaData, Table
 from sqlmodel import Field, SQLModel
 
-from branchwater.engine.errors import BranchwaterError, PredicateFailed
+from branchwater.engine.errors import BranchwaterError, PredicateFailed, lake_closed
 from branchwater.engine.kv.store import KeyValue, Store, check_partition, key_not_found
 from branchwater.engine.urls import redact_url
 
@@ -211,6 +211,8 @@ class SQLStore(Store):
         self._connections: weakref.WeakSet[_Connection] = weakref.WeakSet()
         self._lock = threading.Lock()
         """Held while connecting, while taking the connections to close, and by a fork."""
+        self._closed = False
+        """Set by `close`: the one place connections are made refuses to make another."""
         self._held_for_fork: list[_Connection] = []
         _LIVE_STORES.add(self)
 
@@ -260,6 +262,8 @@ class SQLStore(Store):
 
     def _connect(self) -> _Connection:
         with self._lock:
+            if self._closed:
+                raise lake_closed()
             try:
                 pooled = self._engine.raw_connection()
                 conn = _Connection(pooled, self._open_cursor(pooled.driver_connection))
@@ -273,8 +277,11 @@ class SQLStore(Store):
         any other failure is the statement's own and raises its typed error.
 
         Only a lost connection is worth retrying, and only for statements that may run
-        twice: a conditional write whose reply was lost may have been applied already.
+        twice: a conditional write whose reply was lost may have been applied already. A
+        connection `close` took from under a statement is the store closing, not failing.
         """
+        if self._closed:
+            raise lake_closed() from exc
         if not self._is_broken(conn.dbapi):
             raise self._failure(exc) from exc
         conn.discard()
@@ -500,11 +507,15 @@ class SQLStore(Store):
         return itertools.chain.from_iterable(map(_key_values, batches))
 
     def close(self) -> None:
+        """Close every connection, for good: a statement still under way on another thread
+        ends, and the next one gets `LakeClosed` rather than a new connection."""
         with self._lock:
+            self._closed = True
             connections, self._connections = list(self._connections), weakref.WeakSet()
         self._idle = []
         for conn in connections:
             conn.close()
+        self._idle = []
         self._engine.dispose()
 
     def _hold_for_fork(self) -> None:

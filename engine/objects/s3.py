@@ -29,6 +29,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import reduce
 from itertools import chain, islice
@@ -57,6 +58,7 @@ from branchwater.engine.errors import (
     NotFound,
     OutcomeUnknown,
     Unavailable,
+    lake_closed,
 )
 from branchwater.engine.objects.native_exit import drain_native_readers_at_exit
 from branchwater.engine.objects.s3_fallback import THROTTLED, Boto3Keys, addressable, refusal
@@ -135,22 +137,73 @@ _UNREACHABLE = ("HTTP error", "error sending request", "timed out", "connection"
 """What obstore's messages say when no HTTP response came back."""
 _DELETE_FAILED = "DeleteObjects request failed for key"
 """obstore's message for the first key a DeleteObjects reply says it could not delete."""
-_CLIENT_OPTIONS: ClientConfig = {
-    "connect_timeout": timedelta(seconds=10),
-    "read_timeout": timedelta(seconds=60),
-    "timeout": timedelta(hours=1),
+CONNECT_TIMEOUT_ENV = "BRANCHWATER_S3_CONNECT_TIMEOUT"
+READ_TIMEOUT_ENV = "BRANCHWATER_S3_READ_TIMEOUT"
+RETRY_TIMEOUT_ENV = "BRANCHWATER_S3_RETRY_TIMEOUT"
+_TRANSFER_TIMEOUT = timedelta(hours=1)
+"""obstore's bound on a whole request: how long a large transfer may take, not a stall."""
+_BACKOFF = {
+    "init_backoff": timedelta(milliseconds=100),
+    "max_backoff": timedelta(seconds=5),
+    "base": 2,
 }
-"""Bound how long a stalled endpoint can hold a caller (`read_timeout`), not how long a
-large transfer may take (`timeout`)."""
-_RETRIES: RetryConfig = {
-    "max_retries": 4,
-    "retry_timeout": timedelta(seconds=60),
-    "backoff": {
-        "init_backoff": timedelta(milliseconds=100),
-        "max_backoff": timedelta(seconds=5),
-        "base": 2,
-    },
-}
+
+
+@dataclass(frozen=True)
+class S3Timeouts:
+    """How long an S3 request may wait, for both clients of a store (obstore's and the boto3
+    fallback's): `connect` seconds to connect, `read` seconds for each read of a reply,
+    `retries` more attempts after a failed one, but none started once `retry` seconds have
+    passed since the first. So a server that stops answering is `Unavailable` after about
+    `retry + connect + read` seconds at most (two minutes and ten seconds by default).
+    Each can be set in seconds by `$BRANCHWATER_S3_CONNECT_TIMEOUT`, `..._READ_TIMEOUT` and
+    `..._RETRY_TIMEOUT`, read when a store is made."""
+
+    connect: float = 10.0
+    read: float = 60.0
+    retry: float = 60.0
+    retries: int = 4
+
+    @classmethod
+    def from_env(cls) -> S3Timeouts:
+        default = cls()
+        return cls(
+            connect=_seconds_from_env(CONNECT_TIMEOUT_ENV, default.connect),
+            read=_seconds_from_env(READ_TIMEOUT_ENV, default.read),
+            retry=_seconds_from_env(RETRY_TIMEOUT_ENV, default.retry),
+        )
+
+    def obstore_client(self) -> ClientConfig:
+        return {
+            "connect_timeout": timedelta(seconds=self.connect),
+            "read_timeout": timedelta(seconds=self.read),
+            "timeout": _TRANSFER_TIMEOUT,
+        }
+
+    def obstore_retry(self) -> RetryConfig:
+        return {
+            "max_retries": self.retries,
+            "retry_timeout": timedelta(seconds=self.retry),
+            "backoff": _BACKOFF,  # type: ignore[typeddict-item]
+        }
+
+
+def _seconds_from_env(name: str, default: float) -> float:
+    """A positive number of seconds from `name`, else `default` where it is unset or empty."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds < float("inf"):
+        raise ConfigurationError(
+            f"${name} must be a positive number of seconds, not {value!r}: unset it for "
+            f"the default of {default:g}"
+        )
+    return seconds
+
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -215,6 +268,8 @@ class S3ObjectStore(ObjectStore):
         self._bucket_seen = False
         self._path_order: bool | None = None
         self._conditional_puts = True
+        self._closed = False
+        self.timeouts = S3Timeouts.from_env()
         self._boto3 = Boto3Keys(
             self.url,
             self.bucket,
@@ -226,6 +281,7 @@ class S3ObjectStore(ObjectStore):
                 "aws_session_token": aws_session_token,
                 "region_name": region_name,
             },
+            self.timeouts,
         )
 
     def put_stream(self, key: str, source: StreamSource, size: int | None = None) -> ObjectInfo:
@@ -540,7 +596,11 @@ class S3ObjectStore(ObjectStore):
         return discarded
 
     def close(self) -> None:
-        self._store = None
+        """Drop the clients, for good: a request after (one still under way on another
+        thread, say) gets `LakeClosed` rather than a new client."""
+        with self._opening:
+            self._closed = True
+            self._store = None
         self._boto3.close()
 
     @property
@@ -548,6 +608,8 @@ class S3ObjectStore(ObjectStore):
         """The obstore client, made on first use: finding credentials may take a request."""
         _runtime_usable(self.url)
         with self._opening:
+            if self._closed:
+                raise lake_closed()
             if self._store is None:
                 self._store = self._open()
             return self._store
@@ -563,7 +625,7 @@ class S3ObjectStore(ObjectStore):
             options["credential_provider"] = self._boto3_credentials()
         if self._region:
             options["region"] = self._region
-        client = dict(_CLIENT_OPTIONS)
+        client = dict(self.timeouts.obstore_client())
         if self.endpoint_url:
             options.update(endpoint=self.endpoint_url, virtual_hosted_style_request=False)
             client["allow_http"] = self.endpoint_url.startswith("http://")
@@ -572,7 +634,7 @@ class S3ObjectStore(ObjectStore):
                 self.bucket,
                 prefix=self.prefix.rstrip("/") or None,
                 client_options=client,  # type: ignore[arg-type]
-                retry_config=_RETRIES,
+                retry_config=self.timeouts.obstore_retry(),
                 **options,
             )
         except BaseError as exc:
@@ -803,7 +865,7 @@ class S3ObjectStore(ObjectStore):
 
     def _error(self, exc: BaseException) -> BranchwaterError:
         """The typed error of an obstore error, saying what to do. Throttling and 5xx come
-        after obstore's own retries (`_RETRIES`) ran out."""
+        after obstore's own retries (`S3Timeouts`) ran out."""
         code = _code(exc)
         if code == "NoSuchBucket":
             return self._missing_bucket()

@@ -10,18 +10,23 @@ open with its parts; only ListMultipartUploads finds it.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from branchwater.engine.errors import (
     BranchwaterError,
     CorruptedData,
     NotFound,
     Unavailable,
+    lake_closed,
 )
 from branchwater.engine.objects.store import ObjectInfo
 from branchwater.engine.per_process import PerProcess
+
+if TYPE_CHECKING:
+    from branchwater.engine.objects.s3 import S3Timeouts
 
 T = TypeVar("T")
 
@@ -57,31 +62,55 @@ def addressable(key: str) -> bool:
     return not any(ord(c) < 0x20 or ord(c) == 0x7F for c in key)
 
 
+_STARTED = "branchwater_started"
+"""Where a request's context holds when its first attempt began (`_within`)."""
+
+
 class Boto3Keys:
     """A boto3 client on the driver's bucket and prefix, made on first use in each process
-    (`PerProcess`)."""
+    (`PerProcess`), waiting and retrying as the store's obstore client does (`timeouts`)."""
 
-    def __init__(self, url: str, bucket: str, prefix: str, options: dict[str, str | None]) -> None:
+    def __init__(
+        self,
+        url: str,
+        bucket: str,
+        prefix: str,
+        options: dict[str, str | None],
+        timeouts: S3Timeouts,
+    ) -> None:
         self._url = url
         self._bucket = bucket
         self._prefix = prefix
         self._options = options
+        self._timeouts = timeouts
+        self._closed = False
         self._clients: PerProcess[Any] = PerProcess(self._new_client)
 
     @property
     def client(self) -> Any:
+        """The client; none once closed, as a closed one would open connections again."""
+        if self._closed:
+            raise lake_closed()
         return self._clients.get()
 
     def _new_client(self) -> Any:
+        """botocore's standard retries, `timeouts.retries` of them, but none started once
+        `timeouts.retry` seconds have passed since the request's first attempt, as obstore
+        does: without that bound, five attempts at a server that stopped answering each
+        waited out the read timeout."""
         import boto3
         from botocore.config import Config
 
+        timeouts = self._timeouts
         config = Config(
-            connect_timeout=10,
-            read_timeout=60,
-            retries={"mode": "standard", "max_attempts": 5},
+            connect_timeout=timeouts.connect,
+            read_timeout=timeouts.read,
+            retries={"mode": "standard", "max_attempts": timeouts.retries + 1},
         )
-        return boto3.session.Session().client("s3", config=config, **self._options)
+        client = boto3.session.Session().client("s3", config=config, **self._options)
+        client.meta.events.register("before-call.s3", _started)
+        client.meta.events.register_first("needs-retry.s3", _within(timeouts.retry))
+        return client
 
     def head(self, key: str) -> ObjectInfo:
         response = self._call(
@@ -189,17 +218,23 @@ class Boto3Keys:
         )
 
     def close(self) -> None:
+        self._closed = True
         client = self._clients.made_here()
         if client is not None:
             client.close()
 
     def _call(self, key: str | None, request: Callable[[], T]) -> T:
-        from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 
         try:
             return request()
         except ClientError as exc:
             self._raise(key, exc)
+        except HTTPClientError as exc:
+            raise Unavailable(
+                f"cannot reach S3 object store {self._url}: {exc} (retried for up to "
+                f"{self._timeouts.retry:g} s); try again later"
+            ) from None
         except BotoCoreError as exc:
             raise Unavailable(f"S3 object store {self._url}: {exc}") from None
 
@@ -216,3 +251,20 @@ class Boto3Keys:
             ) from None
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
         raise refusal(self._url, str(status) if status else None, code, str(exc)) from None
+
+
+def _started(context: dict[str, Any], **_: Any) -> None:
+    context.setdefault(_STARTED, time.monotonic())
+
+
+def _within(budget: float) -> Callable[..., bool | None]:
+    """A `needs-retry` handler, run before botocore's own: False (no retry) once `budget`
+    seconds have passed since the request's first attempt; None leaves it to botocore."""
+
+    def needs_retry(request_dict: dict[str, Any], **_: Any) -> bool | None:
+        started = request_dict.get("context", {}).get(_STARTED)
+        if started is not None and time.monotonic() - started >= budget:
+            return False
+        return None
+
+    return needs_retry

@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from branchwater.engine.errors import CorruptedData, InvalidArgument, NotFound
+from branchwater.engine.errors import CorruptedData, InvalidArgument, LakeClosed, NotFound
 from branchwater.engine.graveler.committed import (
     EMPTY_METARANGE_ID,
     CommittedStore,
@@ -236,7 +236,9 @@ def test_writers_share_the_storing_threads_until_the_store_closes(objects: SpySt
     assert _range_store_threads() - before == first
     store.close()
     assert not _range_store_threads() - before
-    assert store.write_metarange(random_entries(random.Random(3), 200))
+    with pytest.raises(LakeClosed):
+        store.write_metarange(random_entries(random.Random(3), 200))
+    assert not _range_store_threads() - before
     store.close()
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from branchwater.engine.errors import ConfigurationError
-from branchwater.engine.objects.s3 import S3ObjectStore
+from branchwater.engine.objects.s3 import S3ObjectStore, S3Timeouts
 from branchwater.engine.objects.s3_fallback import Boto3Keys
 from tests.fixtures.s3 import S3Server
 from tests.helpers.servers import child_answer
@@ -52,7 +52,7 @@ def test_the_boto3_fallback_makes_a_client_of_its_own_in_a_forked_child(
 ) -> None:
     """Keys obstore cannot address go through boto3, whose pooled connections are the
     parent's sockets in a child."""
-    keys = Boto3Keys(f"s3://{s3_bucket}", s3_bucket, "", dict(s3_server.options))
+    keys = Boto3Keys(f"s3://{s3_bucket}", s3_bucket, "", dict(s3_server.options), S3Timeouts())
     inherited = keys.client
     assert child_answer(_fallback_client_in_child, keys, inherited) is True
     assert keys.client is inherited

@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from branchwater.engine.errors import OutcomeUnknown, Unavailable
+from branchwater.engine.errors import ConfigurationError, OutcomeUnknown, Unavailable
 from branchwater.engine.objects import s3 as s3_module
 from branchwater.engine.objects.s3 import S3ObjectStore
 from tests.fixtures.s3 import S3Server
@@ -35,7 +35,7 @@ from tests.helpers.http_relay import (
 
 pytestmark = pytest.mark.s3
 
-RETRIES = s3_module._RETRIES["max_retries"]
+RETRIES = s3_module.S3Timeouts().retries
 INTERNAL = s3_error(500, "Internal Server Error", "InternalError")
 
 
@@ -52,15 +52,10 @@ def store(s3_server: S3Server, s3_bucket: str, s3_relay: HttpRelay) -> Iterator[
 
 @pytest.fixture
 def quick_timeouts(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A request unanswered for a second times out; retries stop after three."""
-    monkeypatch.setattr(
-        s3_module,
-        "_CLIENT_OPTIONS",
-        {**s3_module._CLIENT_OPTIONS, "read_timeout": timedelta(seconds=1)},
-    )
-    monkeypatch.setattr(
-        s3_module, "_RETRIES", {**s3_module._RETRIES, "retry_timeout": timedelta(seconds=3)}
-    )
+    """A request unanswered for a second times out; no retry starts after three (set as a
+    user would, before the store is made)."""
+    monkeypatch.setenv(s3_module.READ_TIMEOUT_ENV, "1")
+    monkeypatch.setenv(s3_module.RETRY_TIMEOUT_ENV, "3")
 
 
 def conditional_put(key: str) -> Picks:
@@ -216,6 +211,32 @@ def test_a_server_that_stops_answering_is_unavailable_without_hanging(
     with pytest.raises(Unavailable, match="cannot reach"):
         store.get("warm")
     assert time.monotonic() - started < 15
+
+
+@pytest.mark.usefixtures("quick_timeouts")
+def test_a_server_that_stops_answering_the_boto3_fallback_is_unavailable_within_its_bound(
+    store: S3ObjectStore, s3_relay: HttpRelay
+) -> None:
+    """A key obstore cannot address goes through boto3, which waited 60 s a read and tried
+    five times (five minutes); it now keeps the store's timeouts and retry budget (1 s
+    reads, no retry after 3 s here), so it gives up after about 3 + 1 s, having retried:
+    each attempt waits out its 1 s read, so no fourth one starts."""
+    s3_relay.stall(request_to("HEAD", "/odd"), times=100)
+
+    started = time.monotonic()
+    with pytest.raises(Unavailable, match=r"cannot reach S3 object store .*try again later"):
+        store.stat("odd\x01key")
+    assert time.monotonic() - started < 10
+    assert 2 <= sent(s3_relay, "HEAD", "/odd") <= 3 < RETRIES + 1
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-1", "inf", "nan"])
+def test_a_timeout_setting_that_is_no_positive_number_is_refused_naming_it(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv(s3_module.READ_TIMEOUT_ENV, value)
+    with pytest.raises(ConfigurationError, match=rf"\$BRANCHWATER_S3_READ_TIMEOUT .*{value!r}"):
+        S3ObjectStore("s3://bucket")
 
 
 def test_a_delete_batch_whose_reply_is_lost_is_sent_again(

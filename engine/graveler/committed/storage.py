@@ -72,9 +72,9 @@ class RangeStorage:
         starting and joining them."""
 
     def close(self) -> None:
-        """Stop the storing threads once their ranges are stored; a later write starts them
-        again."""
-        self.storing.shutdown()
+        """Stop the storing threads once their ranges are stored; a later write raises
+        `LakeClosed` rather than start them again."""
+        self.storing.close()
 
     def put_range(self, table: pa.Table) -> tuple[str, bool]:
         """Store a range unless its id is stored already; return (id, whether written).
