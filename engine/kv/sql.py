@@ -317,8 +317,8 @@ class SQLStore(Store):
             self._give(conn)
 
     def _is_busy(self, exc: Exception) -> bool:
-        """Whether the database refused a statement only because another writer holds the
-        lock (the statement then applied nothing, so running it again is always safe)."""
+        """Whether the database refused a statement only because of lock contention (another
+        writer holds the lock): it then applied nothing, so running it again is always safe."""
         return False
 
     def _fetch(self, sql: str, params: Sequence[Any], fetch: Callable[[Cursor], T]) -> T:
