@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from branchwater.engine import Lake, NotFound
+from branchwater.engine import Lake, LakeClosed, NotFound
 from tests.helpers.committed import entry
 
 
@@ -27,12 +27,12 @@ def test_a_write_to_a_deleted_branch_leaves_no_row_in_its_token(
         assert list(g.kv.scan(token.encode())) == []
 
 
-def test_a_lake_closing_while_another_thread_opens_a_namespace_closes_every_store(
+def test_a_namespace_opened_while_the_lake_closes_is_refused_and_the_kv_store_still_closes(
     tmp_path: Path,
 ) -> None:
-    """Another thread's first read of a namespace while the lake closed: the stores are
-    closed from a copy (no `RuntimeError` of a dict changed while read), and the KV store
-    is closed even when closing one of them fails."""
+    """Another thread's first read of a namespace while the lake closes gets `LakeClosed`
+    (no store opens after the ones being closed were taken), and the KV store is closed
+    even when closing one of the stores fails."""
     lake = Lake.connect(f"sqlite:///{tmp_path}/kv.db")
     repo = lake.create_repository("sales", storage_namespace=f"file://{tmp_path}/ns")
     g = lake.graveler
@@ -40,7 +40,8 @@ def test_a_lake_closing_while_another_thread_opens_a_namespace_closes_every_stor
     closing = committed.close
 
     def close_while_another_opens() -> None:
-        g.objects(f"file://{tmp_path}/other")
+        with pytest.raises(LakeClosed):
+            g.objects(f"file://{tmp_path}/other")
         closing()
         raise OSError("a store failed to close")
 
