@@ -82,6 +82,8 @@ _LAZY = {
     "slice_created": "branchwater.engine.gc.addresses",
     "DATA_ADDRESS_PATTERN": "branchwater.engine.gc.addresses",
     "REPOSITORY_NAME_PATTERN": "branchwater.engine.graveler.names",
+    "check_repository_name": "branchwater.engine.graveler.names",
+    "check_ref_name": "branchwater.engine.graveler.names",
     "check_flag": "branchwater.engine.graveler.model",
     "imported_version": "branchwater.engine.graveler.checksums",
     "source_rewritten": "branchwater.engine.graveler.checksums",

@@ -12,12 +12,15 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout, AirflowSkipException
 
+from branchwater.engine import check_ref_name, check_repository_name
 from branchwater.plugin.hooks import DEFAULT_CONN_ID, BranchwaterHook, compaction_policy
 from branchwater.plugin.operators.base import (
     branch_or_skip,
+    checked_where_declared,
     declared_flag,
     failing_at_once,
     mapping_field,
+    resolved_later,
 )
 from branchwater.plugin.triggers import (
     BRANCH_GONE,
@@ -54,7 +57,14 @@ class BranchwaterBranchSensor(BaseSensorOperator):
     the branch is gone, and `soft_fail` skips it on a timeout and on any failure without
     retries, poked or deferred, while an error a retry may fix fails it for its retries
     either way. Deferred, the trigger ends the wait at the timeout itself (counted from the
-    task's start, as a poking sensor counts it).
+    task's start, as a poking sensor counts it), and backs off as the pokes would with
+    `exponential_backoff` (and `max_wait`).
+
+    A repository or branch name the engine's rules refuse (`main..x`, `a b`) is no name
+    the lake can ever have: it is refused (`InvalidOperatorArgument`) where the DAG declares
+    the sensor, or once rendered when templated, before the lake is read; the task fails
+    without its retries, saying what is wrong with the name, rather than as a branch not
+    found, which `missing_ok` would skip.
 
     :param repository: the repository's name (templated)
     :param branch: the branch to watch (templated)
@@ -88,6 +98,16 @@ class BranchwaterBranchSensor(BaseSensorOperator):
         self.deferrable = deferrable
         self._deadline: datetime | None = None
         """When a deferred wait times out: the task's start plus `timeout`."""
+        self.check_names(declared=True)
+
+    def check_names(self, *, declared: bool = False) -> None:
+        """Refuse a repository or branch name the engine's rules refuse: where the DAG declares
+        the sensor (`declared`) the names it gives as they are, once rendered all of them."""
+        with checked_where_declared(self.task_id):
+            if not (declared and resolved_later(self.repository)):
+                check_repository_name(self.repository)
+            if not (declared and resolved_later(self.branch)):
+                check_ref_name(self.branch)
 
     @cached_property
     def hook(self) -> BranchwaterHook:
@@ -97,6 +117,7 @@ class BranchwaterBranchSensor(BaseSensorOperator):
         started = datetime.now(timezone.utc)
         try:
             with self.failing_at_once_or_skipping():
+                self.check_names()
                 if not self.deferrable:
                     return super().execute(context)
                 found = self.first_poke(context)
@@ -113,15 +134,17 @@ class BranchwaterBranchSensor(BaseSensorOperator):
 
     @contextmanager
     def failing_at_once_or_skipping(self) -> Iterator[None]:
-        """`failing_at_once`, but under `soft_fail` its failure skips the task, as
-        `BaseSensorOperator` skips a failure its poke raises or its trigger ends with: a branch
-        missing when the sensor starts ends it as one deleted while it is deferred does."""
+        """`failing_at_once`, but under `soft_fail` (or `never_fail`) its failure skips the
+        task, as `BaseSensorOperator` skips a failure its poke raises or its trigger ends
+        with: a branch missing when the sensor starts ends it as one deleted while it is
+        deferred does, and a rendered name refused as a poke would have refused it."""
         try:
             with failing_at_once():
                 yield
         except AirflowFailException as exc:
-            if self.soft_fail:
-                raise AirflowSkipException(f"Skipping due to soft_fail: {exc}") from exc
+            if self.soft_fail or self.never_fail:
+                reason = "soft_fail" if self.soft_fail else "never_fail"
+                raise AirflowSkipException(f"Skipping due to {reason}: {exc}") from exc
             raise
 
     def first_poke(self, context: Context) -> PokeReturnValue:
@@ -154,6 +177,8 @@ class BranchwaterBranchSensor(BaseSensorOperator):
             "branchwater_conn_id": self.branchwater_conn_id,
             "poll_interval": float(self.poke_interval),
             "deadline": self._deadline,
+            "exponential_backoff": bool(self.exponential_backoff),
+            "max_wait": self.max_wait.total_seconds() if self.max_wait else None,
         }
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:

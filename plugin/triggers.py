@@ -10,20 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import re
+import hashlib
 from collections.abc import AsyncIterator, Callable, Mapping
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 
 from branchwater.engine import (
-    REPOSITORY_NAME_PATTERN,
     InvalidName,
     LakeNotFound,
     NotFound,
     Unavailable,
+    check_ref_name,
+    check_repository_name,
 )
 from branchwater.plugin.hooks import DEFAULT_CONN_ID, BranchwaterHook, compaction_policy
 from branchwater.plugin.operators.base import FINAL_ERRORS
@@ -97,21 +98,43 @@ def compaction_if_due(
 
 
 async def poll(
-    check: Callable[[], T | None], interval: float, deadline: datetime | None = None
+    check: Callable[[], T | None],
+    interval: Callable[[int], float],
+    deadline: datetime | None = None,
 ) -> T | None:
-    """`check()`'s first answer other than None, asked in a thread every `interval` seconds;
-    None once `deadline` has passed without one (it is asked once more at the deadline)."""
+    """`check()`'s first answer other than None, asked in a thread, `interval(n)` seconds
+    after its n-th answer; None once `deadline` has passed without one (it is asked once more
+    at the deadline)."""
+    asked = 0
     while True:
         found = await asyncio.to_thread(check)
         if found is not None:
             return found
-        wait = interval
+        asked += 1
+        wait = interval(asked)
         if deadline is not None:
             left = (deadline - datetime.now(timezone.utc)).total_seconds()
             if left <= 0:
                 return None
             wait = min(wait, left)
         await asyncio.sleep(wait)
+
+
+MAX_BACKOFF_DOUBLINGS = 64
+"""Past this many doublings a backoff wait is years long already; Airflow's own computation
+overflows a float past about a thousand (a long wait capped by `max_wait`)."""
+
+
+def backoff_wait(interval: float, count: int, seed: str, max_wait: float | None = None) -> float:
+    """The wait after the `count`-th look with exponential backoff, as Airflow's
+    `BaseSensorOperator._get_next_poke_interval` computes a poking sensor's (`seed` standing
+    for its `dag_id#task_id#started_at`): doubling from half of `interval`, whole seconds,
+    at least one, plus a jitter of up to as much again drawn from `seed` and `count` (so
+    sensors started together do not look together), at most `max_wait` when given."""
+    least = max(int(interval * 2 ** min(count - 2, MAX_BACKOFF_DOUBLINGS)), 1)
+    drawn = int(hashlib.sha1(f"{seed}#{count}".encode(), usedforsecurity=False).hexdigest(), 16)
+    wait = min(least + drawn % least, timedelta.max.total_seconds() - 1)
+    return min(max_wait, wait) if max_wait else wait
 
 
 def classpath(trigger: object) -> str:
@@ -157,21 +180,46 @@ class BranchwaterBranchTrigger(BranchPolling, BaseTrigger):
     `{"status": "error", "error": <its kind>, "message": ...}` when the wait failed (unknown
     repository, a branch deleted meanwhile, missing connection), so the deferred task, not
     the triggerer, reports the failure, as poke mode would: the kind (`BRANCH_GONE`, `FINAL`,
-    `RETRYABLE`) says whether to skip, fail at once or retry. The deferral's timeout, which
+    `RETRYABLE`) says whether to skip, fail at once or retry. With `exponential_backoff` the
+    polls back off as the sensor's pokes would (`backoff_wait`, at most `max_wait` seconds
+    apart when given); otherwise they are `poll_interval` apart. The deferral's timeout, which
     the scheduler enforces, ends the wait then too; the trigger's own makes it end where no
     scheduler watches (`dag.test()` runs the trigger in line, never timing it out), and at
     the deadline rather than at the scheduler's next check. Subclasses add their arguments
     in `arguments` and answer `check` (run in a thread).
     """
 
-    def __init__(self, *, deadline: datetime | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        deadline: datetime | None = None,
+        exponential_backoff: bool = False,
+        max_wait: float | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         if deadline is not None and deadline.tzinfo is None:
             raise ValueError(f"deadline must be an aware datetime, not {deadline!r}")
         self.deadline = deadline
+        self.exponential_backoff = exponential_backoff
+        self.max_wait = max_wait
 
     def arguments(self) -> dict[str, Any]:
-        return {**super().arguments(), "deadline": self.deadline}
+        return {
+            **super().arguments(),
+            "deadline": self.deadline,
+            "exponential_backoff": self.exponential_backoff,
+            "max_wait": self.max_wait,
+        }
+
+    def interval(self, count: int) -> float:
+        """The seconds between the `count`-th poll and the next."""
+        if not self.exponential_backoff:
+            return self.poll_interval
+        seed = f"{self.repository}#{self.branch}#{self.deadline}"
+        wait = backoff_wait(self.poll_interval, count, seed, self.max_wait)
+        self.log.info("Polling branch %r again in %gs (exponential backoff)", self.branch, wait)
+        return wait
 
     def check(self, hook: BranchwaterHook) -> dict[str, Any] | None:
         """The event's payload once the wait is over, else None."""
@@ -180,7 +228,7 @@ class BranchwaterBranchTrigger(BranchPolling, BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = BranchwaterHook(self.branchwater_conn_id)
         try:
-            found = await poll(partial(self.check, hook), self.poll_interval, self.deadline)
+            found = await poll(partial(self.check, hook), self.interval, self.deadline)
             if found is None:
                 yield TriggerEvent({"status": "timeout"})
             else:
@@ -252,22 +300,19 @@ class BranchwaterCommitEventTrigger(BranchPolling, BaseEventTrigger):
     from `poll_interval` up to ten of them (at most five minutes), and watches the branch
     again once it can read it, an event reporting its HEAD if it is not the last one reported
     (a trigger that never saw the branch starts from the HEAD it finds). A mistake no wait
-    fixes ends it with its error: a repository name no repository can have is refused when
-    the trigger is made (where the DAG declares it), a connection that is malformed (a KV
-    URL the engine cannot use) ends it when it starts. Other errors (the connection not
-    defined) end the trigger too, and the triggerer logs them.
+    fixes ends it with its error: a repository or branch name the engine's rules refuse is
+    refused when the trigger is made (where the DAG declares it), a connection that is
+    malformed (a KV URL the engine cannot use) ends it when it starts. Other errors (the
+    connection not defined) end the trigger too, and the triggerer logs them.
     """
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if not isinstance(self.repository, str) or not re.fullmatch(
-            REPOSITORY_NAME_PATTERN, self.repository
-        ):
-            raise InvalidName(
-                f"invalid repository name {self.repository!r}: no repository can have it (a "
-                f"name matches {REPOSITORY_NAME_PATTERN}), so the trigger would wait for it "
-                "forever"
-            )
+        try:
+            check_repository_name(self.repository)
+            check_ref_name(self.branch)
+        except InvalidName as exc:
+            raise InvalidName(f"{exc}; the trigger would wait for it forever") from None
 
     @property
     def _state_key(self) -> str:

@@ -51,11 +51,11 @@ class InvalidOperatorArgument(InvalidArgument, AirflowFailException):
 
 @contextmanager
 def checked_where_declared(task_id: str) -> Iterator[None]:
-    """The checks of an operator's `__init__`: what they refuse (`InvalidArgument`) is an
-    `InvalidOperatorArgument` naming the task."""
+    """The checks of an operator's `__init__`: what they refuse (`InvalidArgument`, or a name
+    the engine's rules refuse: `InvalidName`) is an `InvalidOperatorArgument` naming the task."""
     try:
         yield
-    except InvalidArgument as exc:
+    except (InvalidArgument, InvalidName) as exc:
         raise InvalidOperatorArgument(f"task {task_id!r}: {exc}") from None
 
 

@@ -273,7 +273,7 @@ def test_a_flag_the_operator_acts_on_given_as_text_fails_where_the_task_is_decla
     operator hands to the engine fail the task instead (`flag_as_text` above)."""
     refused = f"task 't': {flag} must be True or False, not 'False'"
     with pytest.raises(InvalidArgument, match=refused):
-        operator(task_id="t", repository="r", **arguments, **{flag: "False"})
+        operator(task_id="t", repository="sales", **arguments, **{flag: "False"})
 
 
 def test_a_commit_task_whose_writes_a_concurrent_commit_recorded_succeeds_with_it(

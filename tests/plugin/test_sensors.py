@@ -4,6 +4,7 @@ another thread changes the branch once the sensor waits."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -15,6 +16,7 @@ import pytest
 from airflow.sdk import DAG, PokeReturnValue
 
 from branchwater.engine import Repository
+from branchwater.plugin.operators.base import InvalidOperatorArgument
 from branchwater.plugin.sensors import (
     BranchwaterBranchSensor,
     BranchwaterCommitSensor,
@@ -422,3 +424,94 @@ def test_under_soft_fail_a_wait_failed_by_what_a_retry_may_fix_is_retried_howeve
     assert "The conn_id `not_on_the_worker` isn't defined" in output
     assert "waiting for a commit on 'main' failed: " in output
     assert "The conn_id `not_in_the_triggerer` isn't defined" in output
+
+
+IMPOSSIBLE_BRANCHES = ("main..x", "", "a b", "-x")
+"""Branch names the engine's rules refuse: no branch can ever have them."""
+
+
+@pytest.mark.parametrize("sensor", [BranchwaterCommitSensor, BranchwaterCompactionSensor])
+def test_a_name_no_branch_or_repository_can_have_is_refused_where_the_sensor_is_declared(
+    sensor: type[BranchwaterBranchSensor],
+) -> None:
+    """It was looked for in the lake when the task ran: not found, or skipped as a branch
+    gone under `missing_ok`. A templated name is checked once rendered."""
+    for name in IMPOSSIBLE_BRANCHES:
+        with pytest.raises(
+            InvalidOperatorArgument, match=f"task 'wait': invalid branch name {name!r}"
+        ):
+            sensor(task_id="wait", repository="sales", branch=name)
+    with pytest.raises(
+        InvalidOperatorArgument, match="task 'wait': invalid repository name 'Sales'"
+    ):
+        sensor(task_id="wait", repository="Sales", branch="main")
+    sensor(task_id="wait", repository="{{ params.repository }}", branch="{{ params.branch }}")
+
+
+def test_a_rendered_name_no_branch_or_repository_can_have_fails_the_sensor_at_once(
+    run_dag: RunDag,
+    lake_conn: LakeConnection,
+    repo: Repository,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """Poking or deferred, without its retries and before the lake is read; `missing_ok`
+    does not skip it as a branch gone, and `soft_fail` skips it as any failure."""
+    retried = {"retries": 2, "retry_delay": timedelta(seconds=0), "timeout": 30}
+    branch = {"repository": repo.name, "branch": "{{ params.branch }}", **retried}
+    with DAG("bw_sensor_impossible_names", schedule=None, params={"branch": "main..x"}) as dag:
+        BranchwaterCommitSensor(task_id="poke", **branch)
+        BranchwaterCompactionSensor(
+            task_id="deferrable", missing_ok=True, deferrable=True, **branch
+        )
+        BranchwaterCompactionSensor(task_id="soft", soft_fail=True, deferrable=True, **branch)
+        BranchwaterCommitSensor(
+            task_id="repository",
+            repository="{{ params.branch }}",
+            branch="main",
+            mode="reschedule",
+            **retried,
+        )
+
+    result = run_dag(dag)
+
+    assert result.states == {
+        "poke": "failed",
+        "deferrable": "failed",
+        "soft": "skipped",
+        "repository": "failed",
+    }
+    assert result.tries == dict.fromkeys(result.states, 1)
+    output = capfd.readouterr().out
+    assert "InvalidOperatorArgument: task 'poke': invalid branch name 'main..x'" in output
+    assert "task 'deferrable': invalid branch name 'main..x'" in output
+    assert "task 'repository': invalid repository name 'main..x'" in output
+
+
+def test_a_deferred_sensor_backs_off_as_a_poking_one_with_exponential_backoff(
+    run_dag: RunDag,
+    lake_conn: LakeConnection,
+    repo: Repository,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """Its trigger polled every `poke_interval`, `exponential_backoff` and `max_wait` ignored.
+    A poking sensor's waits from 1 s, at most 2 s, are 1, 1, 2, 2... (Airflow's backoff
+    doubles from half the interval, in whole seconds, at least one)."""
+    with DAG("bw_sensor_backoff", schedule=None) as dag:
+        BranchwaterCommitSensor(
+            task_id="wait",
+            repository=repo.name,
+            branch="main",
+            deferrable=True,
+            exponential_backoff=True,
+            poke_interval=1,
+            max_wait=2,
+            timeout=8,
+        )
+
+    result = run_dag(dag)
+
+    assert result.states == {"wait": "failed"}
+    output = capfd.readouterr().out
+    assert "Sensor has timed out" in output
+    waits = re.findall(r"Polling branch 'main' again in (\S+)s \(exponential backoff\)", output)
+    assert waits[:4] == ["1", "1", "2", "2"], output

@@ -28,6 +28,7 @@ from branchwater.engine import (
     Unavailable,
 )
 from branchwater.plugin import triggers
+from branchwater.plugin.sensors import BranchwaterCommitSensor
 from branchwater.plugin.triggers import (
     BRANCH_GONE,
     FINAL,
@@ -35,6 +36,7 @@ from branchwater.plugin.triggers import (
     BranchwaterCommitEventTrigger,
     BranchwaterCommitTrigger,
     BranchwaterCompactionTrigger,
+    backoff_wait,
 )
 from tests.plugin.conftest import LakeConnection, set_connection
 
@@ -82,11 +84,18 @@ def test_triggers_serialize_to_their_class_path_and_arguments() -> None:
             "branchwater_conn_id": "branchwater_default",
             "poll_interval": 2.0,
             "deadline": deadline,
+            "exponential_backoff": False,
+            "max_wait": None,
         },
     )
     round_trip(commit)
     compaction = BranchwaterCompactionTrigger(
-        repository="sales", branch="etl", policy={"max_tombstones": 10}, poll_interval=2.0
+        repository="sales",
+        branch="etl",
+        policy={"max_tombstones": 10},
+        poll_interval=2.0,
+        exponential_backoff=True,
+        max_wait=60.0,
     )
     assert compaction.serialize() == (
         "branchwater.plugin.triggers.BranchwaterCompactionTrigger",
@@ -97,6 +106,8 @@ def test_triggers_serialize_to_their_class_path_and_arguments() -> None:
             "branchwater_conn_id": "branchwater_default",
             "poll_interval": 2.0,
             "deadline": None,
+            "exponential_backoff": True,
+            "max_wait": 60.0,
         },
     )
     round_trip(compaction)
@@ -211,6 +222,33 @@ def test_the_branch_triggers_end_the_wait_at_their_deadline(
 
     assert event.payload == {"status": "timeout"}
     assert datetime.now(timezone.utc) >= deadline
+
+
+@pytest.mark.parametrize("max_wait", [None, 7.0])
+@pytest.mark.parametrize("poke_interval", [0.5, 1.0, 3.0])
+def test_the_backoff_of_the_branch_triggers_is_that_of_a_poking_sensor(
+    poke_interval: float, max_wait: float | None
+) -> None:
+    """Airflow's `_get_next_poke_interval` for the same sensor, seeded alike, wait for wait;
+    far past where Airflow's own overflows, the wait is still `max_wait`."""
+    with DAG("bw_backoff", schedule=None):
+        sensor = BranchwaterCommitSensor(
+            task_id="wait",
+            repository="sales",
+            branch="main",
+            poke_interval=poke_interval,
+            exponential_backoff=True,
+            max_wait=max_wait,
+            timeout=10**9,
+        )
+    started_at = 1234.5
+    seed = f"{sensor.dag_id}#{sensor.task_id}#{started_at}"
+    counts = range(1, 25)
+
+    ours = [backoff_wait(poke_interval, count, seed, max_wait) for count in counts]
+
+    assert ours == [sensor._get_next_poke_interval(started_at, lambda: 0.0, n) for n in counts]
+    assert backoff_wait(poke_interval, 5_000, seed, 60.0) == 60.0
 
 
 class AssetStateStore:
@@ -527,11 +565,13 @@ def test_the_event_trigger_waits_for_a_lake_it_cannot_open(
 def test_the_event_trigger_ends_on_a_mistake_no_wait_can_fix(
     lake_conn: LakeConnection, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A repository name no repository can have was waited for forever, as one not created
-    yet: the trigger refuses it where the DAG declares it. A connection whose URL is
+    """A repository or branch name the engine refuses was waited for forever, as one not
+    created yet: the trigger refuses it where the DAG declares it. A connection whose URL is
     malformed ends the trigger with the error, not a wait."""
     with pytest.raises(InvalidName, match="invalid repository name 'Sales Data'"):
         BranchwaterCommitEventTrigger(repository="Sales Data", branch="main")
+    with pytest.raises(InvalidName, match=r"invalid branch name 'main\.\.x'.* wait for it forever"):
+        BranchwaterCommitEventTrigger(repository="sales", branch="main..x")
 
     set_connection(monkeypatch, "malformed", "branchwater", password="sqlite://host/lake.db")
     trigger = BranchwaterCommitEventTrigger(
