@@ -443,7 +443,9 @@ class GCJob:
 
     def _late_writes(self, prepared: UncommittedRun) -> timedelta:
         """How long after a slice is opened objects may still land in it."""
-        return self.config.late_writes or prepared.token_expiry + SLICE_LIFETIME + CLOCK_SKEW
+        if self.config.late_writes is not None:
+            return self.config.late_writes
+        return prepared.token_expiry + SLICE_LIFETIME + CLOCK_SKEW
 
     def _slices(
         self, ns: Namespace, late: timedelta, window: plan.Window

@@ -50,6 +50,13 @@ def test_driver_rows_bound_the_marks_on_the_driver() -> None:
         parse_args(["--kv", URL, "--repo", "s", "--driver-rows", "-1"])
 
 
+def test_a_run_takes_at_least_one_partition() -> None:
+    assert parse_args(["--kv", URL, "--repo", "s", "--partitions", "1"]).partitions == 1
+    for partitions in ("0", "-1"):
+        with pytest.raises(InvalidArgument, match="partitions must be at least 1"):
+            parse_args(["--kv", URL, "--repo", "s", "--partitions", partitions])
+
+
 def test_the_job_settings_given_as_durations_stay_within_a_century() -> None:
     """The job parses its durations; a launcher that builds `JobConfig` itself is held to
     the same bounds (dates a run computes from them would otherwise leave the calendar)."""

@@ -147,6 +147,12 @@ def test_an_optimized_run_whose_late_writes_window_widened_runs_clean(local_gc: 
     assert set(local_gc.data_objects()) == keep
 
 
+def test_a_late_writes_window_of_zero_is_taken_as_given(local_gc: GCLake) -> None:
+    history(local_gc)
+    summary = local_gc.run(dry_run=True, late_writes=timedelta(0))
+    assert summary.slices["late_writes_seconds"] == 0
+
+
 def test_a_mark_with_no_candidates_is_swept_without_spark(local_gc: GCLake) -> None:
     """Nothing to delete: the sweep starts no session, and the run becomes a base for the
     next optimized run as a sweep on Spark would make it; a mark with candidates is refused

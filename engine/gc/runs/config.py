@@ -118,6 +118,8 @@ class JobConfig:
             check_duration("the late-writes margin", self.late_writes, zero=True)
         if not 0 <= self.max_share <= 1:
             raise InvalidArgument(f"max share must be between 0 and 1, not {self.max_share}")
+        if self.partitions is not None and self.partitions < 1:
+            raise InvalidArgument(f"partitions must be at least 1, not {self.partitions}")
         if self.candidates_per_file < 1:
             raise InvalidArgument("candidates per file must be at least 1")
         if self.driver_rows < 0:
