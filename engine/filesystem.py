@@ -1,10 +1,10 @@
 """`branchwater://REPO/REF/PATH`: the lake as an fsspec filesystem, over the public API.
 
 pandas, Polars, pyarrow datasets and DuckDB read any ref through it (REF: a branch, a tag, a
-commit id, `main~2`; a branch whose name holds `/` is written with `%2F`); reads at a branch
-see its uncommitted changes, and on a branch `open(…, "wb")`, `pipe`, `put`, `rm` and `cp`
-stage changes. Every read goes from the KV store straight to the physical object (`Ref.open`:
-ranged reads, no copy), so it costs what reading that object costs.
+commit id, `main~2`; in a branch's name `/` is written `%2F` and `%` is written `%25`); reads
+at a branch see its uncommitted changes, and on a branch `open(…, "wb")`, `pipe`, `put`,
+`rm` and `cp` stage changes. Every read goes from the KV store straight to the physical
+object (`Ref.open`: ranged reads, no copy), so it costs what reading that object costs.
 
 `fs.transaction` opens a `Branch.transaction` per branch it writes to: the writes go to a
 branch of its own made from that branch's HEAD, and on success land as one commit; on
@@ -33,9 +33,11 @@ from types import TracebackType
 from typing import Any, BinaryIO
 from urllib.parse import quote, unquote
 
+from fsspec.callbacks import DEFAULT_CALLBACK
+from fsspec.implementations.local import LocalFileSystem, make_path_posix, trailing_sep
 from fsspec.spec import AbstractFileSystem
 from fsspec.transaction import Transaction as FsspecTransaction
-from fsspec.utils import tokenize
+from fsspec.utils import check_contained, other_paths, tokenize
 
 from branchwater.engine.api import DEFAULT_KV_URL, Branch, Lake, Ref, Repository, Transaction
 from branchwater.engine.errors import (
@@ -76,7 +78,8 @@ commit already resolved there is then read with no KV call (one round trip per f
 PostgreSQL otherwise), and a repository deleted and created again under its name is seen
 within this time."""
 LAST = "\U0010ffff"
-"""Sorts after every character a path can hold: listing after `dir/` + LAST skips `dir/`."""
+"""The greatest character a path can hold: listing after `dir/` + LAST skips every key in
+`dir/` but those whose next character is LAST (`_past_folder`)."""
 
 Info = dict[str, Any]
 
@@ -525,6 +528,59 @@ class BranchwaterFileSystem(AbstractFileSystem):
         with self._read(src, ref, entry) as f:
             branch.upload(key, f, metadata=entry.metadata)
 
+    def copy(
+        self,
+        path1: Any,
+        path2: Any,
+        recursive: bool = False,
+        maxdepth: int | None = None,
+        on_error: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """fsspec's (`cp`, and `mv` through it); a source named as spelled (`expand_path`)
+        is copied to where fsspec copies a name with no glob characters."""
+        if isinstance(path1, str) and isinstance(path2, str) and self._literal(path1, recursive):
+            into = trailing_sep(path2) or self.isdir(path2)
+            path1, path2 = self._copies(path1, path2, recursive, maxdepth, into, **kwargs)
+        super().copy(path1, path2, recursive, maxdepth, on_error, **kwargs)
+
+    def get(
+        self,
+        rpath: Any,
+        lpath: Any,
+        recursive: bool = False,
+        callback: Any = DEFAULT_CALLBACK,
+        maxdepth: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """fsspec's; a source named as spelled (`expand_path`) is copied to where fsspec
+        copies a name with no glob characters."""
+        if isinstance(rpath, str) and isinstance(lpath, str) and self._literal(rpath, recursive):
+            root = make_path_posix(lpath)
+            into = trailing_sep(root) or LocalFileSystem().isdir(root)
+            rpath, lpath = self._copies(rpath, root, recursive, maxdepth, into, **kwargs)
+            check_contained(root, lpath)
+        super().get(rpath, lpath, recursive, callback, maxdepth, **kwargs)
+
+    def _copies(
+        self,
+        source: str,
+        target: str,
+        recursive: bool,
+        maxdepth: int | None,
+        into: bool,
+        **kwargs: Any,
+    ) -> tuple[list[str], list[str]]:
+        """The sources a copy of `source` expands to and their targets, as fsspec's `copy`
+        and `get` pair them for a source with no glob characters; `into`: `target` is a
+        folder. fsspec pairs those of a pattern differently: its one match goes inside
+        `target`, which would make `cp('lit[1].csv', 'b.csv')` write `b.csv/lit[1].csv`."""
+        sources = self.expand_path(source, recursive, maxdepth, assume_literal=True, **kwargs)
+        if not recursive or maxdepth is not None:
+            sources = [p for p in sources if not self.isdir(p)]
+        inside = into and not trailing_sep(source)
+        return sources, other_paths(sources, target, exists=inside) if sources else []
+
     def rm_file(self, path: str) -> None:
         branch, key = self._branch(path)
         try:
@@ -533,28 +589,52 @@ class BranchwaterFileSystem(AbstractFileSystem):
             raise _missing(self._strip_protocol(path), exc) from exc
 
     def rm(self, path: Any, recursive: bool = False, maxdepth: int | None = None) -> None:
-        """Stage a delete of every object `path` expands to (folders are implicit). A path
-        that exists as spelled (an object; a folder, `recursive`) is that one, not a pattern:
-        `*`, `?` and `[` are characters of real names, which `cat_file` reads literally."""
+        """Stage a delete of every object `path` expands to (`expand_path`: a name that exists
+        as spelled is that one, not a pattern); folders are implicit."""
         check_flag("recursive", recursive)
         paths = path if isinstance(path, list) else [path]
         for name in paths:
             loc = self._location(name)
             if not recursive and loc.key.endswith("/"):
                 raise _folder(loc, writing=True)
-        exact = [p for p in paths if not has_magic(os.fspath(p)) or self._exists(p, recursive)]
-        patterns = [p for p in paths if p not in exact]
-        found: set[str] = set()
-        if exact:
-            found.update(self.expand_path(exact, recursive, maxdepth, assume_literal=True))
-        if patterns:
-            found.update(self.expand_path(patterns, recursive, maxdepth))
-        for name in sorted(found):
+        for name in self.expand_path(paths, recursive, maxdepth):
             if self.info(name)["type"] == "file":
                 self.rm_file(name)
 
-    def _exists(self, path: str, folder: bool) -> bool:
-        """Whether the path names an object as spelled (or a folder, if `folder`)."""
+    def expand_path(
+        self,
+        path: Any,
+        recursive: bool = False,
+        maxdepth: int | None = None,
+        assume_literal: bool = False,
+        **kwargs: Any,
+    ) -> list[str]:
+        """fsspec's, except that a path that exists as spelled (an object; a folder, when
+        `recursive`) is that one, not a pattern: `*`, `?` and `[` are characters of real
+        names, which `open` and `cat_file` read literally, so `cat`, `cp`, `get`, `mv`,
+        `rm` act on `lit[1].csv` itself, never on `lit1.csv`. A path naming nothing is
+        still a pattern."""
+        exact: list[Any] = []
+        patterns: list[Any] = []
+        for name in [path] if isinstance(path, str | os.PathLike) else path:
+            spelled = (
+                assume_literal or not has_magic(os.fspath(name)) or self._literal(name, recursive)
+            )
+            (exact if spelled else patterns).append(name)
+        found: set[str] = set()
+        for group, literal in ((exact, True), (patterns, False)):
+            if group:
+                with suppress(FileNotFoundError):
+                    found.update(super().expand_path(group, recursive, maxdepth, literal, **kwargs))
+        if not found:
+            raise FileNotFoundError(path)
+        return sorted(found)
+
+    def _literal(self, path: Any, folder: bool) -> bool:
+        """Whether a path with glob characters names an object as spelled (or a folder, if
+        `folder`): `expand_path` takes it as that name, not as a pattern."""
+        if not has_magic(os.fspath(path)):
+            return False
         try:
             kind = self.info(path)["type"]
         except FileNotFoundError:
@@ -639,7 +719,8 @@ def _file_info(loc: Location, entry: Entry) -> Info:
 
 def _children(ref: Ref, prefix: str, loc: Location) -> Iterator[Info]:
     """The objects and folders right under `prefix`, as `ls` lists them: the listing skips
-    over each folder; an object sorts before the keys of its namesake folder."""
+    over each folder (`_past_folder`: a restart inside a folder follows one already listed);
+    an object sorts before the keys of its namesake folder."""
     after = ""
     files: set[str] = set()
     while True:
@@ -652,12 +733,22 @@ def _children(ref: Ref, prefix: str, loc: Location) -> Iterator[Info]:
                 yield _file_info(loc, entry)
                 continue
             folder = prefix + head
-            if folder not in files:
+            if folder not in files and not after.startswith(folder + "/"):
                 yield _directory(loc.name(folder))
-            after = folder + "/" + LAST
+            after = _past_folder(folder + "/", entry.path)
             break
         else:
             return
+
+
+def _past_folder(folder: str, key: str) -> str:
+    """Where a listing that met `key` in `folder` (ending in `/`) restarts to skip the rest
+    of the folder: after `folder` + LAST, past every key in it but those whose next
+    character is LAST itself, and at least past `key`, so each restart moves on and a
+    folder ends however its keys are named. The exact end (`folder` with its `/` made a
+    `0`) cannot be used: listings start strictly after their start, so `dir0` would be
+    skipped."""
+    return max(folder + LAST, key)
 
 
 def _listable(key: str) -> bool:
@@ -774,7 +865,8 @@ class WriteFile(io.RawIOBase):
         super().close()
 
     def commit(self) -> None:
-        """Uploaded when closed; fsspec's transaction calls this afterwards."""
+        """Uploaded when closed; fsspec's transaction calls this afterwards (and refuses to
+        land while the file is open: `BranchwaterTransaction`)."""
 
     def __exit__(self, exc_type: object, *rest: object) -> None:
         if not self.closed:
@@ -816,8 +908,9 @@ class BranchwaterTransaction(FsspecTransaction):
     when first written (one mechanism: `graveler/transactions.py`), so its writes go to a
     `tx/<hex>` branch made from that HEAD, and reads inside see them. On success each lands
     as one commit on its branch (`tx.message`, `tx.metadata`; `tx.landed` lists them), in
-    the order first written; a conflict fails it and ends the rest unlanded. On failure
-    none lands and the transactions' branches are deleted."""
+    the order first written; a conflict fails it and ends the rest unlanded. On failure,
+    or with a file still open for writing when it ends (`InvalidArgument`), none lands and
+    the transactions' branches are deleted."""
 
     def __init__(self, fs: BranchwaterFileSystem, **kwargs: Any) -> None:
         super().__init__(fs, **kwargs)
@@ -851,12 +944,12 @@ class BranchwaterTransaction(FsspecTransaction):
             return started.branch
 
     def complete(self, commit: bool = True) -> None:
+        failure: BaseException | None = self._still_open() if commit else _Discarded()
         try:
-            super().complete(commit)
+            super().complete(failure is None)
         finally:
             with self._lock:
                 started, self._branches = list(self._branches.values()), {}
-        failure: BaseException | None = None if commit else _Discarded()
         for s in started:
             if failure is None:
                 try:
@@ -875,6 +968,21 @@ class BranchwaterTransaction(FsspecTransaction):
                 self.landed.append(Landed(s.repository, s.branch.target, s.branch.landed))
         if commit and failure is not None:
             raise failure
+
+    def _still_open(self) -> InvalidArgument | None:
+        """A file still open for writing when the transaction ends fails it: fsspec would
+        land what it holds so far, but a text or compression wrapper around it may hold
+        more, unseen, so that content may be cut short. Its close later does nothing (fsspec
+        discards it); one closed in time was uploaded then."""
+        names = [f"{PROTOCOL}://{f.path}" for f in self.files if not f.closed]
+        if not names:
+            return None
+        return InvalidArgument(
+            f"the transaction ended with {len(names)} file(s) still open for writing "
+            f"({', '.join(names)}), so nothing landed: close every file opened inside "
+            "`with fs.transaction` (or write it in a `with fs.open(...)` block) before the "
+            "transaction ends"
+        )
 
 
 BranchwaterFileSystem.transaction_type = BranchwaterTransaction

@@ -14,7 +14,6 @@ escaped by the templates.
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -48,7 +47,8 @@ CSV_BLOCK = 1 << 20
 WHOLE_BYTES = 1 << 20
 """An object this small is fetched once, whole (checksum verified), and previewed from memory."""
 _PAST_FOLDER = "\U0010ffff"
-"""Appended to a folder, a listing start past everything in it."""
+"""The greatest character a path can hold: appended to a folder, a listing start past every
+key in it but those whose name goes on with this character (`_next_row`)."""
 PARQUET_SUFFIXES = (".parquet", ".parq", ".pq")
 CSV_SUFFIXES = {".csv": ",", ".tsv": "\t"}
 
@@ -165,25 +165,34 @@ def list_folder(ref: Ref, folder: str, after: str = "", limit: int | None = None
     rows: list[Row] = []
     start = after
     while len(rows) < limit:
-        found = _next_row(ref.list(prefix=folder, after=start), folder)
+        found = _next_row(ref, folder, start)
         if found is None:
             return Listing(rows, None)
         row, start = found
         rows.append(row)
-    more = _next_row(ref.list(prefix=folder, after=start), folder) is not None
+    more = _next_row(ref, folder, start) is not None
     return Listing(rows, start if more else None)
 
 
-def _next_row(entries: Iterator[Entry], folder: str) -> tuple[Row, str] | None:
-    """The next row of a listing and where the one after it starts."""
-    for entry in entries:
-        rest = entry.path[len(folder) :]
-        name, slash, _ = rest.partition("/")
-        if slash:
+def _next_row(ref: Ref, folder: str, after: str) -> tuple[Row, str] | None:
+    """The row after `after` and where the one after it starts. A sub-folder is skipped by
+    restarting after `_PAST_FOLDER`, or past its key if that sorts later (its name goes on
+    with `_PAST_FOLDER` itself), so each restart moves on; a restart that lands inside a
+    sub-folder follows its row, which is not repeated. (The engine's filesystem skips
+    folders the same way, in its `_past_folder`, which the view may not import.)"""
+    while True:
+        for entry in ref.list(prefix=folder, after=after):
+            name, slash, _ = entry.path[len(folder) :].partition("/")
+            if not slash:
+                return Row(name, entry.path, entry), entry.path
             sub = f"{folder}{name}/"
-            return Row(f"{name}/", sub), sub + _PAST_FOLDER
-        return Row(name, entry.path, entry), entry.path
-    return None
+            listed = after.startswith(sub)
+            after = max(sub + _PAST_FOLDER, entry.path)
+            if not listed:
+                return Row(f"{name}/", sub), after
+            break
+        else:
+            return None
 
 
 @dataclass(frozen=True)

@@ -570,3 +570,68 @@ def test_find_and_glob_of_a_missing_repository_or_ref_find_nothing(
     fs = fs_lake.fs
     for path in ("sales/nope/a", "nope/main/a", "sales/nope/a/*.txt", "nope/main/**"):
         assert fs.glob(path) == [] and fs.find(path) == [] and fs.find(path, detail=True) == {}
+
+
+def test_a_name_holding_glob_characters_is_that_object_for_every_operation(
+    fs_lake: FsLake, tmp_path: Path
+) -> None:
+    """`lit[1].csv` exists as spelled, so `cat`, `cp`, `get`, `du` and `mv` act on it, as
+    `open` does, never on `lit1.csv` (which mv would have left while deleting the object it
+    was asked to move); a name that exists nowhere is still a pattern."""
+    main, fs = fs_lake.repo.branch("main"), fs_lake.fs
+    for key, data in {"lit[1].csv": b"literal", "lit1.csv": b"OTHER"}.items():
+        main.upload(key, data)
+    for key in ("dir[1]/x.csv", "dir1/y.csv"):
+        main.upload(key, key.encode())
+    main.commit("names with glob characters")
+    name = "sales/main/lit[1].csv"
+    assert fs.cat(name) == b"literal"
+    assert fs.cat([name]) == {name: b"literal"}
+    assert fs.du(name) == len(b"literal")
+    fs.cp(name, "sales/main/copy.csv")
+    fs.cp("sales/main/dir[1]", "sales/main/tree", recursive=True)
+    fs.get(name, str(tmp_path / "got.csv"))
+    fs.get(name, f"{tmp_path}/into/")
+    assert (tmp_path / "got.csv").read_bytes() == b"literal"
+    assert (tmp_path / "into" / "lit[1].csv").read_bytes() == b"literal"
+    fs.mv(name, "sales/main/moved.csv")
+    assert staged(fs_lake) == {
+        "copy.csv": "added",
+        "tree/x.csv": "added",
+        "moved.csv": "added",
+        "lit[1].csv": "removed",
+    }
+    assert main.read("copy.csv") == main.read("moved.csv") == b"literal"
+    assert main.read("lit1.csv") == b"OTHER"
+    assert fs.cat("sales/main/lit[1X].csv") == {"sales/main/lit1.csv": b"OTHER"}
+
+
+@pytest.mark.timeout(30)
+def test_a_folder_whose_keys_start_with_the_greatest_character_is_listed_once(
+    fs_lake: FsLake,
+) -> None:
+    """A listing skips a folder by restarting after `dir/` + U+10FFFF, which keys in it
+    starting with U+10FFFF sort after: the restart must still move on (it looped forever),
+    list the folder once, and miss no key after it (`dir0` is the first key past `dir/`)."""
+    main, fs = fs_lake.repo.branch("main"), fs_lake.fs
+    top = "\U0010ffff"
+    keys = ["dir/a.csv", f"dir/{top}z.csv", f"dir/{top}{top}y.csv", f"dir/{top}/sub.csv"]
+    for key in [*keys, "dir0", "other.csv"]:
+        main.upload(key, b"x")
+    assert fs.ls("sales/main/", detail=False) == [
+        "sales/main/dir",
+        "sales/main/dir0",
+        "sales/main/other.csv",
+    ]
+    assert fs.ls("sales/main/dir", detail=False) == [
+        "sales/main/dir/a.csv",
+        f"sales/main/dir/{top}",
+        f"sales/main/dir/{top}z.csv",
+        f"sales/main/dir/{top}{top}y.csv",
+    ]
+    assert [(root, dirs, sorted(files)) for root, dirs, files in fs.walk("sales/main")] == [
+        ("sales/main", ["dir"], ["dir0", "other.csv"]),
+        ("sales/main/dir", [top], ["a.csv", f"{top}z.csv", f"{top}{top}y.csv"]),
+        (f"sales/main/dir/{top}", [], ["sub.csv"]),
+    ]
+    assert fs.info("sales/main/dir")["type"] == "directory"

@@ -10,7 +10,7 @@ from typing import Any
 import fsspec
 import pytest
 
-from branchwater.engine import BranchwaterFileSystem, failpoints
+from branchwater.engine import BranchwaterFileSystem, InvalidArgument, failpoints
 from branchwater.engine.failpoints import FailpointHit
 from branchwater.engine.filesystem import PROTOCOL
 from branchwater.engine.graveler.transactions import PREFIX as TRANSACTION_PREFIX
@@ -80,3 +80,25 @@ def test_a_process_killed_before_landing_leaves_the_branch_as_it_was(
     main = fs_lake.repo.branch("main")
     assert main.head().parents == (base,)
     assert main.read("orders/1.csv") == b"id\n1\n" and not fs_lake.fs.exists("sales/main/base.txt")
+
+
+def test_a_file_still_open_when_the_transaction_ends_lands_nothing(
+    fs_lake: FsLake, base: str
+) -> None:
+    """What a file still open holds may be short of what its writer wrote (a text or
+    compression wrapper keeps some), so the transaction refuses to land rather than land
+    without it or with part of it; its late close then does nothing."""
+    fs = fs_lake.fs
+    refused = pytest.raises(InvalidArgument, match=r"still open .*sales/main/open\.bin")
+    with refused, fs.transaction as tx:
+        fs.pipe("sales/main/piped.bin", b"p")
+        with fs.open("sales/main/closed.bin", "wb") as closed:
+            closed.write(b"closed in time")
+        f = fs.open("sales/main/open.bin", "wb")
+        f.write(b"payload")
+    assert tx.landed == []
+    assert_untouched(fs_lake, base)
+    assert [b.name for b in fs_lake.repo.branches()] == ["main"]
+    f.close()
+    assert_untouched(fs_lake, base)
+    assert not fs._intrans

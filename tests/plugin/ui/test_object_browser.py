@@ -136,6 +136,28 @@ def test_listings_page_on(
     assert "README" not in second.tables["objects"] and "raw/" not in second.links
 
 
+def test_a_folder_whose_names_start_with_the_greatest_character_is_one_row(
+    lake_conn: LakeConnection, client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A listing skips a folder by starting after `dir/` + U+10FFFF, which names in it
+    starting with U+10FFFF sort after: they must not make the folder a row again (page after
+    page), nor hide `dir0`, the first key past `dir/`."""
+    repo = lake_conn.create_repository("browse-")
+    main = repo.branch("main")
+    top = "\U0010ffff"
+    for key in ("dir/a.csv", f"dir/{top}z.csv", f"dir/{top}{top}y.csv", "dir0", "other.csv"):
+        main.upload(key, b"x")
+    whole = get(client, objects_url(repo, "main")).tables["objects"].split()
+    assert [whole.count(name) for name in ("dir/", "dir0", "other.csv")] == [1, 1, 1]
+    monkeypatch.setattr(browser, "PAGE", 1)
+    page = get(client, objects_url(repo, "main"))
+    rows = [page.tables["objects"].split()[4]]
+    while "More objects" in page.links and len(rows) < 5:
+        page = get(client, page.links["More objects"])
+        rows.append(page.tables["objects"].split()[4])
+    assert rows == ["dir/", "dir0", "other.csv"]
+
+
 def test_an_objects_page_shows_its_entry_last_change_and_a_parquet_preview(
     browse_lake: BrowseLake, client: TestClient
 ) -> None:
