@@ -86,7 +86,7 @@ _LAZY = {
     "check_ref_name": "branchwater.engine.graveler.names",
     "check_flag": "branchwater.engine.graveler.model",
     "imported_version": "branchwater.engine.graveler.checksums",
-    "source_rewritten": "branchwater.engine.graveler.checksums",
+    "open_source": "branchwater.engine.graveler.sources",
     "REVERT_KEY": "branchwater.engine.graveler.picks",
     "CHERRY_PICK_KEY": "branchwater.engine.graveler.picks",
     "PARENT_KEY": "branchwater.engine.graveler.picks",

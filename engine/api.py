@@ -36,7 +36,7 @@ from branchwater.engine.gc.runlock import (
     acquire_run_lease,
     refuse_while_running,
 )
-from branchwater.engine.gc.settings import GCSettings
+from branchwater.engine.gc.settings import LONGEST, GCSettings
 from branchwater.engine.gc.tokens import PhysicalAddress
 from branchwater.engine.graveler import branches as branch_ops
 from branchwater.engine.graveler import checks as check_ops
@@ -85,6 +85,7 @@ from branchwater.engine.graveler.names import check_new_path, check_path
 from branchwater.engine.graveler.protection import ProtectionChange, ProtectionRule
 from branchwater.engine.graveler.uploads import Upload, UploadSource
 from branchwater.engine.kv import open_store
+from branchwater.engine.objects.store import check_moment
 
 DEFAULT_KV_URL = "sqlite:///.branchwater/lake.db"
 
@@ -552,12 +553,16 @@ class Repository:
         retention_rules.delete_rules(self._g.kv, self.record)
 
     def retention(self, now: datetime | None = None) -> Retention | None:
-        """Every commit, active or expired under the rules at `now` (default: the GC clock's
-        time); `None` without rules. `engine/gc/retention/expiry.py` states the rule."""
+        """Every commit, active or expired under the rules at `now` (a timezone-aware
+        datetime; default: the GC clock's time); `None` without rules.
+        `engine/gc/retention/expiry.py` states the rule."""
+        if now is not None:
+            check_moment(now, "now", within=LONGEST)
         rules = self.gc_rules()
         if rules is None:
             return None
-        return repository_retention(self._g, self.record, rules, now or self.lake.gc.clock())
+        at = self.lake.gc.clock() if now is None else now
+        return repository_retention(self._g, self.record, rules, at)
 
     def lock_gc_run(self, holder: str, ttl: timedelta = DEFAULT_LEASE) -> GCRunLease:
         """Take the repository's GC run lease (`with` renews it meanwhile and releases it);

@@ -61,6 +61,7 @@ POINTS = frozenset(
         "repository.before_release",
         "repository.before_remove",
         "restore.before_stage",
+        "source.after_check",
         "transaction.before_commit",
         "transaction.before_merge",
         "write.awaiting_commit",

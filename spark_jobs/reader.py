@@ -48,8 +48,8 @@ from branchwater.engine import (
     ObjectStore,
     check_s3_options,
     imported_version,
+    open_source,
     shared_object_store,
-    source_rewritten,
 )
 
 if TYPE_CHECKING:
@@ -640,7 +640,6 @@ def _read_file(
     where = store.uri(row["key"])
     scalars = _partition_scalars(plan, row)
     try:
-        _check_source_version(store, row)
         with _opened(plan, store, row, span) as source:
             fragment = plan.file_format.make_fragment(source)
             if span != (0, None):
@@ -673,28 +672,25 @@ def _read_file(
         ) from None
 
 
-def _check_source_version(store: ObjectStore, row: Mapping[str, Any]) -> None:
-    """An imported object read checks its version as `Ref.open` does: an object rewritten
-    at its source since the import is `CorruptedData`, not the commit's content."""
-    imported = row.get("imported")
-    mismatch = None if imported is None else source_rewritten(store, row["key"], imported)
-    if mismatch is not None:
-        raise CorruptedData(mismatch)
-
-
 @contextlib.contextmanager
 def _opened(
     plan: ReadPlan, store: ObjectStore, row: Mapping[str, Any], span: tuple[int, int | None]
 ) -> Iterator[Any]:
     """A pyarrow source over the file: its bytes from one GET where the whole of a small file
-    is read (`ReadPlan.read_whole`), else the store's file object for ranged reads."""
+    is read (`ReadPlan.read_whole`), else the store's file object for ranged reads. An
+    imported object is opened as `Ref.open` opens it (`open_source`): held to the version
+    its import recorded, so an object rewritten at its source, before or while it is read,
+    is `CorruptedData`, not the commit's content."""
     import pyarrow as pa
 
-    if span == (0, None) and row["size"] <= plan.read_whole:
+    whole = span == (0, None) and row["size"] <= plan.read_whole
+    imported = row.get("imported")
+    if imported is None and whole:
         yield pa.BufferReader(store.get(row["key"]))
         return
-    with store.open(row["key"]) as f:
-        yield pa.PythonFile(_unbuffered(f), mode="r")
+    key = row["key"]
+    with store.open(key) if imported is None else open_source(store, key, imported) as f:
+        yield pa.BufferReader(f.read()) if whole else pa.PythonFile(_unbuffered(f), mode="r")
 
 
 def _row_groups(metadata: pq.FileMetaData, begin: int, end: int | None) -> list[int]:

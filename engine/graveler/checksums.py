@@ -21,7 +21,7 @@ from typing import Any
 from branchwater.engine.errors import InvalidArgument
 from branchwater.engine.graveler.external import is_external
 from branchwater.engine.graveler.model import Entry, Metadata, metadata_json
-from branchwater.engine.objects.store import ObjectStore
+from branchwater.engine.objects.store import ObjectInfo
 from branchwater.engine.units import epoch_micros
 
 SHA256_LENGTH = 64
@@ -63,16 +63,14 @@ def imported_version(entry: Entry) -> str | None:
     return entry.checksum if imported else None
 
 
-def source_rewritten(store: ObjectStore, key: str, imported: str) -> str | None:
-    """How the object now at `key` of `store`, an imported entry's source (its ETag,
-    modification time and size), differs from the version `imported` (`imported_version`),
-    None if it is that version or the import knew none (an empty ETag); `NotFound` if it is
-    gone. An import never reads the bytes, so this, not a content hash, tells a source
-    rewritten in place (same size, new bytes) from the object a commit holds."""
-    if imported == IMPORTED_PREFIX:
-        return None
-    info = store.stat(key)
-    now = version(info.etag, epoch_micros(info.mtime), info.size)
+def source_mismatch(info: ObjectInfo, imported: str) -> str | None:
+    """How the object `info` describes differs from the version `imported`, None if it is
+    that version."""
+    return version_mismatch(version(info.etag, epoch_micros(info.mtime), info.size), imported)
+
+
+def version_mismatch(now: str, imported: str) -> str | None:
+    """How an imported object's version `now` differs from the version `imported`."""
     if now == imported:
         return None
     return (

@@ -11,9 +11,9 @@ for a local file its modification time and size in hex, as web servers make thei
 Identity is (size, checksum, metadata), so importing an unchanged object again is no change,
 and an object rewritten at the source is a change once imported again. An import never
 reads the objects' bytes: the checksum is no content hash, so reads check the size and
-the version (`checksums.source_rewritten`: an object rewritten at its source is
-`CorruptedData`, not the commit's content), and the same bytes uploaded are a different
-object.
+the version (`sources.open_source`: an object rewritten at its source, before or while it
+is read, is `CorruptedData`, not the commit's content), and the same bytes uploaded are a
+different object.
 
 **Keys S3 holds that no store key can be.** An object whose key ends in `/` is a folder
 marker (the S3 console, Hadoop and others write them to show a folder), empty or not: it

@@ -17,15 +17,15 @@ from itertools import islice, takewhile
 from typing import Any, BinaryIO, TypeVar, cast
 
 from branchwater.engine.errors import CommitExpired, CorruptedData, NotFound, too_many_tries
-from branchwater.engine.graveler.checksums import imported_version, source_rewritten
+from branchwater.engine.graveler.checksums import imported_version
 from branchwater.engine.graveler.external import external_location, is_external
 from branchwater.engine.graveler.fence import check_unfenced
 from branchwater.engine.graveler.graveler import Graveler
 from branchwater.engine.graveler.iterators import Layer, combine, committed_layer, visible
 from branchwater.engine.graveler.model import BranchRecord, Change, Entry, RepositoryRecord
+from branchwater.engine.graveler.sources import open_source
 from branchwater.engine.graveler.uncommitted import uncommitted_from
 from branchwater.engine.graveler.verified import verified
-from branchwater.engine.objects import ObjectStore
 
 PAGE_SIZE = 1000
 CHANGES_PAGE_SIZE = 8192
@@ -300,8 +300,9 @@ def open_object(
     missing: Callable[[NotFound], BaseException] | None = None,
 ) -> BinaryIO:
     """A seekable file object over the object an entry names; with `verify`, its size is
-    checked now and its checksum once a read reaches its end (`verified`), raising
-    `CorruptedData` naming path and address.
+    checked now and its checksum once a read reaches its end (`verified`), and an imported
+    object is held to the version its import recorded (`sources`), raising `CorruptedData`
+    naming path and address.
 
     `ref` and `commit_id` say what the entry was read at (a `Ref` resolved before a GC
     sweep still reads its commit): data found missing, when opening or by a read of the
@@ -314,15 +315,6 @@ def open_object(
     store_url, key = object_location(repo, entry.address)
     at = ReadAt(g, repo, entry, store_url, ref, commit_id)
     store = g.objects(store_url)
-    try:
-        f = store.open(key)
-    except NotFound:
-        raise at.missing() from None
-    guarded = Guarded(f, lambda _: at.missing(while_open=True))
-    if missing is not None:
-        guarded = Guarded(cast(BinaryIO, guarded), missing)
-    if not verify:
-        return cast(BinaryIO, io.BufferedReader(guarded))
 
     def corrupted(mismatch: str) -> CorruptedData:
         return CorruptedData(
@@ -330,33 +322,17 @@ def open_object(
             f"truncated or rewritten in storage: {mismatch}"
         )
 
-    imported = imported_version(entry)
-    if imported is not None:
-        _check_source_version(store, key, imported, f, at, corrupted)
-    return verified(cast(BinaryIO, guarded), entry, corrupted)
-
-
-def _check_source_version(
-    store: ObjectStore,
-    key: str,
-    imported: str,
-    f: BinaryIO,
-    at: ReadAt,
-    corrupted: Callable[[str], CorruptedData],
-) -> None:
-    """An imported object's version now (read after it was opened, so a rewrite before or
-    during the open is seen) against the one imported: its bytes are never hashed, so a
-    rewrite of the same size would otherwise read as the commit's content."""
+    imported = imported_version(entry) if verify else None
     try:
-        try:
-            mismatch = source_rewritten(store, key, imported)
-        except NotFound:
-            raise at.missing(while_open=True) from None
-        if mismatch is not None:
-            raise corrupted(mismatch)
-    except BaseException:
-        f.close()
-        raise
+        f = store.open(key) if imported is None else open_source(store, key, imported, corrupted)
+    except NotFound:
+        raise at.missing() from None
+    guarded = Guarded(f, lambda _: at.missing(while_open=True))
+    if missing is not None:
+        guarded = Guarded(cast(BinaryIO, guarded), missing)
+    if not verify:
+        return cast(BinaryIO, io.BufferedReader(guarded))
+    return verified(cast(BinaryIO, guarded), entry, corrupted)
 
 
 @dataclass(frozen=True)

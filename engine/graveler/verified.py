@@ -1,6 +1,8 @@
 """A file object over a stored object that checks it against its entry as it is read.
 
-The size is checked when it opens; the checksum, where the engine can recompute it, once the
+The size is checked when it opens, and again by every read: one finding the object ended
+before that size (it was truncated while open) or going past it fails instead of returning
+a short or long object as a normal end. The checksum, where the engine can recompute it, once the
 bytes from the first to the last have all been read, in any number of reads: reads that go
 back over bytes already hashed, or seek, are served as asked, and hashing goes on from where
 it stopped when a read covers that point again. A reader that never reads some byte is
@@ -62,12 +64,15 @@ class _VerifiedReader(io.RawIOBase):
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
         n = self._f.readinto(view)  # type: ignore[attr-defined]
+        if n == 0 and len(view) > 0:
+            self._check_not_ended()
         self._read(view[:n])
         return int(n)
 
     def readall(self) -> bytes:
         data = self._f.read()
         self._read(memoryview(data))
+        self._check_not_ended()
         return data
 
     def close(self) -> None:
@@ -75,8 +80,21 @@ class _VerifiedReader(io.RawIOBase):
             self._f.close()
         super().close()
 
+    def _check_not_ended(self) -> None:
+        """At an end of file: the object may not end before its size."""
+        if self._pos < self._entry.size:
+            raise self._corrupted(
+                f"it ended after {self._pos} of the {self._entry.size} bytes its entry "
+                "records (it was truncated while open)"
+            )
+
     def _read(self, data: memoryview) -> None:
         start, self._pos = self._pos, self._pos + len(data)
+        if data and self._pos > self._entry.size:
+            raise self._corrupted(
+                f"it holds more than the {self._entry.size} bytes its entry records (it "
+                "grew while open)"
+            )
         if self._hasher is not None and start <= self._hashed < self._pos:
             self._hasher.update(data[self._hashed - start :])
             self._hashed = self._pos

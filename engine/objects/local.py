@@ -232,7 +232,7 @@ class LocalObjectStore(ObjectStore):
         leaves a file that old; a write stalled that long loses its file and fails at its
         rename (`FileNotFoundError`), never publishing a partial object."""
         check_folder(folder)
-        cutoff_ns = epoch_micros(check_moment(before)) * 1000
+        cutoff_ns = epoch_micros(check_moment(before, "before")) * 1000
         discarded = Discarded()
         try:
             for path, st in _temporary_files(self.root / folder if folder else self.root):
@@ -249,8 +249,9 @@ class LocalObjectStore(ObjectStore):
             ) from exc
         return discarded
 
-    def open(self, key: str) -> BinaryIO:
-        """The file itself, buffered: the OS reads only what is asked (and its read-ahead)."""
+    def open(self, key: str, *, etag: str | None = None) -> BinaryIO:
+        """The file itself, buffered: the OS reads only what is asked (and its read-ahead).
+        A file has no ETag, so `etag` pins nothing (`sources` checks a file's version)."""
         path = self._path(key)
         drain_native_readers_at_exit()
         try:

@@ -460,20 +460,22 @@ class S3ObjectStore(ObjectStore):
                 f"store's prefix) an S3 key holds in {self.url}; shorten it"
             )
 
-    def open(self, key: str) -> BinaryIO:
+    def open(self, key: str, *, etag: str | None = None) -> BinaryIO:
         """Ranged GETs behind an adaptive read-ahead (`AdaptiveReader`: a read after a seek
         fetches what it asks, sequential reads a growing window); a read to the end is one
         GET. The HEAD
         this starts with gives the size (for `seek` from the end), `NotFound` early, and the
-        ETag every GET must match, so an object replaced meanwhile fails the read
-        (`CorruptedData`) instead of mixing two versions."""
+        ETag every GET must match (`etag` where given: a version the caller holds), so an
+        object replaced meanwhile fails the read (`CorruptedData`) instead of mixing two
+        versions."""
         drain_native_readers_at_exit()
         if not addressable(check_object_key(key)):
             info = self._boto3.head(key)
-            reader = _RangeReader(self, key, info.size, info.etag or "*")
+            reader = _RangeReader(self, key, info.size, etag or info.etag or "*")
             return cast(BinaryIO, AdaptiveReader(reader))
         meta = self._call(key, lambda: obstore.head(self._s3, key))
-        reader = _RangeReader(self, key, meta["size"], meta["e_tag"] or "*")
+        pinned = f'"{etag}"' if etag else meta["e_tag"] or "*"
+        reader = _RangeReader(self, key, meta["size"], pinned)
         return cast(BinaryIO, AdaptiveReader(reader))
 
     def get(self, key: str) -> bytes:
@@ -580,7 +582,7 @@ class S3ObjectStore(ObjectStore):
         completion and publishes nothing. An upload completed or aborted meanwhile is
         passed over."""
         folder = check_folder(folder)
-        cutoff = check_moment(before)
+        cutoff = check_moment(before, "before")
         discarded = Discarded()
         full_prefix = self.prefix + (f"{folder}/" if folder else "")
         for upload in self._boto3.multipart_uploads(full_prefix):

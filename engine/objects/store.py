@@ -13,7 +13,7 @@ import io
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, BinaryIO
 
 from branchwater.engine.errors import InvalidArgument, NotFound
@@ -77,9 +77,11 @@ class ObjectStore(abc.ABC):
         for it; a seekable file's is found without it."""
 
     @abc.abstractmethod
-    def open(self, key: str) -> BinaryIO:
+    def open(self, key: str, *, etag: str | None = None) -> BinaryIO:
         """A readable, seekable file object; reads fetch only what is asked (plus a bounded
-        read-ahead). `NotFound` names the key and the store URL."""
+        read-ahead). `NotFound` names the key and the store URL. `etag` (S3's, unquoted), a
+        version every read must match, else `CorruptedData`; without it, the version found
+        when opening. A store without ETags (local files) has nothing to match it with."""
 
     def put(self, key: str, data: bytes) -> ObjectInfo:
         """Write `data` (bytes) atomically."""
@@ -215,11 +217,23 @@ def check_folder(folder: object) -> str:
     return check_object_key(folder) if folder else folder
 
 
-def check_moment(moment: object) -> datetime:
-    """A timezone-aware datetime: a naive one compared with a store's UTC times would be
-    read in whatever zone this machine is in."""
-    if not isinstance(moment, datetime) or moment.utcoffset() is None:
-        raise InvalidArgument(f"{moment!r} must be a timezone-aware datetime")
+def check_moment(moment: object, what: str, *, within: timedelta = timedelta(0)) -> datetime:
+    """A timezone-aware datetime, `what` naming the argument: a naive one compared with a
+    store's UTC times would be read in whatever zone this machine is in. With `within`, at
+    least that far from the calendar's ends, so dates computed from it cannot overflow."""
+    if not isinstance(moment, datetime):
+        raise InvalidArgument(
+            f"{what} must be a timezone-aware datetime, not {type(moment).__name__}"
+        )
+    if moment.utcoffset() is None:
+        raise InvalidArgument(
+            f"{what} must be a timezone-aware datetime, not a naive one ({moment.isoformat()})"
+        )
+    if not datetime.min + within <= moment.replace(tzinfo=None) <= datetime.max - within:
+        raise InvalidArgument(
+            f"{what} must be at least {within.days} days from the calendar's ends (years 1 "
+            f"and 9999), not {moment.isoformat()}"
+        )
     return moment
 
 

@@ -7,7 +7,7 @@ import functools
 import itertools
 import math
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -249,13 +249,17 @@ def test_checksums_the_issue_names_are_refused(
         main.stat("p")
 
 
+NOT_AWARE_TIMES = (datetime(2026, 1, 1), datetime.max, datetime.min)
+"""Naive times: compared with a commit's UTC date they raised `TypeError`."""
 HOSTILE_VALUES: list[object] = [
     *HOSTILE_TEXTS,
     *(None, 0, -1, 10**30, math.nan, math.inf, True, b"x", [], ["a"], {"a": 1}, {"a": "b"}),
     *(timedelta(days=-1), object()),
+    *NOT_AWARE_TIMES,
+    *(datetime.max.replace(tzinfo=UTC), datetime.min.replace(tzinfo=UTC)),
 ]
 """Values each argument of `api_calls` takes in turn: `HOSTILE_TEXTS`, wrong types, huge and
-non-finite numbers."""
+non-finite numbers, times without a zone or at the calendar's ends."""
 LOCAL_FILE_CALLS = {"dump_refs", "restore_refs"}
 """Calls on a local file, which may also raise the file system's own `OSError` (a name
 too long), as Python's file functions do."""
@@ -263,9 +267,10 @@ too long), as Python's file functions do."""
 
 def api_calls(repo: Repository, root: Path) -> dict[str, Callable[[Any], object]]:
     """One public call per argument, the others valid, on a lake with history on two
-    branches, a source folder to import and a protected pattern."""
+    branches, a source folder to import, a protected pattern and GC rules."""
     lake, main = repo.lake, repo.branch("main")
     dev = repo.create_branch("dev")
+    repo.set_gc_rules({"default_retention_days": 30})
     (root / "src").mkdir()
     (root / "src" / "f").write_text("x")
 
@@ -316,6 +321,7 @@ def api_calls(repo: Repository, root: Path) -> dict[str, Callable[[Any], object]
         "record_check details": lambda v: repo.record_check("main", "q3", True, v),
         "checks": lambda v: repo.checks(v),
         "set_gc_rules": lambda v: repo.set_gc_rules(v),
+        "retention now": lambda v: repo.retention(v),
         "lock_gc_run holder": lambda v: repo.lock_gc_run(v).release(),
         "lock_gc_run ttl": lambda v: repo.lock_gc_run("h", v).release(),
         "dump_refs": lambda v: repo.dump_refs(v),
@@ -380,3 +386,29 @@ def test_every_call_refuses_a_hostile_argument_with_a_typed_error(
             except Exception as exc:
                 failures.append(f"{name}({value!r:.40}): {exc!r:.200}")
     assert failures == []
+
+
+@pytest.mark.parametrize(
+    ("now", "said"),
+    [
+        (0, "not int"),
+        ("2026-01-01", "not str"),
+        *((naive, "not a naive one") for naive in NOT_AWARE_TIMES),
+        (datetime.max.replace(tzinfo=UTC), "days from the calendar's ends"),
+        (datetime.min.replace(tzinfo=UTC), "days from the calendar's ends"),
+    ],
+    ids=repr,
+)
+def test_a_retention_time_that_is_not_an_aware_datetime_is_refused(
+    repo: Repository, now: object, said: str
+) -> None:
+    """Naive times and text raised `TypeError`, the calendar's ends `OverflowError`, and 0
+    was taken for the GC clock's time."""
+    main = repo.branch("main")
+    main.upload("a", b"1")
+    main.commit("load")
+    repo.set_gc_rules({"default_retention_days": 1})
+    with pytest.raises(InvalidArgument, match="now must be a") as raised:
+        repo.retention(now)  # type: ignore[arg-type]
+    assert said in str(raised.value)
+    assert repo.retention() is not None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import os
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,30 @@ def test_content_mismatch_says_what_differs(repo: Repository, stored: bytes, rea
     entry = repo.branch("main").upload("m", b"abc")
     found = content_mismatch(entry, stored)
     assert found is None if reason is None else reason in str(found)
+
+
+@pytest.mark.parametrize(
+    ("how", "reason"),
+    [
+        ("truncated", r"ended after \d+ of the 1048576 bytes"),
+        ("extended", "holds more than the 1048576 bytes"),
+    ],
+)
+def test_an_object_truncated_or_extended_while_open_fails_the_read_that_finds_it(
+    repo: Repository, how: str, reason: str
+) -> None:
+    """A hash is never completed by a read that ends early or runs long, so the read itself
+    tells: neither a short object as a normal end (a `cp` over it truncates first) nor
+    bytes beyond the entry's size."""
+    main = repo.branch("main")
+    data = os.urandom(1 << 20)
+    stored = object_file(repo, main.upload("big", data).address)
+    with main.open("big") as f:
+        assert f.read(1 << 16) == data[: 1 << 16]
+        if how == "truncated":
+            stored.write_bytes(data[: 1 << 17])
+        else:
+            with stored.open("ab") as out:
+                out.write(b"x")
+        with pytest.raises(CorruptedData, match=reason):
+            f.read()

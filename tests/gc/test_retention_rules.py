@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from branchwater.engine import InvalidGCRules, Lake
 from branchwater.engine.api import Repository
 from branchwater.engine.gc.retention.rules import RULES_KEY, BranchRule, GCRules
+from tests.gc_model import retention_run
 
 LAKEFS_RULES = {
     "default_retention_days": 30,
@@ -163,3 +165,54 @@ def test_rules_go_with_their_repository(lake: Lake, tmp_path: Any) -> None:
     lake.delete_repository("sales")
     again = lake.create_repository("sales", f"file://{tmp_path}/b")
     assert again.gc_rules() is None
+
+
+BAD_RULE_OBJECTS: list[tuple[GCRules, str]] = [
+    (GCRules(-5), "default_retention_days must be between 0 and"),
+    (GCRules(10**9), "default_retention_days must be between 0 and"),
+    (GCRules(True), "whole number"),  # type: ignore[arg-type]
+    (GCRules(1, (BranchRule("main", 10**9),)), "branches[0].retention_days"),
+    (GCRules(1, (BranchRule("main", "30"),)), "whole number"),  # type: ignore[arg-type]
+    (GCRules(1, (BranchRule("a..b", 2),)), "matches no valid branch name"),
+    (GCRules(1, (BranchRule(7, 2),)), "non-empty branch"),  # type: ignore[arg-type]
+    (GCRules(1, ("main",)), "branches[0] must be an object"),  # type: ignore[arg-type]
+    (GCRules(1, None), "must be a list"),  # type: ignore[arg-type]
+    (GCRules(1, "main"), "must be a list"),  # type: ignore[arg-type]
+    (GCRules(1, keep_tags=""), "non-empty tag"),
+    (GCRules(1, keep_tags="v~*"), "matches no valid tag name"),
+]
+"""Rules made in Python rather than read from a document: a dataclass checks no field."""
+
+
+@pytest.mark.parametrize(("rules", "fragment"), BAD_RULE_OBJECTS, ids=repr)
+def test_bad_rules_made_in_python_are_refused_as_their_document_is(
+    repo: Repository, rules: GCRules, fragment: str
+) -> None:
+    """They were stored as given, and then every read of them, GC runs' included, failed."""
+    repo.set_gc_rules(LAKEFS_RULES)
+    kv, partition = repo.lake.graveler.kv, repo.record.partition
+    before = kv.get(partition, RULES_KEY)
+    with pytest.raises(InvalidGCRules) as raised:
+        repo.set_gc_rules(rules)
+    assert fragment in str(raised.value)
+    assert kv.get(partition, RULES_KEY) == before
+    assert repo.gc_rules() == GCRules.from_json(LAKEFS_RULES)
+
+
+def test_gc_runs_on_the_rules_a_refused_set_left(repo: Repository) -> None:
+    """A day's retention, set before the refusal, still expires the replaced commit."""
+    rules = GCRules(1, (BranchRule("etl/*", 9),), keep_tags="v*")
+    main = repo.branch("main")
+    main.upload("a", b"old")
+    old = main.commit("old").id
+    main.upload("a", b"new")
+    main.commit("new")
+    assert repo.set_gc_rules(rules) == rules
+    with pytest.raises(InvalidGCRules):
+        repo.set_gc_rules(GCRules(-5, (BranchRule("main", 10**9),), keep_tags=""))
+    assert repo.gc_rules() == rules
+    old_address = repo.ref(old).stat("a").address
+    run = retention_run(repo, datetime.now(UTC) + timedelta(days=2))
+    assert run.expiring == [old]
+    assert old_address in run.deleted
+    assert repo.branch("main").read("a") == b"new"

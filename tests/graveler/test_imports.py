@@ -147,6 +147,125 @@ def test_an_object_rewritten_at_its_source_with_the_same_size_is_no_longer_read(
     assert t.repo.ref("main").read("raw/dir/sub/c.txt") == b"DEEP"
 
 
+def aged(t: ImportLake, key: str) -> None:
+    """A local source file dated an hour back, so a rewrite in a test's next milliseconds
+    cannot keep its modification time (S3 objects need nothing: their ETag is content's)."""
+    if isinstance(t.source, LocalObjectStore):
+        before = (t.source.root / key).stat().st_mtime_ns - 3600 * 10**9
+        os.utime(t.source.root / key, ns=(before, before))
+
+
+def rewrite(t: ImportLake, key: str, data: bytes, *, in_place: bool = False) -> None:
+    """`key` rewritten at the source as another tool would: a local file written through
+    its path (truncating, as `cp` does, or in place), an S3 object put again."""
+    if isinstance(t.source, LocalObjectStore):
+        with open(t.source.root / key, "r+b" if in_place else "wb") as f:
+            f.write(data)
+    else:
+        t.source.put(key, data)
+
+
+REWRITTEN = r"rewritten at its source|replaced while it was being read"
+"""A local file's version check, or a GET of S3 refused as another version (If-Match)."""
+
+
+@pytest.mark.parametrize("in_place", [True, False], ids=["same size in place", "truncated"])
+def test_an_imported_object_rewritten_while_it_is_read_fails_the_read(
+    lake_with_source: ImportLake, in_place: bool
+) -> None:
+    """A local file is checked again when a read reaches its end (a truncated one ends
+    early, which is such a read), and every S3 GET is pinned to the imported ETag: a rewrite
+    while a reader has the object open fails that read, never half old and half new bytes
+    or a short object ending as if complete."""
+    t = lake_with_source
+    size = 1 << 20
+    t.source.put("big.bin", b"A" * size)
+    aged(t, "big.bin")
+    imported = t.repo.branch("main").import_objects(t.source_uri, prefix="raw/").commit
+    assert imported is not None
+    pinned = t.repo.ref(imported.id)
+
+    with pinned.open("raw/big.bin") as f:
+        assert f.read(size // 2) == b"A" * (size // 2)
+        rewrite(t, "big.bin", b"B" * (size if in_place else size // 4), in_place=in_place)
+        with pytest.raises(CorruptedData, match=REWRITTEN):
+            f.read()
+
+
+def test_a_local_file_renamed_over_while_open_reads_through_as_imported(
+    lake_with_source: ImportLake,
+) -> None:
+    """A local file's version is checked on the open file (`fstat`), not its path: a reader
+    holding the imported file reads its bytes through when another is renamed over it (as
+    `rsync` and atomic writers replace files)."""
+    t = lake_with_source
+    if not isinstance(t.source, LocalObjectStore):
+        pytest.skip("S3 objects are not renamed")
+    size = 1 << 20
+    t.source.put("big.bin", b"A" * size)
+    aged(t, "big.bin")
+    imported = t.repo.branch("main").import_objects(t.source_uri, prefix="raw/").commit
+    assert imported is not None
+
+    with t.repo.ref(imported.id).open("raw/big.bin") as f:
+        assert f.read(size // 2) == b"A" * (size // 2)
+        t.source.put("big.bin", b"B" * size)
+        assert f.read() == b"A" * (size - size // 2)
+
+
+def test_a_copy_of_an_imported_object_rewritten_while_it_streams_stores_nothing(
+    lake_with_source: ImportLake,
+) -> None:
+    """A copy across refs (fsspec's `cp_file`) streams the object through the same reader:
+    the upload fails, and stages no object mixing two versions."""
+    t = lake_with_source
+    size = 4 << 20
+    t.source.put("big.bin", b"A" * size)
+    aged(t, "big.bin")
+    main = t.repo.branch("main")
+    imported = main.import_objects(t.source_uri, prefix="raw/").commit
+    assert imported is not None
+    source = t.repo.ref(imported.id).open("raw/big.bin")
+    read = source.read
+
+    def read_then_rewrite(n: int = -1) -> bytes:
+        data = read(n)
+        rewrite(t, "big.bin", b"B" * size, in_place=True)
+        return data
+
+    source.read = read_then_rewrite  # type: ignore[method-assign]
+    with source, pytest.raises(CorruptedData, match=REWRITTEN):
+        main.upload("copy.bin", source)
+    with pytest.raises(NotFound):
+        main.stat("copy.bin")
+
+
+def test_an_imported_object_rewritten_between_its_check_and_its_open_is_not_read(
+    lake_with_source: ImportLake,
+) -> None:
+    """The version is checked before the open to learn what to hold reads to: S3 GETs must
+    match the ETag found to be the imported one (not the one the open finds), and a local
+    file is checked again once it is open, so even a first read short of its end is not
+    of the rewritten file."""
+    t = lake_with_source
+    size = 1 << 20
+    t.source.put("big.bin", b"A" * size)
+    aged(t, "big.bin")
+    imported = t.repo.branch("main").import_objects(t.source_uri, prefix="raw/").commit
+    assert imported is not None
+    pinned = t.repo.ref(imported.id)
+
+    def rewritten() -> None:
+        rewrite(t, "big.bin", b"B" * size)
+
+    with (
+        failpoints.armed("source.after_check", rewritten),
+        pytest.raises(CorruptedData, match=REWRITTEN),
+        pinned.open("raw/big.bin") as f,
+    ):
+        f.read(1)
+
+
 def test_uncommitted_changes_stay_staged_above_the_import(lake_with_source: ImportLake) -> None:
     t = lake_with_source
     main = t.repo.branch("main")

@@ -27,6 +27,7 @@ from branchwater.engine import (
     InvalidArgument,
     Lake,
     NotFound,
+    failpoints,
     open_object_store,
 )
 from branchwater.engine.objects.s3 import S3ObjectStore
@@ -374,6 +375,54 @@ def test_an_imported_file_rewritten_at_its_source_fails_the_read_by_name(
 
         with pytest.raises(Exception, match=r"'t/b.parquet'.*rewritten at its source"):
             read_parquet(spark, at_commit, "t/").collect()
+
+
+@pytest.mark.parametrize("read_whole", [0, 1 << 20], ids=["ranged", "whole"])
+def test_an_imported_file_rewritten_after_the_tasks_check_is_not_read(
+    tmp_path: Path, read_whole: int
+) -> None:
+    """A task opens an imported file as `Ref.open` does (`open_source`): a rewrite right
+    after the version check, before the open, is `CorruptedData`, not the commit's rows."""
+    source = tmp_path / "source"
+    source.mkdir()
+    landed = source / "orders.csv"
+    landed.write_text("amount\n" + "10\n" * 100)
+    hour_ago = landed.stat().st_mtime_ns - 3600 * 10**9
+    os.utime(landed, ns=(hour_ago, hour_ago))
+    with Lake.connect(f"sqlite:///{tmp_path}/lake.db") as lake:
+        repo = lake.create_repository("sales", (tmp_path / "ns").as_uri())
+        main = repo.branch("main")
+        main.import_objects(source.as_uri(), prefix="raw/")
+        entry = main.stat("raw/orders.csv")
+        store_url, key = reader._location(repo.storage_namespace, entry.address)
+        store = open_object_store(store_url)
+        row = {
+            "path": entry.path,
+            "key": key,
+            "size": entry.size,
+            "values": [],
+            "imported": entry.checksum,
+        }
+        schema = pa.schema([("amount", pa.int64())])
+        plan = reader.ReadPlan(
+            pa.dataset.CsvFileFormat(), schema, (), schema, {}, "'raw/'", read_whole=read_whole
+        )
+
+        def amounts() -> list[int]:
+            batches = reader._read_file(plan, store, row)
+            return pa.Table.from_batches(list(batches)).column("amount").to_pylist()
+
+        assert sum(amounts()) == 1000
+
+        def rewritten() -> None:
+            landed.write_text("amount\n" + "99999\n" * 100)
+
+        with (
+            failpoints.armed("source.after_check", rewritten),
+            pytest.raises(CorruptedData, match=r"'raw/orders.csv'.*rewritten at its source"),
+        ):
+            amounts()
+        store.close()
 
 
 def test_files_missing_a_column_of_the_schema_give_nulls(

@@ -187,10 +187,31 @@ def _sample(pattern: str, tokens: list[re.Match[str]], chosen: tuple[str, ...]) 
 
 
 def set_rules(kv: Store, repo: RepositoryRecord, rules: object) -> GCRules:
-    """Validate and store the repository's rules, replacing any; returns them."""
-    checked = rules if isinstance(rules, GCRules) else GCRules.from_json(rules)
+    """Validate and store the repository's rules, replacing any; returns them. `GCRules`
+    made in Python are checked as their document is: stored unchecked, rules no GC run can
+    read would stop every run of the repository."""
+    document = _document(rules) if isinstance(rules, GCRules) else rules
+    checked = GCRules.from_json(document)
     kv.set(repo.partition, RULES_KEY, json.dumps(checked.to_json(), sort_keys=True).encode())
     return checked
+
+
+def _document(rules: GCRules) -> dict[str, object]:
+    """The document `rules` stand for, their fields taken as they are, whatever their types
+    (a dataclass does not check them), so that `from_json` judges them."""
+    branches: object = rules.branches
+    if isinstance(branches, (tuple, list)):
+        branches = [
+            {"branch_id": rule.branch_id, "retention_days": rule.retention_days}
+            if isinstance(rule, BranchRule)
+            else rule
+            for rule in branches
+        ]
+    return {
+        "default_retention_days": rules.default_retention_days,
+        "branches": branches,
+        "keep_tags": rules.keep_tags,
+    }
 
 
 def get_rules(kv: Store, repo: RepositoryRecord) -> GCRules | None:
