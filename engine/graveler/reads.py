@@ -26,6 +26,7 @@ from branchwater.engine.graveler.model import BranchRecord, Change, Entry, Repos
 from branchwater.engine.graveler.sources import open_source
 from branchwater.engine.graveler.uncommitted import uncommitted_from
 from branchwater.engine.graveler.verified import verified
+from branchwater.engine.objects.views import FileView
 
 PAGE_SIZE = 1000
 CHANGES_PAGE_SIZE = 8192
@@ -380,36 +381,16 @@ class ReadAt:
         return None
 
 
-class Guarded(io.RawIOBase):
+class Guarded(FileView):
     """`f` as the raw layer under a buffer (`io.BufferedReader`, or `verified`'s), except that
     a `NotFound` from a read or seek, the object deleted while open (an S3 ranged GET after a
     sweep), is `missing(error)`: the store's error names only the physical key (the engine
     names the path and ref, `ReadAt.missing`; the fsspec filesystem's, over that one, raises
-    its `FileNotFoundError`). Raw, so the buffer above keeps a file's protocol: `readline` reads
-    a buffer per call, not a byte, and `peek`, `fileno` (where `f` has one) and `name` work
-    as on the store's file."""
+    its `FileNotFoundError`)."""
 
     def __init__(self, f: BinaryIO, missing: Callable[[NotFound], BaseException]) -> None:
-        super().__init__()
-        self._f = f
+        super().__init__(f)
         self._missing = missing
-
-    @property
-    def name(self) -> str:
-        """`f`'s (a local file's path); an `AttributeError` where it has none, as on S3."""
-        return self._f.name
-
-    def fileno(self) -> int:
-        return self._f.fileno()
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._f.tell()
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         return self._guard(lambda: self._f.seek(offset, whence))
@@ -420,11 +401,6 @@ class Guarded(io.RawIOBase):
     def readall(self) -> bytes:
         """One read to the end (on S3 one GET), not a loop of buffer-sized ones."""
         return self._guard(self._f.read)
-
-    def close(self) -> None:
-        if not self.closed:
-            self._f.close()
-        super().close()
 
     def _guard(self, call: Callable[[], T]) -> T:
         try:

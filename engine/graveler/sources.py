@@ -34,6 +34,7 @@ from branchwater.engine.graveler.checksums import (
     version_mismatch,
 )
 from branchwater.engine.objects import ObjectStore
+from branchwater.engine.objects.views import FileView
 
 Corrupted = Callable[[str], CorruptedData]
 
@@ -83,37 +84,17 @@ def _raise_if(mismatch: str | None, corrupted: Corrupted) -> None:
         raise corrupted(mismatch)
 
 
-class _Rechecked(io.RawIOBase):
+class _Rechecked(FileView):
     """`f`, a local file, whose version is checked again (`rewritten`) after every read that
     reaches its end or finds it ended: a file truncated while open ends early, so that read
     is the one that tells."""
 
     def __init__(self, f: BinaryIO, rewritten: Callable[[], str | None], corrupted: Corrupted):
-        super().__init__()
-        self._f = f
+        super().__init__(f)
         self._rewritten = rewritten
         self._corrupted = corrupted
         self._size = f.seek(0, io.SEEK_END)
         f.seek(0)
-
-    @property
-    def name(self) -> str:
-        return self._f.name
-
-    def fileno(self) -> int:
-        return self._f.fileno()
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._f.tell()
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        return self._f.seek(offset, whence)
 
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
@@ -126,8 +107,3 @@ class _Rechecked(io.RawIOBase):
         data = self._f.read()
         _raise_if(self._rewritten(), self._corrupted)
         return data
-
-    def close(self) -> None:
-        if not self.closed:
-            self._f.close()
-        super().close()

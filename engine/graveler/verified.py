@@ -18,6 +18,7 @@ from typing import Any, BinaryIO
 from branchwater.engine.errors import CorruptedData
 from branchwater.engine.graveler.checksums import digest_mismatch, recomputable_hash, size_mismatch
 from branchwater.engine.graveler.model import Entry
+from branchwater.engine.objects.views import FileView
 
 Corrupted = Callable[[str], CorruptedData]
 """Builds the error for a mismatch, naming what the reader knows (path, address, store)."""
@@ -38,9 +39,9 @@ def verified(f: BinaryIO, entry: Entry, corrupted: Corrupted) -> BinaryIO:
         raise
 
 
-class _VerifiedReader(io.RawIOBase):
+class _VerifiedReader(FileView):
     def __init__(self, f: BinaryIO, entry: Entry, corrupted: Corrupted) -> None:
-        self._f = f
+        super().__init__(f)
         self._entry = entry
         self._corrupted = corrupted
         self._hasher = recomputable_hash(entry)
@@ -48,11 +49,9 @@ class _VerifiedReader(io.RawIOBase):
         self._pos = 0
         self._check_if_complete()
 
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
+    def fileno(self) -> int:
+        """None: a reader of the descriptor would read around the checks."""
+        raise io.UnsupportedOperation("a checked read has no file descriptor")
 
     def tell(self) -> int:
         return self._pos
@@ -74,11 +73,6 @@ class _VerifiedReader(io.RawIOBase):
         self._read(memoryview(data))
         self._check_not_ended()
         return data
-
-    def close(self) -> None:
-        if not self.closed:
-            self._f.close()
-        super().close()
 
     def _check_not_ended(self) -> None:
         """At an end of file: the object may not end before its size."""
