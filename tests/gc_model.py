@@ -24,14 +24,12 @@ from branchwater.engine.gc.addresses import is_data_address, newest_first_time
 from branchwater.engine.gc.prepare import PreparedRun
 from branchwater.engine.gc.retention.rules import GCRules
 from branchwater.engine.gc.runlock import DEFAULT_LEASE
-from branchwater.engine.gc.runs import statuses
 from branchwater.engine.gc.runs.files import RunSummary
 from branchwater.engine.gc.runs.retention import (
     EXPIRED_COMMITS,
     RetentionInput,
+    expire_before_sweep,
     metaranges_now_held,
-    rearm_before_sweep,
-    record_swept,
     retention_input,
     settle_expiring,
     write_expiring,
@@ -340,38 +338,52 @@ def retention_run(
     s3_options: Mapping[str, str] | None = None,
 ) -> RetentionRun:
     """The committed part of a GC run as the Spark job's driver does it, under the
-    repository's GC lease, with the job's anti-joins replaced by the model's address sets:
-    the classes read at `now` (default: the wall clock), the candidates data addresses
-    only (an imported object's URI is not the lake's to delete), the re-check, the second
-    prepare, the fence settled on the commits still holding a candidate, re-armed before
-    the deletes and recorded after (its files written with `s3_options` on S3). Returns what
-    it deleted and the commits it recorded expired."""
+    repository's GC lease (`retention_mark`), its expiring commits re-armed and recorded
+    expired before the deletes, as `sweeps.sweep_mark` does (its files written with
+    `s3_options` on S3). Returns what it deleted and the commits it recorded expired."""
     g, record = repo.lake.graveler, repo.record
     ns = Namespace.of(repo.storage_namespace, s3_options)
     with repo.lock_gc_run(holder, lease):
-        started = datetime.now(UTC)
-        plan = retention_input(g, record, now or started)
-        assert plan is not None
-        prepared = repo.prepare_uncommitted_for_gc()
-        run_id = prepared.run_id
-        expired = commit_addresses(repo, set(plan.retention.expired))
-        candidates = set(filter(is_data_address, expired))
-        candidates -= commit_addresses(repo, set(plan.retention.active))
-        candidates -= run_addresses(repo, prepared)
-        held_now = metaranges_now_held(g, record, plan, run_id, holding(repo, plan, candidates))
-        held = {c.id for c in g.refs.list_commits(record) if c.metarange_id in held_now}
-        candidates -= commit_addresses(repo, held)
-        if candidates:
-            candidates -= run_addresses(repo, repo.prepare_uncommitted_for_gc())
-        still = holding(repo, plan, candidates)
-        expiring = settle_expiring(g, record, plan, held_now, run_id, still)
-        summary = marked(repo, run_id, started)
-        summary.files[EXPIRED_COMMITS] = write_expiring(ns, run_id, expiring)
-        rearm_before_sweep(g, record, ns, summary)
-        g.objects(repo.storage_namespace).delete(sorted(candidates))
-        summary.status, summary.swept_at = statuses.SWEPT, datetime.now(UTC).isoformat()
-        record_swept(g, record, ns, summary)
-    return RetentionRun(run_id, candidates, expiring)
+        mark = retention_mark(repo, ns, now)
+        expire_before_sweep(g, record, ns, mark.summary)
+        g.objects(repo.storage_namespace).delete(sorted(mark.candidates))
+    return RetentionRun(mark.summary.run_id, mark.candidates, mark.expiring)
+
+
+@dataclass
+class RetentionMark:
+    summary: RunSummary
+    """Marked, its gate passed, its expiring commits written (`EXPIRED_COMMITS`)."""
+    candidates: set[str]
+    expiring: list[str]
+
+
+def retention_mark(repo: Repository, ns: Namespace, now: datetime | None = None) -> RetentionMark:
+    """The committed part's mark as the Spark job's driver makes it, with the job's
+    anti-joins replaced by the model's address sets, under the caller's GC lease: the
+    classes read at `now` (default: the wall clock), the candidates data addresses only
+    (an imported object's URI is not the lake's to delete), the re-check, the second
+    prepare, the fence settled on the commits still holding a candidate."""
+    g, record = repo.lake.graveler, repo.record
+    started = datetime.now(UTC)
+    plan = retention_input(g, record, now or started)
+    assert plan is not None
+    prepared = repo.prepare_uncommitted_for_gc()
+    run_id = prepared.run_id
+    expired = commit_addresses(repo, set(plan.retention.expired))
+    candidates = set(filter(is_data_address, expired))
+    candidates -= commit_addresses(repo, set(plan.retention.active))
+    candidates -= run_addresses(repo, prepared)
+    held_now = metaranges_now_held(g, record, plan, run_id, holding(repo, plan, candidates))
+    held = {c.id for c in g.refs.list_commits(record) if c.metarange_id in held_now}
+    candidates -= commit_addresses(repo, held)
+    if candidates:
+        candidates -= run_addresses(repo, repo.prepare_uncommitted_for_gc())
+    still = holding(repo, plan, candidates)
+    expiring = settle_expiring(g, record, plan, held_now, run_id, still)
+    summary = marked(repo, run_id, started)
+    summary.files[EXPIRED_COMMITS] = write_expiring(ns, run_id, expiring)
+    return RetentionMark(summary, candidates, expiring)
 
 
 def holding(repo: Repository, plan: RetentionInput, candidates: set[str]) -> set[str]:
@@ -385,7 +397,7 @@ def marked(repo: Repository, run_id: str, started: datetime) -> RunSummary:
     at = started.isoformat()
     return RunSummary(
         run_id, repo.name, repo.record.unique_id, repo.storage_namespace, "clean", "clean",
-        False, at, at, at, 0.0, 0.0,
+        False, at, at, at, 0.0, 0.0, gate_success=True,
     )  # fmt: skip
 
 

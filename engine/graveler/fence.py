@@ -4,9 +4,9 @@ commit or collected it.
 
 A GC run with retention rules writes an *expiring* record for every commit it is about to
 treat as expired (`engine/gc/retention/expired.py`), before its re-check reads the refs, the
-commit records and the staging again; its sweep turns each into an *expired* record once
-the objects are deleted. A move's *claim* lives under the same key, one per commit, so a
-move pays one KV get and one `set_if`; a read (`repo.ref`) only gets it.
+commit records and the staging again; its sweep turns each into an *expired* record, which
+never lapses, before it deletes any object. A move's *claim* lives under the same key, one
+per commit, so a move pays one KV get and one `set_if`; a read (`repo.ref`) only gets it.
 
 The moves: branch creation from a commit, reset to one, a fast-forward or a publish onto one,
 a tag on one, a restore from one (before its entries are staged), and a revert (of one, and
@@ -26,7 +26,9 @@ so one comes first.
 - R before C: the claim reads R (or loses its swap to it and reads it on the retry) and
   refuses; nothing was written. A record that lapsed (its run died) can be replaced by a
   claim: the sweep re-arms its records only while each is still its own and live, and
-  deletes nothing otherwise.
+  deletes nothing otherwise; once all are re-armed it records them expired before its
+  first delete, so no claim lands on them however long it deletes or however late a killed
+  sweep is resumed.
 - C before R, the claim fresh when R reads it: no record, and the re-check counts the
   commit as active, so no object its tree holds is a candidate. Independently, the sweep
   re-arms every commit whose tree holds an object it deletes before deleting, and finding
@@ -70,8 +72,8 @@ processes included: what GC's safety argument assumes of clients that keep worki
 
 @dataclass(frozen=True)
 class FenceRecord:
-    """A commit's retention state: `expired` (when its objects were deleted) once swept,
-    else expiring, fenced by run `run` until `until`."""
+    """A commit's retention state: `expired` (when its sweep began deleting its objects),
+    for good, else expiring, fenced by run `run` until `until`."""
 
     run: str
     expired: str | None = None

@@ -5,7 +5,7 @@ is collecting (`engine/graveler/fence.py` has the argument).
 The run is the committed part as the Spark job's driver does it (`tests.gc_model.
 retention_run`, after `spark_jobs/gc/retention.py`: the classes read under the run's lease,
 the re-check, the second prepare, the fence settled on the commits still holding a
-candidate, re-armed before the deletes and recorded after), with the job's Spark anti-joins
+candidate, re-armed and recorded expired before the deletes), with the job's Spark anti-joins
 replaced by the model's address sets (`tests.gc_model.commit_addresses`): the races are
 between the driver's KV reads and writes and the moves, which this keeps whole.
 

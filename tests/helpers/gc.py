@@ -20,7 +20,7 @@ from branchwater.engine.gc.runs.files import RunSummary
 from branchwater.engine.gc.runs.pruning import PRUNED_SETS
 from branchwater.engine.gc.runs.storage import Namespace
 from branchwater.engine.gc.settings import GCSettings
-from branchwater.engine.graveler.fence import FENCE_PREFIX, OPERATION_MARGIN, Claim
+from branchwater.engine.graveler.fence import FENCE_PREFIX, OPERATION_MARGIN, Claim, FenceRecord
 from branchwater.engine.kv import Store
 from branchwater.engine.objects import ObjectInfo, ObjectStore
 
@@ -215,6 +215,20 @@ def age_claims(repo: Repository) -> None:
             break
         if b"claimed" in item.value:
             kv.set_if(repo.record.partition, item.key, aged, item.value)
+
+
+def hold_passes(repo: Repository) -> None:
+    """What the repository's retention records look like once `EXPIRING_HOLD` has passed:
+    every expiring record lapsed (its `until` just past); an expired one never lapses."""
+    kv: Store = repo.lake.graveler.kv
+    lapsed_at = datetime.now(UTC) - timedelta(seconds=1)
+    for item in kv.scan(repo.record.partition, FENCE_PREFIX):
+        if not item.key.startswith(FENCE_PREFIX):
+            break
+        if b"expiring" in item.value:
+            record = FenceRecord.decode(item.value)
+            lapsed = FenceRecord(record.run, until=lapsed_at).encode()
+            kv.set_if(repo.record.partition, item.key, lapsed, item.value)
 
 
 RUN_ID = "18f2a9c3b7d1-a1b2c3"

@@ -4,11 +4,15 @@ and proves the order), so reading, branching from, resetting to or tagging one r
 `CommitExpired` instead of a missing-object error deep in a read.
 
 A run records as expiring, before its re-check, the commits whose objects it may delete, and
-releases those it no longer deletes from after it. Its sweep re-arms them
-before deleting and records them as expired after: the run deleted what of their trees no
+releases those it no longer deletes from after it. Its sweep re-arms them, all of them
+before any is changed, and then records them as expired, before its first delete
+(`expire_fenced`): an expired record never lapses, so however long the sweep takes, or
+however late a killed one is resumed, no move reaches a commit whose objects it deletes,
+and a resumed sweep finds them expired and finishes. The run deletes what of their trees no
 active commit shares. The commit records themselves stay (history, `repo.commit`, `log` and
 merge bases still work). An expiring record of a run that died fences for `EXPIRING_HOLD` at
-most; a sweep that finds one of its records lapsed, or taken by a later run, deletes nothing.
+most; a sweep that finds one of its records lapsed, or taken by a later run, records and
+deletes nothing.
 
 Which commits are recorded is exact: those that held an object the sweep deleted, no more
 and no fewer. The run fences, before its re-check, the expired commits whose metarange no
@@ -50,8 +54,8 @@ must be swept within it (a scheduled run sweeps right after its gate)."""
 def record_expired(
     kv: Store, repo: RepositoryRecord, commit_ids: Iterable[str], when: datetime, run_id: str
 ) -> int:
-    """Record `commit_ids` as expired by run `run_id` at `when`; returns how many. Writing
-    one again (a sweep resumed) keeps it expired, with the later time."""
+    """Record `commit_ids` as expired by run `run_id` at `when`, whatever their keys hold;
+    returns how many. A sweep checks its fence first (`expire_fenced`)."""
     value = FenceRecord(run_id, expired=when.isoformat()).encode()
     count = 0
     for commit_id in commit_ids:
@@ -86,35 +90,78 @@ def release_expiring(
 
 
 def rearm_expiring(
-    kv: Store, repo: RepositoryRecord, commit_ids: Iterable[str], run_id: str
-) -> None:
-    """Before a sweep deletes: push each of run `run_id`'s records `EXPIRING_HOLD` ahead,
-    each only while it still fences for this run (so it fenced without a gap since the
-    re-check); else `StaleGCMark`, nothing deleted."""
+    kv: Store,
+    repo: RepositoryRecord,
+    commit_ids: Iterable[str],
+    run_id: str,
+    swept_before: bool = False,
+) -> dict[str, bytes]:
+    """Push each of run `run_id`'s records `EXPIRING_HOLD` ahead, each only while it still
+    fences for this run (so it fenced without a gap since the re-check); else `StaleGCMark`
+    (`swept_before`: an earlier attempt of the sweep deleted objects). Returns the values
+    written, by commit; a commit expired already is left as it is."""
+    rearmed: dict[str, bytes] = {}
     for commit_id in commit_ids:
         now = datetime.now(UTC)
         try:
             record, predicate = read_fence(kv, repo, commit_id)
         except NotFound:
-            raise _stale(run_id, commit_id, "no longer recorded as expiring") from None
+            why = "no longer recorded as expiring"
+            raise _stale(run_id, commit_id, why, swept_before) from None
         if record.expired is not None:
             continue
         if record.run != run_id:
-            raise _stale(run_id, commit_id, f"taken by the later GC run {record.run}")
+            why = f"taken by the later GC run {record.run}"
+            raise _stale(run_id, commit_id, why, swept_before)
         if not record.fences(now):
-            raise _stale(run_id, commit_id, f"fenced only until {record.until}")
+            raise _stale(run_id, commit_id, f"fenced only until {record.until}", swept_before)
         value = FenceRecord(run_id, until=now + EXPIRING_HOLD).encode()
         try:
             kv.set_if(repo.partition, fence_key(commit_id), value, predicate)
         except PredicateFailed:
-            raise _stale(run_id, commit_id, "changed while the sweep re-armed it") from None
+            why = "changed while the sweep re-armed it"
+            raise _stale(run_id, commit_id, why, swept_before) from None
+        rearmed[commit_id] = value
+    return rearmed
 
 
-def _stale(run_id: str, commit_id: str, why: str) -> StaleGCMark:
+def expire_fenced(
+    kv: Store,
+    repo: RepositoryRecord,
+    commit_ids: Iterable[str],
+    run_id: str,
+    when: datetime,
+    swept_before: bool = False,
+) -> int:
+    """Before a sweep's first delete: re-arm every one of run `run_id`'s records (a stale
+    one raises `StaleGCMark` with nothing recorded), then record each as expired at `when`,
+    a state that never lapses, replacing exactly the record re-armed. Returns how many were
+    recorded now (those expired already, by a killed attempt of this sweep or by another
+    run, stay as they are)."""
+    rearmed = rearm_expiring(kv, repo, commit_ids, run_id, swept_before)
+    expired = FenceRecord(run_id, expired=when.isoformat()).encode()
+    for commit_id, armed in rearmed.items():
+        try:
+            kv.set_if(repo.partition, fence_key(commit_id), expired, armed)
+        except PredicateFailed:
+            if expired_at(kv, repo, commit_id) is None:
+                why = "changed while the sweep recorded it expired"
+                raise _stale(run_id, commit_id, why, swept_before) from None
+    return len(rearmed)
+
+
+def _stale(run_id: str, commit_id: str, why: str, swept_before: bool) -> StaleGCMark:
+    if swept_before:
+        outcome = (
+            "this attempt deleted nothing, but an earlier attempt of this sweep deleted objects "
+            "(the run's deleted/ files list them), which that commit may have held"
+        )
+    else:
+        outcome = "nothing was deleted"
     return StaleGCMark(
         f"GC run {run_id} cannot sweep: its expiring commit {commit_id[:12]} is {why}, so a "
-        "branch, tag or restore may have reached it since the run's re-check; nothing was "
-        "deleted, run GC again"
+        f"branch, tag or restore may have reached it since the run's re-check; {outcome}, "
+        "run GC again"
     )
 
 

@@ -26,9 +26,8 @@ import pyarrow as pa
 
 from branchwater.engine import failpoints
 from branchwater.engine.gc.retention.expired import (
+    expire_fenced,
     mark_expiring,
-    rearm_expiring,
-    record_expired,
     release_expiring,
 )
 from branchwater.engine.gc.retention.expiry import (
@@ -39,7 +38,7 @@ from branchwater.engine.gc.retention.expiry import (
     read_heads,
 )
 from branchwater.engine.gc.retention.rules import GCRules, get_rules
-from branchwater.engine.gc.runs import files, statuses
+from branchwater.engine.gc.runs import files
 from branchwater.engine.gc.runs.storage import Namespace
 from branchwater.engine.graveler.committed import EMPTY_METARANGE_ID
 from branchwater.engine.graveler.graveler import Graveler
@@ -210,13 +209,20 @@ def expiring_ids(ns: Namespace, summary: files.RunSummary) -> list[str]:
     return [i for key in keys for i in ns.read_parquet(key).column(0).to_pylist()]
 
 
-def rearm_before_sweep(
+def expire_before_sweep(
     g: Graveler, repo: RepositoryRecord, ns: Namespace, summary: files.RunSummary
-) -> None:
+) -> int:
     """Before a sweep deletes: its expiring commits must still be fenced for its run
-    (`StaleGCMark` otherwise, nothing deleted), and stay so while it deletes."""
+    (`StaleGCMark` otherwise, nothing recorded or deleted); they are then recorded as
+    expired (`CommitExpired` from then on, for good), so no move reaches them however long
+    the deletes take or however late a killed sweep is resumed. Returns how many were
+    recorded now."""
     failpoints.hit("gc.retention.before_sweep")
-    rearm_expiring(g.kv, repo, expiring_ids(ns, summary), summary.run_id)
+    ids = expiring_ids(ns, summary)
+    if not ids:
+        return 0
+    swept_before = bool(ns.folder_keys(f"{files.run_prefix(summary.run_id)}{files.DELETED}"))
+    return expire_fenced(g.kv, repo, ids, summary.run_id, datetime.now(UTC), swept_before)
 
 
 def release_unswept(
@@ -224,17 +230,3 @@ def release_unswept(
 ) -> None:
     """A mark that can never be swept (its gate failed) stops fencing its commits."""
     release_expiring(g.kv, repo, expiring_ids(ns, summary), summary.run_id)
-
-
-def record_swept(
-    g: Graveler, repo: RepositoryRecord, ns: Namespace, summary: files.RunSummary
-) -> int:
-    """After a finished sweep: record its run's expiring commits as expired (`CommitExpired`
-    from then on); returns how many."""
-    if summary.status != statuses.SWEPT:
-        return 0
-    ids = expiring_ids(ns, summary)
-    if not ids:
-        return 0
-    when = datetime.fromisoformat(summary.swept_at) if summary.swept_at else datetime.now(UTC)
-    return record_expired(g.kv, repo, ids, when, summary.run_id)

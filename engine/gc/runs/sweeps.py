@@ -5,9 +5,12 @@ A mark with no candidates needs no Spark application: the CLI, the provider and 
 alike sweep it here, under the repository's GC run lease, so a quiet repository's scheduled
 run starts one Spark application, not two. Either way `sweep_mark` does the same steps: it
 refuses a mark that cannot be swept, re-arms the run's expiring commits (`StaleGCMark`,
-nothing deleted, when one lapsed or was taken over), deletes, discards the namespace's
-abandoned writes (`discard_abandoned_writes`), records the sweep, and then records the
-expiring commits as expired, so `CommitExpired` follows either sweep.
+nothing recorded or deleted, when one lapsed or was taken over) and records them as
+expired, then deletes, discards the namespace's abandoned writes
+(`discard_abandoned_writes`) and records the sweep. The expiry comes before the first
+delete because it never lapses: a sweep that outlasts the expiring records' hold, or is
+killed and resumed days later, deletes only objects of commits no move can reach any more,
+and the resumed sweep finds them expired and finishes.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from branchwater.engine.gc.runs import files, report, statuses
 from branchwater.engine.gc.runs.config import JobConfig
 from branchwater.engine.gc.runs.events import Events
 from branchwater.engine.gc.runs.pruning import prune_quietly
-from branchwater.engine.gc.runs.retention import rearm_before_sweep, record_swept
+from branchwater.engine.gc.runs.retention import expire_before_sweep
 from branchwater.engine.gc.runs.storage import Namespace, missing_ok_json
 from branchwater.engine.graveler.dump import restores
 from branchwater.engine.graveler.fence import OPERATION_MARGIN
@@ -117,20 +120,19 @@ def sweep_mark(
 ) -> files.RunSummary:
     """Sweep the saved mark `summary` under `lease`, deleting with `delete`; `phases` (the
     seconds `delete` measured, read after it) go into the summary. Its expiring commits are
-    re-armed before anything is deleted and recorded as expired once the sweep is recorded."""
+    re-armed and recorded as expired before anything is deleted."""
     emit = events or (lambda event: None)
     g, record = repo.lake.graveler, repo.record
     files.check_sweepable(summary, record.unique_id)
     check_no_restore_since(g, record, summary)
-    rearm_before_sweep(g, record, ns, summary)
+    lease.check()
+    expired = expire_before_sweep(g, record, ns, summary)
+    if expired:
+        emit({"event": "notice", "message": f"{expired} commits recorded as expired"})
     lease.check()
     recorded, per_slice = delete(summary)
     discard_abandoned_writes(ns, summary, datetime.now(timezone.utc), emit)
-    summary = finish_sweep(ns, summary, recorded, per_slice, phases)
-    expired = record_swept(g, record, ns, summary)
-    if expired:
-        emit({"event": "notice", "message": f"{expired} commits recorded as expired"})
-    return summary
+    return finish_sweep(ns, summary, recorded, per_slice, phases)
 
 
 def check_no_restore_since(
