@@ -252,13 +252,15 @@ class InvalidGCRules(InvalidArgument):
 
 
 class CommitExpired(NotFound):
-    """Retention deleted the objects of this commit; `commit_id` and `expired` (when its
-    objects were deleted) say which and when."""
+    """Retention expired this commit and deletes its objects; `commit_id` and `expired`
+    (when it was recorded expired, right before its sweep's first delete) say which and
+    when."""
 
     def __init__(self, commit_id: str, expired: str, collecting: str | None = None) -> None:
         if collecting is None:
             said = (
-                f"its objects were deleted on {expired}; use a newer commit, or a tag to keep one"
+                f"its objects were deleted from {expired} on; use a newer commit, or a tag to "
+                "keep one"
             )
         else:
             said = (
