@@ -87,6 +87,7 @@ _LAZY = {
     "check_flag": "branchwater.engine.graveler.model",
     "imported_version": "branchwater.engine.graveler.checksums",
     "open_source": "branchwater.engine.graveler.sources",
+    "verified": "branchwater.engine.graveler.verified",
     "REVERT_KEY": "branchwater.engine.graveler.picks",
     "CHERRY_PICK_KEY": "branchwater.engine.graveler.picks",
     "PARENT_KEY": "branchwater.engine.graveler.picks",

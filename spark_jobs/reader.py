@@ -37,12 +37,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 from urllib.parse import unquote
 
 from branchwater.engine import (
     BranchwaterError,
     CorruptedData,
+    Entry,
     InvalidArgument,
     NotFound,
     ObjectStore,
@@ -50,6 +51,7 @@ from branchwater.engine import (
     imported_version,
     open_source,
     shared_object_store,
+    verified,
 )
 
 if TYPE_CHECKING:
@@ -59,7 +61,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-    from branchwater.engine import Entry, Ref
+    from branchwater.engine import Ref
 
 MANIFEST_ROWS = 50_000
 """Entries per manifest file: what the driver holds at once while it lists a ref."""
@@ -302,6 +304,7 @@ class _ManifestRows:
             "store": [],
             "key": [],
             "size": [],
+            "checksum": [],
             "values": [],
             "imported": [],
         }
@@ -312,7 +315,7 @@ class _ManifestRows:
     def add(self, entry: Entry, location: tuple[str, str], values: list[str | None]) -> None:
         for name, value in zip(
             self.columns,
-            (entry.path, *location, entry.size, values, imported_version(entry)),
+            (entry.path, *location, entry.size, entry.checksum, values, imported_version(entry)),
             strict=True,
         ):
             self.columns[name].append(value)
@@ -329,6 +332,7 @@ class _ManifestRows:
                 "store": pa.array(self.columns["store"], pa.string()),
                 "key": pa.array(self.columns["key"], pa.string()),
                 "size": pa.array(self.columns["size"], pa.int64()),
+                "checksum": pa.array(self.columns["checksum"], pa.string()),
                 "values": pa.array(self.columns["values"], pa.list_(pa.string())),
                 "imported": pa.array(self.columns["imported"], pa.string()),
             }
@@ -677,20 +681,47 @@ def _opened(
     plan: ReadPlan, store: ObjectStore, row: Mapping[str, Any], span: tuple[int, int | None]
 ) -> Iterator[Any]:
     """A pyarrow source over the file: its bytes from one GET where the whole of a small file
-    is read (`ReadPlan.read_whole`), else the store's file object for ranged reads. An
-    imported object is opened as `Ref.open` opens it (`open_source`): held to the version
-    its import recorded, so an object rewritten at its source, before or while it is read,
-    is `CorruptedData`, not the commit's content."""
+    is read (`ReadPlan.read_whole`), else the store's file object for ranged reads. Either is
+    held to its entry as `Ref.open` holds it (`verified`): a size other than the entry's is
+    `CorruptedData` at once, an end reached early or passed while reading too, and a
+    checksum the engine can recompute is checked once every byte has been read (a whole
+    read always; a ranged one that reads the file through). An imported object is opened
+    as `Ref.open` opens it (`open_source`): held to the version its import recorded, so an
+    object rewritten at its source, before or while it is read, is `CorruptedData`, not
+    the commit's content."""
     import pyarrow as pa
 
     whole = span == (0, None) and row["size"] <= plan.read_whole
     imported = row.get("imported")
+    entry = _entry(row)
     if imported is None and whole:
-        yield pa.BufferReader(store.get(row["key"]))
+        with verified(io.BytesIO(store.get(row["key"])), entry, _rewritten) as f:
+            yield pa.BufferReader(f.read())
         return
     key = row["key"]
-    with store.open(key) if imported is None else open_source(store, key, imported) as f:
-        yield pa.BufferReader(f.read()) if whole else pa.PythonFile(_unbuffered(f), mode="r")
+    with (
+        store.open(key) if imported is None else open_source(store, key, imported) as f,
+        verified(cast(BinaryIO, _unbuffered(f)), entry, _rewritten) as checked,
+    ):
+        if whole:
+            yield pa.BufferReader(checked.read())
+        else:
+            yield pa.PythonFile(_unbuffered(checked), mode="r")
+
+
+_UNRECORDED = datetime.datetime.fromtimestamp(0, datetime.timezone.utc)
+"""The modification time of an entry a task rebuilds from its manifest row, which does not
+carry it: `verified` holds an object to its entry's size and checksum alone."""
+
+
+def _entry(row: Mapping[str, Any]) -> Entry:
+    """The entry a manifest row was listed from, as far as a read checks an object by it."""
+    return Entry(row["path"], row["key"], row["size"], row["checksum"], _UNRECORDED)
+
+
+def _rewritten(mismatch: str) -> CorruptedData:
+    """`_read_file` names the object, the ref and where it is stored around this."""
+    return CorruptedData(f"it was truncated or rewritten in storage: {mismatch}")
 
 
 def _row_groups(metadata: pq.FileMetaData, begin: int, end: int | None) -> list[int]:

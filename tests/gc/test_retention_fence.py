@@ -205,6 +205,6 @@ def test_a_sweep_rearms_its_records_then_records_them_expired(fenced_repo: Repos
     mark_expiring(kv, repo.record, [old], "next-run")
     assert expired_at(kv, repo.record, old) == when.isoformat()
     rearm_expiring(kv, repo.record, [old], "next-run")
-    with pytest.raises(CommitExpired, match="deleted from .* on"):
+    with pytest.raises(CommitExpired, match=r"deleted from .* on"):
         repo.create_branch("again", source=old)
     assert repo.create_branch("fine", source=new).commit_id == new

@@ -1,6 +1,7 @@
 """The Spark reader: a ref's files read on executors with Hive-style partition columns, at a
 branch (uncommitted changes included), a tag and a commit id, on local files and on S3; the
-listing streamed into manifests; typed errors for bad input and for objects GC collected."""
+listing streamed into manifests; typed errors for bad input, for objects GC collected
+and for objects truncated or rewritten in storage."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import functools
 import io
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,9 +28,12 @@ from branchwater.engine import (
     InvalidArgument,
     Lake,
     NotFound,
+    ObjectStore,
     failpoints,
+    imported_version,
     open_object_store,
 )
+from branchwater.engine.graveler.checksums import content_checksum
 from branchwater.engine.objects.s3 import S3ObjectStore
 from branchwater.engine.objects.store import MAX_READ_AHEAD
 from branchwater.spark_jobs import reader
@@ -41,7 +45,7 @@ from tests.spark_jobs.conftest import ReaderLake
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from branchwater.engine import Branch
+    from branchwater.engine import Branch, Entry, Repository
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -81,6 +85,20 @@ def orders(first: int, count: int) -> list[dict[str, Any]]:
 
 def collected(frame: DataFrame) -> list[tuple[Any, ...]]:
     return sorted(tuple(row) for row in frame.collect())
+
+
+def task_row(repo: Repository, entry: Entry) -> tuple[ObjectStore, dict[str, Any]]:
+    """The store a task opens for `entry` and the manifest row it reads it by, as the driver
+    lists it (`reader._ManifestRows`)."""
+    store_url, key = reader._location(repo.storage_namespace, entry.address)
+    return open_object_store(store_url), {
+        "path": entry.path,
+        "key": key,
+        "size": entry.size,
+        "checksum": entry.checksum,
+        "values": [],
+        "imported": imported_version(entry),
+    }
 
 
 def load_v1(branch: Branch) -> None:
@@ -393,16 +411,7 @@ def test_an_imported_file_rewritten_after_the_tasks_check_is_not_read(
         repo = lake.create_repository("sales", (tmp_path / "ns").as_uri())
         main = repo.branch("main")
         main.import_objects(source.as_uri(), prefix="raw/")
-        entry = main.stat("raw/orders.csv")
-        store_url, key = reader._location(repo.storage_namespace, entry.address)
-        store = open_object_store(store_url)
-        row = {
-            "path": entry.path,
-            "key": key,
-            "size": entry.size,
-            "values": [],
-            "imported": entry.checksum,
-        }
+        store, row = task_row(repo, main.stat("raw/orders.csv"))
         schema = pa.schema([("amount", pa.int64())])
         plan = reader.ReadPlan(
             pa.dataset.CsvFileFormat(), schema, (), schema, {}, "'raw/'", read_whole=read_whole
@@ -423,6 +432,117 @@ def test_an_imported_file_rewritten_after_the_tasks_check_is_not_read(
         ):
             amounts()
         store.close()
+
+
+AMOUNTS = "amount\n" + "10\n" * 100
+"""A CSV file that still parses when cut at a line or rewritten digit for digit."""
+CSV_SCHEMA = pa.schema([("amount", pa.int64())])
+
+
+@contextlib.contextmanager
+def committed_csv(tmp_path: Path) -> Iterator[tuple[ObjectStore, dict[str, Any], Path]]:
+    """`AMOUNTS` committed on a local namespace: the store and manifest row a task reads it
+    by, and the file holding its bytes."""
+    with Lake.connect(f"sqlite:///{tmp_path}/lake.db") as lake:
+        repo = lake.create_repository("sales", (tmp_path / "ns").as_uri())
+        main = repo.branch("main")
+        main.upload("raw/orders.csv", AMOUNTS.encode())
+        main.commit("orders")
+        store, row = task_row(repo, main.stat("raw/orders.csv"))
+        try:
+            yield store, row, tmp_path / "ns" / row["key"]
+        finally:
+            store.close()
+
+
+def csv_plan(read_whole: int) -> reader.ReadPlan:
+    return reader.ReadPlan(
+        pa.dataset.CsvFileFormat(), CSV_SCHEMA, (), CSV_SCHEMA, {}, "'raw/'", read_whole=read_whole
+    )
+
+
+@pytest.mark.parametrize("read_whole", [0, 1 << 20], ids=["ranged", "whole"])
+@pytest.mark.parametrize(
+    ("stored", "mismatch"),
+    [
+        (AMOUNTS[:-30], r"it has \d+ bytes where its entry records \d+"),
+        (AMOUNTS + "10\n", r"it has \d+ bytes where its entry records \d+"),
+        (AMOUNTS.replace("10", "99"), r"its sha256 is not the [0-9a-f]{64} its entry records"),
+    ],
+    ids=["truncated", "grown", "rewritten"],
+)
+def test_a_committed_object_changed_in_storage_is_not_read(
+    tmp_path: Path, read_whole: int, stored: str, mismatch: str
+) -> None:
+    """A task holds a committed object to its entry as `Ref.open` does: bytes cut at a line,
+    added, or rewritten at the same size, all still valid CSV, are `CorruptedData` naming
+    the object, never rows the commit did not hold."""
+    with committed_csv(tmp_path) as (store, row, _):
+        store.put(row["key"], stored.encode())
+        with pytest.raises(
+            CorruptedData,
+            match=rf"object 'raw/orders.csv' under 'raw/' at file://.*: it was truncated or "
+            rf"rewritten in storage: {mismatch}",
+        ):
+            list(reader._read_file(csv_plan(read_whole), store, row))
+
+
+def cut(stored: Path) -> None:
+    os.truncate(stored, 20)
+
+
+def grow(stored: Path) -> None:
+    with stored.open("a") as f:
+        f.write("10\n")
+
+
+@pytest.mark.parametrize(
+    ("change", "mismatch"),
+    [
+        (cut, r"it ended after 20 of the \d+ bytes its entry records"),
+        (grow, r"it holds more than the \d+ bytes its entry records"),
+    ],
+    ids=["truncated", "grown"],
+)
+def test_a_committed_object_changed_while_a_task_reads_it_fails_that_read(
+    tmp_path: Path, change: Callable[[Path], None], mismatch: str
+) -> None:
+    """A ranged read is checked as it goes, as `Ref.open`'s file is: the file cut or grown
+    after the task opened it and checked its size fails the read that finds the end moved."""
+    plan = csv_plan(0)
+    with (
+        committed_csv(tmp_path) as (store, row, stored),
+        reader._opened(plan, store, row, (0, None)) as source,
+    ):
+        change(stored)
+        with pytest.raises(CorruptedData, match=mismatch):
+            plan.file_format.make_fragment(source).to_table(schema=CSV_SCHEMA)
+
+
+def test_a_truncated_committed_object_fails_the_spark_read_by_name(
+    spark: SparkSession, reader_lake: ReaderLake
+) -> None:
+    """The object cut at a line in storage after its commit still parses: Spark's action
+    fails with the task's `CorruptedData` naming it, the ref and the commit, instead of
+    returning the rows left."""
+    from pyspark.errors import PythonException
+
+    repo, options = reader_lake.repo, reader_lake.s3_options
+    main = repo.branch("main")
+    main.upload("raw/orders.csv", AMOUNTS.encode())
+    commit = main.commit("orders")
+    frame = read_files(spark, main, "raw/", format="csv", schema="amount long", s3_options=options)
+    assert frame.count() == 100
+    store = open_object_store(repo.storage_namespace, **options)
+    store.put(main.stat("raw/orders.csv").address, AMOUNTS[:-30].encode())
+    store.close()
+
+    with pytest.raises(
+        PythonException,
+        match=rf"CorruptedData: cannot read object 'raw/orders.csv' under 'raw/' at 'main' "
+        rf"\(commit {commit.id[:12]}\) at .*: it was truncated or rewritten in storage",
+    ):
+        frame.collect()
 
 
 def test_files_missing_a_column_of_the_schema_give_nulls(
@@ -465,7 +585,13 @@ def test_a_task_reads_only_the_columns_it_needs_from_s3(
     plan = reader.ReadPlan(
         pa.dataset.ParquetFileFormat(), schema, (), schema, s3_server.options, "'data/'"
     )
-    row = {"path": "t/file", "key": "data/file", "size": out.tell(), "values": []}
+    row = {
+        "path": "t/file",
+        "key": "data/file",
+        "size": out.tell(),
+        "checksum": content_checksum(out.getvalue()),
+        "values": [],
+    }
 
     batches = list(reader._read_file(plan, store, row))
 
@@ -499,7 +625,13 @@ def test_a_task_reads_a_small_file_whole_with_one_get(
         "'data/'",
         read_whole=out.tell(),
     )
-    row = {"path": "t/small", "key": "data/small", "size": out.tell(), "values": []}
+    row = {
+        "path": "t/small",
+        "key": "data/small",
+        "size": out.tell(),
+        "checksum": content_checksum(out.getvalue()),
+        "values": [],
+    }
 
     batches = list(reader._read_file(plan, store, row))
 
