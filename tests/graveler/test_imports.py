@@ -192,6 +192,7 @@ def test_an_imported_object_rewritten_while_it_is_read_fails_the_read(
             f.read()
 
 
+@pytest.mark.parametrize("lake_with_source", ["local"], indirect=True)
 def test_a_local_file_renamed_over_while_open_reads_through_as_imported(
     lake_with_source: ImportLake,
 ) -> None:
@@ -199,8 +200,6 @@ def test_a_local_file_renamed_over_while_open_reads_through_as_imported(
     holding the imported file reads its bytes through when another is renamed over it (as
     `rsync` and atomic writers replace files)."""
     t = lake_with_source
-    if not isinstance(t.source, LocalObjectStore):
-        pytest.skip("S3 objects are not renamed")
     size = 1 << 20
     t.source.put("big.bin", b"A" * size)
     aged(t, "big.bin")
