@@ -28,7 +28,7 @@ from branchwater.engine.gc.runs.storage import Namespace
 from branchwater.engine.gc.runs.sweeps import save_run, sweep_mark
 from branchwater.engine.graveler.fence import read_fence
 from tests.gc_model import RetentionMark, assert_references_intact, retention_mark, retention_run
-from tests.helpers.gc import FakeClock, data_objects, hold_passes, use_clock
+from tests.helpers.gc import FakeClock, data_objects, dropped_file_history, hold_passes, use_clock
 from tests.helpers.servers import forked_run
 
 KILLED_LEASE = timedelta(seconds=30)
@@ -50,19 +50,7 @@ def marked(race_kv: str, tmp_path: Path) -> Iterator[Marked]:
     """The history marked, its summary saved as the GC job saves a gated mark."""
     with Lake.connect(race_kv) as lake:
         repo = lake.create_repository("sales", storage_namespace=f"file://{tmp_path}/ns")
-        clock = FakeClock(datetime.now(UTC) - timedelta(days=200))
-        repo.lake.graveler.refs.clock = clock
-        main = repo.branch("main")
-        main.upload("t/a", b"a")
-        main.commit("root")
-        clock.advance(timedelta(days=1))
-        t_b = main.upload("t/b", b"b-old").address
-        old = main.commit("old").id
-        clock.advance(timedelta(days=1))
-        main.delete("t/b")
-        main.upload("t/c", b"c")
-        main.commit("new")
-        repo.lake.graveler.refs.clock = lambda: datetime.now(UTC)
+        old, t_b = dropped_file_history(repo, timedelta(days=200))
         repo.set_gc_rules({"default_retention_days": 30})
         ns = Namespace.of(repo.storage_namespace)
         with repo.lock_gc_run("mark"):

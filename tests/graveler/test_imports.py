@@ -16,7 +16,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from branchwater.engine import CorruptedData, InvalidArgument, Lake, NotFound, failpoints
-from branchwater.engine.api import Repository
+from branchwater.engine.api import Ref, Repository
 from branchwater.engine.errors import InvalidImportSource
 from branchwater.engine.graveler import imports
 from branchwater.engine.objects import ObjectStore
@@ -169,6 +169,15 @@ REWRITTEN = r"rewritten at its source|replaced while it was being read"
 """A local file's version check, or a GET of S3 refused as another version (If-Match)."""
 
 
+def imported_big(t: ImportLake, size: int) -> Ref:
+    """`big.bin` of `size` bytes of A, aged and imported under `raw/`: the commit holding it."""
+    t.source.put("big.bin", b"A" * size)
+    aged(t, "big.bin")
+    imported = t.repo.branch("main").import_objects(t.source_uri, prefix="raw/").commit
+    assert imported is not None
+    return t.repo.ref(imported.id)
+
+
 @pytest.mark.parametrize("in_place", [True, False], ids=["same size in place", "truncated"])
 def test_an_imported_object_rewritten_while_it_is_read_fails_the_read(
     lake_with_source: ImportLake, in_place: bool
@@ -179,11 +188,7 @@ def test_an_imported_object_rewritten_while_it_is_read_fails_the_read(
     or a short object ending as if complete."""
     t = lake_with_source
     size = 1 << 20
-    t.source.put("big.bin", b"A" * size)
-    aged(t, "big.bin")
-    imported = t.repo.branch("main").import_objects(t.source_uri, prefix="raw/").commit
-    assert imported is not None
-    pinned = t.repo.ref(imported.id)
+    pinned = imported_big(t, size)
 
     with pinned.open("raw/big.bin") as f:
         assert f.read(size // 2) == b"A" * (size // 2)
@@ -201,12 +206,8 @@ def test_a_local_file_renamed_over_while_open_reads_through_as_imported(
     `rsync` and atomic writers replace files)."""
     t = lake_with_source
     size = 1 << 20
-    t.source.put("big.bin", b"A" * size)
-    aged(t, "big.bin")
-    imported = t.repo.branch("main").import_objects(t.source_uri, prefix="raw/").commit
-    assert imported is not None
 
-    with t.repo.ref(imported.id).open("raw/big.bin") as f:
+    with imported_big(t, size).open("raw/big.bin") as f:
         assert f.read(size // 2) == b"A" * (size // 2)
         t.source.put("big.bin", b"B" * size)
         assert f.read() == b"A" * (size - size // 2)
@@ -219,12 +220,8 @@ def test_a_copy_of_an_imported_object_rewritten_while_it_streams_stores_nothing(
     the upload fails, and stages no object mixing two versions."""
     t = lake_with_source
     size = 4 << 20
-    t.source.put("big.bin", b"A" * size)
-    aged(t, "big.bin")
     main = t.repo.branch("main")
-    imported = main.import_objects(t.source_uri, prefix="raw/").commit
-    assert imported is not None
-    source = t.repo.ref(imported.id).open("raw/big.bin")
+    source = imported_big(t, size).open("raw/big.bin")
     read = source.read
 
     def read_then_rewrite(n: int = -1) -> bytes:
@@ -248,11 +245,7 @@ def test_an_imported_object_rewritten_between_its_check_and_its_open_is_not_read
     of the rewritten file."""
     t = lake_with_source
     size = 1 << 20
-    t.source.put("big.bin", b"A" * size)
-    aged(t, "big.bin")
-    imported = t.repo.branch("main").import_objects(t.source_uri, prefix="raw/").commit
-    assert imported is not None
-    pinned = t.repo.ref(imported.id)
+    pinned = imported_big(t, size)
 
     def rewritten() -> None:
         rewrite(t, "big.bin", b"B" * size)

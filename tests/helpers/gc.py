@@ -205,6 +205,27 @@ def rowid_sqlite_file(path: Path) -> str:
     return f"sqlite:///{path}"
 
 
+def dropped_file_history(repo: Repository, ago: timedelta) -> tuple[str, str]:
+    """root (t/a) ← old (adds t/b) ← new (drops t/b, adds t/c) on main, `ago` back: under
+    30 days' retention `old` is the one commit expired and t/b's object the one candidate.
+    Returns `old` and t/b's address; the refs' clock is the real one again after."""
+    refs = repo.lake.graveler.refs
+    clock = FakeClock(datetime.now(UTC) - ago)
+    refs.clock = clock
+    main = repo.branch("main")
+    main.upload("t/a", b"a")
+    main.commit("root")
+    clock.advance(timedelta(days=1))
+    t_b = main.upload("t/b", b"b-old").address
+    old = main.commit("old").id
+    clock.advance(timedelta(days=1))
+    main.delete("t/b")
+    main.upload("t/c", b"c")
+    main.commit("new")
+    refs.clock = lambda: datetime.now(UTC)
+    return old, t_b
+
+
 def age_claims(repo: Repository) -> None:
     """Let the operation margin pass for every move's claim in the repository (a move's
     write, if it was going to make one, has landed by then)."""

@@ -35,7 +35,7 @@ from tests.gc_model import (
     commit_addresses,
     retention_candidates,
 )
-from tests.helpers.gc import FakeClock, GCLake, hold_passes, run_addresses
+from tests.helpers.gc import FakeClock, GCLake, dropped_file_history, hold_passes, run_addresses
 from tests.helpers.servers import unique_name
 
 if TYPE_CHECKING:
@@ -430,32 +430,14 @@ def test_commits_recorded_as_expired_are_those_that_lost_an_object(
     assert [repo.ref(c3).read(p) for p in ("t/a", "t/b")] == [b"1", b"2"]
 
 
-def dropped_file_history(gc: GCLake) -> tuple[str, str]:
-    """root (t/a) ← old (adds t/b) ← new (drops t/b) on main months ago, 30 days' retention:
-    `old` is the one commit expired, t/b's object the one candidate. Returns both."""
-    clock = FakeClock(datetime.now(UTC) - MONTHS_AGO)
-    gc.lake.graveler.refs.clock = clock
-    main = gc.repo.branch("main")
-    main.upload("t/a", b"a")
-    main.commit("root")
-    clock.advance(timedelta(days=1))
-    t_b = main.upload("t/b", b"b-old").address
-    old = main.commit("old").id
-    clock.advance(timedelta(days=1))
-    main.delete("t/b")
-    main.commit("new")
-    gc.lake.graveler.refs.clock = lambda: datetime.now(UTC)
-    gc.repo.set_gc_rules({"default_retention_days": 30})
-    return old, t_b
-
-
 def test_a_sweep_outlasting_its_hold_deletes_nothing_a_move_can_reach(local_gc: GCLake) -> None:
     """The job's sweep held at `gc.sweep.before_delete` while its expiring records' hold
     passes and a branch is asked for on the commit it collects: the commit is expired by
     then, so the branch is refused; the sweep deletes the object only that commit held, and
     every ref reads. (Killed and resumed: `tests/gc/test_retention_sweep.py`.)"""
     repo, kv = local_gc.repo, local_gc.lake.graveler.kv
-    old, t_b = dropped_file_history(local_gc)
+    old, t_b = dropped_file_history(repo, MONTHS_AGO)
+    repo.set_gc_rules({"default_retention_days": 30})
     mark = run_both(local_gc, dry_run=True)
     refused: list[CommitExpired] = []
 
