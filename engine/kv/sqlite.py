@@ -31,6 +31,7 @@ from branchwater.engine.errors import (
     ConfigurationError,
     LakeNotFound,
     Unavailable,
+    lake_closed,
 )
 from branchwater.engine.kv.sql import (
     BUSY_TIMEOUT_SECONDS,
@@ -131,18 +132,21 @@ class SQLiteStore(SQLStore):
         quote = self._engine.dialect.identifier_preparer.quote
         old, new = quote(DEFAULT_TABLE), quote(f"{DEFAULT_TABLE}_upgrade")
         try:
-            with self._lock, self._engine.begin() as conn:
-                if _is_without_rowid(_table_sql(conn, DEFAULT_TABLE)):
-                    self.without_rowid = True
-                    return False
-                conn.exec_driver_sql(f"DROP TABLE IF EXISTS {new}")
-                _new_table(f"{DEFAULT_TABLE}_upgrade").create(conn)
-                conn.exec_driver_sql(
-                    f"INSERT INTO {new} SELECT partition_key, key, value FROM {old} "
-                    "ORDER BY partition_key, key"
-                )
-                conn.exec_driver_sql(f"DROP TABLE {old}")
-                conn.exec_driver_sql(f"ALTER TABLE {new} RENAME TO {old}")
+            with self._lock:
+                if self._closed:
+                    raise lake_closed()
+                with self._engine.begin() as conn:
+                    if _is_without_rowid(_table_sql(conn, DEFAULT_TABLE)):
+                        self.without_rowid = True
+                        return False
+                    conn.exec_driver_sql(f"DROP TABLE IF EXISTS {new}")
+                    _new_table(f"{DEFAULT_TABLE}_upgrade").create(conn)
+                    conn.exec_driver_sql(
+                        f"INSERT INTO {new} SELECT partition_key, key, value FROM {old} "
+                        "ORDER BY partition_key, key"
+                    )
+                    conn.exec_driver_sql(f"DROP TABLE {old}")
+                    conn.exec_driver_sql(f"ALTER TABLE {new} RENAME TO {old}")
         except (DBAPIError, sqlite3.Error) as exc:
             raise self._failure(exc) from exc
         self.without_rowid = True

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from branchwater.engine import LakeClosed
 from branchwater.engine.kv import open_store
 from branchwater.engine.kv.sqlite import SQLiteStore
 from tests.helpers.gc import rowid_sqlite_file
@@ -53,6 +54,15 @@ def test_a_new_file_gets_the_key_ordered_layout(tmp_path: Path) -> None:
         assert isinstance(store, SQLiteStore) and store.without_rowid
         assert store.upgrade_table() is False
     assert "WITHOUT ROWID" in table_sql(tmp_path / "kv.db").upper()
+
+
+def test_a_closed_store_refuses_to_upgrade_and_opens_nothing(tmp_path: Path) -> None:
+    store = open_store(rowid_sqlite_file(tmp_path / "kv.db"))
+    assert isinstance(store, SQLiteStore) and not store.without_rowid
+    store.close()
+    with pytest.raises(LakeClosed):
+        store.upgrade_table()
+    assert "WITHOUT ROWID" not in table_sql(tmp_path / "kv.db").upper()
 
 
 @pytest.mark.parametrize("layout", ["key-ordered", "rowid"])
