@@ -28,6 +28,21 @@ from branchwater.engine.kv import Store
 RUN_LOCK_KEY = b"gc/run-lock"
 DEFAULT_LEASE = timedelta(minutes=5)
 """A crashed run blocks the next for at most this long; a live one renews every third of it."""
+SHORTEST_LEASE = timedelta(seconds=1)
+"""A shorter lease would renew faster than a remote KV store answers: always looking
+lapsed, and its renewal thread writing without pause."""
+
+
+def check_lease(ttl: object) -> timedelta:
+    """`ttl` if it is a lease's life: a duration from `SHORTEST_LEASE` on; else
+    `InvalidArgument`."""
+    checked = check_duration("a GC run lease", ttl)
+    if checked < SHORTEST_LEASE:
+        raise InvalidArgument(
+            f"a GC run lease must last at least {SHORTEST_LEASE.total_seconds():g} s, not "
+            f"{checked}: it is renewed every third of it"
+        )
+    return checked
 
 
 @dataclass(frozen=True)
@@ -77,7 +92,7 @@ class GCRunLease:
         self._kv = kv
         self._repo = repo
         self._clock = clock
-        self.ttl = check_duration("a GC run lease", ttl)
+        self.ttl = check_lease(ttl)
         self.record: LeaseRecord | None = None
         self._value: bytes | None = None
         self._lost: str | None = None

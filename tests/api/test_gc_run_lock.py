@@ -66,6 +66,15 @@ def clock(lake: Lake) -> FakeClock:
     return clock
 
 
+def test_a_lease_shorter_than_a_second_is_refused(lake: Lake, tmp_path: Path) -> None:
+    """It would renew faster than a remote KV store answers, always looking lapsed."""
+    repo = lake.create_repository("sales", storage_namespace=f"file://{tmp_path}/ns")
+    with pytest.raises(InvalidArgument, match="at least 1 s"):
+        repo.lock_gc_run("h", ttl=timedelta(milliseconds=1))
+    with repo.lock_gc_run("h", ttl=timedelta(seconds=1)) as lease:
+        lease.check()
+
+
 def test_a_crashed_holders_lease_expires_and_cannot_then_undo_its_successor(
     lake: Lake, clock: FakeClock, tmp_path: Path
 ) -> None:

@@ -74,6 +74,11 @@ def test_the_job_settings_given_as_durations_stay_within_a_century() -> None:
             JobConfig(URL, "s", **{name: value})
 
 
+def test_a_run_lease_lasts_at_least_a_second() -> None:
+    with pytest.raises(InvalidArgument, match="at least 1 s"):
+        JobConfig(URL, "s", lock_ttl=timedelta(milliseconds=1))
+
+
 def test_a_usage_error_is_an_error_event_for_the_launcher(capsys: pytest.CaptureFixture) -> None:
     """The CLI and the Airflow operators read the job's events, not Spark's stderr."""
     assert main(["--kv", URL, "--repo", "sales", "--min-age", "abc"]) == 1

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from branchwater.engine.errors import InvalidArgument
+from branchwater.engine.gc.runlock import check_lease
 from branchwater.engine.gc.settings import LONGEST, check_duration
 
 CLEAN = "clean"
@@ -130,7 +131,7 @@ class JobConfig:
             raise InvalidArgument("--sweep deletes a saved mark; it cannot be a dry run")
         check_keep(self.keep_runs)
         if self.lock_ttl is not None:
-            check_duration("the GC run lease", self.lock_ttl)
+            check_lease(self.lock_ttl)
 
     def lease_holder(self) -> str:
         """What another run is told holds the repository: this run, who started it, where."""
