@@ -7,20 +7,11 @@ import argparse
 from branchwater.engine.api import Lake
 from branchwater.engine.cli.output import Output, repository_to_json, timestamp
 from branchwater.engine.cli.verbs import Subparsers, group, verb
-from branchwater.engine.errors import BranchwaterError
 from branchwater.engine.graveler.repositories import check_new_repository
-from branchwater.engine.kv.sqlite import NewLakeFile
 
 
 def cmd_repo_create(lake: Lake, args: argparse.Namespace, out: Output) -> None:
-    try:
-        repo = lake.create_repository(args.name, args.namespace, default_branch=args.default_branch)
-    except BranchwaterError:
-        new_file: NewLakeFile | None = getattr(args, "new_lake_file", None)
-        if new_file is not None:
-            lake.close()
-            new_file.remove_if_unused()
-        raise
+    repo = lake.create_repository(args.name, args.namespace, default_branch=args.default_branch)
     out.document(
         repository_to_json(repo),
         f"Repository {repo.name!r} created: namespace {repo.storage_namespace}, "
@@ -29,12 +20,7 @@ def cmd_repo_create(lake: Lake, args: argparse.Namespace, out: Output) -> None:
 
 
 def check_creation(args: argparse.Namespace) -> None:
-    """The checks a creation passes before its lake is opened (or started), and the SQLite
-    file it would start, so that a creation refused later takes that file away again."""
     check_new_repository(args.name, args.namespace, args.default_branch)
-    from branchwater.engine.cli.app import kv_url
-
-    args.new_lake_file = NewLakeFile.before(kv_url(args.kv))
 
 
 def cmd_repo_list(lake: Lake, args: argparse.Namespace, out: Output) -> None:

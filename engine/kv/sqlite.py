@@ -19,7 +19,6 @@ import os
 import sqlite3
 import urllib.parse
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, MetaData, Table, create_engine, event, make_url
@@ -43,7 +42,7 @@ from branchwater.engine.kv.sql import (
     kv_table,
     statements,
 )
-from branchwater.engine.urls import redact_url, url_scheme
+from branchwater.engine.urls import redact_url
 
 SQLITE_BUSY = 5
 SQLITE_PROTOCOL = 15
@@ -259,57 +258,3 @@ def _parse(url: str) -> tuple[str, str]:
             f"SQLite URL {redacted!r}: the only option is synchronous={'|'.join(SYNCHRONOUS_MODES)}"
         )
     return os.path.abspath(path), synchronous
-
-
-@dataclass(frozen=True)
-class NewLakeFile:
-    """A SQLite lake file that is not there yet, and the first of its folders that is not
-    either (None: they all are): what a `repo create` refused once it started the lake
-    removes, so a refused command leaves the disk as it found it."""
-
-    path: str
-    folder: str | None
-
-    @classmethod
-    def before(cls, url: str) -> NewLakeFile | None:
-        """The file a SQLite URL names, if it is not there; None for other stores, a file
-        that is there, or a URL the store will refuse anyway."""
-        if url_scheme(url).split("+", 1)[0] != "sqlite":
-            return None
-        try:
-            path, _ = _parse(url)
-        except BranchwaterError:
-            return None
-        if os.path.lexists(path):
-            return None
-        folder, missing = os.path.dirname(path), None
-        while folder and not os.path.lexists(folder):
-            folder, missing = os.path.dirname(folder), folder
-        return cls(path, missing)
-
-    def remove_if_unused(self) -> None:
-        """Remove the file (its lake closed) and the folders made for it, unless a row was
-        written to it or something else was put in those folders meanwhile."""
-        if not self._holds_nothing():
-            return
-        for suffix in ("", "-wal", "-shm", "-journal"):
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(self.path + suffix)
-        folder = os.path.dirname(self.path)
-        while self.folder is not None:
-            try:
-                os.rmdir(folder)
-            except OSError:
-                return
-            if folder == self.folder:
-                return
-            folder = os.path.dirname(folder)
-
-    def _holds_nothing(self) -> bool:
-        try:
-            uri = f"file:{urllib.parse.quote(self.path)}?mode=ro"
-            with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
-                row = conn.execute(f'SELECT 1 FROM "{DEFAULT_TABLE}" LIMIT 1').fetchone()
-        except sqlite3.Error:
-            return False
-        return row is None

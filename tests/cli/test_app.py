@@ -191,35 +191,6 @@ def test_a_refused_creation_starts_no_lake(
     assert not (lake.root / ".branchwater").exists()
 
 
-def test_a_creation_refused_once_it_started_the_lake_takes_the_lake_away(
-    bw: Bw, lake: CliLake
-) -> None:
-    """The namespace is refused only once the lake is open (its marker names another
-    lake's repository): the new, empty lake file and the folder made for it stayed."""
-    make_repo(bw, lake)
-    result = bw("repo", "create", "orders", "--namespace", f"{lake.namespace}/sales", kv=None)
-    assert_user_error(result, 1, "already used by repository 'sales'")
-    assert not (lake.root / ".branchwater").exists()
-
-
-def test_a_refused_creation_leaves_a_folder_and_a_lake_that_were_there(
-    bw: Bw, lake: CliLake
-) -> None:
-    """Only what the command made goes: a folder that was there stays, and so does a lake
-    file that was there, even one holding nothing."""
-    make_repo(bw, lake)
-    refused = ("repo", "create", "orders", "--namespace", f"{lake.namespace}/sales")
-    folder = lake.root / "lakes"
-    folder.mkdir()
-    (folder / "notes.txt").write_text("mine")
-    assert_user_error(bw(*refused, kv=f"sqlite:///{folder}/new.db"), 1, "already used")
-    assert sorted(p.name for p in folder.iterdir()) == ["notes.txt"]
-    api.Lake.connect(f"sqlite:///{folder}/empty.db").close()
-    assert_user_error(bw(*refused, kv=f"sqlite:///{folder}/empty.db"), 1, "already used")
-    assert (folder / "empty.db").is_file()
-    ok(bw("repo", "list", kv=f"sqlite:///{folder}/empty.db"))
-
-
 def test_the_engines_warnings_are_cli_lines_only_while_a_command_runs(
     bw: Bw, lake: CliLake, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
