@@ -21,10 +21,10 @@ from fsspec.utils import tokenize
 from branchwater.engine import BranchwaterFileSystem, CommitExpired, Lake, NotFound, Ref
 from branchwater.engine import filesystem as filesystem_module
 from branchwater.engine.filesystem import Location
-from branchwater.engine.gc.retention.expired import record_expired
 from branchwater.engine.graveler.graveler import Graveler
 from tests.filesystem.conftest import FsLake
 from tests.graveler.test_refs import CountingStore
+from tests.helpers.gc import record_expired
 
 ROWS = {"csv": (1000, 100), "parquet": (100, 1000)}
 """Rows of versions 1 and 2 of each file: the CSV shrinks, so the old one cut to the new

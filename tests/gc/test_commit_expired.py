@@ -10,7 +10,8 @@ import pytest
 
 from branchwater.engine import CommitExpired
 from branchwater.engine.api import Repository
-from branchwater.engine.gc.retention.expired import expired_at, record_expired
+from branchwater.engine.gc.retention.expired import expired_at
+from tests.helpers.gc import record_expired
 
 WHEN = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 

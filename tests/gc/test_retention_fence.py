@@ -21,7 +21,6 @@ from branchwater.engine.gc.retention.expired import (
     expired_at,
     mark_expiring,
     rearm_expiring,
-    record_expired,
     release_expiring,
 )
 from branchwater.engine.graveler.fence import (
@@ -29,7 +28,7 @@ from branchwater.engine.graveler.fence import (
     fence_key,
     read_fence,
 )
-from tests.helpers.gc import age_claims
+from tests.helpers.gc import age_claims, record_expired
 
 RUN = "18f2a9c3b7d1-fence"
 

@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 
 from branchwater.engine import CommitExpired, CorruptedData, InvalidArgument, Lake, NotFound
 from branchwater.engine.api import Repository
-from branchwater.engine.gc.retention.expired import mark_expiring, record_expired
+from branchwater.engine.gc.retention.expired import mark_expiring
 from branchwater.engine.graveler.dump import RESTORE_KEY
 from branchwater.engine.graveler.graveler import Graveler
-from tests.helpers.gc import age_claims
+from tests.helpers.gc import age_claims, record_expired
 from tests.helpers.hostile import REF_FIELDS, any_text, dumped_and_recreated, hostile_dump, stored
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,9 +19,10 @@ import pytest
 
 from branchwater.engine import CommitExpired, Lake, NotFound
 from branchwater.engine.api import Ref, Repository
-from branchwater.engine.gc.retention.expired import mark_expiring, record_expired
+from branchwater.engine.gc.retention.expired import mark_expiring
 from branchwater.engine.graveler.reads import Guarded
 from tests.fixtures.s3 import S3Server
+from tests.helpers.gc import record_expired
 
 T = TypeVar("T")
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,7 +20,14 @@ from branchwater.engine.gc.runs.files import RunSummary
 from branchwater.engine.gc.runs.pruning import PRUNED_SETS
 from branchwater.engine.gc.runs.storage import Namespace
 from branchwater.engine.gc.settings import GCSettings
-from branchwater.engine.graveler.fence import FENCE_PREFIX, OPERATION_MARGIN, Claim, FenceRecord
+from branchwater.engine.graveler.fence import (
+    FENCE_PREFIX,
+    OPERATION_MARGIN,
+    Claim,
+    FenceRecord,
+    fence_key,
+)
+from branchwater.engine.graveler.model import RepositoryRecord
 from branchwater.engine.kv import Store
 from branchwater.engine.objects import ObjectInfo, ObjectStore
 
@@ -203,6 +210,16 @@ def rowid_sqlite_file(path: Path) -> str:
     with sqlite3.connect(path) as conn:
         conn.execute(ROWID_KV_TABLE)
     return f"sqlite:///{path}"
+
+
+def record_expired(
+    kv: Store, repo: RepositoryRecord, commit_ids: Iterable[str], when: datetime, run_id: str
+) -> None:
+    """Record `commit_ids` as expired by run `run_id` at `when`, whatever their keys hold, as
+    a sweep leaves them (`expire_fenced`, which checks their fences first)."""
+    value = FenceRecord(run_id, expired=when.isoformat()).encode()
+    for commit_id in commit_ids:
+        kv.set(repo.partition, fence_key(commit_id), value)
 
 
 def dropped_file_history(repo: Repository, ago: timedelta) -> tuple[str, str]:

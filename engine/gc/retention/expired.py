@@ -51,19 +51,6 @@ EXPIRING_HOLD = timedelta(days=1)
 must be swept within it (a scheduled run sweeps right after its gate)."""
 
 
-def record_expired(
-    kv: Store, repo: RepositoryRecord, commit_ids: Iterable[str], when: datetime, run_id: str
-) -> int:
-    """Record `commit_ids` as expired by run `run_id` at `when`, whatever their keys hold;
-    returns how many. A sweep checks its fence first (`expire_fenced`)."""
-    value = FenceRecord(run_id, expired=when.isoformat()).encode()
-    count = 0
-    for commit_id in commit_ids:
-        kv.set(repo.partition, fence_key(commit_id), value)
-        count += 1
-    return count
-
-
 def mark_expiring(
     kv: Store, repo: RepositoryRecord, commit_ids: Iterable[str], run_id: str
 ) -> list[str]:
